@@ -1,0 +1,218 @@
+//! The budget vector: limits, usage, and the check-before-spend rule.
+
+use serde::{Deserialize, Serialize};
+
+use crate::stop::StopReason;
+
+/// Usage on every dimension of the budget vector (also used as a charge).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    /// Steps (model turns).
+    pub steps: u64,
+    /// Tool calls.
+    pub tool_calls: u64,
+    /// Input (prompt) tokens.
+    pub tokens_in: u64,
+    /// Output (completion) tokens.
+    pub tokens_out: u64,
+    /// Money, in micro-units.
+    pub cost_micros: u64,
+}
+
+impl Usage {
+    /// One step.
+    pub fn step() -> Self {
+        Usage {
+            steps: 1,
+            ..Usage::default()
+        }
+    }
+
+    /// `n` tool calls.
+    pub fn tool_calls(n: u64) -> Self {
+        Usage {
+            tool_calls: n,
+            ..Usage::default()
+        }
+    }
+
+    /// Component-wise saturating sum.
+    pub fn plus(&self, other: &Usage) -> Usage {
+        Usage {
+            steps: self.steps.saturating_add(other.steps),
+            tool_calls: self.tool_calls.saturating_add(other.tool_calls),
+            tokens_in: self.tokens_in.saturating_add(other.tokens_in),
+            tokens_out: self.tokens_out.saturating_add(other.tokens_out),
+            cost_micros: self.cost_micros.saturating_add(other.cost_micros),
+        }
+    }
+
+    /// Total tokens, in and out.
+    pub fn tokens(&self) -> u64 {
+        self.tokens_in.saturating_add(self.tokens_out)
+    }
+}
+
+/// Limits on each dimension; `None` means unlimited.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BudgetLimits {
+    /// Maximum steps.
+    #[serde(default)]
+    pub max_steps: Option<u64>,
+    /// Maximum tool calls.
+    #[serde(default)]
+    pub max_tool_calls: Option<u64>,
+    /// Maximum tokens (in + out).
+    #[serde(default)]
+    pub max_tokens: Option<u64>,
+    /// Maximum money, in micro-units.
+    #[serde(default)]
+    pub max_cost_micros: Option<u64>,
+    /// Wall-clock deadline, in milliseconds after the run starts.
+    #[serde(default)]
+    pub deadline_ms: Option<u64>,
+}
+
+impl BudgetLimits {
+    /// Checks whether `spent + charge` stays within every limit, *before* spending.
+    /// Returns the stop reason of the first exhausted dimension otherwise.
+    ///
+    /// Tokens and cost are checked as "already over": a model turn's token count is
+    /// only known afterwards, so the next turn is refused once the limit is reached.
+    pub fn check(&self, spent: &Usage, charge: &Usage) -> Result<(), StopReason> {
+        let after = spent.plus(charge);
+        let over = |limit: Option<u64>, value: u64| limit.is_some_and(|l| value > l);
+        if charge.steps > 0 && over(self.max_steps, after.steps) {
+            return Err(StopReason::MaxSteps);
+        }
+        if charge.tool_calls > 0 && over(self.max_tool_calls, after.tool_calls) {
+            return Err(StopReason::MaxToolCalls);
+        }
+        if self
+            .max_tokens
+            .is_some_and(|l| spent.tokens() >= l && charge.steps > 0)
+            || over(self.max_tokens, after.tokens())
+        {
+            return Err(StopReason::MaxTokens);
+        }
+        if self
+            .max_cost_micros
+            .is_some_and(|l| spent.cost_micros >= l && charge.steps > 0)
+            || over(self.max_cost_micros, after.cost_micros)
+        {
+            return Err(StopReason::MaxCost);
+        }
+        Ok(())
+    }
+}
+
+/// What is left on each dimension; `None` means unlimited.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Remaining {
+    /// Steps left.
+    pub steps_left: Option<u64>,
+    /// Tool calls left.
+    pub tool_calls_left: Option<u64>,
+    /// Tokens left.
+    pub tokens_left: Option<u64>,
+    /// Money left, in micro-units.
+    pub cost_micros_left: Option<u64>,
+    /// Milliseconds until the deadline.
+    pub wall_ms_left: Option<u64>,
+}
+
+/// A point-in-time view of the budget, as written to the trace.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BudgetSnapshot {
+    /// The limits.
+    pub limits: BudgetLimits,
+    /// What has been spent.
+    pub spent: Usage,
+    /// What is left.
+    pub remaining: Remaining,
+    /// Milliseconds since the run started.
+    pub elapsed_ms: u64,
+}
+
+impl BudgetSnapshot {
+    /// Builds a snapshot from limits, usage and elapsed time.
+    pub fn new(limits: BudgetLimits, spent: Usage, elapsed_ms: u64) -> Self {
+        let left = |l: Option<u64>, v: u64| l.map(|l| l.saturating_sub(v));
+        BudgetSnapshot {
+            limits,
+            spent,
+            remaining: Remaining {
+                steps_left: left(limits.max_steps, spent.steps),
+                tool_calls_left: left(limits.max_tool_calls, spent.tool_calls),
+                tokens_left: left(limits.max_tokens, spent.tokens()),
+                cost_micros_left: left(limits.max_cost_micros, spent.cost_micros),
+                wall_ms_left: left(limits.deadline_ms, elapsed_ms),
+            },
+            elapsed_ms,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn step_max_plus_one_is_refused() {
+        let limits = BudgetLimits {
+            max_steps: Some(3),
+            ..Default::default()
+        };
+        let mut spent = Usage::default();
+        for _ in 0..3 {
+            limits.check(&spent, &Usage::step()).unwrap();
+            spent = spent.plus(&Usage::step());
+        }
+        assert_eq!(
+            limits.check(&spent, &Usage::step()),
+            Err(StopReason::MaxSteps)
+        );
+    }
+
+    #[test]
+    fn tokens_at_limit_refuse_the_next_step() {
+        let limits = BudgetLimits {
+            max_tokens: Some(100),
+            ..Default::default()
+        };
+        let spent = Usage {
+            tokens_in: 60,
+            tokens_out: 40,
+            ..Default::default()
+        };
+        assert_eq!(
+            limits.check(&spent, &Usage::step()),
+            Err(StopReason::MaxTokens)
+        );
+        let spent = Usage {
+            tokens_in: 60,
+            ..Default::default()
+        };
+        assert_eq!(limits.check(&spent, &Usage::step()), Ok(()));
+    }
+
+    #[test]
+    fn snapshot_reports_what_is_left() {
+        let limits = BudgetLimits {
+            max_steps: Some(8),
+            deadline_ms: Some(1000),
+            ..Default::default()
+        };
+        let snap = BudgetSnapshot::new(
+            limits,
+            Usage {
+                steps: 3,
+                ..Default::default()
+            },
+            250,
+        );
+        assert_eq!(snap.remaining.steps_left, Some(5));
+        assert_eq!(snap.remaining.wall_ms_left, Some(750));
+        assert_eq!(snap.remaining.tool_calls_left, None);
+    }
+}

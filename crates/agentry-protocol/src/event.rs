@@ -1,0 +1,69 @@
+//! Past-tense facts about a run, for subscribers.
+
+use serde::{Deserialize, Serialize};
+
+use crate::budget::BudgetSnapshot;
+use crate::decision::Decision;
+use crate::envelope::ResultEnvelope;
+use crate::stop::StopReason;
+
+/// Something that happened in a run. Each carries the correlation ids it needs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum RunEvent {
+    /// A step began (its budget was granted).
+    StepStarted {
+        /// Step number.
+        step: u64,
+    },
+    /// The policy decided.
+    DecisionMade {
+        /// Step number.
+        step: u64,
+        /// The decision.
+        decision: Decision,
+    },
+    /// A call started executing.
+    ToolCallStarted {
+        /// Step number.
+        step: u64,
+        /// Call id.
+        tool_call_id: String,
+        /// Tool name.
+        tool: String,
+    },
+    /// A call finished (or was refused, cancelled, replayed).
+    ToolCallFinished {
+        /// Step number.
+        step: u64,
+        /// The envelope.
+        result: ResultEnvelope,
+    },
+    /// The state keeper applied an update.
+    StateUpdated {
+        /// New state version.
+        version: u64,
+    },
+    /// Budget was spent.
+    BudgetSpent {
+        /// Budget after the spend.
+        budget: BudgetSnapshot,
+    },
+    /// The run stopped.
+    RunStopped {
+        /// Why.
+        stop_reason: StopReason,
+    },
+}
+
+/// An event with its run id and per-run sequence number (the order the runtime applied it).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EventRecord {
+    /// Run id.
+    pub run_id: String,
+    /// Sequence number within the run, from 1.
+    pub seq: u64,
+    /// The event.
+    pub event: RunEvent,
+}

@@ -1,0 +1,86 @@
+//! The four state layers: world, task, session, control.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::accept::AcceptCheck;
+use crate::budget::{BudgetLimits, Usage};
+use crate::decision::Decision;
+use crate::envelope::{ResourceRef, ResultEnvelope};
+use crate::stop::StopReason;
+
+/// External facts, held as versioned references, never copied wholesale.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorldState {
+    /// Bumped whenever a tool with a world effect succeeds.
+    pub version: u64,
+    /// The latest known reference for each path the run has read or written.
+    pub refs: BTreeMap<String, ResourceRef>,
+}
+
+/// The task layer: goal, constraints and answer. Never lossy-compressed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskState {
+    /// Task id (the task directory name, or one the embedder chose).
+    pub task_id: String,
+    /// The goal, as the user wrote it.
+    pub goal: String,
+    /// Acceptance checks.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub accept: Vec<AcceptCheck>,
+    /// The model's final answer, once it gave one.
+    pub answer: Option<String>,
+    /// True once the run stopped with `done`.
+    pub done: bool,
+}
+
+/// One entry of the conversation (session layer).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "role", rename_all = "snake_case")]
+pub enum SessionEntry {
+    /// A user message (the goal, or a message injected while running).
+    User {
+        /// Text.
+        text: String,
+    },
+    /// What the policy decided at a step.
+    Assistant {
+        /// Step number.
+        step: u64,
+        /// The decision.
+        decision: Decision,
+    },
+    /// The result of one call.
+    Tool {
+        /// The envelope.
+        result: ResultEnvelope,
+    },
+}
+
+/// The control layer: exact, written only by the host.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ControlState {
+    /// Budget limits.
+    pub limits: BudgetLimits,
+    /// What has been spent.
+    pub spent: Usage,
+    /// Why the run stopped, once it has.
+    pub stop_reason: Option<StopReason>,
+}
+
+/// Comparable key fields of the run state, as written to the trace (the session
+/// layer is summarized by its length; its entries are in the session itself).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunSnapshot {
+    /// State version: bumped once per applied update.
+    pub version: u64,
+    /// World layer.
+    pub world: WorldState,
+    /// Task layer.
+    pub task: TaskState,
+    /// Number of session entries.
+    pub session_len: u64,
+    /// Control layer.
+    pub control: ControlState,
+}

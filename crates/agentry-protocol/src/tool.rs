@@ -1,0 +1,233 @@
+//! Tool contracts and tool calls.
+//!
+//! A contract has a model-facing part ([`ToolSpec`]: name, description, input
+//! schema) and host-only fields (effect, idempotency, scope, timeout, version)
+//! that the model never sees.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// What a tool does to the world.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Effect {
+    /// Reads only; safe to run in parallel and to retry.
+    ReadOnly,
+    /// Changes the world in a way that can be undone (e.g. writing a workspace file).
+    Reversible,
+    /// Changes the world outside the host's control (payments, emails). Never retried
+    /// automatically.
+    IrreversibleExternal,
+}
+
+/// Whether running a call twice is safe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Idempotency {
+    /// Running twice has the same effect as once.
+    Idempotent,
+    /// Safe only with a caller-supplied idempotency key.
+    RequiredKey,
+    /// Not idempotent.
+    None,
+}
+
+/// Expected cost of one call, for planning and budgets.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ToolCostHint {
+    /// Typical latency in milliseconds.
+    #[serde(default)]
+    pub latency_ms: u64,
+    /// Money per call, in micro-units.
+    #[serde(default)]
+    pub money_micros: u64,
+}
+
+/// The full contract of a tool.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolContract {
+    /// Unique name, e.g. `fs.read`. Shown to the model.
+    pub name: String,
+    /// What the tool does and when to use it. Shown to the model.
+    pub description: String,
+    /// JSON Schema of the arguments object. Shown to the model.
+    pub input_schema: Value,
+    /// Human-readable preconditions the host checks before running (host only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub preconditions: Vec<String>,
+    /// What the tool does to the world (host only).
+    pub effect: Effect,
+    /// Whether repeated execution is safe (host only).
+    pub idempotency: Idempotency,
+    /// Expected cost (host only).
+    #[serde(default)]
+    pub cost: ToolCostHint,
+    /// The permission scope a run must be granted to call this tool (host only).
+    pub auth_scope: String,
+    /// Per-call timeout in milliseconds (host only).
+    pub timeout_ms: u64,
+    /// Contract version, recorded in the trace (host only).
+    pub version: String,
+}
+
+impl ToolContract {
+    /// A contract with conservative defaults: reversible, not idempotent, scope = name,
+    /// 30 s timeout, version `1`.
+    pub fn new(
+        name: impl Into<String>,
+        description: impl Into<String>,
+        input_schema: Value,
+    ) -> Self {
+        let name = name.into();
+        ToolContract {
+            auth_scope: name.clone(),
+            name,
+            description: description.into(),
+            input_schema,
+            preconditions: Vec::new(),
+            effect: Effect::Reversible,
+            idempotency: Idempotency::None,
+            cost: ToolCostHint::default(),
+            timeout_ms: 30_000,
+            version: "1".to_string(),
+        }
+    }
+
+    /// Sets the effect.
+    pub fn effect(mut self, effect: Effect) -> Self {
+        self.effect = effect;
+        self
+    }
+
+    /// Sets the idempotency.
+    pub fn idempotency(mut self, idempotency: Idempotency) -> Self {
+        self.idempotency = idempotency;
+        self
+    }
+
+    /// Sets the auth scope.
+    pub fn scope(mut self, scope: impl Into<String>) -> Self {
+        self.auth_scope = scope.into();
+        self
+    }
+
+    /// Sets the timeout.
+    pub fn timeout_ms(mut self, ms: u64) -> Self {
+        self.timeout_ms = ms;
+        self
+    }
+
+    /// Sets the version.
+    pub fn version(mut self, version: impl Into<String>) -> Self {
+        self.version = version.into();
+        self
+    }
+
+    /// Adds a documented precondition.
+    pub fn precondition(mut self, text: impl Into<String>) -> Self {
+        self.preconditions.push(text.into());
+        self
+    }
+
+    /// The only part a model may see.
+    pub fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: self.name.clone(),
+            description: self.description.clone(),
+            input_schema: self.input_schema.clone(),
+        }
+    }
+}
+
+/// The model-facing view of a tool: name, description, input schema. Nothing else.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolSpec {
+    /// Tool name.
+    pub name: String,
+    /// Description.
+    pub description: String,
+    /// JSON Schema of the arguments.
+    pub input_schema: Value,
+}
+
+/// Arguments as a model produced them: either raw JSON text (what a real model
+/// emits, possibly broken) or an already-parsed value.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum ToolArguments {
+    /// Raw JSON text; parsed by the executor, and `EINVAL` if it is not valid JSON.
+    Raw(String),
+    /// A JSON value.
+    Parsed(Value),
+}
+
+impl ToolArguments {
+    /// Parses into a JSON value. The error message names the JSON problem.
+    pub fn to_value(&self) -> Result<Value, String> {
+        match self {
+            ToolArguments::Parsed(v) => Ok(v.clone()),
+            ToolArguments::Raw(s) if s.trim().is_empty() => Ok(Value::Object(Default::default())),
+            ToolArguments::Raw(s) => {
+                serde_json::from_str(s).map_err(|e| format!("arguments are not valid JSON: {e}"))
+            }
+        }
+    }
+}
+
+impl From<Value> for ToolArguments {
+    fn from(v: Value) -> Self {
+        ToolArguments::Parsed(v)
+    }
+}
+
+/// One call the policy proposes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCall {
+    /// The model's call id; results are keyed by it.
+    pub id: String,
+    /// Tool name.
+    pub name: String,
+    /// Arguments.
+    pub arguments: ToolArguments,
+}
+
+impl ToolCall {
+    /// A call with parsed arguments.
+    pub fn new(id: impl Into<String>, name: impl Into<String>, arguments: Value) -> Self {
+        ToolCall {
+            id: id.into(),
+            name: name.into(),
+            arguments: ToolArguments::Parsed(arguments),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn raw_and_parsed_arguments_round_trip() {
+        let c: ToolCall =
+            serde_json::from_value(json!({"id":"1","name":"x","arguments":"{\"a\":1}"})).unwrap();
+        assert_eq!(c.arguments, ToolArguments::Raw("{\"a\":1}".into()));
+        assert_eq!(c.arguments.to_value().unwrap(), json!({"a":1}));
+        let c: ToolCall =
+            serde_json::from_value(json!({"id":"1","name":"x","arguments":{"a":1}})).unwrap();
+        assert_eq!(c.arguments, ToolArguments::Parsed(json!({"a":1})));
+    }
+
+    #[test]
+    fn broken_json_names_the_problem() {
+        let err = ToolArguments::Raw("{\"a\":".into()).to_value().unwrap_err();
+        assert!(err.contains("not valid JSON"), "{err}");
+    }
+
+    #[test]
+    fn spec_hides_host_fields() {
+        let c = ToolContract::new("t", "d", json!({"type":"object"})).scope("secret");
+        let v = serde_json::to_value(c.spec()).unwrap();
+        assert_eq!(v.as_object().unwrap().len(), 3);
+    }
+}

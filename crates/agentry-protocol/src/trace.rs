@@ -1,0 +1,82 @@
+//! Trace records: one JSONL line per step, then one closing line.
+
+use serde::{Deserialize, Serialize};
+
+use crate::UnixMillis;
+use crate::budget::BudgetSnapshot;
+use crate::decision::Decision;
+use crate::envelope::ResultEnvelope;
+use crate::state::RunSnapshot;
+use crate::stop::StopReason;
+
+/// One step of a run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TraceStep {
+    /// Run id.
+    pub run_id: String,
+    /// Task id.
+    pub task_id: String,
+    /// Parent run id, for child agents.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_id: Option<String>,
+    /// Step number, from 1.
+    pub step: u64,
+    /// Attempt number of the step.
+    pub attempt: u32,
+    /// Model name.
+    pub model: String,
+    /// Hash of the prompt, when the policy reports one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_hash: Option<String>,
+    /// What the policy proposed.
+    pub decision: Decision,
+    /// One envelope per call, in request order.
+    pub results: Vec<ResultEnvelope>,
+    /// Budget before the step.
+    pub budget_before: BudgetSnapshot,
+    /// Budget after the step.
+    pub budget_after: BudgetSnapshot,
+    /// State version after the step's update was applied.
+    pub state_version: u64,
+    /// hash(action, observation, world version).
+    pub fingerprint: String,
+    /// State key fields after the step.
+    pub state: RunSnapshot,
+    /// When the record was written.
+    pub at: UnixMillis,
+}
+
+/// The last record of a run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TraceEnd {
+    /// Run id.
+    pub run_id: String,
+    /// Task id.
+    pub task_id: String,
+    /// Steps taken.
+    pub steps: u64,
+    /// Tool calls made.
+    pub tool_calls: u64,
+    /// Why the run stopped.
+    pub stop_reason: StopReason,
+    /// Detail for the stop (which check failed, what broke).
+    pub detail: String,
+    /// The answer, if any.
+    pub answer: Option<String>,
+    /// Final budget.
+    pub budget: BudgetSnapshot,
+    /// Final state version.
+    pub state_version: u64,
+    /// When the run stopped.
+    pub at: UnixMillis,
+}
+
+/// A line of the JSONL trace, tagged by `kind` (`"step"` or `"stop"`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum TraceLine {
+    /// A step record.
+    Step(Box<TraceStep>),
+    /// The closing record.
+    Stop(Box<TraceEnd>),
+}

@@ -1,0 +1,787 @@
+//! The conductor: one per run. It wires the four actors and drives the loop purely
+//! by messages.
+//!
+//! Each step is one [`ConductorMsg::Step`] the conductor sends itself, so anything
+//! else in its mailbox (an abort, a user message) is handled between steps, at a
+//! safe point. Within a step it asks the budget supervisor and the state keeper
+//! (which never block) and the policy and executor (which may), always selecting
+//! against the run's cancellation token so a deadline interrupts a stuck policy or
+//! tool at once.
+
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use agentry_protocol::accept::CheckOutcome;
+use agentry_protocol::budget::{BudgetSnapshot, Usage};
+use agentry_protocol::decision::{Decision, PolicyOutput};
+use agentry_protocol::envelope::{ErrorCode, ResultEnvelope, ToolError};
+use agentry_protocol::event::{EventRecord, RunEvent};
+use agentry_protocol::fingerprint;
+use agentry_protocol::state::{RunSnapshot, SessionEntry};
+use agentry_protocol::stop::StopReason;
+use agentry_protocol::tool::ToolCall;
+use agentry_protocol::trace::{TraceEnd, TraceLine, TraceStep};
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
+use ractor_cluster_derive::RactorMessage;
+use serde::Serialize;
+use serde_json::json;
+use tokio::sync::{broadcast, watch};
+use tokio::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+
+use crate::budget::{BudgetArgs, BudgetMsg, BudgetSupervisor, SpendReply};
+use crate::config::RunConfig;
+use crate::executor::{ExecutorArgs, ExecutorMsg, ToolExecutor};
+use crate::policy::{Policy, PolicyActor, PolicyArgs, PolicyMsg};
+use crate::registry::ToolRegistry;
+use crate::state::{Applied, RunState, StateKeeper, StateMsg, StateUpdate};
+use crate::trace::TraceWriter;
+
+/// How long a cancelled step waits for the executor's own cancelled envelopes
+/// before it writes them itself.
+const CANCEL_GRACE: Duration = Duration::from_millis(50);
+
+/// How a run ended, as the embedder sees it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RunOutcome {
+    /// Run id.
+    pub run_id: String,
+    /// Task id.
+    pub task_id: String,
+    /// Why it stopped.
+    pub stop_reason: StopReason,
+    /// A sentence explaining the stop (which check failed, which budget ran out).
+    pub detail: String,
+    /// The model's answer, if it gave one.
+    pub answer: Option<String>,
+    /// Steps taken.
+    pub steps: u64,
+    /// Tool calls made.
+    pub tool_calls: u64,
+    /// Final budget.
+    pub budget: BudgetSnapshot,
+    /// Acceptance check outcomes, when the model finished.
+    pub checks: Vec<CheckOutcome>,
+    /// Key fields of the final state.
+    pub state: RunSnapshot,
+    /// The working directory.
+    pub workdir: PathBuf,
+    /// The trace file, if one was written.
+    pub trace: Option<PathBuf>,
+}
+
+/// Messages the conductor accepts.
+#[derive(RactorMessage)]
+pub enum ConductorMsg {
+    /// Run the next step.
+    Step,
+    /// Stop the run: cancel in-flight calls and end with this reason.
+    Abort(StopReason),
+    /// The current outcome-to-be: key state fields.
+    Snapshot(RpcReplyPort<RunSnapshot>),
+}
+
+/// Start-up arguments.
+pub struct ConductorArgs {
+    /// Run id.
+    pub run_id: Arc<str>,
+    /// Configuration.
+    pub config: RunConfig,
+    /// Tools.
+    pub registry: Arc<ToolRegistry>,
+    /// The policy.
+    pub policy: Box<dyn Policy>,
+    /// The run's token (a child of the runtime's).
+    pub run_token: CancellationToken,
+    /// Where the outcome is published.
+    pub outcome: watch::Sender<Option<RunOutcome>>,
+    /// Where events are published.
+    pub events: broadcast::Sender<EventRecord>,
+}
+
+struct Children {
+    policy: ActorRef<PolicyMsg>,
+    executor: ActorRef<ExecutorMsg>,
+    state: ActorRef<StateMsg>,
+    budget: ActorRef<BudgetMsg>,
+}
+
+/// Conductor state.
+pub struct ConductorState {
+    run_id: Arc<str>,
+    config: RunConfig,
+    model: String,
+    children: Children,
+    run_token: CancellationToken,
+    outcome: watch::Sender<Option<RunOutcome>>,
+    events: broadcast::Sender<EventRecord>,
+    event_seq: u64,
+    trace: Option<TraceWriter>,
+    /// Session entries applied since the policy last decided.
+    pending: Vec<SessionEntry>,
+    fingerprints: VecDeque<String>,
+    steps: u64,
+    stopped: bool,
+}
+
+enum Flow {
+    Continue,
+    Stop {
+        reason: StopReason,
+        detail: String,
+        checks: Vec<CheckOutcome>,
+    },
+}
+
+impl Flow {
+    fn stop(reason: StopReason, detail: impl Into<String>) -> Flow {
+        Flow::Stop {
+            reason,
+            detail: detail.into(),
+            checks: Vec::new(),
+        }
+    }
+}
+
+/// The conductor actor.
+#[derive(Debug, Default)]
+pub struct Conductor;
+
+impl Actor for Conductor {
+    type Msg = ConductorMsg;
+    type State = ConductorState;
+    type Arguments = ConductorArgs;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<ConductorMsg>,
+        args: ConductorArgs,
+    ) -> Result<ConductorState, ActorProcessingErr> {
+        let ConductorArgs {
+            run_id,
+            config,
+            registry,
+            policy,
+            run_token,
+            outcome,
+            events,
+        } = args;
+        let started = Instant::now();
+        let deadline = config
+            .limits
+            .deadline_ms
+            .map(|ms| started + Duration::from_millis(ms));
+        let trace = config
+            .trace
+            .as_deref()
+            .map(TraceWriter::create)
+            .transpose()?;
+        let workdir: Arc<std::path::Path> = Arc::from(config.workdir.as_path());
+        let visible: Arc<[_]> = registry
+            .specs()
+            .iter()
+            .filter(|s| {
+                registry
+                    .get(&s.name)
+                    .is_some_and(|t| config.grants.allows(&t.contract))
+            })
+            .cloned()
+            .collect();
+        let model = policy.name();
+        let cell = myself.get_cell();
+        let (budget, _) = Actor::spawn_linked(
+            None,
+            BudgetSupervisor,
+            BudgetArgs {
+                limits: config.limits,
+                run_token: run_token.clone(),
+                started,
+            },
+            cell.clone(),
+        )
+        .await?;
+        let initial = RunState::new(
+            agentry_protocol::TaskState {
+                task_id: config.task_id.clone(),
+                goal: config.goal.clone(),
+                accept: config.accept.clone(),
+                answer: None,
+                done: false,
+            },
+            agentry_protocol::ControlState {
+                limits: config.limits,
+                ..Default::default()
+            },
+        );
+        let pending = initial.session().to_vec();
+        let (state, _) = Actor::spawn_linked(None, StateKeeper, initial, cell.clone()).await?;
+        let (executor, _) = Actor::spawn_linked(
+            None,
+            ToolExecutor,
+            ExecutorArgs {
+                run_id: Arc::clone(&run_id),
+                registry,
+                grants: config.grants.clone(),
+                workdir,
+                run_token: run_token.clone(),
+                deadline,
+            },
+            cell.clone(),
+        )
+        .await?;
+        let (policy, _) = Actor::spawn_linked(
+            None,
+            PolicyActor,
+            PolicyArgs {
+                policy,
+                run_id: Arc::clone(&run_id),
+                goal: config.goal.clone(),
+                tools: visible,
+            },
+            cell,
+        )
+        .await?;
+        Ok(ConductorState {
+            run_id,
+            config,
+            model,
+            children: Children {
+                policy,
+                executor,
+                state,
+                budget,
+            },
+            run_token,
+            outcome,
+            events,
+            event_seq: 0,
+            trace,
+            pending,
+            fingerprints: VecDeque::new(),
+            steps: 0,
+            stopped: false,
+        })
+    }
+
+    async fn post_start(
+        &self,
+        myself: ActorRef<ConductorMsg>,
+        _state: &mut ConductorState,
+    ) -> Result<(), ActorProcessingErr> {
+        myself.cast(ConductorMsg::Step)?;
+        Ok(())
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<ConductorMsg>,
+        message: ConductorMsg,
+        st: &mut ConductorState,
+    ) -> Result<(), ActorProcessingErr> {
+        if st.stopped {
+            return Ok(());
+        }
+        match message {
+            ConductorMsg::Step => match st.run_step().await {
+                Flow::Continue => myself.cast(ConductorMsg::Step)?,
+                Flow::Stop {
+                    reason,
+                    detail,
+                    checks,
+                } => st.finish(&myself, reason, detail, checks).await,
+            },
+            ConductorMsg::Abort(reason) => {
+                let _ = st.children.budget.cast(BudgetMsg::CancelAll(reason));
+                st.run_token.cancel();
+                st.finish(
+                    &myself,
+                    reason,
+                    format!("run stopped from outside ({reason})"),
+                    Vec::new(),
+                )
+                .await;
+            }
+            ConductorMsg::Snapshot(reply) => {
+                if let Ok(snap) = ask(&st.children.state, StateMsg::Snapshot).await {
+                    let _ = reply.send(snap);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn handle_supervisor_evt(
+        &self,
+        myself: ActorRef<ConductorMsg>,
+        event: SupervisionEvent,
+        st: &mut ConductorState,
+    ) -> Result<(), ActorProcessingErr> {
+        if st.stopped {
+            return Ok(());
+        }
+        let detail = match event {
+            SupervisionEvent::ActorFailed(who, err) => {
+                format!("actor {} failed: {err}", who.get_id())
+            }
+            SupervisionEvent::ActorTerminated(who, _, reason) => {
+                format!(
+                    "actor {} ended unexpectedly: {}",
+                    who.get_id(),
+                    reason.unwrap_or_default()
+                )
+            }
+            _ => return Ok(()),
+        };
+        st.run_token.cancel();
+        st.finish(&myself, StopReason::UnrecoverableError, detail, Vec::new())
+            .await;
+        Ok(())
+    }
+}
+
+/// Sends a request and waits for the reply.
+async fn ask<M: ractor::Message, T: Send + 'static>(
+    actor: &ActorRef<M>,
+    build: impl FnOnce(RpcReplyPort<T>) -> M,
+) -> Result<T, String> {
+    match actor.call(build, None).await {
+        Ok(ractor::rpc::CallResult::Success(v)) => Ok(v),
+        Ok(_) => Err(format!("actor {} did not answer", actor.get_id())),
+        Err(e) => Err(format!("actor {} is gone: {e}", actor.get_id())),
+    }
+}
+
+impl ConductorState {
+    fn emit(&mut self, event: impl FnOnce() -> RunEvent) {
+        self.event_seq += 1;
+        // Building an event costs a clone; skip it when nobody listens.
+        if self.events.receiver_count() > 0 {
+            let _ = self.events.send(EventRecord {
+                run_id: self.run_id.to_string(),
+                seq: self.event_seq,
+                event: event(),
+            });
+        }
+    }
+
+    /// Why the run's token was cancelled.
+    async fn cancel_cause(&self) -> StopReason {
+        ask(&self.children.budget, BudgetMsg::StopCause)
+            .await
+            .ok()
+            .flatten()
+            .unwrap_or(StopReason::UserAbort)
+    }
+
+    async fn cancelled_flow(&self, during: &str) -> Flow {
+        let reason = self.cancel_cause().await;
+        Flow::stop(
+            reason,
+            format!("{reason} while {during} (step {})", self.steps),
+        )
+    }
+
+    async fn run_step(&mut self) -> Flow {
+        // 1. Check-before-spend: step max+1 is refused here, never run.
+        let before = match ask(&self.children.budget, |r| {
+            BudgetMsg::Spend(Usage::step(), r)
+        })
+        .await
+        {
+            Ok(SpendReply::Granted { before, .. }) => before,
+            Ok(SpendReply::Refused(reason)) => {
+                return Flow::stop(
+                    reason,
+                    format!(
+                        "{reason}: step {} was refused before it ran",
+                        self.steps + 1
+                    ),
+                );
+            }
+            Err(e) => return Flow::stop(StopReason::UnrecoverableError, e),
+        };
+        self.steps += 1;
+        let step = self.steps;
+        self.emit(|| RunEvent::StepStarted { step });
+
+        // 2. Decide.
+        let new_entries = std::mem::take(&mut self.pending);
+        let decide = ask(&self.children.policy, |reply| PolicyMsg::Decide {
+            step,
+            new_entries,
+            budget: before,
+            reply,
+        });
+        let out: PolicyOutput = tokio::select! {
+            biased;
+            _ = self.run_token.cancelled() => return self.cancelled_flow("the policy was deciding").await,
+            r = decide => match r {
+                Ok(out) => out,
+                Err(e) => return Flow::stop(StopReason::UnrecoverableError, e),
+            },
+        };
+        if out.usage.tokens_in + out.usage.tokens_out + out.cost_micros > 0 {
+            let _ = self.children.budget.cast(BudgetMsg::Charge(Usage {
+                tokens_in: out.usage.tokens_in,
+                tokens_out: out.usage.tokens_out,
+                cost_micros: out.cost_micros,
+                ..Usage::default()
+            }));
+        }
+        self.emit(|| RunEvent::DecisionMade {
+            step,
+            decision: out.decision.clone(),
+        });
+
+        // 3. Act.
+        let mut flow = Flow::Continue;
+        let mut answer = None;
+        let results = match &out.decision {
+            Decision::ToolCalls { calls } if !calls.is_empty() => {
+                let (results, short) = self.execute(step, calls).await;
+                if let Some(short) = short {
+                    flow = short;
+                }
+                answer = finish_answer(&results);
+                results
+            }
+            Decision::ToolCalls { .. } => vec![policy_error(
+                "the model proposed an empty list of tool calls",
+            )],
+            Decision::Final { answer: text } => {
+                answer = Some(text.clone());
+                Vec::new()
+            }
+            Decision::Failed { message, fatal } => {
+                if *fatal {
+                    flow = Flow::stop(
+                        StopReason::UnrecoverableError,
+                        format!("policy failed: {message}"),
+                    );
+                }
+                vec![policy_error(message)]
+            }
+        };
+        for r in &results {
+            self.emit(|| RunEvent::ToolCallFinished {
+                step,
+                result: r.clone(),
+            });
+        }
+
+        // 4. Update: one state update per step, applied by the state keeper.
+        let after = match ask(&self.children.budget, BudgetMsg::Snapshot).await {
+            Ok(b) => b,
+            Err(e) => return Flow::stop(StopReason::UnrecoverableError, e),
+        };
+        self.pending.push(SessionEntry::Assistant {
+            step,
+            decision: out.decision.clone(),
+        });
+        self.pending.extend(
+            results
+                .iter()
+                .cloned()
+                .map(|result| SessionEntry::Tool { result }),
+        );
+        let update = StateUpdate::Step {
+            step,
+            decision: out.decision.clone(),
+            results: results.clone(),
+            spent: after.spent,
+            answer: answer.clone(),
+        };
+        let applied: Applied =
+            match ask(&self.children.state, |r| StateMsg::Apply(update, Some(r))).await {
+                Ok(a) => a,
+                Err(e) => return Flow::stop(StopReason::UnrecoverableError, e),
+            };
+        self.emit(|| RunEvent::StateUpdated {
+            version: applied.version,
+        });
+        self.emit(|| RunEvent::BudgetSpent { budget: after });
+
+        // 5. Record: fingerprint = hash(action, observation, world version).
+        let fp = step_fingerprint(&out.decision, &results, &applied.world_digest);
+        if self.trace.is_some() {
+            let state = ask(&self.children.state, StateMsg::Snapshot)
+                .await
+                .unwrap_or_default();
+            let record = TraceStep {
+                run_id: self.run_id.to_string(),
+                task_id: self.config.task_id.clone(),
+                parent_id: None,
+                step,
+                attempt: 1,
+                model: if out.model.is_empty() {
+                    self.model.clone()
+                } else {
+                    out.model.clone()
+                },
+                prompt_hash: out.prompt_hash.clone(),
+                decision: out.decision.clone(),
+                results,
+                budget_before: before,
+                budget_after: after,
+                state_version: applied.version,
+                fingerprint: fp.clone(),
+                state,
+                at: agentry_protocol::now_millis(),
+            };
+            if let Some(t) = &self.trace {
+                t.write(TraceLine::Step(Box::new(record)));
+            }
+        }
+
+        // 6. Termination checks, after the step's effects are on record.
+        if let Flow::Stop { .. } = flow {
+            return flow;
+        }
+        if let Some(answer) = answer {
+            return self.verify(answer).await;
+        }
+        if self.progress_stalled(fp) {
+            let window = self.config.progress_window;
+            return Flow::stop(
+                StopReason::NoProgress,
+                format!(
+                    "the last {window} steps repeated the same action, observation and world state"
+                ),
+            );
+        }
+        Flow::Continue
+    }
+
+    /// Spends the tool-call budget and runs the calls. The second value is set
+    /// when the step must end the run (tool budget exhausted, cancelled).
+    async fn execute(
+        &mut self,
+        step: u64,
+        calls: &[ToolCall],
+    ) -> (Vec<ResultEnvelope>, Option<Flow>) {
+        let n = calls.len() as u64;
+        let granted = match ask(&self.children.budget, |r| BudgetMsg::SpendToolCalls(n, r)).await {
+            Ok((granted, _)) => granted,
+            Err(e) => {
+                return (
+                    Vec::new(),
+                    Some(Flow::stop(StopReason::UnrecoverableError, e)),
+                );
+            }
+        };
+        for c in calls.iter().take(granted as usize) {
+            self.emit(|| RunEvent::ToolCallStarted {
+                step,
+                tool_call_id: c.id.clone(),
+                tool: c.name.clone(),
+            });
+        }
+        let run = ask(&self.children.executor, |reply| ExecutorMsg::Execute {
+            step,
+            calls: calls.to_vec(),
+            granted: granted as usize,
+            reply,
+        });
+        let token = self.run_token.clone();
+        let results = tokio::select! {
+            r = run => r.unwrap_or_else(|e| calls.iter().map(|c| lost_call(c, &e)).collect()),
+            // The executor answers cancelled calls itself; if it cannot within the
+            // grace period, the conductor records them as cancelled.
+            _ = async { token.cancelled().await; tokio::time::sleep(CANCEL_GRACE).await } => {
+                calls.iter().map(|c| ResultEnvelope::failure(&c.id, &c.name,
+                    ToolError::new(ErrorCode::Ecanceled, "cancelled: the executor did not answer in time"))).collect()
+            }
+        };
+        let flow = if self.run_token.is_cancelled() {
+            Some(self.cancelled_flow("tools were running").await)
+        } else if granted < n {
+            Some(Flow::stop(
+                StopReason::MaxToolCalls,
+                format!(
+                    "tool-call budget exhausted: {} of {n} calls at step {step} were refused",
+                    n - granted
+                ),
+            ))
+        } else {
+            None
+        };
+        (results, flow)
+    }
+
+    async fn verify(&mut self, answer: String) -> Flow {
+        if self.config.accept.is_empty() {
+            return Flow::stop(
+                StopReason::Done,
+                "the model finished; the task declares no acceptance checks",
+            );
+        }
+        let checks = self.config.accept.clone();
+        let token = self.run_token.clone();
+        let outcomes = tokio::select! {
+            biased;
+            _ = token.cancelled() => return self.cancelled_flow("acceptance checks were running").await,
+            r = ask(&self.children.executor, |reply| ExecutorMsg::Verify { checks, reply }) => match r {
+                Ok(o) => o,
+                Err(e) => return Flow::stop(StopReason::UnrecoverableError, e),
+            },
+        };
+        let failed: Vec<&str> = outcomes
+            .iter()
+            .filter(|o| !o.passed)
+            .map(|o| o.detail.as_str())
+            .collect();
+        let (reason, detail) = if failed.is_empty() {
+            (
+                StopReason::Done,
+                format!(
+                    "answer {answer:?} accepted: {} checks passed",
+                    outcomes.len()
+                ),
+            )
+        } else {
+            (
+                StopReason::VerificationMissing,
+                format!(
+                    "the model finished but acceptance failed: {}",
+                    failed.join("; ")
+                ),
+            )
+        };
+        Flow::Stop {
+            reason,
+            detail,
+            checks: outcomes,
+        }
+    }
+
+    fn progress_stalled(&mut self, fp: String) -> bool {
+        let window = self.config.progress_window;
+        if window == 0 {
+            return false;
+        }
+        self.fingerprints.push_back(fp);
+        while self.fingerprints.len() > window {
+            self.fingerprints.pop_front();
+        }
+        self.fingerprints.len() == window
+            && self.fingerprints.iter().all(|f| *f == self.fingerprints[0])
+    }
+
+    async fn finish(
+        &mut self,
+        myself: &ActorRef<ConductorMsg>,
+        reason: StopReason,
+        detail: String,
+        checks: Vec<CheckOutcome>,
+    ) {
+        self.stopped = true;
+        // Nothing of this run may outlive it.
+        self.run_token.cancel();
+        let budget = ask(&self.children.budget, BudgetMsg::Snapshot)
+            .await
+            .unwrap_or_default();
+        let applied = ask(&self.children.state, |r| {
+            StateMsg::Apply(
+                StateUpdate::Stopped {
+                    reason,
+                    spent: budget.spent,
+                },
+                Some(r),
+            )
+        })
+        .await;
+        let state = ask(&self.children.state, StateMsg::Snapshot)
+            .await
+            .unwrap_or_default();
+        let answer = state.task.answer.clone();
+        let mut trace_path = None;
+        if let Some(trace) = self.trace.take() {
+            trace.write(TraceLine::Stop(Box::new(TraceEnd {
+                run_id: self.run_id.to_string(),
+                task_id: self.config.task_id.clone(),
+                steps: self.steps,
+                tool_calls: budget.spent.tool_calls,
+                stop_reason: reason,
+                detail: detail.clone(),
+                answer: answer.clone(),
+                budget,
+                state_version: applied.as_ref().map_or(state.version, |a| a.version),
+                at: agentry_protocol::now_millis(),
+            })));
+            let path = trace.path().to_path_buf();
+            if let Err(e) = trace.finish().await {
+                tracing::error!(run_id = %self.run_id, error = %e, "trace could not be written completely");
+            }
+            trace_path = Some(path);
+        }
+        self.emit(|| RunEvent::RunStopped {
+            stop_reason: reason,
+        });
+        tracing::info!(run_id = %self.run_id, %reason, steps = self.steps, "run stopped");
+        let outcome = RunOutcome {
+            run_id: self.run_id.to_string(),
+            task_id: self.config.task_id.clone(),
+            stop_reason: reason,
+            detail,
+            answer,
+            steps: self.steps,
+            tool_calls: budget.spent.tool_calls,
+            budget,
+            checks,
+            state,
+            workdir: self.config.workdir.clone(),
+            trace: trace_path,
+        };
+        self.outcome.send_replace(Some(outcome));
+        self.children.policy.stop(None);
+        self.children.executor.stop(None);
+        self.children.state.stop(None);
+        self.children.budget.stop(None);
+        myself.stop(None);
+    }
+}
+
+/// The answer of a successful, freshly executed `task.finish` call in this step.
+fn finish_answer(results: &[ResultEnvelope]) -> Option<String> {
+    results
+        .iter()
+        .find(|r| r.ok && r.tool == agentry_tools::FINISH_TOOL)
+        .and_then(|r| r.data.as_ref())
+        .and_then(|d| d.get("answer"))
+        .and_then(|a| a.as_str())
+        .map(str::to_string)
+}
+
+fn policy_error(message: &str) -> ResultEnvelope {
+    ResultEnvelope::failure(
+        "",
+        "policy",
+        ToolError::new(ErrorCode::Einval, message.to_string())
+            .with_action("propose tool calls with valid JSON arguments, or a final answer"),
+    )
+}
+
+fn lost_call(call: &ToolCall, why: &str) -> ResultEnvelope {
+    ResultEnvelope::failure(
+        &call.id,
+        &call.name,
+        ToolError::new(ErrorCode::Einternal, format!("executor unavailable: {why}")),
+    )
+}
+
+/// hash(action, observation, world version). Call ids and timings are left out so
+/// a model that repeats itself under fresh ids is still seen repeating.
+fn step_fingerprint(decision: &Decision, results: &[ResultEnvelope], world: &str) -> String {
+    let action = match decision {
+        Decision::ToolCalls { calls } => json!(calls
+            .iter()
+            .map(|c| json!({"name": c.name, "arguments": c.arguments.to_value().unwrap_or_else(serde_json::Value::String)}))
+            .collect::<Vec<_>>()),
+        other => serde_json::to_value(other).unwrap_or_default(),
+    };
+    let observation: Vec<_> = results.iter().map(ResultEnvelope::observation).collect();
+    fingerprint::short_digest(
+        &json!({ "action": action, "observation": observation, "world": world }),
+    )
+}

@@ -1,0 +1,58 @@
+//! What a run needs to start.
+
+use std::path::PathBuf;
+
+use agentry_protocol::accept::AcceptCheck;
+use agentry_protocol::budget::BudgetLimits;
+
+use crate::registry::Grants;
+
+/// Default step limit when none is given: runs always stop.
+pub const DEFAULT_MAX_STEPS: u64 = 50;
+/// Default no-progress window.
+pub const DEFAULT_PROGRESS_WINDOW: usize = 3;
+
+/// Everything a run needs besides its policy.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunConfig {
+    /// Run id; a fresh UUIDv7 when `None`.
+    pub run_id: Option<String>,
+    /// Task id, for the trace.
+    pub task_id: String,
+    /// The goal, the first session entry.
+    pub goal: String,
+    /// Acceptance checks; none means "done when the model finishes".
+    pub accept: Vec<AcceptCheck>,
+    /// Budget limits.
+    pub limits: BudgetLimits,
+    /// Tools this run may call (`task.finish` is always allowed).
+    pub grants: Grants,
+    /// No-progress window: that many identical step fingerprints in a row stop the
+    /// run with `no_progress`. 0 disables the check.
+    pub progress_window: usize,
+    /// The working directory file tools are confined to. Must exist.
+    pub workdir: PathBuf,
+    /// Where to write the JSONL trace, if anywhere.
+    pub trace: Option<PathBuf>,
+}
+
+impl RunConfig {
+    /// A run with default limits (50 steps), read-only built-in grants, and the
+    /// default no-progress window.
+    pub fn new(goal: impl Into<String>, workdir: impl Into<PathBuf>) -> Self {
+        RunConfig {
+            run_id: None,
+            task_id: "task".to_string(),
+            goal: goal.into(),
+            accept: Vec::new(),
+            limits: BudgetLimits {
+                max_steps: Some(DEFAULT_MAX_STEPS),
+                ..BudgetLimits::default()
+            },
+            grants: Grants::new(["fs.read"]),
+            progress_window: DEFAULT_PROGRESS_WINDOW,
+            workdir: workdir.into(),
+            trace: None,
+        }
+    }
+}

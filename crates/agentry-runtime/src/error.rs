@@ -1,0 +1,70 @@
+//! Errors of the runtime's embedding API (not tool failures: those are envelopes).
+
+use std::path::PathBuf;
+
+/// An error an embedder or the CLI sees. Tool and policy failures never end up
+/// here: they become observations in the run.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RuntimeError {
+    /// A task directory, task.toml or script is missing or invalid.
+    #[error("{file}: {message}")]
+    InvalidTask {
+        /// The file at fault.
+        file: PathBuf,
+        /// What is wrong, naming the field.
+        message: String,
+    },
+    /// A tool could not be registered.
+    #[error("tool {name}: {message}")]
+    InvalidTool {
+        /// Tool name.
+        name: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// Preparing the working directory failed.
+    #[error("working directory {path}: {source}")]
+    Workdir {
+        /// The directory.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The trace file could not be opened.
+    #[error("trace file {path}: {source}")]
+    Trace {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// An actor could not be spawned.
+    #[error("run {run_id}: could not start actor {actor}: {message}")]
+    Spawn {
+        /// Run id.
+        run_id: String,
+        /// Which actor.
+        actor: &'static str,
+        /// The spawn error.
+        message: String,
+    },
+    /// The run ended without reporting an outcome (its conductor died).
+    #[error("run {run_id}: conductor ended without an outcome")]
+    Lost {
+        /// Run id.
+        run_id: String,
+    },
+}
+
+impl RuntimeError {
+    /// Shorthand for [`RuntimeError::InvalidTask`].
+    pub fn task(file: impl Into<PathBuf>, message: impl Into<String>) -> Self {
+        RuntimeError::InvalidTask {
+            file: file.into(),
+            message: message.into(),
+        }
+    }
+}

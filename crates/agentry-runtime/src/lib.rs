@@ -1,0 +1,51 @@
+//! agentry's runtime: the actors and the embedding API.
+//!
+//! The model only proposes; this crate is the host that validates, authorizes,
+//! executes, records, budgets and stops. Each run is a conductor plus four actors:
+//!
+//! | actor | module | message enum |
+//! | --- | --- | --- |
+//! | Policy | [`policy`] | [`PolicyMsg`] |
+//! | Tool executor | [`executor`] | [`ExecutorMsg`] |
+//! | State keeper | [`state`] | [`StateMsg`] |
+//! | Budget supervisor | [`budget`] | [`BudgetMsg`] |
+//! | Conductor | [`conductor`] | [`ConductorMsg`] |
+//!
+//! # Layout
+//! - [`runtime`]: [`Runtime`] and [`RunHandle`], what an embedder uses.
+//! - [`config`]: [`RunConfig`]. [`task`]: loading a task directory (`task.toml`).
+//! - [`registry`]: tools, compiled schemas, grants. [`accept`]: acceptance checks.
+//! - [`trace`]: the JSONL trace writer.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), agentry_runtime::RuntimeError> {
+//! use agentry_runtime::{Runtime, RunConfig, policy::Script};
+//! let runtime = Runtime::with_builtins()?;
+//! let script = Script::parse(r#"{"turns":[{"final":"hello"}]}"#).map_err(|m| agentry_runtime::RuntimeError::task("inline", m))?;
+//! let outcome = runtime.run(RunConfig::new("say hello", "/tmp"), script.into_policy()).await?;
+//! println!("{}", outcome.stop_reason);
+//! # Ok(()) }
+//! ```
+
+pub mod accept;
+pub mod budget;
+pub mod conductor;
+pub mod config;
+pub mod error;
+pub mod executor;
+pub mod policy;
+pub mod registry;
+pub mod runtime;
+pub mod state;
+pub mod task;
+pub mod trace;
+
+pub use budget::BudgetMsg;
+pub use conductor::{ConductorMsg, RunOutcome};
+pub use config::RunConfig;
+pub use error::RuntimeError;
+pub use executor::ExecutorMsg;
+pub use policy::{Policy, PolicyContext, PolicyMsg};
+pub use registry::{Grants, ToolRegistry};
+pub use runtime::{RunHandle, Runtime};
+pub use state::StateMsg;

@@ -1,0 +1,135 @@
+//! The policy seam: the only place a model (or a script) decides anything.
+//!
+//! A [`Policy`] turns the session into a [`PolicyOutput`]. The [`PolicyActor`]
+//! hosts one policy per run and keeps a read-only mirror of the session, fed in
+//! order by the conductor with the entries the state keeper applied since the
+//! last decision, so a decision costs O(new entries), not O(history).
+
+use std::sync::Arc;
+
+use agentry_protocol::budget::BudgetSnapshot;
+use agentry_protocol::decision::PolicyOutput;
+use agentry_protocol::state::SessionEntry;
+use agentry_protocol::tool::ToolSpec;
+use async_trait::async_trait;
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use ractor_cluster_derive::RactorMessage;
+
+pub mod script;
+
+pub use script::{Script, ScriptEnd, ScriptTurn, ScriptedPolicy};
+
+/// What a policy sees when it decides.
+#[derive(Debug, Clone, Copy)]
+pub struct PolicyContext<'a> {
+    /// Run id.
+    pub run_id: &'a str,
+    /// The step being decided, from 1.
+    pub step: u64,
+    /// The task goal.
+    pub goal: &'a str,
+    /// The tools this run may call (name, description, schema only).
+    pub tools: &'a [ToolSpec],
+    /// The whole session so far, oldest first.
+    pub session: &'a [SessionEntry],
+    /// The budget at the start of this step.
+    pub budget: &'a BudgetSnapshot,
+}
+
+/// A model adapter. Replacing the model means implementing this one trait.
+///
+/// Failures are data: return [`Decision::Failed`](agentry_protocol::Decision::Failed)
+/// (non-fatal ones become an observation the next step can correct); never panic.
+#[async_trait]
+pub trait Policy: Send + 'static {
+    /// A short name for the trace (e.g. `script`, `openai:gpt-4.1`).
+    fn name(&self) -> String;
+
+    /// Proposes the next action.
+    async fn decide(&mut self, ctx: PolicyContext<'_>) -> PolicyOutput;
+}
+
+/// Messages the policy actor accepts.
+#[derive(RactorMessage)]
+pub enum PolicyMsg {
+    /// Decide step `step`. `new_entries` are the session entries applied since the
+    /// previous decision, in state-keeper order.
+    Decide {
+        /// Step number.
+        step: u64,
+        /// New session entries.
+        new_entries: Vec<SessionEntry>,
+        /// Budget at the start of the step.
+        budget: BudgetSnapshot,
+        /// Where the decision goes.
+        reply: RpcReplyPort<PolicyOutput>,
+    },
+}
+
+/// Start-up arguments of the policy actor.
+pub struct PolicyArgs {
+    /// The policy.
+    pub policy: Box<dyn Policy>,
+    /// Run id.
+    pub run_id: Arc<str>,
+    /// Goal.
+    pub goal: String,
+    /// Tools visible to the model.
+    pub tools: Arc<[ToolSpec]>,
+}
+
+/// Policy actor state: the policy and its session mirror.
+pub struct PolicyState {
+    args: PolicyArgs,
+    transcript: Vec<SessionEntry>,
+}
+
+/// The policy actor.
+#[derive(Debug, Default)]
+pub struct PolicyActor;
+
+impl Actor for PolicyActor {
+    type Msg = PolicyMsg;
+    type State = PolicyState;
+    type Arguments = PolicyArgs;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<PolicyMsg>,
+        args: PolicyArgs,
+    ) -> Result<PolicyState, ActorProcessingErr> {
+        Ok(PolicyState {
+            args,
+            transcript: Vec::new(),
+        })
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<PolicyMsg>,
+        message: PolicyMsg,
+        state: &mut PolicyState,
+    ) -> Result<(), ActorProcessingErr> {
+        match message {
+            PolicyMsg::Decide {
+                step,
+                new_entries,
+                budget,
+                reply,
+            } => {
+                state.transcript.extend(new_entries);
+                let ctx = PolicyContext {
+                    run_id: &state.args.run_id,
+                    step,
+                    goal: &state.args.goal,
+                    tools: &state.args.tools,
+                    session: &state.transcript,
+                    budget: &budget,
+                };
+                let out = state.args.policy.decide(ctx).await;
+                let _ = reply.send(out);
+            }
+        }
+        Ok(())
+    }
+}

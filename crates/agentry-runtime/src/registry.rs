@@ -1,0 +1,215 @@
+//! The tool registry: contracts, compiled schemas, and grant matching.
+//!
+//! Built once and shared (`Arc`) by every run, so schemas are compiled once.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use agentry_protocol::tool::{ToolContract, ToolSpec};
+use agentry_tools::Tool;
+use serde_json::Value;
+
+use crate::error::RuntimeError;
+
+/// A registered tool: its implementation, contract, and compiled input schema.
+pub struct RegisteredTool {
+    /// The implementation.
+    pub tool: Arc<dyn Tool>,
+    /// The contract, read once at registration.
+    pub contract: ToolContract,
+    validator: jsonschema::Validator,
+}
+
+impl std::fmt::Debug for RegisteredTool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegisteredTool")
+            .field("contract", &self.contract)
+            .finish()
+    }
+}
+
+impl RegisteredTool {
+    /// Validates arguments against the schema. The error lists every violation with
+    /// its JSON path, so the model can correct the call.
+    pub fn validate(&self, args: &Value) -> Result<(), String> {
+        let problems: Vec<String> = self
+            .validator
+            .iter_errors(args)
+            .map(|e| {
+                let path = e.instance_path().to_string();
+                let at = if path.is_empty() {
+                    "arguments".to_string()
+                } else {
+                    format!("arguments{path}")
+                };
+                format!("{at}: {e}")
+            })
+            .collect();
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(problems.join("; "))
+        }
+    }
+}
+
+/// All tools a runtime can execute.
+#[derive(Debug, Default)]
+pub struct ToolRegistry {
+    tools: HashMap<String, RegisteredTool>,
+    specs: Vec<ToolSpec>,
+}
+
+impl ToolRegistry {
+    /// An empty registry.
+    pub fn new() -> Self {
+        ToolRegistry::default()
+    }
+
+    /// A registry with the built-in tools (`fs.read`, `fs.write`, `fs.list`, `task.finish`).
+    pub fn with_builtins() -> Result<Self, RuntimeError> {
+        let mut r = ToolRegistry::new();
+        for t in agentry_tools::builtins() {
+            r.register(t)?;
+        }
+        Ok(r)
+    }
+
+    /// Registers a tool. Its schema must compile, and its name must be new.
+    pub fn register(&mut self, tool: Arc<dyn Tool>) -> Result<(), RuntimeError> {
+        let contract = tool.contract();
+        let name = contract.name.clone();
+        let invalid = |message: String| RuntimeError::InvalidTool {
+            name: name.clone(),
+            message,
+        };
+        if name.is_empty() || name.chars().any(char::is_whitespace) {
+            return Err(invalid(
+                "name must be non-empty and contain no whitespace".into(),
+            ));
+        }
+        if self.tools.contains_key(&name) {
+            return Err(invalid(
+                "a tool with this name is already registered".into(),
+            ));
+        }
+        let validator = jsonschema::validator_for(&contract.input_schema)
+            .map_err(|e| invalid(format!("input_schema does not compile: {e}")))?;
+        self.specs.push(contract.spec());
+        self.tools.insert(
+            name,
+            RegisteredTool {
+                tool,
+                contract,
+                validator,
+            },
+        );
+        Ok(())
+    }
+
+    /// Looks a tool up by name.
+    pub fn get(&self, name: &str) -> Option<&RegisteredTool> {
+        self.tools.get(name)
+    }
+
+    /// The model-facing specs, in registration order.
+    pub fn specs(&self) -> &[ToolSpec] {
+        &self.specs
+    }
+
+    /// Registered names, sorted (for error messages).
+    pub fn names(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = self.tools.keys().map(String::as_str).collect();
+        names.sort_unstable();
+        names
+    }
+}
+
+/// The permissions a run holds. A grant entry matches a tool by exact name, exact
+/// auth scope, a `prefix.*` pattern on either, or `*` for everything.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Grants {
+    entries: Vec<String>,
+}
+
+impl Grants {
+    /// Grants from a list of patterns.
+    pub fn new<I, S>(entries: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Grants {
+            entries: entries.into_iter().map(Into::into).collect(),
+        }
+    }
+
+    /// Everything.
+    pub fn all() -> Self {
+        Grants::new(["*"])
+    }
+
+    /// The patterns.
+    pub fn entries(&self) -> &[String] {
+        &self.entries
+    }
+
+    /// Whether the contract's tool may be called. `task.finish` is always allowed:
+    /// a run must be able to end.
+    pub fn allows(&self, contract: &ToolContract) -> bool {
+        if contract.name == agentry_tools::FINISH_TOOL {
+            return true;
+        }
+        self.entries
+            .iter()
+            .any(|g| pattern_matches(g, &contract.name) || pattern_matches(g, &contract.auth_scope))
+    }
+}
+
+fn pattern_matches(pattern: &str, value: &str) -> bool {
+    if pattern == "*" || pattern == value {
+        return true;
+    }
+    match pattern.strip_suffix('*') {
+        Some(prefix) if prefix.ends_with('.') => value.starts_with(prefix),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn grant_patterns() {
+        let c = ToolContract::new("fs.write", "", json!({})).scope("fs.write");
+        assert!(Grants::new(["fs.write"]).allows(&c));
+        assert!(Grants::new(["fs.*"]).allows(&c));
+        assert!(Grants::all().allows(&c));
+        assert!(!Grants::new(["fs.read"]).allows(&c));
+        assert!(!Grants::new(["f*"]).allows(&c));
+        let finish = ToolContract::new("task.finish", "", json!({}));
+        assert!(Grants::new(Vec::<String>::new()).allows(&finish));
+    }
+
+    #[test]
+    fn schema_errors_name_the_field() {
+        let r = ToolRegistry::with_builtins().unwrap();
+        let read = r.get("fs.read").unwrap();
+        let err = read
+            .validate(&json!({"path": "a", "extra": 1}))
+            .unwrap_err();
+        assert!(err.contains("extra"), "{err}");
+        let err = read.validate(&json!({"path": 3})).unwrap_err();
+        assert!(err.contains("/path"), "{err}");
+        read.validate(&json!({"path": "a"})).unwrap();
+    }
+
+    #[test]
+    fn duplicate_names_are_refused() {
+        let mut r = ToolRegistry::with_builtins().unwrap();
+        let err = r.register(Arc::new(agentry_tools::FinishTool)).unwrap_err();
+        assert!(err.to_string().contains("already registered"));
+    }
+}

@@ -1,0 +1,175 @@
+//! The embedding API: a [`Runtime`] that starts runs, and a [`RunHandle`] per run.
+
+use std::sync::Arc;
+
+use agentry_protocol::event::EventRecord;
+use agentry_protocol::state::RunSnapshot;
+use agentry_protocol::stop::StopReason;
+use ractor::{Actor, ActorRef};
+use tokio::sync::{broadcast, watch};
+use tokio_util::sync::CancellationToken;
+
+use crate::conductor::{Conductor, ConductorArgs, ConductorMsg, RunOutcome};
+use crate::config::RunConfig;
+use crate::error::RuntimeError;
+use crate::policy::Policy;
+use crate::registry::ToolRegistry;
+
+/// Events buffered per subscriber before the slowest one starts missing some.
+const EVENT_BUFFER: usize = 1024;
+
+/// Starts runs. Cheap to clone; clones share the tool registry and the shutdown token.
+#[derive(Debug, Clone)]
+pub struct Runtime {
+    registry: Arc<ToolRegistry>,
+    root: CancellationToken,
+}
+
+impl Runtime {
+    /// A runtime with these tools.
+    pub fn new(registry: ToolRegistry) -> Self {
+        Runtime {
+            registry: Arc::new(registry),
+            root: CancellationToken::new(),
+        }
+    }
+
+    /// A runtime with only the built-in tools.
+    pub fn with_builtins() -> Result<Self, RuntimeError> {
+        Ok(Runtime::new(ToolRegistry::with_builtins()?))
+    }
+
+    /// The tool registry.
+    pub fn registry(&self) -> &ToolRegistry {
+        &self.registry
+    }
+
+    /// Starts a run and returns its handle at once. Must be called inside a tokio
+    /// runtime. The working directory must exist.
+    pub async fn start(
+        &self,
+        config: RunConfig,
+        policy: impl Policy,
+    ) -> Result<RunHandle, RuntimeError> {
+        self.start_boxed(config, Box::new(policy)).await
+    }
+
+    /// [`Runtime::start`] with an already boxed policy.
+    pub async fn start_boxed(
+        &self,
+        config: RunConfig,
+        policy: Box<dyn Policy>,
+    ) -> Result<RunHandle, RuntimeError> {
+        if !config.workdir.is_dir() {
+            return Err(RuntimeError::Workdir {
+                path: config.workdir.clone(),
+                source: std::io::Error::new(std::io::ErrorKind::NotFound, "not a directory"),
+            });
+        }
+        let run_id: Arc<str> = Arc::from(
+            config
+                .run_id
+                .clone()
+                .unwrap_or_else(|| uuid::Uuid::now_v7().to_string())
+                .as_str(),
+        );
+        let (outcome_tx, outcome_rx) = watch::channel(None);
+        let (events, _) = broadcast::channel(EVENT_BUFFER);
+        let args = ConductorArgs {
+            run_id: Arc::clone(&run_id),
+            config,
+            registry: Arc::clone(&self.registry),
+            policy,
+            run_token: self.root.child_token(),
+            outcome: outcome_tx,
+            events: events.clone(),
+        };
+        // Subscribe before the first step can emit anything.
+        let first = events.subscribe();
+        let (conductor, _) =
+            Actor::spawn(None, Conductor, args)
+                .await
+                .map_err(|e| RuntimeError::Spawn {
+                    run_id: run_id.to_string(),
+                    actor: "conductor",
+                    message: e.to_string(),
+                })?;
+        Ok(RunHandle {
+            run_id,
+            conductor,
+            outcome: outcome_rx,
+            events,
+            first: Arc::new(std::sync::Mutex::new(Some(first))),
+        })
+    }
+
+    /// Starts a run and waits for its outcome.
+    pub async fn run(
+        &self,
+        config: RunConfig,
+        policy: impl Policy,
+    ) -> Result<RunOutcome, RuntimeError> {
+        self.start(config, policy).await?.wait().await
+    }
+
+    /// Cancels every run of this runtime: in-flight tools are cancelled and each run
+    /// stops with `user_abort`.
+    pub fn shutdown(&self) {
+        self.root.cancel();
+    }
+}
+
+/// A handle on one run. Cloneable; every clone can wait for the outcome.
+#[derive(Debug, Clone)]
+pub struct RunHandle {
+    run_id: Arc<str>,
+    conductor: ActorRef<ConductorMsg>,
+    outcome: watch::Receiver<Option<RunOutcome>>,
+    events: broadcast::Sender<EventRecord>,
+    /// A receiver taken at spawn, so the first subscriber sees every event.
+    first: Arc<std::sync::Mutex<Option<broadcast::Receiver<EventRecord>>>>,
+}
+
+impl RunHandle {
+    /// The run id.
+    pub fn run_id(&self) -> &str {
+        &self.run_id
+    }
+
+    /// Waits for the run to stop.
+    pub async fn wait(&self) -> Result<RunOutcome, RuntimeError> {
+        let mut rx = self.outcome.clone();
+        let lost = || RuntimeError::Lost {
+            run_id: self.run_id.to_string(),
+        };
+        let outcome = rx.wait_for(Option::is_some).await.map_err(|_| lost())?;
+        outcome.clone().ok_or_else(lost)
+    }
+
+    /// The outcome, if the run has stopped.
+    pub fn outcome(&self) -> Option<RunOutcome> {
+        self.outcome.borrow().clone()
+    }
+
+    /// A stream of run events, each with its sequence number. The first call gets
+    /// every event from the start of the run; later calls see events from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<EventRecord> {
+        let first = self.first.lock().ok().and_then(|mut f| f.take());
+        first.unwrap_or_else(|| self.events.subscribe())
+    }
+
+    /// Aborts the run: in-flight tools are cancelled and it stops with `user_abort`.
+    pub fn abort(&self) {
+        let _ = self
+            .conductor
+            .cast(ConductorMsg::Abort(StopReason::UserAbort));
+    }
+
+    /// Key fields of the run state, while it runs.
+    pub async fn snapshot(&self) -> Option<RunSnapshot> {
+        match self.conductor.call(ConductorMsg::Snapshot, None).await {
+            Ok(ractor::rpc::CallResult::Success(s)) => Some(s),
+            _ => self.outcome().map(|o| o.state),
+        }
+    }
+}

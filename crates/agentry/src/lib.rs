@@ -1,0 +1,40 @@
+//! agentry: an event-driven actor runtime for LLM agents.
+//!
+//! The model only proposes; agentry validates, authorizes, executes, observes,
+//! budgets, records and stops. This crate re-exports what a service embedding
+//! agentry needs:
+//!
+//! - [`Runtime`], [`RunHandle`], [`RunConfig`], [`RunOutcome`]: start runs and get outcomes.
+//! - [`Tool`], [`ToolContext`], [`ToolOutput`], [`ToolContract`]: write your own tools.
+//! - [`Policy`], [`Script`]: plug in a model adapter, or the built-in scripted policy.
+//! - [`protocol`]: every plain data type (envelopes, budgets, stop reasons, trace records).
+//!
+//! ```no_run
+//! use agentry::{Runtime, RunConfig, Script};
+//! # async fn demo() -> Result<(), agentry::RuntimeError> {
+//! let runtime = Runtime::with_builtins()?;
+//! let script = Script::parse(r#"{"turns":[{"final":"hi"}]}"#)
+//!     .map_err(|m| agentry::RuntimeError::task("inline", m))?;
+//! let outcome = runtime.run(RunConfig::new("greet", "."), script.into_policy()).await?;
+//! assert_eq!(outcome.stop_reason, agentry::StopReason::Done);
+//! # Ok(()) }
+//! ```
+
+pub use agentry_protocol as protocol;
+pub use agentry_protocol::{
+    AcceptCheck, BudgetLimits, Decision, Effect, ErrorCode, Idempotency, PolicyOutput,
+    ResultEnvelope, StopReason, ToolCall, ToolContract, ToolError,
+};
+pub use agentry_runtime::policy::{Script, ScriptedPolicy};
+pub use agentry_runtime::task::TaskSpec;
+pub use agentry_runtime::{
+    Grants, Policy, PolicyContext, RunConfig, RunHandle, RunOutcome, Runtime, RuntimeError,
+    ToolRegistry,
+};
+pub use agentry_tools::{Tool, ToolContext, ToolOutput};
+pub use async_trait::async_trait;
+
+/// The runtime crate, for actor-level access (message enums, actors).
+pub use agentry_runtime as runtime;
+/// The built-in tools crate.
+pub use agentry_tools as tools;
