@@ -734,8 +734,11 @@ impl ConductorState {
             trace: trace_path,
         };
         self.outcome.send_replace(Some(outcome));
-        self.children.policy.stop(None);
-        self.children.executor.stop(None);
+        // The policy or executor may be stuck inside a handler (a hung model call, a
+        // tool ignoring cancellation): kill, which aborts the handler, rather than
+        // stop, which would wait for it.
+        self.children.policy.kill();
+        self.children.executor.kill();
         self.children.state.stop(None);
         self.children.budget.stop(None);
         myself.stop(None);

@@ -75,12 +75,13 @@ impl Runtime {
         );
         let (outcome_tx, outcome_rx) = watch::channel(None);
         let (events, _) = broadcast::channel(EVENT_BUFFER);
+        let run_token = self.root.child_token();
         let args = ConductorArgs {
             run_id: Arc::clone(&run_id),
             config,
             registry: Arc::clone(&self.registry),
             policy,
-            run_token: self.root.child_token(),
+            run_token: run_token.clone(),
             outcome: outcome_tx,
             events: events.clone(),
         };
@@ -97,6 +98,7 @@ impl Runtime {
         Ok(RunHandle {
             run_id,
             conductor,
+            run_token,
             outcome: outcome_rx,
             events,
             first: Arc::new(std::sync::Mutex::new(Some(first))),
@@ -124,6 +126,9 @@ impl Runtime {
 pub struct RunHandle {
     run_id: Arc<str>,
     conductor: ActorRef<ConductorMsg>,
+    /// Cancelling it interrupts the step in progress (the conductor's mailbox is
+    /// busy until the step ends, so a message alone would wait behind it).
+    run_token: CancellationToken,
     outcome: watch::Receiver<Option<RunOutcome>>,
     events: broadcast::Sender<EventRecord>,
     /// A receiver taken at spawn, so the first subscriber sees every event.
@@ -160,6 +165,7 @@ impl RunHandle {
 
     /// Aborts the run: in-flight tools are cancelled and it stops with `user_abort`.
     pub fn abort(&self) {
+        self.run_token.cancel();
         let _ = self
             .conductor
             .cast(ConductorMsg::Abort(StopReason::UserAbort));
