@@ -1,11 +1,892 @@
 //! Loading a task directory (`task.toml`, `script.json`, `workspace/`).
-//! (Being written.)
+//!
+//! A task directory is the CLI's unit of work:
+//!
+//! ```text
+//! TASK_DIR/
+//!   task.toml      goal, budget, grants, acceptance checks, policy, progress window
+//!   script.json    the scripted policy (optional: `[policy] script` or --policy)
+//!   workspace/     initial files, copied into a fresh working directory per run
+//! ```
+//!
+//! Parsing is two-phase: serde (`deny_unknown_fields`) only checks which keys
+//! exist, one table at a time so an unknown key is reported with its table; every
+//! value is then validated by hand, so an error names the field and says what was
+//! expected and what was found (`budget.max_steps: expected a positive integer,
+//! found "ten"`). Every error is [`RuntimeError::InvalidTask`] naming the file.
 
-use std::path::PathBuf;
+use std::path::{Component, Path, PathBuf};
+use std::time::Duration;
 
-/// A loaded task directory.
-#[derive(Debug, Clone)]
+use agentry_protocol::accept::AcceptCheck;
+use agentry_protocol::budget::BudgetLimits;
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use toml::Value;
+
+use crate::config::{DEFAULT_MAX_STEPS, DEFAULT_PROGRESS_WINDOW, RunConfig};
+use crate::error::RuntimeError;
+use crate::registry::Grants;
+
+/// The task file inside a task directory.
+pub const TASK_FILE: &str = "task.toml";
+/// The script used when `[policy] script` is absent, if it exists.
+pub const DEFAULT_SCRIPT: &str = "script.json";
+/// The directory of initial files.
+pub const WORKSPACE_DIR: &str = "workspace";
+/// Grants when `[tools] grant` is absent: read-only built-ins.
+pub const DEFAULT_GRANTS: &[&str] = &["fs.read"];
+/// Timeout of a command acceptance check without `timeout`.
+pub const DEFAULT_CHECK_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A loaded, validated task directory.
+#[derive(Debug, Clone, PartialEq)]
 pub struct TaskSpec {
-    /// The directory.
+    /// The task directory, as given.
     pub dir: PathBuf,
+    /// The task id: the directory's name.
+    pub task_id: String,
+    /// The goal (non-empty).
+    pub goal: String,
+    /// Budget limits; `max_steps` defaults to [`DEFAULT_MAX_STEPS`].
+    pub limits: BudgetLimits,
+    /// Tool grants; default [`DEFAULT_GRANTS`].
+    pub grants: Grants,
+    /// Acceptance checks, in file order.
+    pub accept: Vec<AcceptCheck>,
+    /// No-progress window; 0 disables the check.
+    pub progress_window: usize,
+    /// The policy script, resolved against `dir`; `None` when the task names none
+    /// and `dir/script.json` does not exist.
+    pub script: Option<PathBuf>,
+    /// `dir/workspace`, if it exists.
+    pub workspace: Option<PathBuf>,
+}
+
+// Raw shapes: serde checks only the keys. Values stay `toml::Value` so that type
+// errors are reported by `validate` with the field's full path.
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTask {
+    goal: Option<Value>,
+    budget: Option<Value>,
+    tools: Option<Value>,
+    accept: Option<Value>,
+    policy: Option<Value>,
+    progress: Option<Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawBudget {
+    max_steps: Option<Value>,
+    max_tool_calls: Option<Value>,
+    max_tokens: Option<Value>,
+    max_cost: Option<Value>,
+    deadline: Option<Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTools {
+    grant: Option<Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAccept {
+    file: Option<Value>,
+    equals: Option<Value>,
+    contains: Option<Value>,
+    command: Option<Value>,
+    timeout: Option<Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPolicy {
+    script: Option<Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawProgress {
+    window: Option<Value>,
+}
+
+impl TaskSpec {
+    /// Loads `dir/task.toml`. A missing directory or file is an error naming it.
+    pub fn load(dir: &Path) -> Result<TaskSpec, RuntimeError> {
+        if !dir.is_dir() {
+            return Err(RuntimeError::task(
+                dir,
+                "task directory does not exist or is not a directory",
+            ));
+        }
+        let file = dir.join(TASK_FILE);
+        let text = std::fs::read_to_string(&file)
+            .map_err(|e| RuntimeError::task(&file, format!("cannot read task file: {e}")))?;
+        TaskSpec::parse(&text, dir)
+    }
+
+    /// Parses task.toml text for the task directory `dir` (errors name
+    /// `dir/task.toml`). Looks at the file system only to find the default script,
+    /// the workspace, and the directory's name when `dir` is `.` or similar.
+    pub fn parse(text: &str, dir: &Path) -> Result<TaskSpec, RuntimeError> {
+        let file = dir.join(TASK_FILE);
+        let table: toml::Table =
+            toml::from_str(text).map_err(|e| RuntimeError::task(&file, syntax_error(text, &e)))?;
+        // Top-level keys: the file itself is the table, so no prefix.
+        let raw: RawTask = Value::Table(table)
+            .try_into()
+            .map_err(|e: toml::de::Error| RuntimeError::task(&file, e.message().trim()))?;
+        validate(raw, dir).map_err(|m| RuntimeError::task(&file, m))
+    }
+
+    /// Creates a fresh working directory for one run and copies `workspace/` into it.
+    ///
+    /// `workdir`, when given, must not exist or be an empty directory. By default a
+    /// new directory `runs/<task_id>-<uuid v7>` is made under
+    /// `std::env::temp_dir()/agentry`. Symbolic links (and other special files) in
+    /// the workspace are refused before anything is created: copying one would
+    /// either follow it out of the task directory or hand the run a link whose
+    /// meaning depends on where it happens to live. Returns the canonical path.
+    pub fn prepare_workdir(&self, workdir: Option<&Path>) -> Result<PathBuf, RuntimeError> {
+        let plan = match &self.workspace {
+            Some(ws) => plan_copy(ws)?,
+            None => Vec::new(),
+        };
+        let target = match workdir {
+            Some(dir) => {
+                ensure_empty_or_absent(dir)?;
+                std::fs::create_dir_all(dir).map_err(|e| workdir_err(dir, e))?;
+                dir.to_path_buf()
+            }
+            None => {
+                let root = std::env::temp_dir().join("agentry").join("runs");
+                std::fs::create_dir_all(&root).map_err(|e| workdir_err(&root, e))?;
+                let dir = root.join(format!("{}-{}", self.task_id, uuid::Uuid::now_v7()));
+                // `create_dir`, not `create_dir_all`: a fresh directory, never a reused one.
+                std::fs::create_dir(&dir).map_err(|e| workdir_err(&dir, e))?;
+                dir
+            }
+        };
+        let target = std::fs::canonicalize(&target).map_err(|e| workdir_err(&target, e))?;
+        if let Some(ws) = &self.workspace {
+            for (rel, is_dir) in &plan {
+                let to = target.join(rel);
+                let done = if *is_dir {
+                    std::fs::create_dir(&to)
+                } else {
+                    std::fs::copy(ws.join(rel), &to).map(|_| ())
+                };
+                done.map_err(|e| workdir_err(&to, e))?;
+            }
+        }
+        Ok(target)
+    }
+
+    /// The run configuration for this task in `workdir` (no trace, fresh run id).
+    pub fn run_config(&self, workdir: PathBuf) -> RunConfig {
+        let mut config = RunConfig::new(self.goal.clone(), workdir);
+        config.task_id = self.task_id.clone();
+        config.accept = self.accept.clone();
+        config.limits = self.limits;
+        config.grants = self.grants.clone();
+        config.progress_window = self.progress_window;
+        config
+    }
+}
+
+fn workdir_err(path: &Path, source: std::io::Error) -> RuntimeError {
+    RuntimeError::Workdir {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+fn ensure_empty_or_absent(dir: &Path) -> Result<(), RuntimeError> {
+    let refuse = |why: &str| {
+        workdir_err(
+            dir,
+            std::io::Error::new(std::io::ErrorKind::AlreadyExists, why.to_string()),
+        )
+    };
+    match std::fs::symlink_metadata(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(workdir_err(dir, e)),
+        Ok(meta) if !meta.is_dir() => Err(refuse(
+            "exists and is not a directory; pass a new or empty directory",
+        )),
+        Ok(_) => {
+            let mut entries = std::fs::read_dir(dir).map_err(|e| workdir_err(dir, e))?;
+            if entries.next().is_some() {
+                Err(refuse(
+                    "exists and is not empty; pass a new or empty directory so every run starts fresh",
+                ))
+            } else {
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Lists the workspace (relative path, is-directory), parents before children,
+/// refusing anything that is neither a regular file nor a directory.
+fn plan_copy(ws: &Path) -> Result<Vec<(PathBuf, bool)>, RuntimeError> {
+    let mut plan = Vec::new();
+    let mut pending = vec![PathBuf::new()];
+    while let Some(rel) = pending.pop() {
+        let here = ws.join(&rel);
+        let read_err =
+            |e: std::io::Error| RuntimeError::task(&here, format!("cannot read workspace: {e}"));
+        let mut entries = std::fs::read_dir(&here)
+            .map_err(read_err)?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(read_err)?;
+        // Sorted, so the copy (and any error) is the same on every machine.
+        entries.sort_by_key(|e| e.file_name());
+        for entry in entries {
+            let path = entry.path();
+            let kind = entry
+                .file_type()
+                .map_err(|e| RuntimeError::task(&path, format!("cannot read workspace: {e}")))?;
+            let child = rel.join(entry.file_name());
+            if kind.is_symlink() {
+                return Err(RuntimeError::task(
+                    &path,
+                    "workspace: symbolic links are not supported; replace it with a regular file or directory",
+                ));
+            } else if kind.is_dir() {
+                plan.push((child.clone(), true));
+                pending.push(child);
+            } else if kind.is_file() {
+                plan.push((child, false));
+            } else {
+                return Err(RuntimeError::task(
+                    &path,
+                    "workspace: only regular files and directories can be copied",
+                ));
+            }
+        }
+    }
+    Ok(plan)
+}
+
+fn syntax_error(text: &str, e: &toml::de::Error) -> String {
+    match e.span() {
+        Some(span) => {
+            let before = &text[..span.start.min(text.len())];
+            let line = before.matches('\n').count() + 1;
+            let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+            format!(
+                "not valid TOML at line {line}, column {column}: {}",
+                e.message().trim()
+            )
+        }
+        None => format!("not valid TOML: {}", e.message().trim()),
+    }
+}
+
+/// Checks a table's keys. `path` names the table in the error.
+fn section<T: DeserializeOwned>(path: &str, v: Value) -> Result<T, String> {
+    if !v.is_table() {
+        return Err(format!("{path}: expected a table, found {}", describe(&v)));
+    }
+    v.try_into()
+        .map_err(|e: toml::de::Error| format!("{path}: {}", e.message().trim()))
+}
+
+fn validate(raw: RawTask, dir: &Path) -> Result<TaskSpec, String> {
+    let goal = match raw.goal {
+        None => return Err("goal: missing; say what the task is, e.g. goal = \"...\"".into()),
+        Some(Value::String(s)) if !s.trim().is_empty() => s,
+        Some(v) => {
+            return Err(format!(
+                "goal: expected a non-empty string, found {}",
+                describe(&v)
+            ));
+        }
+    };
+    let limits = match raw.budget {
+        Some(v) => budget(section("budget", v)?)?,
+        None => BudgetLimits::default(),
+    };
+    let limits = BudgetLimits {
+        max_steps: limits.max_steps.or(Some(DEFAULT_MAX_STEPS)),
+        ..limits
+    };
+    let grants = match raw.tools {
+        Some(v) => grants(section::<RawTools>("tools", v)?.grant)?,
+        None => Grants::new(DEFAULT_GRANTS.iter().copied()),
+    };
+    let accept = match raw.accept {
+        None => Vec::new(),
+        Some(Value::Array(items)) => items
+            .into_iter()
+            .enumerate()
+            .map(|(i, v)| {
+                let at = format!("accept[{i}]");
+                accept(&at, section(&at, v)?)
+            })
+            .collect::<Result<_, _>>()?,
+        Some(v) => {
+            return Err(format!(
+                "accept: expected an array of tables ([[accept]]), found {}",
+                describe(&v)
+            ));
+        }
+    };
+    let script = match raw.policy {
+        Some(v) => match section::<RawPolicy>("policy", v)?.script {
+            Some(s) => Some(dir.join(relative_path("policy.script", &s)?)),
+            None => None,
+        },
+        None => None,
+    }
+    .or_else(|| Some(dir.join(DEFAULT_SCRIPT)).filter(|p| p.is_file()));
+    let progress_window = match raw.progress {
+        Some(v) => match section::<RawProgress>("progress", v)?.window {
+            Some(w) => usize::try_from(non_negative("progress.window", &w)?)
+                .map_err(|_| "progress.window: too large".to_string())?,
+            None => DEFAULT_PROGRESS_WINDOW,
+        },
+        None => DEFAULT_PROGRESS_WINDOW,
+    };
+    let workspace = Some(dir.join(WORKSPACE_DIR)).filter(|p| p.is_dir());
+    Ok(TaskSpec {
+        dir: dir.to_path_buf(),
+        task_id: task_id(dir),
+        goal,
+        limits,
+        grants,
+        accept,
+        progress_window,
+        script,
+        workspace,
+    })
+}
+
+fn budget(raw: RawBudget) -> Result<BudgetLimits, String> {
+    let opt = |name: &str, v: Option<Value>| {
+        v.map(|v| positive(&format!("budget.{name}"), &v))
+            .transpose()
+    };
+    Ok(BudgetLimits {
+        max_steps: opt("max_steps", raw.max_steps)?,
+        max_tool_calls: opt("max_tool_calls", raw.max_tool_calls)?,
+        max_tokens: opt("max_tokens", raw.max_tokens)?,
+        max_cost_micros: raw
+            .max_cost
+            .map(|v| money("budget.max_cost", &v))
+            .transpose()?,
+        deadline_ms: raw
+            .deadline
+            .map(|v| duration("budget.deadline", &v).map(millis))
+            .transpose()?,
+    })
+}
+
+fn grants(grant: Option<Value>) -> Result<Grants, String> {
+    let Some(grant) = grant else {
+        return Ok(Grants::new(DEFAULT_GRANTS.iter().copied()));
+    };
+    let Value::Array(items) = grant else {
+        return Err(format!(
+            "tools.grant: expected an array of strings, found {}",
+            describe(&grant)
+        ));
+    };
+    let mut out = Vec::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        let at = format!("tools.grant[{i}]");
+        let Value::String(p) = item else {
+            return Err(format!("{at}: expected a string, found {}", describe(item)));
+        };
+        // Mirrors `registry::pattern_matches`: a pattern that can never match is a
+        // typo, and a silent one would surface only as EPERM mid-run.
+        let star = p.find('*');
+        let valid = !p.is_empty()
+            && !p.chars().any(char::is_whitespace)
+            && (star.is_none() || p == "*" || (p.ends_with(".*") && star == Some(p.len() - 1)));
+        if !valid {
+            return Err(format!(
+                "{at}: {p:?} is not a grant pattern; use a tool name, an auth scope, \"prefix.*\" or \"*\""
+            ));
+        }
+        out.push(p.clone());
+    }
+    Ok(Grants::new(out))
+}
+
+fn accept(at: &str, raw: RawAccept) -> Result<AcceptCheck, String> {
+    let text = |field: &str, v: Option<Value>| match v {
+        None => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(v) => Err(format!(
+            "{at}.{field}: expected a string, found {}",
+            describe(&v)
+        )),
+    };
+    match (raw.file, raw.command) {
+        (Some(file), None) => {
+            if raw.timeout.is_some() {
+                return Err(format!("{at}.timeout: only command checks take a timeout"));
+            }
+            let file = relative_path(&format!("{at}.file"), &file)?;
+            let equals = text("equals", raw.equals)?;
+            let contains = text("contains", raw.contains)?;
+            if contains.as_deref() == Some("") {
+                return Err(format!("{at}.contains: must not be empty"));
+            }
+            if equals.is_none() && contains.is_none() {
+                return Err(format!(
+                    "{at}: a file check needs `equals` or `contains` (or both)"
+                ));
+            }
+            Ok(AcceptCheck::File {
+                file,
+                equals,
+                contains,
+            })
+        }
+        (None, Some(command)) => {
+            for (field, v) in [("equals", &raw.equals), ("contains", &raw.contains)] {
+                if v.is_some() {
+                    return Err(format!("{at}.{field}: only file checks compare content"));
+                }
+            }
+            let argv = match command {
+                Value::String(s) if !s.trim().is_empty() => {
+                    vec!["sh".to_string(), "-c".to_string(), s]
+                }
+                Value::Array(items) if !items.is_empty() => items
+                    .iter()
+                    .enumerate()
+                    .map(|(i, v)| match v {
+                        Value::String(s) if !s.is_empty() => Ok(s.clone()),
+                        v => Err(format!(
+                            "{at}.command[{i}]: expected a non-empty string, found {}",
+                            describe(v)
+                        )),
+                    })
+                    .collect::<Result<_, _>>()?,
+                v => {
+                    return Err(format!(
+                        "{at}.command: expected a non-empty string (run with sh -c) or a non-empty array of strings (argv), found {}",
+                        describe(&v)
+                    ));
+                }
+            };
+            let timeout = match raw.timeout {
+                Some(v) => duration(&format!("{at}.timeout"), &v)?,
+                None => DEFAULT_CHECK_TIMEOUT,
+            };
+            Ok(AcceptCheck::Command {
+                argv,
+                timeout_ms: millis(timeout),
+            })
+        }
+        (Some(_), Some(_)) => Err(format!(
+            "{at}: has both `file` and `command`; use one [[accept]] table for each"
+        )),
+        (None, None) => Err(format!("{at}: expected `file` or `command`")),
+    }
+}
+
+fn positive(at: &str, v: &Value) -> Result<u64, String> {
+    match v {
+        Value::Integer(n) if *n > 0 => Ok(*n as u64),
+        v => Err(format!(
+            "{at}: expected a positive integer, found {}",
+            describe(v)
+        )),
+    }
+}
+
+fn non_negative(at: &str, v: &Value) -> Result<u64, String> {
+    match v {
+        Value::Integer(n) if *n >= 0 => Ok(*n as u64),
+        v => Err(format!(
+            "{at}: expected a non-negative integer (0 disables), found {}",
+            describe(v)
+        )),
+    }
+}
+
+/// Money as a positive number, stored in micro-units.
+fn money(at: &str, v: &Value) -> Result<u64, String> {
+    let amount = match v {
+        Value::Float(f) => *f,
+        Value::Integer(n) => *n as f64,
+        v => {
+            return Err(format!(
+                "{at}: expected a positive number, found {}",
+                describe(v)
+            ));
+        }
+    };
+    let micros = (amount * 1_000_000.0).round();
+    // Also rejects NaN and inf, and amounts below one micro-unit.
+    if !(micros >= 1.0 && micros <= u64::MAX as f64) {
+        return Err(format!(
+            "{at}: expected a positive number, found {}",
+            describe(v)
+        ));
+    }
+    Ok(micros as u64)
+}
+
+fn duration(at: &str, v: &Value) -> Result<Duration, String> {
+    let Value::String(s) = v else {
+        return Err(format!(
+            "{at}: expected a duration string such as \"30s\", \"500ms\" or \"2m\", found {}",
+            describe(v)
+        ));
+    };
+    match humantime::parse_duration(s) {
+        Ok(d) if !d.is_zero() => Ok(d),
+        Ok(_) => Err(format!("{at}: must be longer than zero, found {s:?}")),
+        Err(e) => Err(format!(
+            "{at}: expected a duration such as \"30s\", \"500ms\" or \"2m\", found {s:?} ({e})"
+        )),
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// A non-empty relative path with no `..`: it must stay inside its base directory.
+fn relative_path(at: &str, v: &Value) -> Result<String, String> {
+    let Value::String(s) = v else {
+        return Err(format!(
+            "{at}: expected a relative path, found {}",
+            describe(v)
+        ));
+    };
+    let inside = !s.is_empty()
+        && Path::new(s)
+            .components()
+            .all(|c| matches!(c, Component::Normal(_) | Component::CurDir));
+    if inside {
+        Ok(s.clone())
+    } else {
+        Err(format!(
+            "{at}: expected a relative path without \"..\", found {s:?}"
+        ))
+    }
+}
+
+fn task_id(dir: &Path) -> String {
+    let name = |p: &Path| p.file_name().map(|n| n.to_string_lossy().into_owned());
+    name(dir)
+        .or_else(|| std::fs::canonicalize(dir).ok().and_then(|p| name(&p)))
+        .unwrap_or_else(|| "task".to_string())
+}
+
+/// A value as it is written in TOML, short, for "found ..." in errors.
+fn describe(v: &Value) -> String {
+    match v {
+        Value::String(s) => format!("{s:?}"),
+        Value::Integer(n) => n.to_string(),
+        Value::Float(f) => f.to_string(),
+        Value::Boolean(b) => b.to_string(),
+        Value::Datetime(d) => format!("the date-time {d}"),
+        Value::Array(_) => "an array".to_string(),
+        Value::Table(_) => "a table".to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+goal = "Read numbers.txt, sum the numbers, write the sum to sum.txt"
+[budget]
+max_steps = 8
+max_tool_calls = 6
+max_tokens = 100000
+max_cost = 0.5
+deadline = "30s"
+[tools]
+grant = ["fs.read", "fs.write", "net.*"]
+[[accept]]
+file = "sum.txt"
+equals = "23"
+[[accept]]
+command = "test -s sum.txt"
+timeout = "10s"
+[[accept]]
+command = ["test", "-f", "sum.txt"]
+[policy]
+script = "plan.json"
+[progress]
+window = 4
+"#;
+
+    fn parse_err(text: &str) -> String {
+        match TaskSpec::parse(text, Path::new("/nowhere/t1")) {
+            Err(RuntimeError::InvalidTask { file, message }) => {
+                assert_eq!(file, Path::new("/nowhere/t1/task.toml"));
+                message
+            }
+            other => panic!("expected InvalidTask, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_good_file_parses() {
+        let spec = TaskSpec::parse(GOOD, Path::new("/nowhere/t1")).unwrap();
+        assert_eq!(
+            spec,
+            TaskSpec {
+                dir: PathBuf::from("/nowhere/t1"),
+                task_id: "t1".into(),
+                goal: "Read numbers.txt, sum the numbers, write the sum to sum.txt".into(),
+                limits: BudgetLimits {
+                    max_steps: Some(8),
+                    max_tool_calls: Some(6),
+                    max_tokens: Some(100_000),
+                    max_cost_micros: Some(500_000),
+                    deadline_ms: Some(30_000),
+                },
+                grants: Grants::new(["fs.read", "fs.write", "net.*"]),
+                accept: vec![
+                    AcceptCheck::File {
+                        file: "sum.txt".into(),
+                        equals: Some("23".into()),
+                        contains: None,
+                    },
+                    AcceptCheck::Command {
+                        argv: vec!["sh".into(), "-c".into(), "test -s sum.txt".into()],
+                        timeout_ms: 10_000,
+                    },
+                    AcceptCheck::Command {
+                        argv: vec!["test".into(), "-f".into(), "sum.txt".into()],
+                        timeout_ms: 30_000,
+                    },
+                ],
+                progress_window: 4,
+                script: Some(PathBuf::from("/nowhere/t1/plan.json")),
+                workspace: None,
+            }
+        );
+    }
+
+    #[test]
+    fn defaults_apply_when_tables_are_absent() {
+        let spec = TaskSpec::parse("goal = \"g\"", Path::new("/nowhere/t2")).unwrap();
+        assert_eq!(
+            spec.limits,
+            BudgetLimits {
+                max_steps: Some(DEFAULT_MAX_STEPS),
+                ..BudgetLimits::default()
+            }
+        );
+        assert_eq!(spec.grants, Grants::new(["fs.read"]));
+        assert_eq!(spec.progress_window, DEFAULT_PROGRESS_WINDOW);
+        assert_eq!(spec.accept, Vec::new());
+        assert_eq!(spec.script, None);
+        let spec = TaskSpec::parse("goal = \"g\"\n[tools]\n", Path::new("/nowhere/t2")).unwrap();
+        assert_eq!(spec.grants, Grants::new(["fs.read"]));
+    }
+
+    #[test]
+    fn bad_input_names_the_field() {
+        let cases = [
+            ("", "goal: missing"),
+            ("goal = \"  \"", "goal: expected a non-empty string"),
+            (
+                "goal = \"g\"\n[budget]\nmax_steps = \"ten\"",
+                "budget.max_steps: expected a positive integer, found \"ten\"",
+            ),
+            (
+                "goal = \"g\"\n[budget]\nmax_tool_calls = 0",
+                "budget.max_tool_calls: expected a positive integer, found 0",
+            ),
+            (
+                "goal = \"g\"\n[budget]\nmax_cost = -1.0",
+                "budget.max_cost: expected a positive number",
+            ),
+            (
+                "goal = \"g\"\n[budget]\ndeadline = \"soon\"",
+                "budget.deadline: expected a duration",
+            ),
+            (
+                "goal = \"g\"\n[budget]\ndeadline = 30",
+                "budget.deadline: expected a duration string",
+            ),
+            (
+                "goal = \"g\"\n[budget]\nmax_step = 3",
+                "budget: unknown field `max_step`",
+            ),
+            (
+                "goal = \"g\"\nbudget = 3",
+                "budget: expected a table, found 3",
+            ),
+            (
+                "goal = \"g\"\n[budgte]",
+                "unknown field `budgte`, expected one of",
+            ),
+            (
+                "goal = \"g\"\n[tools]\ngrant = \"fs.read\"",
+                "tools.grant: expected an array of strings",
+            ),
+            (
+                "goal = \"g\"\n[tools]\ngrant = [\"f*\"]",
+                "tools.grant[0]: \"f*\" is not a grant pattern",
+            ),
+            (
+                "goal = \"g\"\n[[accept]]\nfile = \"a\"",
+                "accept[0]: a file check needs `equals` or `contains`",
+            ),
+            (
+                "goal = \"g\"\n[[accept]]\nfile = \"a\"\nequals = \"1\"\n[[accept]]\nfile = \"/etc/passwd\"\nequals = \"x\"",
+                "accept[1].file: expected a relative path",
+            ),
+            (
+                "goal = \"g\"\n[[accept]]\ncommand = []",
+                "accept[0].command: expected a non-empty string",
+            ),
+            (
+                "goal = \"g\"\n[[accept]]\ncommand = \"true\"\ntimeout = \"x\"",
+                "accept[0].timeout: expected a duration",
+            ),
+            (
+                "goal = \"g\"\n[[accept]]\nfile = \"a\"\ncommand = \"true\"",
+                "accept[0]: has both `file` and `command`",
+            ),
+            (
+                "goal = \"g\"\n[[accept]]\nequals = \"1\"",
+                "accept[0]: expected `file` or `command`",
+            ),
+            (
+                "goal = \"g\"\n[[accept]]\nfile = \"a\"\nequal = \"1\"",
+                "accept[0]: unknown field `equal`",
+            ),
+            (
+                "goal = \"g\"\n[policy]\nscript = 3",
+                "policy.script: expected a relative path, found 3",
+            ),
+            (
+                "goal = \"g\"\n[progress]\nwindow = -1",
+                "progress.window: expected a non-negative integer",
+            ),
+            ("goal = \"g\"\n[budget\n", "not valid TOML at line 2"),
+        ];
+        for (text, want) in cases {
+            let message = parse_err(text);
+            assert!(
+                message.contains(want),
+                "{text:?}: got {message:?}, want {want:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn load_reports_a_missing_directory_and_file() {
+        let tmp = tempfile::tempdir().unwrap();
+        let missing = tmp.path().join("nope");
+        let err = TaskSpec::load(&missing).unwrap_err();
+        assert!(
+            matches!(&err, RuntimeError::InvalidTask { file, .. } if file == &missing),
+            "{err}"
+        );
+        let err = TaskSpec::load(tmp.path()).unwrap_err();
+        assert!(
+            matches!(&err, RuntimeError::InvalidTask { file, .. } if file == &tmp.path().join("task.toml")),
+            "{err}"
+        );
+    }
+
+    fn task_dir() -> tempfile::TempDir {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::write(tmp.path().join("task.toml"), "goal = \"sum\"").unwrap();
+        std::fs::write(tmp.path().join("script.json"), "{\"turns\":[]}").unwrap();
+        let ws = tmp.path().join("workspace");
+        std::fs::create_dir_all(ws.join("sub/deeper")).unwrap();
+        std::fs::write(ws.join("numbers.txt"), "3\n5\n7\n8\n").unwrap();
+        std::fs::write(ws.join("sub/deeper/note.txt"), "hi").unwrap();
+        tmp
+    }
+
+    #[test]
+    fn defaults_find_script_and_workspace() {
+        let tmp = task_dir();
+        let spec = TaskSpec::load(tmp.path()).unwrap();
+        assert_eq!(spec.script, Some(tmp.path().join("script.json")));
+        assert_eq!(spec.workspace, Some(tmp.path().join("workspace")));
+        let config = spec.run_config(PathBuf::from("/w"));
+        assert_eq!(config.task_id, spec.task_id);
+        assert_eq!(config.workdir, PathBuf::from("/w"));
+        assert_eq!(config.limits, spec.limits);
+    }
+
+    #[test]
+    fn workdir_is_a_fresh_copy_per_call() {
+        let tmp = task_dir();
+        let spec = TaskSpec::load(tmp.path()).unwrap();
+        let a = spec.prepare_workdir(None).unwrap();
+        let b = spec.prepare_workdir(None).unwrap();
+        assert_ne!(a, b);
+        for w in [&a, &b] {
+            assert!(w.starts_with(std::fs::canonicalize(std::env::temp_dir()).unwrap()));
+            assert_eq!(
+                std::fs::read_to_string(w.join("numbers.txt")).unwrap(),
+                "3\n5\n7\n8\n"
+            );
+            assert_eq!(
+                std::fs::read_to_string(w.join("sub/deeper/note.txt")).unwrap(),
+                "hi"
+            );
+        }
+        std::fs::write(a.join("numbers.txt"), "changed").unwrap();
+        assert_eq!(
+            std::fs::read_to_string(tmp.path().join("workspace/numbers.txt")).unwrap(),
+            "3\n5\n7\n8\n"
+        );
+        std::fs::remove_dir_all(a).unwrap();
+        std::fs::remove_dir_all(b).unwrap();
+    }
+
+    #[test]
+    fn a_given_workdir_must_be_new_or_empty() {
+        let tmp = task_dir();
+        let spec = TaskSpec::load(tmp.path()).unwrap();
+        let out = tempfile::tempdir().unwrap();
+        let fresh = out.path().join("new/run");
+        let got = spec.prepare_workdir(Some(&fresh)).unwrap();
+        assert_eq!(got, std::fs::canonicalize(&fresh).unwrap());
+        assert!(fresh.join("numbers.txt").is_file());
+        let err = spec.prepare_workdir(Some(&fresh)).unwrap_err();
+        assert!(err.to_string().contains("not empty"), "{err}");
+        let empty = out.path().join("empty");
+        std::fs::create_dir(&empty).unwrap();
+        spec.prepare_workdir(Some(&empty)).unwrap();
+        let file = out.path().join("file");
+        std::fs::write(&file, "x").unwrap();
+        let err = spec.prepare_workdir(Some(&file)).unwrap_err();
+        assert!(err.to_string().contains("not a directory"), "{err}");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn symlinks_in_the_workspace_are_refused() {
+        let tmp = task_dir();
+        std::os::unix::fs::symlink("/etc/passwd", tmp.path().join("workspace/sub/link")).unwrap();
+        let spec = TaskSpec::load(tmp.path()).unwrap();
+        let out = tempfile::tempdir().unwrap();
+        let target = out.path().join("run");
+        let err = spec.prepare_workdir(Some(&target)).unwrap_err();
+        assert!(
+            matches!(&err, RuntimeError::InvalidTask { file, message }
+                if file.ends_with("workspace/sub/link") && message.contains("symbolic links")),
+            "{err}"
+        );
+        // Refused before anything was created.
+        assert!(!target.exists());
+    }
 }
