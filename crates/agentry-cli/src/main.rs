@@ -1,1 +1,181 @@
-fn main() {}
+//! `agentry`: the command-line interface of the agentry runtime.
+//!
+//! ```text
+//! agentry run TASK_DIR [--policy script:FILE] [--trace FILE] [--json]
+//!                      [--max-steps N] [--deadline 30s] [--workdir DIR]
+//! ```
+//!
+//! Exit codes: 0 when the run stops `done`, 1 for any other stop reason, 2 for bad
+//! input (unreadable or invalid task or script, bad flags, an unusable working
+//! directory). This file only parses arguments, sets up logging and maps results to
+//! exit codes; the run itself is in `run.rs`, the output in `report.rs`.
+
+mod report;
+mod run;
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use tracing_subscriber::EnvFilter;
+
+/// Exit code for a run that stopped with any reason other than `done`.
+const EXIT_NOT_DONE: u8 = 1;
+/// Exit code for bad input. clap uses it for usage errors too.
+const EXIT_BAD_INPUT: u8 = 2;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "agentry",
+    version,
+    about = "Run LLM agent tasks on the agentry actor runtime."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run a task directory (task.toml, script.json, workspace/) in a fresh working directory.
+    Run(RunArgs),
+}
+
+#[derive(Debug, Args)]
+struct RunArgs {
+    /// The task directory: holds task.toml, and usually script.json and workspace/.
+    task_dir: PathBuf,
+    /// The policy. Only `script:FILE` (a scripted policy; FILE relative to the
+    /// current directory) for now. Default: task.toml's `[policy] script`, else
+    /// TASK_DIR/script.json.
+    #[arg(long, value_name = "script:FILE", value_parser = parse_policy)]
+    policy: Option<PolicyArg>,
+    /// Write the JSONL trace (one record per step, then a stop record) to FILE.
+    #[arg(long, value_name = "FILE")]
+    trace: Option<PathBuf>,
+    /// Print exactly one JSON object on stdout instead of the summary.
+    #[arg(long)]
+    json: bool,
+    /// Override the task's step budget.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    max_steps: Option<u64>,
+    /// Override the task's wall-clock deadline ("500ms", "30s", "2m").
+    #[arg(long, value_name = "DURATION", value_parser = parse_deadline)]
+    deadline: Option<Duration>,
+    /// The working directory for this run; must not exist or be empty. Default: a
+    /// new directory under the system temp dir (agentry/runs/TASK-UUID).
+    #[arg(long, value_name = "DIR")]
+    workdir: Option<PathBuf>,
+}
+
+/// The parsed `--policy` flag.
+#[derive(Debug, Clone, PartialEq)]
+enum PolicyArg {
+    /// A script file, relative to the current directory.
+    Script(PathBuf),
+}
+
+fn parse_policy(value: &str) -> Result<PolicyArg, String> {
+    match value.split_once(':') {
+        Some(("script", file)) if !file.is_empty() => Ok(PolicyArg::Script(file.into())),
+        Some(("script", _)) => Err("script: needs a file, e.g. script:plan.json".into()),
+        _ => Err(
+            "only `script:FILE` is supported for now (the scripted policy); model adapters are not available yet"
+                .into(),
+        ),
+    }
+}
+
+fn parse_deadline(value: &str) -> Result<Duration, String> {
+    match humantime::parse_duration(value) {
+        Ok(d) if !d.is_zero() => Ok(d),
+        Ok(_) => Err("must be longer than zero".into()),
+        Err(e) => Err(format!(
+            "expected a duration such as 500ms, 30s or 2m ({e})"
+        )),
+    }
+}
+
+fn init_tracing() {
+    // Logs go to stderr so that `--json` output on stdout stays one JSON object.
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
+}
+
+fn main() -> ExitCode {
+    // clap prints usage errors itself and exits 2.
+    let cli = Cli::parse();
+    init_tracing();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("agentry: cannot start the async runtime: {e}");
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+    };
+    match cli.command {
+        Command::Run(args) => {
+            let json = args.json;
+            match runtime.block_on(run::run(args)) {
+                Ok(outcome) => {
+                    if let Err(e) = report::print(&outcome, json) {
+                        eprintln!("agentry: cannot write the report: {e}");
+                    }
+                    if outcome.stop_reason == agentry::StopReason::Done {
+                        ExitCode::SUCCESS
+                    } else {
+                        ExitCode::from(EXIT_NOT_DONE)
+                    }
+                }
+                Err(run::RunError::BadInput(e)) => {
+                    eprintln!("agentry: {e}");
+                    ExitCode::from(EXIT_BAD_INPUT)
+                }
+                Err(run::RunError::Lost(e)) => {
+                    eprintln!("agentry: {e}");
+                    ExitCode::from(EXIT_NOT_DONE)
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn policy_flag_accepts_only_script() {
+        assert_eq!(
+            parse_policy("script:a/b.json"),
+            Ok(PolicyArg::Script("a/b.json".into()))
+        );
+        assert!(parse_policy("script:").is_err());
+        let err = parse_policy("openai:gpt-4o").unwrap_err();
+        assert!(err.contains("only `script:FILE` is supported"), "{err}");
+        assert!(parse_policy("plan.json").is_err());
+    }
+
+    #[test]
+    fn deadline_flag_parses_humantime() {
+        assert_eq!(parse_deadline("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_deadline("2m"), Ok(Duration::from_secs(120)));
+        assert!(parse_deadline("0s").is_err());
+        assert!(parse_deadline("soon").is_err());
+    }
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}

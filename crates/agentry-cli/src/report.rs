@@ -1,0 +1,94 @@
+//! The run's report on stdout: a human summary, or exactly one JSON object.
+//!
+//! The JSON shape is a public interface of the CLI, so it is spelled out here
+//! rather than borrowed from `RunOutcome`'s serialization: a field added to the
+//! runtime's outcome does not silently change what scripts parse.
+
+use std::io::Write;
+
+use agentry::RunOutcome;
+use agentry::protocol::accept::{AcceptCheck, CheckOutcome};
+use agentry::protocol::budget::BudgetSnapshot;
+use serde::Serialize;
+
+/// `--json` output.
+#[derive(Debug, Serialize)]
+struct JsonReport<'a> {
+    run_id: &'a str,
+    task_id: &'a str,
+    stop_reason: agentry::StopReason,
+    detail: &'a str,
+    answer: Option<&'a str>,
+    steps: u64,
+    tool_calls: u64,
+    workdir: String,
+    trace: Option<String>,
+    checks: &'a [CheckOutcome],
+    budget: &'a BudgetSnapshot,
+}
+
+/// Prints the outcome to stdout.
+pub(crate) fn print(outcome: &RunOutcome, json: bool) -> std::io::Result<()> {
+    let mut out = std::io::stdout().lock();
+    if json {
+        let report = JsonReport {
+            run_id: &outcome.run_id,
+            task_id: &outcome.task_id,
+            stop_reason: outcome.stop_reason,
+            detail: &outcome.detail,
+            answer: outcome.answer.as_deref(),
+            steps: outcome.steps,
+            tool_calls: outcome.tool_calls,
+            workdir: outcome.workdir.display().to_string(),
+            trace: outcome.trace.as_ref().map(|p| p.display().to_string()),
+            checks: &outcome.checks,
+            budget: &outcome.budget,
+        };
+        serde_json::to_writer(&mut out, &report)?;
+        writeln!(out)?;
+    } else {
+        write!(out, "{}", summary(outcome))?;
+    }
+    out.flush()
+}
+
+fn summary(o: &RunOutcome) -> String {
+    let mut s = String::new();
+    let mut line = |key: &str, value: &str| {
+        s.push_str(&format!("{key:<12} {value}\n"));
+    };
+    line("run", &format!("{} (task {})", o.run_id, o.task_id));
+    line("stop_reason", o.stop_reason.as_str());
+    line("detail", &o.detail);
+    line("answer", o.answer.as_deref().unwrap_or("(none)"));
+    line("steps", &o.steps.to_string());
+    line("tool_calls", &o.tool_calls.to_string());
+    for (i, c) in o.checks.iter().enumerate() {
+        let verdict = if c.passed { "pass" } else { "FAIL" };
+        let key = if i == 0 { "checks" } else { "" };
+        line(key, &format!("{verdict}  {}", check_line(c)));
+    }
+    line("workdir", &o.workdir.display().to_string());
+    line(
+        "trace",
+        &o.trace
+            .as_ref()
+            .map_or("(none; pass --trace FILE)".to_string(), |p| {
+                p.display().to_string()
+            }),
+    );
+    s
+}
+
+fn check_line(c: &CheckOutcome) -> String {
+    match &c.check {
+        // A file check's detail already starts with the file name.
+        AcceptCheck::File { .. } => c.detail.clone(),
+        AcceptCheck::Command { argv, .. } => match argv.as_slice() {
+            [sh, flag, script] if sh == "sh" && flag == "-c" => {
+                format!("{script:?}: {}", c.detail)
+            }
+            argv => format!("{argv:?}: {}", c.detail),
+        },
+    }
+}

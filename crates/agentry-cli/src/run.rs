@@ -1,0 +1,122 @@
+//! `agentry run`: load the task and its script, prepare a fresh working
+//! directory, run on the built-in tools, and wire ctrl-c to a graceful shutdown.
+
+use std::path::PathBuf;
+
+use agentry::{RunOutcome, Runtime, RuntimeError, Script, TaskSpec};
+
+use crate::{PolicyArg, RunArgs};
+
+/// Why `agentry run` produced no outcome.
+#[derive(Debug)]
+pub(crate) enum RunError {
+    /// The task, script, flags or working directory are unusable, or the run could
+    /// not start: nothing ran (exit 2).
+    BadInput(RuntimeError),
+    /// The run started but its outcome was lost (exit 1).
+    Lost(RuntimeError),
+}
+
+/// Runs one task to its outcome.
+pub(crate) async fn run(args: RunArgs) -> Result<RunOutcome, RunError> {
+    let mut task = TaskSpec::load(&args.task_dir).map_err(RunError::BadInput)?;
+    let script_path = match &args.policy {
+        Some(PolicyArg::Script(file)) => file.clone(),
+        None => task.script.clone().ok_or_else(|| {
+            RunError::BadInput(RuntimeError::task(
+                task.dir.join(agentry::runtime::task::DEFAULT_SCRIPT),
+                "no policy script: this file does not exist; create it, set [policy] script in task.toml, or pass --policy script:FILE",
+            ))
+        })?,
+    };
+    let script = Script::load(&script_path).map_err(RunError::BadInput)?;
+    if let Some(n) = args.max_steps {
+        task.limits.max_steps = Some(n);
+    }
+    if let Some(d) = args.deadline {
+        task.limits.deadline_ms = Some(u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    }
+    // The working directory is created last, so bad input leaves nothing behind.
+    let workdir = task
+        .prepare_workdir(args.workdir.as_deref())
+        .map_err(RunError::BadInput)?;
+    let mut config = task.run_config(workdir);
+    config.trace = args.trace.as_deref().map(absolute);
+
+    let runtime = Runtime::with_builtins().map_err(RunError::BadInput)?;
+    // Listening starts here, before the run: an early ctrl-c aborts it too.
+    let interrupt = match Interrupts::listen() {
+        Ok(signals) => Some(tokio::spawn(shutdown_on_interrupt(
+            runtime.clone(),
+            signals,
+        ))),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot listen for ctrl-c; interrupting will kill the process");
+            None
+        }
+    };
+    let handle = runtime
+        .start(config, script.into_policy())
+        .await
+        .map_err(RunError::BadInput)?;
+    tracing::info!(run_id = handle.run_id(), task_id = %task.task_id, "run started");
+    let outcome = handle.wait().await.map_err(RunError::Lost);
+    if let Some(task) = interrupt {
+        task.abort();
+    }
+    outcome
+}
+
+/// The first ctrl-c stops the run gracefully (in-flight tools cancelled, `user_abort`,
+/// trace flushed); a second one exits at once.
+async fn shutdown_on_interrupt(runtime: Runtime, mut signals: Interrupts) {
+    if !signals.next().await {
+        return;
+    }
+    eprintln!("agentry: interrupted, stopping the run (press ctrl-c again to exit at once)");
+    runtime.shutdown();
+    if signals.next().await {
+        std::process::exit(130);
+    }
+}
+
+/// Ctrl-c notifications. On unix the handler is installed by [`Interrupts::listen`]
+/// itself (tokio's portable `ctrl_c()` installs it only when first polled), so once
+/// `listen` returns, SIGINT can no longer kill the process before the run records
+/// its stop.
+struct Interrupts {
+    #[cfg(unix)]
+    signal: tokio::signal::unix::Signal,
+}
+
+impl Interrupts {
+    fn listen() -> std::io::Result<Self> {
+        #[cfg(unix)]
+        {
+            let signal = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+            Ok(Interrupts { signal })
+        }
+        #[cfg(not(unix))]
+        {
+            Ok(Interrupts {})
+        }
+    }
+
+    /// Waits for the next ctrl-c; false when no more can arrive.
+    async fn next(&mut self) -> bool {
+        #[cfg(unix)]
+        {
+            self.signal.recv().await.is_some()
+        }
+        #[cfg(not(unix))]
+        {
+            tokio::signal::ctrl_c().await.is_ok()
+        }
+    }
+}
+
+/// Makes a path absolute against the current directory, without resolving links
+/// (the file may not exist yet).
+fn absolute(path: &std::path::Path) -> PathBuf {
+    std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
+}

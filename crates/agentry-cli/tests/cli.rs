@@ -1,0 +1,361 @@
+//! The `agentry` binary, run for real: exit codes, `--json`, `--trace`, and the
+//! example task directories.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+/// The workspace root: commands run from there, as the README shows them.
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn agentry(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_agentry"))
+        .args(args)
+        .current_dir(root())
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap()
+}
+
+/// Runs with `--json` and returns (exit code, the one JSON object on stdout).
+fn agentry_json(args: &[&str]) -> (i32, Value) {
+    let mut all = args.to_vec();
+    all.push("--json");
+    let out = agentry(&all);
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let value: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not one JSON object ({e}): {stdout:?}; stderr: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (out.status.code().unwrap(), value)
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn path_str(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// A task directory with this task.toml and script.json.
+fn task_dir(toml: &str, script: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("task.toml"), toml).unwrap();
+    std::fs::write(dir.path().join("script.json"), script).unwrap();
+    dir
+}
+
+#[test]
+fn sum_finishes_done_in_three_steps() {
+    let tmp = tempfile::tempdir().unwrap();
+    let workdir = tmp.path().join("run");
+    let (code, out) = agentry_json(&["run", "examples/sum", "--workdir", path_str(&workdir)]);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(out["stop_reason"], "done");
+    assert_eq!(out["task_id"], "sum");
+    assert_eq!(out["steps"], 3);
+    assert_eq!(out["tool_calls"], 3);
+    assert_eq!(out["answer"], "sum=23");
+    assert_eq!(out["trace"], Value::Null);
+    for key in ["run_id", "detail", "checks", "budget"] {
+        assert!(out.get(key).is_some(), "missing {key}: {out}");
+    }
+    let checks = out["checks"].as_array().unwrap();
+    assert_eq!(checks.len(), 2);
+    assert!(checks.iter().all(|c| c["passed"] == true), "{out}");
+    let reported = PathBuf::from(out["workdir"].as_str().unwrap());
+    assert_eq!(reported, std::fs::canonicalize(&workdir).unwrap());
+    let sum = std::fs::read_to_string(workdir.join("sum.txt")).unwrap();
+    assert_eq!(sum.trim(), "23");
+}
+
+#[test]
+fn human_summary_names_stop_reason_and_workdir() {
+    let tmp = tempfile::tempdir().unwrap();
+    let workdir = tmp.path().join("run");
+    let out = agentry(&["run", "examples/sum", "--workdir", path_str(&workdir)]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("stop_reason  done"), "{text}");
+    assert!(text.contains("steps        3"), "{text}");
+    assert!(text.contains("answer       sum=23"), "{text}");
+    let canonical = std::fs::canonicalize(&workdir).unwrap();
+    assert!(text.contains(path_str(&canonical)), "{text}");
+}
+
+#[test]
+fn stuck_stops_with_no_progress_long_before_max_steps() {
+    let tmp = tempfile::tempdir().unwrap();
+    let workdir = tmp.path().join("run");
+    let (code, out) = agentry_json(&["run", "examples/stuck", "--workdir", path_str(&workdir)]);
+    assert_eq!(code, 1, "{out}");
+    assert_eq!(out["stop_reason"], "no_progress");
+    assert_eq!(out["steps"], 3);
+    assert_eq!(out["budget"]["limits"]["max_steps"], 20);
+}
+
+#[test]
+fn trace_is_jsonl_with_step_and_stop_records() {
+    let tmp = tempfile::tempdir().unwrap();
+    let trace = tmp.path().join("traces/sum.jsonl");
+    let (code, out) = agentry_json(&[
+        "run",
+        "examples/sum",
+        "--workdir",
+        path_str(&tmp.path().join("run")),
+        "--trace",
+        path_str(&trace),
+    ]);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(out["trace"], path_str(&trace));
+    let text = std::fs::read_to_string(&trace).unwrap();
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert_eq!(lines.len(), 4, "{text}");
+    let (last, steps) = lines.split_last().unwrap();
+    for (i, step) in steps.iter().enumerate() {
+        assert_eq!(step["kind"], "step");
+        assert_eq!(step["run_id"], out["run_id"]);
+        assert_eq!(step["step"], i as u64 + 1);
+        for key in [
+            "decision",
+            "budget_before",
+            "budget_after",
+            "state_version",
+            "fingerprint",
+        ] {
+            assert!(step.get(key).is_some(), "step {i} lacks {key}: {step}");
+        }
+        let results = step["results"].as_array().unwrap();
+        assert_eq!(results.len(), 1);
+        assert!(results[0]["tool_call_id"].is_string(), "{step}");
+    }
+    let ids: Vec<&Value> = steps
+        .iter()
+        .map(|s| &s["results"][0]["tool_call_id"])
+        .collect();
+    assert_eq!(ids, ["read", "write", "finish"]);
+    assert_eq!(last["kind"], "stop");
+    assert_eq!(last["stop_reason"], "done");
+    assert_eq!(last["run_id"], out["run_id"]);
+}
+
+#[test]
+fn max_steps_flag_overrides_the_task() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (code, out) = agentry_json(&[
+        "run",
+        "examples/sum",
+        "--max-steps",
+        "1",
+        "--workdir",
+        path_str(&tmp.path().join("run")),
+    ]);
+    assert_eq!(code, 1, "{out}");
+    assert_eq!(out["stop_reason"], "max_steps");
+    assert_eq!(out["steps"], 1);
+}
+
+#[test]
+fn deadline_flag_overrides_the_task() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (code, out) = agentry_json(&[
+        "run",
+        "examples/sum",
+        "--deadline",
+        "5s",
+        "--workdir",
+        path_str(&tmp.path().join("run")),
+    ]);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(out["budget"]["limits"]["deadline_ms"], 5000);
+}
+
+#[test]
+fn invalid_task_toml_exits_2_naming_file_and_field() {
+    let dir = task_dir(
+        "goal = \"x\"\n[budget]\nmax_steps = \"ten\"\n",
+        r#"{"turns":[{"final":"x"}]}"#,
+    );
+    let out = agentry(&["run", path_str(dir.path()), "--json"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(out.stdout.is_empty());
+    let err = stderr(&out);
+    assert!(
+        err.contains(path_str(&dir.path().join("task.toml"))),
+        "{err}"
+    );
+    assert!(
+        err.contains("budget.max_steps: expected a positive integer, found \"ten\""),
+        "{err}"
+    );
+}
+
+#[test]
+fn missing_task_dir_exits_2() {
+    let out = agentry(&["run", "examples/no-such-task"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("examples/no-such-task"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn bad_script_exits_2_naming_file_and_field() {
+    let dir = task_dir(
+        "goal = \"x\"\n",
+        r#"{"turns":[{"tool_calls":[{"id":"a","arguments":{}}]}]}"#,
+    );
+    let out = agentry(&["run", path_str(dir.path())]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(
+        err.contains(path_str(&dir.path().join("script.json"))),
+        "{err}"
+    );
+    assert!(err.contains("turns[0].tool_calls[0].name"), "{err}");
+}
+
+#[test]
+fn missing_script_exits_2_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("task.toml"), "goal = \"x\"\n").unwrap();
+    let out = agentry(&["run", path_str(dir.path())]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(
+        err.contains(path_str(&dir.path().join("script.json"))),
+        "{err}"
+    );
+
+    let out = agentry(&["run", "examples/sum", "--policy", "script:no/such.json"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("no/such.json"), "{}", stderr(&out));
+}
+
+#[test]
+fn policy_flag_takes_a_script_relative_to_the_current_dir() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (code, out) = agentry_json(&[
+        "run",
+        "examples/sum",
+        "--policy",
+        "script:examples/stuck/script.json",
+        "--workdir",
+        path_str(&tmp.path().join("run")),
+    ]);
+    assert_eq!(code, 1, "{out}");
+    assert_eq!(out["stop_reason"], "no_progress");
+}
+
+#[test]
+fn other_policy_schemes_exit_2() {
+    let out = agentry(&["run", "examples/sum", "--policy", "openai:gpt-4o"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(err.contains("only `script:FILE` is supported"), "{err}");
+}
+
+#[test]
+fn a_non_empty_workdir_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join("leftover.txt"), "x").unwrap();
+    let out = agentry(&["run", "examples/sum", "--workdir", path_str(tmp.path())]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("not empty"), "{}", stderr(&out));
+}
+
+fn listing(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            out.extend(listing(&path));
+        } else {
+            out.push((path.clone(), std::fs::read(&path).unwrap()));
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn runs_leave_the_task_workspace_alone_and_rerun() {
+    let workspace = root().join("examples/sum/workspace");
+    let before = listing(&workspace);
+    let mut workdirs = Vec::new();
+    // Default working directories: a fresh one per run.
+    for _ in 0..2 {
+        let (code, out) = agentry_json(&["run", "examples/sum"]);
+        assert_eq!(code, 0, "{out}");
+        workdirs.push(PathBuf::from(out["workdir"].as_str().unwrap()));
+    }
+    assert_ne!(workdirs[0], workdirs[1]);
+    assert_eq!(listing(&workspace), before);
+    for w in workdirs {
+        assert!(w.join("sum.txt").is_file());
+        std::fs::remove_dir_all(w).unwrap();
+    }
+}
+
+/// Ctrl-c stops the run gracefully: `user_abort`, exit 1, the trace closed with a
+/// stop record. The run is held in an acceptance command that sleeps.
+#[cfg(unix)]
+#[test]
+fn ctrl_c_aborts_the_run_and_flushes_the_trace() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+
+    let dir = task_dir(
+        "goal = \"wait\"\n[[accept]]\ncommand = [\"sleep\", \"30\"]\ntimeout = \"60s\"\n",
+        r#"{"turns":[{"final":"waited"}]}"#,
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let trace = tmp.path().join("t.jsonl");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_agentry"))
+        .args([
+            "run",
+            path_str(dir.path()),
+            "--json",
+            "--trace",
+            path_str(&trace),
+        ])
+        .args(["--workdir", path_str(&tmp.path().join("run"))])
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // "run started" is logged after the ctrl-c listener is installed.
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("run started") {
+        line.clear();
+        assert!(err.read_line(&mut line).unwrap() > 0, "stderr closed early");
+    }
+    let started = std::time::Instant::now();
+    let kill = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let out = child.wait_with_output().unwrap();
+    assert!(started.elapsed() < std::time::Duration::from_secs(20));
+    assert_eq!(out.status.code(), Some(1));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["stop_reason"], "user_abort");
+    let text = std::fs::read_to_string(&trace).unwrap();
+    let last: Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+    assert_eq!(last["kind"], "stop");
+    assert_eq!(last["stop_reason"], "user_abort");
+}
