@@ -36,12 +36,16 @@ pub(crate) async fn run(args: RunArgs) -> Result<RunOutcome, RunError> {
     if let Some(d) = args.deadline {
         task.limits.deadline_ms = Some(u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
     }
+    let trace = args.trace.as_deref().map(absolute);
+    if let Some(path) = &trace {
+        check_trace_file(path).map_err(RunError::BadInput)?;
+    }
     // The working directory is created last, so bad input leaves nothing behind.
     let workdir = task
         .prepare_workdir(args.workdir.as_deref())
         .map_err(RunError::BadInput)?;
     let mut config = task.run_config(workdir);
-    config.trace = args.trace.as_deref().map(absolute);
+    config.trace = trace;
 
     let runtime = Runtime::with_builtins().map_err(RunError::BadInput)?;
     // Listening starts here, before the run: an early ctrl-c aborts it too.
@@ -113,6 +117,20 @@ impl Interrupts {
             tokio::signal::ctrl_c().await.is_ok()
         }
     }
+}
+
+/// Creates the trace file (and its parents) now, so an unwritable path is reported
+/// as bad input naming the file before anything runs. The run's trace writer
+/// truncates it again when it starts.
+fn check_trace_file(path: &std::path::Path) -> Result<(), RuntimeError> {
+    let err = |source| RuntimeError::Trace {
+        path: path.to_path_buf(),
+        source,
+    };
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).map_err(err)?;
+    }
+    std::fs::File::create(path).map(drop).map_err(err)
 }
 
 /// Makes a path absolute against the current directory, without resolving links

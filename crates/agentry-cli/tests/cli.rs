@@ -359,3 +359,24 @@ fn ctrl_c_aborts_the_run_and_flushes_the_trace() {
     assert_eq!(last["kind"], "stop");
     assert_eq!(last["stop_reason"], "user_abort");
 }
+
+#[test]
+fn an_unwritable_trace_path_exits_2_naming_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let blocker = tmp.path().join("file");
+    std::fs::write(&blocker, "x").unwrap();
+    let trace = blocker.join("t.jsonl");
+    let workdir = tmp.path().join("run");
+    let out = agentry(&[
+        "run",
+        "examples/sum",
+        "--trace",
+        path_str(&trace),
+        "--workdir",
+        path_str(&workdir),
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains(path_str(&trace)), "{}", stderr(&out));
+    // Refused before the working directory was made.
+    assert!(!workdir.exists());
+}
