@@ -1,6 +1,9 @@
 //! The `agentry` binary, run for real: exit codes, `--json`, `--trace`, and the
 //! example task directories.
 
+// Test code: a failed unwrap is a failed test, with its location.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
