@@ -19,7 +19,7 @@ pub enum AcceptCheck {
     },
     /// A command run in the working directory must exit 0.
     Command {
-        /// argv; a single string is run with `sh -c`.
+        /// argv, run directly (task.toml turns a single string into `["sh", "-c", string]`).
         argv: Vec<String>,
         /// Timeout in milliseconds.
         timeout_ms: u64,

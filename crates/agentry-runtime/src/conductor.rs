@@ -98,6 +98,9 @@ pub struct ConductorArgs {
     pub outcome: watch::Sender<Option<RunOutcome>>,
     /// Where events are published.
     pub events: broadcast::Sender<EventRecord>,
+    /// The trace writer, opened before the run starts so a bad path is an error
+    /// for the caller, not a failed actor.
+    pub trace: Option<TraceWriter>,
 }
 
 struct Children {
@@ -166,17 +169,13 @@ impl Actor for Conductor {
             run_token,
             outcome,
             events,
+            trace,
         } = args;
         let started = Instant::now();
         let deadline = config
             .limits
             .deadline_ms
             .map(|ms| started + Duration::from_millis(ms));
-        let trace = config
-            .trace
-            .as_deref()
-            .map(TraceWriter::create)
-            .transpose()?;
         let workdir: Arc<std::path::Path> = Arc::from(config.workdir.as_path());
         let visible: Arc<[_]> = registry
             .specs()

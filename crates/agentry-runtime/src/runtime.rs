@@ -14,6 +14,7 @@ use crate::config::RunConfig;
 use crate::error::RuntimeError;
 use crate::policy::Policy;
 use crate::registry::ToolRegistry;
+use crate::trace::TraceWriter;
 
 /// Events buffered per subscriber before the slowest one starts missing some.
 const EVENT_BUFFER: usize = 1024;
@@ -75,6 +76,11 @@ impl Runtime {
         );
         let (outcome_tx, outcome_rx) = watch::channel(None);
         let (events, _) = broadcast::channel(EVENT_BUFFER);
+        let trace = config
+            .trace
+            .as_deref()
+            .map(TraceWriter::create)
+            .transpose()?;
         let run_token = self.root.child_token();
         let args = ConductorArgs {
             run_id: Arc::clone(&run_id),
@@ -84,6 +90,7 @@ impl Runtime {
             run_token: run_token.clone(),
             outcome: outcome_tx,
             events: events.clone(),
+            trace,
         };
         // Subscribe before the first step can emit anything.
         let first = events.subscribe();
