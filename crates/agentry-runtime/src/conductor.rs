@@ -39,8 +39,9 @@ use crate::state::{Applied, RunState, StateKeeper, StateMsg, StateUpdate};
 use crate::trace::TraceWriter;
 
 /// How long a cancelled step waits for the executor's own cancelled envelopes
+/// (the executor itself gives each tool `executor::CANCEL_GRACE` to clean up)
 /// before it writes them itself.
-const CANCEL_GRACE: Duration = Duration::from_millis(50);
+const CANCEL_GRACE: Duration = Duration::from_millis(150);
 
 /// How a run ended, as the embedder sees it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -222,6 +223,13 @@ impl Actor for Conductor {
                 run_id: Arc::clone(&run_id),
                 registry,
                 grants: config.grants.clone(),
+                artifacts: Arc::from(
+                    config
+                        .artifacts
+                        .clone()
+                        .unwrap_or_else(|| config.workdir.join(".agentry"))
+                        .as_path(),
+                ),
                 workdir,
                 run_token: run_token.clone(),
                 deadline,

@@ -34,6 +34,9 @@ pub struct RunConfig {
     pub workdir: PathBuf,
     /// Where to write the JSONL trace, if anywhere.
     pub trace: Option<PathBuf>,
+    /// Where tools keep large artifacts (full process output); default
+    /// `<workdir>/.agentry`, readable by the model through `fs.read`.
+    pub artifacts: Option<PathBuf>,
 }
 
 impl RunConfig {
@@ -53,6 +56,7 @@ impl RunConfig {
             progress_window: DEFAULT_PROGRESS_WINDOW,
             workdir: workdir.into(),
             trace: None,
+            artifacts: None,
         }
     }
 }

@@ -30,6 +30,10 @@ use tokio_util::sync::CancellationToken;
 use crate::accept;
 use crate::registry::{Grants, RegisteredTool, ToolRegistry};
 
+/// How long a cancelled or timed-out call may run its own cancel path (killing a
+/// process group, SIGTERM then SIGKILL) before its future is dropped.
+pub const CANCEL_GRACE: Duration = Duration::from_millis(75);
+
 /// Messages the executor accepts.
 #[derive(RactorMessage)]
 pub enum ExecutorMsg {
@@ -65,6 +69,8 @@ pub struct ExecutorArgs {
     pub grants: Grants,
     /// Working directory.
     pub workdir: Arc<Path>,
+    /// Artifacts directory (full outputs referenced from envelopes).
+    pub artifacts: Arc<Path>,
     /// Cancelled at the deadline or on abort; every call is selected against it.
     pub run_token: CancellationToken,
     /// The run's absolute deadline, to tell `ETIMEDOUT` from `ECANCELED`.
@@ -297,29 +303,43 @@ impl ExecutorState {
             run_id: Arc::clone(&self.args.run_id),
             call_id: call.id.clone(),
             workdir: Arc::clone(&self.args.workdir),
+            artifacts: Arc::clone(&self.args.artifacts),
             cancel: token.clone(),
             attempt: 1,
         };
-        let timeout = Duration::from_millis(tool.contract.timeout_ms);
+        let timeout_ms = tool.contract.timeout_ms;
         let work = async {
             tool.tool.precondition(&args, &ctx).await?;
             tool.tool.call(args, &ctx).await
         };
         // A panicking tool becomes EINTERNAL; the executor and the run live on.
         let work = AssertUnwindSafe(work).catch_unwind();
+        tokio::pin!(work);
+        let sleep = tokio::time::sleep(Duration::from_millis(timeout_ms));
         let outcome = tokio::select! {
             biased;
-            _ = token.cancelled() => Err(self.cancelled_error()),
-            r = tokio::time::timeout(timeout, work) => match r {
-                Ok(Ok(r)) => r,
-                Ok(Err(panic)) => Err(ToolError::new(ErrorCode::Einternal, format!("tool {} panicked: {}", call.name, panic_message(&panic)))),
-                Err(_) => Err(ToolError::new(ErrorCode::Etimedout, format!("call exceeded its {} ms timeout", tool.contract.timeout_ms))
-                    .with_action("retry later or with a smaller request")),
+            r = &mut work => match r {
+                Ok(r) => r,
+                Err(panic) => Err(ToolError::new(
+                    ErrorCode::Einternal,
+                    format!("tool {} panicked: {}", call.name, panic_message(&panic)),
+                )),
             },
+            _ = token.cancelled() => Err(self.cancelled_error()),
+            _ = sleep => Err(ToolError::new(
+                ErrorCode::Etimedout,
+                format!("call exceeded its {timeout_ms} ms timeout"),
+            )
+            .with_action("retry later or with a smaller request")),
         };
-        // Dropping `work` above already stopped the call's future; cancelling the
-        // token tells anything the tool spawned to stop too.
-        token.cancel();
+        if outcome.is_err() && !token.is_cancelled() {
+            token.cancel();
+        }
+        if token.is_cancelled() {
+            // Give the tool a short grace to release what it holds outside its
+            // future (a process group) through its cancel path, then drop it.
+            let _ = tokio::time::timeout(CANCEL_GRACE, &mut work).await;
+        }
         let mut env = match outcome {
             Ok(out) => ResultEnvelope::success(&call.id, &call.name, out.data, out.refs),
             Err(e) => fail(call, e),

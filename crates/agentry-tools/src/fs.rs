@@ -607,6 +607,7 @@ mod tests {
             run_id: Arc::from("run-1"),
             call_id: "call-1".to_string(),
             workdir: Arc::from(workdir),
+            artifacts: Arc::from(workdir.join(".agentry").as_path()),
             cancel: CancellationToken::new(),
             attempt: 1,
         }

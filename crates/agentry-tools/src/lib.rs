@@ -40,6 +40,10 @@ pub struct ToolContext {
     pub call_id: String,
     /// The run's working directory; file tools must stay inside it.
     pub workdir: Arc<Path>,
+    /// Where a tool may keep large artifacts (full process output) referenced from
+    /// its envelope. By default `<workdir>/.agentry`, so the model can read them
+    /// back with `fs.read`; created on first use.
+    pub artifacts: Arc<Path>,
     /// Cancelled when the call must stop (deadline, abort, shutdown). The executor
     /// also drops the call's future then; long-running tools that hold resources
     /// outside the future (processes) watch this token to release them.
