@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use agentry::protocol::envelope::ResultEnvelope;
 use agentry::protocol::event::{EventRecord, RunEvent};
-use agentry::{Policy, RunOutcome, Runtime, RunConfig};
+use agentry::{Policy, RunConfig, RunOutcome, Runtime};
 use tokio::sync::broadcast::{self, error::RecvError};
 
 /// How long [`collect_until_stopped`] waits for a run to stop.

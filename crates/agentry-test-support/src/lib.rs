@@ -9,7 +9,7 @@
 //!   and [`Recording`], which logs every context a policy was shown.
 //! - [`tools`] has controllable mock tools behind the real `Tool` trait:
 //!   [`CountingTool`], [`HangingTool`], [`GateTool`] + [`GateHandle`],
-//!   [`PanicTool`], [`SleepTool`].
+//!   [`PanicTool`], [`SleepTool`], [`BlockingTool`].
 //! - [`events`] has [`wait_for_event`], [`collect_until_stopped`], [`run_with_events`].
 //! - [`task`] has [`TestTask`] (a temporary working directory and its `RunConfig`),
 //!   [`read_trace`], [`runtime_with`].
@@ -51,8 +51,8 @@ pub use policy::{ContextLog, DecisionFuture, FnPolicy, Recording, Seen};
 pub use script::{ScriptBuilder, call, raw_call};
 pub use task::{NUMBERS_TXT, TestTask, read_trace, runtime_with};
 pub use tools::{
-    CompletionLog, Counter, CountingTool, GateCall, GateError, GateHandle, GateTool, HangingTool,
-    PanicTool, SleepTool, value_schema,
+    BlockingTool, CompletionLog, Counter, CountingTool, GateCall, GateError, GateHandle, GateTool,
+    HangingTool, PanicTool, SleepTool, WaitTimeout, value_schema,
 };
 
 /// The error type test helpers and tests return: anything, with its message.

@@ -16,7 +16,9 @@ use agentry::{Decision, Policy, PolicyContext, PolicyOutput, async_trait};
 /// A boxed future of a decision, as [`FnPolicy::from_async`] closures return.
 pub type DecisionFuture = Pin<Box<dyn Future<Output = Decision> + Send + 'static>>;
 
-type DecideFn = Box<dyn FnMut(PolicyContext<'_>) -> DecisionFuture + Send + 'static>;
+type OutputFuture = Pin<Box<dyn Future<Output = PolicyOutput> + Send + 'static>>;
+
+type DecideFn = Box<dyn FnMut(PolicyContext<'_>) -> OutputFuture + Send + 'static>;
 
 /// A [`Policy`] made from a closure over the [`PolicyContext`].
 ///
@@ -55,16 +57,34 @@ impl FnPolicy {
         })
     }
 
+    /// A policy that returns a whole [`PolicyOutput`], e.g. to report token usage
+    /// or cost for a turn.
+    pub fn from_output<F>(mut decide: F) -> Self
+    where
+        F: FnMut(PolicyContext<'_>) -> PolicyOutput + Send + 'static,
+    {
+        FnPolicy {
+            name: "fn".to_string(),
+            decide: Box::new(move |ctx| {
+                let out = decide(ctx);
+                Box::pin(async move { out })
+            }),
+        }
+    }
+
     /// A policy whose decision is a future (a slow or hung model). The closure reads
     /// what it needs from the context, which it cannot keep, and returns a `'static`
     /// future.
-    pub fn from_async<F>(decide: F) -> Self
+    pub fn from_async<F>(mut decide: F) -> Self
     where
         F: FnMut(PolicyContext<'_>) -> DecisionFuture + Send + 'static,
     {
         FnPolicy {
             name: "fn".to_string(),
-            decide: Box::new(decide),
+            decide: Box::new(move |ctx| {
+                let decision = decide(ctx);
+                Box::pin(async move { PolicyOutput::new(decision.await, "") })
+            }),
         }
     }
 
@@ -87,8 +107,11 @@ impl Policy for FnPolicy {
     }
 
     async fn decide(&mut self, ctx: PolicyContext<'_>) -> PolicyOutput {
-        let decision = (self.decide)(ctx).await;
-        PolicyOutput::new(decision, self.name.clone())
+        let mut out = (self.decide)(ctx).await;
+        if out.model.is_empty() {
+            out.model = self.name.clone();
+        }
+        out
     }
 }
 

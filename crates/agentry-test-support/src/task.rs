@@ -221,7 +221,8 @@ mod tests {
         std::fs::write(task.trace_path(), "{\"a\":1}\n\n{broken\n")?;
         let err = task.read_trace().err().map(|e| e.to_string());
         assert!(
-            err.as_deref().is_some_and(|e| e.contains(":3: not valid JSON")),
+            err.as_deref()
+                .is_some_and(|e| e.contains(":3: not valid JSON")),
             "{err:?}"
         );
         Ok(())

@@ -14,6 +14,7 @@
 //! | [`GateTool`] | blocks until the test answers the call through its [`GateHandle`] |
 //! | [`PanicTool`] | panics |
 //! | [`SleepTool`] | sleeps `ms` milliseconds (tokio time), records completion order and concurrency |
+//! | [`BlockingTool`] | blocks its thread (`std::thread::sleep`): a tool that ignores cancellation |
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -151,12 +152,27 @@ impl Drop for DropFlag {
     }
 }
 
+/// A wait for a mock's condition did not complete in time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WaitTimeout(pub String);
+
+impl std::fmt::Display for WaitTimeout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for WaitTimeout {}
+
 /// Never returns (`std::future::pending`). Counts calls that started and call
 /// futures that were dropped, so a test can see a cancellation really happened.
+///
+/// Clones share their counters: keep a clone to [`HangingTool::wait_started`]
+/// after moving the tool into a registry.
 #[derive(Debug, Clone)]
 pub struct HangingTool {
     contract: ToolContract,
-    started: Counter,
+    started: Arc<tokio::sync::watch::Sender<usize>>,
     dropped: Counter,
 }
 
@@ -167,14 +183,31 @@ impl HangingTool {
     pub fn new(name: &str) -> Self {
         HangingTool {
             contract: ToolContract::new(name, "Never returns.", value_schema()),
-            started: Counter::default(),
+            started: Arc::new(tokio::sync::watch::Sender::new(0)),
             dropped: Counter::default(),
         }
     }
 
-    /// Calls that started executing.
-    pub fn started(&self) -> Counter {
-        self.started.clone()
+    /// How many calls started executing (entered the tool's body).
+    pub fn started(&self) -> usize {
+        *self.started.borrow()
+    }
+
+    /// Waits until at least `n` calls are executing inside the tool. Unlike the
+    /// run's `ToolCallStarted` event, this proves the tool's body was entered.
+    pub async fn wait_started(&self, n: usize, timeout: Duration) -> Result<(), WaitTimeout> {
+        let mut rx = self.started.subscribe();
+        let reached = tokio::time::timeout(timeout, rx.wait_for(|started| *started >= n))
+            .await
+            .is_ok_and(|r| r.is_ok());
+        if reached {
+            return Ok(());
+        }
+        Err(WaitTimeout(format!(
+            "only {} of {n} calls entered {} in time",
+            self.started(),
+            self.contract.name
+        )))
     }
 
     /// Call futures that were dropped (cancelled) while hanging.
@@ -190,7 +223,7 @@ impl Tool for HangingTool {
     }
 
     async fn call(&self, _args: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-        self.started.incr();
+        self.started.send_modify(|n| *n += 1);
         let _flag = DropFlag(self.dropped.clone());
         std::future::pending().await
     }
@@ -441,6 +474,47 @@ impl Tool for SleepTool {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .push(ctx.call_id.clone());
+        Ok(ToolOutput::data(args))
+    }
+}
+
+/// Blocks the thread it runs on for a fixed time (`std::thread::sleep`), the way a
+/// tool doing blocking I/O inside `async fn` does: it cannot be cancelled until it
+/// returns. Use only on a multi-thread runtime, with a short duration.
+#[derive(Debug, Clone)]
+pub struct BlockingTool {
+    contract: ToolContract,
+    block: Duration,
+    finished: Counter,
+}
+
+contract_setters!(BlockingTool);
+
+impl BlockingTool {
+    /// A blocking tool named `name` that blocks for `block`, accepting any object.
+    pub fn new(name: &str, block: Duration) -> Self {
+        BlockingTool {
+            contract: ToolContract::new(name, "Blocks its thread.", json!({"type": "object"})),
+            block,
+            finished: Counter::default(),
+        }
+    }
+
+    /// Calls that ran to the end of their block.
+    pub fn finished(&self) -> Counter {
+        self.finished.clone()
+    }
+}
+
+#[async_trait]
+impl Tool for BlockingTool {
+    fn contract(&self) -> ToolContract {
+        self.contract.clone()
+    }
+
+    async fn call(&self, args: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        std::thread::sleep(self.block);
+        self.finished.incr();
         Ok(ToolOutput::data(args))
     }
 }

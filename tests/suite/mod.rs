@@ -1,0 +1,16 @@
+//! Integration test modules, one per area of the runtime.
+
+mod acceptance;
+mod budget;
+mod deadline;
+mod events;
+mod executor;
+mod fs_confinement;
+mod handle;
+mod idempotency;
+mod policy;
+mod props;
+mod run;
+mod state;
+mod trace;
+mod validation;
