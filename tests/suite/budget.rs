@@ -201,3 +201,27 @@ async fn a_refused_step_spends_nothing() -> Result<(), TestError> {
     assert_eq!(outcome.budget.spent.tool_calls, 2);
     Ok(())
 }
+
+/// A model repeating the same invalid call is looping too.
+#[tokio::test]
+async fn repeating_the_same_invalid_call_is_no_progress() -> Result<(), TestError> {
+    let task = TestTask::sum()?.max_steps(50).window(3);
+    let policy = FnPolicy::new(|ctx| Decision::ToolCalls {
+        calls: vec![ToolCall::new(
+            format!("bad-{}", ctx.step),
+            "fs.read",
+            json!({"file": "numbers.txt"}),
+        )],
+    });
+
+    let outcome = Runtime::with_builtins()?.run(task.config(), policy).await?;
+
+    assert_eq!(
+        outcome.stop_reason,
+        StopReason::NoProgress,
+        "{}",
+        outcome.detail
+    );
+    assert_eq!(outcome.steps, 3);
+    Ok(())
+}

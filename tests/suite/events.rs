@@ -70,6 +70,16 @@ async fn a_subscriber_sees_every_event_of_the_run_in_sequence() -> Result<(), Te
         })
         .collect();
     assert_eq!(steps, [1, 2, 3]);
+    // One state update per step, each with a higher version.
+    let versions: Vec<u64> = events
+        .iter()
+        .filter_map(|e| match e.event {
+            RunEvent::StateUpdated { version } => Some(version),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(versions.len(), 3);
+    assert!(versions.windows(2).all(|w| w[0] < w[1]), "{versions:?}");
     Ok(())
 }
 

@@ -161,3 +161,30 @@ async fn an_unwritable_trace_path_is_a_trace_error() -> Result<(), TestError> {
     assert!(matches!(err, RuntimeError::Trace { .. }), "{err:?}");
     Ok(())
 }
+
+/// After `shutdown`, the runtime starts no more work: a new run stops at once.
+#[tokio::test]
+async fn a_run_started_after_shutdown_stops_without_running() -> Result<(), TestError> {
+    let count = CountingTool::new("count");
+    let executions = count.counter();
+    let runtime = runtime_with(vec![Arc::new(count)])?;
+    runtime.shutdown();
+    let task = TestTask::new("count", &[])?.grant(&["count"]);
+    let policy = ScriptBuilder::new()
+        .call("c1", "count", json!({}))
+        .finish("counted")
+        .policy();
+
+    let outcome = tokio::time::timeout(WAIT, runtime.run(task.config(), policy))
+        .await
+        .map_err(|_| "a run on a shut-down runtime hung")??;
+
+    assert_eq!(
+        outcome.stop_reason,
+        StopReason::UserAbort,
+        "{}",
+        outcome.detail
+    );
+    assert_eq!(executions.get(), 0);
+    Ok(())
+}
