@@ -130,7 +130,6 @@ fn repoll_panics() -> usize {
 /// future again. (A re-poll panics inside `catch_unwind`, which hides it in a
 /// test, but aborts a service built with `panic = "abort"`.)
 #[tokio::test]
-#[ignore = "bug: executor run_one polls the completed tool future again when the call failed"]
 async fn a_failed_call_is_never_polled_again() -> Result<(), TestError> {
     let before = repoll_panics();
     let task = TestTask::new("read a missing file", &[])?;

@@ -55,7 +55,6 @@ async fn outcome_and_subscriptions_follow_the_run() -> Result<(), TestError> {
 
 /// A snapshot can be taken while a step is in progress, without waiting for it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug: RunHandle::snapshot asks the conductor, whose mailbox is blocked by the running step"]
 async fn a_snapshot_does_not_wait_for_a_running_tool() -> Result<(), TestError> {
     let (gate, mut held) = GateTool::new("gate");
     let runtime = runtime_with(vec![Arc::new(gate)])?;

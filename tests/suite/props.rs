@@ -20,6 +20,7 @@ fn limits() -> impl Strategy<Value = BudgetLimits> {
         max_tokens: k,
         max_cost_micros: c,
         deadline_ms: None,
+        max_retries: None,
     })
 }
 
@@ -30,6 +31,7 @@ fn charge() -> impl Strategy<Value = Usage> {
         tokens_in: i,
         tokens_out: o,
         cost_micros: c,
+        retries: 0,
     })
 }
 

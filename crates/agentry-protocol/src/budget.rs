@@ -17,6 +17,9 @@ pub struct Usage {
     pub tokens_out: u64,
     /// Money, in micro-units.
     pub cost_micros: u64,
+    /// Automatic retries of failed tool calls.
+    #[serde(default)]
+    pub retries: u64,
 }
 
 impl Usage {
@@ -44,6 +47,7 @@ impl Usage {
             tokens_in: self.tokens_in.saturating_add(other.tokens_in),
             tokens_out: self.tokens_out.saturating_add(other.tokens_out),
             cost_micros: self.cost_micros.saturating_add(other.cost_micros),
+            retries: self.retries.saturating_add(other.retries),
         }
     }
 
@@ -71,11 +75,16 @@ pub struct BudgetLimits {
     /// Wall-clock deadline, in milliseconds after the run starts.
     #[serde(default)]
     pub deadline_ms: Option<u64>,
+    /// Automatic tool-call retries for the whole run. Running out is not a stop
+    /// reason: the failure is simply reported without another attempt.
+    #[serde(default)]
+    pub max_retries: Option<u64>,
 }
 
 impl BudgetLimits {
     /// Checks whether `spent + charge` stays within every limit, *before* spending.
-    /// Returns the stop reason of the first exhausted dimension otherwise.
+    /// Returns the stop reason of the first exhausted dimension otherwise. Retries
+    /// are checked separately ([`BudgetLimits::allows_retry`]).
     ///
     /// Tokens and cost are checked as "already over": a model turn's token count is
     /// only known afterwards, so the next turn is refused once the limit is reached.
@@ -103,6 +112,13 @@ impl BudgetLimits {
             return Err(StopReason::MaxCost);
         }
         Ok(())
+    }
+}
+
+impl BudgetLimits {
+    /// Whether one more automatic retry fits.
+    pub fn allows_retry(&self, spent: &Usage) -> bool {
+        self.max_retries.is_none_or(|l| spent.retries < l)
     }
 }
 

@@ -24,7 +24,8 @@ pub enum RunEvent {
         /// The decision.
         decision: Decision,
     },
-    /// A call started executing.
+    /// A call started executing (passed validation, grants and the idempotency
+    /// table). Retries start again with a higher attempt number.
     ToolCallStarted {
         /// Step number.
         step: u64,
@@ -32,6 +33,8 @@ pub enum RunEvent {
         tool_call_id: String,
         /// Tool name.
         tool: String,
+        /// Attempt number, from 1.
+        attempt: u32,
     },
     /// A call finished (or was refused, cancelled, replayed).
     ToolCallFinished {

@@ -68,6 +68,18 @@ pub struct ToolContract {
     pub timeout_ms: u64,
     /// Contract version, recorded in the trace (host only).
     pub version: String,
+    /// Whether calls may run concurrently with other parallel-safe calls of the
+    /// same step. `None`: only `read_only` tools are parallel-safe (host only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parallel_safe: Option<bool>,
+    /// How many times the executor may retry a retryable failure of one call
+    /// (never for `irreversible_external` tools or permission errors) (host only).
+    #[serde(default = "default_retries")]
+    pub max_retries: u32,
+}
+
+fn default_retries() -> u32 {
+    2
 }
 
 impl ToolContract {
@@ -90,7 +102,32 @@ impl ToolContract {
             cost: ToolCostHint::default(),
             timeout_ms: 30_000,
             version: "1".to_string(),
+            parallel_safe: None,
+            max_retries: default_retries(),
         }
+    }
+
+    /// Declares whether calls may run concurrently (overrides the effect-based default).
+    pub fn parallel_safe(mut self, parallel: bool) -> Self {
+        self.parallel_safe = Some(parallel);
+        self
+    }
+
+    /// Sets the per-call retry allowance.
+    pub fn max_retries(mut self, retries: u32) -> Self {
+        self.max_retries = retries;
+        self
+    }
+
+    /// Whether calls of this tool may run concurrently with other parallel-safe calls.
+    pub fn is_parallel_safe(&self) -> bool {
+        self.parallel_safe
+            .unwrap_or(self.effect == Effect::ReadOnly)
+    }
+
+    /// Whether a failed call may be retried automatically at all.
+    pub fn may_retry(&self) -> bool {
+        self.max_retries > 0 && self.effect != Effect::IrreversibleExternal
     }
 
     /// Sets the effect.

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use crate::UnixMillis;
 use crate::budget::BudgetSnapshot;
 use crate::decision::Decision;
-use crate::envelope::ResultEnvelope;
+use crate::envelope::{ErrorCode, ResultEnvelope};
 use crate::state::RunSnapshot;
 use crate::stop::StopReason;
 
@@ -32,6 +32,9 @@ pub struct TraceStep {
     pub decision: Decision,
     /// One envelope per call, in request order.
     pub results: Vec<ResultEnvelope>,
+    /// Every execution attempt of the step's calls, retries included.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attempts: Vec<AttemptRecord>,
     /// Budget before the step.
     pub budget_before: BudgetSnapshot,
     /// Budget after the step.
@@ -44,6 +47,29 @@ pub struct TraceStep {
     pub state: RunSnapshot,
     /// When the record was written.
     pub at: UnixMillis,
+}
+
+/// One execution attempt of a call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AttemptRecord {
+    /// Call id.
+    pub tool_call_id: String,
+    /// Tool name.
+    pub tool: String,
+    /// Tool contract version.
+    pub tool_version: String,
+    /// Attempt number, from 1.
+    pub attempt: u32,
+    /// Whether this attempt succeeded.
+    pub ok: bool,
+    /// The error code, if it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ErrorCode>,
+    /// How long the attempt ran.
+    pub latency_ms: u64,
+    /// Backoff waited before the next attempt, if one followed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backoff_ms: Option<u64>,
 }
 
 /// The last record of a run.

@@ -39,6 +39,9 @@ pub enum BudgetMsg {
     /// Spend up to `n` tool calls; replies with how many were granted (the rest are
     /// refused with `EBUDGET`) and the snapshot after.
     SpendToolCalls(u64, RpcReplyPort<(u64, BudgetSnapshot)>),
+    /// Check, then spend, one automatic retry; `false` when the run's retry budget
+    /// is exhausted (or the run is stopping).
+    SpendRetry(RpcReplyPort<bool>),
     /// Record usage already incurred (a model turn's tokens). No check: the next
     /// spend request sees it.
     Charge(Usage),
@@ -183,6 +186,15 @@ impl Actor for BudgetSupervisor {
                 };
                 state.spent = state.spent.plus(&Usage::tool_calls(granted));
                 let _ = reply.send((granted, state.snapshot()));
+            }
+            BudgetMsg::SpendRetry(reply) => {
+                let ok = state.cause.is_none()
+                    && !state.deadline_passed()
+                    && state.limits.allows_retry(&state.spent);
+                if ok {
+                    state.spent.retries += 1;
+                }
+                let _ = reply.send(ok);
             }
             BudgetMsg::Charge(usage) => state.spent = state.spent.plus(&usage),
             BudgetMsg::Snapshot(reply) => {

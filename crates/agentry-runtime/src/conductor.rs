@@ -16,7 +16,7 @@ use agentry_protocol::accept::CheckOutcome;
 use agentry_protocol::budget::{BudgetSnapshot, Usage};
 use agentry_protocol::decision::{Decision, PolicyOutput};
 use agentry_protocol::envelope::{ErrorCode, ResultEnvelope, ToolError};
-use agentry_protocol::event::{EventRecord, RunEvent};
+use agentry_protocol::event::RunEvent;
 use agentry_protocol::fingerprint;
 use agentry_protocol::state::{RunSnapshot, SessionEntry};
 use agentry_protocol::stop::StopReason;
@@ -26,13 +26,15 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent
 use ractor_cluster_derive::RactorMessage;
 use serde::Serialize;
 use serde_json::json;
-use tokio::sync::{broadcast, watch};
+use tokio::sync::watch;
 use tokio::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 use crate::budget::{BudgetArgs, BudgetMsg, BudgetSupervisor, SpendReply};
+use crate::call::ask;
 use crate::config::RunConfig;
-use crate::executor::{ExecutorArgs, ExecutorMsg, ToolExecutor};
+use crate::events::EventSink;
+use crate::executor::{Executed, ExecutorArgs, ExecutorMsg, ToolExecutor};
 use crate::policy::{Policy, PolicyActor, PolicyArgs, PolicyMsg};
 use crate::registry::ToolRegistry;
 use crate::state::{Applied, RunState, StateKeeper, StateMsg, StateUpdate};
@@ -98,13 +100,18 @@ pub struct ConductorArgs {
     /// Where the outcome is published.
     pub outcome: watch::Sender<Option<RunOutcome>>,
     /// Where events are published.
-    pub events: broadcast::Sender<EventRecord>,
+    pub events: EventSink,
     /// The trace writer, opened before the run starts so a bad path is an error
     /// for the caller, not a failed actor.
     pub trace: Option<TraceWriter>,
+    /// Receives the state keeper's address once it runs, so a handle can read
+    /// state without waiting for the conductor's step to end.
+    pub state_ref: Option<tokio::sync::oneshot::Sender<ActorRef<StateMsg>>>,
 }
 
 struct Children {
+    /// Kept to restart the executor if it dies.
+    executor_args: ExecutorArgs,
     policy: ActorRef<PolicyMsg>,
     executor: ActorRef<ExecutorMsg>,
     state: ActorRef<StateMsg>,
@@ -119,8 +126,7 @@ pub struct ConductorState {
     children: Children,
     run_token: CancellationToken,
     outcome: watch::Sender<Option<RunOutcome>>,
-    events: broadcast::Sender<EventRecord>,
-    event_seq: u64,
+    events: EventSink,
     trace: Option<TraceWriter>,
     /// Session entries applied since the policy last decided.
     pending: Vec<SessionEntry>,
@@ -171,6 +177,7 @@ impl Actor for Conductor {
             outcome,
             events,
             trace,
+            state_ref,
         } = args;
         let started = Instant::now();
         let deadline = config
@@ -216,27 +223,30 @@ impl Actor for Conductor {
         );
         let pending = initial.session().to_vec();
         let (state, _) = Actor::spawn_linked(None, StateKeeper, initial, cell.clone()).await?;
-        let (executor, _) = Actor::spawn_linked(
-            None,
-            ToolExecutor,
-            ExecutorArgs {
-                run_id: Arc::clone(&run_id),
-                registry,
-                grants: config.grants.clone(),
-                artifacts: Arc::from(
-                    config
-                        .artifacts
-                        .clone()
-                        .unwrap_or_else(|| config.workdir.join(".agentry"))
-                        .as_path(),
-                ),
-                workdir,
-                run_token: run_token.clone(),
-                deadline,
-            },
-            cell.clone(),
-        )
-        .await?;
+        let executor_args = ExecutorArgs {
+            run_id: Arc::clone(&run_id),
+            registry,
+            grants: config.grants.clone(),
+            artifacts: Arc::from(
+                config
+                    .artifacts
+                    .clone()
+                    .unwrap_or_else(|| config.workdir.join(".agentry"))
+                    .as_path(),
+            ),
+            workdir,
+            run_token: run_token.clone(),
+            deadline,
+            budget: budget.clone(),
+            events: events.clone(),
+            max_parallel: config.max_parallel,
+            retry: config.retry,
+        };
+        let (executor, _) =
+            Actor::spawn_linked(None, ToolExecutor, executor_args.clone(), cell.clone()).await?;
+        if let Some(tx) = state_ref {
+            let _ = tx.send(state.clone());
+        }
         let (policy, _) = Actor::spawn_linked(
             None,
             PolicyActor,
@@ -254,6 +264,7 @@ impl Actor for Conductor {
             config,
             model,
             children: Children {
+                executor_args,
                 policy,
                 executor,
                 state,
@@ -262,7 +273,6 @@ impl Actor for Conductor {
             run_token,
             outcome,
             events,
-            event_seq: 0,
             trace,
             pending,
             fingerprints: VecDeque::new(),
@@ -327,19 +337,41 @@ impl Actor for Conductor {
         if st.stopped {
             return Ok(());
         }
-        let detail = match event {
+        let (who, detail) = match event {
             SupervisionEvent::ActorFailed(who, err) => {
-                format!("actor {} failed: {err}", who.get_id())
+                let detail = format!("actor {} failed: {err}", who.get_id());
+                (who, detail)
             }
             SupervisionEvent::ActorTerminated(who, _, reason) => {
-                format!(
+                let detail = format!(
                     "actor {} ended unexpectedly: {}",
                     who.get_id(),
                     reason.unwrap_or_default()
-                )
+                );
+                (who, detail)
             }
             _ => return Ok(()),
         };
+        if who.get_id() == st.children.executor.get_id() {
+            // The executor holds no run state the run cannot do without: restart it.
+            // Calls it had in flight were already reported as lost to the step
+            // that sent them (their reply port closed).
+            tracing::warn!(run_id = %st.run_id, %detail, "restarting the tool executor");
+            let args = st.children.executor_args.clone();
+            match Actor::spawn_linked(None, ToolExecutor, args, myself.get_cell()).await {
+                Ok((executor, _)) => {
+                    st.children.executor = executor;
+                    return Ok(());
+                }
+                Err(e) => {
+                    let detail = format!("{detail}; restarting it failed: {e}");
+                    st.run_token.cancel();
+                    st.finish(&myself, StopReason::UnrecoverableError, detail, Vec::new())
+                        .await;
+                    return Ok(());
+                }
+            }
+        }
         st.run_token.cancel();
         st.finish(&myself, StopReason::UnrecoverableError, detail, Vec::new())
             .await;
@@ -347,29 +379,9 @@ impl Actor for Conductor {
     }
 }
 
-/// Sends a request and waits for the reply.
-async fn ask<M: ractor::Message, T: Send + 'static>(
-    actor: &ActorRef<M>,
-    build: impl FnOnce(RpcReplyPort<T>) -> M,
-) -> Result<T, String> {
-    match actor.call(build, None).await {
-        Ok(ractor::rpc::CallResult::Success(v)) => Ok(v),
-        Ok(_) => Err(format!("actor {} did not answer", actor.get_id())),
-        Err(e) => Err(format!("actor {} is gone: {e}", actor.get_id())),
-    }
-}
-
 impl ConductorState {
-    fn emit(&mut self, event: impl FnOnce() -> RunEvent) {
-        self.event_seq += 1;
-        // Building an event costs a clone; skip it when nobody listens.
-        if self.events.receiver_count() > 0 {
-            let _ = self.events.send(EventRecord {
-                run_id: self.run_id.to_string(),
-                seq: self.event_seq,
-                event: event(),
-            });
-        }
+    fn emit(&self, event: impl FnOnce() -> RunEvent) {
+        self.events.emit(event);
     }
 
     /// Why the run's token was cancelled.
@@ -444,14 +456,16 @@ impl ConductorState {
         // 3. Act.
         let mut flow = Flow::Continue;
         let mut answer = None;
+        let mut attempts = Vec::new();
         let results = match &out.decision {
             Decision::ToolCalls { calls } if !calls.is_empty() => {
-                let (results, short) = self.execute(step, calls).await;
+                let (executed, short) = self.execute(step, calls).await;
                 if let Some(short) = short {
                     flow = short;
                 }
-                answer = finish_answer(&results);
-                results
+                answer = finish_answer(&executed.results);
+                attempts = executed.attempts;
+                executed.results
             }
             Decision::ToolCalls { .. } => vec![policy_error(
                 "the model proposed an empty list of tool calls",
@@ -529,6 +543,7 @@ impl ConductorState {
                 prompt_hash: out.prompt_hash.clone(),
                 decision: out.decision.clone(),
                 results,
+                attempts,
                 budget_before: before,
                 budget_after: after,
                 state_version: applied.version,
@@ -562,28 +577,17 @@ impl ConductorState {
 
     /// Spends the tool-call budget and runs the calls. The second value is set
     /// when the step must end the run (tool budget exhausted, cancelled).
-    async fn execute(
-        &mut self,
-        step: u64,
-        calls: &[ToolCall],
-    ) -> (Vec<ResultEnvelope>, Option<Flow>) {
+    async fn execute(&mut self, step: u64, calls: &[ToolCall]) -> (Executed, Option<Flow>) {
         let n = calls.len() as u64;
         let granted = match ask(&self.children.budget, |r| BudgetMsg::SpendToolCalls(n, r)).await {
             Ok((granted, _)) => granted,
             Err(e) => {
                 return (
-                    Vec::new(),
+                    Executed::default(),
                     Some(Flow::stop(StopReason::UnrecoverableError, e)),
                 );
             }
         };
-        for c in calls.iter().take(granted as usize) {
-            self.emit(|| RunEvent::ToolCallStarted {
-                step,
-                tool_call_id: c.id.clone(),
-                tool: c.name.clone(),
-            });
-        }
         let run = ask(&self.children.executor, |reply| ExecutorMsg::Execute {
             step,
             calls: calls.to_vec(),
@@ -592,13 +596,19 @@ impl ConductorState {
         });
         let token = self.run_token.clone();
         let results = tokio::select! {
-            r = run => r.unwrap_or_else(|e| calls.iter().map(|c| lost_call(c, &e)).collect()),
+            // An executor that died mid-call cannot say what happened: the calls
+            // are reported as lost (its supervisor, this conductor, restarts it).
+            r = run => r.unwrap_or_else(|e| Executed {
+                results: calls.iter().map(|c| lost_call(c, &e)).collect(),
+                attempts: Vec::new(),
+            }),
             // The executor answers cancelled calls itself; if it cannot within the
             // grace period, the conductor records them as cancelled.
-            _ = async { token.cancelled().await; tokio::time::sleep(CANCEL_GRACE).await } => {
-                calls.iter().map(|c| ResultEnvelope::failure(&c.id, &c.name,
-                    ToolError::new(ErrorCode::Ecanceled, "cancelled: the executor did not answer in time"))).collect()
-            }
+            _ = async { token.cancelled().await; tokio::time::sleep(CANCEL_GRACE).await } => Executed {
+                results: calls.iter().map(|c| ResultEnvelope::failure(&c.id, &c.name,
+                    ToolError::new(ErrorCode::Ecanceled, "cancelled: the executor did not answer in time"))).collect(),
+                attempts: Vec::new(),
+            },
         };
         let flow = if self.run_token.is_cancelled() {
             Some(self.cancelled_flow("tools were running").await)
@@ -664,7 +674,7 @@ impl ConductorState {
 
     fn progress_stalled(&mut self, fp: String) -> bool {
         let window = self.config.progress_window;
-        if window == 0 {
+        if window < 2 {
             return false;
         }
         self.fingerprints.push_back(fp);
@@ -776,7 +786,14 @@ fn lost_call(call: &ToolCall, why: &str) -> ResultEnvelope {
     ResultEnvelope::failure(
         &call.id,
         &call.name,
-        ToolError::new(ErrorCode::Einternal, format!("executor unavailable: {why}")),
+        ToolError::new(
+            ErrorCode::Einternal,
+            format!(
+                "the tool executor stopped during this call, so its outcome is unknown \
+                 ({why}); the executor was restarted"
+            ),
+        )
+        .with_action("check whether the action took effect before repeating it"),
     )
 }
 

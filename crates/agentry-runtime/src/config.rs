@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use agentry_protocol::accept::AcceptCheck;
 use agentry_protocol::budget::BudgetLimits;
 
+use crate::executor::{DEFAULT_MAX_PARALLEL, RetryPolicy};
 use crate::registry::Grants;
 
 /// Default step limit when none is given: runs always stop.
@@ -28,7 +29,7 @@ pub struct RunConfig {
     /// Tools this run may call (`task.finish` is always allowed).
     pub grants: Grants,
     /// No-progress window: that many identical step fingerprints in a row stop the
-    /// run with `no_progress`. 0 disables the check.
+    /// run with `no_progress`. 0 (or 1, which would stop every run) disables it.
     pub progress_window: usize,
     /// The working directory file tools are confined to. Must exist.
     pub workdir: PathBuf,
@@ -37,6 +38,10 @@ pub struct RunConfig {
     /// Where tools keep large artifacts (full process output); default
     /// `<workdir>/.agentry`, readable by the model through `fs.read`.
     pub artifacts: Option<PathBuf>,
+    /// Bound on concurrently running parallel-safe calls of one step.
+    pub max_parallel: usize,
+    /// Backoff between automatic retries.
+    pub retry: RetryPolicy,
 }
 
 impl RunConfig {
@@ -57,6 +62,8 @@ impl RunConfig {
             workdir: workdir.into(),
             trace: None,
             artifacts: None,
+            max_parallel: DEFAULT_MAX_PARALLEL,
+            retry: RetryPolicy::default(),
         }
     }
 }

@@ -1,14 +1,19 @@
-//! The tool executor: validation, permission gate, idempotency table, execution.
+//! The tool executor: validation, permission gate, idempotency table, execution,
+//! retries.
 //!
 //! Every call goes through the same pipeline, in this order:
 //! budget granted? → known tool? → arguments valid JSON and schema-valid? →
 //! scope granted? → idempotency table (same id + same call: the recorded result,
 //! `replayed: true`; same id + different call: `EINVAL`) → preconditions →
 //! execute under the call's timeout and the run's cancellation token → envelope.
+//! A retryable failure is retried with exponential backoff and jitter while the
+//! contract's `max_retries` and the run's retry budget allow; never for
+//! `irreversible_external` tools, permission errors or cancellations.
 //!
-//! Calls of one step whose tools are `read_only` run concurrently with their
-//! read-only neighbours; any other call runs alone, in request order. Results are
-//! always returned in request order, whatever the completion order.
+//! Consecutive parallel-safe calls of one step (by default: `read_only` tools)
+//! run concurrently, at most `max_parallel` at a time; any other call runs alone,
+//! in request order. Results are always returned in request order, whatever the
+//! completion order. Once the run is cancelled no further call starts.
 
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
@@ -17,10 +22,12 @@ use std::sync::Arc;
 
 use agentry_protocol::accept::{AcceptCheck, CheckOutcome};
 use agentry_protocol::envelope::{ErrorCode, ResultEnvelope, ToolError};
+use agentry_protocol::event::RunEvent;
 use agentry_protocol::fingerprint;
-use agentry_protocol::tool::{Effect, ToolCall};
+use agentry_protocol::tool::ToolCall;
+use agentry_protocol::trace::AttemptRecord;
 use agentry_tools::ToolContext;
-use futures::FutureExt;
+use futures::{FutureExt, StreamExt};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use ractor_cluster_derive::RactorMessage;
 use serde_json::{Value, json};
@@ -28,11 +35,57 @@ use tokio::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 use crate::accept;
+use crate::budget::BudgetMsg;
+use crate::call::ask;
+use crate::events::EventSink;
 use crate::registry::{Grants, RegisteredTool, ToolRegistry};
 
 /// How long a cancelled or timed-out call may run its own cancel path (killing a
 /// process group, SIGTERM then SIGKILL) before its future is dropped.
 pub const CANCEL_GRACE: Duration = Duration::from_millis(75);
+
+/// Default bound on concurrently running calls of one step.
+pub const DEFAULT_MAX_PARALLEL: usize = 8;
+
+/// Backoff between automatic retries: `base · 2^(attempt-1)`, capped, with jitter
+/// drawn from the upper half so retries of parallel calls do not line up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Backoff before the first retry.
+    pub base: Duration,
+    /// Upper bound of any backoff.
+    pub max: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            base: Duration::from_millis(50),
+            max: Duration::from_secs(2),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// The backoff after failed attempt `attempt` (from 1).
+    pub fn backoff(&self, attempt: u32) -> Duration {
+        let exp = self
+            .base
+            .saturating_mul(1u32 << attempt.saturating_sub(1).min(16));
+        let full = exp.min(self.max);
+        let half = full / 2;
+        half + Duration::from_micros(fastrand::u64(0..=half.as_micros() as u64))
+    }
+}
+
+/// A step's results plus every attempt made to produce them.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Executed {
+    /// One envelope per call, in request order.
+    pub results: Vec<ResultEnvelope>,
+    /// Every execution attempt, retries included, in the order they ended.
+    pub attempts: Vec<AttemptRecord>,
+}
 
 /// Messages the executor accepts.
 #[derive(RactorMessage)]
@@ -46,8 +99,8 @@ pub enum ExecutorMsg {
         calls: Vec<ToolCall>,
         /// How many calls the budget supervisor granted.
         granted: usize,
-        /// One envelope per call, in request order.
-        reply: RpcReplyPort<Vec<ResultEnvelope>>,
+        /// The results.
+        reply: RpcReplyPort<Executed>,
     },
     /// Run the task's acceptance checks in the working directory.
     Verify {
@@ -75,6 +128,14 @@ pub struct ExecutorArgs {
     pub run_token: CancellationToken,
     /// The run's absolute deadline, to tell `ETIMEDOUT` from `ECANCELED`.
     pub deadline: Option<Instant>,
+    /// The budget supervisor, asked before every retry.
+    pub budget: ActorRef<BudgetMsg>,
+    /// Where `ToolCallStarted` events go.
+    pub events: EventSink,
+    /// Bound on concurrently running calls of one step.
+    pub max_parallel: usize,
+    /// Backoff between retries.
+    pub retry: RetryPolicy,
 }
 
 /// Executor state: its arguments and the idempotency table.
@@ -129,8 +190,8 @@ impl Actor for ToolExecutor {
                 granted,
                 reply,
             } => {
-                let results = state.execute(step, &calls, granted).await;
-                let _ = reply.send(results);
+                let executed = state.execute(step, &calls, granted).await;
+                let _ = reply.send(executed);
             }
             ExecutorMsg::Verify { checks, reply } => {
                 let outcomes =
@@ -143,71 +204,53 @@ impl Actor for ToolExecutor {
 }
 
 impl ExecutorState {
-    /// Runs a batch through the pipeline; one envelope per call, in request order.
-    pub async fn execute(
-        &mut self,
-        step: u64,
-        calls: &[ToolCall],
-        granted: usize,
-    ) -> Vec<ResultEnvelope> {
+    /// Runs a batch through the pipeline.
+    pub async fn execute(&mut self, step: u64, calls: &[ToolCall], granted: usize) -> Executed {
         let registry = Arc::clone(&self.args.registry);
-        let mut prepared = Vec::with_capacity(calls.len());
-        let mut batch_ids: HashMap<&str, (usize, String)> = HashMap::new();
-        for (i, call) in calls.iter().enumerate() {
-            let p = if i >= granted {
-                Prepared::Done(fail(
-                    call,
-                    ToolError::new(
-                        ErrorCode::Ebudget,
-                        "tool-call budget exhausted; the call was not run",
-                    )
-                    .with_action("finish with what you have"),
-                ))
-            } else {
-                self.prepare(&registry, call)
-            };
-            // A repeated id inside one batch is judged against the earlier call.
-            let p = match (p, batch_ids.get(call.id.as_str())) {
-                (Prepared::Run { digest, .. }, Some((first, first_digest)))
-                    if *first_digest == digest =>
-                {
-                    Prepared::SameAs(*first)
-                }
-                (Prepared::Run { .. }, Some(_)) => Prepared::Done(conflict(call)),
-                (Prepared::Run { tool, args, digest }, None) => {
-                    batch_ids.insert(&call.id, (i, digest.clone()));
-                    Prepared::Run { tool, args, digest }
-                }
-                (other, _) => other,
-            };
-            prepared.push(p);
-        }
+        let prepared = self.prepare_all(&registry, calls, granted);
 
         let mut results: Vec<Option<ResultEnvelope>> = vec![None; calls.len()];
+        let mut attempts = Vec::new();
         let mut i = 0;
         while i < prepared.len() {
-            // A group: one non-read-only call, or a run of consecutive read-only calls.
+            // A group: one call that must run alone, or a run of consecutive
+            // parallel-safe calls.
             let mut end = i + 1;
-            if is_read_only(&prepared[i]) {
-                while end < prepared.len() && is_read_only(&prepared[end]) {
+            if is_parallel_safe(&prepared[i]) {
+                while end < prepared.len() && is_parallel_safe(&prepared[end]) {
                     end += 1;
                 }
             }
-            let group = (i..end).filter_map(|k| match &prepared[k] {
-                Prepared::Run { tool, args, .. } => Some((k, *tool, args.clone())),
-                _ => None,
-            });
-            let this = &*self;
-            let futures: Vec<_> = group
-                .map(|(k, tool, args)| {
-                    let call = &calls[k];
-                    async move { (k, this.run_one(step, call, tool, args).await) }
+            let group: Vec<(usize, &RegisteredTool, Value)> = (i..end)
+                .filter_map(|k| match &prepared[k] {
+                    Prepared::Run { tool, args, .. } => Some((k, *tool, args.clone())),
+                    _ => None,
                 })
                 .collect();
-            for (k, env) in futures::future::join_all(futures).await {
-                results[k] = Some(env);
-            }
             i = end;
+            if self.args.run_token.is_cancelled() {
+                // Calls queued behind a cancellation never start.
+                for (k, _, _) in group {
+                    results[k] = Some(fail(&calls[k], self.cancelled_error()));
+                }
+                continue;
+            }
+            let this = &*self;
+            let ks: Vec<usize> = group.iter().map(|(k, _, _)| *k).collect();
+            // Collected first: a lazy `map` closure inside the stream trips the
+            // compiler's higher-ranked lifetime inference for the actor future.
+            let runs: Vec<_> = group
+                .into_iter()
+                .map(|(k, tool, args)| this.run_with_retries(step, &calls[k], tool, args))
+                .collect();
+            let done: Vec<(ResultEnvelope, Vec<AttemptRecord>)> = futures::stream::iter(runs)
+                .buffered(self.args.max_parallel.max(1))
+                .collect()
+                .await;
+            for (k, (env, tries)) in ks.into_iter().zip(done) {
+                results[k] = Some(env);
+                attempts.extend(tries);
+            }
         }
 
         let mut out = Vec::with_capacity(calls.len());
@@ -229,7 +272,50 @@ impl ExecutorState {
             };
             out.push(env);
         }
-        out
+        Executed {
+            results: out,
+            attempts,
+        }
+    }
+
+    fn prepare_all<'a>(
+        &self,
+        registry: &'a ToolRegistry,
+        calls: &'a [ToolCall],
+        granted: usize,
+    ) -> Vec<Prepared<'a>> {
+        let mut prepared = Vec::with_capacity(calls.len());
+        let mut batch_ids: HashMap<&str, (usize, String)> = HashMap::new();
+        for (i, call) in calls.iter().enumerate() {
+            let p = if i >= granted {
+                Prepared::Done(fail(
+                    call,
+                    ToolError::new(
+                        ErrorCode::Ebudget,
+                        "tool-call budget exhausted; the call was not run",
+                    )
+                    .with_action("finish with what you have"),
+                ))
+            } else {
+                self.prepare(registry, call)
+            };
+            // A repeated id inside one batch is judged against the earlier call.
+            let p = match (p, batch_ids.get(call.id.as_str())) {
+                (Prepared::Run { digest, .. }, Some((first, first_digest)))
+                    if *first_digest == digest =>
+                {
+                    Prepared::SameAs(*first)
+                }
+                (Prepared::Run { .. }, Some(_)) => Prepared::Done(conflict(call)),
+                (Prepared::Run { tool, args, digest }, None) => {
+                    batch_ids.insert(&call.id, (i, digest.clone()));
+                    Prepared::Run { tool, args, digest }
+                }
+                (other, _) => other,
+            };
+            prepared.push(p);
+        }
+        prepared
     }
 
     fn prepare<'a>(&self, registry: &'a ToolRegistry, call: &ToolCall) -> Prepared<'a> {
@@ -290,13 +376,75 @@ impl ExecutorState {
         Prepared::Run { tool, args, digest }
     }
 
+    /// Runs one call, retrying retryable failures within the contract's and the
+    /// run's retry allowance. Returns the final envelope and every attempt.
+    async fn run_with_retries(
+        &self,
+        step: u64,
+        call: &ToolCall,
+        tool: &RegisteredTool,
+        args: Value,
+    ) -> (ResultEnvelope, Vec<AttemptRecord>) {
+        let contract = &tool.contract;
+        let mut records = Vec::new();
+        let mut attempt = 1u32;
+        loop {
+            self.args.events.emit(|| RunEvent::ToolCallStarted {
+                step,
+                tool_call_id: call.id.clone(),
+                tool: call.name.clone(),
+                attempt,
+            });
+            let mut env = self.run_one(step, call, tool, args.clone(), attempt).await;
+            env.attempt = attempt;
+            let mut record = AttemptRecord {
+                tool_call_id: call.id.clone(),
+                tool: call.name.clone(),
+                tool_version: contract.version.clone(),
+                attempt,
+                ok: env.ok,
+                error: env.error_code(),
+                latency_ms: env.cost.latency_ms,
+                backoff_ms: None,
+            };
+            let retry = match &env.error {
+                Some(e) => {
+                    e.retryable
+                        && contract.may_retry()
+                        && attempt <= contract.max_retries
+                        && !matches!(e.code, ErrorCode::Eperm | ErrorCode::Ecanceled)
+                        && !self.args.run_token.is_cancelled()
+                        // Check-before-spend on the run's retry budget.
+                        && ask(&self.args.budget, BudgetMsg::SpendRetry).await.unwrap_or(false)
+                }
+                None => false,
+            };
+            if !retry {
+                records.push(record);
+                return (env, records);
+            }
+            let backoff = self.args.retry.backoff(attempt);
+            record.backoff_ms = Some(backoff.as_millis() as u64);
+            records.push(record);
+            tokio::select! {
+                _ = self.args.run_token.cancelled() => return (env, records),
+                _ = tokio::time::sleep(backoff) => {}
+            }
+            attempt += 1;
+        }
+    }
+
     async fn run_one(
         &self,
         step: u64,
         call: &ToolCall,
         tool: &RegisteredTool,
         args: Value,
+        attempt: u32,
     ) -> ResultEnvelope {
+        if self.args.run_token.is_cancelled() {
+            return fail(call, self.cancelled_error());
+        }
         let started = Instant::now();
         let token = self.args.run_token.child_token();
         let ctx = ToolContext {
@@ -305,7 +453,7 @@ impl ExecutorState {
             workdir: Arc::clone(&self.args.workdir),
             artifacts: Arc::clone(&self.args.artifacts),
             cancel: token.clone(),
-            attempt: 1,
+            attempt,
         };
         let timeout_ms = tool.contract.timeout_ms;
         let work = async {
@@ -316,6 +464,7 @@ impl ExecutorState {
         let work = AssertUnwindSafe(work).catch_unwind();
         tokio::pin!(work);
         let sleep = tokio::time::sleep(Duration::from_millis(timeout_ms));
+        let mut finished = true;
         let outcome = tokio::select! {
             biased;
             r = &mut work => match r {
@@ -325,19 +474,23 @@ impl ExecutorState {
                     format!("tool {} panicked: {}", call.name, panic_message(&panic)),
                 )),
             },
-            _ = token.cancelled() => Err(self.cancelled_error()),
-            _ = sleep => Err(ToolError::new(
-                ErrorCode::Etimedout,
-                format!("call exceeded its {timeout_ms} ms timeout"),
-            )
-            .with_action("retry later or with a smaller request")),
+            _ = token.cancelled() => {
+                finished = false;
+                Err(self.cancelled_error())
+            }
+            _ = sleep => {
+                finished = false;
+                Err(ToolError::new(
+                    ErrorCode::Etimedout,
+                    format!("call exceeded its {timeout_ms} ms timeout"),
+                )
+                .with_action("retry later or with a smaller request"))
+            }
         };
-        if outcome.is_err() && !token.is_cancelled() {
-            token.cancel();
-        }
-        if token.is_cancelled() {
+        if !finished {
             // Give the tool a short grace to release what it holds outside its
             // future (a process group) through its cancel path, then drop it.
+            token.cancel();
             let _ = tokio::time::timeout(CANCEL_GRACE, &mut work).await;
         }
         let mut env = match outcome {
@@ -345,7 +498,7 @@ impl ExecutorState {
             Err(e) => fail(call, e),
         };
         env.cost.latency_ms = started.elapsed().as_millis() as u64;
-        tracing::debug!(run_id = %self.args.run_id, step, call_id = %call.id, tool = %call.name, ok = env.ok, "tool call finished");
+        tracing::debug!(run_id = %self.args.run_id, step, call_id = %call.id, tool = %call.name, attempt, ok = env.ok, "tool call finished");
         env
     }
 
@@ -362,8 +515,8 @@ impl ExecutorState {
     }
 }
 
-fn is_read_only(p: &Prepared<'_>) -> bool {
-    matches!(p, Prepared::Run { tool, .. } if tool.contract.effect == Effect::ReadOnly)
+fn is_parallel_safe(p: &Prepared<'_>) -> bool {
+    matches!(p, Prepared::Run { tool, .. } if tool.contract.is_parallel_safe())
 }
 
 /// Transient outcomes are not recorded, so the same call id may be tried again.

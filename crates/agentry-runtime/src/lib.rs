@@ -29,9 +29,11 @@
 
 pub mod accept;
 pub mod budget;
+mod call;
 pub mod conductor;
 pub mod config;
 pub mod error;
+pub mod events;
 pub mod executor;
 pub mod policy;
 pub mod registry;

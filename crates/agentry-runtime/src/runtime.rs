@@ -12,8 +12,10 @@ use tokio_util::sync::CancellationToken;
 use crate::conductor::{Conductor, ConductorArgs, ConductorMsg, RunOutcome};
 use crate::config::RunConfig;
 use crate::error::RuntimeError;
+use crate::events::EventSink;
 use crate::policy::Policy;
 use crate::registry::ToolRegistry;
+use crate::state::StateMsg;
 use crate::trace::TraceWriter;
 
 /// Events buffered per subscriber before the slowest one starts missing some.
@@ -82,6 +84,7 @@ impl Runtime {
             .map(TraceWriter::create)
             .transpose()?;
         let run_token = self.root.child_token();
+        let (state_tx, state_rx) = tokio::sync::oneshot::channel();
         let args = ConductorArgs {
             run_id: Arc::clone(&run_id),
             config,
@@ -89,8 +92,9 @@ impl Runtime {
             policy,
             run_token: run_token.clone(),
             outcome: outcome_tx,
-            events: events.clone(),
+            events: EventSink::new(Arc::clone(&run_id), events.clone()),
             trace,
+            state_ref: Some(state_tx),
         };
         // Subscribe before the first step can emit anything.
         let first = events.subscribe();
@@ -102,9 +106,16 @@ impl Runtime {
                     actor: "conductor",
                     message: e.to_string(),
                 })?;
+        // The conductor's pre_start has run, so the address is there already.
+        let state = state_rx.await.map_err(|_| RuntimeError::Spawn {
+            run_id: run_id.to_string(),
+            actor: "state keeper",
+            message: "the conductor did not report its state keeper".to_string(),
+        })?;
         Ok(RunHandle {
             run_id,
             conductor,
+            state,
             run_token,
             outcome: outcome_rx,
             events,
@@ -133,6 +144,8 @@ impl Runtime {
 pub struct RunHandle {
     run_id: Arc<str>,
     conductor: ActorRef<ConductorMsg>,
+    /// Read directly: the state keeper never blocks, the conductor may be mid-step.
+    state: ActorRef<StateMsg>,
     /// Cancelling it interrupts the step in progress (the conductor's mailbox is
     /// busy until the step ends, so a message alone would wait behind it).
     run_token: CancellationToken,
@@ -180,7 +193,7 @@ impl RunHandle {
 
     /// Key fields of the run state, while it runs.
     pub async fn snapshot(&self) -> Option<RunSnapshot> {
-        match self.conductor.call(ConductorMsg::Snapshot, None).await {
+        match self.state.call(StateMsg::Snapshot, None).await {
             Ok(ractor::rpc::CallResult::Success(s)) => Some(s),
             _ => self.outcome().map(|o| o.state),
         }

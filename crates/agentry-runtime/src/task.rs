@@ -85,6 +85,7 @@ struct RawBudget {
     max_tokens: Option<Value>,
     max_cost: Option<Value>,
     deadline: Option<Value>,
+    max_retries: Option<Value>,
 }
 
 #[derive(Deserialize)]
@@ -348,8 +349,16 @@ fn validate(raw: RawTask, dir: &Path) -> Result<TaskSpec, String> {
     .or_else(|| Some(dir.join(DEFAULT_SCRIPT)).filter(|p| p.is_file()));
     let progress_window = match raw.progress {
         Some(v) => match section::<RawProgress>("progress", v)?.window {
-            Some(w) => usize::try_from(non_negative("progress.window", &w)?)
-                .map_err(|_| "progress.window: too large".to_string())?,
+            Some(w) => match usize::try_from(non_negative("progress.window", &w)?) {
+                // A window of one would call every step "no progress".
+                Ok(1) => {
+                    return Err(
+                        "progress.window: must be 0 (off) or at least 2, found 1".to_string()
+                    );
+                }
+                Ok(w) => w,
+                Err(_) => return Err("progress.window: too large".to_string()),
+            },
             None => DEFAULT_PROGRESS_WINDOW,
         },
         None => DEFAULT_PROGRESS_WINDOW,
@@ -384,6 +393,10 @@ fn budget(raw: RawBudget) -> Result<BudgetLimits, String> {
         deadline_ms: raw
             .deadline
             .map(|v| duration("budget.deadline", &v).map(millis))
+            .transpose()?,
+        max_retries: raw
+            .max_retries
+            .map(|v| non_negative("budget.max_retries", &v))
             .transpose()?,
     })
 }
@@ -648,6 +661,7 @@ window = 4
                 task_id: "t1".into(),
                 goal: "Read numbers.txt, sum the numbers, write the sum to sum.txt".into(),
                 limits: BudgetLimits {
+                    max_retries: None,
                     max_steps: Some(8),
                     max_tool_calls: Some(6),
                     max_tokens: Some(100_000),
