@@ -10,6 +10,7 @@ mod handle;
 mod idempotency;
 mod policy;
 mod props;
+mod retries;
 mod run;
 mod state;
 mod trace;

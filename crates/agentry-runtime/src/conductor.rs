@@ -74,6 +74,21 @@ pub struct RunOutcome {
     pub trace: Option<PathBuf>,
 }
 
+/// The addresses of a run's four actors, as spawned. For embedders that want
+/// actor-level access (supervision, diagnostics). The executor may be replaced
+/// by a restart later; the others live as long as the run.
+#[derive(Debug, Clone)]
+pub struct RunActors {
+    /// The policy actor.
+    pub policy: ActorRef<PolicyMsg>,
+    /// The tool executor.
+    pub executor: ActorRef<ExecutorMsg>,
+    /// The state keeper.
+    pub state: ActorRef<StateMsg>,
+    /// The budget supervisor.
+    pub budget: ActorRef<BudgetMsg>,
+}
+
 /// Messages the conductor accepts.
 #[derive(RactorMessage)]
 pub enum ConductorMsg {
@@ -104,9 +119,9 @@ pub struct ConductorArgs {
     /// The trace writer, opened before the run starts so a bad path is an error
     /// for the caller, not a failed actor.
     pub trace: Option<TraceWriter>,
-    /// Receives the state keeper's address once it runs, so a handle can read
+    /// Receives the four actors' addresses once they run, so a handle can read
     /// state without waiting for the conductor's step to end.
-    pub state_ref: Option<tokio::sync::oneshot::Sender<ActorRef<StateMsg>>>,
+    pub actors: Option<tokio::sync::oneshot::Sender<RunActors>>,
 }
 
 struct Children {
@@ -177,7 +192,7 @@ impl Actor for Conductor {
             outcome,
             events,
             trace,
-            state_ref,
+            actors,
         } = args;
         let started = Instant::now();
         let deadline = config
@@ -244,9 +259,7 @@ impl Actor for Conductor {
         };
         let (executor, _) =
             Actor::spawn_linked(None, ToolExecutor, executor_args.clone(), cell.clone()).await?;
-        if let Some(tx) = state_ref {
-            let _ = tx.send(state.clone());
-        }
+
         let (policy, _) = Actor::spawn_linked(
             None,
             PolicyActor,
@@ -259,6 +272,14 @@ impl Actor for Conductor {
             cell,
         )
         .await?;
+        if let Some(tx) = actors {
+            let _ = tx.send(RunActors {
+                policy: policy.clone(),
+                executor: executor.clone(),
+                state: state.clone(),
+                budget: budget.clone(),
+            });
+        }
         Ok(ConductorState {
             run_id,
             config,

@@ -43,7 +43,7 @@ pub mod task;
 pub mod trace;
 
 pub use budget::BudgetMsg;
-pub use conductor::{ConductorMsg, RunOutcome};
+pub use conductor::{ConductorMsg, RunActors, RunOutcome};
 pub use config::RunConfig;
 pub use error::RuntimeError;
 pub use executor::ExecutorMsg;

@@ -9,7 +9,7 @@ use ractor::{Actor, ActorRef};
 use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
 
-use crate::conductor::{Conductor, ConductorArgs, ConductorMsg, RunOutcome};
+use crate::conductor::{Conductor, ConductorArgs, ConductorMsg, RunActors, RunOutcome};
 use crate::config::RunConfig;
 use crate::error::RuntimeError;
 use crate::events::EventSink;
@@ -84,7 +84,7 @@ impl Runtime {
             .map(TraceWriter::create)
             .transpose()?;
         let run_token = self.root.child_token();
-        let (state_tx, state_rx) = tokio::sync::oneshot::channel();
+        let (actors_tx, actors_rx) = tokio::sync::oneshot::channel();
         let args = ConductorArgs {
             run_id: Arc::clone(&run_id),
             config,
@@ -94,7 +94,7 @@ impl Runtime {
             outcome: outcome_tx,
             events: EventSink::new(Arc::clone(&run_id), events.clone()),
             trace,
-            state_ref: Some(state_tx),
+            actors: Some(actors_tx),
         };
         // Subscribe before the first step can emit anything.
         let first = events.subscribe();
@@ -107,15 +107,15 @@ impl Runtime {
                     message: e.to_string(),
                 })?;
         // The conductor's pre_start has run, so the address is there already.
-        let state = state_rx.await.map_err(|_| RuntimeError::Spawn {
+        let actors = actors_rx.await.map_err(|_| RuntimeError::Spawn {
             run_id: run_id.to_string(),
-            actor: "state keeper",
-            message: "the conductor did not report its state keeper".to_string(),
+            actor: "conductor",
+            message: "the conductor did not report its actors".to_string(),
         })?;
         Ok(RunHandle {
             run_id,
             conductor,
-            state,
+            actors,
             run_token,
             outcome: outcome_rx,
             events,
@@ -144,8 +144,9 @@ impl Runtime {
 pub struct RunHandle {
     run_id: Arc<str>,
     conductor: ActorRef<ConductorMsg>,
-    /// Read directly: the state keeper never blocks, the conductor may be mid-step.
-    state: ActorRef<StateMsg>,
+    /// The run's actors; state is read from the state keeper directly (it never
+    /// blocks), not through the conductor, which may be mid-step.
+    actors: RunActors,
     /// Cancelling it interrupts the step in progress (the conductor's mailbox is
     /// busy until the step ends, so a message alone would wait behind it).
     run_token: CancellationToken,
@@ -191,9 +192,14 @@ impl RunHandle {
             .cast(ConductorMsg::Abort(StopReason::UserAbort));
     }
 
+    /// The run's actors as spawned (see [`RunActors`]).
+    pub fn actors(&self) -> &RunActors {
+        &self.actors
+    }
+
     /// Key fields of the run state, while it runs.
     pub async fn snapshot(&self) -> Option<RunSnapshot> {
-        match self.state.call(StateMsg::Snapshot, None).await {
+        match self.actors.state.call(StateMsg::Snapshot, None).await {
             Ok(ractor::rpc::CallResult::Success(s)) => Some(s),
             _ => self.outcome().map(|o| o.state),
         }

@@ -51,8 +51,8 @@ pub use policy::{ContextLog, DecisionFuture, FnPolicy, Recording, Seen};
 pub use script::{ScriptBuilder, call, raw_call};
 pub use task::{NUMBERS_TXT, TestTask, read_trace, runtime_with};
 pub use tools::{
-    BlockingTool, CompletionLog, Counter, CountingTool, GateCall, GateError, GateHandle, GateTool,
-    HangingTool, PanicTool, SleepTool, WaitTimeout, value_schema,
+    BlockingTool, CompletionLog, Counter, CountingTool, FlakyTool, GateCall, GateError, GateHandle,
+    GateTool, HangingTool, PanicTool, SleepTool, WaitTimeout, value_schema,
 };
 
 /// The error type test helpers and tests return: anything, with its message.

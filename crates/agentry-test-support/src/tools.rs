@@ -15,6 +15,7 @@
 //! | [`PanicTool`] | panics |
 //! | [`SleepTool`] | sleeps `ms` milliseconds (tokio time), records completion order and concurrency |
 //! | [`BlockingTool`] | blocks its thread (`std::thread::sleep`): a tool that ignores cancellation |
+//! | [`FlakyTool`] | fails its first N attempts with a given error, then succeeds |
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -80,6 +81,18 @@ macro_rules! contract_setters {
             /// Sets the per-call timeout.
             pub fn timeout_ms(mut self, ms: u64) -> Self {
                 self.contract = self.contract.timeout_ms(ms);
+                self
+            }
+
+            /// Declares whether calls may run concurrently.
+            pub fn parallel_safe(mut self, parallel: bool) -> Self {
+                self.contract = self.contract.parallel_safe(parallel);
+                self
+            }
+
+            /// Sets the per-call retry allowance.
+            pub fn max_retries(mut self, retries: u32) -> Self {
+                self.contract = self.contract.max_retries(retries);
                 self
             }
 
@@ -545,5 +558,52 @@ mod tests {
         c.raise_to(3);
         c.raise_to(2);
         assert_eq!(c.get(), 3);
+    }
+}
+
+/// Fails its first `failures` attempts with `error`, then returns
+/// `{"attempt": n}`. Counts every attempt, so a test sees how often the executor
+/// retried.
+#[derive(Debug, Clone)]
+pub struct FlakyTool {
+    contract: ToolContract,
+    failures: usize,
+    error: ToolError,
+    attempts: Counter,
+}
+
+contract_setters!(FlakyTool);
+
+impl FlakyTool {
+    /// A tool that fails `failures` times with `error` before succeeding.
+    pub fn new(name: &str, failures: usize, error: ToolError) -> Self {
+        FlakyTool {
+            contract: ToolContract::new(name, "Fails, then succeeds.", value_schema()),
+            failures,
+            error,
+            attempts: Counter::default(),
+        }
+    }
+
+    /// How many attempts ran.
+    pub fn attempts(&self) -> Counter {
+        self.attempts.clone()
+    }
+}
+
+#[async_trait]
+impl Tool for FlakyTool {
+    fn contract(&self) -> ToolContract {
+        self.contract.clone()
+    }
+
+    async fn call(&self, _args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let n = self.attempts.incr();
+        if n <= self.failures {
+            return Err(self.error.clone());
+        }
+        Ok(ToolOutput::data(
+            json!({ "attempt": ctx.attempt, "runs": n }),
+        ))
     }
 }
