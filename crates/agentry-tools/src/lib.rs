@@ -28,6 +28,7 @@ use tokio_util::sync::CancellationToken;
 
 pub mod finish;
 pub mod fs;
+pub mod proc;
 
 pub use finish::{FINISH_TOOL, FinishTool};
 
@@ -98,6 +99,7 @@ pub fn builtins() -> Vec<Arc<dyn Tool>> {
         Arc::new(fs::WriteTool),
         Arc::new(fs::ListTool),
         Arc::new(FinishTool),
+        Arc::new(proc::ProcTool::default()),
     ]
 }
 
