@@ -9,6 +9,7 @@ mod fs_confinement;
 mod handle;
 mod idempotency;
 mod policy;
+mod process;
 mod props;
 mod retries;
 mod run;

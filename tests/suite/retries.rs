@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use agentry::{Effect, ErrorCode, StopReason, ToolError};
+use agentry::{Effect, ErrorCode, Idempotency, StopReason, ToolError};
 use agentry_test_support::{
     CountingTool, FlakyTool, GateTool, ScriptBuilder, SleepTool, TestError, TestTask, call,
     run_with_events, runtime_with, tool_results,
@@ -17,7 +17,7 @@ fn unavailable() -> ToolError {
 /// (Real time: the trace is written by a thread, which a paused clock would race.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_transient_failure_is_retried_until_it_succeeds() -> Result<(), TestError> {
-    let flaky = FlakyTool::new("flaky", 2, unavailable());
+    let flaky = FlakyTool::new("flaky", 2, unavailable()).idempotency(Idempotency::Idempotent);
     let attempts = flaky.attempts();
     let runtime = runtime_with(vec![Arc::new(flaky)])?;
     let task = TestTask::new("retry", &[])?.grant(&["flaky"]).trace();
@@ -47,6 +47,25 @@ async fn a_transient_failure_is_retried_until_it_succeeds() -> Result<(), TestEr
     Ok(())
 }
 
+/// A side-effecting call that is not idempotent is not retried: it may already
+/// have taken effect.
+#[tokio::test(start_paused = true)]
+async fn non_idempotent_side_effects_are_not_retried() -> Result<(), TestError> {
+    let flaky = FlakyTool::new("append", 5, unavailable()).effect(Effect::Reversible);
+    let attempts = flaky.attempts();
+    let runtime = runtime_with(vec![Arc::new(flaky)])?;
+    let task = TestTask::new("append", &[])?.grant(&["append"]);
+    let policy = ScriptBuilder::new()
+        .call("a1", "append", json!({}))
+        .finish("ok")
+        .policy();
+
+    run_with_events(&runtime, task.config(), policy).await?;
+
+    assert_eq!(attempts.get(), 1);
+    Ok(())
+}
+
 /// Irreversible tools are never retried automatically: the failure is surfaced.
 #[tokio::test(start_paused = true)]
 async fn irreversible_tools_are_never_retried() -> Result<(), TestError> {
@@ -72,7 +91,7 @@ async fn irreversible_tools_are_never_retried() -> Result<(), TestError> {
 #[tokio::test(start_paused = true)]
 async fn permission_errors_are_never_retried() -> Result<(), TestError> {
     let denied = ToolError::new(ErrorCode::Eperm, "no").retryable(true);
-    let flaky = FlakyTool::new("guarded", 5, denied);
+    let flaky = FlakyTool::new("guarded", 5, denied).effect(Effect::ReadOnly);
     let attempts = flaky.attempts();
     let runtime = runtime_with(vec![Arc::new(flaky)])?;
     let task = TestTask::new("guarded", &[])?.grant(&["guarded"]);
@@ -91,7 +110,9 @@ async fn permission_errors_are_never_retried() -> Result<(), TestError> {
 /// before spend.
 #[tokio::test(start_paused = true)]
 async fn the_run_retry_budget_caps_retries() -> Result<(), TestError> {
-    let flaky = FlakyTool::new("flaky", 10, unavailable()).max_retries(5);
+    let flaky = FlakyTool::new("flaky", 10, unavailable())
+        .effect(Effect::ReadOnly)
+        .max_retries(5);
     let attempts = flaky.attempts();
     let runtime = runtime_with(vec![Arc::new(flaky)])?;
     let task = TestTask::new("retry", &[])?.grant(&["flaky"]);

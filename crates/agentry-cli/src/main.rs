@@ -112,6 +112,11 @@ fn main() -> ExitCode {
     // clap prints usage errors itself and exits 2.
     let cli = Cli::parse();
     init_tracing();
+    // Process tools kill whole process groups; grandchildren orphaned by a kill are
+    // re-parented to us (not init) so they are reaped, never left as zombies.
+    if let Err(e) = agentry::tools::proc::reap_orphans_here() {
+        tracing::warn!(error = %e, "cannot become a child subreaper; orphaned tool processes may linger as zombies");
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -125,9 +125,16 @@ impl ToolContract {
             .unwrap_or(self.effect == Effect::ReadOnly)
     }
 
-    /// Whether a failed call may be retried automatically at all.
+    /// Whether a failed call may be retried automatically at all: never for
+    /// irreversible tools, and for tools with side effects only if repeating them is
+    /// safe (a timed-out non-idempotent call may already have taken effect).
     pub fn may_retry(&self) -> bool {
-        self.max_retries > 0 && self.effect != Effect::IrreversibleExternal
+        self.max_retries > 0
+            && match self.effect {
+                Effect::ReadOnly => true,
+                Effect::Reversible => self.idempotency != Idempotency::None,
+                Effect::IrreversibleExternal => false,
+            }
     }
 
     /// Sets the effect.

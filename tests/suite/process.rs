@@ -1,0 +1,176 @@
+//! Process tools inside real runs: the deadline, an abort and a shutdown kill the
+//! whole process group (grandchildren included), and huge output stays capped.
+
+use std::path::Path;
+use std::time::Duration;
+
+use agentry::tools::proc::reap_orphans_here;
+use agentry::{ErrorCode, Runtime, StopReason};
+use agentry_test_support::{ScriptBuilder, TestError, TestTask, run_with_events, tool_results};
+use serde_json::json;
+
+/// The shell writes its pid (= the group id: each call leads its own group) to a
+/// file, then forks two grandchildren and waits.
+const FORKER: &str = "echo $$ > pgid; sleep 60 & sleep 60 & wait";
+
+/// Members of process group `pgid` that are alive or zombies.
+fn group_members(pgid: i32) -> Vec<(i32, char)> {
+    let mut found = Vec::new();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return found;
+    };
+    for entry in entries.flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // Fields after the parenthesised command: state, ppid, pgrp, ...
+        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r.trim().to_string()) else {
+            continue;
+        };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        if fields.len() > 2 && fields[2].parse::<i32>().ok() == Some(pgid) {
+            found.push((pid, fields[0].chars().next().unwrap_or('?')));
+        }
+    }
+    found
+}
+
+async fn read_pgid(workdir: &Path) -> Result<i32, TestError> {
+    for _ in 0..200 {
+        if let Ok(text) = std::fs::read_to_string(workdir.join("pgid"))
+            && let Ok(pid) = text.trim().parse()
+        {
+            return Ok(pid);
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    Err("the command never wrote its pgid".into())
+}
+
+/// Polls until the group is gone (the kill and the reaping run concurrently with
+/// the run's own stop); fails with what is left after 2 s.
+async fn assert_group_gone(pgid: i32) -> Result<(), TestError> {
+    for _ in 0..200 {
+        if group_members(pgid).is_empty() {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    Err(format!("process group {pgid} survived: {:?}", group_members(pgid)).into())
+}
+
+fn forker_task(goal: &str) -> Result<TestTask, TestError> {
+    Ok(TestTask::new(goal, &[])?.grant(&["proc.run"]))
+}
+
+fn forker_policy() -> agentry::ScriptedPolicy {
+    ScriptBuilder::new()
+        .call("p1", "proc.run", json!({"argv": ["sh", "-c", FORKER]}))
+        .finish("never")
+        .policy()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_deadline_kills_the_whole_process_group() -> Result<(), TestError> {
+    reap_orphans_here()?;
+    let runtime = Runtime::with_builtins()?;
+    let task = forker_task("fork and hang")?.deadline_ms(300);
+
+    let (outcome, events) = run_with_events(&runtime, task.config(), forker_policy()).await?;
+
+    assert_eq!(
+        outcome.stop_reason,
+        StopReason::Deadline,
+        "{}",
+        outcome.detail
+    );
+    let result = &tool_results(&events)[0].1;
+    assert!(
+        matches!(
+            result.error_code(),
+            Some(ErrorCode::Etimedout | ErrorCode::Ecanceled)
+        ),
+        "{result:?}"
+    );
+    assert_group_gone(read_pgid(task.workdir()).await?).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abort_kills_the_whole_process_group() -> Result<(), TestError> {
+    reap_orphans_here()?;
+    let runtime = Runtime::with_builtins()?;
+    let task = forker_task("fork and hang")?;
+
+    let handle = runtime.start(task.config(), forker_policy()).await?;
+    let pgid = read_pgid(task.workdir()).await?;
+    assert!(
+        group_members(pgid).len() >= 2,
+        "the grandchildren are running"
+    );
+    handle.abort();
+    let outcome = handle.wait().await?;
+
+    assert_eq!(
+        outcome.stop_reason,
+        StopReason::UserAbort,
+        "{}",
+        outcome.detail
+    );
+    assert_group_gone(pgid).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shutdown_kills_the_whole_process_group() -> Result<(), TestError> {
+    reap_orphans_here()?;
+    let runtime = Runtime::with_builtins()?;
+    let task = forker_task("fork and hang")?;
+
+    let handle = runtime.start(task.config(), forker_policy()).await?;
+    let pgid = read_pgid(task.workdir()).await?;
+    runtime.shutdown();
+    let outcome = handle.wait().await?;
+
+    assert_eq!(
+        outcome.stop_reason,
+        StopReason::UserAbort,
+        "{}",
+        outcome.detail
+    );
+    assert_group_gone(pgid).await
+}
+
+/// 100 MB of output: the envelope keeps a capped head, a `truncated` flag and a
+/// ref (path, sha256, length) to the full output in the run directory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn huge_output_is_capped_and_referenced() -> Result<(), TestError> {
+    let runtime = Runtime::with_builtins()?;
+    let task = TestTask::new("flood", &[])?.grant(&["proc.run"]);
+    let policy = ScriptBuilder::new()
+        .call(
+            "p1",
+            "proc.run",
+            json!({"argv": ["head", "-c", "100000000", "/dev/zero"]}),
+        )
+        .finish("done")
+        .policy();
+
+    let (outcome, events) = run_with_events(&runtime, task.config(), policy).await?;
+
+    assert_eq!(outcome.stop_reason, StopReason::Done, "{}", outcome.detail);
+    let result = &tool_results(&events)[0].1;
+    let data = result.data.clone().unwrap_or_default();
+    assert_eq!(data["stdout_truncated"], true);
+    assert_eq!(data["stdout_bytes"], 100_000_000);
+    assert!(data["stdout"].as_str().map_or(0, str::len) <= 16 * 1024);
+    let full = result
+        .refs
+        .iter()
+        .find(|r| r.bytes == 100_000_000)
+        .ok_or("no ref to the full output")?;
+    let on_disk = std::fs::metadata(task.workdir().join(&full.path))?.len();
+    assert_eq!(on_disk, 100_000_000);
+    Ok(())
+}
