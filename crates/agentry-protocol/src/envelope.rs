@@ -209,6 +209,20 @@ impl ResultEnvelope {
         self.error.as_ref().map(|e| e.code)
     }
 
+    /// Adds what was observed (see [`ResultEnvelope::observation`]) to a fingerprint.
+    pub fn fingerprint_observation(&self, f: &mut crate::fingerprint::Fingerprinter) {
+        f.str(&self.tool).u64(u64::from(self.ok));
+        if let Some(data) = &self.data {
+            f.value(data);
+        }
+        if let Some(e) = &self.error {
+            f.str(e.code.as_str()).str(&e.message);
+        }
+        for r in &self.refs {
+            f.str(&r.path).str(&r.sha256);
+        }
+    }
+
     /// The part of the envelope that describes *what was observed*, without timing
     /// fields or the call id, so the same observation under a fresh call id hashes
     /// the same (a model that loops with new ids is still looping).

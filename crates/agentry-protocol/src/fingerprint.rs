@@ -8,16 +8,76 @@ use sha2::{Digest, Sha256};
 
 /// Hex sha256 of the canonical JSON form of `value`.
 pub fn digest(value: &Value) -> String {
-    let mut hasher = Sha256::new();
-    write_canonical(value, &mut hasher);
-    hex::encode(hasher.finalize())
+    let mut f = Fingerprinter::new();
+    f.value(value);
+    f.finish()
 }
 
 /// The first 16 hex digits of [`digest`]: short enough for a trace column.
 pub fn short_digest(value: &Value) -> String {
-    let mut d = digest(value);
-    d.truncate(16);
-    d
+    let mut f = Fingerprinter::new();
+    f.value(value);
+    f.finish_short()
+}
+
+/// Builds a digest from parts without first assembling them into one JSON value
+/// (which would clone every part). Each part is tagged and length-delimited, so
+/// different sequences of parts never collide by concatenation.
+#[derive(Debug, Clone, Default)]
+pub struct Fingerprinter(Sha256);
+
+impl Fingerprinter {
+    /// An empty fingerprint.
+    pub fn new() -> Self {
+        Fingerprinter(Sha256::new())
+    }
+
+    /// Adds a string.
+    pub fn str(&mut self, s: &str) -> &mut Self {
+        self.0.update(b"s");
+        self.0.update((s.len() as u64).to_le_bytes());
+        self.0.update(s.as_bytes());
+        self
+    }
+
+    /// Adds a JSON value in canonical form (keys sorted).
+    pub fn value(&mut self, v: &Value) -> &mut Self {
+        self.0.update(b"v");
+        write_canonical(v, &mut self.0);
+        self
+    }
+
+    /// Adds a number.
+    pub fn u64(&mut self, n: u64) -> &mut Self {
+        self.0.update(b"n");
+        self.0.update(n.to_le_bytes());
+        self
+    }
+
+    /// Full hex digest.
+    pub fn finish(self) -> String {
+        hex::encode(self.0.finalize())
+    }
+
+    /// The first 16 hex digits.
+    pub fn finish_short(self) -> String {
+        let bytes = self.0.finalize();
+        hex::encode(&bytes[..8])
+    }
+}
+
+/// Lets serde_json render scalars straight into the hasher, without a String.
+struct HashWriter<'a>(&'a mut Sha256);
+
+impl std::io::Write for HashWriter<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.update(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// Hex sha256 of raw bytes.
@@ -35,7 +95,7 @@ fn write_canonical(value: &Value, h: &mut Sha256) {
                 if i > 0 {
                     h.update(b",");
                 }
-                write_canonical(&Value::String(k.clone()), h);
+                let _ = serde_json::to_writer(HashWriter(h), k.as_str());
                 h.update(b":");
                 if let Some(v) = map.get(k) {
                     write_canonical(v, h);
@@ -53,8 +113,11 @@ fn write_canonical(value: &Value, h: &mut Sha256) {
             }
             h.update(b"]");
         }
-        // Scalars: serde_json's own rendering is already canonical.
-        other => h.update(other.to_string().as_bytes()),
+        // Scalars: serde_json's own rendering is already canonical. Writing into a
+        // hasher cannot fail.
+        other => {
+            let _ = serde_json::to_writer(HashWriter(h), other);
+        }
     }
 }
 

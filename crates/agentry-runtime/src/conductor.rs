@@ -17,15 +17,14 @@ use agentry_protocol::budget::{BudgetSnapshot, Usage};
 use agentry_protocol::decision::{Decision, PolicyOutput};
 use agentry_protocol::envelope::{ErrorCode, ResultEnvelope, ToolError};
 use agentry_protocol::event::RunEvent;
-use agentry_protocol::fingerprint;
+use agentry_protocol::fingerprint::Fingerprinter;
 use agentry_protocol::state::{RunSnapshot, SessionEntry};
 use agentry_protocol::stop::StopReason;
-use agentry_protocol::tool::ToolCall;
-use agentry_protocol::trace::{TraceEnd, TraceLine, TraceStep};
+use agentry_protocol::tool::{ToolArguments, ToolCall};
+use agentry_protocol::trace::{AttemptRecord, TraceEnd, TraceLine, TraceStep};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 use ractor_cluster_derive::RactorMessage;
 use serde::Serialize;
-use serde_json::json;
 use tokio::sync::watch;
 use tokio::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
@@ -146,6 +145,10 @@ pub struct ConductorState {
     /// Session entries applied since the policy last decided.
     pending: Vec<SessionEntry>,
     fingerprints: VecDeque<String>,
+    /// Content digest of the world as of the last applied update.
+    world_digest: String,
+    /// When the run started (the budget supervisor counts from the same instant).
+    started: Instant,
     steps: u64,
     stopped: bool,
 }
@@ -237,6 +240,7 @@ impl Actor for Conductor {
             },
         );
         let pending = initial.session().to_vec();
+        let initial_world = initial.world_digest().to_string();
         let (state, _) = Actor::spawn_linked(None, StateKeeper, initial, cell.clone()).await?;
         let executor_args = ExecutorArgs {
             run_id: Arc::clone(&run_id),
@@ -297,6 +301,8 @@ impl Actor for Conductor {
             trace,
             pending,
             fingerprints: VecDeque::new(),
+            world_digest: initial_world,
+            started,
             steps: 0,
             stopped: false,
         })
@@ -478,9 +484,11 @@ impl ConductorState {
         let mut flow = Flow::Continue;
         let mut answer = None;
         let mut attempts = Vec::new();
+        let mut execution_spent = None;
         let results = match &out.decision {
             Decision::ToolCalls { calls } if !calls.is_empty() => {
-                let (executed, short) = self.execute(step, calls).await;
+                let (executed, short, spent) = self.execute(step, calls).await;
+                execution_spent = spent;
                 if let Some(short) = short {
                     flow = short;
                 }
@@ -512,11 +520,11 @@ impl ConductorState {
             });
         }
 
-        // 4. Update: one state update per step, applied by the state keeper.
-        let after = match ask(&self.children.budget, BudgetMsg::Snapshot).await {
-            Ok(b) => b,
-            Err(e) => return Flow::stop(StopReason::UnrecoverableError, e),
-        };
+        // 4. Update: one state update per step, applied by the state keeper. The
+        // fingerprint uses the world as the action found it; what the action did to
+        // it is in the observation (refs).
+        let after = self.after_snapshot(before, &out, execution_spent, &attempts);
+        let fp = step_fingerprint(&out.decision, &results, &self.world_digest);
         self.pending.push(SessionEntry::Assistant {
             step,
             decision: out.decision.clone(),
@@ -527,10 +535,14 @@ impl ConductorState {
                 .cloned()
                 .map(|result| SessionEntry::Tool { result }),
         );
+        let traced = self
+            .trace
+            .is_some()
+            .then(|| (out.decision.clone(), results.clone()));
         let update = StateUpdate::Step {
             step,
-            decision: out.decision.clone(),
-            results: results.clone(),
+            decision: out.decision,
+            results,
             spent: after.spent,
             answer: answer.clone(),
         };
@@ -543,10 +555,10 @@ impl ConductorState {
             version: applied.version,
         });
         self.emit(|| RunEvent::BudgetSpent { budget: after });
+        self.world_digest = applied.world_digest;
 
-        // 5. Record: fingerprint = hash(action, observation, world version).
-        let fp = step_fingerprint(&out.decision, &results, &applied.world_digest);
-        if self.trace.is_some() {
+        // 5. Record.
+        if let Some((decision, results)) = traced {
             let state = ask(&self.children.state, StateMsg::Snapshot)
                 .await
                 .unwrap_or_default();
@@ -559,10 +571,10 @@ impl ConductorState {
                 model: if out.model.is_empty() {
                     self.model.clone()
                 } else {
-                    out.model.clone()
+                    out.model
                 },
-                prompt_hash: out.prompt_hash.clone(),
-                decision: out.decision.clone(),
+                prompt_hash: out.prompt_hash,
+                decision,
                 results,
                 attempts,
                 budget_before: before,
@@ -597,18 +609,24 @@ impl ConductorState {
     }
 
     /// Spends the tool-call budget and runs the calls. The second value is set
-    /// when the step must end the run (tool budget exhausted, cancelled).
-    async fn execute(&mut self, step: u64, calls: &[ToolCall]) -> (Executed, Option<Flow>) {
+    /// when the step must end the run; the third is the budget after the spend.
+    async fn execute(
+        &mut self,
+        step: u64,
+        calls: &[ToolCall],
+    ) -> (Executed, Option<Flow>, Option<BudgetSnapshot>) {
         let n = calls.len() as u64;
-        let granted = match ask(&self.children.budget, |r| BudgetMsg::SpendToolCalls(n, r)).await {
-            Ok((granted, _)) => granted,
-            Err(e) => {
-                return (
-                    Executed::default(),
-                    Some(Flow::stop(StopReason::UnrecoverableError, e)),
-                );
-            }
-        };
+        let (granted, spent) =
+            match ask(&self.children.budget, |r| BudgetMsg::SpendToolCalls(n, r)).await {
+                Ok(answer) => answer,
+                Err(e) => {
+                    return (
+                        Executed::default(),
+                        Some(Flow::stop(StopReason::UnrecoverableError, e)),
+                        None,
+                    );
+                }
+            };
         let run = ask(&self.children.executor, |reply| ExecutorMsg::Execute {
             step,
             calls: calls.to_vec(),
@@ -644,7 +662,7 @@ impl ConductorState {
         } else {
             None
         };
-        (results, flow)
+        (results, flow, Some(spent))
     }
 
     async fn verify(&mut self, answer: String) -> Flow {
@@ -691,6 +709,38 @@ impl ConductorState {
             detail,
             checks: outcomes,
         }
+    }
+
+    /// The budget after the step, from the supervisor's last answer plus what was
+    /// spent since (a model turn's tokens, retries), without another round trip.
+    fn after_snapshot(
+        &self,
+        before: BudgetSnapshot,
+        out: &PolicyOutput,
+        execution_spent: Option<BudgetSnapshot>,
+        attempts: &[AttemptRecord],
+    ) -> BudgetSnapshot {
+        let retries = attempts.iter().filter(|a| a.attempt > 1).count() as u64;
+        let spent = match execution_spent {
+            // Tokens were charged before the tool calls were spent: included.
+            Some(s) => s.spent,
+            None => before.spent.plus(&Usage {
+                steps: 1,
+                tokens_in: out.usage.tokens_in,
+                tokens_out: out.usage.tokens_out,
+                cost_micros: out.cost_micros,
+                ..Usage::default()
+            }),
+        };
+        let spent = spent.plus(&Usage {
+            retries,
+            ..Usage::default()
+        });
+        BudgetSnapshot::new(
+            self.config.limits,
+            spent,
+            self.started.elapsed().as_millis() as u64,
+        )
     }
 
     fn progress_stalled(&mut self, fp: String) -> bool {
@@ -819,17 +869,31 @@ fn lost_call(call: &ToolCall, why: &str) -> ResultEnvelope {
 }
 
 /// hash(action, observation, world version). Call ids and timings are left out so
-/// a model that repeats itself under fresh ids is still seen repeating.
+/// a model that repeats itself under fresh ids is still seen repeating. Raw
+/// argument strings are hashed as sent (not re-parsed): a looping model repeats
+/// them byte for byte.
 fn step_fingerprint(decision: &Decision, results: &[ResultEnvelope], world: &str) -> String {
-    let action = match decision {
-        Decision::ToolCalls { calls } => json!(calls
-            .iter()
-            .map(|c| json!({"name": c.name, "arguments": c.arguments.to_value().unwrap_or_else(serde_json::Value::String)}))
-            .collect::<Vec<_>>()),
-        other => serde_json::to_value(other).unwrap_or_default(),
-    };
-    let observation: Vec<_> = results.iter().map(ResultEnvelope::observation).collect();
-    fingerprint::short_digest(
-        &json!({ "action": action, "observation": observation, "world": world }),
-    )
+    let mut f = Fingerprinter::new();
+    match decision {
+        Decision::ToolCalls { calls } => {
+            for c in calls {
+                f.str(&c.name);
+                match &c.arguments {
+                    ToolArguments::Raw(raw) => f.str(raw.trim()),
+                    ToolArguments::Parsed(v) => f.value(v),
+                };
+            }
+        }
+        Decision::Final { answer } => {
+            f.str("final").str(answer);
+        }
+        Decision::Failed { message, .. } => {
+            f.str("failed").str(message);
+        }
+    }
+    for r in results {
+        r.fingerprint_observation(&mut f);
+    }
+    f.str(world);
+    f.finish_short()
 }

@@ -42,6 +42,11 @@ pub struct RunConfig {
     pub max_parallel: usize,
     /// Backoff between automatic retries.
     pub retry: RetryPolicy,
+    /// Keep the run's events from its very start for the first
+    /// [`RunHandle::subscribe`](crate::RunHandle::subscribe) call (default). When
+    /// false, subscribers see events from the moment they subscribe, and a run
+    /// nobody listens to builds no events at all.
+    pub events_from_start: bool,
 }
 
 impl RunConfig {
@@ -64,6 +69,7 @@ impl RunConfig {
             artifacts: None,
             max_parallel: DEFAULT_MAX_PARALLEL,
             retry: RetryPolicy::default(),
+            events_from_start: true,
         }
     }
 }

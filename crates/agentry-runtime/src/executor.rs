@@ -23,14 +23,14 @@ use std::sync::Arc;
 use agentry_protocol::accept::{AcceptCheck, CheckOutcome};
 use agentry_protocol::envelope::{ErrorCode, ResultEnvelope, ToolError};
 use agentry_protocol::event::RunEvent;
-use agentry_protocol::fingerprint;
+use agentry_protocol::fingerprint::Fingerprinter;
 use agentry_protocol::tool::ToolCall;
 use agentry_protocol::trace::AttemptRecord;
 use agentry_tools::ToolContext;
 use futures::{FutureExt, StreamExt};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use ractor_cluster_derive::RactorMessage;
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
@@ -365,7 +365,9 @@ impl ExecutorState {
                 .with_action("use a granted tool or finish"),
             ));
         }
-        let digest = fingerprint::digest(&json!({ "name": call.name, "arguments": args }));
+        let mut f = Fingerprinter::new();
+        f.str(&call.name).value(&args);
+        let digest = f.finish();
         if let Some((recorded_digest, recorded)) = self.table.get(&call.id) {
             return Prepared::Done(if *recorded_digest == digest {
                 replay(recorded)

@@ -83,6 +83,7 @@ impl Runtime {
             .as_deref()
             .map(TraceWriter::create)
             .transpose()?;
+        let from_start = config.events_from_start;
         let run_token = self.root.child_token();
         let (actors_tx, actors_rx) = tokio::sync::oneshot::channel();
         let args = ConductorArgs {
@@ -97,7 +98,7 @@ impl Runtime {
             actors: Some(actors_tx),
         };
         // Subscribe before the first step can emit anything.
-        let first = events.subscribe();
+        let first = from_start.then(|| events.subscribe());
         let (conductor, _) =
             Actor::spawn(None, Conductor, args)
                 .await
@@ -119,7 +120,7 @@ impl Runtime {
             run_token,
             outcome: outcome_rx,
             events,
-            first: Arc::new(std::sync::Mutex::new(Some(first))),
+            first: Arc::new(std::sync::Mutex::new(first)),
         })
     }
 

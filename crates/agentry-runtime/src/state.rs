@@ -164,6 +164,11 @@ impl RunState {
         }
     }
 
+    /// Content digest of the world layer.
+    pub fn world_digest(&self) -> &str {
+        &self.world_digest
+    }
+
     /// The session entries.
     pub fn session(&self) -> &[SessionEntry] {
         &self.session
