@@ -327,7 +327,9 @@ impl Actor for Conductor {
             return Ok(());
         }
         match message {
-            ConductorMsg::Step => match st.run_step().await {
+            // Boxed: the step's state machine is large, and ractor moves each
+            // handler future it polls; a pointer is cheap to move.
+            ConductorMsg::Step => match Box::pin(st.run_step()).await {
                 Flow::Continue => myself.cast(ConductorMsg::Step)?,
                 Flow::Stop {
                     reason,
@@ -361,8 +363,16 @@ impl Actor for Conductor {
         event: SupervisionEvent,
         st: &mut ConductorState,
     ) -> Result<(), ActorProcessingErr> {
-        if st.stopped {
-            return Ok(());
+        Box::pin(st.on_child_exit(&myself, event)).await;
+        Ok(())
+    }
+}
+
+impl ConductorState {
+    /// A child actor failed or ended: restart the executor, stop the run otherwise.
+    async fn on_child_exit(&mut self, myself: &ActorRef<ConductorMsg>, event: SupervisionEvent) {
+        if self.stopped {
+            return;
         }
         let (who, detail) = match event {
             SupervisionEvent::ActorFailed(who, err) => {
@@ -377,36 +387,33 @@ impl Actor for Conductor {
                 );
                 (who, detail)
             }
-            _ => return Ok(()),
+            _ => return,
         };
-        if who.get_id() == st.children.executor.get_id() {
+        if who.get_id() == self.children.executor.get_id() {
             // The executor holds no run state the run cannot do without: restart it.
             // Calls it had in flight were already reported as lost to the step
             // that sent them (their reply port closed).
-            tracing::warn!(run_id = %st.run_id, %detail, "restarting the tool executor");
-            let args = st.children.executor_args.clone();
+            tracing::warn!(run_id = %self.run_id, %detail, "restarting the tool executor");
+            let args = self.children.executor_args.clone();
             match Actor::spawn_linked(None, ToolExecutor, args, myself.get_cell()).await {
                 Ok((executor, _)) => {
-                    st.children.executor = executor;
-                    return Ok(());
+                    self.children.executor = executor;
+                    return;
                 }
                 Err(e) => {
                     let detail = format!("{detail}; restarting it failed: {e}");
-                    st.run_token.cancel();
-                    st.finish(&myself, StopReason::UnrecoverableError, detail, Vec::new())
+                    self.run_token.cancel();
+                    self.finish(myself, StopReason::UnrecoverableError, detail, Vec::new())
                         .await;
-                    return Ok(());
+                    return;
                 }
             }
         }
-        st.run_token.cancel();
-        st.finish(&myself, StopReason::UnrecoverableError, detail, Vec::new())
+        self.run_token.cancel();
+        self.finish(myself, StopReason::UnrecoverableError, detail, Vec::new())
             .await;
-        Ok(())
     }
-}
 
-impl ConductorState {
     fn emit(&self, event: impl FnOnce() -> RunEvent) {
         self.events.emit(event);
     }
@@ -756,7 +763,19 @@ impl ConductorState {
             && self.fingerprints.iter().all(|f| *f == self.fingerprints[0])
     }
 
+    /// Stops the run. Boxed so the handler futures that may call it stay small
+    /// (ractor moves a handler future per message; see `handle`).
     async fn finish(
+        &mut self,
+        myself: &ActorRef<ConductorMsg>,
+        reason: StopReason,
+        detail: String,
+        checks: Vec<CheckOutcome>,
+    ) {
+        Box::pin(self.finish_inner(myself, reason, detail, checks)).await
+    }
+
+    async fn finish_inner(
         &mut self,
         myself: &ActorRef<ConductorMsg>,
         reason: StopReason,

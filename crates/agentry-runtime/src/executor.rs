@@ -190,12 +190,18 @@ impl Actor for ToolExecutor {
                 granted,
                 reply,
             } => {
-                let executed = state.execute(step, &calls, granted).await;
+                // Boxed for the same reason as the conductor's step: a small
+                // handler future is cheap for ractor to move.
+                let executed = Box::pin(state.execute(step, &calls, granted)).await;
                 let _ = reply.send(executed);
             }
             ExecutorMsg::Verify { checks, reply } => {
-                let outcomes =
-                    accept::run_checks(&checks, &state.args.workdir, &state.args.run_token).await;
+                let outcomes = Box::pin(accept::run_checks(
+                    &checks,
+                    &state.args.workdir,
+                    &state.args.run_token,
+                ))
+                .await;
                 let _ = reply.send(outcomes);
             }
         }
@@ -207,7 +213,7 @@ impl ExecutorState {
     /// Runs a batch through the pipeline.
     pub async fn execute(&mut self, step: u64, calls: &[ToolCall], granted: usize) -> Executed {
         let registry = Arc::clone(&self.args.registry);
-        let prepared = self.prepare_all(&registry, calls, granted);
+        let mut prepared = self.prepare_all(&registry, calls, granted);
 
         let mut results: Vec<Option<ResultEnvelope>> = vec![None; calls.len()];
         let mut attempts = Vec::new();
@@ -221,12 +227,13 @@ impl ExecutorState {
                     end += 1;
                 }
             }
-            let group: Vec<(usize, &RegisteredTool, Value)> = (i..end)
-                .filter_map(|k| match &prepared[k] {
-                    Prepared::Run { tool, args, .. } => Some((k, *tool, args.clone())),
-                    _ => None,
-                })
-                .collect();
+            // The arguments move into the run; `prepared` keeps the digest.
+            let mut group: Vec<(usize, &RegisteredTool, Value)> = Vec::with_capacity(end - i);
+            for (k, p) in prepared.iter_mut().enumerate().take(end).skip(i) {
+                if let Prepared::Run { tool, args, .. } = p {
+                    group.push((k, *tool, std::mem::take(args)));
+                }
+            }
             i = end;
             if self.args.run_token.is_cancelled() {
                 // Calls queued behind a cancellation never start.
@@ -236,6 +243,15 @@ impl ExecutorState {
                 continue;
             }
             let this = &*self;
+            if let [(k, tool, _)] = group.as_slice() {
+                // The common case, one call: no stream machinery.
+                let (k, tool) = (*k, *tool);
+                let args = group.pop().map(|(_, _, a)| a).unwrap_or_default();
+                let (env, tries) = this.run_with_retries(step, &calls[k], tool, args).await;
+                results[k] = Some(env);
+                attempts.extend(tries);
+                continue;
+            }
             let ks: Vec<usize> = group.iter().map(|(k, _, _)| *k).collect();
             // Collected first: a lazy `map` closure inside the stream trips the
             // compiler's higher-ranked lifetime inference for the actor future.
@@ -285,7 +301,9 @@ impl ExecutorState {
         granted: usize,
     ) -> Vec<Prepared<'a>> {
         let mut prepared = Vec::with_capacity(calls.len());
-        let mut batch_ids: HashMap<&str, (usize, String)> = HashMap::new();
+        // Batches are small: a linear scan beats hashing (and allocates nothing for
+        // the usual single call).
+        let mut batch_ids: Vec<(&str, usize, String)> = Vec::new();
         for (i, call) in calls.iter().enumerate() {
             let p = if i >= granted {
                 Prepared::Done(fail(
@@ -300,15 +318,18 @@ impl ExecutorState {
                 self.prepare(registry, call)
             };
             // A repeated id inside one batch is judged against the earlier call.
-            let p = match (p, batch_ids.get(call.id.as_str())) {
-                (Prepared::Run { digest, .. }, Some((first, first_digest)))
+            let earlier = batch_ids.iter().find(|(id, _, _)| *id == call.id.as_str());
+            let p = match (p, earlier) {
+                (Prepared::Run { digest, .. }, Some((_, first, first_digest)))
                     if *first_digest == digest =>
                 {
                     Prepared::SameAs(*first)
                 }
                 (Prepared::Run { .. }, Some(_)) => Prepared::Done(conflict(call)),
                 (Prepared::Run { tool, args, digest }, None) => {
-                    batch_ids.insert(&call.id, (i, digest.clone()));
+                    if calls.len() > 1 {
+                        batch_ids.push((&call.id, i, digest.clone()));
+                    }
                     Prepared::Run { tool, args, digest }
                 }
                 (other, _) => other,
@@ -379,7 +400,9 @@ impl ExecutorState {
     }
 
     /// Runs one call, retrying retryable failures within the contract's and the
-    /// run's retry allowance. Returns the final envelope and every attempt.
+    /// run's retry allowance. Returns the final envelope and, when the call was
+    /// retried, a record of every attempt (a call that ran once is fully described
+    /// by its envelope, whose `attempt` is 1).
     async fn run_with_retries(
         &self,
         step: u64,
@@ -390,6 +413,8 @@ impl ExecutorState {
         let contract = &tool.contract;
         let mut records = Vec::new();
         let mut attempt = 1u32;
+        // Arguments are only kept for another attempt when one is possible.
+        let mut args = Some(args);
         loop {
             self.args.events.emit(|| RunEvent::ToolCallStarted {
                 step,
@@ -397,18 +422,13 @@ impl ExecutorState {
                 tool: call.name.clone(),
                 attempt,
             });
-            let mut env = self.run_one(step, call, tool, args.clone(), attempt).await;
-            env.attempt = attempt;
-            let mut record = AttemptRecord {
-                tool_call_id: call.id.clone(),
-                tool: call.name.clone(),
-                tool_version: contract.version.clone(),
-                attempt,
-                ok: env.ok,
-                error: env.error_code(),
-                latency_ms: env.cost.latency_ms,
-                backoff_ms: None,
+            let this_args = if contract.may_retry() {
+                args.clone().unwrap_or_default()
+            } else {
+                args.take().unwrap_or_default()
             };
+            let mut env = self.run_one(step, call, tool, this_args, attempt).await;
+            env.attempt = attempt;
             let retry = match &env.error {
                 Some(e) => {
                     e.retryable
@@ -422,12 +442,13 @@ impl ExecutorState {
                 None => false,
             };
             if !retry {
-                records.push(record);
+                if attempt > 1 {
+                    records.push(attempt_record(call, contract, &env, None));
+                }
                 return (env, records);
             }
             let backoff = self.args.retry.backoff(attempt);
-            record.backoff_ms = Some(backoff.as_millis() as u64);
-            records.push(record);
+            records.push(attempt_record(call, contract, &env, Some(backoff)));
             tokio::select! {
                 _ = self.args.run_token.cancelled() => return (env, records),
                 _ = tokio::time::sleep(backoff) => {}
@@ -514,6 +535,24 @@ impl ExecutorState {
         } else {
             ToolError::new(ErrorCode::Ecanceled, "cancelled before completion")
         }
+    }
+}
+
+fn attempt_record(
+    call: &ToolCall,
+    contract: &agentry_protocol::tool::ToolContract,
+    env: &ResultEnvelope,
+    backoff: Option<Duration>,
+) -> AttemptRecord {
+    AttemptRecord {
+        tool_call_id: call.id.clone(),
+        tool: call.name.clone(),
+        tool_version: contract.version.clone(),
+        attempt: env.attempt,
+        ok: env.ok,
+        error: env.error_code(),
+        latency_ms: env.cost.latency_ms,
+        backoff_ms: backoff.map(|b| b.as_millis() as u64),
     }
 }
 

@@ -7,7 +7,7 @@
 use agentry_protocol::budget::Usage;
 use agentry_protocol::decision::Decision;
 use agentry_protocol::envelope::ResultEnvelope;
-use agentry_protocol::fingerprint;
+use agentry_protocol::fingerprint::Fingerprinter;
 use agentry_protocol::state::{ControlState, RunSnapshot, SessionEntry, TaskState, WorldState};
 use agentry_protocol::stop::StopReason;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
@@ -93,13 +93,12 @@ impl RunState {
     }
 
     fn digest_world(&self) -> String {
-        let map: serde_json::Map<String, serde_json::Value> = self
-            .world
-            .refs
-            .iter()
-            .map(|(k, r)| (k.clone(), serde_json::Value::String(r.sha256.clone())))
-            .collect();
-        fingerprint::short_digest(&serde_json::Value::Object(map))
+        // The refs map is ordered, so the digest is canonical.
+        let mut f = Fingerprinter::new();
+        for (path, r) in &self.world.refs {
+            f.str(path).str(&r.sha256);
+        }
+        f.finish_short()
     }
 
     /// Applies one update and bumps the version.
