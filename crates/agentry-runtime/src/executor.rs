@@ -40,8 +40,9 @@ use crate::call::ask;
 use crate::events::EventSink;
 use crate::registry::{Grants, RegisteredTool, ToolRegistry};
 
-/// How long a cancelled or timed-out call may run its own cancel path (killing a
-/// process group, SIGTERM then SIGKILL) before its future is dropped.
+/// The longest a cancelled or timed-out call may run its own cancel path (killing
+/// a process group, SIGTERM then SIGKILL) before its future is dropped; each tool
+/// declares its own (`Tool::cancel_grace`, zero by default).
 pub const CANCEL_GRACE: Duration = Duration::from_millis(75);
 
 /// Default bound on concurrently running calls of one step.
@@ -511,10 +512,13 @@ impl ExecutorState {
             }
         };
         if !finished {
-            // Give the tool a short grace to release what it holds outside its
-            // future (a process group) through its cancel path, then drop it.
+            // Tools that hold something outside their future (a process group) get
+            // their declared grace, capped, to release it; others are dropped now.
             token.cancel();
-            let _ = tokio::time::timeout(CANCEL_GRACE, &mut work).await;
+            let grace = tool.cancel_grace.min(CANCEL_GRACE);
+            if !grace.is_zero() {
+                let _ = tokio::time::timeout(grace, &mut work).await;
+            }
         }
         let mut env = match outcome {
             Ok(out) => ResultEnvelope::success(&call.id, &call.name, out.data, out.refs),

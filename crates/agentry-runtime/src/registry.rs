@@ -17,6 +17,8 @@ pub struct RegisteredTool {
     pub tool: Arc<dyn Tool>,
     /// The contract, read once at registration.
     pub contract: ToolContract,
+    /// How long a cancelled call may run its cleanup (see `Tool::cancel_grace`).
+    pub cancel_grace: std::time::Duration,
     validator: jsonschema::Validator,
 }
 
@@ -96,11 +98,13 @@ impl ToolRegistry {
         let validator = jsonschema::validator_for(&contract.input_schema)
             .map_err(|e| invalid(format!("input_schema does not compile: {e}")))?;
         self.specs.push(contract.spec());
+        let cancel_grace = tool.cancel_grace();
         self.tools.insert(
             name,
             RegisteredTool {
                 tool,
                 contract,
+                cancel_grace,
                 validator,
             },
         );

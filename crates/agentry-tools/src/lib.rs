@@ -90,6 +90,14 @@ pub trait Tool: Send + Sync + 'static {
 
     /// Runs the call.
     async fn call(&self, args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError>;
+
+    /// How long the executor keeps polling a cancelled call so it can release what
+    /// it holds outside its future (a process group: SIGTERM, wait, SIGKILL, reap)
+    /// before dropping it. Zero (the default) drops the future at once: right for
+    /// tools whose cleanup is their `Drop`. Read once, at registration.
+    fn cancel_grace(&self) -> std::time::Duration {
+        std::time::Duration::ZERO
+    }
 }
 
 /// All built-in tools.

@@ -246,6 +246,12 @@ impl ProcTool {
 
 #[async_trait]
 impl Tool for ProcTool {
+    /// The group gets SIGTERM, then SIGKILL after `term_grace`, then is reaped:
+    /// that needs the grace plus a little for the reaping.
+    fn cancel_grace(&self) -> std::time::Duration {
+        self.config.term_grace + std::time::Duration::from_millis(25)
+    }
+
     fn contract(&self) -> ToolContract {
         ToolContract::new(
             RUN_TOOL,
