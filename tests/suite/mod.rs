@@ -3,6 +3,7 @@
 mod acceptance;
 mod budget;
 mod deadline;
+mod embedding;
 mod events;
 mod executor;
 mod fs_confinement;

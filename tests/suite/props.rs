@@ -21,6 +21,7 @@ fn limits() -> impl Strategy<Value = BudgetLimits> {
         max_cost_micros: c,
         deadline_ms: None,
         max_retries: None,
+        max_ticks: None,
     })
 }
 
@@ -32,6 +33,7 @@ fn charge() -> impl Strategy<Value = Usage> {
         tokens_out: o,
         cost_micros: c,
         retries: 0,
+        ticks: 0,
     })
 }
 

@@ -73,12 +73,15 @@ async fn irreversible_tools_are_never_retried() -> Result<(), TestError> {
     let attempts = flaky.attempts();
     let runtime = runtime_with(vec![Arc::new(flaky)])?;
     let task = TestTask::new("pay", &[])?.grant(&["pay"]);
+    let mut config = task.config();
+    // Approval is not what this test is about.
+    config.approval.irreversible = false;
     let policy = ScriptBuilder::new()
         .call("p1", "pay", json!({}))
         .finish("ok")
         .policy();
 
-    let (_, events) = run_with_events(&runtime, task.config(), policy).await?;
+    let (_, events) = run_with_events(&runtime, config, policy).await?;
 
     assert_eq!(attempts.get(), 1);
     let result = &tool_results(&events)[0].1;

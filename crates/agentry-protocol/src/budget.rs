@@ -20,6 +20,9 @@ pub struct Usage {
     /// Automatic retries of failed tool calls.
     #[serde(default)]
     pub retries: u64,
+    /// Timer ticks that woke the agent.
+    #[serde(default)]
+    pub ticks: u64,
 }
 
 impl Usage {
@@ -48,6 +51,7 @@ impl Usage {
             tokens_out: self.tokens_out.saturating_add(other.tokens_out),
             cost_micros: self.cost_micros.saturating_add(other.cost_micros),
             retries: self.retries.saturating_add(other.retries),
+            ticks: self.ticks.saturating_add(other.ticks),
         }
     }
 
@@ -79,6 +83,9 @@ pub struct BudgetLimits {
     /// reason: the failure is simply reported without another attempt.
     #[serde(default)]
     pub max_retries: Option<u64>,
+    /// Timer ticks (time-driven agents).
+    #[serde(default)]
+    pub max_ticks: Option<u64>,
 }
 
 impl BudgetLimits {
@@ -110,6 +117,9 @@ impl BudgetLimits {
             || over(self.max_cost_micros, after.cost_micros)
         {
             return Err(StopReason::MaxCost);
+        }
+        if charge.ticks > 0 && over(self.max_ticks, after.ticks) {
+            return Err(StopReason::MaxTicks);
         }
         Ok(())
     }
@@ -188,6 +198,21 @@ mod tests {
             limits.check(&spent, &Usage::step()),
             Err(StopReason::MaxSteps)
         );
+    }
+
+    #[test]
+    fn tick_max_plus_one_is_refused() {
+        let limits = BudgetLimits {
+            max_ticks: Some(2),
+            ..Default::default()
+        };
+        let tick = Usage {
+            ticks: 1,
+            ..Default::default()
+        };
+        let spent = tick.plus(&tick);
+        assert_eq!(limits.check(&spent, &tick), Err(StopReason::MaxTicks));
+        assert_eq!(limits.check(&tick, &tick), Ok(()));
     }
 
     #[test]

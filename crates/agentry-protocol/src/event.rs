@@ -53,6 +53,26 @@ pub enum RunEvent {
         /// Budget after the spend.
         budget: BudgetSnapshot,
     },
+    /// An input from outside was applied (message, event, tick, pause, resume,
+    /// approval decision).
+    InputApplied {
+        /// Input sequence number (the order inputs were applied).
+        seq: u64,
+        /// The input.
+        input: crate::trace::RunInput,
+    },
+    /// A call is parked until a human approves or denies it.
+    AwaitingApproval {
+        /// Step number.
+        step: u64,
+        /// The call.
+        call: crate::tool::ToolCall,
+    },
+    /// A timer tick was skipped because the previous one was still running.
+    TickSkipped {
+        /// The skipped tick's number.
+        n: u64,
+    },
     /// The run stopped.
     RunStopped {
         /// Why.

@@ -39,10 +39,12 @@ pub use budget::{BudgetLimits, BudgetSnapshot, Usage};
 pub use decision::{Decision, PolicyOutput, TokenUsage};
 pub use envelope::{CallCost, ErrorCode, ResourceRef, ResultEnvelope, ToolError};
 pub use event::RunEvent;
-pub use state::{ControlState, RunSnapshot, SessionEntry, TaskState, WorldState};
+pub use state::{
+    ControlState, PendingApproval, RunSnapshot, RunStatus, SessionEntry, TaskState, WorldState,
+};
 pub use stop::StopReason;
 pub use tool::{Effect, Idempotency, ToolArguments, ToolCall, ToolContract, ToolSpec};
-pub use trace::{TraceEnd, TraceLine, TraceStep};
+pub use trace::{RunInput, TraceEnd, TraceInput, TraceLine, TraceStep};
 
 /// Milliseconds since the Unix epoch; the one clock format used in records.
 pub type UnixMillis = u64;

@@ -56,6 +56,41 @@ pub enum SessionEntry {
         /// The envelope.
         result: ResultEnvelope,
     },
+    /// An event from outside the run (a webhook payload, a timer tick).
+    Event {
+        /// Event name, e.g. `webhook` or `tick`.
+        name: String,
+        /// Payload.
+        payload: serde_json::Value,
+    },
+}
+
+/// Where a run is in its life.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    /// Stepping (or about to).
+    #[default]
+    Running,
+    /// Paused by the user; resumes on `resume`.
+    Paused,
+    /// Parked on a call that needs a human decision.
+    AwaitingApproval,
+    /// An event- or time-driven agent waiting for its next event.
+    Sleeping,
+    /// Stopped; see `stop_reason`.
+    Stopped,
+}
+
+/// A call waiting for a human decision.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PendingApproval {
+    /// Step number.
+    pub step: u64,
+    /// The call.
+    pub call: crate::tool::ToolCall,
+    /// When the approval was requested.
+    pub requested_at: crate::UnixMillis,
 }
 
 /// The control layer: exact, written only by the host.
@@ -71,7 +106,7 @@ pub struct ControlState {
 
 /// Comparable key fields of the run state, as written to the trace (the session
 /// layer is summarized by its length; its entries are in the session itself).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct RunSnapshot {
     /// State version: bumped once per applied update.
     pub version: u64,
@@ -83,4 +118,16 @@ pub struct RunSnapshot {
     pub session_len: u64,
     /// Control layer.
     pub control: ControlState,
+    /// Where the run is in its life.
+    #[serde(default)]
+    pub status: RunStatus,
+    /// Calls waiting for a human decision.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pending_approvals: Vec<PendingApproval>,
+    /// Inputs from outside applied so far (user messages, events, ticks).
+    #[serde(default)]
+    pub inputs: u64,
+    /// Timer ticks skipped because the previous one was still running.
+    #[serde(default)]
+    pub ticks_skipped: u64,
 }

@@ -19,6 +19,8 @@ pub enum StopReason {
     MaxTokens,
     /// The money budget was exhausted.
     MaxCost,
+    /// The tick budget of a time-driven agent was exhausted.
+    MaxTicks,
     /// The run's wall-clock deadline passed; in-flight tools were cancelled.
     Deadline,
     /// The same (action, observation, world version) repeated over the whole window.
@@ -41,6 +43,7 @@ impl StopReason {
             StopReason::MaxToolCalls => "max_tool_calls",
             StopReason::MaxTokens => "max_tokens",
             StopReason::MaxCost => "max_cost",
+            StopReason::MaxTicks => "max_ticks",
             StopReason::Deadline => "deadline",
             StopReason::NoProgress => "no_progress",
             StopReason::UnrecoverableError => "unrecoverable_error",
@@ -57,6 +60,7 @@ impl StopReason {
                 | StopReason::MaxToolCalls
                 | StopReason::MaxTokens
                 | StopReason::MaxCost
+                | StopReason::MaxTicks
                 | StopReason::Deadline
         )
     }

@@ -97,12 +97,69 @@ pub struct TraceEnd {
     pub at: UnixMillis,
 }
 
-/// A line of the JSONL trace, tagged by `kind` (`"step"` or `"stop"`).
+/// Something that entered a run from outside, in the order it was applied.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum RunInput {
+    /// A user message; it is in the session before the next decision.
+    Message {
+        /// Text.
+        text: String,
+    },
+    /// A custom event (e.g. a webhook payload).
+    Event {
+        /// Name.
+        name: String,
+        /// Payload.
+        payload: serde_json::Value,
+    },
+    /// A timer tick that woke the agent.
+    Tick {
+        /// Tick number, from 1.
+        n: u64,
+        /// Ticks skipped just before this one (the previous tick was still running).
+        skipped: u64,
+    },
+    /// The run was paused.
+    Pause,
+    /// The run was resumed.
+    Resume,
+    /// A human decided on a pending call.
+    Approval {
+        /// The call.
+        tool_call_id: String,
+        /// Approved or denied.
+        approved: bool,
+        /// Why (for a denial or a timeout).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
+}
+
+/// A trace line for an input.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TraceInput {
+    /// Run id.
+    pub run_id: String,
+    /// Input sequence number within the run, from 1: the single order in which
+    /// inputs were applied.
+    pub seq: u64,
+    /// State version after the input was applied.
+    pub state_version: u64,
+    /// The input.
+    pub input: RunInput,
+    /// When it was applied.
+    pub at: UnixMillis,
+}
+
+/// A line of the JSONL trace, tagged by `kind` (`"step"`, `"input"` or `"stop"`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum TraceLine {
     /// A step record.
     Step(Box<TraceStep>),
+    /// An input from outside.
+    Input(Box<TraceInput>),
     /// The closing record.
     Stop(Box<TraceEnd>),
 }

@@ -18,10 +18,10 @@ use agentry_protocol::decision::{Decision, PolicyOutput};
 use agentry_protocol::envelope::{ErrorCode, ResultEnvelope, ToolError};
 use agentry_protocol::event::RunEvent;
 use agentry_protocol::fingerprint::Fingerprinter;
-use agentry_protocol::state::{RunSnapshot, SessionEntry};
+use agentry_protocol::state::{RunSnapshot, RunStatus, SessionEntry};
 use agentry_protocol::stop::StopReason;
 use agentry_protocol::tool::{ToolArguments, ToolCall};
-use agentry_protocol::trace::{AttemptRecord, TraceEnd, TraceLine, TraceStep};
+use agentry_protocol::trace::{AttemptRecord, RunInput, TraceEnd, TraceLine, TraceStep};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 use ractor_cluster_derive::RactorMessage;
 use serde::Serialize;
@@ -31,7 +31,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::budget::{BudgetArgs, BudgetMsg, BudgetSupervisor, SpendReply};
 use crate::call::ask;
-use crate::config::RunConfig;
+use crate::config::{Driver, RunConfig};
 use crate::events::EventSink;
 use crate::executor::{Executed, ExecutorArgs, ExecutorMsg, ToolExecutor};
 use crate::policy::{Policy, PolicyActor, PolicyArgs, PolicyMsg};
@@ -97,6 +97,14 @@ pub enum ConductorMsg {
     Abort(StopReason),
     /// The current outcome-to-be: key state fields.
     Snapshot(RpcReplyPort<RunSnapshot>),
+    /// An input from outside (message, event, pause, resume), applied at the next
+    /// safe point: between steps.
+    Input(RunInput),
+    /// Timer tick `n` is due (time-driven agents).
+    Tick(u64),
+    /// The run's token was cancelled (deadline, abort, shutdown) while no step was
+    /// running to notice it.
+    TokenCancelled,
 }
 
 /// Start-up arguments.
@@ -151,9 +159,19 @@ pub struct ConductorState {
     started: Instant,
     steps: u64,
     stopped: bool,
+    /// Paused by the user: no new step starts until `resume`.
+    paused: bool,
+    /// A step was wanted while paused; it runs on resume.
+    step_due: bool,
+    /// A wake-up `Step` is already in the mailbox (event-driven agents).
+    wake_pending: bool,
+    /// Timer state of a time-driven agent.
+    ticks: Option<inputs::Ticker>,
 }
 
-enum Flow {
+mod inputs;
+
+pub(crate) enum Flow {
     Continue,
     Stop {
         reason: StopReason,
@@ -260,6 +278,8 @@ impl Actor for Conductor {
             events: events.clone(),
             max_parallel: config.max_parallel,
             retry: config.retry,
+            state: state.clone(),
+            approval: config.approval.clone(),
         };
         let (executor, _) =
             Actor::spawn_linked(None, ToolExecutor, executor_args.clone(), cell.clone()).await?;
@@ -305,15 +325,35 @@ impl Actor for Conductor {
             started,
             steps: 0,
             stopped: false,
+            paused: false,
+            step_due: false,
+            wake_pending: false,
+            ticks: None,
         })
     }
 
     async fn post_start(
         &self,
         myself: ActorRef<ConductorMsg>,
-        _state: &mut ConductorState,
+        st: &mut ConductorState,
     ) -> Result<(), ActorProcessingErr> {
-        myself.cast(ConductorMsg::Step)?;
+        // A cancellation while no step runs (paused, sleeping) must still stop the run.
+        let token = st.run_token.clone();
+        let me = myself.clone();
+        tokio::spawn(async move {
+            token.cancelled().await;
+            let _ = me.cast(ConductorMsg::TokenCancelled);
+        });
+        if let Some(every) = st.config.tick_every {
+            // Ticks make the agent time-driven: it steps on ticks, not in a loop.
+            st.config.driver = Driver::Events;
+            st.ticks = Some(inputs::Ticker::start(&myself, every));
+        }
+        match st.config.driver {
+            Driver::Pull => myself.cast(ConductorMsg::Step)?,
+            // Event- and time-driven agents sleep until their first event.
+            Driver::Events => st.set_status(RunStatus::Sleeping).await,
+        }
         Ok(())
     }
 
@@ -329,14 +369,22 @@ impl Actor for Conductor {
         match message {
             // Boxed: the step's state machine is large, and ractor moves each
             // handler future it polls; a pointer is cheap to move.
-            ConductorMsg::Step => match Box::pin(st.run_step()).await {
-                Flow::Continue => myself.cast(ConductorMsg::Step)?,
-                Flow::Stop {
-                    reason,
-                    detail,
-                    checks,
-                } => st.finish(&myself, reason, detail, checks).await,
-            },
+            ConductorMsg::Step => {
+                st.wake_pending = false;
+                if st.paused {
+                    st.step_due = true;
+                    return Ok(());
+                }
+                let flow = Box::pin(st.run_step()).await;
+                st.after_step(&myself, flow).await;
+            }
+            ConductorMsg::Input(input) => Box::pin(st.on_input(&myself, input)).await,
+            ConductorMsg::Tick(n) => Box::pin(st.on_tick(&myself, n)).await,
+            ConductorMsg::TokenCancelled => {
+                let reason = st.cancel_cause().await;
+                let detail = format!("{reason} while the run was idle (step {})", st.steps);
+                st.finish(&myself, reason, detail, Vec::new()).await;
+            }
             ConductorMsg::Abort(reason) => {
                 let _ = st.children.budget.cast(BudgetMsg::CancelAll(reason));
                 st.run_token.cancel();
@@ -490,7 +538,9 @@ impl ConductorState {
         // 3. Act.
         let mut flow = Flow::Continue;
         let mut answer = None;
+        let mut final_text = false;
         let mut attempts = Vec::new();
+        let mut approvals = Vec::new();
         let mut execution_spent = None;
         let results = match &out.decision {
             Decision::ToolCalls { calls } if !calls.is_empty() => {
@@ -501,6 +551,7 @@ impl ConductorState {
                 }
                 answer = finish_answer(&executed.results);
                 attempts = executed.attempts;
+                approvals = executed.approvals;
                 executed.results
             }
             Decision::ToolCalls { .. } => vec![policy_error(
@@ -508,6 +559,7 @@ impl ConductorState {
             )],
             Decision::Final { answer: text } => {
                 answer = Some(text.clone());
+                final_text = true;
                 Vec::new()
             }
             Decision::Failed { message, fatal } => {
@@ -525,6 +577,12 @@ impl ConductorState {
                 step,
                 result: r.clone(),
             });
+        }
+
+        // Approval decisions were applied (and numbered) by the state keeper while
+        // the step ran; their trace lines go before the step's.
+        for (seq, version, input) in &approvals {
+            self.trace_input(*seq, *version, input);
         }
 
         // 4. Update: one state update per step, applied by the state keeper. The
@@ -601,7 +659,11 @@ impl ConductorState {
             return flow;
         }
         if let Some(answer) = answer {
-            return self.verify(answer).await;
+            // An event-driven agent's text answer is a reply; it sleeps until the
+            // next event. Only `task.finish` ends such a run.
+            if !(final_text && self.config.driver == Driver::Events) {
+                return self.verify(answer).await;
+            }
         }
         if self.progress_stalled(fp) {
             let window = self.config.progress_window;
@@ -646,14 +708,14 @@ impl ConductorState {
             // are reported as lost (its supervisor, this conductor, restarts it).
             r = run => r.unwrap_or_else(|e| Executed {
                 results: calls.iter().map(|c| lost_call(c, &e)).collect(),
-                attempts: Vec::new(),
+                ..Executed::default()
             }),
             // The executor answers cancelled calls itself; if it cannot within the
             // grace period, the conductor records them as cancelled.
             _ = async { token.cancelled().await; tokio::time::sleep(CANCEL_GRACE).await } => Executed {
                 results: calls.iter().map(|c| ResultEnvelope::failure(&c.id, &c.name,
                     ToolError::new(ErrorCode::Ecanceled, "cancelled: the executor did not answer in time"))).collect(),
-                attempts: Vec::new(),
+                ..Executed::default()
             },
         };
         let flow = if self.run_token.is_cancelled() {
@@ -783,6 +845,9 @@ impl ConductorState {
         checks: Vec<CheckOutcome>,
     ) {
         self.stopped = true;
+        if let Some(ticker) = self.ticks.take() {
+            ticker.stop();
+        }
         // Nothing of this run may outlive it.
         self.run_token.cancel();
         let budget = ask(&self.children.budget, BudgetMsg::Snapshot)

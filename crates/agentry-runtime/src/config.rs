@@ -13,6 +13,50 @@ pub const DEFAULT_MAX_STEPS: u64 = 50;
 /// Default no-progress window.
 pub const DEFAULT_PROGRESS_WINDOW: usize = 3;
 
+/// Which calls need a human decision before they run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApprovalConfig {
+    /// Tools (by name, scope, `prefix.*`, `*`) whose calls wait for approval.
+    pub require: Grants,
+    /// Every `irreversible_external` tool needs approval too (default true).
+    pub irreversible: bool,
+    /// How long a call waits before it is refused (`EPERM`); `None` waits until
+    /// the run's deadline.
+    pub timeout: Option<std::time::Duration>,
+}
+
+impl Default for ApprovalConfig {
+    fn default() -> Self {
+        ApprovalConfig {
+            require: Grants::new(Vec::<String>::new()),
+            irreversible: true,
+            timeout: Some(std::time::Duration::from_secs(300)),
+        }
+    }
+}
+
+impl ApprovalConfig {
+    /// Whether a call of this tool must wait for a human.
+    pub fn required_for(&self, contract: &agentry_protocol::ToolContract) -> bool {
+        contract.name != agentry_tools::FINISH_TOOL
+            && (self.require.matches(contract)
+                || (self.irreversible
+                    && contract.effect == agentry_protocol::Effect::IrreversibleExternal))
+    }
+}
+
+/// How a run decides when to take its next step.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Driver {
+    /// Step after step until the run stops (the default).
+    #[default]
+    Pull,
+    /// Sleep on the mailbox; each user message, custom event or timer tick wakes
+    /// one step. A final text answer is a reply: the agent sleeps again; only
+    /// `task.finish` (or a budget, an abort, the deadline) ends the run.
+    Events,
+}
+
 /// Everything a run needs besides its policy.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunConfig {
@@ -47,6 +91,14 @@ pub struct RunConfig {
     /// false, subscribers see events from the moment they subscribe, and a run
     /// nobody listens to builds no events at all.
     pub events_from_start: bool,
+    /// Which calls wait for a human decision.
+    pub approval: ApprovalConfig,
+    /// When the run steps.
+    pub driver: Driver,
+    /// Periodic ticks (`every`): each wakes one step of an event-driven agent and
+    /// spends one tick of the budget; a tick due while the previous one still runs
+    /// is skipped and counted, never stacked.
+    pub tick_every: Option<std::time::Duration>,
 }
 
 impl RunConfig {
@@ -70,6 +122,9 @@ impl RunConfig {
             max_parallel: DEFAULT_MAX_PARALLEL,
             retry: RetryPolicy::default(),
             events_from_start: true,
+            approval: ApprovalConfig::default(),
+            driver: Driver::Pull,
+            tick_every: None,
         }
     }
 }

@@ -51,6 +51,20 @@ pub enum RuntimeError {
         /// The spawn error.
         message: String,
     },
+    /// The run has stopped; it takes no more input.
+    #[error("run {run_id} has stopped; it takes no more input")]
+    Stopped {
+        /// Run id.
+        run_id: String,
+    },
+    /// An approval named a call that is not waiting for one.
+    #[error("run {run_id}: {message}")]
+    NoPendingApproval {
+        /// Run id.
+        run_id: String,
+        /// What is wrong, naming the call.
+        message: String,
+    },
     /// The run ended without reporting an outcome (its conductor died).
     #[error("run {run_id}: conductor ended without an outcome")]
     Lost {

@@ -24,8 +24,10 @@ use agentry_protocol::accept::{AcceptCheck, CheckOutcome};
 use agentry_protocol::envelope::{ErrorCode, ResultEnvelope, ToolError};
 use agentry_protocol::event::RunEvent;
 use agentry_protocol::fingerprint::Fingerprinter;
+use agentry_protocol::now_millis;
+use agentry_protocol::state::PendingApproval;
 use agentry_protocol::tool::ToolCall;
-use agentry_protocol::trace::AttemptRecord;
+use agentry_protocol::trace::{AttemptRecord, RunInput};
 use agentry_tools::ToolContext;
 use futures::{FutureExt, StreamExt};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
@@ -37,8 +39,10 @@ use tokio_util::sync::CancellationToken;
 use crate::accept;
 use crate::budget::BudgetMsg;
 use crate::call::ask;
+use crate::config::ApprovalConfig;
 use crate::events::EventSink;
 use crate::registry::{Grants, RegisteredTool, ToolRegistry};
+use crate::state::StateMsg;
 
 /// The longest a cancelled or timed-out call may run its own cancel path (killing
 /// a process group, SIGTERM then SIGKILL) before its future is dropped; each tool
@@ -79,13 +83,23 @@ impl RetryPolicy {
     }
 }
 
+/// An input applied by the state keeper: (input sequence number, state version,
+/// the input).
+pub type AppliedInput = (u64, u64, RunInput);
+
+/// One call's envelope, its attempts (if retried), and its approval decision.
+type CallOutcome = (ResultEnvelope, Vec<AttemptRecord>, Option<AppliedInput>);
+
 /// A step's results plus every attempt made to produce them.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Executed {
     /// One envelope per call, in request order.
     pub results: Vec<ResultEnvelope>,
-    /// Every execution attempt, retries included, in the order they ended.
+    /// Every attempt of the calls that were retried.
     pub attempts: Vec<AttemptRecord>,
+    /// Approval decisions applied while the calls waited: (input sequence number,
+    /// state version, the decision).
+    pub approvals: Vec<AppliedInput>,
 }
 
 /// Messages the executor accepts.
@@ -137,6 +151,10 @@ pub struct ExecutorArgs {
     pub max_parallel: usize,
     /// Backoff between retries.
     pub retry: RetryPolicy,
+    /// The state keeper, where calls park while they wait for approval.
+    pub state: ActorRef<StateMsg>,
+    /// Which calls need approval.
+    pub approval: ApprovalConfig,
 }
 
 /// Executor state: its arguments and the idempotency table.
@@ -218,6 +236,7 @@ impl ExecutorState {
 
         let mut results: Vec<Option<ResultEnvelope>> = vec![None; calls.len()];
         let mut attempts = Vec::new();
+        let mut approvals = Vec::new();
         let mut i = 0;
         while i < prepared.len() {
             // A group: one call that must run alone, or a run of consecutive
@@ -248,9 +267,11 @@ impl ExecutorState {
                 // The common case, one call: no stream machinery.
                 let (k, tool) = (*k, *tool);
                 let args = group.pop().map(|(_, _, a)| a).unwrap_or_default();
-                let (env, tries) = this.run_with_retries(step, &calls[k], tool, args).await;
+                let (env, tries, approval) =
+                    this.run_with_retries(step, &calls[k], tool, args).await;
                 results[k] = Some(env);
                 attempts.extend(tries);
+                approvals.extend(approval);
                 continue;
             }
             let ks: Vec<usize> = group.iter().map(|(k, _, _)| *k).collect();
@@ -260,13 +281,14 @@ impl ExecutorState {
                 .into_iter()
                 .map(|(k, tool, args)| this.run_with_retries(step, &calls[k], tool, args))
                 .collect();
-            let done: Vec<(ResultEnvelope, Vec<AttemptRecord>)> = futures::stream::iter(runs)
+            let done: Vec<CallOutcome> = futures::stream::iter(runs)
                 .buffered(self.args.max_parallel.max(1))
                 .collect()
                 .await;
-            for (k, (env, tries)) in ks.into_iter().zip(done) {
+            for (k, (env, tries, approval)) in ks.into_iter().zip(done) {
                 results[k] = Some(env);
                 attempts.extend(tries);
+                approvals.extend(approval);
             }
         }
 
@@ -292,6 +314,7 @@ impl ExecutorState {
         Executed {
             results: out,
             attempts,
+            approvals,
         }
     }
 
@@ -410,8 +433,16 @@ impl ExecutorState {
         call: &ToolCall,
         tool: &RegisteredTool,
         args: Value,
-    ) -> (ResultEnvelope, Vec<AttemptRecord>) {
+    ) -> (ResultEnvelope, Vec<AttemptRecord>, Option<AppliedInput>) {
         let contract = &tool.contract;
+        let mut approval = None;
+        if self.args.approval.required_for(contract) {
+            let (outcome, applied) = self.await_approval(step, call).await;
+            approval = applied;
+            if let Err(refused) = outcome {
+                return (fail(call, refused), Vec::new(), approval);
+            }
+        }
         let mut records = Vec::new();
         let mut attempt = 1u32;
         // Arguments are only kept for another attempt when one is possible.
@@ -446,16 +477,90 @@ impl ExecutorState {
                 if attempt > 1 {
                     records.push(attempt_record(call, contract, &env, None));
                 }
-                return (env, records);
+                return (env, records, approval);
             }
             let backoff = self.args.retry.backoff(attempt);
             records.push(attempt_record(call, contract, &env, Some(backoff)));
             tokio::select! {
-                _ = self.args.run_token.cancelled() => return (env, records),
+                _ = self.args.run_token.cancelled() => return (env, records, approval),
                 _ = tokio::time::sleep(backoff) => {}
             }
             attempt += 1;
         }
+    }
+
+    /// Parks the call in the state keeper until a human decides, the approval
+    /// timeout passes, or the run is cancelled (the wall clock keeps running).
+    async fn await_approval(
+        &self,
+        step: u64,
+        call: &ToolCall,
+    ) -> (Result<(), ToolError>, Option<AppliedInput>) {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let pending = PendingApproval {
+            step,
+            call: call.clone(),
+            requested_at: now_millis(),
+        };
+        if let Err(e) = self
+            .args
+            .state
+            .cast(StateMsg::AwaitApproval(pending, tx.into()))
+        {
+            let error = ToolError::new(ErrorCode::Einternal, format!("state keeper gone: {e}"));
+            return (Err(error), None);
+        }
+        self.args.events.emit(|| RunEvent::AwaitingApproval {
+            step,
+            call: call.clone(),
+        });
+        let timeout = self.args.approval.timeout.unwrap_or(Duration::MAX);
+        let withdraw = || {
+            let _ = self.args.state.cast(StateMsg::Withdraw(call.id.clone()));
+        };
+        let decision = tokio::select! {
+            decision = rx => match decision {
+                Ok(d) => d,
+                Err(_) => return (Err(self.cancelled_error()), None),
+            },
+            _ = self.args.run_token.cancelled() => {
+                withdraw();
+                return (Err(self.cancelled_error()), None);
+            }
+            _ = tokio::time::sleep(timeout) => {
+                withdraw();
+                let error = ToolError::new(
+                    ErrorCode::Eperm,
+                    format!("no human approved this call within {} ms", timeout.as_millis()),
+                )
+                .with_action("ask for approval again later, or finish without it");
+                return (Err(error), None);
+            }
+        };
+        let input = RunInput::Approval {
+            tool_call_id: call.id.clone(),
+            approved: decision.approved,
+            reason: decision.reason.clone(),
+        };
+        let (seq, version) = decision.applied;
+        let event_input = input.clone();
+        self.args.events.emit(|| RunEvent::InputApplied {
+            seq,
+            input: event_input,
+        });
+        let outcome = if decision.approved {
+            Ok(())
+        } else {
+            let why = decision
+                .reason
+                .map(|r| format!(": {r}"))
+                .unwrap_or_default();
+            Err(
+                ToolError::new(ErrorCode::Eperm, format!("a human denied this call{why}"))
+                    .with_action("do not repeat it; choose another way or finish"),
+            )
+        };
+        (outcome, Some((seq, version, input)))
     }
 
     async fn run_one(

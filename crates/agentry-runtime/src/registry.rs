@@ -161,9 +161,12 @@ impl Grants {
     /// Whether the contract's tool may be called. `task.finish` is always allowed:
     /// a run must be able to end.
     pub fn allows(&self, contract: &ToolContract) -> bool {
-        if contract.name == agentry_tools::FINISH_TOOL {
-            return true;
-        }
+        contract.name == agentry_tools::FINISH_TOOL || self.matches(contract)
+    }
+
+    /// Whether any pattern names the tool (by name or scope), with no exception
+    /// for `task.finish`.
+    pub fn matches(&self, contract: &ToolContract) -> bool {
         self.entries
             .iter()
             .any(|g| pattern_matches(g, &contract.name) || pattern_matches(g, &contract.auth_scope))

@@ -15,8 +15,10 @@ use crate::error::RuntimeError;
 use crate::events::EventSink;
 use crate::policy::Policy;
 use crate::registry::ToolRegistry;
-use crate::state::StateMsg;
+use crate::state::{ApprovalDecision, StateMsg};
 use crate::trace::TraceWriter;
+use agentry_protocol::state::PendingApproval;
+use agentry_protocol::trace::RunInput;
 
 /// Events buffered per subscriber before the slowest one starts missing some.
 const EVENT_BUFFER: usize = 1024;
@@ -191,6 +193,136 @@ impl RunHandle {
         let _ = self
             .conductor
             .cast(ConductorMsg::Abort(StopReason::UserAbort));
+    }
+
+    /// Sends a user message into the run. It enters the session (through the state
+    /// keeper, numbered with every other input) before the next decision; an
+    /// event-driven agent wakes for it.
+    pub fn send_message(&self, text: impl Into<String>) -> Result<(), RuntimeError> {
+        self.input(RunInput::Message { text: text.into() })
+    }
+
+    /// Injects a custom event (a webhook payload, say) as a typed message: it enters
+    /// the session as `{"role": "event", "name": ..., "payload": ...}` at the next
+    /// safe point and wakes an event-driven agent.
+    pub fn inject(
+        &self,
+        name: impl Into<String>,
+        payload: serde_json::Value,
+    ) -> Result<(), RuntimeError> {
+        self.input(RunInput::Event {
+            name: name.into(),
+            payload,
+        })
+    }
+
+    /// Delivers a custom event after `delay` (a one-shot timer), unless the run has
+    /// stopped by then.
+    pub fn after(
+        &self,
+        delay: std::time::Duration,
+        name: impl Into<String>,
+        payload: serde_json::Value,
+    ) {
+        let conductor = self.conductor.clone();
+        let token = self.run_token.clone();
+        let input = RunInput::Event {
+            name: name.into(),
+            payload,
+        };
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = token.cancelled() => {}
+                _ = tokio::time::sleep(delay) => {
+                    let _ = conductor.cast(ConductorMsg::Input(input));
+                }
+            }
+        });
+    }
+
+    /// Pauses the run at its next safe point: the step in progress finishes, no new
+    /// one starts. The wall clock keeps running; the deadline still applies.
+    pub fn pause(&self) -> Result<(), RuntimeError> {
+        self.input(RunInput::Pause)
+    }
+
+    /// Resumes a paused run.
+    pub fn resume(&self) -> Result<(), RuntimeError> {
+        self.input(RunInput::Resume)
+    }
+
+    fn input(&self, input: RunInput) -> Result<(), RuntimeError> {
+        if self.outcome.borrow().is_some() {
+            return Err(RuntimeError::Stopped {
+                run_id: self.run_id.to_string(),
+            });
+        }
+        self.conductor
+            .cast(ConductorMsg::Input(input))
+            .map_err(|_| RuntimeError::Stopped {
+                run_id: self.run_id.to_string(),
+            })
+    }
+
+    /// Approves a call that is waiting for a human; it then runs. Returns the
+    /// decision's input sequence number.
+    pub async fn approve(&self, tool_call_id: &str) -> Result<u64, RuntimeError> {
+        self.decide(tool_call_id, true, None).await
+    }
+
+    /// Denies a waiting call: the model gets `EPERM` for it, with the reason.
+    pub async fn deny(
+        &self,
+        tool_call_id: &str,
+        reason: Option<String>,
+    ) -> Result<u64, RuntimeError> {
+        self.decide(tool_call_id, false, reason).await
+    }
+
+    async fn decide(
+        &self,
+        tool_call_id: &str,
+        approved: bool,
+        reason: Option<String>,
+    ) -> Result<u64, RuntimeError> {
+        let decision = ApprovalDecision {
+            approved,
+            reason,
+            applied: (0, 0),
+        };
+        let id = tool_call_id.to_string();
+        let answer = self
+            .actors
+            .state
+            .call(
+                |reply| StateMsg::Resolve {
+                    tool_call_id: id,
+                    decision,
+                    reply,
+                },
+                None,
+            )
+            .await;
+        match answer {
+            Ok(ractor::rpc::CallResult::Success(Ok(seq))) => Ok(seq),
+            Ok(ractor::rpc::CallResult::Success(Err(message))) => {
+                Err(RuntimeError::NoPendingApproval {
+                    run_id: self.run_id.to_string(),
+                    message,
+                })
+            }
+            _ => Err(RuntimeError::Stopped {
+                run_id: self.run_id.to_string(),
+            }),
+        }
+    }
+
+    /// Calls waiting for a human decision.
+    pub async fn pending_approvals(&self) -> Vec<PendingApproval> {
+        self.snapshot()
+            .await
+            .map(|s| s.pending_approvals)
+            .unwrap_or_default()
     }
 
     /// The run's actors as spawned (see [`RunActors`]).

@@ -8,8 +8,11 @@ use agentry_protocol::budget::Usage;
 use agentry_protocol::decision::Decision;
 use agentry_protocol::envelope::ResultEnvelope;
 use agentry_protocol::fingerprint::Fingerprinter;
-use agentry_protocol::state::{ControlState, RunSnapshot, SessionEntry, TaskState, WorldState};
+use agentry_protocol::state::{
+    ControlState, PendingApproval, RunSnapshot, RunStatus, SessionEntry, TaskState, WorldState,
+};
 use agentry_protocol::stop::StopReason;
+use agentry_protocol::trace::RunInput;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use ractor_cluster_derive::RactorMessage;
 
@@ -21,6 +24,13 @@ pub enum StateUpdate {
         /// Text.
         text: String,
     },
+    /// An input from outside: counted, given its sequence number, and (for
+    /// messages, events and ticks) added to the session.
+    Input(RunInput),
+    /// The run's status changed (paused, sleeping, running).
+    Status(RunStatus),
+    /// Timer ticks were skipped.
+    TicksSkipped(u64),
     /// A whole step: the decision, its results, and the spend, applied atomically.
     Step {
         /// Step number.
@@ -52,6 +62,20 @@ pub struct Applied {
     pub world_digest: String,
     /// Session length after the update.
     pub session_len: usize,
+    /// Inputs applied so far; for an `Input` update, its sequence number.
+    pub inputs: u64,
+}
+
+/// A human's decision on a pending call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApprovalDecision {
+    /// Approved or denied.
+    pub approved: bool,
+    /// Why, for a denial.
+    pub reason: Option<String>,
+    /// Input sequence number and state version the decision was applied at (set by
+    /// the state keeper).
+    pub applied: (u64, u64),
 }
 
 /// Messages the state keeper accepts.
@@ -63,6 +87,21 @@ pub enum StateMsg {
     Snapshot(RpcReplyPort<RunSnapshot>),
     /// Session entries from index `from` on.
     Session(usize, RpcReplyPort<Vec<SessionEntry>>),
+    /// Park a call until a human decides (sent by the executor). The decision
+    /// comes back on the port; the call is visible in snapshots meanwhile.
+    AwaitApproval(PendingApproval, RpcReplyPort<ApprovalDecision>),
+    /// A human's decision on a pending call (from a run handle). Replies with the
+    /// input's sequence number, or an error naming the unknown call.
+    Resolve {
+        /// The pending call.
+        tool_call_id: String,
+        /// The decision.
+        decision: ApprovalDecision,
+        /// Where the result goes.
+        reply: RpcReplyPort<Result<u64, String>>,
+    },
+    /// Drop a pending call without a decision (its wait timed out or was cancelled).
+    Withdraw(String),
 }
 
 /// The run state, owned by the state keeper alone.
@@ -74,6 +113,11 @@ pub struct RunState {
     task: TaskState,
     session: Vec<SessionEntry>,
     control: ControlState,
+    status: RunStatus,
+    /// Calls waiting for a human, with the executor's port for the decision.
+    pending: Vec<(PendingApproval, RpcReplyPort<ApprovalDecision>)>,
+    inputs: u64,
+    ticks_skipped: u64,
 }
 
 impl RunState {
@@ -105,6 +149,25 @@ impl RunState {
     pub fn apply(&mut self, update: StateUpdate) -> Applied {
         match update {
             StateUpdate::UserMessage { text } => self.session.push(SessionEntry::User { text }),
+            StateUpdate::Input(input) => {
+                self.inputs += 1;
+                match input {
+                    RunInput::Message { text } => self.session.push(SessionEntry::User { text }),
+                    RunInput::Event { name, payload } => {
+                        self.session.push(SessionEntry::Event { name, payload });
+                    }
+                    RunInput::Tick { n, skipped } => self.session.push(SessionEntry::Event {
+                        name: "tick".to_string(),
+                        payload: serde_json::json!({ "n": n, "skipped": skipped }),
+                    }),
+                    RunInput::Pause => self.status = RunStatus::Paused,
+                    RunInput::Resume => self.status = RunStatus::Running,
+                    // Recorded through `Resolve`, which also answers the executor.
+                    RunInput::Approval { .. } => {}
+                }
+            }
+            StateUpdate::Status(status) => self.status = status,
+            StateUpdate::TicksSkipped(n) => self.ticks_skipped += n,
             StateUpdate::Step {
                 step,
                 decision,
@@ -142,14 +205,42 @@ impl RunState {
                 self.control.stop_reason = Some(reason);
                 self.control.spent = spent;
                 self.task.done = reason == StopReason::Done;
+                self.status = RunStatus::Stopped;
+                // Nobody will decide these any more; dropping the ports tells the
+                // executor, if it is still waiting.
+                self.pending.clear();
             }
         }
         self.version += 1;
+        self.applied()
+    }
+
+    fn applied(&self) -> Applied {
         Applied {
             version: self.version,
             world_digest: self.world_digest.clone(),
             session_len: self.session.len(),
+            inputs: self.inputs,
         }
+    }
+
+    fn park(&mut self, pending: PendingApproval, port: RpcReplyPort<ApprovalDecision>) {
+        self.pending.push((pending, port));
+        self.status = RunStatus::AwaitingApproval;
+        self.version += 1;
+    }
+
+    fn unpark(&mut self, tool_call_id: &str) -> Option<RpcReplyPort<ApprovalDecision>> {
+        let i = self
+            .pending
+            .iter()
+            .position(|(p, _)| p.call.id == tool_call_id)?;
+        let (_, port) = self.pending.remove(i);
+        if self.pending.is_empty() && self.status == RunStatus::AwaitingApproval {
+            self.status = RunStatus::Running;
+        }
+        self.version += 1;
+        Some(port)
     }
 
     /// Key fields, as written to the trace.
@@ -160,6 +251,10 @@ impl RunState {
             task: self.task.clone(),
             session_len: self.session.len() as u64,
             control: self.control.clone(),
+            status: self.status,
+            pending_approvals: self.pending.iter().map(|(p, _)| p.clone()).collect(),
+            inputs: self.inputs,
+            ticks_skipped: self.ticks_skipped,
         }
     }
 
@@ -207,6 +302,31 @@ impl Actor for StateKeeper {
             }
             StateMsg::Snapshot(reply) => {
                 let _ = reply.send(state.snapshot());
+            }
+            StateMsg::AwaitApproval(pending, port) => state.park(pending, port),
+            StateMsg::Resolve {
+                tool_call_id,
+                decision,
+                reply,
+            } => {
+                let answer = match state.unpark(&tool_call_id) {
+                    Some(port) => {
+                        state.inputs += 1;
+                        let seq = state.inputs;
+                        let decision = ApprovalDecision {
+                            applied: (seq, state.version),
+                            ..decision
+                        };
+                        // The executor may have given up (deadline) just now.
+                        let _ = port.send(decision);
+                        Ok(seq)
+                    }
+                    None => Err(format!("no call {tool_call_id:?} is waiting for approval")),
+                };
+                let _ = reply.send(answer);
+            }
+            StateMsg::Withdraw(tool_call_id) => {
+                state.unpark(&tool_call_id);
             }
             StateMsg::Session(from, reply) => {
                 let from = from.min(state.session.len());

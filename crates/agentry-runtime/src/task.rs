@@ -86,6 +86,7 @@ struct RawBudget {
     max_cost: Option<Value>,
     deadline: Option<Value>,
     max_retries: Option<Value>,
+    max_ticks: Option<Value>,
 }
 
 #[derive(Deserialize)]
@@ -394,6 +395,7 @@ fn budget(raw: RawBudget) -> Result<BudgetLimits, String> {
             .deadline
             .map(|v| duration("budget.deadline", &v).map(millis))
             .transpose()?,
+        max_ticks: opt("max_ticks", raw.max_ticks)?,
         max_retries: raw
             .max_retries
             .map(|v| non_negative("budget.max_retries", &v))
@@ -662,6 +664,7 @@ window = 4
                 goal: "Read numbers.txt, sum the numbers, write the sum to sum.txt".into(),
                 limits: BudgetLimits {
                     max_retries: None,
+                    max_ticks: None,
                     max_steps: Some(8),
                     max_tool_calls: Some(6),
                     max_tokens: Some(100_000),

@@ -23,13 +23,13 @@
 pub use agentry_protocol as protocol;
 pub use agentry_protocol::{
     AcceptCheck, BudgetLimits, Decision, Effect, ErrorCode, Idempotency, PolicyOutput,
-    ResultEnvelope, StopReason, ToolCall, ToolContract, ToolError,
+    ResultEnvelope, RunStatus, StopReason, ToolCall, ToolContract, ToolError,
 };
 pub use agentry_runtime::policy::{Script, ScriptedPolicy};
 pub use agentry_runtime::task::TaskSpec;
 pub use agentry_runtime::{
-    Grants, Policy, PolicyContext, RunConfig, RunHandle, RunOutcome, Runtime, RuntimeError,
-    ToolRegistry,
+    ApprovalConfig, Driver, Grants, Policy, PolicyContext, RunConfig, RunHandle, RunOutcome,
+    Runtime, RuntimeError, ToolRegistry,
 };
 pub use agentry_tools::{Tool, ToolContext, ToolOutput};
 pub use async_trait::async_trait;

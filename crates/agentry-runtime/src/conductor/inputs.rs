@@ -1,0 +1,254 @@
+//! Inputs from outside and the run's schedule: user messages, custom events,
+//! pause/resume, timer ticks, and what happens after a step (next step, sleep,
+//! stop).
+//!
+//! Every input is applied through the state keeper, which numbers them: inputs
+//! that arrive together are applied one at a time, in one order, and each gets a
+//! trace line and an event carrying that sequence number.
+
+use agentry_protocol::budget::Usage;
+use agentry_protocol::event::RunEvent;
+use agentry_protocol::state::{RunStatus, SessionEntry};
+use agentry_protocol::stop::StopReason;
+use agentry_protocol::trace::{RunInput, TraceInput, TraceLine};
+use ractor::ActorRef;
+use tokio::task::JoinHandle;
+use tokio::time::{Duration, Instant};
+
+use super::{ConductorMsg, ConductorState, Flow};
+use crate::budget::{BudgetMsg, SpendReply};
+use crate::call::ask;
+use crate::config::Driver;
+use crate::state::{StateMsg, StateUpdate};
+
+/// The timer of a time-driven agent. Ticks are scheduled one at a time, the next
+/// only after the current one's step has finished, so they can never stack: a
+/// tick whose time passed while the previous one was still running is skipped
+/// and counted.
+pub(crate) struct Ticker {
+    origin: Instant,
+    every: Duration,
+    timer: JoinHandle<()>,
+    /// Ticks skipped just before the next one that fires.
+    carry: u64,
+}
+
+impl Ticker {
+    /// Schedules tick 1 one period from now.
+    pub(crate) fn start(myself: &ActorRef<ConductorMsg>, every: Duration) -> Ticker {
+        let origin = Instant::now();
+        let timer = schedule(myself, origin + every, 1);
+        Ticker {
+            origin,
+            every,
+            timer,
+            carry: 0,
+        }
+    }
+
+    /// Cancels the pending tick.
+    pub(crate) fn stop(self) {
+        self.timer.abort();
+    }
+
+    /// The first tick after `n` whose time has not passed yet.
+    fn next_after(&self, n: u64) -> u64 {
+        let elapsed = self.origin.elapsed().as_nanos();
+        let due = (elapsed / self.every.as_nanos().max(1)) as u64 + 1;
+        due.max(n + 1)
+    }
+
+    fn at(&self, n: u64) -> Instant {
+        self.origin
+            + self
+                .every
+                .saturating_mul(u32::try_from(n).unwrap_or(u32::MAX))
+    }
+}
+
+fn schedule(myself: &ActorRef<ConductorMsg>, at: Instant, n: u64) -> JoinHandle<()> {
+    let me = myself.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep_until(at).await;
+        let _ = me.cast(ConductorMsg::Tick(n));
+    })
+}
+
+impl ConductorState {
+    /// After a step: stop, take the next step, or sleep until an event.
+    pub(crate) async fn after_step(&mut self, myself: &ActorRef<ConductorMsg>, flow: Flow) {
+        match flow {
+            Flow::Stop {
+                reason,
+                detail,
+                checks,
+            } => self.finish(myself, reason, detail, checks).await,
+            Flow::Continue => match self.config.driver {
+                Driver::Pull => {
+                    let _ = myself.cast(ConductorMsg::Step);
+                }
+                Driver::Events if !self.wake_pending => self.set_status(RunStatus::Sleeping).await,
+                Driver::Events => {}
+            },
+        }
+    }
+
+    /// Applies an input from outside, at a safe point (no step is running).
+    pub(crate) async fn on_input(&mut self, myself: &ActorRef<ConductorMsg>, input: RunInput) {
+        match input {
+            RunInput::Pause => {
+                if !self.paused {
+                    self.paused = true;
+                    self.record_input(RunInput::Pause).await;
+                }
+            }
+            RunInput::Resume => {
+                if self.paused {
+                    self.paused = false;
+                    self.record_input(RunInput::Resume).await;
+                    if std::mem::take(&mut self.step_due) {
+                        self.wake(myself);
+                    }
+                }
+            }
+            RunInput::Message { .. } | RunInput::Event { .. } => {
+                self.record_input(input).await;
+                if self.config.driver == Driver::Events {
+                    if self.paused {
+                        self.step_due = true;
+                    } else {
+                        self.wake(myself);
+                    }
+                }
+            }
+            // Ticks come from the run's own timer and approvals from the state
+            // keeper; neither is accepted from outside.
+            RunInput::Tick { .. } | RunInput::Approval { .. } => {}
+        }
+    }
+
+    /// Timer tick `n` is due: spend a tick, wake one step, schedule the next tick.
+    pub(crate) async fn on_tick(&mut self, myself: &ActorRef<ConductorMsg>, n: u64) {
+        let Some(ticker) = self.ticks.as_mut() else {
+            return;
+        };
+        if self.paused {
+            ticker.carry += 1;
+            self.skip_ticks(n, n + 1).await;
+            self.schedule_tick(myself, n + 1);
+            return;
+        }
+        let charge = Usage {
+            ticks: 1,
+            ..Usage::default()
+        };
+        match ask(&self.children.budget, |r| BudgetMsg::Spend(charge, r)).await {
+            Ok(SpendReply::Granted { .. }) => {}
+            Ok(SpendReply::Refused(reason)) => {
+                let detail = format!("{reason}: tick {n} was refused before it ran");
+                return self.finish(myself, reason, detail, Vec::new()).await;
+            }
+            Err(e) => {
+                return self
+                    .finish(myself, StopReason::UnrecoverableError, e, Vec::new())
+                    .await;
+            }
+        }
+        let skipped = self
+            .ticks
+            .as_mut()
+            .map_or(0, |t| std::mem::take(&mut t.carry));
+        self.record_input(RunInput::Tick { n, skipped }).await;
+        self.wake_pending = false;
+        let flow = Box::pin(self.run_step()).await;
+        // Ticks whose time passed while this one ran are skipped, never stacked.
+        let next = self.ticks.as_ref().map_or(n + 1, |t| t.next_after(n));
+        if next > n + 1 {
+            if let Some(t) = self.ticks.as_mut() {
+                t.carry += next - n - 1;
+            }
+            self.skip_ticks(n + 1, next).await;
+        }
+        if let Flow::Continue = flow {
+            self.schedule_tick(myself, next);
+        }
+        self.after_step(myself, flow).await;
+    }
+
+    fn schedule_tick(&mut self, myself: &ActorRef<ConductorMsg>, n: u64) {
+        if let Some(t) = self.ticks.as_mut() {
+            t.timer = schedule(myself, t.at(n), n);
+        }
+    }
+
+    async fn skip_ticks(&mut self, from: u64, to: u64) {
+        let count = to.saturating_sub(from);
+        if count == 0 {
+            return;
+        }
+        let _ = ask(&self.children.state, |r| {
+            StateMsg::Apply(StateUpdate::TicksSkipped(count), Some(r))
+        })
+        .await;
+        for n in from..to {
+            self.emit(|| RunEvent::TickSkipped { n });
+        }
+    }
+
+    /// Queues one wake-up step unless one is already queued.
+    fn wake(&mut self, myself: &ActorRef<ConductorMsg>) {
+        if !self.wake_pending {
+            self.wake_pending = true;
+            let _ = myself.cast(ConductorMsg::Step);
+        }
+    }
+
+    /// Records a status change in the state keeper.
+    pub(crate) async fn set_status(&mut self, status: RunStatus) {
+        let _ = ask(&self.children.state, |r| {
+            StateMsg::Apply(StateUpdate::Status(status), Some(r))
+        })
+        .await;
+    }
+
+    /// Applies an input through the state keeper (which numbers it), hands the
+    /// session entry to the policy's mirror, and records it in the trace and the
+    /// event stream.
+    pub(crate) async fn record_input(&mut self, input: RunInput) {
+        let update = StateUpdate::Input(input.clone());
+        let Ok(applied) = ask(&self.children.state, |r| StateMsg::Apply(update, Some(r))).await
+        else {
+            return;
+        };
+        match &input {
+            RunInput::Message { text } => {
+                self.pending.push(SessionEntry::User { text: text.clone() })
+            }
+            RunInput::Event { name, payload } => self.pending.push(SessionEntry::Event {
+                name: name.clone(),
+                payload: payload.clone(),
+            }),
+            RunInput::Tick { n, skipped } => self.pending.push(SessionEntry::Event {
+                name: "tick".to_string(),
+                payload: serde_json::json!({ "n": n, "skipped": skipped }),
+            }),
+            RunInput::Pause | RunInput::Resume | RunInput::Approval { .. } => {}
+        }
+        self.trace_input(applied.inputs, applied.version, &input);
+        let seq = applied.inputs;
+        self.emit(|| RunEvent::InputApplied { seq, input });
+    }
+
+    /// Writes an input's trace line.
+    pub(crate) fn trace_input(&self, seq: u64, state_version: u64, input: &RunInput) {
+        if let Some(t) = &self.trace {
+            t.write(TraceLine::Input(Box::new(TraceInput {
+                run_id: self.run_id.to_string(),
+                seq,
+                state_version,
+                input: input.clone(),
+                at: agentry_protocol::now_millis(),
+            })));
+        }
+    }
+}
