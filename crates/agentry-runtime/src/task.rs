@@ -24,7 +24,9 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use toml::Value;
 
-use crate::config::{DEFAULT_MAX_STEPS, DEFAULT_PROGRESS_WINDOW, RunConfig};
+use crate::config::{
+    ApprovalConfig, DEFAULT_MAX_STEPS, DEFAULT_PROGRESS_WINDOW, Driver, RunConfig,
+};
 use crate::error::RuntimeError;
 use crate::registry::Grants;
 
@@ -61,6 +63,12 @@ pub struct TaskSpec {
     pub script: Option<PathBuf>,
     /// `dir/workspace`, if it exists.
     pub workspace: Option<PathBuf>,
+    /// Which calls wait for a human decision (`[tools] approve`, `approval_timeout`).
+    pub approval: ApprovalConfig,
+    /// When the run steps (`[driver] mode`).
+    pub driver: Driver,
+    /// Periodic ticks (`[driver] every`).
+    pub tick_every: Option<Duration>,
 }
 
 // Raw shapes: serde checks only the keys. Values stay `toml::Value` so that type
@@ -75,6 +83,14 @@ struct RawTask {
     accept: Option<Value>,
     policy: Option<Value>,
     progress: Option<Value>,
+    driver: Option<Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDriver {
+    mode: Option<Value>,
+    every: Option<Value>,
 }
 
 #[derive(Deserialize)]
@@ -93,6 +109,8 @@ struct RawBudget {
 #[serde(deny_unknown_fields)]
 struct RawTools {
     grant: Option<Value>,
+    approve: Option<Value>,
+    approval_timeout: Option<Value>,
 }
 
 #[derive(Deserialize)]
@@ -197,6 +215,9 @@ impl TaskSpec {
         config.limits = self.limits;
         config.grants = self.grants.clone();
         config.progress_window = self.progress_window;
+        config.approval = self.approval.clone();
+        config.driver = self.driver;
+        config.tick_every = self.tick_every;
         config
     }
 }
@@ -319,9 +340,45 @@ fn validate(raw: RawTask, dir: &Path) -> Result<TaskSpec, String> {
         max_steps: limits.max_steps.or(Some(DEFAULT_MAX_STEPS)),
         ..limits
     };
+    let mut approval = ApprovalConfig::default();
     let grants = match raw.tools {
-        Some(v) => grants(section::<RawTools>("tools", v)?.grant)?,
+        Some(v) => {
+            let tools = section::<RawTools>("tools", v)?;
+            if let Some(approve) = tools.approve {
+                approval.require = Grants::new(patterns("tools.approve", approve)?);
+            }
+            if let Some(t) = tools.approval_timeout {
+                approval.timeout = Some(duration("tools.approval_timeout", &t)?);
+            }
+            grants(tools.grant)?
+        }
         None => Grants::new(DEFAULT_GRANTS.iter().copied()),
+    };
+    let (driver, tick_every) = match raw.driver {
+        None => (Driver::Pull, None),
+        Some(v) => {
+            let d = section::<RawDriver>("driver", v)?;
+            let every = d.every.map(|e| duration("driver.every", &e)).transpose()?;
+            let mode = match d.mode {
+                None if every.is_some() => Driver::Events,
+                None => Driver::Pull,
+                Some(Value::String(m)) if m == "pull" => Driver::Pull,
+                Some(Value::String(m)) if m == "events" => Driver::Events,
+                Some(other) => {
+                    return Err(format!(
+                        "driver.mode: expected \"pull\" or \"events\", found {}",
+                        describe(&other)
+                    ));
+                }
+            };
+            if every.is_some() && mode == Driver::Pull {
+                return Err("driver.every: ticks need mode = \"events\" (a time-driven agent sleeps between ticks)".to_string());
+            }
+            if every.is_some_and(|e| e.is_zero()) {
+                return Err("driver.every: must be longer than zero".to_string());
+            }
+            (mode, every)
+        }
     };
     let accept = match raw.accept {
         None => Vec::new(),
@@ -375,6 +432,9 @@ fn validate(raw: RawTask, dir: &Path) -> Result<TaskSpec, String> {
         progress_window,
         script,
         workspace,
+        approval,
+        driver,
+        tick_every,
     })
 }
 
@@ -407,15 +467,20 @@ fn grants(grant: Option<Value>) -> Result<Grants, String> {
     let Some(grant) = grant else {
         return Ok(Grants::new(DEFAULT_GRANTS.iter().copied()));
     };
-    let Value::Array(items) = grant else {
+    Ok(Grants::new(patterns("tools.grant", grant)?))
+}
+
+/// A list of tool patterns (names, scopes, `prefix.*`, `*`), as in `tools.grant`.
+fn patterns(field: &str, value: Value) -> Result<Vec<String>, String> {
+    let Value::Array(items) = value else {
         return Err(format!(
-            "tools.grant: expected an array of strings, found {}",
-            describe(&grant)
+            "{field}: expected an array of strings, found {}",
+            describe(&value)
         ));
     };
     let mut out = Vec::with_capacity(items.len());
     for (i, item) in items.iter().enumerate() {
-        let at = format!("tools.grant[{i}]");
+        let at = format!("{field}[{i}]");
         let Value::String(p) = item else {
             return Err(format!("{at}: expected a string, found {}", describe(item)));
         };
@@ -432,7 +497,7 @@ fn grants(grant: Option<Value>) -> Result<Grants, String> {
         }
         out.push(p.clone());
     }
-    Ok(Grants::new(out))
+    Ok(out)
 }
 
 fn accept(at: &str, raw: RawAccept) -> Result<AcceptCheck, String> {
@@ -690,8 +755,56 @@ window = 4
                 progress_window: 4,
                 script: Some(PathBuf::from("/nowhere/t1/plan.json")),
                 workspace: None,
+                approval: ApprovalConfig::default(),
+                driver: Driver::Pull,
+                tick_every: None,
             }
         );
+    }
+
+    #[test]
+    fn approvals_and_drivers_parse() {
+        let text = r#"
+goal = "watch the queue"
+[budget]
+max_ticks = 10
+[tools]
+grant = ["payments.*"]
+approve = ["payments.refund"]
+approval_timeout = "2m"
+[driver]
+every = "5s"
+"#;
+        let spec = TaskSpec::parse(text, Path::new("/nowhere/t3")).unwrap();
+        assert_eq!(spec.approval.require, Grants::new(["payments.refund"]));
+        assert_eq!(spec.approval.timeout, Some(Duration::from_secs(120)));
+        assert_eq!(
+            spec.driver,
+            Driver::Events,
+            "ticks imply an event-driven agent"
+        );
+        assert_eq!(spec.tick_every, Some(Duration::from_secs(5)));
+        assert_eq!(spec.limits.max_ticks, Some(10));
+        let config = spec.run_config(PathBuf::from("/tmp"));
+        assert_eq!(config.tick_every, Some(Duration::from_secs(5)));
+
+        for (text, field) in [
+            ("goal = \"g\"\n[driver]\nmode = \"push\"", "driver.mode"),
+            (
+                "goal = \"g\"\n[driver]\nmode = \"pull\"\nevery = \"1s\"",
+                "driver.every",
+            ),
+            ("goal = \"g\"\n[tools]\napprove = \"x\"", "tools.approve"),
+            (
+                "goal = \"g\"\n[tools]\napproval_timeout = 5",
+                "tools.approval_timeout",
+            ),
+        ] {
+            let err = TaskSpec::parse(text, Path::new("/nowhere/t4"))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(field), "{text}: {err}");
+        }
     }
 
     #[test]
