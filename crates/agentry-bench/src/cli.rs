@@ -1,0 +1,129 @@
+//! Command-line arguments and dispatch.
+
+use std::path::PathBuf;
+
+use clap::{Parser, ValueEnum};
+
+use crate::harness::{BenchResult, Options};
+use crate::report::Report;
+use crate::workloads;
+
+/// Which benchmark to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Workload {
+    /// Per-step overhead of one agent (M = 10,000), with its floor ratio.
+    W1,
+    /// N agents × M steps started at once (1,000 × 20).
+    W2,
+    /// S parallel steps of K `sleep_echo` calls (5 × 8).
+    W3,
+    /// Cancellation of a subprocess tool at a 200 ms run deadline.
+    W4,
+    /// W1's step on bare tokio channels, no runtime.
+    Floor,
+    /// Deadline → whole process group gone, over R runs (issue 3).
+    Cancel,
+    /// One step of K calls sleeping 50 ms each, over R runs (issue 3).
+    Parallel,
+}
+
+/// `agentry-bench <workload> [options]`: prints exactly one JSON line.
+#[derive(Debug, Parser)]
+#[command(name = "agentry-bench", version, about)]
+pub struct Args {
+    /// The workload.
+    #[arg(value_enum)]
+    pub workload: Workload,
+    /// Steps per agent (W1: 10000, W2: 20, floor: 10000).
+    #[arg(long)]
+    pub m: Option<u64>,
+    /// Agents (W2: 1000).
+    #[arg(long)]
+    pub n: Option<u64>,
+    /// Calls per parallel step (W3, parallel: 8).
+    #[arg(long)]
+    pub k: Option<u64>,
+    /// Parallel steps (W3: 5).
+    #[arg(long)]
+    pub steps: Option<u64>,
+    /// Repetitions (cancel: 100, parallel: 10).
+    #[arg(long)]
+    pub runs: Option<u64>,
+    /// Write W1's JSONL trace to this file.
+    #[arg(long)]
+    pub trace: Option<PathBuf>,
+    /// W4 through agentry's process tools: `sh -c 'sleep 10 & sleep 10 & wait'`.
+    #[arg(long)]
+    pub grandchildren: bool,
+    /// W4: the tool also kills its child when the call's cancel token fires.
+    #[arg(long)]
+    pub watch_cancel: bool,
+    /// Run deadline in ms (W4: 200, cancel: 100).
+    #[arg(long)]
+    pub deadline_ms: Option<u64>,
+    /// W1/W2 experiment: drop the run's first event receiver right after start,
+    /// so no event is built (see BENCHMARKS.md).
+    #[arg(long)]
+    pub drop_events: bool,
+    /// Tokio worker threads.
+    #[arg(long, default_value_t = 2)]
+    pub threads: usize,
+    /// W2: abort once the process's RSS passes this many MiB.
+    #[arg(long, default_value_t = 12_288.0)]
+    pub max_rss_mib: f64,
+    /// W2: abort after this many seconds.
+    #[arg(long, default_value_t = 600)]
+    pub timeout_s: u64,
+}
+
+impl Args {
+    /// The options, with each workload's defaults filled in.
+    pub fn options(&self) -> Options {
+        let m_default = match self.workload {
+            Workload::W2 => 20,
+            _ => 10_000,
+        };
+        let runs_default = match self.workload {
+            Workload::Cancel => 100,
+            _ => 10,
+        };
+        let deadline_default = match self.workload {
+            Workload::Cancel => 100,
+            _ => 200,
+        };
+        Options {
+            m: self.m.unwrap_or(m_default).max(1),
+            n: self.n.unwrap_or(1_000).max(1),
+            k: self.k.unwrap_or(8).max(1),
+            steps: self.steps.unwrap_or(5).max(1),
+            runs: self.runs.unwrap_or(runs_default).max(1),
+            trace: self.trace.clone(),
+            grandchildren: self.grandchildren,
+            watch_cancel: self.watch_cancel,
+            deadline_ms: self.deadline_ms.unwrap_or(deadline_default),
+            max_rss_mib: self.max_rss_mib,
+            timeout_s: self.timeout_s,
+            threads: self.threads.max(1),
+            drop_events: self.drop_events,
+        }
+    }
+}
+
+/// Runs `workload` inside a tokio runtime (multi-thread, `opts.threads` workers).
+pub fn run(workload: Workload, opts: &Options) -> BenchResult<Report> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(opts.threads)
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        match workload {
+            Workload::W1 => workloads::w1(opts).await,
+            Workload::W2 => workloads::w2(opts).await,
+            Workload::W3 => workloads::w3(opts).await,
+            Workload::W4 => workloads::w4(opts).await,
+            Workload::Floor => workloads::floor(opts).await,
+            Workload::Cancel => workloads::cancel(opts).await,
+            Workload::Parallel => workloads::parallel(opts).await,
+        }
+    })
+}

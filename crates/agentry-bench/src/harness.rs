@@ -1,0 +1,139 @@
+//! What every workload shares: options, the run configuration, the warm-up
+//! episode and the W1/W2 outcome check.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use agentry::{Grants, RunConfig, RunOutcome, Runtime, StopReason};
+
+use crate::model::{AddModel, Probe};
+use crate::tools::SCOPE;
+
+/// The error type of the harness: anything that stops a workload from running
+/// at all (as opposed to a failed check, which is reported as `ok: false`).
+pub type BenchError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Result alias for [`BenchError`].
+pub type BenchResult<T> = Result<T, BenchError>;
+
+/// Workload parameters, already defaulted per workload by the CLI.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Options {
+    /// Steps per agent (W1, W2).
+    pub m: u64,
+    /// Agents (W2).
+    pub n: u64,
+    /// Calls per parallel step (W3, parallel).
+    pub k: u64,
+    /// Parallel steps (W3).
+    pub steps: u64,
+    /// Repetitions (cancel, parallel).
+    pub runs: u64,
+    /// Write the JSONL trace here (W1).
+    pub trace: Option<PathBuf>,
+    /// W4 through agentry's process tools, with a shell forking two grandchildren.
+    pub grandchildren: bool,
+    /// W4: the tool also kills its child on the cancel token, not only on drop.
+    pub watch_cancel: bool,
+    /// Run deadline in milliseconds (W4: 200, cancel: 100).
+    pub deadline_ms: u64,
+    /// W2 stops starting agents and aborts once RSS passes this (MiB).
+    pub max_rss_mib: f64,
+    /// W2 aborts after this many seconds.
+    pub timeout_s: u64,
+    /// Tokio worker threads (reported in params).
+    pub threads: usize,
+    /// W1/W2 experiment: take the run's first event receiver and drop it right
+    /// after start, so the runtime stops building events nobody reads.
+    pub drop_events: bool,
+}
+
+/// A run configuration for the benchmark tools: goal `go`, the bench scope
+/// granted, at most `max_steps` steps, everything else as an embedder's default.
+pub fn config(workdir: &Path, max_steps: u64) -> RunConfig {
+    let mut config = RunConfig::new("go", workdir);
+    config.task_id = "bench".to_string();
+    config.grants = Grants::new([SCOPE]);
+    config.limits.max_steps = Some(max_steps);
+    config
+}
+
+/// The untimed 3-step `add` episode every process runs first (WORKLOAD.md
+/// "Warm-up"), through the same code path as W1.
+pub async fn warm_up(runtime: &Runtime, workdir: &Path) -> BenchResult<()> {
+    let probe = Probe::new(0);
+    let outcome = runtime
+        .run(config(workdir, 3), AddModel::new(3, Arc::clone(&probe)))
+        .await?;
+    check_add(&outcome, &probe, 3).map_err(|e| format!("warm-up failed: {e}"))?;
+    Ok(())
+}
+
+/// WORKLOAD.md's end-of-run check for an M-step `add` run: stopped `done` after
+/// M steps with the final text `done:<M−1>`; the state holds M−1 tool results
+/// (session = goal + M model messages + M−1 results), the last one `"M−1"`
+/// (checked by the model at turn M, as every result before it).
+pub fn check_add(outcome: &RunOutcome, probe: &Probe, m: u64) -> Result<(), String> {
+    if let Some(f) = probe.failure() {
+        return Err(f);
+    }
+    let want_answer = format!("done:{}", m - 1);
+    let mut wrong = Vec::new();
+    if outcome.stop_reason != StopReason::Done {
+        wrong.push(format!(
+            "stop_reason {} ({})",
+            outcome.stop_reason, outcome.detail
+        ));
+    }
+    if outcome.answer.as_deref() != Some(want_answer.as_str()) {
+        wrong.push(format!("answer {:?}", outcome.answer));
+    }
+    if outcome.steps != m || outcome.tool_calls != m - 1 {
+        wrong.push(format!(
+            "{} steps, {} tool calls",
+            outcome.steps, outcome.tool_calls
+        ));
+    }
+    if outcome.state.session_len != 2 * m {
+        wrong.push(format!("session of {} entries", outcome.state.session_len));
+    }
+    if probe.results_seen() != m - 1 || (m > 1 && probe.last_result() != m - 1) {
+        wrong.push(format!(
+            "the model saw {} results, the last {}",
+            probe.results_seen(),
+            probe.last_result()
+        ));
+    }
+    if wrong.is_empty() {
+        Ok(())
+    } else {
+        Err(wrong.join(", "))
+    }
+}
+
+/// Starts a run and waits for its outcome, like [`Runtime::run`]; with
+/// `drop_events`, the handle's first event receiver is taken and dropped at
+/// once (an embedder that subscribes and unsubscribes), so from then on the
+/// runtime has no subscriber and builds no event.
+pub async fn run(
+    runtime: &Runtime,
+    config: RunConfig,
+    policy: impl agentry::Policy,
+    drop_events: bool,
+) -> BenchResult<RunOutcome> {
+    let handle = runtime.start(config, policy).await?;
+    if drop_events {
+        drop(handle.subscribe());
+    }
+    Ok(handle.wait().await?)
+}
+
+/// A fresh working directory for the runs (they touch no file).
+pub fn workdir() -> BenchResult<tempfile::TempDir> {
+    Ok(tempfile::Builder::new().prefix("agentry-bench").tempdir()?)
+}
+
+/// Milliseconds as a float.
+pub fn ms(d: std::time::Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}

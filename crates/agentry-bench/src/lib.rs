@@ -1,0 +1,34 @@
+//! agentry's benchmarks: the scripted-agent workload of WORKLOAD.md (W1–W4),
+//! the bare-channel floor, and issue 3's cancellation and parallel-call figures.
+//!
+//! Everything runs through agentry's public embedding API — [`agentry::Runtime`],
+//! [`agentry::RunConfig`], a [`agentry::Policy`] for the scripted model and
+//! [`agentry::Tool`]s with real JSON Schemas — so the real actors, executor
+//! pipeline (schema validation, grants, idempotency table, fingerprint) and
+//! budget supervisor are what is measured. The binary `agentry-bench` prints
+//! one JSON line per run; BENCHMARKS.md at the repository root explains each
+//! figure and holds the latest ones.
+//!
+//! # Layout
+//! - [`cli`]: arguments and dispatch; [`harness`]: shared run set-up and checks.
+//! - [`model`]: the scripted models (policies) and the [`model::Probe`] they stamp.
+//! - [`tools`]: `add`, `sleep_echo`, `sleep_subprocess`, the process-group tools.
+//! - [`floor`]: W1's step on bare tokio channels.
+//! - [`workloads`]: one function per workload, each returning a [`report::Report`].
+//! - [`procfs`]: process and memory readings from `/proc`.
+//!
+//! ```
+//! use agentry_bench::report::Report;
+//! let mut r = Report::new("w1");
+//! r.param("m", 10).metric("wall_s", 0.5);
+//! assert!(r.to_line().starts_with(r#"{"peer": "agentry", "workload": "w1""#));
+//! ```
+
+pub mod cli;
+pub mod floor;
+pub mod harness;
+pub mod model;
+pub mod procfs;
+pub mod report;
+pub mod tools;
+pub mod workloads;

@@ -1,0 +1,27 @@
+//! `agentry-bench <w1|w2|w3|w4|floor|cancel|parallel> [options]`: runs one
+//! benchmark and prints exactly one JSON line. Exit status 0 when every check
+//! passed, 1 when one failed (`ok: false`) or the workload could not run.
+
+use std::process::ExitCode;
+
+use agentry_bench::cli::Args;
+use agentry_bench::report::Report;
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let opts = args.options();
+    let report = agentry_bench::cli::run(args.workload, &opts).unwrap_or_else(|e| {
+        let name = format!("{:?}", args.workload).to_lowercase();
+        let mut r = Report::new(&name);
+        r.ok = false;
+        r.note(format!("[ERROR] {e}"));
+        r
+    });
+    println!("{}", report.to_line());
+    if report.ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}

@@ -1,0 +1,11 @@
+//! One module per workload family; each function returns the [`Report`](crate::report::Report) to print.
+
+mod w1;
+mod w2;
+mod w3;
+mod w4;
+
+pub use w1::{floor, w1};
+pub use w2::w2;
+pub use w3::{parallel, w3};
+pub use w4::{cancel, w4};

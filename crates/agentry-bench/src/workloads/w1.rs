@@ -1,0 +1,101 @@
+//! W1 (per-step overhead of one agent) and the floor it is compared with.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use agentry::Runtime;
+
+use crate::floor::{self, FloorRun};
+use crate::harness::{BenchResult, Options, check_add, config, run, warm_up, workdir};
+use crate::model::{AddModel, Probe};
+use crate::procfs::cpu_time;
+use crate::report::Report;
+use crate::tools;
+
+fn add_floor_figures(report: &mut Report, run: &FloorRun, m: u64) {
+    let wall = run.wall.as_secs_f64();
+    report
+        .metric_f("wall_s", wall, 6)
+        .metric_f("steps_per_s", m as f64 / wall, 0)
+        .metric_f("us_per_step", wall * 1e6 / m as f64, 3)
+        .metric_f("cpu_us_per_step", run.cpu.as_secs_f64() * 1e6 / m as f64, 3);
+}
+
+/// `floor`: the bare-channel W1 step alone (after a 3-step warm-up episode).
+pub async fn floor(opts: &Options) -> BenchResult<Report> {
+    let m = opts.m;
+    let mut report = Report::new("floor");
+    report.param("m", m).param("threads", opts.threads);
+    floor::run(3).await?.check(3)?;
+    let run = floor::run(m).await?;
+    add_floor_figures(&mut report, &run, m);
+    if let Err(e) = run.check(m) {
+        report.fail(e);
+    }
+    Ok(report)
+}
+
+/// `w1`: one agent, M steps, timed from just before the run starts to the
+/// outcome; the floor is measured first in the same process.
+pub async fn w1(opts: &Options) -> BenchResult<Report> {
+    let m = opts.m;
+    let dir = workdir()?;
+    let runtime = Runtime::new(tools::registry(None)?);
+    warm_up(&runtime, dir.path()).await?;
+    floor::run(3).await?.check(3)?;
+    let floor_run = floor::run(m).await?;
+
+    let probe = Probe::new(m as usize);
+    let model = AddModel::new(m, Arc::clone(&probe));
+    let mut cfg = config(dir.path(), m);
+    cfg.trace = opts.trace.clone();
+    let cpu0 = cpu_time();
+    let t0 = Instant::now();
+    let outcome = run(&runtime, cfg, model, opts.drop_events).await?;
+    let wall = t0.elapsed().as_secs_f64();
+    let cpu_us = cpu_time().saturating_sub(cpu0).as_secs_f64() * 1e6 / m as f64;
+
+    let mut report = Report::new("w1");
+    report
+        .param("m", m)
+        .param("trace", opts.trace.is_some())
+        .param("threads", opts.threads);
+    if opts.drop_events {
+        report.param("drop_events", true);
+    }
+    let us_per_step = wall * 1e6 / m as f64;
+    let floor_us = floor_run.wall.as_secs_f64() * 1e6 / m as f64;
+    report
+        .metric_f("wall_s", wall, 6)
+        .metric_f("steps_per_s", m as f64 / wall, 0)
+        .metric_f("us_per_step", us_per_step, 3);
+    let tenth = (m / 10) as usize;
+    if tenth >= 1 {
+        if let Some(first) = probe.rate(1, 1 + tenth) {
+            report.metric_f("steps_per_s_first10pct", first, 0);
+        }
+        if let Some(last) = probe.rate(m as usize - tenth, m as usize) {
+            report.metric_f("steps_per_s_last10pct", last, 0);
+        }
+    }
+    let floor_cpu_us = floor_run.cpu.as_secs_f64() * 1e6 / m as f64;
+    report
+        .metric_f("floor_us_per_step", floor_us, 3)
+        .metric_f("ratio_vs_floor", us_per_step / floor_us, 2)
+        .metric_f("cpu_us_per_step", cpu_us, 3)
+        .metric_f("floor_cpu_us_per_step", floor_cpu_us, 3)
+        .metric_f("cpu_ratio_vs_floor", cpu_us / floor_cpu_us, 2);
+    if let Some(path) = &opts.trace
+        && let Ok(meta) = std::fs::metadata(path)
+    {
+        report.metric_f("trace_mib", meta.len() as f64 / (1024.0 * 1024.0), 2);
+    }
+    report.metric_f("peak_rss_mib", crate::procfs::peak_rss_mib(), 1);
+    if let Err(e) = check_add(&outcome, &probe, m) {
+        report.fail(e);
+    }
+    if let Err(e) = floor_run.check(m) {
+        report.fail(e);
+    }
+    Ok(report)
+}

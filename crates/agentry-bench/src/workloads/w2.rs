@@ -1,0 +1,118 @@
+//! W2: N agents × M steps started at once on one runtime.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use agentry::{RunHandle, Runtime};
+
+use crate::harness::{BenchResult, Options, check_add, config, warm_up, workdir};
+use crate::model::{AddModel, Probe};
+use crate::procfs::{cpu_time, peak_rss_mib, rss_mib};
+use crate::report::Report;
+use crate::tools;
+
+/// How many starts between two RSS checks of the start loop.
+const RSS_CHECK_EVERY: usize = 1024;
+
+/// Aborts every run of `runtime` when RSS passes `cap_mib` or `timeout` passes,
+/// so a too-large N stops short instead of exhausting the machine.
+fn spawn_guard(runtime: Runtime, cap_mib: f64, timeout: Duration) -> Arc<AtomicBool> {
+    let tripped = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&tripped);
+    tokio::spawn(async move {
+        let until = Instant::now() + timeout;
+        loop {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            if rss_mib() > cap_mib || Instant::now() > until {
+                flag.store(true, Ordering::SeqCst);
+                runtime.shutdown();
+                return;
+            }
+        }
+    });
+    tripped
+}
+
+/// `w2`: creates N models (untimed), then starts N runs and waits for all.
+pub async fn w2(opts: &Options) -> BenchResult<Report> {
+    let (n, m) = (opts.n as usize, opts.m);
+    let dir = workdir()?;
+    let runtime = Runtime::new(tools::registry(None)?);
+    warm_up(&runtime, dir.path()).await?;
+    let cfg = config(dir.path(), m);
+    let probes: Vec<Arc<Probe>> = (0..n).map(|_| Probe::new(0)).collect();
+    let models: Vec<AddModel> = probes
+        .iter()
+        .map(|p| AddModel::new(m, Arc::clone(p)))
+        .collect();
+    let mut handles: Vec<RunHandle> = Vec::with_capacity(n);
+
+    let rss_before = rss_mib();
+    let guard = spawn_guard(
+        runtime.clone(),
+        opts.max_rss_mib,
+        Duration::from_secs(opts.timeout_s),
+    );
+    let cpu0 = cpu_time();
+    let t0 = Instant::now();
+    for (i, model) in models.into_iter().enumerate() {
+        let handle = runtime.start(cfg.clone(), model).await?;
+        if opts.drop_events {
+            drop(handle.subscribe());
+        }
+        handles.push(handle);
+        if i % RSS_CHECK_EVERY == 0 && rss_mib() > opts.max_rss_mib {
+            guard.store(true, Ordering::SeqCst);
+            runtime.shutdown();
+            break;
+        }
+    }
+    let started = handles.len();
+    let mut outcomes = Vec::with_capacity(started);
+    for h in &handles {
+        outcomes.push(h.wait().await?);
+    }
+    let wall = t0.elapsed().as_secs_f64();
+    let cpu = cpu_time().saturating_sub(cpu0).as_secs_f64();
+    let peak = peak_rss_mib();
+    let rss_done = rss_mib();
+    drop(handles);
+    let rss_dropped = rss_mib();
+
+    let mut report = Report::new("w2");
+    report
+        .param("n", opts.n)
+        .param("m", m)
+        .param("threads", opts.threads);
+    if opts.drop_events {
+        report.param("drop_events", true);
+    }
+    report
+        .metric_f("wall_s", wall, 6)
+        .metric_f("steps_per_s", (started as u64 * m) as f64 / wall, 0)
+        .metric_f("cpu_s", cpu, 6)
+        .metric_f("peak_rss_mib", peak, 1)
+        .metric_f("rss_before_mib", rss_before, 1)
+        .metric_f("kib_per_agent", (peak - rss_before) * 1024.0 / n as f64, 2)
+        .metric_f("rss_all_done_mib", rss_done, 1)
+        .metric_f("rss_handles_dropped_mib", rss_dropped, 1);
+    if guard.load(Ordering::SeqCst) {
+        report.fail(format!(
+            "aborted: RSS passed {} MiB or {} s passed after {started} of {n} agents started",
+            opts.max_rss_mib, opts.timeout_s
+        ));
+    }
+    let mut failed = 0;
+    let mut first = None;
+    for (outcome, probe) in outcomes.iter().zip(&probes) {
+        if let Err(e) = check_add(outcome, probe, m) {
+            failed += 1;
+            first.get_or_insert(e);
+        }
+    }
+    if let Some(e) = first {
+        report.fail(format!("{failed} of {started} agents failed; first: {e}"));
+    }
+    Ok(report)
+}

@@ -1,0 +1,215 @@
+//! W4 (cancellation at a wall-clock deadline) and issue 3's `cancel` figure.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use agentry::tools::proc::reap_orphans_here;
+use agentry::{Runtime, StopReason, Tool};
+
+use crate::harness::{BenchResult, Options, config, ms, warm_up, workdir};
+use crate::model::SubprocessModel;
+use crate::procfs::{find_new_group, group_members, kill_hard, wait_all_gone};
+use crate::report::{Report, quantile};
+use crate::tools::{self, SLEEP_SUBPROCESS, SleepSubprocessTool, group_tool};
+
+/// The W4 `--grandchildren` command.
+const W4_GROUP_SCRIPT: &str = "sleep 10 & sleep 10 & wait";
+/// Issue 3's cancellation command.
+const CANCEL_SCRIPT: &str = "sleep 60 & sleep 60 & wait";
+/// Name of the cancel benchmark's tool.
+const GROUP_SLEEP: &str = "group_sleep";
+/// A process group as the benchmarks spawn it: `sh` plus two `sleep`s.
+const GROUP_SIZE: usize = 3;
+
+/// `a − b` in milliseconds, negative when `a` is earlier.
+fn signed_ms(a: Instant, b: Instant) -> f64 {
+    match a.checked_duration_since(b) {
+        Some(d) => ms(d),
+        None => -ms(b - a),
+    }
+}
+
+/// Waits up to `limit` for group `pgid` to leave `/proc` entirely (its zombies
+/// reaped); returns how many entries are left then.
+async fn entries_left(pgid: i32, limit: Duration) -> usize {
+    let until = Instant::now() + limit;
+    loop {
+        let left = group_members(pgid).len();
+        if left == 0 || Instant::now() >= until {
+            return left;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+/// `w4`: one call of a tool that runs `sleep 10` (or, with `--grandchildren`,
+/// agentry's process tool running a shell that forks two), a 200 ms run deadline.
+pub async fn w4(opts: &Options) -> BenchResult<Report> {
+    let deadline = Duration::from_millis(opts.deadline_ms);
+    let dir = workdir()?;
+    let pid = Arc::new(AtomicU32::new(0));
+    let tool: Arc<dyn Tool> = if opts.grandchildren {
+        reap_orphans_here()?;
+        Arc::new(group_tool(SLEEP_SUBPROCESS, W4_GROUP_SCRIPT)?)
+    } else {
+        Arc::new(SleepSubprocessTool {
+            pid: Arc::clone(&pid),
+            watch_cancel: opts.watch_cancel,
+        })
+    };
+    let runtime = Runtime::new(tools::registry(Some(tool))?);
+    warm_up(&runtime, dir.path()).await?;
+    let mut cfg = config(dir.path(), 2);
+    cfg.limits.deadline_ms = Some(opts.deadline_ms);
+
+    let finder = opts
+        .grandchildren
+        .then(|| tokio::task::spawn_blocking(move || find_new_group(&[], GROUP_SIZE, deadline)));
+    let t0 = Instant::now();
+    let outcome = runtime.run(cfg, SubprocessModel::new(None)).await?;
+    let end = Instant::now();
+
+    let (pids, pgid) = match finder {
+        Some(f) => match f.await? {
+            Some((pgid, members)) => (members, Some(pgid)),
+            None => (Vec::new(), None),
+        },
+        None => {
+            let p = pid.load(Ordering::SeqCst) as i32;
+            ((p > 0).then_some(p).into_iter().collect(), None)
+        }
+    };
+    let watched = pids.clone();
+    let gone = tokio::task::spawn_blocking(move || {
+        wait_all_gone(&watched, end, end + Duration::from_secs(1))
+    })
+    .await?;
+
+    let mut report = Report::new("w4");
+    report
+        .param("deadline_ms", opts.deadline_ms)
+        .param("grandchildren", opts.grandchildren)
+        .param("watch_cancel", opts.watch_cancel && !opts.grandchildren)
+        .param("threads", opts.threads);
+    let timed_out = outcome.stop_reason == StopReason::Deadline;
+    let killed = gone.is_some() && !pids.is_empty();
+    report
+        .metric_f("deadline_to_end_ms", signed_ms(end, t0 + deadline), 3)
+        .metric_f("run_wall_ms", ms(end - t0), 3)
+        .metric("timed_out", timed_out)
+        .metric("child_killed", killed)
+        .metric(
+            "child_dead_after_ms",
+            gone.map_or(serde_json::Value::Null, |g| {
+                crate::report::round(ms(g.saturating_duration_since(end)), 3)
+            }),
+        );
+    if !timed_out {
+        report.fail(format!(
+            "stopped {} ({}), not at the deadline",
+            outcome.stop_reason, outcome.detail
+        ));
+    }
+    if pids.is_empty() {
+        report.fail("the tool's process was never seen");
+    } else if !killed {
+        report
+            .fail("child NOT killed: still alive 1 s after the run ended (killed by the harness)");
+        for &p in &pids {
+            kill_hard(p);
+        }
+    }
+    if let Some(pgid) = pgid {
+        kill_hard(-pgid);
+        report.metric("group_size", pids.len()).metric(
+            "zombies_left",
+            entries_left(pgid, Duration::from_millis(200)).await,
+        );
+    }
+    Ok(report)
+}
+
+/// `cancel` (issue 3): R runs of agentry's command tool running
+/// `sh -c 'sleep 60 & sleep 60 & wait'` under a short run deadline; the time
+/// from the deadline until every process of the group is gone (zombies count
+/// as gone; whether they are then reaped is reported as `zombies_left`).
+pub async fn cancel(opts: &Options) -> BenchResult<Report> {
+    let deadline = Duration::from_millis(opts.deadline_ms);
+    let runs = opts.runs.max(1);
+    reap_orphans_here()?;
+    let dir = workdir()?;
+    let tool = group_tool(GROUP_SLEEP, CANCEL_SCRIPT)?;
+    let runtime = Runtime::new(tools::registry(Some(Arc::new(tool)))?);
+    warm_up(&runtime, dir.path()).await?;
+
+    let mut known: Vec<i32> = Vec::new();
+    let (mut gone_ms, mut return_ms) = (Vec::new(), Vec::new());
+    let (mut zombies_left, mut leaked) = (0usize, 0usize);
+    let mut failures: Vec<String> = Vec::new();
+    for run in 0..runs {
+        let mut cfg = config(dir.path(), 2);
+        cfg.limits.deadline_ms = Some(opts.deadline_ms);
+        let skip = known.clone();
+        let t0 = Instant::now();
+        let deadline_at = t0 + deadline;
+        let watcher = tokio::task::spawn_blocking(move || {
+            let (pgid, members) = find_new_group(&skip, GROUP_SIZE, deadline)?;
+            let from = deadline_at.checked_sub(Duration::from_millis(2))?;
+            let gone = wait_all_gone(&members, from, deadline_at + Duration::from_secs(2));
+            Some((pgid, gone))
+        });
+        let outcome = runtime
+            .run(cfg, SubprocessModel::new(Some(GROUP_SLEEP)))
+            .await?;
+        return_ms.push(signed_ms(Instant::now(), deadline_at));
+        if outcome.stop_reason != StopReason::Deadline {
+            failures.push(format!("run {run}: stopped {}", outcome.stop_reason));
+        }
+        match watcher.await? {
+            None => failures.push(format!("run {run}: the process group was never seen")),
+            Some((pgid, gone)) => {
+                known.push(pgid);
+                match gone {
+                    Some(at) => gone_ms.push(signed_ms(at, deadline_at)),
+                    None => {
+                        failures.push(format!(
+                            "run {run}: group {pgid} alive 2 s after the deadline"
+                        ));
+                        leaked += 1;
+                        kill_hard(-pgid);
+                    }
+                }
+                zombies_left += entries_left(pgid, Duration::from_millis(100)).await;
+            }
+        }
+    }
+
+    let mut report = Report::new("cancel");
+    report
+        .param("runs", runs)
+        .param("deadline_ms", opts.deadline_ms)
+        .param("threads", opts.threads);
+    report
+        .metric_f("gone_ms_p50", quantile(&gone_ms, 0.5), 3)
+        .metric_f("gone_ms_p99", quantile(&gone_ms, 0.99), 3)
+        .metric_f("gone_ms_max", quantile(&gone_ms, 1.0), 3)
+        .metric_f("return_ms_p50", quantile(&return_ms, 0.5), 3)
+        .metric_f("return_ms_p99", quantile(&return_ms, 0.99), 3)
+        .metric_f("return_ms_max", quantile(&return_ms, 1.0), 3)
+        .metric("groups_leaked", leaked)
+        .metric("zombies_left", zombies_left);
+    if !failures.is_empty() {
+        report.fail(format!(
+            "{} failures; first: {}",
+            failures.len(),
+            failures[0]
+        ));
+    }
+    if zombies_left > 0 {
+        report.fail(format!(
+            "{zombies_left} zombies not reaped 100 ms after their run"
+        ));
+    }
+    Ok(report)
+}
