@@ -14,6 +14,8 @@ mod process;
 mod props;
 mod retries;
 mod run;
+mod service;
 mod state;
 mod trace;
+mod tree;
 mod validation;

@@ -145,6 +145,7 @@ async fn supervisor_matches_model(limits: BudgetLimits, ops: Vec<Op>) -> Result<
         limits,
         run_token: CancellationToken::new(),
         started: tokio::time::Instant::now(),
+        parent: None,
     };
     let (actor, task) = Actor::spawn(None, BudgetSupervisor, args)
         .await

@@ -55,6 +55,32 @@ impl Usage {
         }
     }
 
+    /// Component-wise saturating difference.
+    pub fn minus(&self, other: &Usage) -> Usage {
+        Usage {
+            steps: self.steps.saturating_sub(other.steps),
+            tool_calls: self.tool_calls.saturating_sub(other.tool_calls),
+            tokens_in: self.tokens_in.saturating_sub(other.tokens_in),
+            tokens_out: self.tokens_out.saturating_sub(other.tokens_out),
+            cost_micros: self.cost_micros.saturating_sub(other.cost_micros),
+            retries: self.retries.saturating_sub(other.retries),
+            ticks: self.ticks.saturating_sub(other.ticks),
+        }
+    }
+
+    /// Component-wise minimum.
+    pub fn min(&self, other: &Usage) -> Usage {
+        Usage {
+            steps: self.steps.min(other.steps),
+            tool_calls: self.tool_calls.min(other.tool_calls),
+            tokens_in: self.tokens_in.min(other.tokens_in),
+            tokens_out: self.tokens_out.min(other.tokens_out),
+            cost_micros: self.cost_micros.min(other.cost_micros),
+            retries: self.retries.min(other.retries),
+            ticks: self.ticks.min(other.ticks),
+        }
+    }
+
     /// Total tokens, in and out.
     pub fn tokens(&self) -> u64 {
         self.tokens_in.saturating_add(self.tokens_out)
@@ -126,6 +152,68 @@ impl BudgetLimits {
 }
 
 impl BudgetLimits {
+    /// Whether `allowance` can be reserved for a child on top of `committed`
+    /// (spent + already reserved): on every limited dimension the sum must stay
+    /// within the limit. The error names the first dimension that does not fit.
+    pub fn covers(&self, committed: &Usage, allowance: &Usage) -> Result<(), String> {
+        let after = committed.plus(allowance);
+        let dims = [
+            ("steps", self.max_steps, after.steps, committed.steps),
+            (
+                "tool_calls",
+                self.max_tool_calls,
+                after.tool_calls,
+                committed.tool_calls,
+            ),
+            (
+                "tokens",
+                self.max_tokens,
+                after.tokens(),
+                committed.tokens(),
+            ),
+            (
+                "cost_micros",
+                self.max_cost_micros,
+                after.cost_micros,
+                committed.cost_micros,
+            ),
+            (
+                "retries",
+                self.max_retries,
+                after.retries,
+                committed.retries,
+            ),
+            ("ticks", self.max_ticks, after.ticks, committed.ticks),
+        ];
+        for (name, limit, wanted, used) in dims {
+            if let Some(limit) = limit
+                && wanted > limit
+            {
+                return Err(format!(
+                    "{name}: the child asked for {} but only {} of {limit} are left",
+                    wanted - used,
+                    limit.saturating_sub(used)
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// What is left on each limited dimension after `committed`, as a usage
+    /// vector (unlimited dimensions are `u64::MAX`).
+    pub fn left(&self, committed: &Usage) -> Usage {
+        let left = |l: Option<u64>, v: u64| l.map_or(u64::MAX, |l| l.saturating_sub(v));
+        Usage {
+            steps: left(self.max_steps, committed.steps),
+            tool_calls: left(self.max_tool_calls, committed.tool_calls),
+            tokens_in: left(self.max_tokens, committed.tokens()),
+            tokens_out: left(self.max_tokens, committed.tokens()),
+            cost_micros: left(self.max_cost_micros, committed.cost_micros),
+            retries: left(self.max_retries, committed.retries),
+            ticks: left(self.max_ticks, committed.ticks),
+        }
+    }
+
     /// Whether one more automatic retry fits.
     pub fn allows_retry(&self, spent: &Usage) -> bool {
         self.max_retries.is_none_or(|l| spent.retries < l)

@@ -19,6 +19,8 @@ pub struct TraceStep {
     /// Parent run id, for child agents.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent_id: Option<String>,
+    /// W3C traceparent: one trace id per agent tree, one span id per run.
+    pub traceparent: String,
     /// Step number, from 1.
     pub step: u64,
     /// Attempt number of the step.
@@ -77,6 +79,14 @@ pub struct AttemptRecord {
 pub struct TraceEnd {
     /// Run id.
     pub run_id: String,
+    /// Parent run id, for child agents.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_id: Option<String>,
+    /// W3C traceparent: one trace id per agent tree, one span id per run.
+    pub traceparent: String,
+    /// Child runs this run spawned, in spawn order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub children: Vec<String>,
     /// Task id.
     pub task_id: String,
     /// Steps taken.

@@ -6,6 +6,8 @@
 //! record before anyone can observe the cancellation) and then cancels the run's
 //! token, which every in-flight tool call is selected against.
 
+use std::collections::HashMap;
+
 use agentry_protocol::budget::{BudgetLimits, BudgetSnapshot, Usage};
 use agentry_protocol::stop::StopReason;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
@@ -53,6 +55,35 @@ pub enum BudgetMsg {
     CancelAll(StopReason),
     /// Sent by the deadline timer.
     DeadlineReached,
+    /// Carve a child's budget out of what is left here: a requested limit must fit
+    /// (spent + reserved + request within this node's limit, on every dimension),
+    /// an unset one on a dimension limited here gets all that is left, and the
+    /// deadline is clamped to this node's. Replies with the child's limits, or why
+    /// the request does not fit.
+    Reserve {
+        /// The child's run id.
+        child_id: String,
+        /// The limits the child asks for.
+        request: BudgetLimits,
+        /// The child's limits, or why not.
+        reply: RpcReplyPort<Result<BudgetLimits, String>>,
+    },
+    /// A child (or a descendant through it) spent this: charge it here and up.
+    ChildSpent {
+        /// The child on the path.
+        child_id: String,
+        /// What was spent.
+        usage: Usage,
+    },
+    /// A child ended: what it did not use of its reservation returns.
+    Release {
+        /// The child.
+        child_id: String,
+    },
+    /// Every child ever carved from this node, in spawn order.
+    Children(RpcReplyPort<Vec<String>>),
+    /// How many children are still running (for the fan-out limit).
+    LiveChildren(RpcReplyPort<usize>),
 }
 
 /// Start-up arguments.
@@ -64,6 +95,18 @@ pub struct BudgetArgs {
     pub run_token: CancellationToken,
     /// When the run started (the deadline counts from here).
     pub started: Instant,
+    /// For a child run: the parent's supervisor and this run's id there. Every
+    /// spend is charged up to it; the unused allowance is released to it at stop.
+    pub parent: Option<ParentLink>,
+}
+
+/// A child's link to its parent's budget supervisor.
+#[derive(Debug, Clone)]
+pub struct ParentLink {
+    /// The parent's budget supervisor.
+    pub budget: ActorRef<BudgetMsg>,
+    /// This run's id, as the parent knows it.
+    pub child_id: String,
 }
 
 /// Supervisor state.
@@ -75,11 +118,88 @@ pub struct BudgetState {
     run_token: CancellationToken,
     cause: Option<StopReason>,
     timer: Option<JoinHandle<()>>,
+    parent: Option<ParentLink>,
+    /// Allowances reserved for live children, minus what they have spent.
+    reserved: Usage,
+    /// Per live child: what is still reserved for it.
+    children: HashMap<String, Usage>,
+    /// Every child carved from this node, in order.
+    spawned: Vec<String>,
 }
 
 impl BudgetState {
     fn snapshot(&self) -> BudgetSnapshot {
         BudgetSnapshot::new(self.limits, self.spent, self.elapsed_ms())
+    }
+
+    /// A child's limits and the allowance to reserve for them (see
+    /// [`BudgetMsg::Reserve`]).
+    fn carve(&self, request: &BudgetLimits) -> Result<(BudgetLimits, Usage), String> {
+        let mine = &self.limits;
+        let left = mine.left(&self.committed());
+        // A dimension limited here is always limited for the child: by its request,
+        // or by everything that is left.
+        let pick = |req: Option<u64>, limit: Option<u64>, left: u64| match (req, limit) {
+            (Some(r), _) => Some(r),
+            (None, Some(_)) => Some(left),
+            (None, None) => None,
+        };
+        let wall_left = mine
+            .deadline_ms
+            .map(|d| d.saturating_sub(self.elapsed_ms()));
+        let deadline_ms = match (request.deadline_ms, wall_left) {
+            (Some(r), Some(w)) => Some(r.min(w)),
+            (r, w) => r.or(w),
+        };
+        let limits = BudgetLimits {
+            max_steps: pick(request.max_steps, mine.max_steps, left.steps),
+            max_tool_calls: pick(request.max_tool_calls, mine.max_tool_calls, left.tool_calls),
+            max_tokens: pick(request.max_tokens, mine.max_tokens, left.tokens_in),
+            max_cost_micros: pick(
+                request.max_cost_micros,
+                mine.max_cost_micros,
+                left.cost_micros,
+            ),
+            deadline_ms,
+            max_retries: pick(request.max_retries, mine.max_retries, left.retries),
+            max_ticks: pick(request.max_ticks, mine.max_ticks, left.ticks),
+        };
+        // Only what is limited here needs setting aside.
+        let reserve = |child: Option<u64>, limit: Option<u64>| {
+            if limit.is_some() {
+                child.unwrap_or(0)
+            } else {
+                0
+            }
+        };
+        let allowance = Usage {
+            steps: reserve(limits.max_steps, mine.max_steps),
+            tool_calls: reserve(limits.max_tool_calls, mine.max_tool_calls),
+            tokens_in: reserve(limits.max_tokens, mine.max_tokens),
+            tokens_out: 0,
+            cost_micros: reserve(limits.max_cost_micros, mine.max_cost_micros),
+            retries: reserve(limits.max_retries, mine.max_retries),
+            ticks: reserve(limits.max_ticks, mine.max_ticks),
+        };
+        mine.covers(&self.committed(), &allowance)?;
+        Ok((limits, allowance))
+    }
+
+    /// Spent plus reserved for children: what this node's own checks count.
+    fn committed(&self) -> Usage {
+        self.spent.plus(&self.reserved)
+    }
+
+    /// Records a spend and charges it to every ancestor (accounting only: the
+    /// spend already fits this node's allowance, which the ancestors reserved).
+    fn record(&mut self, usage: Usage) {
+        self.spent = self.spent.plus(&usage);
+        if let Some(p) = &self.parent {
+            let _ = p.budget.cast(BudgetMsg::ChildSpent {
+                child_id: p.child_id.clone(),
+                usage,
+            });
+        }
     }
 
     fn elapsed_ms(&self) -> u64 {
@@ -126,6 +246,10 @@ impl Actor for BudgetSupervisor {
             })
         });
         Ok(BudgetState {
+            parent: args.parent,
+            reserved: Usage::default(),
+            children: HashMap::new(),
+            spawned: Vec::new(),
             limits: args.limits,
             spent: Usage::default(),
             started: args.started,
@@ -142,6 +266,12 @@ impl Actor for BudgetSupervisor {
     ) -> Result<(), ActorProcessingErr> {
         if let Some(t) = state.timer.take() {
             t.abort();
+        }
+        // What this run did not use returns to its parent.
+        if let Some(p) = &state.parent {
+            let _ = p.budget.cast(BudgetMsg::Release {
+                child_id: p.child_id.clone(),
+            });
         }
         Ok(())
     }
@@ -160,10 +290,10 @@ impl Actor for BudgetSupervisor {
                 } else if let Some(cause) = state.cause {
                     SpendReply::Refused(cause)
                 } else {
-                    match state.limits.check(&state.spent, &charge) {
+                    match state.limits.check(&state.committed(), &charge) {
                         Ok(()) => {
                             let before = state.snapshot();
-                            state.spent = state.spent.plus(&charge);
+                            state.record(charge);
                             SpendReply::Granted {
                                 before,
                                 after: state.snapshot(),
@@ -175,28 +305,76 @@ impl Actor for BudgetSupervisor {
                 let _ = reply.send(answer);
             }
             BudgetMsg::SpendToolCalls(n, reply) => {
+                let committed = state.committed().tool_calls;
                 let left = state
                     .limits
                     .max_tool_calls
-                    .map_or(n, |max| max.saturating_sub(state.spent.tool_calls));
+                    .map_or(n, |max| max.saturating_sub(committed));
                 let granted = if state.cause.is_some() {
                     0
                 } else {
                     n.min(left)
                 };
-                state.spent = state.spent.plus(&Usage::tool_calls(granted));
+                if granted > 0 {
+                    state.record(Usage::tool_calls(granted));
+                }
                 let _ = reply.send((granted, state.snapshot()));
             }
             BudgetMsg::SpendRetry(reply) => {
                 let ok = state.cause.is_none()
                     && !state.deadline_passed()
-                    && state.limits.allows_retry(&state.spent);
+                    && state.limits.allows_retry(&state.committed());
                 if ok {
-                    state.spent.retries += 1;
+                    state.record(Usage {
+                        retries: 1,
+                        ..Usage::default()
+                    });
                 }
                 let _ = reply.send(ok);
             }
-            BudgetMsg::Charge(usage) => state.spent = state.spent.plus(&usage),
+            BudgetMsg::Charge(usage) => state.record(usage),
+            BudgetMsg::Reserve {
+                child_id,
+                request,
+                reply,
+            } => {
+                let answer = match state.cause {
+                    Some(cause) => Err(format!("the parent is stopping ({cause})")),
+                    None => state.carve(&request),
+                };
+                let answer = answer.map(|(limits, allowance)| {
+                    state.spawned.push(child_id.clone());
+                    state.reserved = state.reserved.plus(&allowance);
+                    let entry = state.children.entry(child_id).or_default();
+                    *entry = entry.plus(&allowance);
+                    limits
+                });
+                let _ = reply.send(answer);
+            }
+            BudgetMsg::ChildSpent { child_id, usage } => {
+                // The child's reservation shrinks by what it spent; what it spent
+                // beyond it (tokens known only after a model turn) is spent here too.
+                if let Some(outstanding) = state.children.get_mut(&child_id) {
+                    let mut covered = outstanding.min(&usage);
+                    // Tokens are reserved as one figure (in tokens_in).
+                    covered.tokens_in = outstanding.tokens_in.min(usage.tokens());
+                    covered.tokens_out = 0;
+                    *outstanding = outstanding.minus(&covered);
+                    state.reserved = state.reserved.minus(&covered);
+                }
+                state.record(usage);
+            }
+            BudgetMsg::Release { child_id } => {
+                if let Some(outstanding) = state.children.remove(&child_id) {
+                    state.reserved = state.reserved.minus(&outstanding);
+                }
+            }
+            BudgetMsg::Children(reply) => {
+                let _ = reply.send(state.spawned.clone());
+            }
+            BudgetMsg::LiveChildren(reply) => {
+                let _ = reply.send(state.children.len());
+            }
             BudgetMsg::Snapshot(reply) => {
                 let _ = reply.send(state.snapshot());
             }

@@ -29,7 +29,7 @@ use tokio::sync::watch;
 use tokio::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
-use crate::budget::{BudgetArgs, BudgetMsg, BudgetSupervisor, SpendReply};
+use crate::budget::{BudgetArgs, BudgetMsg, BudgetSupervisor, ParentLink, SpendReply};
 use crate::call::ask;
 use crate::config::{Driver, RunConfig};
 use crate::events::EventSink;
@@ -129,6 +129,28 @@ pub struct ConductorArgs {
     /// Receives the four actors' addresses once they run, so a handle can read
     /// state without waiting for the conductor's step to end.
     pub actors: Option<tokio::sync::oneshot::Sender<RunActors>>,
+    /// Where this run sits in an agent tree.
+    pub lineage: Lineage,
+}
+
+/// Where a run sits in an agent tree.
+#[derive(Debug, Clone)]
+pub struct Lineage {
+    /// The parent run and its budget supervisor, for a child.
+    pub parent: Option<(Arc<str>, ActorRef<BudgetMsg>)>,
+    /// Depth in the tree (the root is 0).
+    pub depth: u32,
+    /// W3C trace id shared by the whole tree (32 hex digits).
+    pub trace_id: String,
+}
+
+impl Lineage {
+    /// The W3C `traceparent` of run `run_id` in this tree.
+    pub fn traceparent(&self, run_id: &str) -> String {
+        let mut f = agentry_protocol::fingerprint::Fingerprinter::new();
+        f.str(run_id);
+        format!("00-{}-{}-01", self.trace_id, f.finish_short())
+    }
 }
 
 struct Children {
@@ -167,6 +189,12 @@ pub struct ConductorState {
     wake_pending: bool,
     /// Timer state of a time-driven agent.
     ticks: Option<inputs::Ticker>,
+    /// Parent run id, for the trace.
+    parent_id: Option<String>,
+    /// W3C traceparent of this run.
+    traceparent: String,
+    /// The parent's budget supervisor, for a child (to learn why it was cancelled).
+    parent_budget: Option<ActorRef<BudgetMsg>>,
 }
 
 mod inputs;
@@ -214,6 +242,7 @@ impl Actor for Conductor {
             events,
             trace,
             actors,
+            lineage,
         } = args;
         let started = Instant::now();
         let deadline = config
@@ -240,6 +269,10 @@ impl Actor for Conductor {
                 limits: config.limits,
                 run_token: run_token.clone(),
                 started,
+                parent: lineage.parent.as_ref().map(|(_, budget)| ParentLink {
+                    budget: budget.clone(),
+                    child_id: run_id.to_string(),
+                }),
             },
             cell.clone(),
         )
@@ -304,6 +337,7 @@ impl Actor for Conductor {
                 budget: budget.clone(),
             });
         }
+        let traceparent = lineage.traceparent(&run_id);
         Ok(ConductorState {
             run_id,
             config,
@@ -329,6 +363,9 @@ impl Actor for Conductor {
             step_due: false,
             wake_pending: false,
             ticks: None,
+            parent_id: lineage.parent.as_ref().map(|(id, _)| id.to_string()),
+            parent_budget: lineage.parent.as_ref().map(|(_, b)| b.clone()),
+            traceparent,
         })
     }
 
@@ -467,12 +504,22 @@ impl ConductorState {
     }
 
     /// Why the run's token was cancelled.
+    /// Why the run's token was cancelled: its own budget's cause, else (a child
+    /// cancelled with its parent) the parent's, else an abort or shutdown.
     async fn cancel_cause(&self) -> StopReason {
-        ask(&self.children.budget, BudgetMsg::StopCause)
+        if let Some(cause) = ask(&self.children.budget, BudgetMsg::StopCause)
             .await
             .ok()
             .flatten()
-            .unwrap_or(StopReason::UserAbort)
+        {
+            return cause;
+        }
+        if let Some(parent) = &self.parent_budget
+            && let Some(cause) = ask(parent, BudgetMsg::StopCause).await.ok().flatten()
+        {
+            return cause;
+        }
+        StopReason::UserAbort
     }
 
     async fn cancelled_flow(&self, during: &str) -> Flow {
@@ -630,7 +677,8 @@ impl ConductorState {
             let record = TraceStep {
                 run_id: self.run_id.to_string(),
                 task_id: self.config.task_id.clone(),
-                parent_id: None,
+                parent_id: self.parent_id.clone(),
+                traceparent: self.traceparent.clone(),
                 step,
                 attempt: 1,
                 model: if out.model.is_empty() {
@@ -869,8 +917,14 @@ impl ConductorState {
         let answer = state.task.answer.clone();
         let mut trace_path = None;
         if let Some(trace) = self.trace.take() {
+            let children = ask(&self.children.budget, BudgetMsg::Children)
+                .await
+                .unwrap_or_default();
             trace.write(TraceLine::Stop(Box::new(TraceEnd {
                 run_id: self.run_id.to_string(),
+                parent_id: self.parent_id.clone(),
+                traceparent: self.traceparent.clone(),
+                children,
                 task_id: self.config.task_id.clone(),
                 steps: self.steps,
                 tool_calls: budget.spent.tool_calls,
@@ -905,6 +959,11 @@ impl ConductorState {
             workdir: self.config.workdir.clone(),
             trace: trace_path,
         };
+        // What this run did not use of its allowance returns to its parent (its
+        // budget supervisor also says so when it stops; a second release is a no-op).
+        if let Some(parent) = &self.parent_budget {
+            let _ = parent.cast(BudgetMsg::Release { child_id: self.run_id.to_string() });
+        }
         self.outcome.send_replace(Some(outcome));
         // The policy or executor may be stuck inside a handler (a hung model call, a
         // tool ignoring cancellation): kill, which aborts the handler, rather than

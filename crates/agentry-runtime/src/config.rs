@@ -13,6 +13,24 @@ pub const DEFAULT_MAX_STEPS: u64 = 50;
 /// Default no-progress window.
 pub const DEFAULT_PROGRESS_WINDOW: usize = 3;
 
+/// Shape limits of an agent tree, set on the root and inherited by every child.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TreeLimits {
+    /// Deepest allowed child (the root is depth 0).
+    pub max_depth: u32,
+    /// Most children one run may have running at once.
+    pub max_children: usize,
+}
+
+impl Default for TreeLimits {
+    fn default() -> Self {
+        TreeLimits {
+            max_depth: 4,
+            max_children: 8,
+        }
+    }
+}
+
 /// Which calls need a human decision before they run.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ApprovalConfig {
@@ -99,6 +117,9 @@ pub struct RunConfig {
     /// spends one tick of the budget; a tick due while the previous one still runs
     /// is skipped and counted, never stacked.
     pub tick_every: Option<std::time::Duration>,
+    /// Depth and fan-out limits of the agent tree this run roots (ignored for a
+    /// child, which inherits its root's).
+    pub tree: TreeLimits,
 }
 
 impl RunConfig {
@@ -125,6 +146,7 @@ impl RunConfig {
             approval: ApprovalConfig::default(),
             driver: Driver::Pull,
             tick_every: None,
+            tree: TreeLimits::default(),
         }
     }
 }

@@ -65,6 +65,14 @@ pub enum RuntimeError {
         /// What is wrong, naming the call.
         message: String,
     },
+    /// A child run was not started (budget, grants, depth or fan-out).
+    #[error("run {parent}: child refused: {message}")]
+    ChildRefused {
+        /// The parent run.
+        parent: String,
+        /// Why, naming the dimension, grant or limit.
+        message: String,
+    },
     /// The run ended without reporting an outcome (its conductor died).
     #[error("run {run_id}: conductor ended without an outcome")]
     Lost {

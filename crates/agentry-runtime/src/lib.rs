@@ -44,7 +44,7 @@ pub mod trace;
 
 pub use budget::BudgetMsg;
 pub use conductor::{ConductorMsg, RunActors, RunOutcome};
-pub use config::{ApprovalConfig, Driver, RunConfig};
+pub use config::{ApprovalConfig, Driver, RunConfig, TreeLimits};
 pub use error::RuntimeError;
 pub use executor::ExecutorMsg;
 pub use policy::{Policy, PolicyContext, PolicyMsg};

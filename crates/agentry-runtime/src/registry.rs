@@ -164,6 +164,17 @@ impl Grants {
         contract.name == agentry_tools::FINISH_TOOL || self.matches(contract)
     }
 
+    /// Whether these grants hold at least what `pattern` grants (for carving a
+    /// child's grants out of a parent's).
+    pub fn covers(&self, pattern: &str) -> bool {
+        self.entries.iter().any(|q| {
+            q == "*"
+                || q == pattern
+                || q.strip_suffix('*')
+                    .is_some_and(|prefix| prefix.ends_with('.') && pattern.starts_with(prefix))
+        })
+    }
+
     /// Whether any pattern names the tool (by name or scope), with no exception
     /// for `task.finish`.
     pub fn matches(&self, contract: &ToolContract) -> bool {

@@ -9,11 +9,15 @@ use ractor::{Actor, ActorRef};
 use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
 
-use crate::conductor::{Conductor, ConductorArgs, ConductorMsg, RunActors, RunOutcome};
+use crate::budget::BudgetMsg;
+use crate::call::ask;
+use crate::conductor::{Conductor, ConductorArgs, ConductorMsg, Lineage, RunActors, RunOutcome};
 use crate::config::RunConfig;
+use crate::config::TreeLimits;
 use crate::error::RuntimeError;
 use crate::events::EventSink;
 use crate::policy::Policy;
+use crate::registry::Grants;
 use crate::registry::ToolRegistry;
 use crate::state::{ApprovalDecision, StateMsg};
 use crate::trace::TraceWriter;
@@ -65,6 +69,120 @@ impl Runtime {
         config: RunConfig,
         policy: Box<dyn Policy>,
     ) -> Result<RunHandle, RuntimeError> {
+        let lineage = Lineage {
+            parent: None,
+            depth: 0,
+            trace_id: uuid::Uuid::now_v7().simple().to_string(),
+        };
+        let tree = config.tree;
+        let grants = config.grants.clone();
+        self.start_inner(
+            config,
+            policy,
+            lineage,
+            self.root.child_token(),
+            tree,
+            grants,
+        )
+        .await
+    }
+
+    /// Starts a child of `parent`: its budget is carved out of what the parent has
+    /// left (a requested limit must fit; an unset one on a dimension the parent
+    /// limits gets all that is left; the deadline is clamped to the parent's), its
+    /// grants may not exceed the parent's, every spend is charged up the tree, and
+    /// what it does not use returns to the parent when it ends. Cancelling or
+    /// stopping the parent cancels the child. Refused, naming why, when the parent
+    /// cannot cover it or a depth or fan-out limit would be passed.
+    pub async fn start_child(
+        &self,
+        parent: &RunHandle,
+        mut config: RunConfig,
+        policy: impl Policy,
+    ) -> Result<RunHandle, RuntimeError> {
+        let refuse = |message: String| RuntimeError::ChildRefused {
+            parent: parent.run_id.to_string(),
+            message,
+        };
+        if parent.outcome().is_some() {
+            return Err(refuse("the parent has stopped".to_string()));
+        }
+        let depth = parent.lineage.depth + 1;
+        if depth > parent.tree.max_depth {
+            return Err(refuse(format!(
+                "a child at depth {depth} would pass the tree's max_depth of {}",
+                parent.tree.max_depth
+            )));
+        }
+        let live = ask(&parent.actors.budget, BudgetMsg::LiveChildren)
+            .await
+            .map_err(refuse)?;
+        if live >= parent.tree.max_children {
+            return Err(refuse(format!(
+                "the parent already runs {live} children, its max_children"
+            )));
+        }
+        if let Some(extra) = config
+            .grants
+            .entries()
+            .iter()
+            .find(|g| !parent.grants.covers(g))
+        {
+            return Err(refuse(format!(
+                "grant {extra:?} is more than the parent holds ({:?})",
+                parent.grants.entries()
+            )));
+        }
+        let run_id = config
+            .run_id
+            .clone()
+            .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
+        let request = config.limits;
+        let child_id = run_id.clone();
+        config.limits = ask(&parent.actors.budget, |reply| BudgetMsg::Reserve {
+            child_id,
+            request,
+            reply,
+        })
+        .await
+        .map_err(&refuse)?
+        .map_err(|m| refuse(format!("the parent cannot cover the child's budget: {m}")))?;
+        config.run_id = Some(run_id.clone());
+        let lineage = Lineage {
+            parent: Some((Arc::clone(&parent.run_id), parent.actors.budget.clone())),
+            depth,
+            trace_id: parent.lineage.trace_id.clone(),
+        };
+        let grants = config.grants.clone();
+        let started = self
+            .start_inner(
+                config,
+                Box::new(policy),
+                lineage,
+                parent.run_token.child_token(),
+                parent.tree,
+                grants,
+            )
+            .await;
+        if started.is_err() {
+            // Nothing runs: the reservation goes back.
+            let _ = parent
+                .actors
+                .budget
+                .cast(BudgetMsg::Release { child_id: run_id });
+        }
+        started
+    }
+
+    async fn start_inner(
+        &self,
+        config: RunConfig,
+        policy: Box<dyn Policy>,
+        lineage: Lineage,
+        run_token: CancellationToken,
+        tree: TreeLimits,
+        grants: Grants,
+    ) -> Result<RunHandle, RuntimeError> {
         if !config.workdir.is_dir() {
             return Err(RuntimeError::Workdir {
                 path: config.workdir.clone(),
@@ -86,7 +204,6 @@ impl Runtime {
             .map(TraceWriter::create)
             .transpose()?;
         let from_start = config.events_from_start;
-        let run_token = self.root.child_token();
         let (actors_tx, actors_rx) = tokio::sync::oneshot::channel();
         let args = ConductorArgs {
             run_id: Arc::clone(&run_id),
@@ -98,6 +215,7 @@ impl Runtime {
             events: EventSink::new(Arc::clone(&run_id), events.clone()),
             trace,
             actors: Some(actors_tx),
+            lineage: lineage.clone(),
         };
         // Subscribe before the first step can emit anything.
         let first = from_start.then(|| events.subscribe());
@@ -123,6 +241,9 @@ impl Runtime {
             outcome: outcome_rx,
             events,
             first: Arc::new(std::sync::Mutex::new(first)),
+            lineage,
+            tree,
+            grants,
         })
     }
 
@@ -157,6 +278,12 @@ pub struct RunHandle {
     events: broadcast::Sender<EventRecord>,
     /// A receiver taken at spawn, so the first subscriber sees every event.
     first: Arc<std::sync::Mutex<Option<broadcast::Receiver<EventRecord>>>>,
+    /// Where the run sits in its agent tree.
+    lineage: Lineage,
+    /// The tree's depth and fan-out limits (the root's).
+    tree: TreeLimits,
+    /// The run's grants (a child may not hold more).
+    grants: Grants,
 }
 
 impl RunHandle {
@@ -323,6 +450,27 @@ impl RunHandle {
             .await
             .map(|s| s.pending_approvals)
             .unwrap_or_default()
+    }
+
+    /// The parent run's id, for a child.
+    pub fn parent_id(&self) -> Option<&str> {
+        self.lineage.parent.as_ref().map(|(id, _)| id.as_ref())
+    }
+
+    /// Depth in the agent tree (the root is 0).
+    pub fn depth(&self) -> u32 {
+        self.lineage.depth
+    }
+
+    /// The W3C traceparent of this run (one trace id per tree).
+    pub fn traceparent(&self) -> String {
+        self.lineage.traceparent(&self.run_id)
+    }
+
+    /// The budget right now, including what descendants have spent (every spend
+    /// in a child is charged to each ancestor).
+    pub async fn budget(&self) -> Option<agentry_protocol::BudgetSnapshot> {
+        ask(&self.actors.budget, BudgetMsg::Snapshot).await.ok()
     }
 
     /// The run's actors as spawned (see [`RunActors`]).

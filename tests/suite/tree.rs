@@ -1,0 +1,496 @@
+//! Agent trees: budgets carved down the tree, charged up it, released back; deadlines
+//! clamped; cancellation of a subtree; the invariant that a tree never overspends
+//! its root, under concurrent spends (property test on the real supervisors).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentry::protocol::budget::{BudgetLimits, BudgetSnapshot, Usage};
+use agentry::runtime::budget::{BudgetArgs, BudgetMsg, BudgetSupervisor, ParentLink, SpendReply};
+use agentry::{Decision, Grants, Runtime, RuntimeError, StopReason, ToolCall};
+use agentry_test_support::{
+    FnPolicy, HangingTool, ScriptBuilder, TestError, TestTask, runtime_with,
+};
+use proptest::prelude::*;
+use ractor::{Actor, ActorRef};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+async fn ask<T: Send + 'static>(
+    actor: &ActorRef<BudgetMsg>,
+    build: impl FnOnce(ractor::RpcReplyPort<T>) -> BudgetMsg,
+) -> Result<T, String> {
+    match actor.call(build, None).await {
+        Ok(ractor::rpc::CallResult::Success(v)) => Ok(v),
+        Ok(_) => Err("no answer".into()),
+        Err(e) => Err(format!("gone: {e}")),
+    }
+}
+
+/// A random tree: node i > 0 hangs under `parent[i] < i`; each node asks for a
+/// budget and then makes a list of spends.
+#[derive(Debug, Clone)]
+struct TreePlan {
+    parents: Vec<usize>,
+    requests: Vec<BudgetLimits>,
+    spends: Vec<Vec<Usage>>,
+}
+
+fn request() -> impl Strategy<Value = BudgetLimits> {
+    let opt = || prop_oneof![Just(None), (0u64..12).prop_map(Some)];
+    (opt(), opt(), opt()).prop_map(|(s, t, c)| BudgetLimits {
+        max_steps: s,
+        max_tool_calls: t,
+        max_cost_micros: c,
+        ..BudgetLimits::default()
+    })
+}
+
+fn spend() -> impl Strategy<Value = Usage> {
+    prop_oneof![
+        Just(Usage::step()),
+        (1u64..3).prop_map(Usage::tool_calls),
+        (1u64..4).prop_map(|c| Usage {
+            cost_micros: c,
+            ..Usage::default()
+        }),
+    ]
+}
+
+/// Depth ≤ 4, fan-out ≤ 5: node i's parent is chosen among nodes whose depth < 4
+/// and whose child count < 5.
+fn tree() -> impl Strategy<Value = TreePlan> {
+    (2usize..16)
+        .prop_flat_map(|n| {
+            (
+                proptest::collection::vec(any::<prop::sample::Index>(), n),
+                proptest::collection::vec(request(), n),
+                proptest::collection::vec(proptest::collection::vec(spend(), 0..12), n),
+            )
+        })
+        .prop_map(|(picks, requests, spends)| {
+            let mut parents = vec![0];
+            let mut depth = vec![0u32];
+            let mut kids = vec![0usize];
+            for pick in picks.iter().skip(1) {
+                let open: Vec<usize> = (0..parents.len())
+                    .filter(|&j| depth[j] < 4 && kids[j] < 5)
+                    .collect();
+                let p = open[pick.index(open.len())];
+                parents.push(p);
+                depth.push(depth[p] + 1);
+                kids.push(0);
+                kids[p] += 1;
+            }
+            TreePlan {
+                parents,
+                requests,
+                spends,
+            }
+        })
+}
+
+fn within(limits: &BudgetLimits, spent: &Usage) -> bool {
+    let ok = |l: Option<u64>, v: u64| l.is_none_or(|l| v <= l);
+    ok(limits.max_steps, spent.steps)
+        && ok(limits.max_tool_calls, spent.tool_calls)
+        && ok(limits.max_cost_micros, spent.cost_micros)
+}
+
+async fn run_tree(root_limits: BudgetLimits, plan: TreePlan) -> Result<(), String> {
+    let root_token = CancellationToken::new();
+    let started = tokio::time::Instant::now();
+    let mut nodes: Vec<Option<(ActorRef<BudgetMsg>, BudgetLimits)>> = Vec::new();
+    let mut refused_reservations = 0;
+    for i in 0..plan.parents.len() {
+        let (limits, parent) = if i == 0 {
+            (root_limits, None)
+        } else {
+            let Some((parent, _)) = nodes[plan.parents[i]].clone() else {
+                nodes.push(None);
+                continue;
+            };
+            let request = plan.requests[i];
+            let child_id = format!("n{i}");
+            match ask(&parent, |reply| BudgetMsg::Reserve {
+                child_id: child_id.clone(),
+                request,
+                reply,
+            })
+            .await?
+            {
+                Ok(limits) => (
+                    limits,
+                    Some(ParentLink {
+                        budget: parent,
+                        child_id,
+                    }),
+                ),
+                Err(_) => {
+                    refused_reservations += 1;
+                    nodes.push(None);
+                    continue;
+                }
+            }
+        };
+        let args = BudgetArgs {
+            limits,
+            run_token: root_token.child_token(),
+            started,
+            parent,
+        };
+        let (actor, _) = Actor::spawn(None, BudgetSupervisor, args)
+            .await
+            .map_err(|e| e.to_string())?;
+        nodes.push(Some((actor, limits)));
+    }
+
+    // Every node spends concurrently.
+    let mut tasks = Vec::new();
+    for (i, node) in nodes.iter().enumerate() {
+        let Some((actor, _)) = node.clone() else {
+            continue;
+        };
+        let spends = plan.spends[i].clone();
+        tasks.push(tokio::spawn(async move {
+            let (mut granted, mut refused) = (Usage::default(), 0usize);
+            for charge in spends {
+                match ask(&actor, |r| BudgetMsg::Spend(charge, r)).await? {
+                    SpendReply::Granted { .. } => granted = granted.plus(&charge),
+                    SpendReply::Refused(_) => refused += 1,
+                }
+                tokio::task::yield_now().await;
+            }
+            Ok::<_, String>((i, granted, refused))
+        }));
+    }
+    let mut own = vec![Usage::default(); nodes.len()];
+    let mut attempted_refused = 0;
+    for t in tasks {
+        let (i, granted, refused) = t.await.map_err(|e| e.to_string())??;
+        own[i] = granted;
+        attempted_refused += refused;
+    }
+    let attempted: usize = nodes
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| n.is_some())
+        .map(|(i, _)| plan.spends[i].len())
+        .sum();
+    let granted_count: usize = nodes
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| n.is_some())
+        .map(|(i, _)| plan.spends[i].len())
+        .sum::<usize>()
+        - attempted_refused;
+    if granted_count + attempted_refused != attempted {
+        return Err("a spend was neither granted nor refused".into());
+    }
+
+    // Settle charge-up messages bottom-up: asking a node after its children have
+    // answered guarantees their charges reached it before its own reply.
+    let mut order: Vec<usize> = (0..nodes.len()).collect();
+    let depth_of = |mut i: usize| {
+        let mut d = 0;
+        while i != 0 {
+            i = plan.parents[i];
+            d += 1;
+        }
+        d
+    };
+    order.sort_by_key(|&i| std::cmp::Reverse(depth_of(i)));
+    let mut snaps: Vec<Option<BudgetSnapshot>> = vec![None; nodes.len()];
+    for i in order {
+        if let Some((actor, _)) = &nodes[i] {
+            snaps[i] = Some(ask(actor, BudgetMsg::Snapshot).await?);
+        }
+    }
+
+    for (i, node) in nodes.iter().enumerate() {
+        let Some((_, limits)) = node else { continue };
+        let snap = snaps[i].ok_or("missing snapshot")?;
+        if !within(limits, &snap.spent) {
+            return Err(format!("node {i} spent {:?} over {limits:?}", snap.spent));
+        }
+        // Each node's total = its own spends + its whole subtree's.
+        let mut subtree = own[i];
+        for (j, o) in own.iter().enumerate() {
+            let mut k = j;
+            while k != 0 && k != i {
+                k = plan.parents[k];
+            }
+            if j != i && k == i && nodes[j].is_some() {
+                subtree = subtree.plus(o);
+            }
+        }
+        if (
+            snap.spent.steps,
+            snap.spent.tool_calls,
+            snap.spent.cost_micros,
+        ) != (subtree.steps, subtree.tool_calls, subtree.cost_micros)
+        {
+            return Err(format!(
+                "node {i}: spent {:?}, subtree spent {subtree:?}",
+                snap.spent
+            ));
+        }
+    }
+    let _ = refused_reservations;
+    for (actor, _) in nodes.into_iter().flatten() {
+        actor.stop(None);
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// Random trees spending concurrently on random dimensions never exceed the
+    /// root's budget (nor any node's) on any dimension; every spend is granted or
+    /// refused (never dropped); the root's total equals the sum of every node's.
+    #[test]
+    fn a_tree_never_overspends_its_root(plan in tree(), steps in 0u64..30, calls in 0u64..30, cost in 0u64..20) {
+        let root = BudgetLimits { max_steps: Some(steps), max_tool_calls: Some(calls), max_cost_micros: Some(cost), ..BudgetLimits::default() };
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().map_err(|e| TestCaseError::fail(e.to_string()))?;
+        rt.block_on(run_tree(root, plan)).map_err(TestCaseError::fail)?;
+    }
+}
+
+fn looping(name: &'static str) -> FnPolicy {
+    FnPolicy::new(move |ctx| Decision::ToolCalls {
+        calls: vec![ToolCall::new(
+            format!("{name}-{}", ctx.step),
+            "hang",
+            json!({}),
+        )],
+    })
+}
+
+/// The child's budget is carved from the parent, charged back up, and what it did
+/// not use is released when it ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn budgets_are_carved_charged_up_and_released() -> Result<(), TestError> {
+    let runtime = Runtime::with_builtins()?;
+    let parent_task = TestTask::new("plan", &[])?.max_steps(10);
+    let mut parent_config = parent_task.config();
+    parent_config.driver = agentry::Driver::Events; // the parent idles while we drive children
+    let parent = runtime
+        .start(
+            parent_config,
+            FnPolicy::new(|_| Decision::Final {
+                answer: "ok".into(),
+            }),
+        )
+        .await?;
+
+    // Asking for more than the parent has is refused, naming the dimension.
+    let greedy = TestTask::new("too much", &[])?.max_steps(11);
+    let err = runtime
+        .start_child(
+            &parent,
+            greedy.config(),
+            ScriptBuilder::new().finish("x").policy(),
+        )
+        .await
+        .err()
+        .ok_or("expected a refusal")?;
+    assert!(matches!(err, RuntimeError::ChildRefused { .. }), "{err}");
+    assert!(err.to_string().contains("steps"), "{err}");
+
+    // A child asking for 6 steps uses 2.
+    let child_task = TestTask::new("sub-task", &[])?.max_steps(6);
+    let child = runtime
+        .start_child(
+            &parent,
+            child_task.config(),
+            ScriptBuilder::new()
+                .final_text("half")
+                .finish("done")
+                .policy(),
+        )
+        .await?;
+    assert_eq!(child.parent_id(), Some(parent.run_id()));
+    let outcome = child.wait().await?;
+    assert_eq!(outcome.stop_reason, StopReason::Done, "{}", outcome.detail);
+    assert_eq!(outcome.steps, 1);
+    assert_eq!(outcome.budget.limits.max_steps, Some(6));
+    // Charged up: the parent's spend includes the child's step.
+    let snap = parent.budget().await.ok_or("no parent budget")?;
+    assert_eq!(snap.spent.steps, 1);
+    // Released: 9 steps are free again, so a child may take all of them.
+    let big = TestTask::new("big", &[])?.max_steps(9);
+    let mut refused = Some(String::new());
+    for _ in 0..100 {
+        let policy = ScriptBuilder::new().finish("ok").policy();
+        match runtime.start_child(&parent, big.config(), policy).await {
+            Ok(c) => {
+                c.wait().await?;
+                refused = None;
+                break;
+            }
+            Err(e) => {
+                refused = Some(e.to_string());
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+    }
+    assert_eq!(refused, None, "the unused allowance returned to the parent");
+    parent.abort();
+    Ok(())
+}
+
+/// Grants, depth and fan-out limits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn children_never_hold_more_than_their_parent() -> Result<(), TestError> {
+    let runtime = Runtime::with_builtins()?;
+    let parent_task = TestTask::new("plan", &[])?.grant(&["fs.read"]);
+    let mut config = parent_task.config();
+    config.driver = agentry::Driver::Events;
+    config.tree.max_depth = 1;
+    config.tree.max_children = 1;
+    let idle = || {
+        FnPolicy::new(|_| Decision::Final {
+            answer: "ok".into(),
+        })
+    };
+    let parent = runtime.start(config, idle()).await?;
+
+    let wider_task = TestTask::new("write", &[])?.max_steps(5);
+    let mut wider = wider_task.config();
+    wider.grants = Grants::new(["fs.*"]);
+    let err = runtime
+        .start_child(&parent, wider, idle())
+        .await
+        .err()
+        .ok_or("expected a refusal")?;
+    assert!(err.to_string().contains("fs.*"), "{err}");
+
+    let child_task = TestTask::new("read", &[])?.max_steps(5);
+    let mut child_config = child_task.config();
+    child_config.driver = agentry::Driver::Events;
+    let (two, deep) = (
+        TestTask::new("two", &[])?.max_steps(5),
+        TestTask::new("deep", &[])?.max_steps(1),
+    );
+    let child = runtime.start_child(&parent, child_config, idle()).await?;
+    let err = runtime
+        .start_child(&parent, two.config(), idle())
+        .await
+        .err()
+        .ok_or("fan-out")?;
+    assert!(err.to_string().contains("max_children"), "{err}");
+    let err = runtime
+        .start_child(&child, deep.config(), idle())
+        .await
+        .err()
+        .ok_or("depth")?;
+    assert!(err.to_string().contains("max_depth"), "{err}");
+    parent.abort();
+    let outcome = child.wait().await?;
+    assert_eq!(
+        outcome.stop_reason,
+        StopReason::UserAbort,
+        "aborting a parent stops its subtree"
+    );
+    Ok(())
+}
+
+/// A child asking for a longer deadline is clamped; when the root's deadline
+/// passes every descendant stops with `deadline` and its tools are cancelled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_roots_deadline_stops_the_whole_tree() -> Result<(), TestError> {
+    let hang = HangingTool::new("hang");
+    let dropped = hang.dropped();
+    let runtime = runtime_with(vec![Arc::new(hang)])?;
+    let root_task = TestTask::new("root", &[])?
+        .grant(&["hang"])
+        .deadline_ms(400);
+    let root = runtime.start(root_task.config(), looping("root")).await?;
+    let child_task = TestTask::new("child", &[])?
+        .grant(&["hang"])
+        .max_steps(10)
+        .deadline_ms(60_000);
+    let child = runtime
+        .start_child(&root, child_task.config(), looping("child"))
+        .await?;
+    let grandchild_task = TestTask::new("grandchild", &[])?
+        .grant(&["hang"])
+        .max_steps(5);
+    let grandchild = runtime
+        .start_child(&child, grandchild_task.config(), looping("grandchild"))
+        .await?;
+
+    let outcomes = tokio::time::timeout(Duration::from_secs(5), async {
+        Ok::<_, RuntimeError>((
+            root.wait().await?,
+            child.wait().await?,
+            grandchild.wait().await?,
+        ))
+    })
+    .await??;
+
+    let child_deadline = outcomes
+        .1
+        .budget
+        .limits
+        .deadline_ms
+        .ok_or("no child deadline")?;
+    assert!(
+        child_deadline <= 400,
+        "clamped to the parent's: {child_deadline}"
+    );
+    for o in [&outcomes.0, &outcomes.1, &outcomes.2] {
+        assert_eq!(
+            o.stop_reason,
+            StopReason::Deadline,
+            "{}: {}",
+            o.task_id,
+            o.detail
+        );
+    }
+    assert_eq!(
+        dropped.get(),
+        3,
+        "every hanging tool in the tree was cancelled"
+    );
+    Ok(())
+}
+
+/// Aborting a middle node stops its subtree and leaves its siblings running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aborting_a_middle_node_stops_its_subtree_only() -> Result<(), TestError> {
+    let hang = HangingTool::new("hang");
+    let runtime = runtime_with(vec![Arc::new(hang)])?;
+    // The tasks own the working directories: they live as long as the test.
+    let [root_t, mid_t, leaf_t, sib_t] = ["root", "mid", "leaf", "sibling"]
+        .map(|goal| TestTask::new(goal, &[]).map(|t| t.grant(&["hang"]).max_steps(10)));
+    let (root_t, mid_t, leaf_t, sib_t) = (root_t?, mid_t?, leaf_t?, sib_t?);
+    let root = runtime
+        .start(root_t.max_steps(50).config(), looping("root"))
+        .await?;
+    let mid = runtime
+        .start_child(&root, mid_t.config(), looping("mid"))
+        .await?;
+    let leaf = runtime
+        .start_child(&mid, leaf_t.max_steps(5).config(), looping("leaf"))
+        .await?;
+    let sibling = runtime
+        .start_child(&root, sib_t.config(), looping("sibling"))
+        .await?;
+
+    mid.abort();
+    let (mid_out, leaf_out) = tokio::time::timeout(Duration::from_secs(5), async {
+        Ok::<_, RuntimeError>((mid.wait().await?, leaf.wait().await?))
+    })
+    .await??;
+    assert_eq!(mid_out.stop_reason, StopReason::UserAbort);
+    assert_eq!(leaf_out.stop_reason, StopReason::UserAbort);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(sibling.outcome().is_none(), "the sibling still runs");
+    assert!(root.outcome().is_none(), "the parent still runs");
+    root.abort();
+    let sib = tokio::time::timeout(Duration::from_secs(5), sibling.wait()).await??;
+    assert_eq!(sib.stop_reason, StopReason::UserAbort);
+    Ok(())
+}
