@@ -1,0 +1,163 @@
+//! `POST /runs`: a JSON request body into a validated task, a script and a fresh
+//! working directory.
+//!
+//! The task fields are the ones of task.toml. Rather than validate them a second
+//! way, the service turns them back into task.toml text and hands that to
+//! `TaskSpec::parse`, so a request gets exactly the CLI's checks and messages
+//! (`budget.max_steps: expected a positive integer, found "ten"`).
+
+use std::path::{Component, Path};
+
+use agentry::{RunConfig, RuntimeError, Script, TaskSpec};
+use serde_json::{Map, Value};
+use tempfile::TempDir;
+
+use super::ApiError;
+
+/// Task id of every run the service starts (task.toml takes it from the task
+/// directory's name; a request has none).
+pub const TASK_ID: &str = "service";
+
+/// A run ready to start.
+#[derive(Debug)]
+pub struct NewRun {
+    /// The run configuration, its working directory set.
+    pub config: RunConfig,
+    /// The scripted policy's script.
+    pub script: Script,
+    /// The working directory; removed when dropped, so it lives as long as the run's entry.
+    pub workdir: TempDir,
+}
+
+/// Validates the body and prepares the working directory with the initial files.
+pub fn prepare(body: Value) -> Result<NewRun, ApiError> {
+    let Value::Object(mut task) = body else {
+        return Err(ApiError::bad_request(
+            "the body must be a JSON object of task fields (goal, budget, tools, accept, progress, driver) plus script and files",
+        ));
+    };
+    // Taken out first: neither is a task.toml field.
+    let script = task.remove("script");
+    let files = task.remove("files");
+    if task.contains_key("policy") {
+        return Err(ApiError::bad_request(
+            "policy: not accepted here; pass the script inline as \"script\"",
+        ));
+    }
+
+    let text = task_toml(task)?;
+    let workdir = tempfile::Builder::new()
+        .prefix("agentry-service-")
+        .tempdir()
+        .map_err(|e| ApiError::internal(format!("cannot create a working directory: {e}")))?;
+    // Parsed against the fresh, still empty directory, so nothing from the
+    // service's own current directory (a script.json, a workspace/) is picked up.
+    let spec = TaskSpec::parse(&text, workdir.path()).map_err(|e| match e {
+        RuntimeError::InvalidTask { message, .. } => ApiError::bad_request(message),
+        other => ApiError::internal(other.to_string()),
+    })?;
+    let script = match script {
+        None => {
+            return Err(ApiError::bad_request(
+                "script: missing; the service runs the scripted policy, so pass {\"turns\": [...]}",
+            ));
+        }
+        Some(v) => {
+            Script::from_value(&v).map_err(|m| ApiError::bad_request(format!("script: {m}")))?
+        }
+    };
+    if let Some(files) = files {
+        write_files(workdir.path(), files)?;
+    }
+
+    let path = std::fs::canonicalize(workdir.path())
+        .map_err(|e| ApiError::internal(format!("working directory: {e}")))?;
+    let mut config = spec.run_config(path);
+    config.task_id = TASK_ID.to_string();
+    Ok(NewRun {
+        config,
+        script,
+        workdir,
+    })
+}
+
+/// The task fields as task.toml text. JSON has `null` and TOML does not, so a
+/// null is refused here, naming its field, instead of failing inside the writer.
+fn task_toml(task: Map<String, Value>) -> Result<String, ApiError> {
+    let mut table = toml::Table::new();
+    for (key, value) in task {
+        let converted = to_toml(&key, value)?;
+        table.insert(key, converted);
+    }
+    toml::to_string(&table)
+        .map_err(|e| ApiError::bad_request(format!("the task cannot be written as TOML: {e}")))
+}
+
+fn to_toml(at: &str, value: Value) -> Result<toml::Value, ApiError> {
+    Ok(match value {
+        Value::Null => {
+            return Err(ApiError::bad_request(format!(
+                "{at}: null is not allowed; leave the field out instead"
+            )));
+        }
+        Value::Bool(b) => toml::Value::Boolean(b),
+        Value::Number(n) => match (n.as_i64(), n.as_f64()) {
+            (Some(i), _) => toml::Value::Integer(i),
+            (None, Some(f)) => toml::Value::Float(f),
+            (None, None) => {
+                return Err(ApiError::bad_request(format!("{at}: {n} is out of range")));
+            }
+        },
+        Value::String(s) => toml::Value::String(s),
+        Value::Array(items) => toml::Value::Array(
+            items
+                .into_iter()
+                .enumerate()
+                .map(|(i, item)| to_toml(&format!("{at}[{i}]"), item))
+                .collect::<Result<_, _>>()?,
+        ),
+        Value::Object(fields) => {
+            let mut table = toml::Table::new();
+            for (key, item) in fields {
+                let converted = to_toml(&format!("{at}.{key}"), item)?;
+                table.insert(key, converted);
+            }
+            toml::Value::Table(table)
+        }
+    })
+}
+
+/// Writes `files` (relative path → content) into `dir`. Paths must stay inside:
+/// no absolute paths, no `..`.
+fn write_files(dir: &Path, files: Value) -> Result<(), ApiError> {
+    let Value::Object(files) = files else {
+        return Err(ApiError::bad_request(
+            "files: expected an object of relative path → file content",
+        ));
+    };
+    for (name, content) in files {
+        let at = format!("files[{name:?}]");
+        let inside = !name.is_empty()
+            && Path::new(&name)
+                .components()
+                .all(|c| matches!(c, Component::Normal(_) | Component::CurDir));
+        if !inside {
+            return Err(ApiError::bad_request(format!(
+                "{at}: expected a relative path without \"..\""
+            )));
+        }
+        let Value::String(content) = content else {
+            return Err(ApiError::bad_request(format!(
+                "{at}: expected the file content as a string"
+            )));
+        };
+        let path = dir.join(&name);
+        let written = match path.parent() {
+            Some(parent) => std::fs::create_dir_all(parent),
+            None => Ok(()),
+        }
+        .and_then(|()| std::fs::write(&path, content));
+        written.map_err(|e| ApiError::bad_request(format!("{at}: cannot write: {e}")))?;
+    }
+    Ok(())
+}
