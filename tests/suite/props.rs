@@ -146,6 +146,7 @@ async fn supervisor_matches_model(limits: BudgetLimits, ops: Vec<Op>) -> Result<
         run_token: CancellationToken::new(),
         started: tokio::time::Instant::now(),
         parent: None,
+        parent_deadline: None,
     };
     let (actor, task) = Actor::spawn(None, BudgetSupervisor, args)
         .await

@@ -119,7 +119,7 @@ async fn run_tree(root_limits: BudgetLimits, plan: TreePlan) -> Result<(), Strin
             })
             .await?
             {
-                Ok(limits) => (
+                Ok((limits, _)) => (
                     limits,
                     Some(ParentLink {
                         budget: parent,
@@ -138,6 +138,7 @@ async fn run_tree(root_limits: BudgetLimits, plan: TreePlan) -> Result<(), Strin
             run_token: root_token.child_token(),
             started,
             parent,
+            parent_deadline: None,
         };
         let (actor, _) = Actor::spawn(None, BudgetSupervisor, args)
             .await
@@ -492,5 +493,51 @@ async fn aborting_a_middle_node_stops_its_subtree_only() -> Result<(), TestError
     root.abort();
     let sib = tokio::time::timeout(Duration::from_secs(5), sibling.wait()).await??;
     assert_eq!(sib.stop_reason, StopReason::UserAbort);
+    Ok(())
+}
+
+/// A model delegates with `agent.spawn` / `agent.wait`: a child's failure comes back
+/// as an observation; a budget the parent cannot cover is refused as `EBUDGET`;
+/// grants wider than the parent's as `EPERM`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_delegates_through_agent_tools() -> Result<(), TestError> {
+    let runtime = Runtime::with_builtins()?;
+    let task = TestTask::new("delegate", &[("a.txt", "1")])?
+        .grant(&["fs.read", "agent"])
+        .max_steps(10);
+    let looping_child = json!({"turns": [{"tool_calls": [{"id": "r", "name": "fs.read", "arguments": {"path": "a.txt"}}]}], "then": "repeat_last"});
+    let policy = ScriptBuilder::new()
+        .call("s1", "agent.spawn", json!({"name": "reader", "goal": "read forever", "budget": {"max_steps": 2}, "script": looping_child}))
+        .and_call("s2", "agent.spawn", json!({"name": "greedy", "goal": "too big", "budget": {"max_steps": 50}, "script": {"turns": [{"final": "x"}]}}))
+        .and_call("s3", "agent.spawn", json!({"name": "writer", "goal": "write", "budget": {"max_steps": 1}, "grant": ["fs.write"], "script": {"turns": [{"final": "x"}]}}))
+        .call("w1", "agent.wait", json!({"child_id": "reader"}))
+        .finish("delegated")
+        .policy();
+
+    let (outcome, events) =
+        agentry_test_support::run_with_events(&runtime, task.config(), policy).await?;
+
+    assert_eq!(outcome.stop_reason, StopReason::Done, "{}", outcome.detail);
+    let results = agentry_test_support::tool_results(&events);
+    let by_id = |id: &str| {
+        results
+            .iter()
+            .find(|(_, r)| r.tool_call_id == id)
+            .map(|(_, r)| r.clone())
+            .ok_or(format!("no result for {id}"))
+    };
+    assert!(by_id("s1")?.ok);
+    assert_eq!(by_id("s2")?.error_code(), Some(agentry::ErrorCode::Ebudget));
+    assert_eq!(by_id("s3")?.error_code(), Some(agentry::ErrorCode::Eperm));
+    let waited = by_id("w1")?;
+    assert!(
+        waited.ok,
+        "a child's failure is an observation, not an error"
+    );
+    let data = waited.data.unwrap_or_default();
+    assert_eq!(data["stop_reason"], "max_steps");
+    assert_eq!(data["name"], "reader");
+    // The child's two steps were charged to the parent.
+    assert_eq!(outcome.budget.spent.steps, outcome.steps + 2);
     Ok(())
 }

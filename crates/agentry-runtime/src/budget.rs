@@ -65,8 +65,9 @@ pub enum BudgetMsg {
         child_id: String,
         /// The limits the child asks for.
         request: BudgetLimits,
-        /// The child's limits, or why not.
-        reply: RpcReplyPort<Result<BudgetLimits, String>>,
+        /// The child's limits and this node's absolute deadline (which bounds the
+        /// child's), or why not.
+        reply: RpcReplyPort<Result<(BudgetLimits, Option<Instant>), String>>,
     },
     /// A child (or a descendant through it) spent this: charge it here and up.
     ChildSpent {
@@ -98,6 +99,8 @@ pub struct BudgetArgs {
     /// For a child run: the parent's supervisor and this run's id there. Every
     /// spend is charged up to it; the unused allowance is released to it at stop.
     pub parent: Option<ParentLink>,
+    /// For a child: the parent's absolute deadline, which bounds this run's.
+    pub parent_deadline: Option<Instant>,
 }
 
 /// A child's link to its parent's budget supervisor.
@@ -121,6 +124,8 @@ pub struct BudgetState {
     parent: Option<ParentLink>,
     /// Allowances reserved for live children, minus what they have spent.
     reserved: Usage,
+    /// The absolute deadline, if any.
+    deadline_at: Option<Instant>,
     /// Per live child: what is still reserved for it.
     children: HashMap<String, Usage>,
     /// Every child carved from this node, in order.
@@ -207,9 +212,7 @@ impl BudgetState {
     }
 
     fn deadline_passed(&self) -> bool {
-        self.limits
-            .deadline_ms
-            .is_some_and(|d| self.elapsed_ms() >= d)
+        self.deadline_at.is_some_and(|at| Instant::now() >= at)
     }
 
     fn cancel(&mut self, reason: StopReason) {
@@ -234,8 +237,18 @@ impl Actor for BudgetSupervisor {
         myself: ActorRef<BudgetMsg>,
         args: BudgetArgs,
     ) -> Result<BudgetState, ActorProcessingErr> {
-        let timer = args.limits.deadline_ms.map(|ms| {
-            let at = args.started + Duration::from_millis(ms);
+        // A child's deadline is never later than its parent's: the earlier of its
+        // own and the parent's absolute instant, so when an ancestor's deadline
+        // fires, every descendant's has passed too (and says `deadline`).
+        let own = args
+            .limits
+            .deadline_ms
+            .map(|ms| args.started + Duration::from_millis(ms));
+        let deadline_at = match (own, args.parent_deadline) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let timer = deadline_at.map(|at| {
             let token = args.run_token.clone();
             tokio::spawn(async move {
                 tokio::time::sleep_until(at).await;
@@ -246,6 +259,7 @@ impl Actor for BudgetSupervisor {
             })
         });
         Ok(BudgetState {
+            deadline_at,
             parent: args.parent,
             reserved: Usage::default(),
             children: HashMap::new(),
@@ -342,12 +356,13 @@ impl Actor for BudgetSupervisor {
                     Some(cause) => Err(format!("the parent is stopping ({cause})")),
                     None => state.carve(&request),
                 };
+                let deadline_at = state.deadline_at;
                 let answer = answer.map(|(limits, allowance)| {
                     state.spawned.push(child_id.clone());
                     state.reserved = state.reserved.plus(&allowance);
                     let entry = state.children.entry(child_id).or_default();
                     *entry = entry.plus(&allowance);
-                    limits
+                    (limits, deadline_at)
                 });
                 let _ = reply.send(answer);
             }

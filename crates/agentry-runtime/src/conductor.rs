@@ -59,7 +59,7 @@ pub struct RunOutcome {
     pub answer: Option<String>,
     /// Steps taken.
     pub steps: u64,
-    /// Tool calls made.
+    /// Tool calls this run made (its budget's spend also counts its children's).
     pub tool_calls: u64,
     /// Final budget.
     pub budget: BudgetSnapshot,
@@ -131,6 +131,8 @@ pub struct ConductorArgs {
     pub actors: Option<tokio::sync::oneshot::Sender<RunActors>>,
     /// Where this run sits in an agent tree.
     pub lineage: Lineage,
+    /// Starts children for `agent.spawn`.
+    pub agents: Arc<dyn agentry_tools::agents::AgentDesk>,
 }
 
 /// Where a run sits in an agent tree.
@@ -142,6 +144,8 @@ pub struct Lineage {
     pub depth: u32,
     /// W3C trace id shared by the whole tree (32 hex digits).
     pub trace_id: String,
+    /// The parent's absolute deadline, which bounds this run's.
+    pub deadline_at: Option<Instant>,
 }
 
 impl Lineage {
@@ -180,6 +184,8 @@ pub struct ConductorState {
     /// When the run started (the budget supervisor counts from the same instant).
     started: Instant,
     steps: u64,
+    /// Tool calls this run made itself (the budget also counts its children's).
+    own_tool_calls: u64,
     stopped: bool,
     /// Paused by the user: no new step starts until `resume`.
     paused: bool,
@@ -243,12 +249,17 @@ impl Actor for Conductor {
             trace,
             actors,
             lineage,
+            agents,
         } = args;
         let started = Instant::now();
-        let deadline = config
+        let own_deadline = config
             .limits
             .deadline_ms
             .map(|ms| started + Duration::from_millis(ms));
+        let deadline = match (own_deadline, lineage.deadline_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         let workdir: Arc<std::path::Path> = Arc::from(config.workdir.as_path());
         let visible: Arc<[_]> = registry
             .specs()
@@ -269,6 +280,7 @@ impl Actor for Conductor {
                 limits: config.limits,
                 run_token: run_token.clone(),
                 started,
+                parent_deadline: lineage.deadline_at,
                 parent: lineage.parent.as_ref().map(|(_, budget)| ParentLink {
                     budget: budget.clone(),
                     child_id: run_id.to_string(),
@@ -313,6 +325,7 @@ impl Actor for Conductor {
             retry: config.retry,
             state: state.clone(),
             approval: config.approval.clone(),
+            agents: Some(agents),
         };
         let (executor, _) =
             Actor::spawn_linked(None, ToolExecutor, executor_args.clone(), cell.clone()).await?;
@@ -358,6 +371,7 @@ impl Actor for Conductor {
             world_digest: initial_world,
             started,
             steps: 0,
+            own_tool_calls: 0,
             stopped: false,
             paused: false,
             step_due: false,
@@ -735,7 +749,10 @@ impl ConductorState {
         let n = calls.len() as u64;
         let (granted, spent) =
             match ask(&self.children.budget, |r| BudgetMsg::SpendToolCalls(n, r)).await {
-                Ok(answer) => answer,
+                Ok(answer) => {
+                    self.own_tool_calls += answer.0;
+                    answer
+                }
                 Err(e) => {
                     return (
                         Executed::default(),
@@ -927,7 +944,7 @@ impl ConductorState {
                 children,
                 task_id: self.config.task_id.clone(),
                 steps: self.steps,
-                tool_calls: budget.spent.tool_calls,
+                tool_calls: self.own_tool_calls,
                 stop_reason: reason,
                 detail: detail.clone(),
                 answer: answer.clone(),
@@ -952,7 +969,7 @@ impl ConductorState {
             detail,
             answer,
             steps: self.steps,
-            tool_calls: budget.spent.tool_calls,
+            tool_calls: self.own_tool_calls,
             budget,
             checks,
             state,
@@ -962,7 +979,9 @@ impl ConductorState {
         // What this run did not use of its allowance returns to its parent (its
         // budget supervisor also says so when it stops; a second release is a no-op).
         if let Some(parent) = &self.parent_budget {
-            let _ = parent.cast(BudgetMsg::Release { child_id: self.run_id.to_string() });
+            let _ = parent.cast(BudgetMsg::Release {
+                child_id: self.run_id.to_string(),
+            });
         }
         self.outcome.send_replace(Some(outcome));
         // The policy or executor may be stuck inside a handler (a hung model call, a

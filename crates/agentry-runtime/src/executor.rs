@@ -155,6 +155,8 @@ pub struct ExecutorArgs {
     pub state: ActorRef<StateMsg>,
     /// Which calls need approval.
     pub approval: ApprovalConfig,
+    /// Starts child agents for `agent.spawn`.
+    pub agents: Option<Arc<dyn agentry_tools::agents::AgentDesk>>,
 }
 
 /// Executor state: its arguments and the idempotency table.
@@ -583,6 +585,7 @@ impl ExecutorState {
             artifacts: Arc::clone(&self.args.artifacts),
             cancel: token.clone(),
             attempt,
+            agents: self.args.agents.clone(),
         };
         let timeout_ms = tool.contract.timeout_ms;
         let work = async {

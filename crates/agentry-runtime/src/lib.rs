@@ -32,6 +32,7 @@ pub mod budget;
 mod call;
 pub mod conductor;
 pub mod config;
+pub mod desk;
 pub mod error;
 pub mod events;
 pub mod executor;

@@ -14,6 +14,7 @@ use crate::call::ask;
 use crate::conductor::{Conductor, ConductorArgs, ConductorMsg, Lineage, RunActors, RunOutcome};
 use crate::config::RunConfig;
 use crate::config::TreeLimits;
+use crate::desk::{ChildPolicyFactory, RunDesk};
 use crate::error::RuntimeError;
 use crate::events::EventSink;
 use crate::policy::Policy;
@@ -28,10 +29,19 @@ use agentry_protocol::trace::RunInput;
 const EVENT_BUFFER: usize = 1024;
 
 /// Starts runs. Cheap to clone; clones share the tool registry and the shutdown token.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Runtime {
     registry: Arc<ToolRegistry>,
     root: CancellationToken,
+    child_policy: Option<ChildPolicyFactory>,
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime")
+            .field("registry", &self.registry)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Runtime {
@@ -40,12 +50,24 @@ impl Runtime {
         Runtime {
             registry: Arc::new(registry),
             root: CancellationToken::new(),
+            child_policy: None,
         }
     }
 
     /// A runtime with only the built-in tools.
     pub fn with_builtins() -> Result<Self, RuntimeError> {
         Ok(Runtime::new(ToolRegistry::with_builtins()?))
+    }
+
+    /// Sets how children started by `agent.spawn` without an inline script get
+    /// their policy (e.g. the same model adapter as their parent).
+    pub fn with_child_policy(mut self, factory: ChildPolicyFactory) -> Self {
+        self.child_policy = Some(factory);
+        self
+    }
+
+    pub(crate) fn child_policy(&self) -> Option<&ChildPolicyFactory> {
+        self.child_policy.as_ref()
     }
 
     /// The tool registry.
@@ -73,6 +95,7 @@ impl Runtime {
             parent: None,
             depth: 0,
             trace_id: uuid::Uuid::now_v7().simple().to_string(),
+            deadline_at: None,
         };
         let tree = config.tree;
         let grants = config.grants.clone();
@@ -97,8 +120,19 @@ impl Runtime {
     pub async fn start_child(
         &self,
         parent: &RunHandle,
-        mut config: RunConfig,
+        config: RunConfig,
         policy: impl Policy,
+    ) -> Result<RunHandle, RuntimeError> {
+        self.start_child_boxed(parent, config, Box::new(policy))
+            .await
+    }
+
+    /// [`Runtime::start_child`] with an already boxed policy.
+    pub async fn start_child_boxed(
+        &self,
+        parent: &RunHandle,
+        mut config: RunConfig,
+        policy: Box<dyn Policy>,
     ) -> Result<RunHandle, RuntimeError> {
         let refuse = |message: String| RuntimeError::ChildRefused {
             parent: parent.run_id.to_string(),
@@ -139,7 +173,7 @@ impl Runtime {
             .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
         let request = config.limits;
         let child_id = run_id.clone();
-        config.limits = ask(&parent.actors.budget, |reply| BudgetMsg::Reserve {
+        let (limits, parent_deadline) = ask(&parent.actors.budget, |reply| BudgetMsg::Reserve {
             child_id,
             request,
             reply,
@@ -147,17 +181,19 @@ impl Runtime {
         .await
         .map_err(&refuse)?
         .map_err(|m| refuse(format!("the parent cannot cover the child's budget: {m}")))?;
+        config.limits = limits;
         config.run_id = Some(run_id.clone());
         let lineage = Lineage {
             parent: Some((Arc::clone(&parent.run_id), parent.actors.budget.clone())),
             depth,
             trace_id: parent.lineage.trace_id.clone(),
+            deadline_at: parent_deadline,
         };
         let grants = config.grants.clone();
         let started = self
             .start_inner(
                 config,
-                Box::new(policy),
+                policy,
                 lineage,
                 parent.run_token.child_token(),
                 parent.tree,
@@ -204,6 +240,7 @@ impl Runtime {
             .map(TraceWriter::create)
             .transpose()?;
         let from_start = config.events_from_start;
+        let desk = Arc::new(RunDesk::new(self.clone(), config.workdir.clone()));
         let (actors_tx, actors_rx) = tokio::sync::oneshot::channel();
         let args = ConductorArgs {
             run_id: Arc::clone(&run_id),
@@ -216,6 +253,7 @@ impl Runtime {
             trace,
             actors: Some(actors_tx),
             lineage: lineage.clone(),
+            agents: Arc::clone(&desk) as Arc<dyn agentry_tools::agents::AgentDesk>,
         };
         // Subscribe before the first step can emit anything.
         let first = from_start.then(|| events.subscribe());
@@ -233,7 +271,7 @@ impl Runtime {
             actor: "conductor",
             message: "the conductor did not report its actors".to_string(),
         })?;
-        Ok(RunHandle {
+        let handle = RunHandle {
             run_id,
             conductor,
             actors,
@@ -244,7 +282,9 @@ impl Runtime {
             lineage,
             tree,
             grants,
-        })
+        };
+        desk.set_parent(handle.clone());
+        Ok(handle)
     }
 
     /// Starts a run and waits for its outcome.
@@ -450,6 +490,11 @@ impl RunHandle {
             .await
             .map(|s| s.pending_approvals)
             .unwrap_or_default()
+    }
+
+    /// The run's grants.
+    pub fn grants(&self) -> &Grants {
+        &self.grants
     }
 
     /// The parent run's id, for a child.

@@ -26,6 +26,7 @@ use async_trait::async_trait;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+pub mod agents;
 pub mod finish;
 pub mod fs;
 pub mod proc;
@@ -33,7 +34,7 @@ pub mod proc;
 pub use finish::{FINISH_TOOL, FinishTool};
 
 /// What a tool gets besides its arguments.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ToolContext {
     /// The run this call belongs to.
     pub run_id: Arc<str>,
@@ -51,6 +52,20 @@ pub struct ToolContext {
     pub cancel: CancellationToken,
     /// Attempt number, from 1.
     pub attempt: u32,
+    /// Starts and waits for child agents of this run (`agent.spawn`, `agent.wait`);
+    /// `None` where the host runs no agent trees.
+    pub agents: Option<Arc<dyn agents::AgentDesk>>,
+}
+
+impl std::fmt::Debug for ToolContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ToolContext")
+            .field("run_id", &self.run_id)
+            .field("call_id", &self.call_id)
+            .field("workdir", &self.workdir)
+            .field("attempt", &self.attempt)
+            .finish_non_exhaustive()
+    }
 }
 
 /// A tool's successful output.
@@ -108,6 +123,8 @@ pub fn builtins() -> Vec<Arc<dyn Tool>> {
         Arc::new(fs::ListTool),
         Arc::new(FinishTool),
         Arc::new(proc::ProcTool::default()),
+        Arc::new(agents::SpawnTool),
+        Arc::new(agents::WaitTool),
     ]
 }
 

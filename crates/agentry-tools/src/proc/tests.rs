@@ -21,6 +21,7 @@ fn ctx(workdir: &Path) -> ToolContext {
         artifacts: Arc::from(workdir.join(".agentry").as_path()),
         cancel: CancellationToken::new(),
         attempt: 1,
+        agents: None,
     }
 }
 

@@ -1,0 +1,186 @@
+//! `agent.spawn` and `agent.wait`: how a model delegates to child agents.
+//!
+//! The tools only translate between the model and the host: the runtime hands
+//! each call an [`AgentDesk`] (in [`ToolContext::agents`]) that starts children
+//! under the calling run — budget carved from the parent, grants no wider than
+//! the parent's, cancelled with it — and waits for them. A child's failure comes
+//! back as data (its stop reason), never as a crash of the parent.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentry_protocol::budget::BudgetLimits;
+use agentry_protocol::envelope::{ErrorCode, ToolError};
+use agentry_protocol::tool::{Effect, Idempotency, ToolContract};
+use async_trait::async_trait;
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::{Tool, ToolContext, ToolOutput, parse_args, schema_for};
+
+/// Name of the spawn tool.
+pub const SPAWN_TOOL: &str = "agent.spawn";
+/// Name of the wait tool.
+pub const WAIT_TOOL: &str = "agent.wait";
+
+/// What a model asks for when it delegates.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChildRequest {
+    /// The child's goal.
+    pub goal: String,
+    /// The budget it asks for (carved out of the parent's).
+    pub limits: BudgetLimits,
+    /// Its grants; `None` inherits the parent's.
+    pub grants: Option<Vec<String>>,
+    /// An inline script for the scripted policy (the built-in, networkless model).
+    pub script: Option<Value>,
+    /// A name the parent can use instead of the child's id (unique per parent).
+    pub name: Option<String>,
+}
+
+/// The host side of agent delegation, provided by the runtime per run.
+#[async_trait]
+pub trait AgentDesk: Send + Sync {
+    /// Starts a child of the calling run; returns its run id, or a typed refusal
+    /// (`EBUDGET` when the parent cannot cover the budget, `EPERM` for grants or
+    /// tree limits, `EINVAL` for a bad request).
+    async fn spawn(&self, request: ChildRequest) -> Result<String, ToolError>;
+
+    /// Waits for a child to end; returns its outcome as data (`stop_reason`,
+    /// `answer`, `detail`, `steps`, `tool_calls`). Stops waiting (`ECANCELED`) when
+    /// `cancel` fires, or `ETIMEDOUT` after `timeout`.
+    async fn wait(
+        &self,
+        child_id: &str,
+        timeout: Option<Duration>,
+        cancel: &CancellationToken,
+    ) -> Result<Value, ToolError>;
+}
+
+/// A child's budget request (all optional; unset dimensions the parent limits get
+/// what the parent has left).
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BudgetArgs {
+    /// Steps.
+    pub max_steps: Option<u64>,
+    /// Tool calls.
+    pub max_tool_calls: Option<u64>,
+    /// Tokens.
+    pub max_tokens: Option<u64>,
+    /// Wall clock, in milliseconds (clamped to the parent's deadline).
+    pub deadline_ms: Option<u64>,
+}
+
+/// Arguments of `agent.spawn`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SpawnArgs {
+    /// What the child should do.
+    pub goal: String,
+    /// The budget it asks for.
+    #[serde(default)]
+    pub budget: Option<BudgetArgs>,
+    /// The tools it may use (never more than the parent's); default: the parent's.
+    #[serde(default)]
+    pub grant: Option<Vec<String>>,
+    /// For the scripted policy: the child's script (`{"turns": [...]}`).
+    #[serde(default)]
+    pub script: Option<Value>,
+    /// A name to refer to the child by in agent.wait (unique among your children).
+    #[serde(default)]
+    pub name: Option<String>,
+}
+
+/// Arguments of `agent.wait`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WaitArgs {
+    /// The child's run id as `agent.spawn` returned it, or the name you gave it.
+    pub child_id: String,
+    /// Give up waiting after this long (the child keeps running).
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
+}
+
+fn desk(ctx: &ToolContext) -> Result<&Arc<dyn AgentDesk>, ToolError> {
+    ctx.agents.as_ref().ok_or_else(|| {
+        ToolError::new(
+            ErrorCode::Eprecond,
+            "this runtime does not run child agents",
+        )
+        .with_action("do the work yourself")
+    })
+}
+
+/// `agent.spawn`.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SpawnTool;
+
+#[async_trait]
+impl Tool for SpawnTool {
+    fn contract(&self) -> ToolContract {
+        ToolContract::new(
+            SPAWN_TOOL,
+            "Delegate a sub-task to a child agent. Its budget comes out of yours; it may use at most your tools. Returns the child's id; call agent.wait to get its result.",
+            schema_for::<SpawnArgs>(),
+        )
+        .effect(Effect::Reversible)
+        .idempotency(Idempotency::None)
+        .scope("agent")
+        .timeout_ms(10_000)
+        .max_retries(0)
+    }
+
+    async fn call(&self, args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let args: SpawnArgs = parse_args(args)?;
+        let budget = args.budget.unwrap_or_default();
+        let request = ChildRequest {
+            goal: args.goal,
+            limits: BudgetLimits {
+                max_steps: budget.max_steps,
+                max_tool_calls: budget.max_tool_calls,
+                max_tokens: budget.max_tokens,
+                deadline_ms: budget.deadline_ms,
+                ..BudgetLimits::default()
+            },
+            grants: args.grant,
+            script: args.script,
+            name: args.name,
+        };
+        let child_id = desk(ctx)?.spawn(request).await?;
+        Ok(ToolOutput::data(json!({ "child_id": child_id })))
+    }
+}
+
+/// `agent.wait`.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct WaitTool;
+
+#[async_trait]
+impl Tool for WaitTool {
+    fn contract(&self) -> ToolContract {
+        ToolContract::new(
+            WAIT_TOOL,
+            "Wait for a child agent to end and get its outcome: stop_reason, answer, steps.",
+            schema_for::<WaitArgs>(),
+        )
+        .effect(Effect::ReadOnly)
+        .idempotency(Idempotency::Idempotent)
+        .scope("agent")
+        // The run's deadline bounds the wait; the contract's own timeout is long.
+        .timeout_ms(24 * 3600 * 1000)
+        .max_retries(0)
+    }
+
+    async fn call(&self, args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let args: WaitArgs = parse_args(args)?;
+        let timeout = args.timeout_ms.map(Duration::from_millis);
+        let outcome = desk(ctx)?
+            .wait(&args.child_id, timeout, &ctx.cancel)
+            .await?;
+        Ok(ToolOutput::data(outcome))
+    }
+}
