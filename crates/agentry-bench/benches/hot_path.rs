@@ -108,6 +108,7 @@ fn trace_step() -> TraceLine {
         run_id: "0198f7a2-5c3e-7b1d-9a4f-2e6c8d0b1a39".to_string(),
         task_id: "bench".to_string(),
         parent_id: None,
+        traceparent: "00-0198f7a25c3e7b1d9a4f2e6c8d0b1a39-44136fa355b3678a-01".to_string(),
         step: 5000,
         attempt: 1,
         model: "scripted-add".to_string(),

@@ -25,9 +25,6 @@ use crate::trace::TraceWriter;
 use agentry_protocol::state::PendingApproval;
 use agentry_protocol::trace::RunInput;
 
-/// Events buffered per subscriber before the slowest one starts missing some.
-const EVENT_BUFFER: usize = 1024;
-
 /// Starts runs. Cheap to clone; clones share the tool registry and the shutdown token.
 #[derive(Clone)]
 pub struct Runtime {
@@ -233,13 +230,13 @@ impl Runtime {
                 .as_str(),
         );
         let (outcome_tx, outcome_rx) = watch::channel(None);
-        let (events, _) = broadcast::channel(EVENT_BUFFER);
         let trace = config
             .trace
             .as_deref()
             .map(TraceWriter::create)
             .transpose()?;
         let from_start = config.events_from_start;
+        let events = EventSink::new(Arc::clone(&run_id), from_start);
         let desk = Arc::new(RunDesk::new(self.clone(), config.workdir.clone()));
         let (actors_tx, actors_rx) = tokio::sync::oneshot::channel();
         let args = ConductorArgs {
@@ -249,14 +246,14 @@ impl Runtime {
             policy,
             run_token: run_token.clone(),
             outcome: outcome_tx,
-            events: EventSink::new(Arc::clone(&run_id), events.clone()),
+            events: events.clone(),
             trace,
             actors: Some(actors_tx),
             lineage: lineage.clone(),
             agents: Arc::clone(&desk) as Arc<dyn agentry_tools::agents::AgentDesk>,
         };
         // Subscribe before the first step can emit anything.
-        let first = from_start.then(|| events.subscribe());
+        let first = if from_start { events.subscribe() } else { None };
         let (conductor, _) =
             Actor::spawn(None, Conductor, args)
                 .await
@@ -315,7 +312,7 @@ pub struct RunHandle {
     /// busy until the step ends, so a message alone would wait behind it).
     run_token: CancellationToken,
     outcome: watch::Receiver<Option<RunOutcome>>,
-    events: broadcast::Sender<EventRecord>,
+    events: EventSink,
     /// A receiver taken at spawn, so the first subscriber sees every event.
     first: Arc<std::sync::Mutex<Option<broadcast::Receiver<EventRecord>>>>,
     /// Where the run sits in its agent tree.
@@ -351,7 +348,10 @@ impl RunHandle {
     /// every event from the start of the run; later calls see events from now on.
     pub fn subscribe(&self) -> broadcast::Receiver<EventRecord> {
         let first = self.first.lock().ok().and_then(|mut f| f.take());
-        first.unwrap_or_else(|| self.events.subscribe())
+        first
+            .or_else(|| self.events.subscribe())
+            // Only a poisoned lock gets here; a closed receiver ends at once.
+            .unwrap_or_else(|| broadcast::channel(1).1)
     }
 
     /// Aborts the run: in-flight tools are cancelled and it stops with `user_abort`.
