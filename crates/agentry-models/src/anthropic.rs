@@ -1,0 +1,306 @@
+//! Anthropic Messages: request projection (`tool_use` / `tool_result` blocks)
+//! and the streaming event types.
+
+use std::collections::BTreeMap;
+
+use agentry_protocol::decision::{Decision, PolicyOutput, TokenUsage};
+use agentry_protocol::state::SessionEntry;
+use agentry_protocol::tool::{ToolArguments, ToolCall, ToolSpec};
+use agentry_runtime::{Policy, PolicyContext};
+use async_trait::async_trait;
+use serde_json::{Value, json};
+
+use crate::transport::{self, AttemptError, SseReader};
+use crate::{ModelConfig, ModelError, ToolNameMap};
+
+/// The API version header this adapter speaks.
+const ANTHROPIC_VERSION: &str = "2023-06-01";
+
+/// A [`Policy`] backed by Anthropic's `/v1/messages` endpoint.
+pub struct AnthropicPolicy {
+    config: ModelConfig,
+    client: reqwest::Client,
+}
+
+impl AnthropicPolicy {
+    /// Checks the configuration and builds the client. Sends nothing.
+    pub fn new(config: ModelConfig) -> Result<Self, ModelError> {
+        let client = config.client()?;
+        Ok(AnthropicPolicy { config, client })
+    }
+
+    /// Checks that the server answers (`GET {base}/v1/models`; any status will do).
+    pub async fn probe(&self) -> Result<(), ModelError> {
+        transport::probe(&self.client, &format!("{}/v1/models", self.config.base_url)).await
+    }
+
+    async fn attempt(&self, body: &[u8]) -> Result<Turn, AttemptError> {
+        let mut request = self
+            .client
+            .post(format!("{}/v1/messages", self.config.base_url))
+            .timeout(self.config.request_timeout)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .header("anthropic-version", ANTHROPIC_VERSION)
+            .body(body.to_vec());
+        if let Some(key) = &self.config.api_key {
+            request = request.header("x-api-key", key);
+        }
+        let response = transport::send(request, "anthropic", "ANTHROPIC_API_KEY").await?;
+        let mut events = SseReader::new(response, self.config.stall_timeout);
+        let mut turn = Turn::default();
+        while let Some(event) = events.next("anthropic").await? {
+            if event.data.trim().is_empty() {
+                continue;
+            }
+            let data: Value = serde_json::from_str(&event.data).map_err(|e| {
+                AttemptError::GiveUp(format!(
+                    "anthropic: unparseable event ({e}): {}",
+                    event.data
+                ))
+            })?;
+            if turn.apply(&data)? {
+                return Ok(turn);
+            }
+        }
+        Err(AttemptError::retry(
+            "anthropic: the stream ended before message_stop",
+        ))
+    }
+}
+
+#[async_trait]
+impl Policy for AnthropicPolicy {
+    fn name(&self) -> String {
+        format!("anthropic:{}", self.config.model)
+    }
+
+    async fn decide(&mut self, ctx: PolicyContext<'_>) -> PolicyOutput {
+        let model = self.name();
+        let failed = |message: String| Decision::Failed {
+            message,
+            fatal: true,
+        };
+        let names = match ToolNameMap::new(ctx.tools) {
+            Ok(n) => n,
+            Err(e) => return PolicyOutput::new(failed(e.to_string()), model),
+        };
+        let request =
+            build_anthropic_request(&self.config, ctx.goal, ctx.tools, ctx.session, &names);
+        let body = match serde_json::to_vec(&request) {
+            Ok(b) => b,
+            Err(e) => {
+                return PolicyOutput::new(failed(format!("anthropic: cannot encode: {e}")), model);
+            }
+        };
+        let hash = transport::prompt_hash(&body);
+        let result = transport::with_retries(&self.config.retry, || self.attempt(&body)).await;
+        let mut out = match result {
+            Ok(turn) => {
+                let usage = turn.usage;
+                let mut out = PolicyOutput::new(turn.into_decision(&names, ctx.step), model);
+                out.usage = usage;
+                out
+            }
+            Err(decision) => PolicyOutput::new(decision, model),
+        };
+        out.prompt_hash = Some(hash);
+        out
+    }
+}
+
+/// The whole Messages request: system prompt, alternating user/assistant turns
+/// with `tool_use` / `tool_result` blocks, tools, streaming.
+pub fn build_anthropic_request(
+    config: &ModelConfig,
+    goal: &str,
+    tools: &[ToolSpec],
+    session: &[SessionEntry],
+    names: &ToolNameMap,
+) -> Value {
+    let mut messages: Vec<(String, Vec<Value>)> = Vec::new();
+    // The API requires alternating roles, so consecutive blocks of one role merge
+    // into one message (several tool results answer one assistant turn together).
+    let mut push = |role: &str, block: Value| match messages.last_mut() {
+        Some((r, blocks)) if r == role => blocks.push(block),
+        _ => messages.push((role.to_string(), vec![block])),
+    };
+    let text = |t: String| json!({"type": "text", "text": t});
+    for entry in session {
+        match entry {
+            SessionEntry::User { text: t } => push("user", text(t.clone())),
+            SessionEntry::Event { name, payload } => {
+                push("user", text(format!("[event {name}] {payload}")));
+            }
+            SessionEntry::Assistant { decision, .. } => match decision {
+                Decision::ToolCalls { calls } => {
+                    for c in calls {
+                        // `input` must be an object; broken raw arguments were
+                        // already answered with EINVAL, which the model will see.
+                        let input = c
+                            .arguments
+                            .to_value()
+                            .ok()
+                            .filter(Value::is_object)
+                            .unwrap_or_else(|| json!({}));
+                        push(
+                            "assistant",
+                            json!({"type": "tool_use", "id": c.id,
+                            "name": names.wire(&c.name), "input": input}),
+                        );
+                    }
+                }
+                Decision::Final { answer } => push("assistant", text(answer.clone())),
+                Decision::Failed { message, .. } => push(
+                    "user",
+                    text(format!("[agentry] your previous turn failed: {message}")),
+                ),
+            },
+            SessionEntry::Tool { result } => {
+                let content = serde_json::to_string(result).unwrap_or_default();
+                push(
+                    "user",
+                    json!({"type": "tool_result", "tool_use_id": result.tool_call_id,
+                    "content": content, "is_error": !result.ok}),
+                );
+            }
+        }
+    }
+    let messages: Vec<Value> = messages
+        .into_iter()
+        .map(|(role, content)| json!({"role": role, "content": content}))
+        .collect();
+    let mut request = json!({
+        "model": config.model,
+        "max_tokens": config.max_output_tokens,
+        "system": crate::system_prompt(goal, names),
+        "messages": messages,
+        "stream": true,
+    });
+    if !tools.is_empty() {
+        request["tools"] = tools
+            .iter()
+            .map(|t| {
+                json!({"name": names.wire(&t.name), "description": t.description,
+                "input_schema": t.input_schema})
+            })
+            .collect();
+    }
+    request
+}
+
+#[derive(Debug, Default)]
+enum Block {
+    #[default]
+    Other,
+    Text(String),
+    ToolUse {
+        id: String,
+        name: String,
+        input: String,
+    },
+}
+
+#[derive(Debug, Default)]
+struct Turn {
+    blocks: BTreeMap<u64, Block>,
+    usage: TokenUsage,
+    stop_reason: Option<String>,
+}
+
+impl Turn {
+    /// Applies one event; true at `message_stop`.
+    fn apply(&mut self, data: &Value) -> Result<bool, AttemptError> {
+        let index = data["index"].as_u64().unwrap_or(0);
+        match data["type"].as_str().unwrap_or_default() {
+            "message_start" => {
+                let u = &data["message"]["usage"];
+                self.usage.tokens_in = u["input_tokens"].as_u64().unwrap_or(0);
+                self.usage.tokens_out = u["output_tokens"].as_u64().unwrap_or(0);
+            }
+            "content_block_start" => {
+                let b = &data["content_block"];
+                let block = match b["type"].as_str() {
+                    Some("text") => Block::Text(b["text"].as_str().unwrap_or("").to_string()),
+                    Some("tool_use") => Block::ToolUse {
+                        id: b["id"].as_str().unwrap_or("").to_string(),
+                        name: b["name"].as_str().unwrap_or("").to_string(),
+                        input: String::new(),
+                    },
+                    _ => Block::Other,
+                };
+                self.blocks.insert(index, block);
+            }
+            "content_block_delta" => {
+                let d = &data["delta"];
+                match (self.blocks.get_mut(&index), d["type"].as_str()) {
+                    (Some(Block::Text(t)), Some("text_delta")) => {
+                        t.push_str(d["text"].as_str().unwrap_or(""));
+                    }
+                    (Some(Block::ToolUse { input, .. }), Some("input_json_delta")) => {
+                        input.push_str(d["partial_json"].as_str().unwrap_or(""));
+                    }
+                    _ => {}
+                }
+            }
+            "message_delta" => {
+                if let Some(r) = data["delta"]["stop_reason"].as_str() {
+                    self.stop_reason = Some(r.to_string());
+                }
+                // output_tokens here is cumulative for the message.
+                if let Some(n) = data["usage"]["output_tokens"].as_u64() {
+                    self.usage.tokens_out = n;
+                }
+                if let Some(n) = data["usage"]["input_tokens"].as_u64() {
+                    self.usage.tokens_in = n;
+                }
+            }
+            "message_stop" => return Ok(true),
+            "error" => {
+                let e = &data["error"];
+                let message = format!("anthropic: error in stream: {e}");
+                // `overloaded_error` and `api_error` are transient by Anthropic's docs.
+                return Err(match e["type"].as_str() {
+                    Some("overloaded_error" | "api_error" | "rate_limit_error") => {
+                        AttemptError::retry(message)
+                    }
+                    _ => AttemptError::GiveUp(message),
+                });
+            }
+            _ => {}
+        }
+        Ok(false)
+    }
+
+    fn into_decision(self, names: &ToolNameMap, step: u64) -> Decision {
+        let mut text = String::new();
+        let mut calls = Vec::new();
+        for (index, block) in self.blocks {
+            match block {
+                Block::Text(t) => text.push_str(&t),
+                Block::ToolUse { id, name, input } => calls.push(ToolCall {
+                    id: if id.is_empty() {
+                        format!("call_{step}_{index}")
+                    } else {
+                        id
+                    },
+                    name: names.canonical(&name),
+                    arguments: ToolArguments::Raw(input),
+                }),
+                Block::Other => {}
+            }
+        }
+        if !calls.is_empty() {
+            Decision::ToolCalls { calls }
+        } else if text.trim().is_empty() {
+            Decision::Failed {
+                message: format!(
+                    "anthropic: the model answered with neither text nor a tool call (stop_reason {:?})",
+                    self.stop_reason
+                ),
+                fatal: false,
+            }
+        } else {
+            Decision::Final { answer: text }
+        }
+    }
+}

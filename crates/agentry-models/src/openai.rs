@@ -1,0 +1,430 @@
+//! OpenAI-compatible Chat Completions: request projection and streamed
+//! tool-call assembly.
+
+use std::collections::BTreeMap;
+
+use agentry_protocol::decision::{Decision, PolicyOutput, TokenUsage};
+use agentry_protocol::state::SessionEntry;
+use agentry_protocol::tool::{ToolArguments, ToolCall, ToolSpec};
+use agentry_runtime::{Policy, PolicyContext};
+use async_trait::async_trait;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::transport::{self, AttemptError, SseReader};
+use crate::{ModelConfig, ModelError, ToolNameMap};
+
+/// A [`Policy`] backed by an OpenAI-compatible `/chat/completions` endpoint.
+pub struct OpenAiPolicy {
+    config: ModelConfig,
+    client: reqwest::Client,
+}
+
+impl OpenAiPolicy {
+    /// Checks the configuration and builds the client. Sends nothing.
+    pub fn new(config: ModelConfig) -> Result<Self, ModelError> {
+        let client = config.client()?;
+        Ok(OpenAiPolicy { config, client })
+    }
+
+    /// Checks that the server answers (`GET {base}/models`; any status will do).
+    pub async fn probe(&self) -> Result<(), ModelError> {
+        transport::probe(&self.client, &format!("{}/models", self.config.base_url)).await
+    }
+
+    async fn attempt(&self, body: &[u8], step: u64) -> Result<Turn, AttemptError> {
+        let mut request = self
+            .client
+            .post(format!("{}/chat/completions", self.config.base_url))
+            .timeout(self.config.request_timeout)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body.to_vec());
+        if let Some(key) = &self.config.api_key {
+            request = request.bearer_auth(key);
+        }
+        let response = transport::send(request, "openai", "OPENAI_API_KEY").await?;
+        let mut events = SseReader::new(response, self.config.stall_timeout);
+        let mut turn = Turn::default();
+        while let Some(event) = events.next("openai").await? {
+            if event.data.trim() == "[DONE]" {
+                turn.done = true;
+                break;
+            }
+            if event.data.trim().is_empty() {
+                continue;
+            }
+            let chunk: Chunk = serde_json::from_str(&event.data).map_err(|e| {
+                AttemptError::GiveUp(format!(
+                    "openai: unparseable stream chunk ({e}): {}",
+                    event.data
+                ))
+            })?;
+            turn.apply(chunk)?;
+        }
+        if !turn.done && turn.finish_reason.is_none() {
+            return Err(AttemptError::retry(
+                "openai: the stream ended before [DONE] or a finish_reason",
+            ));
+        }
+        turn.step = step;
+        Ok(turn)
+    }
+}
+
+#[async_trait]
+impl Policy for OpenAiPolicy {
+    fn name(&self) -> String {
+        format!("openai:{}", self.config.model)
+    }
+
+    async fn decide(&mut self, ctx: PolicyContext<'_>) -> PolicyOutput {
+        let model = self.name();
+        let names = match ToolNameMap::new(ctx.tools) {
+            Ok(n) => n,
+            Err(e) => {
+                return PolicyOutput::new(
+                    Decision::Failed {
+                        message: e.to_string(),
+                        fatal: true,
+                    },
+                    model,
+                );
+            }
+        };
+        let request = build_openai_request(&self.config, ctx.goal, ctx.tools, ctx.session, &names);
+        let body = match serde_json::to_vec(&request) {
+            Ok(b) => b,
+            Err(e) => {
+                return PolicyOutput::new(
+                    Decision::Failed {
+                        message: format!("openai: cannot encode the request: {e}"),
+                        fatal: true,
+                    },
+                    model,
+                );
+            }
+        };
+        let hash = transport::prompt_hash(&body);
+        let result =
+            transport::with_retries(&self.config.retry, || self.attempt(&body, ctx.step)).await;
+        let mut out = match result {
+            Ok(turn) => {
+                let usage = turn.usage;
+                let mut out = PolicyOutput::new(turn.into_decision(&names), model);
+                out.usage = usage;
+                out
+            }
+            Err(decision) => PolicyOutput::new(decision, model),
+        };
+        out.prompt_hash = Some(hash);
+        out
+    }
+}
+
+/// The whole request body: model, projected messages, tools, streaming with usage.
+pub(crate) fn build_openai_request(
+    config: &ModelConfig,
+    goal: &str,
+    tools: &[ToolSpec],
+    session: &[SessionEntry],
+    names: &ToolNameMap,
+) -> Value {
+    let system = crate::system_prompt(goal, names);
+    let mut request = json!({
+        "model": config.model,
+        "messages": build_openai_messages(&system, session, names),
+        "stream": true,
+        "stream_options": {"include_usage": true},
+        "max_tokens": config.max_output_tokens,
+    });
+    if !tools.is_empty() {
+        request["tools"] = tools
+            .iter()
+            .map(|t| {
+                json!({"type": "function", "function": {
+                    "name": names.wire(&t.name),
+                    "description": t.description,
+                    "parameters": t.input_schema,
+                }})
+            })
+            .collect();
+    }
+    request
+}
+
+/// Projects the session into chat messages: the system prompt, then user text,
+/// assistant tool calls (wire names, ids), and tool results as `role: "tool"`
+/// with their `tool_call_id` and the result envelope as JSON text.
+///
+/// Chat APIs require every tool result right after the assistant message that
+/// made the call, so entries arriving while results are outstanding (a user
+/// message injected mid-step) are held back until the last result is placed.
+pub fn build_openai_messages(
+    system: &str,
+    session: &[SessionEntry],
+    names: &ToolNameMap,
+) -> Vec<Value> {
+    let mut messages = vec![json!({"role": "system", "content": system})];
+    let mut pending: Vec<&str> = Vec::new();
+    let mut held: Vec<Value> = Vec::new();
+    for entry in session {
+        let message = match entry {
+            SessionEntry::User { text } => json!({"role": "user", "content": text}),
+            SessionEntry::Event { name, payload } => {
+                json!({"role": "user", "content": format!("[event {name}] {payload}")})
+            }
+            SessionEntry::Assistant { decision, .. } => match decision {
+                Decision::ToolCalls { calls } => {
+                    pending.extend(calls.iter().map(|c| c.id.as_str()));
+                    let calls: Vec<Value> = calls
+                        .iter()
+                        .map(|c| {
+                            json!({"id": c.id, "type": "function", "function": {
+                                "name": names.wire(&c.name),
+                                "arguments": arguments_text(&c.arguments),
+                            }})
+                        })
+                        .collect();
+                    messages
+                        .push(json!({"role": "assistant", "content": null, "tool_calls": calls}));
+                    continue;
+                }
+                Decision::Final { answer } => json!({"role": "assistant", "content": answer}),
+                Decision::Failed { message, .. } => json!({"role": "user",
+                    "content": format!("[agentry] your previous turn failed: {message}")}),
+            },
+            SessionEntry::Tool { result } => {
+                pending.retain(|id| *id != result.tool_call_id);
+                let content = serde_json::to_string(result).unwrap_or_default();
+                messages.push(json!({"role": "tool", "tool_call_id": result.tool_call_id, "content": content}));
+                if pending.is_empty() {
+                    messages.append(&mut held);
+                }
+                continue;
+            }
+        };
+        if pending.is_empty() {
+            messages.push(message);
+        } else {
+            held.push(message);
+        }
+    }
+    messages.append(&mut held);
+    messages
+}
+
+/// Arguments as text: raw model output is passed back verbatim.
+pub(crate) fn arguments_text(arguments: &ToolArguments) -> String {
+    match arguments {
+        ToolArguments::Raw(s) => s.clone(),
+        ToolArguments::Parsed(v) => v.to_string(),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct Chunk {
+    #[serde(default)]
+    choices: Vec<Choice>,
+    #[serde(default)]
+    usage: Option<Usage>,
+    #[serde(default)]
+    error: Option<Value>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Choice {
+    #[serde(default)]
+    delta: Option<Delta>,
+    #[serde(default)]
+    finish_reason: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct Delta {
+    #[serde(default)]
+    content: Option<String>,
+    #[serde(default)]
+    tool_calls: Option<Vec<ToolCallDelta>>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ToolCallDelta {
+    #[serde(default)]
+    index: usize,
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    function: Option<FunctionDelta>,
+}
+
+#[derive(Debug, Deserialize)]
+struct FunctionDelta {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    arguments: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Usage {
+    #[serde(default)]
+    prompt_tokens: u64,
+    #[serde(default)]
+    completion_tokens: u64,
+}
+
+#[derive(Debug, Default)]
+struct PartialCall {
+    id: String,
+    name: String,
+    arguments: String,
+}
+
+/// One streamed turn being assembled.
+#[derive(Debug, Default)]
+struct Turn {
+    text: String,
+    calls: BTreeMap<usize, PartialCall>,
+    usage: TokenUsage,
+    finish_reason: Option<String>,
+    done: bool,
+    step: u64,
+}
+
+impl Turn {
+    fn apply(&mut self, chunk: Chunk) -> Result<(), AttemptError> {
+        if let Some(error) = chunk.error {
+            return Err(AttemptError::retry(format!(
+                "openai: error in stream: {error}"
+            )));
+        }
+        if let Some(u) = chunk.usage {
+            self.usage = TokenUsage {
+                tokens_in: u.prompt_tokens,
+                tokens_out: u.completion_tokens,
+            };
+        }
+        for choice in chunk.choices {
+            if let Some(reason) = choice.finish_reason {
+                self.finish_reason = Some(reason);
+            }
+            let Some(delta) = choice.delta else { continue };
+            if let Some(text) = delta.content {
+                self.text.push_str(&text);
+            }
+            // Ids and names arrive once per index; argument fragments arrive split
+            // anywhere and interleaved with other indices.
+            for d in delta.tool_calls.unwrap_or_default() {
+                let call = self.calls.entry(d.index).or_default();
+                if let Some(id) = d.id.filter(|s| !s.is_empty()) {
+                    call.id = id;
+                }
+                if let Some(f) = d.function {
+                    if let Some(name) = f.name.filter(|s| !s.is_empty())
+                        && call.name != name
+                    {
+                        call.name.push_str(&name);
+                    }
+                    if let Some(args) = f.arguments {
+                        call.arguments.push_str(&args);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn into_decision(self, names: &ToolNameMap) -> Decision {
+        if !self.calls.is_empty() {
+            let step = self.step;
+            let calls = self
+                .calls
+                .into_iter()
+                .map(|(index, c)| ToolCall {
+                    // Some local servers omit ids; results are keyed by id, so
+                    // invent one that is unique within the run.
+                    id: if c.id.is_empty() {
+                        format!("call_{step}_{index}")
+                    } else {
+                        c.id
+                    },
+                    name: names.canonical(&c.name),
+                    arguments: ToolArguments::Raw(c.arguments),
+                })
+                .collect();
+            return Decision::ToolCalls { calls };
+        }
+        if self.text.trim().is_empty() {
+            return Decision::Failed {
+                message: format!(
+                    "openai: the model answered with neither text nor a tool call (finish_reason {:?})",
+                    self.finish_reason
+                ),
+                fatal: false,
+            };
+        }
+        Decision::Final { answer: self.text }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agentry_protocol::envelope::ResultEnvelope;
+
+    fn envelope(id: &str) -> ResultEnvelope {
+        serde_json::from_value(json!({
+            "tool_call_id": id, "tool": "fs.read", "ok": true, "data": {"content": "1"},
+            "cost": {"latency_ms": 0}, "observed_at": 0
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn tool_results_follow_their_call_and_held_messages_come_after() {
+        let names = ToolNameMap::new(&[ToolSpec {
+            name: "fs.read".into(),
+            description: String::new(),
+            input_schema: json!({}),
+        }])
+        .unwrap();
+        let session = vec![
+            SessionEntry::User {
+                text: "goal".into(),
+            },
+            SessionEntry::Assistant {
+                step: 1,
+                decision: Decision::ToolCalls {
+                    calls: vec![
+                        ToolCall {
+                            id: "a".into(),
+                            name: "fs.read".into(),
+                            arguments: ToolArguments::Raw("{\"path\":".into()),
+                        },
+                        ToolCall::new("b", "fs.read", json!({"path": "x"})),
+                    ],
+                },
+            },
+            SessionEntry::Tool {
+                result: envelope("a"),
+            },
+            SessionEntry::User {
+                text: "hurry".into(),
+            },
+            SessionEntry::Tool {
+                result: envelope("b"),
+            },
+        ];
+        let m = build_openai_messages("sys", &session, &names);
+        let roles: Vec<&str> = m.iter().map(|m| m["role"].as_str().unwrap()).collect();
+        assert_eq!(
+            roles,
+            ["system", "user", "assistant", "tool", "tool", "user"]
+        );
+        assert_eq!(m[2]["tool_calls"][0]["function"]["name"], "fs_read");
+        assert_eq!(m[2]["tool_calls"][0]["function"]["arguments"], "{\"path\":");
+        assert_eq!(m[3]["tool_call_id"], "a");
+        assert_eq!(m[4]["tool_call_id"], "b");
+        assert_eq!(m[5]["content"], "hurry");
+    }
+}

@@ -1,0 +1,207 @@
+//! HTTP status classification, the retry loop, and the stall-aware SSE reader
+//! shared by both providers.
+
+use std::pin::Pin;
+use std::time::Duration;
+
+use agentry_protocol::decision::Decision;
+use eventsource_stream::{Event, Eventsource};
+use futures::{Stream, StreamExt};
+
+use crate::{ModelError, RetryConfig};
+
+/// Why one attempt at a model turn failed.
+#[derive(Debug)]
+pub(crate) enum AttemptError {
+    /// Transient (429, 5xx, connection lost, stalled): worth another attempt.
+    Retryable {
+        message: String,
+        retry_after: Option<Duration>,
+    },
+    /// The credentials are refused (401/403): the run must stop.
+    Fatal(String),
+    /// Not transient, not fatal (400, malformed stream): this turn fails and the
+    /// model sees the failure as an observation.
+    GiveUp(String),
+}
+
+impl AttemptError {
+    pub(crate) fn retry(message: impl Into<String>) -> Self {
+        AttemptError::Retryable {
+            message: message.into(),
+            retry_after: None,
+        }
+    }
+}
+
+/// Runs `attempt` until it succeeds or the retry budget is spent; failures come
+/// back as the decision to return.
+pub(crate) async fn with_retries<T, F, Fut>(
+    retry: &RetryConfig,
+    mut attempt: F,
+) -> Result<T, Decision>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, AttemptError>>,
+{
+    let mut retries = 0u32;
+    loop {
+        let (message, retry_after) = match attempt().await {
+            Ok(t) => return Ok(t),
+            Err(AttemptError::Fatal(message)) => {
+                return Err(Decision::Failed {
+                    message,
+                    fatal: true,
+                });
+            }
+            Err(AttemptError::GiveUp(message)) => {
+                return Err(Decision::Failed {
+                    message,
+                    fatal: false,
+                });
+            }
+            Err(AttemptError::Retryable {
+                message,
+                retry_after,
+            }) => (message, retry_after),
+        };
+        if retries >= retry.max_retries {
+            return Err(Decision::Failed {
+                message: format!("{message} (gave up after {} attempts)", retries + 1),
+                fatal: false,
+            });
+        }
+        let delay = match retry_after {
+            Some(d) if d > retry.max_delay => {
+                return Err(Decision::Failed {
+                    message: format!(
+                        "{message}; the server asked to retry after {}s, over the {}s limit",
+                        d.as_secs(),
+                        retry.max_delay.as_secs()
+                    ),
+                    fatal: false,
+                });
+            }
+            Some(d) => d,
+            None => backoff(retry, retries),
+        };
+        tracing::warn!(%message, retry = retries + 1, delay_ms = delay.as_millis() as u64, "model request failed; retrying");
+        tokio::time::sleep(delay).await;
+        retries += 1;
+    }
+}
+
+/// Exponential backoff with full jitter: uniform in `[0, min(max, base·2^n)]`, so
+/// many clients hitting one rate limit spread out instead of retrying in lockstep.
+fn backoff(retry: &RetryConfig, n: u32) -> Duration {
+    let cap = retry
+        .base_delay
+        .saturating_mul(2u32.saturating_pow(n))
+        .min(retry.max_delay);
+    let millis = u64::try_from(cap.as_millis()).unwrap_or(u64::MAX);
+    Duration::from_millis(fastrand::u64(0..=millis))
+}
+
+/// Sends a request and classifies the status. `provider` names the server in
+/// messages; `key_var` is named when credentials are refused.
+pub(crate) async fn send(
+    request: reqwest::RequestBuilder,
+    provider: &str,
+    key_var: &str,
+) -> Result<reqwest::Response, AttemptError> {
+    let response = request
+        .send()
+        .await
+        .map_err(|e| AttemptError::retry(format!("{provider}: request failed: {e}")))?;
+    let status = response.status();
+    if status.is_success() {
+        return Ok(response);
+    }
+    let retry_after = response
+        .headers()
+        .get(reqwest::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map(Duration::from_secs);
+    // The error body usually says what is wrong; read a bounded amount of it.
+    let body = tokio::time::timeout(Duration::from_secs(5), response.text())
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .unwrap_or_default();
+    let body: String = body.chars().take(500).collect();
+    let message = format!("{provider}: HTTP {status}: {body}");
+    Err(match status.as_u16() {
+        401 | 403 => AttemptError::Fatal(format!(
+            "{message} (the server refused the credentials; check {key_var})"
+        )),
+        408 | 409 | 429 | 500..=599 => AttemptError::Retryable {
+            message,
+            retry_after,
+        },
+        _ => AttemptError::GiveUp(message),
+    })
+}
+
+/// Why the byte stream under the SSE parser ended early.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum StreamFail {
+    #[error("{0}")]
+    Http(reqwest::Error),
+    #[error("stream stalled: no bytes for {0:?}")]
+    Stalled(Duration),
+}
+
+type EventStream = Pin<
+    Box<dyn Stream<Item = Result<Event, eventsource_stream::EventStreamError<StreamFail>>> + Send>,
+>;
+
+/// SSE events of a response, abandoned when no bytes arrive for `stall`.
+pub(crate) struct SseReader {
+    events: EventStream,
+}
+
+impl SseReader {
+    pub(crate) fn new(response: reqwest::Response, stall: Duration) -> Self {
+        // The stall clock restarts on every chunk of bytes, so keep-alive comments
+        // count as liveness even though the SSE parser drops them.
+        let bytes =
+            futures::stream::unfold(Some(response.bytes_stream()), move |state| async move {
+                let mut inner = state?;
+                match tokio::time::timeout(stall, inner.next()).await {
+                    Ok(Some(Ok(b))) => Some((Ok(b), Some(inner))),
+                    Ok(Some(Err(e))) => Some((Err(StreamFail::Http(e)), None)),
+                    Ok(None) => None,
+                    Err(_) => Some((Err(StreamFail::Stalled(stall)), None)),
+                }
+            });
+        SseReader {
+            events: Box::pin(bytes.eventsource()),
+        }
+    }
+
+    /// The next event; `None` at the end of the stream.
+    pub(crate) async fn next(&mut self, provider: &str) -> Result<Option<Event>, AttemptError> {
+        match self.events.next().await {
+            None => Ok(None),
+            Some(Ok(event)) => Ok(Some(event)),
+            Some(Err(e)) => Err(AttemptError::retry(format!("{provider}: {e}"))),
+        }
+    }
+}
+
+/// Checks that something answers HTTP at `url` (any status will do).
+pub(crate) async fn probe(client: &reqwest::Client, url: &str) -> Result<(), ModelError> {
+    match client.get(url).timeout(Duration::from_secs(5)).send().await {
+        Ok(_) => Ok(()),
+        Err(e) => Err(ModelError::Unreachable {
+            url: url.to_string(),
+            reason: e.to_string(),
+        }),
+    }
+}
+
+/// Hex sha256 of the exact request body, for the trace.
+pub(crate) fn prompt_hash(body: &[u8]) -> String {
+    agentry_protocol::fingerprint::sha256_hex(body)
+}

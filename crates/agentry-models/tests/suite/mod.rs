@@ -1,0 +1,4 @@
+mod anthropic;
+mod openai;
+mod runtime;
+mod server;

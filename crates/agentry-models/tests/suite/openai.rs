@@ -1,0 +1,374 @@
+//! The OpenAI-compatible adapter against a scripted SSE server.
+
+use std::time::Duration;
+
+use agentry::protocol::budget::BudgetSnapshot;
+use agentry::protocol::envelope::ResultEnvelope;
+use agentry::protocol::state::SessionEntry;
+use agentry::protocol::tool::{ToolArguments, ToolSpec};
+use agentry::{Decision, ToolCall};
+use agentry_models::{ModelConfig, OpenAiPolicy, Policy, RetryConfig};
+use agentry_runtime::PolicyContext;
+use serde_json::{Value, json};
+
+use super::server::{MockServer, Reply, TestError, split_events};
+
+pub fn tools() -> Vec<ToolSpec> {
+    ["fs.read", "fs.write", "task.finish"]
+        .iter()
+        .map(|n| ToolSpec {
+            name: n.to_string(),
+            description: format!("the {n} tool"),
+            input_schema: json!({"type": "object"}),
+        })
+        .collect()
+}
+
+pub fn config(base: &str) -> ModelConfig {
+    ModelConfig::new("test-model", base)
+        .api_key("sk-test")
+        .stall_timeout(Duration::from_millis(400))
+        .retry(RetryConfig {
+            max_retries: 2,
+            base_delay: Duration::from_millis(10),
+            max_delay: Duration::from_secs(5),
+        })
+}
+
+pub async fn decide(
+    policy: &mut dyn Policy,
+    session: &[SessionEntry],
+) -> agentry::protocol::decision::PolicyOutput {
+    let tools = tools();
+    let budget = BudgetSnapshot::default();
+    policy
+        .decide(PolicyContext {
+            run_id: "run-1",
+            step: 1,
+            goal: "sum the numbers",
+            tools: &tools,
+            session,
+            budget: &budget,
+        })
+        .await
+}
+
+fn chunk(delta: Value) -> String {
+    json!({"id": "x", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": delta, "finish_reason": null}]}).to_string()
+}
+
+fn call_start(index: u64, id: &str, name: &str) -> String {
+    chunk(
+        json!({"tool_calls": [{"index": index, "id": id, "type": "function",
+        "function": {"name": name, "arguments": ""}}]}),
+    )
+}
+
+fn call_args(index: u64, fragment: &str) -> String {
+    chunk(json!({"tool_calls": [{"index": index, "function": {"arguments": fragment}}]}))
+}
+
+fn finish(reason: &str) -> String {
+    json!({"choices": [{"index": 0, "delta": {}, "finish_reason": reason}]}).to_string()
+}
+
+fn usage(i: u64, o: u64) -> String {
+    json!({"choices": [], "usage": {"prompt_tokens": i, "completion_tokens": o, "total_tokens": i + o}}).to_string()
+}
+
+/// A complete streamed turn with one call.
+pub fn one_call(id: &str, name: &str, args: &str) -> Vec<String> {
+    split_events(
+        &[
+            call_start(0, id, name),
+            call_args(0, args),
+            finish("tool_calls"),
+            usage(10, 5),
+            "[DONE]".into(),
+        ],
+        11,
+    )
+}
+
+pub fn text_turn(text: &str) -> Vec<String> {
+    split_events(
+        &[
+            chunk(json!({"role": "assistant", "content": ""})),
+            chunk(json!({"content": text})),
+            finish("stop"),
+            usage(3, 2),
+            "[DONE]".into(),
+        ],
+        1,
+    )
+}
+
+#[tokio::test]
+async fn three_interleaved_calls_split_mid_argument_assemble_by_index() -> Result<(), TestError> {
+    let events = vec![
+        call_start(0, "call_a", "fs_read"),
+        call_args(0, "{\"pa"),
+        call_start(1, "call_b", "fs_write"),
+        call_start(2, "call_c", "no_such_tool"),
+        call_args(1, "{\"path\":\"sum.txt\","),
+        call_args(0, "th\":\"numbers"),
+        call_args(2, "{not json"),
+        call_args(1, "\"content\":\"23\"}"),
+        call_args(0, ".txt\"}"),
+        finish("tool_calls"),
+        usage(120, 33),
+        "[DONE]".into(),
+    ];
+    let server = MockServer::start(vec![Reply::sse(split_events(&events, 7))]).await?;
+    let mut policy = OpenAiPolicy::new(config(&server.base_url))?;
+
+    let out = decide(&mut policy, &[SessionEntry::User { text: "go".into() }]).await;
+
+    let raw = |id: &str, name: &str, a: &str| ToolCall {
+        id: id.into(),
+        name: name.into(),
+        arguments: ToolArguments::Raw(a.into()),
+    };
+    assert_eq!(
+        out.decision,
+        Decision::ToolCalls {
+            calls: vec![
+                raw("call_a", "fs.read", "{\"path\":\"numbers.txt\"}"),
+                raw(
+                    "call_b",
+                    "fs.write",
+                    "{\"path\":\"sum.txt\",\"content\":\"23\"}"
+                ),
+                // Unknown names and broken JSON pass through for the executor
+                // to answer ENOTOOL / EINVAL.
+                raw("call_c", "no_such_tool", "{not json"),
+            ]
+        }
+    );
+    assert_eq!((out.usage.tokens_in, out.usage.tokens_out), (120, 33));
+    assert_eq!(out.model, "openai:test-model");
+    assert_eq!(out.prompt_hash.as_deref().map(str::len), Some(64));
+
+    let sent = server.received();
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].path, "/chat/completions");
+    assert_eq!(sent[0].headers["authorization"], "Bearer sk-test");
+    let body = &sent[0].body;
+    assert_eq!(body["stream"], true);
+    assert_eq!(body["stream_options"]["include_usage"], true);
+    assert_eq!(body["model"], "test-model");
+    let names: Vec<&str> = body["tools"]
+        .as_array()
+        .ok_or("no tools")?
+        .iter()
+        .filter_map(|t| t["function"]["name"].as_str())
+        .collect();
+    assert_eq!(names, ["fs_read", "fs_write", "task_finish"]);
+    assert_eq!(body["messages"][0]["role"], "system");
+    assert_eq!(
+        body["messages"][1],
+        json!({"role": "user", "content": "go"})
+    );
+    Ok(())
+}
+
+fn envelope(id: &str, tool: &str, ok: bool) -> Result<ResultEnvelope, TestError> {
+    Ok(serde_json::from_value(json!({
+        "tool_call_id": id, "tool": tool, "ok": ok,
+        "data": {"content": "1 2 20"}, "cost": {"latency_ms": 1}, "observed_at": 5
+    }))?)
+}
+
+#[tokio::test]
+async fn tool_results_go_back_keyed_by_call_id_in_request_order() -> Result<(), TestError> {
+    let server = MockServer::start(vec![Reply::sse(text_turn("done"))]).await?;
+    let mut policy = OpenAiPolicy::new(config(&server.base_url))?;
+    let session = vec![
+        SessionEntry::User { text: "go".into() },
+        SessionEntry::Assistant {
+            step: 1,
+            decision: Decision::ToolCalls {
+                calls: vec![
+                    ToolCall {
+                        id: "call_a".into(),
+                        name: "fs.read".into(),
+                        arguments: ToolArguments::Raw("{\"path\":\"numbers.txt\"}".into()),
+                    },
+                    ToolCall::new("call_b", "fs.write", json!({"path": "x"})),
+                ],
+            },
+        },
+        SessionEntry::Tool {
+            result: envelope("call_a", "fs.read", true)?,
+        },
+        SessionEntry::Tool {
+            result: envelope("call_b", "fs.write", false)?,
+        },
+    ];
+
+    let out = decide(&mut policy, &session).await;
+    assert_eq!(
+        out.decision,
+        Decision::Final {
+            answer: "done".into()
+        }
+    );
+
+    let body = &server.received()[0].body;
+    let messages = body["messages"].as_array().ok_or("no messages")?;
+    assert_eq!(messages.len(), 5);
+    let assistant = &messages[2];
+    assert_eq!(assistant["role"], "assistant");
+    assert_eq!(assistant["tool_calls"][0]["id"], "call_a");
+    assert_eq!(assistant["tool_calls"][0]["function"]["name"], "fs_read");
+    assert_eq!(
+        assistant["tool_calls"][0]["function"]["arguments"],
+        "{\"path\":\"numbers.txt\"}"
+    );
+    assert_eq!(assistant["tool_calls"][1]["function"]["name"], "fs_write");
+    let results: Vec<(&str, &str)> = messages[3..]
+        .iter()
+        .map(|m| {
+            (
+                m["role"].as_str().unwrap_or(""),
+                m["tool_call_id"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    assert_eq!(results, [("tool", "call_a"), ("tool", "call_b")]);
+    let content: Value = serde_json::from_str(messages[3]["content"].as_str().ok_or("content")?)?;
+    assert_eq!(content["data"]["content"], "1 2 20");
+    assert_eq!(content["tool"], "fs.read");
+    Ok(())
+}
+
+#[tokio::test]
+async fn text_without_tool_calls_is_the_final_answer_even_split_mid_utf8() -> Result<(), TestError>
+{
+    let server = MockServer::start(vec![Reply::sse(text_turn("la somme est 23 — é✓"))]).await?;
+    let mut policy = OpenAiPolicy::new(config(&server.base_url))?;
+    let out = decide(&mut policy, &[]).await;
+    assert_eq!(
+        out.decision,
+        Decision::Final {
+            answer: "la somme est 23 — é✓".into()
+        }
+    );
+    assert_eq!((out.usage.tokens_in, out.usage.tokens_out), (3, 2));
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_429_with_retry_after_then_success_is_retried() -> Result<(), TestError> {
+    let server = MockServer::start(vec![
+        Reply::status(429, "{\"error\":{\"message\":\"slow down\"}}").header("retry-after", "1"),
+        Reply::sse(one_call("c1", "fs_read", "{}")),
+    ])
+    .await?;
+    let mut policy = OpenAiPolicy::new(config(&server.base_url))?;
+    let started = std::time::Instant::now();
+    let out = decide(&mut policy, &[]).await;
+    assert!(
+        matches!(out.decision, Decision::ToolCalls { .. }),
+        "{out:?}"
+    );
+    assert!(
+        started.elapsed() >= Duration::from_secs(1),
+        "Retry-After was not honoured"
+    );
+    assert_eq!(server.received().len(), 2);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_500_then_success_is_retried() -> Result<(), TestError> {
+    let server = MockServer::start(vec![
+        Reply::status(500, "{\"error\":\"boom\"}"),
+        Reply::status(503, "{\"error\":\"busy\"}"),
+        Reply::sse(one_call("c1", "fs_read", "{}")),
+    ])
+    .await?;
+    let mut policy = OpenAiPolicy::new(config(&server.base_url))?;
+    let out = decide(&mut policy, &[]).await;
+    assert!(
+        matches!(out.decision, Decision::ToolCalls { .. }),
+        "{out:?}"
+    );
+    assert_eq!(server.received().len(), 3);
+    Ok(())
+}
+
+#[tokio::test]
+async fn server_errors_past_the_retry_budget_are_a_non_fatal_failure() -> Result<(), TestError> {
+    let server = MockServer::start(vec![Reply::status(500, "{}"); 3]).await?;
+    let mut policy = OpenAiPolicy::new(config(&server.base_url))?;
+    let out = decide(&mut policy, &[]).await;
+    match out.decision {
+        Decision::Failed { message, fatal } => {
+            assert!(!fatal);
+            assert!(message.contains("gave up after 3 attempts"), "{message}");
+        }
+        other => return Err(format!("expected Failed, got {other:?}").into()),
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_401_stops_the_run_naming_the_key() -> Result<(), TestError> {
+    let server = MockServer::start(vec![Reply::status(401, "{\"error\":\"bad key\"}")]).await?;
+    let mut policy = OpenAiPolicy::new(config(&server.base_url))?;
+    let out = decide(&mut policy, &[]).await;
+    match out.decision {
+        Decision::Failed { message, fatal } => {
+            assert!(fatal);
+            assert!(
+                message.contains("401") && message.contains("OPENAI_API_KEY"),
+                "{message}"
+            );
+        }
+        other => return Err(format!("expected Failed, got {other:?}").into()),
+    }
+    assert_eq!(
+        server.received().len(),
+        1,
+        "credentials errors are not retried"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_stalled_stream_is_abandoned_and_retried() -> Result<(), TestError> {
+    let server = MockServer::start(vec![
+        Reply::sse(one_call("c1", "fs_read", "{}")).stall_after(2),
+        Reply::sse(one_call("c2", "fs_read", "{}")),
+    ])
+    .await?;
+    let mut policy = OpenAiPolicy::new(config(&server.base_url))?;
+    let out = decide(&mut policy, &[]).await;
+    match &out.decision {
+        Decision::ToolCalls { calls } => assert_eq!(calls[0].id, "c2"),
+        other => return Err(format!("expected the retried call, got {other:?}").into()),
+    }
+    assert_eq!(server.received().len(), 2);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_stream_that_keeps_stalling_fails_naming_the_stall() -> Result<(), TestError> {
+    let server = MockServer::start(vec![
+        Reply::sse(one_call("c1", "fs_read", "{}"))
+            .stall_after(1);
+        3
+    ])
+    .await?;
+    let mut policy = OpenAiPolicy::new(config(&server.base_url))?;
+    let out = decide(&mut policy, &[]).await;
+    match out.decision {
+        Decision::Failed { message, fatal } => {
+            assert!(!fatal);
+            assert!(message.contains("stalled"), "{message}");
+        }
+        other => return Err(format!("expected Failed, got {other:?}").into()),
+    }
+    Ok(())
+}

@@ -1,0 +1,56 @@
+//! The adapter behind the real runtime: the seed's sum task, model turns served
+//! by the scripted server, tools run by the built-in executor.
+
+use agentry::{Runtime, StopReason};
+use agentry_models::OpenAiPolicy;
+use agentry_test_support::TestTask;
+use serde_json::Value;
+
+use super::openai::{config, one_call};
+use super::server::{MockServer, Reply, TestError};
+
+#[tokio::test]
+async fn the_openai_adapter_finishes_the_sum_task_through_the_runtime() -> Result<(), TestError> {
+    let server = MockServer::start(vec![
+        Reply::sse(one_call("read", "fs_read", "{\"path\":\"numbers.txt\"}")),
+        Reply::sse(one_call(
+            "write",
+            "fs_write",
+            "{\"path\":\"sum.txt\",\"content\":\"23\"}",
+        )),
+        Reply::sse(one_call("fin", "task_finish", "{\"answer\":\"sum=23\"}")),
+    ])
+    .await?;
+    let task = TestTask::sum()?;
+    let policy = OpenAiPolicy::new(config(&server.base_url))?;
+
+    let outcome = Runtime::with_builtins()?.run(task.config(), policy).await?;
+
+    assert_eq!(outcome.stop_reason, StopReason::Done, "{}", outcome.detail);
+    assert_eq!(outcome.steps, 3);
+    assert_eq!(outcome.answer.as_deref(), Some("sum=23"));
+    assert_eq!(task.read_file("sum.txt")?, "23");
+
+    // The second request carries the read's result, keyed by the model's call id,
+    // and the tools under their wire names.
+    let sent = server.received();
+    assert_eq!(sent.len(), 3);
+    let messages = sent[1].body["messages"].as_array().ok_or("no messages")?;
+    let last = messages.last().ok_or("empty")?;
+    assert_eq!(last["role"], "tool");
+    assert_eq!(last["tool_call_id"], "read");
+    let envelope: Value = serde_json::from_str(last["content"].as_str().ok_or("content")?)?;
+    assert_eq!(envelope["tool"], "fs.read");
+    assert_eq!(envelope["ok"], true);
+    let wire: Vec<&str> = sent[0].body["tools"]
+        .as_array()
+        .ok_or("no tools")?
+        .iter()
+        .filter_map(|t| t["function"]["name"].as_str())
+        .collect();
+    assert!(
+        wire.contains(&"fs_read") && wire.contains(&"task_finish"),
+        "{wire:?}"
+    );
+    Ok(())
+}

@@ -1,0 +1,198 @@
+//! A scripted model server: answers each POST with the next scripted reply (status,
+//! headers, SSE body chunks with pauses between them, optionally stalling) and
+//! records what the client sent.
+
+// Test-only helper outside #[test] functions: a poisoned lock or a bad scripted
+// status is a bug in the test itself, and panicking says so loudest.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
+use serde_json::Value;
+
+pub type TestError = Box<dyn std::error::Error + Send + Sync>;
+
+/// One scripted reply.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    pub status: u16,
+    pub headers: Vec<(&'static str, String)>,
+    pub chunks: Vec<String>,
+    /// After sending this many chunks, hold the connection open without bytes.
+    pub stall_after: Option<usize>,
+}
+
+impl Reply {
+    /// A 200 SSE stream of these raw body chunks (split anywhere).
+    pub fn sse(chunks: Vec<String>) -> Self {
+        Reply {
+            status: 200,
+            headers: vec![("content-type", "text/event-stream".into())],
+            chunks,
+            stall_after: None,
+        }
+    }
+
+    /// An error status with a JSON body.
+    pub fn status(status: u16, body: &str) -> Self {
+        Reply {
+            status,
+            headers: vec![("content-type", "application/json".into())],
+            chunks: vec![body.to_string()],
+            stall_after: None,
+        }
+    }
+
+    pub fn header(mut self, name: &'static str, value: &str) -> Self {
+        self.headers.push((name, value.to_string()));
+        self
+    }
+
+    pub fn stall_after(mut self, n: usize) -> Self {
+        self.stall_after = Some(n);
+        self
+    }
+}
+
+/// Splits SSE `data:` payloads into one body string, then cuts it into pieces of
+/// `size` bytes — mid-JSON and mid-UTF-8 alike.
+pub fn split_events(payloads: &[String], size: usize) -> Vec<String> {
+    let body: String = payloads.iter().map(|p| format!("data: {p}\n\n")).collect();
+    split_bytes(body.as_bytes(), size)
+}
+
+/// Anthropic-style events (`event:` + `data:`), cut into `size`-byte pieces.
+pub fn split_named_events(events: &[(&str, Value)], size: usize) -> Vec<String> {
+    let body: String = events
+        .iter()
+        .map(|(name, data)| format!("event: {name}\ndata: {data}\n\n"))
+        .collect();
+    split_bytes(body.as_bytes(), size)
+}
+
+/// Byte pieces carried as lossless strings via latin-1 would corrupt UTF-8, so the
+/// server sends `chunks` as raw bytes: each string here holds hex of its bytes.
+fn split_bytes(bytes: &[u8], size: usize) -> Vec<String> {
+    bytes
+        .chunks(size.max(1))
+        .map(|c| format!("hex:{}", to_hex(c)))
+        .collect()
+}
+
+fn to_hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn chunk_bytes(chunk: &str) -> Vec<u8> {
+    match chunk.strip_prefix("hex:") {
+        Some(hex) => (0..hex.len() / 2)
+            .filter_map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).ok())
+            .collect(),
+        None => chunk.as_bytes().to_vec(),
+    }
+}
+
+/// What the client sent.
+#[derive(Debug, Clone)]
+pub struct Received {
+    pub path: String,
+    pub headers: HeaderMap,
+    pub body: Value,
+}
+
+#[derive(Clone, Default)]
+struct Shared {
+    replies: Arc<Mutex<VecDeque<Reply>>>,
+    received: Arc<Mutex<Vec<Received>>>,
+}
+
+/// The running server.
+pub struct MockServer {
+    pub base_url: String,
+    shared: Shared,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for MockServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl MockServer {
+    /// Binds 127.0.0.1:0 and serves `replies` in order.
+    pub async fn start(replies: Vec<Reply>) -> Result<Self, TestError> {
+        let shared = Shared::default();
+        shared.replies.lock().unwrap().extend(replies);
+        let app = axum::Router::new()
+            .fallback(handle)
+            .with_state(shared.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Ok(MockServer {
+            base_url: format!("http://{addr}"),
+            shared,
+            task,
+        })
+    }
+
+    /// Every POST received so far, in order.
+    pub fn received(&self) -> Vec<Received> {
+        self.shared.received.lock().unwrap().clone()
+    }
+}
+
+async fn handle(
+    State(shared): State<Shared>,
+    method: axum::http::Method,
+    uri: axum::http::Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if method != axum::http::Method::POST {
+        return Response::new(Body::from("ok"));
+    }
+    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    shared.received.lock().unwrap().push(Received {
+        path: uri.path().to_string(),
+        headers,
+        body,
+    });
+    let next = shared.replies.lock().unwrap().pop_front();
+    let Some(reply) = next else {
+        let mut r = Response::new(Body::from("{\"error\":\"script exhausted\"}"));
+        *r.status_mut() = StatusCode::BAD_REQUEST;
+        return r;
+    };
+    let stall_after = reply.stall_after;
+    let chunks: Vec<Vec<u8>> = reply.chunks.iter().map(|c| chunk_bytes(c)).collect();
+    let stream = futures::stream::unfold((chunks, 0usize), move |(chunks, i)| async move {
+        if stall_after == Some(i) {
+            // Bounded: long enough for any client stall timeout used in tests.
+            tokio::time::sleep(Duration::from_secs(20)).await;
+            return None;
+        }
+        let chunk = chunks.get(i)?.clone();
+        // A pause between pieces so they reach the client as separate reads.
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        Some((
+            Ok::<_, std::convert::Infallible>(Bytes::from(chunk)),
+            (chunks, i + 1),
+        ))
+    });
+    let mut response = Response::new(Body::from_stream(stream));
+    *response.status_mut() = StatusCode::from_u16(reply.status).unwrap();
+    for (name, value) in reply.headers {
+        response.headers_mut().insert(name, value.parse().unwrap());
+    }
+    response
+}
