@@ -1,13 +1,14 @@
 //! `agentry`: the command-line interface of the agentry runtime.
 //!
 //! ```text
-//! agentry run TASK_DIR [--policy script:FILE] [--trace FILE] [--json]
+//! agentry run TASK_DIR [--policy script:FILE|openai:MODEL|anthropic:MODEL]
+//!                      [--base-url URL] [--trace FILE] [--json]
 //!                      [--max-steps N] [--deadline 30s] [--workdir DIR]
 //! ```
 //!
 //! Exit codes: 0 when the run stops `done`, 1 for any other stop reason, 2 for bad
 //! input (unreadable or invalid task or script, bad flags, an unusable working
-//! directory). This file only parses arguments, sets up logging and maps results to
+//! directory, a missing API key or an unreachable model server). This file only parses arguments, sets up logging and maps results to
 //! exit codes; the run itself is in `run.rs`, the output in `report.rs`.
 
 mod report;
@@ -47,11 +48,16 @@ enum Command {
 struct RunArgs {
     /// The task directory: holds task.toml, and usually script.json and workspace/.
     task_dir: PathBuf,
-    /// The policy. Only `script:FILE` (a scripted policy; FILE relative to the
-    /// current directory) for now. Default: task.toml's `[policy] script`, else
-    /// TASK_DIR/script.json.
-    #[arg(long, value_name = "script:FILE", value_parser = parse_policy)]
+    /// The policy: `script:FILE` (a scripted policy; FILE relative to the current
+    /// directory), `openai:MODEL` (an OpenAI-compatible server; key from
+    /// OPENAI_API_KEY) or `anthropic:MODEL` (key from ANTHROPIC_API_KEY).
+    /// Default: task.toml's `[policy] script`, else TASK_DIR/script.json.
+    #[arg(long, value_name = "KIND:VALUE", value_parser = parse_policy)]
     policy: Option<PolicyArg>,
+    /// The model server for `openai:` / `anthropic:` policies, plain http:// only
+    /// (e.g. http://127.0.0.1:8080/v1 for llama.cpp's server).
+    #[arg(long, value_name = "URL")]
+    base_url: Option<String>,
     /// Write the JSONL trace (one record per step, then a stop record) to FILE.
     #[arg(long, value_name = "FILE")]
     trace: Option<PathBuf>,
@@ -75,16 +81,24 @@ struct RunArgs {
 enum PolicyArg {
     /// A script file, relative to the current directory.
     Script(PathBuf),
+    /// A model behind a provider's API.
+    Model {
+        /// Which wire protocol.
+        provider: agentry_models::Provider,
+        /// The model name sent to the server.
+        model: String,
+    },
 }
 
 fn parse_policy(value: &str) -> Result<PolicyArg, String> {
     match value.split_once(':') {
         Some(("script", file)) if !file.is_empty() => Ok(PolicyArg::Script(file.into())),
         Some(("script", _)) => Err("script: needs a file, e.g. script:plan.json".into()),
-        _ => Err(
-            "only `script:FILE` is supported for now (the scripted policy); model adapters are not available yet"
-                .into(),
-        ),
+        _ => match agentry_models::Provider::parse_spec(value) {
+            Some(Ok((provider, model))) => Ok(PolicyArg::Model { provider, model }),
+            Some(Err(e)) => Err(e.to_string()),
+            None => Err("expected script:FILE, openai:MODEL or anthropic:MODEL".into()),
+        },
     }
 }
 
@@ -145,6 +159,10 @@ fn main() -> ExitCode {
                     eprintln!("agentry: {e}");
                     ExitCode::from(EXIT_BAD_INPUT)
                 }
+                Err(run::RunError::Model(e)) => {
+                    eprintln!("agentry: {e}");
+                    ExitCode::from(EXIT_BAD_INPUT)
+                }
                 Err(run::RunError::Lost(e)) => {
                     eprintln!("agentry: {e}");
                     ExitCode::from(EXIT_NOT_DONE)
@@ -160,14 +178,30 @@ mod tests {
     use super::*;
 
     #[test]
-    fn policy_flag_accepts_only_script() {
+    fn policy_flag_accepts_scripts_and_models() {
         assert_eq!(
             parse_policy("script:a/b.json"),
             Ok(PolicyArg::Script("a/b.json".into()))
         );
         assert!(parse_policy("script:").is_err());
-        let err = parse_policy("openai:gpt-4o").unwrap_err();
-        assert!(err.contains("only `script:FILE` is supported"), "{err}");
+        assert_eq!(
+            parse_policy("openai:gpt-4o"),
+            Ok(PolicyArg::Model {
+                provider: agentry_models::Provider::OpenAi,
+                model: "gpt-4o".into()
+            })
+        );
+        assert_eq!(
+            parse_policy("anthropic:claude-x"),
+            Ok(PolicyArg::Model {
+                provider: agentry_models::Provider::Anthropic,
+                model: "claude-x".into()
+            })
+        );
+        let err = parse_policy("openai:").unwrap_err();
+        assert!(err.contains("no model name"), "{err}");
+        let err = parse_policy("gemini:x").unwrap_err();
+        assert!(err.contains("openai:MODEL"), "{err}");
         assert!(parse_policy("plan.json").is_err());
     }
 

@@ -3,7 +3,9 @@
 
 use std::path::PathBuf;
 
+use agentry::runtime::Policy;
 use agentry::{RunOutcome, Runtime, RuntimeError, Script, TaskSpec};
+use agentry_models::{ModelConfig, ModelError};
 
 use crate::{PolicyArg, RunArgs};
 
@@ -13,6 +15,9 @@ pub(crate) enum RunError {
     /// The task, script, flags or working directory are unusable, or the run could
     /// not start: nothing ran (exit 2).
     BadInput(RuntimeError),
+    /// The model policy cannot be used: missing key, unusable URL, server
+    /// unreachable. Nothing ran (exit 2).
+    Model(ModelError),
     /// The run started but its outcome was lost (exit 1).
     Lost(RuntimeError),
 }
@@ -20,16 +25,7 @@ pub(crate) enum RunError {
 /// Runs one task to its outcome.
 pub(crate) async fn run(args: RunArgs) -> Result<RunOutcome, RunError> {
     let mut task = TaskSpec::load(&args.task_dir).map_err(RunError::BadInput)?;
-    let script_path = match &args.policy {
-        Some(PolicyArg::Script(file)) => file.clone(),
-        None => task.script.clone().ok_or_else(|| {
-            RunError::BadInput(RuntimeError::task(
-                task.dir.join(agentry::runtime::task::DEFAULT_SCRIPT),
-                "no policy script: this file does not exist; create it, set [policy] script in task.toml, or pass --policy script:FILE",
-            ))
-        })?,
-    };
-    let script = Script::load(&script_path).map_err(RunError::BadInput)?;
+    let policy = load_policy(&args, &task).await?;
     if let Some(n) = args.max_steps {
         task.limits.max_steps = Some(n);
     }
@@ -60,7 +56,7 @@ pub(crate) async fn run(args: RunArgs) -> Result<RunOutcome, RunError> {
         }
     };
     let handle = runtime
-        .start(config, script.into_policy())
+        .start_boxed(config, policy)
         .await
         .map_err(RunError::BadInput)?;
     tracing::info!(run_id = handle.run_id(), task_id = %task.task_id, "run started");
@@ -69,6 +65,35 @@ pub(crate) async fn run(args: RunArgs) -> Result<RunOutcome, RunError> {
         task.abort();
     }
     outcome
+}
+
+/// Builds the policy the flags (or the task) name. A model policy is checked
+/// before anything runs: its key is present, its URL usable, its server answers.
+async fn load_policy(args: &RunArgs, task: &TaskSpec) -> Result<Box<dyn Policy>, RunError> {
+    let script_path = match &args.policy {
+        Some(PolicyArg::Model { provider, model }) => {
+            let config = ModelConfig::from_env(*provider, model, args.base_url.as_deref())
+                .map_err(RunError::Model)?;
+            return agentry_models::connect(*provider, config)
+                .await
+                .map_err(RunError::Model);
+        }
+        Some(PolicyArg::Script(file)) => file.clone(),
+        None => task.script.clone().ok_or_else(|| {
+            RunError::BadInput(RuntimeError::task(
+                task.dir.join(agentry::runtime::task::DEFAULT_SCRIPT),
+                "no policy script: this file does not exist; create it, set [policy] script in task.toml, or pass --policy script:FILE",
+            ))
+        })?,
+    };
+    if args.base_url.is_some() {
+        return Err(RunError::Model(ModelError::BadSpec {
+            spec: "--base-url".into(),
+            reason: "applies only to --policy openai:MODEL or anthropic:MODEL".into(),
+        }));
+    }
+    let script = Script::load(&script_path).map_err(RunError::BadInput)?;
+    Ok(Box::new(script.into_policy()))
 }
 
 /// The first ctrl-c stops the run gracefully (in-flight tools cancelled, `user_abort`,
