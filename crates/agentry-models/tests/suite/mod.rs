@@ -1,3 +1,4 @@
+mod aimock;
 mod anthropic;
 mod openai;
 mod runtime;
