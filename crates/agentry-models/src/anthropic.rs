@@ -34,11 +34,15 @@ impl AnthropicPolicy {
         transport::probe(&self.client, &format!("{}/v1/models", self.config.base_url)).await
     }
 
-    async fn attempt(&self, body: &[u8]) -> Result<Turn, AttemptError> {
+    async fn attempt(
+        &self,
+        body: &[u8],
+        timeout: std::time::Duration,
+    ) -> Result<Turn, AttemptError> {
         let mut request = self
             .client
             .post(format!("{}/v1/messages", self.config.base_url))
-            .timeout(self.config.request_timeout)
+            .timeout(timeout)
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .header("anthropic-version", ANTHROPIC_VERSION)
             .body(body.to_vec());
@@ -76,6 +80,10 @@ impl Policy for AnthropicPolicy {
 
     async fn decide(&mut self, ctx: PolicyContext<'_>) -> PolicyOutput {
         let model = self.name();
+        let timeout = match self.config.preflight(ctx.budget) {
+            Ok(t) => t,
+            Err(decision) => return PolicyOutput::new(decision, model),
+        };
         let failed = |message: String| Decision::Failed {
             message,
             fatal: true,
@@ -93,7 +101,8 @@ impl Policy for AnthropicPolicy {
             }
         };
         let hash = transport::prompt_hash(&body);
-        let result = transport::with_retries(&self.config.retry, || self.attempt(&body)).await;
+        let result =
+            transport::with_retries(&self.config.retry, || self.attempt(&body, timeout)).await;
         let mut out = match result {
             Ok(turn) => {
                 let usage = turn.usage;
@@ -104,7 +113,7 @@ impl Policy for AnthropicPolicy {
             Err(decision) => PolicyOutput::new(decision, model),
         };
         out.prompt_hash = Some(hash);
-        out
+        self.config.finish(out)
     }
 }
 

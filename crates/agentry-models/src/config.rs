@@ -2,6 +2,9 @@
 
 use std::time::Duration;
 
+use agentry_protocol::budget::BudgetSnapshot;
+use agentry_protocol::decision::{Decision, PolicyOutput};
+
 use crate::ModelError;
 
 /// Which wire protocol a model speaks.
@@ -78,6 +81,39 @@ impl Default for RetryConfig {
     }
 }
 
+/// Prices per million tokens, in micro-units of the run's currency, so a model
+/// turn's money is charged to the budget.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Prices {
+    /// Per million input (prompt) tokens.
+    pub input_micros_per_mtok: u64,
+    /// Per million output (completion) tokens.
+    pub output_micros_per_mtok: u64,
+}
+
+impl Prices {
+    /// The cost of a turn, rounded up to a whole micro-unit per dimension.
+    pub fn cost_micros(&self, tokens_in: u64, tokens_out: u64) -> u64 {
+        let part = |tokens: u64, price: u64| {
+            let micros = u128::from(tokens) * u128::from(price);
+            u64::try_from(micros.div_ceil(1_000_000)).unwrap_or(u64::MAX)
+        };
+        part(tokens_in, self.input_micros_per_mtok)
+            .saturating_add(part(tokens_out, self.output_micros_per_mtok))
+    }
+}
+
+/// What a reply with text and no tool call means.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum TextReply {
+    /// The text is the final answer (acceptance checks then decide `done`).
+    #[default]
+    Answer,
+    /// The model is told, as a non-fatal failure it sees next turn, to call
+    /// `task.finish` with its answer and evidence.
+    RequireFinish,
+}
+
 /// Everything an adapter needs to reach its model.
 #[derive(Debug, Clone)]
 pub struct ModelConfig {
@@ -97,6 +133,10 @@ pub struct ModelConfig {
     pub stall_timeout: Duration,
     /// Retry budget.
     pub retry: RetryConfig,
+    /// Token prices; `None` charges no money.
+    pub prices: Option<Prices>,
+    /// What a text-only reply means.
+    pub text_reply: TextReply,
 }
 
 impl ModelConfig {
@@ -112,6 +152,8 @@ impl ModelConfig {
             request_timeout: Duration::from_secs(300),
             stall_timeout: Duration::from_secs(60),
             retry: RetryConfig::default(),
+            prices: None,
+            text_reply: TextReply::default(),
         }
     }
 
@@ -149,6 +191,59 @@ impl ModelConfig {
     pub fn retry(mut self, retry: RetryConfig) -> Self {
         self.retry = retry;
         self
+    }
+
+    /// Sets token prices.
+    pub fn prices(mut self, prices: Prices) -> Self {
+        self.prices = Some(prices);
+        self
+    }
+
+    /// Sets what a text-only reply means.
+    pub fn text_reply(mut self, text_reply: TextReply) -> Self {
+        self.text_reply = text_reply;
+        self
+    }
+
+    /// Checks the budget before a request: `Err` (a fatal failure, nothing sent)
+    /// when the output tokens a request reserves do not fit in the tokens left;
+    /// otherwise the timeout for this turn, cut to the time left before the
+    /// deadline so the request cannot outlive the run.
+    pub(crate) fn preflight(&self, budget: &BudgetSnapshot) -> Result<Duration, Decision> {
+        let reserve = u64::from(self.max_output_tokens);
+        if let Some(left) = budget.remaining.tokens_left
+            && left < reserve
+        {
+            return Err(Decision::Failed {
+                message: format!(
+                    "token budget: {left} tokens left, fewer than the {reserve} output tokens a model request reserves; request not sent"
+                ),
+                fatal: true,
+            });
+        }
+        Ok(match budget.remaining.wall_ms_left {
+            Some(ms) => self.request_timeout.min(Duration::from_millis(ms.max(1))),
+            None => self.request_timeout,
+        })
+    }
+
+    /// Fills in money and applies [`TextReply`] to a finished turn.
+    pub(crate) fn finish(&self, mut out: PolicyOutput) -> PolicyOutput {
+        if let Some(p) = self.prices {
+            out.cost_micros = p.cost_micros(out.usage.tokens_in, out.usage.tokens_out);
+        }
+        if self.text_reply == TextReply::RequireFinish
+            && let Decision::Final { answer } = &out.decision
+        {
+            out.decision = Decision::Failed {
+                message: format!(
+                    "you replied with text and no tool call ({:?}); call task.finish with your answer and evidence",
+                    answer.chars().take(200).collect::<String>()
+                ),
+                fatal: false,
+            };
+        }
+        out
     }
 
     /// Checks the URL and builds the HTTP client.

@@ -41,7 +41,7 @@ mod transport;
 
 pub use agentry_runtime::Policy;
 pub use anthropic::{AnthropicPolicy, build_anthropic_request};
-pub use config::{ModelConfig, Provider, RetryConfig};
+pub use config::{ModelConfig, Prices, Provider, RetryConfig, TextReply};
 pub use error::ModelError;
 pub use names::ToolNameMap;
 pub use openai::{OpenAiPolicy, build_openai_messages};

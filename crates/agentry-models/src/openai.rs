@@ -32,11 +32,16 @@ impl OpenAiPolicy {
         transport::probe(&self.client, &format!("{}/models", self.config.base_url)).await
     }
 
-    async fn attempt(&self, body: &[u8], step: u64) -> Result<Turn, AttemptError> {
+    async fn attempt(
+        &self,
+        body: &[u8],
+        step: u64,
+        timeout: std::time::Duration,
+    ) -> Result<Turn, AttemptError> {
         let mut request = self
             .client
             .post(format!("{}/chat/completions", self.config.base_url))
-            .timeout(self.config.request_timeout)
+            .timeout(timeout)
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .body(body.to_vec());
         if let Some(key) = &self.config.api_key {
@@ -79,6 +84,10 @@ impl Policy for OpenAiPolicy {
 
     async fn decide(&mut self, ctx: PolicyContext<'_>) -> PolicyOutput {
         let model = self.name();
+        let timeout = match self.config.preflight(ctx.budget) {
+            Ok(t) => t,
+            Err(decision) => return PolicyOutput::new(decision, model),
+        };
         let names = match ToolNameMap::new(ctx.tools) {
             Ok(n) => n,
             Err(e) => {
@@ -105,8 +114,10 @@ impl Policy for OpenAiPolicy {
             }
         };
         let hash = transport::prompt_hash(&body);
-        let result =
-            transport::with_retries(&self.config.retry, || self.attempt(&body, ctx.step)).await;
+        let result = transport::with_retries(&self.config.retry, || {
+            self.attempt(&body, ctx.step, timeout)
+        })
+        .await;
         let mut out = match result {
             Ok(turn) => {
                 let usage = turn.usage;
@@ -117,7 +128,7 @@ impl Policy for OpenAiPolicy {
             Err(decision) => PolicyOutput::new(decision, model),
         };
         out.prompt_hash = Some(hash);
-        out
+        self.config.finish(out)
     }
 }
 

@@ -372,3 +372,59 @@ async fn a_stream_that_keeps_stalling_fails_naming_the_stall() -> Result<(), Tes
     }
     Ok(())
 }
+
+#[tokio::test]
+async fn a_request_whose_reserved_output_does_not_fit_the_token_budget_is_not_sent()
+-> Result<(), TestError> {
+    let server = MockServer::start(vec![Reply::sse(text_turn("never"))]).await?;
+    let mut policy = OpenAiPolicy::new(config(&server.base_url))?;
+    let tools = tools();
+    let mut budget = BudgetSnapshot::default();
+    budget.remaining.tokens_left = Some(100);
+    let out = policy
+        .decide(PolicyContext {
+            run_id: "run-1",
+            step: 4,
+            goal: "g",
+            tools: &tools,
+            session: &[],
+            budget: &budget,
+        })
+        .await;
+    match out.decision {
+        Decision::Failed { message, fatal } => {
+            assert!(fatal);
+            assert!(
+                message.contains("100 tokens left") && message.contains("1024"),
+                "{message}"
+            );
+        }
+        other => return Err(format!("expected Failed, got {other:?}").into()),
+    }
+    assert!(server.received().is_empty(), "nothing may be sent");
+    Ok(())
+}
+
+#[tokio::test]
+async fn usage_is_priced_and_a_text_reply_can_be_sent_back_to_call_finish() -> Result<(), TestError>
+{
+    let server = MockServer::start(vec![Reply::sse(text_turn("23"))]).await?;
+    let config = config(&server.base_url)
+        .prices(agentry_models::Prices {
+            input_micros_per_mtok: 2_000_000,
+            output_micros_per_mtok: 8_000_000,
+        })
+        .text_reply(agentry_models::TextReply::RequireFinish);
+    let mut policy = OpenAiPolicy::new(config)?;
+    let out = decide(&mut policy, &[]).await;
+    // text_turn reports 3 prompt and 2 completion tokens: 3·2 + 2·8 micro-units.
+    assert_eq!(out.cost_micros, 22);
+    match out.decision {
+        Decision::Failed { message, fatal } => {
+            assert!(!fatal);
+            assert!(message.contains("call task.finish"), "{message}");
+        }
+        other => return Err(format!("expected Failed, got {other:?}").into()),
+    }
+    Ok(())
+}
