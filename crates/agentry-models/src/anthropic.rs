@@ -92,8 +92,8 @@ impl Policy for AnthropicPolicy {
             Ok(n) => n,
             Err(e) => return PolicyOutput::new(failed(e.to_string()), model),
         };
-        let request =
-            build_anthropic_request(&self.config, ctx.goal, ctx.tools, ctx.session, &names);
+        let session = crate::context::project_session(ctx.session, self.config.context_tokens);
+        let request = build_anthropic_request(&self.config, ctx.goal, ctx.tools, &session, &names);
         let body = match serde_json::to_vec(&request) {
             Ok(b) => b,
             Err(e) => {

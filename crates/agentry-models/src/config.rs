@@ -137,6 +137,9 @@ pub struct ModelConfig {
     pub prices: Option<Prices>,
     /// What a text-only reply means.
     pub text_reply: TextReply,
+    /// Context budget for the session part of a request, in (estimated) tokens;
+    /// older turns are elided past it (see [`crate::context`]). `None`: send all.
+    pub context_tokens: Option<u64>,
 }
 
 impl ModelConfig {
@@ -154,6 +157,7 @@ impl ModelConfig {
             retry: RetryConfig::default(),
             prices: None,
             text_reply: TextReply::default(),
+            context_tokens: None,
         }
     }
 
@@ -196,6 +200,12 @@ impl ModelConfig {
     /// Sets token prices.
     pub fn prices(mut self, prices: Prices) -> Self {
         self.prices = Some(prices);
+        self
+    }
+
+    /// Sets the context budget, in estimated tokens.
+    pub fn context_tokens(mut self, tokens: u64) -> Self {
+        self.context_tokens = Some(tokens);
         self
     }
 

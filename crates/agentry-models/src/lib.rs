@@ -14,6 +14,7 @@
 //!
 //! # Layout
 //! - `config`: [`ModelConfig`], [`RetryConfig`], [`Provider`] and env-key lookup.
+//! - [`context`]: which session entries a request carries under a context budget.
 //! - `names`: the reversible tool-name mapping.
 //! - `transport`: HTTP status classification, retries, the stall-aware SSE reader.
 //! - `openai`, `anthropic`: request projection (pure, unit-tested) and stream assembly.
@@ -34,6 +35,7 @@
 
 mod anthropic;
 mod config;
+pub mod context;
 mod error;
 mod names;
 mod openai;

@@ -100,7 +100,8 @@ impl Policy for OpenAiPolicy {
                 );
             }
         };
-        let request = build_openai_request(&self.config, ctx.goal, ctx.tools, ctx.session, &names);
+        let session = crate::context::project_session(ctx.session, self.config.context_tokens);
+        let request = build_openai_request(&self.config, ctx.goal, ctx.tools, &session, &names);
         let body = match serde_json::to_vec(&request) {
             Ok(b) => b,
             Err(e) => {
