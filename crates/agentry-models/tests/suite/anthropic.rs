@@ -242,3 +242,36 @@ async fn overloaded_then_success_is_retried_and_403_is_fatal() -> Result<(), Tes
     }
     Ok(())
 }
+
+#[tokio::test]
+async fn a_stalled_stream_and_an_overloaded_error_event_are_retried() -> Result<(), TestError> {
+    let overloaded = split_named_events(
+        &[
+            (
+                "message_start",
+                json!({"type": "message_start", "message": {"usage": {"input_tokens": 1}}}),
+            ),
+            (
+                "error",
+                json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}),
+            ),
+        ],
+        64,
+    );
+    let server = MockServer::start(vec![
+        Reply::sse(tool_use_turn()).stall_after(3),
+        Reply::sse(overloaded),
+        Reply::sse(text_turn("finally")),
+    ])
+    .await?;
+    let mut policy = AnthropicPolicy::new(config(&server.base_url))?;
+    let out = decide(&mut policy, &[]).await;
+    assert_eq!(
+        out.decision,
+        Decision::Final {
+            answer: "finally".into()
+        }
+    );
+    assert_eq!(server.received().len(), 3);
+    Ok(())
+}

@@ -90,6 +90,22 @@ pub fn one_call(id: &str, name: &str, args: &str) -> Vec<String> {
     )
 }
 
+/// A streamed turn with two parallel calls.
+pub fn two_calls(a: (&str, &str, &str), b: (&str, &str, &str)) -> Vec<String> {
+    split_events(
+        &[
+            call_start(0, a.0, a.1),
+            call_start(1, b.0, b.1),
+            call_args(0, a.2),
+            call_args(1, b.2),
+            finish("tool_calls"),
+            usage(10, 5),
+            "[DONE]".into(),
+        ],
+        9,
+    )
+}
+
 pub fn text_turn(text: &str) -> Vec<String> {
     split_events(
         &[

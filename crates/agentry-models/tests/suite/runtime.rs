@@ -54,3 +54,54 @@ async fn the_openai_adapter_finishes_the_sum_task_through_the_runtime() -> Resul
     );
     Ok(())
 }
+
+/// Broken arguments and an unknown tool become observations the model sees in the
+/// next request (EINVAL, ENOTOOL, keyed by its call ids in request order); the
+/// model then corrects itself and the run still finishes.
+#[tokio::test]
+async fn broken_arguments_and_unknown_tools_come_back_as_observations() -> Result<(), TestError> {
+    let server = MockServer::start(vec![
+        Reply::sse(super::openai::two_calls(
+            ("bad", "fs_read", "{\"path\": \"numb"),
+            ("ghost", "no_such_tool", "{}"),
+        )),
+        Reply::sse(one_call(
+            "write",
+            "fs_write",
+            "{\"path\":\"sum.txt\",\"content\":\"23\"}",
+        )),
+        Reply::sse(one_call("fin", "task_finish", "{\"answer\":\"sum=23\"}")),
+    ])
+    .await?;
+    let task = TestTask::sum()?;
+    let policy = OpenAiPolicy::new(config(&server.base_url))?;
+
+    let outcome = Runtime::with_builtins()?.run(task.config(), policy).await?;
+    assert_eq!(outcome.stop_reason, StopReason::Done, "{}", outcome.detail);
+
+    let sent = server.received();
+    let messages = sent[1].body["messages"].as_array().ok_or("no messages")?;
+    let observations: Vec<(String, String)> = messages
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| -> Result<(String, String), TestError> {
+            let envelope: Value = serde_json::from_str(m["content"].as_str().ok_or("content")?)?;
+            Ok((
+                m["tool_call_id"].as_str().unwrap_or("").to_string(),
+                envelope["error"]["code"].as_str().unwrap_or("").to_string(),
+            ))
+        })
+        .collect::<Result<_, _>>()?;
+    assert_eq!(
+        observations,
+        [
+            ("bad".to_string(), "EINVAL".to_string()),
+            ("ghost".to_string(), "ENOTOOL".to_string())
+        ]
+    );
+    // The broken text went back to the model verbatim, under the wire name.
+    let call = &messages[2]["tool_calls"][0]["function"];
+    assert_eq!(call["name"], "fs_read");
+    assert_eq!(call["arguments"], "{\"path\": \"numb");
+    Ok(())
+}
