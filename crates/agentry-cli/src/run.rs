@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use agentry::runtime::Policy;
+use agentry::runtime::desk::ChildPolicyFactory;
 use agentry::{RunOutcome, Runtime, RuntimeError, Script, TaskSpec};
 use agentry_models::{ModelConfig, ModelError};
 
@@ -25,7 +26,7 @@ pub(crate) enum RunError {
 /// Runs one task to its outcome.
 pub(crate) async fn run(args: RunArgs) -> Result<RunOutcome, RunError> {
     let mut task = TaskSpec::load(&args.task_dir).map_err(RunError::BadInput)?;
-    let policy = load_policy(&args, &task).await?;
+    let (policy, children) = load_policy(&args, &task).await?;
     if let Some(n) = args.max_steps {
         task.limits.max_steps = Some(n);
     }
@@ -43,7 +44,11 @@ pub(crate) async fn run(args: RunArgs) -> Result<RunOutcome, RunError> {
     let mut config = task.run_config(workdir);
     config.trace = trace;
 
-    let runtime = Runtime::with_builtins().map_err(RunError::BadInput)?;
+    let mut runtime = Runtime::with_builtins().map_err(RunError::BadInput)?;
+    if let Some(factory) = children {
+        // Children spawned without an inline script use the same model.
+        runtime = runtime.with_child_policy(factory);
+    }
     // Listening starts here, before the run: an early ctrl-c aborts it too.
     let interrupt = match Interrupts::listen() {
         Ok(signals) => Some(tokio::spawn(shutdown_on_interrupt(
@@ -67,16 +72,22 @@ pub(crate) async fn run(args: RunArgs) -> Result<RunOutcome, RunError> {
     outcome
 }
 
+/// The run's policy, and for a model policy the factory its child agents use.
+type LoadedPolicy = (Box<dyn Policy>, Option<ChildPolicyFactory>);
+
 /// Builds the policy the flags (or the task) name. A model policy is checked
 /// before anything runs: its key is present, its URL usable, its server answers.
-async fn load_policy(args: &RunArgs, task: &TaskSpec) -> Result<Box<dyn Policy>, RunError> {
+async fn load_policy(args: &RunArgs, task: &TaskSpec) -> Result<LoadedPolicy, RunError> {
     let script_path = match &args.policy {
         Some(PolicyArg::Model { provider, model }) => {
             let config = ModelConfig::from_env(*provider, model, args.base_url.as_deref())
                 .map_err(RunError::Model)?;
-            return agentry_models::connect(*provider, config)
+            let children = agentry_models::child_policy_factory(*provider, config.clone())
+                .map_err(RunError::Model)?;
+            let policy = agentry_models::connect(*provider, config)
                 .await
-                .map_err(RunError::Model);
+                .map_err(RunError::Model)?;
+            return Ok((policy, Some(children)));
         }
         Some(PolicyArg::Script(file)) => file.clone(),
         None => task.script.clone().ok_or_else(|| {
@@ -93,7 +104,7 @@ async fn load_policy(args: &RunArgs, task: &TaskSpec) -> Result<Box<dyn Policy>,
         }));
     }
     let script = Script::load(&script_path).map_err(RunError::BadInput)?;
-    Ok(Box::new(script.into_policy()))
+    Ok((Box::new(script.into_policy()), None))
 }
 
 /// The first ctrl-c stops the run gracefully (in-flight tools cancelled, `user_abort`,

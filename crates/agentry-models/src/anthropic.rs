@@ -17,6 +17,8 @@ use crate::{ModelConfig, ModelError, ToolNameMap};
 const ANTHROPIC_VERSION: &str = "2023-06-01";
 
 /// A [`Policy`] backed by Anthropic's `/v1/messages` endpoint.
+// Clone is cheap (the HTTP client is shared): one clone per child agent.
+#[derive(Clone)]
 pub struct AnthropicPolicy {
     config: ModelConfig,
     client: reqwest::Client,

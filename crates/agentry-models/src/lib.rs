@@ -68,6 +68,25 @@ pub async fn connect(
     }
 }
 
+/// A factory for the runtime's child agents (`agent.spawn` without an inline
+/// script): each child gets its own adapter for the same model, sharing one HTTP
+/// client. Checks the configuration now; sends nothing.
+pub fn child_policy_factory(
+    provider: Provider,
+    config: ModelConfig,
+) -> Result<agentry_runtime::desk::ChildPolicyFactory, ModelError> {
+    Ok(match provider {
+        Provider::OpenAi => {
+            let prototype = OpenAiPolicy::new(config)?;
+            std::sync::Arc::new(move |_| Some(Box::new(prototype.clone()) as Box<dyn Policy>))
+        }
+        Provider::Anthropic => {
+            let prototype = AnthropicPolicy::new(config)?;
+            std::sync::Arc::new(move |_| Some(Box::new(prototype.clone()) as Box<dyn Policy>))
+        }
+    })
+}
+
 /// The default system prompt: the goal, and how to finish.
 pub(crate) fn system_prompt(goal: &str, names: &ToolNameMap) -> String {
     let finish = names.wire("task.finish");

@@ -15,6 +15,8 @@ use crate::transport::{self, AttemptError, SseReader};
 use crate::{ModelConfig, ModelError, ToolNameMap};
 
 /// A [`Policy`] backed by an OpenAI-compatible `/chat/completions` endpoint.
+// Clone is cheap (the HTTP client is shared): one clone per child agent.
+#[derive(Clone)]
 pub struct OpenAiPolicy {
     config: ModelConfig,
     client: reqwest::Client,

@@ -444,3 +444,29 @@ async fn usage_is_priced_and_a_text_reply_can_be_sent_back_to_call_finish() -> R
     }
     Ok(())
 }
+
+#[tokio::test]
+async fn the_child_policy_factory_gives_each_child_the_same_model() -> Result<(), TestError> {
+    let server = MockServer::start(vec![Reply::sse(text_turn("child says hi"))]).await?;
+    let factory = agentry_models::child_policy_factory(
+        agentry_models::Provider::OpenAi,
+        config(&server.base_url),
+    )?;
+    let request = agentry::tools::agents::ChildRequest {
+        goal: "say hi".into(),
+        limits: Default::default(),
+        grants: None,
+        script: None,
+        name: None,
+    };
+    let mut child = factory(&request).ok_or("no child policy")?;
+    assert_eq!(child.name(), "openai:test-model");
+    let out = decide(child.as_mut(), &[]).await;
+    assert_eq!(
+        out.decision,
+        Decision::Final {
+            answer: "child says hi".into()
+        }
+    );
+    Ok(())
+}
