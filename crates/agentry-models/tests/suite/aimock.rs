@@ -49,7 +49,7 @@ fn fixtures() -> Value {
     ]})
 }
 
-async fn start() -> Result<Option<Llmock>, TestError> {
+async fn start(extra: &[&str]) -> Result<Option<Llmock>, TestError> {
     let Some(bin) = llmock_bin() else {
         eprintln!("skipped: set AIMOCK_DIR to a folder with @copilotkit/aimock@1.43.0 installed");
         return Ok(None);
@@ -72,6 +72,7 @@ async fn start() -> Result<Option<Llmock>, TestError> {
             "-f",
         ])
         .arg(fixtures.path())
+        .args(extra)
         .stdout(Stdio::null())
         .spawn()?;
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
@@ -116,7 +117,7 @@ async fn journal(addr: SocketAddr) -> Result<Vec<Value>, TestError> {
 
 #[tokio::test]
 async fn openai_adapter_finishes_the_sum_task_against_aimock() -> Result<(), TestError> {
-    let Some(server) = start().await? else {
+    let Some(server) = start(&[]).await? else {
         return Ok(());
     };
     let config = ModelConfig::new("gpt-test", format!("http://{}/v1", server.addr)).api_key("k");
@@ -134,7 +135,7 @@ async fn openai_adapter_finishes_the_sum_task_against_aimock() -> Result<(), Tes
 
 #[tokio::test]
 async fn anthropic_adapter_finishes_the_sum_task_against_aimock() -> Result<(), TestError> {
-    let Some(server) = start().await? else {
+    let Some(server) = start(&[]).await? else {
         return Ok(());
     };
     let config = ModelConfig::new("claude-test", format!("http://{}", server.addr)).api_key("k");
@@ -146,5 +147,40 @@ async fn anthropic_adapter_finishes_the_sum_task_against_aimock() -> Result<(), 
     assert_eq!(journal[2]["path"], "/v1/messages");
     let text = journal[2].to_string();
     assert!(text.contains("call_write"), "{text}");
+    Ok(())
+}
+
+/// aimock's chaos mode answers every request 429 with `Retry-After: 1`: the
+/// adapter waits as told, retries within its budget, then fails (non-fatally).
+#[tokio::test]
+async fn rate_limits_from_aimock_are_retried_after_retry_after_then_given_up()
+-> Result<(), TestError> {
+    let Some(server) = start(&["--chaos-ratelimit", "1"]).await? else {
+        return Ok(());
+    };
+    let config = ModelConfig::new("gpt-test", format!("http://{}/v1", server.addr))
+        .api_key("k")
+        .retry(agentry_models::RetryConfig {
+            max_retries: 1,
+            base_delay: Duration::from_millis(10),
+            max_delay: Duration::from_secs(5),
+        });
+    let mut policy = OpenAiPolicy::new(config)?;
+    let started = Instant::now();
+    let out = super::openai::decide(&mut policy, &[]).await;
+    assert!(
+        started.elapsed() >= Duration::from_secs(1),
+        "Retry-After was not honoured"
+    );
+    match out.decision {
+        agentry::Decision::Failed { message, fatal } => {
+            assert!(!fatal);
+            assert!(
+                message.contains("429") && message.contains("gave up after 2 attempts"),
+                "{message}"
+            );
+        }
+        other => return Err(format!("expected Failed, got {other:?}").into()),
+    }
     Ok(())
 }
