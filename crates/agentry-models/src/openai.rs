@@ -2,6 +2,8 @@
 //! tool-call assembly.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use agentry_protocol::decision::{Decision, PolicyOutput, TokenUsage};
 use agentry_protocol::state::SessionEntry;
@@ -20,13 +22,27 @@ use crate::{ModelConfig, ModelError, ToolNameMap};
 pub struct OpenAiPolicy {
     config: ModelConfig,
     client: reqwest::Client,
+    /// Set once the server answered a streaming request with an empty 200 body
+    /// (llama-cpp-python does, for tool calls with `tool_choice: "auto"`): from
+    /// then on this adapter, and its clones, ask for whole responses instead.
+    plain: Arc<AtomicBool>,
+}
+
+/// One request body in both shapes; which one is sent depends on `plain`.
+struct Bodies {
+    stream: Vec<u8>,
+    plain: Vec<u8>,
 }
 
 impl OpenAiPolicy {
     /// Checks the configuration and builds the client. Sends nothing.
     pub fn new(config: ModelConfig) -> Result<Self, ModelError> {
         let client = config.client()?;
-        Ok(OpenAiPolicy { config, client })
+        Ok(OpenAiPolicy {
+            config,
+            client,
+            plain: Arc::new(AtomicBool::new(false)),
+        })
     }
 
     /// Checks that the server answers (`GET {base}/models`; any status will do).
@@ -36,10 +52,12 @@ impl OpenAiPolicy {
 
     async fn attempt(
         &self,
-        body: &[u8],
+        bodies: &Bodies,
         step: u64,
         timeout: std::time::Duration,
     ) -> Result<Turn, AttemptError> {
+        let plain = self.plain.load(Ordering::Relaxed);
+        let body = if plain { &bodies.plain } else { &bodies.stream };
         let mut request = self
             .client
             .post(format!("{}/chat/completions", self.config.base_url))
@@ -50,9 +68,22 @@ impl OpenAiPolicy {
             request = request.bearer_auth(key);
         }
         let response = transport::send(request, "openai", "OPENAI_API_KEY").await?;
+        let mut turn = if plain {
+            whole_response(response).await?
+        } else {
+            self.read_stream(response).await?
+        };
+        turn.step = step;
+        turn.hash = transport::prompt_hash(body);
+        Ok(turn)
+    }
+
+    async fn read_stream(&self, response: reqwest::Response) -> Result<Turn, AttemptError> {
         let mut events = SseReader::new(response, self.config.stall_timeout);
         let mut turn = Turn::default();
+        let mut any = false;
         while let Some(event) = events.next("openai").await? {
+            any = true;
             if event.data.trim() == "[DONE]" {
                 turn.done = true;
                 break;
@@ -68,12 +99,17 @@ impl OpenAiPolicy {
             })?;
             turn.apply(chunk)?;
         }
+        if !any {
+            self.plain.store(true, Ordering::Relaxed);
+            return Err(AttemptError::retry(
+                "openai: the server answered a streaming request with an empty body; retrying without streaming",
+            ));
+        }
         if !turn.done && turn.finish_reason.is_none() {
             return Err(AttemptError::retry(
                 "openai: the stream ended before [DONE] or a finish_reason",
             ));
         }
-        turn.step = step;
         Ok(turn)
     }
 }
@@ -103,10 +139,15 @@ impl Policy for OpenAiPolicy {
             }
         };
         let session = crate::context::project_session(ctx.session, self.config.context_tokens);
-        let request = build_openai_request(&self.config, ctx.goal, ctx.tools, &session, &names);
-        let body = match serde_json::to_vec(&request) {
-            Ok(b) => b,
-            Err(e) => {
+        let mut request = build_openai_request(&self.config, ctx.goal, ctx.tools, &session, &names);
+        let stream = serde_json::to_vec(&request);
+        if let Some(map) = request.as_object_mut() {
+            map.insert("stream".into(), Value::Bool(false));
+            map.remove("stream_options");
+        }
+        let bodies = match (stream, serde_json::to_vec(&request)) {
+            (Ok(stream), Ok(plain)) => Bodies { stream, plain },
+            (Err(e), _) | (_, Err(e)) => {
                 return PolicyOutput::new(
                     Decision::Failed {
                         message: format!("openai: cannot encode the request: {e}"),
@@ -116,21 +157,25 @@ impl Policy for OpenAiPolicy {
                 );
             }
         };
-        let hash = transport::prompt_hash(&body);
         let result = transport::with_retries(&self.config.retry, || {
-            self.attempt(&body, ctx.step, timeout)
+            self.attempt(&bodies, ctx.step, timeout)
         })
         .await;
-        let mut out = match result {
+        let out = match result {
             Ok(turn) => {
                 let usage = turn.usage;
+                let hash = turn.hash.clone();
                 let mut out = PolicyOutput::new(turn.into_decision(&names), model);
                 out.usage = usage;
+                out.prompt_hash = Some(hash);
                 out
             }
-            Err(decision) => PolicyOutput::new(decision, model),
+            Err(decision) => {
+                let mut out = PolicyOutput::new(decision, model);
+                out.prompt_hash = Some(transport::prompt_hash(&bodies.stream));
+                out
+            }
         };
-        out.prompt_hash = Some(hash);
         self.config.finish(out)
     }
 }
@@ -235,6 +280,90 @@ pub(crate) fn arguments_text(arguments: &ToolArguments) -> String {
     }
 }
 
+/// Reads a non-streaming response into the same shape a stream assembles to.
+async fn whole_response(response: reqwest::Response) -> Result<Turn, AttemptError> {
+    let body = response
+        .bytes()
+        .await
+        .map_err(|e| AttemptError::retry(format!("openai: reading the response failed: {e}")))?;
+    let whole: Whole = serde_json::from_slice(&body).map_err(|e| {
+        AttemptError::GiveUp(format!(
+            "openai: unparseable response ({e}): {}",
+            String::from_utf8_lossy(&body)
+                .chars()
+                .take(500)
+                .collect::<String>()
+        ))
+    })?;
+    let mut turn = Turn {
+        done: true,
+        ..Turn::default()
+    };
+    // A whole message is a stream of one delta per choice.
+    let chunk = Chunk {
+        choices: whole
+            .choices
+            .into_iter()
+            .map(|c| Choice {
+                finish_reason: c.finish_reason,
+                delta: Some(Delta {
+                    content: c.message.content,
+                    tool_calls: Some(
+                        c.message
+                            .tool_calls
+                            .into_iter()
+                            .enumerate()
+                            .map(|(index, call)| ToolCallDelta {
+                                index,
+                                id: call.id,
+                                function: call.function,
+                            })
+                            .collect(),
+                    ),
+                }),
+            })
+            .collect(),
+        usage: whole.usage,
+        error: whole.error,
+    };
+    turn.apply(chunk)?;
+    Ok(turn)
+}
+
+#[derive(Debug, Deserialize)]
+struct Whole {
+    #[serde(default)]
+    choices: Vec<WholeChoice>,
+    #[serde(default)]
+    usage: Option<Usage>,
+    #[serde(default)]
+    error: Option<Value>,
+}
+
+#[derive(Debug, Deserialize)]
+struct WholeChoice {
+    #[serde(default)]
+    message: WholeMessage,
+    #[serde(default)]
+    finish_reason: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct WholeMessage {
+    #[serde(default)]
+    content: Option<String>,
+    #[serde(default)]
+    tool_calls: Vec<WholeCall>,
+}
+
+#[derive(Debug, Deserialize)]
+struct WholeCall {
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    function: Option<FunctionDelta>,
+}
+
 #[derive(Debug, Deserialize)]
 struct Chunk {
     #[serde(default)]
@@ -303,6 +432,8 @@ struct Turn {
     finish_reason: Option<String>,
     done: bool,
     step: u64,
+    /// sha256 of the body actually sent.
+    hash: String,
 }
 
 impl Turn {

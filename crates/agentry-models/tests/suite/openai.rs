@@ -470,3 +470,43 @@ async fn the_child_policy_factory_gives_each_child_the_same_model() -> Result<()
     );
     Ok(())
 }
+
+/// llama-cpp-python answers a streaming tool request with an empty 200 body: the
+/// adapter falls back to whole responses, and stays there.
+#[tokio::test]
+async fn an_empty_streaming_answer_falls_back_to_whole_responses() -> Result<(), TestError> {
+    let whole = json!({"id": "x", "object": "chat.completion", "choices": [{"index": 0,
+        "message": {"role": "assistant", "content": null, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "fs_read", "arguments": "{\"path\":\"a\"}"}},
+            {"id": "call_2", "type": "function", "function": {"name": "task_finish", "arguments": "{}"}}]},
+        "finish_reason": "tool_calls"}], "usage": {"prompt_tokens": 21, "completion_tokens": 8}});
+    let server = MockServer::start(vec![
+        Reply::sse(vec![]),
+        Reply::status(200, &whole.to_string()),
+        Reply::status(200, &whole.to_string()),
+    ])
+    .await?;
+    let mut policy = OpenAiPolicy::new(config(&server.base_url))?;
+    let out = decide(&mut policy, &[]).await;
+    match &out.decision {
+        Decision::ToolCalls { calls } => {
+            let got: Vec<(&str, &str)> = calls
+                .iter()
+                .map(|c| (c.id.as_str(), c.name.as_str()))
+                .collect();
+            assert_eq!(got, [("call_1", "fs.read"), ("call_2", "task.finish")]);
+            assert_eq!(
+                calls[0].arguments,
+                ToolArguments::Raw("{\"path\":\"a\"}".into())
+            );
+        }
+        other => return Err(format!("expected calls, got {other:?}").into()),
+    }
+    assert_eq!((out.usage.tokens_in, out.usage.tokens_out), (21, 8));
+    let _ = decide(&mut policy, &[]).await;
+    let sent = server.received();
+    let streams: Vec<&Value> = sent.iter().map(|r| &r.body["stream"]).collect();
+    assert_eq!(streams, [&json!(true), &json!(false), &json!(false)]);
+    assert!(sent[1].body.get("stream_options").is_none());
+    Ok(())
+}
