@@ -69,6 +69,11 @@ impl Fingerprinter {
         self
     }
 
+    /// The digest as a number (for comparisons that never leave the process).
+    pub fn finish_u128(&self) -> u128 {
+        self.0.digest128()
+    }
+
     /// The digest as 32 hex digits.
     pub fn finish(&self) -> String {
         format!("{:032x}", self.0.digest128())

@@ -178,7 +178,7 @@ pub struct ConductorState {
     trace: Option<TraceWriter>,
     /// Session entries applied since the policy last decided.
     pending: Vec<SessionEntry>,
-    fingerprints: VecDeque<String>,
+    fingerprints: VecDeque<u64>,
     /// Content digest of the world as of the last applied update.
     world_digest: String,
     /// When the run started (the budget supervisor counts from the same instant).
@@ -707,7 +707,7 @@ impl ConductorState {
                 budget_before: before,
                 budget_after: after,
                 state_version: applied.version,
-                fingerprint: fp.clone(),
+                fingerprint: format!("{fp:016x}"),
                 state,
                 at: agentry_protocol::now_millis(),
             };
@@ -877,7 +877,7 @@ impl ConductorState {
         )
     }
 
-    fn progress_stalled(&mut self, fp: String) -> bool {
+    fn progress_stalled(&mut self, fp: u64) -> bool {
         let window = self.config.progress_window;
         if window < 2 {
             return false;
@@ -1034,7 +1034,7 @@ fn lost_call(call: &ToolCall, why: &str) -> ResultEnvelope {
 /// a model that repeats itself under fresh ids is still seen repeating. Raw
 /// argument strings are hashed as sent (not re-parsed): a looping model repeats
 /// them byte for byte.
-fn step_fingerprint(decision: &Decision, results: &[ResultEnvelope], world: &str) -> String {
+fn step_fingerprint(decision: &Decision, results: &[ResultEnvelope], world: &str) -> u64 {
     let mut f = Fingerprinter::new();
     match decision {
         Decision::ToolCalls { calls } => {
@@ -1057,5 +1057,5 @@ fn step_fingerprint(decision: &Decision, results: &[ResultEnvelope], world: &str
         r.fingerprint_observation(&mut f);
     }
     f.str(world);
-    f.finish_short()
+    (f.finish_u128() >> 64) as u64
 }

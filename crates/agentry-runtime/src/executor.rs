@@ -163,7 +163,7 @@ pub struct ExecutorArgs {
 pub struct ExecutorState {
     args: ExecutorArgs,
     /// call id → (digest of name + arguments, recorded result).
-    table: HashMap<String, (String, ResultEnvelope)>,
+    table: HashMap<String, (u128, ResultEnvelope)>,
 }
 
 /// What the pipeline decided for one call before anything ran.
@@ -172,7 +172,7 @@ enum Prepared<'a> {
     Run {
         tool: &'a RegisteredTool,
         args: Value,
-        digest: String,
+        digest: u128,
     },
     /// Same id and call as an earlier call of this batch: reuse its result.
     SameAs(usize),
@@ -329,7 +329,7 @@ impl ExecutorState {
         let mut prepared = Vec::with_capacity(calls.len());
         // Batches are small: a linear scan beats hashing (and allocates nothing for
         // the usual single call).
-        let mut batch_ids: Vec<(&str, usize, String)> = Vec::new();
+        let mut batch_ids: Vec<(&str, usize, u128)> = Vec::new();
         for (i, call) in calls.iter().enumerate() {
             let p = if i >= granted {
                 Prepared::Done(fail(
@@ -354,7 +354,7 @@ impl ExecutorState {
                 (Prepared::Run { .. }, Some(_)) => Prepared::Done(conflict(call)),
                 (Prepared::Run { tool, args, digest }, None) => {
                     if calls.len() > 1 {
-                        batch_ids.push((&call.id, i, digest.clone()));
+                        batch_ids.push((&call.id, i, digest));
                     }
                     Prepared::Run { tool, args, digest }
                 }
@@ -414,7 +414,7 @@ impl ExecutorState {
         }
         let mut f = Fingerprinter::new();
         f.str(&call.name).value(&args);
-        let digest = f.finish();
+        let digest = f.finish_u128();
         if let Some((recorded_digest, recorded)) = self.table.get(&call.id) {
             return Prepared::Done(if *recorded_digest == digest {
                 replay(recorded)
