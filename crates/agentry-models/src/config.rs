@@ -273,3 +273,47 @@ impl ModelConfig {
             .build()?)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prices_round_up_per_dimension() {
+        let p = Prices {
+            input_micros_per_mtok: 150_000,
+            output_micros_per_mtok: 600_000,
+        };
+        assert_eq!(p.cost_micros(0, 0), 0);
+        // 10 input tokens cost 1.5 micro-units: charged as 2.
+        assert_eq!(p.cost_micros(10, 0), 2);
+        assert_eq!(p.cost_micros(1_000_000, 1_000_000), 750_000);
+    }
+
+    #[test]
+    fn specs_name_provider_and_model() {
+        assert!(matches!(
+            Provider::parse_spec("openai:gpt-4o"),
+            Some(Ok((Provider::OpenAi, m))) if m == "gpt-4o"
+        ));
+        assert!(matches!(Provider::parse_spec("anthropic:"), Some(Err(_))));
+        assert!(Provider::parse_spec("script:x.json").is_none());
+    }
+
+    #[test]
+    fn https_and_odd_urls_are_refused_up_front() {
+        assert!(matches!(
+            ModelConfig::new("m", "https://api.openai.com/v1").client(),
+            Err(ModelError::TlsUnavailable { .. })
+        ));
+        assert!(matches!(
+            ModelConfig::new("m", "ftp://x").client(),
+            Err(ModelError::BadUrl { .. })
+        ));
+        assert!(
+            ModelConfig::new("m", "http://127.0.0.1:1/v1/")
+                .client()
+                .is_ok()
+        );
+    }
+}

@@ -205,3 +205,46 @@ pub(crate) async fn probe(client: &reqwest::Client, url: &str) -> Result<(), Mod
 pub(crate) fn prompt_hash(body: &[u8]) -> String {
     agentry_protocol::fingerprint::sha256_hex(body)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_is_jittered_under_an_exponential_cap() {
+        let retry = RetryConfig {
+            max_retries: 5,
+            base_delay: Duration::from_millis(100),
+            max_delay: Duration::from_millis(350),
+        };
+        for _ in 0..200 {
+            assert!(backoff(&retry, 0) <= Duration::from_millis(100));
+            assert!(backoff(&retry, 1) <= Duration::from_millis(200));
+            assert!(backoff(&retry, 10) <= Duration::from_millis(350));
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_retry_after_over_the_limit_fails_at_once() {
+        let retry = RetryConfig::default();
+        let mut calls = 0;
+        let result: Result<(), Decision> = with_retries(&retry, || {
+            calls += 1;
+            async {
+                Err(AttemptError::Retryable {
+                    message: "429".into(),
+                    retry_after: Some(Duration::from_secs(3600)),
+                })
+            }
+        })
+        .await;
+        assert_eq!(calls, 1);
+        match result {
+            Err(Decision::Failed { message, fatal }) => {
+                assert!(!fatal);
+                assert!(message.contains("3600s"), "{message}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}
