@@ -90,7 +90,7 @@ enum PolicyArg {
     },
 }
 
-fn parse_policy(value: &str) -> Result<PolicyArg, String> {
+pub(crate) fn parse_policy(value: &str) -> Result<PolicyArg, String> {
     match value.split_once(':') {
         Some(("script", file)) if !file.is_empty() => Ok(PolicyArg::Script(file.into())),
         Some(("script", _)) => Err("script: needs a file, e.g. script:plan.json".into()),

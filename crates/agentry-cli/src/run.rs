@@ -78,9 +78,20 @@ type LoadedPolicy = (Box<dyn Policy>, Option<ChildPolicyFactory>);
 /// Builds the policy the flags (or the task) name. A model policy is checked
 /// before anything runs: its key is present, its URL usable, its server answers.
 async fn load_policy(args: &RunArgs, task: &TaskSpec) -> Result<LoadedPolicy, RunError> {
-    let script_path = match &args.policy {
+    // The task may name a model ([policy] model); the --policy flag wins.
+    let from_task = match (&args.policy, &task.model) {
+        (None, Some(spec)) => Some(crate::parse_policy(spec).map_err(|m| {
+            RunError::BadInput(RuntimeError::task(
+                task.dir.join("task.toml"),
+                format!("policy.model: {m}"),
+            ))
+        })?),
+        _ => None,
+    };
+    let base_url = args.base_url.as_deref().or(task.base_url.as_deref());
+    let script_path = match args.policy.as_ref().or(from_task.as_ref()) {
         Some(PolicyArg::Model { provider, model }) => {
-            let config = ModelConfig::from_env(*provider, model, args.base_url.as_deref())
+            let config = ModelConfig::from_env(*provider, model, base_url)
                 .map_err(RunError::Model)?;
             let children = agentry_models::child_policy_factory(*provider, config.clone())
                 .map_err(RunError::Model)?;

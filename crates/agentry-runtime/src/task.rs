@@ -69,6 +69,11 @@ pub struct TaskSpec {
     pub driver: Driver,
     /// Periodic ticks (`[driver] every`).
     pub tick_every: Option<Duration>,
+    /// A model policy instead of a script (`[policy] model = "openai:MODEL"` or
+    /// `"anthropic:MODEL"`); the CLI's `--policy` overrides it.
+    pub model: Option<String>,
+    /// The model server (`[policy] base_url`).
+    pub base_url: Option<String>,
 }
 
 // Raw shapes: serde checks only the keys. Values stay `toml::Value` so that type
@@ -127,6 +132,8 @@ struct RawAccept {
 #[serde(deny_unknown_fields)]
 struct RawPolicy {
     script: Option<Value>,
+    model: Option<Value>,
+    base_url: Option<Value>,
 }
 
 #[derive(Deserialize)]
@@ -397,11 +404,34 @@ fn validate(raw: RawTask, dir: &Path) -> Result<TaskSpec, String> {
             ));
         }
     };
+    let (mut model, mut base_url) = (None, None);
     let script = match raw.policy {
-        Some(v) => match section::<RawPolicy>("policy", v)?.script {
-            Some(s) => Some(dir.join(relative_path("policy.script", &s)?)),
-            None => None,
-        },
+        Some(v) => {
+            let policy = section::<RawPolicy>("policy", v)?;
+            model = policy
+                .model
+                .map(|m| model_spec("policy.model", &m))
+                .transpose()?;
+            base_url = match policy.base_url {
+                None => None,
+                Some(Value::String(u)) if u.starts_with("http://") || u.starts_with("https://") => {
+                    Some(u)
+                }
+                Some(other) => {
+                    return Err(format!(
+                        "policy.base_url: expected an http:// URL, found {}",
+                        describe(&other)
+                    ));
+                }
+            };
+            if base_url.is_some() && model.is_none() {
+                return Err("policy.base_url: applies only with policy.model".to_string());
+            }
+            match policy.script {
+                Some(s) => Some(dir.join(relative_path("policy.script", &s)?)),
+                None => None,
+            }
+        }
         None => None,
     }
     .or_else(|| Some(dir.join(DEFAULT_SCRIPT)).filter(|p| p.is_file()));
@@ -435,6 +465,8 @@ fn validate(raw: RawTask, dir: &Path) -> Result<TaskSpec, String> {
         approval,
         driver,
         tick_every,
+        model,
+        base_url,
     })
 }
 
@@ -471,6 +503,23 @@ fn grants(grant: Option<Value>) -> Result<Grants, String> {
 }
 
 /// A list of tool patterns (names, scopes, `prefix.*`, `*`), as in `tools.grant`.
+/// `provider:model` with a provider agentry speaks.
+fn model_spec(at: &str, v: &Value) -> Result<String, String> {
+    match v {
+        Value::String(s)
+            if s.split_once(':').is_some_and(|(p, m)| {
+                (p == "openai" || p == "anthropic") && !m.trim().is_empty()
+            }) =>
+        {
+            Ok(s.clone())
+        }
+        other => Err(format!(
+            "{at}: expected \"openai:MODEL\" or \"anthropic:MODEL\", found {}",
+            describe(other)
+        )),
+    }
+}
+
 fn patterns(field: &str, value: Value) -> Result<Vec<String>, String> {
     let Value::Array(items) = value else {
         return Err(format!(
@@ -758,8 +807,34 @@ window = 4
                 approval: ApprovalConfig::default(),
                 driver: Driver::Pull,
                 tick_every: None,
+                model: None,
+                base_url: None,
             }
         );
+    }
+
+    #[test]
+    fn a_model_policy_parses_and_bad_ones_name_the_field() {
+        let text = "goal = \"g\"\n[policy]\nmodel = \"openai:qwen2.5\"\nbase_url = \"http://127.0.0.1:8080/v1\"";
+        let spec = TaskSpec::parse(text, Path::new("/nowhere/m")).unwrap();
+        assert_eq!(spec.model.as_deref(), Some("openai:qwen2.5"));
+        assert_eq!(spec.base_url.as_deref(), Some("http://127.0.0.1:8080/v1"));
+        for (text, field) in [
+            ("goal = \"g\"\n[policy]\nmodel = \"gpt\"", "policy.model"),
+            (
+                "goal = \"g\"\n[policy]\nbase_url = \"http://x\"",
+                "policy.base_url",
+            ),
+            (
+                "goal = \"g\"\n[policy]\nmodel = \"openai:m\"\nbase_url = 3",
+                "policy.base_url",
+            ),
+        ] {
+            let err = TaskSpec::parse(text, Path::new("/nowhere/m"))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(field), "{text}: {err}");
+        }
     }
 
     #[test]
