@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use agentry_protocol::decision::{Decision, PolicyOutput, TokenUsage};
 use agentry_protocol::state::SessionEntry;
 use agentry_protocol::tool::{ToolArguments, ToolCall, ToolSpec};
+use agentry_runtime::policy::DeltaSink;
 use agentry_runtime::{Policy, PolicyContext};
 use async_trait::async_trait;
 use serde_json::{Value, json};
@@ -40,6 +41,7 @@ impl AnthropicPolicy {
         &self,
         body: &[u8],
         timeout: std::time::Duration,
+        deltas: Option<&DeltaSink>,
     ) -> Result<Turn, AttemptError> {
         let mut request = self
             .client
@@ -53,7 +55,10 @@ impl AnthropicPolicy {
         }
         let response = transport::send(request, "anthropic", "ANTHROPIC_API_KEY").await?;
         let mut events = SseReader::new(response, self.config.stall_timeout);
-        let mut turn = Turn::default();
+        let mut turn = Turn {
+            deltas: deltas.cloned(),
+            ..Turn::default()
+        };
         while let Some(event) = events.next("anthropic").await? {
             if event.data.trim().is_empty() {
                 continue;
@@ -103,8 +108,10 @@ impl Policy for AnthropicPolicy {
             }
         };
         let hash = transport::prompt_hash(&body);
-        let result =
-            transport::with_retries(&self.config.retry, || self.attempt(&body, timeout)).await;
+        let result = transport::with_retries(&self.config.retry, || {
+            self.attempt(&body, timeout, ctx.deltas)
+        })
+        .await;
         let mut out = match result {
             Ok(turn) => {
                 let usage = turn.usage;
@@ -216,6 +223,8 @@ struct Turn {
     blocks: BTreeMap<u64, Block>,
     usage: TokenUsage,
     stop_reason: Option<String>,
+    /// Publishes streamed text as run events.
+    deltas: Option<DeltaSink>,
 }
 
 impl Turn {
@@ -245,7 +254,11 @@ impl Turn {
                 let d = &data["delta"];
                 match (self.blocks.get_mut(&index), d["type"].as_str()) {
                     (Some(Block::Text(t)), Some("text_delta")) => {
-                        t.push_str(d["text"].as_str().unwrap_or(""));
+                        let text = d["text"].as_str().unwrap_or("");
+                        if let Some(sink) = &self.deltas {
+                            sink.emit(text);
+                        }
+                        t.push_str(text);
                     }
                     (Some(Block::ToolUse { input, .. }), Some("input_json_delta")) => {
                         input.push_str(d["partial_json"].as_str().unwrap_or(""));

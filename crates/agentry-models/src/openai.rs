@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use agentry_protocol::decision::{Decision, PolicyOutput, TokenUsage};
 use agentry_protocol::state::SessionEntry;
 use agentry_protocol::tool::{ToolArguments, ToolCall, ToolSpec};
+use agentry_runtime::policy::DeltaSink;
 use agentry_runtime::{Policy, PolicyContext};
 use async_trait::async_trait;
 use serde::Deserialize;
@@ -55,6 +56,7 @@ impl OpenAiPolicy {
         bodies: &Bodies,
         step: u64,
         timeout: std::time::Duration,
+        deltas: Option<&DeltaSink>,
     ) -> Result<Turn, AttemptError> {
         let plain = self.plain.load(Ordering::Relaxed);
         let body = if plain { &bodies.plain } else { &bodies.stream };
@@ -71,16 +73,23 @@ impl OpenAiPolicy {
         let mut turn = if plain {
             whole_response(response).await?
         } else {
-            self.read_stream(response).await?
+            self.read_stream(response, deltas).await?
         };
         turn.step = step;
         turn.hash = transport::prompt_hash(body);
         Ok(turn)
     }
 
-    async fn read_stream(&self, response: reqwest::Response) -> Result<Turn, AttemptError> {
+    async fn read_stream(
+        &self,
+        response: reqwest::Response,
+        deltas: Option<&DeltaSink>,
+    ) -> Result<Turn, AttemptError> {
         let mut events = SseReader::new(response, self.config.stall_timeout);
-        let mut turn = Turn::default();
+        let mut turn = Turn {
+            deltas: deltas.cloned(),
+            ..Turn::default()
+        };
         let mut any = false;
         while let Some(event) = events.next("openai").await? {
             any = true;
@@ -158,7 +167,7 @@ impl Policy for OpenAiPolicy {
             }
         };
         let result = transport::with_retries(&self.config.retry, || {
-            self.attempt(&bodies, ctx.step, timeout)
+            self.attempt(&bodies, ctx.step, timeout, ctx.deltas)
         })
         .await;
         let out = match result {
@@ -434,6 +443,8 @@ struct Turn {
     step: u64,
     /// sha256 of the body actually sent.
     hash: String,
+    /// Publishes streamed text as run events.
+    deltas: Option<DeltaSink>,
 }
 
 impl Turn {
@@ -455,6 +466,9 @@ impl Turn {
             }
             let Some(delta) = choice.delta else { continue };
             if let Some(text) = delta.content {
+                if let Some(sink) = &self.deltas {
+                    sink.emit(&text);
+                }
                 self.text.push_str(&text);
             }
             // Ids and names arrive once per index; argument fragments arrive split

@@ -24,6 +24,14 @@ pub enum RunEvent {
         /// The decision.
         decision: Decision,
     },
+    /// Text the model is streaming for the step being decided (for services that
+    /// show the answer as it is written).
+    TokenDelta {
+        /// Step number.
+        step: u64,
+        /// The new text.
+        text: String,
+    },
     /// A call started executing (passed validation, grants and the idempotency
     /// table). Retries start again with a higher attempt number.
     ToolCallStarted {

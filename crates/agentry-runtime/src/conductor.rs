@@ -338,6 +338,7 @@ impl Actor for Conductor {
                 run_id: Arc::clone(&run_id),
                 goal: config.goal.clone(),
                 tools: visible,
+                events: events.clone(),
             },
             cell,
         )

@@ -9,9 +9,12 @@ use std::sync::Arc;
 
 use agentry_protocol::budget::BudgetSnapshot;
 use agentry_protocol::decision::PolicyOutput;
+use agentry_protocol::event::RunEvent;
 use agentry_protocol::state::SessionEntry;
 use agentry_protocol::tool::ToolSpec;
 use async_trait::async_trait;
+
+use crate::events::EventSink;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use ractor_cluster_derive::RactorMessage;
 
@@ -34,6 +37,27 @@ pub struct PolicyContext<'a> {
     pub session: &'a [SessionEntry],
     /// The budget at the start of this step.
     pub budget: &'a BudgetSnapshot,
+    /// Where a streaming adapter publishes the text it receives, as
+    /// `token_delta` events (`None` outside a run).
+    pub deltas: Option<&'a DeltaSink>,
+}
+
+/// Publishes the streamed text of one model turn as `token_delta` run events.
+#[derive(Debug, Clone)]
+pub struct DeltaSink {
+    events: EventSink,
+    step: u64,
+}
+
+impl DeltaSink {
+    /// Publishes a piece of streamed text (built only when someone listens).
+    pub fn emit(&self, text: &str) {
+        let step = self.step;
+        self.events.emit(|| RunEvent::TokenDelta {
+            step,
+            text: text.to_string(),
+        });
+    }
 }
 
 /// A model adapter. Replacing the model means implementing this one trait.
@@ -76,6 +100,8 @@ pub struct PolicyArgs {
     pub goal: String,
     /// Tools visible to the model.
     pub tools: Arc<[ToolSpec]>,
+    /// The run's events (for streamed token deltas).
+    pub events: EventSink,
 }
 
 /// Policy actor state: the policy and its session mirror.
@@ -118,7 +144,12 @@ impl Actor for PolicyActor {
                 reply,
             } => {
                 state.transcript.extend(new_entries);
+                let deltas = DeltaSink {
+                    events: state.args.events.clone(),
+                    step,
+                };
                 let ctx = PolicyContext {
+                    deltas: Some(&deltas),
                     run_id: &state.args.run_id,
                     step,
                     goal: &state.args.goal,

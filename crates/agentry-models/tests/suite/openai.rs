@@ -43,6 +43,7 @@ pub async fn decide(
     let budget = BudgetSnapshot::default();
     policy
         .decide(PolicyContext {
+            deltas: None,
             run_id: "run-1",
             step: 1,
             goal: "sum the numbers",
@@ -399,6 +400,7 @@ async fn a_request_whose_reserved_output_does_not_fit_the_token_budget_is_not_se
     budget.remaining.tokens_left = Some(100);
     let out = policy
         .decide(PolicyContext {
+            deltas: None,
             run_id: "run-1",
             step: 4,
             goal: "g",

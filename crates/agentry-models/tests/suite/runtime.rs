@@ -105,3 +105,30 @@ async fn broken_arguments_and_unknown_tools_come_back_as_observations() -> Resul
     assert_eq!(call["arguments"], "{\"path\": \"numb");
     Ok(())
 }
+
+/// Streamed text reaches subscribers as `token_delta` events while the model
+/// writes it; the whole text is the answer.
+#[tokio::test]
+async fn streamed_text_is_published_as_token_deltas() -> Result<(), TestError> {
+    let server = MockServer::start(vec![Reply::sse(super::openai::text_turn("all done"))]).await?;
+    let task = TestTask::new("say you are done", &[])?;
+    let policy = OpenAiPolicy::new(config(&server.base_url))?;
+
+    let handle = Runtime::with_builtins()?
+        .start(task.config(), policy)
+        .await?;
+    let events = agentry_test_support::collect_until_stopped(handle.subscribe()).await?;
+    let outcome = handle.wait().await?;
+
+    assert_eq!(outcome.stop_reason, StopReason::Done, "{}", outcome.detail);
+    let streamed: String = events
+        .iter()
+        .filter_map(|e| match &e.event {
+            agentry::protocol::RunEvent::TokenDelta { step: 1, text } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(streamed, "all done");
+    assert_eq!(outcome.answer.as_deref(), Some("all done"));
+    Ok(())
+}
