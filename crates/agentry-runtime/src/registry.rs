@@ -95,6 +95,20 @@ impl ToolRegistry {
                 "a tool with this name is already registered".into(),
             ));
         }
+        // Model APIs accept only `[a-zA-Z0-9_-]{1,64}`; adapters map other
+        // characters to `_` at the wire. Two names that would meet there are refused
+        // now, not on the first model call.
+        let wire = wire_name(&name);
+        if wire.chars().count() > 64 {
+            return Err(invalid(
+                "name is longer than 64 characters, too long for model APIs".into(),
+            ));
+        }
+        if let Some(other) = self.tools.keys().find(|n| wire_name(n) == wire) {
+            return Err(invalid(format!(
+                "collides with tool {other:?}: both are {wire:?} for a model API"
+            )));
+        }
         let validator = jsonschema::validator_for(&contract.input_schema)
             .map_err(|e| invalid(format!("input_schema does not compile: {e}")))?;
         self.specs.push(contract.spec());
@@ -184,6 +198,19 @@ impl Grants {
     }
 }
 
+/// The name a model API sees (every character outside `[a-zA-Z0-9_-]` → `_`).
+pub fn wire_name(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
 fn pattern_matches(pattern: &str, value: &str) -> bool {
     if pattern == "*" || pattern == value {
         return true;
@@ -222,6 +249,32 @@ mod tests {
         let err = read.validate(&json!({"path": 3})).unwrap_err();
         assert!(err.contains("/path"), "{err}");
         read.validate(&json!({"path": "a"})).unwrap();
+    }
+
+    #[test]
+    fn names_that_meet_at_the_wire_are_refused() {
+        struct Named(&'static str);
+        #[async_trait::async_trait]
+        impl agentry_tools::Tool for Named {
+            fn contract(&self) -> ToolContract {
+                ToolContract::new(self.0, "", json!({"type": "object"}))
+            }
+            async fn call(
+                &self,
+                _: serde_json::Value,
+                _: &agentry_tools::ToolContext,
+            ) -> Result<agentry_tools::ToolOutput, agentry_protocol::ToolError> {
+                Ok(agentry_tools::ToolOutput::default())
+            }
+        }
+        let mut r = ToolRegistry::with_builtins().unwrap();
+        let err = r
+            .register(Arc::new(Named("fs_read")))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("fs.read") && err.contains("fs_read"), "{err}");
+        r.register(Arc::new(Named("fs-read"))).unwrap();
+        assert_eq!(wire_name("fs.read"), "fs_read");
     }
 
     #[test]
