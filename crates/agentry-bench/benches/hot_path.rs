@@ -76,7 +76,22 @@ fn fingerprint_call(b: Bencher) {
     b.bench(|| fingerprint::digest(black_box(&value)));
 }
 
-/// The step fingerprint's input shape: action, observation, world.
+/// The same call through the streaming `Fingerprinter` (XXH3-128, no JSON value
+/// assembled, a number out), which is what the executor's idempotency table
+/// and the step fingerprint use on the hot path.
+#[divan::bench]
+fn fingerprinter_call(b: Bencher) {
+    let args = json!({"a": 4999, "b": 1});
+    b.bench(|| {
+        fingerprint::Fingerprinter::new()
+            .str(black_box("add"))
+            .value(black_box(&args))
+            .finish_u128()
+    });
+}
+
+/// sha256 of a step fingerprint's input shape (action, observation, world) as
+/// one JSON value: what a step cost before the runtime moved to `Fingerprinter`.
 #[divan::bench]
 fn fingerprint_step(b: Bencher) {
     let value = json!({

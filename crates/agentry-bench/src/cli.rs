@@ -61,15 +61,15 @@ pub struct Args {
     /// Run deadline in ms (W4: 200, cancel: 100).
     #[arg(long)]
     pub deadline_ms: Option<u64>,
-    /// W1/W2 experiment: drop the run's first event receiver right after start,
-    /// so no event is built (see BENCHMARKS.md).
+    /// W1/W2: run with `events_from_start = false` (no subscriber, so no
+    /// event is built or buffered); the default is the embedder's default.
     #[arg(long)]
-    pub drop_events: bool,
+    pub events_off: bool,
     /// Tokio worker threads.
     #[arg(long, default_value_t = 2)]
     pub threads: usize,
     /// W2: abort once the process's RSS passes this many MiB.
-    #[arg(long, default_value_t = 12_288.0)]
+    #[arg(long, default_value_t = 8_192.0)]
     pub max_rss_mib: f64,
     /// W2: abort after this many seconds.
     #[arg(long, default_value_t = 600)]
@@ -104,7 +104,7 @@ impl Args {
             max_rss_mib: self.max_rss_mib,
             timeout_s: self.timeout_s,
             threads: self.threads.max(1),
-            drop_events: self.drop_events,
+            events_off: self.events_off,
         }
     }
 }

@@ -43,9 +43,9 @@ pub struct Options {
     pub timeout_s: u64,
     /// Tokio worker threads (reported in params).
     pub threads: usize,
-    /// W1/W2 experiment: take the run's first event receiver and drop it right
-    /// after start, so the runtime stops building events nobody reads.
-    pub drop_events: bool,
+    /// W1/W2: `RunConfig::events_from_start = false`, so a run nobody
+    /// subscribes to builds no events and allocates no event buffer.
+    pub events_off: bool,
 }
 
 /// A run configuration for the benchmark tools: goal `go`, the bench scope
@@ -109,23 +109,6 @@ pub fn check_add(outcome: &RunOutcome, probe: &Probe, m: u64) -> Result<(), Stri
     } else {
         Err(wrong.join(", "))
     }
-}
-
-/// Starts a run and waits for its outcome, like [`Runtime::run`]; with
-/// `drop_events`, the handle's first event receiver is taken and dropped at
-/// once (an embedder that subscribes and unsubscribes), so from then on the
-/// runtime has no subscriber and builds no event.
-pub async fn run(
-    runtime: &Runtime,
-    config: RunConfig,
-    policy: impl agentry::Policy,
-    drop_events: bool,
-) -> BenchResult<RunOutcome> {
-    let handle = runtime.start(config, policy).await?;
-    if drop_events {
-        drop(handle.subscribe());
-    }
-    Ok(handle.wait().await?)
 }
 
 /// A fresh working directory for the runs (they touch no file).

@@ -6,7 +6,7 @@ use std::time::Instant;
 use agentry::Runtime;
 
 use crate::floor::{self, FloorRun};
-use crate::harness::{BenchResult, Options, check_add, config, run, warm_up, workdir};
+use crate::harness::{BenchResult, Options, check_add, config, warm_up, workdir};
 use crate::model::{AddModel, Probe};
 use crate::procfs::cpu_time;
 use crate::report::Report;
@@ -49,9 +49,10 @@ pub async fn w1(opts: &Options) -> BenchResult<Report> {
     let model = AddModel::new(m, Arc::clone(&probe));
     let mut cfg = config(dir.path(), m);
     cfg.trace = opts.trace.clone();
+    cfg.events_from_start = !opts.events_off;
     let cpu0 = cpu_time();
     let t0 = Instant::now();
-    let outcome = run(&runtime, cfg, model, opts.drop_events).await?;
+    let outcome = runtime.run(cfg, model).await?;
     let wall = t0.elapsed().as_secs_f64();
     let cpu_us = cpu_time().saturating_sub(cpu0).as_secs_f64() * 1e6 / m as f64;
 
@@ -60,8 +61,8 @@ pub async fn w1(opts: &Options) -> BenchResult<Report> {
         .param("m", m)
         .param("trace", opts.trace.is_some())
         .param("threads", opts.threads);
-    if opts.drop_events {
-        report.param("drop_events", true);
+    if opts.events_off {
+        report.param("events_from_start", false);
     }
     let us_per_step = wall * 1e6 / m as f64;
     let floor_us = floor_run.wall.as_secs_f64() * 1e6 / m as f64;

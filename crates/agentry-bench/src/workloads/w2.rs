@@ -40,7 +40,8 @@ pub async fn w2(opts: &Options) -> BenchResult<Report> {
     let dir = workdir()?;
     let runtime = Runtime::new(tools::registry(None)?);
     warm_up(&runtime, dir.path()).await?;
-    let cfg = config(dir.path(), m);
+    let mut cfg = config(dir.path(), m);
+    cfg.events_from_start = !opts.events_off;
     let probes: Vec<Arc<Probe>> = (0..n).map(|_| Probe::new(0)).collect();
     let models: Vec<AddModel> = probes
         .iter()
@@ -57,11 +58,7 @@ pub async fn w2(opts: &Options) -> BenchResult<Report> {
     let cpu0 = cpu_time();
     let t0 = Instant::now();
     for (i, model) in models.into_iter().enumerate() {
-        let handle = runtime.start(cfg.clone(), model).await?;
-        if opts.drop_events {
-            drop(handle.subscribe());
-        }
-        handles.push(handle);
+        handles.push(runtime.start(cfg.clone(), model).await?);
         if i % RSS_CHECK_EVERY == 0 && rss_mib() > opts.max_rss_mib {
             guard.store(true, Ordering::SeqCst);
             runtime.shutdown();
@@ -69,6 +66,7 @@ pub async fn w2(opts: &Options) -> BenchResult<Report> {
         }
     }
     let started = handles.len();
+    let start_s = t0.elapsed().as_secs_f64();
     let mut outcomes = Vec::with_capacity(started);
     for h in &handles {
         outcomes.push(h.wait().await?);
@@ -85,16 +83,21 @@ pub async fn w2(opts: &Options) -> BenchResult<Report> {
         .param("n", opts.n)
         .param("m", m)
         .param("threads", opts.threads);
-    if opts.drop_events {
-        report.param("drop_events", true);
+    if opts.events_off {
+        report.param("events_from_start", false);
     }
     report
         .metric_f("wall_s", wall, 6)
         .metric_f("steps_per_s", (started as u64 * m) as f64 / wall, 0)
+        .metric_f("start_s", start_s, 6)
         .metric_f("cpu_s", cpu, 6)
         .metric_f("peak_rss_mib", peak, 1)
         .metric_f("rss_before_mib", rss_before, 1)
-        .metric_f("kib_per_agent", (peak - rss_before) * 1024.0 / n as f64, 2)
+        .metric_f(
+            "kib_per_agent",
+            (peak - rss_before) * 1024.0 / started.max(1) as f64,
+            2,
+        )
         .metric_f("rss_all_done_mib", rss_done, 1)
         .metric_f("rss_handles_dropped_mib", rss_dropped, 1);
     if guard.load(Ordering::SeqCst) {
