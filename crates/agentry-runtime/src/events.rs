@@ -2,10 +2,12 @@
 //!
 //! Events are numbered per run. Numbering and sending happen under one small
 //! lock so subscribers always see sequence numbers in increasing order, whichever
-//! actor emitted them. The channel itself is created only when someone can listen
-//! (at start with `events_from_start`, else on the first `subscribe`): a run
-//! nobody watches allocates no event buffer and builds no events.
+//! actor emitted them. The channel itself is created on the first `subscribe`, so
+//! a run nobody watches allocates no 1,024-slot buffer. With `events_from_start`
+//! the events emitted before that are kept in a backlog (only as many as were
+//! emitted, at most the channel's capacity) and handed to the first subscriber.
 
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
 use agentry_protocol::event::{EventRecord, RunEvent};
@@ -18,6 +20,8 @@ const EVENT_BUFFER: usize = 1024;
 struct SinkInner {
     seq: u64,
     tx: Option<broadcast::Sender<EventRecord>>,
+    /// Events kept for the first subscriber (`events_from_start`), until it comes.
+    backlog: Option<VecDeque<EventRecord>>,
 }
 
 /// Publishes a run's events.
@@ -28,24 +32,35 @@ pub struct EventSink {
 }
 
 impl EventSink {
-    /// A sink for run `run_id`; with `open`, the channel exists from the start.
-    pub fn new(run_id: Arc<str>, open: bool) -> Self {
-        let tx = open.then(|| broadcast::channel(EVENT_BUFFER).0);
+    /// A sink for run `run_id`; with `from_start`, events are kept for the first
+    /// subscriber.
+    pub fn new(run_id: Arc<str>, from_start: bool) -> Self {
+        let backlog = from_start.then(VecDeque::new);
         EventSink {
             run_id,
-            inner: Arc::new(Mutex::new(SinkInner { seq: 0, tx })),
+            inner: Arc::new(Mutex::new(SinkInner {
+                seq: 0,
+                tx: None,
+                backlog,
+            })),
         }
     }
 
-    /// A receiver of every event from now on (creating the channel if needed).
+    /// A receiver of every event from now on; the first one also gets the
+    /// backlog kept since the start (creating the channel if needed).
     pub fn subscribe(&self) -> Option<broadcast::Receiver<EventRecord>> {
         let mut inner = self.inner.lock().ok()?;
-        Some(
-            inner
-                .tx
-                .get_or_insert_with(|| broadcast::channel(EVENT_BUFFER).0)
-                .subscribe(),
-        )
+        let tx = inner
+            .tx
+            .get_or_insert_with(|| broadcast::channel(EVENT_BUFFER).0)
+            .clone();
+        let rx = tx.subscribe();
+        // Under the lock, so nothing is emitted between the backlog and the live
+        // events: the receiver sees one gapless, ordered stream.
+        for record in inner.backlog.take().unwrap_or_default() {
+            let _ = tx.send(record);
+        }
+        Some(rx)
     }
 
     /// Publishes an event. The event is only built when someone listens: building
@@ -54,16 +69,29 @@ impl EventSink {
         let Ok(mut inner) = self.inner.lock() else {
             return;
         };
-        let Some(tx) = inner.tx.clone() else { return };
-        if tx.receiver_count() == 0 {
+        let live = inner.tx.as_ref().is_some_and(|tx| tx.receiver_count() > 0);
+        if !live && inner.backlog.is_none() {
             return;
         }
         inner.seq += 1;
-        let seq = inner.seq;
-        let _ = tx.send(EventRecord {
+        let record = EventRecord {
             run_id: self.run_id.to_string(),
-            seq,
+            seq: inner.seq,
             event: event(),
-        });
+        };
+        match (inner.tx.clone(), inner.backlog.as_mut()) {
+            (Some(tx), _) if live => {
+                let _ = tx.send(record);
+            }
+            (_, Some(backlog)) => {
+                // Like a lagging receiver, a first subscriber that comes very late
+                // misses the oldest events.
+                if backlog.len() >= EVENT_BUFFER {
+                    backlog.pop_front();
+                }
+                backlog.push_back(record);
+            }
+            _ => {}
+        }
     }
 }

@@ -252,8 +252,6 @@ impl Runtime {
             lineage: lineage.clone(),
             agents: Arc::clone(&desk) as Arc<dyn agentry_tools::agents::AgentDesk>,
         };
-        // Subscribe before the first step can emit anything.
-        let first = if from_start { events.subscribe() } else { None };
         let (conductor, _) =
             Actor::spawn(None, Conductor, args)
                 .await
@@ -275,7 +273,6 @@ impl Runtime {
             run_token,
             outcome: outcome_rx,
             events,
-            first: Arc::new(std::sync::Mutex::new(first)),
             lineage,
             tree,
             grants,
@@ -313,8 +310,6 @@ pub struct RunHandle {
     run_token: CancellationToken,
     outcome: watch::Receiver<Option<RunOutcome>>,
     events: EventSink,
-    /// A receiver taken at spawn, so the first subscriber sees every event.
-    first: Arc<std::sync::Mutex<Option<broadcast::Receiver<EventRecord>>>>,
     /// Where the run sits in its agent tree.
     lineage: Lineage,
     /// The tree's depth and fan-out limits (the root's).
@@ -344,12 +339,12 @@ impl RunHandle {
         self.outcome.borrow().clone()
     }
 
-    /// A stream of run events, each with its sequence number. The first call gets
-    /// every event from the start of the run; later calls see events from now on.
+    /// A stream of run events, each with its sequence number. With
+    /// `events_from_start` (the default) the first call gets every event from the
+    /// start of the run; later calls see events from now on.
     pub fn subscribe(&self) -> broadcast::Receiver<EventRecord> {
-        let first = self.first.lock().ok().and_then(|mut f| f.take());
-        first
-            .or_else(|| self.events.subscribe())
+        self.events
+            .subscribe()
             // Only a poisoned lock gets here; a closed receiver ends at once.
             .unwrap_or_else(|| broadcast::channel(1).1)
     }
