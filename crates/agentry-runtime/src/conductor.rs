@@ -22,7 +22,7 @@ use agentry_protocol::state::{RunSnapshot, RunStatus, SessionEntry};
 use agentry_protocol::stop::StopReason;
 use agentry_protocol::tool::{ToolArguments, ToolCall};
 use agentry_protocol::trace::{AttemptRecord, RunInput, TraceEnd, TraceLine, TraceStep};
-use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
+use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};
 use ractor_cluster_derive::RactorMessage;
 use serde::Serialize;
 use tokio::sync::watch;
@@ -95,8 +95,6 @@ pub enum ConductorMsg {
     Step,
     /// Stop the run: cancel in-flight calls and end with this reason.
     Abort(StopReason),
-    /// The current outcome-to-be: key state fields.
-    Snapshot(RpcReplyPort<RunSnapshot>),
     /// An input from outside (message, event, pause, resume), applied at the next
     /// safe point: between steps.
     Input(RunInput),
@@ -447,11 +445,6 @@ impl Actor for Conductor {
                     Vec::new(),
                 )
                 .await;
-            }
-            ConductorMsg::Snapshot(reply) => {
-                if let Ok(snap) = ask(&st.children.state, StateMsg::Snapshot).await {
-                    let _ = reply.send(snap);
-                }
             }
         }
         Ok(())
