@@ -5,8 +5,9 @@
 use agentry::StopReason;
 use agentry::protocol::budget::{BudgetLimits, BudgetSnapshot, Usage};
 use agentry::runtime::budget::{BudgetArgs, BudgetMsg, BudgetSupervisor, SpendReply};
+use agentry_test_support::ask_actor as ask;
 use proptest::prelude::*;
-use ractor::{Actor, ActorRef};
+use ractor::Actor;
 use tokio_util::sync::CancellationToken;
 
 fn limit() -> impl Strategy<Value = Option<u64>> {
@@ -125,17 +126,6 @@ fn op() -> impl Strategy<Value = Op> {
         charge().prop_map(Op::Spend),
         (0u64..5).prop_map(Op::SpendToolCalls)
     ]
-}
-
-async fn ask<T: Send + 'static>(
-    actor: &ActorRef<BudgetMsg>,
-    build: impl FnOnce(ractor::RpcReplyPort<T>) -> BudgetMsg,
-) -> Result<T, String> {
-    match actor.call(build, None).await {
-        Ok(ractor::rpc::CallResult::Success(v)) => Ok(v),
-        Ok(_) => Err("no answer".into()),
-        Err(e) => Err(format!("gone: {e}")),
-    }
 }
 
 /// Runs `ops` against a real supervisor and against the pure model; returns the

@@ -1,5 +1,6 @@
 //! The state keeper serializes updates: many concurrent writers, none lost.
 
+use agentry_test_support::ask_actor as ask;
 use std::collections::BTreeSet;
 
 use agentry::protocol::state::{ControlState, RunSnapshot, SessionEntry, TaskState};
@@ -12,17 +13,6 @@ const PER_WRITER: usize = 40;
 
 fn text(writer: usize, i: usize) -> String {
     format!("w{writer:02}-m{i:03}")
-}
-
-async fn ask<T: Send + 'static>(
-    keeper: &ActorRef<StateMsg>,
-    build: impl FnOnce(ractor::RpcReplyPort<T>) -> StateMsg,
-) -> Result<T, TestError> {
-    match keeper.call(build, None).await {
-        Ok(ractor::rpc::CallResult::Success(v)) => Ok(v),
-        Ok(_) => Err("the state keeper did not answer".into()),
-        Err(e) => Err(format!("the state keeper is gone: {e}").into()),
-    }
 }
 
 /// One writer: alternates fire-and-forget updates with acknowledged ones and

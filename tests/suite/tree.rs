@@ -2,6 +2,7 @@
 //! clamped; cancellation of a subtree; the invariant that a tree never overspends
 //! its root, under concurrent spends (property test on the real supervisors).
 
+use agentry_test_support::ask_actor as ask;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,17 +16,6 @@ use proptest::prelude::*;
 use ractor::{Actor, ActorRef};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
-
-async fn ask<T: Send + 'static>(
-    actor: &ActorRef<BudgetMsg>,
-    build: impl FnOnce(ractor::RpcReplyPort<T>) -> BudgetMsg,
-) -> Result<T, String> {
-    match actor.call(build, None).await {
-        Ok(ractor::rpc::CallResult::Success(v)) => Ok(v),
-        Ok(_) => Err("no answer".into()),
-        Err(e) => Err(format!("gone: {e}")),
-    }
-}
 
 /// A random tree: node i > 0 hangs under `parent[i] < i`; each node asks for a
 /// budget and then makes a list of spends.
