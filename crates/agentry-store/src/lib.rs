@@ -1,0 +1,326 @@
+//! Durable run state: what a run needs to continue after its process dies.
+//!
+//! A [`Store`] holds, per run: the [`RunRecord`] written once at start (how to
+//! rebuild the run), the latest [`Checkpoint`] (key fields of the state after
+//! the last committed update), the session (append-only), the call ledger
+//! ([`LedgerEntry`], one row per tool call, keyed by run and call id) and the
+//! run's one-shot timers. Writes come in batches ([`Write`]) that a store
+//! applies atomically and durably: all of a batch or none of it, on disk before
+//! `commit` returns.
+//!
+//! [`SqliteStore`] is the embedded default: one SQLite file in WAL mode with
+//! `synchronous = FULL` (an fsync per commit), no server. Large tool outputs
+//! (an envelope's `data` above [`INLINE_LIMIT`] bytes of JSON) are stored once
+//! by content hash in a blob table and referenced from the session and ledger
+//! rows, not copied into every row.
+
+use agentry_protocol::envelope::ResultEnvelope;
+use agentry_protocol::state::{RunSnapshot, RunStatus, SessionEntry};
+use agentry_protocol::stop::StopReason;
+use agentry_protocol::tool::ToolCall;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+mod sqlite;
+
+pub use sqlite::{SqliteOptions, SqliteStore};
+
+/// The schema version this build reads and writes. A store file with a higher
+/// version is refused ([`StoreError::NewerSchema`]), never modified.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// An envelope's `data` larger than this (serialized JSON bytes) is stored by
+/// reference (sha256 of the bytes) instead of inline.
+pub const INLINE_LIMIT: usize = 4096;
+
+/// Written once when a run starts: everything needed to rebuild it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunRecord {
+    /// Run id.
+    pub run_id: String,
+    /// Task id.
+    pub task_id: String,
+    /// Parent run, for a child agent.
+    pub parent_id: Option<String>,
+    /// When the run was created (Unix ms).
+    pub created_at_ms: u64,
+    /// The absolute wall-clock deadline (Unix ms), if any. A restart never moves it.
+    pub deadline_at_ms: Option<u64>,
+    /// The run's configuration, as the runtime serialized it (opaque here).
+    pub config: Value,
+    /// How to rebuild the policy, as the embedder described it (e.g.
+    /// `script:/abs/path/script.json`); opaque here, may be empty.
+    pub policy: String,
+}
+
+/// Key fields of the run state after one committed update. Each commit replaces
+/// the previous checkpoint of its run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Checkpoint {
+    /// The state keeper's key fields (version, world, task, control, status, ...).
+    pub snapshot: RunSnapshot,
+    /// What the conductor needs to continue (step counter, fingerprints, a
+    /// decided step not yet applied), as the runtime serialized it (opaque here).
+    pub progress: Value,
+}
+
+/// Where one tool call is in its life. Rows only move forward:
+/// `awaiting_approval → approved | denied`, `approved → intent`, `intent →
+/// outcome | awaiting_decision`, `awaiting_decision → intent | outcome`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LedgerState {
+    /// Parked until a human approves or denies it.
+    AwaitingApproval,
+    /// A human approved it; it has not started yet.
+    Approved,
+    /// A human denied it; `outcome` holds the `EPERM` envelope.
+    Denied,
+    /// About to execute (committed before the tool starts).
+    Intent,
+    /// Finished; `outcome` holds the envelope.
+    Outcome,
+    /// Found with an intent and no outcome after a restart, for a tool that must
+    /// not silently run again: waits for a human (happened / retry / skip).
+    AwaitingDecision,
+}
+
+impl LedgerState {
+    /// The name stored in the database and shown to users.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LedgerState::AwaitingApproval => "awaiting_approval",
+            LedgerState::Approved => "approved",
+            LedgerState::Denied => "denied",
+            LedgerState::Intent => "intent",
+            LedgerState::Outcome => "outcome",
+            LedgerState::AwaitingDecision => "awaiting_decision",
+        }
+    }
+
+    /// Parses a stored name.
+    pub fn parse(s: &str) -> Option<LedgerState> {
+        Some(match s {
+            "awaiting_approval" => LedgerState::AwaitingApproval,
+            "approved" => LedgerState::Approved,
+            "denied" => LedgerState::Denied,
+            "intent" => LedgerState::Intent,
+            "outcome" => LedgerState::Outcome,
+            "awaiting_decision" => LedgerState::AwaitingDecision,
+            _ => return None,
+        })
+    }
+}
+
+/// One row of the call ledger, keyed by (run id, call id).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LedgerEntry {
+    /// The model's call id.
+    pub call_id: String,
+    /// Step the call belongs to.
+    pub step: u64,
+    /// Position of the call in its step's request order.
+    pub position: u32,
+    /// The call as the model proposed it.
+    pub call: ToolCall,
+    /// Digest of tool name + normalized arguments (same id, different call →
+    /// conflict), hex.
+    pub digest: String,
+    /// hash(tool, normalized arguments, host-issued operation scope), hex: the
+    /// same action under a fresh call id has the same key.
+    pub intent_key: String,
+    /// The host-issued operation id handed to the tool.
+    pub operation_id: String,
+    /// Where the call is.
+    pub state: LedgerState,
+    /// The envelope, once there is one (`outcome`, `denied`).
+    pub outcome: Option<ResultEnvelope>,
+    /// Last change (Unix ms).
+    pub updated_at_ms: u64,
+}
+
+/// A one-shot timer of a run (`RunHandle::after`), kept until it fires.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TimerRecord {
+    /// Timer id, unique within the run.
+    pub timer_id: String,
+    /// When it is due (Unix ms).
+    pub due_at_ms: u64,
+    /// Event name.
+    pub name: String,
+    /// Event payload.
+    pub payload: Value,
+}
+
+/// One write of a batch.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Write {
+    /// A new run. Fails with [`StoreError::Conflict`] if the id exists.
+    CreateRun(RunRecord),
+    /// Replace the run's checkpoint.
+    Checkpoint {
+        /// Run id.
+        run_id: String,
+        /// The checkpoint.
+        checkpoint: Checkpoint,
+    },
+    /// Session entries `first`, `first + 1`, ... (an index that already exists
+    /// is overwritten with the same entry, so re-applying a batch is harmless).
+    AppendSession {
+        /// Run id.
+        run_id: String,
+        /// Index of the first entry.
+        first: u64,
+        /// The entries.
+        entries: Vec<SessionEntry>,
+    },
+    /// Insert or replace the ledger row (run id, `entry.call_id`).
+    Ledger {
+        /// Run id.
+        run_id: String,
+        /// The row.
+        entry: LedgerEntry,
+    },
+    /// Insert or replace a timer.
+    SetTimer {
+        /// Run id.
+        run_id: String,
+        /// The timer.
+        timer: TimerRecord,
+    },
+    /// Remove a timer (fired or cancelled); a missing timer is not an error.
+    ClearTimer {
+        /// Run id.
+        run_id: String,
+        /// Timer id.
+        timer_id: String,
+    },
+}
+
+/// Everything stored about one run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredRun {
+    /// How to rebuild it.
+    pub record: RunRecord,
+    /// The last committed checkpoint (`None` if none was committed yet).
+    pub checkpoint: Option<Checkpoint>,
+    /// The session, in order, large outputs inlined again.
+    pub session: Vec<SessionEntry>,
+    /// The ledger, ordered by step then position.
+    pub ledger: Vec<LedgerEntry>,
+    /// Timers not yet fired, ordered by due time.
+    pub timers: Vec<TimerRecord>,
+}
+
+/// One line of a store's run list.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunSummary {
+    /// Run id.
+    pub run_id: String,
+    /// Task id.
+    pub task_id: String,
+    /// Parent run.
+    pub parent_id: Option<String>,
+    /// Status at the last checkpoint (`running` before the first).
+    pub status: RunStatus,
+    /// Why it stopped, if it did.
+    pub stop_reason: Option<StopReason>,
+    /// State version at the last checkpoint.
+    pub version: u64,
+    /// Created (Unix ms).
+    pub created_at_ms: u64,
+    /// Last commit (Unix ms).
+    pub updated_at_ms: u64,
+}
+
+impl RunSummary {
+    /// True until the run stopped.
+    pub fn unfinished(&self) -> bool {
+        self.status != RunStatus::Stopped
+    }
+}
+
+/// Why a store operation failed. Every variant names the store (its path) and
+/// says what is wrong in words a user can act on.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The file could not be opened or created.
+    #[error("cannot open the store {path}: {message}")]
+    Open {
+        /// Store path.
+        path: String,
+        /// Why.
+        message: String,
+    },
+    /// The file is not a SQLite database, or its pages are damaged.
+    #[error("the store {path} is corrupt or not an agentry store: {message}")]
+    Corrupt {
+        /// Store path.
+        path: String,
+        /// What SQLite reported.
+        message: String,
+    },
+    /// The file was written by a newer agentry; it is left untouched.
+    #[error(
+        "the store {path} has schema version {found}, newer than this build supports ({supported}); use a newer agentry (the file was not modified)"
+    )]
+    NewerSchema {
+        /// Store path.
+        path: String,
+        /// Version found in the file.
+        found: u32,
+        /// Highest version this build knows.
+        supported: u32,
+    },
+    /// The disk (or the store's size limit) is full; the batch was not written,
+    /// the last committed state is intact.
+    #[error(
+        "the store {path} is full (disk full or size limit reached); nothing of this write was committed"
+    )]
+    Full {
+        /// Store path.
+        path: String,
+    },
+    /// A run id that already exists was created again.
+    #[error("the store {path} already holds a run {run_id:?}")]
+    Conflict {
+        /// Store path.
+        path: String,
+        /// Run id.
+        run_id: String,
+    },
+    /// A write named a run the store does not hold.
+    #[error("the store {path} holds no run {run_id:?}")]
+    NoRun {
+        /// Store path.
+        path: String,
+        /// Run id.
+        run_id: String,
+    },
+    /// Any other failure of the database or the file system.
+    #[error("store {path}: {message}")]
+    Io {
+        /// Store path.
+        path: String,
+        /// What failed.
+        message: String,
+    },
+}
+
+/// Durable run state. Implementations must make [`Store::commit`] atomic (all of
+/// the batch or none) and durable (on stable storage before it returns), and
+/// may be called from several threads.
+pub trait Store: Send + Sync + 'static {
+    /// Applies a batch of writes atomically and durably.
+    fn commit(&self, writes: &[Write]) -> Result<(), StoreError>;
+
+    /// Everything stored about one run, or `None` if the store does not hold it.
+    fn load(&self, run_id: &str) -> Result<Option<StoredRun>, StoreError>;
+
+    /// Every run the store holds, newest first.
+    fn runs(&self) -> Result<Vec<RunSummary>, StoreError>;
+
+    /// Where the store lives, for messages (a path, a URL).
+    fn location(&self) -> String;
+}

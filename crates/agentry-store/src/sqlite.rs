@@ -1,0 +1,282 @@
+//! The embedded store: one SQLite file in WAL mode, `synchronous = FULL`.
+//!
+//! Opening is careful not to touch a file it cannot use: an existing file is
+//! first opened read-only to read its schema version and run `quick_check`;
+//! only then is it opened for writing, switched to WAL (which writes to the
+//! file) and migrated.
+
+use std::path::Path;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use rusqlite::config::DbConfig;
+use rusqlite::{Connection, OpenFlags, TransactionBehavior};
+
+use crate::{RunSummary, SCHEMA_VERSION, Store, StoreError, StoredRun, Write};
+
+mod error;
+mod read;
+mod schema;
+mod write;
+
+#[cfg(test)]
+mod tests;
+
+use error::sql_error;
+
+/// How long a writer waits for another connection's lock before failing.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Options of [`SqliteStore::open_with`]. The default is what production wants.
+#[derive(Debug, Clone, Default)]
+pub struct SqliteOptions {
+    /// Caps the database at this many pages (`PRAGMA max_page_count`); a write
+    /// that would grow it further fails with [`StoreError::Full`], exactly as
+    /// on a full disk. `None`: no cap beyond SQLite's own.
+    pub max_pages: Option<u64>,
+}
+
+/// The embedded [`Store`]: one SQLite file (plus its `-wal` and `-shm`
+/// companions), no server. See the crate docs for the guarantees.
+pub struct SqliteStore {
+    /// One connection for writes and reads: the runtime commits from a single
+    /// writer thread, and loads are rare (recovery, listings).
+    conn: Mutex<Connection>,
+    /// The path as the user gave it, for messages.
+    path: String,
+}
+
+impl std::fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteStore")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SqliteStore {
+    /// Opens (or creates) the store at `path` with the default options.
+    ///
+    /// Fails with [`StoreError::Open`] if the file cannot be opened or created
+    /// (e.g. its directory does not exist), [`StoreError::Corrupt`] if it is not
+    /// a usable SQLite database, and [`StoreError::NewerSchema`] if a newer
+    /// agentry wrote it (the file is then left untouched).
+    pub fn open(path: impl AsRef<Path>) -> Result<SqliteStore, StoreError> {
+        SqliteStore::open_with(path, SqliteOptions::default())
+    }
+
+    /// Opens (or creates) the store at `path` with `options`; see
+    /// [`SqliteStore::open`].
+    pub fn open_with(
+        path: impl AsRef<Path>,
+        options: SqliteOptions,
+    ) -> Result<SqliteStore, StoreError> {
+        let path = path.as_ref();
+        let shown = path.display().to_string();
+        let open_error = |message: String| StoreError::Open {
+            path: shown.clone(),
+            message,
+        };
+        match std::fs::metadata(path) {
+            Ok(meta) if meta.is_dir() => return Err(open_error("it is a directory".into())),
+            Ok(_) => check_existing(path, &shown)?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                // SQLite would only say "unable to open database file".
+                if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty())
+                    && !dir.is_dir()
+                {
+                    return Err(open_error(format!(
+                        "the directory {} does not exist",
+                        dir.display()
+                    )));
+                }
+            }
+            Err(e) => return Err(open_error(e.to_string())),
+        }
+
+        // No URI flag: the path is a file name, never interpreted.
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let mut conn =
+            Connection::open_with_flags(path, flags).map_err(|e| error::open_error(&shown, e))?;
+        configure(&conn, &options, &shown)?;
+        schema::migrate(&mut conn, schema::MIGRATIONS, &shown)?;
+        Ok(SqliteStore {
+            conn: Mutex::new(conn),
+            path: shown,
+        })
+    }
+
+    fn conn(&self) -> MutexGuard<'_, Connection> {
+        // A panic while holding the lock cannot leave a transaction half
+        // applied (an uncommitted transaction rolls back when dropped), so the
+        // connection is still sound.
+        self.conn.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Checks an existing file without modifying it: read-only, no WAL switch, no
+/// migration. Refuses a newer schema, a damaged file and a foreign database.
+fn check_existing(path: &Path, shown: &str) -> Result<(), StoreError> {
+    // Even a read-only SQLite connection creates `-wal` and `-shm` files for a
+    // WAL-mode database; a newer store is refused from its header alone.
+    if let Some(found) = header_version(path)
+        && found > SCHEMA_VERSION
+    {
+        return Err(StoreError::NewerSchema {
+            path: shown.to_string(),
+            found,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    // A process that died mid-run leaves a hot WAL, which only a writable
+    // connection can recover (a read-only one fails "attempt to write a readonly
+    // database"). Recovery rebuilds the WAL index; with no checkpoint on close the
+    // main file is still not written by this check.
+    let hot_wal = wal_has_frames(path);
+    let flags = if hot_wal {
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX
+    } else {
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX
+    };
+    let conn = Connection::open_with_flags(path, flags).map_err(|e| error::open_error(shown, e))?;
+    if hot_wal {
+        conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)
+            .map_err(|e| sql_error(shown, e))?;
+    }
+    conn.busy_timeout(BUSY_TIMEOUT)
+        .map_err(|e| sql_error(shown, e))?;
+    let found = schema::user_version(&conn).map_err(|e| sql_error(shown, e))?;
+    if found > SCHEMA_VERSION {
+        return Err(StoreError::NewerSchema {
+            path: shown.to_string(),
+            found,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    let problems = quick_check(&conn).map_err(|e| sql_error(shown, e))?;
+    if !problems.is_empty() {
+        return Err(StoreError::Corrupt {
+            path: shown.to_string(),
+            message: problems.join("; "),
+        });
+    }
+    if found == 0 {
+        // Version 0 with tables is some other program's database: migrating
+        // would mix our tables into it.
+        let tables: i64 = conn
+            .query_row("SELECT count(*) FROM sqlite_schema", [], |r| r.get(0))
+            .map_err(|e| sql_error(shown, e))?;
+        if tables > 0 {
+            return Err(StoreError::Corrupt {
+                path: shown.to_string(),
+                message: "it is a SQLite database of another program (it has tables but no agentry schema version)".into(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The schema version in the file header, when the header is authoritative: a
+/// SQLite file with no (or an empty) `-wal` file, whose frames could carry a
+/// newer header.
+fn header_version(path: &Path) -> Option<u32> {
+    use std::io::Read;
+
+    if wal_has_frames(path) {
+        return None;
+    }
+    let mut header = [0u8; 100];
+    std::fs::File::open(path)
+        .and_then(|mut f| f.read_exact(&mut header))
+        .ok()?;
+    if !header.starts_with(b"SQLite format 3\0") {
+        return None;
+    }
+    // user_version: 4 bytes, big-endian, at offset 60 (SQLite file format).
+    let version = i32::from_be_bytes([header[60], header[61], header[62], header[63]]);
+    // Negative: written by no agentry; counts as newer (refused untouched).
+    Some(u32::try_from(version).unwrap_or(u32::MAX))
+}
+
+/// Whether the store's `-wal` file holds anything (frames not yet checkpointed,
+/// e.g. after a crash).
+fn wal_has_frames(path: &Path) -> bool {
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    std::fs::metadata(&wal).is_ok_and(|m| m.len() > 0)
+}
+
+/// `PRAGMA quick_check`: the problems it reports (at most a few), empty if ok.
+fn quick_check(conn: &Connection) -> rusqlite::Result<Vec<String>> {
+    let mut stmt = conn.prepare("PRAGMA quick_check(5)")?;
+    let rows = stmt.query_map([], |r| r.get::<_, String>(0))?;
+    let mut problems = Vec::new();
+    for row in rows {
+        let row = row?;
+        if row != "ok" {
+            problems.push(row);
+        }
+    }
+    Ok(problems)
+}
+
+/// Connection settings of a writable store.
+fn configure(conn: &Connection, options: &SqliteOptions, shown: &str) -> Result<(), StoreError> {
+    let sql = |e| sql_error(shown, e);
+    conn.busy_timeout(BUSY_TIMEOUT).map_err(sql)?;
+    let mode: String = conn
+        .pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))
+        .map_err(sql)?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(StoreError::Open {
+            path: shown.to_string(),
+            message: format!("cannot switch it to WAL mode (journal mode stays {mode})"),
+        });
+    }
+    conn.pragma_update(None, "synchronous", "FULL")
+        .map_err(sql)?;
+    conn.pragma_update(None, "foreign_keys", "ON")
+        .map_err(sql)?;
+    if let Some(pages) = options.max_pages {
+        let pages = i64::try_from(pages).unwrap_or(i64::MAX);
+        conn.pragma_update(None, "max_page_count", pages)
+            .map_err(sql)?;
+    }
+    // Room for every statement of a batch plus the reads.
+    conn.set_prepared_statement_cache_capacity(32);
+    Ok(())
+}
+
+impl Store for SqliteStore {
+    fn commit(&self, writes: &[Write]) -> Result<(), StoreError> {
+        if writes.is_empty() {
+            return Ok(());
+        }
+        let mut conn = self.conn();
+        // IMMEDIATE: take the write lock up front, so a concurrent writer makes
+        // us wait (busy timeout) instead of failing halfway through.
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(|e| sql_error(&self.path, e))?;
+        write::apply(&tx, &self.path, writes)?;
+        // On any error above, dropping `tx` rolls the whole batch back.
+        tx.commit().map_err(|e| sql_error(&self.path, e))
+    }
+
+    fn load(&self, run_id: &str) -> Result<Option<StoredRun>, StoreError> {
+        let mut conn = self.conn();
+        // One read transaction: the parts come from the same committed state.
+        let tx = conn.transaction().map_err(|e| sql_error(&self.path, e))?;
+        read::load(&tx, &self.path, run_id)
+    }
+
+    fn runs(&self) -> Result<Vec<RunSummary>, StoreError> {
+        read::runs(&self.conn(), &self.path)
+    }
+
+    fn location(&self) -> String {
+        self.path.clone()
+    }
+}

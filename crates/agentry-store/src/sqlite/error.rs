@@ -1,0 +1,64 @@
+//! Mapping SQLite and JSON failures to [`StoreError`].
+
+use rusqlite::ErrorCode;
+
+use crate::StoreError;
+
+/// A failure of a statement on the store at `path`.
+pub(super) fn sql_error(path: &str, e: rusqlite::Error) -> StoreError {
+    let path = path.to_string();
+    match e.sqlite_error_code() {
+        Some(ErrorCode::NotADatabase | ErrorCode::DatabaseCorrupt) => StoreError::Corrupt {
+            path,
+            message: e.to_string(),
+        },
+        Some(ErrorCode::DiskFull) => StoreError::Full { path },
+        _ => StoreError::Io {
+            path,
+            message: e.to_string(),
+        },
+    }
+}
+
+/// A failure to open the file at all.
+pub(super) fn open_error(path: &str, e: rusqlite::Error) -> StoreError {
+    match e.sqlite_error_code() {
+        Some(ErrorCode::CannotOpen | ErrorCode::PermissionDenied | ErrorCode::ReadOnly) => {
+            StoreError::Open {
+                path: path.to_string(),
+                message: e.to_string(),
+            }
+        }
+        _ => sql_error(path, e),
+    }
+}
+
+/// True for a failed foreign-key check (a row naming a run that is not there).
+pub(super) fn is_foreign_key(e: &rusqlite::Error) -> bool {
+    e.sqlite_extended_error_code() == Some(rusqlite::ffi::SQLITE_CONSTRAINT_FOREIGNKEY)
+}
+
+/// True for a duplicate primary key.
+pub(super) fn is_primary_key(e: &rusqlite::Error) -> bool {
+    matches!(
+        e.sqlite_extended_error_code(),
+        Some(rusqlite::ffi::SQLITE_CONSTRAINT_PRIMARYKEY | rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE)
+    )
+}
+
+/// A value this build could not encode (should not happen for the store's
+/// own types, but serde can refuse e.g. maps with non-string keys).
+pub(super) fn encode_error(path: &str, what: &str, e: serde_json::Error) -> StoreError {
+    StoreError::Io {
+        path: path.to_string(),
+        message: format!("cannot encode {what}: {e}"),
+    }
+}
+
+/// A stored row this build cannot read back.
+pub(super) fn decode_error(path: &str, what: &str, e: impl std::fmt::Display) -> StoreError {
+    StoreError::Corrupt {
+        path: path.to_string(),
+        message: format!("cannot read {what}: {e}"),
+    }
+}

@@ -1,0 +1,222 @@
+//! Reading runs back: [`load`] and [`runs`].
+
+use agentry_protocol::state::{RunStatus, SessionEntry};
+use agentry_protocol::stop::StopReason;
+use rusqlite::{Connection, OptionalExtension};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use super::error::{decode_error, sql_error};
+use super::write::BLOB_KEY;
+use crate::{Checkpoint, LedgerEntry, RunRecord, RunSummary, StoreError, StoredRun, TimerRecord};
+
+/// Reads SQLite's signed integer back into the `u64` it was written from.
+fn uint(v: i64) -> u64 {
+    v as u64
+}
+
+/// Everything about `run_id`, large outputs inlined again.
+pub(super) fn load(
+    conn: &Connection,
+    path: &str,
+    run_id: &str,
+) -> Result<Option<StoredRun>, StoreError> {
+    let sql = |e| sql_error(path, e);
+    let row = conn
+        .prepare_cached(
+            "SELECT task_id, parent_id, created_at_ms, deadline_at_ms, config, policy, checkpoint
+             FROM runs WHERE run_id = ?1",
+        )
+        .and_then(|mut s| {
+            s.query_row([run_id], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, Option<String>>(1)?,
+                    r.get::<_, i64>(2)?,
+                    r.get::<_, Option<i64>>(3)?,
+                    r.get::<_, String>(4)?,
+                    r.get::<_, String>(5)?,
+                    r.get::<_, Option<String>>(6)?,
+                ))
+            })
+            .optional()
+        })
+        .map_err(sql)?;
+    let Some((task_id, parent_id, created_at_ms, deadline_at_ms, config, policy, checkpoint)) = row
+    else {
+        return Ok(None);
+    };
+    let what = |part: &str| format!("the {part} of run {run_id:?}");
+    let record = RunRecord {
+        run_id: run_id.to_string(),
+        task_id,
+        parent_id,
+        created_at_ms: uint(created_at_ms),
+        deadline_at_ms: deadline_at_ms.map(uint),
+        config: parse(path, &what("config"), &config)?,
+        policy,
+    };
+    let checkpoint: Option<Checkpoint> = checkpoint
+        .map(|c| parse(path, &what("checkpoint"), &c))
+        .transpose()?;
+
+    let session = texts(
+        conn,
+        path,
+        "SELECT entry FROM session WHERE run_id = ?1 ORDER BY idx",
+        run_id,
+    )?
+    .iter()
+    .map(|json| inline(conn, path, &what("session"), json, "result"))
+    .collect::<Result<Vec<SessionEntry>, _>>()?;
+
+    let ledger = texts(
+        conn,
+        path,
+        "SELECT row FROM ledger WHERE run_id = ?1 ORDER BY step, position, call_id",
+        run_id,
+    )?
+    .iter()
+    .map(|json| inline(conn, path, &what("ledger"), json, "outcome"))
+    .collect::<Result<Vec<LedgerEntry>, _>>()?;
+
+    let mut stmt = conn
+        .prepare_cached(
+            "SELECT timer_id, due_at_ms, name, payload FROM timers
+             WHERE run_id = ?1 ORDER BY due_at_ms, timer_id",
+        )
+        .map_err(sql)?;
+    let rows = stmt
+        .query_map([run_id], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, i64>(1)?,
+                r.get::<_, String>(2)?,
+                r.get::<_, String>(3)?,
+            ))
+        })
+        .map_err(sql)?;
+    let mut timers = Vec::new();
+    for row in rows {
+        let (timer_id, due_at_ms, name, payload) = row.map_err(sql)?;
+        timers.push(TimerRecord {
+            timer_id,
+            due_at_ms: uint(due_at_ms),
+            name,
+            payload: parse(path, &what("timers"), &payload)?,
+        });
+    }
+
+    Ok(Some(StoredRun {
+        record,
+        checkpoint,
+        session,
+        ledger,
+        timers,
+    }))
+}
+
+/// Every run, newest first.
+pub(super) fn runs(conn: &Connection, path: &str) -> Result<Vec<RunSummary>, StoreError> {
+    let sql = |e| sql_error(path, e);
+    let mut stmt = conn
+        .prepare_cached(
+            "SELECT run_id, task_id, parent_id, status, stop_reason, version, created_at_ms,
+                updated_at_ms
+             FROM runs ORDER BY created_at_ms DESC, run_id",
+        )
+        .map_err(sql)?;
+    let rows = stmt
+        .query_map([], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, Option<String>>(2)?,
+                r.get::<_, String>(3)?,
+                r.get::<_, Option<String>>(4)?,
+                r.get::<_, i64>(5)?,
+                r.get::<_, i64>(6)?,
+                r.get::<_, i64>(7)?,
+            ))
+        })
+        .map_err(sql)?;
+    let mut out = Vec::new();
+    for row in rows {
+        let (run_id, task_id, parent_id, status, stop_reason, version, created, updated) =
+            row.map_err(sql)?;
+        let status: RunStatus = from_name(path, &run_id, "status", status)?;
+        let stop_reason: Option<StopReason> = stop_reason
+            .map(|s| from_name(path, &run_id, "stop reason", s))
+            .transpose()?;
+        out.push(RunSummary {
+            run_id,
+            task_id,
+            parent_id,
+            status,
+            stop_reason,
+            version: uint(version),
+            created_at_ms: uint(created),
+            updated_at_ms: uint(updated),
+        });
+    }
+    Ok(out)
+}
+
+/// The single text column of every row of `query` (bound to `run_id`).
+fn texts(
+    conn: &Connection,
+    path: &str,
+    query: &str,
+    run_id: &str,
+) -> Result<Vec<String>, StoreError> {
+    let sql = |e| sql_error(path, e);
+    let mut stmt = conn.prepare_cached(query).map_err(sql)?;
+    let rows = stmt
+        .query_map([run_id], |r| r.get::<_, String>(0))
+        .map_err(sql)?;
+    rows.collect::<Result<_, _>>().map_err(sql)
+}
+
+fn parse<T: DeserializeOwned>(path: &str, what: &str, json: &str) -> Result<T, StoreError> {
+    serde_json::from_str(json).map_err(|e| decode_error(path, what, e))
+}
+
+/// A stored snake_case name (status, stop reason) back into its enum.
+fn from_name<T: DeserializeOwned>(
+    path: &str,
+    run_id: &str,
+    what: &str,
+    name: String,
+) -> Result<T, StoreError> {
+    serde_json::from_value(Value::String(name))
+        .map_err(|e| decode_error(path, &format!("the {what} of run {run_id:?}"), e))
+}
+
+/// Parses a row whose envelope (object under `key`) may hold its `data` by
+/// reference, putting the data back.
+fn inline<T: DeserializeOwned>(
+    conn: &Connection,
+    path: &str,
+    what: &str,
+    json: &str,
+    key: &str,
+) -> Result<T, StoreError> {
+    // Most rows hold no reference: parse them directly.
+    if !json.contains(BLOB_KEY) {
+        return parse(path, what, json);
+    }
+    let mut value: Value = parse(path, what, json)?;
+    if let Some(envelope) = value.get_mut(key).and_then(Value::as_object_mut)
+        && let Some(Value::String(sha)) = envelope.remove(BLOB_KEY)
+    {
+        let bytes: Vec<u8> = conn
+            .prepare_cached("SELECT bytes FROM blobs WHERE sha256 = ?1")
+            .and_then(|mut s| s.query_row([&sha], |r| r.get(0)).optional())
+            .map_err(|e| sql_error(path, e))?
+            .ok_or_else(|| decode_error(path, what, format!("blob {sha} is missing")))?;
+        let data: Value = serde_json::from_slice(&bytes)
+            .map_err(|e| decode_error(path, &format!("blob {sha}"), e))?;
+        envelope.insert("data".to_string(), data);
+    }
+    serde_json::from_value(value).map_err(|e| decode_error(path, what, e))
+}

@@ -1,0 +1,117 @@
+//! The schema and its migrations, keyed by `PRAGMA user_version`.
+//!
+//! `MIGRATIONS[i]` moves a store from version `i` to `i + 1`; each runs in its
+//! own transaction together with the version bump, so a crash leaves the file
+//! at one version or the next, never between. To change the schema, append an
+//! entry and bump [`crate::SCHEMA_VERSION`].
+
+use rusqlite::{Connection, TransactionBehavior};
+
+use super::error::sql_error;
+use crate::{SCHEMA_VERSION, StoreError};
+
+/// Version 1: runs, session, call ledger, timers, content-addressed blobs.
+///
+/// JSON columns hold `serde_json` text. `status`, `stop_reason` and `version`
+/// of `runs` mirror the checkpoint so listing runs parses no checkpoint; the
+/// ledger's `step`, `position`, `tool`, `intent_key` and `state` mirror its
+/// `row` for ordering and lookups.
+const V1: &str = "
+CREATE TABLE runs (
+    run_id         TEXT PRIMARY KEY NOT NULL,
+    task_id        TEXT NOT NULL,
+    parent_id      TEXT,
+    created_at_ms  INTEGER NOT NULL,
+    updated_at_ms  INTEGER NOT NULL,
+    deadline_at_ms INTEGER,
+    config         TEXT NOT NULL,
+    policy         TEXT NOT NULL,
+    checkpoint     TEXT,
+    status         TEXT NOT NULL,
+    stop_reason    TEXT,
+    version        INTEGER NOT NULL
+);
+CREATE INDEX runs_by_created ON runs (created_at_ms DESC, run_id);
+
+CREATE TABLE session (
+    run_id TEXT NOT NULL REFERENCES runs (run_id),
+    idx    INTEGER NOT NULL,
+    entry  TEXT NOT NULL,
+    PRIMARY KEY (run_id, idx)
+);
+
+CREATE TABLE ledger (
+    run_id        TEXT NOT NULL REFERENCES runs (run_id),
+    call_id       TEXT NOT NULL,
+    step          INTEGER NOT NULL,
+    position      INTEGER NOT NULL,
+    tool          TEXT NOT NULL,
+    intent_key    TEXT NOT NULL,
+    state         TEXT NOT NULL,
+    row           TEXT NOT NULL,
+    updated_at_ms INTEGER NOT NULL,
+    PRIMARY KEY (run_id, call_id)
+);
+CREATE INDEX ledger_by_intent ON ledger (run_id, intent_key);
+
+CREATE TABLE timers (
+    run_id    TEXT NOT NULL REFERENCES runs (run_id),
+    timer_id  TEXT NOT NULL,
+    due_at_ms INTEGER NOT NULL,
+    name      TEXT NOT NULL,
+    payload   TEXT NOT NULL,
+    PRIMARY KEY (run_id, timer_id)
+);
+
+CREATE TABLE blobs (
+    sha256 TEXT PRIMARY KEY NOT NULL,
+    bytes  BLOB NOT NULL
+);
+";
+
+/// Every migration of this build, oldest first.
+pub(super) const MIGRATIONS: &[&str] = &[V1];
+
+// The list and the declared version must move together.
+const _: () = assert!(MIGRATIONS.len() == SCHEMA_VERSION as usize);
+
+/// `PRAGMA user_version`.
+pub(super) fn user_version(conn: &Connection) -> rusqlite::Result<u32> {
+    let v: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+    // user_version is a signed 32-bit field; a negative one is from no agentry
+    // and counts as "newer" (refused untouched).
+    Ok(u32::try_from(v).unwrap_or(u32::MAX))
+}
+
+/// Brings the store up to `migrations.len()`, one transaction per step.
+/// Refuses ([`StoreError::NewerSchema`]) a store past the end of the list.
+pub(super) fn migrate(
+    conn: &mut Connection,
+    migrations: &[&str],
+    path: &str,
+) -> Result<(), StoreError> {
+    let sql = |e| sql_error(path, e);
+    let target = u32::try_from(migrations.len()).unwrap_or(u32::MAX);
+    loop {
+        // IMMEDIATE and the version read inside it: two processes opening the
+        // same file at once cannot both apply a step.
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(sql)?;
+        let current = user_version(&tx).map_err(sql)?;
+        if current > target {
+            return Err(StoreError::NewerSchema {
+                path: path.to_string(),
+                found: current,
+                supported: target,
+            });
+        }
+        let Some(step) = migrations.get(current as usize) else {
+            return tx.commit().map_err(sql);
+        };
+        tx.execute_batch(step).map_err(sql)?;
+        tx.pragma_update(None, "user_version", current + 1)
+            .map_err(sql)?;
+        tx.commit().map_err(sql)?;
+    }
+}

@@ -1,0 +1,316 @@
+//! Applying a batch of [`Write`]s inside the caller's transaction.
+
+use std::collections::HashSet;
+
+use agentry_protocol::state::{RunStatus, SessionEntry};
+use rusqlite::{OptionalExtension, Transaction, params};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use super::error::{encode_error, is_foreign_key, is_primary_key, sql_error};
+use crate::{Checkpoint, INLINE_LIMIT, LedgerEntry, RunRecord, StoreError, TimerRecord, Write};
+
+/// The key that replaces an envelope's `data` when it is stored by reference.
+/// No envelope field starts with `$`, so it cannot be confused with real data.
+pub(super) const BLOB_KEY: &str = "$data_blob";
+
+/// Stores a `u64` in SQLite's signed integer, bit for bit (round-trips exactly;
+/// no timestamp, step or version comes near `i64::MAX`, so ordering holds).
+pub(super) fn int(v: u64) -> i64 {
+    v as i64
+}
+
+/// One batch: `writes` in order, in `tx`. The caller commits or drops `tx`.
+pub(super) fn apply(tx: &Transaction<'_>, path: &str, writes: &[Write]) -> Result<(), StoreError> {
+    let mut batch = Batch {
+        tx,
+        path,
+        now: int(agentry_protocol::now_millis()),
+        touched: HashSet::new(),
+    };
+    for w in writes {
+        batch.apply(w)?;
+    }
+    Ok(())
+}
+
+struct Batch<'a, 't> {
+    tx: &'a Transaction<'t>,
+    path: &'a str,
+    now: i64,
+    /// Runs already known to exist and stamped with `now` in this batch.
+    touched: HashSet<&'a str>,
+}
+
+impl<'a> Batch<'a, '_> {
+    fn sql(&self, e: rusqlite::Error) -> StoreError {
+        sql_error(self.path, e)
+    }
+
+    /// A statement error of a write for `run_id`: a missing run shows as a
+    /// foreign-key failure.
+    fn write_error(&self, run_id: &str, e: rusqlite::Error) -> StoreError {
+        if is_foreign_key(&e) {
+            self.no_run(run_id)
+        } else {
+            self.sql(e)
+        }
+    }
+
+    fn no_run(&self, run_id: &str) -> StoreError {
+        StoreError::NoRun {
+            path: self.path.to_string(),
+            run_id: run_id.to_string(),
+        }
+    }
+
+    fn apply(&mut self, w: &'a Write) -> Result<(), StoreError> {
+        match w {
+            Write::CreateRun(record) => self.create_run(record),
+            Write::Checkpoint { run_id, checkpoint } => {
+                self.touch(run_id)?;
+                self.checkpoint(run_id, checkpoint)
+            }
+            Write::AppendSession {
+                run_id,
+                first,
+                entries,
+            } => {
+                self.touch(run_id)?;
+                self.append_session(run_id, *first, entries)
+            }
+            Write::Ledger { run_id, entry } => {
+                self.touch(run_id)?;
+                self.ledger(run_id, entry)
+            }
+            Write::SetTimer { run_id, timer } => {
+                self.touch(run_id)?;
+                self.set_timer(run_id, timer)
+            }
+            Write::ClearTimer { run_id, timer_id } => {
+                // Clearing a timer of an unknown run removes nothing: not an error.
+                self.tx
+                    .prepare_cached("DELETE FROM timers WHERE run_id = ?1 AND timer_id = ?2")
+                    .and_then(|mut s| s.execute(params![run_id, timer_id]))
+                    .map_err(|e| self.sql(e))?;
+                Ok(())
+            }
+        }
+    }
+
+    /// Checks that `run_id` exists and stamps its `updated_at_ms`, once per
+    /// run and batch (a group commit touches many runs, each several times).
+    fn touch(&mut self, run_id: &'a str) -> Result<(), StoreError> {
+        if self.touched.contains(run_id) {
+            return Ok(());
+        }
+        let changed = self
+            .tx
+            .prepare_cached("UPDATE runs SET updated_at_ms = ?2 WHERE run_id = ?1")
+            .and_then(|mut s| s.execute(params![run_id, self.now]))
+            .map_err(|e| self.sql(e))?;
+        if changed == 0 {
+            return Err(self.no_run(run_id));
+        }
+        self.touched.insert(run_id);
+        Ok(())
+    }
+
+    fn create_run(&mut self, r: &'a RunRecord) -> Result<(), StoreError> {
+        let config = serde_json::to_string(&r.config)
+            .map_err(|e| encode_error(self.path, "a run's config", e))?;
+        let running = status_name(RunStatus::Running, self.path)?;
+        self.tx
+            .prepare_cached(
+                "INSERT INTO runs (run_id, task_id, parent_id, created_at_ms, updated_at_ms,
+                    deadline_at_ms, config, policy, checkpoint, status, stop_reason, version)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, NULL, ?9, NULL, 0)",
+            )
+            .and_then(|mut s| {
+                s.execute(params![
+                    r.run_id,
+                    r.task_id,
+                    r.parent_id,
+                    int(r.created_at_ms),
+                    self.now,
+                    r.deadline_at_ms.map(int),
+                    config,
+                    r.policy,
+                    running,
+                ])
+            })
+            .map_err(|e| {
+                if is_primary_key(&e) {
+                    StoreError::Conflict {
+                        path: self.path.to_string(),
+                        run_id: r.run_id.clone(),
+                    }
+                } else {
+                    self.sql(e)
+                }
+            })?;
+        self.touched.insert(&r.run_id);
+        Ok(())
+    }
+
+    fn checkpoint(&self, run_id: &str, c: &Checkpoint) -> Result<(), StoreError> {
+        let json =
+            serde_json::to_string(c).map_err(|e| encode_error(self.path, "a checkpoint", e))?;
+        let status = status_name(c.snapshot.status, self.path)?;
+        let stop_reason = c.snapshot.control.stop_reason.map(|r| r.as_str());
+        let changed = self
+            .tx
+            .prepare_cached(
+                "UPDATE runs SET checkpoint = ?2, status = ?3, stop_reason = ?4, version = ?5
+                 WHERE run_id = ?1",
+            )
+            .and_then(|mut s| {
+                s.execute(params![
+                    run_id,
+                    json,
+                    status,
+                    stop_reason,
+                    int(c.snapshot.version)
+                ])
+            })
+            .map_err(|e| self.sql(e))?;
+        if changed == 0 {
+            return Err(self.no_run(run_id));
+        }
+        Ok(())
+    }
+
+    fn append_session(
+        &self,
+        run_id: &str,
+        first: u64,
+        entries: &[SessionEntry],
+    ) -> Result<(), StoreError> {
+        let mut stmt = self
+            .tx
+            .prepare_cached(
+                "INSERT INTO session (run_id, idx, entry) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (run_id, idx) DO UPDATE SET entry = excluded.entry",
+            )
+            .map_err(|e| self.sql(e))?;
+        for (i, entry) in (first..).zip(entries) {
+            let json = match entry {
+                SessionEntry::Tool { result } if result.data.is_some() => {
+                    self.by_reference(entry, "result")?
+                }
+                _ => serde_json::to_string(entry)
+                    .map_err(|e| encode_error(self.path, "a session entry", e))?,
+            };
+            stmt.execute(params![run_id, int(i), json])
+                .map_err(|e| self.write_error(run_id, e))?;
+        }
+        Ok(())
+    }
+
+    fn ledger(&self, run_id: &str, entry: &LedgerEntry) -> Result<(), StoreError> {
+        let row = if entry.outcome.as_ref().is_some_and(|o| o.data.is_some()) {
+            self.by_reference(entry, "outcome")?
+        } else {
+            serde_json::to_string(entry).map_err(|e| encode_error(self.path, "a ledger row", e))?
+        };
+        self.tx
+            .prepare_cached(
+                "INSERT INTO ledger (run_id, call_id, step, position, tool, intent_key, state,
+                    row, updated_at_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
+                 ON CONFLICT (run_id, call_id) DO UPDATE SET
+                    step = excluded.step, position = excluded.position, tool = excluded.tool,
+                    intent_key = excluded.intent_key, state = excluded.state,
+                    row = excluded.row, updated_at_ms = excluded.updated_at_ms",
+            )
+            .and_then(|mut s| {
+                s.execute(params![
+                    run_id,
+                    entry.call_id,
+                    int(entry.step),
+                    entry.position,
+                    entry.call.name,
+                    entry.intent_key,
+                    entry.state.as_str(),
+                    row,
+                    int(entry.updated_at_ms),
+                ])
+            })
+            .map_err(|e| self.write_error(run_id, e))?;
+        Ok(())
+    }
+
+    fn set_timer(&self, run_id: &str, t: &TimerRecord) -> Result<(), StoreError> {
+        let payload = serde_json::to_string(&t.payload)
+            .map_err(|e| encode_error(self.path, "a timer payload", e))?;
+        self.tx
+            .prepare_cached(
+                "INSERT INTO timers (run_id, timer_id, due_at_ms, name, payload)
+                 VALUES (?1, ?2, ?3, ?4, ?5)
+                 ON CONFLICT (run_id, timer_id) DO UPDATE SET
+                    due_at_ms = excluded.due_at_ms, name = excluded.name,
+                    payload = excluded.payload",
+            )
+            .and_then(|mut s| {
+                s.execute(params![
+                    run_id,
+                    t.timer_id,
+                    int(t.due_at_ms),
+                    t.name,
+                    payload
+                ])
+            })
+            .map_err(|e| self.write_error(run_id, e))?;
+        Ok(())
+    }
+
+    /// Serializes `row`, whose envelope (object under `key`) has `data`; data
+    /// above [`INLINE_LIMIT`] bytes goes to `blobs` once, by sha256, and the
+    /// row keeps only the hash under [`BLOB_KEY`].
+    fn by_reference(&self, row: &impl serde::Serialize, key: &str) -> Result<String, StoreError> {
+        let encode = |e| encode_error(self.path, "a row with a tool result", e);
+        let mut value = serde_json::to_value(row).map_err(encode)?;
+        if let Some(envelope) = value.get_mut(key).and_then(Value::as_object_mut)
+            && let Some(data) = envelope.remove("data")
+        {
+            let bytes = serde_json::to_vec(&data).map_err(encode)?;
+            if bytes.len() > INLINE_LIMIT {
+                let sha = hex::encode(Sha256::digest(&bytes));
+                self.put_blob(&sha, &bytes)?;
+                envelope.insert(BLOB_KEY.to_string(), Value::String(sha));
+            } else {
+                envelope.insert("data".to_string(), data);
+            }
+        }
+        serde_json::to_string(&value).map_err(encode)
+    }
+
+    fn put_blob(&self, sha: &str, bytes: &[u8]) -> Result<(), StoreError> {
+        // Skip binding megabytes when this batch (or an earlier one) already
+        // stored the same content, e.g. the session and the ledger row of one call.
+        let present = self
+            .tx
+            .prepare_cached("SELECT 1 FROM blobs WHERE sha256 = ?1")
+            .and_then(|mut s| s.query_row([sha], |_| Ok(())).optional())
+            .map_err(|e| self.sql(e))?;
+        if present.is_none() {
+            self.tx
+                .prepare_cached("INSERT OR IGNORE INTO blobs (sha256, bytes) VALUES (?1, ?2)")
+                .and_then(|mut s| s.execute(params![sha, bytes]))
+                .map_err(|e| self.sql(e))?;
+        }
+        Ok(())
+    }
+}
+
+/// A status's stored name (its serde name, e.g. `awaiting_approval`).
+pub(super) fn status_name(status: RunStatus, path: &str) -> Result<String, StoreError> {
+    match serde_json::to_value(status) {
+        Ok(Value::String(s)) => Ok(s),
+        Ok(other) => Err(StoreError::Io {
+            path: path.to_string(),
+            message: format!("run status serialized as {other}, not a string"),
+        }),
+        Err(e) => Err(encode_error(path, "a run status", e)),
+    }
+}
