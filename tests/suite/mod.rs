@@ -3,6 +3,7 @@
 mod acceptance;
 mod budget;
 mod deadline;
+mod durable;
 mod embedding;
 mod events;
 mod executor;
@@ -16,6 +17,7 @@ mod retries;
 mod run;
 mod service;
 mod state;
+mod task_tools;
 mod trace;
 mod tree;
 mod validation;

@@ -133,6 +133,7 @@ fn op() -> impl Strategy<Value = Op> {
 async fn supervisor_matches_model(limits: BudgetLimits, ops: Vec<Op>) -> Result<(), String> {
     let args = BudgetArgs {
         limits,
+        spent: Default::default(),
         run_token: CancellationToken::new(),
         started: tokio::time::Instant::now(),
         parent: None,

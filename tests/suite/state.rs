@@ -28,7 +28,7 @@ async fn write_all(keeper: ActorRef<StateMsg>, writer: usize) -> Result<Vec<u64>
                 .cast(StateMsg::Apply(update, None))
                 .map_err(|e| format!("cast failed: {e}"))?;
         } else {
-            let applied: Applied = ask(&keeper, |r| StateMsg::Apply(update, Some(r))).await?;
+            let applied: Applied = ask(&keeper, |r| StateMsg::Apply(update, Some(r))).await??;
             versions.push(applied.version);
         }
         tokio::task::yield_now().await;
@@ -123,7 +123,7 @@ async fn session_reads_from_an_index() -> Result<(), TestError> {
         let update = StateUpdate::UserMessage {
             text: format!("m{i}"),
         };
-        let _: Applied = ask(&keeper, |r| StateMsg::Apply(update, Some(r))).await?;
+        let _: Applied = ask(&keeper, |r| StateMsg::Apply(update, Some(r))).await??;
     }
     let tail: Vec<SessionEntry> = ask(&keeper, |r| StateMsg::Session(2, r)).await?;
     assert_eq!(

@@ -125,6 +125,7 @@ async fn run_tree(root_limits: BudgetLimits, plan: TreePlan) -> Result<(), Strin
         };
         let args = BudgetArgs {
             limits,
+            spent: Default::default(),
             run_token: root_token.child_token(),
             started,
             parent,

@@ -4,13 +4,20 @@
 //! agentry run TASK_DIR [--policy script:FILE|openai:MODEL|anthropic:MODEL]
 //!                      [--base-url URL] [--trace FILE] [--json]
 //!                      [--max-steps N] [--deadline 30s] [--workdir DIR]
+//!                      [--store FILE] [--run-id ID] [--approve TOOL]...
+//! agentry resume RUN_ID --store FILE [--decide CALL_ID=happened|retry|skip]...
+//!                      [--policy ...] [--base-url URL] [--json]
+//! agentry runs --store FILE [--all] [--json]
 //! ```
 //!
 //! Exit codes: 0 when the run stops `done`, 1 for any other stop reason, 2 for bad
 //! input (unreadable or invalid task or script, bad flags, an unusable working
-//! directory, a missing API key or an unreachable model server). This file only parses arguments, sets up logging and maps results to
+//! directory, a missing API key or an unreachable model server, an unusable
+//! store, an unknown or finished run), 3 when a durable run parks
+//! `awaiting_decision` (it stays in the store; `agentry resume --decide` goes on). This file only parses arguments, sets up logging and maps results to
 //! exit codes; the run itself is in `run.rs`, the output in `report.rs`.
 
+mod durable;
 mod report;
 mod run;
 
@@ -26,6 +33,8 @@ use tracing_subscriber::EnvFilter;
 const EXIT_NOT_DONE: u8 = 1;
 /// Exit code for bad input. clap uses it for usage errors too.
 const EXIT_BAD_INPUT: u8 = 2;
+/// Exit code for a durable run parked until a human settles an interrupted call.
+const EXIT_PARKED: u8 = 3;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -42,6 +51,46 @@ struct Cli {
 enum Command {
     /// Run a task directory (task.toml, script.json, workspace/) in a fresh working directory.
     Run(RunArgs),
+    /// Continue an unfinished run of a store from its last committed state.
+    Resume(ResumeArgs),
+    /// List the runs of a store (unfinished ones unless --all).
+    Runs(RunsArgs),
+}
+
+#[derive(Debug, Args)]
+struct ResumeArgs {
+    /// The run to continue.
+    run_id: String,
+    /// The SQLite store the run was started with (`agentry run --store`).
+    #[arg(long, value_name = "FILE")]
+    store: PathBuf,
+    /// Settle a call the crash interrupted (the run parks `awaiting_decision` on
+    /// it otherwise): `happened` (it took effect; do not run it), `retry` (run it
+    /// again) or `skip` (do not run it; tell the model). Repeatable.
+    #[arg(long, value_name = "CALL_ID=DECISION", value_parser = parse_decision)]
+    decide: Vec<(String, agentry::Settlement)>,
+    /// The policy, as for `run`. Default: the one the run was started with.
+    #[arg(long, value_name = "KIND:VALUE", value_parser = parse_policy)]
+    policy: Option<PolicyArg>,
+    /// The model server, as for `run`. Default: the one the run was started with.
+    #[arg(long, value_name = "URL")]
+    base_url: Option<String>,
+    /// Print exactly one JSON object on stdout instead of the summary.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+struct RunsArgs {
+    /// The SQLite store.
+    #[arg(long, value_name = "FILE")]
+    store: PathBuf,
+    /// List finished runs too.
+    #[arg(long)]
+    all: bool,
+    /// One JSON array on stdout.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -74,6 +123,19 @@ struct RunArgs {
     /// new directory under the system temp dir (agentry/runs/TASK-UUID).
     #[arg(long, value_name = "DIR")]
     workdir: Option<PathBuf>,
+    /// Commit the run to this SQLite store (created if missing) so that
+    /// `agentry resume` can continue it after a crash.
+    #[arg(long, value_name = "FILE")]
+    store: Option<PathBuf>,
+    /// The run id (default: a fresh UUIDv7). With --store, a run id already in the
+    /// store is refused.
+    #[arg(long, value_name = "ID")]
+    run_id: Option<String>,
+    /// Approve calls of these tools up front (name, scope or `prefix.*`), so they
+    /// do not park `awaiting_approval` (irreversible tools do by default).
+    /// Repeatable.
+    #[arg(long, value_name = "TOOL")]
+    approve: Vec<String>,
 }
 
 /// The parsed `--policy` flag.
@@ -100,6 +162,16 @@ pub(crate) fn parse_policy(value: &str) -> Result<PolicyArg, String> {
             None => Err("expected script:FILE, openai:MODEL or anthropic:MODEL".into()),
         },
     }
+}
+
+fn parse_decision(value: &str) -> Result<(String, agentry::Settlement), String> {
+    let (id, decision) = value
+        .split_once('=')
+        .ok_or("expected CALL_ID=happened|retry|skip")?;
+    if id.is_empty() {
+        return Err("the call id before '=' is empty".into());
+    }
+    Ok((id.to_string(), decision.parse()?))
 }
 
 fn parse_deadline(value: &str) -> Result<Duration, String> {
@@ -144,30 +216,52 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Run(args) => {
             let json = args.json;
-            match runtime.block_on(run::run(args)) {
-                Ok(outcome) => {
-                    if let Err(e) = report::print(&outcome, json) {
-                        eprintln!("agentry: cannot write the report: {e}");
-                    }
-                    if outcome.stop_reason == agentry::StopReason::Done {
-                        ExitCode::SUCCESS
-                    } else {
-                        ExitCode::from(EXIT_NOT_DONE)
-                    }
-                }
-                Err(run::RunError::BadInput(e)) => {
-                    eprintln!("agentry: {e}");
-                    ExitCode::from(EXIT_BAD_INPUT)
-                }
-                Err(run::RunError::Model(e)) => {
-                    eprintln!("agentry: {e}");
-                    ExitCode::from(EXIT_BAD_INPUT)
-                }
-                Err(run::RunError::Lost(e)) => {
-                    eprintln!("agentry: {e}");
-                    ExitCode::from(EXIT_NOT_DONE)
-                }
+            finish(runtime.block_on(run::run(args)), json)
+        }
+        Command::Resume(args) => {
+            let json = args.json;
+            finish(runtime.block_on(durable::resume(args)), json)
+        }
+        Command::Runs(args) => match durable::list(&args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("agentry: {e}");
+                ExitCode::from(EXIT_BAD_INPUT)
             }
+        },
+    }
+}
+
+/// Prints the result of `run` or `resume` and maps it to the exit code.
+fn finish(result: Result<durable::Finished, run::RunError>, json: bool) -> ExitCode {
+    match result {
+        Ok(durable::Finished::Outcome(outcome)) => {
+            if let Err(e) = report::print(&outcome, json) {
+                eprintln!("agentry: cannot write the report: {e}");
+            }
+            if outcome.stop_reason == agentry::StopReason::Done {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(EXIT_NOT_DONE)
+            }
+        }
+        Ok(durable::Finished::Parked(parked)) => {
+            if let Err(e) = report::print_parked(&parked, json) {
+                eprintln!("agentry: cannot write the report: {e}");
+            }
+            ExitCode::from(EXIT_PARKED)
+        }
+        Err(run::RunError::BadInput(e)) => {
+            eprintln!("agentry: {e}");
+            ExitCode::from(EXIT_BAD_INPUT)
+        }
+        Err(run::RunError::Model(e)) => {
+            eprintln!("agentry: {e}");
+            ExitCode::from(EXIT_BAD_INPUT)
+        }
+        Err(run::RunError::Lost(e)) => {
+            eprintln!("agentry: {e}");
+            ExitCode::from(EXIT_NOT_DONE)
         }
     }
 }
@@ -203,6 +297,20 @@ mod tests {
         let err = parse_policy("gemini:x").unwrap_err();
         assert!(err.contains("openai:MODEL"), "{err}");
         assert!(parse_policy("plan.json").is_err());
+    }
+
+    #[test]
+    fn decide_flag_names_call_and_decision() {
+        assert_eq!(
+            parse_decision("c1=happened"),
+            Ok(("c1".into(), agentry::Settlement::Happened))
+        );
+        assert_eq!(
+            parse_decision("a=b=retry"),
+            Err("unknown decision \"b=retry\": expected happened, retry or skip".into())
+        );
+        assert!(parse_decision("c1").is_err());
+        assert!(parse_decision("=skip").is_err());
     }
 
     #[test]

@@ -52,6 +52,67 @@ pub(crate) fn print(outcome: &RunOutcome, json: bool) -> std::io::Result<()> {
     out.flush()
 }
 
+/// `--json` output for a run parked on calls a crash interrupted.
+#[derive(Debug, Serialize)]
+struct ParkedReport<'a> {
+    run_id: &'a str,
+    status: agentry::RunStatus,
+    store: String,
+    pending_decisions: &'a [agentry::protocol::state::PendingApproval],
+}
+
+/// Reports a parked run: which calls wait, and the command that settles them.
+pub(crate) fn print_parked(parked: &crate::durable::Parked, json: bool) -> std::io::Result<()> {
+    let mut out = std::io::stdout().lock();
+    let store = parked.store.display().to_string();
+    if json {
+        let report = ParkedReport {
+            run_id: &parked.run_id,
+            status: agentry::RunStatus::AwaitingDecision,
+            store: store.clone(),
+            pending_decisions: &parked.pending,
+        };
+        serde_json::to_writer(&mut out, &report)?;
+        writeln!(out)?;
+        return out.flush();
+    }
+    writeln!(out, "{:<12} {}", "run", parked.run_id)?;
+    writeln!(
+        out,
+        "{:<12} awaiting_decision: the run was interrupted during these calls, which must not run again unasked",
+        "status"
+    )?;
+    for p in &parked.pending {
+        writeln!(
+            out,
+            "{:<12} {} {} {} (step {})",
+            "call",
+            p.call.id,
+            p.call.name,
+            p.call
+                .arguments
+                .to_value()
+                .map(|v| v.to_string())
+                .unwrap_or_default(),
+            p.step
+        )?;
+    }
+    let ids: Vec<String> = parked
+        .pending
+        .iter()
+        .map(|p| format!("--decide {}=happened|retry|skip", p.call.id))
+        .collect();
+    writeln!(
+        out,
+        "{:<12} agentry resume {} --store {} {}",
+        "continue",
+        parked.run_id,
+        store,
+        ids.join(" ")
+    )?;
+    out.flush()
+}
+
 fn summary(o: &RunOutcome) -> String {
     let mut s = String::new();
     let mut line = |key: &str, value: &str| {

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use agentry::runtime::Policy;
 use agentry::runtime::desk::ChildPolicyFactory;
-use agentry::{RunOutcome, Runtime, RuntimeError, Script, TaskSpec};
+use agentry::{Grants, Runtime, RuntimeError, Script, TaskSpec};
 use agentry_models::{ModelConfig, ModelError};
 
 use crate::{PolicyArg, RunArgs};
@@ -23,10 +23,11 @@ pub(crate) enum RunError {
     Lost(RuntimeError),
 }
 
-/// Runs one task to its outcome.
-pub(crate) async fn run(args: RunArgs) -> Result<RunOutcome, RunError> {
+/// Runs one task to its outcome (or, for a durable run, until it parks).
+pub(crate) async fn run(args: RunArgs) -> Result<crate::durable::Finished, RunError> {
     let mut task = TaskSpec::load(&args.task_dir).map_err(RunError::BadInput)?;
     let (policy, children) = load_policy(&args, &task).await?;
+    let policy_spec = describe_policy(&args, &task);
     if let Some(n) = args.max_steps {
         task.limits.max_steps = Some(n);
     }
@@ -37,14 +38,33 @@ pub(crate) async fn run(args: RunArgs) -> Result<RunOutcome, RunError> {
     if let Some(path) = &trace {
         check_trace_file(path).map_err(RunError::BadInput)?;
     }
+    let mut runtime = Runtime::for_task(&task).map_err(RunError::BadInput)?;
+    if let Some(path) = &args.store {
+        runtime = crate::durable::open_store(runtime, path)?;
+        if let Some(id) = &args.run_id
+            && runtime.stored_config(id).await.is_ok()
+        {
+            return Err(RunError::BadInput(
+                agentry::store::StoreError::Conflict {
+                    path: path.display().to_string(),
+                    run_id: id.clone(),
+                }
+                .into(),
+            ));
+        }
+    }
     // The working directory is created last, so bad input leaves nothing behind.
     let workdir = task
         .prepare_workdir(args.workdir.as_deref())
         .map_err(RunError::BadInput)?;
     let mut config = task.run_config(workdir);
     config.trace = trace;
+    config.run_id = args.run_id.clone();
+    config.policy_spec = Some(policy_spec);
+    if !args.approve.is_empty() {
+        config.approval.pre_approved = Grants::new(args.approve.iter().cloned());
+    }
 
-    let mut runtime = Runtime::with_builtins().map_err(RunError::BadInput)?;
     if let Some(factory) = children {
         // Children spawned without an inline script use the same model.
         runtime = runtime.with_child_policy(factory);
@@ -65,15 +85,48 @@ pub(crate) async fn run(args: RunArgs) -> Result<RunOutcome, RunError> {
         .await
         .map_err(RunError::BadInput)?;
     tracing::info!(run_id = handle.run_id(), task_id = %task.task_id, "run started");
-    let outcome = handle.wait().await.map_err(RunError::Lost);
+    if let Some(path) = &args.store {
+        eprintln!(
+            "agentry: run {} is stored in {} (resume it with: agentry resume {} --store {})",
+            handle.run_id(),
+            path.display(),
+            handle.run_id(),
+            path.display()
+        );
+    }
+    let finished = crate::durable::drive(&handle, &[], args.store.as_deref()).await;
     if let Some(task) = interrupt {
         task.abort();
     }
-    outcome
+    finished
+}
+
+/// How `agentry resume` rebuilds the policy: the `--policy` flag (script paths
+/// made absolute) or the task's, and the model server, as JSON.
+fn describe_policy(args: &RunArgs, task: &TaskSpec) -> String {
+    let policy = match (&args.policy, &task.model) {
+        (Some(PolicyArg::Script(file)), _) => format!("script:{}", absolute(file).display()),
+        (Some(PolicyArg::Model { provider, model }), _) => {
+            format!("{}:{model}", provider_prefix(*provider))
+        }
+        (None, Some(spec)) => spec.clone(),
+        (None, None) => task
+            .script
+            .as_deref()
+            .map(|f| format!("script:{}", absolute(f).display()))
+            .unwrap_or_default(),
+    };
+    let base_url = args.base_url.as_deref().or(task.base_url.as_deref());
+    serde_json::json!({
+        "policy": policy,
+        "base_url": base_url,
+        "task_dir": absolute(&task.dir),
+    })
+    .to_string()
 }
 
 /// The run's policy, and for a model policy the factory its child agents use.
-type LoadedPolicy = (Box<dyn Policy>, Option<ChildPolicyFactory>);
+pub(crate) type LoadedPolicy = (Box<dyn Policy>, Option<ChildPolicyFactory>);
 
 /// Builds the policy the flags (or the task) name. A model policy is checked
 /// before anything runs: its key is present, its URL usable, its server answers.
@@ -91,14 +144,7 @@ async fn load_policy(args: &RunArgs, task: &TaskSpec) -> Result<LoadedPolicy, Ru
     let base_url = args.base_url.as_deref().or(task.base_url.as_deref());
     let script_path = match args.policy.as_ref().or(from_task.as_ref()) {
         Some(PolicyArg::Model { provider, model }) => {
-            let config = ModelConfig::from_env(*provider, model, base_url)
-                .map_err(RunError::Model)?;
-            let children = agentry_models::child_policy_factory(*provider, config.clone())
-                .map_err(RunError::Model)?;
-            let policy = agentry_models::connect(*provider, config)
-                .await
-                .map_err(RunError::Model)?;
-            return Ok((policy, Some(children)));
+            return model_policy(*provider, model, base_url).await;
         }
         Some(PolicyArg::Script(file)) => file.clone(),
         None => task.script.clone().ok_or_else(|| {
@@ -118,9 +164,31 @@ async fn load_policy(args: &RunArgs, task: &TaskSpec) -> Result<LoadedPolicy, Ru
     Ok((Box::new(script.into_policy()), None))
 }
 
+fn provider_prefix(provider: agentry_models::Provider) -> &'static str {
+    match provider {
+        agentry_models::Provider::OpenAi => "openai",
+        agentry_models::Provider::Anthropic => "anthropic",
+    }
+}
+
+/// A model policy, checked before anything runs, and its children's factory.
+pub(crate) async fn model_policy(
+    provider: agentry_models::Provider,
+    model: &str,
+    base_url: Option<&str>,
+) -> Result<LoadedPolicy, RunError> {
+    let config = ModelConfig::from_env(provider, model, base_url).map_err(RunError::Model)?;
+    let children =
+        agentry_models::child_policy_factory(provider, config.clone()).map_err(RunError::Model)?;
+    let policy = agentry_models::connect(provider, config)
+        .await
+        .map_err(RunError::Model)?;
+    Ok((policy, Some(children)))
+}
+
 /// The first ctrl-c stops the run gracefully (in-flight tools cancelled, `user_abort`,
 /// trace flushed); a second one exits at once.
-async fn shutdown_on_interrupt(runtime: Runtime, mut signals: Interrupts) {
+pub(crate) async fn shutdown_on_interrupt(runtime: Runtime, mut signals: Interrupts) {
     if !signals.next().await {
         return;
     }
@@ -135,13 +203,13 @@ async fn shutdown_on_interrupt(runtime: Runtime, mut signals: Interrupts) {
 /// itself (tokio's portable `ctrl_c()` installs it only when first polled), so once
 /// `listen` returns, SIGINT can no longer kill the process before the run records
 /// its stop.
-struct Interrupts {
+pub(crate) struct Interrupts {
     #[cfg(unix)]
     signal: tokio::signal::unix::Signal,
 }
 
 impl Interrupts {
-    fn listen() -> std::io::Result<Self> {
+    pub(crate) fn listen() -> std::io::Result<Self> {
         #[cfg(unix)]
         {
             let signal = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
@@ -182,6 +250,6 @@ fn check_trace_file(path: &std::path::Path) -> Result<(), RuntimeError> {
 
 /// Makes a path absolute against the current directory, without resolving links
 /// (the file may not exist yet).
-fn absolute(path: &std::path::Path) -> PathBuf {
+pub(crate) fn absolute(path: &std::path::Path) -> PathBuf {
     std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
 }

@@ -76,6 +76,14 @@ pub enum RunEvent {
         /// The call.
         call: crate::tool::ToolCall,
     },
+    /// After a restart, a call whose outcome is unknown and which must not run
+    /// again silently waits for a human (`happened`, `retry`, `skip`).
+    AwaitingDecision {
+        /// Step number.
+        step: u64,
+        /// The call.
+        call: crate::tool::ToolCall,
+    },
     /// A timer tick was skipped because the previous one was still running.
     TickSkipped {
         /// The skipped tick's number.

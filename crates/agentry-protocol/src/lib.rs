@@ -40,7 +40,8 @@ pub use decision::{Decision, PolicyOutput, TokenUsage};
 pub use envelope::{CallCost, ErrorCode, ResourceRef, ResultEnvelope, ToolError};
 pub use event::RunEvent;
 pub use state::{
-    ControlState, PendingApproval, RunSnapshot, RunStatus, SessionEntry, TaskState, WorldState,
+    ControlState, PendingApproval, RunSnapshot, RunStatus, SessionEntry, Settlement, TaskState,
+    WorldState,
 };
 pub use stop::StopReason;
 pub use tool::{Effect, Idempotency, ToolArguments, ToolCall, ToolContract, ToolSpec};

@@ -80,6 +80,11 @@ pub enum RunStatus {
     Sleeping,
     /// Stopped; see `stop_reason`.
     Stopped,
+    /// Resumed after a crash with a call whose outcome is unknown and which must
+    /// not silently run again (an `irreversible_external` tool without an
+    /// idempotency key): parked until a human says it happened, to retry it, or
+    /// to skip it.
+    AwaitingDecision,
 }
 
 /// A call waiting for a human decision.
@@ -91,6 +96,33 @@ pub struct PendingApproval {
     pub call: crate::tool::ToolCall,
     /// When the approval was requested.
     pub requested_at: crate::UnixMillis,
+}
+
+/// A human's word on a call a crash interrupted (intent recorded, no outcome).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Settlement {
+    /// It took effect: record it as done, do not run it again.
+    Happened,
+    /// It did not take effect: run it again.
+    Retry,
+    /// Do not run it; tell the model it was skipped.
+    Skip,
+}
+
+impl std::str::FromStr for Settlement {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "happened" => Ok(Settlement::Happened),
+            "retry" => Ok(Settlement::Retry),
+            "skip" => Ok(Settlement::Skip),
+            other => Err(format!(
+                "unknown decision {other:?}: expected happened, retry or skip"
+            )),
+        }
+    }
 }
 
 /// The control layer: exact, written only by the host.
@@ -124,6 +156,9 @@ pub struct RunSnapshot {
     /// Calls waiting for a human decision.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pending_approvals: Vec<PendingApproval>,
+    /// Calls a crash interrupted, waiting for a human to settle them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pending_decisions: Vec<PendingApproval>,
     /// Inputs from outside applied so far (user messages, events, ticks).
     #[serde(default)]
     pub inputs: u64,

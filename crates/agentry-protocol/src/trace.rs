@@ -144,6 +144,13 @@ pub enum RunInput {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reason: Option<String>,
     },
+    /// A human settled a call whose outcome a crash left unknown.
+    Settlement {
+        /// The call.
+        tool_call_id: String,
+        /// What the human said.
+        settlement: crate::state::Settlement,
+    },
 }
 
 /// A trace line for an input.

@@ -92,6 +92,8 @@ pub enum BudgetMsg {
 pub struct BudgetArgs {
     /// Limits.
     pub limits: BudgetLimits,
+    /// Already spent (a resumed run's spend before the restart).
+    pub spent: Usage,
     /// The run's cancellation token; cancelled at the deadline.
     pub run_token: CancellationToken,
     /// When the run started (the deadline counts from here).
@@ -265,7 +267,7 @@ impl Actor for BudgetSupervisor {
             children: HashMap::new(),
             spawned: Vec::new(),
             limits: args.limits,
-            spent: Usage::default(),
+            spent: args.spent,
             started: args.started,
             run_token: args.run_token,
             cause: None,

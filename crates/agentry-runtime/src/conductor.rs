@@ -32,6 +32,7 @@ use tokio_util::sync::CancellationToken;
 use crate::budget::{BudgetArgs, BudgetMsg, BudgetSupervisor, ParentLink, SpendReply};
 use crate::call::ask;
 use crate::config::{Driver, RunConfig};
+use crate::durable::{Ending, InFlight, RunLog};
 use crate::events::EventSink;
 use crate::executor::{Executed, ExecutorArgs, ExecutorMsg, ToolExecutor};
 use crate::policy::{Policy, PolicyActor, PolicyArgs, PolicyMsg};
@@ -100,6 +101,13 @@ pub enum ConductorMsg {
     Input(RunInput),
     /// Timer tick `n` is due (time-driven agents).
     Tick(u64),
+    /// A stored one-shot timer of a durable run fired.
+    TimerFired {
+        /// The timer, removed from the store with the input's commit.
+        timer_id: String,
+        /// Its event.
+        input: RunInput,
+    },
     /// The run's token was cancelled (deadline, abort, shutdown) while no step was
     /// running to notice it.
     TokenCancelled,
@@ -131,6 +139,19 @@ pub struct ConductorArgs {
     pub lineage: Lineage,
     /// Starts children for `agent.spawn`.
     pub agents: Arc<dyn agentry_tools::agents::AgentDesk>,
+    /// Where a durable run commits its state and ledger.
+    pub log: Option<RunLog>,
+    /// The state to continue from, for a resumed run.
+    pub restore: Option<Restore>,
+}
+
+/// What a resumed run continues from.
+pub struct Restore {
+    /// The state read back from the store.
+    pub state: RunState,
+    /// Wall-clock time since the run was created: the budget's clock (and so the
+    /// absolute deadline) goes on from there.
+    pub elapsed: Duration,
 }
 
 /// Where a run sits in an agent tree.
@@ -147,6 +168,25 @@ pub struct Lineage {
 }
 
 impl Lineage {
+    /// A root run's lineage. A durable run's trace id is derived from its id, so
+    /// a resumed run keeps it; others get a fresh one.
+    pub fn root(durable_id: Option<&String>) -> Lineage {
+        let trace_id = match durable_id {
+            Some(id) => {
+                let mut f = Fingerprinter::new();
+                f.str("trace").str(id);
+                format!("{:032x}", f.finish_u128())
+            }
+            None => uuid::Uuid::now_v7().simple().to_string(),
+        };
+        Lineage {
+            parent: None,
+            depth: 0,
+            trace_id,
+            deadline_at: None,
+        }
+    }
+
     /// The W3C `traceparent` of run `run_id` in this tree.
     pub fn traceparent(&self, run_id: &str) -> String {
         let mut f = agentry_protocol::fingerprint::Fingerprinter::new();
@@ -199,6 +239,12 @@ pub struct ConductorState {
     traceparent: String,
     /// The parent's budget supervisor, for a child (to learn why it was cancelled).
     parent_budget: Option<ActorRef<BudgetMsg>>,
+    /// A durable run records each decision before acting on it.
+    durable: bool,
+    /// A resumed run's decided-but-unapplied step, acted on again first.
+    redrive: Option<InFlight>,
+    /// A resumed run whose last step ended it: finish that, take no new step.
+    ending: Option<Ending>,
 }
 
 mod inputs;
@@ -248,8 +294,14 @@ impl Actor for Conductor {
             actors,
             lineage,
             agents,
+            log,
+            restore,
         } = args;
-        let started = Instant::now();
+        let now = Instant::now();
+        let started = restore
+            .as_ref()
+            .and_then(|r| now.checked_sub(r.elapsed))
+            .unwrap_or(now);
         let own_deadline = config
             .limits
             .deadline_ms
@@ -276,6 +328,10 @@ impl Actor for Conductor {
             BudgetSupervisor,
             BudgetArgs {
                 limits: config.limits,
+                spent: restore
+                    .as_ref()
+                    .map(|r| r.state.snapshot().control.spent)
+                    .unwrap_or_default(),
                 run_token: run_token.clone(),
                 started,
                 parent_deadline: lineage.deadline_at,
@@ -287,19 +343,16 @@ impl Actor for Conductor {
             cell.clone(),
         )
         .await?;
-        let initial = RunState::new(
-            agentry_protocol::TaskState {
-                task_id: config.task_id.clone(),
-                goal: config.goal.clone(),
-                accept: config.accept.clone(),
-                answer: None,
-                done: false,
-            },
-            agentry_protocol::ControlState {
-                limits: config.limits,
-                ..Default::default()
-            },
-        );
+        let resumed = restore.is_some();
+        let mut initial = match restore {
+            Some(r) => r.state,
+            None => RunState::initial(&config),
+        };
+        if let Some(log) = &log {
+            initial = initial.with_log(log.clone());
+        }
+        let progress = initial.progress().clone();
+        let paused = resumed && initial.snapshot().status == RunStatus::Paused;
         let pending = initial.session().to_vec();
         let initial_world = initial.world_digest().to_string();
         let (state, _) = Actor::spawn_linked(None, StateKeeper, initial, cell.clone()).await?;
@@ -324,6 +377,7 @@ impl Actor for Conductor {
             state: state.clone(),
             approval: config.approval.clone(),
             agents: Some(agents),
+            log: log.clone(),
         };
         let (executor, _) =
             Actor::spawn_linked(None, ToolExecutor, executor_args.clone(), cell.clone()).await?;
@@ -350,6 +404,14 @@ impl Actor for Conductor {
             });
         }
         let traceparent = lineage.traceparent(&run_id);
+        let fingerprints = progress
+            .fingerprints
+            .iter()
+            .rev()
+            .take(config.progress_window)
+            .rev()
+            .copied()
+            .collect();
         Ok(ConductorState {
             run_id,
             config,
@@ -366,13 +428,16 @@ impl Actor for Conductor {
             events,
             trace,
             pending,
-            fingerprints: VecDeque::new(),
+            fingerprints,
             world_digest: initial_world,
             started,
-            steps: 0,
-            own_tool_calls: 0,
+            steps: progress.steps,
+            own_tool_calls: progress.tool_calls,
             stopped: false,
-            paused: false,
+            paused,
+            durable: log.is_some(),
+            redrive: progress.in_flight,
+            ending: progress.ending,
             step_due: false,
             wake_pending: false,
             ticks: None,
@@ -399,8 +464,17 @@ impl Actor for Conductor {
             st.config.driver = Driver::Events;
             st.ticks = Some(inputs::Ticker::start(&myself, every));
         }
+        if st.paused {
+            // Resumed while paused: the step (or the decided one) runs on resume.
+            st.step_due = true;
+            return Ok(());
+        }
         match st.config.driver {
             Driver::Pull => myself.cast(ConductorMsg::Step)?,
+            // A resumed event-driven agent first finishes the step it had decided.
+            Driver::Events if st.redrive.is_some() || st.ending.is_some() => {
+                myself.cast(ConductorMsg::Step)?
+            }
             // Event- and time-driven agents sleep until their first event.
             Driver::Events => st.set_status(RunStatus::Sleeping).await,
         }
@@ -425,10 +499,18 @@ impl Actor for Conductor {
                     st.step_due = true;
                     return Ok(());
                 }
-                let flow = Box::pin(st.run_step()).await;
+                let flow = match (st.ending.take(), st.redrive.take()) {
+                    (Some(Ending::Verify { answer }), _) => Box::pin(st.verify(answer)).await,
+                    (Some(Ending::Stop { reason, detail }), _) => Flow::stop(reason, detail),
+                    (None, Some(in_flight)) => Box::pin(st.redrive_step(in_flight)).await,
+                    (None, None) => Box::pin(st.run_step()).await,
+                };
                 st.after_step(&myself, flow).await;
             }
-            ConductorMsg::Input(input) => Box::pin(st.on_input(&myself, input)).await,
+            ConductorMsg::Input(input) => Box::pin(st.on_input(&myself, input, None)).await,
+            ConductorMsg::TimerFired { timer_id, input } => {
+                Box::pin(st.on_input(&myself, input, Some(timer_id))).await
+            }
             ConductorMsg::Tick(n) => Box::pin(st.on_tick(&myself, n)).await,
             ConductorMsg::TokenCancelled => {
                 let reason = st.cancel_cause().await;
@@ -577,6 +659,48 @@ impl ConductorState {
                 Err(e) => return Flow::stop(StopReason::UnrecoverableError, e),
             },
         };
+        self.charge_tokens(&out);
+        if self.durable {
+            // Recorded before acting, so a resumed run acts on this decision again
+            // (the ledger says which calls already ran) instead of asking anew.
+            let _ = self.children.state.cast(StateMsg::Apply(
+                StateUpdate::Decided(Box::new(InFlight {
+                    step,
+                    output: out.clone(),
+                    before,
+                })),
+                None,
+            ));
+        }
+        self.act(step, before, out, false).await
+    }
+
+    /// Acts on a resumed run's decided step again, without asking the policy.
+    /// The checkpoint the run resumed from predates the step, so the step, its
+    /// tokens and its tool calls are spent again here, exactly once.
+    async fn redrive_step(&mut self, in_flight: InFlight) -> Flow {
+        let InFlight { step, output, .. } = in_flight;
+        let before = match ask(&self.children.budget, |r| {
+            BudgetMsg::Spend(Usage::step(), r)
+        })
+        .await
+        {
+            Ok(SpendReply::Granted { before, .. }) => before,
+            Ok(SpendReply::Refused(reason)) => {
+                return Flow::stop(
+                    reason,
+                    format!("{reason}: step {step} was refused when the run resumed"),
+                );
+            }
+            Err(e) => return Flow::stop(StopReason::UnrecoverableError, e),
+        };
+        self.steps = step;
+        self.emit(|| RunEvent::StepStarted { step });
+        self.charge_tokens(&output);
+        self.act(step, before, output, true).await
+    }
+
+    fn charge_tokens(&self, out: &PolicyOutput) {
         if out.usage.tokens_in + out.usage.tokens_out + out.cost_micros > 0 {
             let _ = self.children.budget.cast(BudgetMsg::Charge(Usage {
                 tokens_in: out.usage.tokens_in,
@@ -585,6 +709,16 @@ impl ConductorState {
                 ..Usage::default()
             }));
         }
+    }
+
+    /// Steps 3–6 of a step: act on the decision, update, record, check.
+    async fn act(
+        &mut self,
+        step: u64,
+        before: BudgetSnapshot,
+        out: PolicyOutput,
+        redrive: bool,
+    ) -> Flow {
         self.emit(|| RunEvent::DecisionMade {
             step,
             decision: out.decision.clone(),
@@ -597,10 +731,12 @@ impl ConductorState {
         let mut attempts = Vec::new();
         let mut approvals = Vec::new();
         let mut execution_spent = None;
+        let mut side_effects = false;
         let results = match &out.decision {
             Decision::ToolCalls { calls } if !calls.is_empty() => {
-                let (executed, short, spent) = self.execute(step, calls).await;
+                let (executed, short, spent) = self.execute(step, calls, redrive).await;
                 execution_spent = spent;
+                side_effects = executed.side_effects;
                 if let Some(short) = short {
                     flow = short;
                 }
@@ -659,16 +795,38 @@ impl ConductorState {
             .trace
             .is_some()
             .then(|| (out.decision.clone(), results.clone()));
+        // What ends the run, should the process die before the stop is on disk.
+        let ending = match (&flow, &answer) {
+            (Flow::Stop { reason, detail, .. }, _) => Some(Ending::Stop {
+                reason: *reason,
+                detail: detail.clone(),
+            }),
+            (Flow::Continue, Some(a)) if !(final_text && self.config.driver == Driver::Events) => {
+                Some(Ending::Verify { answer: a.clone() })
+            }
+            _ => None,
+        }
+        .filter(|_| self.durable);
         let update = StateUpdate::Step {
             step,
             decision: out.decision,
             results,
             spent: after.spent,
             answer: answer.clone(),
+            tool_calls: self.own_tool_calls,
+            fingerprint: fp,
+            side_effects,
+            ending,
         };
         let applied: Applied =
             match ask(&self.children.state, |r| StateMsg::Apply(update, Some(r))).await {
-                Ok(a) => a,
+                Ok(Ok(a)) => a,
+                Ok(Err(e)) => {
+                    return Flow::stop(
+                        StopReason::UnrecoverableError,
+                        format!("step {step} could not be stored: {e}"),
+                    );
+                }
                 Err(e) => return Flow::stop(StopReason::UnrecoverableError, e),
             };
         self.emit(|| RunEvent::StateUpdated {
@@ -739,6 +897,7 @@ impl ConductorState {
         &mut self,
         step: u64,
         calls: &[ToolCall],
+        redrive: bool,
     ) -> (Executed, Option<Flow>, Option<BudgetSnapshot>) {
         let n = calls.len() as u64;
         let (granted, spent) =
@@ -759,6 +918,7 @@ impl ConductorState {
             step,
             calls: calls.to_vec(),
             granted: granted as usize,
+            redrive,
             reply,
         });
         let token = self.run_token.clone();
@@ -922,6 +1082,14 @@ impl ConductorState {
             )
         })
         .await;
+        let applied = match applied {
+            Ok(Ok(a)) => Ok(a),
+            Ok(Err(e)) => {
+                tracing::error!(run_id = %self.run_id, error = %e, "the run's stop could not be stored");
+                Err(e)
+            }
+            Err(e) => Err(e),
+        };
         let state = ask(&self.children.state, StateMsg::Snapshot)
             .await
             .unwrap_or_default();

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use agentry_protocol::accept::AcceptCheck;
 use agentry_protocol::budget::BudgetLimits;
+use serde::{Deserialize, Serialize};
 
 use crate::executor::{DEFAULT_MAX_PARALLEL, RetryPolicy};
 use crate::registry::Grants;
@@ -14,7 +15,7 @@ pub const DEFAULT_MAX_STEPS: u64 = 50;
 pub const DEFAULT_PROGRESS_WINDOW: usize = 3;
 
 /// Shape limits of an agent tree, set on the root and inherited by every child.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TreeLimits {
     /// Deepest allowed child (the root is depth 0).
     pub max_depth: u32,
@@ -32,7 +33,7 @@ impl Default for TreeLimits {
 }
 
 /// Which calls need a human decision before they run.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ApprovalConfig {
     /// Tools (by name, scope, `prefix.*`, `*`) whose calls wait for approval.
     pub require: Grants,
@@ -41,6 +42,10 @@ pub struct ApprovalConfig {
     /// How long a call waits before it is refused (`EPERM`); `None` waits until
     /// the run's deadline.
     pub timeout: Option<std::time::Duration>,
+    /// Tools the operator approved up front (CLI `--approve`): their calls run
+    /// without parking, even when `require` or `irreversible` would park them.
+    #[serde(default)]
+    pub pre_approved: Grants,
 }
 
 impl Default for ApprovalConfig {
@@ -49,6 +54,7 @@ impl Default for ApprovalConfig {
             require: Grants::new(Vec::<String>::new()),
             irreversible: true,
             timeout: Some(std::time::Duration::from_secs(300)),
+            pre_approved: Grants::new(Vec::<String>::new()),
         }
     }
 }
@@ -57,6 +63,7 @@ impl ApprovalConfig {
     /// Whether a call of this tool must wait for a human.
     pub fn required_for(&self, contract: &agentry_protocol::ToolContract) -> bool {
         contract.name != agentry_tools::FINISH_TOOL
+            && !self.pre_approved.matches(contract)
             && (self.require.matches(contract)
                 || (self.irreversible
                     && contract.effect == agentry_protocol::Effect::IrreversibleExternal))
@@ -64,7 +71,8 @@ impl ApprovalConfig {
 }
 
 /// How a run decides when to take its next step.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Driver {
     /// Step after step until the run stops (the default).
     #[default]
@@ -76,7 +84,7 @@ pub enum Driver {
 }
 
 /// Everything a run needs besides its policy.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunConfig {
     /// Run id; a fresh UUIDv7 when `None`.
     pub run_id: Option<String>,
@@ -120,6 +128,11 @@ pub struct RunConfig {
     /// Depth and fan-out limits of the agent tree this run roots (ignored for a
     /// child, which inherits its root's).
     pub tree: TreeLimits,
+    /// How to rebuild this run's policy when it is resumed from a store (e.g.
+    /// `script:/abs/path/script.json`); kept with the run, read by whoever resumes
+    /// it (the CLI does). Not used by the runtime itself.
+    #[serde(default)]
+    pub policy_spec: Option<String>,
 }
 
 impl RunConfig {
@@ -147,6 +160,7 @@ impl RunConfig {
             driver: Driver::Pull,
             tick_every: None,
             tree: TreeLimits::default(),
+            policy_spec: None,
         }
     }
 }

@@ -73,6 +73,45 @@ pub enum RuntimeError {
         /// Why, naming the dimension, grant or limit.
         message: String,
     },
+    /// The store failed (corrupt, full, newer schema, unreadable).
+    #[error(transparent)]
+    Store(#[from] agentry_store::StoreError),
+    /// The runtime has no store, so it cannot resume or list runs.
+    #[error("this runtime has no store: start it with Runtime::with_store to resume or list runs")]
+    NoStore,
+    /// The store holds no run with this id.
+    #[error("the store {store} holds no run {run_id:?}")]
+    NoSuchRun {
+        /// Run id.
+        run_id: String,
+        /// The store's location.
+        store: String,
+    },
+    /// The run already stopped; there is nothing to resume.
+    #[error("run {run_id} already stopped ({reason}); there is nothing to resume")]
+    AlreadyStopped {
+        /// Run id.
+        run_id: String,
+        /// Why it stopped.
+        reason: String,
+    },
+    /// The stored run cannot be rebuilt (its configuration does not parse, its
+    /// working directory is gone).
+    #[error("run {run_id} cannot be resumed: {message}")]
+    NotResumable {
+        /// Run id.
+        run_id: String,
+        /// Why.
+        message: String,
+    },
+    /// A settlement named a call that is not waiting for one.
+    #[error("run {run_id}: {message}")]
+    NoPendingDecision {
+        /// Run id.
+        run_id: String,
+        /// What is wrong, naming the call.
+        message: String,
+    },
     /// The run ended without reporting an outcome (its conductor died).
     #[error("run {run_id}: conductor ended without an outcome")]
     Lost {

@@ -25,9 +25,10 @@ use agentry_protocol::envelope::{ErrorCode, ResultEnvelope, ToolError};
 use agentry_protocol::event::RunEvent;
 use agentry_protocol::fingerprint::Fingerprinter;
 use agentry_protocol::now_millis;
-use agentry_protocol::state::PendingApproval;
-use agentry_protocol::tool::ToolCall;
+use agentry_protocol::state::{PendingApproval, Settlement};
+use agentry_protocol::tool::{Idempotency, ToolCall};
 use agentry_protocol::trace::{AttemptRecord, RunInput};
+use agentry_store::{LedgerEntry, LedgerState, Write};
 use agentry_tools::ToolContext;
 use futures::{FutureExt, StreamExt};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
@@ -40,6 +41,7 @@ use crate::accept;
 use crate::budget::BudgetMsg;
 use crate::call::ask;
 use crate::config::ApprovalConfig;
+use crate::durable::{RunLog, rerunnable};
 use crate::events::EventSink;
 use crate::registry::{Grants, RegisteredTool, ToolRegistry};
 use crate::state::StateMsg;
@@ -54,7 +56,7 @@ pub const DEFAULT_MAX_PARALLEL: usize = 8;
 
 /// Backoff between automatic retries: `base · 2^(attempt-1)`, capped, with jitter
 /// drawn from the upper half so retries of parallel calls do not line up.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct RetryPolicy {
     /// Backoff before the first retry.
     pub base: Duration,
@@ -100,6 +102,9 @@ pub struct Executed {
     /// Approval decisions applied while the calls waited: (input sequence number,
     /// state version, the decision).
     pub approvals: Vec<AppliedInput>,
+    /// A call that must not run twice was started (its intent is on disk, for a
+    /// durable run).
+    pub side_effects: bool,
 }
 
 /// Messages the executor accepts.
@@ -114,6 +119,10 @@ pub enum ExecutorMsg {
         calls: Vec<ToolCall>,
         /// How many calls the budget supervisor granted.
         granted: usize,
+        /// The step is acted on again after a restart: calls the ledger records as
+        /// finished are not run again, and calls it records as started are settled
+        /// by their contract.
+        redrive: bool,
         /// The results.
         reply: RpcReplyPort<Executed>,
     },
@@ -157,13 +166,39 @@ pub struct ExecutorArgs {
     pub approval: ApprovalConfig,
     /// Starts child agents for `agent.spawn`.
     pub agents: Option<Arc<dyn agentry_tools::agents::AgentDesk>>,
+    /// Where a durable run's call ledger is committed; the executor reads it back
+    /// when it starts (a resumed run, or a restart after the executor died).
+    pub log: Option<RunLog>,
+}
+
+/// One row of the idempotency table: the call ledger, in memory.
+struct Row {
+    /// Digest of name + normalized arguments.
+    digest: u128,
+    state: LedgerState,
+    outcome: Option<ResultEnvelope>,
 }
 
 /// Executor state: its arguments and the idempotency table.
 pub struct ExecutorState {
     args: ExecutorArgs,
-    /// call id → (digest of name + arguments, recorded result).
-    table: HashMap<String, (u128, ResultEnvelope)>,
+    /// call id → ledger row.
+    table: HashMap<String, Row>,
+    /// intent key → call id, for calls of `required_key` tools.
+    intents: HashMap<u128, String>,
+}
+
+/// How a call that passed the pipeline runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Approval if required, then run.
+    Fresh,
+    /// A human approved it before a restart: run without asking again.
+    Approved,
+    /// Started before a restart, safe to run again by its contract.
+    Rerun,
+    /// Started before a restart, must not run again silently: a human settles it.
+    Unsettled,
 }
 
 /// What the pipeline decided for one call before anything ran.
@@ -173,9 +208,26 @@ enum Prepared<'a> {
         tool: &'a RegisteredTool,
         args: Value,
         digest: u128,
+        mode: Mode,
     },
     /// Same id and call as an earlier call of this batch: reuse its result.
     SameAs(usize),
+    /// A keyed action already done under another call id: its recorded outcome,
+    /// recorded again under this id.
+    Keyed {
+        env: ResultEnvelope,
+        digest: u128,
+    },
+}
+
+/// One call as it goes to `run_with_retries`.
+struct Job<'a> {
+    step: u64,
+    position: usize,
+    call: &'a ToolCall,
+    tool: &'a RegisteredTool,
+    digest: u128,
+    mode: Mode,
 }
 
 /// The tool executor actor.
@@ -192,10 +244,15 @@ impl Actor for ToolExecutor {
         _myself: ActorRef<ExecutorMsg>,
         args: ExecutorArgs,
     ) -> Result<ExecutorState, ActorProcessingErr> {
-        Ok(ExecutorState {
+        let mut state = ExecutorState {
             args,
             table: HashMap::new(),
-        })
+            intents: HashMap::new(),
+        };
+        if let Some(log) = state.args.log.clone() {
+            state.load_ledger(&log).await?;
+        }
+        Ok(state)
     }
 
     async fn handle(
@@ -209,11 +266,12 @@ impl Actor for ToolExecutor {
                 step,
                 calls,
                 granted,
+                redrive,
                 reply,
             } => {
                 // Boxed for the same reason as the conductor's step: a small
                 // handler future is cheap for ractor to move.
-                let executed = Box::pin(state.execute(step, &calls, granted)).await;
+                let executed = Box::pin(state.execute(step, &calls, granted, redrive)).await;
                 let _ = reply.send(executed);
             }
             ExecutorMsg::Verify { checks, reply } => {
@@ -231,10 +289,93 @@ impl Actor for ToolExecutor {
 }
 
 impl ExecutorState {
+    /// Reads the run's ledger back from the store, after everything queued
+    /// before has landed.
+    async fn load_ledger(&mut self, log: &RunLog) -> Result<(), ActorProcessingErr> {
+        log.writer.commit(Vec::new()).await?;
+        let Some(run) = log.writer.store().load(&log.run_id)? else {
+            return Ok(());
+        };
+        for entry in run.ledger {
+            let Ok(digest) = u128::from_str_radix(&entry.digest, 16) else {
+                continue;
+            };
+            if let Ok(key) = u128::from_str_radix(&entry.intent_key, 16) {
+                let keyed = self
+                    .args
+                    .registry
+                    .get(&entry.call.name)
+                    .is_some_and(|t| t.contract.idempotency == Idempotency::RequiredKey);
+                if keyed {
+                    self.intents.insert(key, entry.call_id.clone());
+                }
+            }
+            self.table.insert(
+                entry.call_id,
+                Row {
+                    digest,
+                    state: entry.state,
+                    outcome: entry.outcome,
+                },
+            );
+        }
+        Ok(())
+    }
+
+    /// Records a call's ledger row (durable runs: in the store too). With `wait`
+    /// the row is on disk when this returns.
+    async fn record(
+        &self,
+        job: &Job<'_>,
+        state: LedgerState,
+        outcome: Option<&ResultEnvelope>,
+        wait: bool,
+    ) -> Result<(), ToolError> {
+        let Some(log) = &self.args.log else {
+            return Ok(());
+        };
+        let key = intent_key(&self.args.run_id, job.digest);
+        let entry = LedgerEntry {
+            call_id: job.call.id.clone(),
+            step: job.step,
+            position: job.position as u32,
+            call: job.call.clone(),
+            digest: format!("{:032x}", job.digest),
+            intent_key: format!("{key:032x}"),
+            operation_id: operation_id(&self.args.run_id, job.digest).to_string(),
+            state,
+            outcome: outcome.cloned(),
+            updated_at_ms: now_millis(),
+        };
+        let writes = vec![Write::Ledger {
+            run_id: log.run_id.to_string(),
+            entry,
+        }];
+        if !wait {
+            log.writer.submit(writes);
+            return Ok(());
+        }
+        log.writer.commit(writes).await.map_err(|e| {
+            ToolError::new(
+                ErrorCode::Einternal,
+                format!("the call could not be recorded before it ran, so it was not run: {e}"),
+            )
+        })
+    }
+
     /// Runs a batch through the pipeline.
-    pub async fn execute(&mut self, step: u64, calls: &[ToolCall], granted: usize) -> Executed {
+    pub async fn execute(
+        &mut self,
+        step: u64,
+        calls: &[ToolCall],
+        granted: usize,
+        redrive: bool,
+    ) -> Executed {
         let registry = Arc::clone(&self.args.registry);
-        let mut prepared = self.prepare_all(&registry, calls, granted);
+        let mut prepared = self.prepare_all(&registry, calls, granted, redrive);
+        let side_effects = prepared
+            .iter()
+            .any(|p| matches!(p, Prepared::Run { tool, .. } if !rerunnable(&tool.contract)));
 
         let mut results: Vec<Option<ResultEnvelope>> = vec![None; calls.len()];
         let mut attempts = Vec::new();
@@ -250,38 +391,52 @@ impl ExecutorState {
                 }
             }
             // The arguments move into the run; `prepared` keeps the digest.
-            let mut group: Vec<(usize, &RegisteredTool, Value)> = Vec::with_capacity(end - i);
+            let mut group: Vec<(Job<'_>, Value)> = Vec::with_capacity(end - i);
             for (k, p) in prepared.iter_mut().enumerate().take(end).skip(i) {
-                if let Prepared::Run { tool, args, .. } = p {
-                    group.push((k, *tool, std::mem::take(args)));
+                if let Prepared::Run {
+                    tool,
+                    args,
+                    digest,
+                    mode,
+                } = p
+                {
+                    let job = Job {
+                        step,
+                        position: k,
+                        call: &calls[k],
+                        tool,
+                        digest: *digest,
+                        mode: *mode,
+                    };
+                    group.push((job, std::mem::take(args)));
                 }
             }
             i = end;
             if self.args.run_token.is_cancelled() {
                 // Calls queued behind a cancellation never start.
-                for (k, _, _) in group {
-                    results[k] = Some(fail(&calls[k], self.cancelled_error()));
+                for (job, _) in group {
+                    results[job.position] = Some(fail(job.call, self.cancelled_error()));
                 }
                 continue;
             }
             let this = &*self;
-            if let [(k, tool, _)] = group.as_slice() {
+            if group.len() == 1 {
                 // The common case, one call: no stream machinery.
-                let (k, tool) = (*k, *tool);
-                let args = group.pop().map(|(_, _, a)| a).unwrap_or_default();
-                let (env, tries, approval) =
-                    this.run_with_retries(step, &calls[k], tool, args).await;
-                results[k] = Some(env);
-                attempts.extend(tries);
-                approvals.extend(approval);
+                if let Some((job, args)) = group.pop() {
+                    let k = job.position;
+                    let (env, tries, approval) = this.run_with_retries(job, args).await;
+                    results[k] = Some(env);
+                    attempts.extend(tries);
+                    approvals.extend(approval);
+                }
                 continue;
             }
-            let ks: Vec<usize> = group.iter().map(|(k, _, _)| *k).collect();
+            let ks: Vec<usize> = group.iter().map(|(job, _)| job.position).collect();
             // Collected first: a lazy `map` closure inside the stream trips the
             // compiler's higher-ranked lifetime inference for the actor future.
             let runs: Vec<_> = group
                 .into_iter()
-                .map(|(k, tool, args)| this.run_with_retries(step, &calls[k], tool, args))
+                .map(|(job, args)| this.run_with_retries(job, args))
                 .collect();
             let done: Vec<CallOutcome> = futures::stream::iter(runs)
                 .buffered(self.args.max_parallel.max(1))
@@ -298,18 +453,56 @@ impl ExecutorState {
         for (k, p) in prepared.into_iter().enumerate() {
             let env = match p {
                 Prepared::Done(env) => env,
-                Prepared::Run { digest, .. } => {
+                Prepared::Run { digest, tool, .. } => {
                     let env = results[k].take().unwrap_or_else(|| lost(&calls[k]));
                     if is_recordable(&env) {
-                        self.table
-                            .insert(calls[k].id.clone(), (digest, env.clone()));
+                        if tool.contract.idempotency == Idempotency::RequiredKey {
+                            let key = intent_key(&self.args.run_id, digest);
+                            self.intents.insert(key, calls[k].id.clone());
+                        }
+                        self.table.insert(
+                            calls[k].id.clone(),
+                            Row {
+                                digest,
+                                state: LedgerState::Outcome,
+                                outcome: Some(env.clone()),
+                            },
+                        );
                     }
                     env
                 }
                 Prepared::SameAs(first) => out
                     .get(first)
-                    .map(replay)
+                    .map(|env| replay(env, &calls[k]))
                     .unwrap_or_else(|| lost(&calls[k])),
+                Prepared::Keyed { env, digest } => {
+                    let job = Job {
+                        step,
+                        position: k,
+                        call: &calls[k],
+                        tool: match registry.get(&calls[k].name) {
+                            Some(t) => t,
+                            None => {
+                                out.push(env);
+                                continue;
+                            }
+                        },
+                        digest,
+                        mode: Mode::Fresh,
+                    };
+                    let _ = self
+                        .record(&job, LedgerState::Outcome, Some(&env), false)
+                        .await;
+                    self.table.insert(
+                        calls[k].id.clone(),
+                        Row {
+                            digest,
+                            state: LedgerState::Outcome,
+                            outcome: Some(env.clone()),
+                        },
+                    );
+                    env
+                }
             };
             out.push(env);
         }
@@ -317,6 +510,7 @@ impl ExecutorState {
             results: out,
             attempts,
             approvals,
+            side_effects,
         }
     }
 
@@ -325,6 +519,7 @@ impl ExecutorState {
         registry: &'a ToolRegistry,
         calls: &'a [ToolCall],
         granted: usize,
+        redrive: bool,
     ) -> Vec<Prepared<'a>> {
         let mut prepared = Vec::with_capacity(calls.len());
         // Batches are small: a linear scan beats hashing (and allocates nothing for
@@ -341,7 +536,7 @@ impl ExecutorState {
                     .with_action("finish with what you have"),
                 ))
             } else {
-                self.prepare(registry, call)
+                self.prepare(registry, call, redrive)
             };
             // A repeated id inside one batch is judged against the earlier call.
             let earlier = batch_ids.iter().find(|(id, _, _)| *id == call.id.as_str());
@@ -352,11 +547,24 @@ impl ExecutorState {
                     Prepared::SameAs(*first)
                 }
                 (Prepared::Run { .. }, Some(_)) => Prepared::Done(conflict(call)),
-                (Prepared::Run { tool, args, digest }, None) => {
+                (
+                    Prepared::Run {
+                        tool,
+                        args,
+                        digest,
+                        mode,
+                    },
+                    None,
+                ) => {
                     if calls.len() > 1 {
                         batch_ids.push((&call.id, i, digest));
                     }
-                    Prepared::Run { tool, args, digest }
+                    Prepared::Run {
+                        tool,
+                        args,
+                        digest,
+                        mode,
+                    }
                 }
                 (other, _) => other,
             };
@@ -365,7 +573,12 @@ impl ExecutorState {
         prepared
     }
 
-    fn prepare<'a>(&self, registry: &'a ToolRegistry, call: &ToolCall) -> Prepared<'a> {
+    fn prepare<'a>(
+        &self,
+        registry: &'a ToolRegistry,
+        call: &ToolCall,
+        redrive: bool,
+    ) -> Prepared<'a> {
         let Some(tool) = registry.get(&call.name) else {
             return Prepared::Done(fail(
                 call,
@@ -415,14 +628,49 @@ impl ExecutorState {
         let mut f = Fingerprinter::new();
         f.str(&call.name).value(&args);
         let digest = f.finish_u128();
-        if let Some((recorded_digest, recorded)) = self.table.get(&call.id) {
-            return Prepared::Done(if *recorded_digest == digest {
-                replay(recorded)
-            } else {
-                conflict(call)
-            });
+        let run = |mode| Prepared::Run {
+            tool,
+            args,
+            digest,
+            mode,
+        };
+        if let Some(row) = self.table.get(&call.id) {
+            if row.digest != digest {
+                return Prepared::Done(conflict(call));
+            }
+            match (row.state, &row.outcome) {
+                // A transient failure may be tried again under the same id, except
+                // when the step is acted on again: then it is that step's outcome.
+                (LedgerState::Outcome | LedgerState::Denied, Some(recorded))
+                    if redrive || is_recordable(recorded) =>
+                {
+                    return Prepared::Done(replay(recorded, call));
+                }
+                (LedgerState::Intent | LedgerState::AwaitingDecision, _) if redrive => {
+                    return run(if rerunnable(&tool.contract) {
+                        Mode::Rerun
+                    } else {
+                        Mode::Unsettled
+                    });
+                }
+                (LedgerState::Approved, _) if redrive => return run(Mode::Approved),
+                _ => {}
+            }
         }
-        Prepared::Run { tool, args, digest }
+        // The same action under a fresh call id: a keyed tool's recorded outcome.
+        if tool.contract.idempotency == Idempotency::RequiredKey
+            && let Some(row) = self
+                .intents
+                .get(&intent_key(&self.args.run_id, digest))
+                .and_then(|id| self.table.get(id))
+            && let Some(recorded) = row.outcome.as_ref().filter(|r| is_recordable(r))
+        {
+            return Prepared::Keyed {
+                env: replay(recorded, call),
+                digest,
+            };
+        }
+        run(Mode::Fresh)
     }
 
     /// Runs one call, retrying retryable failures within the contract's and the
@@ -431,19 +679,56 @@ impl ExecutorState {
     /// by its envelope, whose `attempt` is 1).
     async fn run_with_retries(
         &self,
-        step: u64,
-        call: &ToolCall,
-        tool: &RegisteredTool,
+        job: Job<'_>,
         args: Value,
     ) -> (ResultEnvelope, Vec<AttemptRecord>, Option<AppliedInput>) {
+        let (step, call, tool) = (job.step, job.call, job.tool);
         let contract = &tool.contract;
+        let operation_id = operation_id(&self.args.run_id, job.digest);
         let mut approval = None;
-        if self.args.approval.required_for(contract) {
-            let (outcome, applied) = self.await_approval(step, call).await;
-            approval = applied;
-            if let Err(refused) = outcome {
-                return (fail(call, refused), Vec::new(), approval);
+        match job.mode {
+            Mode::Fresh if self.args.approval.required_for(contract) => {
+                let _ = self
+                    .record(&job, LedgerState::AwaitingApproval, None, false)
+                    .await;
+                let (outcome, applied) = self.await_approval(step, call).await;
+                approval = applied;
+                if let Err(refused) = outcome {
+                    let env = fail(call, refused);
+                    if approval.is_some() {
+                        let _ = self
+                            .record(&job, LedgerState::Denied, Some(&env), false)
+                            .await;
+                    }
+                    return (env, Vec::new(), approval);
+                }
+                let _ = self.record(&job, LedgerState::Approved, None, false).await;
             }
+            Mode::Unsettled => {
+                let (settled, applied) = self.await_settlement(&job).await;
+                approval = applied;
+                match settled {
+                    Ok(Settlement::Retry) => {}
+                    Ok(_) | Err(_) => {
+                        let env = settled
+                            .err()
+                            .map(|e| fail(call, e))
+                            .unwrap_or_else(|| settled_envelope(call, approval.as_ref()));
+                        let _ = self
+                            .record(&job, LedgerState::Outcome, Some(&env), false)
+                            .await;
+                        return (env, Vec::new(), approval);
+                    }
+                }
+            }
+            _ => {}
+        }
+        // On disk before the tool starts when running it twice would be wrong.
+        if let Err(e) = self
+            .record(&job, LedgerState::Intent, None, !rerunnable(contract))
+            .await
+        {
+            return (fail(call, e), Vec::new(), approval);
         }
         let mut records = Vec::new();
         let mut attempt = 1u32;
@@ -461,7 +746,9 @@ impl ExecutorState {
             } else {
                 args.take().unwrap_or_default()
             };
-            let mut env = self.run_one(step, call, tool, this_args, attempt).await;
+            let mut env = self
+                .run_one(step, call, tool, this_args, attempt, &operation_id)
+                .await;
             env.attempt = attempt;
             let retry = match &env.error {
                 Some(e) => {
@@ -479,16 +766,83 @@ impl ExecutorState {
                 if attempt > 1 {
                     records.push(attempt_record(call, contract, &env, None));
                 }
+                let _ = self
+                    .record(&job, LedgerState::Outcome, Some(&env), false)
+                    .await;
                 return (env, records, approval);
             }
             let backoff = self.args.retry.backoff(attempt);
             records.push(attempt_record(call, contract, &env, Some(backoff)));
             tokio::select! {
-                _ = self.args.run_token.cancelled() => return (env, records, approval),
+                _ = self.args.run_token.cancelled() => {
+                    let _ = self.record(&job, LedgerState::Outcome, Some(&env), false).await;
+                    return (env, records, approval);
+                }
                 _ = tokio::time::sleep(backoff) => {}
             }
             attempt += 1;
         }
+    }
+
+    /// Parks a call a crash interrupted until a human settles it (or the run is
+    /// cancelled: the deadline still applies). The park is on disk before the
+    /// `awaiting_decision` event goes out, so an embedder may exit on that event
+    /// and resume later.
+    async fn await_settlement(
+        &self,
+        job: &Job<'_>,
+    ) -> (Result<Settlement, ToolError>, Option<AppliedInput>) {
+        let call = job.call;
+        if let Err(e) = self
+            .record(job, LedgerState::AwaitingDecision, None, true)
+            .await
+        {
+            return (Err(e), None);
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let pending = PendingApproval {
+            step: job.step,
+            call: call.clone(),
+            requested_at: now_millis(),
+        };
+        let parked = ask(&self.args.state, |parked| StateMsg::AwaitDecision {
+            pending,
+            parked,
+            decision: tx.into(),
+        });
+        let parked = tokio::select! {
+            r = parked => r.and_then(|r| r),
+            _ = self.args.run_token.cancelled() => return (Err(self.cancelled_error()), None),
+        };
+        if let Err(e) = parked {
+            let error = ToolError::new(
+                ErrorCode::Einternal,
+                format!("the call could not be parked for a decision: {e}"),
+            );
+            return (Err(error), None);
+        }
+        let step = job.step;
+        self.args.events.emit(|| RunEvent::AwaitingDecision {
+            step,
+            call: call.clone(),
+        });
+        let (settlement, (seq, version)) = tokio::select! {
+            d = rx => match d {
+                Ok(d) => d,
+                Err(_) => return (Err(self.cancelled_error()), None),
+            },
+            _ = self.args.run_token.cancelled() => return (Err(self.cancelled_error()), None),
+        };
+        let input = RunInput::Settlement {
+            tool_call_id: call.id.clone(),
+            settlement,
+        };
+        let event_input = input.clone();
+        self.args.events.emit(|| RunEvent::InputApplied {
+            seq,
+            input: event_input,
+        });
+        (Ok(settlement), Some((seq, version, input)))
     }
 
     /// Parks the call in the state keeper until a human decides, the approval
@@ -572,6 +926,7 @@ impl ExecutorState {
         tool: &RegisteredTool,
         args: Value,
         attempt: u32,
+        operation_id: &Arc<str>,
     ) -> ResultEnvelope {
         if self.args.run_token.is_cancelled() {
             return fail(call, self.cancelled_error());
@@ -585,6 +940,7 @@ impl ExecutorState {
             artifacts: Arc::clone(&self.args.artifacts),
             cancel: token.clone(),
             attempt,
+            operation_id: Arc::clone(operation_id),
             agents: self.args.agents.clone(),
         };
         let timeout_ms = tool.contract.timeout_ms;
@@ -650,6 +1006,48 @@ impl ExecutorState {
     }
 }
 
+/// The host-issued operation id of an action: a digest of the run, the tool and
+/// its normalized arguments, so a retry, a re-run after a crash and the same
+/// action under a fresh call id all carry the same id.
+pub fn operation_id(run_id: &str, call_digest: u128) -> Arc<str> {
+    Arc::from(format!("op-{:032x}", intent_key(run_id, call_digest)))
+}
+
+/// hash(tool, normalized arguments, operation scope = the run): the ledger's key
+/// for "the same action".
+pub fn intent_key(run_id: &str, call_digest: u128) -> u128 {
+    let mut f = Fingerprinter::new();
+    f.str(run_id).str(&format!("{call_digest:032x}"));
+    f.finish_u128()
+}
+
+/// The outcome recorded when a human settles an interrupted call.
+fn settled_envelope(call: &ToolCall, applied: Option<&AppliedInput>) -> ResultEnvelope {
+    match applied.map(|(_, _, input)| input) {
+        Some(RunInput::Settlement {
+            settlement: Settlement::Skip,
+            ..
+        }) => fail(
+            call,
+            ToolError::new(
+                ErrorCode::Ecanceled,
+                "the run was interrupted during this call and a human chose to skip it; treat it as not done",
+            )
+            .retryable(false)
+            .with_action("do not assume it took effect; choose another way or finish"),
+        ),
+        _ => ResultEnvelope::success(
+            &call.id,
+            &call.name,
+            serde_json::json!({
+                "settled": "happened",
+                "note": "the run was interrupted during this call; a human confirmed it took effect (its output was not recorded)"
+            }),
+            Vec::new(),
+        ),
+    }
+}
+
 fn attempt_record(
     call: &ToolCall,
     contract: &agentry_protocol::tool::ToolContract,
@@ -698,8 +1096,11 @@ fn conflict(call: &ToolCall) -> ResultEnvelope {
     )
 }
 
-fn replay(recorded: &ResultEnvelope) -> ResultEnvelope {
+/// A recorded outcome handed back for `call` (the same call id, or the same
+/// keyed action under a fresh id), marked `replayed`.
+fn replay(recorded: &ResultEnvelope, call: &ToolCall) -> ResultEnvelope {
     let mut env = recorded.clone();
+    env.tool_call_id.clone_from(&call.id);
     env.replayed = true;
     env.observed_at = agentry_protocol::now_millis();
     env.cost.latency_ms = 0;

@@ -145,7 +145,8 @@ impl ToolRegistry {
 
 /// The permissions a run holds. A grant entry matches a tool by exact name, exact
 /// auth scope, a `prefix.*` pattern on either, or `*` for everything.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(transparent)]
 pub struct Grants {
     entries: Vec<String>,
 }

@@ -15,6 +15,7 @@ use crate::conductor::{Conductor, ConductorArgs, ConductorMsg, Lineage, RunActor
 use crate::config::RunConfig;
 use crate::config::TreeLimits;
 use crate::desk::{ChildPolicyFactory, RunDesk};
+use crate::durable::{Durability, RunLog, StoreWriter};
 use crate::error::RuntimeError;
 use crate::events::EventSink;
 use crate::policy::Policy;
@@ -31,6 +32,9 @@ pub struct Runtime {
     registry: Arc<ToolRegistry>,
     root: CancellationToken,
     child_policy: Option<ChildPolicyFactory>,
+    /// The store runs are committed to, if any.
+    pub(crate) store: Option<StoreWriter>,
+    pub(crate) durability: Durability,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -48,12 +52,21 @@ impl Runtime {
             registry: Arc::new(registry),
             root: CancellationToken::new(),
             child_policy: None,
+            store: None,
+            durability: Durability::Strict,
         }
     }
 
     /// A runtime with only the built-in tools.
     pub fn with_builtins() -> Result<Self, RuntimeError> {
         Ok(Runtime::new(ToolRegistry::with_builtins()?))
+    }
+
+    /// A runtime with the built-in tools plus the command tools `task` declares
+    /// (`[[tools.command]]`; see [`TaskSpec::registry`](crate::task::TaskSpec::registry)).
+    /// The task's grants still decide which of them a run may call.
+    pub fn for_task(task: &crate::task::TaskSpec) -> Result<Self, RuntimeError> {
+        Ok(Runtime::new(task.registry()?))
     }
 
     /// Sets how children started by `agent.spawn` without an inline script get
@@ -65,6 +78,10 @@ impl Runtime {
 
     pub(crate) fn child_policy(&self) -> Option<&ChildPolicyFactory> {
         self.child_policy.as_ref()
+    }
+
+    pub(crate) fn root_token(&self) -> CancellationToken {
+        self.root.child_token()
     }
 
     /// The tool registry.
@@ -85,15 +102,14 @@ impl Runtime {
     /// [`Runtime::start`] with an already boxed policy.
     pub async fn start_boxed(
         &self,
-        config: RunConfig,
+        mut config: RunConfig,
         policy: Box<dyn Policy>,
     ) -> Result<RunHandle, RuntimeError> {
-        let lineage = Lineage {
-            parent: None,
-            depth: 0,
-            trace_id: uuid::Uuid::now_v7().simple().to_string(),
-            deadline_at: None,
-        };
+        if self.store.is_some() && config.run_id.is_none() {
+            // Fixed now: the stored record and the trace id derive from it.
+            config.run_id = Some(uuid::Uuid::now_v7().to_string());
+        }
+        let lineage = Lineage::root(config.run_id.as_ref().filter(|_| self.store.is_some()));
         let tree = config.tree;
         let grants = config.grants.clone();
         self.start_inner(
@@ -103,6 +119,7 @@ impl Runtime {
             self.root.child_token(),
             tree,
             grants,
+            Durable::New,
         )
         .await
     }
@@ -195,6 +212,8 @@ impl Runtime {
                 parent.run_token.child_token(),
                 parent.tree,
                 grants,
+                // Children live in memory: resuming a parent does not resume them.
+                Durable::No,
             )
             .await;
         if started.is_err() {
@@ -207,7 +226,8 @@ impl Runtime {
         started
     }
 
-    async fn start_inner(
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn start_inner(
         &self,
         config: RunConfig,
         policy: Box<dyn Policy>,
@@ -215,6 +235,7 @@ impl Runtime {
         run_token: CancellationToken,
         tree: TreeLimits,
         grants: Grants,
+        durable: Durable,
     ) -> Result<RunHandle, RuntimeError> {
         if !config.workdir.is_dir() {
             return Err(RuntimeError::Workdir {
@@ -229,11 +250,32 @@ impl Runtime {
                 .unwrap_or_else(|| uuid::Uuid::now_v7().to_string())
                 .as_str(),
         );
+        let log = match (&self.store, &durable) {
+            (Some(writer), Durable::New | Durable::Resume(_)) => Some(RunLog {
+                run_id: Arc::clone(&run_id),
+                writer: writer.clone(),
+                mode: self.durability,
+            }),
+            _ => None,
+        };
+        if let (Some(log), Durable::New) = (&log, &durable) {
+            // On disk before the caller gets a handle: a run it knows of can be resumed.
+            crate::resume::create_record(log, &config).await?;
+        }
+        let (restore, timers) = match durable {
+            Durable::Resume(r) => {
+                let r = *r;
+                (Some(r.restore), r.timers)
+            }
+            _ => (None, Vec::new()),
+        };
         let (outcome_tx, outcome_rx) = watch::channel(None);
+        // A resumed run goes on writing the trace it started.
+        let resumed = restore.is_some();
         let trace = config
             .trace
             .as_deref()
-            .map(TraceWriter::create)
+            .map(|path| TraceWriter::open(path, resumed))
             .transpose()?;
         let from_start = config.events_from_start;
         let events = EventSink::new(Arc::clone(&run_id), from_start);
@@ -251,6 +293,8 @@ impl Runtime {
             actors: Some(actors_tx),
             lineage: lineage.clone(),
             agents: Arc::clone(&desk) as Arc<dyn agentry_tools::agents::AgentDesk>,
+            log: log.clone(),
+            restore,
         };
         let (conductor, _) =
             Actor::spawn(None, Conductor, args)
@@ -276,8 +320,12 @@ impl Runtime {
             lineage,
             tree,
             grants,
+            log,
         };
         desk.set_parent(handle.clone());
+        for timer in timers {
+            handle.arm_timer(timer);
+        }
         Ok(handle)
     }
 
@@ -316,6 +364,18 @@ pub struct RunHandle {
     tree: TreeLimits,
     /// The run's grants (a child may not hold more).
     grants: Grants,
+    /// Where a durable run commits (its timers too).
+    log: Option<RunLog>,
+}
+
+/// Whether a run is committed to the runtime's store.
+pub(crate) enum Durable {
+    /// In memory only.
+    No,
+    /// A new run: its record is written before the handle is returned.
+    New,
+    /// A run read back from the store.
+    Resume(Box<crate::resume::Resumed>),
 }
 
 impl RunHandle {
@@ -386,17 +446,48 @@ impl RunHandle {
         name: impl Into<String>,
         payload: serde_json::Value,
     ) {
-        let conductor = self.conductor.clone();
-        let token = self.run_token.clone();
-        let input = RunInput::Event {
+        let timer = agentry_store::TimerRecord {
+            timer_id: uuid::Uuid::now_v7().to_string(),
+            due_at_ms: agentry_protocol::now_millis()
+                .saturating_add(u64::try_from(delay.as_millis()).unwrap_or(u64::MAX)),
             name: name.into(),
             payload,
         };
+        if let Some(log) = &self.log {
+            // Queued in order: on disk before anything the run commits later.
+            log.writer.submit(vec![agentry_store::Write::SetTimer {
+                run_id: log.run_id.to_string(),
+                timer: timer.clone(),
+            }]);
+        }
+        self.arm_timer(timer);
+    }
+
+    /// Schedules a (possibly restored) timer; a durable run's timer is removed
+    /// from the store in the same commit as the event it delivers.
+    fn arm_timer(&self, timer: agentry_store::TimerRecord) {
+        let conductor = self.conductor.clone();
+        let token = self.run_token.clone();
+        let delay = std::time::Duration::from_millis(
+            timer
+                .due_at_ms
+                .saturating_sub(agentry_protocol::now_millis()),
+        );
+        let durable = self.log.is_some();
         tokio::spawn(async move {
             tokio::select! {
                 _ = token.cancelled() => {}
                 _ = tokio::time::sleep(delay) => {
-                    let _ = conductor.cast(ConductorMsg::Input(input));
+                    let input = RunInput::Event {
+                        name: timer.name,
+                        payload: timer.payload,
+                    };
+                    let msg = if durable {
+                        ConductorMsg::TimerFired { timer_id: timer.timer_id, input }
+                    } else {
+                        ConductorMsg::Input(input)
+                    };
+                    let _ = conductor.cast(msg);
                 }
             }
         });
@@ -477,6 +568,50 @@ impl RunHandle {
                 run_id: self.run_id.to_string(),
             }),
         }
+    }
+
+    /// Settles a call a crash interrupted (the run is `awaiting_decision`):
+    /// `Happened` records it as done without running it, `Retry` runs it again,
+    /// `Skip` tells the model it was not done. Returns the input's sequence number
+    /// once the settlement is on disk.
+    pub async fn settle(
+        &self,
+        tool_call_id: &str,
+        settlement: agentry_protocol::state::Settlement,
+    ) -> Result<u64, RuntimeError> {
+        let id = tool_call_id.to_string();
+        let answer = self
+            .actors
+            .state
+            .call(
+                |reply| StateMsg::Settle {
+                    tool_call_id: id,
+                    settlement,
+                    reply,
+                },
+                None,
+            )
+            .await;
+        match answer {
+            Ok(ractor::rpc::CallResult::Success(Ok(seq))) => Ok(seq),
+            Ok(ractor::rpc::CallResult::Success(Err(message))) => {
+                Err(RuntimeError::NoPendingDecision {
+                    run_id: self.run_id.to_string(),
+                    message,
+                })
+            }
+            _ => Err(RuntimeError::Stopped {
+                run_id: self.run_id.to_string(),
+            }),
+        }
+    }
+
+    /// Calls a crash interrupted, waiting for [`RunHandle::settle`].
+    pub async fn pending_decisions(&self) -> Vec<PendingApproval> {
+        self.snapshot()
+            .await
+            .map(|s| s.pending_decisions)
+            .unwrap_or_default()
     }
 
     /// Calls waiting for a human decision.

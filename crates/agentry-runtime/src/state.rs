@@ -9,12 +9,16 @@ use agentry_protocol::decision::Decision;
 use agentry_protocol::envelope::ResultEnvelope;
 use agentry_protocol::fingerprint::Fingerprinter;
 use agentry_protocol::state::{
-    ControlState, PendingApproval, RunSnapshot, RunStatus, SessionEntry, TaskState, WorldState,
+    ControlState, PendingApproval, RunSnapshot, RunStatus, SessionEntry, Settlement, TaskState,
+    WorldState,
 };
 use agentry_protocol::stop::StopReason;
 use agentry_protocol::trace::RunInput;
+use agentry_store::{Checkpoint, Write};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use ractor_cluster_derive::RactorMessage;
+
+use crate::durable::{Durability, Ending, InFlight, KEPT_FINGERPRINTS, Progress, RunLog};
 
 /// One state change.
 #[derive(Debug, Clone)]
@@ -27,10 +31,21 @@ pub enum StateUpdate {
     /// An input from outside: counted, given its sequence number, and (for
     /// messages, events and ticks) added to the session.
     Input(RunInput),
+    /// An input delivered by a stored timer: applied like [`StateUpdate::Input`],
+    /// and the timer leaves the store in the same commit.
+    TimerInput {
+        /// The timer.
+        timer_id: String,
+        /// Its event.
+        input: RunInput,
+    },
     /// The run's status changed (paused, sleeping, running).
     Status(RunStatus),
     /// Timer ticks were skipped.
     TicksSkipped(u64),
+    /// A step was decided and is about to act (recorded only for durable runs, so
+    /// a resumed run acts on the same decision instead of asking the policy again).
+    Decided(Box<InFlight>),
     /// A whole step: the decision, its results, and the spend, applied atomically.
     Step {
         /// Step number.
@@ -43,6 +58,15 @@ pub enum StateUpdate {
         spent: Usage,
         /// The answer the model gave at this step, if any.
         answer: Option<String>,
+        /// Tool calls this run has made itself, after the step.
+        tool_calls: u64,
+        /// The step's fingerprint (no-progress window).
+        fingerprint: u64,
+        /// The step started a call that must not run twice: a durable run commits
+        /// the step before acknowledging it in every mode.
+        side_effects: bool,
+        /// The step ends the run (a resumed run finishes it instead of stepping).
+        ending: Option<Ending>,
     },
     /// The run stopped.
     Stopped {
@@ -78,11 +102,16 @@ pub struct ApprovalDecision {
     pub applied: (u64, u64),
 }
 
+/// Where a settlement goes: the decision and the (input sequence number, state
+/// version) it was applied at.
+pub type SettlementPort = RpcReplyPort<(Settlement, (u64, u64))>;
+
 /// Messages the state keeper accepts.
 #[derive(RactorMessage)]
 pub enum StateMsg {
-    /// Apply one update; the reply says what changed.
-    Apply(StateUpdate, Option<RpcReplyPort<Applied>>),
+    /// Apply one update; the reply says what changed, or (for a durable run) why
+    /// the update could not be committed.
+    Apply(StateUpdate, Option<RpcReplyPort<Result<Applied, String>>>),
     /// The key fields of the state.
     Snapshot(RpcReplyPort<RunSnapshot>),
     /// Session entries from index `from` on.
@@ -102,6 +131,26 @@ pub enum StateMsg {
     },
     /// Drop a pending call without a decision (its wait timed out or was cancelled).
     Withdraw(String),
+    /// Park a call a crash interrupted until a human settles it (sent by the
+    /// executor of a resumed run). `parked` is answered once the park is on disk.
+    AwaitDecision {
+        /// The call.
+        pending: PendingApproval,
+        /// Answered when the park is committed (or failed to be).
+        parked: RpcReplyPort<Result<(), String>>,
+        /// Where the settlement goes.
+        decision: SettlementPort,
+    },
+    /// A human's settlement of a parked call (from a run handle). Replies with the
+    /// input's sequence number, or an error naming the unknown call.
+    Settle {
+        /// The parked call.
+        tool_call_id: String,
+        /// What the human said.
+        settlement: Settlement,
+        /// Where the result goes.
+        reply: RpcReplyPort<Result<u64, String>>,
+    },
 }
 
 /// The run state, owned by the state keeper alone.
@@ -116,8 +165,18 @@ pub struct RunState {
     status: RunStatus,
     /// Calls waiting for a human, with the executor's port for the decision.
     pending: Vec<(PendingApproval, RpcReplyPort<ApprovalDecision>)>,
+    /// Calls a crash interrupted, waiting for a human to settle them.
+    unsettled: Vec<(PendingApproval, SettlementPort)>,
     inputs: u64,
     ticks_skipped: u64,
+    /// What the conductor needs to continue the run.
+    progress: Progress,
+    /// Where a durable run's updates are committed.
+    log: Option<RunLog>,
+    /// Session entries already handed to the store.
+    committed_len: usize,
+    /// Timers whose event was applied, to remove from the store.
+    fired_timers: Vec<String>,
 }
 
 impl RunState {
@@ -136,6 +195,59 @@ impl RunState {
         s
     }
 
+    /// The initial state of a run with this configuration.
+    pub fn initial(config: &crate::config::RunConfig) -> Self {
+        RunState::new(
+            TaskState {
+                task_id: config.task_id.clone(),
+                goal: config.goal.clone(),
+                accept: config.accept.clone(),
+                answer: None,
+                done: false,
+            },
+            ControlState {
+                limits: config.limits,
+                ..Default::default()
+            },
+        )
+    }
+
+    /// The state of a run read back from a store: the last committed checkpoint
+    /// and session. Calls that were parked are parked again when their step is
+    /// acted on again, so none are restored here.
+    pub fn restore(snapshot: RunSnapshot, session: Vec<SessionEntry>, progress: Progress) -> Self {
+        let status = match snapshot.status {
+            RunStatus::AwaitingApproval | RunStatus::AwaitingDecision => RunStatus::Running,
+            other => other,
+        };
+        let mut s = RunState {
+            version: snapshot.version,
+            world: snapshot.world,
+            task: snapshot.task,
+            committed_len: session.len(),
+            session,
+            control: snapshot.control,
+            status,
+            inputs: snapshot.inputs,
+            ticks_skipped: snapshot.ticks_skipped,
+            progress,
+            ..RunState::default()
+        };
+        s.world_digest = s.digest_world();
+        s
+    }
+
+    /// Commits every update of this run to `log` from now on.
+    pub fn with_log(mut self, log: RunLog) -> Self {
+        self.log = Some(log);
+        self
+    }
+
+    /// What the conductor needs to continue the run.
+    pub fn progress(&self) -> &Progress {
+        &self.progress
+    }
+
     fn digest_world(&self) -> String {
         // The refs map is ordered, so the digest is canonical.
         let mut f = Fingerprinter::new();
@@ -149,6 +261,12 @@ impl RunState {
     pub fn apply(&mut self, update: StateUpdate) -> Applied {
         match update {
             StateUpdate::UserMessage { text } => self.session.push(SessionEntry::User { text }),
+            StateUpdate::TimerInput { timer_id, input } => {
+                if self.log.is_some() {
+                    self.fired_timers.push(timer_id);
+                }
+                return self.apply(StateUpdate::Input(input));
+            }
             StateUpdate::Input(input) => {
                 self.inputs += 1;
                 match input {
@@ -162,19 +280,38 @@ impl RunState {
                     }),
                     RunInput::Pause => self.status = RunStatus::Paused,
                     RunInput::Resume => self.status = RunStatus::Running,
-                    // Recorded through `Resolve`, which also answers the executor.
-                    RunInput::Approval { .. } => {}
+                    // Recorded through `Resolve`/`Settle`, which also answer the executor.
+                    RunInput::Approval { .. } | RunInput::Settlement { .. } => {}
                 }
             }
             StateUpdate::Status(status) => self.status = status,
             StateUpdate::TicksSkipped(n) => self.ticks_skipped += n,
+            StateUpdate::Decided(in_flight) => {
+                self.progress.steps = in_flight.step;
+                self.progress.in_flight = Some(*in_flight);
+            }
             StateUpdate::Step {
                 step,
                 decision,
                 results,
                 spent,
                 answer,
+                tool_calls,
+                fingerprint,
+                side_effects: _,
+                ending,
             } => {
+                self.progress.steps = step;
+                self.progress.ending = ending;
+                self.progress.tool_calls = tool_calls;
+                self.progress.in_flight = None;
+                if self.log.is_some() {
+                    let fps = &mut self.progress.fingerprints;
+                    fps.push(fingerprint);
+                    if fps.len() > KEPT_FINGERPRINTS {
+                        fps.remove(0);
+                    }
+                }
                 let mut world_changed = false;
                 for r in results.iter().filter(|r| r.ok && !r.replayed) {
                     for reference in &r.refs {
@@ -209,6 +346,7 @@ impl RunState {
                 // Nobody will decide these any more; dropping the ports tells the
                 // executor, if it is still waiting.
                 self.pending.clear();
+                self.unsettled.clear();
             }
         }
         self.version += 1;
@@ -253,6 +391,7 @@ impl RunState {
             control: self.control.clone(),
             status: self.status,
             pending_approvals: self.pending.iter().map(|(p, _)| p.clone()).collect(),
+            pending_decisions: self.unsettled.iter().map(|(p, _)| p.clone()).collect(),
             inputs: self.inputs,
             ticks_skipped: self.ticks_skipped,
         }
@@ -266,6 +405,93 @@ impl RunState {
     /// The session entries.
     pub fn session(&self) -> &[SessionEntry] {
         &self.session
+    }
+
+    /// The writes that bring the store up to this state: new session entries and
+    /// the checkpoint.
+    fn writes(&mut self, run_id: &str) -> Vec<Write> {
+        let mut writes = Vec::with_capacity(2);
+        if self.session.len() > self.committed_len {
+            writes.push(Write::AppendSession {
+                run_id: run_id.to_string(),
+                first: self.committed_len as u64,
+                entries: self.session[self.committed_len..].to_vec(),
+            });
+            self.committed_len = self.session.len();
+        }
+        for timer_id in self.fired_timers.drain(..) {
+            writes.push(Write::ClearTimer {
+                run_id: run_id.to_string(),
+                timer_id,
+            });
+        }
+        writes.push(Write::Checkpoint {
+            run_id: run_id.to_string(),
+            checkpoint: Checkpoint {
+                snapshot: self.snapshot(),
+                progress: serde_json::to_value(&self.progress).unwrap_or_default(),
+            },
+        });
+        writes
+    }
+
+    /// Hands the state to the store (durable runs only): waits for the commit when
+    /// `wait`, else queues it behind everything queued before.
+    async fn persist(&mut self, wait: bool) -> Result<(), String> {
+        let Some(log) = self.log.clone() else {
+            return Ok(());
+        };
+        let writes = self.writes(&log.run_id);
+        if wait {
+            log.writer.commit(writes).await.map_err(|e| e.to_string())
+        } else {
+            log.writer.submit(writes);
+            Ok(())
+        }
+    }
+
+    /// Whether an update must be on disk before it is acknowledged.
+    fn must_wait(&self, update: &StateUpdate) -> bool {
+        let grouped = self
+            .log
+            .as_ref()
+            .is_some_and(|l| l.mode == Durability::Grouped);
+        match update {
+            // Nobody waits for a decision: if it is lost, the step is decided again,
+            // and it is on disk before any intent that depends on it (order).
+            StateUpdate::Decided(_) | StateUpdate::TicksSkipped(_) => false,
+            StateUpdate::Step {
+                side_effects,
+                ending,
+                ..
+            } => !grouped || *side_effects || ending.is_some(),
+            StateUpdate::Status(RunStatus::Sleeping | RunStatus::Running) => !grouped,
+            _ => true,
+        }
+    }
+
+    fn park_decision(&mut self, pending: PendingApproval, port: SettlementPort) {
+        self.unsettled.push((pending, port));
+        self.status = RunStatus::AwaitingDecision;
+        self.version += 1;
+    }
+
+    fn settle(&mut self, tool_call_id: &str) -> Option<SettlementPort> {
+        let i = self
+            .unsettled
+            .iter()
+            .position(|(p, _)| p.call.id == tool_call_id)?;
+        let (_, port) = self.unsettled.remove(i);
+        if self.unsettled.is_empty() && self.status == RunStatus::AwaitingDecision {
+            self.status = if self.pending.is_empty() {
+                RunStatus::Running
+            } else {
+                RunStatus::AwaitingApproval
+            };
+        }
+        self.version += 1;
+        self.inputs += 1;
+        Some(port)
     }
 }
 
@@ -294,16 +520,52 @@ impl Actor for StateKeeper {
     ) -> Result<(), ActorProcessingErr> {
         match message {
             StateMsg::Apply(update, reply) => {
+                let wait = state.log.is_some() && state.must_wait(&update);
                 let applied = state.apply(update);
+                let committed = state.persist(wait).await;
                 if let Some(reply) = reply {
                     // The requester may have gone away (run stopping); nothing to do then.
-                    let _ = reply.send(applied);
+                    let _ = reply.send(committed.map(|()| applied));
                 }
+            }
+            StateMsg::AwaitDecision {
+                pending,
+                parked,
+                decision,
+            } => {
+                state.park_decision(pending, decision);
+                let _ = parked.send(state.persist(true).await);
+            }
+            StateMsg::Settle {
+                tool_call_id,
+                settlement,
+                reply,
+            } => {
+                let answer = match state.settle(&tool_call_id) {
+                    Some(port) => {
+                        let applied = (state.inputs, state.version);
+                        match state.persist(true).await {
+                            Ok(()) => {
+                                let _ = port.send((settlement, applied));
+                                Ok(applied.0)
+                            }
+                            Err(e) => Err(format!("the settlement could not be stored: {e}")),
+                        }
+                    }
+                    None => Err(format!(
+                        "no call {tool_call_id:?} is waiting for a decision"
+                    )),
+                };
+                let _ = reply.send(answer);
             }
             StateMsg::Snapshot(reply) => {
                 let _ = reply.send(state.snapshot());
             }
-            StateMsg::AwaitApproval(pending, port) => state.park(pending, port),
+            StateMsg::AwaitApproval(pending, port) => {
+                state.park(pending, port);
+                // The park itself is re-created when the step is acted on again.
+                let _ = state.persist(false).await;
+            }
             StateMsg::Resolve {
                 tool_call_id,
                 decision,
@@ -317,9 +579,15 @@ impl Actor for StateKeeper {
                             applied: (seq, state.version),
                             ..decision
                         };
-                        // The executor may have given up (deadline) just now.
-                        let _ = port.send(decision);
-                        Ok(seq)
+                        // An approval is an input from outside: on disk before it counts.
+                        match state.persist(true).await {
+                            Ok(()) => {
+                                // The executor may have given up (deadline) just now.
+                                let _ = port.send(decision);
+                                Ok(seq)
+                            }
+                            Err(e) => Err(format!("the decision could not be stored: {e}")),
+                        }
                     }
                     None => Err(format!("no call {tool_call_id:?} is waiting for approval")),
                 };

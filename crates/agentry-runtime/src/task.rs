@@ -4,7 +4,8 @@
 //!
 //! ```text
 //! TASK_DIR/
-//!   task.toml      goal, budget, grants, acceptance checks, policy, progress window
+//!   task.toml      goal, budget, grants, command tools, acceptance checks, policy,
+//!                  progress window
 //!   script.json    the scripted policy (optional: `[policy] script` or --policy)
 //!   workspace/     initial files, copied into a fresh working directory per run
 //! ```
@@ -14,8 +15,12 @@
 //! value is then validated by hand, so an error names the field and says what was
 //! expected and what was found (`budget.max_steps: expected a positive integer,
 //! found "ten"`). Every error is [`RuntimeError::InvalidTask`] naming the file.
+//!
+//! `[[tools.command]]` tables declare command tools ([`command`]); the task's
+//! tools are the built-ins plus those, in [`TaskSpec::registry`].
 
 use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use agentry_protocol::accept::AcceptCheck;
@@ -28,7 +33,11 @@ use crate::config::{
     ApprovalConfig, DEFAULT_MAX_STEPS, DEFAULT_PROGRESS_WINDOW, Driver, RunConfig,
 };
 use crate::error::RuntimeError;
-use crate::registry::Grants;
+use crate::registry::{Grants, ToolRegistry};
+
+pub mod command;
+
+pub use command::CommandToolDecl;
 
 /// The task file inside a task directory.
 pub const TASK_FILE: &str = "task.toml";
@@ -54,6 +63,9 @@ pub struct TaskSpec {
     pub limits: BudgetLimits,
     /// Tool grants; default [`DEFAULT_GRANTS`].
     pub grants: Grants,
+    /// Command tools the task declares (`[[tools.command]]`), in file order.
+    /// Registered by [`TaskSpec::registry`], granted only through `grants`.
+    pub command_tools: Vec<CommandToolDecl>,
     /// Acceptance checks, in file order.
     pub accept: Vec<AcceptCheck>,
     /// No-progress window; 0 disables the check.
@@ -116,6 +128,7 @@ struct RawTools {
     grant: Option<Value>,
     approve: Option<Value>,
     approval_timeout: Option<Value>,
+    command: Option<Value>,
 }
 
 #[derive(Deserialize)]
@@ -212,6 +225,28 @@ impl TaskSpec {
             }
         }
         Ok(target)
+    }
+
+    /// The built-in tools plus the task's `[[tools.command]]` tools, for
+    /// [`Runtime::new`](crate::Runtime::new) (or use
+    /// [`Runtime::for_task`](crate::Runtime::for_task)).
+    ///
+    /// Declared tools are registered, not granted: the task's `[tools] grant`
+    /// must name them (`grant = ["fs.*", "ledger.append"]`), else a call gets
+    /// `EPERM`. An error names task.toml and the declaration
+    /// (`tools.command[1]: ...`); [`TaskSpec::parse`] already checked what it can,
+    /// so this fails only for a hand-edited spec.
+    pub fn registry(&self) -> Result<ToolRegistry, RuntimeError> {
+        let file = self.dir.join(TASK_FILE);
+        let mut registry = ToolRegistry::with_builtins()?;
+        for (i, decl) in self.command_tools.iter().enumerate() {
+            let invalid = |e: &dyn std::fmt::Display| {
+                RuntimeError::task(&file, format!("tools.command[{i}]: {e}"))
+            };
+            let tool = decl.build().map_err(|e| invalid(&e))?;
+            registry.register(Arc::new(tool)).map_err(|e| invalid(&e))?;
+        }
+        Ok(registry)
     }
 
     /// The run configuration for this task in `workdir` (no trace, fresh run id).
@@ -348,7 +383,7 @@ fn validate(raw: RawTask, dir: &Path) -> Result<TaskSpec, String> {
         ..limits
     };
     let mut approval = ApprovalConfig::default();
-    let grants = match raw.tools {
+    let (grants, command_tools) = match raw.tools {
         Some(v) => {
             let tools = section::<RawTools>("tools", v)?;
             if let Some(approve) = tools.approve {
@@ -357,9 +392,13 @@ fn validate(raw: RawTask, dir: &Path) -> Result<TaskSpec, String> {
             if let Some(t) = tools.approval_timeout {
                 approval.timeout = Some(duration("tools.approval_timeout", &t)?);
             }
-            grants(tools.grant)?
+            let declared = match tools.command {
+                Some(v) => command::command_tools(v)?,
+                None => Vec::new(),
+            };
+            (grants(tools.grant)?, declared)
         }
-        None => Grants::new(DEFAULT_GRANTS.iter().copied()),
+        None => (Grants::new(DEFAULT_GRANTS.iter().copied()), Vec::new()),
     };
     let (driver, tick_every) = match raw.driver {
         None => (Driver::Pull, None),
@@ -458,6 +497,7 @@ fn validate(raw: RawTask, dir: &Path) -> Result<TaskSpec, String> {
         goal,
         limits,
         grants,
+        command_tools,
         accept,
         progress_window,
         script,
@@ -786,6 +826,7 @@ window = 4
                     deadline_ms: Some(30_000),
                 },
                 grants: Grants::new(["fs.read", "fs.write", "net.*"]),
+                command_tools: Vec::new(),
                 accept: vec![
                     AcceptCheck::File {
                         file: "sum.txt".into(),

@@ -25,6 +25,12 @@ pub struct TraceWriter {
 impl TraceWriter {
     /// Creates (truncates) the trace file and starts its writer thread.
     pub fn create(path: &Path) -> Result<Self, RuntimeError> {
+        Self::open(path, false)
+    }
+
+    /// Opens the trace file, appending to it when `append` (a resumed run goes on
+    /// with the trace it started), and starts its writer thread.
+    pub fn open(path: &Path, append: bool) -> Result<Self, RuntimeError> {
         let trace_err = |source| RuntimeError::Trace {
             path: path.to_path_buf(),
             source,
@@ -32,7 +38,15 @@ impl TraceWriter {
         if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
             std::fs::create_dir_all(parent).map_err(trace_err)?;
         }
-        let file = File::create(path).map_err(trace_err)?;
+        let file = if append {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+        } else {
+            File::create(path)
+        }
+        .map_err(trace_err)?;
         let (tx, rx) = unbounded::<TraceLine>();
         let (done_tx, done) = oneshot::channel();
         std::thread::Builder::new()

@@ -610,6 +610,7 @@ mod tests {
             artifacts: Arc::from(workdir.join(".agentry").as_path()),
             cancel: CancellationToken::new(),
             attempt: 1,
+            operation_id: Arc::from("op-test"),
             agents: None,
         }
     }

@@ -52,6 +52,11 @@ pub struct ToolContext {
     pub cancel: CancellationToken,
     /// Attempt number, from 1.
     pub attempt: u32,
+    /// Host-issued operation id of this action: the same for every attempt, for a
+    /// re-run after a crash, and for the same action re-proposed under a fresh call
+    /// id. Tools with `idempotency = required_key` pass it to the system they act
+    /// on so it can drop duplicates.
+    pub operation_id: Arc<str>,
     /// Starts and waits for child agents of this run (`agent.spawn`, `agent.wait`);
     /// `None` where the host runs no agent trees.
     pub agents: Option<Arc<dyn agents::AgentDesk>>,

@@ -6,7 +6,12 @@
 //! - **Environment.** The child's environment is cleared; only variables named in
 //!   [`ProcConfig::env_allowlist`] are passed, with the host's values. `proc.run`
 //!   may set allowlisted variables through its `env` argument; naming any other
-//!   variable is `EPERM`.
+//!   variable is `EPERM`. On top of that the host always sets [`ENV_RUN_ID`],
+//!   [`ENV_CALL_ID`] and [`ENV_OPERATION_ID`] (`AGENTRY_RUN_ID`,
+//!   `AGENTRY_CALL_ID`, `AGENTRY_OPERATION_ID`) from the [`ToolContext`],
+//!   overriding any value of the same name: the operation id is the same for
+//!   every attempt of an action, so a command can drop a duplicate
+//!   (`grep -qx "$AGENTRY_OPERATION_ID" done.txt || ...`).
 //! - **Working directory.** The run's working directory, or for `proc.run` a
 //!   relative `cwd` inside it (checked by [`resolve_in_workdir`]: absolute paths,
 //!   `..` and symlinks leading out are `EPERM`).
@@ -153,6 +158,19 @@ pub const DEFAULT_TERM_GRACE: Duration = Duration::from_millis(40);
 
 /// Variables passed to children by default (with the host's values).
 pub const DEFAULT_ENV_ALLOWLIST: [&str; 6] = ["PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR"];
+
+/// Set on every child to [`ToolContext::run_id`].
+pub const ENV_RUN_ID: &str = "AGENTRY_RUN_ID";
+
+/// Set on every child to [`ToolContext::call_id`].
+pub const ENV_CALL_ID: &str = "AGENTRY_CALL_ID";
+
+/// Set on every child to [`ToolContext::operation_id`]: the same for every
+/// attempt of one action, the key a `required_key` command dedupes on.
+pub const ENV_OPERATION_ID: &str = "AGENTRY_OPERATION_ID";
+
+/// The variables the host sets on every child; nobody else may set them.
+pub const HOST_ENV: [&str; 3] = [ENV_RUN_ID, ENV_CALL_ID, ENV_OPERATION_ID];
 
 /// How long output is still read after the leader exited and its group was
 /// killed. Only a process that left the group (`setsid`) while holding the pipe
@@ -359,10 +377,23 @@ enum Event {
 
 /// Runs `invocation` to completion or cancellation (see the module docs).
 async fn run(
-    invocation: Invocation,
+    mut invocation: Invocation,
     config: &ProcConfig,
     ctx: &ToolContext,
 ) -> Result<ToolOutput, ToolError> {
+    // Set here, the one path every process tool takes, and last, so neither an
+    // allowlisted host value nor a fixed or model-given one can forge the ids.
+    invocation
+        .env
+        .retain(|(name, _)| !HOST_ENV.contains(&name.as_str()));
+    invocation.env.extend([
+        (ENV_RUN_ID.to_string(), OsString::from(&*ctx.run_id)),
+        (ENV_CALL_ID.to_string(), OsString::from(&ctx.call_id)),
+        (
+            ENV_OPERATION_ID.to_string(),
+            OsString::from(&*ctx.operation_id),
+        ),
+    ]);
     if ctx.cancel.is_cancelled() {
         // Nothing started yet: do not start it.
         return Err(ToolError::new(

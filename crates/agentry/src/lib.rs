@@ -23,18 +23,21 @@
 pub use agentry_protocol as protocol;
 pub use agentry_protocol::{
     AcceptCheck, BudgetLimits, Decision, Effect, ErrorCode, Idempotency, PolicyOutput,
-    ResultEnvelope, RunStatus, StopReason, ToolCall, ToolContract, ToolError,
+    ResultEnvelope, RunStatus, Settlement, StopReason, ToolCall, ToolContract, ToolError,
 };
 pub use agentry_runtime::policy::{Script, ScriptedPolicy};
 pub use agentry_runtime::task::TaskSpec;
 pub use agentry_runtime::{
-    ApprovalConfig, Driver, Grants, Policy, PolicyContext, RunConfig, RunHandle, RunOutcome,
-    Runtime, RuntimeError, ToolRegistry,
+    ApprovalConfig, Driver, Durability, Grants, Policy, PolicyContext, RunConfig, RunHandle,
+    RunOutcome, Runtime, RuntimeError, ToolRegistry,
 };
 pub use agentry_tools::{Tool, ToolContext, ToolOutput};
 pub use async_trait::async_trait;
 
 /// The runtime crate, for actor-level access (message enums, actors).
+pub use agentry_store::{SqliteStore, Store};
+
 pub use agentry_runtime as runtime;
+pub use agentry_store as store;
 /// The built-in tools crate.
 pub use agentry_tools as tools;

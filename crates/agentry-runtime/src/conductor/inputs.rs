@@ -94,7 +94,12 @@ impl ConductorState {
     }
 
     /// Applies an input from outside, at a safe point (no step is running).
-    pub(crate) async fn on_input(&mut self, myself: &ActorRef<ConductorMsg>, input: RunInput) {
+    pub(crate) async fn on_input(
+        &mut self,
+        myself: &ActorRef<ConductorMsg>,
+        input: RunInput,
+        timer: Option<String>,
+    ) {
         match input {
             RunInput::Pause => {
                 if !self.paused {
@@ -112,7 +117,7 @@ impl ConductorState {
                 }
             }
             RunInput::Message { .. } | RunInput::Event { .. } => {
-                self.record_input(input).await;
+                self.record_input_from(input, timer).await;
                 if self.config.driver == Driver::Events {
                     if self.paused {
                         self.step_due = true;
@@ -123,7 +128,7 @@ impl ConductorState {
             }
             // Ticks come from the run's own timer and approvals from the state
             // keeper; neither is accepted from outside.
-            RunInput::Tick { .. } | RunInput::Approval { .. } => {}
+            RunInput::Tick { .. } | RunInput::Approval { .. } | RunInput::Settlement { .. } => {}
         }
     }
 
@@ -215,10 +220,25 @@ impl ConductorState {
     /// session entry to the policy's mirror, and records it in the trace and the
     /// event stream.
     pub(crate) async fn record_input(&mut self, input: RunInput) {
-        let update = StateUpdate::Input(input.clone());
-        let Ok(applied) = ask(&self.children.state, |r| StateMsg::Apply(update, Some(r))).await
-        else {
-            return;
+        self.record_input_from(input, None).await;
+    }
+
+    /// [`Self::record_input`] for an input a stored timer delivered.
+    async fn record_input_from(&mut self, input: RunInput, timer: Option<String>) {
+        let update = match timer {
+            Some(timer_id) => StateUpdate::TimerInput {
+                timer_id,
+                input: input.clone(),
+            },
+            None => StateUpdate::Input(input.clone()),
+        };
+        let applied = match ask(&self.children.state, |r| StateMsg::Apply(update, Some(r))).await {
+            Ok(Ok(applied)) => applied,
+            Ok(Err(e)) => {
+                tracing::error!(run_id = %self.run_id, error = %e, "an input could not be stored");
+                return;
+            }
+            Err(_) => return,
         };
         match &input {
             RunInput::Message { text } => {
@@ -232,7 +252,10 @@ impl ConductorState {
                 name: "tick".to_string(),
                 payload: serde_json::json!({ "n": n, "skipped": skipped }),
             }),
-            RunInput::Pause | RunInput::Resume | RunInput::Approval { .. } => {}
+            RunInput::Pause
+            | RunInput::Resume
+            | RunInput::Approval { .. }
+            | RunInput::Settlement { .. } => {}
         }
         self.trace_input(applied.inputs, applied.version, &input);
         let seq = applied.inputs;

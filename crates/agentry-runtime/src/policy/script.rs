@@ -147,22 +147,21 @@ fn parse_call(at: &str, turn: usize, j: usize, c: &Value) -> Result<ToolCall, St
     })
 }
 
-/// Plays a [`Script`] turn by turn.
+/// Plays a [`Script`]: turn `i` at step `i` (so a resumed run goes on where it
+/// stopped, like a model reading the session would).
 #[derive(Debug, Clone)]
 pub struct ScriptedPolicy {
     script: Script,
-    next: usize,
 }
 
 impl ScriptedPolicy {
     /// A policy that plays `script`.
     pub fn new(script: Script) -> Self {
-        ScriptedPolicy { script, next: 0 }
+        ScriptedPolicy { script }
     }
 
-    fn turn(&mut self) -> Option<&ScriptTurn> {
-        let i = self.next;
-        self.next += 1;
+    fn turn(&self, step: u64) -> Option<&ScriptTurn> {
+        let i = usize::try_from(step.saturating_sub(1)).unwrap_or(usize::MAX);
         match self.script.turns.get(i) {
             Some(t) => Some(t),
             None if self.script.then == ScriptEnd::RepeatLast => self.script.turns.last(),
@@ -177,9 +176,9 @@ impl Policy for ScriptedPolicy {
         "script".to_string()
     }
 
-    async fn decide(&mut self, _ctx: PolicyContext<'_>) -> PolicyOutput {
+    async fn decide(&mut self, ctx: PolicyContext<'_>) -> PolicyOutput {
         let played = self.script.turns.len();
-        let decision = match self.turn() {
+        let decision = match self.turn(ctx.step) {
             Some(ScriptTurn::ToolCalls(calls)) => Decision::ToolCalls {
                 calls: calls.clone(),
             },

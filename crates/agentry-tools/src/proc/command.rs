@@ -95,7 +95,10 @@ impl ArgTemplate {
 ///
 /// The process runs in the run's working directory, with the same machinery as
 /// `proc.run` (output caps, process group kill, environment allowlist with the
-/// host's values), plus any fixed variables added with [`CommandTool::with_env`].
+/// host's values), plus any fixed variables added with [`CommandTool::with_env`],
+/// plus the host's ids of the call (`AGENTRY_RUN_ID`, `AGENTRY_CALL_ID`,
+/// `AGENTRY_OPERATION_ID`: see the [module docs](super)), which a
+/// `required_key` command uses to drop a duplicate.
 /// Data and refs have the `proc.run` shape. See the [module docs](super) for an
 /// example.
 #[derive(Debug, Clone)]
@@ -165,7 +168,8 @@ impl CommandTool {
     }
 
     /// Sets a fixed environment variable for every call (the embedder's choice,
-    /// so it need not be allowlisted).
+    /// so it need not be allowlisted). The host's ids ([`super::HOST_ENV`]) are
+    /// set after it and win.
     pub fn with_env(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
         self.env.push((name.into(), value.into()));
         self

@@ -21,6 +21,7 @@ fn ctx(workdir: &Path) -> ToolContext {
         artifacts: Arc::from(workdir.join(".agentry").as_path()),
         cancel: CancellationToken::new(),
         attempt: 1,
+        operation_id: Arc::from("op-test"),
         agents: None,
     }
 }
@@ -191,7 +192,7 @@ async fn only_allowlisted_env_reaches_the_child() {
     assert!(stdout.lines().any(|l| l == "LANG=C.UTF-8"), "{stdout}");
     for name in names {
         assert!(
-            DEFAULT_ENV_ALLOWLIST.contains(&name),
+            DEFAULT_ENV_ALLOWLIST.contains(&name) || HOST_ENV.contains(&name),
             "{name} leaked: {stdout}"
         );
     }
@@ -494,5 +495,98 @@ async fn output_held_open_by_an_escaped_process_is_cut_and_reported() {
     assert!(
         problems[0].as_str().unwrap().contains("still open"),
         "{problems:?}"
+    );
+}
+
+/// The `NAME=value` lines of `env` output for the host's id variables, sorted.
+fn host_ids(stdout: &str) -> Vec<&str> {
+    let mut ids: Vec<&str> = stdout
+        .lines()
+        .filter(|l| HOST_ENV.iter().any(|n| l.starts_with(&format!("{n}="))))
+        .collect();
+    ids.sort_unstable();
+    ids
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_ids_reach_every_child_and_cannot_be_forged() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = ctx(dir.path());
+    let want = [
+        "AGENTRY_CALL_ID=call-1",
+        "AGENTRY_OPERATION_ID=op-test",
+        "AGENTRY_RUN_ID=run-1",
+    ];
+
+    // proc.run, even with the name allowlisted and set by the model.
+    let mut config = ProcConfig::default();
+    config.env_allowlist.push(ENV_OPERATION_ID.to_string());
+    let out = ProcTool::new(config)
+        .call(
+            json!({"argv": ["env"], "env": {"AGENTRY_OPERATION_ID": "forged"}}),
+            &c,
+        )
+        .await
+        .unwrap();
+    assert_eq!(host_ids(out.data["stdout"].as_str().unwrap()), want);
+
+    // A command tool, even with a fixed variable of that name.
+    let tool = CommandTool::new(
+        ToolContract::new("env", "print the environment", json!({"type": "object"})),
+        ["env"],
+    )
+    .unwrap()
+    .with_env(ENV_OPERATION_ID, "forged");
+    let out = tool.call(json!({}), &c).await.unwrap();
+    assert_eq!(host_ids(out.data["stdout"].as_str().unwrap()), want);
+}
+
+/// The point of the operation id: a `required_key` command that records the ids
+/// it has done appends once per action, however often the action is run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_required_key_command_dedupes_on_the_operation_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let append = CommandTool::new(
+        ToolContract::new(
+            "ledger.append",
+            "append a line once per operation",
+            json!({"type": "object", "properties": {"line": {"type": "string"}}}),
+        )
+        .idempotency(Idempotency::RequiredKey),
+        [
+            "sh",
+            "-c",
+            "grep -qxF \"$AGENTRY_OPERATION_ID\" done.txt 2>/dev/null && exit 0; \
+             printf '%s\\n' \"$1\" >> ledger.txt && \
+             printf '%s\\n' \"$AGENTRY_OPERATION_ID\" >> done.txt",
+            "sh",
+            "{line}",
+        ],
+    )
+    .unwrap();
+    let run = |op: &str, call: &str, attempt: u32| {
+        let mut c = ctx(dir.path());
+        c.operation_id = Arc::from(op);
+        c.call_id = call.to_string();
+        c.attempt = attempt;
+        c
+    };
+    // First attempt; its retry; the same action re-proposed under a new call id;
+    // then a different action.
+    for (op, call, attempt, line) in [
+        ("op-a", "c1", 1, "pay 10"),
+        ("op-a", "c1", 2, "pay 10"),
+        ("op-a", "c2", 1, "pay 10"),
+        ("op-b", "c3", 1, "pay 20"),
+    ] {
+        let out = append
+            .call(json!({"line": line}), &run(op, call, attempt))
+            .await
+            .unwrap();
+        assert_eq!(out.data["exit_code"], 0, "{op} {call}: {}", out.data);
+    }
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("ledger.txt")).unwrap(),
+        "pay 10\npay 20\n"
     );
 }

@@ -1,0 +1,243 @@
+//! Durability: the bridge between a run's actors and a [`Store`].
+//!
+//! One writer thread per runtime owns the store's write side. Actors hand it
+//! batches of [`Write`]s, in the order they must land; the thread drains every
+//! batch queued while the previous commit was on disk and commits them as one
+//! transaction (one fsync), then acknowledges each. Order is preserved, so a
+//! batch the sender did not wait for is still on disk before any later batch
+//! that someone does wait for.
+//!
+//! What waits for its commit (see ARCHITECTURE.md, "Durable runs"):
+//! - the run's creation, every input from outside, every pause/park, the stop;
+//! - a step's update in [`Durability::Strict`] mode (the default), and in
+//!   [`Durability::Grouped`] mode when the step started a call that must not run
+//!   twice;
+//! - a call's `intent` when its tool must not run twice (not `read_only`, no
+//!   idempotency key, not idempotent).
+//!
+//! Everything else (a step's decision before it acts, intents of re-runnable
+//! calls, outcomes) is queued without waiting: if the process dies before it
+//! lands, resuming repeats only work that is safe to repeat.
+
+use std::sync::Arc;
+
+use agentry_protocol::budget::BudgetSnapshot;
+use agentry_protocol::decision::PolicyOutput;
+use agentry_protocol::tool::{Effect, Idempotency, ToolContract};
+use agentry_store::{Store, StoreError, Write};
+use serde::{Deserialize, Serialize};
+use tokio::sync::oneshot;
+
+/// When a state update counts as acknowledged.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Durability {
+    /// Every step's update is on disk before the state keeper acknowledges it
+    /// (at least one fsync per step; concurrent runs share fsyncs).
+    #[default]
+    Strict,
+    /// A step that only did re-runnable work (read-only, idempotent or keyed
+    /// calls, or none) is acknowledged at once and committed with the next group;
+    /// a crash may lose such steps, and resuming runs them again. Steps with
+    /// side effects that must not repeat, inputs, parks and the stop are still
+    /// committed before they are acknowledged.
+    Grouped,
+}
+
+/// True when running the call again after a crash is safe by its contract.
+pub fn rerunnable(contract: &ToolContract) -> bool {
+    contract.effect == Effect::ReadOnly
+        || matches!(
+            contract.idempotency,
+            Idempotency::Idempotent | Idempotency::RequiredKey
+        )
+}
+
+struct Job {
+    writes: Vec<Write>,
+    done: Option<oneshot::Sender<Result<(), StoreError>>>,
+}
+
+/// Hands batches to the store's writer thread; cheap to clone.
+#[derive(Clone)]
+pub struct StoreWriter {
+    tx: crossbeam_channel::Sender<Job>,
+    store: Arc<dyn Store>,
+}
+
+impl std::fmt::Debug for StoreWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreWriter")
+            .field("store", &self.store.location())
+            .finish()
+    }
+}
+
+/// Most batches one commit takes: bounds the latency one commit adds to the
+/// first batch of its group.
+const MAX_GROUP: usize = 512;
+
+impl StoreWriter {
+    /// Starts the writer thread. It ends when the last writer is dropped.
+    pub fn start(store: Arc<dyn Store>) -> std::io::Result<StoreWriter> {
+        let (tx, rx) = crossbeam_channel::unbounded::<Job>();
+        let thread_store = Arc::clone(&store);
+        std::thread::Builder::new()
+            .name("agentry-store".into())
+            .spawn(move || writer_loop(&*thread_store, &rx))?;
+        Ok(StoreWriter { tx, store })
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    /// Commits a batch and waits until it is on disk.
+    pub async fn commit(&self, writes: Vec<Write>) -> Result<(), StoreError> {
+        let (done, rx) = oneshot::channel();
+        self.send(Job {
+            writes,
+            done: Some(done),
+        })?;
+        rx.await.unwrap_or_else(|_| Err(self.gone()))
+    }
+
+    /// Queues a batch without waiting. A failure is remembered by the writer:
+    /// every later batch fails with it, so nothing is acknowledged after a write
+    /// that was lost.
+    pub fn submit(&self, writes: Vec<Write>) {
+        if self.send(Job { writes, done: None }).is_err() {
+            tracing::error!(store = %self.store.location(), "store writer is gone; a write was dropped");
+        }
+    }
+
+    fn send(&self, job: Job) -> Result<(), StoreError> {
+        self.tx.send(job).map_err(|_| self.gone())
+    }
+
+    fn gone(&self) -> StoreError {
+        StoreError::Io {
+            path: self.store.location(),
+            message: "the store writer thread stopped".into(),
+        }
+    }
+}
+
+fn writer_loop(store: &dyn Store, rx: &crossbeam_channel::Receiver<Job>) {
+    // The first failure that may have lost a queued write poisons the writer.
+    let mut poisoned: Option<StoreError> = None;
+    while let Ok(first) = rx.recv() {
+        let mut group = vec![first];
+        while group.len() < MAX_GROUP {
+            match rx.try_recv() {
+                Ok(job) => group.push(job),
+                Err(_) => break,
+            }
+        }
+        // A run's creation commits alone: its conflict (a duplicate id) is the
+        // caller's error and must not fail other runs' batches.
+        let (creates, rest): (Vec<Job>, Vec<Job>) = group
+            .into_iter()
+            .partition(|j| j.writes.iter().any(|w| matches!(w, Write::CreateRun(_))));
+        for job in creates {
+            let result = check(&poisoned).and_then(|()| store.commit(&job.writes));
+            reply(job.done, result);
+        }
+        if rest.is_empty() {
+            continue;
+        }
+        let result = check(&poisoned).and_then(|()| {
+            if rest.len() == 1 {
+                store.commit(&rest[0].writes)
+            } else {
+                let all: Vec<Write> = rest.iter().flat_map(|j| j.writes.iter().cloned()).collect();
+                store.commit(&all)
+            }
+        });
+        if let Err(e) = &result {
+            tracing::error!(error = %e, "store commit failed");
+            if poisoned.is_none() {
+                poisoned = Some(e.clone());
+            }
+        }
+        for job in rest {
+            reply(job.done, result.clone());
+        }
+    }
+}
+
+fn check(poisoned: &Option<StoreError>) -> Result<(), StoreError> {
+    match poisoned {
+        Some(e) => Err(e.clone()),
+        None => Ok(()),
+    }
+}
+
+fn reply(done: Option<oneshot::Sender<Result<(), StoreError>>>, result: Result<(), StoreError>) {
+    if let Some(done) = done {
+        let _ = done.send(result);
+    }
+}
+
+/// One run's view of the writer.
+#[derive(Debug, Clone)]
+pub struct RunLog {
+    /// Run id.
+    pub run_id: Arc<str>,
+    /// The writer.
+    pub writer: StoreWriter,
+    /// Acknowledgement mode.
+    pub mode: Durability,
+}
+
+/// A step decided but not yet applied: resuming acts on this decision again
+/// instead of asking the policy anew (the ledger says which calls already ran).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InFlight {
+    /// Step number.
+    pub step: u64,
+    /// What the policy said.
+    pub output: PolicyOutput,
+    /// The budget when the step started.
+    pub before: BudgetSnapshot,
+}
+
+/// What the conductor needs besides the state to continue a run; kept by the
+/// state keeper and stored in each checkpoint.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Progress {
+    /// Steps taken.
+    pub steps: u64,
+    /// Tool calls this run made itself.
+    pub tool_calls: u64,
+    /// The most recent step fingerprints (no-progress window), oldest first.
+    pub fingerprints: Vec<u64>,
+    /// A decided step not yet applied.
+    pub in_flight: Option<InFlight>,
+    /// The last applied step ends the run (an answer to verify, or a stop already
+    /// decided) but the stop is not on disk yet: a resumed run does only that.
+    #[serde(default)]
+    pub ending: Option<Ending>,
+}
+
+/// How the last applied step ends the run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Ending {
+    /// The model finished with this answer: run the acceptance checks.
+    Verify {
+        /// The answer.
+        answer: String,
+    },
+    /// The step already decided the stop.
+    Stop {
+        /// Why.
+        reason: agentry_protocol::stop::StopReason,
+        /// The sentence explaining it.
+        detail: String,
+    },
+}
+
+/// Fingerprints kept in [`Progress`]: more than any sensible no-progress window.
+pub const KEPT_FINGERPRINTS: usize = 32;

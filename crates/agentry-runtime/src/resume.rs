@@ -1,0 +1,197 @@
+//! Durable runs on the embedding API: a runtime on a store lists the runs it
+//! holds and resumes an unfinished one from its last committed state.
+
+use std::sync::Arc;
+
+use agentry_protocol::state::RunStatus;
+use agentry_store::{RunRecord, RunSummary, Store, TimerRecord, Write};
+use tokio::time::Duration;
+
+use crate::conductor::{Lineage, Restore};
+use crate::config::RunConfig;
+use crate::durable::{Durability, Progress, RunLog, StoreWriter};
+use crate::error::RuntimeError;
+use crate::policy::Policy;
+use crate::runtime::{Durable, RunHandle, Runtime};
+use crate::state::RunState;
+
+/// A run read back from the store, ready to start.
+pub(crate) struct Resumed {
+    pub(crate) restore: Restore,
+    pub(crate) timers: Vec<TimerRecord>,
+}
+
+impl Runtime {
+    /// Commits every run this runtime starts to `store` (root runs; children
+    /// started by a run live in memory), so it can be resumed after the process
+    /// dies. Starts the store's writer thread.
+    pub fn with_store(
+        mut self,
+        store: Arc<dyn Store>,
+        durability: Durability,
+    ) -> Result<Self, RuntimeError> {
+        let writer = StoreWriter::start(Arc::clone(&store)).map_err(|e| {
+            RuntimeError::Store(agentry_store::StoreError::Io {
+                path: store.location(),
+                message: format!("cannot start the writer thread: {e}"),
+            })
+        })?;
+        self.store = Some(writer);
+        self.durability = durability;
+        Ok(self)
+    }
+
+    /// The store, if this runtime has one.
+    pub fn store(&self) -> Option<&Arc<dyn Store>> {
+        self.store.as_ref().map(StoreWriter::store)
+    }
+
+    fn writer(&self) -> Result<&StoreWriter, RuntimeError> {
+        self.store.as_ref().ok_or(RuntimeError::NoStore)
+    }
+
+    /// Every run the store holds, newest first.
+    pub async fn runs(&self) -> Result<Vec<RunSummary>, RuntimeError> {
+        let writer = self.writer()?;
+        // Whatever is queued lands first, so the list is current.
+        writer.commit(Vec::new()).await?;
+        Ok(writer.store().runs()?)
+    }
+
+    /// Runs the store holds that have not stopped: what a service restarted after
+    /// a crash resumes.
+    pub async fn unfinished_runs(&self) -> Result<Vec<RunSummary>, RuntimeError> {
+        Ok(self
+            .runs()
+            .await?
+            .into_iter()
+            .filter(RunSummary::unfinished)
+            .collect())
+    }
+
+    /// The configuration a stored run was started with (for example to rebuild
+    /// its policy from `policy_spec` before [`Runtime::resume`]).
+    pub async fn stored_config(&self, run_id: &str) -> Result<RunConfig, RuntimeError> {
+        let writer = self.writer()?;
+        writer.commit(Vec::new()).await?;
+        let run = writer
+            .store()
+            .load(run_id)?
+            .ok_or_else(|| RuntimeError::NoSuchRun {
+                run_id: run_id.to_string(),
+                store: writer.store().location(),
+            })?;
+        config_of(&run.record)
+    }
+
+    /// Continues an unfinished run from its last committed state, with `policy`.
+    /// Calls with a recorded outcome are never run again; a call that started
+    /// but has no outcome is settled by its tool's contract (run again when that
+    /// is safe, else the run parks `awaiting_decision` until
+    /// [`RunHandle::settle`]). The budget goes on from what was spent, the
+    /// deadline stays where it was, timers not yet fired are armed again.
+    pub async fn resume(
+        &self,
+        run_id: &str,
+        policy: impl Policy,
+    ) -> Result<RunHandle, RuntimeError> {
+        self.resume_boxed(run_id, Box::new(policy)).await
+    }
+
+    /// [`Runtime::resume`] with an already boxed policy.
+    pub async fn resume_boxed(
+        &self,
+        run_id: &str,
+        policy: Box<dyn Policy>,
+    ) -> Result<RunHandle, RuntimeError> {
+        let writer = self.writer()?;
+        writer.commit(Vec::new()).await?;
+        let run = writer
+            .store()
+            .load(run_id)?
+            .ok_or_else(|| RuntimeError::NoSuchRun {
+                run_id: run_id.to_string(),
+                store: writer.store().location(),
+            })?;
+        let not_resumable = |message: String| RuntimeError::NotResumable {
+            run_id: run_id.to_string(),
+            message,
+        };
+        let mut config = config_of(&run.record)?;
+        config.run_id = Some(run_id.to_string());
+        if !config.workdir.is_dir() {
+            return Err(not_resumable(format!(
+                "its working directory {} is gone",
+                config.workdir.display()
+            )));
+        }
+        let state = match run.checkpoint {
+            Some(cp) => {
+                if cp.snapshot.status == RunStatus::Stopped {
+                    return Err(RuntimeError::AlreadyStopped {
+                        run_id: run_id.to_string(),
+                        reason: cp
+                            .snapshot
+                            .control
+                            .stop_reason
+                            .map(|r| r.to_string())
+                            .unwrap_or_else(|| "stopped".into()),
+                    });
+                }
+                let progress: Progress = serde_json::from_value(cp.progress).map_err(|e| {
+                    not_resumable(format!("its progress record does not parse: {e}"))
+                })?;
+                RunState::restore(cp.snapshot, run.session, progress)
+            }
+            // Created, never stepped: start from the beginning.
+            None => RunState::initial(&config),
+        };
+        let elapsed = Duration::from_millis(
+            agentry_protocol::now_millis().saturating_sub(run.record.created_at_ms),
+        );
+        let lineage = Lineage::root(Some(&run_id.to_string()));
+        let tree = config.tree;
+        let grants = config.grants.clone();
+        tracing::info!(run_id, steps = state.progress().steps, "resuming run");
+        self.start_inner(
+            config,
+            policy,
+            lineage,
+            self.root_token(),
+            tree,
+            grants,
+            Durable::Resume(Box::new(Resumed {
+                restore: Restore { state, elapsed },
+                timers: run.timers,
+            })),
+        )
+        .await
+    }
+}
+
+fn config_of(record: &RunRecord) -> Result<RunConfig, RuntimeError> {
+    serde_json::from_value(record.config.clone()).map_err(|e| RuntimeError::NotResumable {
+        run_id: record.run_id.clone(),
+        message: format!("its stored configuration does not parse: {e}"),
+    })
+}
+
+/// Writes a new run's record; fails on a duplicate id.
+pub(crate) async fn create_record(log: &RunLog, config: &RunConfig) -> Result<(), RuntimeError> {
+    let now = agentry_protocol::now_millis();
+    let config_json = serde_json::to_value(config).map_err(|e| RuntimeError::NotResumable {
+        run_id: log.run_id.to_string(),
+        message: format!("its configuration cannot be stored: {e}"),
+    })?;
+    let record = RunRecord {
+        run_id: log.run_id.to_string(),
+        task_id: config.task_id.clone(),
+        parent_id: None,
+        created_at_ms: now,
+        deadline_at_ms: config.limits.deadline_ms.map(|ms| now.saturating_add(ms)),
+        config: config_json,
+        policy: config.policy_spec.clone().unwrap_or_default(),
+    };
+    log.writer.commit(vec![Write::CreateRun(record)]).await?;
+    Ok(())
+}

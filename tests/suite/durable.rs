@@ -1,0 +1,408 @@
+//! Durable runs through the embedding API: a runtime on a SQLite store, a crash
+//! in the middle of a step (the run's state keeper and executor killed, so
+//! nothing more reaches the store, as when the process dies), and a second
+//! runtime on the same file that lists and resumes the run.
+//!
+//! The same guarantees under real SIGKILLs of the `agentry` binary are in
+//! crates/agentry-cli/tests/crash.rs.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use agentry::protocol::event::RunEvent;
+use agentry::protocol::state::SessionEntry;
+use agentry::store::{LedgerState, SqliteOptions, Store};
+use agentry::{
+    Durability, Effect, Grants, Idempotency, RunConfig, RunHandle, RunStatus, Runtime,
+    RuntimeError, Settlement, SqliteStore, StopReason, Tool,
+};
+use agentry_test_support::{
+    CountingTool, GateTool, ScriptBuilder, TestError, TestTask, runtime_with, wait_for_event,
+};
+use serde_json::json;
+
+const WAIT: Duration = Duration::from_secs(5);
+
+fn store(path: &std::path::Path) -> Result<Arc<dyn Store>, TestError> {
+    Ok(Arc::new(SqliteStore::open(path)?))
+}
+
+fn durable(tools: Vec<Arc<dyn Tool>>, db: &std::path::Path) -> Result<Runtime, TestError> {
+    Ok(runtime_with(tools)?.with_store(store(db)?, Durability::Strict)?)
+}
+
+/// Kills the run the way a crash would: the state keeper first, so nothing the
+/// run does from here on (its stop included) is committed, then the executor,
+/// whose call in flight is dropped without an outcome.
+async fn crash(handle: &RunHandle) {
+    handle.actors().state.kill();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    handle.actors().executor.kill();
+    let _ = tokio::time::timeout(WAIT, handle.wait()).await;
+}
+
+fn approved(mut config: RunConfig, tools: &[&str]) -> RunConfig {
+    config.approval.pre_approved = Grants::new(tools.iter().copied());
+    config
+}
+
+/// An irreversible call interrupted mid-flight is never run again on its own:
+/// the resumed run parks `awaiting_decision` (on disk, visible to a third
+/// runtime), and a human's "happened" records it as done without running it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupted_irreversible_call_waits_for_a_human() -> Result<(), TestError> {
+    let dir = tempfile::tempdir()?;
+    let db = dir.path().join("runs.db");
+    let task = TestTask::new("pay once", &[])?.grant(&["pay"]);
+    let script = ScriptBuilder::new()
+        .call("p1", "pay", json!({"amount": 5}))
+        .finish("paid");
+
+    let (gate, mut held) = GateTool::new("pay");
+    let gate = gate.effect(Effect::IrreversibleExternal);
+    let first = durable(vec![Arc::new(gate)], &db)?;
+    let handle = first
+        .start(approved(task.config(), &["pay"]), script.clone().policy())
+        .await?;
+    let run_id = handle.run_id().to_string();
+    let call = held.next_call(WAIT).await?;
+    crash(&handle).await;
+    drop(call);
+
+    let (gate, mut held) = GateTool::new("pay");
+    let gate = gate.effect(Effect::IrreversibleExternal);
+    let second = durable(vec![Arc::new(gate)], &db)?;
+    let unfinished = second.unfinished_runs().await?;
+    assert_eq!(
+        unfinished
+            .iter()
+            .map(|r| r.run_id.as_str())
+            .collect::<Vec<_>>(),
+        [run_id.as_str()]
+    );
+    let resumed = second.resume(&run_id, script.clone().policy()).await?;
+    let mut events = resumed.subscribe();
+    wait_for_event(
+        &mut events,
+        |e| matches!(&e.event, RunEvent::AwaitingDecision { call, .. } if call.id == "p1"),
+        WAIT,
+    )
+    .await?;
+    let pending = resumed.pending_decisions().await;
+    assert_eq!(pending.len(), 1);
+    assert_eq!(pending[0].call.id, "p1");
+    assert!(
+        held.try_next_call().is_none(),
+        "the call must not run again"
+    );
+
+    // The park is on disk: another process sees the run waiting.
+    let listed = SqliteStore::open(&db)?.runs()?;
+    assert_eq!(listed[0].status, RunStatus::AwaitingDecision);
+
+    resumed.settle("p1", Settlement::Happened).await?;
+    let outcome = resumed.wait().await?;
+    assert_eq!(outcome.stop_reason, StopReason::Done, "{}", outcome.detail);
+    assert!(held.try_next_call().is_none(), "a settled call never runs");
+
+    let stored = SqliteStore::open(&db)?
+        .load(&run_id)?
+        .ok_or("run missing")?;
+    let row = stored
+        .ledger
+        .iter()
+        .find(|r| r.call_id == "p1")
+        .ok_or("no ledger row")?;
+    assert_eq!(row.state, LedgerState::Outcome);
+    assert_eq!(
+        row.outcome.as_ref().and_then(|o| o.data.clone()),
+        Some(json!({
+            "settled": "happened",
+            "note": "the run was interrupted during this call; a human confirmed it took effect (its output was not recorded)"
+        }))
+    );
+    assert_eq!(
+        stored.checkpoint.map(|c| c.snapshot.status),
+        Some(RunStatus::Stopped)
+    );
+    Ok(())
+}
+
+/// A call with a recorded outcome is never run again, even in the step being
+/// acted on again; a started call whose contract makes it safe to repeat
+/// (idempotent) runs again without asking anyone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recorded_outcomes_replay_and_safe_calls_rerun() -> Result<(), TestError> {
+    let dir = tempfile::tempdir()?;
+    let db = dir.path().join("runs.db");
+    let task = TestTask::new("append then sync", &[])?.grant(&["append", "sync"]);
+    let script = ScriptBuilder::new()
+        .call("a1", "append", json!({"value": "line 1"}))
+        .and_call("s1", "sync", json!({}))
+        .finish("synced");
+
+    let append = CountingTool::new("append").effect(Effect::IrreversibleExternal);
+    let appended = append.counter();
+    let (sync, mut held) = GateTool::new("sync");
+    let sync = sync.idempotency(Idempotency::Idempotent);
+    let first = durable(vec![Arc::new(append.clone()), Arc::new(sync)], &db)?;
+    let handle = first
+        .start(
+            approved(task.config(), &["append"]),
+            script.clone().policy(),
+        )
+        .await?;
+    let run_id = handle.run_id().to_string();
+    let _call = held.next_call(WAIT).await?;
+    crash(&handle).await;
+    assert_eq!(appended.get(), 1);
+
+    let (sync, mut held) = GateTool::new("sync");
+    let sync = sync.idempotency(Idempotency::Idempotent);
+    let second = durable(vec![Arc::new(append.clone()), Arc::new(sync)], &db)?;
+    let resumed = second.resume(&run_id, script.policy()).await?;
+    let call = held.next_call(WAIT).await?;
+    assert!(call.release(json!("ok")));
+    let outcome = resumed.wait().await?;
+    assert_eq!(outcome.stop_reason, StopReason::Done, "{}", outcome.detail);
+    assert_eq!(
+        appended.get(),
+        1,
+        "the appended line must not be appended again"
+    );
+
+    let stored = SqliteStore::open(&db)?
+        .load(&run_id)?
+        .ok_or("run missing")?;
+    let results: Vec<_> = stored
+        .session
+        .iter()
+        .filter_map(|e| match e {
+            SessionEntry::Tool { result } => Some(result),
+            _ => None,
+        })
+        .collect();
+    let a1 = results
+        .iter()
+        .find(|r| r.tool_call_id == "a1")
+        .ok_or("a1")?;
+    assert!(a1.ok && a1.replayed, "{a1:?}");
+    let s1 = results
+        .iter()
+        .find(|r| r.tool_call_id == "s1")
+        .ok_or("s1")?;
+    assert!(s1.ok && !s1.replayed, "{s1:?}");
+    Ok(())
+}
+
+/// A keyed tool's action re-proposed under a fresh call id is caught by the
+/// intent key: the recorded outcome comes back `replayed`, nothing runs twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keyed_action_under_a_fresh_id_is_replayed() -> Result<(), TestError> {
+    let dir = tempfile::tempdir()?;
+    let db = dir.path().join("runs.db");
+    let charge = CountingTool::new("charge").idempotency(Idempotency::RequiredKey);
+    let charged = charge.counter();
+    let runtime = durable(vec![Arc::new(charge)], &db)?;
+    let task = TestTask::new("charge once", &[])?.grant(&["charge"]);
+    let policy = ScriptBuilder::new()
+        .call("c1", "charge", json!({"value": 5}))
+        .call("c2", "charge", json!({"value": 5}))
+        .call("c3", "charge", json!({"value": 6}))
+        .finish("charged")
+        .policy();
+    let outcome = runtime.run(task.config(), policy).await?;
+    assert_eq!(outcome.stop_reason, StopReason::Done, "{}", outcome.detail);
+    assert_eq!(charged.get(), 2, "c2 repeats c1; c3 is a different action");
+    let stored = SqliteStore::open(&db)?
+        .load(&outcome.run_id)?
+        .ok_or("run missing")?;
+    let key = |id: &str| {
+        stored
+            .ledger
+            .iter()
+            .find(|r| r.call_id == id)
+            .map(|r| r.intent_key.clone())
+    };
+    assert_eq!(key("c1"), key("c2"));
+    assert_ne!(key("c1"), key("c3"));
+    Ok(())
+}
+
+/// The budget goes on from what was spent before the crash, and the deadline is
+/// absolute: time spent down does not give a run more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn budget_and_deadline_survive_a_restart() -> Result<(), TestError> {
+    let dir = tempfile::tempdir()?;
+    let db = dir.path().join("runs.db");
+    let script = ScriptBuilder::new()
+        .call("n1", "note", json!({}))
+        .call("w1", "wait", json!({}))
+        .finish("done");
+    let tools = || {
+        let (wait, held) = GateTool::new("wait");
+        let wait = wait.idempotency(Idempotency::Idempotent);
+        let note = CountingTool::new("note").effect(Effect::ReadOnly);
+        (vec![Arc::new(note) as Arc<dyn Tool>, Arc::new(wait)], held)
+    };
+
+    // Spent steps are still spent.
+    let task = TestTask::new("steps", &[])?
+        .grant(&["note", "wait"])
+        .max_steps(10);
+    let (t, mut held) = tools();
+    let first = durable(t, &db)?;
+    let handle = first.start(task.config(), script.clone().policy()).await?;
+    let run_id = handle.run_id().to_string();
+    let _call = held.next_call(WAIT).await?;
+    crash(&handle).await;
+    let (t, mut held) = tools();
+    let second = durable(t, &db)?;
+    let resumed = second.resume(&run_id, script.clone().policy()).await?;
+    let call = held.next_call(WAIT).await?;
+    let budget = resumed.budget().await.ok_or("no budget")?;
+    assert_eq!(budget.spent.steps, 2, "{budget:?}");
+    assert_eq!(budget.spent.tool_calls, 2, "{budget:?}");
+    assert!(call.release(json!("ok")));
+    let outcome = resumed.wait().await?;
+    assert_eq!(outcome.stop_reason, StopReason::Done, "{}", outcome.detail);
+    assert_eq!(outcome.budget.spent.steps, 3);
+
+    // A deadline that passed while the run was down stops it at once.
+    let task = TestTask::new("deadline", &[])?
+        .grant(&["note", "wait"])
+        .deadline_ms(600);
+    let (t, mut held) = tools();
+    let third = durable(t, &db)?;
+    let handle = third.start(task.config(), script.clone().policy()).await?;
+    let run_id = handle.run_id().to_string();
+    let _call = held.next_call(WAIT).await?;
+    crash(&handle).await;
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let (t, _held) = tools();
+    let fourth = durable(t, &db)?;
+    let started = Instant::now();
+    let outcome = fourth
+        .resume(&run_id, script.policy())
+        .await?
+        .wait()
+        .await?;
+    assert_eq!(
+        outcome.stop_reason,
+        StopReason::Deadline,
+        "{}",
+        outcome.detail
+    );
+    assert!(started.elapsed() < Duration::from_secs(2));
+    Ok(())
+}
+
+/// A one-shot timer set before the crash fires after the resume.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timers_survive_a_restart() -> Result<(), TestError> {
+    let dir = tempfile::tempdir()?;
+    let db = dir.path().join("runs.db");
+    let task = TestTask::new("wake up later", &[])?;
+    let mut config = task.config();
+    config.driver = agentry::Driver::Events;
+    let script = ScriptBuilder::new().finish("woke");
+
+    let first = durable(Vec::new(), &db)?;
+    let handle = first.start(config, script.clone().policy()).await?;
+    let run_id = handle.run_id().to_string();
+    handle.after(
+        Duration::from_millis(500),
+        "wake",
+        json!({"why": "reminder"}),
+    );
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    crash(&handle).await;
+
+    let second = durable(Vec::new(), &db)?;
+    let resumed = second.resume(&run_id, script.policy()).await?;
+    let outcome = tokio::time::timeout(WAIT, resumed.wait()).await??;
+    assert_eq!(outcome.stop_reason, StopReason::Done, "{}", outcome.detail);
+    let stored = SqliteStore::open(&db)?
+        .load(&run_id)?
+        .ok_or("run missing")?;
+    assert!(stored.session.iter().any(
+        |e| matches!(e, SessionEntry::Event { name, payload } if name == "wake" && payload["why"] == "reminder")
+    ));
+    assert!(stored.timers.is_empty(), "a fired timer leaves the store");
+    Ok(())
+}
+
+/// A full disk stops the run with a clear reason; what was committed before is
+/// intact and readable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_store_stops_the_run_and_keeps_what_was_committed() -> Result<(), TestError> {
+    let dir = tempfile::tempdir()?;
+    let db = dir.path().join("runs.db");
+    let limited: Arc<dyn Store> = Arc::new(SqliteStore::open_with(
+        &db,
+        SqliteOptions {
+            max_pages: Some(60),
+        },
+    )?);
+    let echo = CountingTool::new("echo").effect(Effect::ReadOnly);
+    let runtime = runtime_with(vec![Arc::new(echo)])?.with_store(limited, Durability::Strict)?;
+    let task = TestTask::new("fill the disk", &[])?
+        .grant(&["echo"])
+        .max_steps(500)
+        .window(0);
+    // Distinct 3 KiB values: every step adds pages.
+    let mut builder = ScriptBuilder::new();
+    for i in 0..400 {
+        builder = builder.call(
+            &format!("e{i}"),
+            "echo",
+            json!({"value": format!("{i:>3000}")}),
+        );
+    }
+    let outcome = runtime
+        .run(task.config(), builder.finish("never").policy())
+        .await?;
+    assert_eq!(
+        outcome.stop_reason,
+        StopReason::UnrecoverableError,
+        "{}",
+        outcome.detail
+    );
+    assert!(outcome.detail.contains("full"), "{}", outcome.detail);
+
+    let reopened = SqliteStore::open(&db)?;
+    let stored = reopened.load(&outcome.run_id)?.ok_or("run missing")?;
+    let checkpoint = stored.checkpoint.ok_or("no checkpoint")?;
+    assert!(checkpoint.snapshot.session_len > 1);
+    assert_eq!(stored.session.len() as u64, checkpoint.snapshot.session_len);
+    assert!(reopened.runs()?[0].unfinished());
+    Ok(())
+}
+
+/// Resuming what cannot be resumed says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resume_errors_name_the_problem() -> Result<(), TestError> {
+    let dir = tempfile::tempdir()?;
+    let db = dir.path().join("runs.db");
+    let runtime = durable(Vec::new(), &db)?;
+    let policy = || ScriptBuilder::new().finish("ok").policy();
+    match runtime.resume("nope", policy()).await {
+        Err(RuntimeError::NoSuchRun { run_id, .. }) => assert_eq!(run_id, "nope"),
+        other => panic!("{other:?}"),
+    }
+    let task = TestTask::new("quick", &[])?;
+    let outcome = runtime.run(task.config(), policy()).await?;
+    match runtime.resume(&outcome.run_id, policy()).await {
+        Err(e @ RuntimeError::AlreadyStopped { .. }) => {
+            assert!(e.to_string().contains("done"), "{e}")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(runtime.unfinished_runs().await?.is_empty());
+    let plain = runtime_with(Vec::new())?;
+    assert!(matches!(
+        plain.resume("x", policy()).await,
+        Err(RuntimeError::NoStore)
+    ));
+    Ok(())
+}
