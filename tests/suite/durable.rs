@@ -406,3 +406,48 @@ async fn resume_errors_name_the_problem() -> Result<(), TestError> {
     ));
     Ok(())
 }
+
+/// A call parked for approval when the process died is parked again after the
+/// resume (it never ran), and approving it then runs it once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pending_approval_survives_a_restart() -> Result<(), TestError> {
+    let dir = tempfile::tempdir()?;
+    let db = dir.path().join("runs.db");
+    let task = TestTask::new("refund after approval", &[])?.grant(&["refund"]);
+    let script = ScriptBuilder::new()
+        .call("r1", "refund", json!({"value": 10}))
+        .finish("refunded");
+    let tool = || CountingTool::new("refund").effect(Effect::IrreversibleExternal);
+
+    let refund = tool();
+    let first = durable(vec![Arc::new(refund.clone())], &db)?;
+    let handle = first.start(task.config(), script.clone().policy()).await?;
+    let run_id = handle.run_id().to_string();
+    let mut events = handle.subscribe();
+    wait_for_event(
+        &mut events,
+        |e| matches!(e.event, RunEvent::AwaitingApproval { .. }),
+        WAIT,
+    )
+    .await?;
+    crash(&handle).await;
+
+    let refund = tool();
+    let refunded = refund.counter();
+    let second = durable(vec![Arc::new(refund)], &db)?;
+    let resumed = second.resume(&run_id, script.policy()).await?;
+    let mut events = resumed.subscribe();
+    wait_for_event(
+        &mut events,
+        |e| matches!(&e.event, RunEvent::AwaitingApproval { call, .. } if call.id == "r1"),
+        WAIT,
+    )
+    .await?;
+    assert_eq!(refunded.get(), 0, "nothing runs before the approval");
+    assert_eq!(resumed.pending_approvals().await.len(), 1);
+    resumed.approve("r1").await?;
+    let outcome = resumed.wait().await?;
+    assert_eq!(outcome.stop_reason, StopReason::Done, "{}", outcome.detail);
+    assert_eq!(refunded.get(), 1);
+    Ok(())
+}
