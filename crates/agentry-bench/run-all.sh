@@ -26,6 +26,8 @@ configs=(
   "w4 --watch-cancel"
   "w4 --grandchildren"
   "parallel"
+  "durable"
+  "durable-w2"
 )
 for ((r = 1; r <= reps; r++)); do
   for c in "${configs[@]}"; do

@@ -25,6 +25,22 @@ pub enum Workload {
     Cancel,
     /// One step of K calls sleeping 50 ms each, over R runs (issue 3).
     Parallel,
+    /// W1 (M = 2,000) in memory, on a SQLite store with `Strict` and with
+    /// `Grouped` durability, in one process.
+    Durable,
+    /// N agents × M steps at once (100 × 20), the same three ways.
+    #[value(name = "durable-w2")]
+    DurableW2,
+}
+
+impl Workload {
+    /// The name on the command line and in the report (`w1`, `durable-w2`, ...).
+    pub fn name(self) -> String {
+        self.to_possible_value().map_or_else(
+            || format!("{self:?}").to_lowercase(),
+            |v| v.get_name().to_string(),
+        )
+    }
 }
 
 /// `agentry-bench <workload> [options]`: prints exactly one JSON line.
@@ -34,10 +50,11 @@ pub struct Args {
     /// The workload.
     #[arg(value_enum)]
     pub workload: Workload,
-    /// Steps per agent (W1: 10000, W2: 20, floor: 10000).
+    /// Steps per agent (W1: 10000, W2: 20, floor: 10000, durable: 2000,
+    /// durable-w2: 20).
     #[arg(long)]
     pub m: Option<u64>,
-    /// Agents (W2: 1000).
+    /// Agents (W2: 1000, durable-w2: 100).
     #[arg(long)]
     pub n: Option<u64>,
     /// Calls per parallel step (W3, parallel: 8).
@@ -74,14 +91,30 @@ pub struct Args {
     /// W2: abort after this many seconds.
     #[arg(long, default_value_t = 600)]
     pub timeout_s: u64,
+    /// durable, durable-w2: create the stores' temporary directory here
+    /// (default: the current directory, so its file system is measured).
+    #[arg(long)]
+    pub store_dir: Option<PathBuf>,
+    /// durable, durable-w2: keep the store files (their directory is named in
+    /// the notes) instead of deleting them at the end.
+    #[arg(long)]
+    pub keep_store: bool,
+    /// durable, durable-w2: measure only this mode (for profiling; no ratios).
+    #[arg(long, value_enum)]
+    pub only: Option<crate::workloads::Mode>,
 }
 
 impl Args {
     /// The options, with each workload's defaults filled in.
     pub fn options(&self) -> Options {
         let m_default = match self.workload {
-            Workload::W2 => 20,
+            Workload::W2 | Workload::DurableW2 => 20,
+            Workload::Durable => 2_000,
             _ => 10_000,
+        };
+        let n_default = match self.workload {
+            Workload::DurableW2 => 100,
+            _ => 1_000,
         };
         let runs_default = match self.workload {
             Workload::Cancel => 100,
@@ -93,7 +126,7 @@ impl Args {
         };
         Options {
             m: self.m.unwrap_or(m_default).max(1),
-            n: self.n.unwrap_or(1_000).max(1),
+            n: self.n.unwrap_or(n_default).max(1),
             k: self.k.unwrap_or(8).max(1),
             steps: self.steps.unwrap_or(5).max(1),
             runs: self.runs.unwrap_or(runs_default).max(1),
@@ -105,6 +138,9 @@ impl Args {
             timeout_s: self.timeout_s,
             threads: self.threads.max(1),
             events_off: self.events_off,
+            store_dir: self.store_dir.clone(),
+            keep_store: self.keep_store,
+            only: self.only,
         }
     }
 }
@@ -124,6 +160,8 @@ pub fn run(workload: Workload, opts: &Options) -> BenchResult<Report> {
             Workload::Floor => workloads::floor(opts).await,
             Workload::Cancel => workloads::cancel(opts).await,
             Workload::Parallel => workloads::parallel(opts).await,
+            Workload::Durable => workloads::durable(opts).await,
+            Workload::DurableW2 => workloads::durable_w2(opts).await,
         }
     })
 }

@@ -46,6 +46,13 @@ pub struct Options {
     /// W1/W2: `RunConfig::events_from_start = false`, so a run nobody
     /// subscribes to builds no events and allocates no event buffer.
     pub events_off: bool,
+    /// durable, durable-w2: where the stores' temporary directory is created
+    /// (`None`: the current directory).
+    pub store_dir: Option<PathBuf>,
+    /// durable, durable-w2: keep the store files for inspection.
+    pub keep_store: bool,
+    /// durable, durable-w2: measure only this mode.
+    pub only: Option<crate::workloads::Mode>,
 }
 
 /// A run configuration for the benchmark tools: goal `go`, the bench scope

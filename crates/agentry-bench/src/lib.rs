@@ -1,5 +1,6 @@
 //! agentry's benchmarks: the scripted-agent workload of WORKLOAD.md (W1–W4),
-//! the bare-channel floor, and issue 3's cancellation and parallel-call figures.
+//! the bare-channel floor, issue 3's cancellation and parallel-call figures, and
+//! the cost of durable runs (W1 and W2 on a SQLite store against in memory).
 //!
 //! Everything runs through agentry's public embedding API — [`agentry::Runtime`],
 //! [`agentry::RunConfig`], a [`agentry::Policy`] for the scripted model and

@@ -1,4 +1,4 @@
-//! `agentry-bench <w1|w2|w3|w4|floor|cancel|parallel> [options]`: runs one
+//! `agentry-bench <w1|w2|w3|w4|floor|cancel|parallel|durable|durable-w2> [options]`: runs one
 //! benchmark and prints exactly one JSON line. Exit status 0 when every check
 //! passed, 1 when one failed (`ok: false`) or the workload could not run.
 
@@ -12,8 +12,7 @@ fn main() -> ExitCode {
     let args = Args::parse();
     let opts = args.options();
     let report = agentry_bench::cli::run(args.workload, &opts).unwrap_or_else(|e| {
-        let name = format!("{:?}", args.workload).to_lowercase();
-        let mut r = Report::new(&name);
+        let mut r = Report::new(&args.workload.name());
         r.ok = false;
         r.note(format!("[ERROR] {e}"));
         r

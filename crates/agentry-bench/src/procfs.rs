@@ -173,6 +173,79 @@ pub fn cpu_time() -> Duration {
     tv(usage.ru_utime) + tv(usage.ru_stime)
 }
 
+/// The mount a path lives on, from `/proc/self/mountinfo`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mount {
+    /// File system type (`ext4`, `xfs`, `tmpfs`, `overlay`, ...).
+    pub fstype: String,
+    /// What is mounted (`/dev/vda`, `tmpfs`, ...).
+    pub source: String,
+    /// Where it is mounted.
+    pub mount_point: String,
+}
+
+impl std::fmt::Display for Mount {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} ({} on {})",
+            self.fstype, self.source, self.mount_point
+        )
+    }
+}
+
+/// The mount holding `path` (the longest mount point that is a prefix of its
+/// canonical form); `None` when the path or `/proc/self/mountinfo` cannot be read.
+pub fn mount_of(path: &std::path::Path) -> Option<Mount> {
+    let path = std::fs::canonicalize(path).ok()?;
+    let text = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    parse_mountinfo(&text)
+        .filter(|m| path.starts_with(&m.mount_point))
+        .max_by_key(|m| m.mount_point.len())
+}
+
+/// The mounts of a `mountinfo` text. Per line: id, parent, major:minor, root,
+/// mount point, options, optional fields, `-`, type, source, super options.
+fn parse_mountinfo(text: &str) -> impl Iterator<Item = Mount> + '_ {
+    text.lines().filter_map(|line| {
+        let (left, right) = line.split_once(" - ")?;
+        let mount_point = unescape(left.split_whitespace().nth(4)?);
+        let mut right = right.split_whitespace();
+        let fstype = right.next()?.to_string();
+        let source = unescape(right.next().unwrap_or("none"));
+        Some(Mount {
+            fstype,
+            source,
+            mount_point,
+        })
+    })
+}
+
+/// Undoes mountinfo's octal escapes (`\040` for a space, ...).
+fn unescape(field: &str) -> String {
+    let bytes = field.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let code = bytes
+            .get(i + 1..i + 4)
+            .filter(|_| bytes[i] == b'\\')
+            .and_then(|d| std::str::from_utf8(d).ok())
+            .and_then(|d| u8::from_str_radix(d, 8).ok());
+        match code {
+            Some(c) => {
+                out.push(c);
+                i += 4;
+            }
+            None => {
+                out.push(bytes[i]);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -197,5 +270,17 @@ mod tests {
         }
         std::hint::black_box(x);
         assert!(cpu_time() > before);
+    }
+
+    #[test]
+    fn mountinfo_lines_parse() {
+        let text = "22 1 254:0 / / rw,relatime shared:1 - ext4 /dev/vda rw\n\
+                    30 22 0:26 / /mnt/my\\040disk rw - tmpfs tmpfs rw,size=10k\n";
+        let mounts: Vec<Mount> = parse_mountinfo(text).collect();
+        assert_eq!(mounts.len(), 2);
+        assert_eq!(mounts[0].to_string(), "ext4 (/dev/vda on /)");
+        assert_eq!(mounts[1].mount_point, "/mnt/my disk");
+        assert_eq!(mounts[1].fstype, "tmpfs");
+        assert!(mount_of(std::path::Path::new("/")).is_some());
     }
 }

@@ -4,15 +4,55 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::process::Command;
+use std::io::Read;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-fn bench(args: &[&str]) -> Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_agentry-bench"))
+/// Runs the binary; kills it and fails the test if it takes longer than `limit`.
+fn run_within(args: &[&str], limit: Duration) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_agentry-bench"))
         .args(args)
-        .output()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .unwrap();
+    let t0 = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if t0.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{args:?} took longer than {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    // The one JSON line fits in the pipe, so the child never blocked on it.
+    let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_end(&mut stdout)
+        .unwrap();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_end(&mut stderr)
+        .unwrap();
+    Output {
+        status,
+        stdout,
+        stderr,
+    }
+}
+
+fn bench(args: &[&str]) -> Value {
+    let out = run_within(args, Duration::from_secs(300));
     let stdout = String::from_utf8(out.stdout).unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     let lines: Vec<&str> = stdout.lines().collect();
@@ -106,4 +146,55 @@ fn cancel_a_few_runs() {
     let v = bench(&["cancel", "--runs", "3", "--deadline-ms", "300"]);
     assert_eq!(v["metrics"]["groups_leaked"], 0);
     assert_eq!(v["metrics"]["zombies_left"], 0);
+}
+
+#[test]
+fn durable_three_ways_small() {
+    // The stores go to a temporary directory of their own (deleted at the end).
+    let dir = tempfile::tempdir().unwrap();
+    let store_dir = dir.path().to_str().unwrap();
+    let v = bench(&["durable", "--m", "20", "--store-dir", store_dir]);
+    assert_eq!(v["workload"], "durable");
+    assert_eq!(v["params"]["m"], 20);
+    assert!(
+        v["params"]["store_fs"].as_str().unwrap() != "unknown",
+        "{v}"
+    );
+    let m = &v["metrics"];
+    for key in [
+        "steps_per_s_memory",
+        "steps_per_s_strict",
+        "steps_per_s_grouped",
+        "ratio_strict",
+        "ratio_grouped",
+        "commits_strict",
+        "commits_grouped",
+    ] {
+        assert!(m[key].as_f64().unwrap() > 0.0, "{key}: {v}");
+    }
+    assert!(m["grouped_within_5x"].is_boolean(), "{v}");
+    // Nothing is left behind in the store directory.
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}
+
+#[test]
+fn durable_w2_small() {
+    let dir = tempfile::tempdir().unwrap();
+    let store_dir = dir.path().to_str().unwrap();
+    let v = bench(&[
+        "durable-w2",
+        "--n",
+        "5",
+        "--m",
+        "5",
+        "--store-dir",
+        store_dir,
+    ]);
+    assert_eq!(v["workload"], "durable-w2");
+    assert_eq!(v["params"]["n"], 5);
+    assert!(
+        v["metrics"]["steps_per_s_strict"].as_f64().unwrap() > 0.0,
+        "{v}"
+    );
+    assert!(v["metrics"]["ratio_grouped"].as_f64().unwrap() > 0.0, "{v}");
 }
