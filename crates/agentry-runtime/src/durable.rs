@@ -20,6 +20,7 @@
 //! lands, resuming repeats only work that is safe to repeat.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use agentry_protocol::budget::BudgetSnapshot;
 use agentry_protocol::decision::PolicyOutput;
@@ -124,20 +125,34 @@ impl StoreWriter {
     }
 }
 
+/// How long the writer lingers for more work when nobody waits for what it
+/// holds: a step's decision and intents usually precede, by microseconds, the
+/// step update someone does wait for, and one fsync then covers them all.
+const LINGER: Duration = Duration::from_millis(2);
+
 fn writer_loop(store: &dyn Store, rx: &crossbeam_channel::Receiver<Job>) {
     // The first failure that may have lost a queued write poisons the writer.
     let mut poisoned: Option<StoreError> = None;
     while let Ok(first) = rx.recv() {
         let mut group = vec![first];
-        while group.len() < MAX_GROUP {
-            match rx.try_recv() {
+        loop {
+            while group.len() < MAX_GROUP {
+                match rx.try_recv() {
+                    Ok(job) => group.push(job),
+                    Err(_) => break,
+                }
+            }
+            if group.len() >= MAX_GROUP || group.iter().any(|j| j.done.is_some()) {
+                break;
+            }
+            match rx.recv_timeout(LINGER) {
                 Ok(job) => group.push(job),
                 Err(_) => break,
             }
         }
         // A run's creation commits alone: its conflict (a duplicate id) is the
         // caller's error and must not fail other runs' batches.
-        let (creates, rest): (Vec<Job>, Vec<Job>) = group
+        let (creates, mut rest): (Vec<Job>, Vec<Job>) = group
             .into_iter()
             .partition(|j| j.writes.iter().any(|w| matches!(w, Write::CreateRun(_))));
         for job in creates {
@@ -151,7 +166,11 @@ fn writer_loop(store: &dyn Store, rx: &crossbeam_channel::Receiver<Job>) {
             if rest.len() == 1 {
                 store.commit(&rest[0].writes)
             } else {
-                let all: Vec<Write> = rest.iter().flat_map(|j| j.writes.iter().cloned()).collect();
+                // Moved, not cloned: the group's writes are large (checkpoints).
+                let all: Vec<Write> = rest
+                    .iter_mut()
+                    .flat_map(|j| std::mem::take(&mut j.writes))
+                    .collect();
                 store.commit(&all)
             }
         });

@@ -1,6 +1,6 @@
 //! Applying a batch of [`Write`]s inside the caller's transaction.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use agentry_protocol::state::{RunStatus, SessionEntry};
 use rusqlite::{OptionalExtension, Transaction, params};
@@ -28,7 +28,35 @@ pub(super) fn apply(tx: &Transaction<'_>, path: &str, writes: &[Write]) -> Resul
         now: int(agentry_protocol::now_millis()),
         touched: HashSet::new(),
     };
-    for w in writes {
+    // Within one transaction only a run's last checkpoint and a call's last
+    // ledger row survive; a group commit carries several of each (a step's
+    // decision, then the step), so the earlier ones are not written at all.
+    let mut last_checkpoint: HashMap<&str, usize> = HashMap::new();
+    let mut last_row: HashMap<(&str, &str), usize> = HashMap::new();
+    for (i, w) in writes.iter().enumerate() {
+        match w {
+            Write::Checkpoint { run_id, .. } => {
+                last_checkpoint.insert(run_id, i);
+            }
+            Write::Ledger { run_id, entry } => {
+                last_row.insert((run_id, &entry.call_id), i);
+            }
+            _ => {}
+        }
+    }
+    for (i, w) in writes.iter().enumerate() {
+        let superseded = match w {
+            Write::Checkpoint { run_id, .. } => last_checkpoint.get(run_id.as_str()) != Some(&i),
+            Write::Ledger { run_id, entry } => {
+                last_row.get(&(run_id.as_str(), entry.call_id.as_str())) != Some(&i)
+            }
+            _ => false,
+        };
+        if superseded {
+            // Still an error for a run the store does not hold.
+            batch.check_run(w)?;
+            continue;
+        }
         batch.apply(w)?;
     }
     Ok(())
@@ -100,6 +128,14 @@ impl<'a> Batch<'a, '_> {
 
     /// Checks that `run_id` exists and stamps its `updated_at_ms`, once per
     /// run and batch (a group commit touches many runs, each several times).
+    /// The run-exists check of a write that is superseded later in its batch.
+    fn check_run(&mut self, w: &'a Write) -> Result<(), StoreError> {
+        match w {
+            Write::Checkpoint { run_id, .. } | Write::Ledger { run_id, .. } => self.touch(run_id),
+            _ => Ok(()),
+        }
+    }
+
     fn touch(&mut self, run_id: &'a str) -> Result<(), StoreError> {
         if self.touched.contains(run_id) {
             return Ok(());

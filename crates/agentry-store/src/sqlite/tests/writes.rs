@@ -350,3 +350,41 @@ fn commits_from_several_threads() {
         );
     }
 }
+
+/// A group commit carries a run's checkpoint and a call's ledger row several
+/// times; the last of each wins, and a superseded write for an unknown run is
+/// still refused.
+#[test]
+fn the_last_checkpoint_and_ledger_row_of_a_batch_win() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&db_path(&dir));
+    store.commit(&[Write::CreateRun(record("r1", 1))]).unwrap();
+    let cp = |version| Write::Checkpoint {
+        run_id: "r1".into(),
+        checkpoint: checkpoint(version, RunStatus::Running, None),
+    };
+    let row = |state| Write::Ledger {
+        run_id: "r1".into(),
+        entry: ledger("c1", 1, 0, state),
+    };
+    store
+        .commit(&[
+            cp(1),
+            row(LedgerState::Intent),
+            cp(2),
+            row(LedgerState::AwaitingDecision),
+            cp(3),
+        ])
+        .unwrap();
+    let run = store.load("r1").unwrap().unwrap();
+    assert_eq!(run.checkpoint.unwrap().snapshot.version, 3);
+    assert_eq!(run.ledger.len(), 1);
+    assert_eq!(run.ledger[0].state, LedgerState::AwaitingDecision);
+
+    let ghost = Write::Checkpoint {
+        run_id: "ghost".into(),
+        checkpoint: checkpoint(1, RunStatus::Running, None),
+    };
+    let err = store.commit(&[ghost.clone(), ghost]).unwrap_err();
+    assert!(matches!(err, StoreError::NoRun { .. }), "{err}");
+}
