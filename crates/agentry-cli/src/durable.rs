@@ -98,9 +98,19 @@ pub(crate) async fn drive(
 
 /// `agentry resume RUN_ID --store FILE`.
 pub(crate) async fn resume(args: ResumeArgs) -> Result<Finished, RunError> {
+    let store = args.store.clone().unwrap_or_else(crate::default_store);
+    if !store.is_file() {
+        return Err(RunError::BadInput(
+            agentry::store::StoreError::Open {
+                path: store.display().to_string(),
+                message: "no such file".into(),
+            }
+            .into(),
+        ));
+    }
     let runtime = open_store(
         Runtime::with_builtins().map_err(RunError::BadInput)?,
-        &args.store,
+        &store,
     )?;
     let config = runtime
         .stored_config(&args.run_id)
@@ -113,7 +123,7 @@ pub(crate) async fn resume(args: ResumeArgs) -> Result<Finished, RunError> {
             let task = agentry::TaskSpec::load(&dir).map_err(RunError::BadInput)?;
             open_store(
                 Runtime::for_task(&task).map_err(RunError::BadInput)?,
-                &args.store,
+                &store,
             )?
         }
         None => runtime,
@@ -144,7 +154,7 @@ pub(crate) async fn resume(args: ResumeArgs) -> Result<Finished, RunError> {
         .resume_boxed(&args.run_id, policy)
         .await
         .map_err(RunError::BadInput)?;
-    let finished = drive(&handle, &args.decide, Some(&args.store)).await;
+    let finished = drive(&handle, &args.decide, Some(&store)).await;
     if let Some(task) = interrupt {
         task.abort();
     }
@@ -196,14 +206,15 @@ fn stored_policy(
 /// `agentry runs --store FILE`.
 pub(crate) fn list(args: &RunsArgs) -> Result<(), RuntimeError> {
     use agentry::Store;
-    if !args.store.is_file() {
+    let path = args.store.clone().unwrap_or_else(crate::default_store);
+    if !path.is_file() {
         return Err(agentry::store::StoreError::Open {
-            path: args.store.display().to_string(),
+            path: path.display().to_string(),
             message: "no such file".into(),
         }
         .into());
     }
-    let store = SqliteStore::open(&args.store)?;
+    let store = SqliteStore::open(&path)?;
     let runs: Vec<_> = store
         .runs()?
         .into_iter()

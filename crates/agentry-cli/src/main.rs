@@ -4,10 +4,16 @@
 //! agentry run TASK_DIR [--policy script:FILE|openai:MODEL|anthropic:MODEL]
 //!                      [--base-url URL] [--trace FILE] [--json]
 //!                      [--max-steps N] [--deadline 30s] [--workdir DIR]
-//!                      [--store FILE] [--run-id ID] [--approve TOOL]...
-//! agentry resume RUN_ID --store FILE [--decide CALL_ID=happened|retry|skip]...
+//!                      [--store FILE | --no-store] [--run-id ID] [--approve TOOL]...
+//! agentry resume RUN_ID [--store FILE] [--decide CALL_ID=happened|retry|skip]...
 //!                      [--policy ...] [--base-url URL] [--json]
-//! agentry runs --store FILE [--all] [--json]
+//! agentry runs [--store FILE] [--all] [--json]
+//! ```
+//!
+//! Runs are durable by default: committed to `$AGENTRY_STORE`, else
+//! `<temp dir>/agentry/runs.db`, so `agentry resume RUN_ID` works with no flags.
+//!
+//! ```text
 //! ```
 //!
 //! Exit codes: 0 when the run stops `done`, 1 for any other stop reason, 2 for bad
@@ -61,9 +67,10 @@ enum Command {
 struct ResumeArgs {
     /// The run to continue.
     run_id: String,
-    /// The SQLite store the run was started with (`agentry run --store`).
+    /// The SQLite store the run was started with. Default: $AGENTRY_STORE, else
+    /// <temp dir>/agentry/runs.db (where `agentry run` stores runs by default).
     #[arg(long, value_name = "FILE")]
-    store: PathBuf,
+    store: Option<PathBuf>,
     /// Settle a call the crash interrupted (the run parks `awaiting_decision` on
     /// it otherwise): `happened` (it took effect; do not run it), `retry` (run it
     /// again) or `skip` (do not run it; tell the model). Repeatable.
@@ -82,9 +89,9 @@ struct ResumeArgs {
 
 #[derive(Debug, Args)]
 struct RunsArgs {
-    /// The SQLite store.
+    /// The SQLite store. Default: $AGENTRY_STORE, else <temp dir>/agentry/runs.db.
     #[arg(long, value_name = "FILE")]
-    store: PathBuf,
+    store: Option<PathBuf>,
     /// List finished runs too.
     #[arg(long)]
     all: bool,
@@ -124,9 +131,13 @@ struct RunArgs {
     #[arg(long, value_name = "DIR")]
     workdir: Option<PathBuf>,
     /// Commit the run to this SQLite store (created if missing) so that
-    /// `agentry resume` can continue it after a crash.
-    #[arg(long, value_name = "FILE")]
+    /// `agentry resume` can continue it after a crash. Default: $AGENTRY_STORE,
+    /// else <temp dir>/agentry/runs.db.
+    #[arg(long, value_name = "FILE", conflicts_with = "no_store")]
     store: Option<PathBuf>,
+    /// Keep the run in memory only: it cannot be resumed.
+    #[arg(long)]
+    no_store: bool,
     /// The run id (default: a fresh UUIDv7). With --store, a run id already in the
     /// store is refused.
     #[arg(long, value_name = "ID")]
@@ -161,6 +172,15 @@ pub(crate) fn parse_policy(value: &str) -> Result<PolicyArg, String> {
             Some(Err(e)) => Err(e.to_string()),
             None => Err("expected script:FILE, openai:MODEL or anthropic:MODEL".into()),
         },
+    }
+}
+
+/// The store used when no `--store` is given: `$AGENTRY_STORE`, else
+/// `<temp dir>/agentry/runs.db`.
+pub(crate) fn default_store() -> PathBuf {
+    match std::env::var_os("AGENTRY_STORE").filter(|v| !v.is_empty()) {
+        Some(path) => PathBuf::from(path),
+        None => std::env::temp_dir().join("agentry").join("runs.db"),
     }
 }
 

@@ -39,8 +39,41 @@ pub(crate) async fn run(args: RunArgs) -> Result<crate::durable::Finished, RunEr
         check_trace_file(path).map_err(RunError::BadInput)?;
     }
     let mut runtime = Runtime::for_task(&task).map_err(RunError::BadInput)?;
-    if let Some(path) = &args.store {
-        runtime = crate::durable::open_store(runtime, path)?;
+    let store = match (&args.store, args.no_store) {
+        (_, true) => None,
+        (Some(path), false) => {
+            runtime = crate::durable::open_store(runtime, path)?;
+            Some(path.clone())
+        }
+        // The default store: durable unless it is unusable, which is reported
+        // but does not stop a run nobody asked to be durable.
+        (None, false) => {
+            let path = crate::default_store();
+            let opened = path
+                .parent()
+                .map_or(Ok(()), std::fs::create_dir_all)
+                .map_err(|e| e.to_string())
+                .and_then(|()| {
+                    crate::durable::open_store(runtime.clone(), &path).map_err(|e| match e {
+                        RunError::BadInput(e) => e.to_string(),
+                        other => format!("{other:?}"),
+                    })
+                });
+            match opened {
+                Ok(durable) => {
+                    runtime = durable;
+                    Some(path)
+                }
+                Err(e) => {
+                    eprintln!(
+                        "agentry: warning: the default store cannot be used ({e}); this run will not be resumable (pass --store FILE, or --no-store to silence this)"
+                    );
+                    None
+                }
+            }
+        }
+    };
+    if let Some(path) = &store {
         if let Some(id) = &args.run_id
             && runtime.stored_config(id).await.is_ok()
         {
@@ -85,16 +118,20 @@ pub(crate) async fn run(args: RunArgs) -> Result<crate::durable::Finished, RunEr
         .await
         .map_err(RunError::BadInput)?;
     tracing::info!(run_id = handle.run_id(), task_id = %task.task_id, "run started");
-    if let Some(path) = &args.store {
+    if let Some(path) = &store {
+        let flag = if args.store.is_some() {
+            format!(" --store {}", path.display())
+        } else {
+            String::new()
+        };
         eprintln!(
-            "agentry: run {} is stored in {} (resume it with: agentry resume {} --store {})",
+            "agentry: run {} is stored in {} (resume it with: agentry resume {}{flag})",
             handle.run_id(),
             path.display(),
             handle.run_id(),
-            path.display()
         );
     }
-    let finished = crate::durable::drive(&handle, &[], args.store.as_deref()).await;
+    let finished = crate::durable::drive(&handle, &[], store.as_deref()).await;
     if let Some(task) = interrupt {
         task.abort();
     }
