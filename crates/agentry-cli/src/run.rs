@@ -73,18 +73,17 @@ pub(crate) async fn run(args: RunArgs) -> Result<crate::durable::Finished, RunEr
             }
         }
     };
-    if let Some(path) = &store {
-        if let Some(id) = &args.run_id
-            && runtime.stored_config(id).await.is_ok()
-        {
-            return Err(RunError::BadInput(
-                agentry::store::StoreError::Conflict {
-                    path: path.display().to_string(),
-                    run_id: id.clone(),
-                }
-                .into(),
-            ));
-        }
+    if let Some(path) = &store
+        && let Some(id) = &args.run_id
+        && runtime.stored_config(id).await.is_ok()
+    {
+        return Err(RunError::BadInput(
+            agentry::store::StoreError::Conflict {
+                path: path.display().to_string(),
+                run_id: id.clone(),
+            }
+            .into(),
+        ));
     }
     // The working directory is created last, so bad input leaves nothing behind.
     let workdir = task
