@@ -451,3 +451,43 @@ async fn a_pending_approval_survives_a_restart() -> Result<(), TestError> {
     assert_eq!(refunded.get(), 1);
     Ok(())
 }
+
+/// The executor dies in the middle of an irreversible call: the model hears the
+/// outcome is unknown, and when it proposes the same call again the restarted
+/// executor (which reads the ledger back from the store) parks it for a human
+/// instead of running it a second time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_lost_with_its_executor_is_not_rerun_silently() -> Result<(), TestError> {
+    let dir = tempfile::tempdir()?;
+    let db = dir.path().join("runs.db");
+    let task = TestTask::new("pay once", &[])?.grant(&["pay"]);
+    let policy = ScriptBuilder::new()
+        .call("p1", "pay", json!({"amount": 5}))
+        .call("p1", "pay", json!({"amount": 5}))
+        .finish("paid")
+        .policy();
+    let (gate, mut held) = GateTool::new("pay");
+    let gate = gate.effect(Effect::IrreversibleExternal);
+    let runtime = durable(vec![Arc::new(gate)], &db)?;
+    let handle = runtime
+        .start(approved(task.config(), &["pay"]), policy)
+        .await?;
+    let mut events = handle.subscribe();
+    let _call = held.next_call(WAIT).await?;
+    handle.actors().executor.kill();
+    wait_for_event(
+        &mut events,
+        |e| matches!(&e.event, RunEvent::AwaitingDecision { call, .. } if call.id == "p1"),
+        WAIT,
+    )
+    .await?;
+    assert!(
+        held.try_next_call().is_none(),
+        "never run a second time unasked"
+    );
+    handle.settle("p1", Settlement::Skip).await?;
+    let outcome = handle.wait().await?;
+    assert_eq!(outcome.stop_reason, StopReason::Done, "{}", outcome.detail);
+    assert!(held.try_next_call().is_none());
+    Ok(())
+}

@@ -97,23 +97,31 @@ fn assert_no_duplicates(lines: &[String], context: &str) {
     }
 }
 
-/// Waits until no process (an orphaned tool of the killed run) has its working
-/// directory in `workdir`, so the next run cannot race a straggler.
-fn wait_for_stragglers(workdir: &Path) {
+/// Waits until no process of the killed run is left: its orphaned tools (their
+/// working directory is `workdir`) and a tool being spawned at the moment of
+/// the kill (still a copy of `agentry`, its command line naming `store`). A
+/// human settling a call must likewise wait for the old process's effects.
+fn wait_for_stragglers(workdir: &Path, store: &Path) {
     let target = std::fs::canonicalize(workdir).unwrap_or_else(|_| workdir.to_path_buf());
+    let marker = store.as_os_str().as_encoded_bytes().to_vec();
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let busy = std::fs::read_dir("/proc")
             .map(|entries| {
                 entries.flatten().any(|e| {
                     std::fs::read_link(e.path().join("cwd")).is_ok_and(|cwd| cwd == target)
+                        || std::fs::read(e.path().join("cmdline"))
+                            .is_ok_and(|c| c.windows(marker.len()).any(|w| w == marker))
                 })
             })
             .unwrap_or(false);
         if !busy {
             return;
         }
-        assert!(Instant::now() < deadline, "tool processes outlived the run");
+        assert!(
+            Instant::now() < deadline,
+            "processes of the killed run lingered"
+        );
         std::thread::sleep(Duration::from_millis(5));
     }
 }
@@ -175,7 +183,7 @@ fn cycle(root: &Path, i: usize, keyed: bool, kill_at: Duration) -> bool {
     let context = format!("iteration {i} (kill at {kill_at:?}, keyed {keyed})");
 
     killed_after(run_cmd(&task_dir, &store, &workdir, &run_id), kill_at);
-    wait_for_stragglers(&workdir);
+    wait_for_stragglers(&workdir, &store);
     assert_no_duplicates(&lines(&workdir, keyed), &context);
 
     let mut parked = false;
@@ -184,7 +192,7 @@ fn cycle(root: &Path, i: usize, keyed: bool, kill_at: Duration) -> bool {
         // Every fifth iteration also crashes the first resume.
         if round == 0 && i.is_multiple_of(5) {
             killed_after(resume(&store, &run_id, &decisions), kill_at / 2);
-            wait_for_stragglers(&workdir);
+            wait_for_stragglers(&workdir, &store);
             assert_no_duplicates(&lines(&workdir, keyed), &context);
         }
         let out = resume(&store, &run_id, &decisions).output().unwrap();
@@ -218,7 +226,9 @@ fn cycle(root: &Path, i: usize, keyed: bool, kill_at: Duration) -> bool {
                     ));
                 }
             }
-            2 if String::from_utf8_lossy(&out.stderr).contains("holds no run") => {
+            2 if String::from_utf8_lossy(&out.stderr).contains("holds no run")
+                || String::from_utf8_lossy(&out.stderr).contains("no such file") =>
+            {
                 // Killed before the run was stored: nothing ran; start again.
                 assert!(lines(&workdir, keyed).is_empty(), "{context}");
                 workdir = root.join(format!("work{i}-again"));

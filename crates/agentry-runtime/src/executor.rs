@@ -646,7 +646,10 @@ impl ExecutorState {
                 {
                     return Prepared::Done(replay(recorded, call));
                 }
-                (LedgerState::Intent | LedgerState::AwaitingDecision, _) if redrive => {
+                // Started and never finished: only a crash leaves a row like this
+                // (every finished attempt records an outcome, even a cancelled
+                // one), so whether it took effect is unknown, redriven or not.
+                (LedgerState::Intent | LedgerState::AwaitingDecision, _) => {
                     return run(if rerunnable(&tool.contract) {
                         Mode::Rerun
                     } else {
