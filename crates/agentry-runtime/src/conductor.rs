@@ -663,14 +663,25 @@ impl ConductorState {
         if self.durable {
             // Recorded before acting, so a resumed run acts on this decision again
             // (the ledger says which calls already ran) instead of asking anew.
-            let _ = self.children.state.cast(StateMsg::Apply(
-                StateUpdate::Decided(Box::new(InFlight {
-                    step,
-                    output: out.clone(),
-                    before,
-                })),
-                None,
-            ));
+            // The reply means the state keeper has queued it at the store writer,
+            // so it lands before any intent the executor commits for this step
+            // (both go through the one writer, in order); nobody waits for the
+            // disk here.
+            let decided = StateUpdate::Decided(Box::new(InFlight {
+                step,
+                output: out.clone(),
+                before,
+            }));
+            match ask(&self.children.state, |r| StateMsg::Apply(decided, Some(r))).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => {
+                    return Flow::stop(
+                        StopReason::UnrecoverableError,
+                        format!("step {step}'s decision could not be stored: {e}"),
+                    );
+                }
+                Err(e) => return Flow::stop(StopReason::UnrecoverableError, e),
+            }
         }
         self.act(step, before, out, false).await
     }
@@ -807,6 +818,7 @@ impl ConductorState {
             _ => None,
         }
         .filter(|_| self.durable);
+        let world_may_change = results.iter().any(|r| !r.refs.is_empty());
         let update = StateUpdate::Step {
             step,
             decision: out.decision,
@@ -818,6 +830,14 @@ impl ConductorState {
             side_effects,
             ending,
         };
+        // Nobody needs the reply when the store is off, the trace is off, nobody
+        // listens and no result carries a ref (so the world cannot change): the
+        // update is handed over without a round trip. The state keeper applies it
+        // before anything sent after it, so every later read sees it.
+        if !self.durable && self.trace.is_none() && !self.events.listening() && !world_may_change {
+            let _ = self.children.state.cast(StateMsg::Apply(update, None));
+            return self.check_end(flow, answer, final_text, fp).await;
+        }
         let applied: Applied =
             match ask(&self.children.state, |r| StateMsg::Apply(update, Some(r))).await {
                 Ok(Ok(a)) => a,
@@ -868,7 +888,17 @@ impl ConductorState {
             }
         }
 
-        // 6. Termination checks, after the step's effects are on record.
+        self.check_end(flow, answer, final_text, fp).await
+    }
+
+    /// 6. Termination checks, after the step's effects are on record.
+    async fn check_end(
+        &mut self,
+        flow: Flow,
+        answer: Option<String>,
+        final_text: bool,
+        fp: u64,
+    ) -> Flow {
         if let Flow::Stop { .. } = flow {
             return flow;
         }

@@ -5,7 +5,10 @@
 //! actor emitted them. The channel itself is created on the first `subscribe`, so
 //! a run nobody watches allocates no 1,024-slot buffer. With `events_from_start`
 //! the events emitted before that are kept in a backlog (only as many as were
-//! emitted, at most the channel's capacity) and handed to the first subscriber.
+//! emitted) and handed to the first subscriber. A backlog that fills the
+//! channel's capacity before anyone subscribes is dropped and no longer kept:
+//! nobody is coming for the run's start, and a run nobody watches then builds no
+//! events at all (a subscriber that comes later sees events from then on).
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -63,6 +66,14 @@ impl EventSink {
         Some(rx)
     }
 
+    /// Whether an event emitted now would be seen (a live subscriber, or the
+    /// backlog kept for the first one).
+    pub fn listening(&self) -> bool {
+        self.inner.lock().is_ok_and(|inner| {
+            inner.backlog.is_some() || inner.tx.as_ref().is_some_and(|tx| tx.receiver_count() > 0)
+        })
+    }
+
     /// Publishes an event. The event is only built when someone listens: building
     /// one costs a clone of the decision or envelope.
     pub fn emit(&self, event: impl FnOnce() -> RunEvent) {
@@ -79,19 +90,23 @@ impl EventSink {
             seq: inner.seq,
             event: event(),
         };
-        match (inner.tx.clone(), inner.backlog.as_mut()) {
-            (Some(tx), _) if live => {
+        if live {
+            if let Some(tx) = &inner.tx {
                 let _ = tx.send(record);
             }
-            (_, Some(backlog)) => {
-                // Like a lagging receiver, a first subscriber that comes very late
-                // misses the oldest events.
-                if backlog.len() >= EVENT_BUFFER {
-                    backlog.pop_front();
-                }
+            return;
+        }
+        let full = match inner.backlog.as_mut() {
+            Some(backlog) if backlog.len() < EVENT_BUFFER => {
                 backlog.push_back(record);
+                false
             }
-            _ => {}
+            Some(_) => true,
+            None => false,
+        };
+        if full {
+            // Full and still nobody: stop keeping (and building) events.
+            inner.backlog = None;
         }
     }
 }
