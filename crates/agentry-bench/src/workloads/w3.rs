@@ -57,12 +57,33 @@ fn check(outcome: &RunOutcome, probe: &Probe, steps: u64, k: u64) -> Result<(), 
     Ok(())
 }
 
+/// W3's floor: the same S rounds of K concurrent tokio sleeps of 50 − i ms,
+/// joined in request order, with no runtime. Its ms per round is what tokio's
+/// 1 ms timer wheel allows (a 50 ms sleep wakes on the tick after it is due).
+async fn floor_ms_per_step(steps: u64, k: u64) -> f64 {
+    let t0 = Instant::now();
+    for _ in 0..steps {
+        let sleeps: Vec<_> = (0..k)
+            .map(|i| {
+                tokio::spawn(tokio::time::sleep(std::time::Duration::from_millis(
+                    50u64.saturating_sub(i),
+                )))
+            })
+            .collect();
+        for s in sleeps {
+            let _ = s.await;
+        }
+    }
+    ms(t0.elapsed()) / steps as f64
+}
+
 /// `w3`: S steps × K `sleep_echo` calls sleeping 50 − i ms, then a final turn.
 pub async fn w3(opts: &Options) -> BenchResult<Report> {
     let (steps, k) = (opts.steps.max(1), opts.k.max(1));
     let dir = workdir()?;
     let runtime = Runtime::new(tools::registry(None)?);
     warm_up(&runtime, dir.path()).await?;
+    let floor = floor_ms_per_step(steps, k).await;
     let (outcome, wall, probe, step_ms) = episode(&runtime, dir.path(), steps, k, None).await?;
 
     let mut report = Report::new("w3");
@@ -74,6 +95,8 @@ pub async fn w3(opts: &Options) -> BenchResult<Report> {
     report
         .metric_f("wall_s", wall / 1e3, 6)
         .metric_f("ms_per_parallel_step", wall / steps as f64, 3)
+        .metric_f("floor_ms_per_parallel_step", floor, 3)
+        .metric_f("ratio_to_floor", wall / steps as f64 / floor, 4)
         .metric_f("min_step_ms", quantile(&step_ms, 0.0), 3)
         .metric_f("max_step_ms", quantile(&step_ms, 1.0), 3)
         .metric("order_matches_request", checked.is_ok());
