@@ -130,11 +130,15 @@ fn check_existing(path: &Path, shown: &str) -> Result<(), StoreError> {
             supported: SCHEMA_VERSION,
         });
     }
-    // A process that died mid-run leaves a hot WAL, which only a writable
-    // connection can recover (a read-only one fails "attempt to write a readonly
-    // database"). Recovery rebuilds the WAL index; with no checkpoint on close the
+    // A process that died mid-run (or while creating the store) leaves a hot
+    // WAL, a stale WAL index or a hot rollback journal, which only a writable
+    // connection can recover (a read-only one fails "attempt to write a
+    // readonly database"). Recovery rebuilds the WAL index; with no checkpoint on close the
     // main file is still not written by this check.
-    let hot_wal = wal_has_frames(path);
+    let hot_wal = wal_has_frames(path)
+        || side_file(path, "-shm")
+        || side_file(path, "-wal")
+        || side_file(path, "-journal");
     let flags = if hot_wal {
         OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX
     } else {
@@ -198,6 +202,13 @@ fn header_version(path: &Path) -> Option<u32> {
     let version = i32::from_be_bytes([header[60], header[61], header[62], header[63]]);
     // Negative: written by no agentry; counts as newer (refused untouched).
     Some(u32::try_from(version).unwrap_or(u32::MAX))
+}
+
+/// Whether the store's side file (`-wal`, `-shm`, `-journal`) exists.
+fn side_file(path: &Path, suffix: &str) -> bool {
+    let mut side = path.as_os_str().to_owned();
+    side.push(suffix);
+    std::path::Path::new(&side).exists()
 }
 
 /// Whether the store's `-wal` file holds anything (frames not yet checkpointed,
