@@ -152,7 +152,7 @@ async fn supervisor_matches_model(limits: BudgetLimits, ops: Vec<Op>) -> Result<
             Op::Spend(charge) => {
                 let reply = ask(&actor, |r| BudgetMsg::Spend(charge, r)).await?;
                 match (reply, limits.check(&model, &charge)) {
-                    (SpendReply::Granted { before, after }, Ok(())) => {
+                    (SpendReply::Granted { before, after, .. }, Ok(())) => {
                         if before.spent != model || after.spent != model.plus(&charge) {
                             return Err(format!("granted {charge:?} but {before:?} -> {after:?}"));
                         }

@@ -28,6 +28,9 @@ pub enum SpendReply {
         before: BudgetSnapshot,
         /// After.
         after: BudgetSnapshot,
+        /// Tool calls this run may still make after the spend (limit minus spent
+        /// and reserved for children); `None` when unlimited.
+        tool_calls_left: Option<u64>,
     },
     /// Refused: this dimension is exhausted. Nothing was spent.
     Refused(StopReason),
@@ -41,6 +44,13 @@ pub enum BudgetMsg {
     /// Spend up to `n` tool calls; replies with how many were granted (the rest are
     /// refused with `EBUDGET`) and the snapshot after.
     SpendToolCalls(u64, RpcReplyPort<(u64, BudgetSnapshot)>),
+    /// Record tool calls the run's conductor granted itself against the
+    /// `tool_calls_left` of its step's [`SpendReply::Granted`]. The conductor is
+    /// the only spender of its run's own tool calls (children spend from what was
+    /// reserved for them, which that figure already excludes), so its view is
+    /// exact or, if a child released budget meanwhile, conservative: the check
+    /// still happens before the spend, without a second round trip.
+    RecordToolCalls(u64),
     /// Check, then spend, one automatic retry; `false` when the run's retry budget
     /// is exhausted (or the run is stopping).
     SpendRetry(RpcReplyPort<bool>),
@@ -310,9 +320,14 @@ impl Actor for BudgetSupervisor {
                         Ok(()) => {
                             let before = state.snapshot();
                             state.record(charge);
+                            let committed = state.committed().tool_calls;
                             SpendReply::Granted {
                                 before,
                                 after: state.snapshot(),
+                                tool_calls_left: state
+                                    .limits
+                                    .max_tool_calls
+                                    .map(|max| max.saturating_sub(committed)),
                             }
                         }
                         Err(reason) => SpendReply::Refused(reason),
@@ -336,6 +351,7 @@ impl Actor for BudgetSupervisor {
                 }
                 let _ = reply.send((granted, state.snapshot()));
             }
+            BudgetMsg::RecordToolCalls(n) => state.record(Usage::tool_calls(n)),
             BudgetMsg::SpendRetry(reply) => {
                 let ok = state.cause.is_none()
                     && !state.deadline_passed()

@@ -245,6 +245,8 @@ pub struct ConductorState {
     redrive: Option<InFlight>,
     /// A resumed run whose last step ended it: finish that, take no new step.
     ending: Option<Ending>,
+    /// Tool calls this run may still make, as of this step's budget spend.
+    tool_calls_left: Option<u64>,
 }
 
 mod inputs;
@@ -438,6 +440,7 @@ impl Actor for Conductor {
             durable: log.is_some(),
             redrive: progress.in_flight,
             ending: progress.ending,
+            tool_calls_left: None,
             step_due: false,
             wake_pending: false,
             ticks: None,
@@ -627,7 +630,14 @@ impl ConductorState {
         })
         .await
         {
-            Ok(SpendReply::Granted { before, .. }) => before,
+            Ok(SpendReply::Granted {
+                before,
+                tool_calls_left,
+                ..
+            }) => {
+                self.tool_calls_left = tool_calls_left;
+                before
+            }
             Ok(SpendReply::Refused(reason)) => {
                 return Flow::stop(
                     reason,
@@ -696,7 +706,14 @@ impl ConductorState {
         })
         .await
         {
-            Ok(SpendReply::Granted { before, .. }) => before,
+            Ok(SpendReply::Granted {
+                before,
+                tool_calls_left,
+                ..
+            }) => {
+                self.tool_calls_left = tool_calls_left;
+                before
+            }
             Ok(SpendReply::Refused(reason)) => {
                 return Flow::stop(
                     reason,
@@ -741,12 +758,12 @@ impl ConductorState {
         let mut final_text = false;
         let mut attempts = Vec::new();
         let mut approvals = Vec::new();
-        let mut execution_spent = None;
+        let mut granted_calls = 0;
         let mut side_effects = false;
         let results = match &out.decision {
             Decision::ToolCalls { calls } if !calls.is_empty() => {
                 let (executed, short, spent) = self.execute(step, calls, redrive).await;
-                execution_spent = spent;
+                granted_calls = spent;
                 side_effects = executed.side_effects;
                 if let Some(short) = short {
                     flow = short;
@@ -790,7 +807,7 @@ impl ConductorState {
         // 4. Update: one state update per step, applied by the state keeper. The
         // fingerprint uses the world as the action found it; what the action did to
         // it is in the observation (refs).
-        let after = self.after_snapshot(before, &out, execution_spent, &attempts);
+        let after = self.after_snapshot(before, &out, granted_calls, &attempts);
         let fp = step_fingerprint(&out.decision, &results, &self.world_digest);
         self.pending.push(SessionEntry::Assistant {
             step,
@@ -928,22 +945,26 @@ impl ConductorState {
         step: u64,
         calls: &[ToolCall],
         redrive: bool,
-    ) -> (Executed, Option<Flow>, Option<BudgetSnapshot>) {
+    ) -> (Executed, Option<Flow>, u64) {
         let n = calls.len() as u64;
-        let (granted, spent) =
-            match ask(&self.children.budget, |r| BudgetMsg::SpendToolCalls(n, r)).await {
-                Ok(answer) => {
-                    self.own_tool_calls += answer.0;
-                    answer
-                }
-                Err(e) => {
-                    return (
-                        Executed::default(),
-                        Some(Flow::stop(StopReason::UnrecoverableError, e)),
-                        None,
-                    );
-                }
-            };
+        // Checked against the allowance the step's spend reported (this conductor
+        // is the only spender of its run's own tool calls) and recorded with a
+        // cast: check-before-spend without a second round trip.
+        let granted = if self.run_token.is_cancelled() {
+            0
+        } else {
+            self.tool_calls_left.map_or(n, |left| n.min(left))
+        };
+        if granted > 0 {
+            self.own_tool_calls += granted;
+            if let Some(left) = &mut self.tool_calls_left {
+                *left -= granted;
+            }
+            let _ = self
+                .children
+                .budget
+                .cast(BudgetMsg::RecordToolCalls(granted));
+        }
         let run = ask(&self.children.executor, |reply| ExecutorMsg::Execute {
             step,
             calls: calls.to_vec(),
@@ -980,7 +1001,7 @@ impl ConductorState {
         } else {
             None
         };
-        (results, flow, Some(spent))
+        (results, flow, granted)
     }
 
     async fn verify(&mut self, answer: String) -> Flow {
@@ -1035,22 +1056,16 @@ impl ConductorState {
         &self,
         before: BudgetSnapshot,
         out: &PolicyOutput,
-        execution_spent: Option<BudgetSnapshot>,
+        tool_calls: u64,
         attempts: &[AttemptRecord],
     ) -> BudgetSnapshot {
         let retries = attempts.iter().filter(|a| a.attempt > 1).count() as u64;
-        let spent = match execution_spent {
-            // Tokens were charged before the tool calls were spent: included.
-            Some(s) => s.spent,
-            None => before.spent.plus(&Usage {
-                steps: 1,
-                tokens_in: out.usage.tokens_in,
-                tokens_out: out.usage.tokens_out,
-                cost_micros: out.cost_micros,
-                ..Usage::default()
-            }),
-        };
-        let spent = spent.plus(&Usage {
+        let spent = before.spent.plus(&Usage {
+            steps: 1,
+            tool_calls,
+            tokens_in: out.usage.tokens_in,
+            tokens_out: out.usage.tokens_out,
+            cost_micros: out.cost_micros,
             retries,
             ..Usage::default()
         });
