@@ -31,10 +31,14 @@ pub(crate) struct Parked {
 }
 
 /// Puts `runtime` on the SQLite store at `path` (created if missing).
-pub(crate) fn open_store(runtime: Runtime, path: &Path) -> Result<Runtime, RunError> {
+pub(crate) fn open_store(
+    runtime: Runtime,
+    path: &Path,
+    durability: Durability,
+) -> Result<Runtime, RunError> {
     let store = SqliteStore::open(path).map_err(|e| RunError::BadInput(e.into()))?;
     runtime
-        .with_store(Arc::new(store), Durability::Strict)
+        .with_store(Arc::new(store), durability)
         .map_err(RunError::BadInput)
 }
 
@@ -111,6 +115,7 @@ pub(crate) async fn resume(args: ResumeArgs) -> Result<Finished, RunError> {
     let runtime = open_store(
         Runtime::with_builtins().map_err(RunError::BadInput)?,
         &store,
+        args.durability.into(),
     )?;
     let config = runtime
         .stored_config(&args.run_id)
@@ -124,6 +129,7 @@ pub(crate) async fn resume(args: ResumeArgs) -> Result<Finished, RunError> {
             open_store(
                 Runtime::for_task(&task).map_err(RunError::BadInput)?,
                 &store,
+                args.durability.into(),
             )?
         }
         None => runtime,

@@ -5,8 +5,9 @@
 //!                      [--base-url URL] [--trace FILE] [--json]
 //!                      [--max-steps N] [--deadline 30s] [--workdir DIR]
 //!                      [--store FILE | --no-store] [--run-id ID] [--approve TOOL]...
+//!                      [--durability strict|grouped]
 //! agentry resume RUN_ID [--store FILE] [--decide CALL_ID=happened|retry|skip]...
-//!                      [--policy ...] [--base-url URL] [--json]
+//!                      [--policy ...] [--base-url URL] [--json] [--durability ...]
 //! agentry runs [--store FILE] [--all] [--json]
 //! ```
 //!
@@ -85,6 +86,28 @@ struct ResumeArgs {
     /// Print exactly one JSON object on stdout instead of the summary.
     #[arg(long)]
     json: bool,
+    /// When a step counts as done: `strict` (on disk first) or `grouped`.
+    #[arg(long, value_enum, default_value_t = DurabilityArg::Strict)]
+    durability: DurabilityArg,
+}
+
+/// `--durability`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum DurabilityArg {
+    /// Every step's update is on disk before the run goes on (an fsync per step).
+    Strict,
+    /// Steps that only did re-runnable work are committed in groups; a crash may
+    /// repeat them (never a call that must not run twice).
+    Grouped,
+}
+
+impl From<DurabilityArg> for agentry::Durability {
+    fn from(d: DurabilityArg) -> Self {
+        match d {
+            DurabilityArg::Strict => agentry::Durability::Strict,
+            DurabilityArg::Grouped => agentry::Durability::Grouped,
+        }
+    }
 }
 
 #[derive(Debug, Args)]
@@ -138,6 +161,11 @@ struct RunArgs {
     /// Keep the run in memory only: it cannot be resumed.
     #[arg(long)]
     no_store: bool,
+    /// When a step counts as done: `strict` (on disk first; the default) or
+    /// `grouped` (steps that only did re-runnable work are committed in groups:
+    /// faster, and a crash may repeat them, never a call that must not run twice).
+    #[arg(long, value_enum, default_value_t = DurabilityArg::Strict)]
+    durability: DurabilityArg,
     /// The run id (default: a fresh UUIDv7). With --store, a run id already in the
     /// store is refused.
     #[arg(long, value_name = "ID")]

@@ -138,7 +138,7 @@ fn killed_after(mut cmd: Command, delay: Duration) {
     let _ = child.wait();
 }
 
-fn run_cmd(task_dir: &Path, store: &Path, workdir: &Path, run_id: &str) -> Command {
+fn run_cmd(task_dir: &Path, store: &Path, workdir: &Path, run_id: &str, mode: &str) -> Command {
     let mut cmd = Command::new(bin());
     cmd.arg("run")
         .arg(task_dir)
@@ -147,13 +147,14 @@ fn run_cmd(task_dir: &Path, store: &Path, workdir: &Path, run_id: &str) -> Comma
         .arg("--workdir")
         .arg(workdir)
         .args(["--run-id", run_id, "--approve", "ledger.append", "--json"])
+        .args(["--durability", mode])
         .env_remove("RUST_LOG");
     cmd
 }
 
-fn resume(store: &Path, run_id: &str, decisions: &[String]) -> Command {
+fn resume(store: &Path, run_id: &str, decisions: &[String], mode: &str) -> Command {
     let mut cmd = Command::new(bin());
-    cmd.args(["resume", run_id, "--json", "--store"])
+    cmd.args(["resume", run_id, "--durability", mode, "--json", "--store"])
         .arg(store)
         .env_remove("RUST_LOG");
     for d in decisions {
@@ -173,16 +174,16 @@ fn json_of(out: &Output) -> Value {
 }
 
 /// One crash-and-recover cycle. Returns whether the run parked at least once.
-fn cycle(root: &Path, i: usize, keyed: bool, kill_at: Duration) -> bool {
+fn cycle(root: &Path, i: usize, keyed: bool, kill_at: Duration, mode: &str) -> bool {
     let task_dir = root.join(format!("task{i}"));
     std::fs::create_dir_all(&task_dir).unwrap();
     task(&task_dir, keyed);
     let store = root.join(format!("store{i}.db"));
     let run_id = format!("run-{i}");
     let mut workdir: PathBuf = root.join(format!("work{i}"));
-    let context = format!("iteration {i} (kill at {kill_at:?}, keyed {keyed})");
+    let context = format!("iteration {i} (kill at {kill_at:?}, keyed {keyed}, {mode})");
 
-    killed_after(run_cmd(&task_dir, &store, &workdir, &run_id), kill_at);
+    killed_after(run_cmd(&task_dir, &store, &workdir, &run_id, mode), kill_at);
     wait_for_stragglers(&workdir, &store);
     assert_no_duplicates(&lines(&workdir, keyed), &context);
 
@@ -191,11 +192,11 @@ fn cycle(root: &Path, i: usize, keyed: bool, kill_at: Duration) -> bool {
     for round in 0..20 {
         // Every fifth iteration also crashes the first resume.
         if round == 0 && i.is_multiple_of(5) {
-            killed_after(resume(&store, &run_id, &decisions), kill_at / 2);
+            killed_after(resume(&store, &run_id, &decisions, mode), kill_at / 2);
             wait_for_stragglers(&workdir, &store);
             assert_no_duplicates(&lines(&workdir, keyed), &context);
         }
-        let out = resume(&store, &run_id, &decisions).output().unwrap();
+        let out = resume(&store, &run_id, &decisions, mode).output().unwrap();
         let code = out.status.code().unwrap();
         match code {
             0 => {
@@ -232,7 +233,7 @@ fn cycle(root: &Path, i: usize, keyed: bool, kill_at: Duration) -> bool {
                 // Killed before the run was stored: nothing ran; start again.
                 assert!(lines(&workdir, keyed).is_empty(), "{context}");
                 workdir = root.join(format!("work{i}-again"));
-                let out = run_cmd(&task_dir, &store, &workdir, &run_id)
+                let out = run_cmd(&task_dir, &store, &workdir, &run_id, mode)
                     .output()
                     .unwrap();
                 assert_eq!(out.status.code(), Some(0), "{context}: {}", json_of(&out));
@@ -270,6 +271,7 @@ fn full_run_time(root: &Path, keyed: bool) -> Duration {
         &root.join(format!("probe-{keyed}.db")),
         &root.join(format!("probe-work-{keyed}")),
         "probe",
+        "strict",
     )
     .output()
     .unwrap();
@@ -292,7 +294,7 @@ fn irreversible_appends_survive_sigkill_at_50_points() {
     let span = full_run_time(root.path(), false);
     let mut parks = 0;
     for (i, at) in kill_points(50, span).into_iter().enumerate() {
-        if cycle(root.path(), i, false, at) {
+        if cycle(root.path(), i, false, at, "strict") {
             parks += 1;
         }
     }
@@ -305,6 +307,17 @@ fn keyed_appends_rerun_and_dedupe_after_sigkill() {
     let root = tempfile::tempdir().unwrap();
     let span = full_run_time(root.path(), true);
     for (i, at) in kill_points(20, span).into_iter().enumerate() {
-        cycle(root.path(), 100 + i, true, at);
+        cycle(root.path(), 100 + i, true, at, "strict");
+    }
+}
+
+/// The same with grouped commits: steps that only did re-runnable work may be
+/// lost and redone, but an irreversible append is still never repeated.
+#[test]
+fn grouped_commits_never_repeat_an_irreversible_append() {
+    let root = tempfile::tempdir().unwrap();
+    let span = full_run_time(root.path(), false);
+    for (i, at) in kill_points(20, span).into_iter().enumerate() {
+        cycle(root.path(), 200 + i, false, at, "grouped");
     }
 }
