@@ -12,7 +12,7 @@
 //! ```
 //!
 //! Runs are durable by default: committed to `$AGENTRY_STORE`, else
-//! `<temp dir>/agentry/runs.db`, so `agentry resume RUN_ID` works with no flags.
+//! `agentry/runs.db in the system temp dir`, so `agentry resume RUN_ID` works with no flags.
 //!
 //! ```text
 //! ```
@@ -69,7 +69,7 @@ struct ResumeArgs {
     /// The run to continue.
     run_id: String,
     /// The SQLite store the run was started with. Default: $AGENTRY_STORE, else
-    /// <temp dir>/agentry/runs.db (where `agentry run` stores runs by default).
+    /// agentry/runs.db in the system temp dir (where `agentry run` stores runs by default).
     #[arg(long, value_name = "FILE")]
     store: Option<PathBuf>,
     /// Settle a call the crash interrupted (the run parks `awaiting_decision` on
@@ -112,7 +112,7 @@ impl From<DurabilityArg> for agentry::Durability {
 
 #[derive(Debug, Args)]
 struct RunsArgs {
-    /// The SQLite store. Default: $AGENTRY_STORE, else <temp dir>/agentry/runs.db.
+    /// The SQLite store. Default: $AGENTRY_STORE, else agentry/runs.db in the system temp dir.
     #[arg(long, value_name = "FILE")]
     store: Option<PathBuf>,
     /// List finished runs too.
@@ -155,7 +155,7 @@ struct RunArgs {
     workdir: Option<PathBuf>,
     /// Commit the run to this SQLite store (created if missing) so that
     /// `agentry resume` can continue it after a crash. Default: $AGENTRY_STORE,
-    /// else <temp dir>/agentry/runs.db.
+    /// else agentry/runs.db in the system temp dir.
     #[arg(long, value_name = "FILE", conflicts_with = "no_store")]
     store: Option<PathBuf>,
     /// Keep the run in memory only: it cannot be resumed.
@@ -204,7 +204,7 @@ pub(crate) fn parse_policy(value: &str) -> Result<PolicyArg, String> {
 }
 
 /// The store used when no `--store` is given: `$AGENTRY_STORE`, else
-/// `<temp dir>/agentry/runs.db`.
+/// `agentry/runs.db in the system temp dir`.
 pub(crate) fn default_store() -> PathBuf {
     match std::env::var_os("AGENTRY_STORE").filter(|v| !v.is_empty()) {
         Some(path) => PathBuf::from(path),
