@@ -12,7 +12,7 @@
 //! ```
 //!
 //! Runs are durable by default: committed to `$AGENTRY_STORE`, else
-//! `agentry/runs.db in the system temp dir`, so `agentry resume RUN_ID` works with no flags.
+//! `agentry/runs.db` in the system temp dir, so `agentry resume RUN_ID` works with no flags.
 //!
 //! ```text
 //! ```
@@ -204,7 +204,7 @@ pub(crate) fn parse_policy(value: &str) -> Result<PolicyArg, String> {
 }
 
 /// The store used when no `--store` is given: `$AGENTRY_STORE`, else
-/// `agentry/runs.db in the system temp dir`.
+/// `agentry/runs.db` in the system temp dir.
 pub(crate) fn default_store() -> PathBuf {
     match std::env::var_os("AGENTRY_STORE").filter(|v| !v.is_empty()) {
         Some(path) => PathBuf::from(path),
