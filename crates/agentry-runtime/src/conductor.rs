@@ -623,9 +623,10 @@ impl ConductorState {
         )
     }
 
-    async fn run_step(&mut self) -> Flow {
-        // 1. Check-before-spend: step max+1 is refused here, never run.
-        let before = match ask(&self.children.budget, |r| {
+    /// Spends one step, checked first; remembers the tool calls left. The error
+    /// is the stop when the step is refused.
+    async fn spend_step(&mut self, step: u64, when: &str) -> Result<BudgetSnapshot, Flow> {
+        match ask(&self.children.budget, |r| {
             BudgetMsg::Spend(Usage::step(), r)
         })
         .await
@@ -636,18 +637,21 @@ impl ConductorState {
                 ..
             }) => {
                 self.tool_calls_left = tool_calls_left;
-                before
+                Ok(before)
             }
-            Ok(SpendReply::Refused(reason)) => {
-                return Flow::stop(
-                    reason,
-                    format!(
-                        "{reason}: step {} was refused before it ran",
-                        self.steps + 1
-                    ),
-                );
-            }
-            Err(e) => return Flow::stop(StopReason::UnrecoverableError, e),
+            Ok(SpendReply::Refused(reason)) => Err(Flow::stop(
+                reason,
+                format!("{reason}: step {step} was refused {when}"),
+            )),
+            Err(e) => Err(Flow::stop(StopReason::UnrecoverableError, e)),
+        }
+    }
+
+    async fn run_step(&mut self) -> Flow {
+        // 1. Check-before-spend: step max+1 is refused here, never run.
+        let before = match self.spend_step(self.steps + 1, "before it ran").await {
+            Ok(before) => before,
+            Err(stop) => return stop,
         };
         self.steps += 1;
         let step = self.steps;
@@ -701,26 +705,9 @@ impl ConductorState {
     /// tokens and its tool calls are spent again here, exactly once.
     async fn redrive_step(&mut self, in_flight: InFlight) -> Flow {
         let InFlight { step, output, .. } = in_flight;
-        let before = match ask(&self.children.budget, |r| {
-            BudgetMsg::Spend(Usage::step(), r)
-        })
-        .await
-        {
-            Ok(SpendReply::Granted {
-                before,
-                tool_calls_left,
-                ..
-            }) => {
-                self.tool_calls_left = tool_calls_left;
-                before
-            }
-            Ok(SpendReply::Refused(reason)) => {
-                return Flow::stop(
-                    reason,
-                    format!("{reason}: step {step} was refused when the run resumed"),
-                );
-            }
-            Err(e) => return Flow::stop(StopReason::UnrecoverableError, e),
+        let before = match self.spend_step(step, "when the run resumed").await {
+            Ok(before) => before,
+            Err(stop) => return stop,
         };
         self.steps = step;
         self.emit(|| RunEvent::StepStarted { step });

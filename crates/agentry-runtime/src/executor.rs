@@ -363,6 +363,18 @@ impl ExecutorState {
         })
     }
 
+    /// Keeps a call's outcome in the idempotency table.
+    fn remember(&mut self, call_id: &str, digest: u128, env: &ResultEnvelope) {
+        self.table.insert(
+            call_id.to_string(),
+            Row {
+                digest,
+                state: LedgerState::Outcome,
+                outcome: Some(env.clone()),
+            },
+        );
+    }
+
     /// Runs a batch through the pipeline.
     pub async fn execute(
         &mut self,
@@ -460,14 +472,7 @@ impl ExecutorState {
                             let key = intent_key(&self.args.run_id, digest);
                             self.intents.insert(key, calls[k].id.clone());
                         }
-                        self.table.insert(
-                            calls[k].id.clone(),
-                            Row {
-                                digest,
-                                state: LedgerState::Outcome,
-                                outcome: Some(env.clone()),
-                            },
-                        );
+                        self.remember(&calls[k].id, digest, &env);
                     }
                     env
                 }
@@ -493,14 +498,7 @@ impl ExecutorState {
                     let _ = self
                         .record(&job, LedgerState::Outcome, Some(&env), false)
                         .await;
-                    self.table.insert(
-                        calls[k].id.clone(),
-                        Row {
-                            digest,
-                            state: LedgerState::Outcome,
-                            outcome: Some(env.clone()),
-                        },
-                    );
+                    self.remember(&calls[k].id, digest, &env);
                     env
                 }
             };

@@ -72,16 +72,20 @@ impl Runtime {
     /// The configuration a stored run was started with (for example to rebuild
     /// its policy from `policy_spec` before [`Runtime::resume`]).
     pub async fn stored_config(&self, run_id: &str) -> Result<RunConfig, RuntimeError> {
+        config_of(&self.load(run_id).await?.record)
+    }
+
+    /// Everything stored about `run_id`, after whatever is queued has landed.
+    async fn load(&self, run_id: &str) -> Result<agentry_store::StoredRun, RuntimeError> {
         let writer = self.writer()?;
         writer.commit(Vec::new()).await?;
-        let run = writer
+        writer
             .store()
             .load(run_id)?
             .ok_or_else(|| RuntimeError::NoSuchRun {
                 run_id: run_id.to_string(),
                 store: writer.store().location(),
-            })?;
-        config_of(&run.record)
+            })
     }
 
     /// Continues an unfinished run from its last committed state, with `policy`.
@@ -104,15 +108,7 @@ impl Runtime {
         run_id: &str,
         policy: Box<dyn Policy>,
     ) -> Result<RunHandle, RuntimeError> {
-        let writer = self.writer()?;
-        writer.commit(Vec::new()).await?;
-        let run = writer
-            .store()
-            .load(run_id)?
-            .ok_or_else(|| RuntimeError::NoSuchRun {
-                run_id: run_id.to_string(),
-                store: writer.store().location(),
-            })?;
+        let run = self.load(run_id).await?;
         let not_resumable = |message: String| RuntimeError::NotResumable {
             run_id: run_id.to_string(),
             message,

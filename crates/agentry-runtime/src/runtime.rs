@@ -544,25 +544,28 @@ impl RunHandle {
             applied: (0, 0),
         };
         let id = tool_call_id.to_string();
-        let answer = self
-            .actors
-            .state
-            .call(
-                |reply| StateMsg::Resolve {
-                    tool_call_id: id,
-                    decision,
-                    reply,
-                },
-                None,
-            )
-            .await;
-        match answer {
+        self.human_input(
+            |reply| StateMsg::Resolve {
+                tool_call_id: id,
+                decision,
+                reply,
+            },
+            |run_id, message| RuntimeError::NoPendingApproval { run_id, message },
+        )
+        .await
+    }
+
+    /// Sends a human's decision on a parked call to the state keeper; `missing`
+    /// builds the error when no such call is parked.
+    async fn human_input(
+        &self,
+        msg: impl FnOnce(ractor::RpcReplyPort<Result<u64, String>>) -> StateMsg,
+        missing: impl FnOnce(String, String) -> RuntimeError,
+    ) -> Result<u64, RuntimeError> {
+        match self.actors.state.call(msg, None).await {
             Ok(ractor::rpc::CallResult::Success(Ok(seq))) => Ok(seq),
             Ok(ractor::rpc::CallResult::Success(Err(message))) => {
-                Err(RuntimeError::NoPendingApproval {
-                    run_id: self.run_id.to_string(),
-                    message,
-                })
+                Err(missing(self.run_id.to_string(), message))
             }
             _ => Err(RuntimeError::Stopped {
                 run_id: self.run_id.to_string(),
@@ -580,30 +583,15 @@ impl RunHandle {
         settlement: agentry_protocol::state::Settlement,
     ) -> Result<u64, RuntimeError> {
         let id = tool_call_id.to_string();
-        let answer = self
-            .actors
-            .state
-            .call(
-                |reply| StateMsg::Settle {
-                    tool_call_id: id,
-                    settlement,
-                    reply,
-                },
-                None,
-            )
-            .await;
-        match answer {
-            Ok(ractor::rpc::CallResult::Success(Ok(seq))) => Ok(seq),
-            Ok(ractor::rpc::CallResult::Success(Err(message))) => {
-                Err(RuntimeError::NoPendingDecision {
-                    run_id: self.run_id.to_string(),
-                    message,
-                })
-            }
-            _ => Err(RuntimeError::Stopped {
-                run_id: self.run_id.to_string(),
-            }),
-        }
+        self.human_input(
+            |reply| StateMsg::Settle {
+                tool_call_id: id,
+                settlement,
+                reply,
+            },
+            |run_id, message| RuntimeError::NoPendingDecision { run_id, message },
+        )
+        .await
     }
 
     /// Calls a crash interrupted, waiting for [`RunHandle::settle`].
