@@ -48,8 +48,9 @@ pub enum RunEvent {
     ToolCallFinished {
         /// Step number.
         step: u64,
-        /// The envelope.
-        result: ResultEnvelope,
+        /// The envelope (boxed: every event is as large as its largest variant,
+        /// and events are kept in buffers).
+        result: Box<ResultEnvelope>,
     },
     /// The state keeper applied an update.
     StateUpdated {
@@ -58,8 +59,8 @@ pub enum RunEvent {
     },
     /// Budget was spent.
     BudgetSpent {
-        /// Budget after the spend.
-        budget: BudgetSnapshot,
+        /// Budget after the spend (boxed, as `result` above).
+        budget: Box<BudgetSnapshot>,
     },
     /// An input from outside was applied (message, event, tick, pause, resume,
     /// approval decision).

@@ -781,7 +781,7 @@ impl ConductorState {
         for r in &results {
             self.emit(|| RunEvent::ToolCallFinished {
                 step,
-                result: r.clone(),
+                result: Box::new(r.clone()),
             });
         }
 
@@ -856,7 +856,9 @@ impl ConductorState {
         self.emit(|| RunEvent::StateUpdated {
             version: applied.version,
         });
-        self.emit(|| RunEvent::BudgetSpent { budget: after });
+        self.emit(|| RunEvent::BudgetSpent {
+            budget: Box::new(after),
+        });
         self.world_digest = applied.world_digest;
 
         // 5. Record.

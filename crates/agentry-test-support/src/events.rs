@@ -112,7 +112,7 @@ pub fn tool_results(events: &[EventRecord]) -> Vec<(u64, ResultEnvelope)> {
     events
         .iter()
         .filter_map(|e| match &e.event {
-            RunEvent::ToolCallFinished { step, result } => Some((*step, result.clone())),
+            RunEvent::ToolCallFinished { step, result } => Some((*step, (**result).clone())),
             _ => None,
         })
         .collect()
