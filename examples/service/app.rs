@@ -51,7 +51,8 @@ struct RunEntry {
     handle: RunHandle,
     log: Arc<EventLog>,
     /// Held only so the directory outlives the run (dropping it deletes it).
-    _workdir: TempDir,
+    /// `None` for a durable run: its directory must outlive the process too.
+    _workdir: Option<TempDir>,
 }
 
 impl App {
@@ -72,6 +73,7 @@ impl App {
             .route("/runs/{id}/events", post(inject_event).get(stream_events))
             .route("/runs/{id}/interrupt", post(interrupt))
             .route("/runs/{id}/approvals/{call_id}", post(decide))
+            .route("/runs/{id}/decisions/{call_id}", post(settle))
             .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such route") })
             .method_not_allowed_fallback(|| async {
                 ApiError::new(
@@ -80,6 +82,48 @@ impl App {
                 )
             })
             .with_state(self.clone())
+    }
+
+    /// A service with a store: resumes every unfinished run of it (their policy
+    /// is the inline script each was created with). Returns the resumed ids.
+    pub async fn resume_unfinished(&self) -> Result<Vec<String>, agentry::RuntimeError> {
+        let mut resumed = Vec::new();
+        for run in self.runtime.unfinished_runs().await? {
+            let config = self.runtime.stored_config(&run.run_id).await?;
+            let script = config
+                .policy_spec
+                .as_deref()
+                .and_then(|s| serde_json::from_str::<Value>(s).ok())
+                .and_then(|v| agentry::Script::from_value(&v["script"]).ok());
+            let Some(script) = script else {
+                tracing::warn!(run_id = %run.run_id, "not resumed: no script stored with it");
+                continue;
+            };
+            let handle = match self.runtime.resume(&run.run_id, script.into_policy()).await {
+                Ok(h) => h,
+                Err(e) => {
+                    tracing::warn!(run_id = %run.run_id, error = %e, "not resumed");
+                    continue;
+                }
+            };
+            let log = EventLog::follow(handle.clone(), handle.subscribe());
+            tracing::info!(run_id = %run.run_id, "run resumed");
+            self.insert(RunEntry {
+                handle,
+                log,
+                _workdir: None,
+            });
+            resumed.push(run.run_id);
+        }
+        Ok(resumed)
+    }
+
+    fn insert(&self, entry: RunEntry) {
+        let id = entry.handle.run_id().to_string();
+        self.runs
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(id, Arc::new(entry));
     }
 
     fn run(&self, id: &str) -> Result<Arc<RunEntry>, ApiError> {
@@ -120,7 +164,7 @@ impl ApiError {
     fn from_runtime(e: RuntimeError) -> Self {
         match e {
             RuntimeError::Stopped { .. } => ApiError::new(StatusCode::CONFLICT, e.to_string()),
-            RuntimeError::NoPendingApproval { .. } => {
+            RuntimeError::NoPendingApproval { .. } | RuntimeError::NoPendingDecision { .. } => {
                 ApiError::new(StatusCode::NOT_FOUND, e.to_string())
             }
             other => ApiError::internal(other.to_string()),
@@ -192,15 +236,19 @@ async fn create_run(
     let log = EventLog::follow(handle.clone(), handle.subscribe());
     let run_id = handle.run_id().to_string();
     tracing::info!(run_id, workdir = %run.workdir.path().display(), "run started");
-    let entry = RunEntry {
+    // A durable run's directory must survive the process: it is kept.
+    let workdir = match app.runtime.store() {
+        Some(_) => {
+            let _ = run.workdir.keep();
+            None
+        }
+        None => Some(run.workdir),
+    };
+    app.insert(RunEntry {
         handle,
         log,
-        _workdir: run.workdir,
-    };
-    app.runs
-        .write()
-        .unwrap_or_else(PoisonError::into_inner)
-        .insert(run_id.clone(), Arc::new(entry));
+        _workdir: workdir,
+    });
     let location = format!("/runs/{run_id}");
     Ok((
         StatusCode::CREATED,
@@ -237,6 +285,10 @@ fn run_view(id: &str, snapshot: &RunSnapshot, outcome: Option<&agentry::RunOutco
         "inputs": snapshot.inputs,
         "pending_approvals": snapshot.pending_approvals,
     });
+    if !snapshot.pending_decisions.is_empty() {
+        // Only durable runs resumed after a crash have these.
+        view["pending_decisions"] = json!(snapshot.pending_decisions);
+    }
     if let Some(o) = outcome {
         view["outcome"] = json!({
             "stop_reason": o.stop_reason,
@@ -340,6 +392,33 @@ async fn decide(
         }
     }
     .map_err(ApiError::from_runtime)?;
+    Ok(axum::Json(json!({
+        "run_id": id,
+        "tool_call_id": call_id,
+        "decision": decision,
+        "seq": seq,
+    }))
+    .into_response())
+}
+
+/// A human settles a call a crash interrupted: `{"decision": "happened" |
+/// "retry" | "skip"}`.
+async fn settle(
+    State(app): State<App>,
+    Path((id, call_id)): Path<(String, String)>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let run = app.run(&id)?;
+    let fields = object(body, &["decision"])?;
+    let decision = string_field(&fields, "decision", true)?.unwrap_or_default();
+    let settlement: agentry::Settlement = decision
+        .parse()
+        .map_err(|m: String| ApiError::bad_request(format!("decision: {m}")))?;
+    let seq = run
+        .handle
+        .settle(&call_id, settlement)
+        .await
+        .map_err(ApiError::from_runtime)?;
     Ok(axum::Json(json!({
         "run_id": id,
         "tool_call_id": call_id,

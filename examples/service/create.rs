@@ -63,9 +63,12 @@ pub fn prepare(body: Value) -> Result<NewRun, ApiError> {
             ));
         }
         Some(v) => {
-            Script::from_value(&v).map_err(|m| ApiError::bad_request(format!("script: {m}")))?
+            let script = Script::from_value(&v)
+                .map_err(|m| ApiError::bad_request(format!("script: {m}")))?;
+            (script, v)
         }
     };
+    let (script, script_json) = script;
     if let Some(files) = files {
         write_files(workdir.path(), files)?;
     }
@@ -74,6 +77,8 @@ pub fn prepare(body: Value) -> Result<NewRun, ApiError> {
         .map_err(|e| ApiError::internal(format!("working directory: {e}")))?;
     let mut config = spec.run_config(path);
     config.task_id = TASK_ID.to_string();
+    // With a store, a restarted service rebuilds the policy from this.
+    config.policy_spec = Some(serde_json::json!({ "script": script_json }).to_string());
     Ok(NewRun {
         config,
         script,

@@ -26,6 +26,11 @@ struct Args {
     /// The address to listen on, exactly as given.
     #[arg(long, default_value = "127.0.0.1:8080")]
     addr: SocketAddr,
+    /// Commit every run to this SQLite store; on start, resume the runs a
+    /// previous process left unfinished, and on shutdown leave runs to be resumed
+    /// rather than aborting them.
+    #[arg(long, value_name = "FILE")]
+    store: Option<std::path::PathBuf>,
 }
 
 #[tokio::main]
@@ -42,8 +47,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         tracing::warn!(error = %e, "cannot become a child subreaper; orphaned tool processes may linger as zombies");
     }
 
-    let runtime = Runtime::with_builtins()?;
-    let router = app::App::new(runtime.clone()).router();
+    let mut runtime = Runtime::with_builtins()?;
+    if let Some(path) = &args.store {
+        let store = std::sync::Arc::new(agentry::SqliteStore::open(path)?);
+        runtime = runtime.with_store(store, agentry::Durability::Strict)?;
+    }
+    let app = app::App::new(runtime.clone());
+    if args.store.is_some() {
+        let resumed = app.resume_unfinished().await?;
+        tracing::info!(count = resumed.len(), "resumed unfinished runs");
+    }
+    let router = app.router();
     let listener = tokio::net::TcpListener::bind(args.addr).await?;
     tracing::info!(addr = %listener.local_addr()?, "listening");
 
@@ -57,6 +71,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     });
 
     shutdown_signal().await?;
+    if args.store.is_some() {
+        // Durable runs are left as they are: the next start resumes them.
+        tracing::info!("shutting down: runs stay in the store to be resumed");
+        let _ = stop_tx.send(());
+        server.abort();
+        return Ok(());
+    }
     tracing::info!("shutting down: aborting every run");
     // Every run stops `user_abort`; each SSE stream then ends after its
     // `run_stopped`, which lets the graceful shutdown below complete.

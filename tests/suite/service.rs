@@ -23,11 +23,15 @@ struct Service {
     client: reqwest::Client,
     runtime: Runtime,
     server: tokio::task::JoinHandle<()>,
+    /// A durable service leaves its runs in the store when it goes away.
+    durable: bool,
 }
 
 impl Drop for Service {
     fn drop(&mut self) {
-        self.runtime.shutdown();
+        if !self.durable {
+            self.runtime.shutdown();
+        }
         self.server.abort();
     }
 }
@@ -41,10 +45,24 @@ struct Reply {
 
 impl Service {
     async fn start() -> Result<Service, TestError> {
-        let runtime = Runtime::with_builtins()?;
+        Service::start_on(None).await
+    }
+
+    /// With a store: runs are committed there, and the runs a previous service
+    /// left unfinished are resumed before the service listens.
+    async fn start_on(store: Option<&std::path::Path>) -> Result<Service, TestError> {
+        let mut runtime = Runtime::with_builtins()?;
+        if let Some(path) = store {
+            let store = std::sync::Arc::new(agentry::SqliteStore::open(path)?);
+            runtime = runtime.with_store(store, agentry::Durability::Strict)?;
+        }
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let base = format!("http://{}", listener.local_addr()?);
-        let router = app::App::new(runtime.clone()).router();
+        let app = app::App::new(runtime.clone());
+        if store.is_some() {
+            app.resume_unfinished().await?;
+        }
+        let router = app.router();
         let server = tokio::spawn(async move {
             let _ = axum::serve(listener, router).await;
         });
@@ -56,6 +74,7 @@ impl Service {
                 .build()?,
             runtime,
             server,
+            durable: store.is_some(),
         })
     }
 
@@ -690,5 +709,85 @@ async fn bad_requests_get_json_errors_naming_the_problem() -> Result<(), TestErr
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     assert_eq!(status, "sleeping");
+    Ok(())
+}
+
+/// A service on a store goes away with a run still open (an event-driven agent
+/// waiting for messages); a new service on the same store resumes it before it
+/// listens, under the same id, and the run goes on from where it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_on_a_store_resumes_its_runs_after_a_restart() -> Result<(), TestError> {
+    let dir = tempfile::tempdir()?;
+    let db = dir.path().join("service.db");
+    let task = json!({
+        "goal": "answer two messages, then finish",
+        "budget": {"max_steps": 10, "deadline": "60s"},
+        "driver": {"mode": "events"},
+        "script": {"turns": [
+            {"final": "first"},
+            {"tool_calls": [{"id": "f", "name": "task.finish", "arguments": {"answer": "second"}}]}
+        ]}
+    });
+    let first = Service::start_on(Some(&db)).await?;
+    let run_id = first.create(task).await?;
+    let sent = first
+        .post(&format!("/runs/{run_id}/messages"), json!({"text": "one"}))
+        .await?;
+    assert_eq!(sent.status, 202, "{:?}", sent.body);
+    // Step 1 answered: the run sleeps until the next message.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let run = first.get(&format!("/runs/{run_id}")).await?;
+        if run.body["steps"] == 1 && run.body["status"] == "sleeping" {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{:?}", run.body);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    drop(first);
+
+    let second = Service::start_on(Some(&db)).await?;
+    let run = second.get(&format!("/runs/{run_id}")).await?;
+    assert_eq!(run.status, 200, "the resumed run is served under its id");
+    assert_eq!(run.body["steps"], 1);
+    // Nothing was interrupted mid-call, so there is nothing to settle.
+    let settle = second
+        .post(
+            &format!("/runs/{run_id}/decisions/nope"),
+            json!({"decision": "happened"}),
+        )
+        .await?;
+    assert_eq!(settle.status, 404, "{:?}", settle.body);
+    let settle = second
+        .post(
+            &format!("/runs/{run_id}/decisions/nope"),
+            json!({"decision": "maybe"}),
+        )
+        .await?;
+    assert_eq!(settle.status, 400, "{:?}", settle.body);
+    assert!(
+        settle.body["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("happened, retry or skip"),
+        "{:?}",
+        settle.body
+    );
+    let sent = second
+        .post(&format!("/runs/{run_id}/messages"), json!({"text": "two"}))
+        .await?;
+    assert_eq!(sent.status, 202, "{:?}", sent.body);
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let run = second.get(&format!("/runs/{run_id}")).await?;
+        if run.body["status"] == "stopped" {
+            assert_eq!(run.body["outcome"]["stop_reason"], "done", "{:?}", run.body);
+            assert_eq!(run.body["outcome"]["answer"], "second");
+            assert_eq!(run.body["steps"], 2);
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{:?}", run.body);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     Ok(())
 }
