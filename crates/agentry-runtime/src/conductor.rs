@@ -842,17 +842,26 @@ impl ConductorState {
             let _ = self.children.state.cast(StateMsg::Apply(update, None));
             return self.check_end(flow, answer, final_text, fp).await;
         }
-        let applied: Applied =
-            match ask(&self.children.state, |r| StateMsg::Apply(update, Some(r))).await {
-                Ok(Ok(a)) => a,
-                Ok(Err(e)) => {
-                    return Flow::stop(
-                        StopReason::UnrecoverableError,
-                        format!("step {step} could not be stored: {e}"),
-                    );
-                }
-                Err(e) => return Flow::stop(StopReason::UnrecoverableError, e),
-            };
+        // With the trace on, the state after the update comes with the reply.
+        let reply = if self.trace.is_some() {
+            ask(&self.children.state, |r| StateMsg::ApplyTraced(update, r))
+                .await
+                .map(|r| r.map(|(a, snapshot)| (a, Some(snapshot))))
+        } else {
+            ask(&self.children.state, |r| StateMsg::Apply(update, Some(r)))
+                .await
+                .map(|r| r.map(|a| (a, None)))
+        };
+        let (applied, traced_state): (Applied, Option<RunSnapshot>) = match reply {
+            Ok(Ok(a)) => a,
+            Ok(Err(e)) => {
+                return Flow::stop(
+                    StopReason::UnrecoverableError,
+                    format!("step {step} could not be stored: {e}"),
+                );
+            }
+            Err(e) => return Flow::stop(StopReason::UnrecoverableError, e),
+        };
         self.emit(|| RunEvent::StateUpdated {
             version: applied.version,
         });
@@ -863,9 +872,7 @@ impl ConductorState {
 
         // 5. Record.
         if let Some((decision, results)) = traced {
-            let state = ask(&self.children.state, StateMsg::Snapshot)
-                .await
-                .unwrap_or_default();
+            let state = traced_state.unwrap_or_default();
             let record = TraceStep {
                 run_id: self.run_id.to_string(),
                 task_id: self.config.task_id.clone(),

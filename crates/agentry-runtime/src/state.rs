@@ -112,6 +112,12 @@ pub enum StateMsg {
     /// Apply one update; the reply says what changed, or (for a durable run) why
     /// the update could not be committed.
     Apply(StateUpdate, Option<RpcReplyPort<Result<Applied, String>>>),
+    /// [`StateMsg::Apply`], answered with the key fields of the state after the
+    /// update too (for the trace: one round trip instead of two).
+    ApplyTraced(
+        StateUpdate,
+        RpcReplyPort<Result<(Applied, RunSnapshot), String>>,
+    ),
     /// The key fields of the state.
     Snapshot(RpcReplyPort<RunSnapshot>),
     /// Session entries from index `from` on.
@@ -527,6 +533,12 @@ impl Actor for StateKeeper {
                     // The requester may have gone away (run stopping); nothing to do then.
                     let _ = reply.send(committed.map(|()| applied));
                 }
+            }
+            StateMsg::ApplyTraced(update, reply) => {
+                let wait = state.log.is_some() && state.must_wait(&update);
+                let applied = state.apply(update);
+                let committed = state.persist(wait).await;
+                let _ = reply.send(committed.map(|()| (applied, state.snapshot())));
             }
             StateMsg::AwaitDecision {
                 pending,
