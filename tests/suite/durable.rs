@@ -491,3 +491,55 @@ async fn a_call_lost_with_its_executor_is_not_rerun_silently() -> Result<(), Tes
     assert!(held.try_next_call().is_none());
     Ok(())
 }
+
+/// A message the handle accepted while a step was running, not yet applied when
+/// the process died, is in the run's stored inbox: the resumed run applies it
+/// (once) before its next decision.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_accepted_message_survives_a_restart() -> Result<(), TestError> {
+    let dir = tempfile::tempdir()?;
+    let db = dir.path().join("runs.db");
+    let task = TestTask::new("wait, then read the message", &[])?.grant(&["wait"]);
+    let script = ScriptBuilder::new()
+        .call("w1", "wait", json!({}))
+        .finish("read it");
+    let gate = || {
+        let (wait, held) = GateTool::new("wait");
+        (wait.idempotency(Idempotency::Idempotent), held)
+    };
+
+    let (wait, mut held) = gate();
+    let first = durable(vec![Arc::new(wait)], &db)?;
+    let handle = first.start(task.config(), script.clone().policy()).await?;
+    let run_id = handle.run_id().to_string();
+    let _call = held.next_call(WAIT).await?;
+    handle.send_message("hello from before the crash")?;
+    // Queued behind the step: not applied yet, but in the store.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let stored = SqliteStore::open(&db)?
+        .load(&run_id)?
+        .ok_or("run missing")?;
+    assert_eq!(stored.inbox.len(), 1, "{:?}", stored.inbox);
+    crash(&handle).await;
+
+    let (wait, mut held) = gate();
+    let second = durable(vec![Arc::new(wait)], &db)?;
+    let resumed = second.resume(&run_id, script.policy()).await?;
+    let call = held.next_call(WAIT).await?;
+    assert!(call.release(json!("ok")));
+    let outcome = resumed.wait().await?;
+    assert_eq!(outcome.stop_reason, StopReason::Done, "{}", outcome.detail);
+    let stored = SqliteStore::open(&db)?
+        .load(&run_id)?
+        .ok_or("run missing")?;
+    let messages: Vec<_> = stored
+        .session
+        .iter()
+        .filter(
+            |e| matches!(e, SessionEntry::User { text } if text == "hello from before the crash"),
+        )
+        .collect();
+    assert_eq!(messages.len(), 1, "applied exactly once");
+    assert!(stored.inbox.is_empty(), "an applied input leaves the inbox");
+    Ok(())
+}

@@ -101,11 +101,12 @@ pub enum ConductorMsg {
     Input(RunInput),
     /// Timer tick `n` is due (time-driven agents).
     Tick(u64),
-    /// A stored one-shot timer of a durable run fired.
-    TimerFired {
-        /// The timer, removed from the store with the input's commit.
-        timer_id: String,
-        /// Its event.
+    /// An input a durable run kept in the store (a fired timer, an inbox
+    /// entry); it leaves the store with the input's commit.
+    StoredInput {
+        /// Where it was kept.
+        source: crate::state::InputSource,
+        /// The input.
         input: RunInput,
     },
     /// The run's token was cancelled (deadline, abort, shutdown) while no step was
@@ -511,8 +512,8 @@ impl Actor for Conductor {
                 st.after_step(&myself, flow).await;
             }
             ConductorMsg::Input(input) => Box::pin(st.on_input(&myself, input, None)).await,
-            ConductorMsg::TimerFired { timer_id, input } => {
-                Box::pin(st.on_input(&myself, input, Some(timer_id))).await
+            ConductorMsg::StoredInput { source, input } => {
+                Box::pin(st.on_input(&myself, input, Some(source))).await
             }
             ConductorMsg::Tick(n) => Box::pin(st.on_tick(&myself, n)).await,
             ConductorMsg::TokenCancelled => {

@@ -19,6 +19,8 @@ use crate::state::RunState;
 pub(crate) struct Resumed {
     pub(crate) restore: Restore,
     pub(crate) timers: Vec<TimerRecord>,
+    /// Inputs accepted but not applied before the restart: (position, input).
+    pub(crate) inbox: Vec<(u64, serde_json::Value)>,
 }
 
 impl Runtime {
@@ -159,6 +161,7 @@ impl Runtime {
             Durable::Resume(Box::new(Resumed {
                 restore: Restore { state, elapsed },
                 timers: run.timers,
+                inbox: run.inbox,
             })),
         )
         .await

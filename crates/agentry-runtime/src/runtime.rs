@@ -262,13 +262,21 @@ impl Runtime {
             // On disk before the caller gets a handle: a run it knows of can be resumed.
             crate::resume::create_record(log, &config).await?;
         }
-        let (restore, timers) = match durable {
+        let (restore, timers, stored_inbox) = match durable {
             Durable::Resume(r) => {
                 let r = *r;
-                (Some(r.restore), r.timers)
+                (Some(r.restore), r.timers, r.inbox)
             }
-            _ => (None, Vec::new()),
+            _ => (None, Vec::new(), Vec::new()),
         };
+        let inbox = log.as_ref().map(|_| {
+            let next = stored_inbox
+                .iter()
+                .map(|(seq, _)| seq + 1)
+                .max()
+                .unwrap_or(1);
+            Arc::new(std::sync::atomic::AtomicU64::new(next))
+        });
         let (outcome_tx, outcome_rx) = watch::channel(None);
         // A resumed run goes on writing the trace it started.
         let resumed = restore.is_some();
@@ -321,8 +329,24 @@ impl Runtime {
             tree,
             grants,
             log,
+            inbox,
         };
         desk.set_parent(handle.clone());
+        // Inputs accepted before the restart but never applied, in their order,
+        // before anything sent through the new handle.
+        for (seq, input) in stored_inbox {
+            match serde_json::from_value::<RunInput>(input) {
+                Ok(input) => {
+                    let _ = handle.conductor.cast(ConductorMsg::StoredInput {
+                        source: crate::state::InputSource::Inbox(seq),
+                        input,
+                    });
+                }
+                Err(e) => {
+                    tracing::warn!(run_id = %handle.run_id, seq, error = %e, "an inbox entry does not parse; dropped");
+                }
+            }
+        }
         for timer in timers {
             handle.arm_timer(timer);
         }
@@ -366,6 +390,8 @@ pub struct RunHandle {
     grants: Grants,
     /// Where a durable run commits (its timers too).
     log: Option<RunLog>,
+    /// A durable run's next inbox position, shared by every clone.
+    inbox: Option<Arc<std::sync::atomic::AtomicU64>>,
 }
 
 /// Whether a run is committed to the runtime's store.
@@ -483,7 +509,10 @@ impl RunHandle {
                         payload: timer.payload,
                     };
                     let msg = if durable {
-                        ConductorMsg::TimerFired { timer_id: timer.timer_id, input }
+                        ConductorMsg::StoredInput {
+                            source: crate::state::InputSource::Timer(timer.timer_id),
+                            input,
+                        }
                     } else {
                         ConductorMsg::Input(input)
                     };
@@ -510,11 +539,27 @@ impl RunHandle {
                 run_id: self.run_id.to_string(),
             });
         }
-        self.conductor
-            .cast(ConductorMsg::Input(input))
-            .map_err(|_| RuntimeError::Stopped {
-                run_id: self.run_id.to_string(),
-            })
+        let msg = match (&self.log, &self.inbox) {
+            (Some(log), Some(next)) => {
+                // Into the run's stored inbox first (queued at the writer, so on
+                // disk before anything the run commits later), out of it in the
+                // commit that applies it: a crash in between re-delivers it.
+                let seq = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                log.writer.submit(vec![agentry_store::Write::Enqueue {
+                    run_id: log.run_id.to_string(),
+                    seq,
+                    input: serde_json::to_value(&input).unwrap_or_default(),
+                }]);
+                ConductorMsg::StoredInput {
+                    source: crate::state::InputSource::Inbox(seq),
+                    input,
+                }
+            }
+            _ => ConductorMsg::Input(input),
+        };
+        self.conductor.cast(msg).map_err(|_| RuntimeError::Stopped {
+            run_id: self.run_id.to_string(),
+        })
     }
 
     /// Approves a call that is waiting for a human; it then runs. Returns the

@@ -31,14 +31,18 @@ pub enum StateUpdate {
     /// An input from outside: counted, given its sequence number, and (for
     /// messages, events and ticks) added to the session.
     Input(RunInput),
-    /// An input delivered by a stored timer: applied like [`StateUpdate::Input`],
-    /// and the timer leaves the store in the same commit.
-    TimerInput {
-        /// The timer.
-        timer_id: String,
-        /// Its event.
+    /// An input delivered by a stored timer or from the run's stored inbox:
+    /// applied like [`StateUpdate::Input`], and the timer or inbox entry leaves
+    /// the store in the same commit.
+    StoredInput {
+        /// Where it was stored.
+        source: InputSource,
+        /// The input.
         input: RunInput,
     },
+    /// A stored inbox entry that turned out to change nothing (a pause of a
+    /// paused run): it only leaves the store. No version bump.
+    Discard(u64),
     /// The run's status changed (paused, sleeping, running).
     Status(RunStatus),
     /// Timer ticks were skipped.
@@ -75,6 +79,15 @@ pub enum StateUpdate {
         /// Total spend at the stop.
         spent: Usage,
     },
+}
+
+/// Where a durable run keeps an input until it is applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InputSource {
+    /// A one-shot timer (`RunHandle::after`), by id.
+    Timer(String),
+    /// The run's inbox (an input a handle accepted), by position.
+    Inbox(u64),
 }
 
 /// What applying an update changed.
@@ -181,8 +194,8 @@ pub struct RunState {
     log: Option<RunLog>,
     /// Session entries already handed to the store.
     committed_len: usize,
-    /// Timers whose event was applied, to remove from the store.
-    fired_timers: Vec<String>,
+    /// Timers and inbox entries whose input was applied, to remove from the store.
+    consumed: Vec<InputSource>,
 }
 
 impl RunState {
@@ -267,11 +280,17 @@ impl RunState {
     pub fn apply(&mut self, update: StateUpdate) -> Applied {
         match update {
             StateUpdate::UserMessage { text } => self.session.push(SessionEntry::User { text }),
-            StateUpdate::TimerInput { timer_id, input } => {
+            StateUpdate::StoredInput { source, input } => {
                 if self.log.is_some() {
-                    self.fired_timers.push(timer_id);
+                    self.consumed.push(source);
                 }
                 return self.apply(StateUpdate::Input(input));
+            }
+            StateUpdate::Discard(seq) => {
+                if self.log.is_some() {
+                    self.consumed.push(InputSource::Inbox(seq));
+                }
+                return self.applied();
             }
             StateUpdate::Input(input) => {
                 self.inputs += 1;
@@ -425,10 +444,16 @@ impl RunState {
             });
             self.committed_len = self.session.len();
         }
-        for timer_id in self.fired_timers.drain(..) {
-            writes.push(Write::ClearTimer {
-                run_id: run_id.to_string(),
-                timer_id,
+        for source in self.consumed.drain(..) {
+            writes.push(match source {
+                InputSource::Timer(timer_id) => Write::ClearTimer {
+                    run_id: run_id.to_string(),
+                    timer_id,
+                },
+                InputSource::Inbox(seq) => Write::Dequeue {
+                    run_id: run_id.to_string(),
+                    seq,
+                },
             });
         }
         writes.push(Write::Checkpoint {

@@ -27,7 +27,7 @@ pub use sqlite::{SqliteOptions, SqliteStore};
 
 /// The schema version this build reads and writes. A store file with a higher
 /// version is refused ([`StoreError::NewerSchema`]), never modified.
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// An envelope's `data` larger than this (serialized JSON bytes) is stored by
 /// reference (sha256 of the bytes) instead of inline.
@@ -195,6 +195,22 @@ pub enum Write {
         /// Timer id.
         timer_id: String,
     },
+    /// An input a run accepted but has not applied yet (the run's inbox).
+    Enqueue {
+        /// Run id.
+        run_id: String,
+        /// Position in the run's inbox, increasing.
+        seq: u64,
+        /// The input, as the runtime serialized it (opaque here).
+        input: Value,
+    },
+    /// Remove an applied input from the inbox; a missing one is not an error.
+    Dequeue {
+        /// Run id.
+        run_id: String,
+        /// Its position.
+        seq: u64,
+    },
 }
 
 /// Everything stored about one run.
@@ -210,6 +226,8 @@ pub struct StoredRun {
     pub ledger: Vec<LedgerEntry>,
     /// Timers not yet fired, ordered by due time.
     pub timers: Vec<TimerRecord>,
+    /// Inputs accepted but not applied, in order: (position, input).
+    pub inbox: Vec<(u64, Value)>,
 }
 
 /// One line of a store's run list.

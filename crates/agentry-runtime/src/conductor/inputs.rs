@@ -19,7 +19,7 @@ use super::{ConductorMsg, ConductorState, Flow};
 use crate::budget::{BudgetMsg, SpendReply};
 use crate::call::ask;
 use crate::config::Driver;
-use crate::state::{StateMsg, StateUpdate};
+use crate::state::{InputSource, StateMsg, StateUpdate};
 
 /// The timer of a time-driven agent. Ticks are scheduled one at a time, the next
 /// only after the current one's step has finished, so they can never stack: a
@@ -98,26 +98,30 @@ impl ConductorState {
         &mut self,
         myself: &ActorRef<ConductorMsg>,
         input: RunInput,
-        timer: Option<String>,
+        source: Option<InputSource>,
     ) {
         match input {
             RunInput::Pause => {
                 if !self.paused {
                     self.paused = true;
-                    self.record_input(RunInput::Pause).await;
+                    self.record_input_from(RunInput::Pause, source).await;
+                } else {
+                    self.discard(source).await;
                 }
             }
             RunInput::Resume => {
                 if self.paused {
                     self.paused = false;
-                    self.record_input(RunInput::Resume).await;
+                    self.record_input_from(RunInput::Resume, source).await;
                     if std::mem::take(&mut self.step_due) {
                         self.wake(myself);
                     }
+                } else {
+                    self.discard(source).await;
                 }
             }
             RunInput::Message { .. } | RunInput::Event { .. } => {
-                self.record_input_from(input, timer).await;
+                self.record_input_from(input, source).await;
                 if self.config.driver == Driver::Events {
                     if self.paused {
                         self.step_due = true;
@@ -128,7 +132,9 @@ impl ConductorState {
             }
             // Ticks come from the run's own timer and approvals from the state
             // keeper; neither is accepted from outside.
-            RunInput::Tick { .. } | RunInput::Approval { .. } | RunInput::Settlement { .. } => {}
+            RunInput::Tick { .. } | RunInput::Approval { .. } | RunInput::Settlement { .. } => {
+                self.discard(source).await;
+            }
         }
     }
 
@@ -223,11 +229,21 @@ impl ConductorState {
         self.record_input_from(input, None).await;
     }
 
-    /// [`Self::record_input`] for an input a stored timer delivered.
-    async fn record_input_from(&mut self, input: RunInput, timer: Option<String>) {
-        let update = match timer {
-            Some(timer_id) => StateUpdate::TimerInput {
-                timer_id,
+    /// A stored input that changed nothing leaves the store all the same.
+    async fn discard(&mut self, source: Option<InputSource>) {
+        if let Some(InputSource::Inbox(seq)) = source {
+            let _ = ask(&self.children.state, |r| {
+                StateMsg::Apply(StateUpdate::Discard(seq), Some(r))
+            })
+            .await;
+        }
+    }
+
+    /// [`Self::record_input`] for an input the store kept (a timer, the inbox).
+    async fn record_input_from(&mut self, input: RunInput, source: Option<InputSource>) {
+        let update = match source {
+            Some(source) => StateUpdate::StoredInput {
+                source,
                 input: input.clone(),
             },
             None => StateUpdate::Input(input.clone()),

@@ -107,12 +107,27 @@ pub(super) fn load(
         });
     }
 
+    let mut stmt = conn
+        .prepare_cached("SELECT seq, input FROM inbox WHERE run_id = ?1 ORDER BY seq")
+        .map_err(sql)?;
+    let rows = stmt
+        .query_map([run_id], |r| {
+            Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?))
+        })
+        .map_err(sql)?;
+    let mut inbox = Vec::new();
+    for row in rows {
+        let (seq, input) = row.map_err(sql)?;
+        inbox.push((uint(seq), parse(path, &what("inbox"), &input)?));
+    }
+
     Ok(Some(StoredRun {
         record,
         checkpoint,
         session,
         ledger,
         timers,
+        inbox,
     }))
 }
 

@@ -70,7 +70,17 @@ CREATE TABLE blobs (
 ";
 
 /// Every migration of this build, oldest first.
-pub(super) const MIGRATIONS: &[&str] = &[V1];
+/// Version 2: the run's inbox (inputs accepted but not yet applied).
+const V2: &str = "
+CREATE TABLE inbox (
+    run_id TEXT NOT NULL REFERENCES runs (run_id),
+    seq    INTEGER NOT NULL,
+    input  TEXT NOT NULL,
+    PRIMARY KEY (run_id, seq)
+);
+";
+
+pub(super) const MIGRATIONS: &[&str] = &[V1, V2];
 
 // The list and the declared version must move together.
 const _: () = assert!(MIGRATIONS.len() == SCHEMA_VERSION as usize);

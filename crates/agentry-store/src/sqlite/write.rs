@@ -123,6 +123,26 @@ impl<'a> Batch<'a, '_> {
                     .map_err(|e| self.sql(e))?;
                 Ok(())
             }
+            Write::Enqueue { run_id, seq, input } => {
+                self.touch(run_id)?;
+                let input = serde_json::to_string(input)
+                    .map_err(|e| encode_error(self.path, "an inbox input", e))?;
+                self.tx
+                    .prepare_cached(
+                        "INSERT INTO inbox (run_id, seq, input) VALUES (?1, ?2, ?3)
+                         ON CONFLICT (run_id, seq) DO UPDATE SET input = excluded.input",
+                    )
+                    .and_then(|mut s| s.execute(params![run_id, int(*seq), input]))
+                    .map_err(|e| self.write_error(run_id, e))?;
+                Ok(())
+            }
+            Write::Dequeue { run_id, seq } => {
+                self.tx
+                    .prepare_cached("DELETE FROM inbox WHERE run_id = ?1 AND seq = ?2")
+                    .and_then(|mut s| s.execute(params![run_id, int(*seq)]))
+                    .map_err(|e| self.sql(e))?;
+                Ok(())
+            }
         }
     }
 

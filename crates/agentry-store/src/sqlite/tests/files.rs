@@ -296,39 +296,61 @@ fn an_empty_file_is_initialized_as_a_new_store() {
 fn migrations_upgrade_an_older_store_and_keep_its_data() {
     let dir = tempfile::tempdir().unwrap();
     let path = db_path(&dir);
+    let shown = path.display().to_string();
     {
-        let store = open(&path);
-        store
-            .commit(&[
+        // A store as version 1 wrote it: no inbox table yet.
+        let mut conn = Connection::open(&path).unwrap();
+        schema::migrate(&mut conn, &schema::MIGRATIONS[..1], &shown).unwrap();
+        assert_eq!(schema::user_version(&conn).unwrap(), 1);
+        let tx = conn.transaction().unwrap();
+        super::super::write::apply(
+            &tx,
+            &shown,
+            &[
                 Write::CreateRun(record("r", 1)),
                 append("r", 0, vec![user("kept")]),
-            ])
-            .unwrap();
+            ],
+        )
+        .unwrap();
+        tx.commit().unwrap();
     }
-    // A build with one more migration opens the version-1 file.
+    // This build opens it: migration 2 adds the inbox, the data stays.
+    let store = open(&path);
+    let run = store.load("r").unwrap().unwrap();
+    assert_eq!(run.session, vec![user("kept")]);
+    assert!(run.inbox.is_empty());
+    store
+        .commit(&[Write::Enqueue {
+            run_id: "r".into(),
+            seq: 1,
+            input: json!({"kind": "resume"}),
+        }])
+        .unwrap();
+    assert_eq!(store.load("r").unwrap().unwrap().inbox.len(), 1);
+    assert_eq!(schema::user_version(&store.conn()).unwrap(), SCHEMA_VERSION);
+    drop(store);
+
+    // A build with one more migration upgrades it again, idempotently...
     let next = [
         schema::MIGRATIONS[0],
-        "ALTER TABLE runs ADD COLUMN label TEXT NOT NULL DEFAULT 'none';
-         CREATE TABLE notes (run_id TEXT NOT NULL, note TEXT NOT NULL);",
+        schema::MIGRATIONS[1],
+        "ALTER TABLE runs ADD COLUMN label TEXT NOT NULL DEFAULT 'none';",
     ];
-    let shown = path.display().to_string();
     let mut conn = Connection::open(&path).unwrap();
     schema::migrate(&mut conn, &next, &shown).unwrap();
-    assert_eq!(schema::user_version(&conn).unwrap(), 2);
+    schema::migrate(&mut conn, &next, &shown).unwrap();
+    assert_eq!(schema::user_version(&conn).unwrap(), 3);
     let label: String = conn
         .query_row("SELECT label FROM runs WHERE run_id = 'r'", [], |r| {
             r.get(0)
         })
         .unwrap();
     assert_eq!(label, "none");
-    // Idempotent: a second run applies nothing.
-    schema::migrate(&mut conn, &next, &shown).unwrap();
     drop(conn);
-
-    // This build (version 1) now refuses the upgraded file.
+    // ...and this build then refuses the upgraded file.
     let err = SqliteStore::open(&path).unwrap_err();
     assert!(
-        matches!(err, StoreError::NewerSchema { found: 2, .. }),
+        matches!(err, StoreError::NewerSchema { found: 3, .. }),
         "{err:?}"
     );
 
@@ -338,11 +360,12 @@ fn migrations_upgrade_an_older_store_and_keep_its_data() {
     drop(open(&path));
     let broken = [
         schema::MIGRATIONS[0],
+        schema::MIGRATIONS[1],
         "CREATE TABLE x (a); THIS IS NOT SQL;",
     ];
     let mut conn = Connection::open(&path).unwrap();
     assert!(schema::migrate(&mut conn, &broken, &shown).is_err());
-    assert_eq!(schema::user_version(&conn).unwrap(), 1);
+    assert_eq!(schema::user_version(&conn).unwrap(), SCHEMA_VERSION);
     let x: i64 = conn
         .query_row(
             "SELECT count(*) FROM sqlite_schema WHERE name = 'x'",

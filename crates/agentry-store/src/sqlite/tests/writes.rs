@@ -97,6 +97,30 @@ fn every_write_kind_round_trips_and_survives_reopen() {
                 run_id: "r1".into(),
                 checkpoint: cp.clone(),
             },
+            Write::Enqueue {
+                run_id: "r1".into(),
+                seq: 2,
+                input: json!({"kind": "message", "text": "second"}),
+            },
+            Write::Enqueue {
+                run_id: "r1".into(),
+                seq: 1,
+                input: json!({"kind": "message", "text": "first"}),
+            },
+            Write::Enqueue {
+                run_id: "r1".into(),
+                seq: 3,
+                input: json!({"kind": "pause"}),
+            },
+            Write::Dequeue {
+                run_id: "r1".into(),
+                seq: 3,
+            },
+            // Dequeuing what is not there is fine.
+            Write::Dequeue {
+                run_id: "nobody".into(),
+                seq: 9,
+            },
         ])
         .unwrap();
     // An empty batch is a no-op.
@@ -108,6 +132,10 @@ fn every_write_kind_round_trips_and_survives_reopen() {
         session,
         ledger: vec![c0, c1, denied],
         timers: vec![timer("t-early", 100), timer("t-late", 900)],
+        inbox: vec![
+            (1, json!({"kind": "message", "text": "first"})),
+            (2, json!({"kind": "message", "text": "second"})),
+        ],
     };
     assert_eq!(store.load("r1").unwrap(), Some(expected.clone()));
     let child_run = store.load("child").unwrap().unwrap();
