@@ -392,13 +392,18 @@ async fn decide(
         }
     }
     .map_err(ApiError::from_runtime)?;
-    Ok(axum::Json(json!({
+    Ok(decided(&id, &call_id, &decision, seq))
+}
+
+/// The answer to a human's decision on a parked call.
+fn decided(id: &str, call_id: &str, decision: &str, seq: u64) -> Response {
+    axum::Json(json!({
         "run_id": id,
         "tool_call_id": call_id,
         "decision": decision,
         "seq": seq,
     }))
-    .into_response())
+    .into_response()
 }
 
 /// A human settles a call a crash interrupted: `{"decision": "happened" |
@@ -419,13 +424,7 @@ async fn settle(
         .settle(&call_id, settlement)
         .await
         .map_err(ApiError::from_runtime)?;
-    Ok(axum::Json(json!({
-        "run_id": id,
-        "tool_call_id": call_id,
-        "decision": decision,
-        "seq": seq,
-    }))
-    .into_response())
+    Ok(decided(&id, &call_id, &decision, seq))
 }
 
 async fn stream_events(

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use agentry::protocol::event::RunEvent;
 use agentry::protocol::state::PendingApproval;
 use agentry::{
-    Durability, RunHandle, RunOutcome, Runtime, RuntimeError, Script, Settlement, SqliteStore,
+    RunHandle, RunOutcome, Runtime, RuntimeError, Script, Settlement, SqliteStore, Store,
 };
 
 use crate::run::{Interrupts, RunError, absolute, model_policy, shutdown_on_interrupt};
@@ -30,16 +30,21 @@ pub(crate) struct Parked {
     pub(crate) pending: Vec<PendingApproval>,
 }
 
-/// Puts `runtime` on the SQLite store at `path` (created if missing).
-pub(crate) fn open_store(
-    runtime: Runtime,
-    path: &Path,
-    durability: Durability,
-) -> Result<Runtime, RunError> {
-    let store = SqliteStore::open(path).map_err(|e| RunError::BadInput(e.into()))?;
-    runtime
-        .with_store(Arc::new(store), durability)
-        .map_err(RunError::BadInput)
+/// Opens (or creates) the SQLite store at `path`.
+pub(crate) fn open_sqlite(path: &Path) -> Result<Arc<dyn Store>, RuntimeError> {
+    Ok(Arc::new(SqliteStore::open(path)?))
+}
+
+/// `path`, if a store file is there: `resume` and `runs` never create one.
+fn existing(path: PathBuf) -> Result<PathBuf, RuntimeError> {
+    if path.is_file() {
+        return Ok(path);
+    }
+    Err(agentry::store::StoreError::Open {
+        path: path.display().to_string(),
+        message: "no such file".into(),
+    }
+    .into())
 }
 
 /// Waits for the run's outcome. A durable run that parks `awaiting_decision` on
@@ -102,38 +107,19 @@ pub(crate) async fn drive(
 
 /// `agentry resume RUN_ID --store FILE`.
 pub(crate) async fn resume(args: ResumeArgs) -> Result<Finished, RunError> {
-    let store = args.store.clone().unwrap_or_else(crate::default_store);
-    if !store.is_file() {
-        return Err(RunError::BadInput(
-            agentry::store::StoreError::Open {
-                path: store.display().to_string(),
-                message: "no such file".into(),
-            }
-            .into(),
-        ));
-    }
-    let runtime = open_store(
-        Runtime::with_builtins().map_err(RunError::BadInput)?,
-        &store,
-        args.durability.into(),
-    )?;
-    let config = runtime
-        .stored_config(&args.run_id)
-        .await
+    let path = existing(args.store.clone().unwrap_or_else(crate::default_store))
         .map_err(RunError::BadInput)?;
+    let store = open_sqlite(&path).map_err(RunError::BadInput)?;
+    let config =
+        agentry::RunConfig::from_store(&*store, &args.run_id).map_err(RunError::BadInput)?;
     // The task's own command tools are part of the stored configuration's world:
     // rebuild the registry from the task directory the run was started from.
     let runtime = match stored_task_dir(&config) {
-        Some(dir) => {
-            let task = agentry::TaskSpec::load(&dir).map_err(RunError::BadInput)?;
-            open_store(
-                Runtime::for_task(&task).map_err(RunError::BadInput)?,
-                &store,
-                args.durability.into(),
-            )?
-        }
-        None => runtime,
-    };
+        Some(dir) => Runtime::for_task(&agentry::TaskSpec::load(&dir).map_err(RunError::BadInput)?),
+        None => Runtime::with_builtins(),
+    }
+    .and_then(|r| r.with_store(store, args.durability.into()))
+    .map_err(RunError::BadInput)?;
     let (policy_arg, base_url) = match &args.policy {
         Some(p) => (p.clone(), args.base_url.clone()),
         None => stored_policy(config.policy_spec.as_deref(), &args.run_id)?,
@@ -160,7 +146,7 @@ pub(crate) async fn resume(args: ResumeArgs) -> Result<Finished, RunError> {
         .resume_boxed(&args.run_id, policy)
         .await
         .map_err(RunError::BadInput)?;
-    let finished = drive(&handle, &args.decide, Some(&store)).await;
+    let finished = drive(&handle, &args.decide, Some(&path)).await;
     if let Some(task) = interrupt {
         task.abort();
     }
@@ -211,15 +197,7 @@ fn stored_policy(
 
 /// `agentry runs --store FILE`.
 pub(crate) fn list(args: &RunsArgs) -> Result<(), RuntimeError> {
-    use agentry::Store;
-    let path = args.store.clone().unwrap_or_else(crate::default_store);
-    if !path.is_file() {
-        return Err(agentry::store::StoreError::Open {
-            path: path.display().to_string(),
-            message: "no such file".into(),
-        }
-        .into());
-    }
+    let path = existing(args.store.clone().unwrap_or_else(crate::default_store))?;
     let store = SqliteStore::open(&path)?;
     let runs: Vec<_> = store
         .runs()?

@@ -42,7 +42,9 @@ pub(crate) async fn run(args: RunArgs) -> Result<crate::durable::Finished, RunEr
     let store = match (&args.store, args.no_store) {
         (_, true) => None,
         (Some(path), false) => {
-            runtime = crate::durable::open_store(runtime, path, args.durability.into())?;
+            runtime = crate::durable::open_sqlite(path)
+                .and_then(|store| runtime.with_store(store, args.durability.into()))
+                .map_err(RunError::BadInput)?;
             Some(path.clone())
         }
         // The default store: durable unless it is unusable, which is reported
@@ -54,11 +56,9 @@ pub(crate) async fn run(args: RunArgs) -> Result<crate::durable::Finished, RunEr
                 .map_or(Ok(()), std::fs::create_dir_all)
                 .map_err(|e| e.to_string())
                 .and_then(|()| {
-                    crate::durable::open_store(runtime.clone(), &path, args.durability.into())
-                        .map_err(|e| match e {
-                            RunError::BadInput(e) => e.to_string(),
-                            other => format!("{other:?}"),
-                        })
+                    crate::durable::open_sqlite(&path)
+                        .and_then(|store| runtime.clone().with_store(store, args.durability.into()))
+                        .map_err(|e| e.to_string())
                 });
             match opened {
                 Ok(durable) => {

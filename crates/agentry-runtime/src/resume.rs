@@ -168,6 +168,19 @@ impl Runtime {
     }
 }
 
+impl RunConfig {
+    /// The configuration run `run_id` was started with, read from `store`
+    /// directly (no runtime needed: e.g. to pick the tools and the policy of the
+    /// runtime that will resume it).
+    pub fn from_store(store: &dyn Store, run_id: &str) -> Result<RunConfig, RuntimeError> {
+        let run = store.load(run_id)?.ok_or_else(|| RuntimeError::NoSuchRun {
+            run_id: run_id.to_string(),
+            store: store.location(),
+        })?;
+        config_of(&run.record)
+    }
+}
+
 fn config_of(record: &RunRecord) -> Result<RunConfig, RuntimeError> {
     serde_json::from_value(record.config.clone()).map_err(|e| RuntimeError::NotResumable {
         run_id: record.run_id.clone(),

@@ -481,6 +481,14 @@ impl RunState {
         }
     }
 
+    /// Applies an update and hands it to the store (durable runs), waiting for
+    /// the commit when the update must be on disk before it is acknowledged.
+    async fn apply_committed(&mut self, update: StateUpdate) -> Result<Applied, String> {
+        let wait = self.log.is_some() && self.must_wait(&update);
+        let applied = self.apply(update);
+        self.persist(wait).await.map(|()| applied)
+    }
+
     /// Whether an update must be on disk before it is acknowledged.
     fn must_wait(&self, update: &StateUpdate) -> bool {
         let grouped = self
@@ -551,19 +559,15 @@ impl Actor for StateKeeper {
     ) -> Result<(), ActorProcessingErr> {
         match message {
             StateMsg::Apply(update, reply) => {
-                let wait = state.log.is_some() && state.must_wait(&update);
-                let applied = state.apply(update);
-                let committed = state.persist(wait).await;
+                let committed = state.apply_committed(update).await;
                 if let Some(reply) = reply {
                     // The requester may have gone away (run stopping); nothing to do then.
-                    let _ = reply.send(committed.map(|()| applied));
+                    let _ = reply.send(committed);
                 }
             }
             StateMsg::ApplyTraced(update, reply) => {
-                let wait = state.log.is_some() && state.must_wait(&update);
-                let applied = state.apply(update);
-                let committed = state.persist(wait).await;
-                let _ = reply.send(committed.map(|()| (applied, state.snapshot())));
+                let committed = state.apply_committed(update).await;
+                let _ = reply.send(committed.map(|applied| (applied, state.snapshot())));
             }
             StateMsg::AwaitDecision {
                 pending,
