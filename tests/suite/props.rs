@@ -138,6 +138,7 @@ async fn supervisor_matches_model(limits: BudgetLimits, ops: Vec<Op>) -> Result<
         started: tokio::time::Instant::now(),
         parent: None,
         parent_deadline: None,
+        tool_calls: Default::default(),
     };
     let (actor, task) = Actor::spawn(None, BudgetSupervisor, args)
         .await

@@ -130,6 +130,7 @@ async fn run_tree(root_limits: BudgetLimits, plan: TreePlan) -> Result<(), Strin
             started,
             parent,
             parent_deadline: None,
+            tool_calls: Default::default(),
         };
         let (actor, _) = Actor::spawn(None, BudgetSupervisor, args)
             .await
@@ -530,5 +531,50 @@ async fn a_model_delegates_through_agent_tools() -> Result<(), TestError> {
     assert_eq!(data["name"], "reader");
     // The child's two steps were charged to the parent.
     assert_eq!(outcome.budget.spent.steps, outcome.steps + 2);
+    Ok(())
+}
+
+/// A step's own tool calls count against the parent before any child is carved in
+/// that step: the conductor's tally is booked by the supervisor ahead of the
+/// reservation, so two spawns in one step see both calls spent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_carved_mid_step_sees_that_steps_tool_calls() -> Result<(), TestError> {
+    let runtime = Runtime::with_builtins()?;
+    let task = TestTask::new("delegate", &[])?
+        .grant(&["agent"])
+        .max_steps(4)
+        .max_tool_calls(4);
+    let done = json!({"turns": [{"final": "x"}]});
+    let policy = ScriptBuilder::new()
+        .call(
+            "s1",
+            "agent.spawn",
+            json!({"name": "big", "goal": "g", "budget": {"max_tool_calls": 3}, "script": done}),
+        )
+        .and_call(
+            "s2",
+            "agent.spawn",
+            json!({"name": "fits", "goal": "g", "budget": {"max_tool_calls": 2}, "script": done}),
+        )
+        .finish("delegated")
+        .policy();
+
+    let (outcome, events) =
+        agentry_test_support::run_with_events(&runtime, task.config(), policy).await?;
+
+    assert_eq!(outcome.stop_reason, StopReason::Done, "{}", outcome.detail);
+    let results = agentry_test_support::tool_results(&events);
+    let by_id = |id: &str| {
+        results
+            .iter()
+            .find(|(_, r)| r.tool_call_id == id)
+            .map(|(_, r)| r.clone())
+            .ok_or(format!("no result for {id}"))
+    };
+    // 2 spent by this step + 3 asked > 4; 2 + 2 fits.
+    assert_eq!(by_id("s1")?.error_code(), Some(agentry::ErrorCode::Ebudget));
+    assert!(by_id("s2")?.ok, "{:?}", by_id("s2")?.error);
+    // The two spawns and the finish call.
+    assert_eq!(outcome.budget.spent.tool_calls, 3);
     Ok(())
 }

@@ -7,6 +7,8 @@
 //! token, which every in-flight tool call is selected against.
 
 use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use agentry_protocol::budget::{BudgetLimits, BudgetSnapshot, Usage};
 use agentry_protocol::stop::StopReason;
@@ -44,13 +46,6 @@ pub enum BudgetMsg {
     /// Spend up to `n` tool calls; replies with how many were granted (the rest are
     /// refused with `EBUDGET`) and the snapshot after.
     SpendToolCalls(u64, RpcReplyPort<(u64, BudgetSnapshot)>),
-    /// Record tool calls the run's conductor granted itself against the
-    /// `tool_calls_left` of its step's [`SpendReply::Granted`]. The conductor is
-    /// the only spender of its run's own tool calls (children spend from what was
-    /// reserved for them, which that figure already excludes), so its view is
-    /// exact or, if a child released budget meanwhile, conservative: the check
-    /// still happens before the spend, without a second round trip.
-    RecordToolCalls(u64),
     /// Check, then spend, one automatic retry; `false` when the run's retry budget
     /// is exhausted (or the run is stopping).
     SpendRetry(RpcReplyPort<bool>),
@@ -113,6 +108,32 @@ pub struct BudgetArgs {
     pub parent: Option<ParentLink>,
     /// For a child: the parent's absolute deadline, which bounds this run's.
     pub parent_deadline: Option<Instant>,
+    /// Tool calls the run's conductor granted itself and has not reported yet.
+    pub tool_calls: ToolCallTally,
+}
+
+/// Tool calls a run's conductor granted itself against the `tool_calls_left` of
+/// its step's [`SpendReply::Granted`], not yet recorded by the supervisor. The
+/// conductor is the only spender of its run's own tool calls (children spend
+/// from what was reserved for them, which that figure already excludes), so its
+/// check is exact or, if a child released budget meanwhile, conservative. It adds
+/// to this counter instead of sending a message; the supervisor moves the count
+/// into its books before it handles any message, so everything it answers (a
+/// child's reservation during the same step included) counts those calls. A
+/// message would wake the supervisor's task as well as the executor's in the same
+/// poll, and the second wake-up hands a task to another worker thread.
+#[derive(Debug, Clone, Default)]
+pub struct ToolCallTally(Arc<AtomicU64>);
+
+impl ToolCallTally {
+    /// Adds `n` granted calls.
+    pub fn add(&self, n: u64) {
+        self.0.fetch_add(n, Ordering::Release);
+    }
+
+    fn take(&self) -> u64 {
+        self.0.swap(0, Ordering::Acquire)
+    }
 }
 
 /// A child's link to its parent's budget supervisor.
@@ -142,6 +163,7 @@ pub struct BudgetState {
     children: HashMap<String, Usage>,
     /// Every child carved from this node, in order.
     spawned: Vec<String>,
+    tool_calls: ToolCallTally,
 }
 
 impl BudgetState {
@@ -219,6 +241,14 @@ impl BudgetState {
         }
     }
 
+    /// Books the tool calls the conductor granted since the last message.
+    fn book_tool_calls(&mut self) {
+        let n = self.tool_calls.take();
+        if n > 0 {
+            self.record(Usage::tool_calls(n));
+        }
+    }
+
     fn elapsed_ms(&self) -> u64 {
         self.started.elapsed().as_millis() as u64
     }
@@ -282,6 +312,7 @@ impl Actor for BudgetSupervisor {
             run_token: args.run_token,
             cause: None,
             timer,
+            tool_calls: args.tool_calls,
         })
     }
 
@@ -293,6 +324,7 @@ impl Actor for BudgetSupervisor {
         if let Some(t) = state.timer.take() {
             t.abort();
         }
+        state.book_tool_calls();
         // What this run did not use returns to its parent.
         if let Some(p) = &state.parent {
             let _ = p.budget.cast(BudgetMsg::Release {
@@ -308,6 +340,7 @@ impl Actor for BudgetSupervisor {
         message: BudgetMsg,
         state: &mut BudgetState,
     ) -> Result<(), ActorProcessingErr> {
+        state.book_tool_calls();
         match message {
             BudgetMsg::Spend(charge, reply) => {
                 let answer = if state.deadline_passed() {
@@ -351,7 +384,6 @@ impl Actor for BudgetSupervisor {
                 }
                 let _ = reply.send((granted, state.snapshot()));
             }
-            BudgetMsg::RecordToolCalls(n) => state.record(Usage::tool_calls(n)),
             BudgetMsg::SpendRetry(reply) => {
                 let ok = state.cause.is_none()
                     && !state.deadline_passed()

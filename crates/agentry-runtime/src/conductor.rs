@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use agentry_protocol::accept::CheckOutcome;
 use agentry_protocol::budget::{BudgetSnapshot, Usage};
-use agentry_protocol::decision::{Decision, PolicyOutput};
+use agentry_protocol::decision::{Decision, PolicyOutput, TokenUsage};
 use agentry_protocol::envelope::{ErrorCode, ResultEnvelope, ToolError};
 use agentry_protocol::event::RunEvent;
 use agentry_protocol::fingerprint::Fingerprinter;
@@ -29,7 +29,9 @@ use tokio::sync::watch;
 use tokio::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
-use crate::budget::{BudgetArgs, BudgetMsg, BudgetSupervisor, ParentLink, SpendReply};
+use crate::budget::{
+    BudgetArgs, BudgetMsg, BudgetSupervisor, ParentLink, SpendReply, ToolCallTally,
+};
 use crate::call::ask;
 use crate::config::{Driver, RunConfig};
 use crate::durable::{Ending, InFlight, RunLog};
@@ -219,7 +221,7 @@ pub struct ConductorState {
     pending: Vec<SessionEntry>,
     fingerprints: VecDeque<u64>,
     /// Content digest of the world as of the last applied update.
-    world_digest: String,
+    world_digest: Arc<str>,
     /// When the run started (the budget supervisor counts from the same instant).
     started: Instant,
     steps: u64,
@@ -248,6 +250,8 @@ pub struct ConductorState {
     ending: Option<Ending>,
     /// Tool calls this run may still make, as of this step's budget spend.
     tool_calls_left: Option<u64>,
+    /// Where granted tool calls go to the budget supervisor (see [`ToolCallTally`]).
+    tool_call_tally: ToolCallTally,
 }
 
 mod inputs;
@@ -326,6 +330,7 @@ impl Actor for Conductor {
             .collect();
         let model = policy.name();
         let cell = myself.get_cell();
+        let tool_call_tally = ToolCallTally::default();
         let (budget, _) = Actor::spawn_linked(
             None,
             BudgetSupervisor,
@@ -342,6 +347,7 @@ impl Actor for Conductor {
                     budget: budget.clone(),
                     child_id: run_id.to_string(),
                 }),
+                tool_calls: tool_call_tally.clone(),
             },
             cell.clone(),
         )
@@ -357,7 +363,7 @@ impl Actor for Conductor {
         let progress = initial.progress().clone();
         let paused = resumed && initial.snapshot().status == RunStatus::Paused;
         let pending = initial.session().to_vec();
-        let initial_world = initial.world_digest().to_string();
+        let initial_world: Arc<str> = initial.world_digest().into();
         let (state, _) = Actor::spawn_linked(None, StateKeeper, initial, cell.clone()).await?;
         let executor_args = ExecutorArgs {
             run_id: Arc::clone(&run_id),
@@ -442,6 +448,7 @@ impl Actor for Conductor {
             redrive: progress.in_flight,
             ending: progress.ending,
             tool_calls_left: None,
+            tool_call_tally,
             step_due: false,
             wake_pending: false,
             ticks: None,
@@ -748,9 +755,13 @@ impl ConductorState {
         let mut approvals = Vec::new();
         let mut granted_calls = 0;
         let mut side_effects = false;
-        let results = match &out.decision {
+        let mut decision = out.decision;
+        let results = match &mut decision {
             Decision::ToolCalls { calls } if !calls.is_empty() => {
-                let (executed, short, spent) = self.execute(step, calls, redrive).await;
+                // Lent to the executor, not copied; back once it has answered.
+                let lent = Arc::new(std::mem::take(calls));
+                let (executed, short, spent) = self.execute(step, &lent, redrive).await;
+                *calls = Arc::try_unwrap(lent).unwrap_or_else(|shared| (*shared).clone());
                 granted_calls = spent;
                 side_effects = executed.side_effects;
                 if let Some(short) = short {
@@ -795,11 +806,17 @@ impl ConductorState {
         // 4. Update: one state update per step, applied by the state keeper. The
         // fingerprint uses the world as the action found it; what the action did to
         // it is in the observation (refs).
-        let after = self.after_snapshot(before, &out, granted_calls, &attempts);
-        let fp = step_fingerprint(&out.decision, &results, &self.world_digest);
+        let after = self.after_snapshot(
+            before,
+            &out.usage,
+            out.cost_micros,
+            granted_calls,
+            &attempts,
+        );
+        let fp = step_fingerprint(&decision, &results, &self.world_digest);
         self.pending.push(SessionEntry::Assistant {
             step,
-            decision: out.decision.clone(),
+            decision: decision.clone(),
         });
         self.pending.extend(
             results
@@ -810,7 +827,7 @@ impl ConductorState {
         let traced = self
             .trace
             .is_some()
-            .then(|| (out.decision.clone(), results.clone()));
+            .then(|| (decision.clone(), results.clone()));
         // What ends the run, should the process die before the stop is on disk.
         let ending = match (&flow, &answer) {
             (Flow::Stop { reason, detail, .. }, _) => Some(Ending::Stop {
@@ -826,7 +843,7 @@ impl ConductorState {
         let world_may_change = results.iter().any(|r| !r.refs.is_empty());
         let update = StateUpdate::Step {
             step,
-            decision: out.decision,
+            decision,
             results,
             spent: after.spent,
             answer: answer.clone(),
@@ -940,13 +957,13 @@ impl ConductorState {
     async fn execute(
         &mut self,
         step: u64,
-        calls: &[ToolCall],
+        calls: &Arc<Vec<ToolCall>>,
         redrive: bool,
     ) -> (Executed, Option<Flow>, u64) {
         let n = calls.len() as u64;
         // Checked against the allowance the step's spend reported (this conductor
-        // is the only spender of its run's own tool calls) and recorded with a
-        // cast: check-before-spend without a second round trip.
+        // is the only spender of its run's own tool calls) and added to the tally
+        // the supervisor books: check-before-spend without a second round trip.
         let granted = if self.run_token.is_cancelled() {
             0
         } else {
@@ -957,14 +974,11 @@ impl ConductorState {
             if let Some(left) = &mut self.tool_calls_left {
                 *left -= granted;
             }
-            let _ = self
-                .children
-                .budget
-                .cast(BudgetMsg::RecordToolCalls(granted));
+            self.tool_call_tally.add(granted);
         }
         let run = ask(&self.children.executor, |reply| ExecutorMsg::Execute {
             step,
-            calls: calls.to_vec(),
+            calls: Arc::clone(calls),
             granted: granted as usize,
             redrive,
             reply,
@@ -1052,7 +1066,8 @@ impl ConductorState {
     fn after_snapshot(
         &self,
         before: BudgetSnapshot,
-        out: &PolicyOutput,
+        usage: &TokenUsage,
+        cost_micros: u64,
         tool_calls: u64,
         attempts: &[AttemptRecord],
     ) -> BudgetSnapshot {
@@ -1060,9 +1075,9 @@ impl ConductorState {
         let spent = before.spent.plus(&Usage {
             steps: 1,
             tool_calls,
-            tokens_in: out.usage.tokens_in,
-            tokens_out: out.usage.tokens_out,
-            cost_micros: out.cost_micros,
+            tokens_in: usage.tokens_in,
+            tokens_out: usage.tokens_out,
+            cost_micros,
             retries,
             ..Usage::default()
         });

@@ -23,7 +23,7 @@ use std::sync::Arc;
 use agentry_protocol::accept::{AcceptCheck, CheckOutcome};
 use agentry_protocol::envelope::{ErrorCode, ResultEnvelope, ToolError};
 use agentry_protocol::event::RunEvent;
-use agentry_protocol::fingerprint::Fingerprinter;
+use agentry_protocol::fingerprint::{Fingerprinter, hex32};
 use agentry_protocol::now_millis;
 use agentry_protocol::state::{PendingApproval, Settlement};
 use agentry_protocol::tool::{Idempotency, ToolCall};
@@ -115,8 +115,9 @@ pub enum ExecutorMsg {
     Execute {
         /// Step number.
         step: u64,
-        /// Calls, in request order.
-        calls: Vec<ToolCall>,
+        /// Calls, in request order (shared with the conductor, which keeps them
+        /// for the session).
+        calls: Arc<Vec<ToolCall>>,
         /// How many calls the budget supervisor granted.
         granted: usize,
         /// The step is acted on again after a restart: calls the ledger records as
@@ -340,8 +341,8 @@ impl ExecutorState {
             step: job.step,
             position: job.position as u32,
             call: job.call.clone(),
-            digest: format!("{:032x}", job.digest),
-            intent_key: format!("{key:032x}"),
+            digest: String::from(&*hex32(job.digest)),
+            intent_key: String::from(&*hex32(key)),
             operation_id: operation_id(&self.args.run_id, job.digest).to_string(),
             state,
             outcome: outcome.cloned(),
@@ -1011,14 +1012,18 @@ impl ExecutorState {
 /// its normalized arguments, so a retry, a re-run after a crash and the same
 /// action under a fresh call id all carry the same id.
 pub fn operation_id(run_id: &str, call_digest: u128) -> Arc<str> {
-    Arc::from(format!("op-{:032x}", intent_key(run_id, call_digest)))
+    let mut id = [0u8; 35];
+    id[..3].copy_from_slice(b"op-");
+    id[3..].copy_from_slice(hex32(intent_key(run_id, call_digest)).as_bytes());
+    // Only ASCII was written.
+    Arc::from(std::str::from_utf8(&id).unwrap_or_default())
 }
 
 /// hash(tool, normalized arguments, operation scope = the run): the ledger's key
 /// for "the same action".
 pub fn intent_key(run_id: &str, call_digest: u128) -> u128 {
     let mut f = Fingerprinter::new();
-    f.str(run_id).str(&format!("{call_digest:032x}"));
+    f.str(run_id).str(&hex32(call_digest));
     f.finish_u128()
 }
 

@@ -4,6 +4,8 @@
 //! applies them one at a time in mailbox order and bumps the version by one per
 //! update, so updates that arrive together are serialized, never lost.
 
+use std::sync::Arc;
+
 use agentry_protocol::budget::Usage;
 use agentry_protocol::decision::Decision;
 use agentry_protocol::envelope::ResultEnvelope;
@@ -96,7 +98,7 @@ pub struct Applied {
     /// State version after the update.
     pub version: u64,
     /// Content digest of the world layer after the update (path → sha256).
-    pub world_digest: String,
+    pub world_digest: Arc<str>,
     /// Session length after the update.
     pub session_len: usize,
     /// Inputs applied so far; for an `Input` update, its sequence number.
@@ -177,7 +179,7 @@ pub enum StateMsg {
 pub struct RunState {
     version: u64,
     world: WorldState,
-    world_digest: String,
+    world_digest: Arc<str>,
     task: TaskState,
     session: Vec<SessionEntry>,
     control: ControlState,
@@ -210,7 +212,7 @@ impl RunState {
             session,
             ..RunState::default()
         };
-        s.world_digest = s.digest_world();
+        s.world_digest = s.digest_world().into();
         s
     }
 
@@ -252,7 +254,7 @@ impl RunState {
             progress,
             ..RunState::default()
         };
-        s.world_digest = s.digest_world();
+        s.world_digest = s.digest_world().into();
         s
     }
 
@@ -349,7 +351,7 @@ impl RunState {
                 }
                 if world_changed {
                     self.world.version += 1;
-                    self.world_digest = self.digest_world();
+                    self.world_digest = self.digest_world().into();
                 }
                 self.session
                     .push(SessionEntry::Assistant { step, decision });
@@ -381,7 +383,7 @@ impl RunState {
     fn applied(&self) -> Applied {
         Applied {
             version: self.version,
-            world_digest: self.world_digest.clone(),
+            world_digest: Arc::clone(&self.world_digest),
             session_len: self.session.len(),
             inputs: self.inputs,
         }
