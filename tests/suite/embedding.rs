@@ -390,3 +390,58 @@ async fn slow_ticks_skip_overlaps_and_the_tick_budget_stops_the_agent() -> Resul
     let _ = RunInput::Pause;
     Ok(())
 }
+
+/// A pull-driven run whose steps take microseconds takes several steps per
+/// conductor message (no self-addressed `Step` per step), yet an input sent while
+/// a step runs still applies at the very next safe point: the next decision sees
+/// it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_during_fast_steps_is_seen_by_the_next_decision() -> Result<(), TestError> {
+    let count = CountingTool::new("count");
+    let runtime = runtime_with(vec![Arc::new(count)])?;
+    let task = TestTask::new("spin", &[])?.grant(&["count"]).max_steps(500);
+    // At step 20 the model tells the test, then waits until the message is sent.
+    let (at_20_tx, at_20_rx) = tokio::sync::oneshot::channel::<()>();
+    let (sent_tx, sent_rx) = tokio::sync::oneshot::channel::<()>();
+    let mut at_20 = Some(at_20_tx);
+    let mut sent = Some(sent_rx);
+    let policy = FnPolicy::from_async(move |ctx| {
+        let step = ctx.step;
+        let heard = ctx
+            .session
+            .iter()
+            .any(|e| matches!(e, SessionEntry::User { text } if text == "stop"));
+        let wait = if step == 20 {
+            if let Some(tx) = at_20.take() {
+                let _ = tx.send(());
+            }
+            sent.take()
+        } else {
+            None
+        };
+        Box::pin(async move {
+            if let Some(rx) = wait {
+                let _ = rx.await;
+            }
+            if heard {
+                Decision::Final {
+                    answer: format!("heard at {step}"),
+                }
+            } else {
+                Decision::ToolCalls {
+                    calls: vec![call(&format!("c{step}"), "count", json!({"value": step}))],
+                }
+            }
+        })
+    });
+
+    let handle = runtime.start(task.config(), policy).await?;
+    at_20_rx.await?;
+    handle.send_message("stop")?;
+    let _ = sent_tx.send(());
+    let outcome = handle.wait().await?;
+
+    assert_eq!(outcome.stop_reason, StopReason::Done, "{}", outcome.detail);
+    assert_eq!(outcome.answer.as_deref(), Some("heard at 21"));
+    Ok(())
+}

@@ -8,15 +8,27 @@ use agentry_bench::cli::Args;
 use agentry_bench::report::Report;
 use clap::Parser;
 
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// Which global allocator this build uses (reported with every figure).
+const ALLOCATOR_NAME: &str = if cfg!(feature = "mimalloc") {
+    "mimalloc"
+} else {
+    "system"
+};
+
 fn main() -> ExitCode {
     let args = Args::parse();
     let opts = args.options();
-    let report = agentry_bench::cli::run(args.workload, &opts).unwrap_or_else(|e| {
+    let mut report = agentry_bench::cli::run(args.workload, &opts).unwrap_or_else(|e| {
         let mut r = Report::new(&args.workload.name());
         r.ok = false;
         r.note(format!("[ERROR] {e}"));
         r
     });
+    report.param("allocator", ALLOCATOR_NAME);
     println!("{}", report.to_line());
     if report.ok {
         ExitCode::SUCCESS

@@ -11,6 +11,7 @@
 use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use agentry_protocol::accept::CheckOutcome;
 use agentry_protocol::budget::{BudgetSnapshot, Usage};
@@ -146,7 +147,41 @@ pub struct ConductorArgs {
     pub log: Option<RunLog>,
     /// The state to continue from, for a resumed run.
     pub restore: Option<Restore>,
+    /// Counts what is posted to the conductor from outside.
+    pub posted: Posted,
 }
+
+/// How many messages other than its own `Step` wake-ups were posted to a
+/// conductor. Every sender outside the conductor adds one before it casts; the
+/// conductor counts what it handled. While the two agree nothing is waiting in
+/// its mailbox, so a pull-driven run takes its next step in the same handler
+/// instead of casting a `Step` to itself: a message to itself would be one more
+/// hop per step, and a task that wakes itself while running is requeued by tokio
+/// behind a wake-up of another worker thread. A post whose cast fails leaves the
+/// counts apart for good, which only turns the batching off.
+#[derive(Debug, Clone, Default)]
+pub struct Posted(Arc<AtomicU64>);
+
+impl Posted {
+    /// Casts `msg` to `conductor`, counted.
+    pub fn cast(
+        &self,
+        conductor: &ActorRef<ConductorMsg>,
+        msg: ConductorMsg,
+    ) -> Result<(), ractor::MessagingErr<ConductorMsg>> {
+        self.0.fetch_add(1, Ordering::Release);
+        conductor.cast(msg)
+    }
+
+    fn count(&self) -> u64 {
+        self.0.load(Ordering::Acquire)
+    }
+}
+
+/// Steps a pull-driven run takes in one handler at most, and for how long, before
+/// it lets its mailbox's other ports (supervision, stop) in.
+const STEP_BATCH: u32 = 64;
+const STEP_BATCH_TIME: Duration = Duration::from_millis(2);
 
 /// What a resumed run continues from.
 pub struct Restore {
@@ -207,6 +242,18 @@ struct Children {
     budget: ActorRef<BudgetMsg>,
 }
 
+impl Children {
+    /// Whether every child is up: a dead one's supervision event must be handled
+    /// (the executor restarted) before the next step.
+    fn all_running(&self) -> bool {
+        use ractor::ActorStatus::Running;
+        self.policy.get_status() == Running
+            && self.executor.get_status() == Running
+            && self.state.get_status() == Running
+            && self.budget.get_status() == Running
+    }
+}
+
 /// Conductor state.
 pub struct ConductorState {
     run_id: Arc<str>,
@@ -252,6 +299,11 @@ pub struct ConductorState {
     tool_calls_left: Option<u64>,
     /// Where granted tool calls go to the budget supervisor (see [`ToolCallTally`]).
     tool_call_tally: ToolCallTally,
+    /// Messages posted from outside, and how many of them were handled.
+    posted: Posted,
+    handled: u64,
+    /// A child did not answer during this batch of steps.
+    lost_child: bool,
 }
 
 mod inputs;
@@ -303,6 +355,7 @@ impl Actor for Conductor {
             agents,
             log,
             restore,
+            posted,
         } = args;
         let now = Instant::now();
         let started = restore
@@ -318,16 +371,7 @@ impl Actor for Conductor {
             (a, b) => a.or(b),
         };
         let workdir: Arc<std::path::Path> = Arc::from(config.workdir.as_path());
-        let visible: Arc<[_]> = registry
-            .specs()
-            .iter()
-            .filter(|s| {
-                registry
-                    .get(&s.name)
-                    .is_some_and(|t| config.grants.allows(&t.contract))
-            })
-            .cloned()
-            .collect();
+        let visible = registry.visible_specs(|contract| config.grants.allows(contract));
         let model = policy.name();
         let cell = myself.get_cell();
         let tool_call_tally = ToolCallTally::default();
@@ -449,6 +493,9 @@ impl Actor for Conductor {
             ending: progress.ending,
             tool_calls_left: None,
             tool_call_tally,
+            posted,
+            handled: 0,
+            lost_child: false,
             step_due: false,
             wake_pending: false,
             ticks: None,
@@ -466,9 +513,10 @@ impl Actor for Conductor {
         // A cancellation while no step runs (paused, sleeping) must still stop the run.
         let token = st.run_token.clone();
         let me = myself.clone();
+        let posted = st.posted.clone();
         tokio::spawn(async move {
             token.cancelled().await;
-            let _ = me.cast(ConductorMsg::TokenCancelled);
+            let _ = posted.cast(&me, ConductorMsg::TokenCancelled);
         });
         if let Some(every) = st.config.tick_every {
             // Ticks make the agent time-driven: it steps on ticks, not in a loop.
@@ -514,21 +562,28 @@ impl Actor for Conductor {
                     (Some(Ending::Verify { answer }), _) => Box::pin(st.verify(answer)).await,
                     (Some(Ending::Stop { reason, detail }), _) => Flow::stop(reason, detail),
                     (None, Some(in_flight)) => Box::pin(st.redrive_step(in_flight)).await,
-                    (None, None) => Box::pin(st.run_step()).await,
+                    (None, None) => Box::pin(st.run_steps()).await,
                 };
                 st.after_step(&myself, flow).await;
             }
-            ConductorMsg::Input(input) => Box::pin(st.on_input(&myself, input, None)).await,
+            ConductorMsg::Input(input) => {
+                st.handled += 1;
+                Box::pin(st.on_input(&myself, input, None)).await
+            }
             ConductorMsg::StoredInput { source, input } => {
+                st.handled += 1;
                 Box::pin(st.on_input(&myself, input, Some(source))).await
             }
+            // Not counted: ticks drive event-driven runs, which never batch steps.
             ConductorMsg::Tick(n) => Box::pin(st.on_tick(&myself, n)).await,
             ConductorMsg::TokenCancelled => {
+                st.handled += 1;
                 let reason = st.cancel_cause().await;
                 let detail = format!("{reason} while the run was idle (step {})", st.steps);
                 st.finish(&myself, reason, detail, Vec::new()).await;
             }
             ConductorMsg::Abort(reason) => {
+                st.handled += 1;
                 let _ = st.children.budget.cast(BudgetMsg::CancelAll(reason));
                 st.run_token.cancel();
                 st.finish(
@@ -652,6 +707,29 @@ impl ConductorState {
                 format!("{reason}: step {step} was refused {when}"),
             )),
             Err(e) => Err(Flow::stop(StopReason::UnrecoverableError, e)),
+        }
+    }
+
+    /// Runs steps while the run is pull-driven, continues, and nothing else is
+    /// waiting in the mailbox; bounded in count and time (see [`Posted`]).
+    async fn run_steps(&mut self) -> Flow {
+        let began = Instant::now();
+        let mut taken = 0;
+        self.lost_child = false;
+        loop {
+            let flow = self.run_step().await;
+            taken += 1;
+            let more = matches!(flow, Flow::Continue)
+                && self.config.driver == Driver::Pull
+                && !self.paused
+                && self.posted.count() == self.handled
+                && !self.lost_child
+                && self.children.all_running()
+                && taken < STEP_BATCH
+                && began.elapsed() < STEP_BATCH_TIME;
+            if !more {
+                return flow;
+            }
         }
     }
 
@@ -987,9 +1065,12 @@ impl ConductorState {
         let results = tokio::select! {
             // An executor that died mid-call cannot say what happened: the calls
             // are reported as lost (its supervisor, this conductor, restarts it).
-            r = run => r.unwrap_or_else(|e| Executed {
-                results: calls.iter().map(|c| lost_call(c, &e)).collect(),
-                ..Executed::default()
+            r = run => r.unwrap_or_else(|e| {
+                self.lost_child = true;
+                Executed {
+                    results: calls.iter().map(|c| lost_call(c, &e)).collect(),
+                    ..Executed::default()
+                }
             }),
             // The executor answers cancelled calls itself; if it cannot within the
             // grace period, the conductor records them as cancelled.

@@ -3,7 +3,7 @@
 //! Built once and shared (`Arc`) by every run, so schemas are compiled once.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use agentry_protocol::tool::{ToolContract, ToolSpec};
 use agentry_tools::Tool;
@@ -60,6 +60,10 @@ impl RegisteredTool {
 pub struct ToolRegistry {
     tools: HashMap<String, RegisteredTool>,
     specs: Vec<ToolSpec>,
+    /// The specs a run sees, per set of visible tools (registration positions):
+    /// runs of one runtime mostly hold the same grants, and a spec's schema is a
+    /// JSON tree too costly to copy for every run.
+    visible: Mutex<HashMap<Vec<bool>, Arc<[ToolSpec]>>>,
 }
 
 impl ToolRegistry {
@@ -112,6 +116,9 @@ impl ToolRegistry {
         let validator = jsonschema::validator_for(&contract.input_schema)
             .map_err(|e| invalid(format!("input_schema does not compile: {e}")))?;
         self.specs.push(contract.spec());
+        if let Ok(mut visible) = self.visible.lock() {
+            visible.clear();
+        }
         let cancel_grace = tool.cancel_grace();
         self.tools.insert(
             name,
@@ -128,6 +135,38 @@ impl ToolRegistry {
     /// Looks a tool up by name.
     pub fn get(&self, name: &str) -> Option<&RegisteredTool> {
         self.tools.get(name)
+    }
+
+    /// The model-facing specs of the tools `shown` lets through, in registration
+    /// order; shared by every caller that sees the same tools.
+    pub fn visible_specs(&self, shown: impl Fn(&ToolContract) -> bool) -> Arc<[ToolSpec]> {
+        let mask: Vec<bool> = self
+            .specs
+            .iter()
+            .map(|s| self.get(&s.name).is_some_and(|t| shown(&t.contract)))
+            .collect();
+        let build = || -> Arc<[ToolSpec]> {
+            self.specs
+                .iter()
+                .zip(&mask)
+                .filter(|(_, shown)| **shown)
+                .map(|(s, _)| s.clone())
+                .collect()
+        };
+        match self.visible.lock() {
+            Ok(mut visible) => {
+                if let Some(specs) = visible.get(&mask) {
+                    return Arc::clone(specs);
+                }
+                let specs = build();
+                // Bounded: a runtime with many distinct grant sets stops caching.
+                if visible.len() < 64 {
+                    visible.insert(mask, Arc::clone(&specs));
+                }
+                specs
+            }
+            Err(_) => build(),
+        }
     }
 
     /// The model-facing specs, in registration order.
@@ -237,6 +276,26 @@ mod tests {
         assert!(!Grants::new(["f*"]).allows(&c));
         let finish = ToolContract::new("task.finish", "", json!({}));
         assert!(Grants::new(Vec::<String>::new()).allows(&finish));
+    }
+
+    #[test]
+    fn runs_with_the_same_grants_share_one_spec_list() {
+        use agentry_tools::fs::{ListTool, ReadTool, WriteTool};
+        let mut registry = ToolRegistry::new();
+        registry.register(Arc::new(ReadTool)).unwrap();
+        registry.register(Arc::new(WriteTool)).unwrap();
+        let names = |specs: &[ToolSpec]| specs.iter().map(|s| s.name.clone()).collect::<Vec<_>>();
+        let read = Grants::new(["fs.read"]);
+        let a = registry.visible_specs(|c| read.allows(c));
+        let b = registry.visible_specs(|c| read.allows(c));
+        assert!(Arc::ptr_eq(&a, &b));
+        assert_eq!(names(&a), ["fs.read"]);
+        let all = registry.visible_specs(|c| Grants::all().allows(c));
+        assert_eq!(names(&all), ["fs.read", "fs.write"]);
+        // A tool registered later shows up: nothing stale is served.
+        registry.register(Arc::new(ListTool)).unwrap();
+        let all = registry.visible_specs(|c| Grants::all().allows(c));
+        assert_eq!(names(&all), ["fs.read", "fs.write", "fs.list"]);
     }
 
     #[test]

@@ -11,7 +11,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::budget::BudgetMsg;
 use crate::call::ask;
-use crate::conductor::{Conductor, ConductorArgs, ConductorMsg, Lineage, RunActors, RunOutcome};
+use crate::conductor::{
+    Conductor, ConductorArgs, ConductorMsg, Lineage, Posted, RunActors, RunOutcome,
+};
 use crate::config::RunConfig;
 use crate::config::TreeLimits;
 use crate::desk::{ChildPolicyFactory, RunDesk};
@@ -289,6 +291,7 @@ impl Runtime {
         let events = EventSink::new(Arc::clone(&run_id), from_start);
         let desk = Arc::new(RunDesk::new(self.clone(), config.workdir.clone()));
         let (actors_tx, actors_rx) = tokio::sync::oneshot::channel();
+        let posted = Posted::default();
         let args = ConductorArgs {
             run_id: Arc::clone(&run_id),
             config,
@@ -303,6 +306,7 @@ impl Runtime {
             agents: Arc::clone(&desk) as Arc<dyn agentry_tools::agents::AgentDesk>,
             log: log.clone(),
             restore,
+            posted: posted.clone(),
         };
         let (conductor, _) =
             Actor::spawn(None, Conductor, args)
@@ -321,6 +325,7 @@ impl Runtime {
         let handle = RunHandle {
             run_id,
             conductor,
+            posted,
             actors,
             run_token,
             outcome: outcome_rx,
@@ -337,10 +342,13 @@ impl Runtime {
         for (seq, input) in stored_inbox {
             match serde_json::from_value::<RunInput>(input) {
                 Ok(input) => {
-                    let _ = handle.conductor.cast(ConductorMsg::StoredInput {
-                        source: crate::state::InputSource::Inbox(seq),
-                        input,
-                    });
+                    let _ = handle.posted.cast(
+                        &handle.conductor,
+                        ConductorMsg::StoredInput {
+                            source: crate::state::InputSource::Inbox(seq),
+                            input,
+                        },
+                    );
                 }
                 Err(e) => {
                     tracing::warn!(run_id = %handle.run_id, seq, error = %e, "an inbox entry does not parse; dropped");
@@ -374,6 +382,8 @@ impl Runtime {
 pub struct RunHandle {
     run_id: Arc<str>,
     conductor: ActorRef<ConductorMsg>,
+    /// Every message to the conductor goes through this count.
+    posted: Posted,
     /// The run's actors; state is read from the state keeper directly (it never
     /// blocks), not through the conductor, which may be mid-step.
     actors: RunActors,
@@ -439,8 +449,8 @@ impl RunHandle {
     pub fn abort(&self) {
         self.run_token.cancel();
         let _ = self
-            .conductor
-            .cast(ConductorMsg::Abort(StopReason::UserAbort));
+            .posted
+            .cast(&self.conductor, ConductorMsg::Abort(StopReason::UserAbort));
     }
 
     /// Sends a user message into the run. It enters the session (through the state
@@ -493,6 +503,7 @@ impl RunHandle {
     /// from the store in the same commit as the event it delivers.
     fn arm_timer(&self, timer: agentry_store::TimerRecord) {
         let conductor = self.conductor.clone();
+        let posted = self.posted.clone();
         let token = self.run_token.clone();
         let delay = std::time::Duration::from_millis(
             timer
@@ -516,7 +527,7 @@ impl RunHandle {
                     } else {
                         ConductorMsg::Input(input)
                     };
-                    let _ = conductor.cast(msg);
+                    let _ = posted.cast(&conductor, msg);
                 }
             }
         });
@@ -557,9 +568,11 @@ impl RunHandle {
             }
             _ => ConductorMsg::Input(input),
         };
-        self.conductor.cast(msg).map_err(|_| RuntimeError::Stopped {
-            run_id: self.run_id.to_string(),
-        })
+        self.posted
+            .cast(&self.conductor, msg)
+            .map_err(|_| RuntimeError::Stopped {
+                run_id: self.run_id.to_string(),
+            })
     }
 
     /// Approves a call that is waiting for a human; it then runs. Returns the
