@@ -119,7 +119,9 @@ mod tests {
             "cost": {"latency_ms": 0}, "observed_at": 0
         }))
         .unwrap();
-        SessionEntry::Tool { result: envelope }
+        SessionEntry::Tool {
+            result: envelope.into(),
+        }
     }
 
     fn goal() -> SessionEntry {

@@ -565,13 +565,13 @@ mod tests {
                 },
             },
             SessionEntry::Tool {
-                result: envelope("a"),
+                result: envelope("a").into(),
             },
             SessionEntry::User {
                 text: "hurry".into(),
             },
             SessionEntry::Tool {
-                result: envelope("b"),
+                result: envelope("b").into(),
             },
         ];
         let m = build_openai_messages("sys", &session, &names);

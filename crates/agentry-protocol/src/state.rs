@@ -2,6 +2,8 @@
 
 use std::collections::BTreeMap;
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
 use crate::accept::AcceptCheck;
@@ -53,8 +55,10 @@ pub enum SessionEntry {
     },
     /// The result of one call.
     Tool {
-        /// The envelope.
-        result: ResultEnvelope,
+        /// The envelope, shared: the session (state keeper), the policy's view of
+        /// it and the executor's idempotency table hold one envelope, not three
+        /// copies. Serialized as the envelope itself.
+        result: Arc<ResultEnvelope>,
     },
     /// An event from outside the run (a webhook payload, a timer tick).
     Event {

@@ -850,9 +850,9 @@ impl ConductorState {
                 approvals = executed.approvals;
                 executed.results
             }
-            Decision::ToolCalls { .. } => vec![policy_error(
+            Decision::ToolCalls { .. } => vec![Arc::new(policy_error(
                 "the model proposed an empty list of tool calls",
-            )],
+            ))],
             Decision::Final { answer: text } => {
                 answer = Some(text.clone());
                 final_text = true;
@@ -865,13 +865,13 @@ impl ConductorState {
                         format!("policy failed: {message}"),
                     );
                 }
-                vec![policy_error(message)]
+                vec![Arc::new(policy_error(message))]
             }
         };
         for r in &results {
             self.emit(|| RunEvent::ToolCallFinished {
                 step,
-                result: Box::new(r.clone()),
+                result: Box::new(ResultEnvelope::clone(r)),
             });
         }
 
@@ -902,10 +902,11 @@ impl ConductorState {
                 .cloned()
                 .map(|result| SessionEntry::Tool { result }),
         );
-        let traced = self
-            .trace
-            .is_some()
-            .then(|| (decision.clone(), results.clone()));
+        let traced = self.trace.is_some().then(|| {
+            let results: Vec<ResultEnvelope> =
+                results.iter().map(|r| ResultEnvelope::clone(r)).collect();
+            (decision.clone(), results)
+        });
         // What ends the run, should the process die before the stop is on disk.
         let ending = match (&flow, &answer) {
             (Flow::Stop { reason, detail, .. }, _) => Some(Ending::Stop {
@@ -1068,15 +1069,15 @@ impl ConductorState {
             r = run => r.unwrap_or_else(|e| {
                 self.lost_child = true;
                 Executed {
-                    results: calls.iter().map(|c| lost_call(c, &e)).collect(),
+                    results: calls.iter().map(|c| Arc::new(lost_call(c, &e))).collect(),
                     ..Executed::default()
                 }
             }),
             // The executor answers cancelled calls itself; if it cannot within the
             // grace period, the conductor records them as cancelled.
             _ = async { token.cancelled().await; tokio::time::sleep(CANCEL_GRACE).await } => Executed {
-                results: calls.iter().map(|c| ResultEnvelope::failure(&c.id, &c.name,
-                    ToolError::new(ErrorCode::Ecanceled, "cancelled: the executor did not answer in time"))).collect(),
+                results: calls.iter().map(|c| Arc::new(ResultEnvelope::failure(&c.id, &c.name,
+                    ToolError::new(ErrorCode::Ecanceled, "cancelled: the executor did not answer in time")))).collect(),
                 ..Executed::default()
             },
         };
@@ -1296,7 +1297,7 @@ impl ConductorState {
 }
 
 /// The answer of a successful, freshly executed `task.finish` call in this step.
-fn finish_answer(results: &[ResultEnvelope]) -> Option<String> {
+fn finish_answer(results: &[Arc<ResultEnvelope>]) -> Option<String> {
     results
         .iter()
         .find(|r| r.ok && r.tool == agentry_tools::FINISH_TOOL)
@@ -1334,7 +1335,7 @@ fn lost_call(call: &ToolCall, why: &str) -> ResultEnvelope {
 /// a model that repeats itself under fresh ids is still seen repeating. Raw
 /// argument strings are hashed as sent (not re-parsed): a looping model repeats
 /// them byte for byte.
-fn step_fingerprint(decision: &Decision, results: &[ResultEnvelope], world: &str) -> u64 {
+fn step_fingerprint(decision: &Decision, results: &[Arc<ResultEnvelope>], world: &str) -> u64 {
     let mut f = Fingerprinter::new();
     match decision {
         Decision::ToolCalls { calls } => {

@@ -95,8 +95,9 @@ type CallOutcome = (ResultEnvelope, Vec<AttemptRecord>, Option<AppliedInput>);
 /// A step's results plus every attempt made to produce them.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Executed {
-    /// One envelope per call, in request order.
-    pub results: Vec<ResultEnvelope>,
+    /// One envelope per call, in request order (shared with the idempotency
+    /// table, and then with the session).
+    pub results: Vec<Arc<ResultEnvelope>>,
     /// Every attempt of the calls that were retried.
     pub attempts: Vec<AttemptRecord>,
     /// Approval decisions applied while the calls waited: (input sequence number,
@@ -177,7 +178,7 @@ struct Row {
     /// Digest of name + normalized arguments.
     digest: u128,
     state: LedgerState,
-    outcome: Option<ResultEnvelope>,
+    outcome: Option<Arc<ResultEnvelope>>,
 }
 
 /// Executor state: its arguments and the idempotency table.
@@ -316,7 +317,7 @@ impl ExecutorState {
                 Row {
                     digest,
                     state: entry.state,
-                    outcome: entry.outcome,
+                    outcome: entry.outcome.map(Arc::new),
                 },
             );
         }
@@ -365,13 +366,13 @@ impl ExecutorState {
     }
 
     /// Keeps a call's outcome in the idempotency table.
-    fn remember(&mut self, call_id: &str, digest: u128, env: &ResultEnvelope) {
+    fn remember(&mut self, call_id: &str, digest: u128, env: &Arc<ResultEnvelope>) {
         self.table.insert(
             call_id.to_string(),
             Row {
                 digest,
                 state: LedgerState::Outcome,
-                outcome: Some(env.clone()),
+                outcome: Some(Arc::clone(env)),
             },
         );
     }
@@ -462,12 +463,12 @@ impl ExecutorState {
             }
         }
 
-        let mut out = Vec::with_capacity(calls.len());
+        let mut out: Vec<Arc<ResultEnvelope>> = Vec::with_capacity(calls.len());
         for (k, p) in prepared.into_iter().enumerate() {
             let env = match p {
-                Prepared::Done(env) => env,
+                Prepared::Done(env) => Arc::new(env),
                 Prepared::Run { digest, tool, .. } => {
-                    let env = results[k].take().unwrap_or_else(|| lost(&calls[k]));
+                    let env = Arc::new(results[k].take().unwrap_or_else(|| lost(&calls[k])));
                     if is_recordable(&env) {
                         if tool.contract.idempotency == Idempotency::RequiredKey {
                             let key = intent_key(&self.args.run_id, digest);
@@ -477,11 +478,13 @@ impl ExecutorState {
                     }
                     env
                 }
-                Prepared::SameAs(first) => out
-                    .get(first)
-                    .map(|env| replay(env, &calls[k]))
-                    .unwrap_or_else(|| lost(&calls[k])),
+                Prepared::SameAs(first) => Arc::new(
+                    out.get(first)
+                        .map(|env| replay(env, &calls[k]))
+                        .unwrap_or_else(|| lost(&calls[k])),
+                ),
                 Prepared::Keyed { env, digest } => {
+                    let env = Arc::new(env);
                     let job = Job {
                         step,
                         position: k,

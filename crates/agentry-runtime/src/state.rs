@@ -59,7 +59,7 @@ pub enum StateUpdate {
         /// What the policy decided.
         decision: Decision,
         /// Results, in request order.
-        results: Vec<ResultEnvelope>,
+        results: Vec<Arc<ResultEnvelope>>,
         /// Total spend after the step.
         spent: Usage,
         /// The answer the model gave at this step, if any.

@@ -173,10 +173,10 @@ async fn tool_results_go_back_as_one_user_turn_of_tool_result_blocks() -> Result
             },
         },
         SessionEntry::Tool {
-            result: envelope("toolu_1", true)?,
+            result: envelope("toolu_1", true)?.into(),
         },
         SessionEntry::Tool {
-            result: envelope("toolu_2", false)?,
+            result: envelope("toolu_2", false)?.into(),
         },
     ];
 

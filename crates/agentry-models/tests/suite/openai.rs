@@ -216,10 +216,10 @@ async fn tool_results_go_back_keyed_by_call_id_in_request_order() -> Result<(), 
             },
         },
         SessionEntry::Tool {
-            result: envelope("call_a", "fs.read", true)?,
+            result: envelope("call_a", "fs.read", true)?.into(),
         },
         SessionEntry::Tool {
-            result: envelope("call_b", "fs.write", false)?,
+            result: envelope("call_b", "fs.write", false)?.into(),
         },
     ];
 

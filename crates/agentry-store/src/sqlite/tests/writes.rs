@@ -49,7 +49,7 @@ fn every_write_kind_round_trips_and_survives_reopen() {
     let session = vec![
         user("goal"),
         SessionEntry::Tool {
-            result: result("c1", json!({"text": "hello"})),
+            result: result("c1", json!({"text": "hello"})).into(),
         },
         SessionEntry::Event {
             name: "webhook".into(),
@@ -251,7 +251,7 @@ fn a_large_output_is_stored_once_by_reference() {
     let session = vec![
         user("goal"),
         SessionEntry::Tool {
-            result: envelope.clone(),
+            result: envelope.clone().into(),
         },
     ];
     store
@@ -289,7 +289,7 @@ fn a_small_output_stays_inline() {
     let store = open(&db_path(&dir));
     let limit_sized = json!("y".repeat(INLINE_LIMIT - 2)); // exactly INLINE_LIMIT bytes
     let session = vec![SessionEntry::Tool {
-        result: result("c", limit_sized),
+        result: result("c", limit_sized).into(),
     }];
     store
         .commit(&[
