@@ -81,7 +81,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut results = Vec::new();
     while let Ok(record) = events.recv().await {
         match record.event {
-            RunEvent::ToolCallFinished { result, .. } => results.push(*result),
+            RunEvent::ToolCallFinished { result, .. } => results.push((*result).clone()),
             RunEvent::RunStopped { .. } => break,
             _ => {}
         }

@@ -31,7 +31,7 @@ async fn a_subscriber_sees_every_event_of_the_run_in_sequence() -> Result<(), Te
     let seqs: Vec<u64> = events.iter().map(|e| e.seq).collect();
     let expected: Vec<u64> = (1..=events.len() as u64).collect();
     assert_eq!(seqs, expected);
-    assert!(events.iter().all(|e| e.run_id == outcome.run_id));
+    assert!(events.iter().all(|e| *e.run_id == *outcome.run_id));
 
     // Per step: started, decided, each call started then finished; the stop is last.
     let names: Vec<String> = events.iter().map(|e| event_name(&e.event)).collect();

@@ -1,5 +1,7 @@
 //! Past-tense facts about a run, for subscribers.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
 use crate::budget::BudgetSnapshot;
@@ -48,9 +50,10 @@ pub enum RunEvent {
     ToolCallFinished {
         /// Step number.
         step: u64,
-        /// The envelope (boxed: every event is as large as its largest variant,
-        /// and events are kept in buffers).
-        result: Box<ResultEnvelope>,
+        /// The envelope: the one the session holds, shared (and small: every
+        /// event is as large as its largest variant, and events are kept in
+        /// buffers).
+        result: Arc<ResultEnvelope>,
     },
     /// The state keeper applied an update.
     StateUpdated {
@@ -101,7 +104,7 @@ pub enum RunEvent {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EventRecord {
     /// Run id.
-    pub run_id: String,
+    pub run_id: Arc<str>,
     /// Sequence number within the run, from 1.
     pub seq: u64,
     /// The event.

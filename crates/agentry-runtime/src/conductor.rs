@@ -871,7 +871,7 @@ impl ConductorState {
         for r in &results {
             self.emit(|| RunEvent::ToolCallFinished {
                 step,
-                result: Box::new(ResultEnvelope::clone(r)),
+                result: Arc::clone(r),
             });
         }
 

@@ -86,7 +86,7 @@ impl EventSink {
         }
         inner.seq += 1;
         let record = EventRecord {
-            run_id: self.run_id.to_string(),
+            run_id: Arc::clone(&self.run_id),
             seq: inner.seq,
             event: event(),
         };
