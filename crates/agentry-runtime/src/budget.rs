@@ -13,7 +13,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use agentry_protocol::budget::{BudgetLimits, BudgetSnapshot, Usage};
 use agentry_protocol::stop::StopReason;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
-use ractor_cluster_derive::RactorMessage;
 use tokio::task::JoinHandle;
 use tokio::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
@@ -39,7 +38,6 @@ pub enum SpendReply {
 }
 
 /// Messages the budget supervisor accepts.
-#[derive(RactorMessage)]
 pub enum BudgetMsg {
     /// Check, then spend, all-or-nothing.
     Spend(Usage, RpcReplyPort<SpendReply>),

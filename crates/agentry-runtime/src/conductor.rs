@@ -24,7 +24,6 @@ use agentry_protocol::stop::StopReason;
 use agentry_protocol::tool::{ToolArguments, ToolCall};
 use agentry_protocol::trace::{AttemptRecord, RunInput, TraceEnd, TraceLine, TraceStep};
 use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};
-use ractor_cluster_derive::RactorMessage;
 use serde::Serialize;
 use tokio::sync::watch;
 use tokio::time::{Duration, Instant};
@@ -93,7 +92,6 @@ pub struct RunActors {
 }
 
 /// Messages the conductor accepts.
-#[derive(RactorMessage)]
 pub enum ConductorMsg {
     /// Run the next step.
     Step,

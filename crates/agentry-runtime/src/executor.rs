@@ -32,7 +32,6 @@ use agentry_store::{LedgerEntry, LedgerState, Write};
 use agentry_tools::ToolContext;
 use futures::{FutureExt, StreamExt};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
-use ractor_cluster_derive::RactorMessage;
 use serde_json::Value;
 use tokio::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
@@ -109,7 +108,6 @@ pub struct Executed {
 }
 
 /// Messages the executor accepts.
-#[derive(RactorMessage)]
 pub enum ExecutorMsg {
     /// Run a step's calls. Only the first `granted` calls have tool-call budget; the
     /// rest are answered `EBUDGET` without running.

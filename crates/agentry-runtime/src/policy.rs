@@ -16,7 +16,6 @@ use async_trait::async_trait;
 
 use crate::events::EventSink;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
-use ractor_cluster_derive::RactorMessage;
 
 pub mod script;
 
@@ -74,7 +73,6 @@ pub trait Policy: Send + 'static {
 }
 
 /// Messages the policy actor accepts.
-#[derive(RactorMessage)]
 pub enum PolicyMsg {
     /// Decide step `step`. `new_entries` are the session entries applied since the
     /// previous decision, in state-keeper order.

@@ -18,7 +18,6 @@ use agentry_protocol::stop::StopReason;
 use agentry_protocol::trace::RunInput;
 use agentry_store::{Checkpoint, Write};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
-use ractor_cluster_derive::RactorMessage;
 
 use crate::durable::{Durability, Ending, InFlight, KEPT_FINGERPRINTS, Progress, RunLog};
 
@@ -122,7 +121,6 @@ pub struct ApprovalDecision {
 pub type SettlementPort = RpcReplyPort<(Settlement, (u64, u64))>;
 
 /// Messages the state keeper accepts.
-#[derive(RactorMessage)]
 pub enum StateMsg {
     /// Apply one update; the reply says what changed, or (for a durable run) why
     /// the update could not be committed.
