@@ -735,7 +735,9 @@ impl ExecutorState {
         }
         let mut records = Vec::new();
         let mut attempt = 1u32;
-        // Arguments are only kept for another attempt when one is possible.
+        // The first attempt takes the parsed arguments; a retry (rare) parses the
+        // call's arguments again (they parsed and validated before) rather than
+        // every call keeping a copy in case.
         let mut args = Some(args);
         loop {
             self.args.events.emit(|| RunEvent::ToolCallStarted {
@@ -744,10 +746,9 @@ impl ExecutorState {
                 tool: call.name.clone(),
                 attempt,
             });
-            let this_args = if contract.may_retry() {
-                args.clone().unwrap_or_default()
-            } else {
-                args.take().unwrap_or_default()
+            let this_args = match args.take() {
+                Some(first) => first,
+                None => call.arguments.to_value().unwrap_or_default(),
             };
             let mut env = self
                 .run_one(step, call, tool, this_args, attempt, &operation_id)
