@@ -1,15 +1,22 @@
 //! The JSONL trace writer.
 //!
-//! Records are handed to a dedicated writer thread over a crossbeam channel, so a
-//! slow disk never stalls the conductor; [`TraceWriter::finish`] waits until every
-//! record is on disk before a run reports its outcome.
+//! Records are handed to a dedicated writer thread, so a slow disk never stalls
+//! the conductor; [`TraceWriter::finish`] waits until every record is on disk
+//! before a run reports its outcome.
+//!
+//! The hand-over is a queue the writer drains in batches. A sender wakes the
+//! writer only when it is in its long sleep or the queue is long; otherwise the
+//! writer polls every millisecond while the run is active. Waking a parked thread
+//! on every record cost a futex call and a context switch per step, more than
+//! the step itself.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
 
 use agentry_protocol::trace::TraceLine;
-use crossbeam_channel::{Sender, unbounded};
 use tokio::sync::oneshot;
 
 use crate::error::RuntimeError;
@@ -18,8 +25,75 @@ use crate::error::RuntimeError;
 #[derive(Debug)]
 pub struct TraceWriter {
     path: PathBuf,
-    tx: Sender<TraceLine>,
+    queue: Arc<Queue>,
     done: oneshot::Receiver<std::io::Result<()>>,
+}
+
+/// Records waiting for the writer thread.
+#[derive(Debug, Default)]
+struct Queue {
+    state: Mutex<Pending>,
+    wake: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct Pending {
+    lines: Vec<TraceLine>,
+    closed: bool,
+    /// The writer sleeps until woken (nothing came for a while).
+    asleep: bool,
+}
+
+/// How often the writer looks for records while they keep coming.
+const POLL: Duration = Duration::from_millis(1);
+/// Empty polls before the writer sleeps until woken (an idle run costs nothing).
+const IDLE_POLLS: u32 = 50;
+/// A queue this long wakes the writer at once (bounds the memory held).
+const WAKE_AT: usize = 1024;
+
+impl Queue {
+    fn push(&self, line: TraceLine) {
+        let wake = match self.state.lock() {
+            Ok(mut p) => {
+                p.lines.push(line);
+                p.asleep || p.lines.len() >= WAKE_AT
+            }
+            Err(_) => false,
+        };
+        if wake {
+            self.wake.notify_one();
+        }
+    }
+
+    fn close(&self) {
+        if let Ok(mut p) = self.state.lock() {
+            p.closed = true;
+        }
+        self.wake.notify_one();
+    }
+
+    /// The next batch; `None` once closed and drained.
+    fn take(&self) -> Option<Vec<TraceLine>> {
+        let mut p = self.state.lock().ok()?;
+        let mut idle = 0;
+        loop {
+            if !p.lines.is_empty() {
+                return Some(std::mem::take(&mut p.lines));
+            }
+            if p.closed {
+                return None;
+            }
+            if idle < IDLE_POLLS {
+                idle += 1;
+                p = self.wake.wait_timeout(p, POLL).ok()?.0;
+            } else {
+                p.asleep = true;
+                p = self.wake.wait(p).ok()?;
+                p.asleep = false;
+                idle = 0;
+            }
+        }
+    }
 }
 
 impl TraceWriter {
@@ -47,25 +121,31 @@ impl TraceWriter {
             File::create(path)
         }
         .map_err(trace_err)?;
-        let (tx, rx) = unbounded::<TraceLine>();
+        let queue = Arc::new(Queue::default());
         let (done_tx, done) = oneshot::channel();
+        let q = Arc::clone(&queue);
         std::thread::Builder::new()
             .name("agentry-trace".into())
             .spawn(move || {
                 let mut out = BufWriter::new(file);
                 let result = (|| {
-                    for line in rx {
-                        serde_json::to_writer(&mut out, &line)?;
-                        out.write_all(b"\n")?;
+                    while let Some(batch) = q.take() {
+                        for line in batch {
+                            serde_json::to_writer(&mut out, &line)?;
+                            out.write_all(b"\n")?;
+                        }
                     }
                     out.flush()
                 })();
+                // A writer that failed stops taking records; close so pushes are
+                // dropped quietly and `finish` reports the error.
+                q.close();
                 let _ = done_tx.send(result);
             })
             .map_err(trace_err)?;
         Ok(TraceWriter {
             path: path.to_path_buf(),
-            tx,
+            queue,
             done,
         })
     }
@@ -77,14 +157,12 @@ impl TraceWriter {
 
     /// Queues a record.
     pub fn write(&self, line: TraceLine) {
-        // The writer thread only goes away after `finish`, or after an I/O error
-        // that `finish` reports.
-        let _ = self.tx.send(line);
+        self.queue.push(line);
     }
 
-    /// Closes the channel and waits until everything is written and flushed.
+    /// Closes the queue and waits until everything is written and flushed.
     pub async fn finish(self) -> std::io::Result<()> {
-        drop(self.tx);
+        self.queue.close();
         self.done
             .await
             .unwrap_or_else(|_| Err(std::io::Error::other("trace writer thread died")))
