@@ -168,3 +168,46 @@ impl TraceWriter {
             .unwrap_or_else(|_| Err(std::io::Error::other("trace writer thread died")))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agentry_protocol::trace::{RunInput, TraceInput};
+
+    fn input(seq: u64) -> TraceLine {
+        TraceLine::Input(Box::new(TraceInput {
+            run_id: "r".into(),
+            seq,
+            state_version: seq,
+            input: RunInput::Pause,
+            at: 0,
+        }))
+    }
+
+    /// Records written in a burst, after the writer fell asleep, and past the
+    /// wake-up length all reach the file, in order, by `finish`.
+    #[tokio::test]
+    async fn every_record_lands_in_order_whether_the_writer_polls_or_sleeps() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.jsonl");
+        let w = TraceWriter::create(&path).unwrap();
+        w.write(input(1));
+        // Long enough for the writer to give up polling and sleep.
+        tokio::time::sleep(POLL * (IDLE_POLLS + 30)).await;
+        w.write(input(2));
+        for seq in 3..(3 + WAKE_AT as u64 + 10) {
+            w.write(input(seq));
+        }
+        w.finish().await.unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let seqs: Vec<u64> = text
+            .lines()
+            .map(|l| {
+                serde_json::from_str::<serde_json::Value>(l).unwrap()["seq"]
+                    .as_u64()
+                    .unwrap()
+            })
+            .collect();
+        assert_eq!(seqs, (1..(3 + WAKE_AT as u64 + 10)).collect::<Vec<_>>());
+    }
+}
