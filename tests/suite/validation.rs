@@ -156,12 +156,12 @@ async fn after_einval_the_model_sees_the_error_envelope_for_its_call() -> Result
     let tail: Vec<&SessionEntry> = session.iter().rev().take(2).rev().collect();
     match tail.as_slice() {
         [
-            SessionEntry::Assistant {
-                step: 1,
-                decision: Decision::ToolCalls { calls },
-            },
+            SessionEntry::Assistant { step: 1, decision },
             SessionEntry::Tool { result },
         ] => {
+            let Decision::ToolCalls { calls } = &**decision else {
+                return Err(format!("step 1 decided {decision:?}").into());
+            };
             assert_eq!(calls.len(), 1);
             assert_eq!(calls[0].id, "bad");
             assert_eq!(result.tool_call_id, "bad");

@@ -149,7 +149,7 @@ pub fn build_anthropic_request(
             SessionEntry::Event { name, payload } => {
                 push("user", text(format!("[event {name}] {payload}")));
             }
-            SessionEntry::Assistant { decision, .. } => match decision {
+            SessionEntry::Assistant { decision, .. } => match &**decision {
                 Decision::ToolCalls { calls } => {
                     for c in calls {
                         // `input` must be an object; broken raw arguments were

@@ -72,11 +72,10 @@ fn turns(entries: &[SessionEntry]) -> Vec<&[SessionEntry]> {
     let mut pending: HashSet<&str> = HashSet::new();
     for (i, entry) in entries.iter().enumerate() {
         match entry {
-            SessionEntry::Assistant {
-                decision: Decision::ToolCalls { calls },
-                ..
-            } if pending.is_empty() => {
-                pending.extend(calls.iter().map(|c| c.id.as_str()));
+            SessionEntry::Assistant { decision, .. } if pending.is_empty() => {
+                if let Decision::ToolCalls { calls } = &**decision {
+                    pending.extend(calls.iter().map(|c| c.id.as_str()));
+                }
             }
             SessionEntry::Tool { result } => {
                 pending.remove(result.tool_call_id.as_str());
@@ -109,7 +108,8 @@ mod tests {
                     .iter()
                     .map(|id| ToolCall::new(*id, "fs.read", json!({"path": "x".repeat(200)})))
                     .collect(),
-            },
+            }
+            .into(),
         }
     }
 
@@ -165,10 +165,10 @@ mod tests {
         let calls: HashSet<String> = p
             .iter()
             .flat_map(|e| match e {
-                SessionEntry::Assistant {
-                    decision: Decision::ToolCalls { calls },
-                    ..
-                } => calls.iter().map(|c| c.id.clone()).collect(),
+                SessionEntry::Assistant { decision, .. } => match &**decision {
+                    Decision::ToolCalls { calls } => calls.iter().map(|c| c.id.clone()).collect(),
+                    _ => Vec::new(),
+                },
                 _ => Vec::new(),
             })
             .collect();

@@ -241,7 +241,7 @@ pub fn build_openai_messages(
             SessionEntry::Event { name, payload } => {
                 json!({"role": "user", "content": format!("[event {name}] {payload}")})
             }
-            SessionEntry::Assistant { decision, .. } => match decision {
+            SessionEntry::Assistant { decision, .. } => match &**decision {
                 Decision::ToolCalls { calls } => {
                     pending.extend(calls.iter().map(|c| c.id.as_str()));
                     let calls: Vec<Value> = calls
@@ -562,7 +562,8 @@ mod tests {
                         },
                         ToolCall::new("b", "fs.read", json!({"path": "x"})),
                     ],
-                },
+                }
+                .into(),
             },
             SessionEntry::Tool {
                 result: envelope("a").into(),

@@ -50,8 +50,9 @@ pub enum SessionEntry {
     Assistant {
         /// Step number.
         step: u64,
-        /// The decision.
-        decision: Decision,
+        /// The decision, shared by the session and the policy's view of it.
+        /// Serialized as the decision itself.
+        decision: Arc<Decision>,
     },
     /// The result of one call.
     Tool {

@@ -890,9 +890,10 @@ impl ConductorState {
             &attempts,
         );
         let fp = step_fingerprint(&decision, &results, &self.world_digest);
+        let decision = Arc::new(decision);
         self.pending.push(SessionEntry::Assistant {
             step,
-            decision: decision.clone(),
+            decision: Arc::clone(&decision),
         });
         self.pending.extend(
             results
@@ -903,7 +904,7 @@ impl ConductorState {
         let traced = self.trace.is_some().then(|| {
             let results: Vec<ResultEnvelope> =
                 results.iter().map(|r| ResultEnvelope::clone(r)).collect();
-            (decision.clone(), results)
+            (Decision::clone(&decision), results)
         });
         // What ends the run, should the process die before the stop is on disk.
         let ending = match (&flow, &answer) {

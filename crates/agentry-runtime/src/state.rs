@@ -56,7 +56,7 @@ pub enum StateUpdate {
         /// Step number.
         step: u64,
         /// What the policy decided.
-        decision: Decision,
+        decision: Arc<Decision>,
         /// Results, in request order.
         results: Vec<Arc<ResultEnvelope>>,
         /// Total spend after the step.

@@ -170,7 +170,8 @@ async fn tool_results_go_back_as_one_user_turn_of_tool_result_blocks() -> Result
                         arguments: ToolArguments::Raw("{broken".into()),
                     },
                 ],
-            },
+            }
+            .into(),
         },
         SessionEntry::Tool {
             result: envelope("toolu_1", true)?.into(),

@@ -213,7 +213,8 @@ async fn tool_results_go_back_keyed_by_call_id_in_request_order() -> Result<(), 
                     },
                     ToolCall::new("call_b", "fs.write", json!({"path": "x"})),
                 ],
-            },
+            }
+            .into(),
         },
         SessionEntry::Tool {
             result: envelope("call_a", "fs.read", true)?.into(),
