@@ -23,8 +23,8 @@ pub enum RunEvent {
     DecisionMade {
         /// Step number.
         step: u64,
-        /// The decision.
-        decision: Decision,
+        /// The decision (the one the session holds, shared).
+        decision: Arc<Decision>,
     },
     /// Text the model is streaming for the step being decided (for services that
     /// show the answer as it is written).

@@ -818,9 +818,12 @@ impl ConductorState {
         out: PolicyOutput,
         redrive: bool,
     ) -> Flow {
+        // Shared from here on: the executor, the event, the session and the
+        // policy's view all hold this one decision.
+        let decision = Arc::new(out.decision);
         self.emit(|| RunEvent::DecisionMade {
             step,
-            decision: out.decision.clone(),
+            decision: Arc::clone(&decision),
         });
 
         // 3. Act.
@@ -831,13 +834,9 @@ impl ConductorState {
         let mut approvals = Vec::new();
         let mut granted_calls = 0;
         let mut side_effects = false;
-        let mut decision = out.decision;
-        let results = match &mut decision {
+        let results = match &*decision {
             Decision::ToolCalls { calls } if !calls.is_empty() => {
-                // Lent to the executor, not copied; back once it has answered.
-                let lent = Arc::new(std::mem::take(calls));
-                let (executed, short, spent) = self.execute(step, &lent, redrive).await;
-                *calls = Arc::try_unwrap(lent).unwrap_or_else(|shared| (*shared).clone());
+                let (executed, short, spent) = self.execute(step, &decision, calls, redrive).await;
                 granted_calls = spent;
                 side_effects = executed.side_effects;
                 if let Some(short) = short {
@@ -890,7 +889,6 @@ impl ConductorState {
             &attempts,
         );
         let fp = step_fingerprint(&decision, &results, &self.world_digest);
-        let decision = Arc::new(decision);
         self.pending.push(SessionEntry::Assistant {
             step,
             decision: Arc::clone(&decision),
@@ -1035,7 +1033,8 @@ impl ConductorState {
     async fn execute(
         &mut self,
         step: u64,
-        calls: &Arc<Vec<ToolCall>>,
+        decision: &Arc<Decision>,
+        calls: &[ToolCall],
         redrive: bool,
     ) -> (Executed, Option<Flow>, u64) {
         let n = calls.len() as u64;
@@ -1056,7 +1055,7 @@ impl ConductorState {
         }
         let run = ask(&self.children.executor, |reply| ExecutorMsg::Execute {
             step,
-            calls: Arc::clone(calls),
+            decision: Arc::clone(decision),
             granted: granted as usize,
             redrive,
             reply,

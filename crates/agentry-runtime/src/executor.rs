@@ -21,6 +21,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use agentry_protocol::accept::{AcceptCheck, CheckOutcome};
+use agentry_protocol::decision::Decision;
 use agentry_protocol::envelope::{ErrorCode, ResultEnvelope, ToolError};
 use agentry_protocol::event::RunEvent;
 use agentry_protocol::fingerprint::{Fingerprinter, hex32};
@@ -114,9 +115,10 @@ pub enum ExecutorMsg {
     Execute {
         /// Step number.
         step: u64,
-        /// Calls, in request order (shared with the conductor, which keeps them
-        /// for the session).
-        calls: Arc<Vec<ToolCall>>,
+        /// The step's decision (shared with the conductor, which keeps it for the
+        /// session); its calls, in request order, are run. Any other decision
+        /// runs nothing.
+        decision: Arc<Decision>,
         /// How many calls the budget supervisor granted.
         granted: usize,
         /// The step is acted on again after a restart: calls the ledger records as
@@ -264,14 +266,18 @@ impl Actor for ToolExecutor {
         match message {
             ExecutorMsg::Execute {
                 step,
-                calls,
+                decision,
                 granted,
                 redrive,
                 reply,
             } => {
+                let calls: &[ToolCall] = match &*decision {
+                    Decision::ToolCalls { calls } => calls,
+                    _ => &[],
+                };
                 // Boxed for the same reason as the conductor's step: a small
                 // handler future is cheap for ractor to move.
-                let executed = Box::pin(state.execute(step, &calls, granted, redrive)).await;
+                let executed = Box::pin(state.execute(step, calls, granted, redrive)).await;
                 let _ = reply.send(executed);
             }
             ExecutorMsg::Verify { checks, reply } => {
