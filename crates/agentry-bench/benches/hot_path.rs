@@ -130,8 +130,9 @@ fn trace_step() -> TraceLine {
         prompt_hash: None,
         decision: Decision::ToolCalls {
             calls: vec![add_call(5000)],
-        },
-        results: vec![add_result(5000)],
+        }
+        .into(),
+        results: vec![add_result(5000).into()],
         attempts: Vec::new(),
         budget_before: BudgetSnapshot::new(limits, spent, 20),
         budget_after: BudgetSnapshot::new(limits, spent, 20),

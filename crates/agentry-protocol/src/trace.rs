@@ -1,5 +1,7 @@
 //! Trace records: one JSONL line per step, then one closing line.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
 use crate::UnixMillis;
@@ -30,10 +32,10 @@ pub struct TraceStep {
     /// Hash of the prompt, when the policy reports one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompt_hash: Option<String>,
-    /// What the policy proposed.
-    pub decision: Decision,
-    /// One envelope per call, in request order.
-    pub results: Vec<ResultEnvelope>,
+    /// What the policy proposed (the session's decision, shared).
+    pub decision: Arc<Decision>,
+    /// One envelope per call, in request order (the session's, shared).
+    pub results: Vec<Arc<ResultEnvelope>>,
     /// Every execution attempt of the step's calls, retries included.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub attempts: Vec<AttemptRecord>,

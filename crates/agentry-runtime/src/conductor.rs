@@ -899,11 +899,10 @@ impl ConductorState {
                 .cloned()
                 .map(|result| SessionEntry::Tool { result }),
         );
-        let traced = self.trace.is_some().then(|| {
-            let results: Vec<ResultEnvelope> =
-                results.iter().map(|r| ResultEnvelope::clone(r)).collect();
-            (Decision::clone(&decision), results)
-        });
+        let traced = self
+            .trace
+            .is_some()
+            .then(|| (Arc::clone(&decision), results.clone()));
         // What ends the run, should the process die before the stop is on disk.
         let ending = match (&flow, &answer) {
             (Flow::Stop { reason, detail, .. }, _) => Some(Ending::Stop {
