@@ -250,6 +250,18 @@ proptest! {
     }
 }
 
+/// The envelope of call `id` among a run's finished calls.
+fn result_of(
+    results: &[(u64, agentry::ResultEnvelope)],
+    id: &str,
+) -> Result<agentry::ResultEnvelope, String> {
+    results
+        .iter()
+        .find(|(_, r)| r.tool_call_id == id)
+        .map(|(_, r)| r.clone())
+        .ok_or(format!("no result for {id}"))
+}
+
 fn looping(name: &'static str) -> FnPolicy {
     FnPolicy::new(move |ctx| Decision::ToolCalls {
         calls: vec![ToolCall::new(
@@ -511,13 +523,7 @@ async fn a_model_delegates_through_agent_tools() -> Result<(), TestError> {
 
     assert_eq!(outcome.stop_reason, StopReason::Done, "{}", outcome.detail);
     let results = agentry_test_support::tool_results(&events);
-    let by_id = |id: &str| {
-        results
-            .iter()
-            .find(|(_, r)| r.tool_call_id == id)
-            .map(|(_, r)| r.clone())
-            .ok_or(format!("no result for {id}"))
-    };
+    let by_id = |id: &str| result_of(&results, id);
     assert!(by_id("s1")?.ok);
     assert_eq!(by_id("s2")?.error_code(), Some(agentry::ErrorCode::Ebudget));
     assert_eq!(by_id("s3")?.error_code(), Some(agentry::ErrorCode::Eperm));
@@ -564,13 +570,7 @@ async fn a_child_carved_mid_step_sees_that_steps_tool_calls() -> Result<(), Test
 
     assert_eq!(outcome.stop_reason, StopReason::Done, "{}", outcome.detail);
     let results = agentry_test_support::tool_results(&events);
-    let by_id = |id: &str| {
-        results
-            .iter()
-            .find(|(_, r)| r.tool_call_id == id)
-            .map(|(_, r)| r.clone())
-            .ok_or(format!("no result for {id}"))
-    };
+    let by_id = |id: &str| result_of(&results, id);
     // 2 spent by this step + 3 asked > 4; 2 + 1 fits (and leaves the finish call
     // its one, whether or not the child has ended and released its share).
     assert_eq!(by_id("s1")?.error_code(), Some(agentry::ErrorCode::Ebudget));

@@ -135,12 +135,6 @@ impl std::ops::Deref for HexDigits {
     }
 }
 
-impl std::fmt::Display for HexDigits {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self)
-    }
-}
-
 fn write_str(h: &mut Vec<u8>, s: &str) {
     h.push(b's');
     h.extend_from_slice(&(s.len() as u64).to_le_bytes());

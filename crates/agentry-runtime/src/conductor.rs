@@ -161,18 +161,28 @@ pub struct ConductorArgs {
 pub struct Posted(Arc<AtomicU64>);
 
 impl Posted {
-    /// Casts `msg` to `conductor`, counted.
-    pub fn cast(
-        &self,
-        conductor: &ActorRef<ConductorMsg>,
-        msg: ConductorMsg,
-    ) -> Result<(), ractor::MessagingErr<ConductorMsg>> {
-        self.0.fetch_add(1, Ordering::Release);
-        conductor.cast(msg)
-    }
-
     fn count(&self) -> u64 {
         self.0.load(Ordering::Acquire)
+    }
+}
+
+/// The conductor as every sender outside it holds it: each cast is counted in
+/// its [`Posted`], so none can be sent uncounted.
+#[derive(Debug, Clone)]
+pub(crate) struct ConductorPost {
+    actor: ActorRef<ConductorMsg>,
+    posted: Posted,
+}
+
+impl ConductorPost {
+    pub(crate) fn new(actor: ActorRef<ConductorMsg>, posted: Posted) -> Self {
+        ConductorPost { actor, posted }
+    }
+
+    /// Casts `msg`, counted.
+    pub(crate) fn cast(&self, msg: ConductorMsg) -> Result<(), ractor::MessagingErr<ConductorMsg>> {
+        self.posted.0.fetch_add(1, Ordering::Release);
+        self.actor.cast(msg)
     }
 }
 
@@ -511,10 +521,10 @@ impl Actor for Conductor {
         // A cancellation while no step runs (paused, sleeping) must still stop the run.
         let token = st.run_token.clone();
         let me = myself.clone();
-        let posted = st.posted.clone();
+        let me = ConductorPost::new(me, st.posted.clone());
         tokio::spawn(async move {
             token.cancelled().await;
-            let _ = posted.cast(&me, ConductorMsg::TokenCancelled);
+            let _ = me.cast(ConductorMsg::TokenCancelled);
         });
         if let Some(every) = st.config.tick_every {
             // Ticks make the agent time-driven: it steps on ticks, not in a loop.

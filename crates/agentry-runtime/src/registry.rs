@@ -116,7 +116,7 @@ impl ToolRegistry {
         let validator = jsonschema::validator_for(&contract.input_schema)
             .map_err(|e| invalid(format!("input_schema does not compile: {e}")))?;
         self.specs.push(contract.spec());
-        if let Ok(mut visible) = self.visible.lock() {
+        if let Ok(visible) = self.visible.get_mut() {
             visible.clear();
         }
         let cancel_grace = tool.cancel_grace();

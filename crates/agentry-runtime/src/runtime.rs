@@ -5,14 +5,14 @@ use std::sync::Arc;
 use agentry_protocol::event::EventRecord;
 use agentry_protocol::state::RunSnapshot;
 use agentry_protocol::stop::StopReason;
-use ractor::{Actor, ActorRef};
+use ractor::Actor;
 use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::budget::BudgetMsg;
 use crate::call::ask;
 use crate::conductor::{
-    Conductor, ConductorArgs, ConductorMsg, Lineage, Posted, RunActors, RunOutcome,
+    Conductor, ConductorArgs, ConductorMsg, ConductorPost, Lineage, Posted, RunActors, RunOutcome,
 };
 use crate::config::RunConfig;
 use crate::config::TreeLimits;
@@ -324,8 +324,7 @@ impl Runtime {
         })?;
         let handle = RunHandle {
             run_id,
-            conductor,
-            posted,
+            conductor: ConductorPost::new(conductor, posted),
             actors,
             run_token,
             outcome: outcome_rx,
@@ -342,13 +341,10 @@ impl Runtime {
         for (seq, input) in stored_inbox {
             match serde_json::from_value::<RunInput>(input) {
                 Ok(input) => {
-                    let _ = handle.posted.cast(
-                        &handle.conductor,
-                        ConductorMsg::StoredInput {
-                            source: crate::state::InputSource::Inbox(seq),
-                            input,
-                        },
-                    );
+                    let _ = handle.conductor.cast(ConductorMsg::StoredInput {
+                        source: crate::state::InputSource::Inbox(seq),
+                        input,
+                    });
                 }
                 Err(e) => {
                     tracing::warn!(run_id = %handle.run_id, seq, error = %e, "an inbox entry does not parse; dropped");
@@ -381,9 +377,8 @@ impl Runtime {
 #[derive(Debug, Clone)]
 pub struct RunHandle {
     run_id: Arc<str>,
-    conductor: ActorRef<ConductorMsg>,
-    /// Every message to the conductor goes through this count.
-    posted: Posted,
+    /// Every message to the conductor is counted (see `Posted`).
+    conductor: ConductorPost,
     /// The run's actors; state is read from the state keeper directly (it never
     /// blocks), not through the conductor, which may be mid-step.
     actors: RunActors,
@@ -449,8 +444,8 @@ impl RunHandle {
     pub fn abort(&self) {
         self.run_token.cancel();
         let _ = self
-            .posted
-            .cast(&self.conductor, ConductorMsg::Abort(StopReason::UserAbort));
+            .conductor
+            .cast(ConductorMsg::Abort(StopReason::UserAbort));
     }
 
     /// Sends a user message into the run. It enters the session (through the state
@@ -503,7 +498,6 @@ impl RunHandle {
     /// from the store in the same commit as the event it delivers.
     fn arm_timer(&self, timer: agentry_store::TimerRecord) {
         let conductor = self.conductor.clone();
-        let posted = self.posted.clone();
         let token = self.run_token.clone();
         let delay = std::time::Duration::from_millis(
             timer
@@ -527,7 +521,7 @@ impl RunHandle {
                     } else {
                         ConductorMsg::Input(input)
                     };
-                    let _ = posted.cast(&conductor, msg);
+                    let _ = conductor.cast(msg);
                 }
             }
         });
@@ -568,11 +562,9 @@ impl RunHandle {
             }
             _ => ConductorMsg::Input(input),
         };
-        self.posted
-            .cast(&self.conductor, msg)
-            .map_err(|_| RuntimeError::Stopped {
-                run_id: self.run_id.to_string(),
-            })
+        self.conductor.cast(msg).map_err(|_| RuntimeError::Stopped {
+            run_id: self.run_id.to_string(),
+        })
     }
 
     /// Approves a call that is waiting for a human; it then runs. Returns the
