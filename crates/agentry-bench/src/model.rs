@@ -144,6 +144,17 @@ impl AddModel {
         AddModel { m, turn: 0, probe }
     }
 
+    /// `n` models for M-step runs (built outside the timed region), and their
+    /// probes (which do not keep per-turn timestamps).
+    pub fn many(n: usize, m: u64) -> (Vec<Arc<Probe>>, Vec<AddModel>) {
+        let probes: Vec<Arc<Probe>> = (0..n).map(|_| Probe::new(0)).collect();
+        let models = probes
+            .iter()
+            .map(|p| AddModel::new(m, Arc::clone(p)))
+            .collect();
+        (probes, models)
+    }
+
     fn check_feedback(&self, session: &[SessionEntry]) -> Result<(), String> {
         let want = self.turn - 1;
         let Some((id, data)) = tool_result(session.last()) else {

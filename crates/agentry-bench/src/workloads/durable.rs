@@ -23,7 +23,7 @@ use agentry::{
 };
 
 use crate::harness::{BenchResult, Options, check_add, config, warm_up, workdir};
-use crate::model::{AddModel, Probe};
+use crate::model::AddModel;
 use crate::procfs::{cpu_time, mount_of, peak_rss_mib};
 use crate::report::Report;
 use crate::tools::{self, AddTool};
@@ -258,11 +258,7 @@ async fn measure(
     let (runtime, store) = set_up(mode, store_dir, dir.path()).await?;
     let mut cfg = config(dir.path(), m);
     cfg.events_from_start = !opts.events_off;
-    let probes: Vec<Arc<Probe>> = (0..n).map(|_| Probe::new(0)).collect();
-    let models: Vec<AddModel> = probes
-        .iter()
-        .map(|p| AddModel::new(m, Arc::clone(p)))
-        .collect();
+    let (probes, models) = AddModel::many(n, m);
     let counts0 = store.as_ref().map(|s| s.counts()).unwrap_or_default();
 
     let cpu0 = cpu_time();

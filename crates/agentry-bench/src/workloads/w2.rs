@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use agentry::{RunHandle, Runtime};
 
 use crate::harness::{BenchResult, Options, check_add, config, warm_up, workdir};
-use crate::model::{AddModel, Probe};
+use crate::model::AddModel;
 use crate::procfs::{cpu_time, peak_rss_mib, rss_mib};
 use crate::report::Report;
 use crate::tools;
@@ -42,11 +42,7 @@ pub async fn w2(opts: &Options) -> BenchResult<Report> {
     warm_up(&runtime, dir.path()).await?;
     let mut cfg = config(dir.path(), m);
     cfg.events_from_start = !opts.events_off;
-    let probes: Vec<Arc<Probe>> = (0..n).map(|_| Probe::new(0)).collect();
-    let models: Vec<AddModel> = probes
-        .iter()
-        .map(|p| AddModel::new(m, Arc::clone(p)))
-        .collect();
+    let (probes, models) = AddModel::many(n, m);
     let mut handles: Vec<RunHandle> = Vec::with_capacity(n);
 
     let rss_before = rss_mib();
