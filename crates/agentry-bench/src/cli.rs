@@ -21,6 +21,14 @@ pub enum Workload {
     W4,
     /// W1's step on bare tokio channels, no runtime.
     Floor,
+    /// W1's step in agentry's actor shape (a conductor and four actors, three
+    /// round trips and a cast per step) on bare ractor actors.
+    #[value(name = "actor-floor")]
+    ActorFloor,
+    /// N agents × M steps of the actor floor at once (1,000 × 20): time and
+    /// memory per agent of the shape alone.
+    #[value(name = "actor-floor-w2")]
+    ActorFloorW2,
     /// Deadline → whole process group gone, over R runs (issue 3).
     Cancel,
     /// One step of K calls sleeping 50 ms each, over R runs (issue 3).
@@ -108,7 +116,7 @@ impl Args {
     /// The options, with each workload's defaults filled in.
     pub fn options(&self) -> Options {
         let m_default = match self.workload {
-            Workload::W2 | Workload::DurableW2 => 20,
+            Workload::W2 | Workload::DurableW2 | Workload::ActorFloorW2 => 20,
             Workload::Durable => 2_000,
             _ => 10_000,
         };
@@ -158,6 +166,8 @@ pub fn run(workload: Workload, opts: &Options) -> BenchResult<Report> {
             Workload::W3 => workloads::w3(opts).await,
             Workload::W4 => workloads::w4(opts).await,
             Workload::Floor => workloads::floor(opts).await,
+            Workload::ActorFloor => workloads::actor_floor(opts).await,
+            Workload::ActorFloorW2 => workloads::actor_floor_w2(opts).await,
             Workload::Cancel => workloads::cancel(opts).await,
             Workload::Parallel => workloads::parallel(opts).await,
             Workload::Durable => workloads::durable(opts).await,

@@ -15,6 +15,7 @@
 //! - [`model`]: the scripted models (policies) and the [`model::Probe`] they stamp.
 //! - [`tools`]: `add`, `sleep_echo`, `sleep_subprocess`, the process-group tools.
 //! - [`floor`]: W1's step on bare tokio channels.
+//! - [`actor_floor`]: W1's step in agentry's actor shape on bare ractor actors.
 //! - [`workloads`]: one function per workload, each returning a [`report::Report`].
 //! - [`procfs`]: process and memory readings from `/proc`.
 //!
@@ -25,6 +26,7 @@
 //! assert!(r.to_line().starts_with(r#"{"peer": "agentry", "workload": "w1""#));
 //! ```
 
+pub mod actor_floor;
 pub mod cli;
 pub mod floor;
 pub mod harness;

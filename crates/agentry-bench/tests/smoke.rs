@@ -82,6 +82,8 @@ fn w1_small_with_its_floor() {
         "steps_per_s_last10pct",
         "floor_us_per_step",
         "ratio_vs_floor",
+        "actor_floor_us_per_step",
+        "ratio_vs_actor_floor",
     ] {
         assert!(m[key].as_f64().unwrap() > 0.0, "{key}: {v}");
     }
@@ -102,6 +104,16 @@ fn w1_writes_its_trace() {
 fn floor_alone() {
     let v = bench(&["floor", "--m", "200"]);
     assert_eq!(v["workload"], "floor");
+}
+
+#[test]
+fn actor_floor_alone_and_many() {
+    let v = bench(&["actor-floor", "--m", "200"]);
+    assert_eq!(v["workload"], "actor-floor");
+    assert!(v["metrics"]["us_per_step"].as_f64().unwrap() > 0.0);
+    let v = bench(&["actor-floor-w2", "--n", "50", "--m", "5"]);
+    assert_eq!(v["workload"], "actor-floor-w2");
+    assert!(v["metrics"]["kib_per_agent"].as_f64().is_some());
 }
 
 #[test]

@@ -1,11 +1,13 @@
 //! One module per workload family; each function returns the [`Report`](crate::report::Report) to print.
 
+mod actor_floor;
 mod durable;
 mod w1;
 mod w2;
 mod w3;
 mod w4;
 
+pub use actor_floor::{actor_floor, actor_floor_w2};
 pub use durable::{CountingStore, Counts, Mode, durable, durable_w2};
 pub use w1::{floor, w1};
 pub use w2::w2;

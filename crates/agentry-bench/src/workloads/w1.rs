@@ -5,6 +5,7 @@ use std::time::Instant;
 
 use agentry::Runtime;
 
+use crate::actor_floor;
 use crate::floor::{self, FloorRun};
 use crate::harness::{BenchResult, Options, check_add, config, warm_up, workdir};
 use crate::model::{AddModel, Probe};
@@ -44,6 +45,8 @@ pub async fn w1(opts: &Options) -> BenchResult<Report> {
     warm_up(&runtime, dir.path()).await?;
     floor::run(3).await?.check(3)?;
     let floor_run = floor::run(m).await?;
+    actor_floor::run(3).await?.1?;
+    let (actor_run, actor_checked) = actor_floor::run(m).await?;
 
     let probe = Probe::new(m as usize);
     let model = AddModel::new(m, Arc::clone(&probe));
@@ -86,6 +89,16 @@ pub async fn w1(opts: &Options) -> BenchResult<Report> {
         .metric_f("cpu_us_per_step", cpu_us, 3)
         .metric_f("floor_cpu_us_per_step", floor_cpu_us, 3)
         .metric_f("cpu_ratio_vs_floor", cpu_us / floor_cpu_us, 2);
+    // The same step in agentry's actor shape with nothing behind the messages.
+    let actor_us = actor_run.wall.as_secs_f64() * 1e6 / m as f64;
+    report
+        .metric_f("actor_floor_us_per_step", actor_us, 3)
+        .metric_f("ratio_vs_actor_floor", us_per_step / actor_us, 2)
+        .metric_f(
+            "actor_floor_cpu_us_per_step",
+            actor_run.cpu.as_secs_f64() * 1e6 / m as f64,
+            3,
+        );
     if let Some(path) = &opts.trace
         && let Ok(meta) = std::fs::metadata(path)
     {
@@ -96,6 +109,9 @@ pub async fn w1(opts: &Options) -> BenchResult<Report> {
         report.fail(e);
     }
     if let Err(e) = floor_run.check(m) {
+        report.fail(e);
+    }
+    if let Err(e) = actor_checked {
         report.fail(e);
     }
     Ok(report)
