@@ -19,16 +19,16 @@ use tokio_util::sync::CancellationToken;
 
 /// The answer to a spend request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-// Both snapshots are needed by the trace; the reply is moved once per step, so
+// The snapshot is handed to the policy; the reply is moved once per step, so
 // boxing would only add an allocation.
 #[allow(clippy::large_enum_variant)]
 pub enum SpendReply {
-    /// Granted; budget before and after the spend.
+    /// Granted; the budget before the spend (what the policy is shown). The
+    /// conductor works out the snapshot after the step itself, once the step's
+    /// tokens and tool calls are known.
     Granted {
         /// Before.
         before: BudgetSnapshot,
-        /// After.
-        after: BudgetSnapshot,
         /// Tool calls this run may still make after the spend (limit minus spent
         /// and reserved for children); `None` when unlimited.
         tool_calls_left: Option<u64>,
@@ -354,7 +354,6 @@ impl Actor for BudgetSupervisor {
                             let committed = state.committed().tool_calls;
                             SpendReply::Granted {
                                 before,
-                                after: state.snapshot(),
                                 tool_calls_left: state
                                     .limits
                                     .max_tool_calls

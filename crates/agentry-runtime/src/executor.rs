@@ -700,7 +700,9 @@ impl ExecutorState {
                 let _ = self
                     .record(&job, LedgerState::AwaitingApproval, None, false)
                     .await;
-                let (outcome, applied) = self.await_approval(step, call).await;
+                // Rare paths are boxed: every call's future is as large as its
+                // largest await, and the common path should stay small.
+                let (outcome, applied) = Box::pin(self.await_approval(step, call)).await;
                 approval = applied;
                 if let Err(refused) = outcome {
                     let env = fail(call, refused);
@@ -714,7 +716,7 @@ impl ExecutorState {
                 let _ = self.record(&job, LedgerState::Approved, None, false).await;
             }
             Mode::Unsettled => {
-                let (settled, applied) = self.await_settlement(&job).await;
+                let (settled, applied) = Box::pin(self.await_settlement(&job)).await;
                 approval = applied;
                 match settled {
                     Ok(Settlement::Retry) => {}
@@ -768,7 +770,9 @@ impl ExecutorState {
                         && !matches!(e.code, ErrorCode::Eperm | ErrorCode::Ecanceled)
                         && !self.args.run_token.is_cancelled()
                         // Check-before-spend on the run's retry budget.
-                        && ask(&self.args.budget, BudgetMsg::SpendRetry).await.unwrap_or(false)
+                        && Box::pin(ask(&self.args.budget, BudgetMsg::SpendRetry))
+                            .await
+                            .unwrap_or(false)
                 }
                 None => false,
             };
