@@ -151,7 +151,7 @@ pub struct BudgetState {
     started: Instant,
     run_token: CancellationToken,
     cause: Option<StopReason>,
-    timer: Option<JoinHandle<()>>,
+    timer: Option<DeadlineTimer>,
     parent: Option<ParentLink>,
     /// Allowances reserved for live children, minus what they have spent.
     reserved: Usage,
@@ -263,6 +263,85 @@ impl BudgetState {
     }
 }
 
+/// How long before the deadline tokio's timer hands over to a precise sleep.
+const DEADLINE_LEAD: Duration = Duration::from_millis(2);
+
+/// The alarm that stops a run at its deadline.
+///
+/// tokio's timer wheel has 1 ms ticks and its driver parks for whole
+/// milliseconds, so a `sleep_until` wakes 0–2 ms after its instant (W3's floor
+/// shows ~1.3 ms on the reference machine). The alarm therefore sleeps on
+/// tokio's timer until [`DEADLINE_LEAD`] before the deadline, then waits the rest
+/// on a blocking-pool thread (`nanosleep`, ~0.1 ms late) and fires from there;
+/// tokio's own timer for the deadline still races it, so a paused test clock or
+/// a blocking pool that is full fires no later than before, and never early.
+#[derive(Debug)]
+struct DeadlineTimer {
+    task: JoinHandle<()>,
+    /// Set when the run ends first: a precise sleep already under way then
+    /// fires nothing.
+    disarmed: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl DeadlineTimer {
+    /// Stops the run: the cause first, then the token, so whoever sees the token
+    /// cancelled and asks for the cause finds it.
+    fn arm(at: Instant, supervisor: ActorRef<BudgetMsg>, token: CancellationToken) -> Self {
+        Self::arm_with(at, DEADLINE_LEAD, move || {
+            let _ = supervisor.cast(BudgetMsg::DeadlineReached);
+            token.cancel();
+        })
+    }
+
+    /// Runs `fire` once, at `at` on the runtime's clock, unless disarmed first.
+    fn arm_with(at: Instant, lead: Duration, fire: impl Fn() + Clone + Send + 'static) -> Self {
+        let disarmed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let fire = {
+            let disarmed = Arc::clone(&disarmed);
+            move || {
+                // Swapped, so of the two racing waits only the first fires.
+                if !disarmed.swap(true, Ordering::AcqRel) {
+                    fire();
+                }
+            }
+        };
+        let task = tokio::spawn(async move {
+            tokio::time::sleep_until(at.checked_sub(lead).unwrap_or(at)).await;
+            let rest = at.saturating_duration_since(Instant::now());
+            if !rest.is_zero() {
+                let precise = fire.clone();
+                let sleeper = tokio::task::spawn_blocking(move || {
+                    std::thread::sleep(rest);
+                    // The deadline is on the runtime's clock: a paused test clock
+                    // has not moved while this thread slept, and tokio's timer
+                    // below fires then instead.
+                    let due = Instant::now() >= at;
+                    if due {
+                        precise();
+                    }
+                    due
+                });
+                let fired = tokio::select! {
+                    done = sleeper => done.unwrap_or(false),
+                    _ = tokio::time::sleep_until(at) => false,
+                };
+                if fired {
+                    return;
+                }
+            }
+            // Returns at once when the deadline has passed.
+            tokio::time::sleep_until(at).await;
+            fire();
+        });
+        DeadlineTimer { task, disarmed }
+    }
+
+    fn disarm(self) {
+        self.disarmed.store(true, Ordering::Release);
+        self.task.abort();
+    }
+}
+
 /// The budget supervisor actor.
 #[derive(Debug, Default)]
 pub struct BudgetSupervisor;
@@ -288,16 +367,7 @@ impl Actor for BudgetSupervisor {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
-        let timer = deadline_at.map(|at| {
-            let token = args.run_token.clone();
-            tokio::spawn(async move {
-                tokio::time::sleep_until(at).await;
-                // Record the cause first, then cancel: whoever sees the token
-                // cancelled and asks for the cause finds it.
-                let _ = myself.cast(BudgetMsg::DeadlineReached);
-                token.cancel();
-            })
-        });
+        let timer = deadline_at.map(|at| DeadlineTimer::arm(at, myself, args.run_token.clone()));
         Ok(BudgetState {
             deadline_at,
             parent: args.parent,
@@ -320,7 +390,7 @@ impl Actor for BudgetSupervisor {
         state: &mut BudgetState,
     ) -> Result<(), ActorProcessingErr> {
         if let Some(t) = state.timer.take() {
-            t.abort();
+            t.disarm();
         }
         state.book_tool_calls();
         // What this run did not use returns to its parent.
@@ -450,5 +520,59 @@ impl Actor for BudgetSupervisor {
             BudgetMsg::DeadlineReached => state.cancel(StopReason::Deadline),
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    /// A recorder of when an alarm fired (on the runtime's clock).
+    fn recorder() -> (Arc<Mutex<Vec<Instant>>>, impl Fn() + Clone + Send + 'static) {
+        let fired = Arc::new(Mutex::new(Vec::new()));
+        let log = Arc::clone(&fired);
+        (fired, move || {
+            if let Ok(mut v) = log.lock() {
+                v.push(Instant::now());
+            }
+        })
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_alarm_fires_once_and_never_early() {
+        // A lead longer than the wait: the whole wait is the precise one.
+        let at = Instant::now() + Duration::from_millis(30);
+        let (fired, fire) = recorder();
+        let _timer = DeadlineTimer::arm_with(at, Duration::from_secs(1), fire);
+        tokio::time::sleep_until(at + Duration::from_millis(200)).await;
+        let fired = fired.lock().map(|v| v.clone()).unwrap_or_default();
+        assert_eq!(fired.len(), 1, "{fired:?}");
+        assert!(fired[0] >= at);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_disarmed_alarm_fires_nothing_even_mid_sleep() {
+        let at = Instant::now() + Duration::from_millis(300);
+        let (fired, fire) = recorder();
+        let timer = DeadlineTimer::arm_with(at, Duration::from_secs(1), fire);
+        // The precise sleep on the blocking thread is under way by now.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        timer.disarm();
+        tokio::time::sleep_until(at + Duration::from_millis(100)).await;
+        assert!(fired.lock().map(|v| v.is_empty()).unwrap_or(false));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn on_a_paused_clock_the_alarm_fires_at_its_instant() {
+        // The blocking thread's real sleep does not move the paused clock: tokio's
+        // timer fires instead, at the instant.
+        let at = Instant::now() + Duration::from_millis(200);
+        let (fired, fire) = recorder();
+        let _timer = DeadlineTimer::arm_with(at, DEADLINE_LEAD, fire);
+        tokio::time::sleep_until(at + Duration::from_millis(50)).await;
+        let fired = fired.lock().map(|v| v.clone()).unwrap_or_default();
+        assert_eq!(fired.len(), 1, "{fired:?}");
+        assert!(fired[0] >= at && fired[0] < at + Duration::from_millis(10));
     }
 }
