@@ -5,14 +5,17 @@
 //! actor emitted them. The channel itself is created on the first `subscribe`, so
 //! a run nobody watches allocates no 1,024-slot buffer. With `events_from_start`
 //! the events emitted before that are kept in a backlog (only as many as were
-//! emitted) and handed to the first subscriber. A backlog that fills the
-//! channel's capacity before anyone subscribes is dropped and no longer kept:
-//! nobody is coming for the run's start, and a run nobody watches then builds no
-//! events at all (a subscriber that comes later sees events from then on).
+//! emitted, in a compact form: see [`Kept`]) and handed to the first subscriber.
+//! A backlog that fills the channel's capacity before anyone subscribes is
+//! dropped and no longer kept: nobody is coming for the run's start, and a run
+//! nobody watches then builds no events at all (a subscriber that comes later
+//! sees events from then on).
 
-use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
+use agentry_protocol::budget::{BudgetLimits, BudgetSnapshot, Usage};
+use agentry_protocol::decision::Decision;
+use agentry_protocol::envelope::ResultEnvelope;
 use agentry_protocol::event::{EventRecord, RunEvent};
 use tokio::sync::broadcast;
 
@@ -24,7 +27,98 @@ struct SinkInner {
     seq: u64,
     tx: Option<broadcast::Sender<EventRecord>>,
     /// Events kept for the first subscriber (`events_from_start`), until it comes.
-    backlog: Option<VecDeque<EventRecord>>,
+    backlog: Option<Backlog>,
+}
+
+/// One event of the backlog, without its run id (the sink's) and sequence
+/// number (the backlog holds events 1..=n, in order). A run nobody watches yet
+/// keeps ~6 events a step until somebody subscribes, so the common ones are
+/// stored by their parts (24 bytes instead of a 120-byte [`EventRecord`]) and a
+/// step's budget snapshot by what was spent (its limits are the run's, kept
+/// once); anything else is boxed.
+#[derive(Debug)]
+enum Kept {
+    StepStarted(u64),
+    Decision(u64, Arc<Decision>),
+    Finished(u64, Arc<ResultEnvelope>),
+    StateUpdated(u64),
+    /// A snapshot equal to `BudgetSnapshot::new(limits, spent, elapsed_ms)` with
+    /// the backlog's limits: its index in [`Backlog::spends`].
+    Budget(u32),
+    /// A snapshot with other limits (not emitted today, kept exactly all the same).
+    BudgetBoxed(Box<BudgetSnapshot>),
+    Other(Box<RunEvent>),
+}
+
+#[derive(Debug, Default)]
+struct Backlog {
+    kept: Vec<Kept>,
+    /// (spent, elapsed ms) of the kept budget snapshots.
+    spends: Vec<(Usage, u64)>,
+    /// The limits of the first budget snapshot kept.
+    limits: Option<BudgetLimits>,
+}
+
+impl Backlog {
+    fn len(&self) -> usize {
+        self.kept.len()
+    }
+
+    fn push(&mut self, event: RunEvent) {
+        let kept = match event {
+            RunEvent::StepStarted { step } => Kept::StepStarted(step),
+            RunEvent::DecisionMade { step, decision } => Kept::Decision(step, decision),
+            RunEvent::ToolCallFinished { step, result } => Kept::Finished(step, result),
+            RunEvent::StateUpdated { version } => Kept::StateUpdated(version),
+            RunEvent::BudgetSpent { budget } => {
+                let limits = *self.limits.get_or_insert(budget.limits);
+                let rebuilt = BudgetSnapshot::new(limits, budget.spent, budget.elapsed_ms);
+                match u32::try_from(self.spends.len()) {
+                    Ok(i) if rebuilt == *budget => {
+                        self.spends.push((budget.spent, budget.elapsed_ms));
+                        Kept::Budget(i)
+                    }
+                    _ => Kept::BudgetBoxed(budget),
+                }
+            }
+            other => Kept::Other(Box::new(other)),
+        };
+        self.kept.push(kept);
+    }
+
+    /// The kept events as the records a live subscriber would have received.
+    fn into_records(self, run_id: &Arc<str>) -> impl Iterator<Item = EventRecord> + '_ {
+        let Backlog {
+            kept,
+            spends,
+            limits,
+        } = self;
+        kept.into_iter().zip(1u64..).map(move |(kept, seq)| {
+            let event = match kept {
+                Kept::StepStarted(step) => RunEvent::StepStarted { step },
+                Kept::Decision(step, decision) => RunEvent::DecisionMade { step, decision },
+                Kept::Finished(step, result) => RunEvent::ToolCallFinished { step, result },
+                Kept::StateUpdated(version) => RunEvent::StateUpdated { version },
+                Kept::Budget(i) => {
+                    let (spent, elapsed_ms) = spends[i as usize];
+                    RunEvent::BudgetSpent {
+                        budget: Box::new(BudgetSnapshot::new(
+                            limits.unwrap_or_default(),
+                            spent,
+                            elapsed_ms,
+                        )),
+                    }
+                }
+                Kept::BudgetBoxed(budget) => RunEvent::BudgetSpent { budget },
+                Kept::Other(event) => *event,
+            };
+            EventRecord {
+                run_id: Arc::clone(run_id),
+                seq,
+                event,
+            }
+        })
+    }
 }
 
 /// Publishes a run's events.
@@ -38,7 +132,7 @@ impl EventSink {
     /// A sink for run `run_id`; with `from_start`, events are kept for the first
     /// subscriber.
     pub fn new(run_id: Arc<str>, from_start: bool) -> Self {
-        let backlog = from_start.then(VecDeque::new);
+        let backlog = from_start.then(Backlog::default);
         EventSink {
             run_id,
             inner: Arc::new(Mutex::new(SinkInner {
@@ -60,7 +154,12 @@ impl EventSink {
         let rx = tx.subscribe();
         // Under the lock, so nothing is emitted between the backlog and the live
         // events: the receiver sees one gapless, ordered stream.
-        for record in inner.backlog.take().unwrap_or_default() {
+        for record in inner
+            .backlog
+            .take()
+            .unwrap_or_default()
+            .into_records(&self.run_id)
+        {
             let _ = tx.send(record);
         }
         Some(rx)
@@ -85,12 +184,12 @@ impl EventSink {
             return;
         }
         inner.seq += 1;
-        let record = EventRecord {
-            run_id: Arc::clone(&self.run_id),
-            seq: inner.seq,
-            event: event(),
-        };
         if live {
+            let record = EventRecord {
+                run_id: Arc::clone(&self.run_id),
+                seq: inner.seq,
+                event: event(),
+            };
             if let Some(tx) = &inner.tx {
                 let _ = tx.send(record);
             }
@@ -98,7 +197,7 @@ impl EventSink {
         }
         let full = match inner.backlog.as_mut() {
             Some(backlog) if backlog.len() < EVENT_BUFFER => {
-                backlog.push_back(record);
+                backlog.push(event());
                 false
             }
             Some(_) => true,
@@ -108,5 +207,118 @@ impl EventSink {
             // Full and still nobody: stop keeping (and building) events.
             inner.backlog = None;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agentry_protocol::stop::StopReason;
+    use agentry_protocol::trace::RunInput;
+
+    /// Every kind of event, the budget snapshots among them consistent with the
+    /// run's limits, tampered with, and under other limits.
+    fn events() -> Vec<RunEvent> {
+        let limits = BudgetLimits {
+            max_steps: Some(10),
+            ..BudgetLimits::default()
+        };
+        let spent = Usage::step();
+        let mut tampered = BudgetSnapshot::new(limits, spent, 3);
+        tampered.remaining.steps_left = Some(999);
+        let other_limits = BudgetLimits {
+            max_steps: Some(20),
+            ..limits
+        };
+        vec![
+            RunEvent::StepStarted { step: 1 },
+            RunEvent::DecisionMade {
+                step: 1,
+                decision: Arc::new(Decision::Final {
+                    answer: "42".into(),
+                }),
+            },
+            RunEvent::ToolCallStarted {
+                step: 1,
+                tool_call_id: "c1".into(),
+                tool: "add".into(),
+                attempt: 1,
+            },
+            RunEvent::ToolCallFinished {
+                step: 1,
+                result: Arc::new(ResultEnvelope::success(
+                    "c1",
+                    "add",
+                    serde_json::json!(2),
+                    Vec::new(),
+                )),
+            },
+            RunEvent::StateUpdated { version: 1 },
+            RunEvent::BudgetSpent {
+                budget: Box::new(BudgetSnapshot::new(limits, spent, 2)),
+            },
+            RunEvent::BudgetSpent {
+                budget: Box::new(BudgetSnapshot::new(limits, spent.plus(&spent), 5)),
+            },
+            RunEvent::BudgetSpent {
+                budget: Box::new(tampered),
+            },
+            RunEvent::BudgetSpent {
+                budget: Box::new(BudgetSnapshot::new(other_limits, spent, 7)),
+            },
+            RunEvent::TokenDelta {
+                step: 2,
+                text: "he".into(),
+            },
+            RunEvent::InputApplied {
+                seq: 1,
+                input: RunInput::Message { text: "hi".into() },
+            },
+            RunEvent::RunStopped {
+                stop_reason: StopReason::Done,
+            },
+        ]
+    }
+
+    fn drain(rx: &mut broadcast::Receiver<EventRecord>) -> Vec<EventRecord> {
+        let mut got = Vec::new();
+        while let Ok(r) = rx.try_recv() {
+            got.push(r);
+        }
+        got
+    }
+
+    #[test]
+    fn the_backlog_replays_exactly_what_a_live_subscriber_sees() {
+        let run_id: Arc<str> = Arc::from("run-1");
+        let live = EventSink::new(Arc::clone(&run_id), false);
+        let mut live_rx = live.subscribe().unwrap();
+        let kept = EventSink::new(Arc::clone(&run_id), true);
+        for (a, b) in events().into_iter().zip(events()) {
+            live.emit(|| a);
+            kept.emit(|| b);
+        }
+        let want = drain(&mut live_rx);
+        assert_eq!(want.len(), events().len());
+        let mut late_rx = kept.subscribe().unwrap();
+        assert_eq!(drain(&mut late_rx), want);
+        // Only the first subscriber gets the backlog; after it, events are live.
+        kept.emit(|| RunEvent::StepStarted { step: 9 });
+        let next = drain(&mut late_rx);
+        assert_eq!(next.len(), 1);
+        assert_eq!(next[0].seq, want.len() as u64 + 1);
+    }
+
+    #[test]
+    fn a_backlog_that_fills_is_dropped_and_no_longer_built() {
+        let sink = EventSink::new(Arc::from("run-2"), true);
+        for step in 0..EVENT_BUFFER as u64 + 1 {
+            sink.emit(|| RunEvent::StepStarted { step });
+        }
+        assert!(!sink.listening());
+        let mut rx = sink.subscribe().unwrap();
+        assert!(drain(&mut rx).is_empty());
+        sink.emit(|| RunEvent::StepStarted { step: 0 });
+        assert_eq!(drain(&mut rx)[0].seq, EVENT_BUFFER as u64 + 2);
     }
 }
