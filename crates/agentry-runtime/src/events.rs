@@ -5,7 +5,7 @@
 //! actor emitted them. The channel itself is created on the first `subscribe`, so
 //! a run nobody watches allocates no 1,024-slot buffer. With `events_from_start`
 //! the events emitted before that are kept in a backlog (only as many as were
-//! emitted, in a compact form: see [`Kept`]) and handed to the first subscriber.
+//! emitted, in a compact form) and handed to the first subscriber.
 //! A backlog that fills the channel's capacity before anyone subscribes is
 //! dropped and no longer kept: nobody is coming for the run's start, and a run
 //! nobody watches then builds no events at all (a subscriber that comes later
