@@ -395,6 +395,57 @@ pub async fn run(m: u64) -> BenchResult<(ActorFloorRun, Result<(), String>)> {
     Ok((ActorFloorRun { wall, cpu }, checked))
 }
 
+/// N agents of M steps: all started (timed, as W2's starts are), every episode
+/// run at once, then all awaited. Returns the wall and CPU time, the time until
+/// the last start returned, and the first failed check.
+pub async fn run_many(n: usize, m: u64) -> BenchResult<ManyRun> {
+    let cpu0 = cpu_time();
+    let t0 = Instant::now();
+    let mut agents = Vec::with_capacity(n);
+    let mut runs = tokio::task::JoinSet::new();
+    for _ in 0..n {
+        let agent = std::sync::Arc::new(ActorAgent::start(m).await?);
+        let a = std::sync::Arc::clone(&agent);
+        runs.spawn(async move { a.run(m).await.map_err(|e| e.to_string()) });
+        agents.push(agent);
+    }
+    let start = t0.elapsed();
+    let mut checked = Ok(());
+    while let Some(done) = runs.join_next().await {
+        if let Err(e) = done?.and_then(|c| c)
+            && checked.is_ok()
+        {
+            checked = Err(e);
+        }
+    }
+    let wall = t0.elapsed();
+    let cpu = cpu_time().saturating_sub(cpu0);
+    for agent in agents {
+        if let Ok(agent) = std::sync::Arc::try_unwrap(agent) {
+            agent.stop().await?;
+        }
+    }
+    Ok(ManyRun {
+        wall,
+        cpu,
+        start,
+        checked,
+    })
+}
+
+/// What [`run_many`] measured.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ManyRun {
+    /// From before the first start to the last final state.
+    pub wall: Duration,
+    /// CPU time of the process over the same region.
+    pub cpu: Duration,
+    /// Until the last start returned.
+    pub start: Duration,
+    /// The first failed check, if any.
+    pub checked: Result<(), String>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -405,6 +456,13 @@ mod tests {
         checked.unwrap();
         let (_, one) = run(1).await.unwrap();
         one.unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn many_actor_floor_agents_pass_their_checks() {
+        let many = run_many(20, 10).await.unwrap();
+        many.checked.unwrap();
+        assert!(many.start <= many.wall);
     }
 
     #[test]

@@ -170,27 +170,63 @@ async fn state(
     }
 }
 
-/// Runs one M-step floor episode and returns its timing and final state.
-pub async fn run(m: u64) -> BenchResult<FloorRun> {
-    let m = m.max(1);
-    let (feedback_tx, feedback_rx) = mpsc::unbounded_channel();
-    let (exec_tx, exec_rx) = mpsc::unbounded_channel();
-    let (state_tx, state_rx) = mpsc::unbounded_channel();
-    let (done_tx, done_rx) = oneshot::channel();
-    let (fail_tx, mut fail_rx) = oneshot::channel();
-    let policy_task = tokio::spawn(policy(m, feedback_rx, exec_tx, fail_tx));
-    let exec_task = tokio::spawn(executor(exec_rx, state_tx));
-    let state_task = tokio::spawn(state(state_rx, feedback_tx.clone(), done_tx));
+/// One floor agent: its three tasks spawned, waiting for the first message.
+struct Episode {
+    feedback: mpsc::UnboundedSender<Option<Message>>,
+    done: oneshot::Receiver<Vec<Message>>,
+    failure: oneshot::Receiver<String>,
+    tasks: [tokio::task::JoinHandle<()>; 3],
+}
 
-    let cpu0 = cpu_time();
-    let t0 = Instant::now();
-    feedback_tx.send(None)?;
-    let messages = done_rx.await?;
-    let wall = t0.elapsed();
-    let cpu = cpu_time().saturating_sub(cpu0);
+impl Episode {
+    fn spawn(m: u64) -> Episode {
+        let (feedback_tx, feedback_rx) = mpsc::unbounded_channel();
+        let (exec_tx, exec_rx) = mpsc::unbounded_channel();
+        let (state_tx, state_rx) = mpsc::unbounded_channel();
+        let (done_tx, done_rx) = oneshot::channel();
+        let (fail_tx, fail_rx) = oneshot::channel();
+        let tasks = [
+            tokio::spawn(policy(m, feedback_rx, exec_tx, fail_tx)),
+            tokio::spawn(executor(exec_rx, state_tx)),
+            tokio::spawn(state(state_rx, feedback_tx.clone(), done_tx)),
+        ];
+        Episode {
+            feedback: feedback_tx,
+            done: done_rx,
+            failure: fail_rx,
+            tasks,
+        }
+    }
 
-    drop(feedback_tx);
-    for task in [policy_task, exec_task, state_task] {
+    /// The first message to the policy.
+    fn go(&self) -> BenchResult<()> {
+        self.feedback.send(None)?;
+        Ok(())
+    }
+
+    /// Waits for the final state, then for the three tasks.
+    async fn finish(self) -> BenchResult<FloorRun> {
+        let Episode {
+            feedback,
+            done,
+            failure,
+            tasks,
+        } = self;
+        let messages = done.await?;
+        close(feedback, failure, tasks, messages).await
+    }
+}
+
+/// Ends an episode whose final state is in: the tasks are awaited and the
+/// state summarized (`wall` and `cpu` are left for the caller).
+async fn close(
+    feedback: mpsc::UnboundedSender<Option<Message>>,
+    mut failure: oneshot::Receiver<String>,
+    tasks: [tokio::task::JoinHandle<()>; 3],
+    messages: Vec<Message>,
+) -> BenchResult<FloorRun> {
+    drop(feedback);
+    for task in tasks {
         task.await?;
     }
     let mut results = 0;
@@ -207,13 +243,60 @@ pub async fn run(m: u64) -> BenchResult<FloorRun> {
         }
     }
     Ok(FloorRun {
-        wall,
-        cpu,
+        wall: Duration::ZERO,
+        cpu: Duration::ZERO,
         results,
         last_result,
         final_text,
-        failure: fail_rx.try_recv().ok(),
+        failure: failure.try_recv().ok(),
     })
+}
+
+/// Runs one M-step floor episode and returns its timing and final state.
+pub async fn run(m: u64) -> BenchResult<FloorRun> {
+    let episode = Episode::spawn(m.max(1));
+    let cpu0 = cpu_time();
+    let t0 = Instant::now();
+    episode.go()?;
+    let Episode {
+        feedback,
+        done,
+        failure,
+        tasks,
+    } = episode;
+    // The clock stops at the final state, as it stops at agentry's outcome.
+    let messages = done.await?;
+    let wall = t0.elapsed();
+    let cpu = cpu_time().saturating_sub(cpu0);
+    let mut run = close(feedback, failure, tasks, messages).await?;
+    run.wall = wall;
+    run.cpu = cpu;
+    Ok(run)
+}
+
+/// W2's floor: N episodes of M steps, all spawned and started (timed, as W2's
+/// starts are), then all awaited. Returns the wall and CPU time and the first
+/// failed check.
+pub async fn run_many(n: usize, m: u64) -> BenchResult<(Duration, Duration, Result<(), String>)> {
+    let m = m.max(1);
+    let cpu0 = cpu_time();
+    let t0 = Instant::now();
+    let mut episodes = Vec::with_capacity(n);
+    for _ in 0..n {
+        let episode = Episode::spawn(m);
+        episode.go()?;
+        episodes.push(episode);
+    }
+    let mut checked = Ok(());
+    for episode in episodes {
+        let run = episode.finish().await?;
+        if let Err(e) = run.check(m)
+            && checked.is_ok()
+        {
+            checked = Err(e);
+        }
+    }
+    Ok((t0.elapsed(), cpu_time().saturating_sub(cpu0), checked))
 }
 
 #[cfg(test)]
@@ -227,5 +310,7 @@ mod tests {
         assert_eq!(r.results, 49);
         let one = run(1).await.unwrap();
         one.check(1).unwrap();
+        let (_, _, many) = run_many(20, 10).await.unwrap();
+        many.unwrap();
     }
 }

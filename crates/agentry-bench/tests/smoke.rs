@@ -119,7 +119,16 @@ fn actor_floor_alone_and_many() {
 #[test]
 fn w2_small() {
     let v = bench(&["w2", "--n", "50", "--m", "5"]);
-    assert!(v["metrics"]["peak_rss_mib"].as_f64().unwrap() > 0.0);
+    let m = &v["metrics"];
+    for key in [
+        "peak_rss_mib",
+        "floor_wall_s",
+        "ratio_vs_floor",
+        "actor_floor_wall_s",
+        "ratio_vs_actor_floor",
+    ] {
+        assert!(m[key].as_f64().unwrap() > 0.0, "{key}: {v}");
+    }
 }
 
 #[test]
@@ -140,6 +149,7 @@ fn w4_kills_the_child() {
         let v = bench(args);
         assert_eq!(v["metrics"]["timed_out"], true);
         assert_eq!(v["metrics"]["child_killed"], true);
+        assert!(v["metrics"]["floor_deadline_to_end_ms"].as_f64().is_some());
     }
 }
 

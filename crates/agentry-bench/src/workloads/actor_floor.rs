@@ -2,11 +2,9 @@
 //! messages), as one agent (`actor-floor`, set against W1) and as N agents at
 //! once (`actor-floor-w2`, set against W2's time and memory per agent).
 
-use std::time::Instant;
-
-use crate::actor_floor::{self, ActorAgent};
+use crate::actor_floor;
 use crate::harness::{BenchResult, Options};
-use crate::procfs::{cpu_time, peak_rss_mib, rss_mib};
+use crate::procfs::{peak_rss_mib, rss_mib};
 use crate::report::Report;
 
 /// `actor-floor`: one agent, M steps (after a 3-step warm-up episode).
@@ -34,33 +32,9 @@ pub async fn actor_floor_w2(opts: &Options) -> BenchResult<Report> {
     let (n, m) = (opts.n as usize, opts.m);
     actor_floor::run(3).await?.1?;
     let rss_before = rss_mib();
-    let cpu0 = cpu_time();
-    let t0 = Instant::now();
-    let mut agents = Vec::with_capacity(n);
-    let mut runs = tokio::task::JoinSet::new();
-    for _ in 0..n {
-        let agent = std::sync::Arc::new(ActorAgent::start(m).await?);
-        let a = std::sync::Arc::clone(&agent);
-        runs.spawn(async move { a.run(m).await.map_err(|e| e.to_string()) });
-        agents.push(agent);
-    }
-    let start_s = t0.elapsed().as_secs_f64();
-    let mut failed = 0;
-    let mut first = None;
-    while let Some(done) = runs.join_next().await {
-        if let Err(e) = done?.and_then(|checked| checked) {
-            failed += 1;
-            first.get_or_insert(e);
-        }
-    }
-    let wall = t0.elapsed().as_secs_f64();
-    let cpu = cpu_time().saturating_sub(cpu0).as_secs_f64();
+    let many = actor_floor::run_many(n, m).await?;
     let peak = peak_rss_mib();
-    for agent in agents {
-        if let Ok(agent) = std::sync::Arc::try_unwrap(agent) {
-            agent.stop().await?;
-        }
-    }
+    let wall = many.wall.as_secs_f64();
 
     let mut report = Report::new("actor-floor-w2");
     report
@@ -69,8 +43,8 @@ pub async fn actor_floor_w2(opts: &Options) -> BenchResult<Report> {
         .param("threads", opts.threads)
         .metric_f("wall_s", wall, 6)
         .metric_f("steps_per_s", (n as u64 * m) as f64 / wall, 0)
-        .metric_f("start_s", start_s, 6)
-        .metric_f("cpu_s", cpu, 6)
+        .metric_f("start_s", many.start.as_secs_f64(), 6)
+        .metric_f("cpu_s", many.cpu.as_secs_f64(), 6)
         .metric_f("peak_rss_mib", peak, 1)
         .metric_f("rss_before_mib", rss_before, 1)
         .metric_f(
@@ -78,8 +52,8 @@ pub async fn actor_floor_w2(opts: &Options) -> BenchResult<Report> {
             (peak - rss_before) * 1024.0 / n.max(1) as f64,
             2,
         );
-    if let Some(e) = first {
-        report.fail(format!("{failed} of {n} agents failed; first: {e}"));
+    if let Err(e) = many.checked {
+        report.fail(e);
     }
     Ok(report)
 }

@@ -11,6 +11,7 @@ use crate::model::AddModel;
 use crate::procfs::{cpu_time, peak_rss_mib, rss_mib};
 use crate::report::Report;
 use crate::tools;
+use crate::{actor_floor, floor};
 
 /// How many starts between two RSS checks of the start loop.
 const RSS_CHECK_EVERY: usize = 1024;
@@ -101,6 +102,23 @@ pub async fn w2(opts: &Options) -> BenchResult<Report> {
             "aborted: RSS passed {} MiB or {} s passed after {started} of {n} agents started",
             opts.max_rss_mib, opts.timeout_s
         ));
+    }
+    // The floors run after agentry's run (its peak RSS is already read) and
+    // after its handles are dropped, on the same runtime: the same N × M on
+    // bare tokio channels, and on bare actors in agentry's shape.
+    let (floor_wall, _, floor_checked) = floor::run_many(started, m).await?;
+    let actor = actor_floor::run_many(started, m).await?;
+    let floor_s = floor_wall.as_secs_f64();
+    let actor_s = actor.wall.as_secs_f64();
+    report
+        .metric_f("floor_wall_s", floor_s, 6)
+        .metric_f("ratio_vs_floor", wall / floor_s, 2)
+        .metric_f("actor_floor_wall_s", actor_s, 6)
+        .metric_f("ratio_vs_actor_floor", wall / actor_s, 2);
+    for checked in [floor_checked, actor.checked] {
+        if let Err(e) = checked {
+            report.fail(e);
+        }
     }
     let mut failed = 0;
     let mut first = None;

@@ -43,6 +43,24 @@ async fn entries_left(pgid: i32, limit: Duration) -> usize {
     }
 }
 
+/// W4's floor: the same `sleep 10` child (`kill_on_drop`) awaited by a bare tokio
+/// task under `timeout_at(t0 + deadline)`, no runtime; returns deadline →
+/// return in ms. What tokio's timer and dropping the wait cost here.
+async fn floor_deadline_to_end_ms(deadline: Duration) -> BenchResult<f64> {
+    let t0 = Instant::now();
+    let mut child = tokio::process::Command::new("sleep")
+        .arg("10")
+        .kill_on_drop(true)
+        .spawn()?;
+    let waited = tokio::time::timeout_at((t0 + deadline).into(), child.wait()).await;
+    let end = Instant::now();
+    if waited.is_ok() {
+        return Err("the floor's sleep 10 ended before its deadline".into());
+    }
+    drop(child);
+    Ok(signed_ms(end, t0 + deadline))
+}
+
 /// `w4`: one call of a tool that runs `sleep 10` (or, with `--grandchildren`,
 /// agentry's process tool running a shell that forks two), a 200 ms run deadline.
 pub async fn w4(opts: &Options) -> BenchResult<Report> {
@@ -126,6 +144,12 @@ pub async fn w4(opts: &Options) -> BenchResult<Report> {
             "zombies_left",
             entries_left(pgid, Duration::from_millis(200)).await,
         );
+    }
+    // Measured after agentry's run, so it cannot disturb it.
+    let floor = floor_deadline_to_end_ms(deadline).await?;
+    report.metric_f("floor_deadline_to_end_ms", floor, 3);
+    if floor > 0.0 {
+        report.metric_f("ratio_vs_floor", signed_ms(end, t0 + deadline) / floor, 2);
     }
     Ok(report)
 }
