@@ -128,11 +128,16 @@ impl TraceWriter {
             .name("agentry-trace".into())
             .spawn(move || {
                 let mut out = BufWriter::new(file);
+                // Serialized into a plain buffer first: serde_json makes many
+                // tiny writes, which a Vec takes for less than a BufWriter.
+                let mut buf = Vec::with_capacity(4096);
                 let result = (|| {
                     while let Some(batch) = q.take() {
                         for line in batch {
-                            serde_json::to_writer(&mut out, &line)?;
-                            out.write_all(b"\n")?;
+                            buf.clear();
+                            serde_json::to_writer(&mut buf, &line)?;
+                            buf.push(b'\n');
+                            out.write_all(&buf)?;
                         }
                     }
                     out.flush()
