@@ -110,6 +110,10 @@ pub struct Args {
     /// durable, durable-w2: measure only this mode (for profiling; no ratios).
     #[arg(long, value_enum)]
     pub only: Option<crate::workloads::Mode>,
+    /// W3: the tool and its floor sleep precisely (tokio's timer, then a
+    /// nanosleep for the last 2 ms) instead of on tokio's 1 ms timer alone.
+    #[arg(long)]
+    pub precise_sleep: bool,
 }
 
 impl Args {
@@ -149,6 +153,7 @@ impl Args {
             store_dir: self.store_dir.clone(),
             keep_store: self.keep_store,
             only: self.only,
+            precise_sleep: self.precise_sleep,
         }
     }
 }

@@ -53,6 +53,8 @@ pub struct Options {
     pub keep_store: bool,
     /// durable, durable-w2: measure only this mode.
     pub only: Option<crate::workloads::Mode>,
+    /// W3: `sleep_echo` and the floor sleep with [`crate::tools::precise_sleep`].
+    pub precise_sleep: bool,
 }
 
 /// A run configuration for the benchmark tools: goal `go`, the bench scope

@@ -67,7 +67,27 @@ impl Tool for AddTool {
 /// milliseconds, then `"<step>:<i>"`. Read-only, so the calls of one step run
 /// concurrently.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct SleepEchoTool;
+pub struct SleepEchoTool {
+    /// Sleep with [`precise_sleep`] instead of `tokio::time::sleep`.
+    pub precise: bool,
+}
+
+/// How long before the end of a [`precise_sleep`] tokio's timer hands over.
+const PRECISE_LEAD: Duration = Duration::from_millis(2);
+
+/// An async sleep that ends within ~0.1 ms of `d`: tokio's timer (1 ms ticks,
+/// a driver that parks in whole milliseconds, so it wakes 0–2 ms late) until
+/// 2 ms before the end, then a `nanosleep` on a blocking-pool thread. The
+/// technique of agentry's deadline alarm; W3 with `--precise-sleep` uses it in
+/// its tool and its floor alike, so what is left is agentry's own overhead.
+pub async fn precise_sleep(d: Duration) {
+    let at = tokio::time::Instant::now() + d;
+    tokio::time::sleep_until(at.checked_sub(PRECISE_LEAD).unwrap_or(at)).await;
+    let rest = at.saturating_duration_since(tokio::time::Instant::now());
+    if !rest.is_zero() {
+        let _ = tokio::task::spawn_blocking(move || std::thread::sleep(rest)).await;
+    }
+}
 
 #[async_trait]
 impl Tool for SleepEchoTool {
@@ -99,7 +119,12 @@ impl Tool for SleepEchoTool {
             Some(_) => int_arg(&args, "ms")?,
             None => (50 - i).max(0),
         };
-        tokio::time::sleep(Duration::from_millis(ms.max(0) as u64)).await;
+        let d = Duration::from_millis(ms.max(0) as u64);
+        if self.precise {
+            precise_sleep(d).await;
+        } else {
+            tokio::time::sleep(d).await;
+        }
         Ok(ToolOutput::data(Value::String(format!("{step}:{i}"))))
     }
 }
@@ -177,9 +202,17 @@ pub fn group_tool(name: &str, script: &str) -> Result<CommandTool, ToolError> {
 /// The registry every workload runs on: the built-ins plus `add` and
 /// `sleep_echo`, plus the W4/cancel tool given.
 pub fn registry(extra: Option<Arc<dyn Tool>>) -> Result<ToolRegistry, agentry::RuntimeError> {
+    registry_with(extra, SleepEchoTool::default())
+}
+
+/// [`registry`] with this `sleep_echo`.
+pub fn registry_with(
+    extra: Option<Arc<dyn Tool>>,
+    sleep_echo: SleepEchoTool,
+) -> Result<ToolRegistry, agentry::RuntimeError> {
     let mut registry = ToolRegistry::with_builtins()?;
     registry.register(Arc::new(AddTool))?;
-    registry.register(Arc::new(SleepEchoTool))?;
+    registry.register(Arc::new(sleep_echo))?;
     if let Some(tool) = extra {
         registry.register(tool)?;
     }

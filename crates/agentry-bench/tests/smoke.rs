@@ -135,6 +135,9 @@ fn w2_small() {
 fn w3_results_in_request_order() {
     let v = bench(&["w3"]);
     assert_eq!(v["metrics"]["order_matches_request"], true);
+    let v = bench(&["w3", "--steps", "2", "--precise-sleep"]);
+    assert_eq!(v["params"]["sleep"], "precise");
+    assert_eq!(v["metrics"]["order_matches_request"], true);
 }
 
 #[test]

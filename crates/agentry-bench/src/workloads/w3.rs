@@ -60,14 +60,19 @@ fn check(outcome: &RunOutcome, probe: &Probe, steps: u64, k: u64) -> Result<(), 
 /// W3's floor: the same S rounds of K concurrent tokio sleeps of 50 − i ms,
 /// joined in request order, with no runtime. Its ms per round is what tokio's
 /// 1 ms timer wheel allows (a 50 ms sleep wakes on the tick after it is due).
-async fn floor_ms_per_step(steps: u64, k: u64) -> f64 {
+async fn floor_ms_per_step(steps: u64, k: u64, precise: bool) -> f64 {
     let t0 = Instant::now();
     for _ in 0..steps {
         let sleeps: Vec<_> = (0..k)
             .map(|i| {
-                tokio::spawn(tokio::time::sleep(std::time::Duration::from_millis(
-                    50u64.saturating_sub(i),
-                )))
+                let d = std::time::Duration::from_millis(50u64.saturating_sub(i));
+                tokio::spawn(async move {
+                    if precise {
+                        tools::precise_sleep(d).await;
+                    } else {
+                        tokio::time::sleep(d).await;
+                    }
+                })
             })
             .collect();
         for s in sleeps {
@@ -81,9 +86,12 @@ async fn floor_ms_per_step(steps: u64, k: u64) -> f64 {
 pub async fn w3(opts: &Options) -> BenchResult<Report> {
     let (steps, k) = (opts.steps.max(1), opts.k.max(1));
     let dir = workdir()?;
-    let runtime = Runtime::new(tools::registry(None)?);
+    let sleep_echo = tools::SleepEchoTool {
+        precise: opts.precise_sleep,
+    };
+    let runtime = Runtime::new(tools::registry_with(None, sleep_echo)?);
     warm_up(&runtime, dir.path()).await?;
-    let floor = floor_ms_per_step(steps, k).await;
+    let floor = floor_ms_per_step(steps, k, opts.precise_sleep).await;
     let (outcome, wall, probe, step_ms) = episode(&runtime, dir.path(), steps, k, None).await?;
 
     let mut report = Report::new("w3");
@@ -91,6 +99,9 @@ pub async fn w3(opts: &Options) -> BenchResult<Report> {
         .param("steps", steps)
         .param("k", k)
         .param("threads", opts.threads);
+    if opts.precise_sleep {
+        report.param("sleep", "precise");
+    }
     let checked = check(&outcome, &probe, steps, k);
     report
         .metric_f("wall_s", wall / 1e3, 6)
