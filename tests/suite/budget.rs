@@ -132,9 +132,17 @@ async fn step_max_plus_one_is_refused_never_run() -> Result<(), TestError> {
         .max_steps(5)
         .window(0);
 
-    let outcome = runtime
-        .run(task.config(), call_every_step("count", 1))
-        .await?;
+    // The policy is asked only for granted steps: the spend and the decision
+    // go out as one request, and a refused one never reaches the policy.
+    let asked = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let count = Arc::clone(&asked);
+    let policy = FnPolicy::new(move |ctx| {
+        count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Decision::ToolCalls {
+            calls: vec![ToolCall::new(format!("s{}", ctx.step), "count", json!({}))],
+        }
+    });
+    let (outcome, events) = run_with_events(&runtime, task.config(), policy).await?;
 
     assert_eq!(
         outcome.stop_reason,
@@ -149,6 +157,19 @@ async fn step_max_plus_one_is_refused_never_run() -> Result<(), TestError> {
         "the tool ran once per granted step, never a 6th time"
     );
     assert_eq!(outcome.state.control.spent.steps, 5);
+    assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 5);
+    let started: Vec<u64> = events
+        .iter()
+        .filter_map(|e| match e.event {
+            agentry::protocol::event::RunEvent::StepStarted { step } => Some(step),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        started,
+        [1, 2, 3, 4, 5],
+        "no StepStarted for the refused step"
+    );
     Ok(())
 }
 

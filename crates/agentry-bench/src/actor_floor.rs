@@ -1,10 +1,12 @@
 //! The actor floor: W1's step in agentry's fixed shape on bare ractor actors.
 //!
 //! agentry's shape is fixed: per run a conductor plus four ractor actors (budget
-//! supervisor, policy, tool executor, state keeper), and per step three
-//! request/reply round trips (budget spend, policy decide, executor execute)
-//! and one cast (the state keeper's update). This module does exactly those
-//! messages with nothing behind them: the budget counts steps against a limit,
+//! supervisor, policy, tool executor, state keeper), and per step the messages
+//! agentry sends: the conductor's spend-and-decide request to the budget
+//! supervisor, which answers the grant and hands the request on to the policy,
+//! whose decision goes back to the conductor; a request/reply round trip to the
+//! executor; and one cast (the state keeper's update). This module does exactly
+//! those messages with nothing behind them: the budget counts steps against a limit,
 //! the policy is the same script with the same feedback check, the executor
 //! parses the arguments string and adds, the state keeper appends to an ordered
 //! message list. No validation, grants, idempotency table, fingerprint, events
@@ -38,7 +40,13 @@ enum Message {
 struct Budget;
 
 enum BudgetMsg {
-    Spend(RpcReplyPort<bool>),
+    /// Spend a step; if granted, ask the policy (its answer goes to `decided`).
+    SpendAndDecide {
+        last: Option<String>,
+        policy: ActorRef<PolicyMsg>,
+        granted: RpcReplyPort<bool>,
+        decided: RpcReplyPort<Turn>,
+    },
 }
 
 impl Actor for Budget {
@@ -60,12 +68,18 @@ impl Actor for Budget {
         msg: BudgetMsg,
         (spent, max): &mut (u64, u64),
     ) -> Result<(), ActorProcessingErr> {
-        let BudgetMsg::Spend(reply) = msg;
-        let granted = *spent < *max;
-        if granted {
+        let BudgetMsg::SpendAndDecide {
+            last,
+            policy,
+            granted,
+            decided,
+        } = msg;
+        let ok = *spent < *max;
+        let _ = granted.send(ok);
+        if ok {
             *spent += 1;
+            let _ = policy.cast(PolicyMsg::Decide(last, decided));
         }
-        let _ = reply.send(granted);
         Ok(())
     }
 }
@@ -223,17 +237,22 @@ impl Conductor {
     async fn drive(c: &Children) -> Result<Vec<Message>, String> {
         let mut last = None;
         loop {
-            let granted = c.budget.call(BudgetMsg::Spend, None).await;
-            if !matches!(granted, Ok(ractor::rpc::CallResult::Success(true))) {
+            let (granted_tx, granted_rx) = tokio::sync::oneshot::channel();
+            let (decided_tx, decided_rx) = tokio::sync::oneshot::channel();
+            c.budget
+                .cast(BudgetMsg::SpendAndDecide {
+                    last: last.take(),
+                    policy: c.policy.clone(),
+                    granted: granted_tx.into(),
+                    decided: decided_tx.into(),
+                })
+                .map_err(|e| e.to_string())?;
+            let decided = decided_rx.await;
+            if granted_rx.await != Ok(true) {
                 return Err("the budget refused a step".into());
             }
-            let turn = match c
-                .policy
-                .call(|r| PolicyMsg::Decide(last.take(), r), None)
-                .await
-            {
-                Ok(ractor::rpc::CallResult::Success(t)) => t,
-                _ => return Err("the policy did not answer".into()),
+            let Ok(turn) = decided else {
+                return Err("the policy did not answer".into());
             };
             match turn {
                 Turn::Call { id, arguments } => {

@@ -11,11 +11,17 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use agentry_protocol::budget::{BudgetLimits, BudgetSnapshot, Usage};
+use agentry_protocol::decision::PolicyOutput;
+use agentry_protocol::event::RunEvent;
+use agentry_protocol::state::SessionEntry;
 use agentry_protocol::stop::StopReason;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use tokio::task::JoinHandle;
 use tokio::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
+
+use crate::events::EventSink;
+use crate::policy::PolicyMsg;
 
 /// The answer to a spend request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,10 +43,34 @@ pub enum SpendReply {
     Refused(StopReason),
 }
 
+/// A step's decision request, handed to the policy by the budget supervisor
+/// once the step is granted: the conductor sends one message where it sent a
+/// spend request, waited for the grant and then asked the policy (one mailbox
+/// hop and one wake-up of the conductor less per step).
+pub struct DecideAfterSpend {
+    /// The step asked for.
+    pub step: u64,
+    /// Session entries applied since the previous decision (for the policy).
+    pub new_entries: Vec<SessionEntry>,
+    /// The run's policy actor.
+    pub policy: ActorRef<PolicyMsg>,
+    /// The run's events: `StepStarted` is published on the grant, before the
+    /// policy is asked (so before any of the step's token deltas).
+    pub events: EventSink,
+    /// Always answered, first: the grant (with the snapshot the policy is
+    /// shown) or the refusal.
+    pub granted: RpcReplyPort<SpendReply>,
+    /// The policy's decision; dropped unanswered when the step is refused.
+    pub decided: RpcReplyPort<PolicyOutput>,
+}
+
 /// Messages the budget supervisor accepts.
 pub enum BudgetMsg {
     /// Check, then spend, all-or-nothing.
     Spend(Usage, RpcReplyPort<SpendReply>),
+    /// Check, then spend one step; if granted, ask the policy to decide it
+    /// (see [`DecideAfterSpend`]).
+    SpendAndDecide(Box<DecideAfterSpend>),
     /// Spend up to `n` tool calls; replies with how many were granted (the rest are
     /// refused with `EBUDGET`) and the snapshot after.
     SpendToolCalls(u64, RpcReplyPort<(u64, BudgetSnapshot)>),
@@ -220,6 +250,33 @@ impl BudgetState {
         };
         mine.covers(&self.committed(), &allowance)?;
         Ok((limits, allowance))
+    }
+
+    /// Check-before-spend of `charge`: refused past the deadline, once the run
+    /// is stopping, or when a limit would be passed; otherwise spent.
+    fn spend(&mut self, charge: Usage) -> SpendReply {
+        if self.deadline_passed() {
+            self.cancel(StopReason::Deadline);
+            return SpendReply::Refused(StopReason::Deadline);
+        }
+        if let Some(cause) = self.cause {
+            return SpendReply::Refused(cause);
+        }
+        match self.limits.check(&self.committed(), &charge) {
+            Ok(()) => {
+                let before = self.snapshot();
+                self.record(charge);
+                let committed = self.committed().tool_calls;
+                SpendReply::Granted {
+                    before,
+                    tool_calls_left: self
+                        .limits
+                        .max_tool_calls
+                        .map(|max| max.saturating_sub(committed)),
+                }
+            }
+            Err(reason) => SpendReply::Refused(reason),
+        }
     }
 
     /// Spent plus reserved for children: what this node's own checks count.
@@ -411,29 +468,30 @@ impl Actor for BudgetSupervisor {
         state.book_tool_calls();
         match message {
             BudgetMsg::Spend(charge, reply) => {
-                let answer = if state.deadline_passed() {
-                    state.cancel(StopReason::Deadline);
-                    SpendReply::Refused(StopReason::Deadline)
-                } else if let Some(cause) = state.cause {
-                    SpendReply::Refused(cause)
-                } else {
-                    match state.limits.check(&state.committed(), &charge) {
-                        Ok(()) => {
-                            let before = state.snapshot();
-                            state.record(charge);
-                            let committed = state.committed().tool_calls;
-                            SpendReply::Granted {
-                                before,
-                                tool_calls_left: state
-                                    .limits
-                                    .max_tool_calls
-                                    .map(|max| max.saturating_sub(committed)),
-                            }
-                        }
-                        Err(reason) => SpendReply::Refused(reason),
-                    }
-                };
-                let _ = reply.send(answer);
+                let _ = reply.send(state.spend(charge));
+            }
+            BudgetMsg::SpendAndDecide(ask) => {
+                let DecideAfterSpend {
+                    step,
+                    new_entries,
+                    policy,
+                    events,
+                    granted,
+                    decided,
+                } = *ask;
+                let answer = state.spend(Usage::step());
+                let _ = granted.send(answer);
+                if let SpendReply::Granted { before, .. } = answer {
+                    events.emit(|| RunEvent::StepStarted { step });
+                    // A policy that is gone drops the message and with it the
+                    // reply port: the conductor hears that it did not answer.
+                    let _ = policy.cast(PolicyMsg::Decide {
+                        step,
+                        new_entries,
+                        budget: before,
+                        reply: decided,
+                    });
+                }
             }
             BudgetMsg::SpendToolCalls(n, reply) => {
                 let committed = state.committed().tool_calls;

@@ -30,7 +30,8 @@ use tokio::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 use crate::budget::{
-    BudgetArgs, BudgetMsg, BudgetSupervisor, ParentLink, SpendReply, ToolCallTally,
+    BudgetArgs, BudgetMsg, BudgetSupervisor, DecideAfterSpend, ParentLink, SpendReply,
+    ToolCallTally,
 };
 use crate::call::ask;
 use crate::config::{Driver, RunConfig};
@@ -742,30 +743,69 @@ impl ConductorState {
     }
 
     async fn run_step(&mut self) -> Flow {
-        // 1. Check-before-spend: step max+1 is refused here, never run.
-        let before = match self.spend_step(self.steps + 1, "before it ran").await {
-            Ok(before) => before,
-            Err(stop) => return stop,
-        };
-        self.steps += 1;
-        let step = self.steps;
-        self.emit(|| RunEvent::StepStarted { step });
-
-        // 2. Decide.
-        let new_entries = std::mem::take(&mut self.pending);
-        let decide = ask(&self.children.policy, |reply| PolicyMsg::Decide {
+        // 1. Check-before-spend, 2. decide: one message. The budget supervisor
+        // answers `granted` (step max+1 is refused there, never run) and, if it
+        // granted the step, publishes `StepStarted` and hands the request on to
+        // the policy, whose decision comes straight back here.
+        let step = self.steps + 1;
+        let (granted_tx, granted_rx) = tokio::sync::oneshot::channel();
+        let (decided_tx, decided_rx) = tokio::sync::oneshot::channel();
+        let request = DecideAfterSpend {
             step,
-            new_entries,
-            budget: before,
-            reply,
-        });
-        let out: PolicyOutput = tokio::select! {
+            new_entries: std::mem::take(&mut self.pending),
+            policy: self.children.policy.clone(),
+            events: self.events.clone(),
+            granted: granted_tx.into(),
+            decided: decided_tx.into(),
+        };
+        if let Err(e) = self
+            .children
+            .budget
+            .cast(BudgetMsg::SpendAndDecide(Box::new(request)))
+        {
+            return Flow::stop(
+                StopReason::UnrecoverableError,
+                format!("the budget supervisor is gone: {e}"),
+            );
+        }
+        let decided = tokio::select! {
             biased;
-            _ = self.run_token.cancelled() => return self.cancelled_flow("the policy was deciding").await,
-            r = decide => match r {
-                Ok(out) => out,
-                Err(e) => return Flow::stop(StopReason::UnrecoverableError, e),
-            },
+            _ = self.run_token.cancelled() => None,
+            r = decided_rx => Some(r),
+        };
+        // The supervisor answers `granted` before it asks the policy, and never
+        // waits on anything: this is at hand.
+        let before = match granted_rx.await {
+            Ok(SpendReply::Granted {
+                before,
+                tool_calls_left,
+            }) => {
+                self.tool_calls_left = tool_calls_left;
+                self.steps = step;
+                before
+            }
+            Ok(SpendReply::Refused(reason)) => {
+                return Flow::stop(
+                    reason,
+                    format!("{reason}: step {step} was refused before it ran"),
+                );
+            }
+            Err(_) => {
+                return Flow::stop(
+                    StopReason::UnrecoverableError,
+                    "the budget supervisor did not answer a step's spend",
+                );
+            }
+        };
+        let out: PolicyOutput = match decided {
+            None => return self.cancelled_flow("the policy was deciding").await,
+            Some(Ok(out)) => out,
+            Some(Err(_)) => {
+                return Flow::stop(
+                    StopReason::UnrecoverableError,
+                    format!("actor {} did not answer", self.children.policy.get_id()),
+                );
+            }
         };
         self.charge_tokens(&out);
         if self.durable {
