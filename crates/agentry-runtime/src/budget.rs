@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use agentry_protocol::budget::{BudgetLimits, BudgetSnapshot, Usage};
 use agentry_protocol::decision::PolicyOutput;
@@ -323,6 +323,36 @@ impl BudgetState {
 /// How long before the deadline tokio's timer hands over to a precise sleep.
 const DEADLINE_LEAD: Duration = Duration::from_millis(2);
 
+/// At most this many deadline alarms wait on blocking-pool threads at once;
+/// the others fire on tokio's timer alone (0–2 ms late). Many runs started
+/// together with the same deadline would otherwise each take a thread for the
+/// last 2 ms.
+const MAX_PRECISE_ALARMS: usize = 16;
+
+/// Blocking-pool threads taken by deadline alarms right now (all runtimes).
+static PRECISE_ALARMS: AtomicUsize = AtomicUsize::new(0);
+
+/// One of the [`MAX_PRECISE_ALARMS`] places; given back on drop.
+#[derive(Debug)]
+struct PreciseSlot(());
+
+impl PreciseSlot {
+    fn take() -> Option<PreciseSlot> {
+        PRECISE_ALARMS
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < MAX_PRECISE_ALARMS).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| PreciseSlot(()))
+    }
+}
+
+impl Drop for PreciseSlot {
+    fn drop(&mut self) {
+        PRECISE_ALARMS.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 /// The alarm that stops a run at its deadline.
 ///
 /// tokio's timer wheel has 1 ms ticks and its driver parks for whole
@@ -331,7 +361,8 @@ const DEADLINE_LEAD: Duration = Duration::from_millis(2);
 /// tokio's timer until [`DEADLINE_LEAD`] before the deadline, then waits the rest
 /// on a blocking-pool thread (`nanosleep`, ~0.1 ms late) and fires from there;
 /// tokio's own timer for the deadline still races it, so a paused test clock or
-/// a blocking pool that is full fires no later than before, and never early.
+/// a blocking pool that is full fires no later than before, and never early. At
+/// most [`MAX_PRECISE_ALARMS`] alarms hold a thread at once.
 #[derive(Debug)]
 struct DeadlineTimer {
     task: JoinHandle<()>,
@@ -365,9 +396,11 @@ impl DeadlineTimer {
         let task = tokio::spawn(async move {
             tokio::time::sleep_until(at.checked_sub(lead).unwrap_or(at)).await;
             let rest = at.saturating_duration_since(Instant::now());
-            if !rest.is_zero() {
+            if let Some(slot) = PreciseSlot::take().filter(|_| !rest.is_zero()) {
                 let precise = fire.clone();
                 let sleeper = tokio::task::spawn_blocking(move || {
+                    // Released when this closure ends or is dropped unrun.
+                    let _slot = slot;
                     std::thread::sleep(rest);
                     // The deadline is on the runtime's clock: a paused test clock
                     // has not moved while this thread slept, and tokio's timer
@@ -619,6 +652,21 @@ mod tests {
         timer.disarm();
         tokio::time::sleep_until(at + Duration::from_millis(100)).await;
         assert!(fired.lock().map(|v| v.is_empty()).unwrap_or(false));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn more_alarms_than_precise_slots_all_fire_once_never_early() {
+        // Four times the slots: most of these wait on tokio's timer alone.
+        let n = 4 * MAX_PRECISE_ALARMS;
+        let at = Instant::now() + Duration::from_millis(50);
+        let (fired, fire) = recorder();
+        let _timers: Vec<_> = (0..n)
+            .map(|_| DeadlineTimer::arm_with(at, Duration::from_secs(1), fire.clone()))
+            .collect();
+        tokio::time::sleep_until(at + Duration::from_millis(200)).await;
+        let fired = fired.lock().map(|v| v.clone()).unwrap_or_default();
+        assert_eq!(fired.len(), n);
+        assert!(fired.iter().all(|t| *t >= at));
     }
 
     #[tokio::test(start_paused = true)]
