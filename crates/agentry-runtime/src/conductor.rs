@@ -384,7 +384,9 @@ impl Actor for Conductor {
         let model = policy.name();
         let cell = myself.get_cell();
         let tool_call_tally = ToolCallTally::default();
-        let (budget, _) = Actor::spawn_linked(
+        // Each spawn boxed: nested inline, the four spawn futures made this
+        // start-up future ~9 KB, moved several times per run.
+        let (budget, _) = Box::pin(Actor::spawn_linked(
             None,
             BudgetSupervisor,
             BudgetArgs {
@@ -403,7 +405,7 @@ impl Actor for Conductor {
                 tool_calls: tool_call_tally.clone(),
             },
             cell.clone(),
-        )
+        ))
         .await?;
         let resumed = restore.is_some();
         let mut initial = match restore {
@@ -417,7 +419,13 @@ impl Actor for Conductor {
         let paused = resumed && initial.snapshot().status == RunStatus::Paused;
         let pending = initial.session().to_vec();
         let initial_world: Arc<str> = initial.world_digest().into();
-        let (state, _) = Actor::spawn_linked(None, StateKeeper, initial, cell.clone()).await?;
+        let (state, _) = Box::pin(Actor::spawn_linked(
+            None,
+            StateKeeper,
+            initial,
+            cell.clone(),
+        ))
+        .await?;
         let executor_args = ExecutorArgs {
             run_id: Arc::clone(&run_id),
             registry,
@@ -441,10 +449,15 @@ impl Actor for Conductor {
             agents: Some(agents),
             log: log.clone(),
         };
-        let (executor, _) =
-            Actor::spawn_linked(None, ToolExecutor, executor_args.clone(), cell.clone()).await?;
+        let (executor, _) = Box::pin(Actor::spawn_linked(
+            None,
+            ToolExecutor,
+            executor_args.clone(),
+            cell.clone(),
+        ))
+        .await?;
 
-        let (policy, _) = Actor::spawn_linked(
+        let (policy, _) = Box::pin(Actor::spawn_linked(
             None,
             PolicyActor,
             PolicyArgs {
@@ -455,7 +468,7 @@ impl Actor for Conductor {
                 events: events.clone(),
             },
             cell,
-        )
+        ))
         .await?;
         if let Some(tx) = actors {
             let _ = tx.send(RunActors {
