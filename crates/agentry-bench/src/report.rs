@@ -4,7 +4,28 @@
 //! `metrics`, `ok`, `notes`), so it is built by hand rather than through a
 //! `serde_json::Map`, which sorts its keys.
 
+use std::time::Duration;
+
 use serde_json::Value;
+
+/// What [`Report::many_figures`] reports.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ManyFigures {
+    /// Agents started.
+    pub agents: usize,
+    /// Steps per agent.
+    pub m: u64,
+    /// From before the first start to the last outcome.
+    pub wall: Duration,
+    /// Until the last start returned.
+    pub start: Duration,
+    /// Process CPU over the same region.
+    pub cpu: Duration,
+    /// VmHWM at the end.
+    pub peak_rss_mib: f64,
+    /// RSS just before the timed region.
+    pub rss_before_mib: f64,
+}
 
 /// One benchmark result, printed as one JSON line.
 #[derive(Debug, Clone, PartialEq)]
@@ -48,6 +69,33 @@ impl Report {
     /// Adds a float metric rounded to `digits` decimals.
     pub fn metric_f(&mut self, key: &str, value: f64, digits: i32) -> &mut Self {
         self.metric(key, round(value, digits))
+    }
+
+    /// One agent's M steps: `wall_s`, `steps_per_s`, `us_per_step`,
+    /// `cpu_us_per_step` (process CPU over the same region).
+    pub fn step_figures(&mut self, m: u64, wall: Duration, cpu: Duration) -> &mut Self {
+        let (wall, per) = (wall.as_secs_f64(), 1e6 / m.max(1) as f64);
+        self.metric_f("wall_s", wall, 6)
+            .metric_f("steps_per_s", m as f64 / wall, 0)
+            .metric_f("us_per_step", wall * per, 3)
+            .metric_f("cpu_us_per_step", cpu.as_secs_f64() * per, 3)
+    }
+
+    /// N agents × M steps at once, as W2 reports them: `wall_s`, `steps_per_s`,
+    /// `start_s`, `cpu_s`, `peak_rss_mib`, `rss_before_mib`, `kib_per_agent`.
+    pub fn many_figures(&mut self, f: &ManyFigures) -> &mut Self {
+        let wall = f.wall.as_secs_f64();
+        self.metric_f("wall_s", wall, 6)
+            .metric_f("steps_per_s", (f.agents as u64 * f.m) as f64 / wall, 0)
+            .metric_f("start_s", f.start.as_secs_f64(), 6)
+            .metric_f("cpu_s", f.cpu.as_secs_f64(), 6)
+            .metric_f("peak_rss_mib", f.peak_rss_mib, 1)
+            .metric_f("rss_before_mib", f.rss_before_mib, 1)
+            .metric_f(
+                "kib_per_agent",
+                (f.peak_rss_mib - f.rss_before_mib) * 1024.0 / f.agents.max(1) as f64,
+                2,
+            )
     }
 
     /// Records a failed check: `ok` becomes false and the note is prefixed

@@ -5,7 +5,7 @@
 use crate::actor_floor;
 use crate::harness::{BenchResult, Options};
 use crate::procfs::{peak_rss_mib, rss_mib};
-use crate::report::Report;
+use crate::report::{ManyFigures, Report};
 
 /// `actor-floor`: one agent, M steps (after a 3-step warm-up episode).
 pub async fn actor_floor(opts: &Options) -> BenchResult<Report> {
@@ -14,12 +14,7 @@ pub async fn actor_floor(opts: &Options) -> BenchResult<Report> {
     report.param("m", m).param("threads", opts.threads);
     actor_floor::run(3).await?.1?;
     let (run, checked) = actor_floor::run(m).await?;
-    let wall = run.wall.as_secs_f64();
-    report
-        .metric_f("wall_s", wall, 6)
-        .metric_f("steps_per_s", m as f64 / wall, 0)
-        .metric_f("us_per_step", wall * 1e6 / m as f64, 3)
-        .metric_f("cpu_us_per_step", run.cpu.as_secs_f64() * 1e6 / m as f64, 3);
+    report.step_figures(m, run.wall, run.cpu);
     if let Err(e) = checked {
         report.fail(e);
     }
@@ -34,24 +29,21 @@ pub async fn actor_floor_w2(opts: &Options) -> BenchResult<Report> {
     let rss_before = rss_mib();
     let many = actor_floor::run_many(n, m).await?;
     let peak = peak_rss_mib();
-    let wall = many.wall.as_secs_f64();
 
     let mut report = Report::new("actor-floor-w2");
     report
         .param("n", opts.n)
         .param("m", m)
         .param("threads", opts.threads)
-        .metric_f("wall_s", wall, 6)
-        .metric_f("steps_per_s", (n as u64 * m) as f64 / wall, 0)
-        .metric_f("start_s", many.start.as_secs_f64(), 6)
-        .metric_f("cpu_s", many.cpu.as_secs_f64(), 6)
-        .metric_f("peak_rss_mib", peak, 1)
-        .metric_f("rss_before_mib", rss_before, 1)
-        .metric_f(
-            "kib_per_agent",
-            (peak - rss_before) * 1024.0 / n.max(1) as f64,
-            2,
-        );
+        .many_figures(&ManyFigures {
+            agents: n,
+            m,
+            wall: many.wall,
+            start: many.start,
+            cpu: many.cpu,
+            peak_rss_mib: peak,
+            rss_before_mib: rss_before,
+        });
     if let Err(e) = many.checked {
         report.fail(e);
     }

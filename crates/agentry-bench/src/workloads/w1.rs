@@ -6,21 +6,12 @@ use std::time::Instant;
 use agentry::Runtime;
 
 use crate::actor_floor;
-use crate::floor::{self, FloorRun};
+use crate::floor;
 use crate::harness::{BenchResult, Options, check_add, config, warm_up, workdir};
 use crate::model::{AddModel, Probe};
 use crate::procfs::cpu_time;
 use crate::report::Report;
 use crate::tools;
-
-fn add_floor_figures(report: &mut Report, run: &FloorRun, m: u64) {
-    let wall = run.wall.as_secs_f64();
-    report
-        .metric_f("wall_s", wall, 6)
-        .metric_f("steps_per_s", m as f64 / wall, 0)
-        .metric_f("us_per_step", wall * 1e6 / m as f64, 3)
-        .metric_f("cpu_us_per_step", run.cpu.as_secs_f64() * 1e6 / m as f64, 3);
-}
 
 /// `floor`: the bare-channel W1 step alone (after a 3-step warm-up episode).
 pub async fn floor(opts: &Options) -> BenchResult<Report> {
@@ -29,7 +20,7 @@ pub async fn floor(opts: &Options) -> BenchResult<Report> {
     report.param("m", m).param("threads", opts.threads);
     floor::run(3).await?.check(3)?;
     let run = floor::run(m).await?;
-    add_floor_figures(&mut report, &run, m);
+    report.step_figures(m, run.wall, run.cpu);
     if let Err(e) = run.check(m) {
         report.fail(e);
     }

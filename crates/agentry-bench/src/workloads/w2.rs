@@ -9,7 +9,7 @@ use agentry::{RunHandle, Runtime};
 use crate::harness::{BenchResult, Options, check_add, config, warm_up, workdir};
 use crate::model::AddModel;
 use crate::procfs::{cpu_time, peak_rss_mib, rss_mib};
-use crate::report::Report;
+use crate::report::{ManyFigures, Report};
 use crate::tools;
 use crate::{actor_floor, floor};
 
@@ -63,13 +63,14 @@ pub async fn w2(opts: &Options) -> BenchResult<Report> {
         }
     }
     let started = handles.len();
-    let start_s = t0.elapsed().as_secs_f64();
+    let start = t0.elapsed();
     let mut outcomes = Vec::with_capacity(started);
     for h in &handles {
         outcomes.push(h.wait().await?);
     }
-    let wall = t0.elapsed().as_secs_f64();
-    let cpu = cpu_time().saturating_sub(cpu0).as_secs_f64();
+    let elapsed = t0.elapsed();
+    let wall = elapsed.as_secs_f64();
+    let cpu = cpu_time().saturating_sub(cpu0);
     let peak = peak_rss_mib();
     let rss_done = rss_mib();
     drop(handles);
@@ -84,17 +85,15 @@ pub async fn w2(opts: &Options) -> BenchResult<Report> {
         report.param("events_from_start", false);
     }
     report
-        .metric_f("wall_s", wall, 6)
-        .metric_f("steps_per_s", (started as u64 * m) as f64 / wall, 0)
-        .metric_f("start_s", start_s, 6)
-        .metric_f("cpu_s", cpu, 6)
-        .metric_f("peak_rss_mib", peak, 1)
-        .metric_f("rss_before_mib", rss_before, 1)
-        .metric_f(
-            "kib_per_agent",
-            (peak - rss_before) * 1024.0 / started.max(1) as f64,
-            2,
-        )
+        .many_figures(&ManyFigures {
+            agents: started,
+            m,
+            wall: elapsed,
+            start,
+            cpu,
+            peak_rss_mib: peak,
+            rss_before_mib: rss_before,
+        })
         .metric_f("rss_all_done_mib", rss_done, 1)
         .metric_f("rss_handles_dropped_mib", rss_dropped, 1);
     if guard.load(Ordering::SeqCst) {
