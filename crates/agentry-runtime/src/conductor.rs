@@ -711,15 +711,25 @@ impl ConductorState {
     /// Spends one step, checked first; remembers the tool calls left. The error
     /// is the stop when the step is refused.
     async fn spend_step(&mut self, step: u64, when: &str) -> Result<BudgetSnapshot, Flow> {
-        match ask(&self.children.budget, |r| {
+        let reply = ask(&self.children.budget, |r| {
             BudgetMsg::Spend(Usage::step(), r)
         })
-        .await
-        {
+        .await;
+        self.step_granted(step, when, reply)
+    }
+
+    /// The budget's answer to step `step`'s spend: the snapshot before it (and
+    /// the tool calls left remembered), or the stop.
+    fn step_granted(
+        &mut self,
+        step: u64,
+        when: &str,
+        reply: Result<SpendReply, String>,
+    ) -> Result<BudgetSnapshot, Flow> {
+        match reply {
             Ok(SpendReply::Granted {
                 before,
                 tool_calls_left,
-                ..
             }) => {
                 self.tool_calls_left = tool_calls_left;
                 Ok(before)
@@ -788,28 +798,14 @@ impl ConductorState {
         };
         // The supervisor answers `granted` before it asks the policy, and never
         // waits on anything: this is at hand.
-        let before = match granted_rx.await {
-            Ok(SpendReply::Granted {
-                before,
-                tool_calls_left,
-            }) => {
-                self.tool_calls_left = tool_calls_left;
-                self.steps = step;
-                before
-            }
-            Ok(SpendReply::Refused(reason)) => {
-                return Flow::stop(
-                    reason,
-                    format!("{reason}: step {step} was refused before it ran"),
-                );
-            }
-            Err(_) => {
-                return Flow::stop(
-                    StopReason::UnrecoverableError,
-                    "the budget supervisor did not answer a step's spend",
-                );
-            }
+        let reply = granted_rx
+            .await
+            .map_err(|_| "the budget supervisor did not answer a step's spend".to_string());
+        let before = match self.step_granted(step, "before it ran", reply) {
+            Ok(before) => before,
+            Err(stop) => return stop,
         };
+        self.steps = step;
         let out: PolicyOutput = match decided {
             None => return self.cancelled_flow("the policy was deciding").await,
             Some(Ok(out)) => out,
