@@ -398,28 +398,21 @@ impl DeadlineTimer {
             let rest = at.saturating_duration_since(Instant::now());
             if let Some(slot) = PreciseSlot::take().filter(|_| !rest.is_zero()) {
                 let precise = fire.clone();
-                let sleeper = tokio::task::spawn_blocking(move || {
+                // Not awaited: it fires from its thread.
+                drop(tokio::task::spawn_blocking(move || {
                     // Released when this closure ends or is dropped unrun.
                     let _slot = slot;
                     std::thread::sleep(rest);
                     // The deadline is on the runtime's clock: a paused test clock
                     // has not moved while this thread slept, and tokio's timer
                     // below fires then instead.
-                    let due = Instant::now() >= at;
-                    if due {
+                    if Instant::now() >= at {
                         precise();
                     }
-                    due
-                });
-                let fired = tokio::select! {
-                    done = sleeper => done.unwrap_or(false),
-                    _ = tokio::time::sleep_until(at) => false,
-                };
-                if fired {
-                    return;
-                }
+                }));
             }
-            // Returns at once when the deadline has passed.
+            // The backstop (no slot, a paused clock, a busy blocking pool): on
+            // tokio's timer, 0–2 ms late; a no-op once the precise sleep fired.
             tokio::time::sleep_until(at).await;
             fire();
         });
