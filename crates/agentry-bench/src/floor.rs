@@ -204,71 +204,59 @@ impl Episode {
         Ok(())
     }
 
-    /// Waits for the final state, then for the three tasks.
-    async fn finish(self) -> BenchResult<FloorRun> {
+    /// Waits for the final state (the clock stops there, as it stops at
+    /// agentry's outcome).
+    async fn final_state(&mut self) -> BenchResult<Vec<Message>> {
+        Ok((&mut self.done).await?)
+    }
+
+    /// Ends the episode: the tasks are awaited and the final state summarized
+    /// (`wall` and `cpu` are left for the caller).
+    async fn close(self, messages: Vec<Message>) -> BenchResult<FloorRun> {
         let Episode {
             feedback,
-            done,
-            failure,
+            mut failure,
             tasks,
+            ..
         } = self;
-        let messages = done.await?;
-        close(feedback, failure, tasks, messages).await
-    }
-}
-
-/// Ends an episode whose final state is in: the tasks are awaited and the
-/// state summarized (`wall` and `cpu` are left for the caller).
-async fn close(
-    feedback: mpsc::UnboundedSender<Option<Message>>,
-    mut failure: oneshot::Receiver<String>,
-    tasks: [tokio::task::JoinHandle<()>; 3],
-    messages: Vec<Message>,
-) -> BenchResult<FloorRun> {
-    drop(feedback);
-    for task in tasks {
-        task.await?;
-    }
-    let mut results = 0;
-    let mut last_result = None;
-    let mut final_text = None;
-    for msg in messages {
-        match msg {
-            Message::Result { content, .. } => {
-                results += 1;
-                last_result = Some(content);
-            }
-            Message::Final(text) => final_text = Some(text),
-            Message::User(_) | Message::Call { .. } => {}
+        drop(feedback);
+        for task in tasks {
+            task.await?;
         }
+        let mut results = 0;
+        let mut last_result = None;
+        let mut final_text = None;
+        for msg in messages {
+            match msg {
+                Message::Result { content, .. } => {
+                    results += 1;
+                    last_result = Some(content);
+                }
+                Message::Final(text) => final_text = Some(text),
+                Message::User(_) | Message::Call { .. } => {}
+            }
+        }
+        Ok(FloorRun {
+            wall: Duration::ZERO,
+            cpu: Duration::ZERO,
+            results,
+            last_result,
+            final_text,
+            failure: failure.try_recv().ok(),
+        })
     }
-    Ok(FloorRun {
-        wall: Duration::ZERO,
-        cpu: Duration::ZERO,
-        results,
-        last_result,
-        final_text,
-        failure: failure.try_recv().ok(),
-    })
 }
 
 /// Runs one M-step floor episode and returns its timing and final state.
 pub async fn run(m: u64) -> BenchResult<FloorRun> {
-    let episode = Episode::spawn(m.max(1));
+    let mut episode = Episode::spawn(m.max(1));
     let cpu0 = cpu_time();
     let t0 = Instant::now();
     episode.go()?;
-    let Episode {
-        feedback,
-        done,
-        failure,
-        tasks,
-    } = episode;
-    // The clock stops at the final state, as it stops at agentry's outcome.
-    let messages = done.await?;
+    let messages = episode.final_state().await?;
     let wall = t0.elapsed();
     let cpu = cpu_time().saturating_sub(cpu0);
-    let mut run = close(feedback, failure, tasks, messages).await?;
+    let mut run = episode.close(messages).await?;
     run.wall = wall;
     run.cpu = cpu;
     Ok(run)
@@ -288,8 +276,9 @@ pub async fn run_many(n: usize, m: u64) -> BenchResult<(Duration, Duration, Resu
         episodes.push(episode);
     }
     let mut checked = Ok(());
-    for episode in episodes {
-        let run = episode.finish().await?;
+    for mut episode in episodes {
+        let messages = episode.final_state().await?;
+        let run = episode.close(messages).await?;
         if let Err(e) = run.check(m)
             && checked.is_ok()
         {
