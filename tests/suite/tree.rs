@@ -262,6 +262,19 @@ fn result_of(
         .ok_or(format!("no result for {id}"))
 }
 
+/// Runs a parent to `done` (asserted) and returns its outcome and its finished
+/// calls.
+async fn run_done(
+    runtime: &Runtime,
+    config: agentry::RunConfig,
+    policy: impl agentry::Policy,
+) -> Result<(agentry::RunOutcome, Vec<(u64, agentry::ResultEnvelope)>), TestError> {
+    let (outcome, events) = agentry_test_support::run_with_events(runtime, config, policy).await?;
+    assert_eq!(outcome.stop_reason, StopReason::Done, "{}", outcome.detail);
+    let results = agentry_test_support::tool_results(&events);
+    Ok((outcome, results))
+}
+
 fn looping(name: &'static str) -> FnPolicy {
     FnPolicy::new(move |ctx| Decision::ToolCalls {
         calls: vec![ToolCall::new(
@@ -518,11 +531,7 @@ async fn a_model_delegates_through_agent_tools() -> Result<(), TestError> {
         .finish("delegated")
         .policy();
 
-    let (outcome, events) =
-        agentry_test_support::run_with_events(&runtime, task.config(), policy).await?;
-
-    assert_eq!(outcome.stop_reason, StopReason::Done, "{}", outcome.detail);
-    let results = agentry_test_support::tool_results(&events);
+    let (outcome, results) = run_done(&runtime, task.config(), policy).await?;
     let by_id = |id: &str| result_of(&results, id);
     assert!(by_id("s1")?.ok);
     assert_eq!(by_id("s2")?.error_code(), Some(agentry::ErrorCode::Ebudget));
@@ -565,11 +574,7 @@ async fn a_child_carved_mid_step_sees_that_steps_tool_calls() -> Result<(), Test
         .finish("delegated")
         .policy();
 
-    let (outcome, events) =
-        agentry_test_support::run_with_events(&runtime, task.config(), policy).await?;
-
-    assert_eq!(outcome.stop_reason, StopReason::Done, "{}", outcome.detail);
-    let results = agentry_test_support::tool_results(&events);
+    let (outcome, results) = run_done(&runtime, task.config(), policy).await?;
     let by_id = |id: &str| result_of(&results, id);
     // 2 spent by this step + 3 asked > 4; 2 + 1 fits (and leaves the finish call
     // its one, whether or not the child has ended and released its share).
