@@ -34,6 +34,11 @@ impl RegisteredTool {
     /// Validates arguments against the schema. The error lists every violation with
     /// its JSON path, so the model can correct the call.
     pub fn validate(&self, args: &Value) -> Result<(), String> {
+        // Almost every call is valid: the boolean check skips building the error
+        // iterator and its paths; the full walk runs only to explain a failure.
+        if self.validator.is_valid(args) {
+            return Ok(());
+        }
         let problems: Vec<String> = self
             .validator
             .iter_errors(args)
@@ -48,7 +53,8 @@ impl RegisteredTool {
             })
             .collect();
         if problems.is_empty() {
-            Ok(())
+            // The two checks disagree only on a validator bug; refuse all the same.
+            Err("arguments: do not match the input schema".to_string())
         } else {
             Err(problems.join("; "))
         }
@@ -58,7 +64,10 @@ impl RegisteredTool {
 /// All tools a runtime can execute.
 #[derive(Debug, Default)]
 pub struct ToolRegistry {
-    tools: HashMap<String, RegisteredTool>,
+    /// In registration order, so a run's visible set is one pass with no lookups.
+    tools: Vec<RegisteredTool>,
+    /// Name → position in `tools` and `specs`.
+    index: HashMap<String, usize>,
     specs: Vec<ToolSpec>,
     /// The specs a run sees, per set of visible tools (registration positions):
     /// runs of one runtime mostly hold the same grants, and a spec's schema is a
@@ -94,7 +103,7 @@ impl ToolRegistry {
                 "name must be non-empty and contain no whitespace".into(),
             ));
         }
-        if self.tools.contains_key(&name) {
+        if self.index.contains_key(&name) {
             return Err(invalid(
                 "a tool with this name is already registered".into(),
             ));
@@ -108,7 +117,7 @@ impl ToolRegistry {
                 "name is longer than 64 characters, too long for model APIs".into(),
             ));
         }
-        if let Some(other) = self.tools.keys().find(|n| wire_name(n) == wire) {
+        if let Some(other) = self.index.keys().find(|n| wire_name(n) == wire) {
             return Err(invalid(format!(
                 "collides with tool {other:?}: both are {wire:?} for a model API"
             )));
@@ -120,31 +129,25 @@ impl ToolRegistry {
             visible.clear();
         }
         let cancel_grace = tool.cancel_grace();
-        self.tools.insert(
-            name,
-            RegisteredTool {
-                tool,
-                contract,
-                cancel_grace,
-                validator,
-            },
-        );
+        self.index.insert(name, self.tools.len());
+        self.tools.push(RegisteredTool {
+            tool,
+            contract,
+            cancel_grace,
+            validator,
+        });
         Ok(())
     }
 
     /// Looks a tool up by name.
     pub fn get(&self, name: &str) -> Option<&RegisteredTool> {
-        self.tools.get(name)
+        self.index.get(name).map(|&i| &self.tools[i])
     }
 
     /// The model-facing specs of the tools `shown` lets through, in registration
     /// order; shared by every caller that sees the same tools.
     pub fn visible_specs(&self, shown: impl Fn(&ToolContract) -> bool) -> Arc<[ToolSpec]> {
-        let mask: Vec<bool> = self
-            .specs
-            .iter()
-            .map(|s| self.get(&s.name).is_some_and(|t| shown(&t.contract)))
-            .collect();
+        let mask: Vec<bool> = self.tools.iter().map(|t| shown(&t.contract)).collect();
         let build = || -> Arc<[ToolSpec]> {
             self.specs
                 .iter()
@@ -176,7 +179,7 @@ impl ToolRegistry {
 
     /// Registered names, sorted (for error messages).
     pub fn names(&self) -> Vec<&str> {
-        let mut names: Vec<&str> = self.tools.keys().map(String::as_str).collect();
+        let mut names: Vec<&str> = self.index.keys().map(String::as_str).collect();
         names.sort_unstable();
         names
     }
