@@ -120,13 +120,13 @@ fn trace_step() -> TraceLine {
         ..Usage::default()
     };
     TraceLine::Step(Box::new(TraceStep {
-        run_id: "0198f7a2-5c3e-7b1d-9a4f-2e6c8d0b1a39".to_string(),
-        task_id: "bench".to_string(),
+        run_id: "0198f7a2-5c3e-7b1d-9a4f-2e6c8d0b1a39".into(),
+        task_id: "bench".into(),
         parent_id: None,
-        traceparent: "00-0198f7a25c3e7b1d9a4f2e6c8d0b1a39-44136fa355b3678a-01".to_string(),
+        traceparent: "00-0198f7a25c3e7b1d9a4f2e6c8d0b1a39-44136fa355b3678a-01".into(),
         step: 5000,
         attempt: 1,
-        model: "scripted-add".to_string(),
+        model: "scripted-add".into(),
         prompt_hash: None,
         decision: Decision::ToolCalls {
             calls: vec![add_call(5000)],

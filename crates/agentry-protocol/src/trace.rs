@@ -14,21 +14,21 @@ use crate::stop::StopReason;
 /// One step of a run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TraceStep {
-    /// Run id.
-    pub run_id: String,
+    /// Run id (shared by the run's records: a record is written every step).
+    pub run_id: Arc<str>,
     /// Task id.
-    pub task_id: String,
+    pub task_id: Arc<str>,
     /// Parent run id, for child agents.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub parent_id: Option<String>,
+    pub parent_id: Option<Arc<str>>,
     /// W3C traceparent: one trace id per agent tree, one span id per run.
-    pub traceparent: String,
+    pub traceparent: Arc<str>,
     /// Step number, from 1.
     pub step: u64,
     /// Attempt number of the step.
     pub attempt: u32,
     /// Model name.
-    pub model: String,
+    pub model: Arc<str>,
     /// Hash of the prompt, when the policy reports one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompt_hash: Option<String>,

@@ -267,7 +267,9 @@ impl Children {
 pub struct ConductorState {
     run_id: Arc<str>,
     config: RunConfig,
-    model: String,
+    /// Shared by every trace record of the run, as are the ids below.
+    model: Arc<str>,
+    task_id: Arc<str>,
     children: Children,
     run_token: CancellationToken,
     outcome: watch::Sender<Option<RunOutcome>>,
@@ -293,9 +295,9 @@ pub struct ConductorState {
     /// Timer state of a time-driven agent.
     ticks: Option<inputs::Ticker>,
     /// Parent run id, for the trace.
-    parent_id: Option<String>,
+    parent_id: Option<Arc<str>>,
     /// W3C traceparent of this run.
-    traceparent: String,
+    traceparent: Arc<str>,
     /// The parent's budget supervisor, for a child (to learn why it was cancelled).
     parent_budget: Option<ActorRef<BudgetMsg>>,
     /// A durable run records each decision before acting on it.
@@ -381,7 +383,7 @@ impl Actor for Conductor {
         };
         let workdir: Arc<std::path::Path> = Arc::from(config.workdir.as_path());
         let visible = registry.visible_specs(|contract| config.grants.allows(contract));
-        let model = policy.name();
+        let model: Arc<str> = policy.name().into();
         let cell = myself.get_cell();
         let tool_call_tally = ToolCallTally::default();
         // Each spawn boxed: nested inline, the four spawn futures made this
@@ -488,6 +490,7 @@ impl Actor for Conductor {
             .copied()
             .collect();
         Ok(ConductorState {
+            task_id: config.task_id.as_str().into(),
             run_id,
             config,
             model,
@@ -521,9 +524,9 @@ impl Actor for Conductor {
             step_due: false,
             wake_pending: false,
             ticks: None,
-            parent_id: lineage.parent.as_ref().map(|(id, _)| id.to_string()),
+            parent_id: lineage.parent.as_ref().map(|(id, _)| Arc::clone(id)),
             parent_budget: lineage.parent.as_ref().map(|(_, b)| b.clone()),
-            traceparent,
+            traceparent: traceparent.into(),
         })
     }
 
@@ -1026,16 +1029,16 @@ impl ConductorState {
         if let Some((decision, results)) = traced {
             let state = traced_state.unwrap_or_default();
             let record = TraceStep {
-                run_id: self.run_id.to_string(),
-                task_id: self.config.task_id.clone(),
+                run_id: Arc::clone(&self.run_id),
+                task_id: Arc::clone(&self.task_id),
                 parent_id: self.parent_id.clone(),
-                traceparent: self.traceparent.clone(),
+                traceparent: Arc::clone(&self.traceparent),
                 step,
                 attempt: 1,
                 model: if out.model.is_empty() {
-                    self.model.clone()
+                    Arc::clone(&self.model)
                 } else {
-                    out.model
+                    out.model.into()
                 },
                 prompt_hash: out.prompt_hash,
                 decision,
@@ -1296,8 +1299,8 @@ impl ConductorState {
                 .unwrap_or_default();
             trace.write(TraceLine::Stop(Box::new(TraceEnd {
                 run_id: self.run_id.to_string(),
-                parent_id: self.parent_id.clone(),
-                traceparent: self.traceparent.clone(),
+                parent_id: self.parent_id.as_deref().map(str::to_string),
+                traceparent: self.traceparent.to_string(),
                 children,
                 task_id: self.config.task_id.clone(),
                 steps: self.steps,

@@ -42,6 +42,11 @@ struct Pending {
     closed: bool,
     /// The writer sleeps until woken (nothing came for a while).
     asleep: bool,
+    /// Records already written, handed back to be dropped by the next sender.
+    /// A record is allocated on the run's thread; freed on the writer's, glibc
+    /// sends its chunks back across arenas and the run's thread allocates every
+    /// next record on its slow path (W1 with the trace: see BENCHMARKS.md).
+    written: Vec<TraceLine>,
 }
 
 /// How often the writer looks for records while they keep coming.
@@ -53,15 +58,29 @@ const WAKE_AT: usize = 1024;
 
 impl Queue {
     fn push(&self, line: TraceLine) {
-        let wake = match self.state.lock() {
+        let (wake, written) = match self.state.lock() {
             Ok(mut p) => {
                 p.lines.push(line);
-                p.asleep || p.lines.len() >= WAKE_AT
+                let written = std::mem::take(&mut p.written);
+                (p.asleep || p.lines.len() >= WAKE_AT, written)
             }
-            Err(_) => false,
+            Err(_) => (false, Vec::new()),
         };
         if wake {
             self.wake.notify_one();
+        }
+        // Dropped here, on the sender's thread, outside the lock.
+        drop(written);
+    }
+
+    /// Hands written records back to the senders' side (see `Pending::written`).
+    fn give_back(&self, lines: &mut Vec<TraceLine>) {
+        if let Ok(mut p) = self.state.lock() {
+            if p.written.is_empty() {
+                std::mem::swap(&mut p.written, lines);
+            } else {
+                p.written.append(lines);
+            }
         }
     }
 
@@ -132,13 +151,14 @@ impl TraceWriter {
                 // tiny writes, which a Vec takes for less than a BufWriter.
                 let mut buf = Vec::with_capacity(4096);
                 let result = (|| {
-                    while let Some(batch) = q.take() {
-                        for line in batch {
+                    while let Some(mut batch) = q.take() {
+                        for line in &batch {
                             buf.clear();
-                            serde_json::to_writer(&mut buf, &line)?;
+                            serde_json::to_writer(&mut buf, line)?;
                             buf.push(b'\n');
                             out.write_all(&buf)?;
                         }
+                        q.give_back(&mut batch);
                     }
                     out.flush()
                 })();
@@ -187,6 +207,62 @@ mod tests {
             input: RunInput::Pause,
             at: 0,
         }))
+    }
+
+    /// A written record is dropped by the next sender, on the sender's thread,
+    /// not by the writer thread (which would free the run thread's allocations
+    /// across glibc arenas on every step).
+    #[tokio::test]
+    async fn a_written_record_is_dropped_by_the_next_sender() {
+        use agentry_protocol::budget::BudgetSnapshot;
+        use agentry_protocol::decision::Decision;
+        use agentry_protocol::trace::TraceStep;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.jsonl");
+        let w = TraceWriter::create(&path).unwrap();
+        let decision = Arc::new(Decision::Final {
+            answer: "42".into(),
+        });
+        let step = |seq: u64| {
+            TraceLine::Step(Box::new(TraceStep {
+                run_id: "r".into(),
+                task_id: "t".into(),
+                parent_id: None,
+                traceparent: "00-0-0-01".into(),
+                step: seq,
+                attempt: 1,
+                model: "m".into(),
+                prompt_hash: None,
+                decision: Arc::clone(&decision),
+                results: Vec::new(),
+                attempts: Vec::new(),
+                budget_before: BudgetSnapshot::default(),
+                budget_after: BudgetSnapshot::default(),
+                state_version: seq,
+                fingerprint: String::new(),
+                state: Default::default(),
+                at: 0,
+            }))
+        };
+        w.write(step(1));
+        // Wait until the writer has written it and handed it back.
+        let handed_back = || w.queue.state.lock().map(|p| p.written.len()).unwrap_or(0);
+        for _ in 0..5000 {
+            if handed_back() == 1 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(handed_back(), 1);
+        // Written, and still held: the writer did not drop it.
+        assert_eq!(Arc::strong_count(&decision), 2);
+        w.write(step(2));
+        // The push dropped record 1 on this thread; record 2 (queued, being
+        // written or handed back) holds the only other reference.
+        assert!(Arc::strong_count(&decision) <= 2);
+        w.finish().await.unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(text.lines().count(), 2);
     }
 
     /// Records written in a burst, after the writer fell asleep, and past the
