@@ -128,6 +128,83 @@ async fn an_interrupted_irreversible_call_waits_for_a_human() -> Result<(), Test
     Ok(())
 }
 
+/// A parked run whose process goes away (the state keeper first, then the
+/// cancellation reaches the parked call) stays parked: the call is not
+/// recorded as cancelled, so the next resume asks again instead of
+/// replaying "cancelled" and going on without it; "retry" then runs it once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parked_call_stays_parked_when_its_process_goes_away() -> Result<(), TestError> {
+    let dir = tempfile::tempdir()?;
+    let db = dir.path().join("runs.db");
+    let task = TestTask::new("pay once", &[])?.grant(&["pay"]);
+    let script = ScriptBuilder::new()
+        .call("p1", "pay", json!({"amount": 5}))
+        .finish("paid");
+    let irreversible = || {
+        let (gate, held) = GateTool::new("pay");
+        (gate.effect(Effect::IrreversibleExternal), held)
+    };
+    let (gate, mut held) = irreversible();
+    let first = durable(vec![Arc::new(gate)], &db)?;
+    let handle = first
+        .start(approved(task.config(), &["pay"]), script.clone().policy())
+        .await?;
+    let run_id = handle.run_id().to_string();
+    let call = held.next_call(WAIT).await?;
+    crash(&handle).await;
+    drop(call);
+
+    // Resumed, parked, and then that process goes away too.
+    let (gate, mut held) = irreversible();
+    let second = durable(vec![Arc::new(gate)], &db)?;
+    let resumed = second.resume(&run_id, script.clone().policy()).await?;
+    let mut events = resumed.subscribe();
+    wait_for_event(
+        &mut events,
+        |e| matches!(&e.event, RunEvent::AwaitingDecision { call, .. } if call.id == "p1"),
+        WAIT,
+    )
+    .await?;
+    // As at the exit of a process holding a parked run: the state keeper is
+    // gone (nothing more is committed through it) and the cancellation reaches
+    // the parked call.
+    resumed.actors().state.kill();
+    resumed.abort();
+    crash(&resumed).await;
+    assert!(
+        held.try_next_call().is_none(),
+        "the call must not run again"
+    );
+    let stored = SqliteStore::open(&db)?
+        .load(&run_id)?
+        .ok_or("run missing")?;
+    let row = stored
+        .ledger
+        .iter()
+        .find(|r| r.call_id == "p1")
+        .ok_or("no ledger row")?;
+    assert_eq!(row.state, LedgerState::AwaitingDecision, "{row:?}");
+
+    // The next resume asks again; "retry" runs the call, once.
+    let (gate, mut held) = irreversible();
+    let third = durable(vec![Arc::new(gate)], &db)?;
+    let again = third.resume(&run_id, script.clone().policy()).await?;
+    let mut events = again.subscribe();
+    wait_for_event(
+        &mut events,
+        |e| matches!(&e.event, RunEvent::AwaitingDecision { call, .. } if call.id == "p1"),
+        WAIT,
+    )
+    .await?;
+    again.settle("p1", Settlement::Retry).await?;
+    let call = held.next_call(WAIT).await?;
+    call.release(json!("paid 5"));
+    let outcome = again.wait().await?;
+    assert_eq!(outcome.stop_reason, StopReason::Done, "{}", outcome.detail);
+    assert!(held.try_next_call().is_none(), "run once");
+    Ok(())
+}
+
 /// A call with a recorded outcome is never run again, even in the step being
 /// acted on again; a started call whose contract makes it safe to repeat
 /// (idempotent) runs again without asking anyone.

@@ -205,7 +205,10 @@ fn cycle(root: &Path, i: usize, keyed: bool, kill_at: Duration, mode: &str) -> b
                 workdir = PathBuf::from(report["workdir"].as_str().unwrap());
                 let got = lines(&workdir, keyed);
                 let want: Vec<String> = (1..=LINES).map(|k| format!("line {k}")).collect();
-                assert_eq!(got, want, "{context}: every line exactly once, in order");
+                assert_eq!(
+                    got, want,
+                    "{context}: every line exactly once, in order (resume round {round}, decisions {decisions:?}): {report}"
+                );
                 return parked;
             }
             3 => {

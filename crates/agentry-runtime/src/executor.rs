@@ -720,16 +720,20 @@ impl ExecutorState {
                 approval = applied;
                 match settled {
                     Ok(Settlement::Retry) => {}
-                    Ok(_) | Err(_) => {
-                        let env = settled
-                            .err()
-                            .map(|e| fail(call, e))
-                            .unwrap_or_else(|| settled_envelope(call, approval.as_ref()));
+                    Ok(_) => {
+                        let env = settled_envelope(call, approval.as_ref());
                         let _ = self
                             .record(&job, LedgerState::Outcome, Some(&env), false)
                             .await;
                         return (env, Vec::new(), approval);
                     }
+                    // No human settled it (the run was cancelled, or the process
+                    // is going away and took the state keeper with it): whether
+                    // the call took effect is as unknown as before, so its row
+                    // stays parked and the next resume asks again. Recording
+                    // this error as the outcome would have the resumed run
+                    // replay "cancelled" and go on without the call.
+                    Err(e) => return (fail(call, e), Vec::new(), approval),
                 }
             }
             _ => {}
