@@ -82,6 +82,18 @@ async fn a_thousand_concurrent_inputs_are_applied_once_in_one_order() -> Result<
         (1..=1_001).collect::<Vec<_>>(),
         "one total order, no gaps, no repeats"
     );
+    // Step and input lines are written in the order the state keeper applied
+    // them (the state keeper queues step lines, the conductor input lines).
+    let versions: Vec<u64> = trace
+        .iter()
+        .filter(|l| l["kind"] == "step" || l["kind"] == "input")
+        .map(|l| l["state_version"].as_u64().unwrap_or(0))
+        .collect();
+    assert!(
+        versions.windows(2).all(|w| w[0] < w[1]),
+        "trace lines out of state order: {versions:?}"
+    );
+    assert!(trace.iter().filter(|l| l["kind"] == "step").count() > 1);
     // Each writer's inputs stay in the order it sent them.
     for t in 0..20 {
         let mine: Vec<u64> = trace

@@ -877,7 +877,7 @@ impl ConductorState {
         &mut self,
         step: u64,
         before: BudgetSnapshot,
-        out: PolicyOutput,
+        mut out: PolicyOutput,
         redrive: bool,
     ) -> Flow {
         // Shared from here on: the executor, the event, the session and the
@@ -961,10 +961,36 @@ impl ConductorState {
                 .cloned()
                 .map(|result| SessionEntry::Tool { result }),
         );
-        let traced = self
-            .trace
-            .is_some()
-            .then(|| (Arc::clone(&decision), results.clone()));
+        // The step's trace record, but for the state after the update: the state
+        // keeper completes it and queues it as it applies the update, so the
+        // trace needs no round trip (every other trace line is written after one,
+        // so lines stay in order).
+        let traced = self.trace.as_ref().map(|t| {
+            let record = TraceStep {
+                run_id: Arc::clone(&self.run_id),
+                task_id: Arc::clone(&self.task_id),
+                parent_id: self.parent_id.clone(),
+                traceparent: Arc::clone(&self.traceparent),
+                step,
+                attempt: 1,
+                model: if out.model.is_empty() {
+                    Arc::clone(&self.model)
+                } else {
+                    std::mem::take(&mut out.model).into()
+                },
+                prompt_hash: out.prompt_hash.take(),
+                decision: Arc::clone(&decision),
+                results: results.clone(),
+                attempts: std::mem::take(&mut attempts),
+                budget_before: before,
+                budget_after: after,
+                state_version: 0,
+                fingerprint: format!("{fp:016x}"),
+                state: RunSnapshot::default(),
+                at: agentry_protocol::now_millis(),
+            };
+            (t.sender(), Box::new(record))
+        });
         // What ends the run, should the process die before the stop is on disk.
         let ending = match (&flow, &answer) {
             (Flow::Stop { reason, detail, .. }, _) => Some(Ending::Stop {
@@ -993,21 +1019,30 @@ impl ConductorState {
         // listens and no result carries a ref (so the world cannot change): the
         // update is handed over without a round trip. The state keeper applies it
         // before anything sent after it, so every later read sees it.
-        if !self.durable && self.trace.is_none() && !self.events.listening() && !world_may_change {
-            let _ = self.children.state.cast(StateMsg::Apply(update, None));
+        let needs_reply = self.durable || self.events.listening() || world_may_change;
+        if !needs_reply {
+            let _ = self.children.state.cast(match traced {
+                Some((trace, record)) => StateMsg::ApplyTraced {
+                    update,
+                    record,
+                    trace,
+                    reply: None,
+                },
+                None => StateMsg::Apply(update, None),
+            });
             return self.check_end(flow, answer, final_text, fp).await;
         }
-        // With the trace on, the state after the update comes with the reply.
-        let reply = if self.trace.is_some() {
-            ask(&self.children.state, |r| StateMsg::ApplyTraced(update, r))
-                .await
-                .map(|r| r.map(|(a, snapshot)| (a, Some(snapshot))))
-        } else {
-            ask(&self.children.state, |r| StateMsg::Apply(update, Some(r)))
-                .await
-                .map(|r| r.map(|a| (a, None)))
-        };
-        let (applied, traced_state): (Applied, Option<RunSnapshot>) = match reply {
+        let reply = ask(&self.children.state, |r| match traced {
+            Some((trace, record)) => StateMsg::ApplyTraced {
+                update,
+                record,
+                trace,
+                reply: Some(r),
+            },
+            None => StateMsg::Apply(update, Some(r)),
+        })
+        .await;
+        let applied: Applied = match reply {
             Ok(Ok(a)) => a,
             Ok(Err(e)) => {
                 return Flow::stop(
@@ -1024,37 +1059,6 @@ impl ConductorState {
             budget: Box::new(after),
         });
         self.world_digest = applied.world_digest;
-
-        // 5. Record.
-        if let Some((decision, results)) = traced {
-            let state = traced_state.unwrap_or_default();
-            let record = TraceStep {
-                run_id: Arc::clone(&self.run_id),
-                task_id: Arc::clone(&self.task_id),
-                parent_id: self.parent_id.clone(),
-                traceparent: Arc::clone(&self.traceparent),
-                step,
-                attempt: 1,
-                model: if out.model.is_empty() {
-                    Arc::clone(&self.model)
-                } else {
-                    out.model.into()
-                },
-                prompt_hash: out.prompt_hash,
-                decision,
-                results,
-                attempts,
-                budget_before: before,
-                budget_after: after,
-                state_version: applied.version,
-                fingerprint: format!("{fp:016x}"),
-                state,
-                at: agentry_protocol::now_millis(),
-            };
-            if let Some(t) = &self.trace {
-                t.write(TraceLine::Step(Box::new(record)));
-            }
-        }
 
         self.check_end(flow, answer, final_text, fp).await
     }

@@ -15,11 +15,12 @@ use agentry_protocol::state::{
     WorldState,
 };
 use agentry_protocol::stop::StopReason;
-use agentry_protocol::trace::RunInput;
+use agentry_protocol::trace::{RunInput, TraceLine, TraceStep};
 use agentry_store::{Checkpoint, Write};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
 use crate::durable::{Durability, Ending, InFlight, KEPT_FINGERPRINTS, Progress, RunLog};
+use crate::trace::TraceSender;
 
 /// One state change.
 #[derive(Debug, Clone)]
@@ -125,12 +126,19 @@ pub enum StateMsg {
     /// Apply one update; the reply says what changed, or (for a durable run) why
     /// the update could not be committed.
     Apply(StateUpdate, Option<RpcReplyPort<Result<Applied, String>>>),
-    /// [`StateMsg::Apply`], answered with the key fields of the state after the
-    /// update too (for the trace: one round trip instead of two).
-    ApplyTraced(
-        StateUpdate,
-        RpcReplyPort<Result<(Applied, RunSnapshot), String>>,
-    ),
+    /// [`StateMsg::Apply`] of a step whose trace record the state keeper
+    /// completes with the state after the update and queues on the trace, once
+    /// applied (so the trace needs no round trip of its own).
+    ApplyTraced {
+        /// The step's update.
+        update: StateUpdate,
+        /// The step's record, but for `state_version` and `state`.
+        record: Box<TraceStep>,
+        /// The run's trace.
+        trace: TraceSender,
+        /// Where the outcome goes, when the conductor waits for it.
+        reply: Option<RpcReplyPort<Result<Applied, String>>>,
+    },
     /// The key fields of the state.
     Snapshot(RpcReplyPort<RunSnapshot>),
     /// Session entries from index `from` on.
@@ -565,9 +573,23 @@ impl Actor for StateKeeper {
                     let _ = reply.send(committed);
                 }
             }
-            StateMsg::ApplyTraced(update, reply) => {
+            StateMsg::ApplyTraced {
+                update,
+                mut record,
+                trace,
+                reply,
+            } => {
                 let committed = state.apply_committed(update).await;
-                let _ = reply.send(committed.map(|applied| (applied, state.snapshot())));
+                // A step that could not be committed gets no record: the run
+                // stops on it and the stop line says why.
+                if let Ok(applied) = &committed {
+                    record.state_version = applied.version;
+                    record.state = state.snapshot();
+                    trace.write(TraceLine::Step(record));
+                }
+                if let Some(reply) = reply {
+                    let _ = reply.send(committed);
+                }
             }
             StateMsg::AwaitDecision {
                 pending,

@@ -29,6 +29,18 @@ pub struct TraceWriter {
     done: oneshot::Receiver<std::io::Result<()>>,
 }
 
+/// Queues records on a run's trace (the state keeper writes step records with
+/// it); closed with the trace by [`TraceWriter::finish`].
+#[derive(Debug, Clone)]
+pub struct TraceSender(Arc<Queue>);
+
+impl TraceSender {
+    /// Queues a record.
+    pub fn write(&self, line: TraceLine) {
+        self.0.push(line);
+    }
+}
+
 /// Records waiting for the writer thread.
 #[derive(Debug, Default)]
 struct Queue {
@@ -183,6 +195,11 @@ impl TraceWriter {
     /// Queues a record.
     pub fn write(&self, line: TraceLine) {
         self.queue.push(line);
+    }
+
+    /// A handle that queues records on this trace from another actor.
+    pub fn sender(&self) -> TraceSender {
+        TraceSender(Arc::clone(&self.queue))
     }
 
     /// Closes the queue and waits until everything is written and flushed.
