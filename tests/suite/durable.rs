@@ -205,6 +205,64 @@ async fn a_parked_call_stays_parked_when_its_process_goes_away() -> Result<(), T
     Ok(())
 }
 
+/// A run cancelled while an irreversible call is in flight, whose stop never
+/// reaches the disk (its process goes away), records nothing for the call: it
+/// may have taken effect, so the next resume parks it for a human instead of
+/// replaying "cancelled" (which a model would answer by calling it again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_cut_short_by_cancellation_keeps_its_intent() -> Result<(), TestError> {
+    let dir = tempfile::tempdir()?;
+    let db = dir.path().join("runs.db");
+    let task = TestTask::new("pay once", &[])?.grant(&["pay"]);
+    let script = ScriptBuilder::new()
+        .call("p1", "pay", json!({"amount": 5}))
+        .finish("paid");
+    let irreversible = || {
+        let (gate, held) = GateTool::new("pay");
+        (gate.effect(Effect::IrreversibleExternal), held)
+    };
+
+    let (gate, mut held) = irreversible();
+    let first = durable(vec![Arc::new(gate)], &db)?;
+    let handle = first
+        .start(approved(task.config(), &["pay"]), script.clone().policy())
+        .await?;
+    let run_id = handle.run_id().to_string();
+    let call = held.next_call(WAIT).await?;
+    // The state keeper goes first (nothing more is committed through it), then
+    // the cancellation reaches the call in flight.
+    handle.actors().state.kill();
+    handle.abort();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    crash(&handle).await;
+    drop(call);
+    let stored = SqliteStore::open(&db)?
+        .load(&run_id)?
+        .ok_or("run missing")?;
+    let row = stored
+        .ledger
+        .iter()
+        .find(|r| r.call_id == "p1")
+        .ok_or("no ledger row")?;
+    assert_eq!(row.state, LedgerState::Intent, "{row:?}");
+
+    let (gate, mut held) = irreversible();
+    let second = durable(vec![Arc::new(gate)], &db)?;
+    let resumed = second.resume(&run_id, script.clone().policy()).await?;
+    let mut events = resumed.subscribe();
+    wait_for_event(
+        &mut events,
+        |e| matches!(&e.event, RunEvent::AwaitingDecision { call, .. } if call.id == "p1"),
+        WAIT,
+    )
+    .await?;
+    resumed.settle("p1", Settlement::Happened).await?;
+    let outcome = resumed.wait().await?;
+    assert_eq!(outcome.stop_reason, StopReason::Done, "{}", outcome.detail);
+    assert!(held.try_next_call().is_none(), "never run twice");
+    Ok(())
+}
+
 /// A call with a recorded outcome is never run again, even in the step being
 /// acted on again; a started call whose contract makes it safe to repeat
 /// (idempotent) runs again without asking anyone.

@@ -784,9 +784,17 @@ impl ExecutorState {
                 if attempt > 1 {
                     records.push(attempt_record(call, contract, &env, None));
                 }
-                let _ = self
-                    .record(&job, LedgerState::Outcome, Some(&env), false)
-                    .await;
+                // A call the run's cancellation cut short may or may not have
+                // taken effect: its row keeps the intent. The run is stopping;
+                // should its stop not reach the disk (the process went away),
+                // a resume then settles the call by its contract (re-run or a
+                // human) instead of replaying "cancelled" as if it never ran.
+                let cut_short = !env.ok && self.args.run_token.is_cancelled();
+                if !cut_short {
+                    let _ = self
+                        .record(&job, LedgerState::Outcome, Some(&env), false)
+                        .await;
+                }
                 return (env, records, approval);
             }
             let backoff = self.args.retry.backoff(attempt);
