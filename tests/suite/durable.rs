@@ -46,6 +46,77 @@ fn approved(mut config: RunConfig, tools: &[&str]) -> RunConfig {
     config
 }
 
+/// The "pay once" task: one irreversible `pay` call `p1`, then finish.
+fn pay_once() -> Result<(TestTask, ScriptBuilder), TestError> {
+    let task = TestTask::new("pay once", &[])?.grant(&["pay"]);
+    let script = ScriptBuilder::new()
+        .call("p1", "pay", json!({"amount": 5}))
+        .finish("paid");
+    Ok((task, script))
+}
+
+/// A `pay` gate tool with an irreversible effect, and its handle.
+fn irreversible_pay() -> (GateTool, agentry_test_support::GateHandle) {
+    let (gate, held) = GateTool::new("pay");
+    (gate.effect(Effect::IrreversibleExternal), held)
+}
+
+/// Starts "pay once" on a durable runtime on `db` and waits until its `p1` is
+/// in flight (held at the gate). The runtime is returned to keep it alive.
+async fn pay_in_flight(
+    db: &std::path::Path,
+    task: &TestTask,
+    script: &ScriptBuilder,
+) -> Result<(Runtime, RunHandle, agentry_test_support::tools::GateCall), TestError> {
+    let (gate, mut held) = irreversible_pay();
+    let runtime = durable(vec![Arc::new(gate)], db)?;
+    let handle = runtime
+        .start(approved(task.config(), &["pay"]), script.clone().policy())
+        .await?;
+    let call = held.next_call(WAIT).await?;
+    Ok((runtime, handle, call))
+}
+
+/// Resumes run `run_id` on a new durable runtime on `db` (a fresh `pay`
+/// gate) and waits until it parks on `p1`.
+async fn resume_parked(
+    db: &std::path::Path,
+    run_id: &str,
+    script: &ScriptBuilder,
+) -> Result<(Runtime, RunHandle, agentry_test_support::GateHandle), TestError> {
+    let (gate, held) = irreversible_pay();
+    let runtime = durable(vec![Arc::new(gate)], db)?;
+    let resumed = runtime.resume(run_id, script.clone().policy()).await?;
+    parked_on(&resumed, "p1").await?;
+    Ok((runtime, resumed, held))
+}
+
+/// Waits until `handle`'s run parks `awaiting_decision` on call `id`.
+async fn parked_on(handle: &RunHandle, id: &str) -> Result<(), TestError> {
+    let mut events = handle.subscribe();
+    wait_for_event(
+        &mut events,
+        |e| matches!(&e.event, RunEvent::AwaitingDecision { call, .. } if call.id == id),
+        WAIT,
+    )
+    .await?;
+    Ok(())
+}
+
+/// The stored ledger row of call `call_id` of run `run_id`.
+fn ledger_row(
+    db: &std::path::Path,
+    run_id: &str,
+    call_id: &str,
+) -> Result<agentry::store::LedgerEntry, TestError> {
+    let stored = SqliteStore::open(db)?.load(run_id)?.ok_or("run missing")?;
+    Ok(stored
+        .ledger
+        .into_iter()
+        .find(|r| r.call_id == call_id)
+        .ok_or("no ledger row")?)
+}
+
 /// An irreversible call interrupted mid-flight is never run again on its own:
 /// the resumed run parks `awaiting_decision` (on disk, visible to a third
 /// runtime), and a human's "happened" records it as done without running it.
@@ -53,24 +124,13 @@ fn approved(mut config: RunConfig, tools: &[&str]) -> RunConfig {
 async fn an_interrupted_irreversible_call_waits_for_a_human() -> Result<(), TestError> {
     let dir = tempfile::tempdir()?;
     let db = dir.path().join("runs.db");
-    let task = TestTask::new("pay once", &[])?.grant(&["pay"]);
-    let script = ScriptBuilder::new()
-        .call("p1", "pay", json!({"amount": 5}))
-        .finish("paid");
-
-    let (gate, mut held) = GateTool::new("pay");
-    let gate = gate.effect(Effect::IrreversibleExternal);
-    let first = durable(vec![Arc::new(gate)], &db)?;
-    let handle = first
-        .start(approved(task.config(), &["pay"]), script.clone().policy())
-        .await?;
+    let (task, script) = pay_once()?;
+    let (_first, handle, call) = pay_in_flight(&db, &task, &script).await?;
     let run_id = handle.run_id().to_string();
-    let call = held.next_call(WAIT).await?;
     crash(&handle).await;
     drop(call);
 
-    let (gate, mut held) = GateTool::new("pay");
-    let gate = gate.effect(Effect::IrreversibleExternal);
+    let (gate, mut held) = irreversible_pay();
     let second = durable(vec![Arc::new(gate)], &db)?;
     let unfinished = second.unfinished_runs().await?;
     assert_eq!(
@@ -81,13 +141,7 @@ async fn an_interrupted_irreversible_call_waits_for_a_human() -> Result<(), Test
         [run_id.as_str()]
     );
     let resumed = second.resume(&run_id, script.clone().policy()).await?;
-    let mut events = resumed.subscribe();
-    wait_for_event(
-        &mut events,
-        |e| matches!(&e.event, RunEvent::AwaitingDecision { call, .. } if call.id == "p1"),
-        WAIT,
-    )
-    .await?;
+    parked_on(&resumed, "p1").await?;
     let pending = resumed.pending_decisions().await;
     assert_eq!(pending.len(), 1);
     assert_eq!(pending[0].call.id, "p1");
@@ -105,14 +159,7 @@ async fn an_interrupted_irreversible_call_waits_for_a_human() -> Result<(), Test
     assert_eq!(outcome.stop_reason, StopReason::Done, "{}", outcome.detail);
     assert!(held.try_next_call().is_none(), "a settled call never runs");
 
-    let stored = SqliteStore::open(&db)?
-        .load(&run_id)?
-        .ok_or("run missing")?;
-    let row = stored
-        .ledger
-        .iter()
-        .find(|r| r.call_id == "p1")
-        .ok_or("no ledger row")?;
+    let row = ledger_row(&db, &run_id, "p1")?;
     assert_eq!(row.state, LedgerState::Outcome);
     assert_eq!(
         row.outcome.as_ref().and_then(|o| o.data.clone()),
@@ -121,6 +168,9 @@ async fn an_interrupted_irreversible_call_waits_for_a_human() -> Result<(), Test
             "note": "the run was interrupted during this call; a human confirmed it took effect (its output was not recorded)"
         }))
     );
+    let stored = SqliteStore::open(&db)?
+        .load(&run_id)?
+        .ok_or("run missing")?;
     assert_eq!(
         stored.checkpoint.map(|c| c.snapshot.status),
         Some(RunStatus::Stopped)
@@ -130,44 +180,22 @@ async fn an_interrupted_irreversible_call_waits_for_a_human() -> Result<(), Test
 
 /// A parked run whose process goes away (the state keeper first, then the
 /// cancellation reaches the parked call) stays parked: the call is not
-/// recorded as cancelled, so the next resume asks again instead of
-/// replaying "cancelled" and going on without it; "retry" then runs it once.
+/// recorded as cancelled, so the next resume asks again instead of replaying
+/// "cancelled" and going on without it; "retry" then runs it once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_parked_call_stays_parked_when_its_process_goes_away() -> Result<(), TestError> {
     let dir = tempfile::tempdir()?;
     let db = dir.path().join("runs.db");
-    let task = TestTask::new("pay once", &[])?.grant(&["pay"]);
-    let script = ScriptBuilder::new()
-        .call("p1", "pay", json!({"amount": 5}))
-        .finish("paid");
-    let irreversible = || {
-        let (gate, held) = GateTool::new("pay");
-        (gate.effect(Effect::IrreversibleExternal), held)
-    };
-    let (gate, mut held) = irreversible();
-    let first = durable(vec![Arc::new(gate)], &db)?;
-    let handle = first
-        .start(approved(task.config(), &["pay"]), script.clone().policy())
-        .await?;
+    let (task, script) = pay_once()?;
+    let (_first, handle, call) = pay_in_flight(&db, &task, &script).await?;
     let run_id = handle.run_id().to_string();
-    let call = held.next_call(WAIT).await?;
     crash(&handle).await;
     drop(call);
 
-    // Resumed, parked, and then that process goes away too.
-    let (gate, mut held) = irreversible();
-    let second = durable(vec![Arc::new(gate)], &db)?;
-    let resumed = second.resume(&run_id, script.clone().policy()).await?;
-    let mut events = resumed.subscribe();
-    wait_for_event(
-        &mut events,
-        |e| matches!(&e.event, RunEvent::AwaitingDecision { call, .. } if call.id == "p1"),
-        WAIT,
-    )
-    .await?;
-    // As at the exit of a process holding a parked run: the state keeper is
-    // gone (nothing more is committed through it) and the cancellation reaches
-    // the parked call.
+    // Resumed, parked, and then that process goes away too: as at the exit of
+    // a process holding a parked run, the state keeper is gone (nothing more is
+    // committed through it) and the cancellation reaches the parked call.
+    let (_second, resumed, mut held) = resume_parked(&db, &run_id, &script).await?;
     resumed.actors().state.kill();
     resumed.abort();
     crash(&resumed).await;
@@ -175,27 +203,11 @@ async fn a_parked_call_stays_parked_when_its_process_goes_away() -> Result<(), T
         held.try_next_call().is_none(),
         "the call must not run again"
     );
-    let stored = SqliteStore::open(&db)?
-        .load(&run_id)?
-        .ok_or("run missing")?;
-    let row = stored
-        .ledger
-        .iter()
-        .find(|r| r.call_id == "p1")
-        .ok_or("no ledger row")?;
+    let row = ledger_row(&db, &run_id, "p1")?;
     assert_eq!(row.state, LedgerState::AwaitingDecision, "{row:?}");
 
     // The next resume asks again; "retry" runs the call, once.
-    let (gate, mut held) = irreversible();
-    let third = durable(vec![Arc::new(gate)], &db)?;
-    let again = third.resume(&run_id, script.clone().policy()).await?;
-    let mut events = again.subscribe();
-    wait_for_event(
-        &mut events,
-        |e| matches!(&e.event, RunEvent::AwaitingDecision { call, .. } if call.id == "p1"),
-        WAIT,
-    )
-    .await?;
+    let (_third, again, mut held) = resume_parked(&db, &run_id, &script).await?;
     again.settle("p1", Settlement::Retry).await?;
     let call = held.next_call(WAIT).await?;
     call.release(json!("paid 5"));
@@ -213,22 +225,9 @@ async fn a_parked_call_stays_parked_when_its_process_goes_away() -> Result<(), T
 async fn a_call_cut_short_by_cancellation_keeps_its_intent() -> Result<(), TestError> {
     let dir = tempfile::tempdir()?;
     let db = dir.path().join("runs.db");
-    let task = TestTask::new("pay once", &[])?.grant(&["pay"]);
-    let script = ScriptBuilder::new()
-        .call("p1", "pay", json!({"amount": 5}))
-        .finish("paid");
-    let irreversible = || {
-        let (gate, held) = GateTool::new("pay");
-        (gate.effect(Effect::IrreversibleExternal), held)
-    };
-
-    let (gate, mut held) = irreversible();
-    let first = durable(vec![Arc::new(gate)], &db)?;
-    let handle = first
-        .start(approved(task.config(), &["pay"]), script.clone().policy())
-        .await?;
+    let (task, script) = pay_once()?;
+    let (_first, handle, call) = pay_in_flight(&db, &task, &script).await?;
     let run_id = handle.run_id().to_string();
-    let call = held.next_call(WAIT).await?;
     // The state keeper goes first (nothing more is committed through it), then
     // the cancellation reaches the call in flight.
     handle.actors().state.kill();
@@ -236,26 +235,10 @@ async fn a_call_cut_short_by_cancellation_keeps_its_intent() -> Result<(), TestE
     tokio::time::sleep(Duration::from_millis(50)).await;
     crash(&handle).await;
     drop(call);
-    let stored = SqliteStore::open(&db)?
-        .load(&run_id)?
-        .ok_or("run missing")?;
-    let row = stored
-        .ledger
-        .iter()
-        .find(|r| r.call_id == "p1")
-        .ok_or("no ledger row")?;
+    let row = ledger_row(&db, &run_id, "p1")?;
     assert_eq!(row.state, LedgerState::Intent, "{row:?}");
 
-    let (gate, mut held) = irreversible();
-    let second = durable(vec![Arc::new(gate)], &db)?;
-    let resumed = second.resume(&run_id, script.clone().policy()).await?;
-    let mut events = resumed.subscribe();
-    wait_for_event(
-        &mut events,
-        |e| matches!(&e.event, RunEvent::AwaitingDecision { call, .. } if call.id == "p1"),
-        WAIT,
-    )
-    .await?;
+    let (_second, resumed, mut held) = resume_parked(&db, &run_id, &script).await?;
     resumed.settle("p1", Settlement::Happened).await?;
     let outcome = resumed.wait().await?;
     assert_eq!(outcome.stop_reason, StopReason::Done, "{}", outcome.detail);
