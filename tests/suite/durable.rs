@@ -91,6 +91,13 @@ async fn resume_parked(
     Ok((runtime, resumed, held))
 }
 
+/// Waits for `handle`'s outcome and checks that the run ended `done`.
+async fn expect_done(handle: &RunHandle) -> Result<(), TestError> {
+    let outcome = handle.wait().await?;
+    assert_eq!(outcome.stop_reason, StopReason::Done, "{}", outcome.detail);
+    Ok(())
+}
+
 /// Waits until `handle`'s run parks `awaiting_decision` on call `id`.
 async fn parked_on(handle: &RunHandle, id: &str) -> Result<(), TestError> {
     let mut events = handle.subscribe();
@@ -155,8 +162,7 @@ async fn an_interrupted_irreversible_call_waits_for_a_human() -> Result<(), Test
     assert_eq!(listed[0].status, RunStatus::AwaitingDecision);
 
     resumed.settle("p1", Settlement::Happened).await?;
-    let outcome = resumed.wait().await?;
-    assert_eq!(outcome.stop_reason, StopReason::Done, "{}", outcome.detail);
+    expect_done(&resumed).await?;
     assert!(held.try_next_call().is_none(), "a settled call never runs");
 
     let row = ledger_row(&db, &run_id, "p1")?;
@@ -211,8 +217,7 @@ async fn a_parked_call_stays_parked_when_its_process_goes_away() -> Result<(), T
     again.settle("p1", Settlement::Retry).await?;
     let call = held.next_call(WAIT).await?;
     call.release(json!("paid 5"));
-    let outcome = again.wait().await?;
-    assert_eq!(outcome.stop_reason, StopReason::Done, "{}", outcome.detail);
+    expect_done(&again).await?;
     assert!(held.try_next_call().is_none(), "run once");
     Ok(())
 }
@@ -240,8 +245,7 @@ async fn a_call_cut_short_by_cancellation_keeps_its_intent() -> Result<(), TestE
 
     let (_second, resumed, mut held) = resume_parked(&db, &run_id, &script).await?;
     resumed.settle("p1", Settlement::Happened).await?;
-    let outcome = resumed.wait().await?;
-    assert_eq!(outcome.stop_reason, StopReason::Done, "{}", outcome.detail);
+    expect_done(&resumed).await?;
     assert!(held.try_next_call().is_none(), "never run twice");
     Ok(())
 }
@@ -281,8 +285,7 @@ async fn recorded_outcomes_replay_and_safe_calls_rerun() -> Result<(), TestError
     let resumed = second.resume(&run_id, script.policy()).await?;
     let call = held.next_call(WAIT).await?;
     assert!(call.release(json!("ok")));
-    let outcome = resumed.wait().await?;
-    assert_eq!(outcome.stop_reason, StopReason::Done, "{}", outcome.detail);
+    expect_done(&resumed).await?;
     assert_eq!(
         appended.get(),
         1,
@@ -564,8 +567,7 @@ async fn a_pending_approval_survives_a_restart() -> Result<(), TestError> {
     assert_eq!(refunded.get(), 0, "nothing runs before the approval");
     assert_eq!(resumed.pending_approvals().await.len(), 1);
     resumed.approve("r1").await?;
-    let outcome = resumed.wait().await?;
-    assert_eq!(outcome.stop_reason, StopReason::Done, "{}", outcome.detail);
+    expect_done(&resumed).await?;
     assert_eq!(refunded.get(), 1);
     Ok(())
 }
@@ -645,8 +647,7 @@ async fn an_accepted_message_survives_a_restart() -> Result<(), TestError> {
     let resumed = second.resume(&run_id, script.policy()).await?;
     let call = held.next_call(WAIT).await?;
     assert!(call.release(json!("ok")));
-    let outcome = resumed.wait().await?;
-    assert_eq!(outcome.stop_reason, StopReason::Done, "{}", outcome.detail);
+    expect_done(&resumed).await?;
     let stored = SqliteStore::open(&db)?
         .load(&run_id)?
         .ok_or("run missing")?;

@@ -1019,29 +1019,20 @@ impl ConductorState {
         // listens and no result carries a ref (so the world cannot change): the
         // update is handed over without a round trip. The state keeper applies it
         // before anything sent after it, so every later read sees it.
-        let needs_reply = self.durable || self.events.listening() || world_may_change;
-        if !needs_reply {
-            let _ = self.children.state.cast(match traced {
-                Some((trace, record)) => StateMsg::ApplyTraced {
-                    update,
-                    record,
-                    trace,
-                    reply: None,
-                },
-                None => StateMsg::Apply(update, None),
-            });
-            return self.check_end(flow, answer, final_text, fp).await;
-        }
-        let reply = ask(&self.children.state, |r| match traced {
+        let apply = move |reply| match traced {
             Some((trace, record)) => StateMsg::ApplyTraced {
                 update,
                 record,
                 trace,
-                reply: Some(r),
+                reply,
             },
-            None => StateMsg::Apply(update, Some(r)),
-        })
-        .await;
+            None => StateMsg::Apply(update, reply),
+        };
+        if !(self.durable || self.events.listening() || world_may_change) {
+            let _ = self.children.state.cast(apply(None));
+            return self.check_end(flow, answer, final_text, fp).await;
+        }
+        let reply = ask(&self.children.state, |r| apply(Some(r))).await;
         let applied: Applied = match reply {
             Ok(Ok(a)) => a,
             Ok(Err(e)) => {

@@ -25,7 +25,7 @@ use crate::error::RuntimeError;
 #[derive(Debug)]
 pub struct TraceWriter {
     path: PathBuf,
-    queue: Arc<Queue>,
+    queue: TraceSender,
     done: oneshot::Receiver<std::io::Result<()>>,
 }
 
@@ -88,11 +88,7 @@ impl Queue {
     /// Hands written records back to the senders' side (see `Pending::written`).
     fn give_back(&self, lines: &mut Vec<TraceLine>) {
         if let Ok(mut p) = self.state.lock() {
-            if p.written.is_empty() {
-                std::mem::swap(&mut p.written, lines);
-            } else {
-                p.written.append(lines);
-            }
+            p.written.append(lines);
         }
     }
 
@@ -182,7 +178,7 @@ impl TraceWriter {
             .map_err(trace_err)?;
         Ok(TraceWriter {
             path: path.to_path_buf(),
-            queue,
+            queue: TraceSender(queue),
             done,
         })
     }
@@ -194,17 +190,17 @@ impl TraceWriter {
 
     /// Queues a record.
     pub fn write(&self, line: TraceLine) {
-        self.queue.push(line);
+        self.queue.write(line);
     }
 
     /// A handle that queues records on this trace from another actor.
     pub fn sender(&self) -> TraceSender {
-        TraceSender(Arc::clone(&self.queue))
+        self.queue.clone()
     }
 
     /// Closes the queue and waits until everything is written and flushed.
     pub async fn finish(self) -> std::io::Result<()> {
-        self.queue.close();
+        self.queue.0.close();
         self.done
             .await
             .unwrap_or_else(|_| Err(std::io::Error::other("trace writer thread died")))
@@ -263,7 +259,7 @@ mod tests {
         };
         w.write(step(1));
         // Wait until the writer has written it and handed it back.
-        let handed_back = || w.queue.state.lock().map(|p| p.written.len()).unwrap_or(0);
+        let handed_back = || w.queue.0.state.lock().map(|p| p.written.len()).unwrap_or(0);
         for _ in 0..5000 {
             if handed_back() == 1 {
                 break;
