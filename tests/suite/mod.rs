@@ -15,6 +15,7 @@ mod process;
 mod props;
 mod retries;
 mod run;
+mod security;
 mod service;
 mod state;
 mod task_tools;

@@ -1,0 +1,1 @@
+//! Security tests against the real binary: see `tests/security.rs`.
