@@ -6,8 +6,8 @@
 //! The same guarantees under real SIGKILLs of the `agentry` binary are in
 //! crates/agentry-cli/tests/crash.rs.
 
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
 
 use agentry::protocol::event::RunEvent;
 use agentry::protocol::state::SessionEntry;
@@ -17,7 +17,8 @@ use agentry::{
     RuntimeError, Settlement, SqliteStore, StopReason, Tool,
 };
 use agentry_test_support::{
-    CountingTool, GateTool, ScriptBuilder, TestError, TestTask, runtime_with, wait_for_event,
+    CountingTool, GateCall, GateHandle, GateTool, ScriptBuilder, TestError, TestTask, runtime_with,
+    wait_for_event,
 };
 use serde_json::json;
 
@@ -31,14 +32,74 @@ fn durable(tools: Vec<Arc<dyn Tool>>, db: &std::path::Path) -> Result<Runtime, T
     Ok(runtime_with(tools)?.with_store(store(db)?, Durability::Strict)?)
 }
 
-/// Kills the run the way a crash would: the state keeper first, so nothing the
-/// run does from here on (its stop included) is committed, then the executor,
-/// whose call in flight is dropped without an outcome.
+/// A durable runtime on `db`, with a watch on its store: see [`process_exit`].
+fn watched(tools: Vec<Arc<dyn Tool>>, db: &std::path::Path) -> Result<Watched, TestError> {
+    let store = store(db)?;
+    let watch = Arc::downgrade(&store);
+    let runtime = runtime_with(tools)?.with_store(store, Durability::Strict)?;
+    Ok(Watched { runtime, watch })
+}
+
+/// A durable runtime and a watch on its store, which lives as long as anything
+/// of the runtime (its store writer thread included) can still write to it.
+struct Watched {
+    runtime: Runtime,
+    watch: Weak<dyn Store>,
+}
+
+/// The process holding `process` and `handle` goes away after a [`crash`]:
+/// both are dropped, and this returns once its store writer has committed
+/// everything the run had queued and exited. The worst case for a crash test:
+/// whatever the run queued (a ledger row written as the process went away)
+/// is on disk.
+async fn process_exit(process: Watched, handle: RunHandle) -> Result<(), TestError> {
+    let Watched { runtime, watch } = process;
+    drop(handle);
+    drop(runtime);
+    let gone = async {
+        while watch.strong_count() > 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    tokio::time::timeout(WAIT, gone)
+        .await
+        .map_err(|_| "the store writer of the crashed runtime did not exit")?;
+    Ok(())
+}
+
+/// Kills the run the way a crash would: the state keeper first (awaited, so
+/// nothing the run does from here on, its stop included, is committed), then
+/// the executor, whose call in flight is dropped without an outcome.
 async fn crash(handle: &RunHandle) {
-    handle.actors().state.kill();
-    tokio::time::sleep(Duration::from_millis(20)).await;
+    let _ = handle.actors().state.kill_and_wait(Some(WAIT)).await;
     handle.actors().executor.kill();
     let _ = tokio::time::timeout(WAIT, handle.wait()).await;
+}
+
+/// Waits until the executor itself answered call `id` after the run's
+/// cancellation (not the conductor's stand-in when the executor is late):
+/// whatever the executor records for the call is queued at the store writer.
+async fn executor_answered(
+    events: &mut tokio::sync::broadcast::Receiver<agentry::protocol::event::EventRecord>,
+    id: &str,
+) -> Result<(), TestError> {
+    let finished = wait_for_event(
+        events,
+        |e| matches!(&e.event, RunEvent::ToolCallFinished { result, .. } if result.tool_call_id == id),
+        WAIT,
+    )
+    .await?;
+    let RunEvent::ToolCallFinished { result, .. } = &finished.event else {
+        return Err("not a tool call's end".into());
+    };
+    let message = result.error.as_ref().map(|e| e.message.as_str());
+    assert!(
+        !message
+            .unwrap_or_default()
+            .contains("did not answer in time"),
+        "the executor was starved past the conductor's grace, so this run cannot show what it records: {result:?}"
+    );
+    Ok(())
 }
 
 fn approved(mut config: RunConfig, tools: &[&str]) -> RunConfig {
@@ -61,20 +122,39 @@ fn irreversible_pay() -> (GateTool, agentry_test_support::GateHandle) {
     (gate.effect(Effect::IrreversibleExternal), held)
 }
 
+/// A run of "pay once" with its `p1` held at the gate.
+struct InFlight {
+    process: Watched,
+    handle: RunHandle,
+    call: GateCall,
+}
+
 /// Starts "pay once" on a durable runtime on `db` and waits until its `p1` is
-/// in flight (held at the gate). The runtime is returned to keep it alive.
+/// in flight (held at the gate).
 async fn pay_in_flight(
     db: &std::path::Path,
     task: &TestTask,
     script: &ScriptBuilder,
-) -> Result<(Runtime, RunHandle, agentry_test_support::tools::GateCall), TestError> {
+) -> Result<InFlight, TestError> {
     let (gate, mut held) = irreversible_pay();
-    let runtime = durable(vec![Arc::new(gate)], db)?;
-    let handle = runtime
+    let process = watched(vec![Arc::new(gate)], db)?;
+    let handle = process
+        .runtime
         .start(approved(task.config(), &["pay"]), script.clone().policy())
         .await?;
     let call = held.next_call(WAIT).await?;
-    Ok((runtime, handle, call))
+    Ok(InFlight {
+        process,
+        handle,
+        call,
+    })
+}
+
+/// A resumed run of "pay once" parked on `p1`, and the gate `p1` would run at.
+struct Parked {
+    process: Watched,
+    handle: RunHandle,
+    gate: GateHandle,
 }
 
 /// Resumes run `run_id` on a new durable runtime on `db` (a fresh `pay`
@@ -83,12 +163,19 @@ async fn resume_parked(
     db: &std::path::Path,
     run_id: &str,
     script: &ScriptBuilder,
-) -> Result<(Runtime, RunHandle, agentry_test_support::GateHandle), TestError> {
+) -> Result<Parked, TestError> {
     let (gate, held) = irreversible_pay();
-    let runtime = durable(vec![Arc::new(gate)], db)?;
-    let resumed = runtime.resume(run_id, script.clone().policy()).await?;
-    parked_on(&resumed, "p1").await?;
-    Ok((runtime, resumed, held))
+    let process = watched(vec![Arc::new(gate)], db)?;
+    let handle = process
+        .runtime
+        .resume(run_id, script.clone().policy())
+        .await?;
+    parked_on(&handle, "p1").await?;
+    Ok(Parked {
+        process,
+        handle,
+        gate: held,
+    })
 }
 
 /// Waits for `handle`'s outcome and checks that the run ended `done`.
@@ -108,6 +195,26 @@ async fn parked_on(handle: &RunHandle, id: &str) -> Result<(), TestError> {
     )
     .await?;
     Ok(())
+}
+
+/// Run `run_id` as stored in `db`, once `ready` holds for it (polled; an error
+/// if it does not within [`WAIT`]).
+async fn stored_until(
+    db: &std::path::Path,
+    run_id: &str,
+    ready: impl Fn(&agentry::store::StoredRun) -> bool,
+) -> Result<agentry::store::StoredRun, TestError> {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let run = SqliteStore::open(db)?.load(run_id)?.ok_or("run missing")?;
+        if ready(&run) {
+            return Ok(run);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(format!("run {run_id} never reached the expected stored state").into());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 /// The stored ledger row of call `call_id` of run `run_id`.
@@ -132,10 +239,10 @@ async fn an_interrupted_irreversible_call_waits_for_a_human() -> Result<(), Test
     let dir = tempfile::tempdir()?;
     let db = dir.path().join("runs.db");
     let (task, script) = pay_once()?;
-    let (_first, handle, call) = pay_in_flight(&db, &task, &script).await?;
-    let run_id = handle.run_id().to_string();
-    crash(&handle).await;
-    drop(call);
+    let first = pay_in_flight(&db, &task, &script).await?;
+    let run_id = first.handle.run_id().to_string();
+    crash(&first.handle).await;
+    drop(first.call);
 
     let (gate, mut held) = irreversible_pay();
     let second = durable(vec![Arc::new(gate)], &db)?;
@@ -193,32 +300,35 @@ async fn a_parked_call_stays_parked_when_its_process_goes_away() -> Result<(), T
     let dir = tempfile::tempdir()?;
     let db = dir.path().join("runs.db");
     let (task, script) = pay_once()?;
-    let (_first, handle, call) = pay_in_flight(&db, &task, &script).await?;
-    let run_id = handle.run_id().to_string();
-    crash(&handle).await;
-    drop(call);
+    let first = pay_in_flight(&db, &task, &script).await?;
+    let run_id = first.handle.run_id().to_string();
+    crash(&first.handle).await;
+    drop(first.call);
 
     // Resumed, parked, and then that process goes away too: as at the exit of
     // a process holding a parked run, the state keeper is gone (nothing more is
     // committed through it) and the cancellation reaches the parked call.
-    let (_second, resumed, mut held) = resume_parked(&db, &run_id, &script).await?;
-    resumed.actors().state.kill();
-    resumed.abort();
-    crash(&resumed).await;
+    let mut second = resume_parked(&db, &run_id, &script).await?;
+    let mut events = second.handle.subscribe();
+    let _ = second.handle.actors().state.kill_and_wait(Some(WAIT)).await;
+    second.handle.abort();
+    executor_answered(&mut events, "p1").await?;
+    crash(&second.handle).await;
     assert!(
-        held.try_next_call().is_none(),
+        second.gate.try_next_call().is_none(),
         "the call must not run again"
     );
+    process_exit(second.process, second.handle).await?;
     let row = ledger_row(&db, &run_id, "p1")?;
     assert_eq!(row.state, LedgerState::AwaitingDecision, "{row:?}");
 
     // The next resume asks again; "retry" runs the call, once.
-    let (_third, again, mut held) = resume_parked(&db, &run_id, &script).await?;
-    again.settle("p1", Settlement::Retry).await?;
-    let call = held.next_call(WAIT).await?;
+    let mut third = resume_parked(&db, &run_id, &script).await?;
+    third.handle.settle("p1", Settlement::Retry).await?;
+    let call = third.gate.next_call(WAIT).await?;
     call.release(json!("paid 5"));
-    expect_done(&again).await?;
-    assert!(held.try_next_call().is_none(), "run once");
+    expect_done(&third.handle).await?;
+    assert!(third.gate.try_next_call().is_none(), "run once");
     Ok(())
 }
 
@@ -231,22 +341,27 @@ async fn a_call_cut_short_by_cancellation_keeps_its_intent() -> Result<(), TestE
     let dir = tempfile::tempdir()?;
     let db = dir.path().join("runs.db");
     let (task, script) = pay_once()?;
-    let (_first, handle, call) = pay_in_flight(&db, &task, &script).await?;
-    let run_id = handle.run_id().to_string();
+    let mut first = pay_in_flight(&db, &task, &script).await?;
+    let run_id = first.handle.run_id().to_string();
+    let mut events = first.handle.subscribe();
     // The state keeper goes first (nothing more is committed through it), then
     // the cancellation reaches the call in flight.
-    handle.actors().state.kill();
-    handle.abort();
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    crash(&handle).await;
-    drop(call);
+    let _ = first.handle.actors().state.kill_and_wait(Some(WAIT)).await;
+    first.handle.abort();
+    assert!(
+        first.call.abandoned(WAIT).await,
+        "the cancellation never reached the call"
+    );
+    executor_answered(&mut events, "p1").await?;
+    crash(&first.handle).await;
+    process_exit(first.process, first.handle).await?;
     let row = ledger_row(&db, &run_id, "p1")?;
     assert_eq!(row.state, LedgerState::Intent, "{row:?}");
 
-    let (_second, resumed, mut held) = resume_parked(&db, &run_id, &script).await?;
-    resumed.settle("p1", Settlement::Happened).await?;
-    expect_done(&resumed).await?;
-    assert!(held.try_next_call().is_none(), "never run twice");
+    let mut second = resume_parked(&db, &run_id, &script).await?;
+    second.handle.settle("p1", Settlement::Happened).await?;
+    expect_done(&second.handle).await?;
+    assert!(second.gate.try_next_call().is_none(), "never run twice");
     Ok(())
 }
 
@@ -276,6 +391,14 @@ async fn recorded_outcomes_replay_and_safe_calls_rerun() -> Result<(), TestError
         .await?;
     let run_id = handle.run_id().to_string();
     let _call = held.next_call(WAIT).await?;
+    // `a1`'s outcome is on disk before the crash (queued, not awaited: a crash
+    // an instant earlier would leave it started, and the resume would park it).
+    stored_until(&db, &run_id, |run| {
+        run.ledger
+            .iter()
+            .any(|r| r.call_id == "a1" && r.state == LedgerState::Outcome)
+    })
+    .await?;
     crash(&handle).await;
     assert_eq!(appended.get(), 1);
 
@@ -389,7 +512,9 @@ async fn budget_and_deadline_survive_a_restart() -> Result<(), TestError> {
     assert_eq!(outcome.stop_reason, StopReason::Done, "{}", outcome.detail);
     assert_eq!(outcome.budget.spent.steps, 3);
 
-    // A deadline that passed while the run was down stops it at once.
+    // A deadline that passed while the run was down stops it before anything
+    // runs: the interrupted `w1` is not run again (a resume that restarted the
+    // clock would run it and stop at a fresh deadline, still `deadline`).
     let task = TestTask::new("deadline", &[])?
         .grant(&["note", "wait"])
         .deadline_ms(600);
@@ -399,22 +524,32 @@ async fn budget_and_deadline_survive_a_restart() -> Result<(), TestError> {
     let run_id = handle.run_id().to_string();
     let _call = held.next_call(WAIT).await?;
     crash(&handle).await;
+    let stored = stored_until(&db, &run_id, |_| true).await?;
+    let spent_before = stored
+        .checkpoint
+        .ok_or("no checkpoint")?
+        .snapshot
+        .control
+        .spent;
+    // Down for longer than the whole deadline.
     tokio::time::sleep(Duration::from_millis(700)).await;
-    let (t, _held) = tools();
+    let (t, mut held) = tools();
     let fourth = durable(t, &db)?;
-    let started = Instant::now();
-    let outcome = fourth
-        .resume(&run_id, script.policy())
-        .await?
-        .wait()
-        .await?;
+    let resumed = fourth.resume(&run_id, script.policy()).await?;
+    let outcome = tokio::time::timeout(WAIT, resumed.wait()).await??;
     assert_eq!(
         outcome.stop_reason,
         StopReason::Deadline,
         "{}",
         outcome.detail
     );
-    assert!(started.elapsed() < Duration::from_secs(2));
+    assert!(
+        held.try_next_call().is_none(),
+        "a call ran after the deadline had passed"
+    );
+    // What was committed before the crash, nothing more.
+    assert_eq!(outcome.budget.spent.steps, spent_before.steps);
+    assert_eq!(outcome.budget.spent.tool_calls, spent_before.tool_calls);
     Ok(())
 }
 
@@ -432,12 +567,22 @@ async fn timers_survive_a_restart() -> Result<(), TestError> {
     let handle = first.start(config, script.clone().policy()).await?;
     let run_id = handle.run_id().to_string();
     handle.after(
-        Duration::from_millis(500),
+        Duration::from_millis(1_000),
         "wake",
         json!({"why": "reminder"}),
     );
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    stored_until(&db, &run_id, |run| run.timers.len() == 1).await?;
     crash(&handle).await;
+    // Crashed before the timer fired: only the resumed run can fire it.
+    let stored = stored_until(&db, &run_id, |_| true).await?;
+    assert_eq!(stored.timers.len(), 1, "{:?}", stored.timers);
+    assert!(
+        !stored
+            .session
+            .iter()
+            .any(|e| matches!(e, SessionEntry::Event { name, .. } if name == "wake")),
+        "the timer fired before the crash; the test shows nothing"
+    );
 
     let second = durable(Vec::new(), &db)?;
     let resumed = second.resume(&run_id, script.policy()).await?;
@@ -635,10 +780,7 @@ async fn an_accepted_message_survives_a_restart() -> Result<(), TestError> {
     let _call = held.next_call(WAIT).await?;
     handle.send_message("hello from before the crash")?;
     // Queued behind the step: not applied yet, but in the store.
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    let stored = SqliteStore::open(&db)?
-        .load(&run_id)?
-        .ok_or("run missing")?;
+    let stored = stored_until(&db, &run_id, |run| !run.inbox.is_empty()).await?;
     assert_eq!(stored.inbox.len(), 1, "{:?}", stored.inbox);
     crash(&handle).await;
 

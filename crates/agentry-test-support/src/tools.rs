@@ -268,6 +268,14 @@ impl GateCall {
     pub fn is_abandoned(&self) -> bool {
         self.reply.is_closed()
     }
+
+    /// Waits until the call's future is dropped (the call saw its cancellation).
+    /// False when that did not happen within `timeout`.
+    pub async fn abandoned(&mut self, timeout: Duration) -> bool {
+        tokio::time::timeout(timeout, self.reply.closed())
+            .await
+            .is_ok()
+    }
 }
 
 /// Why [`GateHandle::next_call`] returned no call.
