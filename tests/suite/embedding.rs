@@ -4,7 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentry::protocol::state::SessionEntry;
+use agentry::protocol::event::{EventRecord, RunEvent};
+use agentry::protocol::state::{RunSnapshot, SessionEntry};
 use agentry::protocol::trace::RunInput;
 use agentry::{Decision, Driver, Effect, ErrorCode, RunStatus, Runtime, StopReason, ToolCall};
 use agentry_test_support::{
@@ -20,6 +21,44 @@ fn finish(step: u64, answer: &str) -> Decision {
             "task.finish",
             json!({"answer": answer}),
         )],
+    }
+}
+
+/// The run's snapshot once `ready` holds for it (polled; an error if it does not
+/// within 5 s or the run ends first).
+async fn snapshot_until(
+    handle: &agentry::RunHandle,
+    ready: impl Fn(&RunSnapshot) -> bool,
+) -> Result<RunSnapshot, TestError> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let snap = handle.snapshot().await.ok_or("no snapshot")?;
+        if ready(&snap) {
+            return Ok(snap);
+        }
+        if let Some(outcome) = handle.outcome() {
+            return Err(format!("the run ended first: {}", outcome.detail).into());
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(format!("the run never got there: {snap:?}").into());
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+/// Every event up to and including the first for which `last` holds.
+async fn events_until(
+    events: &mut tokio::sync::broadcast::Receiver<EventRecord>,
+    mut last: impl FnMut(&EventRecord) -> bool,
+) -> Result<Vec<EventRecord>, TestError> {
+    let mut seen = Vec::new();
+    loop {
+        let record = tokio::time::timeout(Duration::from_secs(5), events.recv()).await??;
+        let done = last(&record);
+        seen.push(record);
+        if done {
+            return Ok(seen);
+        }
     }
 }
 
@@ -157,22 +196,31 @@ async fn pause_stops_at_the_next_safe_point_and_resume_continues() -> Result<(),
         .policy();
 
     let handle = runtime.start(task.config(), policy).await?;
+    let mut events = handle.subscribe();
     let held = gate_calls.next_call(Duration::from_secs(5)).await?;
     handle.pause()?;
     held.release(json!("ok"));
     // The step in progress finishes; no new step starts.
-    let mut paused = false;
-    for _ in 0..200 {
-        let snap = handle.snapshot().await.ok_or("no snapshot")?;
-        if snap.status == RunStatus::Paused && snap.control.spent.steps == 1 {
-            paused = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    assert!(paused, "the run paused after its first step");
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    assert!(handle.outcome().is_none(), "a paused run does not step");
+    snapshot_until(&handle, |s| s.status == RunStatus::Paused).await?;
+    // A message sent now is handled after anything the run had queued for
+    // itself (its next step included): once it is applied, a paused run that
+    // stepped would have shown it.
+    handle.send_message("while paused")?;
+    let seen = events_until(&mut events, |e| {
+        matches!(&e.event, RunEvent::InputApplied { input: RunInput::Message { text }, .. } if text == "while paused")
+    })
+    .await?;
+    assert!(
+        !seen
+            .iter()
+            .any(|e| matches!(e.event, RunEvent::StepStarted { step } if step > 1)),
+        "a paused run does not step: {seen:?}"
+    );
+    let snap = handle.snapshot().await.ok_or("no snapshot")?;
+    assert_eq!(
+        (snap.status, snap.control.spent.steps),
+        (RunStatus::Paused, 1)
+    );
     handle.resume()?;
     let outcome = handle.wait().await?;
 
@@ -181,15 +229,25 @@ async fn pause_stops_at_the_next_safe_point_and_resume_continues() -> Result<(),
     Ok(())
 }
 
-/// The deadline applies while paused.
+/// The deadline applies while paused: a run that would finish at its next
+/// step, paused after its first, stops at the deadline without stepping.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_deadline_stops_a_paused_run() -> Result<(), TestError> {
-    let runtime = Runtime::with_builtins()?;
-    let task = TestTask::new("sleep", &[])?.deadline_ms(200);
-    let mut config = task.config();
-    config.driver = Driver::Events;
-    let handle = runtime.start(config, replier()).await?;
+    let (gate, mut gate_calls) = GateTool::new("gate");
+    let runtime = runtime_with(vec![Arc::new(gate)])?;
+    // Long enough to pause first even on a loaded machine (~10 ms here).
+    let task = TestTask::new("pause me", &[])?
+        .grant(&["gate"])
+        .deadline_ms(1_000);
+    let policy = ScriptBuilder::new()
+        .call("g1", "gate", json!({}))
+        .finish("done")
+        .policy();
+    let handle = runtime.start(task.config(), policy).await?;
+    let held = gate_calls.next_call(Duration::from_secs(5)).await?;
     handle.pause()?;
+    held.release(json!("ok"));
+    snapshot_until(&handle, |s| s.status == RunStatus::Paused).await?;
     let outcome = tokio::time::timeout(Duration::from_secs(5), handle.wait()).await??;
     assert_eq!(
         outcome.stop_reason,
@@ -197,6 +255,7 @@ async fn the_deadline_stops_a_paused_run() -> Result<(), TestError> {
         "{}",
         outcome.detail
     );
+    assert_eq!(outcome.steps, 1, "a paused run does not step");
     Ok(())
 }
 
@@ -219,9 +278,7 @@ async fn an_event_driven_agent_sleeps_until_an_event() -> Result<(), TestError> 
     });
     let handle = runtime.start(config, policy).await?;
 
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    let snap = handle.snapshot().await.ok_or("no snapshot")?;
-    assert_eq!(snap.status, RunStatus::Sleeping);
+    let snap = snapshot_until(&handle, |s| s.status == RunStatus::Sleeping).await?;
     assert_eq!(snap.control.spent.steps, 0, "no event, no step");
     handle.inject("webhook", json!({"last": false}))?;
     handle.after(Duration::from_millis(30), "webhook", json!({"last": true}));

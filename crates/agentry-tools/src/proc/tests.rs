@@ -64,9 +64,23 @@ async fn wait_group_gone(pgid: i32, limit: Duration) -> Vec<(i32, char)> {
     }
 }
 
-/// Waits for the leader to write its pid (= pgid) to `file`.
+/// Polls until group `pgid` has `n` live members, up to 5 s; returns them.
+async fn wait_group_size(pgid: i32, n: usize) -> Vec<(i32, char)> {
+    let start = Instant::now();
+    loop {
+        let members = group_members(pgid);
+        let live = members.iter().filter(|(_, state)| *state != 'Z').count();
+        if live == n || start.elapsed() > Duration::from_secs(5) {
+            return members;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Waits (up to 5 s) for the leader to write its pid (= pgid) to `file`.
 async fn read_pgid(file: &Path) -> i32 {
-    for _ in 0..200 {
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(5) {
         if let Ok(text) = std::fs::read_to_string(file)
             && let Ok(pid) = text.trim().parse()
         {
@@ -309,8 +323,11 @@ async fn cancel_kills_and_reaps_the_whole_group() {
         (result, started.elapsed())
     });
     let pgid = read_pgid(&pid_file).await;
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    assert_eq!(group_members(pgid).len(), 3, "sh and two sleeps run");
+    assert_eq!(
+        wait_group_size(pgid, 3).await.len(),
+        3,
+        "sh and two sleeps run"
+    );
     let cancelled_at = Instant::now();
     cancel.cancel();
     let (result, _) = call.await.unwrap();
@@ -319,7 +336,8 @@ async fn cancel_kills_and_reaps_the_whole_group() {
     assert_eq!(err.code, ErrorCode::Ecanceled);
     assert!(err.message.contains("process group"), "{}", err.message);
     eprintln!("cancel path took {took:?}");
-    assert!(took < Duration::from_secs(1), "cancel took {took:?}");
+    // Far below the 60 s the group would live unkilled; ~5 ms unloaded.
+    assert!(took < Duration::from_secs(5), "cancel took {took:?}");
     // Right after the call returned: nothing of the group, alive or zombie.
     assert_eq!(group_members(pgid), vec![]);
 }
@@ -340,17 +358,23 @@ async fn a_term_ignoring_group_is_killed_after_the_grace() {
             .await
     });
     let pgid = read_pgid(&dir.path().join("pid")).await;
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Both shells ignore TERM once the inner one has started its sleep.
+    assert_eq!(
+        wait_group_size(pgid, 3).await.len(),
+        3,
+        "sh, sh and sleep run"
+    );
     let cancelled_at = Instant::now();
     cancel.cancel();
     let err = call.await.unwrap().unwrap_err();
     assert_eq!(err.code, ErrorCode::Ecanceled);
     // SIGTERM is ignored, so the group dies only from the SIGKILL sent after the
-    // grace. (The upper bound is loose for loaded machines; unloaded it is ~45 ms.)
+    // grace. The upper bound only says it did not wait for the 60 s sleep
+    // (unloaded, the whole path is ~45 ms).
     let took = cancelled_at.elapsed();
     eprintln!("cancel path with SIGKILL took {took:?}");
     assert!(took >= DEFAULT_TERM_GRACE, "cancel took {took:?}");
-    assert!(took < Duration::from_millis(500), "cancel took {took:?}");
+    assert!(took < Duration::from_secs(5), "cancel took {took:?}");
     assert_eq!(wait_group_gone(pgid, Duration::from_secs(1)).await, vec![]);
 }
 
