@@ -217,10 +217,28 @@ mod tests {
             base_delay: Duration::from_millis(100),
             max_delay: Duration::from_millis(350),
         };
-        for _ in 0..200 {
-            assert!(backoff(&retry, 0) <= Duration::from_millis(100));
-            assert!(backoff(&retry, 1) <= Duration::from_millis(200));
-            assert!(backoff(&retry, 10) <= Duration::from_millis(350));
+        let ms = |n: u32| -> Vec<u64> {
+            (0..2_000)
+                .map(|_| backoff(&retry, n).as_millis() as u64)
+                .collect()
+        };
+        let (first, second, late) = (ms(0), ms(1), ms(10));
+        let max = |v: &[u64]| v.iter().copied().max().unwrap_or(0);
+        let min = |v: &[u64]| v.iter().copied().min().unwrap_or(u64::MAX);
+        let mean = |v: &[u64]| v.iter().sum::<u64>() as f64 / v.len() as f64;
+        // Under the cap: base·2^n, at most max_delay.
+        assert!(max(&first) <= 100 && max(&second) <= 200 && max(&late) <= 350);
+        // Exponential: each cap is reached for (2,000 uniform draws land in the
+        // top tenth of their range with probability 1 − 0.9^2000).
+        assert!(max(&first) >= 90, "{}", max(&first));
+        assert!(max(&second) >= 180, "{}", max(&second));
+        assert!(max(&late) >= 315, "{}", max(&late));
+        assert!(mean(&first) < mean(&second) && mean(&second) < mean(&late));
+        // Full jitter: spread over the whole range, down to (near) zero.
+        for draws in [&first, &second, &late] {
+            assert!(min(draws) <= 10, "{}", min(draws));
+            let distinct: std::collections::BTreeSet<_> = draws.iter().collect();
+            assert!(distinct.len() >= 50, "{} distinct values", distinct.len());
         }
     }
 

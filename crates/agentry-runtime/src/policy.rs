@@ -49,8 +49,12 @@ pub struct DeltaSink {
 }
 
 impl DeltaSink {
-    /// Publishes a piece of streamed text (built only when someone listens).
+    /// Publishes a piece of streamed text (built only when someone listens). An
+    /// empty piece (a stream's opening chunk often carries `""`) is no event.
     pub fn emit(&self, text: &str) {
+        if text.is_empty() {
+            return;
+        }
         let step = self.step;
         self.events.emit(|| RunEvent::TokenDelta {
             step,

@@ -54,7 +54,7 @@ pub async fn decide(
         .await
 }
 
-fn chunk(delta: Value) -> String {
+pub fn chunk(delta: Value) -> String {
     json!({"id": "x", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": delta, "finish_reason": null}]}).to_string()
 }
 
@@ -69,11 +69,11 @@ fn call_args(index: u64, fragment: &str) -> String {
     chunk(json!({"tool_calls": [{"index": index, "function": {"arguments": fragment}}]}))
 }
 
-fn finish(reason: &str) -> String {
+pub fn finish(reason: &str) -> String {
     json!({"choices": [{"index": 0, "delta": {}, "finish_reason": reason}]}).to_string()
 }
 
-fn usage(i: u64, o: u64) -> String {
+pub fn usage(i: u64, o: u64) -> String {
     json!({"choices": [], "usage": {"prompt_tokens": i, "completion_tokens": o, "total_tokens": i + o}}).to_string()
 }
 

@@ -1,12 +1,16 @@
 //! The adapter behind the real runtime: the seed's sum task, model turns served
 //! by the scripted server, tools run by the built-in executor.
 
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentry::protocol::RunEvent;
 use agentry::{Runtime, StopReason};
 use agentry_models::OpenAiPolicy;
 use agentry_test_support::TestTask;
-use serde_json::Value;
+use serde_json::{Value, json};
 
-use super::openai::{config, one_call};
+use super::openai::{chunk, config, finish, one_call, usage};
 use super::server::{MockServer, Reply, TestError};
 
 #[tokio::test]
@@ -107,28 +111,49 @@ async fn broken_arguments_and_unknown_tools_come_back_as_observations() -> Resul
 }
 
 /// Streamed text reaches subscribers as `token_delta` events while the model
-/// writes it; the whole text is the answer.
+/// writes it, one per streamed piece; the whole text is the answer.
 #[tokio::test]
 async fn streamed_text_is_published_as_token_deltas() -> Result<(), TestError> {
-    let server = MockServer::start(vec![Reply::sse(super::openai::text_turn("all done"))]).await?;
+    let pieces = ["all", " done", ", and", " checked"];
+    let mut payloads = vec![chunk(json!({"role": "assistant", "content": ""}))];
+    payloads.extend(pieces.iter().map(|p| chunk(json!({"content": p}))));
+    payloads.extend([finish("stop"), usage(3, 4), "[DONE]".into()]);
+    // One SSE event per chunk; the server holds the stream after the second
+    // piece until the test has seen the first pieces as events.
+    let events_sent: Vec<String> = payloads.iter().map(|p| format!("data: {p}\n\n")).collect();
+    let go = Arc::new(tokio::sync::Notify::new());
+    let server =
+        MockServer::start(vec![Reply::sse(events_sent).hold_after(3, Arc::clone(&go))]).await?;
     let task = TestTask::new("say you are done", &[])?;
     let policy = OpenAiPolicy::new(config(&server.base_url))?;
 
     let handle = Runtime::with_builtins()?
         .start(task.config(), policy)
         .await?;
-    let events = agentry_test_support::collect_until_stopped(handle.subscribe()).await?;
+    let mut events = handle.subscribe();
+    let mut early = Vec::new();
+    while early.len() < 2 {
+        let record = tokio::time::timeout(Duration::from_secs(10), events.recv()).await??;
+        if let RunEvent::TokenDelta { text, .. } = &record.event {
+            early.push(text.clone());
+        }
+    }
+    // Seen while the rest of the reply is still unsent.
+    assert_eq!(early, ["all", " done"]);
+    assert!(handle.outcome().is_none());
+    go.notify_one();
+    let rest = agentry_test_support::collect_until_stopped(events).await?;
     let outcome = handle.wait().await?;
 
     assert_eq!(outcome.stop_reason, StopReason::Done, "{}", outcome.detail);
-    let streamed: String = events
+    let late: Vec<&str> = rest
         .iter()
         .filter_map(|e| match &e.event {
-            agentry::protocol::RunEvent::TokenDelta { step: 1, text } => Some(text.as_str()),
+            RunEvent::TokenDelta { step: 1, text } => Some(text.as_str()),
             _ => None,
         })
         .collect();
-    assert_eq!(streamed, "all done");
-    assert_eq!(outcome.answer.as_deref(), Some("all done"));
+    assert_eq!(late, [", and", " checked"]);
+    assert_eq!(outcome.answer.as_deref(), Some("all done, and checked"));
     Ok(())
 }

@@ -26,6 +26,8 @@ pub struct Reply {
     pub chunks: Vec<String>,
     /// After sending this many chunks, hold the connection open without bytes.
     pub stall_after: Option<usize>,
+    /// After sending this many chunks, wait until the test notifies, then go on.
+    pub hold: Option<(usize, Arc<tokio::sync::Notify>)>,
 }
 
 impl Reply {
@@ -36,6 +38,7 @@ impl Reply {
             headers: vec![("content-type", "text/event-stream".into())],
             chunks,
             stall_after: None,
+            hold: None,
         }
     }
 
@@ -46,6 +49,7 @@ impl Reply {
             headers: vec![("content-type", "application/json".into())],
             chunks: vec![body.to_string()],
             stall_after: None,
+            hold: None,
         }
     }
 
@@ -56,6 +60,12 @@ impl Reply {
 
     pub fn stall_after(mut self, n: usize) -> Self {
         self.stall_after = Some(n);
+        self
+    }
+
+    /// After `n` chunks, sends nothing more until `go` is notified.
+    pub fn hold_after(mut self, n: usize, go: Arc<tokio::sync::Notify>) -> Self {
+        self.hold = Some((n, go));
         self
     }
 }
@@ -174,20 +184,28 @@ async fn handle(
         return r;
     };
     let stall_after = reply.stall_after;
+    let hold = reply.hold;
     let chunks: Vec<Vec<u8>> = reply.chunks.iter().map(|c| chunk_bytes(c)).collect();
-    let stream = futures::stream::unfold((chunks, 0usize), move |(chunks, i)| async move {
-        if stall_after == Some(i) {
-            // Bounded: long enough for any client stall timeout used in tests.
-            tokio::time::sleep(Duration::from_secs(20)).await;
-            return None;
+    let stream = futures::stream::unfold((chunks, 0usize), move |(chunks, i)| {
+        let hold = hold.clone();
+        async move {
+            if let Some((_, go)) = hold.filter(|(n, _)| *n == i) {
+                // Bounded like the stall: a test that never notifies fails, not hangs.
+                let _ = tokio::time::timeout(Duration::from_secs(20), go.notified()).await;
+            }
+            if stall_after == Some(i) {
+                // Bounded: long enough for any client stall timeout used in tests.
+                tokio::time::sleep(Duration::from_secs(20)).await;
+                return None;
+            }
+            let chunk = chunks.get(i)?.clone();
+            // A pause between pieces so they reach the client as separate reads.
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            Some((
+                Ok::<_, std::convert::Infallible>(Bytes::from(chunk)),
+                (chunks, i + 1),
+            ))
         }
-        let chunk = chunks.get(i)?.clone();
-        // A pause between pieces so they reach the client as separate reads.
-        tokio::time::sleep(Duration::from_millis(2)).await;
-        Some((
-            Ok::<_, std::convert::Infallible>(Bytes::from(chunk)),
-            (chunks, i + 1),
-        ))
     });
     let mut response = Response::new(Body::from_stream(stream));
     *response.status_mut() = StatusCode::from_u16(reply.status).unwrap();
