@@ -12,7 +12,7 @@ use agentry_test_support::{
     CountingTool, FnPolicy, GateTool, ScriptBuilder, SleepTool, TestError, TestTask, call,
     collect_until_stopped, runtime_with, tool_results,
 };
-use serde_json::json;
+use serde_json::{Value, json};
 
 fn finish(step: u64, answer: &str) -> Decision {
     Decision::ToolCalls {
@@ -123,15 +123,21 @@ async fn a_thousand_concurrent_inputs_are_applied_once_in_one_order() -> Result<
     );
     // Step and input lines are written in the order the state keeper applied
     // them (the state keeper queues step lines, the conductor input lines).
-    let versions: Vec<u64> = trace
+    let ordered: Vec<&Value> = trace
         .iter()
         .filter(|l| l["kind"] == "step" || l["kind"] == "input")
-        .map(|l| l["state_version"].as_u64().unwrap_or(0))
         .collect();
-    assert!(
-        versions.windows(2).all(|w| w[0] < w[1]),
-        "trace lines out of state order: {versions:?}"
-    );
+    let version = |l: &Value| l["state_version"].as_u64().unwrap_or(0);
+    if let Some(i) = ordered
+        .windows(2)
+        .position(|w| version(w[0]) >= version(w[1]))
+    {
+        let around: Vec<String> = ordered[i.saturating_sub(3)..(i + 4).min(ordered.len())]
+            .iter()
+            .map(|l| format!("{} v{} seq {}", l["kind"], l["state_version"], l["seq"]))
+            .collect();
+        panic!("trace lines out of state order at line {i}: {around:#?}");
+    }
     assert!(trace.iter().filter(|l| l["kind"] == "step").count() > 1);
     // Each writer's inputs stay in the order it sent them.
     for t in 0..20 {
