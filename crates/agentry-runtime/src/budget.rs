@@ -658,7 +658,10 @@ mod tests {
         let at = Instant::now() + Duration::from_millis(30);
         let (fired, fire) = recorder();
         let timer = DeadlineTimer::arm_with(at, Duration::from_secs(1), fire);
-        assert!(eventually(|| !fired_at(&fired).is_empty()).await, "never fired");
+        assert!(
+            eventually(|| !fired_at(&fired).is_empty()).await,
+            "never fired"
+        );
         // Both waits are over: the backstop's task and the precise thread.
         let disarmed = Arc::clone(&timer.disarmed);
         assert!(tokio::time::timeout(PATIENCE, timer.task).await.is_ok());
