@@ -37,12 +37,18 @@ pub(crate) fn open_sqlite(path: &Path) -> Result<Arc<dyn Store>, RuntimeError> {
 
 /// `path`, if a store file is there: `resume` and `runs` never create one.
 fn existing(path: PathBuf) -> Result<PathBuf, RuntimeError> {
-    if path.is_file() {
-        return Ok(path);
-    }
+    let why = match std::fs::metadata(&path) {
+        Ok(meta) if meta.is_file() => return Ok(path),
+        Ok(meta) if meta.is_dir() => {
+            "it is a directory, not a store file (pass the store's file, e.g. DIR/runs.db)".into()
+        }
+        Ok(_) => "it is not a regular file".into(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => "no such file".into(),
+        Err(e) => e.to_string(),
+    };
     Err(agentry::store::StoreError::Open {
         path: path.display().to_string(),
-        message: "no such file".into(),
+        message: why,
     }
     .into())
 }

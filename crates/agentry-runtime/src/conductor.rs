@@ -75,6 +75,10 @@ pub struct RunOutcome {
     pub workdir: PathBuf,
     /// The trace file, if one was written.
     pub trace: Option<PathBuf>,
+    /// Why the trace file is incomplete (a full disk, `/dev/full`, an I/O
+    /// error), if it is: the run went on, but its record is lost.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trace_error: Option<String>,
 }
 
 /// The addresses of a run's four actors, as spawned. For embedders that want
@@ -376,7 +380,7 @@ impl Actor for Conductor {
         let own_deadline = config
             .limits
             .deadline_ms
-            .map(|ms| started + Duration::from_millis(ms));
+            .map(|ms| crate::clock::later(started, Duration::from_millis(ms)));
         let deadline = match (own_deadline, lineage.deadline_at) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -1288,6 +1292,7 @@ impl ConductorState {
             .unwrap_or_default();
         let answer = state.task.answer.clone();
         let mut trace_path = None;
+        let mut trace_error = None;
         if let Some(trace) = self.trace.take() {
             let children = ask(&self.children.budget, BudgetMsg::Children)
                 .await
@@ -1305,11 +1310,13 @@ impl ConductorState {
                 answer: answer.clone(),
                 budget,
                 state_version: applied.as_ref().map_or(state.version, |a| a.version),
+                world: state.world.clone(),
                 at: agentry_protocol::now_millis(),
             })));
             let path = trace.path().to_path_buf();
             if let Err(e) = trace.finish().await {
                 tracing::error!(run_id = %self.run_id, error = %e, "trace could not be written completely");
+                trace_error = Some(e.to_string());
             }
             trace_path = Some(path);
         }
@@ -1330,6 +1337,7 @@ impl ConductorState {
             state,
             workdir: self.config.workdir.clone(),
             trace: trace_path,
+            trace_error,
         };
         // What this run did not use of its allowance returns to its parent (its
         // budget supervisor also says so when it stops; a second release is a no-op).

@@ -112,6 +112,16 @@ pub enum RuntimeError {
         /// What is wrong, naming the call.
         message: String,
     },
+    /// A run id given by the caller is unusable.
+    #[error(
+        "run id {run_id:?} is not usable: {message}; pick a short id without whitespace, '/' or '\\'"
+    )]
+    InvalidRunId {
+        /// The id as given.
+        run_id: String,
+        /// What is wrong with it.
+        message: String,
+    },
     /// The run ended without reporting an outcome (its conductor died).
     #[error("run {run_id}: conductor ended without an outcome")]
     Lost {

@@ -30,6 +30,7 @@
 pub mod accept;
 pub mod budget;
 mod call;
+mod clock;
 pub mod conductor;
 pub mod config;
 pub mod desk;

@@ -107,6 +107,9 @@ impl Runtime {
         mut config: RunConfig,
         policy: Box<dyn Policy>,
     ) -> Result<RunHandle, RuntimeError> {
+        if let Some(id) = &config.run_id {
+            crate::config::check_run_id(id)?;
+        }
         if self.store.is_some() && config.run_id.is_none() {
             // Fixed now: the stored record and the trace id derive from it.
             config.run_id = Some(uuid::Uuid::now_v7().to_string());
@@ -182,6 +185,9 @@ impl Runtime {
                 "grant {extra:?} is more than the parent holds ({:?})",
                 parent.grants.entries()
             )));
+        }
+        if let Some(id) = &config.run_id {
+            crate::config::check_run_id(id)?;
         }
         let run_id = config
             .run_id
