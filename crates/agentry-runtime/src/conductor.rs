@@ -152,6 +152,8 @@ pub struct ConductorArgs {
     pub restore: Option<Restore>,
     /// Counts what is posted to the conductor from outside.
     pub posted: Posted,
+    /// A durable run: this process's claim on it, held while the run runs.
+    pub(crate) claim: Option<crate::owner::Claim>,
 }
 
 /// How many messages other than its own `Step` wake-ups were posted to a
@@ -276,6 +278,10 @@ pub struct ConductorState {
     task_id: Arc<str>,
     children: Children,
     run_token: CancellationToken,
+    /// This process's claim on a durable run: let go before the outcome is
+    /// published (and, declared first, dropped before it if the conductor dies),
+    /// so whoever sees the run end here can resume it in this process.
+    claim: Option<crate::owner::Claim>,
     outcome: watch::Sender<Option<RunOutcome>>,
     events: EventSink,
     trace: Option<TraceWriter>,
@@ -371,6 +377,7 @@ impl Actor for Conductor {
             log,
             restore,
             posted,
+            claim,
         } = args;
         let now = Instant::now();
         let started = restore
@@ -506,6 +513,7 @@ impl Actor for Conductor {
                 budget,
             },
             run_token,
+            claim,
             outcome,
             events,
             trace,
@@ -1346,6 +1354,7 @@ impl ConductorState {
                 child_id: self.run_id.to_string(),
             });
         }
+        drop(self.claim.take());
         self.outcome.send_replace(Some(outcome));
         // The policy or executor may be stuck inside a handler (a hung model call, a
         // tool ignoring cancellation): kill, which aborts the handler, rather than

@@ -112,6 +112,16 @@ pub enum RuntimeError {
         /// What is wrong, naming the call.
         message: String,
     },
+    /// Another live process runs this run; it is not taken over.
+    #[error(
+        "run {run_id} is being run by {owner}; stop that process first, or wait until it exits (an owner on another machine is taken over once its heartbeat is 30 s old)"
+    )]
+    Owned {
+        /// Run id.
+        run_id: String,
+        /// Which process, on which host, since when.
+        owner: String,
+    },
     /// A run id given by the caller is unusable.
     #[error(
         "run id {run_id:?} is not usable: {message}; pick a short id without whitespace, '/' or '\\'"

@@ -38,6 +38,7 @@ pub mod durable;
 pub mod error;
 pub mod events;
 pub mod executor;
+pub mod owner;
 pub mod policy;
 pub mod registry;
 mod resume;

@@ -258,24 +258,35 @@ impl Runtime {
                 .unwrap_or_else(|| uuid::Uuid::now_v7().to_string())
                 .as_str(),
         );
+        // A new durable run is this process's from its first commit on; a
+        // resumed one was claimed by `resume` already.
+        let new_claim = match (&self.store, &durable) {
+            (Some(writer), Durable::New) => Some(crate::owner::Claim::new(&run_id, writer.key())),
+            _ => None,
+        };
         let log = match (&self.store, &durable) {
             (Some(writer), Durable::New | Durable::Resume(_)) => Some(RunLog {
                 run_id: Arc::clone(&run_id),
                 writer: writer.clone(),
                 mode: self.durability,
+                owner_token: match (&durable, &new_claim) {
+                    (Durable::Resume(r), _) => Arc::from(r.claim.owner.token.as_str()),
+                    (_, Some(claim)) => Arc::from(claim.owner.token.as_str()),
+                    (_, None) => Arc::from(""),
+                },
             }),
             _ => None,
         };
-        if let (Some(log), Durable::New) = (&log, &durable) {
+        if let (Some(log), Some(claim)) = (&log, &new_claim) {
             // On disk before the caller gets a handle: a run it knows of can be resumed.
-            crate::resume::create_record(log, &config).await?;
+            crate::resume::create_record(log, &config, claim).await?;
         }
-        let (restore, timers, stored_inbox) = match durable {
+        let (restore, timers, stored_inbox, claim) = match durable {
             Durable::Resume(r) => {
                 let r = *r;
-                (Some(r.restore), r.timers, r.inbox)
+                (Some(r.restore), r.timers, r.inbox, Some(r.claim))
             }
-            _ => (None, Vec::new(), Vec::new()),
+            Durable::New | Durable::No => (None, Vec::new(), Vec::new(), new_claim),
         };
         let inbox = log.as_ref().map(|_| {
             let next = stored_inbox
@@ -313,6 +324,7 @@ impl Runtime {
             log: log.clone(),
             restore,
             posted: posted.clone(),
+            claim,
         };
         let (conductor, _) =
             Actor::spawn(None, Conductor, args)

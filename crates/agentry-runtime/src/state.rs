@@ -502,6 +502,15 @@ impl RunState {
                 progress: serde_json::to_value(&self.progress).unwrap_or_default(),
             },
         });
+        // A stopped run is nobody's: its owner lets go in the stop's commit.
+        if self.status == RunStatus::Stopped
+            && let Some(log) = &self.log
+        {
+            writes.push(Write::Release {
+                run_id: run_id.to_string(),
+                token: log.owner_token.to_string(),
+            });
+        }
         writes
     }
 

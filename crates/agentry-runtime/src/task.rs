@@ -715,8 +715,7 @@ fn money(at: &str, v: &Value) -> Result<u64, String> {
             ));
         }
     };
-    // NaN fails every comparison, so it lands in the first arm.
-    if !(amount > 0.0) || amount.is_infinite() {
+    if amount.is_nan() || amount <= 0.0 || amount.is_infinite() {
         return Err(format!(
             "{at}: expected a positive number, found {}",
             describe(v)

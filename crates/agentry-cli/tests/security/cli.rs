@@ -233,3 +233,123 @@ fn runs_on_a_directory_says_it_is_a_directory() {
         assert!(!err.contains("no such file"), "{err}");
     }
 }
+
+// ---------------------------------------------------------------------------
+// Issue 16 item 7: `agentry resume` while the first process still runs it.
+// ---------------------------------------------------------------------------
+
+/// A task whose one call appends a line to ledger.txt and then holds until a
+/// `go` file appears or its agentry process is gone (a non-idempotent call
+/// caught in flight).
+fn held_append_task(dir: &Path) {
+    let toml = r#"goal = "append one line"
+[budget]
+max_steps = 5
+deadline = "120s"
+[tools]
+grant = ["ledger.append"]
+[[tools.command]]
+name = "ledger.append"
+description = "Append a line to ledger.txt, then hold"
+argv = ["sh", "-c", "printf '%s\n' \"$1\" >> ledger.txt; while [ ! -e go ] && kill -0 $PPID 2>/dev/null; do sleep 0.02; done", "sh", "{line}"]
+input_schema = { type = "object", properties = { line = { type = "string" } }, required = ["line"] }
+timeout = "100s"
+[[accept]]
+file = "ledger.txt"
+equals = "a"
+"#;
+    std::fs::write(dir.join("task.toml"), toml).unwrap();
+    std::fs::write(
+        dir.join("script.json"),
+        r#"{"turns": [
+            {"tool_calls": [{"id": "a1", "name": "ledger.append", "arguments": {"line": "a"}}]},
+            {"tool_calls": [{"id": "fin", "name": "task.finish", "arguments": {"answer": "appended"}}]}
+        ]}"#,
+    )
+    .unwrap();
+}
+
+/// Polls `what` every 10 ms until it holds; fails after 60 s.
+fn wait_until(why: &str, mut what: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !what() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting: {why}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+/// No process has `dir` as its working directory any more.
+fn nothing_runs_in(dir: &Path) -> bool {
+    let dir = std::fs::canonicalize(dir).unwrap();
+    !std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .any(|e| std::fs::read_link(e.path().join("cwd")).is_ok_and(|cwd| cwd == dir))
+}
+
+/// Two real processes: while `agentry run` is inside its non-idempotent call,
+/// `agentry resume` of the same run exits 2 naming that process and since
+/// when, and runs nothing (it used to run the run a second time). After the
+/// first process is SIGKILLed, the same resume takes over: the call is parked
+/// for a decision, settled, and the run ends `done` with the line written once.
+#[test]
+fn resume_is_refused_while_the_first_process_runs_it_and_takes_over_after_a_kill() {
+    let tmp = tempfile::tempdir().unwrap();
+    let task = tmp.path().join("task");
+    std::fs::create_dir(&task).unwrap();
+    held_append_task(&task);
+    let store = tmp.path().join("runs.db");
+    let workdir = tmp.path().join("work");
+    let mut first = Command::new(bin())
+        .args(["run", path_str(&task), "--store", path_str(&store)])
+        .args([
+            "--workdir",
+            path_str(&workdir),
+            "--run-id",
+            "own-1",
+            "--json",
+        ])
+        .env_remove("RUST_LOG")
+        .env("TMPDIR", tmp.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let ledger = || std::fs::read_to_string(workdir.join("ledger.txt")).unwrap_or_default();
+    wait_until("the first process is inside its call", || ledger() == "a\n");
+
+    let resume = |extra: &[&str]| {
+        let mut args = vec!["resume", "own-1", "--store", path_str(&store), "--json"];
+        args.extend_from_slice(extra);
+        agentry(&args, tmp.path())
+    };
+    let refused = resume(&[]);
+    assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
+    let err = stderr(&refused);
+    assert!(
+        err.contains(&format!("is being run by process {}", first.id())),
+        "{err}"
+    );
+    assert!(err.contains(" since 20"), "{err}");
+    let report = json(&refused);
+    assert_eq!(report["exit_code"], 2);
+    assert_eq!(ledger(), "a\n", "the refused resume ran nothing");
+    assert!(
+        first.try_wait().unwrap().is_none(),
+        "the first process still runs"
+    );
+
+    // SIGKILL: the owner record stays behind, with a fresh heartbeat.
+    first.kill().unwrap();
+    first.wait().unwrap();
+    wait_until("the killed run's tool is gone", || {
+        nothing_runs_in(&workdir)
+    });
+    let took_over = resume(&["--decide", "a1=happened"]);
+    assert_eq!(took_over.status.code(), Some(0), "{}", stderr(&took_over));
+    assert_eq!(json(&took_over)["stop_reason"], "done");
+    assert_eq!(ledger(), "a\n", "the call ran once");
+}
