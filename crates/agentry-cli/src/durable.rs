@@ -113,7 +113,8 @@ pub(crate) async fn drive(
 
 /// `agentry resume RUN_ID --store FILE`.
 pub(crate) async fn resume(args: ResumeArgs) -> Result<Finished, RunError> {
-    let path = existing(args.store.clone().unwrap_or_else(crate::default_store))
+    let path = crate::store_or_default(args.store.as_ref())
+        .and_then(existing)
         .map_err(RunError::BadInput)?;
     let store = open_sqlite(&path).map_err(RunError::BadInput)?;
     let config =
@@ -203,7 +204,7 @@ fn stored_policy(
 
 /// `agentry runs --store FILE`.
 pub(crate) fn list(args: &RunsArgs) -> Result<(), RuntimeError> {
-    let path = existing(args.store.clone().unwrap_or_else(crate::default_store))?;
+    let path = existing(crate::store_or_default(args.store.as_ref())?)?;
     let store = SqliteStore::open(&path)?;
     let runs: Vec<_> = store
         .runs()?

@@ -211,11 +211,25 @@ pub(crate) fn parse_policy(value: &str) -> Result<PolicyArg, String> {
 }
 
 /// The store used when no `--store` is given: `$AGENTRY_STORE`, else
-/// `agentry/runs.db` in the system temp dir.
-pub(crate) fn default_store() -> PathBuf {
+/// `agentry/runs.db` in the system temp dir. That one lives in a directory any
+/// local user could have planted: it must be our own `0700` directory and the
+/// file, if there, our own regular file (never a link), else an error.
+pub(crate) fn default_store() -> Result<PathBuf, agentry::RuntimeError> {
     match std::env::var_os("AGENTRY_STORE").filter(|v| !v.is_empty()) {
-        Some(path) => PathBuf::from(path),
-        None => std::env::temp_dir().join("agentry").join("runs.db"),
+        Some(path) => Ok(PathBuf::from(path)),
+        None => {
+            let path = agentry::runtime::tempdir::private_temp_dir()?.join("runs.db");
+            agentry::runtime::tempdir::check_private_file(&path)?;
+            Ok(path)
+        }
+    }
+}
+
+/// `--store FILE`, else the default store.
+pub(crate) fn store_or_default(store: Option<&PathBuf>) -> Result<PathBuf, agentry::RuntimeError> {
+    match store {
+        Some(path) => Ok(path.clone()),
+        None => default_store(),
     }
 }
 

@@ -122,6 +122,15 @@ pub enum RuntimeError {
         /// Which process, on which host, since when.
         owner: String,
     },
+    /// A path in the shared temp directory is not safe to use (a symbolic
+    /// link, someone else's directory or file).
+    #[error("refusing {path}: {message}")]
+    UnsafePath {
+        /// The path.
+        path: PathBuf,
+        /// What is wrong with it.
+        message: String,
+    },
     /// A run id given by the caller is unusable.
     #[error(
         "run id {run_id:?} is not usable: {message}; pick a short id without whitespace, '/' or '\\'"

@@ -45,6 +45,7 @@ mod resume;
 pub mod runtime;
 pub mod state;
 pub mod task;
+pub mod tempdir;
 pub mod trace;
 
 pub use budget::BudgetMsg;

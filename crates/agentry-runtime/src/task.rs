@@ -199,7 +199,8 @@ impl TaskSpec {
     ///
     /// `workdir`, when given, must not exist or be an empty directory. By default a
     /// new directory `runs/<task_id>-<uuid v7>` is made under
-    /// `std::env::temp_dir()/agentry`. Symbolic links (and other special files) in
+    /// `std::env::temp_dir()/agentry`, which must be this user's own (see
+    /// [`crate::tempdir`]). Symbolic links (and other special files) in
     /// the workspace are refused before anything is created: copying one would
     /// either follow it out of the task directory or hand the run a link whose
     /// meaning depends on where it happens to live. Returns the canonical path.
@@ -215,7 +216,7 @@ impl TaskSpec {
                 dir.to_path_buf()
             }
             None => {
-                let root = std::env::temp_dir().join("agentry").join("runs");
+                let root = crate::tempdir::private_temp_dir()?.join("runs");
                 std::fs::create_dir_all(&root).map_err(|e| workdir_err(&root, e))?;
                 let dir = root.join(format!("{}-{}", self.task_id, uuid::Uuid::now_v7()));
                 // `create_dir`, not `create_dir_all`: a fresh directory, never a reused one.

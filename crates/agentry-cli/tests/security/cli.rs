@@ -353,3 +353,83 @@ fn resume_is_refused_while_the_first_process_runs_it_and_takes_over_after_a_kill
     assert_eq!(json(&took_over)["stop_reason"], "done");
     assert_eq!(ledger(), "a\n", "the call ran once");
 }
+
+// ---------------------------------------------------------------------------
+// Issue 16 item 10: the default store in the shared temp directory.
+// ---------------------------------------------------------------------------
+
+#[cfg(unix)]
+fn mode(p: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p).unwrap().permissions().mode() & 0o777
+}
+
+/// Another local user plants `<tmp>/agentry` as a link to a directory of
+/// theirs before agentry first runs: agentry used to follow it and write its
+/// store (every tool output of every run) and working directories there. Now
+/// it refuses, naming the path, and writes nothing through the link.
+#[cfg(unix)]
+#[test]
+fn a_planted_link_in_the_shared_temp_dir_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let theirs = tmp.path().join("theirs");
+    std::fs::create_dir(&theirs).unwrap();
+    std::os::unix::fs::symlink(&theirs, tmp.path().join("agentry")).unwrap();
+    for args in [
+        vec!["run", "examples/sum"],
+        vec!["runs"],
+        vec!["resume", "x"],
+    ] {
+        let out = agentry(&args, tmp.path());
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        let err = stderr(&out);
+        assert!(
+            err.contains(&format!(
+                "refusing {}",
+                tmp.path().join("agentry").display()
+            )) && err.contains("symbolic link"),
+            "{args:?}: {err}"
+        );
+    }
+    assert_eq!(
+        std::fs::read_dir(&theirs).unwrap().count(),
+        0,
+        "nothing written there"
+    );
+
+    // Our own directory, but runs.db in it is a link: refused too.
+    std::fs::remove_file(tmp.path().join("agentry")).unwrap();
+    std::fs::create_dir(tmp.path().join("agentry")).unwrap();
+    let victim = tmp.path().join("victim.db");
+    std::os::unix::fs::symlink(&victim, tmp.path().join("agentry/runs.db")).unwrap();
+    let out = agentry(&["run", "examples/sum"], tmp.path());
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("runs.db: it is a symbolic link"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!victim.exists(), "nothing created through the link");
+}
+
+/// The default directory is created 0700 (an existing one of ours is
+/// tightened) and the store file 0600, whatever the umask.
+#[cfg(unix)]
+#[test]
+fn the_default_directory_and_store_are_private() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = agentry(&["run", "examples/sum", "--json"], tmp.path());
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let dir = tmp.path().join("agentry");
+    assert_eq!(mode(&dir), 0o700);
+    assert_eq!(mode(&dir.join("runs.db")), 0o600);
+    let workdir = PathBuf::from(json(&out)["workdir"].as_str().unwrap());
+    assert!(workdir.starts_with(std::fs::canonicalize(&dir).unwrap()));
+
+    // An open directory from an older agentry is made private on the next run.
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let out = agentry(&["runs", "--all", "--json"], tmp.path());
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(json(&out).as_array().unwrap().len(), 1);
+    assert_eq!(mode(&dir), 0o700);
+}

@@ -398,3 +398,22 @@ fn a_store_left_open_by_a_dead_process_opens_with_everything_committed() {
     let run = reopened.load("r1").unwrap().unwrap();
     assert_eq!(run.session, vec![user("a"), user("b")]);
 }
+
+/// A new store and its `-wal` and `-shm` companions are readable by their
+/// owner only, whatever the umask (they were 0644: every local user could read
+/// every tool output of every run).
+#[cfg(unix)]
+#[test]
+fn a_new_store_and_its_wal_and_shm_are_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = db_path(&dir);
+    let store = open(&path);
+    store.commit(&[Write::CreateRun(record("r", 1))]).unwrap();
+    // While the connection is open the WAL and its index exist.
+    for suffix in ["", "-wal", "-shm"] {
+        let file = PathBuf::from(format!("{}{suffix}", path.display()));
+        let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{}: {mode:o}", file.display());
+    }
+}
