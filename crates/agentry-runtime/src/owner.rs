@@ -8,7 +8,7 @@
 //!
 //! Whether an owner is alive:
 //! - this process (same pid space, pid and start time): alive while the run is
-//!   in this process's table of runs it is running ([`Claim`] guards, dropped
+//!   in this process's table of runs it is running (claim guards, dropped
 //!   when the run's conductor stops), so a run lost in-process can be resumed;
 //! - another process in the same pid space (Linux: same boot id and pid
 //!   namespace): alive while `/proc/PID` exists, is not a zombie and started

@@ -522,6 +522,58 @@ mod ownership {
         Ok(())
     }
 
+    /// A resumed run goes on writing the trace it started; the first step
+    /// line its new process writes carries every ref (lines of the old
+    /// process may be lost with it), so folding the step lines still gives
+    /// the world, and the stop line has the whole map.
+    #[tokio::test]
+    async fn a_resumed_runs_first_trace_line_carries_the_whole_map() -> Result<(), TestError> {
+        let task = TestTask::new("write, look, finish", &[])?
+            .grant(&["fs.write", "look"])
+            .run_id("traced-1")
+            .trace();
+        let db = task.root().join("runs.db");
+        let script = || {
+            ScriptBuilder::new()
+                .call("w1", "fs.write", json!({"path": "a.txt", "content": "a"}))
+                .call("l1", "look", json!({}))
+                .finish("done")
+        };
+        let (first, mut held) = gated(&db)?;
+        let handle = first.start(task.config(), script().policy()).await?;
+        let call = held.next_call(WAIT).await?;
+        first.abandon().await;
+        drop(call);
+        let _ = tokio::time::timeout(WAIT, handle.wait()).await;
+
+        let (second, mut held2) = gated(&db)?;
+        let resumed = second.resume("traced-1", script().policy()).await?;
+        held2.next_call(WAIT).await?.release(json!({}));
+        let outcome = tokio::time::timeout(WAIT, resumed.wait()).await??;
+        assert_eq!(outcome.stop_reason, StopReason::Done, "{}", outcome.detail);
+
+        let lines = task.read_trace()?;
+        let steps: Vec<_> = lines.iter().filter(|l| l["kind"] == "step").collect();
+        // Step 1 by the first process, steps 2 and 3 by the second.
+        let numbers: Vec<_> = steps.iter().map(|s| s["step"].as_u64()).collect();
+        assert_eq!(numbers, [Some(1), Some(2), Some(3)]);
+        for (step, want) in [(0, true), (1, true), (2, false)] {
+            let changed = &steps[step]["state"]["world"]["refs_changed"];
+            assert_eq!(
+                changed.get("a.txt").is_some(),
+                want,
+                "step {}: {changed}",
+                step + 1
+            );
+        }
+        let stop = lines.last().ok_or("empty trace")?;
+        assert!(
+            stop["world"]["refs"]["a.txt"]["sha256"].is_string(),
+            "{stop}"
+        );
+        Ok(())
+    }
+
     /// A live owner refreshes its heartbeat (every 2 s) while the run runs.
     #[tokio::test]
     async fn a_live_owner_keeps_its_heartbeat_fresh() -> Result<(), TestError> {
