@@ -258,25 +258,7 @@ impl Runtime {
                 .unwrap_or_else(|| uuid::Uuid::now_v7().to_string())
                 .as_str(),
         );
-        // A new durable run is this process's from its first commit on; a
-        // resumed one was claimed by `resume` already.
-        let new_claim = match (&self.store, &durable) {
-            (Some(writer), Durable::New) => Some(crate::owner::Claim::new(&run_id, writer.key())),
-            _ => None,
-        };
-        let log = match (&self.store, &durable) {
-            (Some(writer), Durable::New | Durable::Resume(_)) => Some(RunLog {
-                run_id: Arc::clone(&run_id),
-                writer: writer.clone(),
-                mode: self.durability,
-                owner_token: match (&durable, &new_claim) {
-                    (Durable::Resume(r), _) => Arc::from(r.claim.owner.token.as_str()),
-                    (_, Some(claim)) => Arc::from(claim.owner.token.as_str()),
-                    (_, None) => Arc::from(""),
-                },
-            }),
-            _ => None,
-        };
+        let (log, new_claim) = self.run_log(&run_id, &durable);
         if let (Some(log), Some(claim)) = (&log, &new_claim) {
             // On disk before the caller gets a handle: a run it knows of can be resumed.
             crate::resume::create_record(log, &config, claim).await?;
@@ -373,6 +355,33 @@ impl Runtime {
             handle.arm_timer(timer);
         }
         Ok(handle)
+    }
+
+    /// A durable run's view of the store, and for a new one this process's
+    /// claim on it (a resumed run was claimed by `resume` already).
+    fn run_log(
+        &self,
+        run_id: &Arc<str>,
+        durable: &Durable,
+    ) -> (Option<RunLog>, Option<crate::owner::Claim>) {
+        let Some(writer) = &self.store else {
+            return (None, None);
+        };
+        let (token, claim) = match durable {
+            Durable::No => return (None, None),
+            Durable::Resume(r) => (Arc::from(r.claim.owner.token.as_str()), None),
+            Durable::New => {
+                let claim = crate::owner::Claim::new(run_id, writer.key());
+                (Arc::from(claim.owner.token.as_str()), Some(claim))
+            }
+        };
+        let log = RunLog {
+            run_id: Arc::clone(run_id),
+            writer: writer.clone(),
+            mode: self.durability,
+            owner_token: token,
+        };
+        (Some(log), claim)
     }
 
     /// Starts a run and waits for its outcome.
