@@ -86,7 +86,7 @@ async fn trace_lines_are_json_with_the_documented_fields() -> Result<(), TestErr
     assert_eq!(steps[0]["budget_after"]["spent"]["tool_calls"], 3);
     // A read carries a content reference (path + sha256) in the envelope and the world.
     assert_eq!(steps[0]["results"][0]["refs"][0]["path"], "numbers.txt");
-    assert!(steps[0]["state"]["world"]["refs"]["numbers.txt"]["sha256"].is_string());
+    assert!(steps[0]["state"]["world"]["refs_changed"]["numbers.txt"]["sha256"].is_string());
 
     let last = &last[0];
     assert_eq!(last["kind"], "stop");

@@ -37,12 +37,18 @@ pub(crate) fn open_sqlite(path: &Path) -> Result<Arc<dyn Store>, RuntimeError> {
 
 /// `path`, if a store file is there: `resume` and `runs` never create one.
 fn existing(path: PathBuf) -> Result<PathBuf, RuntimeError> {
-    if path.is_file() {
-        return Ok(path);
-    }
+    let why = match std::fs::metadata(&path) {
+        Ok(meta) if meta.is_file() => return Ok(path),
+        Ok(meta) if meta.is_dir() => {
+            "it is a directory, not a store file (pass the store's file, e.g. DIR/runs.db)".into()
+        }
+        Ok(_) => "it is not a regular file".into(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => "no such file".into(),
+        Err(e) => e.to_string(),
+    };
     Err(agentry::store::StoreError::Open {
         path: path.display().to_string(),
-        message: "no such file".into(),
+        message: why,
     }
     .into())
 }
@@ -107,7 +113,8 @@ pub(crate) async fn drive(
 
 /// `agentry resume RUN_ID --store FILE`.
 pub(crate) async fn resume(args: ResumeArgs) -> Result<Finished, RunError> {
-    let path = existing(args.store.clone().unwrap_or_else(crate::default_store))
+    let path = crate::store_or_default(args.store.as_ref())
+        .and_then(existing)
         .map_err(RunError::BadInput)?;
     let store = open_sqlite(&path).map_err(RunError::BadInput)?;
     let config =
@@ -197,7 +204,7 @@ fn stored_policy(
 
 /// `agentry runs --store FILE`.
 pub(crate) fn list(args: &RunsArgs) -> Result<(), RuntimeError> {
-    let path = existing(args.store.clone().unwrap_or_else(crate::default_store))?;
+    let path = existing(crate::store_or_default(args.store.as_ref())?)?;
     let store = SqliteStore::open(&path)?;
     let runs: Vec<_> = store
         .runs()?

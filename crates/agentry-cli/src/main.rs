@@ -20,9 +20,13 @@
 //! Exit codes: 0 when the run stops `done`, 1 for any other stop reason, 2 for bad
 //! input (unreadable or invalid task or script, bad flags, an unusable working
 //! directory, a missing API key or an unreachable model server, an unusable
-//! store, an unknown or finished run), 3 when a durable run parks
-//! `awaiting_decision` (it stays in the store; `agentry resume --decide` goes on). This file only parses arguments, sets up logging and maps results to
-//! exit codes; the run itself is in `run.rs`, the output in `report.rs`.
+//! store, an unknown or finished run, a run another live process owns), 3 when
+//! a durable run parks `awaiting_decision` (it stays in the store; `agentry
+//! resume --decide` goes on), 4 when the run finished but its `--trace` file
+//! could not be written completely. With `--json`, an error is also printed as
+//! one JSON object on stdout: `{"error": "...", "exit_code": N}`. This file
+//! only parses arguments, sets up logging and maps results to exit codes; the
+//! run itself is in `run.rs`, the output in `report.rs`.
 
 mod durable;
 mod report;
@@ -42,6 +46,9 @@ const EXIT_NOT_DONE: u8 = 1;
 const EXIT_BAD_INPUT: u8 = 2;
 /// Exit code for a durable run parked until a human settles an interrupted call.
 const EXIT_PARKED: u8 = 3;
+/// Exit code for a run whose `--trace` file could not be written completely
+/// (the run itself finished; its report is printed).
+const EXIT_TRACE_LOST: u8 = 4;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -144,7 +151,7 @@ struct RunArgs {
     #[arg(long)]
     json: bool,
     /// Override the task's step budget.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=agentry::runtime::task::MAX_COUNT))]
     max_steps: Option<u64>,
     /// Override the task's wall-clock deadline ("500ms", "30s", "2m").
     #[arg(long, value_name = "DURATION", value_parser = parse_deadline)]
@@ -168,7 +175,7 @@ struct RunArgs {
     durability: DurabilityArg,
     /// The run id (default: a fresh UUIDv7). With --store, a run id already in the
     /// store is refused.
-    #[arg(long, value_name = "ID")]
+    #[arg(long, value_name = "ID", value_parser = parse_run_id)]
     run_id: Option<String>,
     /// Approve calls of these tools up front (name, scope or `prefix.*`), so they
     /// do not park `awaiting_approval` (irreversible tools do by default).
@@ -204,12 +211,30 @@ pub(crate) fn parse_policy(value: &str) -> Result<PolicyArg, String> {
 }
 
 /// The store used when no `--store` is given: `$AGENTRY_STORE`, else
-/// `agentry/runs.db` in the system temp dir.
-pub(crate) fn default_store() -> PathBuf {
+/// `agentry/runs.db` in the system temp dir. That one lives in a directory any
+/// local user could have planted: it must be our own `0700` directory and the
+/// file, if there, our own regular file (never a link), else an error.
+pub(crate) fn default_store() -> Result<PathBuf, agentry::RuntimeError> {
     match std::env::var_os("AGENTRY_STORE").filter(|v| !v.is_empty()) {
-        Some(path) => PathBuf::from(path),
-        None => std::env::temp_dir().join("agentry").join("runs.db"),
+        Some(path) => Ok(PathBuf::from(path)),
+        None => {
+            let path = agentry::runtime::tempdir::private_temp_dir()?.join("runs.db");
+            agentry::runtime::tempdir::check_private_file(&path)?;
+            Ok(path)
+        }
     }
+}
+
+/// `--store FILE`, else the default store.
+pub(crate) fn store_or_default(store: Option<&PathBuf>) -> Result<PathBuf, agentry::RuntimeError> {
+    match store {
+        Some(path) => Ok(path.clone()),
+        None => default_store(),
+    }
+}
+
+fn parse_run_id(value: &str) -> Result<String, agentry::RuntimeError> {
+    agentry::runtime::config::check_run_id(value).map(|()| value.to_string())
 }
 
 fn parse_decision(value: &str) -> Result<(String, agentry::Settlement), String> {
@@ -224,6 +249,7 @@ fn parse_decision(value: &str) -> Result<(String, agentry::Settlement), String> 
 
 fn parse_deadline(value: &str) -> Result<Duration, String> {
     match humantime::parse_duration(value) {
+        Ok(d) if d > agentry::runtime::task::MAX_DURATION => Err("at most 365 days (365d)".into()),
         Ok(d) if !d.is_zero() => Ok(d),
         Ok(_) => Err("must be longer than zero".into()),
         Err(e) => Err(format!(
@@ -272,10 +298,7 @@ fn main() -> ExitCode {
         }
         Command::Runs(args) => match durable::list(&args) {
             Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("agentry: {e}");
-                ExitCode::from(EXIT_BAD_INPUT)
-            }
+            Err(e) => fail(&e, EXIT_BAD_INPUT, args.json),
         },
     }
 }
@@ -287,7 +310,13 @@ fn finish(result: Result<durable::Finished, run::RunError>, json: bool) -> ExitC
             if let Err(e) = report::print(&outcome, json) {
                 eprintln!("agentry: cannot write the report: {e}");
             }
-            if outcome.stop_reason == agentry::StopReason::Done {
+            if let (Some(path), Some(e)) = (&outcome.trace, &outcome.trace_error) {
+                eprintln!(
+                    "agentry: the trace {} could not be written completely: {e}",
+                    path.display()
+                );
+                ExitCode::from(EXIT_TRACE_LOST)
+            } else if outcome.stop_reason == agentry::StopReason::Done {
                 ExitCode::SUCCESS
             } else {
                 ExitCode::from(EXIT_NOT_DONE)
@@ -299,19 +328,20 @@ fn finish(result: Result<durable::Finished, run::RunError>, json: bool) -> ExitC
             }
             ExitCode::from(EXIT_PARKED)
         }
-        Err(run::RunError::BadInput(e)) => {
-            eprintln!("agentry: {e}");
-            ExitCode::from(EXIT_BAD_INPUT)
-        }
-        Err(run::RunError::Model(e)) => {
-            eprintln!("agentry: {e}");
-            ExitCode::from(EXIT_BAD_INPUT)
-        }
-        Err(run::RunError::Lost(e)) => {
-            eprintln!("agentry: {e}");
-            ExitCode::from(EXIT_NOT_DONE)
-        }
+        Err(run::RunError::BadInput(e)) => fail(&e, EXIT_BAD_INPUT, json),
+        Err(run::RunError::Model(e)) => fail(&e, EXIT_BAD_INPUT, json),
+        Err(run::RunError::Lost(e)) => fail(&e, EXIT_NOT_DONE, json),
     }
+}
+
+/// Reports an error on stderr (and, with `--json`, as the one JSON object on
+/// stdout, so a script reading stdout always gets one) and exits with `code`.
+fn fail(e: &dyn std::fmt::Display, code: u8, json: bool) -> ExitCode {
+    eprintln!("agentry: {e}");
+    if json && let Err(e) = report::print_error(&e.to_string(), code) {
+        eprintln!("agentry: cannot write the report: {e}");
+    }
+    ExitCode::from(code)
 }
 
 #[cfg(test)]
@@ -366,6 +396,7 @@ mod tests {
         assert_eq!(parse_deadline("500ms"), Ok(Duration::from_millis(500)));
         assert_eq!(parse_deadline("2m"), Ok(Duration::from_secs(120)));
         assert!(parse_deadline("0s").is_err());
+        assert!(parse_deadline("9999999999999999999s").is_err());
         assert!(parse_deadline("soon").is_err());
     }
 

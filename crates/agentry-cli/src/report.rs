@@ -23,6 +23,9 @@ struct JsonReport<'a> {
     tool_calls: u64,
     workdir: String,
     trace: Option<String>,
+    /// Present only when the trace could not be written completely.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    trace_error: Option<&'a str>,
     checks: &'a [CheckOutcome],
     budget: &'a BudgetSnapshot,
 }
@@ -41,6 +44,7 @@ pub(crate) fn print(outcome: &RunOutcome, json: bool) -> std::io::Result<()> {
             tool_calls: outcome.tool_calls,
             workdir: outcome.workdir.display().to_string(),
             trace: outcome.trace.as_ref().map(|p| p.display().to_string()),
+            trace_error: outcome.trace_error.as_deref(),
             checks: &outcome.checks,
             budget: &outcome.budget,
         };
@@ -49,6 +53,27 @@ pub(crate) fn print(outcome: &RunOutcome, json: bool) -> std::io::Result<()> {
     } else {
         write!(out, "{}", summary(outcome))?;
     }
+    out.flush()
+}
+
+/// `--json` output when nothing could be reported but an error.
+#[derive(Debug, Serialize)]
+struct ErrorReport<'a> {
+    error: &'a str,
+    exit_code: u8,
+}
+
+/// Prints an error as the one JSON object on stdout (`--json`).
+pub(crate) fn print_error(message: &str, exit_code: u8) -> std::io::Result<()> {
+    let mut out = std::io::stdout().lock();
+    serde_json::to_writer(
+        &mut out,
+        &ErrorReport {
+            error: message,
+            exit_code,
+        },
+    )?;
+    writeln!(out)?;
     out.flush()
 }
 

@@ -50,7 +50,8 @@ pub(crate) async fn run(args: RunArgs) -> Result<crate::durable::Finished, RunEr
         // The default store: durable unless it is unusable, which is reported
         // but does not stop a run nobody asked to be durable.
         (None, false) => {
-            let path = crate::default_store();
+            // A planted link or someone else's file there is refused outright.
+            let path = crate::default_store().map_err(RunError::BadInput)?;
             let opened = path
                 .parent()
                 .map_or(Ok(()), std::fs::create_dir_all)

@@ -192,7 +192,15 @@ fn invalid_task_toml_exits_2_naming_file_and_field() {
     );
     let out = agentry(&["run", path_str(dir.path()), "--json"]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(out.stdout.is_empty());
+    // With --json the error is also the one JSON object on stdout.
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["exit_code"], 2);
+    assert!(
+        report["error"]
+            .as_str()
+            .unwrap()
+            .contains("budget.max_steps")
+    );
     let err = stderr(&out);
     assert!(
         err.contains(path_str(&dir.path().join("task.toml"))),

@@ -41,7 +41,7 @@ pub use envelope::{CallCost, ErrorCode, ResourceRef, ResultEnvelope, ToolError};
 pub use event::RunEvent;
 pub use state::{
     ControlState, PendingApproval, RunSnapshot, RunStatus, SessionEntry, Settlement, TaskState,
-    WorldState,
+    WorldChange, WorldState,
 };
 pub use stop::StopReason;
 pub use tool::{Effect, Idempotency, ToolArguments, ToolCall, ToolContract, ToolSpec};

@@ -141,14 +141,29 @@ pub struct ControlState {
     pub stop_reason: Option<StopReason>,
 }
 
-/// Comparable key fields of the run state, as written to the trace (the session
-/// layer is summarized by its length; its entries are in the session itself).
+/// The world layer as a trace step line carries it: only the refs that changed
+/// since the run's previous step line. Folding `refs_changed` over a run's step
+/// lines, in order, gives the world after each step (the first step line a
+/// process writes for a run carries every ref); the stop line carries the whole
+/// map ([`crate::trace::TraceEnd::world`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorldChange {
+    /// The world version after the step.
+    pub version: u64,
+    /// Paths whose reference is new or changed, with the reference.
+    pub refs_changed: BTreeMap<String, ResourceRef>,
+}
+
+/// Comparable key fields of the run state (the session layer is summarized by
+/// its length; its entries are in the session itself). `W` is how the world
+/// layer is held: the whole [`WorldState`], or in a trace step line only what
+/// changed ([`WorldChange`]).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct RunSnapshot {
+pub struct RunSnapshot<W = WorldState> {
     /// State version: bumped once per applied update.
     pub version: u64,
     /// World layer.
-    pub world: WorldState,
+    pub world: W,
     /// Task layer.
     pub task: TaskState,
     /// Number of session entries.

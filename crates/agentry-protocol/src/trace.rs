@@ -8,7 +8,7 @@ use crate::UnixMillis;
 use crate::budget::BudgetSnapshot;
 use crate::decision::Decision;
 use crate::envelope::{ErrorCode, ResultEnvelope};
-use crate::state::RunSnapshot;
+use crate::state::{RunSnapshot, WorldChange, WorldState};
 use crate::stop::StopReason;
 
 /// One step of a run.
@@ -47,8 +47,9 @@ pub struct TraceStep {
     pub state_version: u64,
     /// hash(action, observation, world version).
     pub fingerprint: String,
-    /// State key fields after the step.
-    pub state: RunSnapshot,
+    /// State key fields after the step; of the world, only the refs that changed
+    /// since the previous step line ([`WorldChange`]).
+    pub state: RunSnapshot<WorldChange>,
     /// When the record was written.
     pub at: UnixMillis,
 }
@@ -105,6 +106,10 @@ pub struct TraceEnd {
     pub budget: BudgetSnapshot,
     /// Final state version.
     pub state_version: u64,
+    /// The whole world layer at the stop (every ref), so a reader need not fold
+    /// the step lines' changes.
+    #[serde(default)]
+    pub world: WorldState,
     /// When the run stopped.
     pub at: UnixMillis,
 }

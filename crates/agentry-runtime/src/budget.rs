@@ -445,7 +445,7 @@ impl Actor for BudgetSupervisor {
         let own = args
             .limits
             .deadline_ms
-            .map(|ms| args.started + Duration::from_millis(ms));
+            .map(|ms| crate::clock::later(args.started, Duration::from_millis(ms)));
         let deadline_at = match (own, args.parent_deadline) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),

@@ -75,6 +75,10 @@ pub struct RunOutcome {
     pub workdir: PathBuf,
     /// The trace file, if one was written.
     pub trace: Option<PathBuf>,
+    /// Why the trace file is incomplete (a full disk, `/dev/full`, an I/O
+    /// error), if it is: the run went on, but its record is lost.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trace_error: Option<String>,
 }
 
 /// The addresses of a run's four actors, as spawned. For embedders that want
@@ -148,6 +152,8 @@ pub struct ConductorArgs {
     pub restore: Option<Restore>,
     /// Counts what is posted to the conductor from outside.
     pub posted: Posted,
+    /// A durable run: this process's claim on it, held while the run runs.
+    pub(crate) claim: Option<crate::owner::Claim>,
 }
 
 /// How many messages other than its own `Step` wake-ups were posted to a
@@ -272,6 +278,10 @@ pub struct ConductorState {
     task_id: Arc<str>,
     children: Children,
     run_token: CancellationToken,
+    /// This process's claim on a durable run: let go before the outcome is
+    /// published (and, declared first, dropped before it if the conductor dies),
+    /// so whoever sees the run end here can resume it in this process.
+    claim: Option<crate::owner::Claim>,
     outcome: watch::Sender<Option<RunOutcome>>,
     events: EventSink,
     trace: Option<TraceWriter>,
@@ -367,6 +377,7 @@ impl Actor for Conductor {
             log,
             restore,
             posted,
+            claim,
         } = args;
         let now = Instant::now();
         let started = restore
@@ -376,7 +387,7 @@ impl Actor for Conductor {
         let own_deadline = config
             .limits
             .deadline_ms
-            .map(|ms| started + Duration::from_millis(ms));
+            .map(|ms| crate::clock::later(started, Duration::from_millis(ms)));
         let deadline = match (own_deadline, lineage.deadline_at) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -502,6 +513,7 @@ impl Actor for Conductor {
                 budget,
             },
             run_token,
+            claim,
             outcome,
             events,
             trace,
@@ -1288,6 +1300,7 @@ impl ConductorState {
             .unwrap_or_default();
         let answer = state.task.answer.clone();
         let mut trace_path = None;
+        let mut trace_error = None;
         if let Some(trace) = self.trace.take() {
             let children = ask(&self.children.budget, BudgetMsg::Children)
                 .await
@@ -1305,11 +1318,13 @@ impl ConductorState {
                 answer: answer.clone(),
                 budget,
                 state_version: applied.as_ref().map_or(state.version, |a| a.version),
+                world: state.world.clone(),
                 at: agentry_protocol::now_millis(),
             })));
             let path = trace.path().to_path_buf();
             if let Err(e) = trace.finish().await {
                 tracing::error!(run_id = %self.run_id, error = %e, "trace could not be written completely");
+                trace_error = Some(e.to_string());
             }
             trace_path = Some(path);
         }
@@ -1330,6 +1345,7 @@ impl ConductorState {
             state,
             workdir: self.config.workdir.clone(),
             trace: trace_path,
+            trace_error,
         };
         // What this run did not use of its allowance returns to its parent (its
         // budget supervisor also says so when it stops; a second release is a no-op).
@@ -1338,6 +1354,7 @@ impl ConductorState {
                 child_id: self.run_id.to_string(),
             });
         }
+        drop(self.claim.take());
         self.outcome.send_replace(Some(outcome));
         // The policy or executor may be stuck inside a handler (a hung model call, a
         // tool ignoring cancellation): kill, which aborts the handler, rather than

@@ -14,6 +14,34 @@ pub const DEFAULT_MAX_STEPS: u64 = 50;
 /// Default no-progress window.
 pub const DEFAULT_PROGRESS_WINDOW: usize = 3;
 
+/// The longest run id accepted, in bytes.
+pub const MAX_RUN_ID_BYTES: usize = 128;
+
+/// Checks a run id chosen by a caller: non-empty, at most
+/// [`MAX_RUN_ID_BYTES`], no whitespace or control characters (ids are typed
+/// back in commands such as `agentry resume ID`), no `/` or `\\` and not `.`
+/// or `..` (an id must never read as a path).
+pub fn check_run_id(id: &str) -> Result<(), crate::RuntimeError> {
+    let why = if id.is_empty() {
+        Some("it is empty")
+    } else if id.len() > MAX_RUN_ID_BYTES {
+        Some("it is longer than 128 bytes")
+    } else if id.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        Some("it contains whitespace or a control character")
+    } else if id.contains(['/', '\\']) || id == "." || id == ".." {
+        Some("it contains a path separator or is a path component (. or ..)")
+    } else {
+        None
+    };
+    match why {
+        Some(why) => Err(crate::RuntimeError::InvalidRunId {
+            run_id: id.to_string(),
+            message: why.to_string(),
+        }),
+        None => Ok(()),
+    }
+}
+
 /// Shape limits of an agent tree, set on the root and inherited by every child.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TreeLimits {

@@ -64,6 +64,8 @@ struct Job {
 pub struct StoreWriter {
     tx: crossbeam_channel::Sender<Job>,
     store: Arc<dyn Store>,
+    /// Set by [`StoreWriter::close`]: every later batch fails.
+    closed: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl std::fmt::Debug for StoreWriter {
@@ -83,10 +85,26 @@ impl StoreWriter {
     pub fn start(store: Arc<dyn Store>) -> std::io::Result<StoreWriter> {
         let (tx, rx) = crossbeam_channel::unbounded::<Job>();
         let thread_store = Arc::clone(&store);
+        let closed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let thread_closed = Arc::clone(&closed);
         std::thread::Builder::new()
             .name("agentry-store".into())
-            .spawn(move || writer_loop(&*thread_store, &rx))?;
-        Ok(StoreWriter { tx, store })
+            .spawn(move || writer_loop(&*thread_store, &rx, &thread_closed))?;
+        Ok(StoreWriter { tx, store, closed })
+    }
+
+    /// Refuses every batch from now on and returns once a batch being
+    /// committed has landed: after this, nothing more of this writer's runs
+    /// reaches the store.
+    pub async fn close(&self) {
+        self.closed.store(true, std::sync::atomic::Ordering::SeqCst);
+        // Answered after whatever the thread was committing.
+        let _ = self.commit(Vec::new()).await;
+    }
+
+    /// Identifies this writer (and its clones) among the claims of this process.
+    pub(crate) fn key(&self) -> usize {
+        Arc::as_ptr(&self.closed) as usize
     }
 
     /// The store.
@@ -130,11 +148,32 @@ impl StoreWriter {
 /// step update someone does wait for, and one fsync then covers them all.
 const LINGER: Duration = Duration::from_millis(2);
 
-fn writer_loop(store: &dyn Store, rx: &crossbeam_channel::Receiver<Job>) {
+fn writer_loop(
+    store: &dyn Store,
+    rx: &crossbeam_channel::Receiver<Job>,
+    closed: &Arc<std::sync::atomic::AtomicBool>,
+) {
     // The first failure that may have lost a queued write poisons the writer.
     let mut poisoned: Option<StoreError> = None;
-    while let Ok(first) = rx.recv() {
+    let mut last_beat = std::time::Instant::now();
+    loop {
+        let first = match rx.recv_timeout(crate::owner::HEARTBEAT_EVERY) {
+            Ok(job) => Some(job),
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => None,
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
+        };
+        if last_beat.elapsed() >= crate::owner::HEARTBEAT_EVERY {
+            last_beat = std::time::Instant::now();
+            heartbeat(store, &poisoned, Arc::as_ptr(closed) as usize);
+        }
+        let Some(first) = first else { continue };
         let mut group = vec![first];
+        if closed.load(std::sync::atomic::Ordering::SeqCst) && poisoned.is_none() {
+            poisoned = Some(StoreError::Io {
+                path: store.location(),
+                message: "this runtime let go of its runs (Runtime::abandon)".into(),
+            });
+        }
         loop {
             while group.len() < MAX_GROUP {
                 match rx.try_recv() {
@@ -150,11 +189,12 @@ fn writer_loop(store: &dyn Store, rx: &crossbeam_channel::Receiver<Job>) {
                 Err(_) => break,
             }
         }
-        // A run's creation commits alone: its conflict (a duplicate id) is the
-        // caller's error and must not fail other runs' batches.
+        // A run's creation and a claim commit alone: their conflict (a
+        // duplicate id, a lost race for a run) is the caller's error and must
+        // not fail other runs' batches.
         let (creates, mut rest): (Vec<Job>, Vec<Job>) = group
             .into_iter()
-            .partition(|j| j.writes.iter().any(|w| matches!(w, Write::CreateRun(_))));
+            .partition(|j| j.writes.iter().any(Write::is_conditional));
         for job in creates {
             let result = check(&poisoned).and_then(|()| store.commit(&job.writes));
             reply(job.done, result);
@@ -186,6 +226,18 @@ fn writer_loop(store: &dyn Store, rx: &crossbeam_channel::Receiver<Job>) {
     }
 }
 
+/// Refreshes the heartbeat of every run this process owns. Alone, and never
+/// poisoning the writer: a missed heartbeat loses no run state.
+fn heartbeat(store: &dyn Store, poisoned: &Option<StoreError>, writer_key: usize) {
+    let beats = crate::owner::heartbeats(writer_key);
+    if beats.is_empty() || poisoned.is_some() {
+        return;
+    }
+    if let Err(e) = store.commit(&beats) {
+        tracing::warn!(error = %e, "could not refresh the heartbeat of this process's runs");
+    }
+}
+
 fn check(poisoned: &Option<StoreError>) -> Result<(), StoreError> {
     match poisoned {
         Some(e) => Err(e.clone()),
@@ -208,6 +260,8 @@ pub struct RunLog {
     pub writer: StoreWriter,
     /// Acknowledgement mode.
     pub mode: Durability,
+    /// The token of this process's claim on the run, released with its stop.
+    pub owner_token: Arc<str>,
 }
 
 /// A step decided but not yet applied: resuming acts on this decision again

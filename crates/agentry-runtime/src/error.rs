@@ -112,6 +112,35 @@ pub enum RuntimeError {
         /// What is wrong, naming the call.
         message: String,
     },
+    /// Another live process runs this run; it is not taken over.
+    #[error(
+        "run {run_id} is being run by {owner}; stop that process first, or wait until it exits (an owner on another machine is taken over once its heartbeat is 30 s old)"
+    )]
+    Owned {
+        /// Run id.
+        run_id: String,
+        /// Which process, on which host, since when.
+        owner: String,
+    },
+    /// A path in the shared temp directory is not safe to use (a symbolic
+    /// link, someone else's directory or file).
+    #[error("refusing {path}: {message}")]
+    UnsafePath {
+        /// The path.
+        path: PathBuf,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// A run id given by the caller is unusable.
+    #[error(
+        "run id {run_id:?} is not usable: {message}; pick a short id without whitespace, '/' or '\\'"
+    )]
+    InvalidRunId {
+        /// The id as given.
+        run_id: String,
+        /// What is wrong with it.
+        message: String,
+    },
     /// The run ended without reporting an outcome (its conductor died).
     #[error("run {run_id}: conductor ended without an outcome")]
     Lost {

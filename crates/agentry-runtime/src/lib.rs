@@ -30,6 +30,7 @@
 pub mod accept;
 pub mod budget;
 mod call;
+mod clock;
 pub mod conductor;
 pub mod config;
 pub mod desk;
@@ -37,12 +38,14 @@ pub mod durable;
 pub mod error;
 pub mod events;
 pub mod executor;
+pub mod owner;
 pub mod policy;
 pub mod registry;
 mod resume;
 pub mod runtime;
 pub mod state;
 pub mod task;
+pub mod tempdir;
 pub mod trace;
 
 pub use budget::BudgetMsg;

@@ -11,6 +11,7 @@ use crate::conductor::{Lineage, Restore};
 use crate::config::RunConfig;
 use crate::durable::{Durability, Progress, RunLog, StoreWriter};
 use crate::error::RuntimeError;
+use crate::owner::Claim;
 use crate::policy::Policy;
 use crate::runtime::{Durable, RunHandle, Runtime};
 use crate::state::RunState;
@@ -21,6 +22,8 @@ pub(crate) struct Resumed {
     pub(crate) timers: Vec<TimerRecord>,
     /// Inputs accepted but not applied before the restart: (position, input).
     pub(crate) inbox: Vec<(u64, serde_json::Value)>,
+    /// This process's claim on the run, committed.
+    pub(crate) claim: Claim,
 }
 
 impl Runtime {
@@ -41,6 +44,20 @@ impl Runtime {
         self.store = Some(writer);
         self.durability = durability;
         Ok(self)
+    }
+
+    /// Lets go of every run of this runtime as if its process had died:
+    /// nothing more of them reaches the store (its writer refuses every later
+    /// batch), they are cancelled, and they stay unfinished in the store, where
+    /// another runtime, in this process or another, can resume them at once.
+    /// For a service that goes away leaving its durable runs to its successor;
+    /// the runtime is unusable afterwards.
+    pub async fn abandon(&self) {
+        if let Some(writer) = &self.store {
+            writer.close().await;
+            crate::owner::forget(writer.key());
+        }
+        self.shutdown();
     }
 
     /// The store, if this runtime has one.
@@ -91,7 +108,9 @@ impl Runtime {
     }
 
     /// Continues an unfinished run from its last committed state, with `policy`.
-    /// Calls with a recorded outcome are never run again; a call that started
+    /// Refused with [`RuntimeError::Owned`] while another live process (or a
+    /// run of this one) runs it; taken over once that owner is gone (see
+    /// [`crate::owner`]). Calls with a recorded outcome are never run again; a call that started
     /// but has no outcome is settled by its tool's contract (run again when that
     /// is safe, else the run parks `awaiting_decision` until
     /// [`RunHandle::settle`]). The budget goes on from what was spent, the
@@ -111,6 +130,9 @@ impl Runtime {
         policy: Box<dyn Policy>,
     ) -> Result<RunHandle, RuntimeError> {
         let run = self.load(run_id).await?;
+        if let Some(owner) = &run.owner {
+            crate::owner::check_takeover(run_id, owner)?;
+        }
         let not_resumable = |message: String| RuntimeError::NotResumable {
             run_id: run_id.to_string(),
             message,
@@ -150,6 +172,19 @@ impl Runtime {
         let lineage = Lineage::root(Some(&run_id.to_string()));
         let tree = config.tree;
         let grants = config.grants.clone();
+        // Live in this process before it is on disk; a compare-and-set on the
+        // owner read above, so a concurrent resumer that got there first wins.
+        let claim = Claim::new(run_id, self.writer()?.key());
+        self.writer()?
+            .commit(vec![claim.write(run.owner.as_ref())])
+            .await
+            .map_err(|e| match e {
+                agentry_store::StoreError::Claimed { .. } => RuntimeError::Owned {
+                    run_id: run_id.to_string(),
+                    owner: "another process that took it over a moment ago".to_string(),
+                },
+                other => other.into(),
+            })?;
         tracing::info!(run_id, steps = state.progress().steps, "resuming run");
         self.start_inner(
             config,
@@ -162,6 +197,7 @@ impl Runtime {
                 restore: Restore { state, elapsed },
                 timers: run.timers,
                 inbox: run.inbox,
+                claim,
             })),
         )
         .await
@@ -188,8 +224,13 @@ fn config_of(record: &RunRecord) -> Result<RunConfig, RuntimeError> {
     })
 }
 
-/// Writes a new run's record; fails on a duplicate id.
-pub(crate) async fn create_record(log: &RunLog, config: &RunConfig) -> Result<(), RuntimeError> {
+/// Writes a new run's record and this process's claim on it; fails on a
+/// duplicate id.
+pub(crate) async fn create_record(
+    log: &RunLog,
+    config: &RunConfig,
+    claim: &Claim,
+) -> Result<(), RuntimeError> {
     let now = agentry_protocol::now_millis();
     let config_json = serde_json::to_value(config).map_err(|e| RuntimeError::NotResumable {
         run_id: log.run_id.to_string(),
@@ -204,6 +245,8 @@ pub(crate) async fn create_record(log: &RunLog, config: &RunConfig) -> Result<()
         config: config_json,
         policy: config.policy_spec.clone().unwrap_or_default(),
     };
-    log.writer.commit(vec![Write::CreateRun(record)]).await?;
+    log.writer
+        .commit(vec![Write::CreateRun(record), claim.write(None)])
+        .await?;
     Ok(())
 }

@@ -107,6 +107,9 @@ impl Runtime {
         mut config: RunConfig,
         policy: Box<dyn Policy>,
     ) -> Result<RunHandle, RuntimeError> {
+        if let Some(id) = &config.run_id {
+            crate::config::check_run_id(id)?;
+        }
         if self.store.is_some() && config.run_id.is_none() {
             // Fixed now: the stored record and the trace id derive from it.
             config.run_id = Some(uuid::Uuid::now_v7().to_string());
@@ -183,6 +186,9 @@ impl Runtime {
                 parent.grants.entries()
             )));
         }
+        if let Some(id) = &config.run_id {
+            crate::config::check_run_id(id)?;
+        }
         let run_id = config
             .run_id
             .clone()
@@ -252,24 +258,17 @@ impl Runtime {
                 .unwrap_or_else(|| uuid::Uuid::now_v7().to_string())
                 .as_str(),
         );
-        let log = match (&self.store, &durable) {
-            (Some(writer), Durable::New | Durable::Resume(_)) => Some(RunLog {
-                run_id: Arc::clone(&run_id),
-                writer: writer.clone(),
-                mode: self.durability,
-            }),
-            _ => None,
-        };
-        if let (Some(log), Durable::New) = (&log, &durable) {
+        let (log, new_claim) = self.run_log(&run_id, &durable);
+        if let (Some(log), Some(claim)) = (&log, &new_claim) {
             // On disk before the caller gets a handle: a run it knows of can be resumed.
-            crate::resume::create_record(log, &config).await?;
+            crate::resume::create_record(log, &config, claim).await?;
         }
-        let (restore, timers, stored_inbox) = match durable {
+        let (restore, timers, stored_inbox, claim) = match durable {
             Durable::Resume(r) => {
                 let r = *r;
-                (Some(r.restore), r.timers, r.inbox)
+                (Some(r.restore), r.timers, r.inbox, Some(r.claim))
             }
-            _ => (None, Vec::new(), Vec::new()),
+            Durable::New | Durable::No => (None, Vec::new(), Vec::new(), new_claim),
         };
         let inbox = log.as_ref().map(|_| {
             let next = stored_inbox
@@ -307,6 +306,7 @@ impl Runtime {
             log: log.clone(),
             restore,
             posted: posted.clone(),
+            claim,
         };
         let (conductor, _) =
             Actor::spawn(None, Conductor, args)
@@ -355,6 +355,33 @@ impl Runtime {
             handle.arm_timer(timer);
         }
         Ok(handle)
+    }
+
+    /// A durable run's view of the store, and for a new one this process's
+    /// claim on it (a resumed run was claimed by `resume` already).
+    fn run_log(
+        &self,
+        run_id: &Arc<str>,
+        durable: &Durable,
+    ) -> (Option<RunLog>, Option<crate::owner::Claim>) {
+        let Some(writer) = &self.store else {
+            return (None, None);
+        };
+        let (token, claim) = match durable {
+            Durable::No => return (None, None),
+            Durable::Resume(r) => (Arc::from(r.claim.owner.token.as_str()), None),
+            Durable::New => {
+                let claim = crate::owner::Claim::new(run_id, writer.key());
+                (Arc::from(claim.owner.token.as_str()), Some(claim))
+            }
+        };
+        let log = RunLog {
+            run_id: Arc::clone(run_id),
+            writer: writer.clone(),
+            mode: self.durability,
+            owner_token: token,
+        };
+        (Some(log), claim)
     }
 
     /// Starts a run and waits for its outcome.

@@ -4,6 +4,7 @@
 //! applies them one at a time in mailbox order and bumps the version by one per
 //! update, so updates that arrive together are serialized, never lost.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use agentry_protocol::budget::Usage;
@@ -12,7 +13,7 @@ use agentry_protocol::envelope::ResultEnvelope;
 use agentry_protocol::fingerprint::Fingerprinter;
 use agentry_protocol::state::{
     ControlState, PendingApproval, RunSnapshot, RunStatus, SessionEntry, Settlement, TaskState,
-    WorldState,
+    WorldChange, WorldState,
 };
 use agentry_protocol::stop::StopReason;
 use agentry_protocol::trace::{RunInput, TraceLine, TraceStep};
@@ -204,6 +205,10 @@ pub struct RunState {
     committed_len: usize,
     /// Timers and inbox entries whose input was applied, to remove from the store.
     consumed: Vec<InputSource>,
+    /// Paths whose ref changed since the last traced step; `None` until this
+    /// state keeper writes its first step line, which carries every ref (a
+    /// resumed run's earlier lines may be lost with the process that wrote them).
+    refs_untraced: Option<BTreeSet<String>>,
 }
 
 impl RunState {
@@ -352,7 +357,12 @@ impl RunState {
                             .world
                             .refs
                             .insert(reference.path.clone(), reference.clone());
-                        world_changed |= prev.as_ref() != Some(reference);
+                        if prev.as_ref() != Some(reference) {
+                            world_changed = true;
+                            if let Some(untraced) = &mut self.refs_untraced {
+                                untraced.insert(reference.path.clone());
+                            }
+                        }
                     }
                 }
                 if world_changed {
@@ -414,11 +424,32 @@ impl RunState {
         Some(port)
     }
 
-    /// Key fields, as written to the trace.
+    /// Key fields, the whole world included.
     pub fn snapshot(&self) -> RunSnapshot {
+        self.snapshot_with(self.world.clone())
+    }
+
+    /// Key fields for a trace step line: of the world, only the refs that
+    /// changed since the previous step line (all of them in the first), so a
+    /// run over thousands of files does not repeat its whole map every step.
+    pub fn trace_snapshot(&mut self) -> RunSnapshot<WorldChange> {
+        let refs_changed = match self.refs_untraced.replace(BTreeSet::new()) {
+            None => self.world.refs.clone(),
+            Some(paths) => paths
+                .into_iter()
+                .filter_map(|p| self.world.refs.get(&p).map(|r| (p, r.clone())))
+                .collect(),
+        };
+        self.snapshot_with(WorldChange {
+            version: self.world.version,
+            refs_changed,
+        })
+    }
+
+    fn snapshot_with<W>(&self, world: W) -> RunSnapshot<W> {
         RunSnapshot {
             version: self.version,
-            world: self.world.clone(),
+            world,
             task: self.task.clone(),
             session_len: self.session.len() as u64,
             control: self.control.clone(),
@@ -471,6 +502,15 @@ impl RunState {
                 progress: serde_json::to_value(&self.progress).unwrap_or_default(),
             },
         });
+        // A stopped run is nobody's: its owner lets go in the stop's commit.
+        if self.status == RunStatus::Stopped
+            && let Some(log) = &self.log
+        {
+            writes.push(Write::Release {
+                run_id: run_id.to_string(),
+                token: log.owner_token.to_string(),
+            });
+        }
         writes
     }
 
@@ -584,7 +624,7 @@ impl Actor for StateKeeper {
                 // stops on it and the stop line says why.
                 if let Ok(applied) = &committed {
                     record.state_version = applied.version;
-                    record.state = state.snapshot();
+                    record.state = state.trace_snapshot();
                     trace.write(TraceLine::Step(record));
                 }
                 if let Some(reply) = reply {

@@ -49,6 +49,17 @@ pub const WORKSPACE_DIR: &str = "workspace";
 pub const DEFAULT_GRANTS: &[&str] = &["fs.read"];
 /// Timeout of a command acceptance check without `timeout`.
 pub const DEFAULT_CHECK_TIMEOUT: Duration = Duration::from_secs(30);
+/// The longest duration a task file may give (deadlines, timeouts, tick
+/// periods): 365 days. Longer is a typo, and near `u64::MAX` seconds adding it
+/// to a clock overflows.
+pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 60 * 60);
+/// The largest count a task file may give (steps, tool calls, tokens, ticks,
+/// retries, the progress window): 2^53 - 1, the largest integer every JSON
+/// reader keeps exactly.
+pub const MAX_COUNT: u64 = (1 << 53) - 1;
+/// The largest `budget.max_cost`: money is counted in millionths in a `u64`,
+/// and a trillion keeps every amount exact.
+pub const MAX_COST: f64 = 1e12;
 
 /// A loaded, validated task directory.
 #[derive(Debug, Clone, PartialEq)]
@@ -188,7 +199,8 @@ impl TaskSpec {
     ///
     /// `workdir`, when given, must not exist or be an empty directory. By default a
     /// new directory `runs/<task_id>-<uuid v7>` is made under
-    /// `std::env::temp_dir()/agentry`. Symbolic links (and other special files) in
+    /// `std::env::temp_dir()/agentry`, which must be this user's own (see
+    /// [`crate::tempdir`]). Symbolic links (and other special files) in
     /// the workspace are refused before anything is created: copying one would
     /// either follow it out of the task directory or hand the run a link whose
     /// meaning depends on where it happens to live. Returns the canonical path.
@@ -204,7 +216,7 @@ impl TaskSpec {
                 dir.to_path_buf()
             }
             None => {
-                let root = std::env::temp_dir().join("agentry").join("runs");
+                let root = crate::tempdir::private_temp_dir()?.join("runs");
                 std::fs::create_dir_all(&root).map_err(|e| workdir_err(&root, e))?;
                 let dir = root.join(format!("{}-{}", self.task_id, uuid::Uuid::now_v7()));
                 // `create_dir`, not `create_dir_all`: a fresh directory, never a reused one.
@@ -666,7 +678,7 @@ fn accept(at: &str, raw: RawAccept) -> Result<AcceptCheck, String> {
 
 fn positive(at: &str, v: &Value) -> Result<u64, String> {
     match v {
-        Value::Integer(n) if *n > 0 => Ok(*n as u64),
+        Value::Integer(n) if *n > 0 => bounded_count(at, *n),
         v => Err(format!(
             "{at}: expected a positive integer, found {}",
             describe(v)
@@ -676,7 +688,7 @@ fn positive(at: &str, v: &Value) -> Result<u64, String> {
 
 fn non_negative(at: &str, v: &Value) -> Result<u64, String> {
     match v {
-        Value::Integer(n) if *n >= 0 => Ok(*n as u64),
+        Value::Integer(n) if *n >= 0 => bounded_count(at, *n),
         v => Err(format!(
             "{at}: expected a non-negative integer (0 disables), found {}",
             describe(v)
@@ -684,7 +696,15 @@ fn non_negative(at: &str, v: &Value) -> Result<u64, String> {
     }
 }
 
-/// Money as a positive number, stored in micro-units.
+/// A non-negative TOML integer, at most [`MAX_COUNT`].
+fn bounded_count(at: &str, n: i64) -> Result<u64, String> {
+    match u64::try_from(n) {
+        Ok(n) if n <= MAX_COUNT => Ok(n),
+        _ => Err(format!("{at}: at most {MAX_COUNT}, found {n}")),
+    }
+}
+
+/// Money as a positive number, at most [`MAX_COST`], stored in micro-units.
 fn money(at: &str, v: &Value) -> Result<u64, String> {
     let amount = match v {
         Value::Float(f) => *f,
@@ -696,14 +716,26 @@ fn money(at: &str, v: &Value) -> Result<u64, String> {
             ));
         }
     };
-    let micros = (amount * 1_000_000.0).round();
-    // Also rejects NaN and inf, and amounts below one micro-unit.
-    if !(micros >= 1.0 && micros <= u64::MAX as f64) {
+    if amount.is_nan() || amount <= 0.0 || amount.is_infinite() {
         return Err(format!(
             "{at}: expected a positive number, found {}",
             describe(v)
         ));
     }
+    if amount > MAX_COST {
+        return Err(format!(
+            "{at}: at most {MAX_COST:.0} (money is counted in millionths), found {}",
+            describe(v)
+        ));
+    }
+    let micros = (amount * 1_000_000.0).round();
+    if micros < 1.0 {
+        return Err(format!(
+            "{at}: at least 0.000001 (money is counted in millionths), found {}",
+            describe(v)
+        ));
+    }
+    // In range: at most 1e18, below u64::MAX.
     Ok(micros as u64)
 }
 
@@ -715,6 +747,7 @@ fn duration(at: &str, v: &Value) -> Result<Duration, String> {
         ));
     };
     match humantime::parse_duration(s) {
+        Ok(d) if d > MAX_DURATION => Err(format!("{at}: at most 365 days (\"365d\"), found {s:?}")),
         Ok(d) if !d.is_zero() => Ok(d),
         Ok(_) => Err(format!("{at}: must be longer than zero, found {s:?}")),
         Err(e) => Err(format!(
@@ -760,7 +793,9 @@ fn describe(v: &Value) -> String {
     match v {
         Value::String(s) => format!("{s:?}"),
         Value::Integer(n) => n.to_string(),
-        Value::Float(f) => f.to_string(),
+        // Debug, not Display: Display writes 1.8446744073709552e19 as
+        // "18446744073709552000", an integer the user never wrote.
+        Value::Float(f) => format!("{f:?}"),
         Value::Boolean(b) => b.to_string(),
         Value::Datetime(d) => format!("the date-time {d}"),
         Value::Array(_) => "an array".to_string(),

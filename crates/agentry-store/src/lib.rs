@@ -13,6 +13,12 @@
 //! (an envelope's `data` above [`INLINE_LIMIT`] bytes of JSON) are stored once
 //! by content hash in a blob table and referenced from the session and ledger
 //! rows, not copied into every row.
+//!
+//! A run is owned by one process at a time: [`RunOwner`] (schema version 3),
+//! claimed with [`Write::Claim`] (a compare-and-set on the previous owner's
+//! token), kept fresh with [`Write::Heartbeat`] and dropped with
+//! [`Write::Release`]. Whether an owner is still alive is the runtime's call;
+//! the store only makes the claim atomic.
 
 use agentry_protocol::envelope::ResultEnvelope;
 use agentry_protocol::state::{RunSnapshot, RunStatus, SessionEntry};
@@ -27,7 +33,7 @@ pub use sqlite::{SqliteOptions, SqliteStore};
 
 /// The schema version this build reads and writes. A store file with a higher
 /// version is refused ([`StoreError::NewerSchema`]), never modified.
-pub const SCHEMA_VERSION: u32 = 2;
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// An envelope's `data` larger than this (serialized JSON bytes) is stored by
 /// reference (sha256 of the bytes) instead of inline.
@@ -139,6 +145,27 @@ pub struct LedgerEntry {
     pub updated_at_ms: u64,
 }
 
+/// The process that runs a run right now, as it claimed it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunOwner {
+    /// Fresh for every claim: a takeover names the token it replaces.
+    pub token: String,
+    /// The owner's host name, for messages.
+    pub host: String,
+    /// Which pid space the pid belongs to (boot id and pid namespace): only an
+    /// owner with this process's value can be checked by pid.
+    pub machine: String,
+    /// The owner's process id.
+    pub pid: u32,
+    /// When that process started (clock ticks since boot), so a reused pid is
+    /// not taken for the owner; `None` where the platform does not say.
+    pub pid_start: Option<u64>,
+    /// When it claimed the run (Unix ms).
+    pub since_ms: u64,
+    /// Its last sign of life (Unix ms).
+    pub heartbeat_ms: u64,
+}
+
 /// A one-shot timer of a run (`RunHandle::after`), kept until it fires.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TimerRecord {
@@ -211,6 +238,45 @@ pub enum Write {
         /// Its position.
         seq: u64,
     },
+    /// Make `owner` the run's owner, if its owner is still the one the claimer
+    /// saw: `replaces` is that owner's token (`None`: the run had none). Fails
+    /// the batch with [`StoreError::Claimed`] otherwise, so of two processes
+    /// taking over the same run only one succeeds.
+    Claim {
+        /// Run id.
+        run_id: String,
+        /// The new owner.
+        owner: RunOwner,
+        /// The token of the owner being replaced, if any.
+        replaces: Option<String>,
+    },
+    /// The owner holding `token` is alive at `at_ms`; nothing if it no longer owns
+    /// the run.
+    Heartbeat {
+        /// Run id.
+        run_id: String,
+        /// The owner's token.
+        token: String,
+        /// Now (Unix ms).
+        at_ms: u64,
+    },
+    /// The owner holding `token` lets the run go (it stopped); nothing if it no
+    /// longer owns it.
+    Release {
+        /// Run id.
+        run_id: String,
+        /// The owner's token.
+        token: String,
+    },
+}
+
+impl Write {
+    /// Whether the write can fail for a reason that is its sender's alone (a
+    /// duplicate run, a lost claim): the runtime commits such batches on their
+    /// own, so the failure never sinks other runs' writes.
+    pub fn is_conditional(&self) -> bool {
+        matches!(self, Write::CreateRun(_) | Write::Claim { .. })
+    }
 }
 
 /// Everything stored about one run.
@@ -228,6 +294,8 @@ pub struct StoredRun {
     pub timers: Vec<TimerRecord>,
     /// Inputs accepted but not applied, in order: (position, input).
     pub inbox: Vec<(u64, Value)>,
+    /// The process that claimed the run last, unless it released it.
+    pub owner: Option<RunOwner>,
 }
 
 /// One line of a store's run list.
@@ -303,6 +371,14 @@ pub enum StoreError {
     /// A run id that already exists was created again.
     #[error("the store {path} already holds a run {run_id:?}")]
     Conflict {
+        /// Store path.
+        path: String,
+        /// Run id.
+        run_id: String,
+    },
+    /// A claim lost a race: the run's owner changed since the claimer looked.
+    #[error("the store {path}: run {run_id:?} was claimed by another process meanwhile")]
+    Claimed {
         /// Store path.
         path: String,
         /// Run id.

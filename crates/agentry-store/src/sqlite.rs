@@ -90,6 +90,7 @@ impl SqliteStore {
                         dir.display()
                     )));
                 }
+                create_private(path).map_err(|e| open_error(e.to_string()))?;
             }
             Err(e) => return Err(open_error(e.to_string())),
         }
@@ -113,6 +114,23 @@ impl SqliteStore {
         // applied (an uncommitted transaction rolls back when dropped), so the
         // connection is still sound.
         self.conn.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Creates the store file empty, readable by its owner only (0600), before
+/// SQLite opens it: SQLite gives the `-wal` and `-shm` files the main file's
+/// mode, so all three hold tool outputs for the owner's eyes only. Never
+/// follows a link (`O_CREAT | O_EXCL`); a file that appeared meanwhile is
+/// opened as it is.
+fn create_private(path: &Path) -> std::io::Result<()> {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    match options.open(path) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(e),
     }
 }
 

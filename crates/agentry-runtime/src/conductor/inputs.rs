@@ -37,7 +37,7 @@ impl Ticker {
     /// Schedules tick 1 one period from now.
     pub(crate) fn start(myself: &ActorRef<ConductorMsg>, every: Duration) -> Ticker {
         let origin = Instant::now();
-        let timer = schedule(myself, origin + every, 1);
+        let timer = schedule(myself, crate::clock::later(origin, every), 1);
         Ticker {
             origin,
             every,
@@ -54,15 +54,18 @@ impl Ticker {
     /// The first tick after `n` whose time has not passed yet.
     fn next_after(&self, n: u64) -> u64 {
         let elapsed = self.origin.elapsed().as_nanos();
-        let due = (elapsed / self.every.as_nanos().max(1)) as u64 + 1;
-        due.max(n + 1)
+        let due = u64::try_from(elapsed / self.every.as_nanos().max(1))
+            .unwrap_or(u64::MAX)
+            .saturating_add(1);
+        due.max(n.saturating_add(1))
     }
 
     fn at(&self, n: u64) -> Instant {
-        self.origin
-            + self
-                .every
-                .saturating_mul(u32::try_from(n).unwrap_or(u32::MAX))
+        crate::clock::later(
+            self.origin,
+            self.every
+                .saturating_mul(u32::try_from(n).unwrap_or(u32::MAX)),
+        )
     }
 }
 

@@ -193,8 +193,9 @@ fn declaration(at: &str, raw: RawCommandTool) -> Result<CommandToolDecl, String>
         }
         .ok_or_else(|| {
             format!(
-                "{at}.max_retries: expected a non-negative integer, found {}",
-                describe(&v)
+                "{at}.max_retries: expected a non-negative integer, found {} (at most {})",
+                describe(&v),
+                u32::MAX
             )
         })?;
     }

@@ -8,7 +8,9 @@ use serde_json::Value;
 
 use super::error::{decode_error, sql_error};
 use super::write::BLOB_KEY;
-use crate::{Checkpoint, LedgerEntry, RunRecord, RunSummary, StoreError, StoredRun, TimerRecord};
+use crate::{
+    Checkpoint, LedgerEntry, RunOwner, RunRecord, RunSummary, StoreError, StoredRun, TimerRecord,
+};
 
 /// Reads SQLite's signed integer back into the `u64` it was written from.
 fn uint(v: i64) -> u64 {
@@ -121,6 +123,7 @@ pub(super) fn load(
         inbox.push((uint(seq), parse(path, &what("inbox"), &input)?));
     }
 
+    let owner = owner(conn, path, run_id)?;
     Ok(Some(StoredRun {
         record,
         checkpoint,
@@ -128,7 +131,31 @@ pub(super) fn load(
         ledger,
         timers,
         inbox,
+        owner,
     }))
+}
+
+/// The run's owner row, if it has one.
+fn owner(conn: &Connection, path: &str, run_id: &str) -> Result<Option<RunOwner>, StoreError> {
+    conn.prepare_cached(
+        "SELECT token, host, machine, pid, pid_start, since_ms, heartbeat_ms
+         FROM owners WHERE run_id = ?1",
+    )
+    .and_then(|mut s| {
+        s.query_row([run_id], |r| {
+            Ok(RunOwner {
+                token: r.get(0)?,
+                host: r.get(1)?,
+                machine: r.get(2)?,
+                pid: r.get(3)?,
+                pid_start: r.get::<_, Option<i64>>(4)?.map(uint),
+                since_ms: uint(r.get(5)?),
+                heartbeat_ms: uint(r.get(6)?),
+            })
+        })
+        .optional()
+    })
+    .map_err(|e| sql_error(path, e))
 }
 
 /// Every run, newest first.

@@ -80,7 +80,21 @@ CREATE TABLE inbox (
 );
 ";
 
-pub(super) const MIGRATIONS: &[&str] = &[V1, V2];
+/// Version 3: who runs a run right now (one owner per run, with a heartbeat).
+const V3: &str = "
+CREATE TABLE owners (
+    run_id       TEXT PRIMARY KEY NOT NULL REFERENCES runs (run_id),
+    token        TEXT NOT NULL,
+    host         TEXT NOT NULL,
+    machine      TEXT NOT NULL,
+    pid          INTEGER NOT NULL,
+    pid_start    INTEGER,
+    since_ms     INTEGER NOT NULL,
+    heartbeat_ms INTEGER NOT NULL
+);
+";
+
+pub(super) const MIGRATIONS: &[&str] = &[V1, V2, V3];
 
 // The list and the declared version must move together.
 const _: () = assert!(MIGRATIONS.len() == SCHEMA_VERSION as usize);

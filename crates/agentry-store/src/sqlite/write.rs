@@ -8,7 +8,9 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use super::error::{encode_error, is_foreign_key, is_primary_key, sql_error};
-use crate::{Checkpoint, INLINE_LIMIT, LedgerEntry, RunRecord, StoreError, TimerRecord, Write};
+use crate::{
+    Checkpoint, INLINE_LIMIT, LedgerEntry, RunOwner, RunRecord, StoreError, TimerRecord, Write,
+};
 
 /// The key that replaces an envelope's `data` when it is stored by reference.
 /// No envelope field starts with `$`, so it cannot be confused with real data.
@@ -143,7 +145,77 @@ impl<'a> Batch<'a, '_> {
                     .map_err(|e| self.sql(e))?;
                 Ok(())
             }
+            Write::Claim {
+                run_id,
+                owner,
+                replaces,
+            } => self.claim(run_id, owner, replaces.as_deref()),
+            Write::Heartbeat {
+                run_id,
+                token,
+                at_ms,
+            } => {
+                self.tx
+                    .prepare_cached(
+                        "UPDATE owners SET heartbeat_ms = ?3 WHERE run_id = ?1 AND token = ?2",
+                    )
+                    .and_then(|mut s| s.execute(params![run_id, token, int(*at_ms)]))
+                    .map_err(|e| self.sql(e))?;
+                Ok(())
+            }
+            Write::Release { run_id, token } => {
+                self.tx
+                    .prepare_cached("DELETE FROM owners WHERE run_id = ?1 AND token = ?2")
+                    .and_then(|mut s| s.execute(params![run_id, token]))
+                    .map_err(|e| self.sql(e))?;
+                Ok(())
+            }
         }
+    }
+
+    /// Compare-and-set of the run's owner: only if its token is still `replaces`.
+    fn claim(
+        &mut self,
+        run_id: &'a str,
+        owner: &RunOwner,
+        replaces: Option<&str>,
+    ) -> Result<(), StoreError> {
+        self.touch(run_id)?;
+        let current: Option<String> = self
+            .tx
+            .prepare_cached("SELECT token FROM owners WHERE run_id = ?1")
+            .and_then(|mut s| s.query_row([run_id], |r| r.get(0)).optional())
+            .map_err(|e| self.sql(e))?;
+        if current.as_deref() != replaces {
+            return Err(StoreError::Claimed {
+                path: self.path.to_string(),
+                run_id: run_id.to_string(),
+            });
+        }
+        self.tx
+            .prepare_cached(
+                "INSERT INTO owners (run_id, token, host, machine, pid, pid_start, since_ms,
+                    heartbeat_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+                 ON CONFLICT (run_id) DO UPDATE SET
+                    token = excluded.token, host = excluded.host, machine = excluded.machine,
+                    pid = excluded.pid, pid_start = excluded.pid_start,
+                    since_ms = excluded.since_ms, heartbeat_ms = excluded.heartbeat_ms",
+            )
+            .and_then(|mut s| {
+                s.execute(params![
+                    run_id,
+                    owner.token,
+                    owner.host,
+                    owner.machine,
+                    owner.pid,
+                    owner.pid_start.map(int),
+                    int(owner.since_ms),
+                    int(owner.heartbeat_ms),
+                ])
+            })
+            .map_err(|e| self.write_error(run_id, e))?;
+        Ok(())
     }
 
     /// Checks that `run_id` exists and stamps its `updated_at_ms`, once per

@@ -331,15 +331,15 @@ fn migrations_upgrade_an_older_store_and_keep_its_data() {
     drop(store);
 
     // A build with one more migration upgrades it again, idempotently...
-    let next = [
-        schema::MIGRATIONS[0],
-        schema::MIGRATIONS[1],
-        "ALTER TABLE runs ADD COLUMN label TEXT NOT NULL DEFAULT 'none';",
-    ];
+    let next: Vec<&str> = schema::MIGRATIONS
+        .iter()
+        .copied()
+        .chain(["ALTER TABLE runs ADD COLUMN label TEXT NOT NULL DEFAULT 'none';"])
+        .collect();
     let mut conn = Connection::open(&path).unwrap();
     schema::migrate(&mut conn, &next, &shown).unwrap();
     schema::migrate(&mut conn, &next, &shown).unwrap();
-    assert_eq!(schema::user_version(&conn).unwrap(), 3);
+    assert_eq!(schema::user_version(&conn).unwrap(), SCHEMA_VERSION + 1);
     let label: String = conn
         .query_row("SELECT label FROM runs WHERE run_id = 'r'", [], |r| {
             r.get(0)
@@ -350,7 +350,7 @@ fn migrations_upgrade_an_older_store_and_keep_its_data() {
     // ...and this build then refuses the upgraded file.
     let err = SqliteStore::open(&path).unwrap_err();
     assert!(
-        matches!(err, StoreError::NewerSchema { found: 3, .. }),
+        matches!(err, StoreError::NewerSchema { found, .. } if found == SCHEMA_VERSION + 1),
         "{err:?}"
     );
 
@@ -358,11 +358,11 @@ fn migrations_upgrade_an_older_store_and_keep_its_data() {
     let dir = tempfile::tempdir().unwrap();
     let path = db_path(&dir);
     drop(open(&path));
-    let broken = [
-        schema::MIGRATIONS[0],
-        schema::MIGRATIONS[1],
-        "CREATE TABLE x (a); THIS IS NOT SQL;",
-    ];
+    let broken: Vec<&str> = schema::MIGRATIONS
+        .iter()
+        .copied()
+        .chain(["CREATE TABLE x (a); THIS IS NOT SQL;"])
+        .collect();
     let mut conn = Connection::open(&path).unwrap();
     assert!(schema::migrate(&mut conn, &broken, &shown).is_err());
     assert_eq!(schema::user_version(&conn).unwrap(), SCHEMA_VERSION);
@@ -397,4 +397,23 @@ fn a_store_left_open_by_a_dead_process_opens_with_everything_committed() {
     let reopened = open(&path);
     let run = reopened.load("r1").unwrap().unwrap();
     assert_eq!(run.session, vec![user("a"), user("b")]);
+}
+
+/// A new store and its `-wal` and `-shm` companions are readable by their
+/// owner only, whatever the umask (they were 0644: every local user could read
+/// every tool output of every run).
+#[cfg(unix)]
+#[test]
+fn a_new_store_and_its_wal_and_shm_are_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = db_path(&dir);
+    let store = open(&path);
+    store.commit(&[Write::CreateRun(record("r", 1))]).unwrap();
+    // While the connection is open the WAL and its index exist.
+    for suffix in ["", "-wal", "-shm"] {
+        let file = PathBuf::from(format!("{}{suffix}", path.display()));
+        let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{}: {mode:o}", file.display());
+    }
 }

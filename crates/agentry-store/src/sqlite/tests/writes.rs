@@ -136,6 +136,7 @@ fn every_write_kind_round_trips_and_survives_reopen() {
             (1, json!({"kind": "message", "text": "first"})),
             (2, json!({"kind": "message", "text": "second"})),
         ],
+        owner: None,
     };
     assert_eq!(store.load("r1").unwrap(), Some(expected.clone()));
     let child_run = store.load("child").unwrap().unwrap();
@@ -415,4 +416,95 @@ fn the_last_checkpoint_and_ledger_row_of_a_batch_win() {
     };
     let err = store.commit(&[ghost.clone(), ghost]).unwrap_err();
     assert!(matches!(err, StoreError::NoRun { .. }), "{err}");
+}
+
+fn owner(token: &str, pid: u32) -> crate::RunOwner {
+    crate::RunOwner {
+        token: token.into(),
+        host: "h".into(),
+        machine: "m".into(),
+        pid,
+        pid_start: Some(7),
+        since_ms: 100,
+        heartbeat_ms: 100,
+    }
+}
+
+/// A claim is a compare-and-set on the previous owner's token: of two
+/// takeovers of the same owner only the first wins, and the loser's batch
+/// leaves nothing. Heartbeats and releases touch only the owner they name.
+#[test]
+fn claims_are_compare_and_set_and_heartbeats_name_their_owner() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&db_path(&dir));
+    let claim = |token: &str, replaces: Option<&str>| Write::Claim {
+        run_id: "r1".into(),
+        owner: owner(token, 10),
+        replaces: replaces.map(str::to_string),
+    };
+    store
+        .commit(&[Write::CreateRun(record("r1", 1)), claim("a", None)])
+        .unwrap();
+    assert_eq!(
+        store.load("r1").unwrap().unwrap().owner,
+        Some(owner("a", 10))
+    );
+    // A second "new" claim, and a claim naming a stale owner, both lose.
+    for lost in [claim("b", None), claim("b", Some("zzz"))] {
+        let err = store
+            .commit(&[
+                lost,
+                Write::Checkpoint {
+                    run_id: "r1".into(),
+                    checkpoint: checkpoint(9, RunStatus::Running, None),
+                },
+            ])
+            .unwrap_err();
+        assert!(matches!(err, StoreError::Claimed { .. }), "{err:?}");
+        assert_eq!(store.load("r1").unwrap().unwrap().checkpoint, None);
+    }
+    store.commit(&[claim("b", Some("a"))]).unwrap();
+    // The replaced owner's heartbeat and release change nothing.
+    store
+        .commit(&[
+            Write::Heartbeat {
+                run_id: "r1".into(),
+                token: "a".into(),
+                at_ms: 999,
+            },
+            Write::Release {
+                run_id: "r1".into(),
+                token: "a".into(),
+            },
+        ])
+        .unwrap();
+    assert_eq!(
+        store.load("r1").unwrap().unwrap().owner,
+        Some(owner("b", 10))
+    );
+    store
+        .commit(&[Write::Heartbeat {
+            run_id: "r1".into(),
+            token: "b".into(),
+            at_ms: 999,
+        }])
+        .unwrap();
+    let held = store.load("r1").unwrap().unwrap().owner.unwrap();
+    assert_eq!((held.since_ms, held.heartbeat_ms), (100, 999));
+    store
+        .commit(&[Write::Release {
+            run_id: "r1".into(),
+            token: "b".into(),
+        }])
+        .unwrap();
+    assert_eq!(store.load("r1").unwrap().unwrap().owner, None);
+    // A claim for a run the store does not hold is NoRun.
+    let err = store
+        .commit(&[Write::Claim {
+            run_id: "nope".into(),
+            owner: owner("c", 1),
+            replaces: None,
+        }])
+        .unwrap_err();
+    assert!(matches!(err, StoreError::NoRun { .. }), "{err:?}");
 }

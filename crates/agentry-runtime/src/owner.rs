@@ -1,0 +1,388 @@
+//! Run ownership: a durable run is run by one process at a time.
+//!
+//! Starting or resuming a durable run claims it in the store
+//! ([`agentry_store::RunOwner`]: host, pid and pid start time, a fresh token,
+//! since when, a heartbeat). A resume reads the current owner first and
+//! refuses while it is alive ([`RuntimeError::Owned`]); the claim itself is a
+//! compare-and-set on the owner it replaced, so of two resumers only one wins.
+//!
+//! Whether an owner is alive:
+//! - this process (same pid space, pid and start time): alive while the run is
+//!   in this process's table of runs it is running (claim guards, dropped
+//!   when the run's conductor stops), so a run lost in-process can be resumed;
+//! - another process in the same pid space (Linux: same boot id and pid
+//!   namespace): alive while `/proc/PID` exists, is not a zombie and started
+//!   when the owner did (a reused pid is not the owner). A live local owner is
+//!   never taken over, even with a stale heartbeat: it could still write;
+//! - anything else (another machine or container, no `/proc`): alive while its
+//!   heartbeat is younger than [`OWNER_EXPIRY`]. Owners refresh it every
+//!   [`HEARTBEAT_EVERY`] from their store's writer thread.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock, PoisonError};
+use std::time::Duration;
+
+use agentry_store::{RunOwner, Write};
+
+use crate::error::RuntimeError;
+
+/// How often an owner refreshes its heartbeat.
+pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(2);
+/// A heartbeat older than this means an owner that cannot be checked by pid
+/// (another machine) is gone.
+pub const OWNER_EXPIRY: Duration = Duration::from_secs(30);
+
+/// Who this process is, as an owner record names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Process {
+    pub(crate) host: String,
+    pub(crate) machine: String,
+    pub(crate) pid: u32,
+    pub(crate) pid_start: Option<u64>,
+}
+
+/// What `/proc` says about a pid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Probe {
+    /// No such process (or only its zombie).
+    NoProcess,
+    /// A live process that started at this tick since boot.
+    Started(Option<u64>),
+    /// This platform cannot tell.
+    Unknown,
+}
+
+/// Whether a run's recorded owner still runs it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// It may: refuse to take over.
+    Alive,
+    /// Its process is gone (exited, killed, a reused pid): take over.
+    Gone,
+    /// It cannot be checked by pid and its heartbeat expired: take over.
+    Expired,
+}
+
+/// This process, computed once.
+pub(crate) fn this_process() -> &'static Process {
+    static ME: OnceLock<Process> = OnceLock::new();
+    ME.get_or_init(|| {
+        let read = |p: &str| {
+            std::fs::read_to_string(p)
+                .ok()
+                .map(|s| s.trim().to_string())
+        };
+        let host = read("/proc/sys/kernel/hostname")
+            .or_else(|| std::env::var("HOSTNAME").ok())
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| "localhost".to_string());
+        let boot = read("/proc/sys/kernel/random/boot_id");
+        let pid_ns = std::fs::read_link("/proc/self/ns/pid")
+            .ok()
+            .map(|l| l.to_string_lossy().into_owned());
+        let machine = match (boot, pid_ns) {
+            (Some(boot), Some(ns)) => format!("{boot}/{ns}"),
+            // No way to compare pids with another process: only this one.
+            _ => format!("host:{host}/pid:{}", std::process::id()),
+        };
+        let pid = std::process::id();
+        let pid_start = match probe(pid) {
+            Probe::Started(start) => start,
+            Probe::NoProcess | Probe::Unknown => None,
+        };
+        Process {
+            host,
+            machine,
+            pid,
+            pid_start,
+        }
+    })
+}
+
+/// Looks `pid` up in `/proc`.
+pub(crate) fn probe(pid: u32) -> Probe {
+    if !cfg!(target_os = "linux") {
+        return Probe::Unknown;
+    }
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => {
+            // The command name (field 2) may hold spaces and parentheses: the
+            // fields after its last ')' are state (3) ... starttime (22).
+            let rest = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+            let fields: Vec<&str> = rest.split_whitespace().collect();
+            match fields.first() {
+                Some(&"Z") | Some(&"X") => Probe::NoProcess,
+                _ => Probe::Started(fields.get(19).and_then(|s| s.parse().ok())),
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if std::path::Path::new("/proc/self/stat").exists() {
+                Probe::NoProcess
+            } else {
+                Probe::Unknown
+            }
+        }
+        Err(_) => Probe::Unknown,
+    }
+}
+
+/// Judges `owner` from `me`'s side at `now_ms`. `live_here` says whether a
+/// token belongs to a run this process is running; `probe` looks up a pid.
+pub(crate) fn judge(
+    owner: &RunOwner,
+    me: &Process,
+    now_ms: u64,
+    live_here: impl Fn(&str) -> bool,
+    probe: impl Fn(u32) -> Probe,
+) -> Verdict {
+    if owner.machine == me.machine {
+        if owner.pid == me.pid && owner.pid_start == me.pid_start {
+            return if live_here(&owner.token) {
+                Verdict::Alive
+            } else {
+                Verdict::Gone
+            };
+        }
+        match probe(owner.pid) {
+            Probe::NoProcess => return Verdict::Gone,
+            Probe::Started(start) if owner.pid_start.is_some() && start != owner.pid_start => {
+                return Verdict::Gone;
+            }
+            Probe::Started(_) => return Verdict::Alive,
+            Probe::Unknown => {}
+        }
+    }
+    let age = now_ms.saturating_sub(owner.heartbeat_ms);
+    if u128::from(age) > OWNER_EXPIRY.as_millis() {
+        Verdict::Expired
+    } else {
+        Verdict::Alive
+    }
+}
+
+/// A run this process is running now, under the claim's token.
+#[derive(Debug)]
+struct Held {
+    run_id: String,
+    /// The store writer the claim was made through ([`StoreWriter::key`](crate::durable::StoreWriter)).
+    writer: usize,
+}
+
+/// Runs this process is running now, by claim token.
+fn live() -> std::sync::MutexGuard<'static, HashMap<String, Held>> {
+    static LIVE: OnceLock<Mutex<HashMap<String, Held>>> = OnceLock::new();
+    LIVE.get_or_init(Mutex::default)
+        .lock()
+        // Plain inserts and removes: a panic elsewhere leaves the map whole.
+        .unwrap_or_else(PoisonError::into_inner)
+}
+
+/// This process's claim on one run: registered as live for as long as the
+/// value lives (the run's conductor holds it), so the same process can tell a
+/// run it is running from one it lost.
+#[derive(Debug)]
+pub(crate) struct Claim {
+    pub(crate) owner: RunOwner,
+    run_id: String,
+}
+
+impl Claim {
+    /// A fresh claim on `run_id`, live from now on. Registered before it is
+    /// committed: a resumer in this process that sees the committed claim
+    /// must find it live.
+    pub(crate) fn new(run_id: &str, writer: usize) -> Claim {
+        let me = this_process();
+        let now = agentry_protocol::now_millis();
+        let owner = RunOwner {
+            token: uuid::Uuid::now_v7().to_string(),
+            host: me.host.clone(),
+            machine: me.machine.clone(),
+            pid: me.pid,
+            pid_start: me.pid_start,
+            since_ms: now,
+            heartbeat_ms: now,
+        };
+        live().insert(
+            owner.token.clone(),
+            Held {
+                run_id: run_id.to_string(),
+                writer,
+            },
+        );
+        Claim {
+            owner,
+            run_id: run_id.to_string(),
+        }
+    }
+
+    /// The write that makes this claim the run's owner, replacing `replaces`.
+    pub(crate) fn write(&self, replaces: Option<&RunOwner>) -> Write {
+        Write::Claim {
+            run_id: self.run_id.clone(),
+            owner: self.owner.clone(),
+            replaces: replaces.map(|o| o.token.clone()),
+        }
+    }
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        live().remove(&self.owner.token);
+    }
+}
+
+/// Heartbeats for every run this process runs through store writer `writer`.
+pub(crate) fn heartbeats(writer: usize) -> Vec<Write> {
+    let now = agentry_protocol::now_millis();
+    live()
+        .iter()
+        .filter(|(_, held)| held.writer == writer)
+        .map(|(token, held)| Write::Heartbeat {
+            run_id: held.run_id.clone(),
+            token: token.clone(),
+            at_ms: now,
+        })
+        .collect()
+}
+
+/// Lets go of every claim made through store writer `writer` at once (the
+/// runtime abandoned its runs; their conductors may take a moment to stop).
+pub(crate) fn forget(writer: usize) {
+    live().retain(|_, held| held.writer != writer);
+}
+
+/// Refuses to take `run_id` from `owner` while it is alive.
+pub(crate) fn check_takeover(run_id: &str, owner: &RunOwner) -> Result<(), RuntimeError> {
+    let verdict = judge(
+        owner,
+        this_process(),
+        agentry_protocol::now_millis(),
+        |token| live().contains_key(token),
+        probe,
+    );
+    match verdict {
+        Verdict::Alive => Err(RuntimeError::Owned {
+            run_id: run_id.to_string(),
+            owner: describe(owner),
+        }),
+        Verdict::Gone | Verdict::Expired => {
+            tracing::info!(run_id, pid = owner.pid, host = %owner.host, ?verdict, "taking over a run whose owner is gone");
+            Ok(())
+        }
+    }
+}
+
+/// "process 1234 on host h since 2026-12-01T11:22:45Z (last heartbeat 1 s ago)".
+pub(crate) fn describe(owner: &RunOwner) -> String {
+    let at = |ms: u64| {
+        humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + Duration::from_millis(ms))
+    };
+    let ago = agentry_protocol::now_millis().saturating_sub(owner.heartbeat_ms) / 1000;
+    format!(
+        "process {} on host {} since {} (last heartbeat {ago} s ago)",
+        owner.pid,
+        owner.host,
+        at(owner.since_ms)
+    )
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    fn me() -> Process {
+        Process {
+            host: "h".into(),
+            machine: "boot/ns".into(),
+            pid: 100,
+            pid_start: Some(5),
+        }
+    }
+
+    fn owner(machine: &str, pid: u32, pid_start: Option<u64>, heartbeat_ms: u64) -> RunOwner {
+        RunOwner {
+            token: "t".into(),
+            host: "h".into(),
+            machine: machine.into(),
+            pid,
+            pid_start,
+            since_ms: 0,
+            heartbeat_ms,
+        }
+    }
+
+    const NOW: u64 = 1_000_000;
+    const FRESH: u64 = NOW - 1_000;
+    const STALE: u64 = NOW - 31_000;
+
+    fn verdict(o: &RunOwner, live: bool, probe: Probe) -> Verdict {
+        judge(o, &me(), NOW, |_| live, |_| probe)
+    }
+
+    #[test]
+    fn this_process_is_alive_only_while_it_runs_the_run() {
+        let o = owner("boot/ns", 100, Some(5), STALE);
+        assert_eq!(verdict(&o, true, Probe::Started(Some(5))), Verdict::Alive);
+        assert_eq!(verdict(&o, false, Probe::Started(Some(5))), Verdict::Gone);
+    }
+
+    #[test]
+    fn a_local_process_is_judged_by_its_pid_and_start_time_not_its_heartbeat() {
+        let o = owner("boot/ns", 200, Some(9), STALE);
+        // Alive, however old its heartbeat: a live local owner could still write.
+        assert_eq!(verdict(&o, false, Probe::Started(Some(9))), Verdict::Alive);
+        // Killed (SIGKILL leaves a fresh heartbeat behind): gone at once.
+        let o = owner("boot/ns", 200, Some(9), FRESH);
+        assert_eq!(verdict(&o, false, Probe::NoProcess), Verdict::Gone);
+        // The pid now belongs to a process that started later: gone.
+        assert_eq!(verdict(&o, false, Probe::Started(Some(10))), Verdict::Gone);
+        // Our own pid, an earlier process's record (we reuse its pid): gone.
+        let o = owner("boot/ns", 100, Some(1), FRESH);
+        assert_eq!(verdict(&o, true, Probe::Started(Some(5))), Verdict::Gone);
+    }
+
+    #[test]
+    fn an_owner_that_cannot_be_probed_is_judged_by_its_heartbeat() {
+        for machine in ["other-boot/ns", "boot/other-ns"] {
+            let o = owner(machine, 200, Some(9), FRESH);
+            assert_eq!(verdict(&o, false, Probe::NoProcess), Verdict::Alive);
+            let o = owner(machine, 200, Some(9), STALE);
+            assert_eq!(verdict(&o, false, Probe::NoProcess), Verdict::Expired);
+        }
+        // Same machine but no /proc: the heartbeat decides.
+        let o = owner("boot/ns", 200, Some(9), FRESH);
+        assert_eq!(verdict(&o, false, Probe::Unknown), Verdict::Alive);
+        let o = owner("boot/ns", 200, Some(9), STALE);
+        assert_eq!(verdict(&o, false, Probe::Unknown), Verdict::Expired);
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn proc_tells_this_process_from_a_dead_and_a_reaped_one() {
+        let me = this_process();
+        assert!(me.pid_start.is_some());
+        assert_eq!(probe(me.pid), Probe::Started(me.pid_start));
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        assert_eq!(probe(pid), Probe::NoProcess);
+    }
+
+    #[test]
+    fn a_claim_is_live_until_dropped() {
+        let claim = Claim::new("run-x", 1);
+        let token = claim.owner.token.clone();
+        assert!(heartbeats(2).is_empty());
+        assert!(heartbeats(1).iter().any(
+            |w| matches!(w, Write::Heartbeat { token: t, run_id, .. } if *t == token && run_id == "run-x")
+        ));
+        assert!(check_takeover("run-x", &claim.owner).is_err());
+        let owner = claim.owner.clone();
+        drop(claim);
+        assert!(check_takeover("run-x", &owner).is_ok());
+        let claim = Claim::new("run-y", 3);
+        forget(3);
+        assert!(check_takeover("run-y", &claim.owner).is_ok());
+    }
+}
