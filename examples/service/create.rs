@@ -5,6 +5,10 @@
 //! way, the service turns them back into task.toml text and hands that to
 //! `TaskSpec::parse`, so a request gets exactly the CLI's checks and messages
 //! (`budget.max_steps: expected a positive integer, found "ten"`).
+//!
+//! Everything here blocks (parsing a body of up to `--max-create-bytes`, creating
+//! the directory, writing the files), so the service calls [`prepare`] on the
+//! blocking pool, never on the async workers that serve every other request.
 
 use std::path::{Component, Path};
 
@@ -30,8 +34,9 @@ pub struct NewRun {
 }
 
 /// Validates the body and prepares the working directory with the initial files.
-pub fn prepare(body: Value) -> Result<NewRun, ApiError> {
-    let Value::Object(mut task) = body else {
+/// Blocking: see the module docs.
+pub fn prepare(body: &[u8]) -> Result<NewRun, ApiError> {
+    let Value::Object(mut task) = super::parse_json(body)? else {
         return Err(ApiError::bad_request(
             "the body must be a JSON object of task fields (goal, budget, tools, accept, progress, driver) plus script and files",
         ));
@@ -42,6 +47,17 @@ pub fn prepare(body: Value) -> Result<NewRun, ApiError> {
     if task.contains_key("policy") {
         return Err(ApiError::bad_request(
             "policy: not accepted here; pass the script inline as \"script\"",
+        ));
+    }
+    if task
+        .get("tools")
+        .and_then(Value::as_object)
+        .is_some_and(|tools| tools.contains_key("command"))
+    {
+        // The runtime serves built-in tools only; silently dropping the field
+        // would leave a task that "worked" without the tools it declared.
+        return Err(ApiError::bad_request(
+            "tools.command: command tools are not accepted by the service (each runs its own program as the service's user); grant built-in tools in tools.grant instead",
         ));
     }
 

@@ -6,6 +6,13 @@
 //! and copies every event into an [`EventLog`]. SSE clients read the log from the
 //! start and then follow it. They never read a broadcast channel themselves, so a
 //! slow client cannot lag and lose events: it just reads the log later.
+//!
+//! The log is bounded in events and in bytes, so a run whose tool results are
+//! large (a file read a thousand times) does not keep them all: the oldest events
+//! go first. When the run stops the log shrinks to a smaller bound, because a
+//! stopped run is kept for as long as the service keeps it, and many are.
+//! Events are kept as the JSON they are sent as: serialized once, not once per
+//! client, and their size is exactly what they cost.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -17,48 +24,132 @@ use axum::response::sse::Event;
 use futures::Stream;
 use tokio::sync::{broadcast, watch};
 
-/// Events kept per run. Past this, the oldest go: a client connecting late to a
-/// very long run sees the most recent ones.
+/// Events kept per run, whatever their size.
 pub const REPLAY_LIMIT: usize = 10_000;
 
-/// Everything a run has emitted (up to [`REPLAY_LIMIT`]), in sequence order.
+/// What a kept event costs beyond its JSON (the record, the deque slot).
+const EVENT_OVERHEAD: usize = 64;
+
+/// How much of a run's history is kept for late clients.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplayLimits {
+    /// Bytes kept while the run is live.
+    pub live_bytes: usize,
+    /// Bytes kept once it stopped.
+    pub stopped_bytes: usize,
+}
+
+/// One event as sent: its type, sequence number and JSON.
+#[derive(Debug)]
+struct Logged {
+    seq: u64,
+    kind: String,
+    data: String,
+    /// `run_stopped`: the stream ends after it.
+    last: bool,
+}
+
+impl Logged {
+    fn new(record: &EventRecord) -> Logged {
+        let data = serde_json::to_value(record).unwrap_or_default();
+        let kind = data["event"]["type"]
+            .as_str()
+            .unwrap_or("event")
+            .to_string();
+        Logged {
+            seq: record.seq,
+            kind,
+            data: data.to_string(),
+            last: matches!(record.event, RunEvent::RunStopped { .. }),
+        }
+    }
+
+    fn size(&self) -> usize {
+        self.data.len() + self.kind.len() + EVENT_OVERHEAD
+    }
+
+    /// `event: <type>`, `id: <seq>`, `data: <the EventRecord as JSON>`.
+    fn sse(&self) -> Event {
+        Event::default()
+            .event(&self.kind)
+            .id(self.seq.to_string())
+            .data(&self.data)
+    }
+}
+
+/// The run's most recent events, within [`ReplayLimits`], in sequence order.
 #[derive(Debug)]
 pub struct EventLog {
     state: Mutex<LogState>,
+    limits: ReplayLimits,
     /// Bumped after every change to `state`; readers wait on it.
     changed: watch::Sender<u64>,
 }
 
 #[derive(Debug, Default)]
 struct LogState {
-    events: VecDeque<Arc<EventRecord>>,
+    events: VecDeque<Arc<Logged>>,
+    /// What the kept events cost, by [`Logged::size`].
+    bytes: usize,
     /// No more events will come: the run stopped (or its event source closed).
     closed: bool,
 }
 
-impl EventLog {
-    /// Starts copying the run's events into a new log. `events` must be the
-    /// run's first subscription, so that the log starts at the run's first event.
-    pub fn follow(handle: RunHandle, events: broadcast::Receiver<EventRecord>) -> Arc<EventLog> {
-        let log = Arc::new(EventLog {
-            state: Mutex::new(LogState::default()),
-            changed: watch::Sender::new(0),
-        });
-        tokio::spawn(forward(handle, events, Arc::clone(&log)));
-        log
+impl LogState {
+    fn close(&mut self, bytes: usize) {
+        self.closed = true;
+        self.shrink_to(bytes, REPLAY_LIMIT);
     }
 
-    fn push(&self, record: EventRecord) {
-        self.update(|state| {
-            if state.events.len() == REPLAY_LIMIT {
-                state.events.pop_front();
+    /// Drops the oldest events until the log fits `bytes` and `events`.
+    /// `run_stopped` is always kept: it is what tells a reader the stream is over.
+    fn shrink_to(&mut self, bytes: usize, events: usize) {
+        while self.bytes > bytes || self.events.len() > events {
+            let Some(oldest) = self.events.front() else {
+                break;
+            };
+            if oldest.last {
+                break;
             }
-            state.events.push_back(Arc::new(record));
+            self.bytes -= oldest.size();
+            self.events.pop_front();
+        }
+    }
+}
+
+impl EventLog {
+    /// An empty log.
+    pub fn new(limits: ReplayLimits) -> Arc<EventLog> {
+        Arc::new(EventLog {
+            state: Mutex::new(LogState::default()),
+            limits,
+            changed: watch::Sender::new(0),
+        })
+    }
+
+    /// Appends an event; `run_stopped` also closes the log, in the same step,
+    /// so a reader that saw the stop finds the log already shrunk.
+    fn push(&self, record: &EventRecord) {
+        let logged = Logged::new(record);
+        let last = logged.last;
+        self.update(|state| {
+            // Room is made first, so the newest event is always there for the
+            // clients following the run, even one larger than the whole bound.
+            state.shrink_to(
+                self.limits.live_bytes.saturating_sub(logged.size()),
+                REPLAY_LIMIT - 1,
+            );
+            state.bytes += logged.size();
+            state.events.push_back(Arc::new(logged));
+            if last {
+                state.close(self.limits.stopped_bytes);
+            }
         });
     }
 
+    /// No more events: the log shrinks to what a stopped run keeps.
     fn close(&self) {
-        self.update(|state| state.closed = true);
+        self.update(|state| state.close(self.limits.stopped_bytes));
     }
 
     fn update(&self, change: impl FnOnce(&mut LogState)) {
@@ -69,7 +160,7 @@ impl EventLog {
     }
 
     /// Events with a sequence number above `after`, and whether the log is closed.
-    fn since(&self, after: u64) -> (Vec<Arc<EventRecord>>, bool) {
+    fn since(&self, after: u64) -> (Vec<Arc<Logged>>, bool) {
         let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         let start = state.events.partition_point(|r| r.seq <= after);
         (state.events.range(start..).cloned().collect(), state.closed)
@@ -87,7 +178,7 @@ impl EventLog {
         };
         futures::stream::unfold(reader, |mut reader| async move {
             let record = reader.next().await?;
-            Some((Ok(sse_event(&record)), reader))
+            Some((Ok(record.sse()), reader))
         })
     }
 }
@@ -97,16 +188,16 @@ struct Reader {
     log: Arc<EventLog>,
     changes: watch::Receiver<u64>,
     last_seq: u64,
-    pending: VecDeque<Arc<EventRecord>>,
+    pending: VecDeque<Arc<Logged>>,
     done: bool,
 }
 
 impl Reader {
-    async fn next(&mut self) -> Option<Arc<EventRecord>> {
+    async fn next(&mut self) -> Option<Arc<Logged>> {
         loop {
             if let Some(record) = self.pending.pop_front() {
                 self.last_seq = record.seq;
-                self.done = matches!(record.event, RunEvent::RunStopped { .. });
+                self.done = record.last;
                 return Some(record);
             }
             if self.done {
@@ -132,24 +223,11 @@ impl Reader {
     }
 }
 
-/// `event: <type>`, `id: <seq>`, `data: <the EventRecord as JSON>`.
-fn sse_event(record: &EventRecord) -> Event {
-    let data = serde_json::to_value(record).unwrap_or_default();
-    let kind = data["event"]["type"]
-        .as_str()
-        .unwrap_or("event")
-        .to_string();
-    Event::default()
-        .event(kind)
-        .id(record.seq.to_string())
-        .data(data.to_string())
-}
-
 /// Copies the run's events into the log until `run_stopped`, then closes it.
-async fn forward(
-    handle: RunHandle,
+pub async fn forward(
+    handle: &RunHandle,
     mut events: broadcast::Receiver<EventRecord>,
-    log: Arc<EventLog>,
+    log: &EventLog,
 ) {
     // `run_stopped` is emitted before the outcome is published, so once `wait`
     // returns, whatever is left is already in the channel. Waiting on the outcome
@@ -162,9 +240,8 @@ async fn forward(
             biased;
             got = events.recv() => match got {
                 Ok(record) => {
-                    let last = matches!(record.event, RunEvent::RunStopped { .. });
-                    log.push(record);
-                    if last {
+                    log.push(&record);
+                    if matches!(record.event, RunEvent::RunStopped { .. }) {
                         break;
                     }
                 }
@@ -176,7 +253,7 @@ async fn forward(
             _ = &mut stopped => {
                 loop {
                     match events.try_recv() {
-                        Ok(record) => log.push(record),
+                        Ok(record) => log.push(&record),
                         Err(broadcast::error::TryRecvError::Lagged(_)) => continue,
                         Err(_) => break,
                     }

@@ -3,9 +3,9 @@
 //! `cargo run --release --example service -- --addr 127.0.0.1:8080`
 //!
 //! Runs use the scripted policy (the script comes inline with each request); see
-//! `docs/service.md` for the routes and curl examples. This file only parses
-//! arguments, sets up logging, and turns ctrl-c (or SIGTERM) into a graceful
-//! shutdown; the service itself is in `app.rs`.
+//! `docs/service.md` for the routes, the flags and curl examples. This file only
+//! parses arguments, sets up logging, and turns ctrl-c (or SIGTERM) into a
+//! graceful shutdown; the service itself is in `app.rs`.
 
 mod app;
 
@@ -31,6 +31,74 @@ struct Args {
     /// rather than aborting them.
     #[arg(long, value_name = "FILE")]
     store: Option<std::path::PathBuf>,
+    /// A host name the service answers to besides its bound address (NAME on any
+    /// port, or NAME:PORT); repeatable. Other `Host` headers get 421.
+    #[arg(long, value_name = "HOST")]
+    allow_host: Vec<app::AllowedHost>,
+    /// An origin (scheme://host[:port]) whose web pages may call the service;
+    /// repeatable. Requests with any other `Origin` get 403. None by default.
+    #[arg(long, value_name = "ORIGIN")]
+    allow_origin: Vec<app::AllowedOrigin>,
+    /// Largest body of a message, event, interrupt or decision, in bytes
+    /// [default: 1 MiB].
+    #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u64).range(1..))]
+    max_message_bytes: Option<u64>,
+    /// Largest body of `POST /runs` (task, script and files), in bytes
+    /// [default: 64 MiB].
+    #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u64).range(1..))]
+    max_create_bytes: Option<u64>,
+    /// Message and event bytes one run takes in over its life [default: 64 MiB].
+    #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u64).range(1..))]
+    max_run_input_bytes: Option<u64>,
+    /// Time for a request's head to arrive, and for a connection to sit idle
+    /// between requests [default: 10s].
+    #[arg(long, value_name = "DURATION", value_parser = positive_duration)]
+    header_timeout: Option<Duration>,
+    /// Time for a request's body to arrive after its head [default: 30s].
+    #[arg(long, value_name = "DURATION", value_parser = positive_duration)]
+    body_timeout: Option<Duration>,
+    /// Open connections at most; at the limit the oldest idle one is closed to
+    /// make room [default: a quarter of the open-file limit, 16 to 1,024].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    max_connections: Option<u32>,
+    /// Event history kept per live run for late clients, in bytes [default: 8 MiB].
+    #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u64).range(1..))]
+    replay_bytes: Option<u64>,
+    /// Event history kept per stopped run, in bytes [default: 256 KiB].
+    #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u64).range(1..))]
+    stopped_replay_bytes: Option<u64>,
+    /// Stopped runs kept; the oldest beyond this are forgotten [default: 1000].
+    #[arg(long, value_name = "N")]
+    keep_stopped: Option<usize>,
+}
+
+impl Args {
+    fn config(&self) -> app::ServiceConfig {
+        let d = app::Limits::default();
+        let bytes = |flag: Option<u64>, default: usize| {
+            flag.map_or(default, |n| usize::try_from(n).unwrap_or(usize::MAX))
+        };
+        let limits = app::Limits {
+            message_bytes: bytes(self.max_message_bytes, d.message_bytes),
+            create_bytes: bytes(self.max_create_bytes, d.create_bytes),
+            run_input_bytes: self.max_run_input_bytes.unwrap_or(d.run_input_bytes),
+            body_timeout: self.body_timeout.unwrap_or(d.body_timeout),
+            header_timeout: self.header_timeout.unwrap_or(d.header_timeout),
+            max_connections: self
+                .max_connections
+                .map_or(d.max_connections, |n| n as usize),
+            replay: app::ReplayLimits {
+                live_bytes: bytes(self.replay_bytes, d.replay.live_bytes),
+                stopped_bytes: bytes(self.stopped_replay_bytes, d.replay.stopped_bytes),
+            },
+            keep_stopped: self.keep_stopped.unwrap_or(d.keep_stopped),
+        };
+        app::ServiceConfig {
+            allow_hosts: self.allow_host.clone(),
+            allow_origins: self.allow_origin.clone(),
+            limits,
+        }
+    }
 }
 
 #[tokio::main]
@@ -52,23 +120,18 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let store = std::sync::Arc::new(agentry::SqliteStore::open(path)?);
         runtime = runtime.with_store(store, agentry::Durability::Strict)?;
     }
-    let app = app::App::new(runtime.clone());
+    let app = app::App::with_config(runtime.clone(), args.config());
     if args.store.is_some() {
         let resumed = app.resume_unfinished().await?;
         tracing::info!(count = resumed.len(), "resumed unfinished runs");
     }
-    let router = app.router();
     let listener = tokio::net::TcpListener::bind(args.addr).await?;
     tracing::info!(addr = %listener.local_addr()?, "listening");
 
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(async move {
-        axum::serve(listener, router)
-            .with_graceful_shutdown(async {
-                let _ = stop_rx.await;
-            })
-            .await
-    });
+    let server = tokio::spawn(app.serve(listener, async {
+        let _ = stop_rx.await;
+    }));
 
     shutdown_signal().await?;
     if args.store.is_some() {
@@ -89,6 +152,25 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Why a duration flag was refused.
+#[derive(Debug, thiserror::Error)]
+enum DurationFlagError {
+    /// Zero would refuse every request.
+    #[error("must be more than zero")]
+    Zero,
+    /// Not a duration.
+    #[error(transparent)]
+    Parse(#[from] humantime::DurationError),
+}
+
+/// A duration flag ("10s"), more than zero.
+fn positive_duration(text: &str) -> Result<Duration, DurationFlagError> {
+    match humantime::parse_duration(text)? {
+        d if d.is_zero() => Err(DurationFlagError::Zero),
+        d => Ok(d),
+    }
 }
 
 /// Ctrl-c, or SIGTERM (what service managers and containers send).

@@ -137,9 +137,9 @@ impl Service {
         if store.is_some() {
             app.resume_unfinished().await?;
         }
-        let router = app.router();
+        // The service's own accept loop, as main.rs runs it.
         let server = tokio::spawn(async move {
-            let _ = axum::serve(listener, router).await;
+            let _ = app.serve(listener, std::future::pending()).await;
         });
         Ok(Service {
             client: Service::client_of(&base)?,
