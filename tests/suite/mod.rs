@@ -17,6 +17,7 @@ mod retries;
 mod run;
 mod security;
 mod service;
+mod service_bin;
 mod state;
 mod task_tools;
 mod trace;

@@ -45,54 +45,12 @@ struct ServiceProcess {
 
 impl ServiceProcess {
     fn start(store: &std::path::Path) -> Result<ServiceProcess, TestError> {
-        use std::io::BufRead;
-        let exe = std::env::current_exe()?;
-        let bin = exe
-            .parent()
-            .and_then(|deps| deps.parent())
-            .map(|profile| profile.join("examples/service"))
-            .ok_or("no target directory")?;
-        if !bin.is_file() {
-            return Err(format!(
-                "{} is missing: `cargo test --workspace` builds it (or `cargo build --example service`)",
-                bin.display()
-            )
-            .into());
-        }
-        let mut child = std::process::Command::new(bin)
-            .args(["--addr", "127.0.0.1:0", "--store"])
-            .arg(store)
-            .env("RUST_LOG", "info")
-            .env("NO_COLOR", "1")
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .spawn()?;
-        // The service logs the address it bound; the rest of its log is drained
-        // so it never blocks on a full pipe.
-        let stderr = child.stderr.take().ok_or("no stderr")?;
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in std::io::BufReader::new(stderr)
-                .lines()
-                .map_while(Result::ok)
-            {
-                if let Some(addr) = line.split("addr=").nth(1) {
-                    let addr = addr.split_whitespace().next().unwrap_or_default();
-                    let _ = tx.send(addr.to_string());
-                }
-            }
-        });
-        let addr = match rx.recv_timeout(WAIT) {
-            Ok(addr) => addr,
-            Err(_) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err("the service did not say where it listens".into());
-            }
-        };
+        let mut command = std::process::Command::new(super::service_bin::binary()?);
+        command.arg("--store").arg(store);
+        let spawned = super::service_bin::spawn(command, WAIT)?;
         Ok(ServiceProcess {
-            child,
-            base: format!("http://{addr}"),
+            child: spawned.child,
+            base: format!("http://{}", spawned.addr),
         })
     }
 

@@ -4,13 +4,14 @@
 //! attacker is a web page in the user's browser (cross-site posts, DNS
 //! rebinding), or a client that holds memory and connections.
 
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use agentry_test_support::TestError;
+
+use crate::suite::service_bin;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -18,37 +19,6 @@ use tokio::net::TcpStream;
 /// Bound on any single wait for the service (what is expected takes well under
 /// a tenth of it).
 const WAIT: Duration = Duration::from_secs(30);
-
-/// The service binary as `cargo test` builds it: target/<profile>/examples/service.
-fn service_binary() -> Result<PathBuf, TestError> {
-    let exe = std::env::current_exe()?;
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .ok_or("the test binary is not in target/<profile>/deps")?;
-    let binary = profile_dir.join("examples").join("service");
-    let built = std::fs::metadata(&binary)
-        .and_then(|m| m.modified())
-        .map_err(|e| {
-            format!(
-                "{}: {e}; build it with `cargo build --example service` (`cargo test --workspace` does)",
-                binary.display()
-            )
-        })?;
-    let sources = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/service");
-    for entry in std::fs::read_dir(&sources)? {
-        let entry = entry?;
-        if entry.metadata()?.modified()? > built {
-            return Err(format!(
-                "{} is older than {}; rebuild it with `cargo build --example service`",
-                binary.display(),
-                entry.path().display()
-            )
-            .into());
-        }
-    }
-    Ok(binary)
-}
 
 /// How to start the service.
 #[derive(Default)]
@@ -82,7 +52,7 @@ impl Service {
     }
 
     fn launch(launch: Launch<'_>) -> Result<Service, TestError> {
-        let binary = service_binary()?;
+        let binary = service_bin::binary()?;
         let mut command = match launch.max_files {
             Some(n) => {
                 let mut sh = Command::new("sh");
@@ -94,42 +64,17 @@ impl Service {
             None => Command::new(&binary),
         };
         command
-            .args(["--addr", "127.0.0.1:0"])
             .args(&launch.args)
-            .env("RUST_LOG", "info")
-            .env("NO_COLOR", "1")
-            .envs(launch.env.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        let mut child = command.spawn()?;
-        let stderr = child.stderr.take().ok_or("no stderr")?;
-        let (found, listening) = std::sync::mpsc::channel();
-        // Reads the log to its end (a full pipe would block the service), and
-        // reports the address from the "listening" line.
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if line.contains("listening")
-                    && let Some(addr) = line.split("addr=").nth(1)
-                {
-                    let _ = found.send(addr.trim().to_string());
-                }
-            }
-        });
-        // Owned from here: killed on any early return.
-        let mut service = Service {
-            child,
-            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            .envs(launch.env.iter().map(|(k, v)| (k, v)));
+        let spawned = service_bin::spawn(command, WAIT)?;
+        Ok(Service {
+            child: spawned.child,
+            addr: spawned.addr,
             client: reqwest::Client::builder()
                 .no_proxy()
                 .timeout(WAIT)
                 .build()?,
-        };
-        let addr = listening
-            .recv_timeout(WAIT)
-            .map_err(|_| "the service did not report its address")?;
-        service.addr = addr.parse()?;
-        Ok(service)
+        })
     }
 
     fn url(&self, path: &str) -> String {
