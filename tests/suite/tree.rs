@@ -584,3 +584,74 @@ async fn a_child_carved_mid_step_sees_that_steps_tool_calls() -> Result<(), Test
     assert_eq!(outcome.budget.spent.tool_calls, 3);
     Ok(())
 }
+
+/// A child carved from outside while its parent's model decides a step cannot
+/// take the tool calls that step goes on to make: the parent's tool-call limit
+/// holds for the whole tree. (The conductor used to grant its calls against the
+/// figure its step's spend reported, which the reservation made meanwhile had
+/// already given away: the tree made 7 calls against a limit of 4.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_carved_while_its_parent_decides_cannot_take_that_steps_calls()
+-> Result<(), TestError> {
+    let runtime = Runtime::with_builtins()?;
+    let task = TestTask::new("parent", &[("a.txt", "1")])?
+        .max_steps(3)
+        .max_tool_calls(4);
+    let (deciding_tx, deciding_rx) = tokio::sync::oneshot::channel::<()>();
+    let (go_tx, go_rx) = tokio::sync::oneshot::channel::<()>();
+    let mut held = Some((deciding_tx, go_rx));
+    let read = |id: String| ToolCall::new(id, "fs.read", json!({"path": "a.txt"}));
+    // Step 1 decides three reads once the test lets it; step 2 finishes.
+    let policy = FnPolicy::from_async(move |ctx| {
+        let gate = held.take();
+        let step = ctx.step;
+        Box::pin(async move {
+            if let Some((deciding, go)) = gate {
+                let _ = deciding.send(());
+                let _ = go.await;
+            }
+            match step {
+                1 => Decision::ToolCalls {
+                    calls: (1..=3).map(|i| read(format!("r{i}"))).collect(),
+                },
+                _ => Decision::ToolCalls {
+                    calls: vec![ToolCall::new(
+                        "f",
+                        agentry::tools::FINISH_TOOL,
+                        json!({"answer": "read"}),
+                    )],
+                },
+            }
+        })
+    });
+    let parent = runtime.start(task.config(), policy).await?;
+    tokio::time::timeout(Duration::from_secs(10), deciding_rx).await??;
+
+    // Step 1 is granted and its model deciding: a child asking for no tool-call
+    // limit gets all the calls left, and makes them.
+    let child_task = TestTask::new("child", &[("a.txt", "1")])?.max_steps(1);
+    let reads = ScriptBuilder::new()
+        .calls((1..=4).map(|i| read(format!("c{i}"))).collect())
+        .policy();
+    let child = runtime
+        .start_child(&parent, child_task.config(), reads)
+        .await?;
+    let child_out = tokio::time::timeout(Duration::from_secs(10), child.wait()).await??;
+    assert_eq!(child_out.budget.limits.max_tool_calls, Some(4));
+    assert_eq!(child_out.tool_calls, 4, "{}", child_out.detail);
+
+    let _ = go_tx.send(());
+    let parent_out = tokio::time::timeout(Duration::from_secs(10), parent.wait()).await??;
+    assert_eq!(
+        parent_out.budget.spent.tool_calls, 4,
+        "the tree's tool calls against the root's limit of 4"
+    );
+    assert_eq!(parent_out.tool_calls, 0, "none left for the parent's step");
+    assert_eq!(
+        parent_out.stop_reason,
+        StopReason::MaxToolCalls,
+        "{}",
+        parent_out.detail
+    );
+    Ok(())
+}
