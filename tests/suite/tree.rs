@@ -12,9 +12,13 @@ mod settle;
 use std::sync::Arc;
 use std::time::Duration;
 
+use agentry::protocol::event::RunEvent;
+use agentry::runtime::BudgetMsg;
 use agentry::{Decision, Grants, Runtime, RuntimeError, StopReason, ToolCall};
+use agentry_test_support::ask_actor as ask;
 use agentry_test_support::{
-    FnPolicy, HangingTool, ScriptBuilder, TestError, TestTask, runtime_with,
+    FnPolicy, GateTool, HangingTool, ScriptBuilder, TestError, TestTask, runtime_with,
+    wait_for_event,
 };
 use proptest::prelude::*;
 use serde_json::json;
@@ -122,14 +126,14 @@ async fn budgets_are_carved_charged_up_and_released() -> Result<(), TestError> {
     assert!(matches!(err, RuntimeError::ChildRefused { .. }), "{err}");
     assert!(err.to_string().contains("steps"), "{err}");
 
-    // A child asking for 6 steps uses 2.
-    let child_task = TestTask::new("sub-task", &[])?.max_steps(6);
+    // A child asking for 6 steps uses 2: a read, then the finish.
+    let child_task = TestTask::new("sub-task", &[("a.txt", "1")])?.max_steps(6);
     let child = runtime
         .start_child(
             &parent,
             child_task.config(),
             ScriptBuilder::new()
-                .final_text("half")
+                .call("r", "fs.read", json!({"path": "a.txt"}))
                 .finish("done")
                 .policy(),
         )
@@ -137,29 +141,27 @@ async fn budgets_are_carved_charged_up_and_released() -> Result<(), TestError> {
     assert_eq!(child.parent_id(), Some(parent.run_id()));
     let outcome = child.wait().await?;
     assert_eq!(outcome.stop_reason, StopReason::Done, "{}", outcome.detail);
-    assert_eq!(outcome.steps, 1);
+    assert_eq!((outcome.steps, outcome.tool_calls), (2, 2));
     assert_eq!(outcome.budget.limits.max_steps, Some(6));
-    // Charged up: the parent's spend includes the child's step.
+    // Charged up: the parent, idle itself, has spent exactly what the child did.
     let snap = parent.budget().await.ok_or("no parent budget")?;
-    assert_eq!(snap.spent.steps, 1);
-    // Released: 9 steps are free again, so a child may take all of them.
-    let big = TestTask::new("big", &[])?.max_steps(9);
-    let mut refused = Some(String::new());
-    for _ in 0..100 {
-        let policy = ScriptBuilder::new().finish("ok").policy();
-        match runtime.start_child(&parent, big.config(), policy).await {
-            Ok(c) => {
-                c.wait().await?;
-                refused = None;
-                break;
-            }
-            Err(e) => {
-                refused = Some(e.to_string());
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-        }
-    }
-    assert_eq!(refused, None, "the unused allowance returned to the parent");
+    assert_eq!(snap.spent, outcome.budget.spent);
+    assert_eq!((snap.spent.steps, snap.spent.tool_calls), (2, 2));
+    // Released: the child's stop returned its 4 unused steps before its outcome
+    // was published, so 8 of the 10 steps are free again; 9 never are.
+    let quick = || ScriptBuilder::new().finish("ok").policy();
+    let nine = TestTask::new("nine", &[])?.max_steps(9);
+    let err = runtime
+        .start_child(&parent, nine.config(), quick())
+        .await
+        .err()
+        .ok_or("a child of 9 steps fit after 2 were spent of 10")?;
+    assert!(err.to_string().contains("steps"), "{err}");
+    let eight = TestTask::new("eight", &[])?.max_steps(8);
+    let all_left = runtime
+        .start_child(&parent, eight.config(), quick())
+        .await?;
+    all_left.wait().await?;
     parent.abort();
     Ok(())
 }
@@ -281,15 +283,22 @@ async fn the_roots_deadline_stops_the_whole_tree() -> Result<(), TestError> {
     Ok(())
 }
 
-/// Aborting a middle node stops its subtree and leaves its siblings running.
+/// Aborting a middle node stops its subtree and leaves its sibling and the
+/// parent running: the sibling takes a further step after the abort, charged
+/// to the parent, which still counts it as its live child.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn aborting_a_middle_node_stops_its_subtree_only() -> Result<(), TestError> {
     let hang = HangingTool::new("hang");
-    let runtime = runtime_with(vec![Arc::new(hang)])?;
+    let (gate, mut held) = GateTool::new("gate");
+    let runtime = runtime_with(vec![Arc::new(hang.clone()), Arc::new(gate)])?;
     // The tasks own the working directories: they live as long as the test.
-    let [root_t, mid_t, leaf_t, sib_t] = ["root", "mid", "leaf", "sibling"]
+    let [root_t, mid_t, leaf_t] = ["root", "mid", "leaf"]
         .map(|goal| TestTask::new(goal, &[]).map(|t| t.grant(&["hang"]).max_steps(10)));
-    let (root_t, mid_t, leaf_t, sib_t) = (root_t?, mid_t?, leaf_t?, sib_t?);
+    let (mid_t, leaf_t) = (mid_t?, leaf_t?);
+    let root_t = root_t?.grant(&["hang", "gate"]);
+    let sib_t = TestTask::new("sibling", &[])?
+        .grant(&["gate"])
+        .max_steps(10);
     let root = runtime
         .start(root_t.max_steps(50).config(), looping("root"))
         .await?;
@@ -299,22 +308,56 @@ async fn aborting_a_middle_node_stops_its_subtree_only() -> Result<(), TestError
     let leaf = runtime
         .start_child(&mid, leaf_t.max_steps(5).config(), looping("leaf"))
         .await?;
+    // The sibling calls the gate at every step: it steps when the test says.
+    let through_gate = FnPolicy::new(|ctx| Decision::ToolCalls {
+        calls: vec![ToolCall::new(
+            format!("sibling-{}", ctx.step),
+            "gate",
+            json!({}),
+        )],
+    });
     let sibling = runtime
-        .start_child(&root, sib_t.config(), looping("sibling"))
+        .start_child(&root, sib_t.config(), through_gate)
         .await?;
+    let mut sibling_events = sibling.subscribe();
+    let wait = Duration::from_secs(10);
+    // Root, mid and leaf hang in their first step; the sibling's waits at the gate.
+    hang.wait_started(3, wait).await?;
+    let first = held.next_call(wait).await?;
 
     mid.abort();
-    let (mid_out, leaf_out) = tokio::time::timeout(Duration::from_secs(5), async {
+    let (mid_out, leaf_out) = tokio::time::timeout(wait, async {
         Ok::<_, RuntimeError>((mid.wait().await?, leaf.wait().await?))
     })
     .await??;
     assert_eq!(mid_out.stop_reason, StopReason::UserAbort);
     assert_eq!(leaf_out.stop_reason, StopReason::UserAbort);
-    tokio::time::sleep(Duration::from_millis(50)).await;
+
+    // The sibling goes on: its call returns, its step 2 starts and reaches the gate.
+    let spent_before = root.budget().await.ok_or("the root is gone")?.spent;
+    assert!(
+        first.release(json!({})),
+        "the sibling's first call was dropped"
+    );
+    wait_for_event(
+        &mut sibling_events,
+        |r| matches!(r.event, RunEvent::StepStarted { step: 2 }),
+        wait,
+    )
+    .await?;
+    let second = held.next_call(wait).await?;
+    assert_eq!(second.call_id, "sibling-2");
     assert!(sibling.outcome().is_none(), "the sibling still runs");
     assert!(root.outcome().is_none(), "the parent still runs");
+    // The parent was charged the sibling's step 2 and still counts it (mid's
+    // reservation went back when mid stopped).
+    let spent_after = root.budget().await.ok_or("the root is gone")?.spent;
+    assert_eq!(spent_after.steps, spent_before.steps + 1);
+    let live = ask(&root.actors().budget, BudgetMsg::LiveChildren).await?;
+    assert_eq!(live, 1, "the sibling is the parent's one live child");
+
     root.abort();
-    let sib = tokio::time::timeout(Duration::from_secs(5), sibling.wait()).await??;
+    let sib = tokio::time::timeout(wait, sibling.wait()).await??;
     assert_eq!(sib.stop_reason, StopReason::UserAbort);
     Ok(())
 }
