@@ -1,252 +1,62 @@
 //! Agent trees: budgets carved down the tree, charged up it, released back; deadlines
 //! clamped; cancellation of a subtree; the invariant that a tree never overspends
-//! its root, under concurrent spends (property test on the real supervisors).
+//! its root, under concurrent reservations, spends, charges, releases and ends
+//! (property test on the real supervisors, against an independent model).
 
-use agentry_test_support::ask_actor as ask;
+mod concurrent;
+pub(super) mod model;
+mod plan;
+mod sequential;
+mod settle;
+
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentry::protocol::budget::{BudgetLimits, BudgetSnapshot, Usage};
-use agentry::runtime::budget::{BudgetArgs, BudgetMsg, BudgetSupervisor, ParentLink, SpendReply};
+use agentry::protocol::event::RunEvent;
+use agentry::runtime::BudgetMsg;
 use agentry::{Decision, Grants, Runtime, RuntimeError, StopReason, ToolCall};
+use agentry_test_support::ask_actor as ask;
 use agentry_test_support::{
-    FnPolicy, HangingTool, ScriptBuilder, TestError, TestTask, runtime_with,
+    FnPolicy, GateTool, HangingTool, ScriptBuilder, TestError, TestTask, runtime_with,
+    wait_for_event,
 };
 use proptest::prelude::*;
-use ractor::{Actor, ActorRef};
 use serde_json::json;
-use tokio_util::sync::CancellationToken;
 
-/// A random tree: node i > 0 hangs under `parent[i] < i`; each node asks for a
-/// budget and then makes a list of spends.
-#[derive(Debug, Clone)]
-struct TreePlan {
-    parents: Vec<usize>,
-    requests: Vec<BudgetLimits>,
-    spends: Vec<Vec<Usage>>,
-}
-
-fn request() -> impl Strategy<Value = BudgetLimits> {
-    let opt = || prop_oneof![Just(None), (0u64..12).prop_map(Some)];
-    (opt(), opt(), opt()).prop_map(|(s, t, c)| BudgetLimits {
-        max_steps: s,
-        max_tool_calls: t,
-        max_cost_micros: c,
-        ..BudgetLimits::default()
-    })
-}
-
-fn spend() -> impl Strategy<Value = Usage> {
-    prop_oneof![
-        Just(Usage::step()),
-        (1u64..3).prop_map(Usage::tool_calls),
-        (1u64..4).prop_map(|c| Usage {
-            cost_micros: c,
-            ..Usage::default()
-        }),
-    ]
-}
-
-/// Depth ≤ 4, fan-out ≤ 5: node i's parent is chosen among nodes whose depth < 4
-/// and whose child count < 5.
-fn tree() -> impl Strategy<Value = TreePlan> {
-    (2usize..16)
-        .prop_flat_map(|n| {
-            (
-                proptest::collection::vec(any::<prop::sample::Index>(), n),
-                proptest::collection::vec(request(), n),
-                proptest::collection::vec(proptest::collection::vec(spend(), 0..12), n),
-            )
-        })
-        .prop_map(|(picks, requests, spends)| {
-            let mut parents = vec![0];
-            let mut depth = vec![0u32];
-            let mut kids = vec![0usize];
-            for pick in picks.iter().skip(1) {
-                let open: Vec<usize> = (0..parents.len())
-                    .filter(|&j| depth[j] < 4 && kids[j] < 5)
-                    .collect();
-                let p = open[pick.index(open.len())];
-                parents.push(p);
-                depth.push(depth[p] + 1);
-                kids.push(0);
-                kids[p] += 1;
-            }
-            TreePlan {
-                parents,
-                requests,
-                spends,
-            }
-        })
-}
-
-fn within(limits: &BudgetLimits, spent: &Usage) -> bool {
-    let ok = |l: Option<u64>, v: u64| l.is_none_or(|l| v <= l);
-    ok(limits.max_steps, spent.steps)
-        && ok(limits.max_tool_calls, spent.tool_calls)
-        && ok(limits.max_cost_micros, spent.cost_micros)
-}
-
-async fn run_tree(root_limits: BudgetLimits, plan: TreePlan) -> Result<(), String> {
-    let root_token = CancellationToken::new();
-    let started = tokio::time::Instant::now();
-    let mut nodes: Vec<Option<(ActorRef<BudgetMsg>, BudgetLimits)>> = Vec::new();
-    let mut refused_reservations = 0;
-    for i in 0..plan.parents.len() {
-        let (limits, parent) = if i == 0 {
-            (root_limits, None)
-        } else {
-            let Some((parent, _)) = nodes[plan.parents[i]].clone() else {
-                nodes.push(None);
-                continue;
-            };
-            let request = plan.requests[i];
-            let child_id = format!("n{i}");
-            match ask(&parent, |reply| BudgetMsg::Reserve {
-                child_id: child_id.clone(),
-                request,
-                reply,
-            })
-            .await?
-            {
-                Ok((limits, _)) => (
-                    limits,
-                    Some(ParentLink {
-                        budget: parent,
-                        child_id,
-                    }),
-                ),
-                Err(_) => {
-                    refused_reservations += 1;
-                    nodes.push(None);
-                    continue;
-                }
-            }
-        };
-        let args = BudgetArgs {
-            limits,
-            spent: Default::default(),
-            run_token: root_token.child_token(),
-            started,
-            parent,
-            parent_deadline: None,
-            tool_calls: Default::default(),
-        };
-        let (actor, _) = Actor::spawn(None, BudgetSupervisor, args)
-            .await
-            .map_err(|e| e.to_string())?;
-        nodes.push(Some((actor, limits)));
+/// One case: the concurrent phase, its invariants, then the sequential phase
+/// from where it left the tree, checked exactly against the model.
+async fn run_case(plan: plan::TreePlan) -> Result<(), String> {
+    let (reports, reservations) = concurrent::run(&plan).await?;
+    let (model, runs) = settle::settle(reports, &reservations).await?;
+    let mut tree = sequential::Tree::new(model, runs, plan.nodes.len());
+    // What each live node has left to carve is what the algebra says: its
+    // reservations survived the concurrent phase exactly.
+    for v in tree.model.live() {
+        tree.left_as_modelled(v).await?;
     }
-
-    // Every node spends concurrently.
-    let mut tasks = Vec::new();
-    for (i, node) in nodes.iter().enumerate() {
-        let Some((actor, _)) = node.clone() else {
-            continue;
-        };
-        let spends = plan.spends[i].clone();
-        tasks.push(tokio::spawn(async move {
-            let (mut granted, mut refused) = (Usage::default(), 0usize);
-            for charge in spends {
-                match ask(&actor, |r| BudgetMsg::Spend(charge, r)).await? {
-                    SpendReply::Granted { .. } => granted = granted.plus(&charge),
-                    SpendReply::Refused(_) => refused += 1,
-                }
-                tokio::task::yield_now().await;
-            }
-            Ok::<_, String>((i, granted, refused))
-        }));
-    }
-    let mut own = vec![Usage::default(); nodes.len()];
-    let mut attempted_refused = 0;
-    for t in tasks {
-        let (i, granted, refused) = t.await.map_err(|e| e.to_string())??;
-        own[i] = granted;
-        attempted_refused += refused;
-    }
-    let attempted: usize = nodes
-        .iter()
-        .enumerate()
-        .filter(|(_, n)| n.is_some())
-        .map(|(i, _)| plan.spends[i].len())
-        .sum();
-    let granted_count: usize = nodes
-        .iter()
-        .enumerate()
-        .filter(|(_, n)| n.is_some())
-        .map(|(i, _)| plan.spends[i].len())
-        .sum::<usize>()
-        - attempted_refused;
-    if granted_count + attempted_refused != attempted {
-        return Err("a spend was neither granted nor refused".into());
-    }
-
-    // Settle charge-up messages bottom-up: asking a node after its children have
-    // answered guarantees their charges reached it before its own reply.
-    let mut order: Vec<usize> = (0..nodes.len()).collect();
-    let depth_of = |mut i: usize| {
-        let mut d = 0;
-        while i != 0 {
-            i = plan.parents[i];
-            d += 1;
-        }
-        d
-    };
-    order.sort_by_key(|&i| std::cmp::Reverse(depth_of(i)));
-    let mut snaps: Vec<Option<BudgetSnapshot>> = vec![None; nodes.len()];
-    for i in order {
-        if let Some((actor, _)) = &nodes[i] {
-            snaps[i] = Some(ask(actor, BudgetMsg::Snapshot).await?);
-        }
-    }
-
-    for (i, node) in nodes.iter().enumerate() {
-        let Some((_, limits)) = node else { continue };
-        let snap = snaps[i].ok_or("missing snapshot")?;
-        if !within(limits, &snap.spent) {
-            return Err(format!("node {i} spent {:?} over {limits:?}", snap.spent));
-        }
-        // Each node's total = its own spends + its whole subtree's.
-        let mut subtree = own[i];
-        for (j, o) in own.iter().enumerate() {
-            let mut k = j;
-            while k != 0 && k != i {
-                k = plan.parents[k];
-            }
-            if j != i && k == i && nodes[j].is_some() {
-                subtree = subtree.plus(o);
-            }
-        }
-        if (
-            snap.spent.steps,
-            snap.spent.tool_calls,
-            snap.spent.cost_micros,
-        ) != (subtree.steps, subtree.tool_calls, subtree.cost_micros)
-        {
-            return Err(format!(
-                "node {i}: spent {:?}, subtree spent {subtree:?}",
-                snap.spent
-            ));
-        }
-    }
-    let _ = refused_reservations;
-    for (actor, _) in nodes.into_iter().flatten() {
-        actor.stop(None);
-    }
-    Ok(())
+    tree.run_all(&plan.sequential).await
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(48))]
+    // 256 cases unless PROPTEST_CASES says otherwise.
+    #![proptest_config(ProptestConfig::default())]
 
-    /// Random trees spending concurrently on random dimensions never exceed the
-    /// root's budget (nor any node's) on any dimension; every spend is granted or
-    /// refused (never dropped); the root's total equals the sum of every node's.
+    /// Random trees (depth ≤ 4, fan-out ≤ 5) whose nodes step, tick, retry,
+    /// carve children (in their own steps, and from outside at any moment) and
+    /// end, all at once on two worker threads, never overspend the root nor any
+    /// node its allowance on any dimension; every spend is answered; each node's
+    /// total equals its subtree's spends; and in the sequential phase every
+    /// answer is the model's.
     #[test]
-    fn a_tree_never_overspends_its_root(plan in tree(), steps in 0u64..30, calls in 0u64..30, cost in 0u64..20) {
-        let root = BudgetLimits { max_steps: Some(steps), max_tool_calls: Some(calls), max_cost_micros: Some(cost), ..BudgetLimits::default() };
-        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().map_err(|e| TestCaseError::fail(e.to_string()))?;
-        rt.block_on(run_tree(root, plan)).map_err(TestCaseError::fail)?;
+    fn a_tree_never_overspends_its_root(plan in plan::tree()) {
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()
+            .map_err(|e| TestCaseError::fail(e.to_string()))?;
+        // A case takes milliseconds; a hang fails it instead of the whole run.
+        let outcome = rt.block_on(async { tokio::time::timeout(Duration::from_secs(20), run_case(plan)).await });
+        match outcome {
+            Ok(result) => result.map_err(TestCaseError::fail)?,
+            Err(_) => return Err(TestCaseError::fail("the case did not finish within 20 s")),
+        }
     }
 }
 
@@ -316,14 +126,14 @@ async fn budgets_are_carved_charged_up_and_released() -> Result<(), TestError> {
     assert!(matches!(err, RuntimeError::ChildRefused { .. }), "{err}");
     assert!(err.to_string().contains("steps"), "{err}");
 
-    // A child asking for 6 steps uses 2.
-    let child_task = TestTask::new("sub-task", &[])?.max_steps(6);
+    // A child asking for 6 steps uses 2: a read, then the finish.
+    let child_task = TestTask::new("sub-task", &[("a.txt", "1")])?.max_steps(6);
     let child = runtime
         .start_child(
             &parent,
             child_task.config(),
             ScriptBuilder::new()
-                .final_text("half")
+                .call("r", "fs.read", json!({"path": "a.txt"}))
                 .finish("done")
                 .policy(),
         )
@@ -331,29 +141,27 @@ async fn budgets_are_carved_charged_up_and_released() -> Result<(), TestError> {
     assert_eq!(child.parent_id(), Some(parent.run_id()));
     let outcome = child.wait().await?;
     assert_eq!(outcome.stop_reason, StopReason::Done, "{}", outcome.detail);
-    assert_eq!(outcome.steps, 1);
+    assert_eq!((outcome.steps, outcome.tool_calls), (2, 2));
     assert_eq!(outcome.budget.limits.max_steps, Some(6));
-    // Charged up: the parent's spend includes the child's step.
+    // Charged up: the parent, idle itself, has spent exactly what the child did.
     let snap = parent.budget().await.ok_or("no parent budget")?;
-    assert_eq!(snap.spent.steps, 1);
-    // Released: 9 steps are free again, so a child may take all of them.
-    let big = TestTask::new("big", &[])?.max_steps(9);
-    let mut refused = Some(String::new());
-    for _ in 0..100 {
-        let policy = ScriptBuilder::new().finish("ok").policy();
-        match runtime.start_child(&parent, big.config(), policy).await {
-            Ok(c) => {
-                c.wait().await?;
-                refused = None;
-                break;
-            }
-            Err(e) => {
-                refused = Some(e.to_string());
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-        }
-    }
-    assert_eq!(refused, None, "the unused allowance returned to the parent");
+    assert_eq!(snap.spent, outcome.budget.spent);
+    assert_eq!((snap.spent.steps, snap.spent.tool_calls), (2, 2));
+    // Released: the child's stop returned its 4 unused steps before its outcome
+    // was published, so 8 of the 10 steps are free again; 9 never are.
+    let quick = || ScriptBuilder::new().finish("ok").policy();
+    let nine = TestTask::new("nine", &[])?.max_steps(9);
+    let err = runtime
+        .start_child(&parent, nine.config(), quick())
+        .await
+        .err()
+        .ok_or("a child of 9 steps fit after 2 were spent of 10")?;
+    assert!(err.to_string().contains("steps"), "{err}");
+    let eight = TestTask::new("eight", &[])?.max_steps(8);
+    let all_left = runtime
+        .start_child(&parent, eight.config(), quick())
+        .await?;
+    all_left.wait().await?;
     parent.abort();
     Ok(())
 }
@@ -475,15 +283,22 @@ async fn the_roots_deadline_stops_the_whole_tree() -> Result<(), TestError> {
     Ok(())
 }
 
-/// Aborting a middle node stops its subtree and leaves its siblings running.
+/// Aborting a middle node stops its subtree and leaves its sibling and the
+/// parent running: the sibling takes a further step after the abort, charged
+/// to the parent, which still counts it as its live child.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn aborting_a_middle_node_stops_its_subtree_only() -> Result<(), TestError> {
     let hang = HangingTool::new("hang");
-    let runtime = runtime_with(vec![Arc::new(hang)])?;
+    let (gate, mut held) = GateTool::new("gate");
+    let runtime = runtime_with(vec![Arc::new(hang.clone()), Arc::new(gate)])?;
     // The tasks own the working directories: they live as long as the test.
-    let [root_t, mid_t, leaf_t, sib_t] = ["root", "mid", "leaf", "sibling"]
+    let [root_t, mid_t, leaf_t] = ["root", "mid", "leaf"]
         .map(|goal| TestTask::new(goal, &[]).map(|t| t.grant(&["hang"]).max_steps(10)));
-    let (root_t, mid_t, leaf_t, sib_t) = (root_t?, mid_t?, leaf_t?, sib_t?);
+    let (mid_t, leaf_t) = (mid_t?, leaf_t?);
+    let root_t = root_t?.grant(&["hang", "gate"]);
+    let sib_t = TestTask::new("sibling", &[])?
+        .grant(&["gate"])
+        .max_steps(10);
     let root = runtime
         .start(root_t.max_steps(50).config(), looping("root"))
         .await?;
@@ -493,22 +308,56 @@ async fn aborting_a_middle_node_stops_its_subtree_only() -> Result<(), TestError
     let leaf = runtime
         .start_child(&mid, leaf_t.max_steps(5).config(), looping("leaf"))
         .await?;
+    // The sibling calls the gate at every step: it steps when the test says.
+    let through_gate = FnPolicy::new(|ctx| Decision::ToolCalls {
+        calls: vec![ToolCall::new(
+            format!("sibling-{}", ctx.step),
+            "gate",
+            json!({}),
+        )],
+    });
     let sibling = runtime
-        .start_child(&root, sib_t.config(), looping("sibling"))
+        .start_child(&root, sib_t.config(), through_gate)
         .await?;
+    let mut sibling_events = sibling.subscribe();
+    let wait = Duration::from_secs(10);
+    // Root, mid and leaf hang in their first step; the sibling's waits at the gate.
+    hang.wait_started(3, wait).await?;
+    let first = held.next_call(wait).await?;
 
     mid.abort();
-    let (mid_out, leaf_out) = tokio::time::timeout(Duration::from_secs(5), async {
+    let (mid_out, leaf_out) = tokio::time::timeout(wait, async {
         Ok::<_, RuntimeError>((mid.wait().await?, leaf.wait().await?))
     })
     .await??;
     assert_eq!(mid_out.stop_reason, StopReason::UserAbort);
     assert_eq!(leaf_out.stop_reason, StopReason::UserAbort);
-    tokio::time::sleep(Duration::from_millis(50)).await;
+
+    // The sibling goes on: its call returns, its step 2 starts and reaches the gate.
+    let spent_before = root.budget().await.ok_or("the root is gone")?.spent;
+    assert!(
+        first.release(json!({})),
+        "the sibling's first call was dropped"
+    );
+    wait_for_event(
+        &mut sibling_events,
+        |r| matches!(r.event, RunEvent::StepStarted { step: 2 }),
+        wait,
+    )
+    .await?;
+    let second = held.next_call(wait).await?;
+    assert_eq!(second.call_id, "sibling-2");
     assert!(sibling.outcome().is_none(), "the sibling still runs");
     assert!(root.outcome().is_none(), "the parent still runs");
+    // The parent was charged the sibling's step 2 and still counts it (mid's
+    // reservation went back when mid stopped).
+    let spent_after = root.budget().await.ok_or("the root is gone")?.spent;
+    assert_eq!(spent_after.steps, spent_before.steps + 1);
+    let live = ask(&root.actors().budget, BudgetMsg::LiveChildren).await?;
+    assert_eq!(live, 1, "the sibling is the parent's one live child");
+
     root.abort();
-    let sib = tokio::time::timeout(Duration::from_secs(5), sibling.wait()).await??;
+    let sib = tokio::time::timeout(wait, sibling.wait()).await??;
     assert_eq!(sib.stop_reason, StopReason::UserAbort);
     Ok(())
 }
@@ -582,5 +431,76 @@ async fn a_child_carved_mid_step_sees_that_steps_tool_calls() -> Result<(), Test
     assert!(by_id("s2")?.ok, "{:?}", by_id("s2")?.error);
     // The two spawns and the finish call.
     assert_eq!(outcome.budget.spent.tool_calls, 3);
+    Ok(())
+}
+
+/// A child carved from outside while its parent's model decides a step cannot
+/// take the tool calls that step goes on to make: the parent's tool-call limit
+/// holds for the whole tree. (The conductor used to grant its calls against the
+/// figure its step's spend reported, which the reservation made meanwhile had
+/// already given away: the tree made 7 calls against a limit of 4.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_carved_while_its_parent_decides_cannot_take_that_steps_calls()
+-> Result<(), TestError> {
+    let runtime = Runtime::with_builtins()?;
+    let task = TestTask::new("parent", &[("a.txt", "1")])?
+        .max_steps(3)
+        .max_tool_calls(4);
+    let (deciding_tx, deciding_rx) = tokio::sync::oneshot::channel::<()>();
+    let (go_tx, go_rx) = tokio::sync::oneshot::channel::<()>();
+    let mut held = Some((deciding_tx, go_rx));
+    let read = |id: String| ToolCall::new(id, "fs.read", json!({"path": "a.txt"}));
+    // Step 1 decides three reads once the test lets it; step 2 finishes.
+    let policy = FnPolicy::from_async(move |ctx| {
+        let gate = held.take();
+        let step = ctx.step;
+        Box::pin(async move {
+            if let Some((deciding, go)) = gate {
+                let _ = deciding.send(());
+                let _ = go.await;
+            }
+            match step {
+                1 => Decision::ToolCalls {
+                    calls: (1..=3).map(|i| read(format!("r{i}"))).collect(),
+                },
+                _ => Decision::ToolCalls {
+                    calls: vec![ToolCall::new(
+                        "f",
+                        agentry::tools::FINISH_TOOL,
+                        json!({"answer": "read"}),
+                    )],
+                },
+            }
+        })
+    });
+    let parent = runtime.start(task.config(), policy).await?;
+    tokio::time::timeout(Duration::from_secs(10), deciding_rx).await??;
+
+    // Step 1 is granted and its model deciding: a child asking for no tool-call
+    // limit gets all the calls left, and makes them.
+    let child_task = TestTask::new("child", &[("a.txt", "1")])?.max_steps(1);
+    let reads = ScriptBuilder::new()
+        .calls((1..=4).map(|i| read(format!("c{i}"))).collect())
+        .policy();
+    let child = runtime
+        .start_child(&parent, child_task.config(), reads)
+        .await?;
+    let child_out = tokio::time::timeout(Duration::from_secs(10), child.wait()).await??;
+    assert_eq!(child_out.budget.limits.max_tool_calls, Some(4));
+    assert_eq!(child_out.tool_calls, 4, "{}", child_out.detail);
+
+    let _ = go_tx.send(());
+    let parent_out = tokio::time::timeout(Duration::from_secs(10), parent.wait()).await??;
+    assert_eq!(
+        parent_out.budget.spent.tool_calls, 4,
+        "the tree's tool calls against the root's limit of 4"
+    );
+    assert_eq!(parent_out.tool_calls, 0, "none left for the parent's step");
+    assert_eq!(
+        parent_out.stop_reason,
+        StopReason::MaxToolCalls,
+        "{}",
+        parent_out.detail
+    );
     Ok(())
 }

@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 
 use agentry_protocol::budget::{BudgetLimits, BudgetSnapshot, Usage};
 use agentry_protocol::decision::PolicyOutput;
@@ -31,13 +31,11 @@ use crate::policy::PolicyMsg;
 pub enum SpendReply {
     /// Granted; the budget before the spend (what the policy is shown). The
     /// conductor works out the snapshot after the step itself, once the step's
-    /// tokens and tool calls are known.
+    /// tokens and tool calls are known; it takes the step's tool calls from the
+    /// [`ToolCallTally`].
     Granted {
         /// Before.
         before: BudgetSnapshot,
-        /// Tool calls this run may still make after the spend (limit minus spent
-        /// and reserved for children); `None` when unlimited.
-        tool_calls_left: Option<u64>,
     },
     /// Refused: this dimension is exhausted. Nothing was spent.
     Refused(StopReason),
@@ -140,27 +138,94 @@ pub struct BudgetArgs {
     pub tool_calls: ToolCallTally,
 }
 
-/// Tool calls a run's conductor granted itself against the `tool_calls_left` of
-/// its step's [`SpendReply::Granted`], not yet recorded by the supervisor. The
-/// conductor is the only spender of its run's own tool calls (children spend
-/// from what was reserved for them, which that figure already excludes), so its
-/// check is exact or, if a child released budget meanwhile, conservative. It adds
-/// to this counter instead of sending a message; the supervisor moves the count
-/// into its books before it handles any message, so everything it answers (a
-/// child's reservation during the same step included) counts those calls. A
-/// message would wake the supervisor's task as well as the executor's in the same
-/// poll, and the second wake-up hands a task to another worker thread.
+/// A run's own tool calls, shared by its conductor and its budget supervisor
+/// without a message per step. The conductor is the only spender of its run's
+/// own tool calls (children spend from what was reserved for them): it takes
+/// them out of what is left — the limit minus everything spent, reserved for
+/// children or already taken — in one atomic step, and adds them to the taken
+/// count, which the supervisor moves into its books before it handles any
+/// message, so everything it answers counts them. The supervisor carves a
+/// child's tool calls out of the same figure, atomically too, so a reservation
+/// made while a step is being decided and that step's own calls never both get
+/// the last calls (they once did: the conductor granted against the figure its
+/// step's spend had reported). A message would wake the supervisor's task as
+/// well as the executor's in the same poll, and the second wake-up hands a task
+/// to another worker thread.
 #[derive(Debug, Clone, Default)]
-pub struct ToolCallTally(Arc<AtomicU64>);
+pub struct ToolCallTally(Arc<Tally>);
+
+#[derive(Debug, Default)]
+struct Tally {
+    /// Taken by the conductor, not yet in the supervisor's books.
+    taken: AtomicU64,
+    /// What may still be taken, [`UNLIMITED`] without a limit; below zero when
+    /// a child's charge-up passed what was reserved for it.
+    left: AtomicI64,
+}
+
+/// [`Tally::left`] of a run without a tool-call limit.
+const UNLIMITED: i64 = i64::MAX;
+
+/// A count of tool calls as a change of [`Tally::left`].
+fn signed(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(UNLIMITED - 1)
+}
 
 impl ToolCallTally {
-    /// Adds `n` granted calls.
-    pub fn add(&self, n: u64) {
-        self.0.fetch_add(n, Ordering::Release);
+    /// Takes up to `n` calls for the run's own step and returns how many were
+    /// granted (the rest are refused with `EBUDGET`).
+    pub fn take_up_to(&self, n: u64) -> u64 {
+        let mut granted = 0;
+        let _ = self
+            .0
+            .left
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |left| {
+                if left == UNLIMITED {
+                    granted = n;
+                    return None;
+                }
+                granted = n.min(u64::try_from(left).unwrap_or(0));
+                (granted > 0).then(|| left - granted as i64)
+            });
+        if granted > 0 {
+            self.0.taken.fetch_add(granted, Ordering::Release);
+        }
+        granted
     }
 
-    fn take(&self) -> u64 {
-        self.0.swap(0, Ordering::Acquire)
+    /// Sets what is left from the limit and what is committed (at start).
+    fn start(&self, limit: Option<u64>, committed: u64) {
+        let left = limit.map_or(UNLIMITED, |l| signed(l) - signed(committed));
+        self.0.left.store(left, Ordering::Release);
+    }
+
+    /// What is left moves by `delta` (a release, a charge-up past a reservation).
+    fn shift(&self, delta: i64) {
+        let _ = self
+            .0
+            .left
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |left| {
+                (left != UNLIMITED).then(|| left.saturating_add(delta).min(UNLIMITED - 1))
+            });
+    }
+
+    /// Carves calls for a child: exactly `wanted`, or all that is left when
+    /// `None`; or, when that does not fit, what is left.
+    fn carve(&self, wanted: Option<u64>) -> Result<u64, u64> {
+        let mut carved = 0;
+        self.0
+            .left
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |left| {
+                let have = u64::try_from(left).ok()?;
+                carved = wanted.unwrap_or(have);
+                (carved <= have).then(|| left - carved as i64)
+            })
+            .map(|_| carved)
+            .map_err(|left| u64::try_from(left).unwrap_or(0))
+    }
+
+    fn take_booked(&self) -> u64 {
+        self.0.taken.swap(0, Ordering::Acquire)
     }
 }
 
@@ -200,7 +265,8 @@ impl BudgetState {
     }
 
     /// A child's limits and the allowance to reserve for them (see
-    /// [`BudgetMsg::Reserve`]).
+    /// [`BudgetMsg::Reserve`]). Tool calls limited here are taken from the
+    /// tally, last, once everything else fits.
     fn carve(&self, request: &BudgetLimits) -> Result<(BudgetLimits, Usage), String> {
         let mine = &self.limits;
         let left = mine.left(&self.committed());
@@ -218,9 +284,10 @@ impl BudgetState {
             (Some(r), Some(w)) => Some(r.min(w)),
             (r, w) => r.or(w),
         };
-        let limits = BudgetLimits {
+        let mut limits = BudgetLimits {
             max_steps: pick(request.max_steps, mine.max_steps, left.steps),
-            max_tool_calls: pick(request.max_tool_calls, mine.max_tool_calls, left.tool_calls),
+            // Set from the tally below when limited here.
+            max_tool_calls: request.max_tool_calls,
             max_tokens: pick(request.max_tokens, mine.max_tokens, left.tokens_in),
             max_cost_micros: pick(
                 request.max_cost_micros,
@@ -239,9 +306,9 @@ impl BudgetState {
                 0
             }
         };
-        let allowance = Usage {
+        let mut allowance = Usage {
             steps: reserve(limits.max_steps, mine.max_steps),
-            tool_calls: reserve(limits.max_tool_calls, mine.max_tool_calls),
+            tool_calls: 0,
             tokens_in: reserve(limits.max_tokens, mine.max_tokens),
             tokens_out: 0,
             cost_micros: reserve(limits.max_cost_micros, mine.max_cost_micros),
@@ -249,6 +316,19 @@ impl BudgetState {
             ticks: reserve(limits.max_ticks, mine.max_ticks),
         };
         mine.covers(&self.committed(), &allowance)?;
+        if let Some(max) = mine.max_tool_calls {
+            let calls = self
+                .tool_calls
+                .carve(request.max_tool_calls)
+                .map_err(|left| {
+                    format!(
+                        "tool_calls: the child asked for {} but only {left} of {max} are left",
+                        request.max_tool_calls.unwrap_or(left)
+                    )
+                })?;
+            limits.max_tool_calls = Some(calls);
+            allowance.tool_calls = calls;
+        }
         Ok((limits, allowance))
     }
 
@@ -262,21 +342,19 @@ impl BudgetState {
         if let Some(cause) = self.cause {
             return SpendReply::Refused(cause);
         }
-        match self.limits.check(&self.committed(), &charge) {
-            Ok(()) => {
-                let before = self.snapshot();
-                self.record(charge);
-                let committed = self.committed().tool_calls;
-                SpendReply::Granted {
-                    before,
-                    tool_calls_left: self
-                        .limits
-                        .max_tool_calls
-                        .map(|max| max.saturating_sub(committed)),
-                }
-            }
-            Err(reason) => SpendReply::Refused(reason),
+        if let Err(reason) = self.limits.check(&self.committed(), &charge) {
+            return SpendReply::Refused(reason);
         }
+        // Tool calls in a spend come out of what the conductor takes from too.
+        if charge.tool_calls > 0
+            && self.limits.max_tool_calls.is_some()
+            && self.tool_calls.carve(Some(charge.tool_calls)).is_err()
+        {
+            return SpendReply::Refused(StopReason::MaxToolCalls);
+        }
+        let before = self.snapshot();
+        self.record(charge);
+        SpendReply::Granted { before }
     }
 
     /// Spent plus reserved for children: what this node's own checks count.
@@ -298,7 +376,7 @@ impl BudgetState {
 
     /// Books the tool calls the conductor granted since the last message.
     fn book_tool_calls(&mut self) {
-        let n = self.tool_calls.take();
+        let n = self.tool_calls.take_booked();
         if n > 0 {
             self.record(Usage::tool_calls(n));
         }
@@ -451,6 +529,8 @@ impl Actor for BudgetSupervisor {
             (a, b) => a.or(b),
         };
         let timer = deadline_at.map(|at| DeadlineTimer::arm(at, myself, args.run_token.clone()));
+        args.tool_calls
+            .start(args.limits.max_tool_calls, args.spent.tool_calls);
         Ok(BudgetState {
             deadline_at,
             parent: args.parent,
@@ -520,19 +600,12 @@ impl Actor for BudgetSupervisor {
                 }
             }
             BudgetMsg::SpendToolCalls(n, reply) => {
-                let committed = state.committed().tool_calls;
-                let left = state
-                    .limits
-                    .max_tool_calls
-                    .map_or(n, |max| max.saturating_sub(committed));
                 let granted = if state.cause.is_some() {
                     0
                 } else {
-                    n.min(left)
+                    state.tool_calls.take_up_to(n)
                 };
-                if granted > 0 {
-                    state.record(Usage::tool_calls(granted));
-                }
+                state.book_tool_calls();
                 let _ = reply.send((granted, state.snapshot()));
             }
             BudgetMsg::SpendRetry(reply) => {
@@ -547,7 +620,10 @@ impl Actor for BudgetSupervisor {
                 }
                 let _ = reply.send(ok);
             }
-            BudgetMsg::Charge(usage) => state.record(usage),
+            BudgetMsg::Charge(usage) => {
+                state.tool_calls.shift(-signed(usage.tool_calls));
+                state.record(usage);
+            }
             BudgetMsg::Reserve {
                 child_id,
                 request,
@@ -570,19 +646,26 @@ impl Actor for BudgetSupervisor {
             BudgetMsg::ChildSpent { child_id, usage } => {
                 // The child's reservation shrinks by what it spent; what it spent
                 // beyond it (tokens known only after a model turn) is spent here too.
-                if let Some(outstanding) = state.children.get_mut(&child_id) {
+                let covered = if let Some(outstanding) = state.children.get_mut(&child_id) {
                     let mut covered = outstanding.min(&usage);
                     // Tokens are reserved as one figure (in tokens_in).
                     covered.tokens_in = outstanding.tokens_in.min(usage.tokens());
                     covered.tokens_out = 0;
                     *outstanding = outstanding.minus(&covered);
                     state.reserved = state.reserved.minus(&covered);
-                }
+                    covered
+                } else {
+                    Usage::default()
+                };
+                // Calls beyond the reservation are not left here any more.
+                let beyond = usage.tool_calls - covered.tool_calls;
+                state.tool_calls.shift(-signed(beyond));
                 state.record(usage);
             }
             BudgetMsg::Release { child_id } => {
                 if let Some(outstanding) = state.children.remove(&child_id) {
                     state.reserved = state.reserved.minus(&outstanding);
+                    state.tool_calls.shift(signed(outstanding.tool_calls));
                 }
             }
             BudgetMsg::Children(reply) => {

@@ -316,9 +316,7 @@ pub struct ConductorState {
     redrive: Option<InFlight>,
     /// A resumed run whose last step ended it: finish that, take no new step.
     ending: Option<Ending>,
-    /// Tool calls this run may still make, as of this step's budget spend.
-    tool_calls_left: Option<u64>,
-    /// Where granted tool calls go to the budget supervisor (see [`ToolCallTally`]).
+    /// Where this run takes its tool calls from (see [`ToolCallTally`]).
     tool_call_tally: ToolCallTally,
     /// Messages posted from outside, and how many of them were handled.
     posted: Posted,
@@ -528,7 +526,6 @@ impl Actor for Conductor {
             durable: log.is_some(),
             redrive: progress.in_flight,
             ending: progress.ending,
-            tool_calls_left: None,
             tool_call_tally,
             posted,
             handled: 0,
@@ -733,22 +730,16 @@ impl ConductorState {
         self.step_granted(step, when, reply)
     }
 
-    /// The budget's answer to step `step`'s spend: the snapshot before it (and
-    /// the tool calls left remembered), or the stop.
+    /// The budget's answer to step `step`'s spend: the snapshot before it, or
+    /// the stop.
     fn step_granted(
-        &mut self,
+        &self,
         step: u64,
         when: &str,
         reply: Result<SpendReply, String>,
     ) -> Result<BudgetSnapshot, Flow> {
         match reply {
-            Ok(SpendReply::Granted {
-                before,
-                tool_calls_left,
-            }) => {
-                self.tool_calls_left = tool_calls_left;
-                Ok(before)
-            }
+            Ok(SpendReply::Granted { before }) => Ok(before),
             Ok(SpendReply::Refused(reason)) => Err(Flow::stop(
                 reason,
                 format!("{reason}: step {step} was refused {when}"),
@@ -1106,21 +1097,15 @@ impl ConductorState {
         redrive: bool,
     ) -> (Executed, Option<Flow>, u64) {
         let n = calls.len() as u64;
-        // Checked against the allowance the step's spend reported (this conductor
-        // is the only spender of its run's own tool calls) and added to the tally
-        // the supervisor books: check-before-spend without a second round trip.
+        // Taken from what is left in one atomic step shared with the supervisor,
+        // which books them (this conductor is the only spender of its run's own
+        // tool calls): check-before-spend without a round trip.
         let granted = if self.run_token.is_cancelled() {
             0
         } else {
-            self.tool_calls_left.map_or(n, |left| n.min(left))
+            self.tool_call_tally.take_up_to(n)
         };
-        if granted > 0 {
-            self.own_tool_calls += granted;
-            if let Some(left) = &mut self.tool_calls_left {
-                *left -= granted;
-            }
-            self.tool_call_tally.add(granted);
-        }
+        self.own_tool_calls += granted;
         let run = ask(&self.children.executor, |reply| ExecutorMsg::Execute {
             step,
             decision: Arc::clone(decision),

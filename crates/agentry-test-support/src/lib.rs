@@ -10,6 +10,8 @@
 //! - [`tools`] has controllable mock tools behind the real `Tool` trait:
 //!   [`CountingTool`], [`HangingTool`], [`GateTool`] + [`GateHandle`],
 //!   [`PanicTool`], [`SleepTool`], [`BlockingTool`].
+//! - [`budget`] has [`StandInRun`], a run's conductor reduced to what it says to
+//!   a real budget supervisor, for property tests of the budget algebra.
 //! - [`events`] has [`wait_for_event`], [`collect_until_stopped`], [`run_with_events`].
 //! - [`task`] has [`TestTask`] (a temporary working directory and its `RunConfig`),
 //!   [`read_trace`], [`runtime_with`].
@@ -37,12 +39,14 @@
 //! # Ok(()) }
 //! ```
 
+pub mod budget;
 pub mod events;
 pub mod policy;
 pub mod script;
 pub mod task;
 pub mod tools;
 
+pub use budget::{StandInError, StandInRun, StepOutcome, TurnCost};
 pub use events::{
     COLLECT_TIMEOUT, EventWaitError, collect_until_stopped, collect_until_stopped_within,
     event_name, run_with_events, tool_results, wait_for_event,
