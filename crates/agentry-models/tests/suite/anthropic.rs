@@ -7,7 +7,7 @@ use agentry::{Decision, ToolCall};
 use agentry_models::AnthropicPolicy;
 use serde_json::{Value, json};
 
-use super::openai::{config, decide};
+use super::openai::{config, decide, stalling};
 use super::server::{MockServer, Reply, TestError, split_named_events};
 
 fn tool_use_turn() -> Vec<String> {
@@ -265,7 +265,7 @@ async fn a_stalled_stream_and_an_overloaded_error_event_are_retried() -> Result<
         Reply::sse(text_turn("finally")),
     ])
     .await?;
-    let mut policy = AnthropicPolicy::new(config(&server.base_url))?;
+    let mut policy = AnthropicPolicy::new(stalling(&server.base_url))?;
     let out = decide(&mut policy, &[]).await;
     assert_eq!(
         out.decision,

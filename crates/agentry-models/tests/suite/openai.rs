@@ -24,15 +24,24 @@ pub fn tools() -> Vec<ToolSpec> {
         .collect()
 }
 
+/// The adapter's configuration for the scripted server. Its stall timeout is
+/// far above the server's 2 ms between pieces, so a loaded machine never looks
+/// like a stalled stream; the stall tests use [`stalling`].
 pub fn config(base: &str) -> ModelConfig {
     ModelConfig::new("test-model", base)
         .api_key("sk-test")
-        .stall_timeout(Duration::from_millis(400))
+        .stall_timeout(Duration::from_secs(5))
         .retry(RetryConfig {
             max_retries: 2,
             base_delay: Duration::from_millis(10),
             max_delay: Duration::from_secs(5),
         })
+}
+
+/// [`config`] with a short stall timeout, for the tests whose server stalls
+/// on purpose (its stall lasts 20 s).
+pub fn stalling(base: &str) -> ModelConfig {
+    config(base).stall_timeout(Duration::from_millis(400))
 }
 
 pub async fn decide(
@@ -361,7 +370,7 @@ async fn a_stalled_stream_is_abandoned_and_retried() -> Result<(), TestError> {
         Reply::sse(one_call("c2", "fs_read", "{}")),
     ])
     .await?;
-    let mut policy = OpenAiPolicy::new(config(&server.base_url))?;
+    let mut policy = OpenAiPolicy::new(stalling(&server.base_url))?;
     let out = decide(&mut policy, &[]).await;
     match &out.decision {
         Decision::ToolCalls { calls } => assert_eq!(calls[0].id, "c2"),
@@ -379,7 +388,7 @@ async fn a_stream_that_keeps_stalling_fails_naming_the_stall() -> Result<(), Tes
         3
     ])
     .await?;
-    let mut policy = OpenAiPolicy::new(config(&server.base_url))?;
+    let mut policy = OpenAiPolicy::new(stalling(&server.base_url))?;
     let out = decide(&mut policy, &[]).await;
     match out.decision {
         Decision::Failed { message, fatal } => {
