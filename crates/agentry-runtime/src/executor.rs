@@ -148,6 +148,9 @@ pub struct ExecutorArgs {
     pub grants: Grants,
     /// Working directory.
     pub workdir: Arc<Path>,
+    /// The working directory as a handle, opened once when the run started:
+    /// file tools and acceptance checks resolve paths beneath it.
+    pub root: Arc<agentry_tools::fs::WorkRoot>,
     /// Artifacts directory (full outputs referenced from envelopes).
     pub artifacts: Arc<Path>,
     /// Cancelled at the deadline or on abort; every call is selected against it.
@@ -963,6 +966,7 @@ impl ExecutorState {
             run_id: Arc::clone(&self.args.run_id),
             call_id: call.id.clone(),
             workdir: Arc::clone(&self.args.workdir),
+            root: Arc::clone(&self.args.root),
             artifacts: Arc::clone(&self.args.artifacts),
             cancel: token.clone(),
             attempt,

@@ -18,6 +18,7 @@ fn ctx(workdir: &Path) -> ToolContext {
         run_id: Arc::from("run-1"),
         call_id: "call-1".to_string(),
         workdir: Arc::from(workdir),
+        root: Arc::new(crate::fs::WorkRoot::open(workdir).unwrap()),
         artifacts: Arc::from(workdir.join(".agentry").as_path()),
         cancel: CancellationToken::new(),
         attempt: 1,
