@@ -114,6 +114,7 @@ use std::ffi::OsString;
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::{ExitStatus, Stdio};
+use std::sync::Arc;
 use std::time::Duration;
 
 use agentry_protocol::ErrorCode;
@@ -137,7 +138,7 @@ mod tests;
 
 pub use command::{CommandTool, CommandToolError};
 
-use capture::{Capture, Captured};
+use capture::{Artifact, Capture, Captured};
 use group::ProcessGroup;
 
 /// Name of the run tool.
@@ -405,8 +406,8 @@ async fn run(
     let stdin = group.child.stdin.take();
     let stdout = group.child.stdout.take();
     let stderr = group.child.stderr.take();
-    let mut out = Capture::new(config.max_inline, artifact_path(ctx, "stdout"));
-    let mut err = Capture::new(config.max_inline, artifact_path(ctx, "stderr"));
+    let mut out = Capture::new(config.max_inline, artifact(ctx, "stdout"));
+    let mut err = Capture::new(config.max_inline, artifact(ctx, "stderr"));
 
     let (status, problems) = {
         // Output is read while the process runs, so a chatty process never
@@ -577,12 +578,16 @@ fn cancelled(pgid: i32, grace: Duration) -> ToolError {
 }
 
 /// `<artifacts>/out/<sanitized call id>.<attempt>.<stream>`.
-fn artifact_path(ctx: &ToolContext, stream: &str) -> PathBuf {
-    ctx.artifacts.join("out").join(format!(
-        "{}.{}.{stream}",
-        sanitize(&ctx.call_id),
-        ctx.attempt
-    ))
+fn artifact(ctx: &ToolContext, stream: &str) -> Artifact {
+    Artifact {
+        root: Arc::clone(&ctx.root),
+        dir: ctx.artifacts.join("out"),
+        name: OsString::from(format!(
+            "{}.{}.{stream}",
+            sanitize(&ctx.call_id),
+            ctx.attempt
+        )),
+    }
 }
 
 /// A call id as a file name: `[A-Za-z0-9_-]` kept, anything else `_`, at most 100

@@ -10,7 +10,7 @@ use agentry_protocol::fingerprint::sha256_hex;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use super::capture::{Capture, head_text};
+use super::capture::{Artifact, Capture, head_text};
 use super::*;
 
 fn ctx(workdir: &Path) -> ToolContext {
@@ -261,7 +261,12 @@ async fn capture_memory_stays_bounded() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("out/big");
     let cap = 1000;
-    let mut capture = Capture::new(cap, path.clone());
+    let artifact = Artifact {
+        root: Arc::new(crate::fs::WorkRoot::open(dir.path()).unwrap()),
+        dir: dir.path().join("out"),
+        name: "big".into(),
+    };
+    let mut capture = Capture::new(cap, artifact);
     // 16 MiB through the capture; only the head stays in memory.
     let len = 16u64 << 20;
     capture
