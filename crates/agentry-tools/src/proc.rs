@@ -133,6 +133,7 @@ use crate::{Tool, ToolContext, ToolOutput, parse_args, schema_for};
 mod capture;
 mod command;
 mod group;
+mod strays;
 #[cfg(test)]
 mod tests;
 
@@ -402,7 +403,7 @@ async fn run(
             "cancelled before the process was started",
         ));
     }
-    let mut group = spawn(&invocation)?;
+    let mut group = spawn(&invocation, strays::Marks::new(&ctx.run_id, &ctx.call_id))?;
     let stdin = group.child.stdin.take();
     let stdout = group.child.stdout.take();
     let stderr = group.child.stderr.take();
@@ -494,7 +495,7 @@ async fn supervise<F: Future>(
 }
 
 /// Spawns the leader in a new process group.
-fn spawn(invocation: &Invocation) -> Result<ProcessGroup, ToolError> {
+fn spawn(invocation: &Invocation, marks: strays::Marks) -> Result<ProcessGroup, ToolError> {
     let Some(program) = invocation.argv.first() else {
         return Err(ToolError::new(ErrorCode::Einval, "argv is empty")
             .with_action("give the program and its arguments, e.g. [\"ls\", \"-la\"]"));
@@ -524,7 +525,7 @@ fn spawn(invocation: &Invocation) -> Result<ProcessGroup, ToolError> {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let child = command.spawn().map_err(|e| spawn_error(program, &e))?;
-    ProcessGroup::new(child).ok_or_else(|| {
+    ProcessGroup::new(child, marks).ok_or_else(|| {
         ToolError::new(
             ErrorCode::Einternal,
             format!("{program} was spawned but has no pid"),

@@ -1,5 +1,6 @@
 //! Security tests: see `mod.rs`. This module: the workspace — file tools under a
-//! model racing them, and agentry's own artifact writes.
+//! model racing them, agentry's own artifact writes, and processes that try to
+//! outlive their call.
 
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
@@ -7,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use agentry::tools::proc::CommandTool;
+use agentry::tools::proc::{CommandTool, reap_orphans_here};
 use agentry::{Decision, Effect, ErrorCode, Runtime, StopReason, ToolCall, ToolContract};
 use agentry_test_support::{
     FnPolicy, ScriptBuilder, TestError, TestTask, run_with_events, runtime_with, tool_results,
@@ -439,4 +440,81 @@ async fn file_tools_cannot_write_into_the_artifact_directory() -> Result<(), Tes
     assert_eq!(task.read_file(".agentry/out/c.1.stdout")?, "agentry's");
     assert!(!task.workdir().join(".agentry/new").exists());
     Ok(())
+}
+
+/// Alive (not zombie) processes whose command line is exactly `argv`.
+fn alive_with_cmdline(argv: &[&str]) -> Vec<i32> {
+    let want: Vec<u8> = argv.iter().flat_map(|a| a.bytes().chain([0])).collect();
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        let state = stat
+            .rfind(')')
+            .and_then(|i| stat[i + 1..].trim().chars().next());
+        if cmdline == want && state != Some('Z') {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+/// Polls until none of `argvs` runs; after 5 s kills the survivors (so a failed
+/// test leaves nothing behind) and fails naming them.
+async fn assert_none_alive(argvs: &[&[&str]]) -> Result<(), TestError> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let alive: Vec<(usize, i32)> = argvs
+            .iter()
+            .enumerate()
+            .flat_map(|(i, argv)| {
+                alive_with_cmdline(argv)
+                    .into_iter()
+                    .map(move |pid| (i, pid))
+            })
+            .collect();
+        if alive.is_empty() {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            for (_, pid) in &alive {
+                let _ = std::process::Command::new("kill")
+                    .arg("-9")
+                    .arg(pid.to_string())
+                    .status();
+            }
+            let named: Vec<_> = alive.iter().map(|(i, pid)| (argvs[*i], pid)).collect();
+            return Err(format!("survived the run: {named:?}").into());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Issue 16, item 6: a tool's process that leaves the group (`setsid`) dies
+/// with the call, even after its leader exited.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_process_that_left_the_group_dies_with_the_call() -> Result<(), TestError> {
+    reap_orphans_here()?;
+    let task = TestTask::new("escape the group", &[])?.grant(&["proc.run"]);
+    let policy = ScriptBuilder::new()
+        .call("p1", "proc.run", json!({"argv": ["sh", "-c", "setsid sleep 7122 &"]}))
+        .call(
+            "p2",
+            "proc.run",
+            json!({"argv": ["sh", "-c", "setsid sh -c 'sleep 7124 & exec sleep 7123' & sleep 0.2"]}),
+        )
+        .finish("done")
+        .policy();
+
+    let outcome = Runtime::with_builtins()?.run(task.config(), policy).await?;
+
+    assert_eq!(outcome.stop_reason, StopReason::Done, "{}", outcome.detail);
+    assert_none_alive(&[&["sleep", "7122"], &["sleep", "7123"], &["sleep", "7124"]]).await
 }

@@ -487,9 +487,10 @@ async fn an_already_cancelled_call_starts_nothing() {
 async fn output_held_open_by_an_escaped_process_is_cut_and_reported() {
     let dir = tempfile::tempdir().unwrap();
     let started = Instant::now();
-    // `setsid` leaves the group (nothing can kill it for us) and keeps stdout open.
+    // `setsid` leaves the group and `env -i` drops the marks the stray sweep
+    // goes by: nothing can find it for us, and it keeps stdout open.
     let out = run_ok(
-        json!({"argv": ["sh", "-c", "echo before; setsid sleep 3 & sleep 0.2"]}),
+        json!({"argv": ["sh", "-c", "echo before; env -i setsid sleep 3 & sleep 0.2"]}),
         &ctx(dir.path()),
     )
     .await;
