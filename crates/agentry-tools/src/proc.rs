@@ -321,6 +321,27 @@ impl Tool for ProcTool {
     }
 }
 
+/// Runs `argv` in the working directory the way every process tool runs its
+/// programs: its own process group, an environment of only the
+/// [`ProcConfig::env_allowlist`] plus the host's ids, output capped inline and
+/// saved past that as `<artifacts>/out/<call id>.<attempt>.stdout|stderr`, and
+/// everything it started killed when the leader exits or `ctx.cancel` fires.
+/// For commands the host runs itself, such as acceptance checks, which must be
+/// held to the same rules as the model's tools.
+pub async fn run_command(
+    argv: Vec<String>,
+    config: &ProcConfig,
+    ctx: &ToolContext,
+) -> Result<ToolOutput, ToolError> {
+    let invocation = Invocation {
+        argv,
+        stdin: None,
+        cwd: ctx.workdir.to_path_buf(),
+        env: host_env(&config.env_allowlist),
+    };
+    run(invocation, config, ctx).await
+}
+
 /// The host's values of the allowlisted variables, overridden by the model's
 /// `env`, every name of which must be allowlisted (else `EPERM` naming them).
 fn model_env(

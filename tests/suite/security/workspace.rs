@@ -1,5 +1,6 @@
 //! Security tests: see `mod.rs`. This module: the workspace — file tools under a
-//! model racing them, agentry's own artifact writes, and processes that try to
+//! model racing them, agentry's own artifact writes, acceptance checks against
+//! hostile files, acceptance commands' environment, and processes that try to
 //! outlive their call.
 
 use std::os::unix::fs::symlink;
@@ -8,6 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use agentry::protocol::accept::AcceptCheck;
 use agentry::tools::proc::{CommandTool, reap_orphans_here};
 use agentry::{Decision, Effect, ErrorCode, Runtime, StopReason, ToolCall, ToolContract};
 use agentry_test_support::{
@@ -442,6 +444,84 @@ async fn file_tools_cannot_write_into_the_artifact_directory() -> Result<(), Tes
     Ok(())
 }
 
+/// A task whose model runs `setup` with `proc.run`, then finishes, and whose
+/// only check is `check`.
+async fn finish_after(setup: &str, check: AcceptCheck) -> Result<agentry::RunOutcome, TestError> {
+    let task = TestTask::new("set up, then finish", &[])?
+        .grant(&["proc.run"])
+        .accept(check);
+    let policy = ScriptBuilder::new()
+        .call("setup", "proc.run", json!({"argv": ["sh", "-c", setup]}))
+        .finish("done")
+        .policy();
+    // Bounded: a check that blocks the host (the bug) fails here, it does not hang.
+    let runtime = Runtime::with_builtins()?;
+    let run = runtime.run(task.config(), policy);
+    let outcome = tokio::time::timeout(Duration::from_secs(60), run).await;
+    if outcome.is_err() {
+        // Unblock a reader stuck on the FIFO, so the test process can exit.
+        let _ = std::fs::OpenOptions::new()
+            .write(true)
+            .open(task.workdir().join("out.txt"));
+    }
+    Ok(outcome.map_err(|_| "the run did not finish within 60 s")??)
+}
+
+fn file_check(file: &str) -> AcceptCheck {
+    AcceptCheck::File {
+        file: file.to_string(),
+        equals: Some("x".to_string()),
+        contains: None,
+    }
+}
+
+/// Issue 16, item 3: a FIFO at the checked path fails the check at once instead
+/// of blocking the host forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fifo_at_an_acceptance_path_fails_the_check() -> Result<(), TestError> {
+    let outcome = finish_after("mkfifo out.txt", file_check("out.txt")).await?;
+    assert_eq!(
+        outcome.stop_reason,
+        StopReason::VerificationMissing,
+        "{}",
+        outcome.detail
+    );
+    assert_eq!(
+        outcome.checks[0].detail,
+        "out.txt: not a regular file (a FIFO)"
+    );
+    Ok(())
+}
+
+/// A 1.5 GB sparse file fails the check by its size, unread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_sparse_file_at_an_acceptance_path_fails_unread() -> Result<(), TestError> {
+    let outcome = finish_after("truncate -s 1500M out.txt", file_check("out.txt")).await?;
+    assert_eq!(
+        outcome.stop_reason,
+        StopReason::VerificationMissing,
+        "{}",
+        outcome.detail
+    );
+    assert_eq!(
+        outcome.checks[0].detail,
+        "out.txt: too large: 1572864000 bytes, at most 16777216 are read"
+    );
+    Ok(())
+}
+
+/// A link at the checked path is not followed, whether to `/dev/zero` or to a
+/// file inside with the right content.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_link_at_an_acceptance_path_fails_the_check() -> Result<(), TestError> {
+    let outcome = finish_after("ln -s /dev/zero out.txt", file_check("out.txt")).await?;
+    assert!(!outcome.checks[0].passed);
+    assert_eq!(outcome.checks[0].detail, "out.txt: is a symbolic link");
+    let outcome = finish_after("echo x > real; ln -s real out.txt", file_check("out.txt")).await?;
+    assert_eq!(outcome.checks[0].detail, "out.txt: is a symbolic link");
+    Ok(())
+}
+
 /// Alive (not zombie) processes whose command line is exactly `argv`.
 fn alive_with_cmdline(argv: &[&str]) -> Vec<i32> {
     let want: Vec<u8> = argv.iter().flat_map(|a| a.bytes().chain([0])).collect();
@@ -517,4 +597,72 @@ async fn a_tool_process_that_left_the_group_dies_with_the_call() -> Result<(), T
 
     assert_eq!(outcome.stop_reason, StopReason::Done, "{}", outcome.detail);
     assert_none_alive(&[&["sleep", "7122"], &["sleep", "7123"], &["sleep", "7124"]]).await
+}
+
+/// Issue 16, item 6: an acceptance command's background process dies with the
+/// check (in the group or out of it), and the check is judged by its exit
+/// status, not timed out waiting for the background process's output.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acceptance_commands_processes_die_with_the_check() -> Result<(), TestError> {
+    reap_orphans_here()?;
+    let task = TestTask::new("check", &[])?
+        .accept(AcceptCheck::Command {
+            argv: vec!["sh".into(), "-c".into(), "sleep 7177 & exit 0".into()],
+            timeout_ms: 60_000,
+        })
+        .accept(AcceptCheck::Command {
+            argv: vec![
+                "sh".into(),
+                "-c".into(),
+                "setsid sleep 7178 & exit 0".into(),
+            ],
+            timeout_ms: 60_000,
+        });
+    let started = Instant::now();
+
+    let outcome = Runtime::with_builtins()?
+        .run(task.config(), ScriptBuilder::new().finish("done").policy())
+        .await?;
+
+    assert_eq!(
+        outcome.stop_reason,
+        StopReason::Done,
+        "{:?}",
+        outcome.checks
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_none_alive(&[&["sleep", "7177"], &["sleep", "7178"]]).await
+}
+
+/// An acceptance command's output is capped like a tool's: 50 MB on stderr goes
+/// to an artifact on disk, the check's detail keeps a short head.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acceptance_commands_output_is_capped() -> Result<(), TestError> {
+    let task = TestTask::new("check", &[])?.accept(AcceptCheck::Command {
+        argv: vec![
+            "sh".into(),
+            "-c".into(),
+            "head -c 50000000 /dev/zero | tr '\\0' e >&2; exit 1".into(),
+        ],
+        timeout_ms: 60_000,
+    });
+
+    let outcome = Runtime::with_builtins()?
+        .run(task.config(), ScriptBuilder::new().finish("done").policy())
+        .await?;
+
+    assert_eq!(outcome.stop_reason, StopReason::VerificationMissing);
+    let detail = &outcome.checks[0].detail;
+    assert!(
+        detail.starts_with("command failed (exit status: 1): eee"),
+        "{detail}"
+    );
+    assert!(detail.len() < 300, "{}", detail.len());
+    let artifact = task.workdir().join(".agentry/out/accept-1.1.stderr");
+    assert_eq!(std::fs::metadata(artifact)?.len(), 50_000_000);
+    Ok(())
 }
