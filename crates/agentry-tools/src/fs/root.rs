@@ -69,7 +69,7 @@ pub enum PathError {
     /// A symbolic link on the way leads nowhere.
     #[error("path goes through a symbolic link whose target does not exist")]
     DanglingLink,
-    /// More than [`MAX_LINKS`] links, or a loop.
+    /// More than 40 links on one path (the kernel's limit), or a loop.
     #[error("too many levels of symbolic links")]
     TooManyLinks,
     /// Nothing at that path.
