@@ -437,7 +437,11 @@ impl Actor for Conductor {
             cell.clone(),
         ))
         .await?;
+        // Opened once: every file operation of the run resolves beneath this
+        // handle, whatever the model does to the path meanwhile.
+        let root = Arc::new(agentry_tools::fs::WorkRoot::open(&config.workdir)?);
         let executor_args = ExecutorArgs {
+            root,
             run_id: Arc::clone(&run_id),
             registry,
             grants: config.grants.clone(),

@@ -148,6 +148,9 @@ pub struct ExecutorArgs {
     pub grants: Grants,
     /// Working directory.
     pub workdir: Arc<Path>,
+    /// The working directory as a handle, opened once when the run started:
+    /// file tools and acceptance checks resolve paths beneath it.
+    pub root: Arc<agentry_tools::fs::WorkRoot>,
     /// Artifacts directory (full outputs referenced from envelopes).
     pub artifacts: Arc<Path>,
     /// Cancelled at the deadline or on abort; every call is selected against it.
@@ -281,12 +284,8 @@ impl Actor for ToolExecutor {
                 let _ = reply.send(executed);
             }
             ExecutorMsg::Verify { checks, reply } => {
-                let outcomes = Box::pin(accept::run_checks(
-                    &checks,
-                    &state.args.workdir,
-                    &state.args.run_token,
-                ))
-                .await;
+                let ctx = state.check_context();
+                let outcomes = Box::pin(accept::run_checks(&checks, &ctx)).await;
                 let _ = reply.send(outcomes);
             }
         }
@@ -295,6 +294,22 @@ impl Actor for ToolExecutor {
 }
 
 impl ExecutorState {
+    /// What acceptance checks run with: the run's root, artifacts and token
+    /// (each command check gets its own call id and a child token).
+    fn check_context(&self) -> ToolContext {
+        ToolContext {
+            run_id: Arc::clone(&self.args.run_id),
+            call_id: "accept".to_string(),
+            workdir: Arc::clone(&self.args.workdir),
+            root: Arc::clone(&self.args.root),
+            artifacts: Arc::clone(&self.args.artifacts),
+            cancel: self.args.run_token.clone(),
+            attempt: 1,
+            operation_id: Arc::from("accept"),
+            agents: None,
+        }
+    }
+
     /// Reads the run's ledger back from the store, after everything queued
     /// before has landed.
     async fn load_ledger(&mut self, log: &RunLog) -> Result<(), ActorProcessingErr> {
@@ -963,6 +978,7 @@ impl ExecutorState {
             run_id: Arc::clone(&self.args.run_id),
             call_id: call.id.clone(),
             workdir: Arc::clone(&self.args.workdir),
+            root: Arc::clone(&self.args.root),
             artifacts: Arc::clone(&self.args.artifacts),
             cancel: token.clone(),
             attempt,

@@ -1,11 +1,16 @@
 //! `fs.read`, `fs.write`, `fs.list`: file tools confined to the run's working directory.
 //!
-//! Every path a model supplies goes through [`resolve_in_workdir`] first. It refuses
-//! absolute paths and `..` components, and walks the path one component at a time,
-//! resolving every symbolic link it meets and refusing any that leads outside the
-//! (canonical) working directory. The tools then operate on the resolved path, so a
-//! symlink inside the workdir that points outside cannot be read, written or listed
-//! through.
+//! Every path a model supplies is resolved beneath the run's [`WorkRoot`], a
+//! handle on the working directory opened once for the run (see `fs/root.rs`):
+//! absolute paths and `..` components are refused, symbolic links are followed
+//! only while they stay inside, and the check and the use are one operation, so
+//! a model that swaps a file or a directory for a link mid-call cannot get a
+//! read, a write or a listing outside. Reads take regular files only, opened
+//! without blocking (a FIFO is refused, not waited on).
+//!
+//! `fs.write` never writes into agentry's artifact directory (`.agentry` by
+//! default, where large process outputs are saved), so what a reference points
+//! to is what agentry wrote; `fs.read` reads it as any other file.
 //!
 //! Results carry a [`ResourceRef`] (relative path, sha256, length) so changes to a
 //! file between two observations are detectable.
@@ -13,7 +18,7 @@
 use std::ffi::OsString;
 use std::io;
 use std::path::{Component, Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use agentry_protocol::ErrorCode;
 use agentry_protocol::envelope::{ResourceRef, ToolError};
@@ -23,9 +28,14 @@ use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::{Tool, ToolContext, ToolOutput, parse_args, schema_for};
+
+mod root;
+
+pub use root::{
+    Entry, EntryKind, PathError, WorkRoot, components, create_exclusive, open_dir_nofollow,
+};
 
 /// Name of the read tool.
 pub const READ_TOOL: &str = "fs.read";
@@ -141,41 +151,7 @@ fn io_error(doing: &str, rel: &str, e: &io::Error) -> ToolError {
 /// Checks `rel` lexically and returns its normal components: absolute paths and
 /// `..` are `EPERM`, an empty path is `EINVAL`; `.` components are dropped.
 fn lexical_components(rel: &str) -> Result<Vec<OsString>, ToolError> {
-    if rel.trim().is_empty() {
-        return Err(ToolError::new(ErrorCode::Einval, "path is empty")
-            .with_action("give a relative path inside the working directory, e.g. \"notes.txt\""));
-    }
-    if rel.contains('\0') {
-        return Err(ToolError::new(
-            ErrorCode::Einval,
-            format!("path contains a nul byte: {rel:?}"),
-        )
-        .with_action("fix the path and call again"));
-    }
-    let path = Path::new(rel);
-    if path.is_absolute() || path.has_root() {
-        return Err(eperm(format!(
-            "absolute paths are not allowed: {rel} (path escapes the working directory)"
-        )));
-    }
-    let mut out = Vec::new();
-    for component in path.components() {
-        match component {
-            Component::Normal(name) => out.push(name.to_os_string()),
-            Component::CurDir => {}
-            Component::ParentDir => {
-                return Err(eperm(format!(
-                    "'..' is not allowed in paths: {rel} (path escapes the working directory)"
-                )));
-            }
-            Component::RootDir | Component::Prefix(_) => {
-                return Err(eperm(format!(
-                    "absolute paths are not allowed: {rel} (path escapes the working directory)"
-                )));
-            }
-        }
-    }
-    Ok(out)
+    components(rel).map_err(|e| path_error(e, Op::Read, rel))
 }
 
 /// The normalized relative form of `rel` used in results: normal components joined
@@ -212,9 +188,13 @@ fn display_rel(rel: &str) -> String {
 /// refused (`EINVAL`) as write targets.
 ///
 /// Returns the resolved path: the canonical location of the deepest existing
-/// ancestor followed by the not-yet-existing components. Operating on it never
-/// follows a symlink out of the working directory (barring concurrent changes to
-/// the tree). `EPERM` errors are not retryable.
+/// ancestor followed by the not-yet-existing components. `EPERM` errors are not
+/// retryable.
+///
+/// This checks a *path*, which can change before it is used: file operations go
+/// through [`WorkRoot`] instead, which has no such window. It remains for
+/// handing a directory to another process (`proc.run`'s `cwd`), where the window
+/// is moot: a process tool runs arbitrary code in the working directory anyway.
 ///
 /// This does blocking metadata calls (`std::fs`), a few per path component.
 pub fn resolve_in_workdir(
@@ -320,6 +300,116 @@ fn too_large(rel: &str, bytes: u64) -> ToolError {
     .retryable(false)
 }
 
+/// Which tool met a [`PathError`]: the same cause reads differently to the model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Op {
+    Read,
+    Write,
+    List,
+}
+
+impl Op {
+    fn doing(self) -> &'static str {
+        match self {
+            Op::Read => "reading",
+            Op::Write => "writing",
+            Op::List => "listing",
+        }
+    }
+}
+
+/// Maps a [`PathError`] met by `op` on `rel` to the model-facing [`ToolError`].
+fn path_error(e: PathError, op: Op, rel: &str) -> ToolError {
+    match e {
+        PathError::Empty => ToolError::new(ErrorCode::Einval, "path is empty")
+            .with_action("give a relative path inside the working directory, e.g. \"notes.txt\""),
+        PathError::Nul => ToolError::new(
+            ErrorCode::Einval,
+            format!("path contains a nul byte: {rel:?}"),
+        )
+        .with_action("fix the path and call again"),
+        PathError::Absolute => eperm(format!(
+            "absolute paths are not allowed: {rel} (path escapes the working directory)"
+        )),
+        PathError::ParentDir => eperm(format!(
+            "'..' is not allowed in paths: {rel} (path escapes the working directory)"
+        )),
+        PathError::Escapes => escapes(rel),
+        PathError::DanglingLink if op == Op::Read => ToolError::new(
+            ErrorCode::Einval,
+            format!("no such file (dangling symbolic link): {rel}"),
+        )
+        .with_action(LIST_ACTION),
+        PathError::DanglingLink => eperm(format!(
+            "path goes through a symbolic link whose target does not exist: {rel}"
+        )),
+        PathError::TooManyLinks | PathError::IsALink => ToolError::new(
+            ErrorCode::Einval,
+            format!("too many levels of symbolic links: {rel}"),
+        )
+        .retryable(false),
+        PathError::NotFound => {
+            let what = if op == Op::List { "directory" } else { "file" };
+            ToolError::new(ErrorCode::Einval, format!("no such {what}: {rel}"))
+                .with_action(LIST_ACTION)
+        }
+        PathError::NotADirectory if op == Op::List => {
+            ToolError::new(ErrorCode::Einval, format!("not a directory: {rel}"))
+                .with_action("call fs.read to read a file")
+        }
+        PathError::NotADirectory => ToolError::new(
+            ErrorCode::Einval,
+            format!("a component of the path is not a directory: {rel}"),
+        )
+        .with_action(LIST_ACTION),
+        PathError::IsADirectory if op == Op::Write => ToolError::new(
+            ErrorCode::Einval,
+            format!("is a directory, cannot write it as a file: {rel}"),
+        )
+        .with_action("choose a file path inside that directory"),
+        PathError::IsADirectory => ToolError::new(
+            ErrorCode::Einval,
+            format!("is a directory, not a file: {rel}"),
+        )
+        .with_action("call fs.list with this path to see its entries"),
+        PathError::NotRegular { kind } => ToolError::new(
+            ErrorCode::Einval,
+            format!("not a regular file: {rel} (a {kind})"),
+        )
+        .retryable(false),
+        PathError::TooLarge { bytes, .. } => too_large(rel, bytes),
+        PathError::Protected => eperm(format!(
+            "{rel} is inside agentry's artifact directory, which only agentry writes"
+        ))
+        .with_action("write elsewhere; fs.read still reads the artifacts"),
+        PathError::IsRoot => ToolError::new(
+            ErrorCode::Einval,
+            format!("cannot write to the working directory itself: {rel}"),
+        )
+        .with_action("give a file path, e.g. \"notes.txt\""),
+        PathError::Changed => ToolError::new(
+            ErrorCode::Eunavail,
+            format!("the path kept changing while it was being opened: {rel}"),
+        ),
+        PathError::Io(e) => io_error(op.doing(), rel, &e),
+    }
+}
+
+/// Runs blocking file work on tokio's blocking pool. Every piece of it is
+/// bounded (no open blocks: `O_NONBLOCK`; reads are capped).
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, PathError> + Send + 'static,
+) -> Result<T, PathError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .unwrap_or_else(|e| Err(PathError::Io(io::Error::other(e))))
+}
+
+/// The artifact directory's path under the root, which `fs.write` refuses.
+fn protected(ctx: &ToolContext) -> Vec<OsString> {
+    ctx.root.relative(&ctx.artifacts).unwrap_or_default()
+}
+
 #[async_trait]
 impl Tool for ReadTool {
     fn contract(&self) -> ToolContract {
@@ -337,50 +427,14 @@ impl Tool for ReadTool {
 
     async fn call(&self, args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let args: ReadArgs = parse_args(args)?;
-        let rel = args.path.as_str();
-        let path = resolve_in_workdir(&ctx.workdir, rel, false)?;
-        let shown = display_rel(rel);
-
-        let meta = match tokio::fs::metadata(&path).await {
-            Ok(meta) => meta,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                return Err(
-                    ToolError::new(ErrorCode::Einval, format!("no such file: {rel}"))
-                        .with_action(LIST_ACTION),
-                );
-            }
-            Err(e) => return Err(io_error("reading", rel, &e)),
-        };
-        if meta.is_dir() {
-            return Err(ToolError::new(
-                ErrorCode::Einval,
-                format!("is a directory, not a file: {rel}"),
-            )
-            .with_action("call fs.list with this path to see its entries"));
-        }
-        if !meta.is_file() {
-            return Err(
-                ToolError::new(ErrorCode::Einval, format!("not a regular file: {rel}"))
-                    .retryable(false),
-            );
-        }
-        if meta.len() > MAX_READ_BYTES {
-            return Err(too_large(rel, meta.len()));
-        }
-
-        let file = tokio::fs::File::open(&path)
+        let rel = args.path;
+        let shown = display_rel(&rel);
+        let root = Arc::clone(&ctx.root);
+        let path = rel.clone();
+        let bytes = blocking(move || root.read_file(&path, MAX_READ_BYTES, true))
             .await
-            .map_err(|e| io_error("opening", rel, &e))?;
-        // Read at most one byte past the cap, in case the file grew since `metadata`.
-        let mut bytes = Vec::new();
-        file.take(MAX_READ_BYTES + 1)
-            .read_to_end(&mut bytes)
-            .await
-            .map_err(|e| io_error("reading", rel, &e))?;
+            .map_err(|e| path_error(e, Op::Read, &rel))?;
         let len = bytes.len() as u64;
-        if len > MAX_READ_BYTES {
-            return Err(too_large(rel, len));
-        }
         let sha256 = sha256_hex(&bytes);
         let content = String::from_utf8(bytes).map_err(|e| {
             ToolError::new(
@@ -405,66 +459,6 @@ impl Tool for ReadTool {
     }
 }
 
-/// Distinguishes temp files of concurrent writes in one process.
-static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
-
-fn temp_path_for(target: &Path) -> Option<PathBuf> {
-    let parent = target.parent()?;
-    // Keep the temp name well under NAME_MAX even for long file names.
-    let name: String = target
-        .file_name()?
-        .to_string_lossy()
-        .chars()
-        .take(64)
-        .collect();
-    let n = TEMP_COUNTER.fetch_add(1, Ordering::Relaxed);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    Some(parent.join(format!(
-        ".{name}.agentry-tmp-{}-{n}-{nanos}",
-        std::process::id()
-    )))
-}
-
-/// Writes `content` to a new temp file next to `target` and renames it over `target`.
-async fn write_atomically(target: &Path, content: &[u8], rel: &str) -> Result<(), ToolError> {
-    let temp = temp_path_for(target).ok_or_else(|| {
-        ToolError::new(ErrorCode::Einval, format!("not a file path: {rel}"))
-            .with_action("give a file path, e.g. \"notes.txt\"")
-    })?;
-    // Keep the permissions of a file being replaced.
-    let old_permissions = tokio::fs::metadata(target)
-        .await
-        .ok()
-        .map(|m| m.permissions());
-
-    let result = async {
-        let mut file = tokio::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&temp)
-            .await?;
-        file.write_all(content).await?;
-        file.flush().await?;
-        file.sync_all().await?;
-        drop(file);
-        if let Some(permissions) = old_permissions {
-            tokio::fs::set_permissions(&temp, permissions).await?;
-        }
-        tokio::fs::rename(&temp, target).await
-    }
-    .await;
-
-    if let Err(e) = result {
-        // Best effort: do not leave the temp file behind.
-        let _ = tokio::fs::remove_file(&temp).await;
-        return Err(io_error("writing", rel, &e));
-    }
-    Ok(())
-}
-
 #[async_trait]
 impl Tool for WriteTool {
     fn contract(&self) -> ToolContract {
@@ -482,20 +476,16 @@ impl Tool for WriteTool {
 
     async fn call(&self, args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let args: WriteArgs = parse_args(args)?;
-        let rel = args.path.as_str();
-        let path = resolve_in_workdir(&ctx.workdir, rel, true)?;
-        let shown = display_rel(rel);
-
-        if let Some(parent) = path.parent() {
-            tokio::fs::create_dir_all(parent)
-                .await
-                .map_err(|e| io_error("creating the parent directories of", rel, &e))?;
-        }
-        let bytes = args.content.as_bytes();
-        write_atomically(&path, bytes, rel).await?;
-
-        let len = bytes.len() as u64;
-        let sha256 = sha256_hex(bytes);
+        let rel = args.path;
+        let shown = display_rel(&rel);
+        let len = args.content.len() as u64;
+        let sha256 = sha256_hex(args.content.as_bytes());
+        let root = Arc::clone(&ctx.root);
+        let protected = protected(ctx);
+        let path = rel.clone();
+        blocking(move || root.write_file(&path, args.content.as_bytes(), &protected))
+            .await
+            .map_err(|e| path_error(e, Op::Write, &rel))?;
         Ok(ToolOutput {
             data: json!({
                 "path": shown,
@@ -513,8 +503,8 @@ impl Tool for ListTool {
         ToolContract::new(
             LIST_TOOL,
             "List a directory inside the working directory (default: the working directory \
-             itself). Returns entries sorted by name, each with kind (file, dir or symlink) \
-             and size in bytes (0 for directories and symlinks).",
+             itself). Returns entries sorted by name, each with kind (file, dir, symlink or \
+             other) and size in bytes (0 for anything but files).",
             schema_for::<ListArgs>(),
         )
         .effect(Effect::ReadOnly)
@@ -525,65 +515,28 @@ impl Tool for ListTool {
 
     async fn call(&self, args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let args: ListArgs = parse_args(args)?;
-        let rel = args.path.as_deref().unwrap_or(".");
-        let path = resolve_in_workdir(&ctx.workdir, rel, false)?;
-        let shown = display_rel(rel);
-
-        match tokio::fs::metadata(&path).await {
-            Ok(meta) if meta.is_dir() => {}
-            Ok(_) => {
-                return Err(
-                    ToolError::new(ErrorCode::Einval, format!("not a directory: {rel}"))
-                        .with_action("call fs.read to read a file"),
-                );
-            }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                return Err(
-                    ToolError::new(ErrorCode::Einval, format!("no such directory: {rel}"))
-                        .with_action("call fs.list on a parent directory to see what exists"),
-                );
-            }
-            Err(e) => return Err(io_error("listing", rel, &e)),
-        }
-
-        let mut dir = tokio::fs::read_dir(&path)
+        let rel = args.path.unwrap_or_else(|| ".".to_string());
+        let shown = display_rel(&rel);
+        let root = Arc::clone(&ctx.root);
+        let path = rel.clone();
+        let mut entries = blocking(move || root.list(&path))
             .await
-            .map_err(|e| io_error("listing", rel, &e))?;
-        let mut entries: Vec<(String, &'static str, u64)> = Vec::new();
-        while let Some(entry) = dir
-            .next_entry()
-            .await
-            .map_err(|e| io_error("listing", rel, &e))?
-        {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            // `file_type` does not follow symlinks.
-            let file_type = match entry.file_type().await {
-                Ok(t) => t,
-                // Removed while listing: skip it.
-                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(io_error("listing", rel, &e)),
-            };
-            let (kind, bytes) = if file_type.is_symlink() {
-                ("symlink", 0)
-            } else if file_type.is_dir() {
-                ("dir", 0)
-            } else {
-                let len = match entry.metadata().await {
-                    Ok(meta) => meta.len(),
-                    Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-                    Err(e) => return Err(io_error("listing", rel, &e)),
-                };
-                ("file", len)
-            };
-            entries.push((name, kind, bytes));
-        }
-        entries.sort_by(|a, b| a.0.cmp(&b.0));
+            .map_err(|e| path_error(e, Op::List, &rel))?;
+        entries.sort_by(|a, b| a.name.cmp(&b.name));
         let truncated = entries.len() > MAX_LIST_ENTRIES;
         entries.truncate(MAX_LIST_ENTRIES);
 
         let entries: Vec<Value> = entries
             .into_iter()
-            .map(|(name, kind, bytes)| json!({ "name": name, "kind": kind, "bytes": bytes }))
+            .map(|entry| {
+                let kind = match entry.kind {
+                    EntryKind::File => "file",
+                    EntryKind::Dir => "dir",
+                    EntryKind::Symlink => "symlink",
+                    EntryKind::Other => "other",
+                };
+                json!({ "name": entry.name, "kind": kind, "bytes": entry.bytes })
+            })
             .collect();
         let mut data = json!({ "path": shown, "entries": entries });
         if truncated && let Some(obj) = data.as_object_mut() {
@@ -599,7 +552,6 @@ mod tests {
 
     use super::*;
     use std::os::unix::fs::symlink;
-    use std::sync::Arc;
     use tokio_util::sync::CancellationToken;
 
     fn ctx(workdir: &Path) -> ToolContext {
@@ -607,6 +559,7 @@ mod tests {
             run_id: Arc::from("run-1"),
             call_id: "call-1".to_string(),
             workdir: Arc::from(workdir),
+            root: Arc::new(WorkRoot::open(workdir).unwrap()),
             artifacts: Arc::from(workdir.join(".agentry").as_path()),
             cancel: CancellationToken::new(),
             attempt: 1,

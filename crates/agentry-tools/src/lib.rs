@@ -42,6 +42,9 @@ pub struct ToolContext {
     pub call_id: String,
     /// The run's working directory; file tools must stay inside it.
     pub workdir: Arc<Path>,
+    /// The working directory as a handle, opened once for the run: every file
+    /// operation on a model-given path resolves beneath it (see [`fs::WorkRoot`]).
+    pub root: Arc<fs::WorkRoot>,
     /// Where a tool may keep large artifacts (full process output) referenced from
     /// its envelope. By default `<workdir>/.agentry`, so the model can read them
     /// back with `fs.read`; created on first use.

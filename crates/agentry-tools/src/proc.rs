@@ -114,6 +114,7 @@ use std::ffi::OsString;
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::{ExitStatus, Stdio};
+use std::sync::Arc;
 use std::time::Duration;
 
 use agentry_protocol::ErrorCode;
@@ -132,12 +133,13 @@ use crate::{Tool, ToolContext, ToolOutput, parse_args, schema_for};
 mod capture;
 mod command;
 mod group;
+mod strays;
 #[cfg(test)]
 mod tests;
 
 pub use command::{CommandTool, CommandToolError};
 
-use capture::{Capture, Captured};
+use capture::{Artifact, Capture, Captured};
 use group::ProcessGroup;
 
 /// Name of the run tool.
@@ -319,6 +321,27 @@ impl Tool for ProcTool {
     }
 }
 
+/// Runs `argv` in the working directory the way every process tool runs its
+/// programs: its own process group, an environment of only the
+/// [`ProcConfig::env_allowlist`] plus the host's ids, output capped inline and
+/// saved past that as `<artifacts>/out/<call id>.<attempt>.stdout|stderr`, and
+/// everything it started killed when the leader exits or `ctx.cancel` fires.
+/// For commands the host runs itself, such as acceptance checks, which must be
+/// held to the same rules as the model's tools.
+pub async fn run_command(
+    argv: Vec<String>,
+    config: &ProcConfig,
+    ctx: &ToolContext,
+) -> Result<ToolOutput, ToolError> {
+    let invocation = Invocation {
+        argv,
+        stdin: None,
+        cwd: ctx.workdir.to_path_buf(),
+        env: host_env(&config.env_allowlist),
+    };
+    run(invocation, config, ctx).await
+}
+
 /// The host's values of the allowlisted variables, overridden by the model's
 /// `env`, every name of which must be allowlisted (else `EPERM` naming them).
 fn model_env(
@@ -401,12 +424,12 @@ async fn run(
             "cancelled before the process was started",
         ));
     }
-    let mut group = spawn(&invocation)?;
+    let mut group = spawn(&invocation, strays::Marks::new(&ctx.run_id, &ctx.call_id))?;
     let stdin = group.child.stdin.take();
     let stdout = group.child.stdout.take();
     let stderr = group.child.stderr.take();
-    let mut out = Capture::new(config.max_inline, artifact_path(ctx, "stdout"));
-    let mut err = Capture::new(config.max_inline, artifact_path(ctx, "stderr"));
+    let mut out = Capture::new(config.max_inline, artifact(ctx, "stdout"));
+    let mut err = Capture::new(config.max_inline, artifact(ctx, "stderr"));
 
     let (status, problems) = {
         // Output is read while the process runs, so a chatty process never
@@ -493,7 +516,7 @@ async fn supervise<F: Future>(
 }
 
 /// Spawns the leader in a new process group.
-fn spawn(invocation: &Invocation) -> Result<ProcessGroup, ToolError> {
+fn spawn(invocation: &Invocation, marks: strays::Marks) -> Result<ProcessGroup, ToolError> {
     let Some(program) = invocation.argv.first() else {
         return Err(ToolError::new(ErrorCode::Einval, "argv is empty")
             .with_action("give the program and its arguments, e.g. [\"ls\", \"-la\"]"));
@@ -523,7 +546,7 @@ fn spawn(invocation: &Invocation) -> Result<ProcessGroup, ToolError> {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let child = command.spawn().map_err(|e| spawn_error(program, &e))?;
-    ProcessGroup::new(child).ok_or_else(|| {
+    ProcessGroup::new(child, marks).ok_or_else(|| {
         ToolError::new(
             ErrorCode::Einternal,
             format!("{program} was spawned but has no pid"),
@@ -577,12 +600,16 @@ fn cancelled(pgid: i32, grace: Duration) -> ToolError {
 }
 
 /// `<artifacts>/out/<sanitized call id>.<attempt>.<stream>`.
-fn artifact_path(ctx: &ToolContext, stream: &str) -> PathBuf {
-    ctx.artifacts.join("out").join(format!(
-        "{}.{}.{stream}",
-        sanitize(&ctx.call_id),
-        ctx.attempt
-    ))
+fn artifact(ctx: &ToolContext, stream: &str) -> Artifact {
+    Artifact {
+        root: Arc::clone(&ctx.root),
+        dir: ctx.artifacts.join("out"),
+        name: OsString::from(format!(
+            "{}.{}.{stream}",
+            sanitize(&ctx.call_id),
+            ctx.attempt
+        )),
+    }
 }
 
 /// A call id as a file name: `[A-Za-z0-9_-]` kept, anything else `_`, at most 100

@@ -5,12 +5,24 @@
 //! stream and are computed while it flows. The full stream goes to a file only
 //! once it outgrows the head: the file then receives the head followed by
 //! everything after it, so small outputs leave no files behind.
+//!
+//! The model's tools can write in the working directory, where the artifacts
+//! live by default, so the artifact is never opened by name: its directory is
+//! opened beneath the run's root with every component a real directory (a link
+//! is refused), and the file is created in that handle with `O_CREAT | O_EXCL |
+//! O_NOFOLLOW` after removing whatever was planted at its name
+//! ([`create_exclusive`]). A link planted there is removed, never followed.
 
+use std::ffi::OsString;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use agentry_protocol::envelope::ResourceRef;
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+
+use crate::fs::{PathError, WorkRoot, create_exclusive, open_dir_nofollow};
 
 /// Size of the read buffer: one pipe's worth of data per read, at most.
 const READ_CHUNK: usize = 64 * 1024;
@@ -23,12 +35,50 @@ pub(super) struct Capture {
     hasher: Sha256,
     total: u64,
     /// Where the full stream goes once it is longer than `cap`.
+    artifact: Artifact,
+    /// `artifact`'s path, for messages and the reference.
     path: PathBuf,
     file: Option<tokio::fs::File>,
     /// Problems met while capturing (artifact not writable, read error). The head,
     /// length and hash stay right; only the artifact is missing or short.
     problems: Vec<String>,
     artifact_failed: bool,
+}
+
+/// Where one stream's artifact goes: `name` in the directory `dir`.
+#[derive(Debug, Clone)]
+pub(super) struct Artifact {
+    /// The run's root: a `dir` under it is opened beneath it.
+    pub(super) root: Arc<WorkRoot>,
+    pub(super) dir: PathBuf,
+    pub(super) name: OsString,
+}
+
+impl Artifact {
+    /// Opens `dir` (created as needed; no link followed under the root, nor at
+    /// its last component elsewhere) and creates the file exclusively.
+    fn create(&self) -> Result<std::fs::File, PathError> {
+        let dir = self.open_dir()?;
+        create_exclusive(dir.as_fd(), &self.name)
+    }
+
+    fn open_dir(&self) -> Result<OwnedFd, PathError> {
+        if let Some(parts) = self.root.relative(&self.dir) {
+            return self.root.create_dir_chain(&parts);
+        }
+        // Outside the working directory: a place the operator chose, out of the
+        // file tools' reach; only its last component is still checked.
+        std::fs::create_dir_all(&self.dir)?;
+        let (Some(parent), Some(name)) = (self.dir.parent(), self.dir.file_name()) else {
+            return Err(PathError::NotADirectory);
+        };
+        let parent = rustix::fs::open(
+            parent,
+            rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )?;
+        open_dir_nofollow(parent.as_fd(), name)
+    }
 }
 
 /// A finished capture.
@@ -47,14 +97,15 @@ pub(super) struct Captured {
 }
 
 impl Capture {
-    /// A capture keeping `cap` bytes inline and spilling to `path` past that.
-    pub(super) fn new(cap: usize, path: PathBuf) -> Self {
+    /// A capture keeping `cap` bytes inline and spilling to `artifact` past that.
+    pub(super) fn new(cap: usize, artifact: Artifact) -> Self {
         Capture {
             cap,
             head: Vec::with_capacity(cap.min(READ_CHUNK)),
             hasher: Sha256::new(),
             total: 0,
-            path,
+            path: artifact.dir.join(&artifact.name),
+            artifact,
             file: None,
             problems: Vec::new(),
             artifact_failed: false,
@@ -111,10 +162,15 @@ impl Capture {
 
     /// Creates the artifact (and its directory) and writes the head into it.
     async fn open_artifact(&self) -> std::io::Result<tokio::fs::File> {
-        if let Some(dir) = self.path.parent() {
-            tokio::fs::create_dir_all(dir).await?;
-        }
-        let mut file = tokio::fs::File::create(&self.path).await?;
+        let artifact = self.artifact.clone();
+        let file = tokio::task::spawn_blocking(move || artifact.create())
+            .await
+            .map_err(std::io::Error::other)?
+            .map_err(|e| match e {
+                PathError::Io(e) => e,
+                other => std::io::Error::other(other),
+            })?;
+        let mut file = tokio::fs::File::from_std(file);
         file.write_all(&self.head).await?;
         Ok(file)
     }

@@ -2,8 +2,9 @@
 //!
 //! The leader is spawned with `process_group(0)`, so its pid is the group id and
 //! every process it forks stays in the group unless it calls `setpgid`/`setsid`
-//! itself (such a process escapes this machinery, as it would escape a shell's
-//! job control).
+//! itself. Such a process escapes the group kill; `strays.rs` finds it by its
+//! environment marks once it is re-parented here, and every path below (exit,
+//! cancel, drop) sweeps for it after the group.
 //!
 //! Reaping. The leader is our child and is reaped by tokio (`Child::wait`). The
 //! other members are the leader's descendants; once their parents die they are
@@ -32,6 +33,8 @@ use nix::unistd::Pid;
 use tokio::process::Child;
 use tokio::time::Instant;
 
+use super::strays::{self, Marks};
+
 /// How long the cancel path waits for the leader to die after SIGKILL before
 /// leaving it to the drop guard. SIGKILL is not catchable, so this only runs out
 /// for a process stuck in uninterruptible sleep.
@@ -45,6 +48,13 @@ const CANCEL_REAP_BUDGET: Duration = Duration::from_millis(10);
 
 /// How long the normal path reaps leftover members after the leader exited.
 const EXIT_REAP_BUDGET: Duration = Duration::from_millis(100);
+
+/// How long the normal path sweeps for strays (processes that left the group).
+const EXIT_SWEEP_BUDGET: Duration = Duration::from_millis(100);
+
+/// How long the cancel path sweeps for strays before leaving the rest to a
+/// background thread; keeps the cancel path inside the executor's grace.
+const CANCEL_SWEEP_BUDGET: Duration = Duration::from_millis(5);
 
 /// How long a background reaper thread keeps trying.
 const BACKGROUND_REAP_LIMIT: Duration = Duration::from_secs(5);
@@ -61,19 +71,25 @@ pub(super) struct ProcessGroup {
     /// Leader reaped and the member loop saw `ECHILD`: nothing left to kill, and
     /// the id may be recycled, so the guard must not signal it any more.
     clean: bool,
+    /// This call's environment marks, to find strays that left the group.
+    marks: Marks,
+    /// A sweep for strays ran to its end (or handed off to a thread).
+    swept: bool,
 }
 
 impl ProcessGroup {
     /// Wraps a child spawned with `process_group(0)`. `None` if tokio no longer
     /// knows its pid (it has already been reaped), which cannot happen right after
     /// `spawn`.
-    pub(super) fn new(child: Child) -> Option<Self> {
+    pub(super) fn new(child: Child, marks: Marks) -> Option<Self> {
         let pid = i32::try_from(child.id()?).ok()?;
         Some(ProcessGroup {
             child,
             pgid: Pid::from_raw(pid),
             leader_reaped: false,
             clean: false,
+            marks,
+            swept: false,
         })
     }
 
@@ -97,6 +113,13 @@ impl ProcessGroup {
             let _ = killpg(self.pgid, Signal::SIGKILL);
         }
         self.reap_members(EXIT_REAP_BUDGET, &mut exits).await;
+        self.sweep_strays(EXIT_SWEEP_BUDGET).await;
+    }
+
+    /// Kills what left the group (see `strays.rs`).
+    async fn sweep_strays(&mut self, budget: Duration) {
+        strays::sweep(&self.marks, self.pgid.as_raw(), budget).await;
+        self.swept = true;
     }
 
     /// The cancel path: SIGTERM the group, give it `grace` to exit, SIGKILL the
@@ -133,6 +156,7 @@ impl ProcessGroup {
             }
         }
         self.reap_members(CANCEL_REAP_BUDGET, &mut exits).await;
+        self.sweep_strays(CANCEL_SWEEP_BUDGET).await;
     }
 
     /// Whether any process (zombies included) still has this group id. Only
@@ -170,6 +194,11 @@ impl Drop for ProcessGroup {
     /// its grace, the actor was killed), or cleanup ran out of budget: SIGKILL the
     /// group synchronously and reap in the background.
     fn drop(&mut self) {
+        if !self.swept {
+            // The leader is excluded: tokio reaps it.
+            strays::kill_marked(&self.marks, self.pgid.as_raw());
+            strays::sweep_in_background(self.marks.clone(), self.pgid.as_raw());
+        }
         if self.clean {
             return;
         }
@@ -184,15 +213,15 @@ impl Drop for ProcessGroup {
 /// re-parented to us as subreaper), instead of polling on the timer, whose 1 ms
 /// ticks would add up to 2 ms to every cancellation. The timer stays as a
 /// fallback: members re-parented elsewhere send us nothing.
-struct ChildExits(Option<tokio::signal::unix::Signal>);
+pub(super) struct ChildExits(Option<tokio::signal::unix::Signal>);
 
 impl ChildExits {
-    fn listen() -> Self {
+    pub(super) fn listen() -> Self {
         ChildExits(tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child()).ok())
     }
 
     /// Returns after the next child exit, or 1 ms at most.
-    async fn next(&mut self) {
+    pub(super) async fn next(&mut self) {
         let tick = tokio::time::sleep(Duration::from_millis(1));
         match &mut self.0 {
             Some(signal) => {

@@ -10,7 +10,7 @@ use agentry_protocol::fingerprint::sha256_hex;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use super::capture::{Capture, head_text};
+use super::capture::{Artifact, Capture, head_text};
 use super::*;
 
 fn ctx(workdir: &Path) -> ToolContext {
@@ -18,6 +18,7 @@ fn ctx(workdir: &Path) -> ToolContext {
         run_id: Arc::from("run-1"),
         call_id: "call-1".to_string(),
         workdir: Arc::from(workdir),
+        root: Arc::new(crate::fs::WorkRoot::open(workdir).unwrap()),
         artifacts: Arc::from(workdir.join(".agentry").as_path()),
         cancel: CancellationToken::new(),
         attempt: 1,
@@ -274,7 +275,12 @@ async fn capture_memory_stays_bounded() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("out/big");
     let cap = 1000;
-    let mut capture = Capture::new(cap, path.clone());
+    let artifact = Artifact {
+        root: Arc::new(crate::fs::WorkRoot::open(dir.path()).unwrap()),
+        dir: dir.path().join("out"),
+        name: "big".into(),
+    };
+    let mut capture = Capture::new(cap, artifact);
     // 16 MiB through the capture; only the head stays in memory.
     let len = 16u64 << 20;
     capture
@@ -505,9 +511,10 @@ async fn an_already_cancelled_call_starts_nothing() {
 async fn output_held_open_by_an_escaped_process_is_cut_and_reported() {
     let dir = tempfile::tempdir().unwrap();
     let started = Instant::now();
-    // `setsid` leaves the group (nothing can kill it for us) and keeps stdout open.
+    // `setsid` leaves the group and `env -i` drops the marks the stray sweep
+    // goes by: nothing can find it for us, and it keeps stdout open.
     let out = run_ok(
-        json!({"argv": ["sh", "-c", "echo before; setsid sleep 3 & sleep 0.2"]}),
+        json!({"argv": ["sh", "-c", "echo before; env -i setsid sleep 3 & sleep 0.2"]}),
         &ctx(dir.path()),
     )
     .await;
