@@ -522,6 +522,22 @@ async fn a_link_at_an_acceptance_path_fails_the_check() -> Result<(), TestError>
     Ok(())
 }
 
+/// `secs` with a fraction unique to this invocation ("7122.418305"): the
+/// process scans find this test's sleeps only, never those of another run of
+/// the suite on the same machine.
+fn unique_secs(secs: u32) -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or_default();
+    let mix = u64::from(std::process::id()) * 7_919
+        + u64::from(nanos)
+        + NEXT.fetch_add(1, Ordering::Relaxed) * 104_729;
+    format!("{secs}.{:06}", mix % 1_000_000)
+}
+
 /// Alive (not zombie) processes whose command line is exactly `argv`.
 fn alive_with_cmdline(argv: &[&str]) -> Vec<i32> {
     let want: Vec<u8> = argv.iter().flat_map(|a| a.bytes().chain([0])).collect();
@@ -582,13 +598,18 @@ async fn assert_none_alive(argvs: &[&[&str]]) -> Result<(), TestError> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tool_process_that_left_the_group_dies_with_the_call() -> Result<(), TestError> {
     reap_orphans_here()?;
+    let (a, b, c) = (unique_secs(7122), unique_secs(7123), unique_secs(7124));
     let task = TestTask::new("escape the group", &[])?.grant(&["proc.run"]);
     let policy = ScriptBuilder::new()
-        .call("p1", "proc.run", json!({"argv": ["sh", "-c", "setsid sleep 7122 &"]}))
+        .call(
+            "p1",
+            "proc.run",
+            json!({"argv": ["sh", "-c", format!("setsid sleep {a} &")]}),
+        )
         .call(
             "p2",
             "proc.run",
-            json!({"argv": ["sh", "-c", "setsid sh -c 'sleep 7124 & exec sleep 7123' & sleep 0.2"]}),
+            json!({"argv": ["sh", "-c", format!("setsid sh -c 'sleep {c} & exec sleep {b}' & sleep 0.2")]}),
         )
         .finish("done")
         .policy();
@@ -596,7 +617,7 @@ async fn a_tool_process_that_left_the_group_dies_with_the_call() -> Result<(), T
     let outcome = Runtime::with_builtins()?.run(task.config(), policy).await?;
 
     assert_eq!(outcome.stop_reason, StopReason::Done, "{}", outcome.detail);
-    assert_none_alive(&[&["sleep", "7122"], &["sleep", "7123"], &["sleep", "7124"]]).await
+    assert_none_alive(&[&["sleep", &a], &["sleep", &b], &["sleep", &c]]).await
 }
 
 /// Issue 16, item 6: an acceptance command's background process dies with the
@@ -605,16 +626,17 @@ async fn a_tool_process_that_left_the_group_dies_with_the_call() -> Result<(), T
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acceptance_commands_processes_die_with_the_check() -> Result<(), TestError> {
     reap_orphans_here()?;
+    let (a, b) = (unique_secs(7177), unique_secs(7178));
     let task = TestTask::new("check", &[])?
         .accept(AcceptCheck::Command {
-            argv: vec!["sh".into(), "-c".into(), "sleep 7177 & exit 0".into()],
+            argv: vec!["sh".into(), "-c".into(), format!("sleep {a} & exit 0")],
             timeout_ms: 60_000,
         })
         .accept(AcceptCheck::Command {
             argv: vec![
                 "sh".into(),
                 "-c".into(),
-                "setsid sleep 7178 & exit 0".into(),
+                format!("setsid sleep {b} & exit 0"),
             ],
             timeout_ms: 60_000,
         });
@@ -635,7 +657,7 @@ async fn an_acceptance_commands_processes_die_with_the_check() -> Result<(), Tes
         "{:?}",
         started.elapsed()
     );
-    assert_none_alive(&[&["sleep", "7177"], &["sleep", "7178"]]).await
+    assert_none_alive(&[&["sleep", &a], &["sleep", &b]]).await
 }
 
 /// An acceptance command's output is capped like a tool's: 50 MB on stderr goes

@@ -233,6 +233,22 @@ command = ["sh", "check.sh"]
     assert!(!std::fs::read_to_string(trace).unwrap().contains(secret));
 }
 
+/// `secs` with a fraction unique to this invocation ("7122.418305"): the
+/// process scans find this test's sleeps only, never those of another run of
+/// the suite on the same machine.
+fn unique_secs(secs: u32) -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or_default();
+    let mix = u64::from(std::process::id()) * 7_919
+        + u64::from(nanos)
+        + NEXT.fetch_add(1, Ordering::Relaxed) * 104_729;
+    format!("{secs}.{:06}", mix % 1_000_000)
+}
+
 /// Alive (not zombie) processes whose command line is exactly `argv`.
 fn alive_with_cmdline(argv: &[&str]) -> Vec<i32> {
     let want: Vec<u8> = argv.iter().flat_map(|a| a.bytes().chain([0])).collect();
@@ -290,19 +306,24 @@ fn assert_none_alive(argvs: &[&[&str]]) {
 /// check passes on its exit status instead of timing out.
 #[test]
 fn processes_that_leave_the_group_do_not_outlive_the_run() {
-    let toml = r#"
+    let (tool, a, b) = (unique_secs(7222), unique_secs(7277), unique_secs(7278));
+    let toml = format!(
+        r#"
 goal = "leave processes behind"
 [tools]
 grant = ["proc.run"]
 [[accept]]
-command = "sleep 7277 & setsid sleep 7278 & exit 0"
+command = "sleep {a} & setsid sleep {b} & exit 0"
 timeout = "60s"
-"#;
-    let script = r#"{"turns": [
-        {"tool_calls": [{"id": "p", "name": "proc.run", "arguments": {"argv": ["sh", "-c", "setsid sleep 7222 &"]}}]},
-        {"tool_calls": [{"id": "finish", "name": "task.finish", "arguments": {"answer": "done"}}]}
-    ]}"#;
-    let task = task_dir(toml, script);
+"#
+    );
+    let script = format!(
+        r#"{{"turns": [
+        {{"tool_calls": [{{"id": "p", "name": "proc.run", "arguments": {{"argv": ["sh", "-c", "setsid sleep {tool} &"]}}}}]}},
+        {{"tool_calls": [{{"id": "finish", "name": "task.finish", "arguments": {{"answer": "done"}}}}]}}
+    ]}}"#
+    );
+    let task = task_dir(&toml, &script);
     let tmp = tempfile::tempdir().unwrap();
     let started = Instant::now();
 
@@ -315,5 +336,5 @@ timeout = "60s"
         "{:?}",
         started.elapsed()
     );
-    assert_none_alive(&[&["sleep", "7222"], &["sleep", "7277"], &["sleep", "7278"]]);
+    assert_none_alive(&[&["sleep", &tool], &["sleep", &a], &["sleep", &b]]);
 }
