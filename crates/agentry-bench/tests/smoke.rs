@@ -148,7 +148,12 @@ fn parallel_results_in_request_order() {
 
 #[test]
 fn w4_kills_the_child() {
-    for args in [&["w4"][..], &["w4", "--watch-cancel"][..]] {
+    // A deadline long enough for the tool to start on a loaded machine (the
+    // workload's own 200 ms is for measuring, not for a smoke test).
+    for args in [
+        &["w4", "--deadline-ms", "2000"][..],
+        &["w4", "--watch-cancel", "--deadline-ms", "2000"][..],
+    ] {
         let v = bench(args);
         assert_eq!(v["metrics"]["timed_out"], true);
         assert_eq!(v["metrics"]["child_killed"], true);
@@ -158,7 +163,7 @@ fn w4_kills_the_child() {
 
 #[test]
 fn w4_kills_the_whole_group() {
-    let v = bench(&["w4", "--grandchildren"]);
+    let v = bench(&["w4", "--grandchildren", "--deadline-ms", "2000"]);
     assert_eq!(v["metrics"]["child_killed"], true);
     assert_eq!(v["metrics"]["group_size"], 3);
     assert_eq!(v["metrics"]["zombies_left"], 0);

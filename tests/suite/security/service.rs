@@ -853,10 +853,13 @@ async fn a_large_create_does_not_hold_up_other_requests() -> Result<(), TestErro
         let client = service.client.clone();
         let url = service.url("/runs");
         tokio::spawn(async move {
+            // What is checked is the order (the GET first), not how long the
+            // create takes: a loaded machine may take minutes to write it.
             let response = client
                 .post(url)
                 .header("content-type", "application/json")
                 .body(task.to_string())
+                .timeout(Duration::from_secs(300))
                 .send()
                 .await?;
             Ok::<_, reqwest::Error>(response.status().as_u16())
