@@ -4,17 +4,21 @@
 # warm-up and the run's fixed costs cancel. Unlike wall time, the figure does
 # not move with the machine's load (it varies by a few hundred instructions
 # with how often the worker parks), so it is the one to compare changes by.
-# Build first: cargo build --release -p agentry-bench
+# Build first: cargo build --release -p agentry-bench (the binary is looked for
+# in $CARGO_TARGET_DIR/release when that is set, as cargo puts it there).
 # Usage: crates/agentry-bench/instructions.sh [MODE] [EXTRA ARGS...]
 #   MODE: w1 (default; its process also runs both floors), floor, actor-floor
 #   e.g.  crates/agentry-bench/instructions.sh w1 --trace /tmp/t.jsonl
 set -euo pipefail
+# A relative CARGO_TARGET_DIR is relative to where cargo ran: resolve it first.
+target=${CARGO_TARGET_DIR:-}
+[ -z "$target" ] || [ "${target#/}" != "$target" ] || target=$PWD/$target
 cd "$(dirname "$0")/../.."
-bin=$PWD/target/release/agentry-bench
+bin=${target:-$PWD/target}/release/agentry-bench
 mode=${1:-w1}
 shift || true
 command -v valgrind >/dev/null || { echo "valgrind is not installed" >&2; exit 2; }
-[ -x "$bin" ] || { echo "build first: cargo build --release -p agentry-bench" >&2; exit 2; }
+[ -x "$bin" ] || { echo "no binary at $bin; build first: cargo build --release -p agentry-bench" >&2; exit 2; }
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 count() {

@@ -1,7 +1,7 @@
 //! The HTTP service: routes, the table of runs, and JSON errors.
 //!
 //! Kept apart from `main.rs` (arguments, logging, signals) so the integration test
-//! (`tests/suite/service.rs`) runs this very router on a real TCP listener.
+//! (`tests/suite/service/`) runs this very router on a real TCP listener.
 //! Every request first passes `guard.rs` (who may call, what it may send);
 //! connections are accepted and bounded by `serve.rs`; a stopped run keeps its
 //! outcome and a bounded history (`events.rs`) only.

@@ -10,7 +10,7 @@
 //! and comes back as an observation (`max_steps`), not a crash.
 
 use agentry::protocol::event::RunEvent;
-use agentry::{Grants, RunConfig, Runtime, Script};
+use agentry::{Grants, ResultEnvelope, RunConfig, Runtime, Script};
 use serde_json::{Value, json};
 
 fn child(name: &str, steps: u64, turns: Value) -> Value {
@@ -23,20 +23,19 @@ fn child(name: &str, steps: u64, turns: Value) -> Value {
     })
 }
 
-#[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let workdir = tempfile::tempdir()?;
-    std::fs::write(workdir.path().join("a.txt"), "3\n5\n")?;
-    std::fs::write(workdir.path().join("b.txt"), "7\n8\n")?;
-
-    let runtime = Runtime::with_builtins()?;
-    let mut config = RunConfig::new("sum a.txt and b.txt through helpers", workdir.path());
+/// The parent's configuration: it may delegate (`agent`), 20 steps, 10 s.
+fn planner_config(workdir: &std::path::Path) -> RunConfig {
+    let mut config = RunConfig::new("sum a.txt and b.txt through helpers", workdir);
     config.task_id = "planner".into();
     config.grants = Grants::new(["fs.read", "fs.write", "agent"]);
     config.limits.max_steps = Some(20);
     config.limits.deadline_ms = Some(10_000);
     config.progress_window = 0;
+    config
+}
 
+/// The three scripted children the parent spawns: `sum-a`, `sum-b`, `dawdler`.
+fn children() -> [Value; 3] {
     let sum_a = child(
         "sum-a",
         4,
@@ -60,6 +59,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         2,
         json!([{"tool_calls": [{"id": "r", "name": "fs.read", "arguments": {"path": "a.txt"}}]}]),
     );
+    [sum_a, sum_b, dawdler]
+}
+
+/// The parent's script: spawn the three, wait for each, write the sum, finish.
+fn planner_script() -> Result<Script, Box<dyn std::error::Error>> {
+    let [sum_a, sum_b, dawdler] = children();
     let script = Script::from_value(&json!({"turns": [
         {"tool_calls": [
             {"id": "s1", "name": "agent.spawn", "arguments": sum_a},
@@ -74,6 +79,43 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         {"tool_calls": [{"id": "w", "name": "fs.write", "arguments": {"path": "sum.txt", "content": "23"}}]},
         {"tool_calls": [{"id": "f", "name": "task.finish", "arguments": {"answer": "23"}}]}
     ]}))?;
+    Ok(script)
+}
+
+/// Prints one line per finished `agent.wait` (and per failed call); false if
+/// a call failed or a child's wait came back without a stop reason.
+fn print_children(results: Vec<ResultEnvelope>) -> bool {
+    let mut all_good = true;
+    for result in results {
+        if !result.ok {
+            println!("│  {} failed: {:?}", result.tool_call_id, result.error);
+            all_good = false;
+        }
+        if result.tool == "agent.wait" {
+            let d = result.data.unwrap_or_default();
+            println!(
+                "├─ {:<8} {:<20} steps {:>2}  tool calls {:>2}  answer {}",
+                d["name"].as_str().unwrap_or("?"),
+                d["stop_reason"].as_str().unwrap_or("?"),
+                d["steps"],
+                d["tool_calls"],
+                d["answer"],
+            );
+            all_good &= !d["stop_reason"].is_null();
+        }
+    }
+    all_good
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let workdir = tempfile::tempdir()?;
+    std::fs::write(workdir.path().join("a.txt"), "3\n5\n")?;
+    std::fs::write(workdir.path().join("b.txt"), "7\n8\n")?;
+
+    let runtime = Runtime::with_builtins()?;
+    let config = planner_config(workdir.path());
+    let script = planner_script()?;
 
     let parent = runtime.start(config, script.into_policy()).await?;
     // The first subscriber sees every event from the start of the run.
@@ -96,25 +138,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         outcome.budget.spent.steps,
         outcome.budget.spent.tool_calls,
     );
-    let mut all_good = true;
-    for result in results {
-        if !result.ok {
-            println!("│  {} failed: {:?}", result.tool_call_id, result.error);
-            all_good = false;
-        }
-        if result.tool == "agent.wait" {
-            let d = result.data.unwrap_or_default();
-            println!(
-                "├─ {:<8} {:<20} steps {:>2}  tool calls {:>2}  answer {}",
-                d["name"].as_str().unwrap_or("?"),
-                d["stop_reason"].as_str().unwrap_or("?"),
-                d["steps"],
-                d["tool_calls"],
-                d["answer"],
-            );
-            all_good &= !d["stop_reason"].is_null();
-        }
-    }
+    let all_good = print_children(results);
     println!("{}", outcome.detail);
     if outcome.stop_reason != agentry::StopReason::Done || !all_good {
         std::process::exit(1);

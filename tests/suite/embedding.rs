@@ -72,18 +72,9 @@ fn replier() -> FnPolicy {
     })
 }
 
-/// 1,000 messages and custom events from many tasks: each applied exactly once, in
-/// one total order, none lost — counted in the final state and in the trace.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_thousand_concurrent_inputs_are_applied_once_in_one_order() -> Result<(), TestError> {
-    let runtime = Runtime::with_builtins()?;
-    let task = TestTask::new("reply to everything", &[])?.trace();
-    let mut config = task.config();
-    config.driver = Driver::Events;
-    config.limits.max_steps = Some(10_000);
-    config.progress_window = 0;
-    let handle = runtime.start(config, replier()).await?;
-
+/// 20 writers, each sending 50 inputs (messages and custom events alternating)
+/// at once.
+async fn send_concurrently(handle: &agentry::RunHandle) -> Result<(), TestError> {
     let mut senders = Vec::new();
     for t in 0..20 {
         let h = handle.clone();
@@ -102,25 +93,12 @@ async fn a_thousand_concurrent_inputs_are_applied_once_in_one_order() -> Result<
     for s in senders {
         s.await??;
     }
-    handle.send_message("stop")?;
-    let outcome = handle.wait().await?;
+    Ok(())
+}
 
-    assert_eq!(outcome.stop_reason, StopReason::Done, "{}", outcome.detail);
-    assert_eq!(
-        outcome.state.inputs, 1_001,
-        "every input applied exactly once"
-    );
-    let trace = task.read_trace()?;
-    let seqs: Vec<u64> = trace
-        .iter()
-        .filter(|l| l["kind"] == "input")
-        .filter_map(|l| l["seq"].as_u64())
-        .collect();
-    assert_eq!(
-        seqs,
-        (1..=1_001).collect::<Vec<_>>(),
-        "one total order, no gaps, no repeats"
-    );
+/// Step and input lines are in state order, and each writer's inputs in the
+/// order it sent them.
+fn check_order(trace: &[Value]) {
     // Step and input lines are written in the order the state keeper applied
     // them (the state keeper queues step lines, the conductor input lines).
     let ordered: Vec<&Value> = trace
@@ -162,6 +140,41 @@ async fn a_thousand_concurrent_inputs_are_applied_once_in_one_order() -> Result<
             .collect();
         assert_eq!(mine, (0..50).collect::<Vec<u64>>(), "writer {t}");
     }
+}
+
+/// 1,000 messages and custom events from many tasks: each applied exactly once, in
+/// one total order, none lost — counted in the final state and in the trace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_concurrent_inputs_are_applied_once_in_one_order() -> Result<(), TestError> {
+    let runtime = Runtime::with_builtins()?;
+    let task = TestTask::new("reply to everything", &[])?.trace();
+    let mut config = task.config();
+    config.driver = Driver::Events;
+    config.limits.max_steps = Some(10_000);
+    config.progress_window = 0;
+    let handle = runtime.start(config, replier()).await?;
+
+    send_concurrently(&handle).await?;
+    handle.send_message("stop")?;
+    let outcome = handle.wait().await?;
+
+    assert_eq!(outcome.stop_reason, StopReason::Done, "{}", outcome.detail);
+    assert_eq!(
+        outcome.state.inputs, 1_001,
+        "every input applied exactly once"
+    );
+    let trace = task.read_trace()?;
+    let seqs: Vec<u64> = trace
+        .iter()
+        .filter(|l| l["kind"] == "input")
+        .filter_map(|l| l["seq"].as_u64())
+        .collect();
+    assert_eq!(
+        seqs,
+        (1..=1_001).collect::<Vec<_>>(),
+        "one total order, no gaps, no repeats"
+    );
+    check_order(&trace);
     Ok(())
 }
 

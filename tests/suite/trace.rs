@@ -17,6 +17,74 @@ const STEP_FIELDS: [&str; 9] = [
     "state",
 ];
 
+/// Every step line has the documented fields, its step number, a strictly
+/// increasing state version, a fingerprint and the budget around exactly this
+/// step; returns the last state version.
+fn check_steps(steps: &[Value]) -> Result<u64, TestError> {
+    let mut last_version = 0;
+    for (i, rec) in steps.iter().enumerate() {
+        let n = i as u64 + 1;
+        for field in STEP_FIELDS {
+            assert!(rec.get(field).is_some(), "step {n} lacks {field}: {rec}");
+        }
+        assert_eq!(rec["run_id"], "run-trace-1");
+        assert_eq!(rec["step"], n);
+        let version = rec["state_version"]
+            .as_u64()
+            .ok_or("state_version is not a number")?;
+        assert!(
+            version > last_version,
+            "state_version must strictly increase"
+        );
+        last_version = version;
+        assert!(rec["fingerprint"].as_str().is_some_and(|f| !f.is_empty()));
+        // Budget before/after bracket exactly this step.
+        assert_eq!(rec["budget_before"]["spent"]["steps"], n - 1);
+        assert_eq!(rec["budget_after"]["spent"]["steps"], n);
+    }
+    Ok(last_version)
+}
+
+/// The three steps' results and decisions, as the script made them.
+fn check_results(steps: &[Value]) {
+    // Results: one envelope per call, in request order, each with its call id.
+    let ids = |rec: &Value| -> Vec<String> {
+        rec["results"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|r| r["tool_call_id"].as_str().unwrap_or("").to_string())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    assert_eq!(ids(&steps[0]), ["r1", "r2", "r3"]);
+    assert_eq!(ids(&steps[1]), ["w1"]);
+    assert_eq!(ids(&steps[2]), ["finish-1"]);
+    assert_eq!(steps[0]["results"][2]["ok"], false);
+    assert_eq!(steps[0]["results"][2]["error"]["code"], "EINVAL");
+    assert_eq!(steps[0]["decision"]["type"], "tool_calls");
+    assert_eq!(steps[0]["decision"]["calls"][0]["name"], "fs.read");
+    assert_eq!(steps[0]["budget_after"]["spent"]["tool_calls"], 3);
+    // A read carries a content reference (path + sha256) in the envelope and the world.
+    assert_eq!(steps[0]["results"][0]["refs"][0]["path"], "numbers.txt");
+    assert!(steps[0]["state"]["world"]["refs_changed"]["numbers.txt"]["sha256"].is_string());
+}
+
+/// The closing record: stop reason, steps, answer, a later state version.
+fn check_stop(last: &Value, last_version: u64) -> Result<(), TestError> {
+    assert_eq!(last["kind"], "stop");
+    assert_eq!(last["run_id"], "run-trace-1");
+    assert_eq!(last["stop_reason"], "done");
+    assert_eq!(last["steps"], 3);
+    assert_eq!(last["answer"], "sum=23");
+    let final_version = last["state_version"]
+        .as_u64()
+        .ok_or("no final state_version")?;
+    assert!(final_version > last_version);
+    Ok(())
+}
+
 #[tokio::test]
 async fn trace_lines_are_json_with_the_documented_fields() -> Result<(), TestError> {
     let task = TestTask::sum()?.run_id("run-trace-1").trace();
@@ -43,61 +111,9 @@ async fn trace_lines_are_json_with_the_documented_fields() -> Result<(), TestErr
     assert_eq!(records.len(), 4, "three steps and a closing record");
     let (steps, last) = records.split_at(3);
 
-    let mut last_version = 0;
-    for (i, rec) in steps.iter().enumerate() {
-        let n = i as u64 + 1;
-        for field in STEP_FIELDS {
-            assert!(rec.get(field).is_some(), "step {n} lacks {field}: {rec}");
-        }
-        assert_eq!(rec["run_id"], "run-trace-1");
-        assert_eq!(rec["step"], n);
-        let version = rec["state_version"]
-            .as_u64()
-            .ok_or("state_version is not a number")?;
-        assert!(
-            version > last_version,
-            "state_version must strictly increase"
-        );
-        last_version = version;
-        assert!(rec["fingerprint"].as_str().is_some_and(|f| !f.is_empty()));
-        // Budget before/after bracket exactly this step.
-        assert_eq!(rec["budget_before"]["spent"]["steps"], n - 1);
-        assert_eq!(rec["budget_after"]["spent"]["steps"], n);
-    }
-
-    // Results: one envelope per call, in request order, each with its call id.
-    let ids = |rec: &Value| -> Vec<String> {
-        rec["results"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .map(|r| r["tool_call_id"].as_str().unwrap_or("").to_string())
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
-    assert_eq!(ids(&steps[0]), ["r1", "r2", "r3"]);
-    assert_eq!(ids(&steps[1]), ["w1"]);
-    assert_eq!(ids(&steps[2]), ["finish-1"]);
-    assert_eq!(steps[0]["results"][2]["ok"], false);
-    assert_eq!(steps[0]["results"][2]["error"]["code"], "EINVAL");
-    assert_eq!(steps[0]["decision"]["type"], "tool_calls");
-    assert_eq!(steps[0]["decision"]["calls"][0]["name"], "fs.read");
-    assert_eq!(steps[0]["budget_after"]["spent"]["tool_calls"], 3);
-    // A read carries a content reference (path + sha256) in the envelope and the world.
-    assert_eq!(steps[0]["results"][0]["refs"][0]["path"], "numbers.txt");
-    assert!(steps[0]["state"]["world"]["refs_changed"]["numbers.txt"]["sha256"].is_string());
-
-    let last = &last[0];
-    assert_eq!(last["kind"], "stop");
-    assert_eq!(last["run_id"], "run-trace-1");
-    assert_eq!(last["stop_reason"], "done");
-    assert_eq!(last["steps"], 3);
-    assert_eq!(last["answer"], "sum=23");
-    let final_version = last["state_version"]
-        .as_u64()
-        .ok_or("no final state_version")?;
-    assert!(final_version > last_version);
+    let last_version = check_steps(steps)?;
+    check_results(steps);
+    check_stop(&last[0], last_version)?;
     Ok(())
 }
 

@@ -1,10 +1,10 @@
-//! What every workload shares: options, the run configuration, the warm-up
-//! episode and the W1/W2 outcome check.
+//! What every workload shares: options (with the durable workloads' [`Mode`]),
+//! the run configuration, the warm-up episode and the W1/W2 outcome check.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use agentry::{Grants, RunConfig, RunOutcome, Runtime, StopReason};
+use agentry::{Durability, Grants, RunConfig, RunOutcome, Runtime, StopReason};
 
 use crate::model::{AddModel, Probe};
 use crate::tools::SCOPE;
@@ -52,9 +52,43 @@ pub struct Options {
     /// durable, durable-w2: keep the store files for inspection.
     pub keep_store: bool,
     /// durable, durable-w2: measure only this mode.
-    pub only: Option<crate::workloads::Mode>,
+    pub only: Option<Mode>,
     /// W3: `sleep_echo` and the floor sleep with [`crate::tools::precise_sleep`].
     pub precise_sleep: bool,
+}
+
+/// How a run is kept (the durable workloads measure each; an [`Options`] field).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Mode {
+    /// No store.
+    Memory,
+    /// SQLite store, [`Durability::Strict`].
+    Strict,
+    /// SQLite store, [`Durability::Grouped`].
+    Grouped,
+}
+
+impl Mode {
+    /// All three, in the order they are measured.
+    pub const ALL: [Mode; 3] = [Mode::Memory, Mode::Strict, Mode::Grouped];
+
+    /// The suffix of this mode's metrics (`memory`, `strict`, `grouped`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Memory => "memory",
+            Mode::Strict => "strict",
+            Mode::Grouped => "grouped",
+        }
+    }
+
+    /// The durability of its store; `None`: no store.
+    pub fn durability(self) -> Option<Durability> {
+        match self {
+            Mode::Memory => None,
+            Mode::Strict => Some(Durability::Strict),
+            Mode::Grouped => Some(Durability::Grouped),
+        }
+    }
 }
 
 /// A run configuration for the benchmark tools: goal `go`, the bench scope

@@ -178,89 +178,150 @@ fn cycle(root: &Path, i: usize, keyed: bool, kill_at: Duration, mode: &str) -> b
     let task_dir = root.join(format!("task{i}"));
     std::fs::create_dir_all(&task_dir).unwrap();
     task(&task_dir, keyed);
-    let store = root.join(format!("store{i}.db"));
-    let run_id = format!("run-{i}");
-    let mut workdir: PathBuf = root.join(format!("work{i}"));
-    let context = format!("iteration {i} (kill at {kill_at:?}, keyed {keyed}, {mode})");
+    let cycle = Cycle {
+        root,
+        i,
+        keyed,
+        kill_at,
+        mode,
+        task_dir,
+        store: root.join(format!("store{i}.db")),
+        run_id: format!("run-{i}"),
+        context: format!("iteration {i} (kill at {kill_at:?}, keyed {keyed}, {mode})"),
+    };
+    let workdir: PathBuf = root.join(format!("work{i}"));
+    cycle.spawn_and_kill(&workdir);
+    cycle.resume_until_done(workdir)
+}
 
-    killed_after(run_cmd(&task_dir, &store, &workdir, &run_id, mode), kill_at);
-    wait_for_stragglers(&workdir, &store);
-    assert_no_duplicates(&lines(&workdir, keyed), &context);
+/// What one [`cycle`] works on.
+struct Cycle<'a> {
+    root: &'a Path,
+    i: usize,
+    keyed: bool,
+    kill_at: Duration,
+    mode: &'a str,
+    task_dir: PathBuf,
+    store: PathBuf,
+    run_id: String,
+    /// Names the iteration in every assertion.
+    context: String,
+}
 
-    let mut parked = false;
-    let mut decisions: Vec<String> = Vec::new();
-    for round in 0..20 {
-        // Every fifth iteration also crashes the first resume.
-        if round == 0 && i.is_multiple_of(5) {
-            killed_after(resume(&store, &run_id, &decisions, mode), kill_at / 2);
-            wait_for_stragglers(&workdir, &store);
-            assert_no_duplicates(&lines(&workdir, keyed), &context);
-        }
-        let out = resume(&store, &run_id, &decisions, mode).output().unwrap();
-        let code = out.status.code().unwrap();
-        match code {
-            0 => {
-                let report = json_of(&out);
-                assert_eq!(report["stop_reason"], "done", "{context}: {report}");
-                workdir = PathBuf::from(report["workdir"].as_str().unwrap());
-                let got = lines(&workdir, keyed);
-                let want: Vec<String> = (1..=LINES).map(|k| format!("line {k}")).collect();
-                assert_eq!(
-                    got, want,
-                    "{context}: every line exactly once, in order (resume round {round}, decisions {decisions:?}): {report}"
-                );
-                return parked;
+impl Cycle<'_> {
+    /// Runs the task in `workdir` and SIGKILLs it after `kill_at`: no line may
+    /// have been appended twice.
+    fn spawn_and_kill(&self, workdir: &Path) {
+        let cmd = run_cmd(
+            &self.task_dir,
+            &self.store,
+            workdir,
+            &self.run_id,
+            self.mode,
+        );
+        killed_after(cmd, self.kill_at);
+        wait_for_stragglers(workdir, &self.store);
+        assert_no_duplicates(&lines(workdir, self.keyed), &self.context);
+    }
+
+    /// Resumes until the run is done, deciding each parked call by looking at
+    /// the file; returns whether it parked.
+    fn resume_until_done(&self, mut workdir: PathBuf) -> bool {
+        let (i, keyed, mode, context) = (self.i, self.keyed, self.mode, &self.context);
+        let (store, run_id) = (&self.store, &self.run_id);
+        let mut parked = false;
+        let mut decisions: Vec<String> = Vec::new();
+        for round in 0..20 {
+            // Every fifth iteration also crashes the first resume.
+            if round == 0 && i.is_multiple_of(5) {
+                killed_after(resume(store, run_id, &decisions, mode), self.kill_at / 2);
+                wait_for_stragglers(&workdir, store);
+                assert_no_duplicates(&lines(&workdir, keyed), context);
             }
-            3 => {
-                // Parked: the human (this test) looks at the file and says
-                // whether each interrupted append happened.
-                parked = true;
-                assert!(!keyed, "{context}: a keyed call is re-run, never parked");
-                let report = json_of(&out);
-                assert_eq!(report["status"], "awaiting_decision", "{context}");
-                let got = lines(&workdir, keyed);
-                assert_no_duplicates(&got, &context);
-                for p in report["pending_decisions"].as_array().unwrap() {
-                    let id = p["call"]["id"].as_str().unwrap();
-                    let k: usize = id.trim_start_matches('a').parse().unwrap();
-                    let happened = got.contains(&format!("line {k}"));
-                    decisions.push(format!(
-                        "{id}={}",
-                        if happened { "happened" } else { "retry" }
-                    ));
+            let out = resume(store, run_id, &decisions, mode).output().unwrap();
+            let code = out.status.code().unwrap();
+            match code {
+                0 => {
+                    let report = json_of(&out);
+                    assert_eq!(report["stop_reason"], "done", "{context}: {report}");
+                    workdir = PathBuf::from(report["workdir"].as_str().unwrap());
+                    let got = lines(&workdir, keyed);
+                    let want: Vec<String> = (1..=LINES).map(|k| format!("line {k}")).collect();
+                    assert_eq!(
+                        got, want,
+                        "{context}: every line exactly once, in order (resume round {round}, decisions {decisions:?}): {report}"
+                    );
+                    return parked;
                 }
+                3 => {
+                    parked = true;
+                    self.decide(&out, &workdir, &mut decisions);
+                }
+                2 if String::from_utf8_lossy(&out.stderr).contains("holds no run")
+                    || String::from_utf8_lossy(&out.stderr).contains("no such file") =>
+                {
+                    // Killed before the run was stored: nothing ran; start again.
+                    assert!(lines(&workdir, keyed).is_empty(), "{context}");
+                    return self.start_again();
+                }
+                2 if String::from_utf8_lossy(&out.stderr).contains("already stopped (done)") => {
+                    // The kill came after the run had finished.
+                    let got = lines(&workdir, keyed);
+                    let want: Vec<String> = (1..=LINES).map(|k| format!("line {k}")).collect();
+                    assert_eq!(got, want, "{context}");
+                    return parked;
+                }
+                _ => panic!(
+                    "{context}: resume exited {code}: {}\n{}",
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out.stderr)
+                ),
             }
-            2 if String::from_utf8_lossy(&out.stderr).contains("holds no run")
-                || String::from_utf8_lossy(&out.stderr).contains("no such file") =>
-            {
-                // Killed before the run was stored: nothing ran; start again.
-                assert!(lines(&workdir, keyed).is_empty(), "{context}");
-                workdir = root.join(format!("work{i}-again"));
-                let out = run_cmd(&task_dir, &store, &workdir, &run_id, mode)
-                    .output()
-                    .unwrap();
-                assert_eq!(out.status.code(), Some(0), "{context}: {}", json_of(&out));
-                assert_eq!(
-                    lines(&workdir, keyed),
-                    (1..=LINES).map(|k| format!("line {k}")).collect::<Vec<_>>()
-                );
-                return false;
-            }
-            2 if String::from_utf8_lossy(&out.stderr).contains("already stopped (done)") => {
-                // The kill came after the run had finished.
-                let got = lines(&workdir, keyed);
-                let want: Vec<String> = (1..=LINES).map(|k| format!("line {k}")).collect();
-                assert_eq!(got, want, "{context}");
-                return parked;
-            }
-            _ => panic!(
-                "{context}: resume exited {code}: {}\n{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            ),
+        }
+        panic!("{context}: the run never finished");
+    }
+
+    /// Parked: the human (this test) looks at the file and says whether each
+    /// interrupted append happened.
+    fn decide(&self, out: &Output, workdir: &Path, decisions: &mut Vec<String>) {
+        let (keyed, context) = (self.keyed, &self.context);
+        assert!(!keyed, "{context}: a keyed call is re-run, never parked");
+        let report = json_of(out);
+        assert_eq!(report["status"], "awaiting_decision", "{context}");
+        let got = lines(workdir, keyed);
+        assert_no_duplicates(&got, context);
+        for p in report["pending_decisions"].as_array().unwrap() {
+            let id = p["call"]["id"].as_str().unwrap();
+            let k: usize = id.trim_start_matches('a').parse().unwrap();
+            let happened = got.contains(&format!("line {k}"));
+            decisions.push(format!(
+                "{id}={}",
+                if happened { "happened" } else { "retry" }
+            ));
         }
     }
-    panic!("{context}: the run never finished");
+
+    /// The kill came before the run was stored: run it again, uninterrupted,
+    /// in a fresh working directory.
+    fn start_again(&self) -> bool {
+        let (keyed, context) = (self.keyed, &self.context);
+        let workdir = self.root.join(format!("work{}-again", self.i));
+        let out = run_cmd(
+            &self.task_dir,
+            &self.store,
+            &workdir,
+            &self.run_id,
+            self.mode,
+        )
+        .output()
+        .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{context}: {}", json_of(&out));
+        assert_eq!(
+            lines(&workdir, keyed),
+            (1..=LINES).map(|k| format!("line {k}")).collect::<Vec<_>>()
+        );
+        false
+    }
 }
 
 /// How long one uninterrupted run takes here, so kills spread over all of it.

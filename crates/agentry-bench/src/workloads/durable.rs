@@ -18,11 +18,10 @@ use std::time::Instant;
 
 use agentry::store::{LedgerState, RunSummary, StoreError, StoredRun, Write};
 use agentry::{
-    Durability, Effect, RunHandle, RunOutcome, RunStatus, Runtime, SqliteStore, StopReason, Store,
-    Tool,
+    Effect, RunHandle, RunOutcome, RunStatus, Runtime, SqliteStore, StopReason, Store, Tool,
 };
 
-use crate::harness::{BenchResult, Options, check_add, config, warm_up, workdir};
+use crate::harness::{BenchResult, Mode, Options, check_add, config, warm_up, workdir};
 use crate::model::AddModel;
 use crate::procfs::{cpu_time, mount_of, peak_rss_mib};
 use crate::report::Report;
@@ -31,39 +30,6 @@ use crate::tools::{self, AddTool};
 /// The in-memory figure over the durable one must stay under this for
 /// `Grouped` (BENCHMARKS.md's target).
 const GROUPED_TARGET_SLOWDOWN: f64 = 5.0;
-
-/// How a run is kept.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Mode {
-    /// No store.
-    Memory,
-    /// SQLite store, [`Durability::Strict`].
-    Strict,
-    /// SQLite store, [`Durability::Grouped`].
-    Grouped,
-}
-
-impl Mode {
-    /// All three, in the order they are measured.
-    pub const ALL: [Mode; 3] = [Mode::Memory, Mode::Strict, Mode::Grouped];
-
-    /// The suffix of this mode's metrics (`memory`, `strict`, `grouped`).
-    pub fn name(self) -> &'static str {
-        match self {
-            Mode::Memory => "memory",
-            Mode::Strict => "strict",
-            Mode::Grouped => "grouped",
-        }
-    }
-
-    fn durability(self) -> Option<Durability> {
-        match self {
-            Mode::Memory => None,
-            Mode::Strict => Some(Durability::Strict),
-            Mode::Grouped => Some(Durability::Grouped),
-        }
-    }
-}
 
 /// A [`Store`] that counts what passes through it: commits, writes, and the
 /// time spent inside [`Store::commit`] (on the runtime's writer thread).
@@ -334,6 +300,14 @@ pub async fn durable_w2(opts: &Options) -> BenchResult<Report> {
     three_ways("durable-w2", opts.n as usize, opts).await
 }
 
+/// What one mode measured.
+struct Way {
+    mode: Mode,
+    measured: Measured,
+}
+
+/// Measures every mode asked for, one after the other in this process, on
+/// stores in one temporary directory, and reports each and their ratios.
 async fn three_ways(workload: &str, n: usize, opts: &Options) -> BenchResult<Report> {
     let m = opts.m;
     let parent = match &opts.store_dir {
@@ -344,13 +318,41 @@ async fn three_ways(workload: &str, n: usize, opts: &Options) -> BenchResult<Rep
         .prefix(".agentry-bench-store")
         .tempdir_in(&parent)?;
     let store_dir = store_tmp.path();
-    let mount = mount_of(store_dir);
 
     let mut report = Report::new(workload);
+    describe(&mut report, n, opts, &parent, store_dir);
+    let modes = opts
+        .only
+        .map_or_else(|| Mode::ALL.to_vec(), |mode| vec![mode]);
+    if opts.only.is_some() {
+        report.note("one mode only (--only): no ratios");
+    }
+    let mut ways = Vec::with_capacity(modes.len());
+    for mode in modes {
+        let measured = measure(mode, n, m, opts, store_dir, &mut report).await?;
+        ways.push(Way { mode, measured });
+    }
+
+    report_ratios(&mut report, &ways);
+    for way in &ways {
+        report_way(&mut report, way, n);
+    }
+    report.metric_f("peak_rss_mib", peak_rss_mib(), 1);
+    if opts.keep_store {
+        let kept = store_tmp.keep();
+        report.note(format!("stores kept in {}", kept.display()));
+    }
+    Ok(report)
+}
+
+/// The parameters, where the stores are (and a note when that is a RAM file
+/// system), and the check that W1's `add` is still read-only.
+fn describe(report: &mut Report, n: usize, opts: &Options, parent: &Path, store_dir: &Path) {
+    let mount = mount_of(store_dir);
     if n > 1 {
         report.param("n", n as u64);
     }
-    report.param("m", m).param("threads", opts.threads);
+    report.param("m", opts.m).param("threads", opts.threads);
     if opts.events_off {
         report.param("events_from_start", false);
     }
@@ -373,29 +375,22 @@ async fn three_ways(workload: &str, n: usize, opts: &Options) -> BenchResult<Rep
     if add.effect != Effect::ReadOnly {
         report.fail(format!("the add tool is {:?}, not read_only", add.effect));
     }
+}
 
-    let modes = opts
-        .only
-        .map_or_else(|| Mode::ALL.to_vec(), |mode| vec![mode]);
-    if opts.only.is_some() {
-        report.note("one mode only (--only): no ratios");
-    }
-    let mut figures = Vec::with_capacity(modes.len());
-    for mode in modes {
-        figures.push((
-            mode,
-            measure(mode, n, m, opts, store_dir, &mut report).await?,
-        ));
-    }
-
+/// Steps per second of every mode, then each durable mode's over the in-memory one.
+fn report_ratios(report: &mut Report, ways: &[Way]) {
     let steps_per_s = |want: Mode| {
-        figures
-            .iter()
-            .find(|(mode, _)| *mode == want)
-            .map(|(_, f)| f.steps_per_s())
+        ways.iter()
+            .find(|way| way.mode == want)
+            .map(|way| way.measured.steps_per_s())
     };
-    for (mode, f) in &figures {
-        report.metric_f(&format!("steps_per_s_{}", mode.name()), f.steps_per_s(), 0);
+    for way in ways {
+        let name = way.mode.name();
+        report.metric_f(
+            &format!("steps_per_s_{name}"),
+            way.measured.steps_per_s(),
+            0,
+        );
     }
     if let Some(memory) = steps_per_s(Mode::Memory) {
         for mode in [Mode::Strict, Mode::Grouped] {
@@ -410,47 +405,41 @@ async fn three_ways(workload: &str, n: usize, opts: &Options) -> BenchResult<Rep
             );
         }
     }
-    for (mode, f) in &figures {
-        let name = mode.name();
-        let steps = f.steps as f64;
-        report
-            .metric_f(&format!("wall_s_{name}"), f.wall_s, 6)
-            .metric_f(&format!("us_per_step_{name}"), f.wall_s * 1e6 / steps, 3)
-            .metric_f(&format!("cpu_us_per_step_{name}"), f.cpu_s * 1e6 / steps, 3);
-        if n > 1 {
-            report.metric_f(&format!("start_s_{name}"), f.start_s, 6);
-        }
-        if *mode != Mode::Memory {
-            let c = f.counts;
-            report
-                .metric(&format!("commits_{name}"), c.commits)
-                .metric_f(
-                    &format!("steps_per_commit_{name}"),
-                    steps / c.commits.max(1) as f64,
-                    2,
-                )
-                .metric_f(
-                    &format!("writes_per_commit_{name}"),
-                    c.writes as f64 / c.commits.max(1) as f64,
-                    2,
-                )
-                .metric_f(
-                    &format!("us_per_commit_{name}"),
-                    c.commit_ns as f64 / 1e3 / c.commits.max(1) as f64,
-                    1,
-                )
-                .metric_f(
-                    &format!("commit_busy_pct_{name}"),
-                    c.commit_ns as f64 / 1e9 / f.wall_s * 100.0,
-                    1,
-                )
-                .metric_f(&format!("store_mib_{name}"), f.store_mib, 2);
-        }
+}
+
+/// One mode's time figures, and for a store its commits and size.
+fn report_way(report: &mut Report, way: &Way, n: usize) {
+    let (name, f) = (way.mode.name(), &way.measured);
+    let steps = f.steps as f64;
+    report
+        .metric_f(&format!("wall_s_{name}"), f.wall_s, 6)
+        .metric_f(&format!("us_per_step_{name}"), f.wall_s * 1e6 / steps, 3)
+        .metric_f(&format!("cpu_us_per_step_{name}"), f.cpu_s * 1e6 / steps, 3);
+    if n > 1 {
+        report.metric_f(&format!("start_s_{name}"), f.start_s, 6);
     }
-    report.metric_f("peak_rss_mib", peak_rss_mib(), 1);
-    if opts.keep_store {
-        let kept = store_tmp.keep();
-        report.note(format!("stores kept in {}", kept.display()));
+    if way.mode == Mode::Memory {
+        return;
     }
-    Ok(report)
+    let c = f.counts;
+    let commits = c.commits.max(1) as f64;
+    report
+        .metric(&format!("commits_{name}"), c.commits)
+        .metric_f(&format!("steps_per_commit_{name}"), steps / commits, 2)
+        .metric_f(
+            &format!("writes_per_commit_{name}"),
+            c.writes as f64 / commits,
+            2,
+        )
+        .metric_f(
+            &format!("us_per_commit_{name}"),
+            c.commit_ns as f64 / 1e3 / commits,
+            1,
+        )
+        .metric_f(
+            &format!("commit_busy_pct_{name}"),
+            c.commit_ns as f64 / 1e9 / f.wall_s * 100.0,
+            1,
+        )
+        .metric_f(&format!("store_mib_{name}"), f.store_mib, 2);
 }

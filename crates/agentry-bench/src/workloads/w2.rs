@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use agentry::{RunHandle, Runtime};
+use agentry::{RunConfig, RunHandle, Runtime};
 
 use crate::harness::{BenchResult, Options, check_add, config, warm_up, workdir};
 use crate::model::AddModel;
@@ -54,14 +54,15 @@ pub async fn w2(opts: &Options) -> BenchResult<Report> {
     );
     let cpu0 = cpu_time();
     let t0 = Instant::now();
-    for (i, model) in models.into_iter().enumerate() {
-        handles.push(runtime.start(cfg.clone(), model).await?);
-        if i % RSS_CHECK_EVERY == 0 && rss_mib() > opts.max_rss_mib {
-            guard.store(true, Ordering::SeqCst);
-            runtime.shutdown();
-            break;
-        }
-    }
+    start_all(
+        &runtime,
+        &cfg,
+        models,
+        &mut handles,
+        &guard,
+        opts.max_rss_mib,
+    )
+    .await?;
     let started = handles.len();
     let start = t0.elapsed();
     let mut outcomes = Vec::with_capacity(started);
@@ -69,7 +70,6 @@ pub async fn w2(opts: &Options) -> BenchResult<Report> {
         outcomes.push(h.wait().await?);
     }
     let elapsed = t0.elapsed();
-    let wall = elapsed.as_secs_f64();
     let cpu = cpu_time().saturating_sub(cpu0);
     let peak = peak_rss_mib();
     let rss_done = rss_mib();
@@ -102,23 +102,7 @@ pub async fn w2(opts: &Options) -> BenchResult<Report> {
             opts.max_rss_mib, opts.timeout_s
         ));
     }
-    // The floors run after agentry's run (its peak RSS is already read) and
-    // after its handles are dropped, on the same runtime: the same N × M on
-    // bare tokio channels, and on bare actors in agentry's shape.
-    let (floor_wall, _, floor_checked) = floor::run_many(started, m).await?;
-    let actor = actor_floor::run_many(started, m).await?;
-    let floor_s = floor_wall.as_secs_f64();
-    let actor_s = actor.wall.as_secs_f64();
-    report
-        .metric_f("floor_wall_s", floor_s, 6)
-        .metric_f("ratio_vs_floor", wall / floor_s, 2)
-        .metric_f("actor_floor_wall_s", actor_s, 6)
-        .metric_f("ratio_vs_actor_floor", wall / actor_s, 2);
-    for checked in [floor_checked, actor.checked] {
-        if let Err(e) = checked {
-            report.fail(e);
-        }
-    }
+    measure_floors(&mut report, started, m, elapsed.as_secs_f64()).await?;
     let mut failed = 0;
     let mut first = None;
     for (outcome, probe) in outcomes.iter().zip(&probes) {
@@ -131,4 +115,46 @@ pub async fn w2(opts: &Options) -> BenchResult<Report> {
         report.fail(format!("{failed} of {started} agents failed; first: {e}"));
     }
     Ok(report)
+}
+
+/// Starts one run per model into `handles`; stops starting (and aborts them all) once RSS
+/// passes `max_rss_mib`, checked every [`RSS_CHECK_EVERY`] starts.
+async fn start_all(
+    runtime: &Runtime,
+    cfg: &RunConfig,
+    models: Vec<AddModel>,
+    handles: &mut Vec<RunHandle>,
+    guard: &AtomicBool,
+    max_rss_mib: f64,
+) -> BenchResult<()> {
+    for (i, model) in models.into_iter().enumerate() {
+        handles.push(runtime.start(cfg.clone(), model).await?);
+        if i % RSS_CHECK_EVERY == 0 && rss_mib() > max_rss_mib {
+            guard.store(true, Ordering::SeqCst);
+            runtime.shutdown();
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// The floors, run after agentry's run (its peak RSS is already read) and after
+/// its handles are dropped, on the same runtime: the same N × M on bare tokio
+/// channels, and on bare actors in agentry's shape; `wall` is agentry's.
+async fn measure_floors(report: &mut Report, agents: usize, m: u64, wall: f64) -> BenchResult<()> {
+    let (floor_wall, _, floor_checked) = floor::run_many(agents, m).await?;
+    let actor = actor_floor::run_many(agents, m).await?;
+    let floor_s = floor_wall.as_secs_f64();
+    let actor_s = actor.wall.as_secs_f64();
+    report
+        .metric_f("floor_wall_s", floor_s, 6)
+        .metric_f("ratio_vs_floor", wall / floor_s, 2)
+        .metric_f("actor_floor_wall_s", actor_s, 6)
+        .metric_f("ratio_vs_actor_floor", wall / actor_s, 2);
+    for checked in [floor_checked, actor.checked] {
+        if let Err(e) = checked {
+            report.fail(e);
+        }
+    }
+    Ok(())
 }

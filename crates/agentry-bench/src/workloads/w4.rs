@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use agentry::tools::proc::reap_orphans_here;
-use agentry::{Runtime, StopReason, Tool};
+use agentry::{RunConfig, RunOutcome, Runtime, StopReason, Tool};
 
 use crate::harness::{BenchResult, Options, config, ms, warm_up, workdir};
 use crate::model::SubprocessModel;
@@ -80,9 +80,83 @@ pub async fn w4(opts: &Options) -> BenchResult<Report> {
     warm_up(&runtime, dir.path()).await?;
     let mut cfg = config(dir.path(), 2);
     cfg.limits.deadline_ms = Some(opts.deadline_ms);
+    let seen = run_once(&runtime, cfg, opts.grandchildren, deadline, &pid).await?;
 
-    let finder = opts
-        .grandchildren
+    let mut report = Report::new("w4");
+    report
+        .param("deadline_ms", opts.deadline_ms)
+        .param("grandchildren", opts.grandchildren)
+        .param("watch_cancel", opts.watch_cancel && !opts.grandchildren)
+        .param("threads", opts.threads);
+    let (end, deadline_at) = (seen.end, seen.t0 + deadline);
+    let timed_out = seen.outcome.stop_reason == StopReason::Deadline;
+    let killed = seen.gone.is_some() && !seen.pids.is_empty();
+    report
+        .metric_f("deadline_to_end_ms", signed_ms(end, deadline_at), 3)
+        .metric_f("run_wall_ms", ms(end - seen.t0), 3)
+        .metric("timed_out", timed_out)
+        .metric("child_killed", killed)
+        .metric(
+            "child_dead_after_ms",
+            seen.gone.map_or(serde_json::Value::Null, |g| {
+                crate::report::round(ms(g.saturating_duration_since(end)), 3)
+            }),
+        );
+    if !timed_out {
+        report.fail(format!(
+            "stopped {} ({}), not at the deadline",
+            seen.outcome.stop_reason, seen.outcome.detail
+        ));
+    }
+    if seen.pids.is_empty() {
+        report.fail("the tool's process was never seen");
+    } else if !killed {
+        report
+            .fail("child NOT killed: still alive 1 s after the run ended (killed by the harness)");
+        for &p in &seen.pids {
+            kill_hard(p);
+        }
+    }
+    if let Some(pgid) = seen.pgid {
+        kill_hard(-pgid);
+        report.metric("group_size", seen.pids.len()).metric(
+            "zombies_left",
+            entries_left(pgid, Duration::from_millis(200)).await,
+        );
+    }
+    // Measured after agentry's run, so it cannot disturb it.
+    let floor = floor_deadline_to_end_ms(deadline).await?;
+    report.metric_f("floor_deadline_to_end_ms", floor, 3);
+    if floor > 0.0 {
+        report.metric_f("ratio_vs_floor", signed_ms(end, deadline_at) / floor, 2);
+    }
+    Ok(report)
+}
+
+/// What one W4 run showed: when it started and returned, and its processes.
+struct Seen {
+    outcome: RunOutcome,
+    t0: Instant,
+    end: Instant,
+    /// The tool's processes (the group's members with `--grandchildren`).
+    pids: Vec<i32>,
+    /// The group, with `--grandchildren`.
+    pgid: Option<i32>,
+    /// When the last of `pids` was gone, if within 1 s of `end`.
+    gone: Option<Instant>,
+}
+
+/// Runs the W4 episode once and watches its processes: with `grandchildren`
+/// the new process group (found while the run runs), else the pid the tool
+/// stored in `pid`; then waits up to 1 s for them to be gone.
+async fn run_once(
+    runtime: &Runtime,
+    cfg: RunConfig,
+    grandchildren: bool,
+    deadline: Duration,
+    pid: &AtomicU32,
+) -> BenchResult<Seen> {
+    let finder = grandchildren
         .then(|| tokio::task::spawn_blocking(move || find_new_group(&[], GROUP_SIZE, deadline)));
     let t0 = Instant::now();
     let outcome = runtime.run(cfg, SubprocessModel::new(None)).await?;
@@ -103,55 +177,14 @@ pub async fn w4(opts: &Options) -> BenchResult<Report> {
         wait_all_gone(&watched, end, end + Duration::from_secs(1))
     })
     .await?;
-
-    let mut report = Report::new("w4");
-    report
-        .param("deadline_ms", opts.deadline_ms)
-        .param("grandchildren", opts.grandchildren)
-        .param("watch_cancel", opts.watch_cancel && !opts.grandchildren)
-        .param("threads", opts.threads);
-    let timed_out = outcome.stop_reason == StopReason::Deadline;
-    let killed = gone.is_some() && !pids.is_empty();
-    report
-        .metric_f("deadline_to_end_ms", signed_ms(end, t0 + deadline), 3)
-        .metric_f("run_wall_ms", ms(end - t0), 3)
-        .metric("timed_out", timed_out)
-        .metric("child_killed", killed)
-        .metric(
-            "child_dead_after_ms",
-            gone.map_or(serde_json::Value::Null, |g| {
-                crate::report::round(ms(g.saturating_duration_since(end)), 3)
-            }),
-        );
-    if !timed_out {
-        report.fail(format!(
-            "stopped {} ({}), not at the deadline",
-            outcome.stop_reason, outcome.detail
-        ));
-    }
-    if pids.is_empty() {
-        report.fail("the tool's process was never seen");
-    } else if !killed {
-        report
-            .fail("child NOT killed: still alive 1 s after the run ended (killed by the harness)");
-        for &p in &pids {
-            kill_hard(p);
-        }
-    }
-    if let Some(pgid) = pgid {
-        kill_hard(-pgid);
-        report.metric("group_size", pids.len()).metric(
-            "zombies_left",
-            entries_left(pgid, Duration::from_millis(200)).await,
-        );
-    }
-    // Measured after agentry's run, so it cannot disturb it.
-    let floor = floor_deadline_to_end_ms(deadline).await?;
-    report.metric_f("floor_deadline_to_end_ms", floor, 3);
-    if floor > 0.0 {
-        report.metric_f("ratio_vs_floor", signed_ms(end, t0 + deadline) / floor, 2);
-    }
-    Ok(report)
+    Ok(Seen {
+        outcome,
+        t0,
+        end,
+        pids,
+        pgid,
+        gone,
+    })
 }
 
 /// `cancel` (issue 3): R runs of agentry's command tool running

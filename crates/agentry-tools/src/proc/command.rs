@@ -8,8 +8,10 @@ use agentry_protocol::tool::ToolContract;
 use async_trait::async_trait;
 use serde_json::Value;
 
-use super::{Invocation, ProcConfig, host_env, run};
-use crate::{Tool, ToolContext, ToolOutput};
+use super::config::ProcConfig;
+use super::env::host_env;
+use super::run::{Invocation, run};
+use crate::tool::{Tool, ToolContext, ToolOutput};
 
 /// Why a [`CommandTool`] could not be built.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -33,6 +33,7 @@ use nix::unistd::Pid;
 use tokio::process::Child;
 use tokio::time::Instant;
 
+use super::exits::ChildExits;
 use super::strays::{self, Marks};
 
 /// How long the cancel path waits for the leader to die after SIGKILL before
@@ -206,32 +207,6 @@ impl Drop for ProcessGroup {
         spawn_background_reaper(self.pgid);
         // `self.child` is dropped next: tokio reaps the leader from its orphan
         // queue, unless the reaper thread got to it first (harmless, see module docs).
-    }
-}
-
-/// Wakes the member loops when a child of this process exits (SIGCHLD: members
-/// re-parented to us as subreaper), instead of polling on the timer, whose 1 ms
-/// ticks would add up to 2 ms to every cancellation. The timer stays as a
-/// fallback: members re-parented elsewhere send us nothing.
-pub(super) struct ChildExits(Option<tokio::signal::unix::Signal>);
-
-impl ChildExits {
-    pub(super) fn listen() -> Self {
-        ChildExits(tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child()).ok())
-    }
-
-    /// Returns after the next child exit, or 1 ms at most.
-    pub(super) async fn next(&mut self) {
-        let tick = tokio::time::sleep(Duration::from_millis(1));
-        match &mut self.0 {
-            Some(signal) => {
-                tokio::select! {
-                    _ = signal.recv() => {}
-                    () = tick => {}
-                }
-            }
-            None => tick.await,
-        }
     }
 }
 

@@ -30,7 +30,8 @@ use nix::sys::signal::{Signal, kill};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
 
-use super::{ENV_CALL_ID, ENV_RUN_ID};
+use super::env::{ENV_CALL_ID, ENV_RUN_ID};
+use super::exits::ChildExits;
 
 /// Largest environment read per process; the marks come first (`Command`
 /// sorts the variables it sets), so a cut never hides them for our children.
@@ -102,7 +103,7 @@ pub(super) fn reap(pids: Vec<i32>) -> Vec<i32> {
 /// then goes to a background thread.
 pub(super) async fn sweep(marks: &Marks, leader: i32, budget: Duration) {
     let deadline = tokio::time::Instant::now() + budget;
-    let mut exits = super::group::ChildExits::listen();
+    let mut exits = ChildExits::listen();
     let mut pending: Vec<i32> = Vec::new();
     loop {
         let killed = kill_marked(marks, leader);

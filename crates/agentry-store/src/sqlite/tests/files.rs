@@ -292,28 +292,81 @@ fn an_empty_file_is_initialized_as_a_new_store() {
     assert_eq!(sync, 2, "synchronous = FULL");
 }
 
+/// A store as version 1 wrote it: no inbox table yet, one run.
+fn write_v1_store(path: &Path, shown: &str) {
+    let mut conn = Connection::open(path).unwrap();
+    schema::migrate(&mut conn, &schema::MIGRATIONS[..1], shown).unwrap();
+    assert_eq!(schema::user_version(&conn).unwrap(), 1);
+    let tx = conn.transaction().unwrap();
+    super::super::write::apply(
+        &tx,
+        shown,
+        &[
+            Write::CreateRun(record("r", 1)),
+            append("r", 0, vec![user("kept")]),
+        ],
+    )
+    .unwrap();
+    tx.commit().unwrap();
+}
+
+/// A build with one more migration upgrades `path` again, idempotently; this
+/// build then refuses the upgraded file.
+fn upgrade_once_more(path: &Path, shown: &str) {
+    // A build with one more migration upgrades it again, idempotently...
+    let next: Vec<&str> = schema::MIGRATIONS
+        .iter()
+        .copied()
+        .chain(["ALTER TABLE runs ADD COLUMN label TEXT NOT NULL DEFAULT 'none';"])
+        .collect();
+    let mut conn = Connection::open(path).unwrap();
+    schema::migrate(&mut conn, &next, shown).unwrap();
+    schema::migrate(&mut conn, &next, shown).unwrap();
+    assert_eq!(schema::user_version(&conn).unwrap(), SCHEMA_VERSION + 1);
+    let label: String = conn
+        .query_row("SELECT label FROM runs WHERE run_id = 'r'", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert_eq!(label, "none");
+    drop(conn);
+    // ...and this build then refuses the upgraded file.
+    let err = SqliteStore::open(path).unwrap_err();
+    assert!(
+        matches!(err, StoreError::NewerSchema { found, .. } if found == SCHEMA_VERSION + 1),
+        "{err:?}"
+    );
+}
+
+/// A failing migration step leaves the store at its old version.
+fn failing_migration_keeps_the_old_version(shown: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = db_path(&dir);
+    drop(open(&path));
+    let broken: Vec<&str> = schema::MIGRATIONS
+        .iter()
+        .copied()
+        .chain(["CREATE TABLE x (a); THIS IS NOT SQL;"])
+        .collect();
+    let mut conn = Connection::open(&path).unwrap();
+    assert!(schema::migrate(&mut conn, &broken, shown).is_err());
+    assert_eq!(schema::user_version(&conn).unwrap(), SCHEMA_VERSION);
+    let x: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM sqlite_schema WHERE name = 'x'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(x, 0);
+}
+
 #[test]
 fn migrations_upgrade_an_older_store_and_keep_its_data() {
     let dir = tempfile::tempdir().unwrap();
     let path = db_path(&dir);
     let shown = path.display().to_string();
-    {
-        // A store as version 1 wrote it: no inbox table yet.
-        let mut conn = Connection::open(&path).unwrap();
-        schema::migrate(&mut conn, &schema::MIGRATIONS[..1], &shown).unwrap();
-        assert_eq!(schema::user_version(&conn).unwrap(), 1);
-        let tx = conn.transaction().unwrap();
-        super::super::write::apply(
-            &tx,
-            &shown,
-            &[
-                Write::CreateRun(record("r", 1)),
-                append("r", 0, vec![user("kept")]),
-            ],
-        )
-        .unwrap();
-        tx.commit().unwrap();
-    }
+    write_v1_store(&path, &shown);
     // This build opens it: migration 2 adds the inbox, the data stays.
     let store = open(&path);
     let run = store.load("r").unwrap().unwrap();
@@ -330,50 +383,8 @@ fn migrations_upgrade_an_older_store_and_keep_its_data() {
     assert_eq!(schema::user_version(&store.conn()).unwrap(), SCHEMA_VERSION);
     drop(store);
 
-    // A build with one more migration upgrades it again, idempotently...
-    let next: Vec<&str> = schema::MIGRATIONS
-        .iter()
-        .copied()
-        .chain(["ALTER TABLE runs ADD COLUMN label TEXT NOT NULL DEFAULT 'none';"])
-        .collect();
-    let mut conn = Connection::open(&path).unwrap();
-    schema::migrate(&mut conn, &next, &shown).unwrap();
-    schema::migrate(&mut conn, &next, &shown).unwrap();
-    assert_eq!(schema::user_version(&conn).unwrap(), SCHEMA_VERSION + 1);
-    let label: String = conn
-        .query_row("SELECT label FROM runs WHERE run_id = 'r'", [], |r| {
-            r.get(0)
-        })
-        .unwrap();
-    assert_eq!(label, "none");
-    drop(conn);
-    // ...and this build then refuses the upgraded file.
-    let err = SqliteStore::open(&path).unwrap_err();
-    assert!(
-        matches!(err, StoreError::NewerSchema { found, .. } if found == SCHEMA_VERSION + 1),
-        "{err:?}"
-    );
-
-    // A failing migration step leaves the store at its old version.
-    let dir = tempfile::tempdir().unwrap();
-    let path = db_path(&dir);
-    drop(open(&path));
-    let broken: Vec<&str> = schema::MIGRATIONS
-        .iter()
-        .copied()
-        .chain(["CREATE TABLE x (a); THIS IS NOT SQL;"])
-        .collect();
-    let mut conn = Connection::open(&path).unwrap();
-    assert!(schema::migrate(&mut conn, &broken, &shown).is_err());
-    assert_eq!(schema::user_version(&conn).unwrap(), SCHEMA_VERSION);
-    let x: i64 = conn
-        .query_row(
-            "SELECT count(*) FROM sqlite_schema WHERE name = 'x'",
-            [],
-            |r| r.get(0),
-        )
-        .unwrap();
-    assert_eq!(x, 0);
+    upgrade_once_more(&path, &shown);
+    failing_migration_keeps_the_old_version(&shown);
 }
 
 /// A process that dies with the store open leaves its last commits in a hot WAL;

@@ -2,11 +2,18 @@
 
 use super::*;
 
-#[test]
-fn every_write_kind_round_trips_and_survives_reopen() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = db_path(&dir);
-    let store = open(&path);
+/// What [`every_write_kind_round_trips_and_survives_reopen`] writes and then
+/// expects back.
+struct Fixture {
+    child: RunRecord,
+    denied: LedgerEntry,
+    c1: LedgerEntry,
+    c0: LedgerEntry,
+    session: Vec<SessionEntry>,
+    cp: Checkpoint,
+}
+
+fn fixture() -> Fixture {
     let mut child = record("child", 2);
     child.parent_id = Some("r1".into());
     child.deadline_at_ms = None;
@@ -17,32 +24,6 @@ fn every_write_kind_round_trips_and_survives_reopen() {
         "read_file",
         ToolError::new(ErrorCode::Eperm, "denied by the user"),
     ));
-    let timer = |id: &str, due: u64| TimerRecord {
-        timer_id: id.into(),
-        due_at_ms: due,
-        name: "tick".into(),
-        payload: json!({"n": due}),
-    };
-    store
-        .commit(&[
-            Write::CreateRun(record("r1", 1)),
-            Write::CreateRun(child.clone()),
-            append(
-                "r1",
-                0,
-                vec![user("goal"), user("wrong, overwritten below")],
-            ),
-            Write::Ledger {
-                run_id: "r1".into(),
-                entry: ledger("c1", 1, 0, LedgerState::Intent),
-            },
-            Write::SetTimer {
-                run_id: "r1".into(),
-                timer: timer("t-late", 900),
-            },
-        ])
-        .unwrap();
-
     let mut c1 = ledger("c1", 1, 0, LedgerState::Outcome);
     c1.outcome = Some(result("c1", json!({"text": "hello"})));
     let c0 = ledger("c0", 0, 3, LedgerState::AwaitingApproval);
@@ -57,75 +38,134 @@ fn every_write_kind_round_trips_and_survives_reopen() {
         },
     ];
     let cp = checkpoint(3, RunStatus::Sleeping, None);
-    store
-        .commit(&[
-            append("r1", 1, session[1..].to_vec()),
-            Write::Ledger {
-                run_id: "r1".into(),
-                entry: c1.clone(),
-            },
-            Write::Ledger {
-                run_id: "r1".into(),
-                entry: denied.clone(),
-            },
-            Write::Ledger {
-                run_id: "r1".into(),
-                entry: c0.clone(),
-            },
-            Write::SetTimer {
-                run_id: "r1".into(),
-                timer: timer("t-early", 100),
-            },
-            Write::SetTimer {
-                run_id: "r1".into(),
-                timer: timer("t-gone", 500),
-            },
-            Write::ClearTimer {
-                run_id: "r1".into(),
-                timer_id: "t-gone".into(),
-            },
-            // Clearing a timer that does not exist is fine.
-            Write::ClearTimer {
-                run_id: "nobody".into(),
-                timer_id: "t".into(),
-            },
-            Write::Checkpoint {
-                run_id: "r1".into(),
-                checkpoint: checkpoint(2, RunStatus::Running, None),
-            },
-            Write::Checkpoint {
-                run_id: "r1".into(),
-                checkpoint: cp.clone(),
-            },
-            Write::Enqueue {
-                run_id: "r1".into(),
-                seq: 2,
-                input: json!({"kind": "message", "text": "second"}),
-            },
-            Write::Enqueue {
-                run_id: "r1".into(),
-                seq: 1,
-                input: json!({"kind": "message", "text": "first"}),
-            },
-            Write::Enqueue {
-                run_id: "r1".into(),
-                seq: 3,
-                input: json!({"kind": "pause"}),
-            },
-            Write::Dequeue {
-                run_id: "r1".into(),
-                seq: 3,
-            },
-            // Dequeuing what is not there is fine.
-            Write::Dequeue {
-                run_id: "nobody".into(),
-                seq: 9,
-            },
-        ])
-        .unwrap();
+    Fixture {
+        child,
+        denied,
+        c1,
+        c0,
+        session,
+        cp,
+    }
+}
+
+fn timer(id: &str, due: u64) -> TimerRecord {
+    TimerRecord {
+        timer_id: id.into(),
+        due_at_ms: due,
+        name: "tick".into(),
+        payload: json!({"n": due}),
+    }
+}
+
+/// Both runs, the start of a session, an intent and a timer.
+fn first_batch(f: &Fixture) -> Vec<Write> {
+    vec![
+        Write::CreateRun(record("r1", 1)),
+        Write::CreateRun(f.child.clone()),
+        append(
+            "r1",
+            0,
+            vec![user("goal"), user("wrong, overwritten below")],
+        ),
+        Write::Ledger {
+            run_id: "r1".into(),
+            entry: ledger("c1", 1, 0, LedgerState::Intent),
+        },
+        Write::SetTimer {
+            run_id: "r1".into(),
+            timer: timer("t-late", 900),
+        },
+    ]
+}
+
+/// Every other kind: the rest of the session, ledger rows, timers set and
+/// cleared, checkpoints, inputs queued and dequeued.
+fn second_batch(f: &Fixture) -> Vec<Write> {
+    vec![
+        append("r1", 1, f.session[1..].to_vec()),
+        Write::Ledger {
+            run_id: "r1".into(),
+            entry: f.c1.clone(),
+        },
+        Write::Ledger {
+            run_id: "r1".into(),
+            entry: f.denied.clone(),
+        },
+        Write::Ledger {
+            run_id: "r1".into(),
+            entry: f.c0.clone(),
+        },
+        Write::SetTimer {
+            run_id: "r1".into(),
+            timer: timer("t-early", 100),
+        },
+        Write::SetTimer {
+            run_id: "r1".into(),
+            timer: timer("t-gone", 500),
+        },
+        Write::ClearTimer {
+            run_id: "r1".into(),
+            timer_id: "t-gone".into(),
+        },
+        // Clearing a timer that does not exist is fine.
+        Write::ClearTimer {
+            run_id: "nobody".into(),
+            timer_id: "t".into(),
+        },
+        Write::Checkpoint {
+            run_id: "r1".into(),
+            checkpoint: checkpoint(2, RunStatus::Running, None),
+        },
+        Write::Checkpoint {
+            run_id: "r1".into(),
+            checkpoint: f.cp.clone(),
+        },
+        Write::Enqueue {
+            run_id: "r1".into(),
+            seq: 2,
+            input: json!({"kind": "message", "text": "second"}),
+        },
+        Write::Enqueue {
+            run_id: "r1".into(),
+            seq: 1,
+            input: json!({"kind": "message", "text": "first"}),
+        },
+        Write::Enqueue {
+            run_id: "r1".into(),
+            seq: 3,
+            input: json!({"kind": "pause"}),
+        },
+        Write::Dequeue {
+            run_id: "r1".into(),
+            seq: 3,
+        },
+        // Dequeuing what is not there is fine.
+        Write::Dequeue {
+            run_id: "nobody".into(),
+            seq: 9,
+        },
+    ]
+}
+
+#[test]
+fn every_write_kind_round_trips_and_survives_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = db_path(&dir);
+    let store = open(&path);
+    let f = fixture();
+    store.commit(&first_batch(&f)).unwrap();
+    store.commit(&second_batch(&f)).unwrap();
     // An empty batch is a no-op.
     store.commit(&[]).unwrap();
 
+    let Fixture {
+        child,
+        denied,
+        c1,
+        c0,
+        session,
+        cp,
+    } = f;
     let expected = StoredRun {
         record: record("r1", 1),
         checkpoint: Some(cp),

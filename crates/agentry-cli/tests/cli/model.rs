@@ -1,0 +1,163 @@
+//! Model policies: a missing key, an unreachable or https server, and a run
+//! against a local OpenAI-style server.
+
+use crate::*;
+
+fn agentry_env(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_agentry"));
+    cmd.args(args)
+        .current_dir(root())
+        .env_remove("RUST_LOG")
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("ANTHROPIC_API_KEY");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().unwrap()
+}
+
+#[test]
+fn a_model_policy_without_its_key_exits_2_naming_the_variable() {
+    for (policy, var) in [
+        ("openai:m", "OPENAI_API_KEY"),
+        ("anthropic:m", "ANTHROPIC_API_KEY"),
+    ] {
+        let out = agentry_env(
+            &[
+                "run",
+                "examples/sum",
+                "--policy",
+                policy,
+                "--base-url",
+                "http://127.0.0.1:9",
+            ],
+            &[],
+        );
+        assert_eq!(out.status.code(), Some(2), "{policy}");
+        let err = stderr(&out);
+        assert!(err.contains(var), "{err}");
+    }
+}
+
+#[test]
+fn an_unreachable_or_https_model_server_exits_2_before_running() {
+    // Port 9 (discard) on loopback: nothing listens there in CI.
+    let out = agentry_env(
+        &[
+            "run",
+            "examples/sum",
+            "--policy",
+            "openai:m",
+            "--base-url",
+            "http://127.0.0.1:9/v1",
+        ],
+        &[("OPENAI_API_KEY", "k")],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(
+        err.contains("unreachable") && err.contains("127.0.0.1:9"),
+        "{err}"
+    );
+
+    let out = agentry_env(
+        &["run", "examples/sum", "--policy", "openai:m"],
+        &[("OPENAI_API_KEY", "k")],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("plain HTTP only"), "{}", stderr(&out));
+
+    let out = agentry_env(
+        &["run", "examples/sum", "--base-url", "http://127.0.0.1:9"],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("--base-url"), "{}", stderr(&out));
+}
+
+/// A one-thread HTTP/1.1 server on 127.0.0.1: GETs answer `{}`, each POST gets the
+/// next SSE body and its JSON request body is recorded.
+fn sse_server(bodies: Vec<String>) -> (String, std::sync::Arc<std::sync::Mutex<Vec<Value>>>) {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/v1", listener.local_addr().unwrap());
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = seen.clone();
+    std::thread::spawn(move || {
+        let mut bodies = bodies.into_iter();
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut first = String::new();
+            reader.read_line(&mut first).unwrap();
+            let mut length = 0usize;
+            loop {
+                let mut line = String::new();
+                reader.read_line(&mut line).unwrap();
+                if line.trim().is_empty() {
+                    break;
+                }
+                if let Some((k, v)) = line.split_once(':')
+                    && k.eq_ignore_ascii_case("content-length")
+                {
+                    length = v.trim().parse().unwrap();
+                }
+            }
+            let mut body = vec![0; length];
+            reader.read_exact(&mut body).unwrap();
+            let (kind, payload) = if first.starts_with("POST") {
+                log.lock()
+                    .unwrap()
+                    .push(serde_json::from_slice(&body).unwrap());
+                ("text/event-stream", bodies.next().unwrap_or_default())
+            } else {
+                ("application/json", "{}".to_string())
+            };
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\ncontent-type: {kind}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{payload}",
+                payload.len()
+            );
+        }
+    });
+    (url, seen)
+}
+
+fn openai_call(id: &str, name: &str, args: &str) -> String {
+    let call = serde_json::json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": id,
+        "type": "function", "function": {"name": name, "arguments": args}}]}, "finish_reason": "tool_calls"}]});
+    let usage =
+        serde_json::json!({"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 3}});
+    format!("data: {call}\n\ndata: {usage}\n\ndata: [DONE]\n\n")
+}
+
+#[test]
+fn an_openai_policy_runs_the_sum_task_against_a_local_server() {
+    let (url, seen) = sse_server(vec![
+        openai_call("read", "fs_read", r#"{"path":"numbers.txt"}"#),
+        openai_call("write", "fs_write", r#"{"path":"sum.txt","content":"23"}"#),
+        openai_call("fin", "task_finish", r#"{"answer":"sum=23"}"#),
+    ]);
+    let tmp = tempfile::tempdir().unwrap();
+    let out = agentry_env(
+        &[
+            "run",
+            "examples/sum",
+            "--policy",
+            "openai:tiny",
+            "--base-url",
+            &url,
+            "--workdir",
+            path_str(&tmp.path().join("run")),
+            "--json",
+        ],
+        &[("OPENAI_API_KEY", "k")],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout} {}", stderr(&out));
+    let report: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(report["stop_reason"], "done");
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), 3);
+    assert_eq!(seen[0]["model"], "tiny");
+}

@@ -1,0 +1,248 @@
+//! The pieces under [`WorkRoot`](super::WorkRoot): [`PathError`], the lexical
+//! check ([`components`]), link-refusing opens and creates, and the atomic
+//! replace a write ends with.
+
+use std::ffi::{OsStr, OsString};
+use std::io::{self, Write};
+use std::os::fd::{BorrowedFd, OwnedFd};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::{Component, Path};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use rustix::fs::{AtFlags, FileType, Mode, OFlags};
+use rustix::io::Errno;
+
+/// How often a resolution is retried when the tree changed under it.
+pub(super) const MAX_TRIES: usize = 4;
+
+/// What went wrong resolving or using a path beneath the root.
+#[derive(Debug, thiserror::Error)]
+pub enum PathError {
+    /// The path is empty.
+    #[error("path is empty")]
+    Empty,
+    /// The path contains a NUL byte.
+    #[error("path contains a nul byte")]
+    Nul,
+    /// The path is absolute.
+    #[error("absolute paths are not allowed")]
+    Absolute,
+    /// The path has a `..` component.
+    #[error("'..' is not allowed in paths")]
+    ParentDir,
+    /// Resolving the path (through a symbolic link) would leave the root.
+    #[error("path escapes the working directory")]
+    Escapes,
+    /// A symbolic link on the way leads nowhere.
+    #[error("path goes through a symbolic link whose target does not exist")]
+    DanglingLink,
+    /// More than 40 links on one path (the kernel's limit), or a loop.
+    #[error("too many levels of symbolic links")]
+    TooManyLinks,
+    /// Nothing at that path.
+    #[error("no such file or directory")]
+    NotFound,
+    /// A component that must be a directory is not one.
+    #[error("not a directory")]
+    NotADirectory,
+    /// A file was expected.
+    #[error("is a directory")]
+    IsADirectory,
+    /// The entry is a symbolic link where none may be followed.
+    #[error("is a symbolic link")]
+    IsALink,
+    /// Not a regular file: a FIFO, a socket, a device.
+    #[error("not a regular file (a {kind})")]
+    NotRegular {
+        /// What it is instead.
+        kind: &'static str,
+    },
+    /// Larger than the cap.
+    #[error("too large: {bytes} bytes, at most {cap} are read")]
+    TooLarge {
+        /// Its size (at least; a growing file may be larger).
+        bytes: u64,
+        /// The cap.
+        cap: u64,
+    },
+    /// The path lies in agentry's artifact directory, which file tools do not write.
+    #[error("the path is inside agentry's artifact directory, which only agentry writes")]
+    Protected,
+    /// The working directory itself, where a file was expected.
+    #[error("the working directory itself")]
+    IsRoot,
+    /// The tree kept changing while the path was resolved.
+    #[error("the path kept changing while it was being opened")]
+    Changed,
+    /// Any other I/O error.
+    #[error(transparent)]
+    Io(#[from] io::Error),
+}
+
+impl From<Errno> for PathError {
+    fn from(e: Errno) -> Self {
+        PathError::Io(e.into())
+    }
+}
+
+/// Creates `name` in `dir` for writing, never through a link and never reusing
+/// what is there: `O_CREAT | O_EXCL | O_NOFOLLOW`. An entry already there (a
+/// link planted by a tool, or the file of an earlier attempt) is removed first
+/// (`unlinkat` removes a link itself, not its target); a directory is refused.
+pub fn create_exclusive(dir: BorrowedFd<'_>, name: &OsStr) -> Result<std::fs::File, PathError> {
+    for _ in 0..MAX_TRIES {
+        match rustix::fs::openat(
+            dir,
+            name,
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_bits_truncate(0o644),
+        ) {
+            Ok(fd) => return Ok(std::fs::File::from(fd)),
+            Err(Errno::EXIST) => match rustix::fs::unlinkat(dir, name, AtFlags::empty()) {
+                Ok(()) | Err(Errno::NOENT) => {}
+                Err(Errno::ISDIR | Errno::PERM) => return Err(PathError::IsADirectory),
+                Err(e) => return Err(e.into()),
+            },
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(PathError::Changed)
+}
+
+/// Opens the directory `name` in `dir` as a handle, refusing a link.
+pub fn open_dir_nofollow(dir: BorrowedFd<'_>, name: &OsStr) -> Result<OwnedFd, PathError> {
+    match rustix::fs::openat(
+        dir,
+        name,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) {
+        Ok(fd) => Ok(fd),
+        Err(Errno::LOOP) => Err(PathError::IsALink),
+        Err(Errno::NOTDIR) => match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(stat) if FileType::from_raw_mode(stat.st_mode) == FileType::Symlink => {
+                Err(PathError::IsALink)
+            }
+            Ok(_) | Err(_) => Err(PathError::NotADirectory),
+        },
+        Err(Errno::NOENT) => Err(PathError::NotFound),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Checks `rel` lexically and returns its normal components: absolute paths,
+/// `..`, an empty path and NUL bytes are refused; `.` components are dropped.
+pub fn components(rel: &str) -> Result<Vec<OsString>, PathError> {
+    if rel.trim().is_empty() {
+        return Err(PathError::Empty);
+    }
+    if rel.contains('\0') {
+        return Err(PathError::Nul);
+    }
+    let path = Path::new(rel);
+    if path.is_absolute() || path.has_root() {
+        return Err(PathError::Absolute);
+    }
+    let mut out = Vec::new();
+    for component in path.components() {
+        match component {
+            Component::Normal(name) => out.push(name.to_os_string()),
+            Component::CurDir => {}
+            Component::ParentDir => return Err(PathError::ParentDir),
+            Component::RootDir | Component::Prefix(_) => return Err(PathError::Absolute),
+        }
+    }
+    Ok(out)
+}
+
+/// `Protected` when `parent/name` lies under `protected` (root-relative).
+pub(super) fn guard(
+    parent: &[OsString],
+    name: &OsStr,
+    protected: &[OsString],
+) -> Result<(), PathError> {
+    if protected.is_empty() {
+        return Ok(());
+    }
+    let mut path = parent.iter().map(OsString::as_os_str).chain([name]);
+    if protected.iter().all(|p| path.next() == Some(p.as_os_str())) {
+        Err(PathError::Protected)
+    } else {
+        Ok(())
+    }
+}
+
+pub(super) fn names(stack: &[(OwnedFd, OsString)]) -> Vec<OsString> {
+    stack.iter().map(|(_, name)| name.clone()).collect()
+}
+
+/// `parts` joined with `/`, or `.` for none.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+pub(super) fn join(parts: &[OsString]) -> OsString {
+    if parts.is_empty() {
+        return OsString::from(".");
+    }
+    let mut joined = Vec::new();
+    for (i, part) in parts.iter().enumerate() {
+        if i > 0 {
+            joined.push(b'/');
+        }
+        joined.extend_from_slice(part.as_bytes());
+    }
+    OsString::from_vec(joined)
+}
+
+pub(super) fn kind_name(kind: FileType) -> &'static str {
+    match kind {
+        FileType::Fifo => "FIFO",
+        FileType::Socket => "socket",
+        FileType::CharacterDevice => "character device",
+        FileType::BlockDevice => "block device",
+        FileType::Symlink => "symbolic link",
+        FileType::Directory => "directory",
+        FileType::RegularFile => "regular file",
+        FileType::Unknown => "special file",
+    }
+}
+
+/// Distinguishes temp files of concurrent writes in one process.
+static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// Writes `content` to a fresh temporary file in `dir` and renames it over `name`.
+pub(super) fn replace(
+    dir: BorrowedFd<'_>,
+    name: &OsStr,
+    content: &[u8],
+    mode: Option<Mode>,
+) -> Result<(), PathError> {
+    // Keep the temp name well under NAME_MAX even for long file names.
+    let short: String = name.to_string_lossy().chars().take(64).collect();
+    let n = TEMP_COUNTER.fetch_add(1, Ordering::Relaxed);
+    let temp = OsString::from(format!(".{short}.agentry-tmp-{}-{n}", std::process::id()));
+    let fd = rustix::fs::openat(
+        dir,
+        temp.as_os_str(),
+        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::from_bits_truncate(0o666),
+    )?;
+    let written = (|| -> io::Result<()> {
+        let mut file = std::fs::File::from(fd);
+        file.write_all(content)?;
+        if let Some(mode) = mode {
+            rustix::fs::fchmod(&file, mode)?;
+        }
+        file.sync_all()?;
+        drop(file);
+        rustix::fs::renameat(dir, temp.as_os_str(), dir, name)?;
+        Ok(())
+    })();
+    if let Err(e) = written {
+        // Best effort: do not leave the temp file behind.
+        let _ = rustix::fs::unlinkat(dir, temp.as_os_str(), AtFlags::empty());
+        return Err(match Errno::from_io_error(&e) {
+            Some(Errno::ISDIR) => PathError::IsADirectory,
+            Some(_) | None => PathError::Io(e),
+        });
+    }
+    Ok(())
+}

@@ -1,0 +1,60 @@
+//! The child's environment: the allowlist, the model's `env`, and the ids the
+//! host sets on every child (see the module docs of `proc`).
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+
+use agentry_protocol::ErrorCode;
+use agentry_protocol::envelope::ToolError;
+
+/// Set on every child to [`ToolContext::run_id`](crate::ToolContext::run_id).
+pub const ENV_RUN_ID: &str = "AGENTRY_RUN_ID";
+
+/// Set on every child to [`ToolContext::call_id`](crate::ToolContext::call_id).
+pub const ENV_CALL_ID: &str = "AGENTRY_CALL_ID";
+
+/// Set on every child to [`ToolContext::operation_id`](crate::ToolContext::operation_id): the same for every
+/// attempt of one action, the key a `required_key` command dedupes on.
+pub const ENV_OPERATION_ID: &str = "AGENTRY_OPERATION_ID";
+
+/// The variables the host sets on every child; nobody else may set them.
+pub const HOST_ENV: [&str; 3] = [ENV_RUN_ID, ENV_CALL_ID, ENV_OPERATION_ID];
+
+/// The host's values of the allowlisted variables, overridden by the model's
+/// `env`, every name of which must be allowlisted (else `EPERM` naming them).
+pub(super) fn model_env(
+    allowlist: &[String],
+    given: &BTreeMap<String, String>,
+) -> Result<Vec<(String, OsString)>, ToolError> {
+    let refused: Vec<&str> = given
+        .keys()
+        .filter(|name| !allowlist.contains(name))
+        .map(String::as_str)
+        .collect();
+    if !refused.is_empty() {
+        return Err(ToolError::new(
+            ErrorCode::Eperm,
+            format!(
+                "environment variable not allowed: {} (allowed: {})",
+                refused.join(", "),
+                allowlist.join(", ")
+            ),
+        )
+        .retryable(false)
+        .with_action("set only allowlisted variables, or none"));
+    }
+    let mut env = host_env(allowlist);
+    for (name, value) in given {
+        env.retain(|(n, _)| n != name);
+        env.push((name.clone(), OsString::from(value)));
+    }
+    Ok(env)
+}
+
+/// The host's values of the allowlisted variables that are set.
+pub(super) fn host_env(allowlist: &[String]) -> Vec<(String, OsString)> {
+    allowlist
+        .iter()
+        .filter_map(|name| std::env::var_os(name).map(|value| (name.clone(), value)))
+        .collect()
+}

@@ -1,0 +1,141 @@
+//! [`CommandTool`]: placeholders, the host's ids, and the operation id a
+//! `required_key` command dedupes on.
+
+use super::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn command_tool_expands_placeholders() {
+    let dir = tempfile::tempdir().unwrap();
+    let tool = CommandTool::new(
+        ToolContract::new(
+            "show",
+            "print arguments one per line",
+            json!({"type": "object", "properties": {
+                "count": {"type": "integer"}, "args": {"type": "array"}, "text": {"type": "string"}
+            }}),
+        ),
+        ["printf", "%s\\n", "n={count}", "{count}", "{args...}"],
+    )
+    .unwrap();
+    let out = tool
+        .call(
+            json!({"count": 7, "args": ["a b", "$HOME", "-x"]}),
+            &ctx(dir.path()),
+        )
+        .await
+        .unwrap();
+    // `n={count}` is literal; no shell expands `$HOME`; `a b` stays one element.
+    assert_eq!(out.data["stdout"], "n={count}\n7\na b\n$HOME\n-x\n");
+
+    let cat = CommandTool::new(
+        ToolContract::new(
+            "cat",
+            "echo stdin",
+            json!({"type": "object", "properties": {"text": {"type": "string"}}}),
+        ),
+        ["cat"],
+    )
+    .unwrap()
+    .with_stdin_field("text")
+    .unwrap()
+    .with_env("AGENTRY_TEST", "1");
+    let out = cat
+        .call(json!({"text": "from stdin"}), &ctx(dir.path()))
+        .await
+        .unwrap();
+    assert_eq!(out.data["stdout"], "from stdin");
+}
+
+/// The `NAME=value` lines of `env` output for the host's id variables, sorted.
+fn host_ids(stdout: &str) -> Vec<&str> {
+    let mut ids: Vec<&str> = stdout
+        .lines()
+        .filter(|l| HOST_ENV.iter().any(|n| l.starts_with(&format!("{n}="))))
+        .collect();
+    ids.sort_unstable();
+    ids
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_ids_reach_every_child_and_cannot_be_forged() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = ctx(dir.path());
+    c.run_id = Arc::from("run-1"); // the only test with this run id
+    let want = [
+        "AGENTRY_CALL_ID=call-1",
+        "AGENTRY_OPERATION_ID=op-test",
+        "AGENTRY_RUN_ID=run-1",
+    ];
+
+    // proc.run, even with the name allowlisted and set by the model.
+    let mut config = ProcConfig::default();
+    config.env_allowlist.push(ENV_OPERATION_ID.to_string());
+    let out = ProcTool::new(config)
+        .call(
+            json!({"argv": ["env"], "env": {"AGENTRY_OPERATION_ID": "forged"}}),
+            &c,
+        )
+        .await
+        .unwrap();
+    assert_eq!(host_ids(out.data["stdout"].as_str().unwrap()), want);
+
+    // A command tool, even with a fixed variable of that name.
+    let tool = CommandTool::new(
+        ToolContract::new("env", "print the environment", json!({"type": "object"})),
+        ["env"],
+    )
+    .unwrap()
+    .with_env(ENV_OPERATION_ID, "forged");
+    let out = tool.call(json!({}), &c).await.unwrap();
+    assert_eq!(host_ids(out.data["stdout"].as_str().unwrap()), want);
+}
+
+/// The point of the operation id: a `required_key` command that records the ids
+/// it has done appends once per action, however often the action is run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_required_key_command_dedupes_on_the_operation_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let append = CommandTool::new(
+        ToolContract::new(
+            "ledger.append",
+            "append a line once per operation",
+            json!({"type": "object", "properties": {"line": {"type": "string"}}}),
+        )
+        .idempotency(Idempotency::RequiredKey),
+        [
+            "sh",
+            "-c",
+            "grep -qxF \"$AGENTRY_OPERATION_ID\" done.txt 2>/dev/null && exit 0; \
+             printf '%s\\n' \"$1\" >> ledger.txt && \
+             printf '%s\\n' \"$AGENTRY_OPERATION_ID\" >> done.txt",
+            "sh",
+            "{line}",
+        ],
+    )
+    .unwrap();
+    let run = |op: &str, call: &str, attempt: u32| {
+        let mut c = ctx(dir.path());
+        c.operation_id = Arc::from(op);
+        c.call_id = call.to_string();
+        c.attempt = attempt;
+        c
+    };
+    // First attempt; its retry; the same action re-proposed under a new call id;
+    // then a different action.
+    for (op, call, attempt, line) in [
+        ("op-a", "c1", 1, "pay 10"),
+        ("op-a", "c1", 2, "pay 10"),
+        ("op-a", "c2", 1, "pay 10"),
+        ("op-b", "c3", 1, "pay 20"),
+    ] {
+        let out = append
+            .call(json!({"line": line}), &run(op, call, attempt))
+            .await
+            .unwrap();
+        assert_eq!(out.data["exit_code"], 0, "{op} {call}: {}", out.data);
+    }
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("ledger.txt")).unwrap(),
+        "pay 10\npay 20\n"
+    );
+}

@@ -1,0 +1,122 @@
+//! The tool seam: the [`Tool`] trait, what a call gets ([`ToolContext`]) and
+//! returns ([`ToolOutput`]), and the two helpers every tool's contract and
+//! arguments go through ([`schema_for`], [`parse_args`]).
+
+use std::path::Path;
+use std::sync::Arc;
+
+use agentry_protocol::envelope::{ResourceRef, ToolError};
+use agentry_protocol::tool::ToolContract;
+use async_trait::async_trait;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::agents::AgentDesk;
+use crate::fs::WorkRoot;
+
+/// What a tool gets besides its arguments.
+#[derive(Clone)]
+pub struct ToolContext {
+    /// The run this call belongs to.
+    pub run_id: Arc<str>,
+    /// The model's call id.
+    pub call_id: String,
+    /// The run's working directory; file tools must stay inside it.
+    pub workdir: Arc<Path>,
+    /// The working directory as a handle, opened once for the run: every file
+    /// operation on a model-given path resolves beneath it (see [`WorkRoot`]).
+    pub root: Arc<WorkRoot>,
+    /// Where a tool may keep large artifacts (full process output) referenced from
+    /// its envelope. By default `<workdir>/.agentry`, so the model can read them
+    /// back with `fs.read`; created on first use.
+    pub artifacts: Arc<Path>,
+    /// Cancelled when the call must stop (deadline, abort, shutdown). The executor
+    /// also drops the call's future then; long-running tools that hold resources
+    /// outside the future (processes) watch this token to release them.
+    pub cancel: CancellationToken,
+    /// Attempt number, from 1.
+    pub attempt: u32,
+    /// Host-issued operation id of this action: the same for every attempt, for a
+    /// re-run after a crash, and for the same action re-proposed under a fresh call
+    /// id. Tools with `idempotency = required_key` pass it to the system they act
+    /// on so it can drop duplicates.
+    pub operation_id: Arc<str>,
+    /// Starts and waits for child agents of this run (`agent.spawn`, `agent.wait`);
+    /// `None` where the host runs no agent trees.
+    pub agents: Option<Arc<dyn AgentDesk>>,
+}
+
+impl std::fmt::Debug for ToolContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ToolContext")
+            .field("run_id", &self.run_id)
+            .field("call_id", &self.call_id)
+            .field("workdir", &self.workdir)
+            .field("attempt", &self.attempt)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A tool's successful output.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ToolOutput {
+    /// The data returned to the model.
+    pub data: Value,
+    /// References to world objects read or written (path + sha256 + length).
+    pub refs: Vec<ResourceRef>,
+}
+
+impl ToolOutput {
+    /// Output with data and no references.
+    pub fn data(data: Value) -> Self {
+        ToolOutput {
+            data,
+            refs: Vec::new(),
+        }
+    }
+}
+
+/// An action the runtime can execute on a model's behalf.
+///
+/// Implementations only do the work: the executor has already checked that the
+/// tool exists, that the arguments match [`ToolContract::input_schema`], and that
+/// the run's grants allow it, and it enforces the timeout and cancellation.
+#[async_trait]
+pub trait Tool: Send + Sync + 'static {
+    /// The full contract. Called once, at registration.
+    fn contract(&self) -> ToolContract;
+
+    /// Checks preconditions before execution; a failure becomes `EPRECOND` (or the
+    /// code returned) and the call does not run.
+    async fn precondition(&self, _args: &Value, _ctx: &ToolContext) -> Result<(), ToolError> {
+        Ok(())
+    }
+
+    /// Runs the call.
+    async fn call(&self, args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError>;
+
+    /// How long the executor keeps polling a cancelled call so it can release what
+    /// it holds outside its future (a process group: SIGTERM, wait, SIGKILL, reap)
+    /// before dropping it. Zero (the default) drops the future at once: right for
+    /// tools whose cleanup is their `Drop`. Read once, at registration.
+    fn cancel_grace(&self) -> std::time::Duration {
+        std::time::Duration::ZERO
+    }
+}
+
+/// A JSON Schema for `T`, derived with schemars. With `#[serde(deny_unknown_fields)]`
+/// on `T` the schema says `additionalProperties: false`, as every contract should.
+pub fn schema_for<T: schemars::JsonSchema>() -> Value {
+    let schema = schemars::schema_for!(T);
+    serde_json::to_value(schema).unwrap_or(Value::Null)
+}
+
+/// Deserializes already-validated arguments into `T`; a mismatch is `EINVAL`.
+pub fn parse_args<T: serde::de::DeserializeOwned>(args: Value) -> Result<T, ToolError> {
+    serde_json::from_value(args).map_err(|e| {
+        ToolError::new(
+            agentry_protocol::ErrorCode::Einval,
+            format!("arguments do not match the tool's schema: {e}"),
+        )
+    })
+}

@@ -1,0 +1,87 @@
+//! What the service answers: JSON errors, a refused command tool.
+
+use super::*;
+
+/// Every error the service answers is `{"error": "..."}` as JSON: axum's own
+/// rejections (bad UTF-8 in the path), bare statuses (404, 405), and the
+/// guard's (413, 414, 415), as well as the routes' own 400s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_error_answer_is_json() -> Result<(), TestError> {
+    let service = Service::start(&["--max-message-bytes", "1024"])?;
+    let id = service.create(&listener_task()).await?;
+    let host = service.addr.to_string();
+    let json = "Content-Type: application/json\r\n";
+    let long_path = format!("/runs/{}", "a".repeat(9 * 1024));
+    let big_message = json!({"text": "x".repeat(2000)}).to_string();
+    let messages = format!("/runs/{id}/messages");
+    let cases: Vec<(Vec<u8>, u16, &str)> = vec![
+        (get("/nowhere", &host, ""), 404, "no such route"),
+        (
+            format!("DELETE /runs HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n")
+                .into_bytes(),
+            405,
+            "method not allowed",
+        ),
+        (get("/runs/%FF", &host, ""), 400, "UTF-8"),
+        (
+            get(&format!("/runs/{id}/approvals"), &host, ""),
+            404,
+            "no such route",
+        ),
+        (get(&long_path, &host, ""), 414, "URI"),
+        (
+            post(&messages, &host, json, &big_message),
+            413,
+            "--max-message-bytes",
+        ),
+        (
+            post(&messages, &host, "Content-Type: text/plain\r\n", "{}"),
+            415,
+            "application/json",
+        ),
+        (
+            post(&messages, &host, json, "{\"text\": "),
+            400,
+            "invalid JSON",
+        ),
+        (post(&messages, &host, json, "[1]"), 400, "JSON object"),
+    ];
+    for (request, status, want) in cases {
+        let raw = service.raw(&request).await?;
+        let line = String::from_utf8_lossy(&request[..request.len().min(60)]).to_string();
+        assert_eq!(raw.status, status, "{line}: {raw:?}");
+        let error = raw.error()?;
+        assert!(error.contains(want), "{line}: {error:?} lacks {want:?}");
+    }
+    // Bytes that are not UTF-8 in a JSON body.
+    let mut request = format!(
+        "POST {messages} HTTP/1.1\r\nHost: {host}\r\n{json}Content-Length: 13\r\nConnection: close\r\n\r\n"
+    )
+    .into_bytes();
+    request.extend_from_slice(b"{\"text\": \"\xff\"}");
+    let raw = service.raw(&request).await?;
+    assert_eq!(raw.status, 400, "{raw:?}");
+    assert!(raw.error()?.contains("invalid JSON"), "{raw:?}");
+    Ok(())
+}
+
+/// The service runs only built-in tools; a posted `tools.command` used to be
+/// dropped without a word (the run then "worked" without it). It is refused,
+/// naming the field.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_posted_command_tool_is_refused() -> Result<(), TestError> {
+    let service = Service::start(&[])?;
+    let task = json!({
+        "goal": "g",
+        "tools": {
+            "grant": ["sh"],
+            "command": [{"name": "sh", "description": "any command", "argv": ["sh", "-c", "{cmd}"]}]
+        },
+        "script": {"turns": [finish("ok")]}
+    });
+    let (status, body) = service.post("/runs", &task).await?;
+    assert_eq!(status, 400, "{body}");
+    let error = body["error"].as_str().unwrap_or_default();
+    assert!(error.starts_with("tools.command:"), "{error}");
+    Ok(())
+}

@@ -1,0 +1,171 @@
+//! Processes that try to outlive their call or their acceptance check, and
+//! acceptance commands' output.
+
+use super::*;
+
+/// `secs` with a fraction unique to this invocation ("7122.418305"): the
+/// process scans find this test's sleeps only, never those of another run of
+/// the suite on the same machine.
+fn unique_secs(secs: u32) -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or_default();
+    let mix = u64::from(std::process::id()) * 7_919
+        + u64::from(nanos)
+        + NEXT.fetch_add(1, Ordering::Relaxed) * 104_729;
+    format!("{secs}.{:06}", mix % 1_000_000)
+}
+
+/// Alive (not zombie) processes whose command line is exactly `argv`.
+fn alive_with_cmdline(argv: &[&str]) -> Vec<i32> {
+    let want: Vec<u8> = argv.iter().flat_map(|a| a.bytes().chain([0])).collect();
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        let state = stat
+            .rfind(')')
+            .and_then(|i| stat[i + 1..].trim().chars().next());
+        if cmdline == want && state != Some('Z') {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+/// Polls until none of `argvs` runs; after 5 s kills the survivors (so a failed
+/// test leaves nothing behind) and fails naming them.
+async fn assert_none_alive(argvs: &[&[&str]]) -> Result<(), TestError> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let alive: Vec<(usize, i32)> = argvs
+            .iter()
+            .enumerate()
+            .flat_map(|(i, argv)| {
+                alive_with_cmdline(argv)
+                    .into_iter()
+                    .map(move |pid| (i, pid))
+            })
+            .collect();
+        if alive.is_empty() {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            for (_, pid) in &alive {
+                let _ = std::process::Command::new("kill")
+                    .arg("-9")
+                    .arg(pid.to_string())
+                    .status();
+            }
+            let named: Vec<_> = alive.iter().map(|(i, pid)| (argvs[*i], pid)).collect();
+            return Err(format!("survived the run: {named:?}").into());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Issue 16, item 6: a tool's process that leaves the group (`setsid`) dies
+/// with the call, even after its leader exited.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_process_that_left_the_group_dies_with_the_call() -> Result<(), TestError> {
+    reap_orphans_here()?;
+    let (a, b, c) = (unique_secs(7122), unique_secs(7123), unique_secs(7124));
+    let task = TestTask::new("escape the group", &[])?.grant(&["proc.run"]);
+    let policy = ScriptBuilder::new()
+        .call(
+            "p1",
+            "proc.run",
+            json!({"argv": ["sh", "-c", format!("setsid sleep {a} &")]}),
+        )
+        .call(
+            "p2",
+            "proc.run",
+            json!({"argv": ["sh", "-c", format!("setsid sh -c 'sleep {c} & exec sleep {b}' & sleep 0.2")]}),
+        )
+        .finish("done")
+        .policy();
+
+    let outcome = Runtime::with_builtins()?.run(task.config(), policy).await?;
+
+    assert_eq!(outcome.stop_reason, StopReason::Done, "{}", outcome.detail);
+    assert_none_alive(&[&["sleep", &a], &["sleep", &b], &["sleep", &c]]).await
+}
+
+/// Issue 16, item 6: an acceptance command's background process dies with the
+/// check (in the group or out of it), and the check is judged by its exit
+/// status, not timed out waiting for the background process's output.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acceptance_commands_processes_die_with_the_check() -> Result<(), TestError> {
+    reap_orphans_here()?;
+    let (a, b) = (unique_secs(7177), unique_secs(7178));
+    let task = TestTask::new("check", &[])?
+        .accept(AcceptCheck::Command {
+            argv: vec!["sh".into(), "-c".into(), format!("sleep {a} & exit 0")],
+            timeout_ms: 60_000,
+        })
+        .accept(AcceptCheck::Command {
+            argv: vec![
+                "sh".into(),
+                "-c".into(),
+                format!("setsid sleep {b} & exit 0"),
+            ],
+            timeout_ms: 60_000,
+        });
+    let started = Instant::now();
+
+    let outcome = Runtime::with_builtins()?
+        .run(task.config(), ScriptBuilder::new().finish("done").policy())
+        .await?;
+
+    assert_eq!(
+        outcome.stop_reason,
+        StopReason::Done,
+        "{:?}",
+        outcome.checks
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_none_alive(&[&["sleep", &a], &["sleep", &b]]).await
+}
+
+/// An acceptance command's output is capped like a tool's: 50 MB on stderr goes
+/// to an artifact on disk, the check's detail keeps a short head.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acceptance_commands_output_is_capped() -> Result<(), TestError> {
+    let task = TestTask::new("check", &[])?.accept(AcceptCheck::Command {
+        argv: vec![
+            "sh".into(),
+            "-c".into(),
+            "head -c 50000000 /dev/zero | tr '\\0' e >&2; exit 1".into(),
+        ],
+        timeout_ms: 60_000,
+    });
+
+    let outcome = Runtime::with_builtins()?
+        .run(task.config(), ScriptBuilder::new().finish("done").policy())
+        .await?;
+
+    assert_eq!(outcome.stop_reason, StopReason::VerificationMissing);
+    let detail = &outcome.checks[0].detail;
+    assert!(
+        detail.starts_with("command failed (exit status: 1): eee"),
+        "{detail}"
+    );
+    assert!(detail.len() < 300, "{}", detail.len());
+    let artifact = task.workdir().join(".agentry/out/accept-1.1.stderr");
+    assert_eq!(std::fs::metadata(artifact)?.len(), 50_000_000);
+    Ok(())
+}

@@ -1,0 +1,118 @@
+//! An event-driven run driven over HTTP: messages, custom events, interrupts.
+
+use super::*;
+
+/// Posts `body` to `path` (202), then reads the stream to the step it woke and
+/// checks that step applied `want` as its input.
+async fn post_and_see_input(
+    service: &Service,
+    stream: &mut SseStream,
+    path: &str,
+    body: Value,
+    want: Value,
+) -> Result<(), TestError> {
+    let sent = service.post(path, body).await?;
+    assert_eq!(sent.status, 202, "{:?}", sent.body);
+    let seen = stream.until("budget_spent").await?;
+    let input = seen
+        .iter()
+        .find(|e| e.event == "input_applied")
+        .ok_or("no input_applied")?;
+    assert_eq!(input.data["event"]["input"], want);
+    Ok(())
+}
+
+/// Posts the interrupt `action` (202) and reads the stream to its `input_applied`.
+async fn interrupt(
+    service: &Service,
+    stream: &mut SseStream,
+    run_path: &str,
+    action: &str,
+) -> Result<(), TestError> {
+    let sent = service
+        .post(&format!("{run_path}/interrupt"), json!({"action": action}))
+        .await?;
+    assert_eq!(sent.status, 202, "{:?}", sent.body);
+    let seen = stream.until("input_applied").await?;
+    assert_eq!(
+        seen.last().ok_or("none")?.data["event"]["input"]["type"],
+        action
+    );
+    Ok(())
+}
+
+/// Every kind of input to a stopped run is 409, naming it stopped.
+async fn late_inputs_are_refused(service: &Service, run_path: &str) -> Result<(), TestError> {
+    for (path, body) in [
+        ("messages", json!({"text": "too late"})),
+        ("events", json!({"name": "webhook"})),
+        ("interrupt", json!({"action": "resume"})),
+        ("interrupt", json!({"action": "abort"})),
+    ] {
+        let late = service.post(&format!("{run_path}/{path}"), body).await?;
+        assert_eq!(late.status, 409, "{path}: {:?}", late.body);
+        assert!(
+            late.body["error"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("stopped"),
+            "{:?}",
+            late.body
+        );
+    }
+    Ok(())
+}
+
+/// An event-driven run over HTTP: messages and custom events each wake a step;
+/// pause parks it, resume frees it, abort stops it `user_abort`; input to the
+/// stopped run is 409.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_events_and_interrupts() -> Result<(), TestError> {
+    let service = Service::start().await?;
+    let run_id = service.create(listener_task()).await?;
+    let run_path = format!("/runs/{run_id}");
+    let mut stream = service.events(&run_id).await?;
+
+    post_and_see_input(
+        &service,
+        &mut stream,
+        &format!("{run_path}/messages"),
+        json!({"text": "hello"}),
+        json!({"type": "message", "text": "hello"}),
+    )
+    .await?;
+    post_and_see_input(
+        &service,
+        &mut stream,
+        &format!("{run_path}/events"),
+        json!({"name": "webhook", "payload": {"order": 7}}),
+        json!({"type": "event", "name": "webhook", "payload": {"order": 7}}),
+    )
+    .await?;
+
+    interrupt(&service, &mut stream, &run_path, "pause").await?;
+    let run = service.get(&run_path).await?;
+    assert_eq!(run.body["status"], "paused", "{:?}", run.body);
+    assert_eq!(run.body["steps"], 2);
+
+    interrupt(&service, &mut stream, &run_path, "resume").await?;
+
+    let aborted = service
+        .post(&format!("{run_path}/interrupt"), json!({"action": "abort"}))
+        .await?;
+    assert_eq!(aborted.status, 202, "{:?}", aborted.body);
+    let rest = stream.rest().await?;
+    let stopped = rest.last().ok_or("no events after abort")?;
+    assert_eq!(stopped.event, "run_stopped");
+    assert_eq!(stopped.data["event"]["stop_reason"], "user_abort");
+
+    let run = service.get(&run_path).await?;
+    assert_eq!(run.body["status"], "stopped");
+    assert_eq!(run.body["inputs"], 4, "message, event, pause, resume");
+    assert_eq!(
+        run.body["outcome"]["stop_reason"], "user_abort",
+        "{:?}",
+        run.body
+    );
+    late_inputs_are_refused(&service, &run_path).await
+}
