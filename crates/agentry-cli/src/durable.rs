@@ -134,7 +134,7 @@ pub(crate) async fn resume(args: ResumeArgs) -> Result<Finished, RunError> {
     let base_url = args.base_url.clone().or(base_url);
     let (policy, children) = match &policy_arg {
         PolicyArg::Script(file) => {
-            let script = Script::load(&absolute(file)).map_err(RunError::BadInput)?;
+            let script = Script::load(&absolute(file)).map_err(|e| RunError::BadInput(e.into()))?;
             let policy: Box<dyn agentry::Policy> = Box::new(script.into_policy());
             (policy, None)
         }

@@ -3,9 +3,7 @@
 
 use std::path::PathBuf;
 
-use agentry::runtime::Policy;
-use agentry::runtime::desk::ChildPolicyFactory;
-use agentry::{Grants, Runtime, RuntimeError, Script, TaskSpec};
+use agentry::{ChildPolicyFactory, Grants, Policy, Runtime, RuntimeError, Script, TaskSpec};
 use agentry_models::{ModelConfig, ModelError};
 
 use crate::{PolicyArg, RunArgs};
@@ -198,7 +196,7 @@ async fn load_policy(args: &RunArgs, task: &TaskSpec) -> Result<LoadedPolicy, Ru
             reason: "applies only to --policy openai:MODEL or anthropic:MODEL".into(),
         }));
     }
-    let script = Script::load(&script_path).map_err(RunError::BadInput)?;
+    let script = Script::load(&script_path).map_err(|e| RunError::BadInput(e.into()))?;
     Ok((Box::new(script.into_policy()), None))
 }
 

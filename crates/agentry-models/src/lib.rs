@@ -41,7 +41,7 @@ mod names;
 mod openai;
 mod transport;
 
-pub use agentry_runtime::Policy;
+pub use agentry_policy::Policy;
 pub use anthropic::{AnthropicPolicy, build_anthropic_request};
 pub use config::{ModelConfig, Prices, Provider, RetryConfig, TextReply};
 pub use error::ModelError;
@@ -74,7 +74,7 @@ pub async fn connect(
 pub fn child_policy_factory(
     provider: Provider,
     config: ModelConfig,
-) -> Result<agentry_runtime::desk::ChildPolicyFactory, ModelError> {
+) -> Result<agentry_policy::ChildPolicyFactory, ModelError> {
     Ok(match provider {
         Provider::OpenAi => {
             let prototype = OpenAiPolicy::new(config)?;

@@ -9,6 +9,7 @@
 //!   tool calls as the model proposes them.
 //! - [`envelope`]: the result envelope and the error codes.
 //! - [`budget`]: the budget vector, limits, spends and snapshots.
+//! - [`child`]: what a model asks for when it delegates to a child agent.
 //! - [`stop`]: stop reasons.
 //! - [`state`]: the four state layers (world, task, session, control).
 //! - [`decision`]: what a policy proposes.
@@ -25,6 +26,7 @@
 
 pub mod accept;
 pub mod budget;
+pub mod child;
 pub mod decision;
 pub mod envelope;
 pub mod event;
@@ -36,6 +38,7 @@ pub mod trace;
 
 pub use accept::AcceptCheck;
 pub use budget::{BudgetLimits, BudgetSnapshot, Usage};
+pub use child::ChildRequest;
 pub use decision::{Decision, PolicyOutput, TokenUsage};
 pub use envelope::{CallCost, ErrorCode, ResourceRef, ResultEnvelope, ToolError};
 pub use event::RunEvent;

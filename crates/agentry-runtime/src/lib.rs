@@ -16,12 +16,14 @@
 //! - [`config`]: [`RunConfig`]. [`task`]: loading a task directory (`task.toml`).
 //! - [`registry`]: tools, compiled schemas, grants. [`accept`]: acceptance checks.
 //! - [`trace`]: the JSONL trace writer.
+//! - [`policy`]: the policy actor; the seam it hosts ([`Policy`], [`PolicyContext`])
+//!   and the scripted policy live in `agentry-policy` and are re-exported there.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), agentry_runtime::RuntimeError> {
 //! use agentry_runtime::{Runtime, RunConfig, policy::Script};
 //! let runtime = Runtime::with_builtins()?;
-//! let script = Script::parse(r#"{"turns":[{"final":"hello"}]}"#).map_err(|m| agentry_runtime::RuntimeError::task("inline", m))?;
+//! let script = Script::parse(r#"{"turns":[{"final":"hello"}]}"#)?;
 //! let outcome = runtime.run(RunConfig::new("say hello", "/tmp"), script.into_policy()).await?;
 //! println!("{}", outcome.stop_reason);
 //! # Ok(()) }
