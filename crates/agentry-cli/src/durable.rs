@@ -122,7 +122,9 @@ pub(crate) async fn resume(args: ResumeArgs) -> Result<Finished, RunError> {
     // The task's own command tools are part of the stored configuration's world:
     // rebuild the registry from the task directory the run was started from.
     let runtime = match stored_task_dir(&config) {
-        Some(dir) => Runtime::for_task(&agentry::TaskSpec::load(&dir).map_err(RunError::BadInput)?),
+        Some(dir) => agentry::TaskSpec::load(&dir)
+            .and_then(|task| task.runtime())
+            .map_err(RuntimeError::from),
         None => Runtime::with_builtins(),
     }
     .and_then(|r| r.with_store(store, args.durability.into()))

@@ -151,7 +151,7 @@ struct RunArgs {
     #[arg(long)]
     json: bool,
     /// Override the task's step budget.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=agentry::runtime::task::MAX_COUNT))]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=agentry::task::MAX_COUNT))]
     max_steps: Option<u64>,
     /// Override the task's wall-clock deadline ("500ms", "30s", "2m").
     #[arg(long, value_name = "DURATION", value_parser = parse_deadline)]
@@ -249,7 +249,7 @@ fn parse_decision(value: &str) -> Result<(String, agentry::Settlement), String> 
 
 fn parse_deadline(value: &str) -> Result<Duration, String> {
     match humantime::parse_duration(value) {
-        Ok(d) if d > agentry::runtime::task::MAX_DURATION => Err("at most 365 days (365d)".into()),
+        Ok(d) if d > agentry::task::MAX_DURATION => Err("at most 365 days (365d)".into()),
         Ok(d) if !d.is_zero() => Ok(d),
         Ok(_) => Err("must be longer than zero".into()),
         Err(e) => Err(format!(

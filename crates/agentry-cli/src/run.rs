@@ -23,7 +23,7 @@ pub(crate) enum RunError {
 
 /// Runs one task to its outcome (or, for a durable run, until it parks).
 pub(crate) async fn run(args: RunArgs) -> Result<crate::durable::Finished, RunError> {
-    let mut task = TaskSpec::load(&args.task_dir).map_err(RunError::BadInput)?;
+    let mut task = TaskSpec::load(&args.task_dir).map_err(|e| RunError::BadInput(e.into()))?;
     let (policy, children) = load_policy(&args, &task).await?;
     let policy_spec = describe_policy(&args, &task);
     if let Some(n) = args.max_steps {
@@ -36,7 +36,7 @@ pub(crate) async fn run(args: RunArgs) -> Result<crate::durable::Finished, RunEr
     if let Some(path) = &trace {
         check_trace_file(path).map_err(RunError::BadInput)?;
     }
-    let mut runtime = Runtime::for_task(&task).map_err(RunError::BadInput)?;
+    let mut runtime = task.runtime().map_err(|e| RunError::BadInput(e.into()))?;
     let store = match (&args.store, args.no_store) {
         (_, true) => None,
         (Some(path), false) => {
@@ -88,7 +88,7 @@ pub(crate) async fn run(args: RunArgs) -> Result<crate::durable::Finished, RunEr
     // The working directory is created last, so bad input leaves nothing behind.
     let workdir = task
         .prepare_workdir(args.workdir.as_deref())
-        .map_err(RunError::BadInput)?;
+        .map_err(|e| RunError::BadInput(e.into()))?;
     let mut config = task.run_config(workdir);
     config.trace = trace;
     config.run_id = args.run_id.clone();
@@ -185,7 +185,7 @@ async fn load_policy(args: &RunArgs, task: &TaskSpec) -> Result<LoadedPolicy, Ru
         Some(PolicyArg::Script(file)) => file.clone(),
         None => task.script.clone().ok_or_else(|| {
             RunError::BadInput(RuntimeError::task(
-                task.dir.join(agentry::runtime::task::DEFAULT_SCRIPT),
+                task.dir.join(agentry::task::DEFAULT_SCRIPT),
                 "no policy script: this file does not exist; create it, set [policy] script in task.toml, or pass --policy script:FILE",
             ))
         })?,

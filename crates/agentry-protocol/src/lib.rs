@@ -60,3 +60,35 @@ pub fn now_millis() -> UnixMillis {
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0)
 }
+
+/// `ms` as an RFC 3339 UTC time to the second (`2026-12-01T11:22:45Z`), for
+/// messages that name a moment (a run's owner, since when).
+pub fn rfc3339_seconds(ms: UnixMillis) -> String {
+    let secs = ms / 1000;
+    let (h, m, s) = (secs % 86_400 / 3600, secs % 3600 / 60, secs % 60);
+    // Days since 1970-01-01 to a proleptic Gregorian date (Howard Hinnant's
+    // `civil_from_days`); u64 milliseconds stay far inside i64 days.
+    let z = (secs / 86_400) as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02}T{h:02}:{m:02}:{s:02}Z")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rfc3339_seconds;
+
+    #[test]
+    fn rfc3339_seconds_names_the_utc_second() {
+        assert_eq!(rfc3339_seconds(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339_seconds(951_782_400_999), "2000-02-29T00:00:00Z");
+        assert_eq!(rfc3339_seconds(1_798_716_165_000), "2026-12-31T11:22:45Z");
+        assert_eq!(rfc3339_seconds(4_102_444_799_000), "2099-12-31T23:59:59Z");
+    }
+}

@@ -29,11 +29,11 @@ pub use agentry_protocol::{
     PolicyOutput, ResultEnvelope, RunStatus, Settlement, StopReason, ToolCall, ToolContract,
     ToolError,
 };
-pub use agentry_runtime::task::TaskSpec;
 pub use agentry_runtime::{
     ApprovalConfig, Driver, Durability, Grants, RunActors, RunConfig, RunHandle, RunOutcome,
     Runtime, RuntimeError, ToolRegistry,
 };
+pub use agentry_task::{TaskError, TaskSpec};
 pub use agentry_tools::{Tool, ToolContext, ToolOutput};
 pub use async_trait::async_trait;
 
@@ -45,5 +45,7 @@ pub use agentry_policy as policy;
 pub use agentry_runtime as runtime;
 /// The store crate: the `Store` trait, its records, the SQLite store.
 pub use agentry_store as store;
+/// Task directories: `task.toml`, command tools, the workspace copy.
+pub use agentry_task as task;
 /// The built-in tools crate.
 pub use agentry_tools as tools;
