@@ -10,6 +10,7 @@ use agentry_protocol::tool::{ToolArguments, ToolCall, ToolSpec};
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
+use crate::prompt::system_prompt;
 use crate::transport::{self, AttemptError, SseReader};
 use crate::{ModelConfig, ModelError, ToolNameMap};
 
@@ -189,7 +190,7 @@ pub fn build_anthropic_request(
     let mut request = json!({
         "model": config.model,
         "max_tokens": config.max_output_tokens,
-        "system": crate::system_prompt(goal, names),
+        "system": system_prompt(goal, names),
         "messages": messages,
         "stream": true,
     });

@@ -13,6 +13,7 @@ use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use crate::prompt::system_prompt;
 use crate::transport::{self, AttemptError, SseReader};
 use crate::{ModelConfig, ModelError, ToolNameMap};
 
@@ -196,7 +197,7 @@ pub(crate) fn build_openai_request(
     session: &[SessionEntry],
     names: &ToolNameMap,
 ) -> Value {
-    let system = crate::system_prompt(goal, names);
+    let system = system_prompt(goal, names);
     let mut request = json!({
         "model": config.model,
         "messages": build_openai_messages(&system, session, names),
