@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use agentry::protocol::event::RunEvent;
 use agentry::{
-    Durability, Effect, Grants, RunConfig, Runtime, Script, Settlement, SqliteStore, StopReason,
-    Tool, ToolContext, ToolContract, ToolError, ToolOutput, ToolRegistry, async_trait,
+    Durability, Effect, Grants, RunConfig, Runtime, Script, ScriptError, Settlement, SqliteStore,
+    StopReason, Tool, ToolContext, ToolContract, ToolError, ToolOutput, ToolRegistry, async_trait,
 };
 use serde_json::{Value, json};
 
@@ -61,7 +61,7 @@ fn runtime(store: &Path) -> Result<Runtime, Box<dyn std::error::Error>> {
     Ok(Runtime::new(registry).with_store(store, Durability::Strict)?)
 }
 
-fn script() -> Result<Script, String> {
+fn script() -> Result<Script, ScriptError> {
     let turns: Vec<Value> = (1..=4)
         .map(|k| json!({"tool_calls": [{"id": format!("j{k}"), "name": "journal.append", "arguments": {"line": format!("entry {k}")}}]}))
         .chain([json!({"tool_calls": [{"id": "fin", "name": "task.finish", "arguments": {"answer": "journal written"}}]})])

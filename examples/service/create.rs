@@ -12,7 +12,7 @@
 
 use std::path::{Component, Path};
 
-use agentry::{RunConfig, RuntimeError, Script, TaskSpec};
+use agentry::{RunConfig, Script, TaskError, TaskSpec};
 use serde_json::{Map, Value};
 use tempfile::TempDir;
 
@@ -69,7 +69,7 @@ pub fn prepare(body: &[u8]) -> Result<NewRun, ApiError> {
     // Parsed against the fresh, still empty directory, so nothing from the
     // service's own current directory (a script.json, a workspace/) is picked up.
     let spec = TaskSpec::parse(&text, workdir.path()).map_err(|e| match e {
-        RuntimeError::InvalidTask { message, .. } => ApiError::bad_request(message),
+        TaskError::Invalid { message, .. } => ApiError::bad_request(message),
         other => ApiError::internal(other.to_string()),
     })?;
     let script = match script {

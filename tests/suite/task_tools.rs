@@ -1,10 +1,10 @@
 //! Command tools a task declares in task.toml (`[[tools.command]]`): loaded from
-//! a task directory, registered by `Runtime::for_task`, granted only when the
+//! a task directory, registered by `TaskSpec::runtime`, granted only when the
 //! task's `[tools] grant` names them, run as real processes with the host's ids.
 
 use std::path::Path;
 
-use agentry::{ErrorCode, ResultEnvelope, Runtime, StopReason, TaskSpec};
+use agentry::{ErrorCode, ResultEnvelope, StopReason, TaskSpec};
 use agentry_test_support::{ScriptBuilder, TestError, run_with_events, tool_results};
 use serde_json::json;
 
@@ -59,7 +59,7 @@ async fn a_granted_declared_tool_runs_and_sees_the_host_ids() -> Result<(), Test
     let tmp = tempfile::tempdir()?;
     let task = TaskSpec::load(&task_dir(tmp.path(), r#"["fs.*", "ledger.append"]"#)?)?;
     let workdir = task.prepare_workdir(Some(&tmp.path().join("run")))?;
-    let runtime = Runtime::for_task(&task)?;
+    let runtime = task.runtime()?;
     assert!(runtime.registry().get("ledger.append").is_some());
     let policy = ScriptBuilder::new()
         .call("pay", "ledger.append", json!({"line": "paid 10"}))
@@ -98,7 +98,7 @@ async fn an_ungranted_declared_tool_is_eperm_and_does_not_run() -> Result<(), Te
     let tmp = tempfile::tempdir()?;
     let task = TaskSpec::load(&task_dir(tmp.path(), r#"["fs.*"]"#)?)?;
     let workdir = task.prepare_workdir(Some(&tmp.path().join("run")))?;
-    let runtime = Runtime::for_task(&task)?;
+    let runtime = task.runtime()?;
     let policy = ScriptBuilder::new()
         .call("pay", "ledger.append", json!({"line": "paid 10"}))
         .finish("tried")

@@ -87,7 +87,7 @@ struct ParkedReport<'a> {
 }
 
 /// Reports a parked run: which calls wait, and the command that settles them.
-pub(crate) fn print_parked(parked: &crate::durable::Parked, json: bool) -> std::io::Result<()> {
+pub(crate) fn print_parked(parked: &crate::drive::Parked, json: bool) -> std::io::Result<()> {
     let mut out = std::io::stdout().lock();
     let store = parked.store.display().to_string();
     if json {

@@ -3,14 +3,14 @@
 
 use std::collections::BTreeMap;
 
+use agentry_policy::{DeltaSink, Policy, PolicyContext};
 use agentry_protocol::decision::{Decision, PolicyOutput, TokenUsage};
 use agentry_protocol::state::SessionEntry;
 use agentry_protocol::tool::{ToolArguments, ToolCall, ToolSpec};
-use agentry_runtime::policy::DeltaSink;
-use agentry_runtime::{Policy, PolicyContext};
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
+use crate::prompt::system_prompt;
 use crate::transport::{self, AttemptError, SseReader};
 use crate::{ModelConfig, ModelError, ToolNameMap};
 
@@ -37,12 +37,12 @@ impl AnthropicPolicy {
         transport::probe(&self.client, &format!("{}/v1/models", self.config.base_url)).await
     }
 
-    async fn attempt(
+    async fn attempt<'d>(
         &self,
         body: &[u8],
         timeout: std::time::Duration,
-        deltas: Option<&DeltaSink>,
-    ) -> Result<Turn, AttemptError> {
+        deltas: Option<&'d dyn DeltaSink>,
+    ) -> Result<Turn<'d>, AttemptError> {
         let mut request = self
             .client
             .post(format!("{}/v1/messages", self.config.base_url))
@@ -56,7 +56,7 @@ impl AnthropicPolicy {
         let response = transport::send(request, "anthropic", "ANTHROPIC_API_KEY").await?;
         let mut events = SseReader::new(response, self.config.stall_timeout);
         let mut turn = Turn {
-            deltas: deltas.cloned(),
+            deltas,
             ..Turn::default()
         };
         while let Some(event) = events.next("anthropic").await? {
@@ -190,7 +190,7 @@ pub fn build_anthropic_request(
     let mut request = json!({
         "model": config.model,
         "max_tokens": config.max_output_tokens,
-        "system": crate::system_prompt(goal, names),
+        "system": system_prompt(goal, names),
         "messages": messages,
         "stream": true,
     });
@@ -219,15 +219,15 @@ enum Block {
 }
 
 #[derive(Debug, Default)]
-struct Turn {
+struct Turn<'d> {
     blocks: BTreeMap<u64, Block>,
     usage: TokenUsage,
     stop_reason: Option<String>,
     /// Publishes streamed text as run events.
-    deltas: Option<DeltaSink>,
+    deltas: Option<&'d dyn DeltaSink>,
 }
 
-impl Turn {
+impl Turn<'_> {
     /// Applies one event; true at `message_stop`.
     fn apply(&mut self, data: &Value) -> Result<bool, AttemptError> {
         let index = data["index"].as_u64().unwrap_or(0);

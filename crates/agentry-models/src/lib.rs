@@ -17,7 +17,9 @@
 //! - [`context`]: which session entries a request carries under a context budget.
 //! - `names`: the reversible tool-name mapping.
 //! - `transport`: HTTP status classification, retries, the stall-aware SSE reader.
+//! - `prompt`: the default system prompt both providers send.
 //! - `openai`, `anthropic`: request projection (pure, unit-tested) and stream assembly.
+//! - `provider`: [`connect`] and [`child_policy_factory`], which pick the adapter.
 //!
 //! # TLS
 //! This crate compiles reqwest without a TLS backend to keep the build lean:
@@ -39,62 +41,14 @@ pub mod context;
 mod error;
 mod names;
 mod openai;
+mod prompt;
+mod provider;
 mod transport;
 
-pub use agentry_runtime::Policy;
+pub use agentry_policy::Policy;
 pub use anthropic::{AnthropicPolicy, build_anthropic_request};
 pub use config::{ModelConfig, Prices, Provider, RetryConfig, TextReply};
 pub use error::ModelError;
 pub use names::ToolNameMap;
 pub use openai::{OpenAiPolicy, build_openai_messages};
-
-/// Builds the policy for `provider` and checks, before any run starts, that its
-/// server answers at all (an unreachable server is an error here, not mid-run).
-pub async fn connect(
-    provider: Provider,
-    config: ModelConfig,
-) -> Result<Box<dyn Policy>, ModelError> {
-    match provider {
-        Provider::OpenAi => {
-            let p = OpenAiPolicy::new(config)?;
-            p.probe().await?;
-            Ok(Box::new(p))
-        }
-        Provider::Anthropic => {
-            let p = AnthropicPolicy::new(config)?;
-            p.probe().await?;
-            Ok(Box::new(p))
-        }
-    }
-}
-
-/// A factory for the runtime's child agents (`agent.spawn` without an inline
-/// script): each child gets its own adapter for the same model, sharing one HTTP
-/// client. Checks the configuration now; sends nothing.
-pub fn child_policy_factory(
-    provider: Provider,
-    config: ModelConfig,
-) -> Result<agentry_runtime::desk::ChildPolicyFactory, ModelError> {
-    Ok(match provider {
-        Provider::OpenAi => {
-            let prototype = OpenAiPolicy::new(config)?;
-            std::sync::Arc::new(move |_| Some(Box::new(prototype.clone()) as Box<dyn Policy>))
-        }
-        Provider::Anthropic => {
-            let prototype = AnthropicPolicy::new(config)?;
-            std::sync::Arc::new(move |_| Some(Box::new(prototype.clone()) as Box<dyn Policy>))
-        }
-    })
-}
-
-/// The default system prompt: the goal, and how to finish.
-pub(crate) fn system_prompt(goal: &str, names: &ToolNameMap) -> String {
-    let finish = names.wire("task.finish");
-    format!(
-        "You are an agent that reaches a goal by calling tools.\n\
-         Goal: {goal}\n\
-         Call tools to make progress; each tool result comes back as JSON. When the \
-         goal is met, call `{finish}` with your answer and evidence, or reply with the \
-         answer as plain text."
-    )
-}
+pub use provider::{child_policy_factory, connect};

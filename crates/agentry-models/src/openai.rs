@@ -5,15 +5,15 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use agentry_policy::{DeltaSink, Policy, PolicyContext};
 use agentry_protocol::decision::{Decision, PolicyOutput, TokenUsage};
 use agentry_protocol::state::SessionEntry;
 use agentry_protocol::tool::{ToolArguments, ToolCall, ToolSpec};
-use agentry_runtime::policy::DeltaSink;
-use agentry_runtime::{Policy, PolicyContext};
 use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use crate::prompt::system_prompt;
 use crate::transport::{self, AttemptError, SseReader};
 use crate::{ModelConfig, ModelError, ToolNameMap};
 
@@ -51,13 +51,13 @@ impl OpenAiPolicy {
         transport::probe(&self.client, &format!("{}/models", self.config.base_url)).await
     }
 
-    async fn attempt(
+    async fn attempt<'d>(
         &self,
         bodies: &Bodies,
         step: u64,
         timeout: std::time::Duration,
-        deltas: Option<&DeltaSink>,
-    ) -> Result<Turn, AttemptError> {
+        deltas: Option<&'d dyn DeltaSink>,
+    ) -> Result<Turn<'d>, AttemptError> {
         let plain = self.plain.load(Ordering::Relaxed);
         let body = if plain { &bodies.plain } else { &bodies.stream };
         let mut request = self
@@ -80,14 +80,14 @@ impl OpenAiPolicy {
         Ok(turn)
     }
 
-    async fn read_stream(
+    async fn read_stream<'d>(
         &self,
         response: reqwest::Response,
-        deltas: Option<&DeltaSink>,
-    ) -> Result<Turn, AttemptError> {
+        deltas: Option<&'d dyn DeltaSink>,
+    ) -> Result<Turn<'d>, AttemptError> {
         let mut events = SseReader::new(response, self.config.stall_timeout);
         let mut turn = Turn {
-            deltas: deltas.cloned(),
+            deltas,
             ..Turn::default()
         };
         let mut any = false;
@@ -197,7 +197,7 @@ pub(crate) fn build_openai_request(
     session: &[SessionEntry],
     names: &ToolNameMap,
 ) -> Value {
-    let system = crate::system_prompt(goal, names);
+    let system = system_prompt(goal, names);
     let mut request = json!({
         "model": config.model,
         "messages": build_openai_messages(&system, session, names),
@@ -290,7 +290,7 @@ pub(crate) fn arguments_text(arguments: &ToolArguments) -> String {
 }
 
 /// Reads a non-streaming response into the same shape a stream assembles to.
-async fn whole_response(response: reqwest::Response) -> Result<Turn, AttemptError> {
+async fn whole_response(response: reqwest::Response) -> Result<Turn<'static>, AttemptError> {
     let body = response
         .bytes()
         .await
@@ -434,7 +434,7 @@ struct PartialCall {
 
 /// One streamed turn being assembled.
 #[derive(Debug, Default)]
-struct Turn {
+struct Turn<'d> {
     text: String,
     calls: BTreeMap<usize, PartialCall>,
     usage: TokenUsage,
@@ -444,10 +444,10 @@ struct Turn {
     /// sha256 of the body actually sent.
     hash: String,
     /// Publishes streamed text as run events.
-    deltas: Option<DeltaSink>,
+    deltas: Option<&'d dyn DeltaSink>,
 }
 
-impl Turn {
+impl Turn<'_> {
     fn apply(&mut self, chunk: Chunk) -> Result<(), AttemptError> {
         if let Some(error) = chunk.error {
             return Err(AttemptError::retry(format!(

@@ -246,6 +246,20 @@ impl ToolCall {
     }
 }
 
+/// The name a model API sees (every character outside `[a-zA-Z0-9_-]` → `_`).
+/// The registry refuses two tools that meet here; model adapters map back.
+pub fn wire_name(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -266,6 +280,12 @@ mod tests {
     fn broken_json_names_the_problem() {
         let err = ToolArguments::Raw("{\"a\":".into()).to_value().unwrap_err();
         assert!(err.contains("not valid JSON"), "{err}");
+    }
+
+    #[test]
+    fn wire_names_keep_only_what_model_apis_take() {
+        assert_eq!(wire_name("fs.read"), "fs_read");
+        assert_eq!(wire_name("a-b_c.d e"), "a-b_c_d_e");
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! and the handles of the children it started; it holds no run state.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use agentry_protocol::envelope::{ErrorCode, ToolError};
@@ -19,9 +19,8 @@ use crate::policy::{Policy, Script};
 use crate::registry::Grants;
 use crate::runtime::{RunHandle, Runtime};
 
-/// Builds a child's policy from a request when the request carries no script (a
-/// model adapter would build the same model for the child).
-pub type ChildPolicyFactory = Arc<dyn Fn(&ChildRequest) -> Option<Box<dyn Policy>> + Send + Sync>;
+/// Moved to agentry-policy; re-exported so `crate::desk::ChildPolicyFactory` keeps working.
+pub use agentry_policy::ChildPolicyFactory;
 
 /// Starts and waits for the children of one run.
 pub struct RunDesk {

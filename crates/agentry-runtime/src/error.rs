@@ -2,6 +2,8 @@
 
 use std::path::PathBuf;
 
+use agentry_policy::ScriptError;
+
 /// An error an embedder or the CLI sees. Tool and policy failures never end up
 /// here: they become observations in the run.
 #[derive(Debug, thiserror::Error)]
@@ -155,6 +157,21 @@ impl RuntimeError {
         RuntimeError::InvalidTask {
             file: file.into(),
             message: message.into(),
+        }
+    }
+}
+
+/// A script the runtime was handed is a bad task input: the same
+/// [`RuntimeError::InvalidTask`] text the CLI has always printed (exit 2).
+/// A script from text or a value has no file; it is named `inline`.
+impl From<ScriptError> for RuntimeError {
+    fn from(e: ScriptError) -> Self {
+        match e {
+            ScriptError::Invalid { message } => RuntimeError::task("inline", message),
+            ScriptError::Unreadable { path, source } => {
+                RuntimeError::task(path, format!("cannot read script: {source}"))
+            }
+            ScriptError::InvalidFile { path, message } => RuntimeError::task(path, message),
         }
     }
 }

@@ -13,15 +13,18 @@
 //!
 //! # Layout
 //! - [`runtime`]: [`Runtime`] and [`RunHandle`], what an embedder uses.
-//! - [`config`]: [`RunConfig`]. [`task`]: loading a task directory (`task.toml`).
-//! - [`registry`]: tools, compiled schemas, grants. [`accept`]: acceptance checks.
+//! - [`config`]: [`RunConfig`] (a task directory builds one in the `agentry-task` crate).
+//! - [`registry`]: tools and compiled schemas. [`grants`]: what a run may call.
+//!   [`accept`]: acceptance checks.
 //! - [`trace`]: the JSONL trace writer.
+//! - [`policy`]: the policy actor; the seam it hosts ([`Policy`], [`PolicyContext`])
+//!   and the scripted policy live in `agentry-policy` and are re-exported there.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), agentry_runtime::RuntimeError> {
 //! use agentry_runtime::{Runtime, RunConfig, policy::Script};
 //! let runtime = Runtime::with_builtins()?;
-//! let script = Script::parse(r#"{"turns":[{"final":"hello"}]}"#).map_err(|m| agentry_runtime::RuntimeError::task("inline", m))?;
+//! let script = Script::parse(r#"{"turns":[{"final":"hello"}]}"#)?;
 //! let outcome = runtime.run(RunConfig::new("say hello", "/tmp"), script.into_policy()).await?;
 //! println!("{}", outcome.stop_reason);
 //! # Ok(()) }
@@ -38,13 +41,13 @@ pub mod durable;
 pub mod error;
 pub mod events;
 pub mod executor;
+pub mod grants;
 pub mod owner;
 pub mod policy;
 pub mod registry;
 mod resume;
 pub mod runtime;
 pub mod state;
-pub mod task;
 pub mod tempdir;
 pub mod trace;
 
@@ -54,7 +57,8 @@ pub use config::{ApprovalConfig, Driver, RunConfig, TreeLimits};
 pub use durable::Durability;
 pub use error::RuntimeError;
 pub use executor::ExecutorMsg;
+pub use grants::Grants;
 pub use policy::{Policy, PolicyContext, PolicyMsg};
-pub use registry::{Grants, ToolRegistry};
+pub use registry::ToolRegistry;
 pub use runtime::{RunHandle, Runtime};
 pub use state::StateMsg;

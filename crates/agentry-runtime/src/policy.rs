@@ -1,9 +1,11 @@
-//! The policy seam: the only place a model (or a script) decides anything.
+//! The policy actor: hosts one [`Policy`] per run.
 //!
-//! A [`Policy`] turns the session into a [`PolicyOutput`]. The [`PolicyActor`]
-//! hosts one policy per run and keeps a read-only mirror of the session, fed in
-//! order by the conductor with the entries the state keeper applied since the
-//! last decision, so a decision costs O(new entries), not O(history).
+//! The seam itself ([`Policy`], [`PolicyContext`], [`DeltaSink`]) and the
+//! scripted policy live in `agentry-policy`; they are re-exported here so
+//! `crate::policy::…` paths keep working. The [`PolicyActor`] keeps a read-only
+//! mirror of the session, fed in order by the conductor with the entries the
+//! state keeper applied since the last decision, so a decision costs O(new
+//! entries), not O(history).
 
 use std::sync::Arc;
 
@@ -12,46 +14,27 @@ use agentry_protocol::decision::PolicyOutput;
 use agentry_protocol::event::RunEvent;
 use agentry_protocol::state::SessionEntry;
 use agentry_protocol::tool::ToolSpec;
-use async_trait::async_trait;
 
 use crate::events::EventSink;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
-pub mod script;
+pub use agentry_policy::script;
+pub use agentry_policy::{
+    DeltaSink, Policy, PolicyContext, Script, ScriptEnd, ScriptError, ScriptTurn, ScriptedPolicy,
+};
 
-pub use script::{Script, ScriptEnd, ScriptTurn, ScriptedPolicy};
-
-/// What a policy sees when it decides.
-#[derive(Debug, Clone, Copy)]
-pub struct PolicyContext<'a> {
-    /// Run id.
-    pub run_id: &'a str,
-    /// The step being decided, from 1.
-    pub step: u64,
-    /// The task goal.
-    pub goal: &'a str,
-    /// The tools this run may call (name, description, schema only).
-    pub tools: &'a [ToolSpec],
-    /// The whole session so far, oldest first.
-    pub session: &'a [SessionEntry],
-    /// The budget at the start of this step.
-    pub budget: &'a BudgetSnapshot,
-    /// Where a streaming adapter publishes the text it receives, as
-    /// `token_delta` events (`None` outside a run).
-    pub deltas: Option<&'a DeltaSink>,
-}
-
-/// Publishes the streamed text of one model turn as `token_delta` run events.
-#[derive(Debug, Clone)]
-pub struct DeltaSink {
+/// The runtime's [`DeltaSink`]: publishes the streamed text of one model turn
+/// as `token_delta` run events of its step.
+#[derive(Debug)]
+pub struct StepDeltas {
     events: EventSink,
     step: u64,
 }
 
-impl DeltaSink {
+impl DeltaSink for StepDeltas {
     /// Publishes a piece of streamed text (built only when someone listens). An
     /// empty piece (a stream's opening chunk often carries `""`) is no event.
-    pub fn emit(&self, text: &str) {
+    fn emit(&self, text: &str) {
         if text.is_empty() {
             return;
         }
@@ -61,19 +44,6 @@ impl DeltaSink {
             text: text.to_string(),
         });
     }
-}
-
-/// A model adapter. Replacing the model means implementing this one trait.
-///
-/// Failures are data: return [`Decision::Failed`](agentry_protocol::Decision::Failed)
-/// (non-fatal ones become an observation the next step can correct); never panic.
-#[async_trait]
-pub trait Policy: Send + 'static {
-    /// A short name for the trace (e.g. `script`, `openai:gpt-4.1`).
-    fn name(&self) -> String;
-
-    /// Proposes the next action.
-    async fn decide(&mut self, ctx: PolicyContext<'_>) -> PolicyOutput;
 }
 
 /// Messages the policy actor accepts.
@@ -146,7 +116,7 @@ impl Actor for PolicyActor {
                 reply,
             } => {
                 state.transcript.extend(new_entries);
-                let deltas = DeltaSink {
+                let deltas = StepDeltas {
                     events: state.args.events.clone(),
                     step,
                 };

@@ -1,4 +1,4 @@
-//! The tool registry: contracts, compiled schemas, and grant matching.
+//! The tool registry: contracts and compiled schemas (grants: [`crate::grants`]).
 //!
 //! Built once and shared (`Arc`) by every run, so schemas are compiled once.
 
@@ -10,6 +10,11 @@ use agentry_tools::Tool;
 use serde_json::Value;
 
 use crate::error::RuntimeError;
+
+// Moved: `Grants` to `grants.rs`, `wire_name` to agentry-protocol; re-exported so
+// `crate::registry::{Grants, wire_name}` keep working.
+pub use crate::grants::Grants;
+pub use agentry_protocol::tool::wire_name;
 
 /// A registered tool: its implementation, contract, and compiled input schema.
 pub struct RegisteredTool {
@@ -122,7 +127,7 @@ impl ToolRegistry {
                 "collides with tool {other:?}: both are {wire:?} for a model API"
             )));
         }
-        let validator = jsonschema::validator_for(&contract.input_schema)
+        let validator = compile(&contract.input_schema)
             .map_err(|e| invalid(format!("input_schema does not compile: {e}")))?;
         self.specs.push(contract.spec());
         if let Ok(visible) = self.visible.get_mut() {
@@ -185,83 +190,29 @@ impl ToolRegistry {
     }
 }
 
-/// The permissions a run holds. A grant entry matches a tool by exact name, exact
-/// auth scope, a `prefix.*` pattern on either, or `*` for everything.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(transparent)]
-pub struct Grants {
-    entries: Vec<String>,
+/// Checks that a JSON Schema compiles, with the same compiler the registry
+/// uses, so a task file's declared tool is refused at load time for exactly
+/// what [`ToolRegistry::register`] would refuse it for.
+pub fn check_schema(schema: &Value) -> Result<(), SchemaError> {
+    compile(schema).map(|_| ())
 }
 
-impl Grants {
-    /// Grants from a list of patterns.
-    pub fn new<I, S>(entries: I) -> Self
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
-        Grants {
-            entries: entries.into_iter().map(Into::into).collect(),
-        }
-    }
-
-    /// Everything.
-    pub fn all() -> Self {
-        Grants::new(["*"])
-    }
-
-    /// The patterns.
-    pub fn entries(&self) -> &[String] {
-        &self.entries
-    }
-
-    /// Whether the contract's tool may be called. `task.finish` is always allowed:
-    /// a run must be able to end.
-    pub fn allows(&self, contract: &ToolContract) -> bool {
-        contract.name == agentry_tools::FINISH_TOOL || self.matches(contract)
-    }
-
-    /// Whether these grants hold at least what `pattern` grants (for carving a
-    /// child's grants out of a parent's).
-    pub fn covers(&self, pattern: &str) -> bool {
-        self.entries.iter().any(|q| {
-            q == "*"
-                || q == pattern
-                || q.strip_suffix('*')
-                    .is_some_and(|prefix| prefix.ends_with('.') && pattern.starts_with(prefix))
-        })
-    }
-
-    /// Whether any pattern names the tool (by name or scope), with no exception
-    /// for `task.finish`.
-    pub fn matches(&self, contract: &ToolContract) -> bool {
-        self.entries
-            .iter()
-            .any(|g| pattern_matches(g, &contract.name) || pattern_matches(g, &contract.auth_scope))
-    }
+/// Why a JSON Schema does not compile.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct SchemaError {
+    /// Where in the schema, as a JSON pointer (`/properties/a/type`); empty
+    /// for the schema itself.
+    pub path: String,
+    /// What is wrong, as the schema compiler says it.
+    pub message: String,
 }
 
-/// The name a model API sees (every character outside `[a-zA-Z0-9_-]` → `_`).
-pub fn wire_name(name: &str) -> String {
-    name.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
-}
-
-fn pattern_matches(pattern: &str, value: &str) -> bool {
-    if pattern == "*" || pattern == value {
-        return true;
-    }
-    match pattern.strip_suffix('*') {
-        Some(prefix) if prefix.ends_with('.') => value.starts_with(prefix),
-        _ => false,
-    }
+fn compile(schema: &Value) -> Result<jsonschema::Validator, SchemaError> {
+    jsonschema::validator_for(schema).map_err(|e| SchemaError {
+        path: e.instance_path().to_string(),
+        message: e.to_string(),
+    })
 }
 
 #[cfg(test)]
@@ -270,15 +221,11 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn grant_patterns() {
-        let c = ToolContract::new("fs.write", "", json!({})).scope("fs.write");
-        assert!(Grants::new(["fs.write"]).allows(&c));
-        assert!(Grants::new(["fs.*"]).allows(&c));
-        assert!(Grants::all().allows(&c));
-        assert!(!Grants::new(["fs.read"]).allows(&c));
-        assert!(!Grants::new(["f*"]).allows(&c));
-        let finish = ToolContract::new("task.finish", "", json!({}));
-        assert!(Grants::new(Vec::<String>::new()).allows(&finish));
+    fn check_schema_names_the_spot_in_the_schema() {
+        check_schema(&json!({"type": "object"})).unwrap();
+        let err = check_schema(&json!({"properties": {"a": {"type": "strin"}}})).unwrap_err();
+        assert_eq!(err.path, "/properties/a/type");
+        assert!(!err.message.is_empty());
     }
 
     #[test]

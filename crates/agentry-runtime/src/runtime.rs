@@ -64,13 +64,6 @@ impl Runtime {
         Ok(Runtime::new(ToolRegistry::with_builtins()?))
     }
 
-    /// A runtime with the built-in tools plus the command tools `task` declares
-    /// (`[[tools.command]]`; see [`TaskSpec::registry`](crate::task::TaskSpec::registry)).
-    /// The task's grants still decide which of them a run may call.
-    pub fn for_task(task: &crate::task::TaskSpec) -> Result<Self, RuntimeError> {
-        Ok(Runtime::new(task.registry()?))
-    }
-
     /// Sets how children started by `agent.spawn` without an inline script get
     /// their policy (e.g. the same model adapter as their parent).
     pub fn with_child_policy(mut self, factory: ChildPolicyFactory) -> Self {

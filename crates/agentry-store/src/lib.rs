@@ -8,7 +8,8 @@
 //! applies atomically and durably: all of a batch or none of it, on disk before
 //! `commit` returns.
 //!
-//! [`SqliteStore`] is the embedded default: one SQLite file in WAL mode with
+//! With the `sqlite` feature (on by default), `SqliteStore` is the embedded
+//! default: one SQLite file in WAL mode with
 //! `synchronous = FULL` (an fsync per commit), no server. Large tool outputs
 //! (an envelope's `data` above [`INLINE_LIMIT`] bytes of JSON) are stored once
 //! by content hash in a blob table and referenced from the session and ledger
@@ -27,8 +28,10 @@ use agentry_protocol::tool::ToolCall;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+#[cfg(feature = "sqlite")]
 mod sqlite;
 
+#[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteOptions, SqliteStore};
 
 /// The schema version this build reads and writes. A store file with a higher

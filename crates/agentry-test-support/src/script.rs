@@ -3,8 +3,8 @@
 //! [`ScriptBuilder`] writes the same [`Script`] a `script.json` file describes,
 //! without the JSON: one method per model turn.
 
+use agentry::policy::{ScriptEnd, ScriptTurn};
 use agentry::protocol::tool::ToolArguments;
-use agentry::runtime::policy::{ScriptEnd, ScriptTurn};
 use agentry::{Script, ScriptedPolicy, ToolCall};
 use serde_json::Value;
 

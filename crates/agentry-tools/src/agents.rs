@@ -25,20 +25,8 @@ pub const SPAWN_TOOL: &str = "agent.spawn";
 /// Name of the wait tool.
 pub const WAIT_TOOL: &str = "agent.wait";
 
-/// What a model asks for when it delegates.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ChildRequest {
-    /// The child's goal.
-    pub goal: String,
-    /// The budget it asks for (carved out of the parent's).
-    pub limits: BudgetLimits,
-    /// Its grants; `None` inherits the parent's.
-    pub grants: Option<Vec<String>>,
-    /// An inline script for the scripted policy (the built-in, networkless model).
-    pub script: Option<Value>,
-    /// A name the parent can use instead of the child's id (unique per parent).
-    pub name: Option<String>,
-}
+/// What a model asks for when it delegates (plain data, in agentry-protocol).
+pub use agentry_protocol::child::ChildRequest;
 
 /// The host side of agent delegation, provided by the runtime per run.
 #[async_trait]

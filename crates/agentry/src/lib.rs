@@ -8,36 +8,54 @@
 //! - [`Tool`], [`ToolContext`], [`ToolOutput`], [`ToolContract`]: write your own tools.
 //! - [`Policy`], [`Script`]: plug in a model adapter, or the built-in scripted policy.
 //! - [`protocol`]: every plain data type (envelopes, budgets, stop reasons, trace records).
+//! - [`policy`]: the policy seam ([`DeltaSink`], [`ChildPolicyFactory`]) and the scripted policy.
+//!
+//! # Features
+//! - `sqlite` (default): `SqliteStore`, the embedded durable store. Without it,
+//!   [`Store`] is there to implement; no SQLite is compiled.
+//! - `task` (default): task directories, `TaskSpec` and the `task` module
+//!   (`task.toml`, command tools; brings toml and humantime).
 //!
 //! ```no_run
 //! use agentry::{Runtime, RunConfig, Script};
 //! # async fn demo() -> Result<(), agentry::RuntimeError> {
 //! let runtime = Runtime::with_builtins()?;
-//! let script = Script::parse(r#"{"turns":[{"final":"hi"}]}"#)
-//!     .map_err(|m| agentry::RuntimeError::task("inline", m))?;
+//! let script = Script::parse(r#"{"turns":[{"final":"hi"}]}"#)?;
 //! let outcome = runtime.run(RunConfig::new("greet", "."), script.into_policy()).await?;
 //! assert_eq!(outcome.stop_reason, agentry::StopReason::Done);
 //! # Ok(()) }
 //! ```
 
+pub use agentry_policy::{
+    ChildPolicyFactory, DeltaSink, Policy, PolicyContext, Script, ScriptError, ScriptedPolicy,
+};
 pub use agentry_protocol as protocol;
 pub use agentry_protocol::{
-    AcceptCheck, BudgetLimits, Decision, Effect, ErrorCode, Idempotency, PolicyOutput,
-    ResultEnvelope, RunStatus, Settlement, StopReason, ToolCall, ToolContract, ToolError,
+    AcceptCheck, BudgetLimits, ChildRequest, Decision, Effect, ErrorCode, Idempotency,
+    PolicyOutput, ResultEnvelope, RunStatus, Settlement, StopReason, ToolCall, ToolContract,
+    ToolError,
 };
-pub use agentry_runtime::policy::{Script, ScriptedPolicy};
-pub use agentry_runtime::task::TaskSpec;
 pub use agentry_runtime::{
-    ApprovalConfig, Driver, Durability, Grants, Policy, PolicyContext, RunConfig, RunHandle,
-    RunOutcome, Runtime, RuntimeError, ToolRegistry,
+    ApprovalConfig, Driver, Durability, Grants, RunActors, RunConfig, RunHandle, RunOutcome,
+    Runtime, RuntimeError, ToolRegistry,
 };
+#[cfg(feature = "task")]
+pub use agentry_task::{TaskError, TaskSpec};
 pub use agentry_tools::{Tool, ToolContext, ToolOutput};
 pub use async_trait::async_trait;
 
-/// The runtime crate, for actor-level access (message enums, actors).
-pub use agentry_store::{SqliteStore, Store};
+#[cfg(feature = "sqlite")]
+pub use agentry_store::SqliteStore;
+pub use agentry_store::Store;
 
+/// The policy seam and the scripted policy.
+pub use agentry_policy as policy;
+/// The runtime crate, for actor-level access (message enums, actors).
 pub use agentry_runtime as runtime;
+/// The store crate: the `Store` trait, its records, the SQLite store (feature `sqlite`).
 pub use agentry_store as store;
+/// Task directories: `task.toml`, command tools, the workspace copy.
+#[cfg(feature = "task")]
+pub use agentry_task as task;
 /// The built-in tools crate.
 pub use agentry_tools as tools;

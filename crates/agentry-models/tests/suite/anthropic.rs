@@ -1,14 +1,14 @@
 //! The Anthropic Messages adapter against a scripted SSE server.
 
-use agentry::protocol::envelope::ResultEnvelope;
-use agentry::protocol::state::SessionEntry;
-use agentry::protocol::tool::ToolArguments;
-use agentry::{Decision, ToolCall};
 use agentry_models::AnthropicPolicy;
+use agentry_protocol::envelope::ResultEnvelope;
+use agentry_protocol::state::SessionEntry;
+use agentry_protocol::tool::ToolArguments;
+use agentry_protocol::{Decision, ToolCall};
 use serde_json::{Value, json};
 
-use super::openai::{config, decide, stalling};
 use super::server::{MockServer, Reply, TestError, split_named_events};
+use super::sse::{config, decide, stalling};
 
 fn tool_use_turn() -> Vec<String> {
     let events: Vec<(&str, Value)> = vec![

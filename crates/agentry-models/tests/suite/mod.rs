@@ -1,5 +1,8 @@
-mod aimock;
 mod anthropic;
 mod openai;
-mod runtime;
+// Shared by path with the workspace suite's models tests (tests/suite/models),
+// which use the rest of them.
+#[allow(dead_code, reason = "the workspace suite's models tests use the rest")]
 mod server;
+#[allow(dead_code, reason = "the workspace suite's models tests use the rest")]
+mod sse;

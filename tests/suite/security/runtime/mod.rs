@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use agentry::{Driver, RunConfig, Runtime, RuntimeError, StopReason, TaskSpec};
+use agentry::{Driver, RunConfig, Runtime, RuntimeError, StopReason, TaskError, TaskSpec};
 use agentry_test_support::{ScriptBuilder, TestError, TestTask};
 use proptest::prelude::*;
 use serde_json::{Value, json};
@@ -126,7 +126,7 @@ fn one_odd_field() -> impl Strategy<Value = String> {
 fn load_and_start(text: &str, dir: &Path) -> Result<Option<String>, TestError> {
     let task = match TaskSpec::parse(text, dir) {
         Ok(task) => task,
-        Err(RuntimeError::InvalidTask { message, .. }) => return Ok(Some(message)),
+        Err(TaskError::Invalid { message, .. }) => return Ok(Some(message)),
         Err(other) => return Err(format!("not a typed task error: {other:?}").into()),
     };
     let workdir = tempfile::tempdir()?;
@@ -135,7 +135,7 @@ fn load_and_start(text: &str, dir: &Path) -> Result<Option<String>, TestError> {
         .enable_all()
         .build()?;
     rt.block_on(async {
-        let runtime = Runtime::for_task(&task)?;
+        let runtime = task.runtime()?;
         let handle = runtime
             .start(config, ScriptBuilder::new().finish("ok").policy())
             .await?;
@@ -225,7 +225,7 @@ fn extreme_durations_and_counts_are_refused_naming_the_field_and_bound() -> Resu
     for (body, want) in cases {
         let text = format!("goal = \"g\"\n{body}\n");
         match TaskSpec::parse(&text, Path::new("/nowhere/t")) {
-            Err(RuntimeError::InvalidTask { message, .. }) => {
+            Err(TaskError::Invalid { message, .. }) => {
                 assert!(
                     message.contains(want),
                     "{body:?}: got {message:?}, want {want:?}"

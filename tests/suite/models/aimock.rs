@@ -1,7 +1,7 @@
 //! The adapters against the maintained mock server `@copilotkit/aimock` (a real
 //! third-party implementation of both wire protocols), on the sum task through
 //! the runtime. Ignored by default (the peer is an npm package): `.ci/run`
-//! installs it, sets `AIMOCK_DIR` and runs these with `--include-ignored`. Run
+//! installs it, sets `AIMOCK_DIR` and runs these with `--ignored`. Run
 //! with `AIMOCK_DIR` unset or unusable, they fail saying so.
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -173,7 +173,7 @@ async fn rate_limits_from_aimock_are_retried_after_retry_after_then_given_up()
         });
     let mut policy = OpenAiPolicy::new(config)?;
     let started = Instant::now();
-    let out = super::openai::decide(&mut policy, &[]).await;
+    let out = super::sse::decide(&mut policy, &[]).await;
     assert!(
         started.elapsed() >= Duration::from_secs(1),
         "Retry-After was not honoured"

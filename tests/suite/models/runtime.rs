@@ -10,8 +10,8 @@ use agentry_models::OpenAiPolicy;
 use agentry_test_support::TestTask;
 use serde_json::{Value, json};
 
-use super::openai::{chunk, config, finish, one_call, usage};
 use super::server::{MockServer, Reply, TestError};
+use super::sse::{chunk, config, finish, one_call, two_calls, usage};
 
 #[tokio::test]
 async fn the_openai_adapter_finishes_the_sum_task_through_the_runtime() -> Result<(), TestError> {
@@ -65,7 +65,7 @@ async fn the_openai_adapter_finishes_the_sum_task_through_the_runtime() -> Resul
 #[tokio::test]
 async fn broken_arguments_and_unknown_tools_come_back_as_observations() -> Result<(), TestError> {
     let server = MockServer::start(vec![
-        Reply::sse(super::openai::two_calls(
+        Reply::sse(two_calls(
             ("bad", "fs_read", "{\"path\": \"numb"),
             ("ghost", "no_such_tool", "{}"),
         )),

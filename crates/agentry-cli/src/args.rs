@@ -1,0 +1,284 @@
+//! The command line: clap's types, the value parsers of its flags, and what a
+//! flag's path means (relative to the current directory).
+//!
+//! The parsers return `String` errors: that is clap's value-parser contract,
+//! and clap prints them after the flag's name.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use agentry::Settlement;
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "agentry",
+    version,
+    about = "Run LLM agent tasks on the agentry actor runtime."
+)]
+pub(crate) struct Cli {
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Run a task directory (task.toml, script.json, workspace/) in a fresh working directory.
+    Run(RunArgs),
+    /// Continue an unfinished run of a store from its last committed state.
+    Resume(ResumeArgs),
+    /// List the runs of a store (unfinished ones unless --all).
+    Runs(RunsArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ResumeArgs {
+    /// The run to continue.
+    pub(crate) run_id: String,
+    /// The SQLite store the run was started with. Default: $AGENTRY_STORE, else
+    /// agentry/runs.db in the system temp dir (where `agentry run` stores runs by default).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) store: Option<PathBuf>,
+    /// Settle a call the crash interrupted (the run parks `awaiting_decision` on
+    /// it otherwise): `happened` (it took effect; do not run it), `retry` (run it
+    /// again) or `skip` (do not run it; tell the model). Repeatable.
+    #[arg(long, value_name = "CALL_ID=DECISION", value_parser = parse_decision)]
+    pub(crate) decide: Vec<SettleArg>,
+    /// The policy, as for `run`. Default: the one the run was started with.
+    #[arg(long, value_name = "KIND:VALUE", value_parser = parse_policy)]
+    pub(crate) policy: Option<PolicyArg>,
+    /// The model server, as for `run`. Default: the one the run was started with.
+    #[arg(long, value_name = "URL")]
+    pub(crate) base_url: Option<String>,
+    /// Print exactly one JSON object on stdout instead of the summary.
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// When a step counts as done: `strict` (on disk first) or `grouped`.
+    #[arg(long, value_enum, default_value_t = DurabilityArg::Strict)]
+    pub(crate) durability: DurabilityArg,
+}
+
+/// `--durability`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum DurabilityArg {
+    /// Every step's update is on disk before the run goes on (an fsync per step).
+    Strict,
+    /// Steps that only did re-runnable work are committed in groups; a crash may
+    /// repeat them (never a call that must not run twice).
+    Grouped,
+}
+
+impl From<DurabilityArg> for agentry::Durability {
+    fn from(d: DurabilityArg) -> Self {
+        match d {
+            DurabilityArg::Strict => agentry::Durability::Strict,
+            DurabilityArg::Grouped => agentry::Durability::Grouped,
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct RunsArgs {
+    /// The SQLite store. Default: $AGENTRY_STORE, else agentry/runs.db in the system temp dir.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) store: Option<PathBuf>,
+    /// List finished runs too.
+    #[arg(long)]
+    pub(crate) all: bool,
+    /// One JSON array on stdout.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct RunArgs {
+    /// The task directory: holds task.toml, and usually script.json and workspace/.
+    pub(crate) task_dir: PathBuf,
+    /// The policy: `script:FILE` (a scripted policy; FILE relative to the current
+    /// directory), `openai:MODEL` (an OpenAI-compatible server; key from
+    /// OPENAI_API_KEY) or `anthropic:MODEL` (key from ANTHROPIC_API_KEY).
+    /// Default: task.toml's `[policy] script`, else TASK_DIR/script.json.
+    #[arg(long, value_name = "KIND:VALUE", value_parser = parse_policy)]
+    pub(crate) policy: Option<PolicyArg>,
+    /// The model server for `openai:` / `anthropic:` policies, plain http:// only
+    /// (e.g. http://127.0.0.1:8080/v1 for llama.cpp's server).
+    #[arg(long, value_name = "URL")]
+    pub(crate) base_url: Option<String>,
+    /// Write the JSONL trace (one record per step, then a stop record) to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) trace: Option<PathBuf>,
+    /// Print exactly one JSON object on stdout instead of the summary.
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// Override the task's step budget.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=agentry::task::MAX_COUNT))]
+    pub(crate) max_steps: Option<u64>,
+    /// Override the task's wall-clock deadline ("500ms", "30s", "2m").
+    #[arg(long, value_name = "DURATION", value_parser = parse_deadline)]
+    pub(crate) deadline: Option<Duration>,
+    /// The working directory for this run; must not exist or be empty. Default: a
+    /// new directory under the system temp dir (agentry/runs/TASK-UUID).
+    #[arg(long, value_name = "DIR")]
+    pub(crate) workdir: Option<PathBuf>,
+    /// Commit the run to this SQLite store (created if missing) so that
+    /// `agentry resume` can continue it after a crash. Default: $AGENTRY_STORE,
+    /// else agentry/runs.db in the system temp dir.
+    #[arg(long, value_name = "FILE", conflicts_with = "no_store")]
+    pub(crate) store: Option<PathBuf>,
+    /// Keep the run in memory only: it cannot be resumed.
+    #[arg(long)]
+    pub(crate) no_store: bool,
+    /// When a step counts as done: `strict` (on disk first; the default) or
+    /// `grouped` (steps that only did re-runnable work are committed in groups:
+    /// faster, and a crash may repeat them, never a call that must not run twice).
+    #[arg(long, value_enum, default_value_t = DurabilityArg::Strict)]
+    pub(crate) durability: DurabilityArg,
+    /// The run id (default: a fresh UUIDv7). With --store, a run id already in the
+    /// store is refused.
+    #[arg(long, value_name = "ID", value_parser = parse_run_id)]
+    pub(crate) run_id: Option<String>,
+    /// Approve calls of these tools up front (name, scope or `prefix.*`), so they
+    /// do not park `awaiting_approval` (irreversible tools do by default).
+    /// Repeatable.
+    #[arg(long, value_name = "TOOL")]
+    pub(crate) approve: Vec<String>,
+}
+
+/// The parsed `--policy` flag.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum PolicyArg {
+    /// A script file, relative to the current directory.
+    Script(PathBuf),
+    /// A model behind a provider's API.
+    Model {
+        /// Which wire protocol.
+        provider: agentry_models::Provider,
+        /// The model name sent to the server.
+        model: String,
+    },
+}
+
+/// `--decide CALL_ID=DECISION`: how to settle one call a crash interrupted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SettleArg {
+    /// The interrupted call.
+    pub(crate) call_id: String,
+    /// What to do about it.
+    pub(crate) settlement: Settlement,
+}
+
+/// `--policy KIND:VALUE`, and a task's `[policy] model`.
+pub(crate) fn parse_policy(value: &str) -> Result<PolicyArg, String> {
+    match value.split_once(':') {
+        Some(("script", file)) if !file.is_empty() => Ok(PolicyArg::Script(file.into())),
+        Some(("script", _)) => Err("script: needs a file, e.g. script:plan.json".into()),
+        _ => match agentry_models::Provider::parse_spec(value) {
+            Some(Ok((provider, model))) => Ok(PolicyArg::Model { provider, model }),
+            Some(Err(e)) => Err(e.to_string()),
+            None => Err("expected script:FILE, openai:MODEL or anthropic:MODEL".into()),
+        },
+    }
+}
+
+/// `--run-id`: the runtime's own check.
+fn parse_run_id(value: &str) -> Result<String, agentry::RuntimeError> {
+    agentry::runtime::config::check_run_id(value).map(|()| value.to_string())
+}
+
+/// `--decide CALL_ID=DECISION`.
+fn parse_decision(value: &str) -> Result<SettleArg, String> {
+    let (id, decision) = value
+        .split_once('=')
+        .ok_or("expected CALL_ID=happened|retry|skip")?;
+    if id.is_empty() {
+        return Err("the call id before '=' is empty".into());
+    }
+    Ok(SettleArg {
+        call_id: id.to_string(),
+        settlement: decision.parse()?,
+    })
+}
+
+/// `--deadline`: a humantime duration, longer than zero, at most 365 days.
+fn parse_deadline(value: &str) -> Result<Duration, String> {
+    match humantime::parse_duration(value) {
+        Ok(d) if d > agentry::task::MAX_DURATION => Err("at most 365 days (365d)".into()),
+        Ok(d) if !d.is_zero() => Ok(d),
+        Ok(_) => Err("must be longer than zero".into()),
+        Err(e) => Err(format!(
+            "expected a duration such as 500ms, 30s or 2m ({e})"
+        )),
+    }
+}
+
+/// Makes a path absolute against the current directory, without resolving links
+/// (the file may not exist yet).
+pub(crate) fn absolute(path: &Path) -> PathBuf {
+    std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn policy_flag_accepts_scripts_and_models() {
+        assert_eq!(
+            parse_policy("script:a/b.json"),
+            Ok(PolicyArg::Script("a/b.json".into()))
+        );
+        assert!(parse_policy("script:").is_err());
+        assert_eq!(
+            parse_policy("openai:gpt-4o"),
+            Ok(PolicyArg::Model {
+                provider: agentry_models::Provider::OpenAi,
+                model: "gpt-4o".into()
+            })
+        );
+        assert_eq!(
+            parse_policy("anthropic:claude-x"),
+            Ok(PolicyArg::Model {
+                provider: agentry_models::Provider::Anthropic,
+                model: "claude-x".into()
+            })
+        );
+        let err = parse_policy("openai:").unwrap_err();
+        assert!(err.contains("no model name"), "{err}");
+        let err = parse_policy("gemini:x").unwrap_err();
+        assert!(err.contains("openai:MODEL"), "{err}");
+        assert!(parse_policy("plan.json").is_err());
+    }
+
+    #[test]
+    fn decide_flag_names_call_and_decision() {
+        assert_eq!(
+            parse_decision("c1=happened"),
+            Ok(SettleArg {
+                call_id: "c1".into(),
+                settlement: Settlement::Happened
+            })
+        );
+        assert_eq!(
+            parse_decision("a=b=retry"),
+            Err("unknown decision \"b=retry\": expected happened, retry or skip".into())
+        );
+        assert!(parse_decision("c1").is_err());
+        assert!(parse_decision("=skip").is_err());
+    }
+
+    #[test]
+    fn deadline_flag_parses_humantime() {
+        assert_eq!(parse_deadline("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_deadline("2m"), Ok(Duration::from_secs(120)));
+        assert!(parse_deadline("0s").is_err());
+        assert!(parse_deadline("9999999999999999999s").is_err());
+        assert!(parse_deadline("soon").is_err());
+    }
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}

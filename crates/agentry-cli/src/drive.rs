@@ -1,0 +1,85 @@
+//! Driving a started (or resumed) run until it stops, or until a durable run
+//! parks on a call nobody has settled.
+
+use std::path::{Path, PathBuf};
+
+use agentry::protocol::event::RunEvent;
+use agentry::protocol::state::PendingApproval;
+use agentry::{RunHandle, RunOutcome, RuntimeError};
+
+use crate::args::SettleArg;
+use crate::error::RunError;
+
+/// How `run` or `resume` ended.
+#[derive(Debug)]
+pub(crate) enum Finished {
+    /// The run stopped.
+    Outcome(Box<RunOutcome>),
+    /// A durable run parked on calls a crash interrupted; it stays in the store.
+    Parked(Parked),
+}
+
+/// A durable run waiting for `agentry resume --decide`.
+#[derive(Debug)]
+pub(crate) struct Parked {
+    pub(crate) run_id: String,
+    pub(crate) store: PathBuf,
+    pub(crate) pending: Vec<PendingApproval>,
+}
+
+/// Waits for the run's outcome. A durable run that parks `awaiting_decision` on
+/// a call settled in `decisions` is settled; on any other call the command
+/// returns [`Finished::Parked`], leaving the run parked in the store (the park is
+/// committed before the event that reports it).
+pub(crate) async fn drive(
+    handle: &RunHandle,
+    decisions: &[SettleArg],
+    store: Option<&Path>,
+) -> Result<Finished, RunError> {
+    let Some(store) = store else {
+        return finished(handle.wait().await);
+    };
+    let mut events = handle.subscribe();
+    let wait = handle.wait();
+    tokio::pin!(wait);
+    loop {
+        tokio::select! {
+            outcome = &mut wait => return finished(outcome),
+            event = events.recv() => {
+                let call = match event {
+                    Ok(record) => match record.event {
+                        RunEvent::AwaitingDecision { call, .. } => call,
+                        _ => continue,
+                    },
+                    // Lagged: check the state itself below.
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                        match handle.pending_decisions().await.into_iter().next() {
+                            Some(p) => p.call,
+                            None => continue,
+                        }
+                    }
+                    Err(_) => return finished(wait.await),
+                };
+                match decisions.iter().find(|d| d.call_id == call.id) {
+                    Some(d) => {
+                        handle.settle(&d.call_id, d.settlement).await.map_err(RunError::Lost)?;
+                    }
+                    None => {
+                        return Ok(Finished::Parked(Parked {
+                            run_id: handle.run_id().to_string(),
+                            store: store.to_path_buf(),
+                            pending: handle.pending_decisions().await,
+                        }));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The run's outcome; an outcome that never came is lost (exit 1).
+fn finished(outcome: Result<RunOutcome, RuntimeError>) -> Result<Finished, RunError> {
+    outcome
+        .map(|o| Finished::Outcome(Box::new(o)))
+        .map_err(RunError::Lost)
+}

@@ -1,0 +1,67 @@
+//! `agentry resume RUN_ID`: rebuild a stored run's runtime and policy, settle
+//! the calls `--decide` names, and drive it on.
+
+use agentry::{RunConfig, Runtime, RuntimeError, TaskSpec};
+
+use crate::args::{PolicyArg, ResumeArgs, absolute};
+use crate::drive::{Finished, drive};
+use crate::error::RunError;
+use crate::policy::{LoadedPolicy, PolicyChoice, model_policy, stored_policy, stored_task_dir};
+use crate::signals::stop_on_interrupt;
+use crate::store::{existing, open_sqlite, store_or_default};
+
+/// `agentry resume RUN_ID --store FILE`.
+pub(crate) async fn resume(args: ResumeArgs) -> Result<Finished, RunError> {
+    let path = store_or_default(args.store.as_ref())
+        .and_then(existing)
+        .map_err(RunError::BadInput)?;
+    let store = open_sqlite(&path).map_err(RunError::BadInput)?;
+    let config = RunConfig::from_store(&*store, &args.run_id).map_err(RunError::BadInput)?;
+    let runtime = runtime_for(&config)
+        .and_then(|r| r.with_store(store, args.durability.into()))
+        .map_err(RunError::BadInput)?;
+    let LoadedPolicy { policy, children } = policy_for(&args, &config).await?;
+    let runtime = match children {
+        Some(factory) => runtime.with_child_policy(factory),
+        None => runtime,
+    };
+    let interrupt = stop_on_interrupt(&runtime).ok();
+    let handle = runtime
+        .resume_boxed(&args.run_id, policy)
+        .await
+        .map_err(RunError::BadInput)?;
+    let finished = drive(&handle, &args.decide, Some(&path)).await;
+    if let Some(task) = interrupt {
+        task.abort();
+    }
+    finished
+}
+
+/// The task's own command tools are part of the stored configuration's world:
+/// rebuild the registry from the task directory the run was started from.
+fn runtime_for(config: &RunConfig) -> Result<Runtime, RuntimeError> {
+    match stored_task_dir(config) {
+        Some(dir) => TaskSpec::load(&dir)
+            .and_then(|task| task.runtime())
+            .map_err(RuntimeError::from),
+        None => Runtime::with_builtins(),
+    }
+}
+
+/// `--policy` (and `--base-url`), else the policy the run was started with.
+async fn policy_for(args: &ResumeArgs, config: &RunConfig) -> Result<LoadedPolicy, RunError> {
+    let PolicyChoice { policy, base_url } = match &args.policy {
+        Some(p) => PolicyChoice {
+            policy: p.clone(),
+            base_url: args.base_url.clone(),
+        },
+        None => stored_policy(config.policy_spec.as_deref(), &args.run_id)?,
+    };
+    let base_url = args.base_url.clone().or(base_url);
+    match &policy {
+        PolicyArg::Script(file) => LoadedPolicy::script(&absolute(file)),
+        PolicyArg::Model { provider, model } => {
+            model_policy(*provider, model, base_url.as_deref()).await
+        }
+    }
+}

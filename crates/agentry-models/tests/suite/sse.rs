@@ -1,0 +1,128 @@
+//! The chat-completions stream pieces, the adapter configuration and a one-step
+//! `decide` the adapter tests share. The root suite's models tests
+//! (`tests/suite/models/`) include this file by path, with `server.rs`.
+
+use std::time::Duration;
+
+use agentry_models::{ModelConfig, Policy, RetryConfig};
+use agentry_policy::PolicyContext;
+use agentry_protocol::budget::BudgetSnapshot;
+use agentry_protocol::decision::PolicyOutput;
+use agentry_protocol::state::SessionEntry;
+use agentry_protocol::tool::ToolSpec;
+use serde_json::{Value, json};
+
+use super::server::split_events;
+
+pub fn tools() -> Vec<ToolSpec> {
+    ["fs.read", "fs.write", "task.finish"]
+        .iter()
+        .map(|n| ToolSpec {
+            name: n.to_string(),
+            description: format!("the {n} tool"),
+            input_schema: json!({"type": "object"}),
+        })
+        .collect()
+}
+
+/// The adapter's configuration for the scripted server. Its stall timeout is
+/// far above the server's 2 ms between pieces, so a loaded machine never looks
+/// like a stalled stream; the stall tests use [`stalling`].
+pub fn config(base: &str) -> ModelConfig {
+    ModelConfig::new("test-model", base)
+        .api_key("sk-test")
+        .stall_timeout(Duration::from_secs(5))
+        .retry(RetryConfig {
+            max_retries: 2,
+            base_delay: Duration::from_millis(10),
+            max_delay: Duration::from_secs(5),
+        })
+}
+
+/// [`config`] with a short stall timeout, for the tests whose server stalls
+/// on purpose (its stall lasts 20 s).
+pub fn stalling(base: &str) -> ModelConfig {
+    config(base).stall_timeout(Duration::from_millis(400))
+}
+
+pub async fn decide(policy: &mut dyn Policy, session: &[SessionEntry]) -> PolicyOutput {
+    let tools = tools();
+    let budget = BudgetSnapshot::default();
+    policy
+        .decide(PolicyContext {
+            deltas: None,
+            run_id: "run-1",
+            step: 1,
+            goal: "sum the numbers",
+            tools: &tools,
+            session,
+            budget: &budget,
+        })
+        .await
+}
+
+pub fn chunk(delta: Value) -> String {
+    json!({"id": "x", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": delta, "finish_reason": null}]}).to_string()
+}
+
+pub fn call_start(index: u64, id: &str, name: &str) -> String {
+    chunk(
+        json!({"tool_calls": [{"index": index, "id": id, "type": "function",
+        "function": {"name": name, "arguments": ""}}]}),
+    )
+}
+
+pub fn call_args(index: u64, fragment: &str) -> String {
+    chunk(json!({"tool_calls": [{"index": index, "function": {"arguments": fragment}}]}))
+}
+
+pub fn finish(reason: &str) -> String {
+    json!({"choices": [{"index": 0, "delta": {}, "finish_reason": reason}]}).to_string()
+}
+
+pub fn usage(i: u64, o: u64) -> String {
+    json!({"choices": [], "usage": {"prompt_tokens": i, "completion_tokens": o, "total_tokens": i + o}}).to_string()
+}
+
+/// A complete streamed turn with one call.
+pub fn one_call(id: &str, name: &str, args: &str) -> Vec<String> {
+    split_events(
+        &[
+            call_start(0, id, name),
+            call_args(0, args),
+            finish("tool_calls"),
+            usage(10, 5),
+            "[DONE]".into(),
+        ],
+        11,
+    )
+}
+
+/// A streamed turn with two parallel calls.
+pub fn two_calls(a: (&str, &str, &str), b: (&str, &str, &str)) -> Vec<String> {
+    split_events(
+        &[
+            call_start(0, a.0, a.1),
+            call_start(1, b.0, b.1),
+            call_args(0, a.2),
+            call_args(1, b.2),
+            finish("tool_calls"),
+            usage(10, 5),
+            "[DONE]".into(),
+        ],
+        9,
+    )
+}
+
+pub fn text_turn(text: &str) -> Vec<String> {
+    split_events(
+        &[
+            chunk(json!({"role": "assistant", "content": ""})),
+            chunk(json!({"content": text})),
+            finish("stop"),
+            usage(3, 2),
+            "[DONE]".into(),
+        ],
+        1,
+    )
+}

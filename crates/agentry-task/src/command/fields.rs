@@ -1,0 +1,236 @@
+//! Checks of the single fields of a `[[tools.command]]` table.
+
+use std::collections::BTreeMap;
+
+use agentry_protocol::tool::{Effect, Idempotency};
+use agentry_tools::proc::HOST_ENV;
+use serde_json::Value as Json;
+use toml::Value;
+
+use crate::values::{FieldError, describe, field_error};
+
+/// Longest tool name: what model APIs accept.
+pub(crate) const MAX_NAME: usize = 64;
+
+/// `[A-Za-z0-9_.-]`, at most [`MAX_NAME`]: a name every model API takes as is
+/// (after `.` → `_`) and a grant pattern can name.
+pub(crate) fn tool_name(at: &str, v: &Value) -> Result<String, FieldError> {
+    let Value::String(s) = v else {
+        return Err(field_error!(
+            "{at}: expected a tool name such as \"ledger.append\", found {}",
+            describe(v)
+        ));
+    };
+    let valid = !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+    if !valid {
+        return Err(field_error!(
+            "{at}: expected letters, digits, '_', '-' and '.' only, found {s:?}"
+        ));
+    }
+    if s.chars().count() > MAX_NAME {
+        return Err(field_error!(
+            "{at}: longer than {MAX_NAME} characters, too long for model APIs"
+        ));
+    }
+    Ok(s.clone())
+}
+
+pub(crate) fn non_empty(at: &str, v: &Value) -> Result<String, FieldError> {
+    match v {
+        Value::String(s) if !s.trim().is_empty() => Ok(s.clone()),
+        v => Err(field_error!(
+            "{at}: expected a non-empty string, found {}",
+            describe(v)
+        )),
+    }
+}
+
+pub(crate) fn argv(at: &str, v: Value) -> Result<Vec<String>, FieldError> {
+    let items = match v {
+        Value::Array(items) if !items.is_empty() => items,
+        Value::Array(_) => {
+            return Err(field_error!(
+                "{at}: must not be empty; give the program first"
+            ));
+        }
+        v => {
+            return Err(field_error!(
+                "{at}: expected a non-empty array of strings (the program, then its arguments), found {}",
+                describe(&v)
+            ));
+        }
+    };
+    let mut out = Vec::with_capacity(items.len());
+    for (i, item) in items.into_iter().enumerate() {
+        let Value::String(s) = item else {
+            return Err(field_error!(
+                "{at}[{i}]: expected a string, found {}",
+                describe(&item)
+            ));
+        };
+        if i == 0 && s.is_empty() {
+            return Err(field_error!("{at}[0]: the program must not be empty"));
+        }
+        if s.contains('\0') {
+            return Err(field_error!("{at}[{i}]: contains a NUL byte"));
+        }
+        out.push(s);
+    }
+    Ok(out)
+}
+
+/// Completes and checks the schema: an object schema (`type` added if absent),
+/// `additionalProperties: false` added if absent, every `required` name a
+/// property, and it compiles (the registry's own check).
+pub(crate) fn input_schema(at: &str, schema: Json) -> Result<Json, FieldError> {
+    let Json::Object(mut map) = schema else {
+        return Err(field_error!(
+            "{at}: expected a table (the JSON Schema of the arguments object), found {schema}"
+        ));
+    };
+    match map.get("type") {
+        None => {
+            map.insert("type".into(), Json::from("object"));
+        }
+        Some(Json::String(t)) if t == "object" => {}
+        Some(other) => {
+            return Err(field_error!(
+                "{at}.type: expected \"object\" (arguments are always an object), found {other}"
+            ));
+        }
+    }
+    if let Some(props) = map.get("properties")
+        && !props.is_object()
+    {
+        return Err(field_error!(
+            "{at}.properties: expected a table of argument schemas, found {props}"
+        ));
+    }
+    // The house rule: a field the schema does not name is refused, not ignored.
+    map.entry("additionalProperties")
+        .or_insert(Json::Bool(false));
+    let schema = Json::Object(map);
+    if let Some(required) = schema.get("required").and_then(Json::as_array) {
+        let declared = properties(&schema);
+        for (i, r) in required.iter().enumerate() {
+            if let Some(r) = r.as_str()
+                && !declared.iter().any(|d| d == r)
+            {
+                return Err(field_error!(
+                    "{at}.required[{i}]: {r:?} is not in input_schema.properties"
+                ));
+            }
+        }
+    }
+    agentry_runtime::registry::check_schema(&schema).map_err(|e| {
+        // The error's path is inside the schema: name that spot in TOML terms.
+        let inside: String = e
+            .path
+            .split('/')
+            .filter(|s| !s.is_empty())
+            .map(|s| format!(".{s}"))
+            .collect();
+        field_error!("{at}{inside}: not a valid JSON Schema: {}", e.message)
+    })?;
+    Ok(schema)
+}
+
+/// The property names of an object schema.
+pub(crate) fn properties(schema: &Json) -> Vec<String> {
+    schema
+        .get("properties")
+        .and_then(Json::as_object)
+        .map(|p| p.keys().cloned().collect())
+        .unwrap_or_default()
+}
+
+/// TOML to JSON; a non-finite float (JSON has none) is an error naming its path.
+pub(crate) fn to_json(at: &str, v: Value) -> Result<Json, FieldError> {
+    Ok(match v {
+        Value::String(s) => Json::String(s),
+        Value::Integer(n) => Json::from(n),
+        Value::Float(f) => serde_json::Number::from_f64(f)
+            .map(Json::Number)
+            .ok_or_else(|| field_error!("{at}: {f} is not a JSON number"))?,
+        Value::Boolean(b) => Json::Bool(b),
+        // JSON has no date-times; the key check's serde pass already turns
+        // them into strings, so this only keeps the conversion total.
+        Value::Datetime(d) => Json::String(d.to_string()),
+        Value::Array(items) => Json::Array(
+            items
+                .into_iter()
+                .enumerate()
+                .map(|(i, v)| to_json(&format!("{at}[{i}]"), v))
+                .collect::<Result<_, _>>()?,
+        ),
+        Value::Table(table) => Json::Object(
+            table
+                .into_iter()
+                .map(|(k, v)| to_json(&format!("{at}.{k}"), v).map(|v| (k, v)))
+                .collect::<Result<_, _>>()?,
+        ),
+    })
+}
+
+pub(crate) fn effect(at: &str, v: &Value) -> Result<Effect, FieldError> {
+    match v {
+        Value::String(s) if s == "read_only" => Ok(Effect::ReadOnly),
+        Value::String(s) if s == "reversible" => Ok(Effect::Reversible),
+        Value::String(s) if s == "irreversible_external" => Ok(Effect::IrreversibleExternal),
+        v => Err(field_error!(
+            "{at}: expected \"read_only\", \"reversible\" or \"irreversible_external\", found {}",
+            describe(v)
+        )),
+    }
+}
+
+pub(crate) fn idempotency(at: &str, v: &Value) -> Result<Idempotency, FieldError> {
+    match v {
+        Value::String(s) if s == "idempotent" => Ok(Idempotency::Idempotent),
+        Value::String(s) if s == "required_key" => Ok(Idempotency::RequiredKey),
+        Value::String(s) if s == "none" => Ok(Idempotency::None),
+        v => Err(field_error!(
+            "{at}: expected \"idempotent\", \"required_key\" or \"none\", found {}",
+            describe(v)
+        )),
+    }
+}
+
+/// Fixed environment variables: names a process can take, none the host sets.
+pub(crate) fn env(at: &str, v: Value) -> Result<BTreeMap<String, String>, FieldError> {
+    let Value::Table(table) = v else {
+        return Err(field_error!(
+            "{at}: expected a table of strings, e.g. env = {{ LANG = \"C\" }}, found {}",
+            describe(&v)
+        ));
+    };
+    let mut out = BTreeMap::new();
+    for (name, value) in table {
+        let field = format!("{at}.{name}");
+        if name.is_empty() || name.contains(['=', '\0']) {
+            return Err(field_error!(
+                "{field}: not a variable name (empty, or has '=' or NUL)"
+            ));
+        }
+        if HOST_ENV.contains(&name.as_str()) {
+            return Err(field_error!(
+                "{field}: reserved; the host sets {} on every call",
+                HOST_ENV.join(", ")
+            ));
+        }
+        match value {
+            Value::String(s) if !s.contains('\0') => {
+                out.insert(name, s);
+            }
+            v => {
+                return Err(field_error!(
+                    "{field}: expected a string without NUL bytes, found {}",
+                    describe(&v)
+                ));
+            }
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,57 @@
+//! The one error of this crate, and how it becomes the runtime's.
+
+use std::path::{Path, PathBuf};
+
+use agentry_runtime::RuntimeError;
+
+/// Why a task directory could not be loaded, or a run prepared from it. Every
+/// message is the one the CLI prints (exit 2).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TaskError {
+    /// A task directory, task.toml, declared tool or workspace entry is missing
+    /// or invalid.
+    #[error("{file}: {message}", file = file.display())]
+    Invalid {
+        /// The file at fault.
+        file: PathBuf,
+        /// What is wrong, naming the field.
+        message: String,
+    },
+    /// Preparing the working directory failed.
+    #[error("working directory {path}: {source}", path = path.display())]
+    Workdir {
+        /// The directory.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The runtime refused something the task needs: the built-in tools did
+    /// not register, or agentry's temp directory is unsafe to use.
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+}
+
+impl TaskError {
+    /// Shorthand for [`TaskError::Invalid`].
+    pub(crate) fn invalid(file: impl AsRef<Path>, message: impl Into<String>) -> Self {
+        TaskError::Invalid {
+            file: file.as_ref().to_path_buf(),
+            message: message.into(),
+        }
+    }
+}
+
+/// A task error, as an embedder of the runtime sees it: the same text as
+/// before the task crate existed ([`RuntimeError::InvalidTask`],
+/// [`RuntimeError::Workdir`]).
+impl From<TaskError> for RuntimeError {
+    fn from(e: TaskError) -> Self {
+        match e {
+            TaskError::Invalid { file, message } => RuntimeError::InvalidTask { file, message },
+            TaskError::Workdir { path, source } => RuntimeError::Workdir { path, source },
+            TaskError::Runtime(e) => e,
+        }
+    }
+}

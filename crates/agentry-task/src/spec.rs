@@ -1,0 +1,126 @@
+//! [`TaskSpec`]: a loaded, validated task directory, and what it builds for the
+//! runtime (its tool registry, a runtime, a run configuration).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentry_protocol::accept::AcceptCheck;
+use agentry_protocol::budget::BudgetLimits;
+use agentry_runtime::{ApprovalConfig, Driver, Grants, RunConfig, Runtime, ToolRegistry};
+use toml::Value;
+
+use crate::TASK_FILE;
+use crate::command::CommandToolDecl;
+use crate::error::TaskError;
+use crate::raw::RawTask;
+use crate::values::syntax_error;
+
+/// A loaded, validated task directory.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskSpec {
+    /// The task directory, as given.
+    pub dir: PathBuf,
+    /// The task id: the directory's name.
+    pub task_id: String,
+    /// The goal (non-empty).
+    pub goal: String,
+    /// Budget limits; `max_steps` defaults to
+    /// [`DEFAULT_MAX_STEPS`](agentry_runtime::config::DEFAULT_MAX_STEPS).
+    pub limits: BudgetLimits,
+    /// Tool grants; default [`DEFAULT_GRANTS`](crate::DEFAULT_GRANTS).
+    pub grants: Grants,
+    /// Command tools the task declares (`[[tools.command]]`), in file order.
+    /// Registered by [`TaskSpec::registry`], granted only through `grants`.
+    pub command_tools: Vec<CommandToolDecl>,
+    /// Acceptance checks, in file order.
+    pub accept: Vec<AcceptCheck>,
+    /// No-progress window; 0 disables the check.
+    pub progress_window: usize,
+    /// The policy script, resolved against `dir`; `None` when the task names none
+    /// and `dir/script.json` does not exist.
+    pub script: Option<PathBuf>,
+    /// `dir/workspace`, if it exists.
+    pub workspace: Option<PathBuf>,
+    /// Which calls wait for a human decision (`[tools] approve`, `approval_timeout`).
+    pub approval: ApprovalConfig,
+    /// When the run steps (`[driver] mode`).
+    pub driver: Driver,
+    /// Periodic ticks (`[driver] every`).
+    pub tick_every: Option<Duration>,
+    /// A model policy instead of a script (`[policy] model = "openai:MODEL"` or
+    /// `"anthropic:MODEL"`); the CLI's `--policy` overrides it.
+    pub model: Option<String>,
+    /// The model server (`[policy] base_url`).
+    pub base_url: Option<String>,
+}
+
+impl TaskSpec {
+    /// Loads `dir/task.toml`. A missing directory or file is an error naming it.
+    pub fn load(dir: &Path) -> Result<TaskSpec, TaskError> {
+        if !dir.is_dir() {
+            return Err(TaskError::invalid(
+                dir,
+                "task directory does not exist or is not a directory",
+            ));
+        }
+        let file = dir.join(TASK_FILE);
+        let text = std::fs::read_to_string(&file)
+            .map_err(|e| TaskError::invalid(&file, format!("cannot read task file: {e}")))?;
+        TaskSpec::parse(&text, dir)
+    }
+
+    /// Parses task.toml text for the task directory `dir` (errors name
+    /// `dir/task.toml`). Looks at the file system only to find the default script,
+    /// the workspace, and the directory's name when `dir` is `.` or similar.
+    pub fn parse(text: &str, dir: &Path) -> Result<TaskSpec, TaskError> {
+        let file = dir.join(TASK_FILE);
+        let table: toml::Table =
+            toml::from_str(text).map_err(|e| TaskError::invalid(&file, syntax_error(text, &e)))?;
+        // Top-level keys: the file itself is the table, so no prefix.
+        let raw: RawTask = Value::Table(table)
+            .try_into()
+            .map_err(|e: toml::de::Error| TaskError::invalid(&file, e.message().trim()))?;
+        TaskSpec::validate(raw, dir).map_err(|e| TaskError::invalid(&file, e.0))
+    }
+
+    /// The built-in tools plus the task's `[[tools.command]]` tools, for
+    /// [`Runtime::new`] (or use [`TaskSpec::runtime`]).
+    ///
+    /// Declared tools are registered, not granted: the task's `[tools] grant`
+    /// must name them (`grant = ["fs.*", "ledger.append"]`), else a call gets
+    /// `EPERM`. An error names task.toml and the declaration
+    /// (`tools.command[1]: ...`); [`TaskSpec::parse`] already checked what it can,
+    /// so this fails only for a hand-edited spec.
+    pub fn registry(&self) -> Result<ToolRegistry, TaskError> {
+        let file = self.dir.join(TASK_FILE);
+        let mut registry = ToolRegistry::with_builtins()?;
+        for (i, decl) in self.command_tools.iter().enumerate() {
+            let invalid = |e: &dyn std::fmt::Display| {
+                TaskError::invalid(&file, format!("tools.command[{i}]: {e}"))
+            };
+            let tool = decl.build().map_err(|e| invalid(&e))?;
+            registry.register(Arc::new(tool)).map_err(|e| invalid(&e))?;
+        }
+        Ok(registry)
+    }
+
+    /// A runtime on this task's tools: `Runtime::new(self.registry()?)`.
+    pub fn runtime(&self) -> Result<Runtime, TaskError> {
+        Ok(Runtime::new(self.registry()?))
+    }
+
+    /// The run configuration for this task in `workdir` (no trace, fresh run id).
+    pub fn run_config(&self, workdir: PathBuf) -> RunConfig {
+        let mut config = RunConfig::new(self.goal.clone(), workdir);
+        config.task_id = self.task_id.clone();
+        config.accept = self.accept.clone();
+        config.limits = self.limits;
+        config.grants = self.grants.clone();
+        config.progress_window = self.progress_window;
+        config.approval = self.approval.clone();
+        config.driver = self.driver;
+        config.tick_every = self.tick_every;
+        config
+    }
+}

@@ -1,0 +1,376 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use agentry_protocol::accept::AcceptCheck;
+use agentry_protocol::budget::BudgetLimits;
+use agentry_runtime::config::{DEFAULT_MAX_STEPS, DEFAULT_PROGRESS_WINDOW};
+use agentry_runtime::{ApprovalConfig, Driver, Grants};
+
+use crate::{TaskError, TaskSpec};
+
+const GOOD: &str = r#"
+goal = "Read numbers.txt, sum the numbers, write the sum to sum.txt"
+[budget]
+max_steps = 8
+max_tool_calls = 6
+max_tokens = 100000
+max_cost = 0.5
+deadline = "30s"
+[tools]
+grant = ["fs.read", "fs.write", "net.*"]
+[[accept]]
+file = "sum.txt"
+equals = "23"
+[[accept]]
+command = "test -s sum.txt"
+timeout = "10s"
+[[accept]]
+command = ["test", "-f", "sum.txt"]
+[policy]
+script = "plan.json"
+[progress]
+window = 4
+"#;
+
+fn parse_err(text: &str) -> String {
+    match TaskSpec::parse(text, Path::new("/nowhere/t1")) {
+        Err(TaskError::Invalid { file, message }) => {
+            assert_eq!(file, Path::new("/nowhere/t1/task.toml"));
+            message
+        }
+        other => panic!("expected InvalidTask, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_good_file_parses() {
+    let spec = TaskSpec::parse(GOOD, Path::new("/nowhere/t1")).unwrap();
+    assert_eq!(
+        spec,
+        TaskSpec {
+            dir: PathBuf::from("/nowhere/t1"),
+            task_id: "t1".into(),
+            goal: "Read numbers.txt, sum the numbers, write the sum to sum.txt".into(),
+            limits: BudgetLimits {
+                max_retries: None,
+                max_ticks: None,
+                max_steps: Some(8),
+                max_tool_calls: Some(6),
+                max_tokens: Some(100_000),
+                max_cost_micros: Some(500_000),
+                deadline_ms: Some(30_000),
+            },
+            grants: Grants::new(["fs.read", "fs.write", "net.*"]),
+            command_tools: Vec::new(),
+            accept: vec![
+                AcceptCheck::File {
+                    file: "sum.txt".into(),
+                    equals: Some("23".into()),
+                    contains: None,
+                },
+                AcceptCheck::Command {
+                    argv: vec!["sh".into(), "-c".into(), "test -s sum.txt".into()],
+                    timeout_ms: 10_000,
+                },
+                AcceptCheck::Command {
+                    argv: vec!["test".into(), "-f".into(), "sum.txt".into()],
+                    timeout_ms: 30_000,
+                },
+            ],
+            progress_window: 4,
+            script: Some(PathBuf::from("/nowhere/t1/plan.json")),
+            workspace: None,
+            approval: ApprovalConfig::default(),
+            driver: Driver::Pull,
+            tick_every: None,
+            model: None,
+            base_url: None,
+        }
+    );
+}
+
+#[test]
+fn a_model_policy_parses_and_bad_ones_name_the_field() {
+    let text = "goal = \"g\"\n[policy]\nmodel = \"openai:qwen2.5\"\nbase_url = \"http://127.0.0.1:8080/v1\"";
+    let spec = TaskSpec::parse(text, Path::new("/nowhere/m")).unwrap();
+    assert_eq!(spec.model.as_deref(), Some("openai:qwen2.5"));
+    assert_eq!(spec.base_url.as_deref(), Some("http://127.0.0.1:8080/v1"));
+    for (text, field) in [
+        ("goal = \"g\"\n[policy]\nmodel = \"gpt\"", "policy.model"),
+        (
+            "goal = \"g\"\n[policy]\nbase_url = \"http://x\"",
+            "policy.base_url",
+        ),
+        (
+            "goal = \"g\"\n[policy]\nmodel = \"openai:m\"\nbase_url = 3",
+            "policy.base_url",
+        ),
+    ] {
+        let err = TaskSpec::parse(text, Path::new("/nowhere/m"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(field), "{text}: {err}");
+    }
+}
+
+#[test]
+fn approvals_and_drivers_parse() {
+    let text = r#"
+goal = "watch the queue"
+[budget]
+max_ticks = 10
+[tools]
+grant = ["payments.*"]
+approve = ["payments.refund"]
+approval_timeout = "2m"
+[driver]
+every = "5s"
+"#;
+    let spec = TaskSpec::parse(text, Path::new("/nowhere/t3")).unwrap();
+    assert_eq!(spec.approval.require, Grants::new(["payments.refund"]));
+    assert_eq!(spec.approval.timeout, Some(Duration::from_secs(120)));
+    assert_eq!(
+        spec.driver,
+        Driver::Events,
+        "ticks imply an event-driven agent"
+    );
+    assert_eq!(spec.tick_every, Some(Duration::from_secs(5)));
+    assert_eq!(spec.limits.max_ticks, Some(10));
+    let config = spec.run_config(PathBuf::from("/tmp"));
+    assert_eq!(config.tick_every, Some(Duration::from_secs(5)));
+
+    for (text, field) in [
+        ("goal = \"g\"\n[driver]\nmode = \"push\"", "driver.mode"),
+        (
+            "goal = \"g\"\n[driver]\nmode = \"pull\"\nevery = \"1s\"",
+            "driver.every",
+        ),
+        ("goal = \"g\"\n[tools]\napprove = \"x\"", "tools.approve"),
+        (
+            "goal = \"g\"\n[tools]\napproval_timeout = 5",
+            "tools.approval_timeout",
+        ),
+    ] {
+        let err = TaskSpec::parse(text, Path::new("/nowhere/t4"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(field), "{text}: {err}");
+    }
+}
+
+#[test]
+fn defaults_apply_when_tables_are_absent() {
+    let spec = TaskSpec::parse("goal = \"g\"", Path::new("/nowhere/t2")).unwrap();
+    assert_eq!(
+        spec.limits,
+        BudgetLimits {
+            max_steps: Some(DEFAULT_MAX_STEPS),
+            ..BudgetLimits::default()
+        }
+    );
+    assert_eq!(spec.grants, Grants::new(["fs.read"]));
+    assert_eq!(spec.progress_window, DEFAULT_PROGRESS_WINDOW);
+    assert_eq!(spec.accept, Vec::new());
+    assert_eq!(spec.script, None);
+    let spec = TaskSpec::parse("goal = \"g\"\n[tools]\n", Path::new("/nowhere/t2")).unwrap();
+    assert_eq!(spec.grants, Grants::new(["fs.read"]));
+}
+
+#[test]
+fn bad_input_names_the_field() {
+    // Size: a table of 22 cases; splitting it would scatter the messages it pins.
+    let cases = [
+        ("", "goal: missing"),
+        ("goal = \"  \"", "goal: expected a non-empty string"),
+        (
+            "goal = \"g\"\n[budget]\nmax_steps = \"ten\"",
+            "budget.max_steps: expected a positive integer, found \"ten\"",
+        ),
+        (
+            "goal = \"g\"\n[budget]\nmax_tool_calls = 0",
+            "budget.max_tool_calls: expected a positive integer, found 0",
+        ),
+        (
+            "goal = \"g\"\n[budget]\nmax_cost = -1.0",
+            "budget.max_cost: expected a positive number",
+        ),
+        (
+            "goal = \"g\"\n[budget]\ndeadline = \"soon\"",
+            "budget.deadline: expected a duration",
+        ),
+        (
+            "goal = \"g\"\n[budget]\ndeadline = 30",
+            "budget.deadline: expected a duration string",
+        ),
+        (
+            "goal = \"g\"\n[budget]\nmax_step = 3",
+            "budget: unknown field `max_step`",
+        ),
+        (
+            "goal = \"g\"\nbudget = 3",
+            "budget: expected a table, found 3",
+        ),
+        (
+            "goal = \"g\"\n[budgte]",
+            "unknown field `budgte`, expected one of",
+        ),
+        (
+            "goal = \"g\"\n[tools]\ngrant = \"fs.read\"",
+            "tools.grant: expected an array of strings",
+        ),
+        (
+            "goal = \"g\"\n[tools]\ngrant = [\"f*\"]",
+            "tools.grant[0]: \"f*\" is not a grant pattern",
+        ),
+        (
+            "goal = \"g\"\n[[accept]]\nfile = \"a\"",
+            "accept[0]: a file check needs `equals` or `contains`",
+        ),
+        (
+            "goal = \"g\"\n[[accept]]\nfile = \"a\"\nequals = \"1\"\n[[accept]]\nfile = \"/etc/passwd\"\nequals = \"x\"",
+            "accept[1].file: expected a relative path",
+        ),
+        (
+            "goal = \"g\"\n[[accept]]\ncommand = []",
+            "accept[0].command: expected a non-empty string",
+        ),
+        (
+            "goal = \"g\"\n[[accept]]\ncommand = \"true\"\ntimeout = \"x\"",
+            "accept[0].timeout: expected a duration",
+        ),
+        (
+            "goal = \"g\"\n[[accept]]\nfile = \"a\"\ncommand = \"true\"",
+            "accept[0]: has both `file` and `command`",
+        ),
+        (
+            "goal = \"g\"\n[[accept]]\nequals = \"1\"",
+            "accept[0]: expected `file` or `command`",
+        ),
+        (
+            "goal = \"g\"\n[[accept]]\nfile = \"a\"\nequal = \"1\"",
+            "accept[0]: unknown field `equal`",
+        ),
+        (
+            "goal = \"g\"\n[policy]\nscript = 3",
+            "policy.script: expected a relative path, found 3",
+        ),
+        (
+            "goal = \"g\"\n[progress]\nwindow = -1",
+            "progress.window: expected a non-negative integer",
+        ),
+        ("goal = \"g\"\n[budget\n", "not valid TOML at line 2"),
+    ];
+    for (text, want) in cases {
+        let message = parse_err(text);
+        assert!(
+            message.contains(want),
+            "{text:?}: got {message:?}, want {want:?}"
+        );
+    }
+}
+
+#[test]
+fn load_reports_a_missing_directory_and_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let missing = tmp.path().join("nope");
+    let err = TaskSpec::load(&missing).unwrap_err();
+    assert!(
+        matches!(&err, TaskError::Invalid { file, .. } if file == &missing),
+        "{err}"
+    );
+    let err = TaskSpec::load(tmp.path()).unwrap_err();
+    assert!(
+        matches!(&err, TaskError::Invalid { file, .. } if file == &tmp.path().join("task.toml")),
+        "{err}"
+    );
+}
+
+fn task_dir() -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join("task.toml"), "goal = \"sum\"").unwrap();
+    std::fs::write(tmp.path().join("script.json"), "{\"turns\":[]}").unwrap();
+    let ws = tmp.path().join("workspace");
+    std::fs::create_dir_all(ws.join("sub/deeper")).unwrap();
+    std::fs::write(ws.join("numbers.txt"), "3\n5\n7\n8\n").unwrap();
+    std::fs::write(ws.join("sub/deeper/note.txt"), "hi").unwrap();
+    tmp
+}
+
+#[test]
+fn defaults_find_script_and_workspace() {
+    let tmp = task_dir();
+    let spec = TaskSpec::load(tmp.path()).unwrap();
+    assert_eq!(spec.script, Some(tmp.path().join("script.json")));
+    assert_eq!(spec.workspace, Some(tmp.path().join("workspace")));
+    let config = spec.run_config(PathBuf::from("/w"));
+    assert_eq!(config.task_id, spec.task_id);
+    assert_eq!(config.workdir, PathBuf::from("/w"));
+    assert_eq!(config.limits, spec.limits);
+}
+
+#[test]
+fn workdir_is_a_fresh_copy_per_call() {
+    let tmp = task_dir();
+    let spec = TaskSpec::load(tmp.path()).unwrap();
+    let a = spec.prepare_workdir(None).unwrap();
+    let b = spec.prepare_workdir(None).unwrap();
+    assert_ne!(a, b);
+    for w in [&a, &b] {
+        assert!(w.starts_with(std::fs::canonicalize(std::env::temp_dir()).unwrap()));
+        assert_eq!(
+            std::fs::read_to_string(w.join("numbers.txt")).unwrap(),
+            "3\n5\n7\n8\n"
+        );
+        assert_eq!(
+            std::fs::read_to_string(w.join("sub/deeper/note.txt")).unwrap(),
+            "hi"
+        );
+    }
+    std::fs::write(a.join("numbers.txt"), "changed").unwrap();
+    assert_eq!(
+        std::fs::read_to_string(tmp.path().join("workspace/numbers.txt")).unwrap(),
+        "3\n5\n7\n8\n"
+    );
+    std::fs::remove_dir_all(a).unwrap();
+    std::fs::remove_dir_all(b).unwrap();
+}
+
+#[test]
+fn a_given_workdir_must_be_new_or_empty() {
+    let tmp = task_dir();
+    let spec = TaskSpec::load(tmp.path()).unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let fresh = out.path().join("new/run");
+    let got = spec.prepare_workdir(Some(&fresh)).unwrap();
+    assert_eq!(got, std::fs::canonicalize(&fresh).unwrap());
+    assert!(fresh.join("numbers.txt").is_file());
+    let err = spec.prepare_workdir(Some(&fresh)).unwrap_err();
+    assert!(err.to_string().contains("not empty"), "{err}");
+    let empty = out.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    spec.prepare_workdir(Some(&empty)).unwrap();
+    let file = out.path().join("file");
+    std::fs::write(&file, "x").unwrap();
+    let err = spec.prepare_workdir(Some(&file)).unwrap_err();
+    assert!(err.to_string().contains("not a directory"), "{err}");
+}
+
+#[cfg(unix)]
+#[test]
+fn symlinks_in_the_workspace_are_refused() {
+    let tmp = task_dir();
+    std::os::unix::fs::symlink("/etc/passwd", tmp.path().join("workspace/sub/link")).unwrap();
+    let spec = TaskSpec::load(tmp.path()).unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let target = out.path().join("run");
+    let err = spec.prepare_workdir(Some(&target)).unwrap_err();
+    assert!(
+        matches!(&err, TaskError::Invalid { file, message }
+            if file.ends_with("workspace/sub/link") && message.contains("symbolic links")),
+        "{err}"
+    );
+    // Refused before anything was created.
+    assert!(!target.exists());
+}

@@ -1,0 +1,295 @@
+//! The second phase of parsing: every value of every table, by hand, so an
+//! error names the field, what was expected and what was found. One function
+//! per table, called in file-documentation order; the first error wins.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use agentry_protocol::accept::AcceptCheck;
+use agentry_protocol::budget::BudgetLimits;
+use agentry_runtime::config::{DEFAULT_MAX_STEPS, DEFAULT_PROGRESS_WINDOW};
+use agentry_runtime::{ApprovalConfig, Driver, Grants};
+use toml::Value;
+
+use crate::accept::accept;
+use crate::command::{CommandToolDecl, command_tools};
+use crate::raw::{RawBudget, RawDriver, RawPolicy, RawProgress, RawTask, RawTools};
+use crate::spec::TaskSpec;
+use crate::values::{
+    FieldError, describe, duration, field_error, millis, money, non_negative, patterns, positive,
+    relative_path, section, task_id,
+};
+use crate::{DEFAULT_GRANTS, DEFAULT_SCRIPT, WORKSPACE_DIR};
+
+/// `[tools]`, checked.
+struct ToolsTable {
+    grants: Grants,
+    command_tools: Vec<CommandToolDecl>,
+    approval: ApprovalConfig,
+}
+
+/// `[driver]`, checked.
+struct DriverTable {
+    driver: Driver,
+    tick_every: Option<Duration>,
+}
+
+/// `[policy]`, checked; `script` already falls back to `dir/script.json`.
+struct PolicyTable {
+    script: Option<PathBuf>,
+    model: Option<String>,
+    base_url: Option<String>,
+}
+
+impl TaskSpec {
+    /// Checks every value of a task file whose keys serde accepted.
+    pub(crate) fn validate(raw: RawTask, dir: &Path) -> Result<TaskSpec, FieldError> {
+        let goal = goal(raw.goal)?;
+        let limits = budget_table(raw.budget)?;
+        let ToolsTable {
+            grants,
+            command_tools,
+            approval,
+        } = tools_table(raw.tools)?;
+        let DriverTable { driver, tick_every } = driver_table(raw.driver)?;
+        let accept = accept_table(raw.accept)?;
+        let PolicyTable {
+            script,
+            model,
+            base_url,
+        } = policy_table(raw.policy, dir)?;
+        let progress_window = progress_table(raw.progress)?;
+        let workspace = Some(dir.join(WORKSPACE_DIR)).filter(|p| p.is_dir());
+        Ok(TaskSpec {
+            dir: dir.to_path_buf(),
+            task_id: task_id(dir),
+            goal,
+            limits,
+            grants,
+            command_tools,
+            accept,
+            progress_window,
+            script,
+            workspace,
+            approval,
+            driver,
+            tick_every,
+            model,
+            base_url,
+        })
+    }
+}
+
+fn goal(v: Option<Value>) -> Result<String, FieldError> {
+    match v {
+        None => Err(field_error!(
+            "goal: missing; say what the task is, e.g. goal = \"...\""
+        )),
+        Some(Value::String(s)) if !s.trim().is_empty() => Ok(s),
+        Some(v) => Err(field_error!(
+            "goal: expected a non-empty string, found {}",
+            describe(&v)
+        )),
+    }
+}
+
+/// `[budget]`; `max_steps` defaults to [`DEFAULT_MAX_STEPS`].
+fn budget_table(v: Option<Value>) -> Result<BudgetLimits, FieldError> {
+    let limits = match v {
+        Some(v) => budget(section("budget", v)?)?,
+        None => BudgetLimits::default(),
+    };
+    Ok(BudgetLimits {
+        max_steps: limits.max_steps.or(Some(DEFAULT_MAX_STEPS)),
+        ..limits
+    })
+}
+
+fn budget(raw: RawBudget) -> Result<BudgetLimits, FieldError> {
+    let opt = |name: &str, v: Option<Value>| {
+        v.map(|v| positive(&format!("budget.{name}"), &v))
+            .transpose()
+    };
+    Ok(BudgetLimits {
+        max_steps: opt("max_steps", raw.max_steps)?,
+        max_tool_calls: opt("max_tool_calls", raw.max_tool_calls)?,
+        max_tokens: opt("max_tokens", raw.max_tokens)?,
+        max_cost_micros: raw
+            .max_cost
+            .map(|v| money("budget.max_cost", &v))
+            .transpose()?,
+        deadline_ms: raw
+            .deadline
+            .map(|v| duration("budget.deadline", &v).map(millis))
+            .transpose()?,
+        max_ticks: opt("max_ticks", raw.max_ticks)?,
+        max_retries: raw
+            .max_retries
+            .map(|v| non_negative("budget.max_retries", &v))
+            .transpose()?,
+    })
+}
+
+/// `[tools]`: grants (default [`DEFAULT_GRANTS`]), approvals, command tools.
+fn tools_table(v: Option<Value>) -> Result<ToolsTable, FieldError> {
+    let Some(v) = v else {
+        return Ok(ToolsTable {
+            grants: Grants::new(DEFAULT_GRANTS.iter().copied()),
+            command_tools: Vec::new(),
+            approval: ApprovalConfig::default(),
+        });
+    };
+    let tools = section::<RawTools>("tools", v)?;
+    let mut approval = ApprovalConfig::default();
+    if let Some(approve) = tools.approve {
+        approval.require = Grants::new(patterns("tools.approve", approve)?);
+    }
+    if let Some(t) = tools.approval_timeout {
+        approval.timeout = Some(duration("tools.approval_timeout", &t)?);
+    }
+    let command_tools = match tools.command {
+        Some(v) => command_tools(v)?,
+        None => Vec::new(),
+    };
+    let grants = match tools.grant {
+        Some(grant) => Grants::new(patterns("tools.grant", grant)?),
+        None => Grants::new(DEFAULT_GRANTS.iter().copied()),
+    };
+    Ok(ToolsTable {
+        grants,
+        command_tools,
+        approval,
+    })
+}
+
+/// `[driver]`: `mode` (`pull` unless ticks are set) and `every` (ticks).
+fn driver_table(v: Option<Value>) -> Result<DriverTable, FieldError> {
+    let Some(v) = v else {
+        return Ok(DriverTable {
+            driver: Driver::Pull,
+            tick_every: None,
+        });
+    };
+    let d = section::<RawDriver>("driver", v)?;
+    let every = d.every.map(|e| duration("driver.every", &e)).transpose()?;
+    let driver = match d.mode {
+        None if every.is_some() => Driver::Events,
+        None => Driver::Pull,
+        Some(Value::String(m)) if m == "pull" => Driver::Pull,
+        Some(Value::String(m)) if m == "events" => Driver::Events,
+        Some(other) => {
+            return Err(field_error!(
+                "driver.mode: expected \"pull\" or \"events\", found {}",
+                describe(&other)
+            ));
+        }
+    };
+    if every.is_some() && driver == Driver::Pull {
+        return Err(field_error!(
+            "driver.every: ticks need mode = \"events\" (a time-driven agent sleeps between ticks)"
+        ));
+    }
+    if every.is_some_and(|e| e.is_zero()) {
+        return Err(field_error!("driver.every: must be longer than zero"));
+    }
+    Ok(DriverTable {
+        driver,
+        tick_every: every,
+    })
+}
+
+/// `[[accept]]`, in file order.
+fn accept_table(v: Option<Value>) -> Result<Vec<AcceptCheck>, FieldError> {
+    match v {
+        None => Ok(Vec::new()),
+        Some(Value::Array(items)) => items
+            .into_iter()
+            .enumerate()
+            .map(|(i, v)| {
+                let at = format!("accept[{i}]");
+                accept(&at, section(&at, v)?)
+            })
+            .collect(),
+        Some(v) => Err(field_error!(
+            "accept: expected an array of tables ([[accept]]), found {}",
+            describe(&v)
+        )),
+    }
+}
+
+/// `[policy]`: a script (resolved against `dir`, default `dir/script.json` if
+/// it exists), or a model and its server.
+fn policy_table(v: Option<Value>, dir: &Path) -> Result<PolicyTable, FieldError> {
+    let default_script = || Some(dir.join(DEFAULT_SCRIPT)).filter(|p| p.is_file());
+    let Some(v) = v else {
+        return Ok(PolicyTable {
+            script: default_script(),
+            model: None,
+            base_url: None,
+        });
+    };
+    let policy = section::<RawPolicy>("policy", v)?;
+    let model = policy
+        .model
+        .map(|m| model_spec("policy.model", &m))
+        .transpose()?;
+    let base_url = match policy.base_url {
+        None => None,
+        Some(Value::String(u)) if u.starts_with("http://") || u.starts_with("https://") => Some(u),
+        Some(other) => {
+            return Err(field_error!(
+                "policy.base_url: expected an http:// URL, found {}",
+                describe(&other)
+            ));
+        }
+    };
+    if base_url.is_some() && model.is_none() {
+        return Err(field_error!(
+            "policy.base_url: applies only with policy.model"
+        ));
+    }
+    let script = match policy.script {
+        Some(s) => Some(dir.join(relative_path("policy.script", &s)?)),
+        None => default_script(),
+    };
+    Ok(PolicyTable {
+        script,
+        model,
+        base_url,
+    })
+}
+
+/// `provider:model` with a provider agentry speaks.
+fn model_spec(at: &str, v: &Value) -> Result<String, FieldError> {
+    match v {
+        Value::String(s)
+            if s.split_once(':').is_some_and(|(p, m)| {
+                (p == "openai" || p == "anthropic") && !m.trim().is_empty()
+            }) =>
+        {
+            Ok(s.clone())
+        }
+        other => Err(field_error!(
+            "{at}: expected \"openai:MODEL\" or \"anthropic:MODEL\", found {}",
+            describe(other)
+        )),
+    }
+}
+
+/// `[progress] window`: 0 (off) or at least 2; default [`DEFAULT_PROGRESS_WINDOW`].
+fn progress_table(v: Option<Value>) -> Result<usize, FieldError> {
+    let Some(v) = v else {
+        return Ok(DEFAULT_PROGRESS_WINDOW);
+    };
+    let Some(w) = section::<RawProgress>("progress", v)?.window else {
+        return Ok(DEFAULT_PROGRESS_WINDOW);
+    };
+    match usize::try_from(non_negative("progress.window", &w)?) {
+        // A window of one would call every step "no progress".
+        Ok(1) => Err(field_error!(
+            "progress.window: must be 0 (off) or at least 2, found 1"
+        )),
+        Ok(w) => Ok(w),
+        Err(_) => Err(field_error!("progress.window: too large")),
+    }
+}
