@@ -274,9 +274,7 @@ pub(crate) fn check_takeover(run_id: &str, owner: &RunOwner) -> Result<(), Runti
 
 /// "process 1234 on host h since 2026-12-01T11:22:45Z (last heartbeat 1 s ago)".
 pub(crate) fn describe(owner: &RunOwner) -> String {
-    let at = |ms: u64| {
-        humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + Duration::from_millis(ms))
-    };
+    let at = agentry_protocol::rfc3339_seconds;
     let ago = agentry_protocol::now_millis().saturating_sub(owner.heartbeat_ms) / 1000;
     format!(
         "process {} on host {} since {} (last heartbeat {ago} s ago)",

@@ -16,7 +16,6 @@ use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
 
 use crate::{Tool, ToolContext, ToolOutput, parse_args, schema_for};
 
@@ -28,24 +27,9 @@ pub const WAIT_TOOL: &str = "agent.wait";
 /// What a model asks for when it delegates (plain data, in agentry-protocol).
 pub use agentry_protocol::child::ChildRequest;
 
-/// The host side of agent delegation, provided by the runtime per run.
-#[async_trait]
-pub trait AgentDesk: Send + Sync {
-    /// Starts a child of the calling run; returns its run id, or a typed refusal
-    /// (`EBUDGET` when the parent cannot cover the budget, `EPERM` for grants or
-    /// tree limits, `EINVAL` for a bad request).
-    async fn spawn(&self, request: ChildRequest) -> Result<String, ToolError>;
-
-    /// Waits for a child to end; returns its outcome as data (`stop_reason`,
-    /// `answer`, `detail`, `steps`, `tool_calls`). Stops waiting (`ECANCELED`) when
-    /// `cancel` fires, or `ETIMEDOUT` after `timeout`.
-    async fn wait(
-        &self,
-        child_id: &str,
-        timeout: Option<Duration>,
-        cancel: &CancellationToken,
-    ) -> Result<Value, ToolError>;
-}
+/// The host side of agent delegation (defined beside the tool seam, which
+/// carries it in [`ToolContext::agents`]).
+pub use crate::tool::AgentDesk;
 
 /// A child's budget request (all optional; unset dimensions the parent limits get
 /// what the parent has left).

@@ -5,13 +5,15 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use std::time::Duration;
+
+use agentry_protocol::child::ChildRequest;
 use agentry_protocol::envelope::{ResourceRef, ToolError};
 use agentry_protocol::tool::ToolContract;
 use async_trait::async_trait;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::agents::AgentDesk;
 use crate::fs::WorkRoot;
 
 /// What a tool gets besides its arguments.
@@ -119,4 +121,23 @@ pub fn parse_args<T: serde::de::DeserializeOwned>(args: Value) -> Result<T, Tool
             format!("arguments do not match the tool's schema: {e}"),
         )
     })
+}
+
+/// The host side of agent delegation, provided by the runtime per run.
+#[async_trait]
+pub trait AgentDesk: Send + Sync {
+    /// Starts a child of the calling run; returns its run id, or a typed refusal
+    /// (`EBUDGET` when the parent cannot cover the budget, `EPERM` for grants or
+    /// tree limits, `EINVAL` for a bad request).
+    async fn spawn(&self, request: ChildRequest) -> Result<String, ToolError>;
+
+    /// Waits for a child to end; returns its outcome as data (`stop_reason`,
+    /// `answer`, `detail`, `steps`, `tool_calls`). Stops waiting (`ECANCELED`) when
+    /// `cancel` fires, or `ETIMEDOUT` after `timeout`.
+    async fn wait(
+        &self,
+        child_id: &str,
+        timeout: Option<Duration>,
+        cancel: &CancellationToken,
+    ) -> Result<Value, ToolError>;
 }
