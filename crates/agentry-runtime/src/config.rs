@@ -1,18 +1,52 @@
 //! What a run needs to start.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use agentry_protocol::accept::AcceptCheck;
 use agentry_protocol::budget::BudgetLimits;
 use serde::{Deserialize, Serialize};
 
-use crate::executor::{DEFAULT_MAX_PARALLEL, RetryPolicy};
 use crate::registry::Grants;
 
 /// Default step limit when none is given: runs always stop.
 pub const DEFAULT_MAX_STEPS: u64 = 50;
 /// Default no-progress window.
 pub const DEFAULT_PROGRESS_WINDOW: usize = 3;
+
+/// Default bound on concurrently running calls of one step.
+pub const DEFAULT_MAX_PARALLEL: usize = 8;
+
+/// Backoff between automatic retries: `base · 2^(attempt-1)`, capped, with jitter
+/// drawn from the upper half so retries of parallel calls do not line up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RetryPolicy {
+    /// Backoff before the first retry.
+    pub base: Duration,
+    /// Upper bound of any backoff.
+    pub max: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            base: Duration::from_millis(50),
+            max: Duration::from_secs(2),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// The backoff after failed attempt `attempt` (from 1).
+    pub fn backoff(&self, attempt: u32) -> Duration {
+        let exp = self
+            .base
+            .saturating_mul(1u32 << attempt.saturating_sub(1).min(16));
+        let full = exp.min(self.max);
+        let half = full / 2;
+        half + Duration::from_micros(fastrand::u64(0..=half.as_micros() as u64))
+    }
+}
 
 /// The longest run id accepted, in bytes.
 pub const MAX_RUN_ID_BYTES: usize = 128;
@@ -69,7 +103,7 @@ pub struct ApprovalConfig {
     pub irreversible: bool,
     /// How long a call waits before it is refused (`EPERM`); `None` waits until
     /// the run's deadline.
-    pub timeout: Option<std::time::Duration>,
+    pub timeout: Option<Duration>,
     /// Tools the operator approved up front (CLI `--approve`): their calls run
     /// without parking, even when `require` or `irreversible` would park them.
     #[serde(default)]
@@ -81,7 +115,7 @@ impl Default for ApprovalConfig {
         ApprovalConfig {
             require: Grants::new(Vec::<String>::new()),
             irreversible: true,
-            timeout: Some(std::time::Duration::from_secs(300)),
+            timeout: Some(Duration::from_secs(300)),
             pre_approved: Grants::new(Vec::<String>::new()),
         }
     }
@@ -152,7 +186,7 @@ pub struct RunConfig {
     /// Periodic ticks (`every`): each wakes one step of an event-driven agent and
     /// spends one tick of the budget; a tick due while the previous one still runs
     /// is skipped and counted, never stacked.
-    pub tick_every: Option<std::time::Duration>,
+    pub tick_every: Option<Duration>,
     /// Depth and fan-out limits of the agent tree this run roots (ignored for a
     /// child, which inherits its root's).
     pub tree: TreeLimits,

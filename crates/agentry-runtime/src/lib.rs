@@ -42,7 +42,6 @@ pub mod error;
 pub mod events;
 pub mod executor;
 pub mod grants;
-pub mod owner;
 pub mod policy;
 pub mod registry;
 mod resume;
@@ -55,6 +54,8 @@ pub use budget::BudgetMsg;
 pub use conductor::{ConductorMsg, RunActors, RunOutcome};
 pub use config::{ApprovalConfig, Driver, RunConfig, TreeLimits};
 pub use durable::Durability;
+// Kept at its old path: run ownership lives with the rest of durability.
+pub use durable::owner;
 pub use error::RuntimeError;
 pub use executor::ExecutorMsg;
 pub use grants::Grants;

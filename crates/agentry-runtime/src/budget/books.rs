@@ -1,0 +1,325 @@
+//! The supervisor's books: the budget vector, what is reserved for children,
+//! and every answer it gives (each a few comparisons, never a wait).
+
+use std::collections::HashMap;
+
+use agentry_protocol::budget::{BudgetLimits, BudgetSnapshot, Usage};
+use agentry_protocol::stop::StopReason;
+use ractor::ActorRef;
+use tokio::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+
+use super::deadline::DeadlineTimer;
+use super::msg::{BudgetArgs, BudgetMsg, ParentLink, SpendReply};
+use super::tally::{ToolCallTally, signed};
+
+/// Supervisor state.
+#[derive(Debug)]
+pub struct BudgetState {
+    limits: BudgetLimits,
+    spent: Usage,
+    started: Instant,
+    run_token: CancellationToken,
+    cause: Option<StopReason>,
+    timer: Option<DeadlineTimer>,
+    parent: Option<ParentLink>,
+    /// Allowances reserved for live children, minus what they have spent.
+    reserved: Usage,
+    /// The absolute deadline, if any.
+    deadline_at: Option<Instant>,
+    /// Per live child: what is still reserved for it.
+    children: HashMap<String, Usage>,
+    /// Every child carved from this node, in order.
+    spawned: Vec<String>,
+    tool_calls: ToolCallTally,
+}
+
+impl BudgetState {
+    /// The books at start, with the deadline alarm armed.
+    pub(super) fn start(args: BudgetArgs, myself: ActorRef<BudgetMsg>) -> BudgetState {
+        // A child's deadline is never later than its parent's: the earlier of its
+        // own and the parent's absolute instant, so when an ancestor's deadline
+        // fires, every descendant's has passed too (and says `deadline`).
+        let own = args
+            .limits
+            .deadline_ms
+            .map(|ms| crate::clock::later(args.started, Duration::from_millis(ms)));
+        let deadline_at = match (own, args.parent_deadline) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let timer = deadline_at.map(|at| DeadlineTimer::arm(at, myself, args.run_token.clone()));
+        args.tool_calls
+            .start(args.limits.max_tool_calls, args.spent.tool_calls);
+        BudgetState {
+            deadline_at,
+            parent: args.parent,
+            reserved: Usage::default(),
+            children: HashMap::new(),
+            spawned: Vec::new(),
+            limits: args.limits,
+            spent: args.spent,
+            started: args.started,
+            run_token: args.run_token,
+            cause: None,
+            timer,
+            tool_calls: args.tool_calls,
+        }
+    }
+
+    /// The run is over: the alarm goes, the last tool calls are booked, and what
+    /// this run did not use returns to its parent.
+    pub(super) fn stop(&mut self) {
+        if let Some(t) = self.timer.take() {
+            t.disarm();
+        }
+        self.book_tool_calls();
+        if let Some(p) = &self.parent {
+            let _ = p.budget.cast(BudgetMsg::Release {
+                child_id: p.child_id.clone(),
+            });
+        }
+    }
+
+    /// The budget now.
+    #[inline]
+    pub(super) fn snapshot(&self) -> BudgetSnapshot {
+        BudgetSnapshot::new(self.limits, self.spent, self.elapsed_ms())
+    }
+
+    /// A child's limits and the allowance to reserve for them (see
+    /// [`BudgetMsg::Reserve`]). Tool calls limited here are taken from the
+    /// tally, last, once everything else fits.
+    fn carve(&self, request: &BudgetLimits) -> Result<(BudgetLimits, Usage), String> {
+        let mine = &self.limits;
+        let left = mine.left(&self.committed());
+        // A dimension limited here is always limited for the child: by its request,
+        // or by everything that is left.
+        let pick = |req: Option<u64>, limit: Option<u64>, left: u64| match (req, limit) {
+            (Some(r), _) => Some(r),
+            (None, Some(_)) => Some(left),
+            (None, None) => None,
+        };
+        let wall_left = mine
+            .deadline_ms
+            .map(|d| d.saturating_sub(self.elapsed_ms()));
+        let deadline_ms = match (request.deadline_ms, wall_left) {
+            (Some(r), Some(w)) => Some(r.min(w)),
+            (r, w) => r.or(w),
+        };
+        let mut limits = BudgetLimits {
+            max_steps: pick(request.max_steps, mine.max_steps, left.steps),
+            // Set from the tally below when limited here.
+            max_tool_calls: request.max_tool_calls,
+            max_tokens: pick(request.max_tokens, mine.max_tokens, left.tokens_in),
+            max_cost_micros: pick(
+                request.max_cost_micros,
+                mine.max_cost_micros,
+                left.cost_micros,
+            ),
+            deadline_ms,
+            max_retries: pick(request.max_retries, mine.max_retries, left.retries),
+            max_ticks: pick(request.max_ticks, mine.max_ticks, left.ticks),
+        };
+        // Only what is limited here needs setting aside.
+        let reserve = |child: Option<u64>, limit: Option<u64>| {
+            if limit.is_some() {
+                child.unwrap_or(0)
+            } else {
+                0
+            }
+        };
+        let mut allowance = Usage {
+            steps: reserve(limits.max_steps, mine.max_steps),
+            tool_calls: 0,
+            tokens_in: reserve(limits.max_tokens, mine.max_tokens),
+            tokens_out: 0,
+            cost_micros: reserve(limits.max_cost_micros, mine.max_cost_micros),
+            retries: reserve(limits.max_retries, mine.max_retries),
+            ticks: reserve(limits.max_ticks, mine.max_ticks),
+        };
+        mine.covers(&self.committed(), &allowance)?;
+        if let Some(max) = mine.max_tool_calls {
+            let calls = self
+                .tool_calls
+                .carve(request.max_tool_calls)
+                .map_err(|left| {
+                    format!(
+                        "tool_calls: the child asked for {} but only {left} of {max} are left",
+                        request.max_tool_calls.unwrap_or(left)
+                    )
+                })?;
+            limits.max_tool_calls = Some(calls);
+            allowance.tool_calls = calls;
+        }
+        Ok((limits, allowance))
+    }
+
+    /// Check-before-spend of `charge`: refused past the deadline, once the run
+    /// is stopping, or when a limit would be passed; otherwise spent.
+    #[inline]
+    pub(super) fn spend(&mut self, charge: Usage) -> SpendReply {
+        if self.deadline_passed() {
+            self.cancel(StopReason::Deadline);
+            return SpendReply::Refused(StopReason::Deadline);
+        }
+        if let Some(cause) = self.cause {
+            return SpendReply::Refused(cause);
+        }
+        if let Err(reason) = self.limits.check(&self.committed(), &charge) {
+            return SpendReply::Refused(reason);
+        }
+        // Tool calls in a spend come out of what the conductor takes from too.
+        if charge.tool_calls > 0
+            && self.limits.max_tool_calls.is_some()
+            && self.tool_calls.carve(Some(charge.tool_calls)).is_err()
+        {
+            return SpendReply::Refused(StopReason::MaxToolCalls);
+        }
+        let before = self.snapshot();
+        self.record(charge);
+        SpendReply::Granted { before }
+    }
+
+    /// Takes up to `n` of the run's own tool calls ([`BudgetMsg::SpendToolCalls`]):
+    /// how many were granted, and the snapshot after.
+    pub(super) fn spend_tool_calls(&mut self, n: u64) -> (u64, BudgetSnapshot) {
+        let granted = if self.cause.is_some() {
+            0
+        } else {
+            self.tool_calls.take_up_to(n)
+        };
+        self.book_tool_calls();
+        (granted, self.snapshot())
+    }
+
+    /// Check, then spend, one automatic retry.
+    pub(super) fn spend_retry(&mut self) -> bool {
+        let ok = self.cause.is_none()
+            && !self.deadline_passed()
+            && self.limits.allows_retry(&self.committed());
+        if ok {
+            self.record(Usage {
+                retries: 1,
+                ..Usage::default()
+            });
+        }
+        ok
+    }
+
+    /// Records usage already incurred (a model turn), with no check.
+    pub(super) fn charge(&mut self, usage: Usage) {
+        self.tool_calls.shift(-signed(usage.tool_calls));
+        self.record(usage);
+    }
+
+    /// Carves a child's budget ([`BudgetMsg::Reserve`]) and sets it aside: the
+    /// child's limits and this node's absolute deadline, or why not.
+    pub(super) fn reserve(
+        &mut self,
+        child_id: String,
+        request: &BudgetLimits,
+    ) -> Result<(BudgetLimits, Option<Instant>), String> {
+        let answer = match self.cause {
+            Some(cause) => Err(format!("the parent is stopping ({cause})")),
+            None => self.carve(request),
+        };
+        let deadline_at = self.deadline_at;
+        answer.map(|(limits, allowance)| {
+            self.spawned.push(child_id.clone());
+            self.reserved = self.reserved.plus(&allowance);
+            let entry = self.children.entry(child_id).or_default();
+            *entry = entry.plus(&allowance);
+            (limits, deadline_at)
+        })
+    }
+
+    /// A child (or a descendant through it) spent `usage`.
+    pub(super) fn child_spent(&mut self, child_id: &str, usage: Usage) {
+        // The child's reservation shrinks by what it spent; what it spent
+        // beyond it (tokens known only after a model turn) is spent here too.
+        let covered = if let Some(outstanding) = self.children.get_mut(child_id) {
+            let mut covered = outstanding.min(&usage);
+            // Tokens are reserved as one figure (in tokens_in).
+            covered.tokens_in = outstanding.tokens_in.min(usage.tokens());
+            covered.tokens_out = 0;
+            *outstanding = outstanding.minus(&covered);
+            self.reserved = self.reserved.minus(&covered);
+            covered
+        } else {
+            Usage::default()
+        };
+        // Calls beyond the reservation are not left here any more.
+        let beyond = usage.tool_calls - covered.tool_calls;
+        self.tool_calls.shift(-signed(beyond));
+        self.record(usage);
+    }
+
+    /// A child ended: what it did not use of its reservation returns.
+    pub(super) fn release(&mut self, child_id: &str) {
+        if let Some(outstanding) = self.children.remove(child_id) {
+            self.reserved = self.reserved.minus(&outstanding);
+            self.tool_calls.shift(signed(outstanding.tool_calls));
+        }
+    }
+
+    /// Every child ever carved from this node, in spawn order.
+    pub(super) fn spawned(&self) -> Vec<String> {
+        self.spawned.clone()
+    }
+
+    /// How many children are still running.
+    pub(super) fn live_children(&self) -> usize {
+        self.children.len()
+    }
+
+    /// Why the run's token was cancelled (or is about to be: the deadline
+    /// passed), if it was.
+    pub(super) fn stop_cause(&self) -> Option<StopReason> {
+        self.cause
+            .or_else(|| self.deadline_passed().then_some(StopReason::Deadline))
+    }
+
+    /// Spent plus reserved for children: what this node's own checks count.
+    #[inline]
+    fn committed(&self) -> Usage {
+        self.spent.plus(&self.reserved)
+    }
+
+    /// Records a spend and charges it to every ancestor (accounting only: the
+    /// spend already fits this node's allowance, which the ancestors reserved).
+    fn record(&mut self, usage: Usage) {
+        self.spent = self.spent.plus(&usage);
+        if let Some(p) = &self.parent {
+            let _ = p.budget.cast(BudgetMsg::ChildSpent {
+                child_id: p.child_id.clone(),
+                usage,
+            });
+        }
+    }
+
+    /// Books the tool calls the conductor granted since the last message.
+    #[inline]
+    pub(super) fn book_tool_calls(&mut self) {
+        let n = self.tool_calls.take_booked();
+        if n > 0 {
+            self.record(Usage::tool_calls(n));
+        }
+    }
+
+    fn elapsed_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    fn deadline_passed(&self) -> bool {
+        self.deadline_at.is_some_and(|at| Instant::now() >= at)
+    }
+
+    /// Stops the run for `reason` (the first cause given stays).
+    pub(super) fn cancel(&mut self, reason: StopReason) {
+        if self.cause.is_none() {
+            self.cause = Some(reason);
+        }
+        self.run_token.cancel();
+    }
+}

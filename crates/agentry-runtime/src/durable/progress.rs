@@ -1,0 +1,57 @@
+//! What the conductor needs besides the state to continue a run, kept in each
+//! checkpoint.
+
+use agentry_protocol::budget::BudgetSnapshot;
+use agentry_protocol::decision::PolicyOutput;
+use serde::{Deserialize, Serialize};
+
+/// A step decided but not yet applied: resuming acts on this decision again
+/// instead of asking the policy anew (the ledger says which calls already ran).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InFlight {
+    /// Step number.
+    pub step: u64,
+    /// What the policy said.
+    pub output: PolicyOutput,
+    /// The budget when the step started.
+    pub before: BudgetSnapshot,
+}
+
+/// What the conductor needs besides the state to continue a run; kept by the
+/// state keeper and stored in each checkpoint.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Progress {
+    /// Steps taken.
+    pub steps: u64,
+    /// Tool calls this run made itself.
+    pub tool_calls: u64,
+    /// The most recent step fingerprints (no-progress window), oldest first.
+    pub fingerprints: Vec<u64>,
+    /// A decided step not yet applied.
+    pub in_flight: Option<InFlight>,
+    /// The last applied step ends the run (an answer to verify, or a stop already
+    /// decided) but the stop is not on disk yet: a resumed run does only that.
+    #[serde(default)]
+    pub ending: Option<Ending>,
+}
+
+/// How the last applied step ends the run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Ending {
+    /// The model finished with this answer: run the acceptance checks.
+    Verify {
+        /// The answer.
+        answer: String,
+    },
+    /// The step already decided the stop.
+    Stop {
+        /// Why.
+        reason: agentry_protocol::stop::StopReason,
+        /// The sentence explaining it.
+        detail: String,
+    },
+}
+
+/// Fingerprints kept in [`Progress`]: more than any sensible no-progress window.
+pub const KEPT_FINGERPRINTS: usize = 32;

@@ -1,0 +1,217 @@
+//! The store's writer thread: batches in, one transaction per group out.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use agentry_store::{Store, StoreError, Write};
+use tokio::sync::oneshot;
+
+use super::owner::{self, HEARTBEAT_EVERY};
+
+/// One batch on its way to the writer thread, with whoever waits for it.
+struct Job {
+    writes: Vec<Write>,
+    done: Option<oneshot::Sender<Result<(), StoreError>>>,
+}
+
+/// Hands batches to the store's writer thread; cheap to clone.
+#[derive(Clone)]
+pub struct StoreWriter {
+    tx: crossbeam_channel::Sender<Job>,
+    store: Arc<dyn Store>,
+    /// Set by [`StoreWriter::close`]: every later batch fails.
+    closed: Arc<AtomicBool>,
+}
+
+impl std::fmt::Debug for StoreWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreWriter")
+            .field("store", &self.store.location())
+            .finish()
+    }
+}
+
+/// Most batches one commit takes: bounds the latency one commit adds to the
+/// first batch of its group.
+const MAX_GROUP: usize = 512;
+
+/// How long the writer lingers for more work when nobody waits for what it
+/// holds: a step's decision and intents usually precede, by microseconds, the
+/// step update someone does wait for, and one fsync then covers them all.
+const LINGER: Duration = Duration::from_millis(2);
+
+impl StoreWriter {
+    /// Starts the writer thread. It ends when the last writer is dropped.
+    pub fn start(store: Arc<dyn Store>) -> std::io::Result<StoreWriter> {
+        let (tx, rx) = crossbeam_channel::unbounded::<Job>();
+        let thread_store = Arc::clone(&store);
+        let closed = Arc::new(AtomicBool::new(false));
+        let thread_closed = Arc::clone(&closed);
+        std::thread::Builder::new()
+            .name("agentry-store".into())
+            .spawn(move || writer_loop(&*thread_store, &rx, &thread_closed))?;
+        Ok(StoreWriter { tx, store, closed })
+    }
+
+    /// Refuses every batch from now on and returns once a batch being
+    /// committed has landed: after this, nothing more of this writer's runs
+    /// reaches the store.
+    pub async fn close(&self) {
+        self.closed.store(true, Ordering::SeqCst);
+        // Answered after whatever the thread was committing.
+        let _ = self.commit(Vec::new()).await;
+    }
+
+    /// Identifies this writer (and its clones) among the claims of this process.
+    pub(crate) fn key(&self) -> usize {
+        Arc::as_ptr(&self.closed) as usize
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    /// Commits a batch and waits until it is on disk.
+    pub async fn commit(&self, writes: Vec<Write>) -> Result<(), StoreError> {
+        let (done, rx) = oneshot::channel();
+        self.send(Job {
+            writes,
+            done: Some(done),
+        })?;
+        rx.await.unwrap_or_else(|_| Err(self.gone()))
+    }
+
+    /// Queues a batch without waiting. A failure is remembered by the writer:
+    /// every later batch fails with it, so nothing is acknowledged after a write
+    /// that was lost.
+    pub fn submit(&self, writes: Vec<Write>) {
+        if self.send(Job { writes, done: None }).is_err() {
+            tracing::error!(store = %self.store.location(), "store writer is gone; a write was dropped");
+        }
+    }
+
+    fn send(&self, job: Job) -> Result<(), StoreError> {
+        self.tx.send(job).map_err(|_| self.gone())
+    }
+
+    fn gone(&self) -> StoreError {
+        StoreError::Io {
+            path: self.store.location(),
+            message: "the store writer thread stopped".into(),
+        }
+    }
+}
+
+fn writer_loop(store: &dyn Store, rx: &crossbeam_channel::Receiver<Job>, closed: &Arc<AtomicBool>) {
+    // The first failure that may have lost a queued write poisons the writer.
+    let mut poisoned: Option<StoreError> = None;
+    let mut last_beat = std::time::Instant::now();
+    loop {
+        let first = match rx.recv_timeout(HEARTBEAT_EVERY) {
+            Ok(job) => Some(job),
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => None,
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
+        };
+        if last_beat.elapsed() >= HEARTBEAT_EVERY {
+            last_beat = std::time::Instant::now();
+            heartbeat(store, &poisoned, Arc::as_ptr(closed) as usize);
+        }
+        let Some(first) = first else { continue };
+        if closed.load(Ordering::SeqCst) && poisoned.is_none() {
+            poisoned = Some(StoreError::Io {
+                path: store.location(),
+                message: "this runtime let go of its runs (Runtime::abandon)".into(),
+            });
+        }
+        let group = gather(rx, first);
+        commit_group(store, group, &mut poisoned);
+    }
+}
+
+/// `first` and the batches queued behind it, lingering for more while nobody
+/// waits for any of them.
+fn gather(rx: &crossbeam_channel::Receiver<Job>, first: Job) -> Vec<Job> {
+    let mut group = vec![first];
+    loop {
+        while group.len() < MAX_GROUP {
+            match rx.try_recv() {
+                Ok(job) => group.push(job),
+                Err(_) => break,
+            }
+        }
+        if group.len() >= MAX_GROUP || group.iter().any(|j| j.done.is_some()) {
+            break;
+        }
+        match rx.recv_timeout(LINGER) {
+            Ok(job) => group.push(job),
+            Err(_) => break,
+        }
+    }
+    group
+}
+
+/// Commits a group as one transaction and answers each batch; the first
+/// failure poisons the writer.
+fn commit_group(store: &dyn Store, group: Vec<Job>, poisoned: &mut Option<StoreError>) {
+    // A run's creation and a claim commit alone: their conflict (a
+    // duplicate id, a lost race for a run) is the caller's error and must
+    // not fail other runs' batches.
+    let (creates, mut rest): (Vec<Job>, Vec<Job>) = group
+        .into_iter()
+        .partition(|j| j.writes.iter().any(Write::is_conditional));
+    for job in creates {
+        let result = check(poisoned).and_then(|()| store.commit(&job.writes));
+        reply(job.done, result);
+    }
+    if rest.is_empty() {
+        return;
+    }
+    let result = check(poisoned).and_then(|()| {
+        if rest.len() == 1 {
+            store.commit(&rest[0].writes)
+        } else {
+            // Moved, not cloned: the group's writes are large (checkpoints).
+            let all: Vec<Write> = rest
+                .iter_mut()
+                .flat_map(|j| std::mem::take(&mut j.writes))
+                .collect();
+            store.commit(&all)
+        }
+    });
+    if let Err(e) = &result {
+        tracing::error!(error = %e, "store commit failed");
+        if poisoned.is_none() {
+            *poisoned = Some(e.clone());
+        }
+    }
+    for job in rest {
+        reply(job.done, result.clone());
+    }
+}
+
+/// Refreshes the heartbeat of every run this process owns. Alone, and never
+/// poisoning the writer: a missed heartbeat loses no run state.
+fn heartbeat(store: &dyn Store, poisoned: &Option<StoreError>, writer_key: usize) {
+    let beats = owner::heartbeats(writer_key);
+    if beats.is_empty() || poisoned.is_some() {
+        return;
+    }
+    if let Err(e) = store.commit(&beats) {
+        tracing::warn!(error = %e, "could not refresh the heartbeat of this process's runs");
+    }
+}
+
+fn check(poisoned: &Option<StoreError>) -> Result<(), StoreError> {
+    match poisoned {
+        Some(e) => Err(e.clone()),
+        None => Ok(()),
+    }
+}
+
+fn reply(done: Option<oneshot::Sender<Result<(), StoreError>>>, result: Result<(), StoreError>) {
+    if let Some(done) = done {
+        let _ = done.send(result);
+    }
+}

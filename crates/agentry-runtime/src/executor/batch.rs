@@ -1,0 +1,227 @@
+//! A step's calls, group by group: consecutive parallel-safe calls run
+//! together (at most `max_parallel` at a time), any other call alone, in request
+//! order; the results are collected in request order and kept in the
+//! idempotency table.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use agentry_protocol::envelope::ResultEnvelope;
+use agentry_protocol::tool::{Idempotency, ToolCall};
+use agentry_protocol::trace::AttemptRecord;
+use agentry_store::LedgerState;
+use futures::StreamExt;
+use serde_json::Value;
+
+use super::envelope::{fail, is_recordable, lost, replay};
+use super::ledger::intent_key;
+use super::msg::{AppliedInput, CallOutcome, Executed};
+use super::prepared::{Job, Mode, Prepared, is_parallel_safe};
+use super::state::ExecutorState;
+use crate::durable::rerunnable;
+use crate::registry::ToolRegistry;
+
+/// What a step's calls produced so far, by position.
+struct StepRun {
+    results: Vec<Option<ResultEnvelope>>,
+    attempts: Vec<AttemptRecord>,
+    approvals: Vec<AppliedInput>,
+}
+
+impl StepRun {
+    /// Takes in the outcome of the call at position `k`.
+    #[inline]
+    fn absorb(&mut self, k: usize, outcome: CallOutcome) {
+        self.results[k] = Some(outcome.envelope);
+        self.attempts.extend(outcome.attempts);
+        self.approvals.extend(outcome.approval);
+    }
+}
+
+impl ExecutorState {
+    /// Runs a batch through the pipeline.
+    pub async fn execute(
+        &mut self,
+        step: u64,
+        calls: &[ToolCall],
+        granted: usize,
+        again: bool,
+    ) -> Executed {
+        let registry = Arc::clone(&self.args.registry);
+        let mut prepared = self.prepare_all(&registry, calls, granted, again);
+        let side_effects = prepared
+            .iter()
+            .any(|p| matches!(p, Prepared::Run { tool, .. } if !rerunnable(&tool.contract)));
+        let mut run = StepRun {
+            results: vec![None; calls.len()],
+            attempts: Vec::new(),
+            approvals: Vec::new(),
+        };
+        let mut i = 0;
+        while i < prepared.len() {
+            let range = next_group(&prepared, i);
+            i = range.end;
+            let group = take_group(&mut prepared, range, step, calls);
+            self.run_group(group, &mut run).await;
+        }
+        let results = self
+            .collect(prepared, &mut run.results, calls, step, &registry)
+            .await;
+        Executed {
+            results,
+            attempts: run.attempts,
+            approvals: run.approvals,
+            side_effects,
+        }
+    }
+
+    /// Runs one group; calls queued behind a cancellation never start.
+    async fn run_group(&self, mut group: Vec<(Job<'_>, Value)>, run: &mut StepRun) {
+        if self.args.run_token.is_cancelled() {
+            for (job, _) in group {
+                run.results[job.position] = Some(fail(job.call, self.cancelled_error()));
+            }
+            return;
+        }
+        if group.len() == 1 {
+            // The common case, one call: no stream machinery.
+            if let Some((job, args)) = group.pop() {
+                let k = job.position;
+                let outcome = self.run_with_retries(job, args).await;
+                run.absorb(k, outcome);
+            }
+            return;
+        }
+        let ks: Vec<usize> = group.iter().map(|(job, _)| job.position).collect();
+        // Collected first: a lazy `map` closure inside the stream trips the
+        // compiler's higher-ranked lifetime inference for the actor future.
+        let runs: Vec<_> = group
+            .into_iter()
+            .map(|(job, args)| self.run_with_retries(job, args))
+            .collect();
+        let done: Vec<CallOutcome> = futures::stream::iter(runs)
+            .buffered(self.args.max_parallel.max(1))
+            .collect()
+            .await;
+        for (k, outcome) in ks.into_iter().zip(done) {
+            run.absorb(k, outcome);
+        }
+    }
+
+    /// One envelope per call, in request order; outcomes worth keeping go into
+    /// the idempotency table.
+    async fn collect(
+        &mut self,
+        prepared: Vec<Prepared<'_>>,
+        results: &mut [Option<ResultEnvelope>],
+        calls: &[ToolCall],
+        step: u64,
+        registry: &ToolRegistry,
+    ) -> Vec<Arc<ResultEnvelope>> {
+        let mut out: Vec<Arc<ResultEnvelope>> = Vec::with_capacity(calls.len());
+        for (k, p) in prepared.into_iter().enumerate() {
+            let env = match p {
+                Prepared::Done(env) => Arc::new(env),
+                Prepared::Run { digest, tool, .. } => {
+                    let env = Arc::new(results[k].take().unwrap_or_else(|| lost(&calls[k])));
+                    if is_recordable(&env) {
+                        if tool.contract.idempotency == Idempotency::RequiredKey {
+                            let key = intent_key(&self.args.run_id, digest);
+                            self.ledger.remember_intent(key, calls[k].id.clone());
+                        }
+                        self.ledger.remember(&calls[k].id, digest, &env);
+                    }
+                    env
+                }
+                Prepared::SameAs(first) => Arc::new(
+                    out.get(first)
+                        .map(|env| replay(env, &calls[k]))
+                        .unwrap_or_else(|| lost(&calls[k])),
+                ),
+                Prepared::Keyed { env, digest } => {
+                    self.record_keyed(step, k, &calls[k], registry, env, digest)
+                        .await
+                }
+            };
+            out.push(env);
+        }
+        out
+    }
+
+    /// A keyed action's recorded outcome, recorded again under this call's id.
+    async fn record_keyed(
+        &mut self,
+        step: u64,
+        position: usize,
+        call: &ToolCall,
+        registry: &ToolRegistry,
+        env: ResultEnvelope,
+        digest: u128,
+    ) -> Arc<ResultEnvelope> {
+        let env = Arc::new(env);
+        let Some(tool) = registry.get(&call.name) else {
+            return env;
+        };
+        let job = Job {
+            step,
+            position,
+            call,
+            tool,
+            digest,
+            mode: Mode::Fresh,
+        };
+        let _ = self
+            .record(&job, LedgerState::Outcome, Some(&env), false)
+            .await;
+        self.ledger.remember(&call.id, digest, &env);
+        env
+    }
+}
+
+/// The group starting at `i`: one call that must run alone, or a run of
+/// consecutive parallel-safe calls.
+fn next_group(prepared: &[Prepared<'_>], i: usize) -> Range<usize> {
+    let mut end = i + 1;
+    if is_parallel_safe(&prepared[i]) {
+        while end < prepared.len() && is_parallel_safe(&prepared[end]) {
+            end += 1;
+        }
+    }
+    i..end
+}
+
+/// The calls of a group that are to run, each with its arguments (moved into
+/// the run; `prepared` keeps the digest).
+fn take_group<'a>(
+    prepared: &mut [Prepared<'a>],
+    range: Range<usize>,
+    step: u64,
+    calls: &'a [ToolCall],
+) -> Vec<(Job<'a>, Value)> {
+    let mut group: Vec<(Job<'a>, Value)> = Vec::with_capacity(range.len());
+    for (k, p) in prepared
+        .iter_mut()
+        .enumerate()
+        .take(range.end)
+        .skip(range.start)
+    {
+        if let Prepared::Run {
+            tool,
+            args,
+            digest,
+            mode,
+        } = p
+        {
+            let job = Job {
+                step,
+                position: k,
+                call: &calls[k],
+                tool,
+                digest: *digest,
+                mode: *mode,
+            };
+            group.push((job, std::mem::take(args)));
+        }
+    }
+    group
+}

@@ -1,0 +1,134 @@
+//! One attempt of one call: the tool runs under the call's timeout and the
+//! run's cancellation token; a panic, a timeout or a cancellation becomes an
+//! envelope like any other failure.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+
+use agentry_protocol::envelope::{ErrorCode, ResultEnvelope, ToolError};
+use agentry_protocol::tool::ToolCall;
+use agentry_tools::ToolContext;
+use futures::FutureExt;
+use serde_json::Value;
+use tokio::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+
+use super::envelope::fail;
+use super::state::ExecutorState;
+use crate::registry::RegisteredTool;
+
+/// The longest a cancelled or timed-out call may run its own cancel path (killing
+/// a process group, SIGTERM then SIGKILL) before its future is dropped; each tool
+/// declares its own (`Tool::cancel_grace`, zero by default).
+pub const CANCEL_GRACE: Duration = Duration::from_millis(75);
+
+impl ExecutorState {
+    /// Runs one attempt of a call.
+    pub(super) async fn run_one(
+        &self,
+        step: u64,
+        call: &ToolCall,
+        tool: &RegisteredTool,
+        args: Value,
+        attempt: u32,
+        operation_id: &Arc<str>,
+    ) -> ResultEnvelope {
+        if self.args.run_token.is_cancelled() {
+            return fail(call, self.cancelled_error());
+        }
+        let started = Instant::now();
+        let token = self.args.run_token.child_token();
+        let ctx = self.tool_context(call, &token, attempt, operation_id);
+        let timeout_ms = tool.contract.timeout_ms;
+        let work = async {
+            tool.tool.precondition(&args, &ctx).await?;
+            tool.tool.call(args, &ctx).await
+        };
+        // A panicking tool becomes EINTERNAL; the executor and the run live on.
+        let work = AssertUnwindSafe(work).catch_unwind();
+        tokio::pin!(work);
+        let sleep = tokio::time::sleep(Duration::from_millis(timeout_ms));
+        let mut finished = true;
+        let outcome = tokio::select! {
+            biased;
+            r = &mut work => match r {
+                Ok(r) => r,
+                Err(panic) => Err(ToolError::new(
+                    ErrorCode::Einternal,
+                    format!("tool {} panicked: {}", call.name, panic_message(&panic)),
+                )),
+            },
+            _ = token.cancelled() => {
+                finished = false;
+                Err(self.cancelled_error())
+            }
+            _ = sleep => {
+                finished = false;
+                Err(ToolError::new(
+                    ErrorCode::Etimedout,
+                    format!("call exceeded its {timeout_ms} ms timeout"),
+                )
+                .with_action("retry later or with a smaller request"))
+            }
+        };
+        if !finished {
+            // Tools that hold something outside their future (a process group) get
+            // their declared grace, capped, to release it; others are dropped now.
+            token.cancel();
+            let grace = tool.cancel_grace.min(CANCEL_GRACE);
+            if !grace.is_zero() {
+                let _ = tokio::time::timeout(grace, &mut work).await;
+            }
+        }
+        let mut env = match outcome {
+            Ok(out) => ResultEnvelope::success(&call.id, &call.name, out.data, out.refs),
+            Err(e) => fail(call, e),
+        };
+        env.cost.latency_ms = started.elapsed().as_millis() as u64;
+        tracing::debug!(run_id = %self.args.run_id, step, call_id = %call.id, tool = %call.name, attempt, ok = env.ok, "tool call finished");
+        env
+    }
+
+    /// What a tool sees of the run for one attempt of a call.
+    fn tool_context(
+        &self,
+        call: &ToolCall,
+        token: &CancellationToken,
+        attempt: u32,
+        operation_id: &Arc<str>,
+    ) -> ToolContext {
+        ToolContext {
+            run_id: Arc::clone(&self.args.run_id),
+            call_id: call.id.clone(),
+            workdir: Arc::clone(&self.args.workdir),
+            root: Arc::clone(&self.args.root),
+            artifacts: Arc::clone(&self.args.artifacts),
+            cancel: token.clone(),
+            attempt,
+            operation_id: Arc::clone(operation_id),
+            agents: self.args.agents.clone(),
+        }
+    }
+
+    /// The error of a call the run's cancellation stopped: `ETIMEDOUT` once the
+    /// run's deadline passed, else `ECANCELED`.
+    pub(super) fn cancelled_error(&self) -> ToolError {
+        if self.args.deadline.is_some_and(|d| Instant::now() >= d) {
+            ToolError::new(
+                ErrorCode::Etimedout,
+                "cancelled: the run's wall-clock deadline passed",
+            )
+            .retryable(false)
+        } else {
+            ToolError::new(ErrorCode::Ecanceled, "cancelled before completion")
+        }
+    }
+}
+
+fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "non-string panic payload".to_string())
+}

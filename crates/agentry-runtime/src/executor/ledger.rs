@@ -1,0 +1,143 @@
+//! The idempotency table (the call ledger, in memory), its rows as the store
+//! keeps them, and the keys that name "the same action".
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use agentry_protocol::envelope::ResultEnvelope;
+use agentry_protocol::fingerprint::{Fingerprinter, hex32};
+use agentry_protocol::now_millis;
+use agentry_protocol::tool::Idempotency;
+use agentry_store::{LedgerEntry, LedgerState};
+use ractor::ActorProcessingErr;
+
+use super::prepared::Job;
+use crate::durable::RunLog;
+use crate::registry::ToolRegistry;
+
+/// One row of the idempotency table.
+pub(super) struct Row {
+    /// Digest of name + normalized arguments.
+    pub(super) digest: u128,
+    pub(super) state: LedgerState,
+    pub(super) outcome: Option<Arc<ResultEnvelope>>,
+}
+
+/// The call ledger, in memory: what each call id did, and which call id did
+/// each keyed action.
+#[derive(Default)]
+pub(super) struct Ledger {
+    /// call id → ledger row.
+    table: HashMap<String, Row>,
+    /// intent key → call id, for calls of `required_key` tools.
+    intents: HashMap<u128, String>,
+}
+
+impl Ledger {
+    /// Reads the run's ledger back from the store, after everything queued
+    /// before has landed.
+    pub(super) async fn load(
+        log: &RunLog,
+        registry: &ToolRegistry,
+    ) -> Result<Ledger, ActorProcessingErr> {
+        let mut ledger = Ledger::default();
+        log.writer.commit(Vec::new()).await?;
+        let Some(run) = log.writer.store().load(&log.run_id)? else {
+            return Ok(ledger);
+        };
+        for entry in run.ledger {
+            let Ok(digest) = u128::from_str_radix(&entry.digest, 16) else {
+                continue;
+            };
+            if let Ok(key) = u128::from_str_radix(&entry.intent_key, 16) {
+                let keyed = registry
+                    .get(&entry.call.name)
+                    .is_some_and(|t| t.contract.idempotency == Idempotency::RequiredKey);
+                if keyed {
+                    ledger.intents.insert(key, entry.call_id.clone());
+                }
+            }
+            ledger.table.insert(
+                entry.call_id,
+                Row {
+                    digest,
+                    state: entry.state,
+                    outcome: entry.outcome.map(Arc::new),
+                },
+            );
+        }
+        Ok(ledger)
+    }
+
+    /// The row of a call id.
+    #[inline]
+    pub(super) fn row(&self, call_id: &str) -> Option<&Row> {
+        self.table.get(call_id)
+    }
+
+    /// The row of the call that did this keyed action, by its intent key.
+    #[inline]
+    pub(super) fn keyed(&self, key: u128) -> Option<&Row> {
+        self.intents.get(&key).and_then(|id| self.table.get(id))
+    }
+
+    /// Keeps a call's outcome.
+    #[inline]
+    pub(super) fn remember(&mut self, call_id: &str, digest: u128, env: &Arc<ResultEnvelope>) {
+        self.table.insert(
+            call_id.to_string(),
+            Row {
+                digest,
+                state: LedgerState::Outcome,
+                outcome: Some(Arc::clone(env)),
+            },
+        );
+    }
+
+    /// Notes which call id did a keyed action.
+    #[inline]
+    pub(super) fn remember_intent(&mut self, key: u128, call_id: String) {
+        self.intents.insert(key, call_id);
+    }
+}
+
+/// A call's ledger row as the store keeps it.
+pub(super) fn entry(
+    run_id: &str,
+    job: &Job<'_>,
+    state: LedgerState,
+    outcome: Option<&ResultEnvelope>,
+) -> LedgerEntry {
+    let key = intent_key(run_id, job.digest);
+    LedgerEntry {
+        call_id: job.call.id.clone(),
+        step: job.step,
+        position: job.position as u32,
+        call: job.call.clone(),
+        digest: String::from(&*hex32(job.digest)),
+        intent_key: String::from(&*hex32(key)),
+        operation_id: operation_id(run_id, job.digest).to_string(),
+        state,
+        outcome: outcome.cloned(),
+        updated_at_ms: now_millis(),
+    }
+}
+
+/// The host-issued operation id of an action: a digest of the run, the tool and
+/// its normalized arguments, so a retry, a re-run after a crash and the same
+/// action under a fresh call id all carry the same id.
+pub fn operation_id(run_id: &str, call_digest: u128) -> Arc<str> {
+    let mut id = [0u8; 35];
+    id[..3].copy_from_slice(b"op-");
+    id[3..].copy_from_slice(hex32(intent_key(run_id, call_digest)).as_bytes());
+    // Only ASCII was written.
+    Arc::from(std::str::from_utf8(&id).unwrap_or_default())
+}
+
+/// hash(tool, normalized arguments, operation scope = the run): the ledger's key
+/// for "the same action".
+pub fn intent_key(run_id: &str, call_digest: u128) -> u128 {
+    let mut f = Fingerprinter::new();
+    f.str(run_id).str(&hex32(call_digest));
+    f.finish_u128()
+}

@@ -1,0 +1,130 @@
+//! What goes in and out of the executor: its messages, its start-up arguments,
+//! a step's results, and one call's outcome.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use agentry_protocol::accept::{AcceptCheck, CheckOutcome};
+use agentry_protocol::decision::Decision;
+use agentry_protocol::envelope::ResultEnvelope;
+use agentry_protocol::trace::{AttemptRecord, RunInput};
+use ractor::{ActorRef, RpcReplyPort};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::budget::BudgetMsg;
+use crate::config::{ApprovalConfig, RetryPolicy};
+use crate::durable::RunLog;
+use crate::events::EventSink;
+use crate::registry::{Grants, ToolRegistry};
+use crate::state::StateMsg;
+
+/// An input applied by the state keeper: (input sequence number, state version,
+/// the input).
+pub type AppliedInput = (u64, u64, RunInput);
+
+/// A step's results plus every attempt made to produce them.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Executed {
+    /// One envelope per call, in request order (shared with the idempotency
+    /// table, and then with the session).
+    pub results: Vec<Arc<ResultEnvelope>>,
+    /// Every attempt of the calls that were retried.
+    pub attempts: Vec<AttemptRecord>,
+    /// Approval decisions applied while the calls waited: (input sequence number,
+    /// state version, the decision).
+    pub approvals: Vec<AppliedInput>,
+    /// A call that must not run twice was started (its intent is on disk, for a
+    /// durable run).
+    pub side_effects: bool,
+}
+
+/// Messages the executor accepts.
+pub enum ExecutorMsg {
+    /// Run a step's calls. Only the first `granted` calls have tool-call budget; the
+    /// rest are answered `EBUDGET` without running.
+    Execute {
+        /// Step number.
+        step: u64,
+        /// The step's decision (shared with the conductor, which keeps it for the
+        /// session); its calls, in request order, are run. Any other decision
+        /// runs nothing.
+        decision: Arc<Decision>,
+        /// How many calls the budget supervisor granted.
+        granted: usize,
+        /// The step is acted on again after a restart: calls the ledger records as
+        /// finished are not run again, and calls it records as started are settled
+        /// by their contract.
+        redrive: bool,
+        /// The results.
+        reply: RpcReplyPort<Executed>,
+    },
+    /// Run the task's acceptance checks in the working directory.
+    Verify {
+        /// The checks.
+        checks: Vec<AcceptCheck>,
+        /// One outcome per check.
+        reply: RpcReplyPort<Vec<CheckOutcome>>,
+    },
+}
+
+/// Start-up arguments.
+#[derive(Clone)]
+pub struct ExecutorArgs {
+    /// Run id.
+    pub run_id: Arc<str>,
+    /// Tools.
+    pub registry: Arc<ToolRegistry>,
+    /// What this run may call.
+    pub grants: Grants,
+    /// Working directory.
+    pub workdir: Arc<Path>,
+    /// The working directory as a handle, opened once when the run started:
+    /// file tools and acceptance checks resolve paths beneath it.
+    pub root: Arc<agentry_tools::fs::WorkRoot>,
+    /// Artifacts directory (full outputs referenced from envelopes).
+    pub artifacts: Arc<Path>,
+    /// Cancelled at the deadline or on abort; every call is selected against it.
+    pub run_token: CancellationToken,
+    /// The run's absolute deadline, to tell `ETIMEDOUT` from `ECANCELED`.
+    pub deadline: Option<Instant>,
+    /// The budget supervisor, asked before every retry.
+    pub budget: ActorRef<BudgetMsg>,
+    /// Where `ToolCallStarted` events go.
+    pub events: EventSink,
+    /// Bound on concurrently running calls of one step.
+    pub max_parallel: usize,
+    /// Backoff between retries.
+    pub retry: RetryPolicy,
+    /// The state keeper, where calls park while they wait for approval.
+    pub state: ActorRef<StateMsg>,
+    /// Which calls need approval.
+    pub approval: ApprovalConfig,
+    /// Starts child agents for `agent.spawn`.
+    pub agents: Option<Arc<dyn agentry_tools::agents::AgentDesk>>,
+    /// Where a durable run's call ledger is committed; the executor reads it back
+    /// when it starts (a resumed run, or a restart after the executor died).
+    pub log: Option<RunLog>,
+}
+
+/// How one call ended: its envelope, a record of every attempt when it was
+/// retried (a call that ran once is fully described by its envelope, whose
+/// `attempt` is 1), and the human decision it waited for, if any.
+pub(super) struct CallOutcome {
+    pub(super) envelope: ResultEnvelope,
+    pub(super) attempts: Vec<AttemptRecord>,
+    pub(super) approval: Option<AppliedInput>,
+}
+
+impl CallOutcome {
+    /// A call that ended before it ran (denied, settled by a human, or its
+    /// intent could not be recorded).
+    #[inline]
+    pub(super) fn not_run(envelope: ResultEnvelope, approval: Option<AppliedInput>) -> CallOutcome {
+        CallOutcome {
+            envelope,
+            attempts: Vec::new(),
+            approval,
+        }
+    }
+}

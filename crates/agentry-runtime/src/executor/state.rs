@@ -1,0 +1,76 @@
+//! The executor's state: its arguments and the idempotency table, and how a
+//! call's ledger row reaches the store.
+
+use std::sync::Arc;
+
+use agentry_protocol::envelope::{ErrorCode, ResultEnvelope, ToolError};
+use agentry_store::{LedgerState, Write};
+use agentry_tools::ToolContext;
+use ractor::ActorProcessingErr;
+
+use super::ledger::{self, Ledger};
+use super::msg::ExecutorArgs;
+use super::prepared::Job;
+
+/// Executor state: its arguments and the idempotency table.
+pub struct ExecutorState {
+    pub(super) args: ExecutorArgs,
+    pub(super) ledger: Ledger,
+}
+
+impl ExecutorState {
+    /// The state an executor starts with: a durable run's ledger read back from
+    /// the store (a resumed run, or a restart after the executor died).
+    pub(super) async fn start(args: ExecutorArgs) -> Result<ExecutorState, ActorProcessingErr> {
+        let ledger = match &args.log {
+            Some(log) => Ledger::load(log, &args.registry).await?,
+            None => Ledger::default(),
+        };
+        Ok(ExecutorState { args, ledger })
+    }
+
+    /// What acceptance checks run with: the run's root, artifacts and token
+    /// (each command check gets its own call id and a child token).
+    pub(super) fn check_context(&self) -> ToolContext {
+        ToolContext {
+            run_id: Arc::clone(&self.args.run_id),
+            call_id: "accept".to_string(),
+            workdir: Arc::clone(&self.args.workdir),
+            root: Arc::clone(&self.args.root),
+            artifacts: Arc::clone(&self.args.artifacts),
+            cancel: self.args.run_token.clone(),
+            attempt: 1,
+            operation_id: Arc::from("accept"),
+            agents: None,
+        }
+    }
+
+    /// Records a call's ledger row (durable runs: in the store too). With `wait`
+    /// the row is on disk when this returns.
+    pub(super) async fn record(
+        &self,
+        job: &Job<'_>,
+        state: LedgerState,
+        outcome: Option<&ResultEnvelope>,
+        wait: bool,
+    ) -> Result<(), ToolError> {
+        let Some(log) = &self.args.log else {
+            return Ok(());
+        };
+        let entry = ledger::entry(&self.args.run_id, job, state, outcome);
+        let writes = vec![Write::Ledger {
+            run_id: log.run_id.to_string(),
+            entry,
+        }];
+        if !wait {
+            log.writer.submit(writes);
+            return Ok(());
+        }
+        log.writer.commit(writes).await.map_err(|e| {
+            ToolError::new(
+                ErrorCode::Einternal,
+                format!("the call could not be recorded before it ran, so it was not run: {e}"),
+            )
+        })
+    }
+}

@@ -1,0 +1,108 @@
+//! The state keeper: the only writer of run state.
+//!
+//! Every change is a [`StateMsg::Apply`] carrying one [`StateUpdate`]; the actor
+//! applies them one at a time in mailbox order and bumps the version by one per
+//! update, so updates that arrive together are serialized, never lost.
+//!
+//! # Layout
+//! In import order (each file uses only those above it):
+//! - `msg`: [`StateMsg`], [`StateUpdate`] and what the keeper answers.
+//! - `run_state`: [`RunState`] and how each update changes it.
+//! - `parked`: calls waiting for a human (approvals, settlements).
+//! - `persist`: how a durable run's state reaches the store.
+
+mod msg;
+mod parked;
+mod persist;
+mod run_state;
+
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+
+pub use self::msg::{
+    Applied, ApprovalDecision, InputSource, SettlementPort, StateMsg, StateUpdate, StepUpdate,
+};
+pub use self::run_state::RunState;
+
+/// The state keeper actor.
+#[derive(Debug, Default)]
+pub struct StateKeeper;
+
+impl Actor for StateKeeper {
+    type Msg = StateMsg;
+    type State = RunState;
+    type Arguments = RunState;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<StateMsg>,
+        initial: RunState,
+    ) -> Result<RunState, ActorProcessingErr> {
+        Ok(initial)
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<StateMsg>,
+        message: StateMsg,
+        state: &mut RunState,
+    ) -> Result<(), ActorProcessingErr> {
+        match message {
+            StateMsg::Apply(update, reply) => {
+                let committed = state.apply_committed(update).await;
+                if let Some(reply) = reply {
+                    // The requester may have gone away (run stopping); nothing to do then.
+                    let _ = reply.send(committed);
+                }
+            }
+            StateMsg::ApplyTraced {
+                update,
+                record,
+                trace,
+                reply,
+            } => {
+                let committed = state.apply_traced(update, record, &trace).await;
+                if let Some(reply) = reply {
+                    let _ = reply.send(committed);
+                }
+            }
+            StateMsg::AwaitDecision {
+                pending,
+                parked,
+                decision,
+            } => {
+                let _ = parked.send(state.await_decision(pending, decision).await);
+            }
+            StateMsg::Settle {
+                tool_call_id,
+                settlement,
+                reply,
+            } => {
+                let _ = reply.send(state.settle_call(&tool_call_id, settlement).await);
+            }
+            StateMsg::Snapshot(reply) => {
+                let _ = reply.send(state.snapshot());
+            }
+            StateMsg::AwaitApproval(pending, port) => {
+                state.park(pending, port);
+                // The park itself is re-created when the step is acted on again.
+                let _ = state.persist(false).await;
+            }
+            StateMsg::Resolve {
+                tool_call_id,
+                decision,
+                reply,
+            } => {
+                let _ = reply.send(state.resolve(&tool_call_id, decision).await);
+            }
+            StateMsg::Withdraw(tool_call_id) => {
+                state.unpark(&tool_call_id);
+            }
+            StateMsg::Session(from, reply) => {
+                let session = state.session();
+                let from = from.min(session.len());
+                let _ = reply.send(session[from..].to_vec());
+            }
+        }
+        Ok(())
+    }
+}
