@@ -11,10 +11,10 @@
 //! A step is data passed from stage to stage: `decide` (spend and decide, one
 //! message) yields a decided step; `act` runs it into a step result; `record`
 //! hands the step's update and trace record to the state keeper; `check_end`
-//! says whether the run goes on. Files, in import order: `msg`, `lineage`,
-//! `outcome`, `args`, `step_result`, `ticker`, `state`, then the stages and
-//! handlers (`start`, `step`, `act`, `record`, `progress`, `finish`, `children`,
-//! `inputs`), each adding methods to the conductor's state.
+//! says whether the run goes on. Files, each importing only from those before
+//! it: `msg`, `lineage`, `outcome`, `args`, `step_result`, `ticker`, `state`,
+//! then the stages and handlers, each adding methods to the conductor's state:
+//! `start`, `step`, `act`, `progress`, `record`, `finish`, `children`, `inputs`.
 
 mod act;
 mod args;
