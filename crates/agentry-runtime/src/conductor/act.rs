@@ -4,8 +4,7 @@
 
 use std::sync::Arc;
 
-use agentry_protocol::budget::BudgetSnapshot;
-use agentry_protocol::decision::{Decision, PolicyOutput};
+use agentry_protocol::decision::Decision;
 use agentry_protocol::envelope::{ErrorCode, ResultEnvelope, ToolError};
 use agentry_protocol::event::RunEvent;
 use agentry_protocol::stop::StopReason;
@@ -13,7 +12,7 @@ use agentry_protocol::tool::ToolCall;
 use tokio::time::Duration;
 
 use super::state::ConductorState;
-use super::step_result::{Acted, Answer, Decided, StepResult, Stop, TurnInfo};
+use super::step_result::{Acted, Answer, StepResult, Stop};
 use crate::call::ask;
 use crate::executor::{Executed, ExecutorMsg};
 
@@ -23,61 +22,32 @@ use crate::executor::{Executed, ExecutorMsg};
 const CANCEL_GRACE: Duration = Duration::from_millis(150);
 
 impl ConductorState {
-    /// Step 3, act: share the decision, act on it, publish each result and trace
-    /// the approvals the calls waited for.
-    pub(super) async fn act(&mut self, decided: Decided) -> StepResult {
-        let Decided {
-            step,
-            before,
-            output,
-            again,
-        } = decided;
-        let PolicyOutput {
-            decision,
-            usage,
-            cost_micros,
-            model,
-            prompt_hash,
-        } = output;
-        // Shared from here on: the executor, the event, the session and the
-        // policy's view all hold this one decision.
-        let decision = Arc::new(decision);
+    /// Step 3, act: publish the decision, act on it (fills `r.acted`), publish
+    /// each result and trace the approvals the calls waited for.
+    pub(super) async fn act(&mut self, r: &mut StepResult) {
+        let step = r.step;
         self.emit(|| RunEvent::DecisionMade {
             step,
-            decision: Arc::clone(&decision),
+            decision: Arc::clone(&r.decision),
         });
-        let acted = match &*decision {
+        r.acted = match &*r.decision {
             Decision::ToolCalls { calls } if !calls.is_empty() => {
-                self.run_calls(step, &decision, calls, again).await
+                self.run_calls(step, &r.decision, calls, r.again).await
             }
             Decision::ToolCalls { .. } | Decision::Final { .. } | Decision::Failed { .. } => {
-                without_calls(&decision)
+                without_calls(&r.decision)
             }
         };
-        for r in &acted.results {
+        for result in &r.acted.results {
             self.emit(|| RunEvent::ToolCallFinished {
                 step,
-                result: Arc::clone(r),
+                result: Arc::clone(result),
             });
         }
         // Approval decisions were applied (and numbered) by the state keeper while
         // the step ran; their trace lines go before the step's.
-        for (seq, version, input) in &acted.approvals {
+        for (seq, version, input) in &r.acted.approvals {
             self.trace_input(*seq, *version, input);
-        }
-        StepResult {
-            step,
-            before,
-            decision,
-            turn: TurnInfo {
-                usage,
-                cost_micros,
-                model,
-                prompt_hash,
-            },
-            acted,
-            after: BudgetSnapshot::default(),
-            fingerprint: 0,
         }
     }
 

@@ -1,5 +1,5 @@
 //! Taking a step: spend and decide in one message, record the decision (durable
-//! runs), then act, record and check (`complete`). A pull-driven run takes
+//! runs), then act, record and check. A pull-driven run takes
 //! several steps per handler while nothing else waits in its mailbox.
 
 use agentry_protocol::budget::{BudgetSnapshot, Usage};
@@ -9,7 +9,7 @@ use agentry_protocol::stop::StopReason;
 use tokio::time::{Duration, Instant};
 
 use super::state::ConductorState;
-use super::step_result::{Decided, Flow, Stop};
+use super::step_result::{Decided, Flow, StepResult, Stop};
 use crate::budget::{BudgetMsg, DecideAfterSpend, SpendReply};
 use crate::call::ask;
 use crate::config::Driver;
@@ -46,7 +46,8 @@ impl ConductorState {
         }
     }
 
-    /// One step: decide, record the decision (durable runs), act on it.
+    /// One step: decide, record the decision (durable runs), act on it, record
+    /// the step, check whether the run ends.
     pub(super) async fn run_step(&mut self) -> Flow {
         let decided = match self.decide().await {
             Ok(decided) => decided,
@@ -57,7 +58,12 @@ impl ConductorState {
         {
             return Flow::Stop(stop);
         }
-        self.complete(decided).await
+        let mut r = StepResult::new(decided);
+        self.act(&mut r).await;
+        if let Err(stop) = self.record(&mut r).await {
+            return Flow::Stop(stop);
+        }
+        self.check_end(&mut r).await
     }
 
     /// Acts on a resumed run's decided step again, without asking the policy.
@@ -72,22 +78,17 @@ impl ConductorState {
         self.steps = step;
         self.emit(|| RunEvent::StepStarted { step });
         self.charge_tokens(&output);
-        self.complete(Decided {
+        let mut r = StepResult::new(Decided {
             step,
             before,
             output,
             again: true,
-        })
-        .await
-    }
-
-    /// Steps 3–6 of a step: act on the decision, update, record, check.
-    async fn complete(&mut self, decided: Decided) -> Flow {
-        let mut result = self.act(decided).await;
-        if let Err(stop) = self.record(&mut result).await {
+        });
+        self.act(&mut r).await;
+        if let Err(stop) = self.record(&mut r).await {
             return Flow::Stop(stop);
         }
-        self.check_end(&mut result).await
+        self.check_end(&mut r).await
     }
 
     /// Steps 1–2, check-before-spend and decide, in one message. The budget

@@ -1,8 +1,9 @@
-//! One step as data. `decide` yields a [`Decided`]; `act` turns it into a
-//! [`StepResult`] whose [`Acted`] says what acting produced; `record` fills in
-//! the budget after the step and its fingerprint; `check_end` reads the result
-//! and says whether the run goes on ([`Flow`]). Later stages borrow the result
-//! (`&mut StepResult`) rather than take it, so it is not copied stage to stage.
+//! One step as data. `decide` yields a [`Decided`], which becomes a
+//! [`StepResult`]; `act` fills in its [`Acted`] (what acting produced);
+//! `record` fills in the budget after the step and its fingerprint;
+//! `check_end` reads it and says whether the run goes on ([`Flow`]). The stages
+//! borrow the result (`&mut StepResult`) rather than take it, so it is not
+//! copied stage to stage.
 
 use std::sync::Arc;
 
@@ -88,19 +89,51 @@ pub(super) struct TurnInfo {
     pub(super) prompt_hash: Option<String>,
 }
 
-/// One step as data: `act` fills `acted`, `record` fills `after` and
-/// `fingerprint`, `check_end` reads it.
+/// One step as data, built from the decided step: `act` fills `acted`,
+/// `record` fills `after` and `fingerprint`, `check_end` reads it.
 pub(super) struct StepResult {
     pub(super) step: u64,
     pub(super) before: BudgetSnapshot,
     /// Shared by the event, the executor, the session and the policy's mirror.
     pub(super) decision: Arc<Decision>,
     pub(super) turn: TurnInfo,
+    /// Acted on again after a restart: the ledger settles its calls.
+    pub(super) again: bool,
     pub(super) acted: Acted,
     /// The budget after the step; set by `record`.
     pub(super) after: BudgetSnapshot,
     /// hash(action, observation, world); set by `record`.
     pub(super) fingerprint: u64,
+}
+
+impl StepResult {
+    /// The decided step, before anything was done about it. Its decision is
+    /// shared from here on: the executor, the event, the session and the
+    /// policy's view all hold this one.
+    #[inline]
+    pub(super) fn new(decided: Decided) -> StepResult {
+        let Decided {
+            step,
+            before,
+            output,
+            again,
+        } = decided;
+        StepResult {
+            step,
+            before,
+            decision: Arc::new(output.decision),
+            turn: TurnInfo {
+                usage: output.usage,
+                cost_micros: output.cost_micros,
+                model: output.model,
+                prompt_hash: output.prompt_hash,
+            },
+            again,
+            acted: Acted::default(),
+            after: BudgetSnapshot::default(),
+            fingerprint: 0,
+        }
+    }
 }
 
 /// Why the run ends, and how to say so.
