@@ -12,80 +12,25 @@ use agentry_protocol::state::{RunStatus, SessionEntry};
 use agentry_protocol::stop::StopReason;
 use agentry_protocol::trace::{RunInput, TraceInput, TraceLine};
 use ractor::ActorRef;
-use tokio::task::JoinHandle;
-use tokio::time::{Duration, Instant};
 
-use super::{ConductorMsg, ConductorState, Flow};
+use super::msg::ConductorMsg;
+use super::state::ConductorState;
+use super::step_result::{Flow, Stop};
+use super::ticker::schedule;
 use crate::budget::{BudgetMsg, SpendReply};
 use crate::call::ask;
 use crate::config::Driver;
 use crate::state::{InputSource, StateMsg, StateUpdate};
 
-/// The timer of a time-driven agent. Ticks are scheduled one at a time, the next
-/// only after the current one's step has finished, so they can never stack: a
-/// tick whose time passed while the previous one was still running is skipped
-/// and counted.
-pub(crate) struct Ticker {
-    origin: Instant,
-    every: Duration,
-    timer: JoinHandle<()>,
-    /// Ticks skipped just before the next one that fires.
-    carry: u64,
-}
-
-impl Ticker {
-    /// Schedules tick 1 one period from now.
-    pub(crate) fn start(myself: &ActorRef<ConductorMsg>, every: Duration) -> Ticker {
-        let origin = Instant::now();
-        let timer = schedule(myself, crate::clock::later(origin, every), 1);
-        Ticker {
-            origin,
-            every,
-            timer,
-            carry: 0,
-        }
-    }
-
-    /// Cancels the pending tick.
-    pub(crate) fn stop(self) {
-        self.timer.abort();
-    }
-
-    /// The first tick after `n` whose time has not passed yet.
-    fn next_after(&self, n: u64) -> u64 {
-        let elapsed = self.origin.elapsed().as_nanos();
-        let due = u64::try_from(elapsed / self.every.as_nanos().max(1))
-            .unwrap_or(u64::MAX)
-            .saturating_add(1);
-        due.max(n.saturating_add(1))
-    }
-
-    fn at(&self, n: u64) -> Instant {
-        crate::clock::later(
-            self.origin,
-            self.every
-                .saturating_mul(u32::try_from(n).unwrap_or(u32::MAX)),
-        )
-    }
-}
-
-fn schedule(myself: &ActorRef<ConductorMsg>, at: Instant, n: u64) -> JoinHandle<()> {
-    let me = myself.clone();
-    tokio::spawn(async move {
-        tokio::time::sleep_until(at).await;
-        let _ = me.cast(ConductorMsg::Tick(n));
-    })
-}
-
 impl ConductorState {
     /// After a step: stop, take the next step, or sleep until an event.
-    pub(crate) async fn after_step(&mut self, myself: &ActorRef<ConductorMsg>, flow: Flow) {
+    pub(super) async fn after_step(&mut self, myself: &ActorRef<ConductorMsg>, flow: Flow) {
         match flow {
-            Flow::Stop {
+            Flow::Stop(Stop {
                 reason,
                 detail,
                 checks,
-            } => self.finish(myself, reason, detail, checks).await,
+            }) => self.finish(myself, reason, detail, checks).await,
             Flow::Continue => match self.config.driver {
                 Driver::Pull => {
                     let _ = myself.cast(ConductorMsg::Step);
@@ -97,7 +42,7 @@ impl ConductorState {
     }
 
     /// Applies an input from outside, at a safe point (no step is running).
-    pub(crate) async fn on_input(
+    pub(super) async fn on_input(
         &mut self,
         myself: &ActorRef<ConductorMsg>,
         input: RunInput,
@@ -142,7 +87,7 @@ impl ConductorState {
     }
 
     /// Timer tick `n` is due: spend a tick, wake one step, schedule the next tick.
-    pub(crate) async fn on_tick(&mut self, myself: &ActorRef<ConductorMsg>, n: u64) {
+    pub(super) async fn on_tick(&mut self, myself: &ActorRef<ConductorMsg>, n: u64) {
         let Some(ticker) = self.ticks.as_mut() else {
             return;
         };
@@ -152,21 +97,10 @@ impl ConductorState {
             self.schedule_tick(myself, n + 1);
             return;
         }
-        let charge = Usage {
-            ticks: 1,
-            ..Usage::default()
-        };
-        match ask(&self.children.budget, |r| BudgetMsg::Spend(charge, r)).await {
-            Ok(SpendReply::Granted { .. }) => {}
-            Ok(SpendReply::Refused(reason)) => {
-                let detail = format!("{reason}: tick {n} was refused before it ran");
-                return self.finish(myself, reason, detail, Vec::new()).await;
-            }
-            Err(e) => {
-                return self
-                    .finish(myself, StopReason::UnrecoverableError, e, Vec::new())
-                    .await;
-            }
+        if let Err(stop) = self.spend_tick(n).await {
+            return self
+                .finish(myself, stop.reason, stop.detail, stop.checks)
+                .await;
         }
         let skipped = self
             .ticks
@@ -175,7 +109,32 @@ impl ConductorState {
         self.record_input(RunInput::Tick { n, skipped }).await;
         self.wake_pending = false;
         let flow = Box::pin(self.run_step()).await;
-        // Ticks whose time passed while this one ran are skipped, never stacked.
+        let next = self.catch_up_ticks(n).await;
+        if let Flow::Continue = flow {
+            self.schedule_tick(myself, next);
+        }
+        self.after_step(myself, flow).await;
+    }
+
+    /// Spends tick `n`, checked first; the error is the stop when it is refused.
+    async fn spend_tick(&mut self, n: u64) -> Result<(), Stop> {
+        let charge = Usage {
+            ticks: 1,
+            ..Usage::default()
+        };
+        match ask(&self.children.budget, |r| BudgetMsg::Spend(charge, r)).await {
+            Ok(SpendReply::Granted { .. }) => Ok(()),
+            Ok(SpendReply::Refused(reason)) => Err(Stop::new(
+                reason,
+                format!("{reason}: tick {n} was refused before it ran"),
+            )),
+            Err(e) => Err(Stop::new(StopReason::UnrecoverableError, e)),
+        }
+    }
+
+    /// The tick to schedule after tick `n`'s step: ticks whose time passed while
+    /// it ran are skipped, never stacked.
+    async fn catch_up_ticks(&mut self, n: u64) -> u64 {
         let next = self.ticks.as_ref().map_or(n + 1, |t| t.next_after(n));
         if next > n + 1 {
             if let Some(t) = self.ticks.as_mut() {
@@ -183,10 +142,7 @@ impl ConductorState {
             }
             self.skip_ticks(n + 1, next).await;
         }
-        if let Flow::Continue = flow {
-            self.schedule_tick(myself, next);
-        }
-        self.after_step(myself, flow).await;
+        next
     }
 
     fn schedule_tick(&mut self, myself: &ActorRef<ConductorMsg>, n: u64) {
@@ -218,7 +174,7 @@ impl ConductorState {
     }
 
     /// Records a status change in the state keeper.
-    pub(crate) async fn set_status(&mut self, status: RunStatus) {
+    pub(super) async fn set_status(&mut self, status: RunStatus) {
         let _ = ask(&self.children.state, |r| {
             StateMsg::Apply(StateUpdate::Status(status), Some(r))
         })
@@ -228,7 +184,7 @@ impl ConductorState {
     /// Applies an input through the state keeper (which numbers it), hands the
     /// session entry to the policy's mirror, and records it in the trace and the
     /// event stream.
-    pub(crate) async fn record_input(&mut self, input: RunInput) {
+    pub(super) async fn record_input(&mut self, input: RunInput) {
         self.record_input_from(input, None).await;
     }
 
@@ -259,22 +215,8 @@ impl ConductorState {
             }
             Err(_) => return,
         };
-        match &input {
-            RunInput::Message { text } => {
-                self.pending.push(SessionEntry::User { text: text.clone() })
-            }
-            RunInput::Event { name, payload } => self.pending.push(SessionEntry::Event {
-                name: name.clone(),
-                payload: payload.clone(),
-            }),
-            RunInput::Tick { n, skipped } => self.pending.push(SessionEntry::Event {
-                name: "tick".to_string(),
-                payload: serde_json::json!({ "n": n, "skipped": skipped }),
-            }),
-            RunInput::Pause
-            | RunInput::Resume
-            | RunInput::Approval { .. }
-            | RunInput::Settlement { .. } => {}
+        if let Some(entry) = session_entry(&input) {
+            self.pending.push(entry);
         }
         self.trace_input(applied.inputs, applied.version, &input);
         let seq = applied.inputs;
@@ -282,7 +224,7 @@ impl ConductorState {
     }
 
     /// Writes an input's trace line.
-    pub(crate) fn trace_input(&self, seq: u64, state_version: u64, input: &RunInput) {
+    pub(super) fn trace_input(&self, seq: u64, state_version: u64, input: &RunInput) {
         if let Some(t) = &self.trace {
             t.write(TraceLine::Input(Box::new(TraceInput {
                 run_id: self.run_id.to_string(),
@@ -292,5 +234,24 @@ impl ConductorState {
                 at: agentry_protocol::now_millis(),
             })));
         }
+    }
+}
+
+/// What the policy is shown of an applied input, if anything.
+fn session_entry(input: &RunInput) -> Option<SessionEntry> {
+    match input {
+        RunInput::Message { text } => Some(SessionEntry::User { text: text.clone() }),
+        RunInput::Event { name, payload } => Some(SessionEntry::Event {
+            name: name.clone(),
+            payload: payload.clone(),
+        }),
+        RunInput::Tick { n, skipped } => Some(SessionEntry::Event {
+            name: "tick".to_string(),
+            payload: serde_json::json!({ "n": n, "skipped": skipped }),
+        }),
+        RunInput::Pause
+        | RunInput::Resume
+        | RunInput::Approval { .. }
+        | RunInput::Settlement { .. } => None,
     }
 }

@@ -1,0 +1,63 @@
+//! What a conductor is started with.
+
+use std::sync::Arc;
+
+use tokio::sync::watch;
+use tokio::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+use super::lineage::Lineage;
+use super::msg::Posted;
+use super::outcome::{RunActors, RunOutcome};
+use crate::config::RunConfig;
+use crate::durable::RunLog;
+use crate::events::EventSink;
+use crate::policy::Policy;
+use crate::registry::ToolRegistry;
+use crate::state::RunState;
+use crate::trace::TraceWriter;
+
+/// Start-up arguments.
+pub struct ConductorArgs {
+    /// Run id.
+    pub run_id: Arc<str>,
+    /// Configuration.
+    pub config: RunConfig,
+    /// Tools.
+    pub registry: Arc<ToolRegistry>,
+    /// The policy.
+    pub policy: Box<dyn Policy>,
+    /// The run's token (a child of the runtime's).
+    pub run_token: CancellationToken,
+    /// Where the outcome is published.
+    pub outcome: watch::Sender<Option<RunOutcome>>,
+    /// Where events are published.
+    pub events: EventSink,
+    /// The trace writer, opened before the run starts so a bad path is an error
+    /// for the caller, not a failed actor.
+    pub trace: Option<TraceWriter>,
+    /// Receives the four actors' addresses once they run, so a handle can read
+    /// state without waiting for the conductor's step to end.
+    pub actors: Option<tokio::sync::oneshot::Sender<RunActors>>,
+    /// Where this run sits in an agent tree.
+    pub lineage: Lineage,
+    /// Starts children for `agent.spawn`.
+    pub agents: Arc<dyn agentry_tools::agents::AgentDesk>,
+    /// Where a durable run commits its state and ledger.
+    pub log: Option<RunLog>,
+    /// The state to continue from, for a resumed run.
+    pub restore: Option<Restore>,
+    /// Counts what is posted to the conductor from outside.
+    pub posted: Posted,
+    /// A durable run: this process's claim on it, held while the run runs.
+    pub(crate) claim: Option<crate::owner::Claim>,
+}
+
+/// What a resumed run continues from.
+pub struct Restore {
+    /// The state read back from the store.
+    pub state: RunState,
+    /// Wall-clock time since the run was created: the budget's clock (and so the
+    /// absolute deadline) goes on from there.
+    pub elapsed: Duration,
+}

@@ -1,0 +1,214 @@
+//! Stopping the run: record the stop, close the trace, publish the outcome, let
+//! the parent and the store claim go, and stop every actor of the run.
+
+use std::path::PathBuf;
+
+use agentry_protocol::accept::CheckOutcome;
+use agentry_protocol::budget::{BudgetSnapshot, Usage};
+use agentry_protocol::event::RunEvent;
+use agentry_protocol::state::RunSnapshot;
+use agentry_protocol::stop::StopReason;
+use agentry_protocol::trace::{TraceEnd, TraceLine};
+use ractor::ActorRef;
+
+use super::msg::ConductorMsg;
+use super::outcome::RunOutcome;
+use super::state::ConductorState;
+use super::step_result::Stop;
+use crate::budget::BudgetMsg;
+use crate::call::ask;
+use crate::state::{StateMsg, StateUpdate};
+
+/// Where the run's trace went, and why it is incomplete if it is.
+#[derive(Default)]
+struct TraceClosed {
+    path: Option<PathBuf>,
+    error: Option<String>,
+}
+
+impl ConductorState {
+    /// The run's token was cancelled while no step ran.
+    pub(super) async fn on_token_cancelled(&mut self, myself: &ActorRef<ConductorMsg>) {
+        let reason = self.cancel_cause().await;
+        let detail = format!("{reason} while the run was idle (step {})", self.steps);
+        self.finish(myself, reason, detail, Vec::new()).await;
+    }
+
+    /// Stopped from outside: cancel every call in flight, then finish.
+    pub(super) async fn abort(&mut self, myself: &ActorRef<ConductorMsg>, reason: StopReason) {
+        let _ = self.children.budget.cast(BudgetMsg::CancelAll(reason));
+        self.run_token.cancel();
+        self.finish(
+            myself,
+            reason,
+            format!("run stopped from outside ({reason})"),
+            Vec::new(),
+        )
+        .await;
+    }
+
+    /// Why the run's token was cancelled: its own budget's cause, else (a child
+    /// cancelled with its parent) the parent's, else an abort or shutdown.
+    pub(super) async fn cancel_cause(&self) -> StopReason {
+        if let Some(cause) = ask(&self.children.budget, BudgetMsg::StopCause)
+            .await
+            .ok()
+            .flatten()
+        {
+            return cause;
+        }
+        if let Some(parent) = &self.parent_budget
+            && let Some(cause) = ask(parent, BudgetMsg::StopCause).await.ok().flatten()
+        {
+            return cause;
+        }
+        StopReason::UserAbort
+    }
+
+    /// The stop of a run whose token was cancelled `during` something.
+    pub(super) async fn cancelled_stop(&self, during: &str) -> Stop {
+        let reason = self.cancel_cause().await;
+        Stop::new(
+            reason,
+            format!("{reason} while {during} (step {})", self.steps),
+        )
+    }
+
+    /// Stops the run. Boxed so the handler futures that may call it stay small
+    /// (ractor moves a handler future per message; see `handle`).
+    pub(super) async fn finish(
+        &mut self,
+        myself: &ActorRef<ConductorMsg>,
+        reason: StopReason,
+        detail: String,
+        checks: Vec<CheckOutcome>,
+    ) {
+        Box::pin(self.finish_inner(myself, reason, detail, checks)).await
+    }
+
+    async fn finish_inner(
+        &mut self,
+        myself: &ActorRef<ConductorMsg>,
+        reason: StopReason,
+        detail: String,
+        checks: Vec<CheckOutcome>,
+    ) {
+        self.stopped = true;
+        if let Some(ticker) = self.ticks.take() {
+            ticker.stop();
+        }
+        // Nothing of this run may outlive it.
+        self.run_token.cancel();
+        let budget = ask(&self.children.budget, BudgetMsg::Snapshot)
+            .await
+            .unwrap_or_default();
+        let stored_version = self.record_stop(reason, budget.spent).await;
+        let state = ask(&self.children.state, StateMsg::Snapshot)
+            .await
+            .unwrap_or_default();
+        let state_version = stored_version.unwrap_or(state.version);
+        let trace = self
+            .close_trace(reason, &detail, budget, state_version, &state)
+            .await;
+        self.emit(|| RunEvent::RunStopped {
+            stop_reason: reason,
+        });
+        tracing::info!(run_id = %self.run_id, %reason, steps = self.steps, "run stopped");
+        let outcome = RunOutcome {
+            run_id: self.run_id.to_string(),
+            task_id: self.config.task_id.clone(),
+            stop_reason: reason,
+            detail,
+            answer: state.task.answer.clone(),
+            steps: self.steps,
+            tool_calls: self.own_tool_calls,
+            budget,
+            checks,
+            state,
+            workdir: self.config.workdir.clone(),
+            trace: trace.path,
+            trace_error: trace.error,
+        };
+        // What this run did not use of its allowance returns to its parent (its
+        // budget supervisor also says so when it stops; a second release is a no-op).
+        if let Some(parent) = &self.parent_budget {
+            let _ = parent.cast(BudgetMsg::Release {
+                child_id: self.run_id.to_string(),
+            });
+        }
+        drop(self.claim.take());
+        self.outcome.send_replace(Some(outcome));
+        self.stop_children(myself);
+    }
+
+    /// Applies the stop through the state keeper; the state version it got, if
+    /// it was stored.
+    async fn record_stop(&self, reason: StopReason, spent: Usage) -> Option<u64> {
+        let applied = ask(&self.children.state, |r| {
+            StateMsg::Apply(StateUpdate::Stopped { reason, spent }, Some(r))
+        })
+        .await;
+        match applied {
+            Ok(Ok(a)) => Some(a.version),
+            Ok(Err(e)) => {
+                tracing::error!(run_id = %self.run_id, error = %e, "the run's stop could not be stored");
+                None
+            }
+            Err(_) => None,
+        }
+    }
+
+    /// Writes the trace's stop line and closes the trace, if the run has one.
+    async fn close_trace(
+        &mut self,
+        reason: StopReason,
+        detail: &str,
+        budget: BudgetSnapshot,
+        state_version: u64,
+        state: &RunSnapshot,
+    ) -> TraceClosed {
+        let Some(trace) = self.trace.take() else {
+            return TraceClosed::default();
+        };
+        let children = ask(&self.children.budget, BudgetMsg::Children)
+            .await
+            .unwrap_or_default();
+        trace.write(TraceLine::Stop(Box::new(TraceEnd {
+            run_id: self.run_id.to_string(),
+            parent_id: self.parent_id.as_deref().map(str::to_string),
+            traceparent: self.traceparent.to_string(),
+            children,
+            task_id: self.config.task_id.clone(),
+            steps: self.steps,
+            tool_calls: self.own_tool_calls,
+            stop_reason: reason,
+            detail: detail.to_string(),
+            answer: state.task.answer.clone(),
+            budget,
+            state_version,
+            world: state.world.clone(),
+            at: agentry_protocol::now_millis(),
+        })));
+        let path = trace.path().to_path_buf();
+        let mut error = None;
+        if let Err(e) = trace.finish().await {
+            tracing::error!(run_id = %self.run_id, error = %e, "trace could not be written completely");
+            error = Some(e.to_string());
+        }
+        TraceClosed {
+            path: Some(path),
+            error,
+        }
+    }
+
+    /// The policy or executor may be stuck inside a handler (a hung model call, a
+    /// tool ignoring cancellation): kill, which aborts the handler, rather than
+    /// stop, which would wait for it.
+    fn stop_children(&self, myself: &ActorRef<ConductorMsg>) {
+        self.children.policy.kill();
+        self.children.executor.kill();
+        self.children.state.stop(None);
+        self.children.budget.stop(None);
+        myself.stop(None);
+    }
+}

@@ -1,0 +1,129 @@
+//! The conductor: one per run. It wires the four actors and drives the loop purely
+//! by messages.
+//!
+//! Each step is one [`ConductorMsg::Step`] the conductor sends itself, so anything
+//! else in its mailbox (an abort, a user message) is handled between steps, at a
+//! safe point. Within a step it asks the budget supervisor and the state keeper
+//! (which never block) and the policy and executor (which may), always selecting
+//! against the run's cancellation token so a deadline interrupts a stuck policy or
+//! tool at once.
+//!
+//! A step is data passed from stage to stage: `decide` (spend and decide, one
+//! message) yields a decided step; `act` runs it into a step result; `record`
+//! hands the step's update and trace record to the state keeper; `check_end`
+//! says whether the run goes on. Files, each importing only from those before
+//! it: `msg`, `lineage`, `outcome`, `args`, `step_result`, `ticker`, `state`,
+//! then the stages and handlers, each adding methods to the conductor's state:
+//! `start`, `step`, `act`, `progress`, `record`, `finish`, `children`, `inputs`.
+
+mod act;
+mod args;
+mod children;
+mod finish;
+mod inputs;
+mod lineage;
+mod msg;
+mod outcome;
+mod progress;
+mod record;
+mod start;
+mod state;
+mod step;
+mod step_result;
+mod ticker;
+
+pub use args::{ConductorArgs, Restore};
+pub use lineage::Lineage;
+pub(crate) use msg::ConductorPost;
+pub use msg::{ConductorMsg, Posted};
+pub use outcome::{RunActors, RunOutcome};
+pub use state::ConductorState;
+
+use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};
+
+use crate::durable::Ending;
+use step_result::Flow;
+
+/// The conductor actor.
+#[derive(Debug, Default)]
+pub struct Conductor;
+
+impl Actor for Conductor {
+    type Msg = ConductorMsg;
+    type State = ConductorState;
+    type Arguments = ConductorArgs;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<ConductorMsg>,
+        args: ConductorArgs,
+    ) -> Result<ConductorState, ActorProcessingErr> {
+        start::start(myself, args).await
+    }
+
+    async fn post_start(
+        &self,
+        myself: ActorRef<ConductorMsg>,
+        st: &mut ConductorState,
+    ) -> Result<(), ActorProcessingErr> {
+        st.arm(&myself).await
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<ConductorMsg>,
+        message: ConductorMsg,
+        st: &mut ConductorState,
+    ) -> Result<(), ActorProcessingErr> {
+        if st.stopped {
+            return Ok(());
+        }
+        match message {
+            // Boxed: the step's state machine is large, and ractor moves each
+            // handler future it polls; a pointer is cheap to move.
+            ConductorMsg::Step => {
+                st.wake_pending = false;
+                if st.paused {
+                    st.step_due = true;
+                    return Ok(());
+                }
+                let flow = match (st.ending.take(), st.in_flight.take()) {
+                    (Some(Ending::Verify { answer }), _) => Box::pin(st.verify(answer)).await,
+                    (Some(Ending::Stop { reason, detail }), _) => Flow::stop(reason, detail),
+                    (None, Some(in_flight)) => Box::pin(st.act_again(in_flight)).await,
+                    (None, None) => Box::pin(st.run_steps()).await,
+                };
+                st.after_step(&myself, flow).await;
+            }
+            ConductorMsg::Input(input) => {
+                st.handled += 1;
+                Box::pin(st.on_input(&myself, input, None)).await
+            }
+            ConductorMsg::StoredInput { source, input } => {
+                st.handled += 1;
+                Box::pin(st.on_input(&myself, input, Some(source))).await
+            }
+            // Not counted: ticks drive event-driven runs, which never batch steps.
+            ConductorMsg::Tick(n) => Box::pin(st.on_tick(&myself, n)).await,
+            ConductorMsg::TokenCancelled => {
+                st.handled += 1;
+                st.on_token_cancelled(&myself).await;
+            }
+            ConductorMsg::Abort(reason) => {
+                st.handled += 1;
+                st.abort(&myself, reason).await;
+            }
+        }
+        Ok(())
+    }
+
+    async fn handle_supervisor_evt(
+        &self,
+        myself: ActorRef<ConductorMsg>,
+        event: SupervisionEvent,
+        st: &mut ConductorState,
+    ) -> Result<(), ActorProcessingErr> {
+        Box::pin(st.on_child_exit(&myself, event)).await;
+        Ok(())
+    }
+}

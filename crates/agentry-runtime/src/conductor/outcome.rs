@@ -1,0 +1,63 @@
+//! What an embedder gets back from a run: its outcome, and its actors' addresses.
+
+use std::path::PathBuf;
+
+use agentry_protocol::accept::CheckOutcome;
+use agentry_protocol::budget::BudgetSnapshot;
+use agentry_protocol::state::RunSnapshot;
+use agentry_protocol::stop::StopReason;
+use ractor::ActorRef;
+use serde::Serialize;
+
+use crate::budget::BudgetMsg;
+use crate::executor::ExecutorMsg;
+use crate::policy::PolicyMsg;
+use crate::state::StateMsg;
+
+/// How a run ended, as the embedder sees it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RunOutcome {
+    /// Run id.
+    pub run_id: String,
+    /// Task id.
+    pub task_id: String,
+    /// Why it stopped.
+    pub stop_reason: StopReason,
+    /// A sentence explaining the stop (which check failed, which budget ran out).
+    pub detail: String,
+    /// The model's answer, if it gave one.
+    pub answer: Option<String>,
+    /// Steps taken.
+    pub steps: u64,
+    /// Tool calls this run made (its budget's spend also counts its children's).
+    pub tool_calls: u64,
+    /// Final budget.
+    pub budget: BudgetSnapshot,
+    /// Acceptance check outcomes, when the model finished.
+    pub checks: Vec<CheckOutcome>,
+    /// Key fields of the final state.
+    pub state: RunSnapshot,
+    /// The working directory.
+    pub workdir: PathBuf,
+    /// The trace file, if one was written.
+    pub trace: Option<PathBuf>,
+    /// Why the trace file is incomplete (a full disk, `/dev/full`, an I/O
+    /// error), if it is: the run went on, but its record is lost.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trace_error: Option<String>,
+}
+
+/// The addresses of a run's four actors, as spawned. For embedders that want
+/// actor-level access (supervision, diagnostics). The executor may be replaced
+/// by a restart later; the others live as long as the run.
+#[derive(Debug, Clone)]
+pub struct RunActors {
+    /// The policy actor.
+    pub policy: ActorRef<PolicyMsg>,
+    /// The tool executor.
+    pub executor: ActorRef<ExecutorMsg>,
+    /// The state keeper.
+    pub state: ActorRef<StateMsg>,
+    /// The budget supervisor.
+    pub budget: ActorRef<BudgetMsg>,
+}

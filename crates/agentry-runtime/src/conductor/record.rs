@@ -1,0 +1,169 @@
+//! Recording a step (steps 4–5): the budget after it, its fingerprint, the
+//! session entries for the policy, and one state update that carries the
+//! step's trace record to the state keeper.
+
+use std::sync::Arc;
+
+use agentry_protocol::budget::{BudgetSnapshot, Usage};
+use agentry_protocol::event::RunEvent;
+use agentry_protocol::state::{RunSnapshot, SessionEntry};
+use agentry_protocol::stop::StopReason;
+use agentry_protocol::trace::TraceStep;
+
+use super::progress::step_fingerprint;
+use super::state::ConductorState;
+use super::step_result::{Acted, StepResult, Stop};
+use crate::call::ask;
+use crate::durable::Ending;
+use crate::state::{Applied, StateMsg, StateUpdate};
+
+impl ConductorState {
+    /// Steps 4–5, update and record: one state update per step, applied by the
+    /// state keeper; fills the result's `after` and `fingerprint`. The
+    /// fingerprint uses the world as the action found it; what the action did to
+    /// it is in the observation (refs).
+    pub(super) async fn record(&mut self, r: &mut StepResult) -> Result<(), Stop> {
+        r.after = self.after_snapshot(r);
+        r.fingerprint = step_fingerprint(&r.decision, &r.acted.results, &self.world_digest);
+        self.pending.push(SessionEntry::Assistant {
+            step: r.step,
+            decision: Arc::clone(&r.decision),
+        });
+        self.pending.extend(
+            r.acted
+                .results
+                .iter()
+                .cloned()
+                .map(|result| SessionEntry::Tool { result }),
+        );
+        // The step's trace record, but for the state after the update: the state
+        // keeper completes it and queues it as it applies the update, so the
+        // trace needs no round trip (every other trace line is written after one,
+        // so lines stay in order).
+        let traced = self
+            .trace
+            .as_ref()
+            .map(|t| (t.sender(), self.trace_record(r)));
+        let world_may_change = r.acted.results.iter().any(|res| !res.refs.is_empty());
+        let update = self.step_update(r);
+        // Nobody needs the reply when the store is off, the trace is off, nobody
+        // listens and no result carries a ref (so the world cannot change): the
+        // update is handed over without a round trip. The state keeper applies it
+        // before anything sent after it, so every later read sees it.
+        let apply = move |reply| match traced {
+            Some((trace, record)) => StateMsg::ApplyTraced {
+                update,
+                record,
+                trace,
+                reply,
+            },
+            None => StateMsg::Apply(update, reply),
+        };
+        if !(self.durable || self.events.listening() || world_may_change) {
+            let _ = self.children.state.cast(apply(None));
+            return Ok(());
+        }
+        let step = r.step;
+        let applied: Applied = match ask(&self.children.state, |reply| apply(Some(reply))).await {
+            Ok(Ok(a)) => a,
+            Ok(Err(e)) => {
+                return Err(Stop::new(
+                    StopReason::UnrecoverableError,
+                    format!("step {step} could not be stored: {e}"),
+                ));
+            }
+            Err(e) => return Err(Stop::new(StopReason::UnrecoverableError, e)),
+        };
+        self.emit(|| RunEvent::StateUpdated {
+            version: applied.version,
+        });
+        self.emit(|| RunEvent::BudgetSpent {
+            budget: Box::new(r.after),
+        });
+        self.world_digest = applied.world_digest;
+        Ok(())
+    }
+
+    /// The budget after the step, from the supervisor's last answer plus what was
+    /// spent since (a model turn's tokens, retries), without another round trip.
+    fn after_snapshot(&self, r: &StepResult) -> BudgetSnapshot {
+        let retries = r.acted.attempts.iter().filter(|a| a.attempt > 1).count() as u64;
+        let spent = r.before.spent.plus(&Usage {
+            steps: 1,
+            tool_calls: r.acted.tool_calls,
+            tokens_in: r.turn.usage.tokens_in,
+            tokens_out: r.turn.usage.tokens_out,
+            cost_micros: r.turn.cost_micros,
+            retries,
+            ..Usage::default()
+        });
+        BudgetSnapshot::new(
+            self.config.limits,
+            spent,
+            self.started.elapsed().as_millis() as u64,
+        )
+    }
+
+    /// The step's trace record, but for the state's version and key fields (the
+    /// state keeper fills those in). Takes the attempts, model and prompt hash
+    /// out of the result: nothing after the trace reads them.
+    fn trace_record(&self, r: &mut StepResult) -> Box<TraceStep> {
+        Box::new(TraceStep {
+            run_id: Arc::clone(&self.run_id),
+            task_id: Arc::clone(&self.task_id),
+            parent_id: self.parent_id.clone(),
+            traceparent: Arc::clone(&self.traceparent),
+            step: r.step,
+            attempt: 1,
+            model: if r.turn.model.is_empty() {
+                Arc::clone(&self.model)
+            } else {
+                std::mem::take(&mut r.turn.model).into()
+            },
+            prompt_hash: r.turn.prompt_hash.take(),
+            decision: Arc::clone(&r.decision),
+            results: r.acted.results.clone(),
+            attempts: std::mem::take(&mut r.acted.attempts),
+            budget_before: r.before,
+            budget_after: r.after,
+            state_version: 0,
+            fingerprint: format!("{:016x}", r.fingerprint),
+            state: RunSnapshot::default(),
+            at: agentry_protocol::now_millis(),
+        })
+    }
+
+    /// The step's state update. Its results move into it: the session and the
+    /// trace record already hold their own references.
+    fn step_update(&self, r: &mut StepResult) -> StateUpdate {
+        StateUpdate::Step {
+            step: r.step,
+            decision: Arc::clone(&r.decision),
+            results: std::mem::take(&mut r.acted.results),
+            spent: r.after.spent,
+            answer: r.acted.answer.as_ref().map(|a| a.text().to_string()),
+            tool_calls: self.own_tool_calls,
+            fingerprint: r.fingerprint,
+            side_effects: r.acted.side_effects,
+            ending: self.ending_of(&r.acted),
+        }
+    }
+
+    /// What ends the run, should the process die before the stop is on disk
+    /// (durable runs only).
+    fn ending_of(&self, acted: &Acted) -> Option<Ending> {
+        if !self.durable {
+            return None;
+        }
+        match (&acted.stop, &acted.answer) {
+            (Some(stop), _) => Some(Ending::Stop {
+                reason: stop.reason,
+                detail: stop.detail.clone(),
+            }),
+            (None, Some(answer)) if answer.ends_run(self.config.driver) => Some(Ending::Verify {
+                answer: answer.text().to_string(),
+            }),
+            (None, Some(_) | None) => None,
+        }
+    }
+}

@@ -1,0 +1,323 @@
+//! Start-up: the conductor spawns its four children, linked to it, in the order
+//! they need each other (budget supervisor, state keeper, executor, policy), and
+//! then arms itself (the cancellation watch, the ticker, the first step).
+
+use std::collections::VecDeque;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use agentry_protocol::state::{RunStatus, SessionEntry};
+use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, SpawnErr};
+use tokio::sync::watch;
+use tokio::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+
+use super::args::{ConductorArgs, Restore};
+use super::lineage::Lineage;
+use super::msg::{ConductorMsg, ConductorPost, Posted};
+use super::outcome::RunOutcome;
+use super::state::{Children, ConductorState};
+use super::ticker::Ticker;
+use crate::budget::{BudgetArgs, BudgetMsg, BudgetSupervisor, ParentLink, ToolCallTally};
+use crate::config::{Driver, RunConfig};
+use crate::durable::{Progress, RunLog};
+use crate::events::EventSink;
+use crate::executor::{ExecutorArgs, ToolExecutor};
+use crate::policy::{PolicyActor, PolicyArgs};
+use crate::state::{RunState, StateKeeper, StateMsg};
+use crate::trace::TraceWriter;
+
+/// Spawns the run's actors and builds the conductor's state (its `pre_start`).
+pub(super) async fn start(
+    myself: ActorRef<ConductorMsg>,
+    mut args: ConductorArgs,
+) -> Result<ConductorState, ActorProcessingErr> {
+    let cell = myself.get_cell();
+    let times = RunTimes::new(args.restore.as_ref(), &args.config, &args.lineage);
+    let tool_call_tally = ToolCallTally::default();
+    let budget_args = budget_args(&args, times.started, tool_call_tally.clone());
+    let budget = spawn_child(BudgetSupervisor, budget_args, &cell).await?;
+    let resumed = args.restore.is_some();
+    let initial = initial_state(args.restore.take(), &args.config, args.log.as_ref());
+    let resumption = Resumption::new(&initial, resumed);
+    let state = spawn_child(StateKeeper, initial, &cell).await?;
+    let executor_args = executor_args(&args, times.deadline, &budget, &state)?;
+    let executor = spawn_child(ToolExecutor, executor_args.clone(), &cell).await?;
+    let model: Arc<str> = args.policy.name().into();
+    let policy_args = PolicyArgs {
+        tools: args
+            .registry
+            .visible_specs(|contract| args.config.grants.allows(contract)),
+        policy: args.policy,
+        run_id: Arc::clone(&args.run_id),
+        goal: args.config.goal.clone(),
+        events: args.events.clone(),
+    };
+    let policy = spawn_child(PolicyActor, policy_args, &cell).await?;
+    let children = Children {
+        executor_args,
+        policy,
+        executor,
+        state,
+        budget,
+    };
+    if let Some(tx) = args.actors.take() {
+        let _ = tx.send(children.actors());
+    }
+    let kept = Kept {
+        durable: args.log.is_some(),
+        run_id: args.run_id,
+        config: args.config,
+        run_token: args.run_token,
+        claim: args.claim,
+        outcome: args.outcome,
+        events: args.events,
+        trace: args.trace,
+        lineage: args.lineage,
+        posted: args.posted,
+    };
+    Ok(ConductorState::new(
+        kept,
+        children,
+        model,
+        times.started,
+        resumption,
+        tool_call_tally,
+    ))
+}
+
+/// Spawns a child linked to the conductor. Boxed: nested inline, the four spawn
+/// futures made the start-up future ~9 KB, moved several times per run.
+fn spawn_child<A: Actor>(
+    actor: A,
+    args: A::Arguments,
+    cell: &ActorCell,
+) -> Pin<Box<impl Future<Output = Result<ActorRef<A::Msg>, SpawnErr>>>> {
+    let cell = cell.clone();
+    Box::pin(async move {
+        let (child, _) = Actor::spawn_linked(None, actor, args, cell).await?;
+        Ok(child)
+    })
+}
+
+/// When the run started (a resumed run's clock goes on from its elapsed time)
+/// and its absolute deadline: its own or its parent's, whichever comes first.
+struct RunTimes {
+    started: Instant,
+    deadline: Option<Instant>,
+}
+
+impl RunTimes {
+    fn new(restore: Option<&Restore>, config: &RunConfig, lineage: &Lineage) -> RunTimes {
+        let now = Instant::now();
+        let started = restore
+            .and_then(|r| now.checked_sub(r.elapsed))
+            .unwrap_or(now);
+        let own_deadline = config
+            .limits
+            .deadline_ms
+            .map(|ms| crate::clock::later(started, Duration::from_millis(ms)));
+        let deadline = match (own_deadline, lineage.deadline_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        RunTimes { started, deadline }
+    }
+}
+
+fn budget_args(args: &ConductorArgs, started: Instant, tool_calls: ToolCallTally) -> BudgetArgs {
+    BudgetArgs {
+        limits: args.config.limits,
+        spent: args
+            .restore
+            .as_ref()
+            .map(|r| r.state.snapshot().control.spent)
+            .unwrap_or_default(),
+        run_token: args.run_token.clone(),
+        started,
+        parent_deadline: args.lineage.deadline_at,
+        parent: args.lineage.parent.as_ref().map(|(_, budget)| ParentLink {
+            budget: budget.clone(),
+            child_id: args.run_id.to_string(),
+        }),
+        tool_calls,
+    }
+}
+
+/// The state keeper's state: a resumed run's, or a fresh one.
+fn initial_state(restore: Option<Restore>, config: &RunConfig, log: Option<&RunLog>) -> RunState {
+    let initial = match restore {
+        Some(r) => r.state,
+        None => RunState::initial(config),
+    };
+    match log {
+        Some(log) => initial.with_log(log.clone()),
+        None => initial,
+    }
+}
+
+fn executor_args(
+    args: &ConductorArgs,
+    deadline: Option<Instant>,
+    budget: &ActorRef<BudgetMsg>,
+    state: &ActorRef<StateMsg>,
+) -> Result<ExecutorArgs, ActorProcessingErr> {
+    let config = &args.config;
+    // Opened once: every file operation of the run resolves beneath this
+    // handle, whatever the model does to the path meanwhile.
+    let root = Arc::new(agentry_tools::fs::WorkRoot::open(&config.workdir)?);
+    Ok(ExecutorArgs {
+        root,
+        run_id: Arc::clone(&args.run_id),
+        registry: Arc::clone(&args.registry),
+        grants: config.grants.clone(),
+        artifacts: Arc::from(
+            config
+                .artifacts
+                .clone()
+                .unwrap_or_else(|| config.workdir.join(".agentry"))
+                .as_path(),
+        ),
+        workdir: Arc::from(config.workdir.as_path()),
+        run_token: args.run_token.clone(),
+        deadline,
+        budget: budget.clone(),
+        events: args.events.clone(),
+        max_parallel: config.max_parallel,
+        retry: config.retry,
+        state: state.clone(),
+        approval: config.approval.clone(),
+        agents: Some(Arc::clone(&args.agents)),
+        log: args.log.clone(),
+    })
+}
+
+/// Where the conductor's counters start: a fresh run's zeros, or what a resumed
+/// run's state keeper was restored with.
+struct Resumption {
+    progress: Progress,
+    paused: bool,
+    pending: Vec<SessionEntry>,
+    world_digest: Arc<str>,
+}
+
+impl Resumption {
+    fn new(initial: &RunState, resumed: bool) -> Resumption {
+        Resumption {
+            progress: initial.progress().clone(),
+            paused: resumed && initial.snapshot().status == RunStatus::Paused,
+            pending: initial.session().to_vec(),
+            world_digest: initial.world_digest().into(),
+        }
+    }
+}
+
+/// What the conductor keeps of its start-up arguments (the rest went to its
+/// children).
+struct Kept {
+    run_id: Arc<str>,
+    config: RunConfig,
+    run_token: CancellationToken,
+    claim: Option<crate::owner::Claim>,
+    outcome: watch::Sender<Option<RunOutcome>>,
+    events: EventSink,
+    trace: Option<TraceWriter>,
+    lineage: Lineage,
+    posted: Posted,
+    durable: bool,
+}
+
+impl ConductorState {
+    fn new(
+        kept: Kept,
+        children: Children,
+        model: Arc<str>,
+        started: Instant,
+        resumption: Resumption,
+        tool_call_tally: ToolCallTally,
+    ) -> ConductorState {
+        let Resumption {
+            progress,
+            paused,
+            pending,
+            world_digest,
+        } = resumption;
+        let window = kept.config.progress_window;
+        let fingerprints: VecDeque<u64> = progress
+            .fingerprints
+            .iter()
+            .rev()
+            .take(window)
+            .rev()
+            .copied()
+            .collect();
+        ConductorState {
+            task_id: kept.config.task_id.as_str().into(),
+            traceparent: kept.lineage.traceparent(&kept.run_id).into(),
+            parent_id: kept.lineage.parent.as_ref().map(|(id, _)| Arc::clone(id)),
+            parent_budget: kept.lineage.parent.map(|(_, budget)| budget),
+            run_id: kept.run_id,
+            config: kept.config,
+            model,
+            children,
+            run_token: kept.run_token,
+            claim: kept.claim,
+            outcome: kept.outcome,
+            events: kept.events,
+            trace: kept.trace,
+            pending,
+            fingerprints,
+            world_digest,
+            started,
+            steps: progress.steps,
+            own_tool_calls: progress.tool_calls,
+            stopped: false,
+            paused,
+            durable: kept.durable,
+            in_flight: progress.in_flight,
+            ending: progress.ending,
+            tool_call_tally,
+            posted: kept.posted,
+            handled: 0,
+            lost_child: false,
+            step_due: false,
+            wake_pending: false,
+            ticks: None,
+        }
+    }
+
+    /// After start-up (the conductor's `post_start`): watch the run's token,
+    /// start the ticker, take or schedule the first step.
+    pub(super) async fn arm(
+        &mut self,
+        myself: &ActorRef<ConductorMsg>,
+    ) -> Result<(), ActorProcessingErr> {
+        // A cancellation while no step runs (paused, sleeping) must still stop the run.
+        let token = self.run_token.clone();
+        let me = ConductorPost::new(myself.clone(), self.posted.clone());
+        tokio::spawn(async move {
+            token.cancelled().await;
+            let _ = me.cast(ConductorMsg::TokenCancelled);
+        });
+        if let Some(every) = self.config.tick_every {
+            // Ticks make the agent time-driven: it steps on ticks, not in a loop.
+            self.config.driver = Driver::Events;
+            self.ticks = Some(Ticker::start(myself, every));
+        }
+        if self.paused {
+            // Resumed while paused: the step (or the decided one) runs on resume.
+            self.step_due = true;
+            return Ok(());
+        }
+        match self.config.driver {
+            Driver::Pull => myself.cast(ConductorMsg::Step)?,
+            // A resumed event-driven agent first finishes the step it had decided.
+            Driver::Events if self.in_flight.is_some() || self.ending.is_some() => {
+                myself.cast(ConductorMsg::Step)?
+            }
+            // Event- and time-driven agents sleep until their first event.
+            Driver::Events => self.set_status(RunStatus::Sleeping).await,
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,120 @@
+//! What the conductor keeps between messages: its children, the run's counters,
+//! and what a resumed run still has to finish.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use agentry_protocol::event::RunEvent;
+use agentry_protocol::state::SessionEntry;
+use ractor::ActorRef;
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::msg::Posted;
+use super::outcome::{RunActors, RunOutcome};
+use super::ticker::Ticker;
+use crate::budget::{BudgetMsg, ToolCallTally};
+use crate::config::RunConfig;
+use crate::durable::{Ending, InFlight};
+use crate::events::EventSink;
+use crate::executor::{ExecutorArgs, ExecutorMsg};
+use crate::policy::PolicyMsg;
+use crate::state::StateMsg;
+use crate::trace::TraceWriter;
+
+/// The four actors the conductor supervises.
+pub(super) struct Children {
+    /// Kept to restart the executor if it dies.
+    pub(super) executor_args: ExecutorArgs,
+    pub(super) policy: ActorRef<PolicyMsg>,
+    pub(super) executor: ActorRef<ExecutorMsg>,
+    pub(super) state: ActorRef<StateMsg>,
+    pub(super) budget: ActorRef<BudgetMsg>,
+}
+
+impl Children {
+    /// Whether every child is up: a dead one's supervision event must be handled
+    /// (the executor restarted) before the next step.
+    pub(super) fn all_running(&self) -> bool {
+        use ractor::ActorStatus::Running;
+        self.policy.get_status() == Running
+            && self.executor.get_status() == Running
+            && self.state.get_status() == Running
+            && self.budget.get_status() == Running
+    }
+
+    /// Their addresses, for the run's handle.
+    pub(super) fn actors(&self) -> RunActors {
+        RunActors {
+            policy: self.policy.clone(),
+            executor: self.executor.clone(),
+            state: self.state.clone(),
+            budget: self.budget.clone(),
+        }
+    }
+}
+
+/// Conductor state.
+pub struct ConductorState {
+    pub(super) run_id: Arc<str>,
+    pub(super) config: RunConfig,
+    /// Shared by every trace record of the run, as are the ids below.
+    pub(super) model: Arc<str>,
+    pub(super) task_id: Arc<str>,
+    pub(super) children: Children,
+    pub(super) run_token: CancellationToken,
+    /// This process's claim on a durable run: let go before the outcome is
+    /// published (and, declared first, dropped before it if the conductor dies),
+    /// so whoever sees the run end here can resume it in this process.
+    pub(super) claim: Option<crate::owner::Claim>,
+    pub(super) outcome: watch::Sender<Option<RunOutcome>>,
+    pub(super) events: EventSink,
+    pub(super) trace: Option<TraceWriter>,
+    /// Session entries applied since the policy last decided.
+    pub(super) pending: Vec<SessionEntry>,
+    pub(super) fingerprints: VecDeque<u64>,
+    /// Content digest of the world as of the last applied update.
+    pub(super) world_digest: Arc<str>,
+    /// When the run started (the budget supervisor counts from the same instant).
+    pub(super) started: Instant,
+    pub(super) steps: u64,
+    /// Tool calls this run made itself (the budget also counts its children's).
+    pub(super) own_tool_calls: u64,
+    pub(super) stopped: bool,
+    /// Paused by the user: no new step starts until `resume`.
+    pub(super) paused: bool,
+    /// A step was wanted while paused; it runs on resume.
+    pub(super) step_due: bool,
+    /// A wake-up `Step` is already in the mailbox (event-driven agents).
+    pub(super) wake_pending: bool,
+    /// Timer state of a time-driven agent.
+    pub(super) ticks: Option<Ticker>,
+    /// Parent run id, for the trace.
+    pub(super) parent_id: Option<Arc<str>>,
+    /// W3C traceparent of this run.
+    pub(super) traceparent: Arc<str>,
+    /// The parent's budget supervisor, for a child (to learn why it was cancelled).
+    pub(super) parent_budget: Option<ActorRef<BudgetMsg>>,
+    /// A durable run records each decision before acting on it.
+    pub(super) durable: bool,
+    /// A resumed run's decided-but-unapplied step, acted on again first.
+    pub(super) in_flight: Option<InFlight>,
+    /// A resumed run whose last step ended it: finish that, take no new step.
+    pub(super) ending: Option<Ending>,
+    /// Where this run takes its tool calls from (see [`ToolCallTally`]).
+    pub(super) tool_call_tally: ToolCallTally,
+    /// Messages posted from outside, and how many of them were handled.
+    pub(super) posted: Posted,
+    pub(super) handled: u64,
+    /// A child did not answer during this batch of steps.
+    pub(super) lost_child: bool,
+}
+
+impl ConductorState {
+    /// Publishes an event; `event` is only built when someone listens.
+    #[inline]
+    pub(super) fn emit(&self, event: impl FnOnce() -> RunEvent) {
+        self.events.emit(event);
+    }
+}

@@ -1,0 +1,213 @@
+//! Taking a step: spend and decide in one message, record the decision (durable
+//! runs), then act, record and check. A pull-driven run takes
+//! several steps per handler while nothing else waits in its mailbox.
+
+use agentry_protocol::budget::{BudgetSnapshot, Usage};
+use agentry_protocol::decision::PolicyOutput;
+use agentry_protocol::event::RunEvent;
+use agentry_protocol::stop::StopReason;
+use tokio::time::{Duration, Instant};
+
+use super::state::ConductorState;
+use super::step_result::{Decided, Flow, StepResult, Stop};
+use crate::budget::{BudgetMsg, DecideAfterSpend, SpendReply};
+use crate::call::ask;
+use crate::config::Driver;
+use crate::durable::InFlight;
+use crate::state::{StateMsg, StateUpdate};
+
+/// Steps a pull-driven run takes in one handler at most, and for how long, before
+/// it lets its mailbox's other ports (supervision, stop) in.
+const STEP_BATCH: u32 = 64;
+const STEP_BATCH_TIME: Duration = Duration::from_millis(2);
+
+impl ConductorState {
+    /// Runs steps while the run is pull-driven, continues, and nothing else is
+    /// waiting in the mailbox; bounded in count and time (see
+    /// [`Posted`](super::msg::Posted)).
+    pub(super) async fn run_steps(&mut self) -> Flow {
+        let began = Instant::now();
+        let mut taken = 0;
+        self.lost_child = false;
+        loop {
+            let flow = self.run_step().await;
+            taken += 1;
+            let more = matches!(flow, Flow::Continue)
+                && self.config.driver == Driver::Pull
+                && !self.paused
+                && self.posted.count() == self.handled
+                && !self.lost_child
+                && self.children.all_running()
+                && taken < STEP_BATCH
+                && began.elapsed() < STEP_BATCH_TIME;
+            if !more {
+                return flow;
+            }
+        }
+    }
+
+    /// One step: decide, record the decision (durable runs), act on it, record
+    /// the step, check whether the run ends.
+    pub(super) async fn run_step(&mut self) -> Flow {
+        let decided = match self.decide().await {
+            Ok(decided) => decided,
+            Err(stop) => return Flow::Stop(stop),
+        };
+        if self.durable
+            && let Err(stop) = self.record_decision(&decided).await
+        {
+            return Flow::Stop(stop);
+        }
+        let mut r = StepResult::new(decided);
+        self.act(&mut r).await;
+        if let Err(stop) = self.record(&mut r).await {
+            return Flow::Stop(stop);
+        }
+        self.check_end(&mut r).await
+    }
+
+    /// Acts on a resumed run's decided step again, without asking the policy.
+    /// The checkpoint the run resumed from predates the step, so the step, its
+    /// tokens and its tool calls are spent again here, exactly once.
+    pub(super) async fn act_again(&mut self, in_flight: InFlight) -> Flow {
+        let InFlight { step, output, .. } = in_flight;
+        let before = match self.spend_step(step, "when the run resumed").await {
+            Ok(before) => before,
+            Err(stop) => return Flow::Stop(stop),
+        };
+        self.steps = step;
+        self.emit(|| RunEvent::StepStarted { step });
+        self.charge_tokens(&output);
+        let mut r = StepResult::new(Decided {
+            step,
+            before,
+            output,
+            again: true,
+        });
+        self.act(&mut r).await;
+        if let Err(stop) = self.record(&mut r).await {
+            return Flow::Stop(stop);
+        }
+        self.check_end(&mut r).await
+    }
+
+    /// Steps 1–2, check-before-spend and decide, in one message. The budget
+    /// supervisor answers `granted` (step max+1 is refused there, never run) and,
+    /// if it granted the step, publishes `StepStarted` and hands the request on to
+    /// the policy, whose decision comes straight back here.
+    async fn decide(&mut self) -> Result<Decided, Stop> {
+        let step = self.steps + 1;
+        let (granted_tx, granted_rx) = tokio::sync::oneshot::channel();
+        let (decided_tx, decided_rx) = tokio::sync::oneshot::channel();
+        let request = DecideAfterSpend {
+            step,
+            new_entries: std::mem::take(&mut self.pending),
+            policy: self.children.policy.clone(),
+            events: self.events.clone(),
+            granted: granted_tx.into(),
+            decided: decided_tx.into(),
+        };
+        if let Err(e) = self
+            .children
+            .budget
+            .cast(BudgetMsg::SpendAndDecide(Box::new(request)))
+        {
+            return Err(Stop::new(
+                StopReason::UnrecoverableError,
+                format!("the budget supervisor is gone: {e}"),
+            ));
+        }
+        let decided = tokio::select! {
+            biased;
+            _ = self.run_token.cancelled() => None,
+            r = decided_rx => Some(r),
+        };
+        // The supervisor answers `granted` before it asks the policy, and never
+        // waits on anything: this is at hand.
+        let reply = granted_rx
+            .await
+            .map_err(|_| "the budget supervisor did not answer a step's spend".to_string());
+        let before = self.step_granted(step, "before it ran", reply)?;
+        self.steps = step;
+        let output: PolicyOutput = match decided {
+            None => return Err(self.cancelled_stop("the policy was deciding").await),
+            Some(Ok(output)) => output,
+            Some(Err(_)) => {
+                return Err(Stop::new(
+                    StopReason::UnrecoverableError,
+                    format!("actor {} did not answer", self.children.policy.get_id()),
+                ));
+            }
+        };
+        self.charge_tokens(&output);
+        Ok(Decided {
+            step,
+            before,
+            output,
+            again: false,
+        })
+    }
+
+    /// Recorded before acting, so a resumed run acts on this decision again (the
+    /// ledger says which calls already ran) instead of asking anew. The reply
+    /// means the state keeper has queued it at the store writer, so it lands
+    /// before any intent the executor commits for this step (both go through the
+    /// one writer, in order); nobody waits for the disk here.
+    async fn record_decision(&mut self, decided: &Decided) -> Result<(), Stop> {
+        let step = decided.step;
+        let update = StateUpdate::Decided(Box::new(InFlight {
+            step,
+            output: decided.output.clone(),
+            before: decided.before,
+        }));
+        match ask(&self.children.state, |r| StateMsg::Apply(update, Some(r))).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(Stop::new(
+                StopReason::UnrecoverableError,
+                format!("step {step}'s decision could not be stored: {e}"),
+            )),
+            Err(e) => Err(Stop::new(StopReason::UnrecoverableError, e)),
+        }
+    }
+
+    /// Spends one step, checked first. The error is the stop when the step is
+    /// refused.
+    async fn spend_step(&mut self, step: u64, when: &str) -> Result<BudgetSnapshot, Stop> {
+        let reply = ask(&self.children.budget, |r| {
+            BudgetMsg::Spend(Usage::step(), r)
+        })
+        .await;
+        self.step_granted(step, when, reply)
+    }
+
+    /// The budget's answer to step `step`'s spend: the snapshot before it, or
+    /// the stop.
+    fn step_granted(
+        &self,
+        step: u64,
+        when: &str,
+        reply: Result<SpendReply, String>,
+    ) -> Result<BudgetSnapshot, Stop> {
+        match reply {
+            Ok(SpendReply::Granted { before }) => Ok(before),
+            Ok(SpendReply::Refused(reason)) => Err(Stop::new(
+                reason,
+                format!("{reason}: step {step} was refused {when}"),
+            )),
+            Err(e) => Err(Stop::new(StopReason::UnrecoverableError, e)),
+        }
+    }
+
+    /// A model turn's tokens and money, charged without a check: the next spend
+    /// sees them.
+    fn charge_tokens(&self, out: &PolicyOutput) {
+        if out.usage.tokens_in + out.usage.tokens_out + out.cost_micros > 0 {
+            let _ = self.children.budget.cast(BudgetMsg::Charge(Usage {
+                tokens_in: out.usage.tokens_in,
+                tokens_out: out.usage.tokens_out,
+                cost_micros: out.cost_micros,
+                ..Usage::default()
+            }));
+        }
+    }
+}
