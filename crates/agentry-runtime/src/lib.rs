@@ -31,8 +31,8 @@
 //! ```
 
 pub mod accept;
+mod ask;
 pub mod budget;
-mod call;
 mod clock;
 pub mod conductor;
 pub mod config;

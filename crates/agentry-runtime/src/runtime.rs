@@ -9,8 +9,8 @@ use ractor::Actor;
 use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
 
+use crate::ask::ask;
 use crate::budget::BudgetMsg;
-use crate::call::ask;
 use crate::conductor::{
     Conductor, ConductorArgs, ConductorMsg, ConductorPost, Lineage, Posted, RunActors, RunOutcome,
 };
@@ -162,7 +162,7 @@ impl Runtime {
         }
         let live = ask(&parent.actors.budget, BudgetMsg::LiveChildren)
             .await
-            .map_err(refuse)?;
+            .map_err(|e| refuse(e.to_string()))?;
         if live >= parent.tree.max_children {
             return Err(refuse(format!(
                 "the parent already runs {live} children, its max_children"
@@ -194,7 +194,7 @@ impl Runtime {
             reply,
         })
         .await
-        .map_err(&refuse)?
+        .map_err(|e| refuse(e.to_string()))?
         .map_err(|m| refuse(format!("the parent cannot cover the child's budget: {m}")))?;
         config.limits = limits;
         config.run_id = Some(run_id.clone());

@@ -13,7 +13,7 @@ use tokio::time::Duration;
 
 use super::state::ConductorState;
 use super::step_result::{Acted, Answer, StepResult, Stop};
-use crate::call::ask;
+use crate::ask::ask;
 use crate::executor::{Executed, ExecutorMsg};
 
 /// How long a cancelled step waits for the executor's own cancelled envelopes
@@ -84,7 +84,7 @@ impl ConductorState {
             // are reported as lost (its supervisor, this conductor, restarts it).
             r = run => r.unwrap_or_else(|e| {
                 self.lost_child = true;
-                lost_calls(calls, &e)
+                lost_calls(calls, &e.to_string())
             }),
             // The executor answers cancelled calls itself; if it cannot within the
             // grace period, the conductor records them as cancelled.

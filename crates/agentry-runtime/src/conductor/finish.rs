@@ -15,8 +15,8 @@ use super::msg::ConductorMsg;
 use super::outcome::RunOutcome;
 use super::state::ConductorState;
 use super::step_result::Stop;
+use crate::ask::ask;
 use crate::budget::BudgetMsg;
-use crate::call::ask;
 use crate::state::{StateMsg, StateUpdate};
 
 /// Where the run's trace went, and why it is incomplete if it is.

@@ -17,8 +17,8 @@ use super::msg::ConductorMsg;
 use super::state::ConductorState;
 use super::step_result::{Flow, Stop};
 use super::ticker::schedule;
+use crate::ask::ask;
 use crate::budget::{BudgetMsg, SpendReply};
-use crate::call::ask;
 use crate::config::Driver;
 use crate::state::{InputSource, StateMsg, StateUpdate};
 
@@ -128,7 +128,7 @@ impl ConductorState {
                 reason,
                 format!("{reason}: tick {n} was refused before it ran"),
             )),
-            Err(e) => Err(Stop::new(StopReason::UnrecoverableError, e)),
+            Err(e) => Err(Stop::new(StopReason::UnrecoverableError, e.to_string())),
         }
     }
 

@@ -12,7 +12,7 @@ use agentry_protocol::tool::ToolArguments;
 
 use super::state::ConductorState;
 use super::step_result::{Flow, StepResult, Stop};
-use crate::call::ask;
+use crate::ask::ask;
 use crate::executor::ExecutorMsg;
 
 impl ConductorState {
@@ -55,7 +55,7 @@ impl ConductorState {
             }
             r = ask(&self.children.executor, |reply| ExecutorMsg::Verify { checks, reply }) => match r {
                 Ok(o) => o,
-                Err(e) => return Flow::stop(StopReason::UnrecoverableError, e),
+                Err(e) => return Flow::stop(StopReason::UnrecoverableError, e.to_string()),
             },
         };
         let failed: Vec<&str> = outcomes

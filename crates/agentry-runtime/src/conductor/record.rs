@@ -13,7 +13,7 @@ use agentry_protocol::trace::TraceStep;
 use super::progress::step_fingerprint;
 use super::state::ConductorState;
 use super::step_result::{Acted, StepResult, Stop};
-use crate::call::ask;
+use crate::ask::ask;
 use crate::durable::Ending;
 use crate::state::{Applied, StateMsg, StateUpdate};
 
@@ -72,7 +72,7 @@ impl ConductorState {
                     format!("step {step} could not be stored: {e}"),
                 ));
             }
-            Err(e) => return Err(Stop::new(StopReason::UnrecoverableError, e)),
+            Err(e) => return Err(Stop::new(StopReason::UnrecoverableError, e.to_string())),
         };
         self.emit(|| RunEvent::StateUpdated {
             version: applied.version,

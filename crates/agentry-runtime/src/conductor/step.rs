@@ -10,8 +10,8 @@ use tokio::time::{Duration, Instant};
 
 use super::state::ConductorState;
 use super::step_result::{Decided, Flow, StepResult, Stop};
+use crate::ask::{AskError, ask};
 use crate::budget::{BudgetMsg, DecideAfterSpend, SpendReply};
-use crate::call::ask;
 use crate::config::Driver;
 use crate::durable::InFlight;
 use crate::state::{StateMsg, StateUpdate};
@@ -124,9 +124,9 @@ impl ConductorState {
         };
         // The supervisor answers `granted` before it asks the policy, and never
         // waits on anything: this is at hand.
-        let reply = granted_rx
-            .await
-            .map_err(|_| "the budget supervisor did not answer a step's spend".to_string());
+        let reply = granted_rx.await.map_err(|_| AskError::NoAnswer {
+            actor: self.children.budget.get_id(),
+        });
         let before = self.step_granted(step, "before it ran", reply)?;
         self.steps = step;
         let output: PolicyOutput = match decided {
@@ -166,7 +166,7 @@ impl ConductorState {
                 StopReason::UnrecoverableError,
                 format!("step {step}'s decision could not be stored: {e}"),
             )),
-            Err(e) => Err(Stop::new(StopReason::UnrecoverableError, e)),
+            Err(e) => Err(Stop::new(StopReason::UnrecoverableError, e.to_string())),
         }
     }
 
@@ -186,7 +186,7 @@ impl ConductorState {
         &self,
         step: u64,
         when: &str,
-        reply: Result<SpendReply, String>,
+        reply: Result<SpendReply, AskError>,
     ) -> Result<BudgetSnapshot, Stop> {
         match reply {
             Ok(SpendReply::Granted { before }) => Ok(before),
@@ -194,7 +194,7 @@ impl ConductorState {
                 reason,
                 format!("{reason}: step {step} was refused {when}"),
             )),
-            Err(e) => Err(Stop::new(StopReason::UnrecoverableError, e)),
+            Err(e) => Err(Stop::new(StopReason::UnrecoverableError, e.to_string())),
         }
     }
 

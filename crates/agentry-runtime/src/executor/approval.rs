@@ -16,7 +16,7 @@ use super::envelope::fail;
 use super::msg::{AppliedInput, CallOutcome};
 use super::prepared::{Job, Mode};
 use super::state::ExecutorState;
-use crate::call::ask;
+use crate::ask::ask;
 use crate::state::{ApprovalDecision, StateMsg};
 
 /// What the gate decided for a call.
@@ -119,7 +119,7 @@ impl ExecutorState {
             decision: tx.into(),
         });
         let parked = tokio::select! {
-            r = parked => r.and_then(|r| r),
+            r = parked => r.map_err(|e| e.to_string()).and_then(|r| r),
             _ = self.args.run_token.cancelled() => return Waited::failed(self.cancelled_error()),
         };
         if let Err(e) = parked {

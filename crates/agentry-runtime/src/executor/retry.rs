@@ -16,8 +16,8 @@ use super::ledger::operation_id;
 use super::msg::{AppliedInput, CallOutcome};
 use super::prepared::Job;
 use super::state::ExecutorState;
+use crate::ask::ask;
 use crate::budget::BudgetMsg;
-use crate::call::ask;
 use crate::durable::rerunnable;
 
 impl ExecutorState {
