@@ -9,7 +9,8 @@ first), and checks each `file.rs::name` and bare `file.rs` they cite:
 
 - `x.rs` and `suite/x.rs` are `tests/suite/x.rs`; `agentry-NAME/...` is
   `crates/agentry-NAME/...`; `tests/`, `crates/`, `examples/` paths are as
-  given. A file that became a folder (`x.rs` -> `x/mod.rs` and siblings) still
+  given, so a unit test is cited as `agentry-runtime/src/x.rs::name` or
+  `crates/agentry-runtime/src/x/tests.rs::name`. A file that became a folder (`x.rs` -> `x/mod.rs` and siblings) still
   counts, and its `fn`s are looked for in the whole folder.
 - `tests::` segments are skipped; a bare `name` after a reference on the same
   bullet is a test in the file of the reference before it.
@@ -28,8 +29,6 @@ import sys
 
 # Cited path -> where it really is. Remove an entry once ARCHITECTURE.md says it.
 KNOWN_FIXES = {
-    # The no-progress tests (fresh call ids, world changes) live in budget.rs.
-    'suite/termination.rs': 'suite/budget.rs::no_progress_sees_through_fresh_call_ids',
 }
 
 REF = re.compile(r'([\w./-]+\.rs)((?:::\w+)*)')
