@@ -10,8 +10,9 @@ first), and checks each `file.rs::name` and bare `file.rs` they cite:
 - `x.rs` and `suite/x.rs` are `tests/suite/x.rs`; `agentry-NAME/...` is
   `crates/agentry-NAME/...`; `tests/`, `crates/`, `examples/` paths are as
   given, so a unit test is cited as `agentry-runtime/src/x.rs::name` or
-  `crates/agentry-runtime/src/x/tests.rs::name`. A file that became a folder (`x.rs` -> `x/mod.rs` and siblings) still
-  counts, and its `fn`s are looked for in the whole folder.
+  `crates/agentry-runtime/src/x/tests.rs::name`. A file that became a folder
+  (`x.rs` -> `x/mod.rs` and siblings) still counts, and its `fn`s are looked
+  for in the whole folder.
 - `tests::` segments are skipped; a bare `name` after a reference on the same
   bullet is a test in the file of the reference before it.
 - Only snake_case names are checked, as a `fn` (a test) or a `mod` (a group of
