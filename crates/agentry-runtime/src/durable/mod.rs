@@ -7,7 +7,7 @@
 //! preserved, so a batch the sender did not wait for is still on disk before any
 //! later batch that someone does wait for.
 //!
-//! What waits for its commit (see ARCHITECTURE.md, "Durable runs"):
+//! What waits for its commit (see ARCHITECTURE.md, "State keeper"):
 //! - the run's creation, every input from outside, every pause/park, the stop;
 //! - a step's update in [`Durability::Strict`] mode (the default), and in
 //!   [`Durability::Grouped`] mode when the step started a call that must not run
