@@ -65,6 +65,9 @@ impl Backlog {
     }
 
     fn push(&mut self, event: RunEvent) {
+        // `RunEvent` is `#[non_exhaustive]`: every other event, known or new,
+        // is kept whole.
+        #[allow(clippy::wildcard_enum_match_arm)]
         let kept = match event {
             RunEvent::StepStarted { step } => Kept::StepStarted(step),
             RunEvent::DecisionMade { step, decision } => Kept::Decision(step, decision),

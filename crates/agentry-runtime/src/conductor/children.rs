@@ -30,7 +30,7 @@ impl ChildExit {
                 );
                 Some(ChildExit { who, detail })
             }
-            _ => None,
+            SupervisionEvent::ActorStarted(_) | SupervisionEvent::ProcessGroupChanged(_) => None,
         }
     }
 }
