@@ -155,6 +155,10 @@ async fn a_thousand_concurrent_inputs_are_applied_once_in_one_order() -> Result<
     let handle = runtime.start(config, replier()).await?;
 
     send_concurrently(&handle).await?;
+    // On a loaded machine all 1,000 inputs may land before the first step; wait
+    // for a step so that "stop" is answered by another, and step lines are
+    // interleaved with input lines in the trace whatever the timing.
+    snapshot_until(&handle, |s| s.control.spent.steps >= 1).await?;
     handle.send_message("stop")?;
     let outcome = handle.wait().await?;
 
