@@ -16,7 +16,7 @@ use agentry::{RunConfig, Script, TaskError, TaskSpec};
 use serde_json::{Map, Value};
 use tempfile::TempDir;
 
-use super::ApiError;
+use super::error::ApiError;
 
 /// Task id of every run the service starts (task.toml takes it from the task
 /// directory's name; a request has none).
@@ -36,7 +36,7 @@ pub struct NewRun {
 /// Validates the body and prepares the working directory with the initial files.
 /// Blocking: see the module docs.
 pub fn prepare(body: &[u8]) -> Result<NewRun, ApiError> {
-    let Value::Object(mut task) = super::parse_json(body)? else {
+    let Value::Object(mut task) = super::body::parse_json(body)? else {
         return Err(ApiError::bad_request(
             "the body must be a JSON object of task fields (goal, budget, tools, accept, progress, driver) plus script and files",
         ));

@@ -21,7 +21,6 @@
 
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
-use std::str::FromStr;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -36,8 +35,10 @@ use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 use http_body::{Frame, SizeHint};
 
+use super::allowed::{AllowedHost, AllowedOrigin};
+use super::config::Limits;
+use super::error::ApiError;
 use super::serve::{Activity, Busy};
-use super::{ApiError, Limits};
 
 /// Longest path and query taken, in bytes. Run and call ids are short; this
 /// stays well below hyper's own limit (64 KiB), past which hyper answers itself.
@@ -45,64 +46,6 @@ pub const MAX_URI_BYTES: usize = 8 * 1024;
 
 /// The body of an error answer read to rewrite it as JSON, at most.
 const MAX_ERROR_TEXT: usize = 16 * 1024;
-
-/// A host name the service answers to besides its bound address: `NAME` (any
-/// port) or `NAME:PORT`, from `--allow-host`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AllowedHost {
-    name: String,
-    port: Option<u16>,
-}
-
-/// Why an `--allow-host` or `--allow-origin` value was refused.
-#[derive(Debug, thiserror::Error)]
-pub enum AllowError {
-    /// Not `NAME` or `NAME:PORT`.
-    #[error("{0:?}: expected a host name, or NAME:PORT")]
-    Host(String),
-    /// Not `scheme://host[:port]`.
-    #[error("{0:?}: expected an origin, scheme://host or scheme://host:port (no path)")]
-    Origin(String),
-}
-
-impl FromStr for AllowedHost {
-    type Err = AllowError;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let refused = || AllowError::Host(s.to_string());
-        let authority: Authority = s.parse().map_err(|_| refused())?;
-        if authority.as_str().contains('@') || authority.host().is_empty() {
-            return Err(refused());
-        }
-        Ok(AllowedHost {
-            name: authority.host().to_ascii_lowercase(),
-            port: authority.port_u16(),
-        })
-    }
-}
-
-/// An origin whose pages may call the service, from `--allow-origin`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AllowedOrigin(String);
-
-impl FromStr for AllowedOrigin {
-    type Err = AllowError;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let refused = || AllowError::Origin(s.to_string());
-        let trimmed = s.strip_suffix('/').unwrap_or(s);
-        let uri: axum::http::Uri = trimmed.parse().map_err(|_| refused())?;
-        let plain = matches!(uri.scheme_str(), Some("http" | "https"))
-            && uri.authority().is_some_and(|a| !a.as_str().contains('@'))
-            && matches!(uri.path(), "" | "/")
-            && uri.query().is_none();
-        if !plain {
-            return Err(refused());
-        }
-        // Browsers send origins in lowercase, default ports left out.
-        Ok(AllowedOrigin(trimmed.to_ascii_lowercase()))
-    }
-}
 
 /// The checks of the module docs, with what they compare against.
 #[derive(Debug)]
@@ -140,10 +83,7 @@ impl Guard {
         let host = parsed.host().to_ascii_lowercase();
         // Plain HTTP: no port means 80.
         let port = parsed.port_u16().unwrap_or(80);
-        let named = self
-            .hosts
-            .iter()
-            .any(|h| h.name == host && h.port.is_none_or(|p| p == port));
+        let named = self.hosts.iter().any(|h| h.admits(&host, port));
         if named {
             return true;
         }
@@ -192,7 +132,7 @@ impl Guard {
             return Ok(None);
         };
         let text = origin.to_str().unwrap_or_default().to_ascii_lowercase();
-        if self.origins.iter().any(|o| o.0 == text) {
+        if self.origins.iter().any(|o| o.as_str() == text) {
             return Ok(Some(origin.clone()));
         }
         Err(ApiError::new(

@@ -23,7 +23,33 @@ pub(super) fn load(
     path: &str,
     run_id: &str,
 ) -> Result<Option<StoredRun>, StoreError> {
-    let sql = |e| sql_error(path, e);
+    let Some(RunRow { record, checkpoint }) = run_row(conn, path, run_id)? else {
+        return Ok(None);
+    };
+    Ok(Some(StoredRun {
+        record,
+        checkpoint,
+        session: session(conn, path, run_id)?,
+        ledger: ledger(conn, path, run_id)?,
+        timers: timers(conn, path, run_id)?,
+        inbox: inbox(conn, path, run_id)?,
+        owner: owner(conn, path, run_id)?,
+    }))
+}
+
+/// What a decode error names: "the {part} of run {run_id:?}".
+fn what(part: &str, run_id: &str) -> String {
+    format!("the {part} of run {run_id:?}")
+}
+
+/// The run's own row: its record and its latest checkpoint.
+struct RunRow {
+    record: RunRecord,
+    checkpoint: Option<Checkpoint>,
+}
+
+/// The `runs` row of `run_id`, or `None` when there is no such run.
+fn run_row(conn: &Connection, path: &str, run_id: &str) -> Result<Option<RunRow>, StoreError> {
     let row = conn
         .prepare_cached(
             "SELECT task_id, parent_id, created_at_ms, deadline_at_ms, config, policy, checkpoint
@@ -43,45 +69,55 @@ pub(super) fn load(
             })
             .optional()
         })
-        .map_err(sql)?;
+        .map_err(|e| sql_error(path, e))?;
     let Some((task_id, parent_id, created_at_ms, deadline_at_ms, config, policy, checkpoint)) = row
     else {
         return Ok(None);
     };
-    let what = |part: &str| format!("the {part} of run {run_id:?}");
     let record = RunRecord {
         run_id: run_id.to_string(),
         task_id,
         parent_id,
         created_at_ms: uint(created_at_ms),
         deadline_at_ms: deadline_at_ms.map(uint),
-        config: parse(path, &what("config"), &config)?,
+        config: parse(path, &what("config", run_id), &config)?,
         policy,
     };
-    let checkpoint: Option<Checkpoint> = checkpoint
-        .map(|c| parse(path, &what("checkpoint"), &c))
+    let checkpoint = checkpoint
+        .map(|c| parse(path, &what("checkpoint", run_id), &c))
         .transpose()?;
+    Ok(Some(RunRow { record, checkpoint }))
+}
 
-    let session = texts(
+/// The run's session entries, in order.
+fn session(conn: &Connection, path: &str, run_id: &str) -> Result<Vec<SessionEntry>, StoreError> {
+    texts(
         conn,
         path,
         "SELECT entry FROM session WHERE run_id = ?1 ORDER BY idx",
         run_id,
     )?
     .iter()
-    .map(|json| inline(conn, path, &what("session"), json, "result"))
-    .collect::<Result<Vec<SessionEntry>, _>>()?;
+    .map(|json| inline(conn, path, &what("session", run_id), json, "result"))
+    .collect()
+}
 
-    let ledger = texts(
+/// The run's ledger rows, by step, position and call.
+fn ledger(conn: &Connection, path: &str, run_id: &str) -> Result<Vec<LedgerEntry>, StoreError> {
+    texts(
         conn,
         path,
         "SELECT row FROM ledger WHERE run_id = ?1 ORDER BY step, position, call_id",
         run_id,
     )?
     .iter()
-    .map(|json| inline(conn, path, &what("ledger"), json, "outcome"))
-    .collect::<Result<Vec<LedgerEntry>, _>>()?;
+    .map(|json| inline(conn, path, &what("ledger", run_id), json, "outcome"))
+    .collect()
+}
 
+/// The run's pending timers, soonest first.
+fn timers(conn: &Connection, path: &str, run_id: &str) -> Result<Vec<TimerRecord>, StoreError> {
+    let sql = |e| sql_error(path, e);
     let mut stmt = conn
         .prepare_cached(
             "SELECT timer_id, due_at_ms, name, payload FROM timers
@@ -105,10 +141,15 @@ pub(super) fn load(
             timer_id,
             due_at_ms: uint(due_at_ms),
             name,
-            payload: parse(path, &what("timers"), &payload)?,
+            payload: parse(path, &what("timers", run_id), &payload)?,
         });
     }
+    Ok(timers)
+}
 
+/// The run's inbox: inputs accepted but not applied yet, by sequence number.
+fn inbox(conn: &Connection, path: &str, run_id: &str) -> Result<Vec<(u64, Value)>, StoreError> {
+    let sql = |e| sql_error(path, e);
     let mut stmt = conn
         .prepare_cached("SELECT seq, input FROM inbox WHERE run_id = ?1 ORDER BY seq")
         .map_err(sql)?;
@@ -120,19 +161,9 @@ pub(super) fn load(
     let mut inbox = Vec::new();
     for row in rows {
         let (seq, input) = row.map_err(sql)?;
-        inbox.push((uint(seq), parse(path, &what("inbox"), &input)?));
+        inbox.push((uint(seq), parse(path, &what("inbox", run_id), &input)?));
     }
-
-    let owner = owner(conn, path, run_id)?;
-    Ok(Some(StoredRun {
-        record,
-        checkpoint,
-        session,
-        ledger,
-        timers,
-        inbox,
-        owner,
-    }))
+    Ok(inbox)
 }
 
 /// The run's owner row, if it has one.

@@ -1,0 +1,63 @@
+//! What the service allows: who may call it, and how much it takes in.
+
+use std::time::Duration;
+
+use super::allowed::{AllowedHost, AllowedOrigin};
+use super::events::ReplayLimits;
+use super::serve;
+
+const KIB: usize = 1024;
+const MIB: usize = 1024 * KIB;
+
+/// Who may call the service, and how much it takes in. The default suits a
+/// service on localhost; `main.rs` sets the fields from its flags.
+#[derive(Debug, Clone, Default)]
+pub struct ServiceConfig {
+    /// Host names answered besides the bound address (`--allow-host`).
+    pub allow_hosts: Vec<AllowedHost>,
+    /// Origins whose pages may call the service (`--allow-origin`); none by default.
+    pub allow_origins: Vec<AllowedOrigin>,
+    /// Sizes, counts and timeouts.
+    pub limits: Limits,
+}
+
+/// What the service holds for its clients, at most (each has a flag, see `main.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Body of a message, event, interrupt or decision, in bytes.
+    pub message_bytes: usize,
+    /// Body of `POST /runs` (the task, its script and its files), in bytes.
+    pub create_bytes: usize,
+    /// Message and event bodies one run takes in over its life, in bytes: a
+    /// paused run keeps every message it is sent.
+    pub run_input_bytes: u64,
+    /// For a request's body to arrive, from its head.
+    pub body_timeout: Duration,
+    /// For a request's head to arrive, and for a connection idle between requests.
+    pub header_timeout: Duration,
+    /// Open connections.
+    pub max_connections: usize,
+    /// Each run's event history kept for late clients, in bytes.
+    pub replay: ReplayLimits,
+    /// Stopped runs kept; past this, the oldest is forgotten (404 afterwards,
+    /// and its working directory removed).
+    pub keep_stopped: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            message_bytes: MIB,
+            create_bytes: 64 * MIB,
+            run_input_bytes: 64 * MIB as u64,
+            body_timeout: Duration::from_secs(30),
+            header_timeout: Duration::from_secs(10),
+            max_connections: serve::default_max_connections(),
+            replay: ReplayLimits {
+                live_bytes: 8 * MIB,
+                stopped_bytes: 256 * KIB,
+            },
+            keep_stopped: 1000,
+        }
+    }
+}

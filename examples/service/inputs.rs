@@ -1,0 +1,135 @@
+//! The inputs a live run takes over HTTP: messages, events, interrupts, and a
+//! human's decisions on parked or crash-interrupted calls.
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+use super::body::{body_bytes, object, string_field};
+use super::error::ApiError;
+use super::table::{App, live};
+
+fn accepted(id: &str) -> Response {
+    (
+        StatusCode::ACCEPTED,
+        axum::Json(json!({ "run_id": id, "accepted": true })),
+    )
+        .into_response()
+}
+
+pub(super) async fn send_message(
+    State(app): State<App>,
+    Path(id): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let run = app.run(&id)?;
+    let bytes = body_bytes(body)?;
+    let fields = object(&bytes, &["text"])?;
+    let text = string_field(&fields, "text", true)?.unwrap_or_default();
+    let handle = live(&id, run.current())?;
+    run.take_input(&id, bytes.len(), app.config.limits.run_input_bytes)?;
+    handle.send_message(text).map_err(ApiError::from_runtime)?;
+    Ok(accepted(&id))
+}
+
+pub(super) async fn inject_event(
+    State(app): State<App>,
+    Path(id): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let run = app.run(&id)?;
+    let bytes = body_bytes(body)?;
+    let mut fields = object(&bytes, &["name", "payload"])?;
+    let name = string_field(&fields, "name", true)?.unwrap_or_default();
+    let payload = fields.remove("payload").unwrap_or(Value::Null);
+    let handle = live(&id, run.current())?;
+    run.take_input(&id, bytes.len(), app.config.limits.run_input_bytes)?;
+    handle
+        .inject(name, payload)
+        .map_err(ApiError::from_runtime)?;
+    Ok(accepted(&id))
+}
+
+pub(super) async fn interrupt(
+    State(app): State<App>,
+    Path(id): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let run = app.run(&id)?;
+    let fields = object(&body_bytes(body)?, &["action"])?;
+    let action = string_field(&fields, "action", true)?.unwrap_or_default();
+    let handle = live(&id, run.current());
+    match action.as_str() {
+        "pause" => handle?.pause(),
+        "resume" => handle?.resume(),
+        "abort" => {
+            // `abort` accepts a stopped run silently; `live` says so instead.
+            handle?.abort();
+            Ok(())
+        }
+        other => {
+            return Err(ApiError::bad_request(format!(
+                "action: expected \"pause\", \"resume\" or \"abort\", found {other:?}"
+            )));
+        }
+    }
+    .map_err(ApiError::from_runtime)?;
+    Ok(accepted(&id))
+}
+
+pub(super) async fn decide(
+    State(app): State<App>,
+    Path((id, call_id)): Path<(String, String)>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let run = app.run(&id)?;
+    let fields = object(&body_bytes(body)?, &["decision", "reason"])?;
+    let decision = string_field(&fields, "decision", true)?.unwrap_or_default();
+    let reason = string_field(&fields, "reason", false)?;
+    let handle = live(&id, run.current())?;
+    let seq = match decision.as_str() {
+        "approve" => handle.approve(&call_id).await,
+        "deny" => handle.deny(&call_id, reason).await,
+        other => {
+            return Err(ApiError::bad_request(format!(
+                "decision: expected \"approve\" or \"deny\", found {other:?}"
+            )));
+        }
+    }
+    .map_err(ApiError::from_runtime)?;
+    Ok(decided(&id, &call_id, &decision, seq))
+}
+
+/// The answer to a human's decision on a parked call.
+fn decided(id: &str, call_id: &str, decision: &str, seq: u64) -> Response {
+    axum::Json(json!({
+        "run_id": id,
+        "tool_call_id": call_id,
+        "decision": decision,
+        "seq": seq,
+    }))
+    .into_response()
+}
+
+/// A human settles a call a crash interrupted: `{"decision": "happened" |
+/// "retry" | "skip"}`.
+pub(super) async fn settle(
+    State(app): State<App>,
+    Path((id, call_id)): Path<(String, String)>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let run = app.run(&id)?;
+    let fields = object(&body_bytes(body)?, &["decision"])?;
+    let decision = string_field(&fields, "decision", true)?.unwrap_or_default();
+    let settlement: agentry::Settlement = decision
+        .parse()
+        .map_err(|m: String| ApiError::bad_request(format!("decision: {m}")))?;
+    let seq = live(&id, run.current())?
+        .settle(&call_id, settlement)
+        .await
+        .map_err(ApiError::from_runtime)?;
+    Ok(decided(&id, &call_id, &decision, seq))
+}

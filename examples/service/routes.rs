@@ -1,0 +1,178 @@
+//! The routes: the router with the guard in front of it, and the routes that
+//! start a run and show it (its state, its events); the inputs a live run takes
+//! are in `inputs.rs`.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentry::protocol::state::RunSnapshot;
+use agentry::{RunOutcome, RunStatus};
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::http::{StatusCode, header};
+use axum::middleware;
+use axum::response::sse::{KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+
+use super::body::body_bytes;
+use super::error::ApiError;
+use super::inputs::{decide, inject_event, interrupt, send_message, settle};
+use super::table::{App, Run};
+use super::{create, guard, serve};
+
+impl App {
+    /// Serves the routes on `listener` until `shutdown` completes (see `serve.rs`).
+    pub async fn serve(
+        self,
+        listener: TcpListener,
+        shutdown: impl Future<Output = ()>,
+    ) -> std::io::Result<()> {
+        let router = self.router(listener.local_addr()?);
+        let limits = serve::ConnectionLimits {
+            max_connections: self.config.limits.max_connections,
+            header_timeout: self.config.limits.header_timeout,
+        };
+        serve::serve(listener, router, limits, shutdown).await;
+        Ok(())
+    }
+
+    /// The routes, with this app as their state, for a service bound to `bound`
+    /// (the `Host` it answers to).
+    pub fn router(&self, bound: SocketAddr) -> Router {
+        let guard = guard::Guard::new(
+            bound,
+            self.config.allow_hosts.clone(),
+            self.config.allow_origins.clone(),
+            self.config.limits,
+        );
+        Router::new()
+            .route("/runs", post(create_run))
+            .route("/runs/{id}", get(show_run))
+            .route("/runs/{id}/messages", post(send_message))
+            .route("/runs/{id}/events", post(inject_event).get(stream_events))
+            .route("/runs/{id}/interrupt", post(interrupt))
+            .route("/runs/{id}/approvals/{call_id}", post(decide))
+            .route("/runs/{id}/decisions/{call_id}", post(settle))
+            .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such route") })
+            .method_not_allowed_fallback(|| async {
+                ApiError::new(
+                    StatusCode::METHOD_NOT_ALLOWED,
+                    "method not allowed on this route",
+                )
+            })
+            // The guard reads every body within its route's limit; the
+            // extractor's own default (2 MB) would cut a large create short.
+            .layer(DefaultBodyLimit::disable())
+            .layer(middleware::from_fn_with_state(guard, guard::check))
+            .layer(middleware::map_response(guard::json_errors))
+            .with_state(self.clone())
+    }
+}
+
+async fn create_run(
+    State(app): State<App>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let bytes = body_bytes(body)?;
+    // Parsing, creating the directory and writing the files all block.
+    let run = tokio::task::spawn_blocking(move || create::prepare(&bytes))
+        .await
+        .map_err(|e| ApiError::internal(format!("preparing the run failed: {e}")))??;
+    let create::NewRun {
+        config,
+        script,
+        workdir,
+    } = run;
+    let handle = match app.runtime.start(config, script.into_policy()).await {
+        Ok(handle) => handle,
+        Err(e) => {
+            tokio::task::spawn_blocking(move || drop(workdir));
+            return Err(ApiError::internal(e.to_string()));
+        }
+    };
+    let run_id = handle.run_id().to_string();
+    tracing::info!(run_id, workdir = %workdir.path().display(), "run started");
+    // A durable run's directory must survive the process: it is kept.
+    let workdir = match app.runtime.store() {
+        Some(_) => {
+            let _ = workdir.keep();
+            None
+        }
+        None => Some(workdir),
+    };
+    app.follow(handle, workdir);
+    let location = format!("/runs/{run_id}");
+    Ok((
+        StatusCode::CREATED,
+        [(header::LOCATION, location)],
+        axum::Json(json!({ "run_id": run_id })),
+    )
+        .into_response())
+}
+
+async fn show_run(State(app): State<App>, Path(id): Path<String>) -> Result<Response, ApiError> {
+    let handle = match app.run(&id)?.current() {
+        Run::Live(handle) => *handle,
+        Run::Stopped(outcome) => {
+            return Ok(axum::Json(run_view(&id, &outcome.state, Some(&outcome))).into_response());
+        }
+    };
+    let snapshot = handle
+        .snapshot()
+        .await
+        .ok_or_else(|| ApiError::internal("the run's state is unavailable"))?;
+    let mut outcome = handle.outcome();
+    if outcome.is_none() && snapshot.status == RunStatus::Stopped {
+        // The state keeper records the stop just before the conductor publishes
+        // the outcome; wait that moment so a stopped run always shows one.
+        outcome = tokio::time::timeout(Duration::from_secs(1), handle.wait())
+            .await
+            .ok()
+            .and_then(Result::ok);
+    }
+    Ok(axum::Json(run_view(&id, &snapshot, outcome.as_ref())).into_response())
+}
+
+fn run_view(id: &str, snapshot: &RunSnapshot, outcome: Option<&RunOutcome>) -> Value {
+    let mut view = json!({
+        "run_id": id,
+        "status": snapshot.status,
+        "steps": snapshot.control.spent.steps,
+        "tool_calls": snapshot.control.spent.tool_calls,
+        "inputs": snapshot.inputs,
+        "pending_approvals": snapshot.pending_approvals,
+    });
+    if !snapshot.pending_decisions.is_empty() {
+        // Only durable runs resumed after a crash have these.
+        view["pending_decisions"] = json!(snapshot.pending_decisions);
+    }
+    if let Some(o) = outcome {
+        view["outcome"] = json!({
+            "stop_reason": o.stop_reason,
+            "answer": o.answer,
+            "detail": o.detail,
+            "steps": o.steps,
+            "tool_calls": o.tool_calls,
+        });
+    }
+    view
+}
+
+async fn stream_events(
+    State(app): State<App>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let run = app.run(&id)?;
+    let stream = Arc::clone(&run.log).stream();
+    // Comments every 15 s keep idle connections open through proxies.
+    Ok(Sse::new(stream)
+        .keep_alive(KeepAlive::default())
+        .into_response())
+}

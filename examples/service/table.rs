@@ -1,0 +1,205 @@
+//! The table of runs: every run the service started, live or stopped, with its
+//! event log; a stopped run keeps only its outcome and a bounded history.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+
+use agentry::protocol::event::EventRecord;
+use agentry::{RunHandle, RunOutcome, Runtime, RuntimeError};
+use axum::http::StatusCode;
+use serde_json::Value;
+use tempfile::TempDir;
+use tokio::sync::broadcast;
+
+use super::config::ServiceConfig;
+use super::error::ApiError;
+use super::events::{self, EventLog};
+
+/// The service's state: one runtime, and every run it started. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct App {
+    pub(super) runtime: Runtime,
+    pub(super) config: Arc<ServiceConfig>,
+    runs: Arc<RwLock<HashMap<String, Arc<RunEntry>>>>,
+    /// Ids of stopped runs, in the order they stopped (see `Limits::keep_stopped`).
+    stopped: Arc<Mutex<VecDeque<String>>>,
+}
+
+/// One run: its handle while it runs, its event log, and the working directory
+/// it runs in.
+#[derive(Debug)]
+pub(super) struct RunEntry {
+    run: Mutex<Run>,
+    pub(super) log: Arc<EventLog>,
+    /// Bytes of messages and events taken in (see `Limits::run_input_bytes`).
+    input_bytes: AtomicU64,
+    /// Held only so the directory outlives the run (dropping it deletes it).
+    /// `None` for a durable run: its directory must outlive the process too.
+    _workdir: Option<TempDir>,
+}
+
+/// A run as the table holds it.
+#[derive(Debug, Clone)]
+pub(super) enum Run {
+    /// Running: its handle takes input and answers snapshots.
+    Live(Box<RunHandle>),
+    /// Stopped: only the outcome is kept. The handle went, and with it the
+    /// run's event channel and everything the runtime kept for it.
+    Stopped(Arc<RunOutcome>),
+}
+
+impl RunEntry {
+    pub(super) fn current(&self) -> Run {
+        // Replaced whole: a poisoned lock still holds a valid value.
+        self.run
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Counts `bytes` of input against the run's limit, or refuses them (413).
+    pub(super) fn take_input(&self, id: &str, bytes: usize, limit: u64) -> Result<(), ApiError> {
+        let bytes = bytes as u64;
+        self.input_bytes
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |taken| {
+                taken.checked_add(bytes).filter(|total| *total <= limit)
+            })
+            .map(|_| ())
+            .map_err(|taken| {
+                ApiError::new(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    format!(
+                        "run {id} has taken {taken} bytes of messages and events; {bytes} more would pass its limit of {limit} (--max-run-input-bytes)"
+                    ),
+                )
+            })
+    }
+}
+
+/// The run's handle, or 409 once it has stopped.
+pub(super) fn live(id: &str, run: Run) -> Result<RunHandle, ApiError> {
+    match run {
+        Run::Live(handle) if handle.outcome().is_none() => Ok(*handle),
+        Run::Live(_) | Run::Stopped(_) => Err(ApiError::from_runtime(RuntimeError::Stopped {
+            run_id: id.to_string(),
+        })),
+    }
+}
+
+impl App {
+    /// A service starting runs on `runtime`, with the default [`ServiceConfig`].
+    #[allow(dead_code)] // main.rs always passes its flags; the tests use this
+    pub fn new(runtime: Runtime) -> Self {
+        App::with_config(runtime, ServiceConfig::default())
+    }
+
+    /// A service starting runs on `runtime`, taking what `config` allows.
+    pub fn with_config(runtime: Runtime, config: ServiceConfig) -> Self {
+        App {
+            runtime,
+            config: Arc::new(config),
+            runs: Arc::default(),
+            stopped: Arc::default(),
+        }
+    }
+
+    /// A service with a store: resumes every unfinished run of it (their policy
+    /// is the inline script each was created with). Returns the resumed ids.
+    pub async fn resume_unfinished(&self) -> Result<Vec<String>, agentry::RuntimeError> {
+        let mut resumed = Vec::new();
+        for run in self.runtime.unfinished_runs().await? {
+            let config = self.runtime.stored_config(&run.run_id).await?;
+            let script = config
+                .policy_spec
+                .as_deref()
+                .and_then(|s| serde_json::from_str::<Value>(s).ok())
+                .and_then(|v| agentry::Script::from_value(&v["script"]).ok());
+            let Some(script) = script else {
+                tracing::warn!(run_id = %run.run_id, "not resumed: no script stored with it");
+                continue;
+            };
+            let handle = match self.runtime.resume(&run.run_id, script.into_policy()).await {
+                Ok(h) => h,
+                Err(e) => {
+                    tracing::warn!(run_id = %run.run_id, error = %e, "not resumed");
+                    continue;
+                }
+            };
+            tracing::info!(run_id = %run.run_id, "run resumed");
+            self.follow(handle, None);
+            resumed.push(run.run_id);
+        }
+        Ok(resumed)
+    }
+
+    /// Enters a just-started run in the table and copies its events into its log
+    /// until it stops; then only its outcome is kept.
+    pub(super) fn follow(&self, handle: RunHandle, workdir: Option<TempDir>) {
+        // The first subscription sees every event from the start of the run.
+        let events = handle.subscribe();
+        let log = EventLog::new(self.config.limits.replay);
+        let id = handle.run_id().to_string();
+        let entry = RunEntry {
+            run: Mutex::new(Run::Live(Box::new(handle.clone()))),
+            log: Arc::clone(&log),
+            input_bytes: AtomicU64::new(0),
+            _workdir: workdir,
+        };
+        self.runs
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(id, Arc::new(entry));
+        tokio::spawn(self.clone().copy_events(handle, events, log));
+    }
+
+    async fn copy_events(
+        self,
+        handle: RunHandle,
+        events: broadcast::Receiver<EventRecord>,
+        log: Arc<EventLog>,
+    ) {
+        events::forward(&handle, events, &log).await;
+        match handle.wait().await {
+            Ok(outcome) => self.retire(handle.run_id(), outcome),
+            Err(e) => {
+                tracing::warn!(run_id = handle.run_id(), error = %e, "run lost; its handle is kept")
+            }
+        }
+    }
+
+    /// The run stopped: keep its outcome, drop its handle; forget the oldest
+    /// stopped runs past `keep_stopped`.
+    fn retire(&self, id: &str, outcome: RunOutcome) {
+        let Ok(entry) = self.run(id) else {
+            return;
+        };
+        *entry.run.lock().unwrap_or_else(PoisonError::into_inner) = Run::Stopped(Arc::new(outcome));
+        drop(entry);
+        let forgotten: Vec<String> = {
+            let mut stopped = self.stopped.lock().unwrap_or_else(PoisonError::into_inner);
+            stopped.push_back(id.to_string());
+            let excess = stopped
+                .len()
+                .saturating_sub(self.config.limits.keep_stopped);
+            stopped.drain(..excess).collect()
+        };
+        for id in forgotten {
+            let removed = self
+                .runs
+                .write()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remove(&id);
+            // Removing a working directory blocks: not on an async worker.
+            tokio::task::spawn_blocking(move || drop(removed));
+        }
+    }
+
+    pub(super) fn run(&self, id: &str) -> Result<Arc<RunEntry>, ApiError> {
+        // Entries are only ever inserted whole, so a poisoned table is still consistent.
+        let runs = self.runs.read().unwrap_or_else(PoisonError::into_inner);
+        runs.get(id)
+            .cloned()
+            .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, format!("no run with id {id:?}")))
+    }
+}
