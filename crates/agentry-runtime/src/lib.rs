@@ -54,7 +54,7 @@ pub use config::{ApprovalConfig, Driver, RunConfig, TreeLimits};
 pub use durable::Durability;
 // Kept at its old path: run ownership lives with the rest of durability.
 pub use durable::owner;
-pub use error::RuntimeError;
+pub use error::{ChildRefusal, RuntimeError};
 pub use executor::ExecutorMsg;
 pub use grants::Grants;
 pub use policy::{Policy, PolicyContext, PolicyMsg};

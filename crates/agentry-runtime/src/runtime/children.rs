@@ -46,14 +46,20 @@ impl RunChildren {
     }
 }
 
+/// A child not started, for the model: `EBUDGET` when the parent's budget
+/// cannot cover it, else `EPERM` (a tree limit, a grant, a stopped parent).
 fn refused(e: RuntimeError) -> ToolError {
-    let message = e.to_string();
-    let code = if message.contains("cannot cover") {
+    let budget = if let RuntimeError::ChildRefused { reason, .. } = &e {
+        reason.is_budget()
+    } else {
+        false
+    };
+    let code = if budget {
         ErrorCode::Ebudget
     } else {
         ErrorCode::Eperm
     };
-    ToolError::new(code, message).with_action("ask for less, or do it yourself")
+    ToolError::new(code, e.to_string()).with_action("ask for less, or do it yourself")
 }
 
 #[async_trait]

@@ -23,7 +23,7 @@ use crate::conductor::{
 };
 use crate::config::{RunConfig, TreeLimits};
 use crate::durable::RunLog;
-use crate::error::RuntimeError;
+use crate::error::{ChildRefusal, RuntimeError};
 use crate::events::EventSink;
 use crate::owner::Claim;
 use crate::policy::Policy;
@@ -166,20 +166,15 @@ impl Runtime {
             .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
         let child_id = run_id.clone();
         let request = config.limits;
-        let (limits, parent_deadline) = ask(&parent.actors.budget, |reply| BudgetMsg::Reserve {
+        let grant = ask(&parent.actors.budget, |reply| BudgetMsg::Reserve {
             child_id,
             request,
             reply,
         })
         .await
-        .map_err(|e| refuse(parent, e.to_string()))?
-        .map_err(|m| {
-            refuse(
-                parent,
-                format!("the parent cannot cover the child's budget: {m}"),
-            )
-        })?;
-        config.limits = limits;
+        .map_err(|e| refuse(parent, ChildRefusal::ParentGone(e)))?
+        .map_err(|r| refuse(parent, ChildRefusal::Budget(r)))?;
+        config.limits = grant.limits;
         config.run_id = Some(run_id.clone());
         let lineage = Lineage {
             parent: Some(ParentRun {
@@ -188,7 +183,7 @@ impl Runtime {
             }),
             depth,
             trace_id: parent.lineage.trace_id.clone(),
-            deadline_at: parent_deadline,
+            deadline_at: grant.deadline_at,
         };
         let grants = config.grants.clone();
         let started = self
@@ -321,10 +316,10 @@ impl Runtime {
 }
 
 /// A child refused before anything is reserved.
-fn refuse(parent: &RunHandle, message: String) -> RuntimeError {
+fn refuse(parent: &RunHandle, reason: ChildRefusal) -> RuntimeError {
     RuntimeError::ChildRefused {
         parent: parent.run_id.to_string(),
-        message,
+        reason,
     }
 }
 
@@ -333,26 +328,23 @@ fn refuse(parent: &RunHandle, message: String) -> RuntimeError {
 /// the parent lacks. The child's depth, or why not.
 async fn admit_child(parent: &RunHandle, config: &RunConfig) -> Result<u32, RuntimeError> {
     if parent.outcome().is_some() {
-        return Err(refuse(parent, "the parent has stopped".to_string()));
+        return Err(refuse(parent, ChildRefusal::ParentStopped));
     }
     let depth = parent.lineage.depth + 1;
     if depth > parent.tree.max_depth {
         return Err(refuse(
             parent,
-            format!(
-                "a child at depth {depth} would pass the tree's max_depth of {}",
-                parent.tree.max_depth
-            ),
+            ChildRefusal::Depth {
+                depth,
+                max_depth: parent.tree.max_depth,
+            },
         ));
     }
     let live = ask(&parent.actors.budget, BudgetMsg::LiveChildren)
         .await
-        .map_err(|e| refuse(parent, e.to_string()))?;
+        .map_err(|e| refuse(parent, ChildRefusal::ParentGone(e)))?;
     if live >= parent.tree.max_children {
-        return Err(refuse(
-            parent,
-            format!("the parent already runs {live} children, its max_children"),
-        ));
+        return Err(refuse(parent, ChildRefusal::FanOut { live }));
     }
     if let Some(extra) = config
         .grants
@@ -362,10 +354,10 @@ async fn admit_child(parent: &RunHandle, config: &RunConfig) -> Result<u32, Runt
     {
         return Err(refuse(
             parent,
-            format!(
-                "grant {extra:?} is more than the parent holds ({:?})",
-                parent.grants.entries()
-            ),
+            ChildRefusal::Grants {
+                grant: extra.clone(),
+                held: parent.grants.entries().to_vec(),
+            },
         ));
     }
     Ok(depth)
