@@ -300,6 +300,27 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_shortfall_names_the_dimension_what_was_asked_and_what_is_left() {
+        let limits = BudgetLimits {
+            max_steps: Some(10),
+            ..Default::default()
+        };
+        let committed = Usage {
+            steps: 4,
+            ..Default::default()
+        };
+        let allowance = Usage {
+            steps: 7,
+            ..Default::default()
+        };
+        let short = limits.covers(&committed, &allowance).unwrap_err();
+        assert_eq!(
+            short.to_string(),
+            "steps: the child asked for 7 but only 6 of 10 are left"
+        );
+    }
+
+    #[test]
     fn step_max_plus_one_is_refused() {
         let limits = BudgetLimits {
             max_steps: Some(3),
