@@ -3,7 +3,7 @@
 //! Files, in import order (each names only those above it):
 //! - `handle.rs`: [`RunHandle`], what an embedder holds on one run.
 //! - `mod.rs`: [`Runtime`] itself — its tools, its shutdown token, its store.
-//! - `children.rs`: [`RunChildren`], what `agent.spawn`/`agent.wait` call.
+//! - `children.rs`: `RunChildren`, what `agent.spawn`/`agent.wait` call.
 //! - `record.rs`: a durable run's record, written at its start and read back.
 //! - `launch.rs`: starting a run (root or child); every start ends in `launch`.
 //! - `resume.rs`: the store side — listing stored runs and resuming one.
