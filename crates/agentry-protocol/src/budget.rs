@@ -151,11 +151,38 @@ impl BudgetLimits {
     }
 }
 
+/// Why a child's budget does not fit in what its parent has left: the first
+/// limited dimension that falls short.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shortfall {
+    /// The dimension (`steps`, `tool_calls`, `tokens`, `cost_micros`,
+    /// `retries`, `ticks`).
+    pub dimension: &'static str,
+    /// What the child asked for on it.
+    pub asked: u64,
+    /// What the parent has left of it.
+    pub left: u64,
+    /// The parent's limit on it.
+    pub limit: u64,
+}
+
+impl std::fmt::Display for Shortfall {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}: the child asked for {} but only {} of {} are left",
+            self.dimension, self.asked, self.left, self.limit
+        )
+    }
+}
+
+impl std::error::Error for Shortfall {}
+
 impl BudgetLimits {
     /// Whether `allowance` can be reserved for a child on top of `committed`
     /// (spent + already reserved): on every limited dimension the sum must stay
     /// within the limit. The error names the first dimension that does not fit.
-    pub fn covers(&self, committed: &Usage, allowance: &Usage) -> Result<(), String> {
+    pub fn covers(&self, committed: &Usage, allowance: &Usage) -> Result<(), Shortfall> {
         let after = committed.plus(allowance);
         let dims = [
             ("steps", self.max_steps, after.steps, committed.steps),
@@ -189,11 +216,12 @@ impl BudgetLimits {
             if let Some(limit) = limit
                 && wanted > limit
             {
-                return Err(format!(
-                    "{name}: the child asked for {} but only {} of {limit} are left",
-                    wanted - used,
-                    limit.saturating_sub(used)
-                ));
+                return Err(Shortfall {
+                    dimension: name,
+                    asked: wanted - used,
+                    left: limit.saturating_sub(used),
+                    limit,
+                });
             }
         }
         Ok(())
@@ -270,6 +298,27 @@ impl BudgetSnapshot {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_shortfall_names_the_dimension_what_was_asked_and_what_is_left() {
+        let limits = BudgetLimits {
+            max_steps: Some(10),
+            ..Default::default()
+        };
+        let committed = Usage {
+            steps: 4,
+            ..Default::default()
+        };
+        let allowance = Usage {
+            steps: 7,
+            ..Default::default()
+        };
+        let short = limits.covers(&committed, &allowance).unwrap_err();
+        assert_eq!(
+            short.to_string(),
+            "steps: the child asked for 7 but only 6 of 10 are left"
+        );
+    }
 
     #[test]
     fn step_max_plus_one_is_refused() {

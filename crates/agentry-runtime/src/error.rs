@@ -4,6 +4,9 @@ use std::path::PathBuf;
 
 use agentry_policy::ScriptError;
 
+use crate::ask::AskError;
+use crate::budget::ReserveRefused;
+
 /// An error an embedder or the CLI sees. Tool and policy failures never end up
 /// here: they become observations in the run.
 #[derive(Debug, thiserror::Error)]
@@ -68,12 +71,12 @@ pub enum RuntimeError {
         message: String,
     },
     /// A child run was not started (budget, grants, depth or fan-out).
-    #[error("run {parent}: child refused: {message}")]
+    #[error("run {parent}: child refused: {reason}")]
     ChildRefused {
         /// The parent run.
         parent: String,
         /// Why, naming the dimension, grant or limit.
-        message: String,
+        reason: ChildRefusal,
     },
     /// The store failed (corrupt, full, newer schema, unreadable).
     #[error(transparent)]
@@ -164,6 +167,58 @@ impl RuntimeError {
 /// A script the runtime was handed is a bad task input: the same
 /// [`RuntimeError::InvalidTask`] text the CLI has always printed (exit 2).
 /// A script from text or a value has no file; it is named `inline`.
+/// Why a child run was not started ([`RuntimeError::ChildRefused`]).
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum ChildRefusal {
+    /// The parent has stopped.
+    #[error("the parent has stopped")]
+    ParentStopped,
+    /// The child would pass the tree's depth limit.
+    #[error("a child at depth {depth} would pass the tree's max_depth of {max_depth}")]
+    Depth {
+        /// The child's depth.
+        depth: u32,
+        /// The tree's limit.
+        max_depth: u32,
+    },
+    /// The parent already runs as many children as the tree allows.
+    #[error("the parent already runs {live} children, its max_children")]
+    FanOut {
+        /// Children running.
+        live: usize,
+    },
+    /// The child asks for a grant the parent does not hold.
+    #[error("grant {grant:?} is more than the parent holds ({held:?})")]
+    Grants {
+        /// The grant asked for.
+        grant: String,
+        /// The parent's grants.
+        held: Vec<String>,
+    },
+    /// The parent's budget supervisor did not answer.
+    #[error("{0}")]
+    ParentGone(AskError),
+    /// The parent's budget cannot cover the child's.
+    #[error("the parent cannot cover the child's budget: {0}")]
+    Budget(ReserveRefused),
+}
+
+impl ChildRefusal {
+    /// Whether the refusal is about the budget (`EBUDGET` for the model) rather
+    /// than a permission or limit of the tree (`EPERM`).
+    pub fn is_budget(&self) -> bool {
+        match self {
+            ChildRefusal::Budget(_) => true,
+            ChildRefusal::ParentStopped
+            | ChildRefusal::Depth { .. }
+            | ChildRefusal::FanOut { .. }
+            | ChildRefusal::Grants { .. }
+            | ChildRefusal::ParentGone(_) => false,
+        }
+    }
+}
+
 impl From<ScriptError> for RuntimeError {
     fn from(e: ScriptError) -> Self {
         match e {

@@ -156,7 +156,9 @@ pub async fn reserve(
         reply,
     })
     .await?;
-    Ok(answer.map(|(limits, _deadline)| limits))
+    Ok(answer
+        .map(|grant| grant.limits)
+        .map_err(|refused| refused.to_string()))
 }
 
 /// One run's conductor, reduced to what it says to its budget supervisor.

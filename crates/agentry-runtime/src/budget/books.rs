@@ -3,14 +3,14 @@
 
 use std::collections::HashMap;
 
-use agentry_protocol::budget::{BudgetLimits, BudgetSnapshot, Usage};
+use agentry_protocol::budget::{BudgetLimits, BudgetSnapshot, Shortfall, Usage};
 use agentry_protocol::stop::StopReason;
 use ractor::ActorRef;
 use tokio::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 use super::deadline::DeadlineTimer;
-use super::msg::{BudgetArgs, BudgetMsg, ParentLink, SpendReply};
+use super::msg::{BudgetArgs, BudgetMsg, ChildGrant, ParentLink, ReserveRefused, SpendReply};
 use super::tally::{ToolCallTally, signed};
 
 /// Supervisor state.
@@ -90,7 +90,7 @@ impl BudgetState {
     /// A child's limits and the allowance to reserve for them (see
     /// [`BudgetMsg::Reserve`]). Tool calls limited here are taken from the
     /// tally, last, once everything else fits.
-    fn carve(&self, request: &BudgetLimits) -> Result<(BudgetLimits, Usage), String> {
+    fn carve(&self, request: &BudgetLimits) -> Result<Carved, Shortfall> {
         let mine = &self.limits;
         let left = mine.left(&self.committed());
         // A dimension limited here is always limited for the child: by its request,
@@ -143,16 +143,16 @@ impl BudgetState {
             let calls = self
                 .tool_calls
                 .carve(request.max_tool_calls)
-                .map_err(|left| {
-                    format!(
-                        "tool_calls: the child asked for {} but only {left} of {max} are left",
-                        request.max_tool_calls.unwrap_or(left)
-                    )
+                .map_err(|left| Shortfall {
+                    dimension: "tool_calls",
+                    asked: request.max_tool_calls.unwrap_or(left),
+                    left,
+                    limit: max,
                 })?;
             limits.max_tool_calls = Some(calls);
             allowance.tool_calls = calls;
         }
-        Ok((limits, allowance))
+        Ok(Carved { limits, allowance })
     }
 
     /// Check-before-spend of `charge`: refused past the deadline, once the run
@@ -219,18 +219,21 @@ impl BudgetState {
         &mut self,
         child_id: String,
         request: &BudgetLimits,
-    ) -> Result<(BudgetLimits, Option<Instant>), String> {
+    ) -> Result<ChildGrant, ReserveRefused> {
         let answer = match self.cause {
-            Some(cause) => Err(format!("the parent is stopping ({cause})")),
-            None => self.carve(request),
+            Some(cause) => Err(ReserveRefused::ParentStopping(cause)),
+            None => self.carve(request).map_err(ReserveRefused::Uncovered),
         };
         let deadline_at = self.deadline_at;
-        answer.map(|(limits, allowance)| {
+        answer.map(|Carved { limits, allowance }| {
             self.spawned.push(child_id.clone());
             self.reserved = self.reserved.plus(&allowance);
             let entry = self.children.entry(child_id).or_default();
             *entry = entry.plus(&allowance);
-            (limits, deadline_at)
+            ChildGrant {
+                limits,
+                deadline_at,
+            }
         })
     }
 
@@ -322,4 +325,10 @@ impl BudgetState {
         }
         self.run_token.cancel();
     }
+}
+
+/// A child's limits as carved, and what to set aside here for them.
+struct Carved {
+    limits: BudgetLimits,
+    allowance: Usage,
 }

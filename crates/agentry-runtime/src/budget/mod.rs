@@ -23,7 +23,9 @@ use agentry_protocol::stop::StopReason;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 
 pub use self::books::BudgetState;
-pub use self::msg::{BudgetArgs, BudgetMsg, DecideAfterSpend, ParentLink, SpendReply};
+pub use self::msg::{
+    BudgetArgs, BudgetMsg, ChildGrant, DecideAfterSpend, ParentLink, ReserveRefused, SpendReply,
+};
 pub use self::tally::ToolCallTally;
 
 /// The budget supervisor actor.

@@ -1,7 +1,7 @@
 //! What goes in and out of the budget supervisor: its messages, their replies,
 //! and its start-up arguments.
 
-use agentry_protocol::budget::{BudgetLimits, BudgetSnapshot, Usage};
+use agentry_protocol::budget::{BudgetLimits, BudgetSnapshot, Shortfall, Usage};
 use agentry_protocol::decision::PolicyOutput;
 use agentry_protocol::event::RunEvent;
 use agentry_protocol::state::SessionEntry;
@@ -114,9 +114,8 @@ pub enum BudgetMsg {
         child_id: String,
         /// The limits the child asks for.
         request: BudgetLimits,
-        /// The child's limits and this node's absolute deadline (which bounds the
-        /// child's), or why not.
-        reply: RpcReplyPort<Result<(BudgetLimits, Option<Instant>), String>>,
+        /// The child's limits and this node's absolute deadline, or why not.
+        reply: RpcReplyPort<Result<ChildGrant, ReserveRefused>>,
     },
     /// A child (or a descendant through it) spent this: charge it here and up.
     ChildSpent {
@@ -134,6 +133,26 @@ pub enum BudgetMsg {
     Children(RpcReplyPort<Vec<String>>),
     /// How many children are still running (for the fan-out limit).
     LiveChildren(RpcReplyPort<usize>),
+}
+
+/// A child's budget as carved ([`BudgetMsg::Reserve`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChildGrant {
+    /// The child's limits.
+    pub limits: BudgetLimits,
+    /// The parent's absolute deadline, which bounds the child's.
+    pub deadline_at: Option<Instant>,
+}
+
+/// Why a child's budget was not carved ([`BudgetMsg::Reserve`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ReserveRefused {
+    /// The parent is stopping, for this reason.
+    #[error("the parent is stopping ({0})")]
+    ParentStopping(StopReason),
+    /// The parent has not that much left.
+    #[error("{0}")]
+    Uncovered(Shortfall),
 }
 
 /// Start-up arguments.

@@ -8,11 +8,21 @@ use tokio::time::Instant;
 
 use crate::budget::BudgetMsg;
 
+/// A child's parent: its run id, and the budget supervisor the child's
+/// budget was carved from (and every spend is charged to).
+#[derive(Debug, Clone)]
+pub struct ParentRun {
+    /// The parent's run id.
+    pub run_id: Arc<str>,
+    /// The parent's budget supervisor.
+    pub budget: ActorRef<BudgetMsg>,
+}
+
 /// Where a run sits in an agent tree.
 #[derive(Debug, Clone)]
 pub struct Lineage {
-    /// The parent run and its budget supervisor, for a child.
-    pub parent: Option<(Arc<str>, ActorRef<BudgetMsg>)>,
+    /// The parent run, for a child.
+    pub parent: Option<ParentRun>,
     /// Depth in the tree (the root is 0).
     pub depth: u32,
     /// W3C trace id shared by the whole tree (32 hex digits).

@@ -33,7 +33,7 @@ mod step_result;
 mod ticker;
 
 pub use args::{ConductorArgs, Restore};
-pub use lineage::Lineage;
+pub use lineage::{Lineage, ParentRun};
 pub(crate) use msg::ConductorPost;
 pub use msg::{ConductorMsg, Posted};
 pub use outcome::{RunActors, RunOutcome};

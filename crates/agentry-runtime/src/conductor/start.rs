@@ -136,8 +136,8 @@ fn budget_args(args: &ConductorArgs, started: Instant, tool_calls: ToolCallTally
         run_token: args.run_token.clone(),
         started,
         parent_deadline: args.lineage.deadline_at,
-        parent: args.lineage.parent.as_ref().map(|(_, budget)| ParentLink {
-            budget: budget.clone(),
+        parent: args.lineage.parent.as_ref().map(|p| ParentLink {
+            budget: p.budget.clone(),
             child_id: args.run_id.to_string(),
         }),
         tool_calls,
@@ -254,8 +254,8 @@ impl ConductorState {
         ConductorState {
             task_id: kept.config.task_id.as_str().into(),
             traceparent: kept.lineage.traceparent(&kept.run_id).into(),
-            parent_id: kept.lineage.parent.as_ref().map(|(id, _)| Arc::clone(id)),
-            parent_budget: kept.lineage.parent.map(|(_, budget)| budget),
+            parent_id: kept.lineage.parent.as_ref().map(|p| Arc::clone(&p.run_id)),
+            parent_budget: kept.lineage.parent.map(|p| p.budget),
             run_id: kept.run_id,
             config: kept.config,
             model,

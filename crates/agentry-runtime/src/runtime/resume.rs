@@ -4,27 +4,21 @@
 use std::sync::Arc;
 
 use agentry_protocol::state::RunStatus;
-use agentry_store::{RunRecord, RunSummary, Store, TimerRecord, Write};
+use agentry_protocol::state::SessionEntry;
+use agentry_store::{Checkpoint, RunSummary, Store};
 use tokio::time::Duration;
 
+use super::Runtime;
+use super::handle::RunHandle;
+use super::launch::{Durable, Launch};
+use super::record::{Resumed, config_of};
 use crate::conductor::{Lineage, Restore};
 use crate::config::RunConfig;
-use crate::durable::{Durability, Progress, RunLog, StoreWriter};
+use crate::durable::{Durability, Progress, StoreWriter};
 use crate::error::RuntimeError;
 use crate::owner::Claim;
 use crate::policy::Policy;
-use crate::runtime::{Durable, RunHandle, Runtime};
 use crate::state::RunState;
-
-/// A run read back from the store, ready to start.
-pub(crate) struct Resumed {
-    pub(crate) restore: Restore,
-    pub(crate) timers: Vec<TimerRecord>,
-    /// Inputs accepted but not applied before the restart: (position, input).
-    pub(crate) inbox: Vec<(u64, serde_json::Value)>,
-    /// This process's claim on the run, committed.
-    pub(crate) claim: Claim,
-}
 
 impl Runtime {
     /// Commits every run this runtime starts to `store` (root runs; children
@@ -145,27 +139,7 @@ impl Runtime {
                 config.workdir.display()
             )));
         }
-        let state = match run.checkpoint {
-            Some(cp) => {
-                if cp.snapshot.status == RunStatus::Stopped {
-                    return Err(RuntimeError::AlreadyStopped {
-                        run_id: run_id.to_string(),
-                        reason: cp
-                            .snapshot
-                            .control
-                            .stop_reason
-                            .map(|r| r.to_string())
-                            .unwrap_or_else(|| "stopped".into()),
-                    });
-                }
-                let progress: Progress = serde_json::from_value(cp.progress).map_err(|e| {
-                    not_resumable(format!("its progress record does not parse: {e}"))
-                })?;
-                RunState::restore(cp.snapshot, run.session, progress)
-            }
-            // Created, never stepped: start from the beginning.
-            None => RunState::initial(&config),
-        };
+        let state = restored_state(run_id, run.checkpoint, run.session, &config)?;
         let elapsed = Duration::from_millis(
             agentry_protocol::now_millis().saturating_sub(run.record.created_at_ms),
         );
@@ -186,20 +160,20 @@ impl Runtime {
                 other => other.into(),
             })?;
         tracing::info!(run_id, steps = state.progress().steps, "resuming run");
-        self.start_inner(
+        self.launch(Launch {
             config,
             policy,
             lineage,
-            self.root_token(),
+            run_token: self.root_token(),
             tree,
             grants,
-            Durable::Resume(Box::new(Resumed {
+            durable: Durable::Resume(Box::new(Resumed {
                 restore: Restore { state, elapsed },
                 timers: run.timers,
                 inbox: run.inbox,
                 claim,
             })),
-        )
+        })
         .await
     }
 }
@@ -217,36 +191,33 @@ impl RunConfig {
     }
 }
 
-fn config_of(record: &RunRecord) -> Result<RunConfig, RuntimeError> {
-    serde_json::from_value(record.config.clone()).map_err(|e| RuntimeError::NotResumable {
-        run_id: record.run_id.clone(),
-        message: format!("its stored configuration does not parse: {e}"),
-    })
-}
-
-/// Writes a new run's record and this process's claim on it; fails on a
-/// duplicate id.
-pub(crate) async fn create_record(
-    log: &RunLog,
+/// The state a stored run goes on from: its last checkpoint, or the start for a
+/// run created but never stepped. Refused for a run that has stopped.
+fn restored_state(
+    run_id: &str,
+    checkpoint: Option<Checkpoint>,
+    session: Vec<SessionEntry>,
     config: &RunConfig,
-    claim: &Claim,
-) -> Result<(), RuntimeError> {
-    let now = agentry_protocol::now_millis();
-    let config_json = serde_json::to_value(config).map_err(|e| RuntimeError::NotResumable {
-        run_id: log.run_id.to_string(),
-        message: format!("its configuration cannot be stored: {e}"),
-    })?;
-    let record = RunRecord {
-        run_id: log.run_id.to_string(),
-        task_id: config.task_id.clone(),
-        parent_id: None,
-        created_at_ms: now,
-        deadline_at_ms: config.limits.deadline_ms.map(|ms| now.saturating_add(ms)),
-        config: config_json,
-        policy: config.policy_spec.clone().unwrap_or_default(),
+) -> Result<RunState, RuntimeError> {
+    let Some(cp) = checkpoint else {
+        // Created, never stepped: start from the beginning.
+        return Ok(RunState::initial(config));
     };
-    log.writer
-        .commit(vec![Write::CreateRun(record), claim.write(None)])
-        .await?;
-    Ok(())
+    if cp.snapshot.status == RunStatus::Stopped {
+        return Err(RuntimeError::AlreadyStopped {
+            run_id: run_id.to_string(),
+            reason: cp
+                .snapshot
+                .control
+                .stop_reason
+                .map(|r| r.to_string())
+                .unwrap_or_else(|| "stopped".into()),
+        });
+    }
+    let progress: Progress =
+        serde_json::from_value(cp.progress).map_err(|e| RuntimeError::NotResumable {
+            run_id: run_id.to_string(),
+            message: format!("its progress record does not parse: {e}"),
+        })?;
+    Ok(RunState::restore(cp.snapshot, session, progress))
 }

@@ -1,7 +1,7 @@
 //! The runtime's [`AgentDesk`]: what `agent.spawn` and `agent.wait` call to start
 //! children under a run and wait for them.
 //!
-//! One desk per run. It knows its run's handle (set right after the run starts)
+//! One per run. It knows its run's handle (set right after the run starts)
 //! and the handles of the children it started; it holds no run state.
 
 use std::collections::HashMap;
@@ -14,16 +14,14 @@ use async_trait::async_trait;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
+use super::Runtime;
+use super::handle::RunHandle;
 use crate::error::RuntimeError;
 use crate::policy::{Policy, Script};
 use crate::registry::Grants;
-use crate::runtime::{RunHandle, Runtime};
-
-/// Moved to agentry-policy; re-exported so `crate::desk::ChildPolicyFactory` keeps working.
-pub use agentry_policy::ChildPolicyFactory;
 
 /// Starts and waits for the children of one run.
-pub struct RunDesk {
+pub(crate) struct RunChildren {
     runtime: Runtime,
     workdir: std::path::PathBuf,
     /// The run's own handle; set right after the run starts, which can be after
@@ -32,9 +30,9 @@ pub struct RunDesk {
     children: Mutex<HashMap<String, RunHandle>>,
 }
 
-impl RunDesk {
+impl RunChildren {
     pub(crate) fn new(runtime: Runtime, workdir: std::path::PathBuf) -> Self {
-        RunDesk {
+        RunChildren {
             runtime,
             workdir,
             parent: tokio::sync::watch::channel(None).0,
@@ -48,18 +46,24 @@ impl RunDesk {
     }
 }
 
+/// A child not started, for the model: `EBUDGET` when the parent's budget
+/// cannot cover it, else `EPERM` (a tree limit, a grant, a stopped parent).
 fn refused(e: RuntimeError) -> ToolError {
-    let message = e.to_string();
-    let code = if message.contains("cannot cover") {
+    let budget = if let RuntimeError::ChildRefused { reason, .. } = &e {
+        reason.is_budget()
+    } else {
+        false
+    };
+    let code = if budget {
         ErrorCode::Ebudget
     } else {
         ErrorCode::Eperm
     };
-    ToolError::new(code, message).with_action("ask for less, or do it yourself")
+    ToolError::new(code, e.to_string()).with_action("ask for less, or do it yourself")
 }
 
 #[async_trait]
-impl AgentDesk for RunDesk {
+impl AgentDesk for RunChildren {
     async fn spawn(&self, request: ChildRequest) -> Result<String, ToolError> {
         let mut rx = self.parent.subscribe();
         let parent = rx

@@ -1,0 +1,338 @@
+//! [`RunHandle`]: what an embedder holds on one run — its outcome, its events,
+//! the inputs it sends, and the human decisions it makes on parked calls.
+
+use std::sync::Arc;
+
+use agentry_protocol::event::EventRecord;
+use agentry_protocol::state::{PendingApproval, RunSnapshot};
+use agentry_protocol::stop::StopReason;
+use agentry_protocol::trace::RunInput;
+use tokio::sync::{broadcast, watch};
+use tokio_util::sync::CancellationToken;
+
+use crate::ask::ask;
+use crate::budget::BudgetMsg;
+use crate::conductor::{ConductorMsg, ConductorPost, Lineage, RunActors, RunOutcome};
+use crate::config::TreeLimits;
+use crate::durable::RunLog;
+use crate::error::RuntimeError;
+use crate::events::EventSink;
+use crate::registry::Grants;
+use crate::state::{ApprovalDecision, StateMsg};
+
+/// A handle on one run. Cloneable; every clone can wait for the outcome.
+#[derive(Debug, Clone)]
+pub struct RunHandle {
+    pub(super) run_id: Arc<str>,
+    /// Every message to the conductor is counted (see `Posted`).
+    pub(super) conductor: ConductorPost,
+    /// The run's actors; state is read from the state keeper directly (it never
+    /// blocks), not through the conductor, which may be mid-step.
+    pub(super) actors: RunActors,
+    /// Cancelling it interrupts the step in progress (the conductor's mailbox is
+    /// busy until the step ends, so a message alone would wait behind it).
+    pub(super) run_token: CancellationToken,
+    pub(super) outcome: watch::Receiver<Option<RunOutcome>>,
+    pub(super) events: EventSink,
+    /// Where the run sits in its agent tree.
+    pub(super) lineage: Lineage,
+    /// The tree's depth and fan-out limits (the root's).
+    pub(super) tree: TreeLimits,
+    /// The run's grants (a child may not hold more).
+    pub(super) grants: Grants,
+    /// Where a durable run commits (its timers too).
+    pub(super) log: Option<RunLog>,
+    /// A durable run's next inbox position, shared by every clone.
+    pub(super) inbox: Option<Arc<std::sync::atomic::AtomicU64>>,
+}
+
+impl RunHandle {
+    /// The run id.
+    pub fn run_id(&self) -> &str {
+        &self.run_id
+    }
+
+    /// Waits for the run to stop.
+    pub async fn wait(&self) -> Result<RunOutcome, RuntimeError> {
+        let mut rx = self.outcome.clone();
+        let lost = || RuntimeError::Lost {
+            run_id: self.run_id.to_string(),
+        };
+        let outcome = rx.wait_for(Option::is_some).await.map_err(|_| lost())?;
+        outcome.clone().ok_or_else(lost)
+    }
+
+    /// The outcome, if the run has stopped.
+    pub fn outcome(&self) -> Option<RunOutcome> {
+        self.outcome.borrow().clone()
+    }
+
+    /// A stream of run events, each with its sequence number. With
+    /// `events_from_start` (the default) the first call gets every event from the
+    /// start of the run; later calls see events from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<EventRecord> {
+        self.events
+            .subscribe()
+            // Only a poisoned lock gets here; a closed receiver ends at once.
+            .unwrap_or_else(|| broadcast::channel(1).1)
+    }
+
+    /// Aborts the run: in-flight tools are cancelled and it stops with `user_abort`.
+    pub fn abort(&self) {
+        self.run_token.cancel();
+        let _ = self
+            .conductor
+            .cast(ConductorMsg::Abort(StopReason::UserAbort));
+    }
+
+    /// Sends a user message into the run. It enters the session (through the state
+    /// keeper, numbered with every other input) before the next decision; an
+    /// event-driven agent wakes for it.
+    pub fn send_message(&self, text: impl Into<String>) -> Result<(), RuntimeError> {
+        self.input(RunInput::Message { text: text.into() })
+    }
+
+    /// Injects a custom event (a webhook payload, say) as a typed message: it enters
+    /// the session as `{"role": "event", "name": ..., "payload": ...}` at the next
+    /// safe point and wakes an event-driven agent.
+    pub fn inject(
+        &self,
+        name: impl Into<String>,
+        payload: serde_json::Value,
+    ) -> Result<(), RuntimeError> {
+        self.input(RunInput::Event {
+            name: name.into(),
+            payload,
+        })
+    }
+
+    /// Delivers a custom event after `delay` (a one-shot timer), unless the run has
+    /// stopped by then.
+    pub fn after(
+        &self,
+        delay: std::time::Duration,
+        name: impl Into<String>,
+        payload: serde_json::Value,
+    ) {
+        let timer = agentry_store::TimerRecord {
+            timer_id: uuid::Uuid::now_v7().to_string(),
+            due_at_ms: agentry_protocol::now_millis()
+                .saturating_add(u64::try_from(delay.as_millis()).unwrap_or(u64::MAX)),
+            name: name.into(),
+            payload,
+        };
+        if let Some(log) = &self.log {
+            // Queued in order: on disk before anything the run commits later.
+            log.writer.submit(vec![agentry_store::Write::SetTimer {
+                run_id: log.run_id.to_string(),
+                timer: timer.clone(),
+            }]);
+        }
+        self.arm_timer(timer);
+    }
+
+    /// Schedules a (possibly restored) timer; a durable run's timer is removed
+    /// from the store in the same commit as the event it delivers.
+    pub(super) fn arm_timer(&self, timer: agentry_store::TimerRecord) {
+        let conductor = self.conductor.clone();
+        let token = self.run_token.clone();
+        let delay = std::time::Duration::from_millis(
+            timer
+                .due_at_ms
+                .saturating_sub(agentry_protocol::now_millis()),
+        );
+        let durable = self.log.is_some();
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = token.cancelled() => {}
+                _ = tokio::time::sleep(delay) => {
+                    let input = RunInput::Event {
+                        name: timer.name,
+                        payload: timer.payload,
+                    };
+                    let msg = if durable {
+                        ConductorMsg::StoredInput {
+                            source: crate::state::InputSource::Timer(timer.timer_id),
+                            input,
+                        }
+                    } else {
+                        ConductorMsg::Input(input)
+                    };
+                    let _ = conductor.cast(msg);
+                }
+            }
+        });
+    }
+
+    /// Pauses the run at its next safe point: the step in progress finishes, no new
+    /// one starts. The wall clock keeps running; the deadline still applies.
+    pub fn pause(&self) -> Result<(), RuntimeError> {
+        self.input(RunInput::Pause)
+    }
+
+    /// Resumes a paused run.
+    pub fn resume(&self) -> Result<(), RuntimeError> {
+        self.input(RunInput::Resume)
+    }
+
+    fn input(&self, input: RunInput) -> Result<(), RuntimeError> {
+        if self.outcome.borrow().is_some() {
+            return Err(RuntimeError::Stopped {
+                run_id: self.run_id.to_string(),
+            });
+        }
+        let msg = match (&self.log, &self.inbox) {
+            (Some(log), Some(next)) => {
+                // Into the run's stored inbox first (queued at the writer, so on
+                // disk before anything the run commits later), out of it in the
+                // commit that applies it: a crash in between re-delivers it.
+                let seq = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                log.writer.submit(vec![agentry_store::Write::Enqueue {
+                    run_id: log.run_id.to_string(),
+                    seq,
+                    input: serde_json::to_value(&input).unwrap_or_default(),
+                }]);
+                ConductorMsg::StoredInput {
+                    source: crate::state::InputSource::Inbox(seq),
+                    input,
+                }
+            }
+            _ => ConductorMsg::Input(input),
+        };
+        self.conductor.cast(msg).map_err(|_| RuntimeError::Stopped {
+            run_id: self.run_id.to_string(),
+        })
+    }
+
+    /// Approves a call that is waiting for a human; it then runs. Returns the
+    /// decision's input sequence number.
+    pub async fn approve(&self, tool_call_id: &str) -> Result<u64, RuntimeError> {
+        self.decide(tool_call_id, true, None).await
+    }
+
+    /// Denies a waiting call: the model gets `EPERM` for it, with the reason.
+    pub async fn deny(
+        &self,
+        tool_call_id: &str,
+        reason: Option<String>,
+    ) -> Result<u64, RuntimeError> {
+        self.decide(tool_call_id, false, reason).await
+    }
+
+    async fn decide(
+        &self,
+        tool_call_id: &str,
+        approved: bool,
+        reason: Option<String>,
+    ) -> Result<u64, RuntimeError> {
+        let decision = ApprovalDecision {
+            approved,
+            reason,
+            applied: (0, 0),
+        };
+        let id = tool_call_id.to_string();
+        self.human_input(
+            |reply| StateMsg::Resolve {
+                tool_call_id: id,
+                decision,
+                reply,
+            },
+            |run_id, message| RuntimeError::NoPendingApproval { run_id, message },
+        )
+        .await
+    }
+
+    /// Sends a human's decision on a parked call to the state keeper; `missing`
+    /// builds the error when no such call is parked.
+    async fn human_input(
+        &self,
+        msg: impl FnOnce(ractor::RpcReplyPort<Result<u64, String>>) -> StateMsg,
+        missing: impl FnOnce(String, String) -> RuntimeError,
+    ) -> Result<u64, RuntimeError> {
+        match self.actors.state.call(msg, None).await {
+            Ok(ractor::rpc::CallResult::Success(Ok(seq))) => Ok(seq),
+            Ok(ractor::rpc::CallResult::Success(Err(message))) => {
+                Err(missing(self.run_id.to_string(), message))
+            }
+            _ => Err(RuntimeError::Stopped {
+                run_id: self.run_id.to_string(),
+            }),
+        }
+    }
+
+    /// Settles a call a crash interrupted (the run is `awaiting_decision`):
+    /// `Happened` records it as done without running it, `Retry` runs it again,
+    /// `Skip` tells the model it was not done. Returns the input's sequence number
+    /// once the settlement is on disk.
+    pub async fn settle(
+        &self,
+        tool_call_id: &str,
+        settlement: agentry_protocol::state::Settlement,
+    ) -> Result<u64, RuntimeError> {
+        let id = tool_call_id.to_string();
+        self.human_input(
+            |reply| StateMsg::Settle {
+                tool_call_id: id,
+                settlement,
+                reply,
+            },
+            |run_id, message| RuntimeError::NoPendingDecision { run_id, message },
+        )
+        .await
+    }
+
+    /// Calls a crash interrupted, waiting for [`RunHandle::settle`].
+    pub async fn pending_decisions(&self) -> Vec<PendingApproval> {
+        self.snapshot()
+            .await
+            .map(|s| s.pending_decisions)
+            .unwrap_or_default()
+    }
+
+    /// Calls waiting for a human decision.
+    pub async fn pending_approvals(&self) -> Vec<PendingApproval> {
+        self.snapshot()
+            .await
+            .map(|s| s.pending_approvals)
+            .unwrap_or_default()
+    }
+
+    /// The run's grants.
+    pub fn grants(&self) -> &Grants {
+        &self.grants
+    }
+
+    /// The parent run's id, for a child.
+    pub fn parent_id(&self) -> Option<&str> {
+        self.lineage.parent.as_ref().map(|p| p.run_id.as_ref())
+    }
+
+    /// Depth in the agent tree (the root is 0).
+    pub fn depth(&self) -> u32 {
+        self.lineage.depth
+    }
+
+    /// The W3C traceparent of this run (one trace id per tree).
+    pub fn traceparent(&self) -> String {
+        self.lineage.traceparent(&self.run_id)
+    }
+
+    /// The budget right now, including what descendants have spent (every spend
+    /// in a child is charged to each ancestor).
+    pub async fn budget(&self) -> Option<agentry_protocol::BudgetSnapshot> {
+        ask(&self.actors.budget, BudgetMsg::Snapshot).await.ok()
+    }
+
+    /// The run's actors as spawned (see [`RunActors`]).
+    pub fn actors(&self) -> &RunActors {
+        &self.actors
+    }
+
+    /// Key fields of the run state, while it runs.
+    pub async fn snapshot(&self) -> Option<RunSnapshot> {
+        match self.actors.state.call(StateMsg::Snapshot, None).await {
+            Ok(ractor::rpc::CallResult::Success(s)) => Some(s),
+            _ => self.outcome().map(|o| o.state),
+        }
+    }
+}

@@ -1,0 +1,412 @@
+//! Starting a run: a root run ([`Runtime::start`]), a child carved from its
+//! parent ([`Runtime::start_child`]), or a stored run going on (`resume.rs`).
+//! Every start ends in [`Runtime::launch`], which spawns the conductor.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+
+use agentry_protocol::trace::RunInput;
+use agentry_store::TimerRecord;
+use ractor::{Actor, ActorRef};
+use tokio::sync::{oneshot, watch};
+use tokio_util::sync::CancellationToken;
+
+use super::Runtime;
+use super::children::RunChildren;
+use super::handle::RunHandle;
+use super::record::{Resumed, create_record};
+use crate::ask::ask;
+use crate::budget::BudgetMsg;
+use crate::conductor::{
+    Conductor, ConductorArgs, ConductorMsg, ConductorPost, Lineage, ParentRun, Posted, Restore,
+    RunActors,
+};
+use crate::config::{RunConfig, TreeLimits};
+use crate::durable::RunLog;
+use crate::error::{ChildRefusal, RuntimeError};
+use crate::events::EventSink;
+use crate::owner::Claim;
+use crate::policy::Policy;
+use crate::registry::Grants;
+use crate::trace::TraceWriter;
+
+/// Whether a run is committed to the runtime's store.
+pub(crate) enum Durable {
+    /// In memory only.
+    No,
+    /// A new run: its record is written before the handle is returned.
+    New,
+    /// A run read back from the store.
+    Resume(Box<Resumed>),
+}
+
+/// Everything a run is started with, whichever way it starts.
+pub(super) struct Launch {
+    pub(super) config: RunConfig,
+    pub(super) policy: Box<dyn Policy>,
+    /// Where the run sits in its tree.
+    pub(super) lineage: Lineage,
+    /// Cancelled with the runtime (a root) or with the parent (a child).
+    pub(super) run_token: CancellationToken,
+    /// The tree's depth and fan-out limits (the root's).
+    pub(super) tree: TreeLimits,
+    pub(super) grants: Grants,
+    pub(super) durable: Durable,
+}
+
+/// What a resumed run brings back from the store besides its record; empty for
+/// a new run.
+struct Stored {
+    restore: Option<Restore>,
+    timers: Vec<TimerRecord>,
+    /// Inputs accepted but not applied before the restart: (position, input).
+    inbox: Vec<(u64, serde_json::Value)>,
+    claim: Option<Claim>,
+}
+
+impl Stored {
+    /// A resumed run's parts; for a new run only its claim (if durable).
+    fn of(durable: Durable, new_claim: Option<Claim>) -> Stored {
+        match durable {
+            Durable::Resume(r) => {
+                let r = *r;
+                Stored {
+                    restore: Some(r.restore),
+                    timers: r.timers,
+                    inbox: r.inbox,
+                    claim: Some(r.claim),
+                }
+            }
+            Durable::New | Durable::No => Stored {
+                restore: None,
+                timers: Vec::new(),
+                inbox: Vec::new(),
+                claim: new_claim,
+            },
+        }
+    }
+
+    /// The next free inbox position: after every stored one.
+    fn next_inbox(&self) -> Arc<AtomicU64> {
+        let next = self.inbox.iter().map(|(seq, _)| seq + 1).max().unwrap_or(1);
+        Arc::new(AtomicU64::new(next))
+    }
+}
+
+impl Runtime {
+    /// Starts a run and returns its handle at once. Must be called inside a tokio
+    /// runtime. The working directory must exist.
+    pub async fn start(
+        &self,
+        config: RunConfig,
+        policy: impl Policy,
+    ) -> Result<RunHandle, RuntimeError> {
+        self.start_boxed(config, Box::new(policy)).await
+    }
+
+    /// [`Runtime::start`] with an already boxed policy.
+    pub async fn start_boxed(
+        &self,
+        mut config: RunConfig,
+        policy: Box<dyn Policy>,
+    ) -> Result<RunHandle, RuntimeError> {
+        if let Some(id) = &config.run_id {
+            crate::config::check_run_id(id)?;
+        }
+        if self.store.is_some() && config.run_id.is_none() {
+            // Fixed now: the stored record and the trace id derive from it.
+            config.run_id = Some(uuid::Uuid::now_v7().to_string());
+        }
+        let lineage = Lineage::root(config.run_id.as_ref().filter(|_| self.store.is_some()));
+        let tree = config.tree;
+        let grants = config.grants.clone();
+        self.launch(Launch {
+            config,
+            policy,
+            lineage,
+            run_token: self.root.child_token(),
+            tree,
+            grants,
+            durable: Durable::New,
+        })
+        .await
+    }
+
+    /// Starts a child of `parent`: its budget is carved out of what the parent has
+    /// left (a requested limit must fit; an unset one on a dimension the parent
+    /// limits gets all that is left; the deadline is clamped to the parent's), its
+    /// grants may not exceed the parent's, every spend is charged up the tree, and
+    /// what it does not use returns to the parent when it ends. Cancelling or
+    /// stopping the parent cancels the child. Refused, naming why, when the parent
+    /// cannot cover it or a depth or fan-out limit would be passed.
+    pub async fn start_child(
+        &self,
+        parent: &RunHandle,
+        config: RunConfig,
+        policy: impl Policy,
+    ) -> Result<RunHandle, RuntimeError> {
+        self.start_child_boxed(parent, config, Box::new(policy))
+            .await
+    }
+
+    /// [`Runtime::start_child`] with an already boxed policy.
+    pub async fn start_child_boxed(
+        &self,
+        parent: &RunHandle,
+        mut config: RunConfig,
+        policy: Box<dyn Policy>,
+    ) -> Result<RunHandle, RuntimeError> {
+        let depth = admit_child(parent, &config).await?;
+        if let Some(id) = &config.run_id {
+            crate::config::check_run_id(id)?;
+        }
+        let run_id = config
+            .run_id
+            .clone()
+            .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
+        let child_id = run_id.clone();
+        let request = config.limits;
+        let grant = ask(&parent.actors.budget, |reply| BudgetMsg::Reserve {
+            child_id,
+            request,
+            reply,
+        })
+        .await
+        .map_err(|e| refuse(parent, ChildRefusal::ParentGone(e)))?
+        .map_err(|r| refuse(parent, ChildRefusal::Budget(r)))?;
+        config.limits = grant.limits;
+        config.run_id = Some(run_id.clone());
+        let lineage = Lineage {
+            parent: Some(ParentRun {
+                run_id: Arc::clone(&parent.run_id),
+                budget: parent.actors.budget.clone(),
+            }),
+            depth,
+            trace_id: parent.lineage.trace_id.clone(),
+            deadline_at: grant.deadline_at,
+        };
+        let grants = config.grants.clone();
+        let started = self
+            .launch(Launch {
+                config,
+                policy,
+                lineage,
+                run_token: parent.run_token.child_token(),
+                tree: parent.tree,
+                grants,
+                // Children live in memory: resuming a parent does not resume them.
+                durable: Durable::No,
+            })
+            .await;
+        if started.is_err() {
+            // Nothing runs: the reservation goes back.
+            let _ = parent
+                .actors
+                .budget
+                .cast(BudgetMsg::Release { child_id: run_id });
+        }
+        started
+    }
+
+    /// Starts the run's actors (the conductor spawns the others) and returns its
+    /// handle; a durable run's record is on disk first, and a resumed run's
+    /// stored inputs and timers are delivered before anything sent through the
+    /// handle.
+    pub(super) async fn launch(&self, launch: Launch) -> Result<RunHandle, RuntimeError> {
+        let Launch {
+            config,
+            policy,
+            lineage,
+            run_token,
+            tree,
+            grants,
+            durable,
+        } = launch;
+        if !config.workdir.is_dir() {
+            return Err(RuntimeError::Workdir {
+                path: config.workdir.clone(),
+                source: std::io::Error::new(std::io::ErrorKind::NotFound, "not a directory"),
+            });
+        }
+        let run_id: Arc<str> = Arc::from(
+            config
+                .run_id
+                .clone()
+                .unwrap_or_else(|| uuid::Uuid::now_v7().to_string())
+                .as_str(),
+        );
+        let (log, new_claim) = self.run_log(&run_id, &durable);
+        if let (Some(log), Some(claim)) = (&log, &new_claim) {
+            // On disk before the caller gets a handle: a run it knows of can be resumed.
+            create_record(log, &config, claim).await?;
+        }
+        let stored = Stored::of(durable, new_claim);
+        let inbox = log.as_ref().map(|_| stored.next_inbox());
+        let (outcome_tx, outcome_rx) = watch::channel(None);
+        // A resumed run goes on writing the trace it started.
+        let resumed = stored.restore.is_some();
+        let trace = config
+            .trace
+            .as_deref()
+            .map(|path| TraceWriter::open(path, resumed))
+            .transpose()?;
+        let from_start = config.events_from_start;
+        let events = EventSink::new(Arc::clone(&run_id), from_start);
+        let children = Arc::new(RunChildren::new(self.clone(), config.workdir.clone()));
+        let (actors_tx, actors_rx) = oneshot::channel();
+        let posted = Posted::default();
+        let args = ConductorArgs {
+            run_id: Arc::clone(&run_id),
+            config,
+            registry: Arc::clone(&self.registry),
+            policy,
+            run_token: run_token.clone(),
+            outcome: outcome_tx,
+            events: events.clone(),
+            trace,
+            actors: Some(actors_tx),
+            lineage: lineage.clone(),
+            agents: Arc::clone(&children) as Arc<dyn agentry_tools::agents::AgentDesk>,
+            log: log.clone(),
+            restore: stored.restore,
+            posted: posted.clone(),
+            claim: stored.claim,
+        };
+        let (conductor, actors) = spawn_conductor(&run_id, args, actors_rx).await?;
+        let handle = RunHandle {
+            run_id,
+            conductor: ConductorPost::new(conductor, posted),
+            actors,
+            run_token,
+            outcome: outcome_rx,
+            events,
+            lineage,
+            tree,
+            grants,
+            log,
+            inbox,
+        };
+        children.set_parent(handle.clone());
+        deliver_stored(&handle, stored.inbox, stored.timers);
+        Ok(handle)
+    }
+
+    /// A durable run's view of the store, and for a new one this process's
+    /// claim on it (a resumed run was claimed by `resume` already).
+    fn run_log(&self, run_id: &Arc<str>, durable: &Durable) -> (Option<RunLog>, Option<Claim>) {
+        let Some(writer) = &self.store else {
+            return (None, None);
+        };
+        let (token, claim) = match durable {
+            Durable::No => return (None, None),
+            Durable::Resume(r) => (Arc::from(r.claim.owner.token.as_str()), None),
+            Durable::New => {
+                let claim = Claim::new(run_id, writer.key());
+                (Arc::from(claim.owner.token.as_str()), Some(claim))
+            }
+        };
+        let log = RunLog {
+            run_id: Arc::clone(run_id),
+            writer: writer.clone(),
+            mode: self.durability,
+            owner_token: token,
+        };
+        (Some(log), claim)
+    }
+}
+
+/// A child refused before anything is reserved.
+fn refuse(parent: &RunHandle, reason: ChildRefusal) -> RuntimeError {
+    RuntimeError::ChildRefused {
+        parent: parent.run_id.to_string(),
+        reason,
+    }
+}
+
+/// Whether `parent` may start a child configured so: it still runs, the child
+/// stays within the tree's depth and fan-out limits, and asks for no grant
+/// the parent lacks. The child's depth, or why not.
+async fn admit_child(parent: &RunHandle, config: &RunConfig) -> Result<u32, RuntimeError> {
+    if parent.outcome().is_some() {
+        return Err(refuse(parent, ChildRefusal::ParentStopped));
+    }
+    let depth = parent.lineage.depth + 1;
+    if depth > parent.tree.max_depth {
+        return Err(refuse(
+            parent,
+            ChildRefusal::Depth {
+                depth,
+                max_depth: parent.tree.max_depth,
+            },
+        ));
+    }
+    let live = ask(&parent.actors.budget, BudgetMsg::LiveChildren)
+        .await
+        .map_err(|e| refuse(parent, ChildRefusal::ParentGone(e)))?;
+    if live >= parent.tree.max_children {
+        return Err(refuse(parent, ChildRefusal::FanOut { live }));
+    }
+    if let Some(extra) = config
+        .grants
+        .entries()
+        .iter()
+        .find(|g| !parent.grants.covers(g))
+    {
+        return Err(refuse(
+            parent,
+            ChildRefusal::Grants {
+                grant: extra.clone(),
+                held: parent.grants.entries().to_vec(),
+            },
+        ));
+    }
+    Ok(depth)
+}
+
+/// Spawns the conductor and waits for the addresses of the actors it spawned.
+async fn spawn_conductor(
+    run_id: &str,
+    args: ConductorArgs,
+    actors: oneshot::Receiver<RunActors>,
+) -> Result<(ActorRef<ConductorMsg>, RunActors), RuntimeError> {
+    let (conductor, _) =
+        Actor::spawn(None, Conductor, args)
+            .await
+            .map_err(|e| RuntimeError::Spawn {
+                run_id: run_id.to_string(),
+                actor: "conductor",
+                message: e.to_string(),
+            })?;
+    // The conductor's pre_start has run, so the address is there already.
+    let actors = actors.await.map_err(|_| RuntimeError::Spawn {
+        run_id: run_id.to_string(),
+        actor: "conductor",
+        message: "the conductor did not report its actors".to_string(),
+    })?;
+    Ok((conductor, actors))
+}
+
+/// A resumed run's inputs accepted before the restart but never applied, in
+/// their order, then its timers not yet fired.
+fn deliver_stored(
+    handle: &RunHandle,
+    inbox: Vec<(u64, serde_json::Value)>,
+    timers: Vec<TimerRecord>,
+) {
+    for (seq, input) in inbox {
+        match serde_json::from_value::<RunInput>(input) {
+            Ok(input) => {
+                let _ = handle.conductor.cast(ConductorMsg::StoredInput {
+                    source: crate::state::InputSource::Inbox(seq),
+                    input,
+                });
+            }
+            Err(e) => {
+                tracing::warn!(run_id = %handle.run_id, seq, error = %e, "an inbox entry does not parse; dropped");
+            }
+        }
+    }
+    for timer in timers {
+        handle.arm_timer(timer);
+    }
+}

@@ -1,0 +1,101 @@
+//! The embedding API: a [`Runtime`] that starts runs, and a [`RunHandle`] per run.
+//!
+//! Files, in import order (each names only those above it):
+//! - `handle.rs`: [`RunHandle`], what an embedder holds on one run.
+//! - `mod.rs`: [`Runtime`] itself — its tools, its shutdown token, its store.
+//! - `children.rs`: `RunChildren`, what `agent.spawn`/`agent.wait` call.
+//! - `record.rs`: a durable run's record, written at its start and read back.
+//! - `launch.rs`: starting a run (root or child); every start ends in `launch`.
+//! - `resume.rs`: the store side — listing stored runs and resuming one.
+
+mod children;
+mod handle;
+mod launch;
+mod record;
+mod resume;
+
+use std::sync::Arc;
+
+use agentry_policy::ChildPolicyFactory;
+use tokio_util::sync::CancellationToken;
+
+use crate::conductor::RunOutcome;
+use crate::config::RunConfig;
+use crate::durable::{Durability, StoreWriter};
+use crate::error::RuntimeError;
+use crate::policy::Policy;
+use crate::registry::ToolRegistry;
+
+pub use handle::RunHandle;
+
+/// Starts runs. Cheap to clone; clones share the tool registry and the shutdown token.
+#[derive(Clone)]
+pub struct Runtime {
+    registry: Arc<ToolRegistry>,
+    root: CancellationToken,
+    child_policy: Option<ChildPolicyFactory>,
+    /// The store runs are committed to, if any.
+    pub(crate) store: Option<StoreWriter>,
+    pub(crate) durability: Durability,
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime")
+            .field("registry", &self.registry)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Runtime {
+    /// A runtime with these tools.
+    pub fn new(registry: ToolRegistry) -> Self {
+        Runtime {
+            registry: Arc::new(registry),
+            root: CancellationToken::new(),
+            child_policy: None,
+            store: None,
+            durability: Durability::Strict,
+        }
+    }
+
+    /// A runtime with only the built-in tools.
+    pub fn with_builtins() -> Result<Self, RuntimeError> {
+        Ok(Runtime::new(ToolRegistry::with_builtins()?))
+    }
+
+    /// Sets how children started by `agent.spawn` without an inline script get
+    /// their policy (e.g. the same model adapter as their parent).
+    pub fn with_child_policy(mut self, factory: ChildPolicyFactory) -> Self {
+        self.child_policy = Some(factory);
+        self
+    }
+
+    pub(crate) fn child_policy(&self) -> Option<&ChildPolicyFactory> {
+        self.child_policy.as_ref()
+    }
+
+    pub(crate) fn root_token(&self) -> CancellationToken {
+        self.root.child_token()
+    }
+
+    /// The tool registry.
+    pub fn registry(&self) -> &ToolRegistry {
+        &self.registry
+    }
+
+    /// Starts a run and waits for its outcome.
+    pub async fn run(
+        &self,
+        config: RunConfig,
+        policy: impl Policy,
+    ) -> Result<RunOutcome, RuntimeError> {
+        self.start(config, policy).await?.wait().await
+    }
+
+    /// Cancels every run of this runtime: in-flight tools are cancelled and each run
+    /// stops with `user_abort`.
+    pub fn shutdown(&self) {
+        self.root.cancel();
+    }
+}
