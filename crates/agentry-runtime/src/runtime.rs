@@ -23,7 +23,7 @@ use crate::events::EventSink;
 use crate::policy::Policy;
 use crate::registry::Grants;
 use crate::registry::ToolRegistry;
-use crate::state::{ApprovalDecision, StateMsg};
+use crate::state::{AppliedAt, ApprovalDecision, HumanInputError, StateMsg};
 use crate::trace::TraceWriter;
 use agentry_protocol::state::PendingApproval;
 use agentry_protocol::trace::RunInput;
@@ -611,7 +611,7 @@ impl RunHandle {
         let decision = ApprovalDecision {
             approved,
             reason,
-            applied: (0, 0),
+            applied: AppliedAt::default(),
         };
         let id = tool_call_id.to_string();
         self.human_input(
@@ -629,13 +629,13 @@ impl RunHandle {
     /// builds the error when no such call is parked.
     async fn human_input(
         &self,
-        msg: impl FnOnce(ractor::RpcReplyPort<Result<u64, String>>) -> StateMsg,
+        msg: impl FnOnce(ractor::RpcReplyPort<Result<u64, HumanInputError>>) -> StateMsg,
         missing: impl FnOnce(String, String) -> RuntimeError,
     ) -> Result<u64, RuntimeError> {
         match self.actors.state.call(msg, None).await {
             Ok(ractor::rpc::CallResult::Success(Ok(seq))) => Ok(seq),
-            Ok(ractor::rpc::CallResult::Success(Err(message))) => {
-                Err(missing(self.run_id.to_string(), message))
+            Ok(ractor::rpc::CallResult::Success(Err(e))) => {
+                Err(missing(self.run_id.to_string(), e.to_string()))
             }
             _ => Err(RuntimeError::Stopped {
                 run_id: self.run_id.to_string(),
