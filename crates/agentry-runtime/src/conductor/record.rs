@@ -9,7 +9,6 @@ use agentry_protocol::event::RunEvent;
 use agentry_protocol::state::{RunSnapshot, SessionEntry};
 use agentry_protocol::stop::StopReason;
 use agentry_protocol::trace::TraceStep;
-
 use agentry_store::StoreError;
 
 use super::progress::step_fingerprint;
