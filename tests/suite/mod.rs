@@ -19,7 +19,6 @@ mod run;
 mod security;
 mod service;
 mod service_bin;
-mod state;
 mod task_tools;
 mod trace;
 mod tree;

@@ -46,8 +46,8 @@ impl ConductorState {
         }
         // Approval decisions were applied (and numbered) by the state keeper while
         // the step ran; their trace lines go before the step's.
-        for (seq, version, input) in &r.acted.approvals {
-            self.trace_input(*seq, *version, input);
+        for approval in &r.acted.approvals {
+            self.trace_input(approval.at, &approval.input);
         }
     }
 

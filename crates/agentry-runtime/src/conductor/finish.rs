@@ -13,6 +13,7 @@ use ractor::ActorRef;
 
 use super::msg::ConductorMsg;
 use super::outcome::RunOutcome;
+use super::record::ApplyError;
 use super::state::ConductorState;
 use super::step_result::Stop;
 use crate::ask::ask;
@@ -144,17 +145,16 @@ impl ConductorState {
     /// Applies the stop through the state keeper; the state version it got, if
     /// it was stored.
     async fn record_stop(&self, reason: StopReason, spent: Usage) -> Option<u64> {
-        let applied = ask(&self.children.state, |r| {
-            StateMsg::Apply(StateUpdate::Stopped { reason, spent }, Some(r))
-        })
-        .await;
-        match applied {
-            Ok(Ok(a)) => Some(a.version),
-            Ok(Err(e)) => {
+        match self
+            .apply_state(StateUpdate::Stopped { reason, spent })
+            .await
+        {
+            Ok(a) => Some(a.at.state_version),
+            Err(ApplyError::Store(e)) => {
                 tracing::error!(run_id = %self.run_id, error = %e, "the run's stop could not be stored");
                 None
             }
-            Err(_) => None,
+            Err(ApplyError::Actor(_)) => None,
         }
     }
 

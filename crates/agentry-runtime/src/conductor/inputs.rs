@@ -14,13 +14,14 @@ use agentry_protocol::trace::{RunInput, TraceInput, TraceLine};
 use ractor::ActorRef;
 
 use super::msg::ConductorMsg;
+use super::record::ApplyError;
 use super::state::ConductorState;
 use super::step_result::{Flow, Stop};
 use super::ticker::schedule;
 use crate::ask::ask;
 use crate::budget::{BudgetMsg, SpendReply};
 use crate::config::Driver;
-use crate::state::{InputSource, StateMsg, StateUpdate};
+use crate::state::{AppliedAt, InputSource, StateUpdate};
 
 impl ConductorState {
     /// After a step: stop, take the next step, or sleep until an event.
@@ -156,10 +157,7 @@ impl ConductorState {
         if count == 0 {
             return;
         }
-        let _ = ask(&self.children.state, |r| {
-            StateMsg::Apply(StateUpdate::TicksSkipped(count), Some(r))
-        })
-        .await;
+        let _ = self.apply_state(StateUpdate::TicksSkipped(count)).await;
         for n in from..to {
             self.emit(|| RunEvent::TickSkipped { n });
         }
@@ -175,10 +173,7 @@ impl ConductorState {
 
     /// Records a status change in the state keeper.
     pub(super) async fn set_status(&mut self, status: RunStatus) {
-        let _ = ask(&self.children.state, |r| {
-            StateMsg::Apply(StateUpdate::Status(status), Some(r))
-        })
-        .await;
+        let _ = self.apply_state(StateUpdate::Status(status)).await;
     }
 
     /// Applies an input through the state keeper (which numbers it), hands the
@@ -191,10 +186,7 @@ impl ConductorState {
     /// A stored input that changed nothing leaves the store all the same.
     async fn discard(&mut self, source: Option<InputSource>) {
         if let Some(InputSource::Inbox(seq)) = source {
-            let _ = ask(&self.children.state, |r| {
-                StateMsg::Apply(StateUpdate::Discard(seq), Some(r))
-            })
-            .await;
+            let _ = self.apply_state(StateUpdate::Discard(seq)).await;
         }
     }
 
@@ -207,29 +199,29 @@ impl ConductorState {
             },
             None => StateUpdate::Input(input.clone()),
         };
-        let applied = match ask(&self.children.state, |r| StateMsg::Apply(update, Some(r))).await {
-            Ok(Ok(applied)) => applied,
-            Ok(Err(e)) => {
+        let applied = match self.apply_state(update).await {
+            Ok(applied) => applied,
+            Err(ApplyError::Store(e)) => {
                 tracing::error!(run_id = %self.run_id, error = %e, "an input could not be stored");
                 return;
             }
-            Err(_) => return,
+            Err(ApplyError::Actor(_)) => return,
         };
         if let Some(entry) = session_entry(&input) {
             self.pending.push(entry);
         }
-        self.trace_input(applied.inputs, applied.version, &input);
-        let seq = applied.inputs;
+        self.trace_input(applied.at, &input);
+        let seq = applied.at.input_seq;
         self.emit(|| RunEvent::InputApplied { seq, input });
     }
 
     /// Writes an input's trace line.
-    pub(super) fn trace_input(&self, seq: u64, state_version: u64, input: &RunInput) {
+    pub(super) fn trace_input(&self, at: AppliedAt, input: &RunInput) {
         if let Some(t) = &self.trace {
             t.write(TraceLine::Input(Box::new(TraceInput {
                 run_id: self.run_id.to_string(),
-                seq,
-                state_version,
+                seq: at.input_seq,
+                state_version: at.state_version,
                 input: input.clone(),
                 at: agentry_protocol::now_millis(),
             })));

@@ -9,13 +9,36 @@ use agentry_protocol::event::RunEvent;
 use agentry_protocol::state::{RunSnapshot, SessionEntry};
 use agentry_protocol::stop::StopReason;
 use agentry_protocol::trace::TraceStep;
+use agentry_store::StoreError;
 
 use super::progress::step_fingerprint;
 use super::state::ConductorState;
 use super::step_result::{Acted, StepResult, Stop};
-use crate::ask::ask;
+use crate::ask::{AskError, ask};
 use crate::durable::Ending;
-use crate::state::{Applied, StateMsg, StateUpdate};
+use crate::state::{Applied, AppliedPort, StateMsg, StateUpdate, StepUpdate};
+
+/// Why the state keeper did not apply an update.
+#[derive(Debug)]
+pub(super) enum ApplyError {
+    /// A durable run's update could not be committed.
+    Store(StoreError),
+    /// The state keeper did not answer.
+    Actor(AskError),
+}
+
+impl ApplyError {
+    /// The run's stop: `what` could not be stored, or the state keeper's absence.
+    pub(super) fn stop(self, what: std::fmt::Arguments<'_>) -> Stop {
+        match self {
+            ApplyError::Store(e) => Stop::new(
+                StopReason::UnrecoverableError,
+                format!("{what} could not be stored: {e}"),
+            ),
+            ApplyError::Actor(e) => Stop::new(StopReason::UnrecoverableError, e.to_string()),
+        }
+    }
+}
 
 impl ConductorState {
     /// Steps 4–5, update and record: one state update per step, applied by the
@@ -64,24 +87,38 @@ impl ConductorState {
             return Ok(());
         }
         let step = r.step;
-        let applied: Applied = match ask(&self.children.state, |reply| apply(Some(reply))).await {
-            Ok(Ok(a)) => a,
-            Ok(Err(e)) => {
-                return Err(Stop::new(
-                    StopReason::UnrecoverableError,
-                    format!("step {step} could not be stored: {e}"),
-                ));
-            }
-            Err(e) => return Err(Stop::new(StopReason::UnrecoverableError, e.to_string())),
+        let applied = match self.ask_state(|reply| apply(Some(reply))).await {
+            Ok(applied) => applied,
+            Err(e) => return Err(e.stop(format_args!("step {step}"))),
         };
         self.emit(|| RunEvent::StateUpdated {
-            version: applied.version,
+            version: applied.at.state_version,
         });
         self.emit(|| RunEvent::BudgetSpent {
             budget: Box::new(r.after),
         });
         self.world_digest = applied.world_digest;
         Ok(())
+    }
+
+    /// Applies one update through the state keeper and waits until it is
+    /// applied (for a durable run that must wait, committed).
+    pub(super) async fn apply_state(&self, update: StateUpdate) -> Result<Applied, ApplyError> {
+        self.ask_state(|reply| StateMsg::Apply(update, Some(reply)))
+            .await
+    }
+
+    /// Sends the state keeper an apply message built around the reply port and
+    /// waits for the outcome.
+    async fn ask_state(
+        &self,
+        msg: impl FnOnce(AppliedPort) -> StateMsg,
+    ) -> Result<Applied, ApplyError> {
+        match ask(&self.children.state, msg).await {
+            Ok(Ok(applied)) => Ok(applied),
+            Ok(Err(e)) => Err(ApplyError::Store(e)),
+            Err(e) => Err(ApplyError::Actor(e)),
+        }
     }
 
     /// The budget after the step, from the supervisor's last answer plus what was
@@ -136,7 +173,7 @@ impl ConductorState {
     /// The step's state update. Its results move into it: the session and the
     /// trace record already hold their own references.
     fn step_update(&self, r: &mut StepResult) -> StateUpdate {
-        StateUpdate::Step {
+        StateUpdate::Step(StepUpdate {
             step: r.step,
             decision: Arc::clone(&r.decision),
             results: std::mem::take(&mut r.acted.results),
@@ -146,7 +183,7 @@ impl ConductorState {
             fingerprint: r.fingerprint,
             side_effects: r.acted.side_effects,
             ending: self.ending_of(&r.acted),
-        }
+        })
     }
 
     /// What ends the run, should the process die before the stop is on disk

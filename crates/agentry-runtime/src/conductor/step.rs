@@ -14,7 +14,7 @@ use crate::ask::{AskError, ask};
 use crate::budget::{BudgetMsg, DecideAfterSpend, SpendReply};
 use crate::config::Driver;
 use crate::durable::InFlight;
-use crate::state::{StateMsg, StateUpdate};
+use crate::state::StateUpdate;
 
 /// Steps a pull-driven run takes in one handler at most, and for how long, before
 /// it lets its mailbox's other ports (supervision, stop) in.
@@ -160,13 +160,9 @@ impl ConductorState {
             output: decided.output.clone(),
             before: decided.before,
         }));
-        match ask(&self.children.state, |r| StateMsg::Apply(update, Some(r))).await {
-            Ok(Ok(_)) => Ok(()),
-            Ok(Err(e)) => Err(Stop::new(
-                StopReason::UnrecoverableError,
-                format!("step {step}'s decision could not be stored: {e}"),
-            )),
-            Err(e) => Err(Stop::new(StopReason::UnrecoverableError, e.to_string())),
+        match self.apply_state(update).await {
+            Ok(_) => Ok(()),
+            Err(e) => Err(e.stop(format_args!("step {step}'s decision"))),
         }
     }
 

@@ -17,7 +17,7 @@ use super::msg::{AppliedInput, CallOutcome};
 use super::prepared::{Job, Mode};
 use super::state::ExecutorState;
 use crate::ask::ask;
-use crate::state::{ApprovalDecision, StateMsg};
+use crate::state::{ApprovalDecision, Settled, StateMsg};
 
 /// What the gate decided for a call.
 // Moved once per call and never kept; boxing `Closed` would allocate.
@@ -119,13 +119,19 @@ impl ExecutorState {
             decision: tx.into(),
         });
         let parked = tokio::select! {
-            r = parked => r.map_err(|e| e.to_string()).and_then(|r| r),
+            r = parked => r,
             _ = self.args.run_token.cancelled() => return Waited::failed(self.cancelled_error()),
         };
-        if let Err(e) = parked {
+        // The store's error, or the state keeper's absence.
+        let why = match parked {
+            Ok(Ok(())) => None,
+            Ok(Err(store)) => Some(store.to_string()),
+            Err(ask) => Some(ask.to_string()),
+        };
+        if let Some(why) = why {
             let error = ToolError::new(
                 ErrorCode::Einternal,
-                format!("the call could not be parked for a decision: {e}"),
+                format!("the call could not be parked for a decision: {why}"),
             );
             return Waited::failed(error);
         }
@@ -134,7 +140,7 @@ impl ExecutorState {
             step,
             call: call.clone(),
         });
-        let (settlement, (seq, version)) = tokio::select! {
+        let Settled { settlement, at } = tokio::select! {
             d = rx => match d {
                 Ok(d) => d,
                 Err(_) => return Waited::failed(self.cancelled_error()),
@@ -147,12 +153,12 @@ impl ExecutorState {
         };
         let event_input = input.clone();
         self.args.events.emit(|| RunEvent::InputApplied {
-            seq,
+            seq: at.input_seq,
             input: event_input,
         });
         Waited {
             outcome: Ok(settlement),
-            applied: Some((seq, version, input)),
+            applied: Some(AppliedInput { at, input }),
         }
     }
 
@@ -172,10 +178,10 @@ impl ExecutorState {
             approved: decision.approved,
             reason: decision.reason.clone(),
         };
-        let (seq, version) = decision.applied;
+        let at = decision.applied;
         let event_input = input.clone();
         self.args.events.emit(|| RunEvent::InputApplied {
-            seq,
+            seq: at.input_seq,
             input: event_input,
         });
         let outcome = if decision.approved {
@@ -192,7 +198,7 @@ impl ExecutorState {
         };
         Waited {
             outcome,
-            applied: Some((seq, version, input)),
+            applied: Some(AppliedInput { at, input }),
         }
     }
 

@@ -38,6 +38,13 @@ impl StepRun {
     }
 }
 
+/// A call of a group about to run, with its arguments (moved out of its
+/// [`Prepared::Run`]).
+struct Ready<'a> {
+    job: Job<'a>,
+    args: Value,
+}
+
 impl ExecutorState {
     /// Runs a batch through the pipeline.
     pub async fn execute(
@@ -76,28 +83,28 @@ impl ExecutorState {
     }
 
     /// Runs one group; calls queued behind a cancellation never start.
-    async fn run_group(&self, mut group: Vec<(Job<'_>, Value)>, run: &mut StepRun) {
+    async fn run_group(&self, mut group: Vec<Ready<'_>>, run: &mut StepRun) {
         if self.args.run_token.is_cancelled() {
-            for (job, _) in group {
+            for Ready { job, .. } in group {
                 run.results[job.position] = Some(fail(job.call, self.cancelled_error()));
             }
             return;
         }
         if group.len() == 1 {
             // The common case, one call: no stream machinery.
-            if let Some((job, args)) = group.pop() {
+            if let Some(Ready { job, args }) = group.pop() {
                 let k = job.position;
                 let outcome = self.run_with_retries(job, args).await;
                 run.absorb(k, outcome);
             }
             return;
         }
-        let ks: Vec<usize> = group.iter().map(|(job, _)| job.position).collect();
+        let ks: Vec<usize> = group.iter().map(|ready| ready.job.position).collect();
         // Collected first: a lazy `map` closure inside the stream trips the
         // compiler's higher-ranked lifetime inference for the actor future.
         let runs: Vec<_> = group
             .into_iter()
-            .map(|(job, args)| self.run_with_retries(job, args))
+            .map(|Ready { job, args }| self.run_with_retries(job, args))
             .collect();
         let done: Vec<CallOutcome> = futures::stream::iter(runs)
             .buffered(self.args.max_parallel.max(1))
@@ -197,8 +204,8 @@ fn take_group<'a>(
     range: Range<usize>,
     step: u64,
     calls: &'a [ToolCall],
-) -> Vec<(Job<'a>, Value)> {
-    let mut group: Vec<(Job<'a>, Value)> = Vec::with_capacity(range.len());
+) -> Vec<Ready<'a>> {
+    let mut group: Vec<Ready<'a>> = Vec::with_capacity(range.len());
     for (k, p) in prepared
         .iter_mut()
         .enumerate()
@@ -220,7 +227,10 @@ fn take_group<'a>(
                 digest: *digest,
                 mode: *mode,
             };
-            group.push((job, std::mem::take(args)));
+            group.push(Ready {
+                job,
+                args: std::mem::take(args),
+            });
         }
     }
     group

@@ -17,11 +17,17 @@ use crate::config::{ApprovalConfig, RetryPolicy};
 use crate::durable::RunLog;
 use crate::events::EventSink;
 use crate::registry::{Grants, ToolRegistry};
-use crate::state::StateMsg;
+use crate::state::{AppliedAt, StateMsg};
 
-/// An input applied by the state keeper: (input sequence number, state version,
-/// the input).
-pub type AppliedInput = (u64, u64, RunInput);
+/// An input the state keeper applied while a call waited for it (a human's
+/// approval or settlement).
+#[derive(Debug, Clone, PartialEq)]
+pub struct AppliedInput {
+    /// Its sequence number and the state version after it.
+    pub at: AppliedAt,
+    /// The input.
+    pub input: RunInput,
+}
 
 /// A step's results plus every attempt made to produce them.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -31,8 +37,7 @@ pub struct Executed {
     pub results: Vec<Arc<ResultEnvelope>>,
     /// Every attempt of the calls that were retried.
     pub attempts: Vec<AttemptRecord>,
-    /// Approval decisions applied while the calls waited: (input sequence number,
-    /// state version, the decision).
+    /// Approval decisions applied while the calls waited.
     pub approvals: Vec<AppliedInput>,
     /// A call that must not run twice was started (its intent is on disk, for a
     /// durable run).

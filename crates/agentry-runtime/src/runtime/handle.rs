@@ -18,7 +18,7 @@ use crate::durable::RunLog;
 use crate::error::RuntimeError;
 use crate::events::EventSink;
 use crate::registry::Grants;
-use crate::state::{ApprovalDecision, StateMsg};
+use crate::state::{AppliedAt, ApprovalDecision, HumanInputError, StateMsg};
 
 /// A handle on one run. Cloneable; every clone can wait for the outcome.
 #[derive(Debug, Clone)]
@@ -228,7 +228,7 @@ impl RunHandle {
         let decision = ApprovalDecision {
             approved,
             reason,
-            applied: (0, 0),
+            applied: AppliedAt::default(),
         };
         let id = tool_call_id.to_string();
         self.human_input(
@@ -246,13 +246,13 @@ impl RunHandle {
     /// builds the error when no such call is parked.
     async fn human_input(
         &self,
-        msg: impl FnOnce(ractor::RpcReplyPort<Result<u64, String>>) -> StateMsg,
+        msg: impl FnOnce(ractor::RpcReplyPort<Result<u64, HumanInputError>>) -> StateMsg,
         missing: impl FnOnce(String, String) -> RuntimeError,
     ) -> Result<u64, RuntimeError> {
         match self.actors.state.call(msg, None).await {
             Ok(ractor::rpc::CallResult::Success(Ok(seq))) => Ok(seq),
-            Ok(ractor::rpc::CallResult::Success(Err(message))) => {
-                Err(missing(self.run_id.to_string(), message))
+            Ok(ractor::rpc::CallResult::Success(Err(e))) => {
+                Err(missing(self.run_id.to_string(), e.to_string()))
             }
             _ => Err(RuntimeError::Stopped {
                 run_id: self.run_id.to_string(),

@@ -15,11 +15,14 @@ mod msg;
 mod parked;
 mod persist;
 mod run_state;
+#[cfg(test)]
+mod tests;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 
 pub use self::msg::{
-    Applied, ApprovalDecision, InputSource, SettlementPort, StateMsg, StateUpdate, StepUpdate,
+    Applied, AppliedAt, AppliedPort, ApprovalDecision, HumanInputError, InputSource, Settled,
+    SettlementPort, StateMsg, StateUpdate, StepUpdate, Waiting,
 };
 pub use self::run_state::RunState;
 
@@ -96,11 +99,6 @@ impl Actor for StateKeeper {
             }
             StateMsg::Withdraw(tool_call_id) => {
                 state.unpark(&tool_call_id);
-            }
-            StateMsg::Session(from, reply) => {
-                let session = state.session();
-                let from = from.min(session.len());
-                let _ = reply.send(session[from..].to_vec());
             }
         }
         Ok(())

@@ -2,15 +2,16 @@
 //! for the decision) and settlements of calls a crash interrupted.
 
 use agentry_protocol::state::{PendingApproval, RunStatus, Settlement};
+use agentry_store::StoreError;
 use ractor::RpcReplyPort;
 
-use super::msg::{ApprovalDecision, SettlementPort};
-use super::run_state::RunState;
+use super::msg::{ApprovalDecision, HumanInputError, Settled, SettlementPort, Waiting};
+use super::run_state::{Parked, RunState};
 
 impl RunState {
     /// Parks a call until a human decides.
     pub(super) fn park(&mut self, pending: PendingApproval, port: RpcReplyPort<ApprovalDecision>) {
-        self.pending.push((pending, port));
+        self.pending.push(Parked { pending, port });
         self.status = RunStatus::AwaitingApproval;
         self.version += 1;
     }
@@ -20,8 +21,8 @@ impl RunState {
         let i = self
             .pending
             .iter()
-            .position(|(p, _)| p.call.id == tool_call_id)?;
-        let (_, port) = self.pending.remove(i);
+            .position(|p| p.pending.call.id == tool_call_id)?;
+        let Parked { port, .. } = self.pending.remove(i);
         if self.pending.is_empty() && self.status == RunStatus::AwaitingApproval {
             self.status = RunStatus::Running;
         }
@@ -35,14 +36,17 @@ impl RunState {
         &mut self,
         tool_call_id: &str,
         decision: ApprovalDecision,
-    ) -> Result<u64, String> {
+    ) -> Result<u64, HumanInputError> {
         let Some(port) = self.unpark(tool_call_id) else {
-            return Err(format!("no call {tool_call_id:?} is waiting for approval"));
+            return Err(HumanInputError::NotWaiting {
+                tool_call_id: tool_call_id.to_string(),
+                waiting_for: Waiting::Approval,
+            });
         };
         self.inputs += 1;
-        let seq = self.inputs;
+        let applied = self.applied_at();
         let decision = ApprovalDecision {
-            applied: (seq, self.version),
+            applied,
             ..decision
         };
         // An approval is an input from outside: on disk before it counts.
@@ -50,9 +54,12 @@ impl RunState {
             Ok(()) => {
                 // The executor may have given up (deadline) just now.
                 let _ = port.send(decision);
-                Ok(seq)
+                Ok(applied.input_seq)
             }
-            Err(e) => Err(format!("the decision could not be stored: {e}")),
+            Err(error) => Err(HumanInputError::Store {
+                waiting_for: Waiting::Approval,
+                error,
+            }),
         }
     }
 
@@ -62,8 +69,8 @@ impl RunState {
         &mut self,
         pending: PendingApproval,
         port: SettlementPort,
-    ) -> Result<(), String> {
-        self.unsettled.push((pending, port));
+    ) -> Result<(), StoreError> {
+        self.unsettled.push(Parked { pending, port });
         self.status = RunStatus::AwaitingDecision;
         self.version += 1;
         self.persist(true).await
@@ -75,19 +82,23 @@ impl RunState {
         &mut self,
         tool_call_id: &str,
         settlement: Settlement,
-    ) -> Result<u64, String> {
+    ) -> Result<u64, HumanInputError> {
         let Some(port) = self.settle(tool_call_id) else {
-            return Err(format!(
-                "no call {tool_call_id:?} is waiting for a decision"
-            ));
+            return Err(HumanInputError::NotWaiting {
+                tool_call_id: tool_call_id.to_string(),
+                waiting_for: Waiting::Decision,
+            });
         };
-        let applied = (self.inputs, self.version);
+        let at = self.applied_at();
         match self.persist(true).await {
             Ok(()) => {
-                let _ = port.send((settlement, applied));
-                Ok(applied.0)
+                let _ = port.send(Settled { settlement, at });
+                Ok(at.input_seq)
             }
-            Err(e) => Err(format!("the settlement could not be stored: {e}")),
+            Err(error) => Err(HumanInputError::Store {
+                waiting_for: Waiting::Decision,
+                error,
+            }),
         }
     }
 
@@ -97,8 +108,8 @@ impl RunState {
         let i = self
             .unsettled
             .iter()
-            .position(|(p, _)| p.call.id == tool_call_id)?;
-        let (_, port) = self.unsettled.remove(i);
+            .position(|p| p.pending.call.id == tool_call_id)?;
+        let Parked { port, .. } = self.unsettled.remove(i);
         if self.unsettled.is_empty() && self.status == RunStatus::AwaitingDecision {
             self.status = if self.pending.is_empty() {
                 RunStatus::Running

@@ -3,7 +3,7 @@
 
 use agentry_protocol::state::RunStatus;
 use agentry_protocol::trace::{TraceLine, TraceStep};
-use agentry_store::{Checkpoint, Write};
+use agentry_store::{Checkpoint, StoreError, Write};
 
 use super::msg::{Applied, InputSource, StateUpdate};
 use super::run_state::RunState;
@@ -56,13 +56,13 @@ impl RunState {
 
     /// Hands the state to the store (durable runs only): waits for the commit when
     /// `wait`, else queues it behind everything queued before.
-    pub(super) async fn persist(&mut self, wait: bool) -> Result<(), String> {
+    pub(super) async fn persist(&mut self, wait: bool) -> Result<(), StoreError> {
         let Some(log) = self.log.clone() else {
             return Ok(());
         };
         let writes = self.writes(&log.run_id);
         if wait {
-            log.writer.commit(writes).await.map_err(|e| e.to_string())
+            log.writer.commit(writes).await
         } else {
             log.writer.submit(writes);
             Ok(())
@@ -71,7 +71,10 @@ impl RunState {
 
     /// Applies an update and hands it to the store (durable runs), waiting for
     /// the commit when the update must be on disk before it is acknowledged.
-    pub(super) async fn apply_committed(&mut self, update: StateUpdate) -> Result<Applied, String> {
+    pub(super) async fn apply_committed(
+        &mut self,
+        update: StateUpdate,
+    ) -> Result<Applied, StoreError> {
         let wait = self.log.is_some() && self.must_wait(&update);
         let applied = self.apply(update);
         self.persist(wait).await.map(|()| applied)
@@ -84,12 +87,12 @@ impl RunState {
         update: StateUpdate,
         mut record: Box<TraceStep>,
         trace: &TraceSender,
-    ) -> Result<Applied, String> {
+    ) -> Result<Applied, StoreError> {
         let committed = self.apply_committed(update).await;
         // A step that could not be committed gets no record: the run
         // stops on it and the stop line says why.
         if let Ok(applied) = &committed {
-            record.state_version = applied.version;
+            record.state_version = applied.at.state_version;
             record.state = self.trace_snapshot();
             trace.write(TraceLine::Step(record));
         }
@@ -106,14 +109,9 @@ impl RunState {
             // Nobody waits for a decision: if it is lost, the step is decided again,
             // and it is on disk before any intent that depends on it (order).
             StateUpdate::Decided(_) | StateUpdate::TicksSkipped(_) => false,
-            StateUpdate::Step {
-                side_effects,
-                ending,
-                ..
-            } => !grouped || *side_effects || ending.is_some(),
+            StateUpdate::Step(step) => !grouped || step.side_effects || step.ending.is_some(),
             StateUpdate::Status(RunStatus::Sleeping | RunStatus::Running) => !grouped,
-            StateUpdate::UserMessage { .. }
-            | StateUpdate::Input(_)
+            StateUpdate::Input(_)
             | StateUpdate::StoredInput { .. }
             | StateUpdate::Discard(_)
             | StateUpdate::Status(

@@ -13,8 +13,19 @@ use agentry_protocol::stop::StopReason;
 use agentry_protocol::trace::RunInput;
 use ractor::RpcReplyPort;
 
-use super::msg::{Applied, ApprovalDecision, InputSource, SettlementPort, StateUpdate, StepUpdate};
+use super::msg::{
+    Applied, AppliedAt, ApprovalDecision, InputSource, SettlementPort, StateUpdate, StepUpdate,
+};
 use crate::durable::{KEPT_FINGERPRINTS, Progress, RunLog};
+
+/// A call parked until a human answers, with the executor's port for the answer.
+#[derive(Debug)]
+pub(super) struct Parked<P> {
+    /// The call, as snapshots show it.
+    pub(super) pending: PendingApproval,
+    /// Where the answer goes.
+    pub(super) port: P,
+}
 
 /// The run state, owned by the state keeper alone.
 #[derive(Debug, Default)]
@@ -27,9 +38,9 @@ pub struct RunState {
     control: ControlState,
     pub(super) status: RunStatus,
     /// Calls waiting for a human, with the executor's port for the decision.
-    pub(super) pending: Vec<(PendingApproval, RpcReplyPort<ApprovalDecision>)>,
+    pub(super) pending: Vec<Parked<RpcReplyPort<ApprovalDecision>>>,
     /// Calls a crash interrupted, waiting for a human to settle them.
-    pub(super) unsettled: Vec<(PendingApproval, SettlementPort)>,
+    pub(super) unsettled: Vec<Parked<SettlementPort>>,
     pub(super) inputs: u64,
     ticks_skipped: u64,
     /// What the conductor needs to continue the run.
@@ -130,7 +141,6 @@ impl RunState {
     /// Applies one update and bumps the version.
     pub fn apply(&mut self, update: StateUpdate) -> Applied {
         match update {
-            StateUpdate::UserMessage { text } => self.session.push(SessionEntry::User { text }),
             StateUpdate::StoredInput { source, input } => {
                 if self.log.is_some() {
                     self.consumed.push(source);
@@ -150,27 +160,7 @@ impl RunState {
                 self.progress.steps = in_flight.step;
                 self.progress.in_flight = Some(*in_flight);
             }
-            StateUpdate::Step {
-                step,
-                decision,
-                results,
-                spent,
-                answer,
-                tool_calls,
-                fingerprint,
-                side_effects,
-                ending,
-            } => self.apply_step(StepUpdate {
-                step,
-                decision,
-                results,
-                spent,
-                answer,
-                tool_calls,
-                fingerprint,
-                side_effects,
-                ending,
-            }),
+            StateUpdate::Step(step) => self.apply_step(step),
             StateUpdate::Stopped { reason, spent } => self.apply_stopped(reason, spent),
         }
         self.version += 1;
@@ -267,10 +257,17 @@ impl RunState {
 
     pub(super) fn applied(&self) -> Applied {
         Applied {
-            version: self.version,
+            at: self.applied_at(),
             world_digest: Arc::clone(&self.world_digest),
-            session_len: self.session.len(),
-            inputs: self.inputs,
+        }
+    }
+
+    /// The inputs applied so far and the current version.
+    #[inline]
+    pub(super) fn applied_at(&self) -> AppliedAt {
+        AppliedAt {
+            input_seq: self.inputs,
+            state_version: self.version,
         }
     }
 
@@ -304,8 +301,8 @@ impl RunState {
             session_len: self.session.len() as u64,
             control: self.control.clone(),
             status: self.status,
-            pending_approvals: self.pending.iter().map(|(p, _)| p.clone()).collect(),
-            pending_decisions: self.unsettled.iter().map(|(p, _)| p.clone()).collect(),
+            pending_approvals: self.pending.iter().map(|p| p.pending.clone()).collect(),
+            pending_decisions: self.unsettled.iter().map(|p| p.pending.clone()).collect(),
             inputs: self.inputs,
             ticks_skipped: self.ticks_skipped,
         }
