@@ -17,6 +17,8 @@ mod books;
 mod deadline;
 mod msg;
 mod tally;
+#[cfg(test)]
+mod tests;
 
 use agentry_protocol::budget::Usage;
 use agentry_protocol::stop::StopReason;

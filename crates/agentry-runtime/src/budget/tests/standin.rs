@@ -10,21 +10,21 @@
 
 use std::fmt;
 
-use agentry::StopReason;
-use agentry::protocol::budget::{BudgetLimits, BudgetSnapshot, Usage};
-use agentry::protocol::decision::{Decision, PolicyOutput};
-use agentry::runtime::PolicyMsg;
-use agentry::runtime::budget::{
-    BudgetArgs, BudgetMsg, BudgetSupervisor, DecideAfterSpend, ParentLink, SpendReply,
-    ToolCallTally,
-};
-use agentry::runtime::events::EventSink;
+use agentry_protocol::budget::{BudgetLimits, BudgetSnapshot, Usage};
+use agentry_protocol::decision::{Decision, PolicyOutput};
+use agentry_protocol::stop::StopReason;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::ask_actor;
+use crate::ask::{AskError, ask};
+use crate::budget::{
+    BudgetArgs, BudgetMsg, BudgetSupervisor, DecideAfterSpend, ParentLink, SpendReply,
+    ToolCallTally,
+};
+use crate::events::EventSink;
+use crate::policy::PolicyMsg;
 
 /// What went wrong driving a supervisor.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -62,9 +62,9 @@ impl fmt::Display for StandInError {
 
 impl std::error::Error for StandInError {}
 
-impl From<String> for StandInError {
-    fn from(e: String) -> Self {
-        StandInError::Actor(e)
+impl From<AskError> for StandInError {
+    fn from(e: AskError) -> Self {
+        StandInError::Actor(e.to_string())
     }
 }
 
@@ -150,7 +150,7 @@ pub async fn reserve(
     child_id: &str,
     request: BudgetLimits,
 ) -> Result<Result<BudgetLimits, String>, StandInError> {
-    let answer = ask_actor(budget, |reply| BudgetMsg::Reserve {
+    let answer = ask(budget, |reply| BudgetMsg::Reserve {
         child_id: child_id.to_string(),
         request,
         reply,
@@ -284,22 +284,22 @@ impl StandInRun {
             ticks: 1,
             ..Usage::default()
         };
-        Ok(ask_actor(&self.budget, |r| BudgetMsg::Spend(charge, r)).await?)
+        Ok(ask(&self.budget, |r| BudgetMsg::Spend(charge, r)).await?)
     }
 
     /// One automatic retry, as the executor asks for it.
     pub async fn retry(&self) -> Result<bool, StandInError> {
-        Ok(ask_actor(&self.budget, BudgetMsg::SpendRetry).await?)
+        Ok(ask(&self.budget, BudgetMsg::SpendRetry).await?)
     }
 
     /// The budget now.
     pub async fn snapshot(&self) -> Result<BudgetSnapshot, StandInError> {
-        Ok(ask_actor(&self.budget, BudgetMsg::Snapshot).await?)
+        Ok(ask(&self.budget, BudgetMsg::Snapshot).await?)
     }
 
     /// Children still holding a reservation here.
     pub async fn live_children(&self) -> Result<usize, StandInError> {
-        Ok(ask_actor(&self.budget, BudgetMsg::LiveChildren).await?)
+        Ok(ask(&self.budget, BudgetMsg::LiveChildren).await?)
     }
 
     /// Carves a child's budget here (see [`reserve`]).
