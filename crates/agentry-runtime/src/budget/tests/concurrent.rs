@@ -1,6 +1,6 @@
 //! The concurrent phase of the tree property: every node runs its program in a
 //! task of its own on a multi-thread runtime — steps (spend and decide, the
-//! turn's charge, the tool calls booked through the tally), ticks, retries,
+//! turn's charge, the tool calls booked through the allowance), ticks, retries,
 //! children carved in its own steps, its end — while the embedder carves more
 //! children from outside at arbitrary moments. Replies are counted where they
 //! arrive. A node that ends cancels its subtree and, before it releases its

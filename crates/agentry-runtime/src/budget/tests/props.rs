@@ -1,7 +1,7 @@
 //! Property tests for the budget's check-before-spend, on every dimension
 //! (steps, tool calls, tokens, money, retries, ticks): in the pure check, and in
 //! the budget supervisor driven as a run drives it — a step's spend and
-//! decision, the model turn's charge, the step's tool calls through the tally, a
+//! decision, the model turn's charge, the step's tool calls through the allowance, a
 //! tick before its step, the executor's retries, a resumed run's earlier spend.
 //! The oracle is the independent model of `model.rs`, written from the
 //! documented rules, never `BudgetLimits::check` or the supervisor's code.

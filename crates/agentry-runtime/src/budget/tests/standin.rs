@@ -1,8 +1,8 @@
 //! A stand-in for a run's conductor in front of a real budget supervisor.
 //!
 //! [`StandInRun`] sends the supervisor exactly what a run sends it — a step's
-//! `SpendAndDecide`, the model turn's `Charge`, the step's tool calls through the
-//! [`ToolCallTally`], a tick's `Spend`, the executor's `SpendRetry`, a child's
+//! `SpendStep` with the runtime's [`DecideRelay`], the model turn's `Charge`, the
+//! step's tool calls through the [`ToolCallAllowance`], a tick's `Spend`, the executor's `SpendRetry`, a child's
 //! `Reserve`, and at the end the conductor's `Snapshot` then `Release` to the
 //! parent — so property tests can drive the budget algebra of a whole tree of
 //! real supervisors without running models or tools. The supervisor itself sends
@@ -20,11 +20,11 @@ use tokio_util::sync::CancellationToken;
 
 use crate::ask::{AskError, ask};
 use crate::budget::{
-    BudgetArgs, BudgetMsg, BudgetSupervisor, DecideAfterSpend, ParentLink, SpendReply,
-    ToolCallTally,
+    BudgetArgs, BudgetMsg, BudgetSupervisor, ParentLink, SpendReply, ToolCallAllowance,
 };
+use crate::clock::RunClock;
 use crate::events::EventSink;
-use crate::policy::PolicyMsg;
+use crate::policy::{DecideRelay, PolicyMsg};
 
 /// What went wrong driving a supervisor.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -166,7 +166,7 @@ pub struct StandInRun {
     policy: ActorRef<PolicyMsg>,
     policy_task: JoinHandle<()>,
     events: EventSink,
-    tally: ToolCallTally,
+    allowance: ToolCallAllowance,
     parent: Option<ParentLink>,
     run_token: CancellationToken,
     steps: u64,
@@ -181,15 +181,17 @@ impl StandInRun {
         parent: Option<ParentLink>,
         run_token: CancellationToken,
     ) -> Result<Self, StandInError> {
-        let tally = ToolCallTally::default();
+        let allowance = ToolCallAllowance::new(0);
         let args = BudgetArgs {
             limits,
             spent,
             run_token: run_token.clone(),
-            started: Instant::now(),
+            clock: RunClock {
+                started: Instant::now(),
+                deadline_at: None,
+            },
             parent: parent.clone(),
-            parent_deadline: None,
-            tool_calls: tally.clone(),
+            allowance: allowance.clone(),
         };
         let (budget, budget_task) = Actor::spawn(None, BudgetSupervisor, args)
             .await
@@ -203,7 +205,7 @@ impl StandInRun {
             policy,
             policy_task,
             events: EventSink::new("stand-in".into(), false),
-            tally,
+            allowance,
             parent,
             run_token,
             steps: 0,
@@ -220,23 +222,26 @@ impl StandInRun {
         &self.run_token
     }
 
-    /// The next step, as the conductor takes it: one `SpendAndDecide`, the
+    /// The next step, as the conductor takes it: one `SpendStep`, the
     /// decision awaited, then the turn's tokens and money charged. Checks that a
     /// granted step reached the policy and a refused one did not.
     pub async fn step(&mut self, turn: TurnCost) -> Result<StepOutcome, StandInError> {
         let step = self.steps + 1;
         let (granted_tx, granted_rx) = tokio::sync::oneshot::channel();
         let (decided_tx, decided_rx) = tokio::sync::oneshot::channel();
-        let request = DecideAfterSpend {
+        let relay = DecideRelay {
             step,
             new_entries: Vec::new(),
             policy: self.policy.clone(),
             events: self.events.clone(),
-            granted: granted_tx.into(),
             decided: decided_tx.into(),
         };
+        let spend = BudgetMsg::SpendStep {
+            granted: granted_tx.into(),
+            then: Box::new(relay),
+        };
         self.budget
-            .cast(BudgetMsg::SpendAndDecide(Box::new(request)))
+            .cast(spend)
             .map_err(|e| StandInError::Actor(format!("the supervisor is gone: {e}")))?;
         // As the conductor: the decision first (the grant is answered before
         // it); a cancellation seen by then wins over the decision.
@@ -268,13 +273,13 @@ impl StandInRun {
     }
 
     /// The step's `n` tool calls, as the conductor grants them: taken from the
-    /// tally it shares with the supervisor (none once the run is cancelled).
+    /// allowance it shares with the supervisor (none once the run is cancelled).
     /// Returns how many were granted.
     pub fn tool_calls(&self, n: u64) -> u64 {
         if self.run_token.is_cancelled() {
             0
         } else {
-            self.tally.take_up_to(n)
+            self.allowance.take_up_to(n)
         }
     }
 
