@@ -310,30 +310,41 @@ async fn aborting_a_middle_node_stops_its_subtree_only() -> Result<(), TestError
     // reservation went back when mid stopped).
     let spent_after = root.budget().await.ok_or("the root is gone")?.spent;
     assert_eq!(spent_after.steps, spent_before.steps + 1);
-    // The sibling is the parent's one live child: under a fan-out of 2, one
-    // more child fits and a second does not.
+    one_live_child_of_two(&runtime, &root, "gate").await?;
+
+    root.abort();
+    let sib = tokio::time::timeout(wait, sibling.wait()).await??;
+    assert_eq!(sib.stop_reason, StopReason::UserAbort);
+    Ok(())
+}
+
+/// `parent`, under a fan-out of 2, counts exactly one live child: one more
+/// child fits and a second does not. The probe children hold `grant`.
+async fn one_live_child_of_two(
+    runtime: &Runtime,
+    parent: &agentry::RunHandle,
+    grant: &str,
+) -> Result<(), TestError> {
     let idle = || {
         FnPolicy::new(|_| Decision::Final {
             answer: "ok".into(),
         })
     };
-    let probe_t = TestTask::new("probe", &[])?.grant(&["gate"]).max_steps(1);
+    let probe_t = TestTask::new("probe", &[])?.grant(&[grant]).max_steps(1);
     let probe_config = || {
         let mut config = probe_t.config();
         config.driver = agentry::Driver::Events; // idles: it never steps
         config
     };
-    let _probe = runtime.start_child(&root, probe_config(), idle()).await?;
+    let probe = runtime.start_child(parent, probe_config(), idle()).await?;
     let err = runtime
-        .start_child(&root, probe_config(), idle())
+        .start_child(parent, probe_config(), idle())
         .await
         .err()
         .ok_or("a third child fit under a fan-out of 2")?;
     assert!(err.to_string().contains("already runs 2 children"), "{err}");
-
-    root.abort();
-    let sib = tokio::time::timeout(wait, sibling.wait()).await??;
-    assert_eq!(sib.stop_reason, StopReason::UserAbort);
+    probe.abort();
+    tokio::time::timeout(Duration::from_secs(10), probe.wait()).await??;
     Ok(())
 }
 
