@@ -118,9 +118,10 @@ def main():
             m = REF.fullmatch(token)
             if m:
                 cited = m.group(1)
-                if cited in KNOWN_FIXES:
-                    fixed.append(f'line {lineno}: `{token}` is `{KNOWN_FIXES[cited]}`')
-                    m = REF.fullmatch(KNOWN_FIXES[cited])
+                if token in KNOWN_FIXES or cited in KNOWN_FIXES:
+                    fix = KNOWN_FIXES.get(token) or KNOWN_FIXES[cited] + m.group(2)
+                    fixed.append(f'line {lineno}: `{token}` is `{fix}`')
+                    m = REF.fullmatch(fix)
                 current = resolve(root, m.group(1))
                 names = [s for s in m.group(2).split('::') if s and s != 'tests']
                 checked += 1

@@ -13,7 +13,6 @@ mod idempotency;
 mod models;
 mod policy;
 mod process;
-mod props;
 mod retries;
 mod run;
 mod security;

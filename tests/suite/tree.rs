@@ -1,64 +1,19 @@
-//! Agent trees: budgets carved down the tree, charged up it, released back; deadlines
-//! clamped; cancellation of a subtree; the invariant that a tree never overspends
-//! its root, under concurrent reservations, spends, charges, releases and ends
-//! (property test on the real supervisors, against an independent model).
-
-mod concurrent;
-pub(super) mod model;
-mod plan;
-mod sequential;
-mod settle;
+//! Agent trees, driven through the embedding API: budgets carved down the tree,
+//! charged up it, released back; deadlines clamped; cancellation of a subtree.
+//! The budget algebra's property (a tree never overspends its root, under
+//! concurrent reservations, spends, charges, releases and ends) is a unit test
+//! of the budget supervisor: `agentry-runtime/src/budget/tests/tree.rs`.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use agentry::protocol::event::RunEvent;
-use agentry::runtime::BudgetMsg;
 use agentry::{Decision, Grants, Runtime, RuntimeError, StopReason, ToolCall};
-use agentry_test_support::ask_actor as ask;
 use agentry_test_support::{
     FnPolicy, GateTool, HangingTool, ScriptBuilder, TestError, TestTask, runtime_with,
     wait_for_event,
 };
-use proptest::prelude::*;
 use serde_json::json;
-
-/// One case: the concurrent phase, its invariants, then the sequential phase
-/// from where it left the tree, checked exactly against the model.
-async fn run_case(plan: plan::TreePlan) -> Result<(), String> {
-    let (reports, reservations) = concurrent::run(&plan).await?;
-    let (model, runs) = settle::settle(reports, &reservations).await?;
-    let mut tree = sequential::Tree::new(model, runs, plan.nodes.len());
-    // What each live node has left to carve is what the algebra says: its
-    // reservations survived the concurrent phase exactly.
-    for v in tree.model.live() {
-        tree.left_as_modelled(v).await?;
-    }
-    tree.run_all(&plan.sequential).await
-}
-
-proptest! {
-    // 256 cases unless PROPTEST_CASES says otherwise.
-    #![proptest_config(ProptestConfig::default())]
-
-    /// Random trees (depth ≤ 4, fan-out ≤ 5) whose nodes step, tick, retry,
-    /// carve children (in their own steps, and from outside at any moment) and
-    /// end, all at once on two worker threads, never overspend the root nor any
-    /// node its allowance on any dimension; every spend is answered; each node's
-    /// total equals its subtree's spends; and in the sequential phase every
-    /// answer is the model's.
-    #[test]
-    fn a_tree_never_overspends_its_root(plan in plan::tree()) {
-        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()
-            .map_err(|e| TestCaseError::fail(e.to_string()))?;
-        // A case takes milliseconds; a hang fails it instead of the whole run.
-        let outcome = rt.block_on(async { tokio::time::timeout(Duration::from_secs(20), run_case(plan)).await });
-        match outcome {
-            Ok(result) => result.map_err(TestCaseError::fail)?,
-            Err(_) => return Err(TestCaseError::fail("the case did not finish within 20 s")),
-        }
-    }
-}
 
 /// The envelope of call `id` among a run's finished calls.
 fn result_of(
@@ -285,7 +240,8 @@ async fn the_roots_deadline_stops_the_whole_tree() -> Result<(), TestError> {
 
 /// Aborting a middle node stops its subtree and leaves its sibling and the
 /// parent running: the sibling takes a further step after the abort, charged
-/// to the parent, which still counts it as its live child.
+/// to the parent, which still counts it as its live child (and no longer the
+/// middle node, seen through the fan-out limit).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn aborting_a_middle_node_stops_its_subtree_only() -> Result<(), TestError> {
     let hang = HangingTool::new("hang");
@@ -299,9 +255,10 @@ async fn aborting_a_middle_node_stops_its_subtree_only() -> Result<(), TestError
     let sib_t = TestTask::new("sibling", &[])?
         .grant(&["gate"])
         .max_steps(10);
-    let root = runtime
-        .start(root_t.max_steps(50).config(), looping("root"))
-        .await?;
+    let root_t = root_t.max_steps(50);
+    let mut root_config = root_t.config();
+    root_config.tree.max_children = 2;
+    let root = runtime.start(root_config, looping("root")).await?;
     let mid = runtime
         .start_child(&root, mid_t.config(), looping("mid"))
         .await?;
@@ -353,12 +310,41 @@ async fn aborting_a_middle_node_stops_its_subtree_only() -> Result<(), TestError
     // reservation went back when mid stopped).
     let spent_after = root.budget().await.ok_or("the root is gone")?.spent;
     assert_eq!(spent_after.steps, spent_before.steps + 1);
-    let live = ask(&root.actors().budget, BudgetMsg::LiveChildren).await?;
-    assert_eq!(live, 1, "the sibling is the parent's one live child");
+    one_live_child_of_two(&runtime, &root, "gate").await?;
 
     root.abort();
     let sib = tokio::time::timeout(wait, sibling.wait()).await??;
     assert_eq!(sib.stop_reason, StopReason::UserAbort);
+    Ok(())
+}
+
+/// `parent`, under a fan-out of 2, counts exactly one live child: one more
+/// child fits and a second does not. The probe children hold `grant`.
+async fn one_live_child_of_two(
+    runtime: &Runtime,
+    parent: &agentry::RunHandle,
+    grant: &str,
+) -> Result<(), TestError> {
+    let idle = || {
+        FnPolicy::new(|_| Decision::Final {
+            answer: "ok".into(),
+        })
+    };
+    let probe_t = TestTask::new("probe", &[])?.grant(&[grant]).max_steps(1);
+    let probe_config = || {
+        let mut config = probe_t.config();
+        config.driver = agentry::Driver::Events; // idles: it never steps
+        config
+    };
+    let probe = runtime.start_child(parent, probe_config(), idle()).await?;
+    let err = runtime
+        .start_child(parent, probe_config(), idle())
+        .await
+        .err()
+        .ok_or("a third child fit under a fan-out of 2")?;
+    assert!(err.to_string().contains("already runs 2 children"), "{err}");
+    probe.abort();
+    tokio::time::timeout(Duration::from_secs(10), probe.wait()).await??;
     Ok(())
 }
 

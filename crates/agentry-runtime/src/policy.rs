@@ -15,6 +15,7 @@ use agentry_protocol::event::RunEvent;
 use agentry_protocol::state::SessionEntry;
 use agentry_protocol::tool::ToolSpec;
 
+use crate::budget::OnStepGranted;
 use crate::events::EventSink;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
@@ -60,6 +61,44 @@ pub enum PolicyMsg {
         /// Where the decision goes.
         reply: RpcReplyPort<PolicyOutput>,
     },
+}
+
+/// A step's decision request, handed on by the budget supervisor once it
+/// granted the step: publishes `StepStarted` (so before any of the step's token
+/// deltas), then asks the policy, whose decision goes straight to the conductor.
+pub(crate) struct DecideRelay {
+    /// The step asked for.
+    pub(crate) step: u64,
+    /// Session entries applied since the previous decision (for the policy).
+    pub(crate) new_entries: Vec<SessionEntry>,
+    /// The run's policy actor.
+    pub(crate) policy: ActorRef<PolicyMsg>,
+    /// The run's events.
+    pub(crate) events: EventSink,
+    /// The policy's decision; dropped unanswered when the step is refused.
+    pub(crate) decided: RpcReplyPort<PolicyOutput>,
+}
+
+impl OnStepGranted for DecideRelay {
+    #[inline]
+    fn granted(self: Box<Self>, before: BudgetSnapshot) {
+        let DecideRelay {
+            step,
+            new_entries,
+            policy,
+            events,
+            decided,
+        } = *self;
+        events.emit(|| RunEvent::StepStarted { step });
+        // A policy that is gone drops the message and with it the reply port:
+        // the conductor hears that it did not answer.
+        let _ = policy.cast(PolicyMsg::Decide {
+            step,
+            new_entries,
+            budget: before,
+            reply: decided,
+        });
+    }
 }
 
 /// Start-up arguments of the policy actor.

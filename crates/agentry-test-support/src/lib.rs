@@ -10,8 +10,6 @@
 //! - [`tools`] has controllable mock tools behind the real `Tool` trait:
 //!   [`CountingTool`], [`HangingTool`], [`GateTool`] + [`GateHandle`],
 //!   [`PanicTool`], [`SleepTool`], [`BlockingTool`].
-//! - [`budget`] has [`StandInRun`], a run's conductor reduced to what it says to
-//!   a real budget supervisor, for property tests of the budget algebra.
 //! - [`events`] has [`wait_for_event`], [`collect_until_stopped`], [`run_with_events`].
 //! - [`task`] has [`TestTask`] (a temporary working directory and its `RunConfig`),
 //!   [`read_trace`], [`runtime_with`].
@@ -39,14 +37,12 @@
 //! # Ok(()) }
 //! ```
 
-pub mod budget;
 pub mod events;
 pub mod policy;
 pub mod script;
 pub mod task;
 pub mod tools;
 
-pub use budget::{StandInError, StandInRun, StepOutcome, TurnCost};
 pub use events::{
     COLLECT_TIMEOUT, EventWaitError, collect_until_stopped, collect_until_stopped_within,
     event_name, run_with_events, tool_results, wait_for_event,
@@ -64,7 +60,7 @@ pub type TestError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Sends a request to an actor and waits for the reply; an actor that is gone or
 /// drops the reply port is an error naming what happened. For tests that drive an
-/// actor (state keeper, budget supervisor) directly.
+/// actor (the state keeper) directly.
 pub async fn ask_actor<M: ractor::Message, T: Send + 'static>(
     actor: &ractor::ActorRef<M>,
     build: impl FnOnce(ractor::RpcReplyPort<T>) -> M,

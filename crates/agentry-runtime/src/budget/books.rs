@@ -6,64 +6,58 @@ use std::collections::HashMap;
 use agentry_protocol::budget::{BudgetLimits, BudgetSnapshot, Shortfall, Usage};
 use agentry_protocol::stop::StopReason;
 use ractor::ActorRef;
-use tokio::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
+use super::allowance::{ToolCallAllowance, signed};
 use super::deadline::DeadlineTimer;
 use super::msg::{BudgetArgs, BudgetMsg, ChildGrant, ParentLink, ReserveRefused, SpendReply};
-use super::tally::{ToolCallTally, signed};
+use crate::clock::RunClock;
 
 /// Supervisor state.
 #[derive(Debug)]
-pub struct BudgetState {
+pub(crate) struct BudgetState {
     limits: BudgetLimits,
     spent: Usage,
-    started: Instant,
+    /// When the run started, and its absolute deadline.
+    clock: RunClock,
     run_token: CancellationToken,
     cause: Option<StopReason>,
     timer: Option<DeadlineTimer>,
     parent: Option<ParentLink>,
     /// Allowances reserved for live children, minus what they have spent.
     reserved: Usage,
-    /// The absolute deadline, if any.
-    deadline_at: Option<Instant>,
     /// Per live child: what is still reserved for it.
     children: HashMap<String, Usage>,
     /// Every child carved from this node, in order.
     spawned: Vec<String>,
-    tool_calls: ToolCallTally,
+    /// The run's tool-call allowance, and how many of its own calls are booked.
+    tool_calls: ToolCallAllowance,
+    booked: u64,
 }
 
 impl BudgetState {
     /// The books at start, with the deadline alarm armed.
     pub(super) fn start(args: BudgetArgs, myself: ActorRef<BudgetMsg>) -> BudgetState {
-        // A child's deadline is never later than its parent's: the earlier of its
-        // own and the parent's absolute instant, so when an ancestor's deadline
-        // fires, every descendant's has passed too (and says `deadline`).
-        let own = args
-            .limits
-            .deadline_ms
-            .map(|ms| crate::clock::later(args.started, Duration::from_millis(ms)));
-        let deadline_at = match (own, args.parent_deadline) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        let timer = deadline_at.map(|at| DeadlineTimer::arm(at, myself, args.run_token.clone()));
-        args.tool_calls
+        let timer = args
+            .clock
+            .deadline_at
+            .map(|at| DeadlineTimer::arm(at, myself, args.run_token.clone()));
+        let booked = args
+            .allowance
             .start(args.limits.max_tool_calls, args.spent.tool_calls);
         BudgetState {
-            deadline_at,
             parent: args.parent,
             reserved: Usage::default(),
             children: HashMap::new(),
             spawned: Vec::new(),
             limits: args.limits,
             spent: args.spent,
-            started: args.started,
+            clock: args.clock,
             run_token: args.run_token,
             cause: None,
             timer,
-            tool_calls: args.tool_calls,
+            tool_calls: args.allowance,
+            booked,
         }
     }
 
@@ -181,18 +175,6 @@ impl BudgetState {
         SpendReply::Granted { before }
     }
 
-    /// Takes up to `n` of the run's own tool calls ([`BudgetMsg::SpendToolCalls`]):
-    /// how many were granted, and the snapshot after.
-    pub(super) fn spend_tool_calls(&mut self, n: u64) -> (u64, BudgetSnapshot) {
-        let granted = if self.cause.is_some() {
-            0
-        } else {
-            self.tool_calls.take_up_to(n)
-        };
-        self.book_tool_calls();
-        (granted, self.snapshot())
-    }
-
     /// Check, then spend, one automatic retry.
     pub(super) fn spend_retry(&mut self) -> bool {
         let ok = self.cause.is_none()
@@ -224,7 +206,7 @@ impl BudgetState {
             Some(cause) => Err(ReserveRefused::ParentStopping(cause)),
             None => self.carve(request).map_err(ReserveRefused::Uncovered),
         };
-        let deadline_at = self.deadline_at;
+        let deadline_at = self.clock.deadline_at;
         answer.map(|Carved { limits, allowance }| {
             self.spawned.push(child_id.clone());
             self.reserved = self.reserved.plus(&allowance);
@@ -304,18 +286,20 @@ impl BudgetState {
     /// Books the tool calls the conductor granted since the last message.
     #[inline]
     pub(super) fn book_tool_calls(&mut self) {
-        let n = self.tool_calls.take_booked();
+        let n = self.tool_calls.take_booked(&mut self.booked);
         if n > 0 {
             self.record(Usage::tool_calls(n));
         }
     }
 
+    #[inline]
     fn elapsed_ms(&self) -> u64 {
-        self.started.elapsed().as_millis() as u64
+        self.clock.elapsed_ms()
     }
 
+    #[inline]
     fn deadline_passed(&self) -> bool {
-        self.deadline_at.is_some_and(|at| Instant::now() >= at)
+        self.clock.deadline_passed()
     }
 
     /// Stops the run for `reason` (the first cause given stays).

@@ -8,29 +8,31 @@
 //!
 //! # Layout
 //! In import order (each file uses only those above it):
-//! - `tally`: [`ToolCallTally`], the run's own tool calls, shared with the conductor.
-//! - `msg`: [`BudgetMsg`], its replies and [`BudgetArgs`].
+//! - `allowance`: `ToolCallAllowance`, the run's tool calls, shared with the
+//!   conductor.
+//! - `msg`: [`BudgetMsg`], its replies, [`OnStepGranted`] and `BudgetArgs`.
 //! - `deadline`: the deadline alarm.
-//! - `books`: [`BudgetState`] and every answer the supervisor gives.
+//! - `books`: `BudgetState` and every answer the supervisor gives.
 
+mod allowance;
 mod books;
 mod deadline;
 mod msg;
-mod tally;
+#[cfg(test)]
+mod tests;
 
 use agentry_protocol::budget::Usage;
 use agentry_protocol::stop::StopReason;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 
-pub use self::books::BudgetState;
-pub use self::msg::{
-    BudgetArgs, BudgetMsg, ChildGrant, DecideAfterSpend, ParentLink, ReserveRefused, SpendReply,
-};
-pub use self::tally::ToolCallTally;
+pub(crate) use self::allowance::ToolCallAllowance;
+pub(crate) use self::books::BudgetState;
+pub(crate) use self::msg::BudgetArgs;
+pub use self::msg::{BudgetMsg, ChildGrant, OnStepGranted, ParentLink, ReserveRefused, SpendReply};
 
 /// The budget supervisor actor.
 #[derive(Debug, Default)]
-pub struct BudgetSupervisor;
+pub(crate) struct BudgetSupervisor;
 
 impl Actor for BudgetSupervisor {
     type Msg = BudgetMsg;
@@ -65,12 +67,12 @@ impl Actor for BudgetSupervisor {
             BudgetMsg::Spend(charge, reply) => {
                 let _ = reply.send(state.spend(charge));
             }
-            BudgetMsg::SpendAndDecide(ask) => {
+            BudgetMsg::SpendStep { granted, then } => {
                 let answer = state.spend(Usage::step());
-                ask.relay(answer);
-            }
-            BudgetMsg::SpendToolCalls(n, reply) => {
-                let _ = reply.send(state.spend_tool_calls(n));
+                let _ = granted.send(answer);
+                if let SpendReply::Granted { before } = answer {
+                    then.granted(before);
+                }
             }
             BudgetMsg::SpendRetry(reply) => {
                 let _ = reply.send(state.spend_retry());

@@ -2,17 +2,13 @@
 //! and its start-up arguments.
 
 use agentry_protocol::budget::{BudgetLimits, BudgetSnapshot, Shortfall, Usage};
-use agentry_protocol::decision::PolicyOutput;
-use agentry_protocol::event::RunEvent;
-use agentry_protocol::state::SessionEntry;
 use agentry_protocol::stop::StopReason;
 use ractor::{ActorRef, RpcReplyPort};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::tally::ToolCallTally;
-use crate::events::EventSink;
-use crate::policy::PolicyMsg;
+use super::allowance::ToolCallAllowance;
+use crate::clock::RunClock;
 
 /// The answer to a spend request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,7 +19,7 @@ pub enum SpendReply {
     /// Granted; the budget before the spend (what the policy is shown). The
     /// conductor works out the snapshot after the step itself, once the step's
     /// tokens and tool calls are known; it takes the step's tool calls from the
-    /// [`ToolCallTally`].
+    /// run's tool-call allowance.
     Granted {
         /// Before.
         before: BudgetSnapshot,
@@ -32,64 +28,29 @@ pub enum SpendReply {
     Refused(StopReason),
 }
 
-/// A step's decision request, handed to the policy by the budget supervisor
-/// once the step is granted: the conductor sends one message where it sent a
-/// spend request, waited for the grant and then asked the policy (one mailbox
-/// hop and one wake-up of the conductor less per step).
-pub struct DecideAfterSpend {
-    /// The step asked for.
-    pub step: u64,
-    /// Session entries applied since the previous decision (for the policy).
-    pub new_entries: Vec<SessionEntry>,
-    /// The run's policy actor.
-    pub policy: ActorRef<PolicyMsg>,
-    /// The run's events: `StepStarted` is published on the grant, before the
-    /// policy is asked (so before any of the step's token deltas).
-    pub events: EventSink,
-    /// Always answered, first: the grant (with the snapshot the policy is
-    /// shown) or the refusal.
-    pub granted: RpcReplyPort<SpendReply>,
-    /// The policy's decision; dropped unanswered when the step is refused.
-    pub decided: RpcReplyPort<PolicyOutput>,
-}
-
-impl DecideAfterSpend {
-    /// Answers the step's spend and, when it was granted, asks the policy.
-    #[inline]
-    pub(super) fn relay(self, answer: SpendReply) {
-        let DecideAfterSpend {
-            step,
-            new_entries,
-            policy,
-            events,
-            granted,
-            decided,
-        } = self;
-        let _ = granted.send(answer);
-        if let SpendReply::Granted { before, .. } = answer {
-            events.emit(|| RunEvent::StepStarted { step });
-            // A policy that is gone drops the message and with it the
-            // reply port: the conductor hears that it did not answer.
-            let _ = policy.cast(PolicyMsg::Decide {
-                step,
-                new_entries,
-                budget: before,
-                reply: decided,
-            });
-        }
-    }
+/// What the supervisor does with a granted step, without knowing the policy or
+/// the events: the conductor hands it a relay, the supervisor calls it once,
+/// after it answered the grant (a refused step drops it).
+pub trait OnStepGranted: Send + 'static {
+    /// Step granted; `before` is the budget before it (what the policy is shown).
+    fn granted(self: Box<Self>, before: BudgetSnapshot);
 }
 
 /// Messages the budget supervisor accepts.
 pub enum BudgetMsg {
     /// Check, then spend, all-or-nothing.
     Spend(Usage, RpcReplyPort<SpendReply>),
-    /// Check, then spend one step; if granted, ask the policy to decide it
-    /// (see [`DecideAfterSpend`]).
-    SpendAndDecide(Box<DecideAfterSpend>),
-    /// Spend up to `n` tool calls; replies with how many were granted (the rest are
-    /// refused with `EBUDGET`) and the snapshot after.
-    SpendToolCalls(u64, RpcReplyPort<(u64, BudgetSnapshot)>),
+    /// Check, then spend one step; answer `granted` and, if the step was
+    /// granted, hand it on with `then` (the conductor's relay to the policy:
+    /// one message where it sent a spend request, waited for the grant and then
+    /// asked the policy — one mailbox hop and one wake-up of the conductor less
+    /// per step).
+    SpendStep {
+        /// Always answered, first: the grant or the refusal.
+        granted: RpcReplyPort<SpendReply>,
+        /// Called once the step is granted; dropped when it is refused.
+        then: Box<dyn OnStepGranted>,
+    },
     /// Check, then spend, one automatic retry; `false` when the run's retry budget
     /// is exhausted (or the run is stopping).
     SpendRetry(RpcReplyPort<bool>),
@@ -157,22 +118,21 @@ pub enum ReserveRefused {
 
 /// Start-up arguments.
 #[derive(Debug, Clone)]
-pub struct BudgetArgs {
+pub(crate) struct BudgetArgs {
     /// Limits.
     pub limits: BudgetLimits,
     /// Already spent (a resumed run's spend before the restart).
     pub spent: Usage,
     /// The run's cancellation token; cancelled at the deadline.
     pub run_token: CancellationToken,
-    /// When the run started (the deadline counts from here).
-    pub started: Instant,
+    /// When the run started and its absolute deadline (its own or its
+    /// parent's, whichever comes first).
+    pub clock: RunClock,
     /// For a child run: the parent's supervisor and this run's id there. Every
     /// spend is charged up to it; the unused allowance is released to it at stop.
     pub parent: Option<ParentLink>,
-    /// For a child: the parent's absolute deadline, which bounds this run's.
-    pub parent_deadline: Option<Instant>,
-    /// Tool calls the run's conductor granted itself and has not reported yet.
-    pub tool_calls: ToolCallTally,
+    /// The run's tool-call allowance, whose books the supervisor keeps.
+    pub allowance: ToolCallAllowance,
 }
 
 /// A child's link to its parent's budget supervisor.

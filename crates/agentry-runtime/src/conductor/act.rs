@@ -68,9 +68,8 @@ impl ConductorState {
         let granted = if self.run_token.is_cancelled() {
             0
         } else {
-            self.tool_call_tally.take_up_to(n)
+            self.allowance.take_up_to(n)
         };
-        self.own_tool_calls += granted;
         let run = ask(&self.children.executor, |reply| ExecutorMsg::Execute {
             step,
             decision: Arc::clone(decision),

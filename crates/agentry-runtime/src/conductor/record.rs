@@ -134,11 +134,7 @@ impl ConductorState {
             retries,
             ..Usage::default()
         });
-        BudgetSnapshot::new(
-            self.config.limits,
-            spent,
-            self.started.elapsed().as_millis() as u64,
-        )
+        BudgetSnapshot::new(self.config.limits, spent, self.clock.elapsed_ms())
     }
 
     /// The step's trace record, but for the state's version and key fields (the
@@ -179,7 +175,7 @@ impl ConductorState {
             results: std::mem::take(&mut r.acted.results),
             spent: r.after.spent,
             answer: r.acted.answer.as_ref().map(|a| a.text().to_string()),
-            tool_calls: self.own_tool_calls,
+            tool_calls: self.allowance.own_calls(),
             fingerprint: r.fingerprint,
             side_effects: r.acted.side_effects,
             ending: self.ending_of(&r.acted),

@@ -9,7 +9,6 @@ use std::sync::Arc;
 use agentry_protocol::state::{RunStatus, SessionEntry};
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, SpawnErr};
 use tokio::sync::watch;
-use tokio::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 use super::args::{ConductorArgs, Restore};
@@ -18,7 +17,8 @@ use super::msg::{ConductorMsg, ConductorPost, Posted};
 use super::outcome::RunOutcome;
 use super::state::{Children, ConductorState};
 use super::ticker::Ticker;
-use crate::budget::{BudgetArgs, BudgetMsg, BudgetSupervisor, ParentLink, ToolCallTally};
+use crate::budget::{BudgetArgs, BudgetMsg, BudgetSupervisor, ParentLink, ToolCallAllowance};
+use crate::clock::RunClock;
 use crate::config::{Driver, RunConfig};
 use crate::durable::{Progress, RunLog};
 use crate::events::EventSink;
@@ -33,15 +33,25 @@ pub(super) async fn start(
     mut args: ConductorArgs,
 ) -> Result<ConductorState, ActorProcessingErr> {
     let cell = myself.get_cell();
-    let times = RunTimes::new(args.restore.as_ref(), &args.config, &args.lineage);
-    let tool_call_tally = ToolCallTally::default();
-    let budget_args = budget_args(&args, times.started, tool_call_tally.clone());
+    // The run's clock, once: the supervisor's alarm and the executor's
+    // `ETIMEDOUT` read the same deadline.
+    let clock = RunClock::start(
+        args.restore.as_ref().map(|r| r.elapsed),
+        args.config.limits.deadline_ms,
+        args.lineage.deadline_at,
+    );
+    let own_calls = args
+        .restore
+        .as_ref()
+        .map_or(0, |r| r.state.progress().tool_calls);
+    let allowance = ToolCallAllowance::new(own_calls);
+    let budget_args = budget_args(&args, clock, allowance.clone());
     let budget = spawn_child(BudgetSupervisor, budget_args, &cell).await?;
     let resumed = args.restore.is_some();
     let initial = initial_state(args.restore.take(), &args.config, args.log.as_ref());
     let resumption = Resumption::new(&initial, resumed);
     let state = spawn_child(StateKeeper, initial, &cell).await?;
-    let executor_args = executor_args(&args, times.deadline, &budget, &state)?;
+    let executor_args = executor_args(&args, clock.deadline_at, &budget, &state)?;
     let executor = spawn_child(ToolExecutor, executor_args.clone(), &cell).await?;
     let model: Arc<str> = args.policy.name().into();
     let policy_args = PolicyArgs {
@@ -77,12 +87,7 @@ pub(super) async fn start(
         posted: args.posted,
     };
     Ok(ConductorState::new(
-        kept,
-        children,
-        model,
-        times.started,
-        resumption,
-        tool_call_tally,
+        kept, children, model, clock, resumption, allowance,
     ))
 }
 
@@ -100,32 +105,7 @@ fn spawn_child<A: Actor>(
     })
 }
 
-/// When the run started (a resumed run's clock goes on from its elapsed time)
-/// and its absolute deadline: its own or its parent's, whichever comes first.
-struct RunTimes {
-    started: Instant,
-    deadline: Option<Instant>,
-}
-
-impl RunTimes {
-    fn new(restore: Option<&Restore>, config: &RunConfig, lineage: &Lineage) -> RunTimes {
-        let now = Instant::now();
-        let started = restore
-            .and_then(|r| now.checked_sub(r.elapsed))
-            .unwrap_or(now);
-        let own_deadline = config
-            .limits
-            .deadline_ms
-            .map(|ms| crate::clock::later(started, Duration::from_millis(ms)));
-        let deadline = match (own_deadline, lineage.deadline_at) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        RunTimes { started, deadline }
-    }
-}
-
-fn budget_args(args: &ConductorArgs, started: Instant, tool_calls: ToolCallTally) -> BudgetArgs {
+fn budget_args(args: &ConductorArgs, clock: RunClock, allowance: ToolCallAllowance) -> BudgetArgs {
     BudgetArgs {
         limits: args.config.limits,
         spent: args
@@ -134,13 +114,12 @@ fn budget_args(args: &ConductorArgs, started: Instant, tool_calls: ToolCallTally
             .map(|r| r.state.snapshot().control.spent)
             .unwrap_or_default(),
         run_token: args.run_token.clone(),
-        started,
-        parent_deadline: args.lineage.deadline_at,
+        clock,
         parent: args.lineage.parent.as_ref().map(|p| ParentLink {
             budget: p.budget.clone(),
             child_id: args.run_id.to_string(),
         }),
-        tool_calls,
+        allowance,
     }
 }
 
@@ -158,7 +137,7 @@ fn initial_state(restore: Option<Restore>, config: &RunConfig, log: Option<&RunL
 
 fn executor_args(
     args: &ConductorArgs,
-    deadline: Option<Instant>,
+    deadline: Option<tokio::time::Instant>,
     budget: &ActorRef<BudgetMsg>,
     state: &ActorRef<StateMsg>,
 ) -> Result<ExecutorArgs, ActorProcessingErr> {
@@ -232,9 +211,9 @@ impl ConductorState {
         kept: Kept,
         children: Children,
         model: Arc<str>,
-        started: Instant,
+        clock: RunClock,
         resumption: Resumption,
-        tool_call_tally: ToolCallTally,
+        allowance: ToolCallAllowance,
     ) -> ConductorState {
         let Resumption {
             progress,
@@ -268,15 +247,14 @@ impl ConductorState {
             pending,
             fingerprints,
             world_digest,
-            started,
+            clock,
             steps: progress.steps,
-            own_tool_calls: progress.tool_calls,
             stopped: false,
             paused,
             durable: kept.durable,
             in_flight: progress.in_flight,
             ending: progress.ending,
-            tool_call_tally,
+            allowance,
             posted: kept.posted,
             handled: 0,
             lost_child: false,

@@ -8,13 +8,13 @@ use agentry_protocol::event::RunEvent;
 use agentry_protocol::state::SessionEntry;
 use ractor::ActorRef;
 use tokio::sync::watch;
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::msg::Posted;
 use super::outcome::{RunActors, RunOutcome};
 use super::ticker::Ticker;
-use crate::budget::{BudgetMsg, ToolCallTally};
+use crate::budget::{BudgetMsg, ToolCallAllowance};
+use crate::clock::RunClock;
 use crate::config::RunConfig;
 use crate::durable::{Ending, InFlight};
 use crate::events::EventSink;
@@ -76,11 +76,9 @@ pub struct ConductorState {
     pub(super) fingerprints: VecDeque<u64>,
     /// Content digest of the world as of the last applied update.
     pub(super) world_digest: Arc<str>,
-    /// When the run started (the budget supervisor counts from the same instant).
-    pub(super) started: Instant,
+    /// When the run started and its deadline (the budget supervisor's clock).
+    pub(super) clock: RunClock,
     pub(super) steps: u64,
-    /// Tool calls this run made itself (the budget also counts its children's).
-    pub(super) own_tool_calls: u64,
     pub(super) stopped: bool,
     /// Paused by the user: no new step starts until `resume`.
     pub(super) paused: bool,
@@ -102,8 +100,9 @@ pub struct ConductorState {
     pub(super) in_flight: Option<InFlight>,
     /// A resumed run whose last step ended it: finish that, take no new step.
     pub(super) ending: Option<Ending>,
-    /// Where this run takes its tool calls from (see [`ToolCallTally`]).
-    pub(super) tool_call_tally: ToolCallTally,
+    /// Where this run takes its tool calls from, and how many it took (see
+    /// [`ToolCallAllowance`]).
+    pub(super) allowance: ToolCallAllowance,
     /// Messages posted from outside, and how many of them were handled.
     pub(super) posted: Posted,
     pub(super) handled: u64,

@@ -11,9 +11,10 @@ use tokio::time::{Duration, Instant};
 use super::state::ConductorState;
 use super::step_result::{Decided, Flow, StepResult, Stop};
 use crate::ask::{AskError, ask};
-use crate::budget::{BudgetMsg, DecideAfterSpend, SpendReply};
+use crate::budget::{BudgetMsg, SpendReply};
 use crate::config::Driver;
 use crate::durable::InFlight;
+use crate::policy::DecideRelay;
 use crate::state::StateUpdate;
 
 /// Steps a pull-driven run takes in one handler at most, and for how long, before
@@ -99,19 +100,18 @@ impl ConductorState {
         let step = self.steps + 1;
         let (granted_tx, granted_rx) = tokio::sync::oneshot::channel();
         let (decided_tx, decided_rx) = tokio::sync::oneshot::channel();
-        let request = DecideAfterSpend {
+        let relay = DecideRelay {
             step,
             new_entries: std::mem::take(&mut self.pending),
             policy: self.children.policy.clone(),
             events: self.events.clone(),
-            granted: granted_tx.into(),
             decided: decided_tx.into(),
         };
-        if let Err(e) = self
-            .children
-            .budget
-            .cast(BudgetMsg::SpendAndDecide(Box::new(request)))
-        {
+        let spend = BudgetMsg::SpendStep {
+            granted: granted_tx.into(),
+            then: Box::new(relay),
+        };
+        if let Err(e) = self.children.budget.cast(spend) {
             return Err(Stop::new(
                 StopReason::UnrecoverableError,
                 format!("the budget supervisor is gone: {e}"),

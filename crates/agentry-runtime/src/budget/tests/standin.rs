@@ -1,8 +1,8 @@
 //! A stand-in for a run's conductor in front of a real budget supervisor.
 //!
 //! [`StandInRun`] sends the supervisor exactly what a run sends it — a step's
-//! `SpendAndDecide`, the model turn's `Charge`, the step's tool calls through the
-//! [`ToolCallTally`], a tick's `Spend`, the executor's `SpendRetry`, a child's
+//! `SpendStep` with the runtime's [`DecideRelay`], the model turn's `Charge`, the
+//! step's tool calls through the [`ToolCallAllowance`], a tick's `Spend`, the executor's `SpendRetry`, a child's
 //! `Reserve`, and at the end the conductor's `Snapshot` then `Release` to the
 //! parent — so property tests can drive the budget algebra of a whole tree of
 //! real supervisors without running models or tools. The supervisor itself sends
@@ -10,21 +10,21 @@
 
 use std::fmt;
 
-use agentry::StopReason;
-use agentry::protocol::budget::{BudgetLimits, BudgetSnapshot, Usage};
-use agentry::protocol::decision::{Decision, PolicyOutput};
-use agentry::runtime::PolicyMsg;
-use agentry::runtime::budget::{
-    BudgetArgs, BudgetMsg, BudgetSupervisor, DecideAfterSpend, ParentLink, SpendReply,
-    ToolCallTally,
-};
-use agentry::runtime::events::EventSink;
+use agentry_protocol::budget::{BudgetLimits, BudgetSnapshot, Usage};
+use agentry_protocol::decision::{Decision, PolicyOutput};
+use agentry_protocol::stop::StopReason;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::ask_actor;
+use crate::ask::{AskError, ask};
+use crate::budget::{
+    BudgetArgs, BudgetMsg, BudgetSupervisor, ParentLink, SpendReply, ToolCallAllowance,
+};
+use crate::clock::RunClock;
+use crate::events::EventSink;
+use crate::policy::{DecideRelay, PolicyMsg};
 
 /// What went wrong driving a supervisor.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -62,9 +62,9 @@ impl fmt::Display for StandInError {
 
 impl std::error::Error for StandInError {}
 
-impl From<String> for StandInError {
-    fn from(e: String) -> Self {
-        StandInError::Actor(e)
+impl From<AskError> for StandInError {
+    fn from(e: AskError) -> Self {
+        StandInError::Actor(e.to_string())
     }
 }
 
@@ -150,7 +150,7 @@ pub async fn reserve(
     child_id: &str,
     request: BudgetLimits,
 ) -> Result<Result<BudgetLimits, String>, StandInError> {
-    let answer = ask_actor(budget, |reply| BudgetMsg::Reserve {
+    let answer = ask(budget, |reply| BudgetMsg::Reserve {
         child_id: child_id.to_string(),
         request,
         reply,
@@ -168,7 +168,7 @@ pub struct StandInRun {
     policy: ActorRef<PolicyMsg>,
     policy_task: JoinHandle<()>,
     events: EventSink,
-    tally: ToolCallTally,
+    allowance: ToolCallAllowance,
     parent: Option<ParentLink>,
     run_token: CancellationToken,
     steps: u64,
@@ -183,15 +183,17 @@ impl StandInRun {
         parent: Option<ParentLink>,
         run_token: CancellationToken,
     ) -> Result<Self, StandInError> {
-        let tally = ToolCallTally::default();
+        let allowance = ToolCallAllowance::new(0);
         let args = BudgetArgs {
             limits,
             spent,
             run_token: run_token.clone(),
-            started: Instant::now(),
+            clock: RunClock {
+                started: Instant::now(),
+                deadline_at: None,
+            },
             parent: parent.clone(),
-            parent_deadline: None,
-            tool_calls: tally.clone(),
+            allowance: allowance.clone(),
         };
         let (budget, budget_task) = Actor::spawn(None, BudgetSupervisor, args)
             .await
@@ -205,7 +207,7 @@ impl StandInRun {
             policy,
             policy_task,
             events: EventSink::new("stand-in".into(), false),
-            tally,
+            allowance,
             parent,
             run_token,
             steps: 0,
@@ -222,23 +224,26 @@ impl StandInRun {
         &self.run_token
     }
 
-    /// The next step, as the conductor takes it: one `SpendAndDecide`, the
+    /// The next step, as the conductor takes it: one `SpendStep`, the
     /// decision awaited, then the turn's tokens and money charged. Checks that a
     /// granted step reached the policy and a refused one did not.
     pub async fn step(&mut self, turn: TurnCost) -> Result<StepOutcome, StandInError> {
         let step = self.steps + 1;
         let (granted_tx, granted_rx) = tokio::sync::oneshot::channel();
         let (decided_tx, decided_rx) = tokio::sync::oneshot::channel();
-        let request = DecideAfterSpend {
+        let relay = DecideRelay {
             step,
             new_entries: Vec::new(),
             policy: self.policy.clone(),
             events: self.events.clone(),
-            granted: granted_tx.into(),
             decided: decided_tx.into(),
         };
+        let spend = BudgetMsg::SpendStep {
+            granted: granted_tx.into(),
+            then: Box::new(relay),
+        };
         self.budget
-            .cast(BudgetMsg::SpendAndDecide(Box::new(request)))
+            .cast(spend)
             .map_err(|e| StandInError::Actor(format!("the supervisor is gone: {e}")))?;
         // As the conductor: the decision first (the grant is answered before
         // it); a cancellation seen by then wins over the decision.
@@ -270,13 +275,13 @@ impl StandInRun {
     }
 
     /// The step's `n` tool calls, as the conductor grants them: taken from the
-    /// tally it shares with the supervisor (none once the run is cancelled).
+    /// allowance it shares with the supervisor (none once the run is cancelled).
     /// Returns how many were granted.
     pub fn tool_calls(&self, n: u64) -> u64 {
         if self.run_token.is_cancelled() {
             0
         } else {
-            self.tally.take_up_to(n)
+            self.allowance.take_up_to(n)
         }
     }
 
@@ -286,22 +291,22 @@ impl StandInRun {
             ticks: 1,
             ..Usage::default()
         };
-        Ok(ask_actor(&self.budget, |r| BudgetMsg::Spend(charge, r)).await?)
+        Ok(ask(&self.budget, |r| BudgetMsg::Spend(charge, r)).await?)
     }
 
     /// One automatic retry, as the executor asks for it.
     pub async fn retry(&self) -> Result<bool, StandInError> {
-        Ok(ask_actor(&self.budget, BudgetMsg::SpendRetry).await?)
+        Ok(ask(&self.budget, BudgetMsg::SpendRetry).await?)
     }
 
     /// The budget now.
     pub async fn snapshot(&self) -> Result<BudgetSnapshot, StandInError> {
-        Ok(ask_actor(&self.budget, BudgetMsg::Snapshot).await?)
+        Ok(ask(&self.budget, BudgetMsg::Snapshot).await?)
     }
 
     /// Children still holding a reservation here.
     pub async fn live_children(&self) -> Result<usize, StandInError> {
-        Ok(ask_actor(&self.budget, BudgetMsg::LiveChildren).await?)
+        Ok(ask(&self.budget, BudgetMsg::LiveChildren).await?)
     }
 
     /// Carves a child's budget here (see [`reserve`]).

@@ -5,12 +5,12 @@
 
 use std::collections::BTreeMap;
 
-use agentry::protocol::budget::{BudgetLimits, BudgetSnapshot, Usage};
-use agentry::runtime::budget::{BudgetMsg, SpendReply};
-use agentry_test_support::{StandInRun, StepOutcome};
+use agentry_protocol::budget::{BudgetLimits, BudgetSnapshot, Usage};
 
 use super::model::{Dim, Model, justified};
 use super::plan::{SeqOp, StepSpec};
+use super::standin::{StandInRun, StepOutcome};
+use crate::budget::{BudgetMsg, SpendReply};
 
 fn failed(e: impl std::fmt::Display) -> String {
     e.to_string()

@@ -4,10 +4,11 @@
 //! at any moment (`Runtime::start_child`), and a sequential phase run after the
 //! concurrent one.
 
-use agentry::protocol::budget::BudgetLimits;
-use agentry_test_support::TurnCost;
+use agentry_protocol::budget::BudgetLimits;
 use proptest::prelude::*;
 use proptest::sample::Index;
+
+use super::standin::TurnCost;
 
 /// One step of a node: the model turn's cost, the tool calls it proposes, and
 /// the child it carves with one of them.

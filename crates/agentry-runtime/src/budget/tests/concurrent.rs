@@ -1,6 +1,6 @@
 //! The concurrent phase of the tree property: every node runs its program in a
 //! task of its own on a multi-thread runtime — steps (spend and decide, the
-//! turn's charge, the tool calls booked through the tally), ticks, retries,
+//! turn's charge, the tool calls booked through the allowance), ticks, retries,
 //! children carved in its own steps, its end — while the embedder carves more
 //! children from outside at arbitrary moments. Replies are counted where they
 //! arrive. A node that ends cancels its subtree and, before it releases its
@@ -11,16 +11,15 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use agentry::protocol::budget::{BudgetLimits, BudgetSnapshot, Usage};
-use agentry::runtime::budget::{BudgetMsg, ParentLink, SpendReply};
-use agentry_test_support::budget::reserve;
-use agentry_test_support::{StandInRun, StepOutcome};
+use agentry_protocol::budget::{BudgetLimits, BudgetSnapshot, Usage};
 use ractor::ActorRef;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::model::{Amounts, add, allowance};
 use super::plan::{Op, StepSpec, TreePlan};
+use super::standin::{StandInRun, StepOutcome, reserve};
+use crate::budget::{BudgetMsg, ParentLink, SpendReply};
 
 /// What one node did, counted where the replies arrived.
 pub(crate) struct NodeReport {

@@ -1,19 +1,19 @@
 //! Property tests for the budget's check-before-spend, on every dimension
 //! (steps, tool calls, tokens, money, retries, ticks): in the pure check, and in
 //! the budget supervisor driven as a run drives it — a step's spend and
-//! decision, the model turn's charge, the step's tool calls through the tally, a
+//! decision, the model turn's charge, the step's tool calls through the allowance, a
 //! tick before its step, the executor's retries, a resumed run's earlier spend.
-//! The oracle is the independent model of `tree/model.rs`, written from the
+//! The oracle is the independent model of `model.rs`, written from the
 //! documented rules, never `BudgetLimits::check` or the supervisor's code.
 
-use agentry::StopReason;
-use agentry::protocol::budget::{BudgetLimits, BudgetSnapshot, Usage};
-use agentry::runtime::budget::SpendReply;
-use agentry_test_support::{StandInRun, StepOutcome, TurnCost};
+use agentry_protocol::budget::{BudgetLimits, BudgetSnapshot, Usage};
+use agentry_protocol::stop::StopReason;
 use proptest::prelude::*;
 use tokio_util::sync::CancellationToken;
 
-use super::tree::model::{Amounts, Dim, Model, justified, within};
+use super::model::{Amounts, Dim, Model, justified, within};
+use super::standin::{StandInRun, StepOutcome, TurnCost};
+use crate::budget::SpendReply;
 
 fn limit(max: u64) -> impl Strategy<Value = Option<u64>> {
     prop_oneof![Just(None), (0..max).prop_map(Some)]

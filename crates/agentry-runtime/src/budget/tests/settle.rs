@@ -4,11 +4,11 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 
-use agentry::protocol::budget::Usage;
-use agentry_test_support::StandInRun;
+use agentry_protocol::budget::Usage;
 
 use super::concurrent::{NodeReport, Reservations};
 use super::model::{Amounts, Model, Observed, add, within};
+use super::standin::StandInRun;
 
 /// Every reply was counted, granted or refused.
 fn counted(reports: &[NodeReport], reservations: &Reservations) -> Result<(), String> {

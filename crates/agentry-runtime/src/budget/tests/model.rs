@@ -14,8 +14,8 @@
 
 use std::collections::BTreeMap;
 
-use agentry::StopReason;
-use agentry::protocol::budget::{BudgetLimits, Usage};
+use agentry_protocol::budget::{BudgetLimits, Usage};
+use agentry_protocol::stop::StopReason;
 
 /// A dimension of the budget vector. Tokens in and out are one figure, as
 /// their limit counts them.
