@@ -2,7 +2,7 @@
 
 use ractor::{ActorId, ActorRef, RpcReplyPort};
 
-/// Why an actor gave no answer to an [`ask`].
+/// Why an actor gave no answer to a request (the crate's one `ask` helper).
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum AskError {
     /// The actor dropped the reply port (it stopped while handling the request).

@@ -1,22 +1,24 @@
 //! agentry's runtime: the actors and the embedding API.
 //!
 //! The model only proposes; this crate is the host that validates, authorizes,
-//! executes, records, budgets and stops. Each run is a conductor plus four actors:
+//! executes, records, budgets and stops. Each run is a conductor plus four actors;
+//! their modules and messages are private to this crate (ARCHITECTURE.md maps
+//! them), and an embedder sees [`Runtime`], [`RunHandle`] and [`RunActors`]:
 //!
 //! | actor | module | message enum |
 //! | --- | --- | --- |
-//! | Policy | [`policy`] | [`PolicyMsg`] |
-//! | Tool executor | [`executor`] | [`ExecutorMsg`] |
-//! | State keeper | [`state`] | [`StateMsg`] |
-//! | Budget supervisor | [`budget`] | [`BudgetMsg`] |
-//! | Conductor | [`conductor`] | [`ConductorMsg`] |
+//! | Policy | `policy.rs` | `PolicyMsg` |
+//! | Tool executor | `executor/` | `ExecutorMsg` |
+//! | State keeper | `state/` | `StateMsg` |
+//! | Budget supervisor | `budget/` | `BudgetMsg` |
+//! | Conductor | `conductor/` | `ConductorMsg` |
 //!
 //! # Layout
 //! - [`runtime`]: [`Runtime`] and [`RunHandle`], what an embedder uses.
 //! - [`config`]: [`RunConfig`] (a task directory builds one in the `agentry-task` crate).
 //! - [`registry`]: tools and compiled schemas. [`grants`]: what a run may call.
-//!   [`accept`]: acceptance checks.
-//! - [`trace`]: the JSONL trace writer.
+//!   `accept`: acceptance checks.
+//! - `trace`: the JSONL trace writer.
 //! - [`policy`]: the policy actor; the seam it hosts ([`Policy`], [`PolicyContext`])
 //!   and the scripted policy live in `agentry-policy` and are re-exported there.
 //!
@@ -30,34 +32,35 @@
 //! # Ok(()) }
 //! ```
 
-pub mod accept;
+#![deny(clippy::wildcard_enum_match_arm)]
+
+pub(crate) mod accept;
 mod ask;
-pub mod budget;
+pub(crate) mod budget;
 mod clock;
-pub mod conductor;
+pub(crate) mod conductor;
 pub mod config;
-pub mod durable;
+pub(crate) mod durable;
 pub mod error;
-pub mod events;
-pub mod executor;
+pub(crate) mod events;
+pub(crate) mod executor;
 pub mod grants;
 pub mod policy;
 pub mod registry;
 pub mod runtime;
-pub mod state;
+pub(crate) mod state;
 pub mod tempdir;
-pub mod trace;
+pub(crate) mod trace;
 
-pub use budget::BudgetMsg;
-pub use conductor::{ConductorMsg, RunActors, RunOutcome};
+pub use ask::AskError;
+pub use budget::ReserveRefused;
+pub use conductor::{RunActors, RunOutcome};
 pub use config::{ApprovalConfig, Driver, RunConfig, TreeLimits};
 pub use durable::Durability;
 // Kept at its old path: run ownership lives with the rest of durability.
 pub use durable::owner;
 pub use error::{ChildRefusal, RuntimeError};
-pub use executor::ExecutorMsg;
 pub use grants::Grants;
-pub use policy::{Policy, PolicyContext, PolicyMsg};
+pub use policy::{Policy, PolicyContext};
 pub use registry::ToolRegistry;
 pub use runtime::{RunHandle, Runtime};
-pub use state::StateMsg;

@@ -2,7 +2,7 @@
 //!
 //! The seam itself ([`Policy`], [`PolicyContext`], [`DeltaSink`]) and the
 //! scripted policy live in `agentry-policy`; they are re-exported here so
-//! `crate::policy::…` paths keep working. The [`PolicyActor`] keeps a read-only
+//! `crate::policy::…` paths keep working. The `PolicyActor` keeps a read-only
 //! mirror of the session, fed in order by the conductor with the entries the
 //! state keeper applied since the last decision, so a decision costs O(new
 //! entries), not O(history).
@@ -27,7 +27,7 @@ pub use agentry_policy::{
 /// The runtime's [`DeltaSink`]: publishes the streamed text of one model turn
 /// as `token_delta` run events of its step.
 #[derive(Debug)]
-pub struct StepDeltas {
+pub(crate) struct StepDeltas {
     events: EventSink,
     step: u64,
 }
@@ -48,7 +48,7 @@ impl DeltaSink for StepDeltas {
 }
 
 /// Messages the policy actor accepts.
-pub enum PolicyMsg {
+pub(crate) enum PolicyMsg {
     /// Decide step `step`. `new_entries` are the session entries applied since the
     /// previous decision, in state-keeper order.
     Decide {
@@ -102,7 +102,7 @@ impl OnStepGranted for DecideRelay {
 }
 
 /// Start-up arguments of the policy actor.
-pub struct PolicyArgs {
+pub(crate) struct PolicyArgs {
     /// The policy.
     pub policy: Box<dyn Policy>,
     /// Run id.
@@ -116,14 +116,14 @@ pub struct PolicyArgs {
 }
 
 /// Policy actor state: the policy and its session mirror.
-pub struct PolicyState {
+pub(crate) struct PolicyState {
     args: PolicyArgs,
     transcript: Vec<SessionEntry>,
 }
 
 /// The policy actor.
 #[derive(Debug, Default)]
-pub struct PolicyActor;
+pub(crate) struct PolicyActor;
 
 impl Actor for PolicyActor {
     type Msg = PolicyMsg;

@@ -124,11 +124,6 @@ impl Queue {
 }
 
 impl TraceWriter {
-    /// Creates (truncates) the trace file and starts its writer thread.
-    pub fn create(path: &Path) -> Result<Self, RuntimeError> {
-        Self::open(path, false)
-    }
-
     /// Opens the trace file, appending to it when `append` (a resumed run goes on
     /// with the trace it started), and starts its writer thread.
     pub fn open(path: &Path, append: bool) -> Result<Self, RuntimeError> {
@@ -232,7 +227,7 @@ mod tests {
         use agentry_protocol::trace::TraceStep;
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t.jsonl");
-        let w = TraceWriter::create(&path).unwrap();
+        let w = TraceWriter::open(&path, false).unwrap();
         let decision = Arc::new(Decision::Final {
             answer: "42".into(),
         });
@@ -284,7 +279,7 @@ mod tests {
     async fn every_record_lands_in_order_whether_the_writer_polls_or_sleeps() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t.jsonl");
-        let w = TraceWriter::create(&path).unwrap();
+        let w = TraceWriter::open(&path, false).unwrap();
         w.write(input(1));
         // Long enough for the writer to give up polling and sleep.
         tokio::time::sleep(POLL * (IDLE_POLLS + 30)).await;

@@ -57,17 +57,3 @@ pub use tools::{
 
 /// The error type test helpers and tests return: anything, with its message.
 pub type TestError = Box<dyn std::error::Error + Send + Sync>;
-
-/// Sends a request to an actor and waits for the reply; an actor that is gone or
-/// drops the reply port is an error naming what happened. For tests that drive an
-/// actor (the state keeper) directly.
-pub async fn ask_actor<M: ractor::Message, T: Send + 'static>(
-    actor: &ractor::ActorRef<M>,
-    build: impl FnOnce(ractor::RpcReplyPort<T>) -> M,
-) -> Result<T, String> {
-    match actor.call(build, None).await {
-        Ok(ractor::rpc::CallResult::Success(v)) => Ok(v),
-        Ok(_) => Err(format!("actor {} did not answer", actor.get_id())),
-        Err(e) => Err(format!("actor {} is gone: {e}", actor.get_id())),
-    }
-}

@@ -28,7 +28,7 @@ use ractor::{Actor, ActorProcessingErr, ActorRef};
 pub(crate) use self::allowance::ToolCallAllowance;
 pub(crate) use self::books::BudgetState;
 pub(crate) use self::msg::BudgetArgs;
-pub use self::msg::{BudgetMsg, ChildGrant, OnStepGranted, ParentLink, ReserveRefused, SpendReply};
+pub use self::msg::{BudgetMsg, OnStepGranted, ParentLink, ReserveRefused, SpendReply};
 
 /// The budget supervisor actor.
 #[derive(Debug, Default)]

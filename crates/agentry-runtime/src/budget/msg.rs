@@ -105,7 +105,7 @@ pub struct ChildGrant {
     pub deadline_at: Option<Instant>,
 }
 
-/// Why a child's budget was not carved ([`BudgetMsg::Reserve`]).
+/// Why a child's budget was not carved (the parent supervisor's answer to `Reserve`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum ReserveRefused {
     /// The parent is stopping, for this reason.

@@ -8,7 +8,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::lineage::Lineage;
 use super::msg::Posted;
-use super::outcome::{RunActors, RunOutcome};
+use super::outcome::{ActorRefs, RunOutcome};
 use crate::config::RunConfig;
 use crate::durable::RunLog;
 use crate::events::EventSink;
@@ -38,7 +38,7 @@ pub struct ConductorArgs {
     pub trace: Option<TraceWriter>,
     /// Receives the four actors' addresses once they run, so a handle can read
     /// state without waiting for the conductor's step to end.
-    pub actors: Option<tokio::sync::oneshot::Sender<RunActors>>,
+    pub actors: Option<tokio::sync::oneshot::Sender<ActorRefs>>,
     /// Where this run sits in an agent tree.
     pub lineage: Lineage,
     /// Starts children for `agent.spawn`.

@@ -36,6 +36,7 @@ pub use args::{ConductorArgs, Restore};
 pub use lineage::{Lineage, ParentRun};
 pub(crate) use msg::ConductorPost;
 pub use msg::{ConductorMsg, Posted};
+pub(crate) use outcome::ActorRefs;
 pub use outcome::{RunActors, RunOutcome};
 pub use state::ConductorState;
 

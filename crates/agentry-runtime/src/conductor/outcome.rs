@@ -6,7 +6,7 @@ use agentry_protocol::accept::CheckOutcome;
 use agentry_protocol::budget::BudgetSnapshot;
 use agentry_protocol::state::RunSnapshot;
 use agentry_protocol::stop::StopReason;
-use ractor::ActorRef;
+use ractor::{ActorCell, ActorRef};
 use serde::Serialize;
 
 use crate::budget::BudgetMsg;
@@ -47,17 +47,39 @@ pub struct RunOutcome {
     pub trace_error: Option<String>,
 }
 
-/// The addresses of a run's four actors, as spawned. For embedders that want
-/// actor-level access (supervision, diagnostics). The executor may be replaced
-/// by a restart later; the others live as long as the run.
+/// The run's four actors as the conductor spawned them, by message type.
+#[derive(Debug, Clone)]
+pub(crate) struct ActorRefs {
+    pub(crate) policy: ActorRef<PolicyMsg>,
+    pub(crate) executor: ActorRef<ExecutorMsg>,
+    pub(crate) state: ActorRef<StateMsg>,
+    pub(crate) budget: ActorRef<BudgetMsg>,
+}
+
+/// The run's four actors, as spawned. For embedders that want actor-level
+/// access (supervision, diagnostics, killing one to test a crash); their
+/// message types stay private, so a cell can be watched or stopped but not
+/// sent to. The executor may be replaced by a restart later; the others live
+/// as long as the run.
 #[derive(Debug, Clone)]
 pub struct RunActors {
     /// The policy actor.
-    pub policy: ActorRef<PolicyMsg>,
+    pub policy: ActorCell,
     /// The tool executor.
-    pub executor: ActorRef<ExecutorMsg>,
+    pub executor: ActorCell,
     /// The state keeper.
-    pub state: ActorRef<StateMsg>,
+    pub state: ActorCell,
     /// The budget supervisor.
-    pub budget: ActorRef<BudgetMsg>,
+    pub budget: ActorCell,
+}
+
+impl From<&ActorRefs> for RunActors {
+    fn from(refs: &ActorRefs) -> RunActors {
+        RunActors {
+            policy: refs.policy.get_cell(),
+            executor: refs.executor.get_cell(),
+            state: refs.state.get_cell(),
+            budget: refs.budget.get_cell(),
+        }
+    }
 }

@@ -11,7 +11,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::msg::Posted;
-use super::outcome::{RunActors, RunOutcome};
+use super::outcome::{ActorRefs, RunOutcome};
 use super::ticker::Ticker;
 use crate::budget::{BudgetMsg, ToolCallAllowance};
 use crate::clock::RunClock;
@@ -45,8 +45,8 @@ impl Children {
     }
 
     /// Their addresses, for the run's handle.
-    pub(super) fn actors(&self) -> RunActors {
-        RunActors {
+    pub(super) fn actors(&self) -> ActorRefs {
+        ActorRefs {
             policy: self.policy.clone(),
             executor: self.executor.clone(),
             state: self.state.clone(),

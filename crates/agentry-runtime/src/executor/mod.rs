@@ -43,13 +43,8 @@ use ractor::{Actor, ActorProcessingErr, ActorRef};
 
 use crate::accept;
 
-pub use self::call::CANCEL_GRACE;
-pub use self::ledger::{intent_key, operation_id};
 pub use self::msg::{AppliedInput, Executed, ExecutorArgs, ExecutorMsg};
 pub use self::state::ExecutorState;
-
-// Kept at their old path; they live with the rest of a run's configuration.
-pub use crate::config::{DEFAULT_MAX_PARALLEL, RetryPolicy};
 
 /// The tool executor actor.
 #[derive(Debug, Default)]

@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::ask::ask;
 use crate::budget::BudgetMsg;
-use crate::conductor::{ConductorMsg, ConductorPost, Lineage, RunActors, RunOutcome};
+use crate::conductor::{ActorRefs, ConductorMsg, ConductorPost, Lineage, RunActors, RunOutcome};
 use crate::config::TreeLimits;
 use crate::durable::RunLog;
 use crate::error::RuntimeError;
@@ -28,7 +28,7 @@ pub struct RunHandle {
     pub(super) conductor: ConductorPost,
     /// The run's actors; state is read from the state keeper directly (it never
     /// blocks), not through the conductor, which may be mid-step.
-    pub(super) actors: RunActors,
+    pub(super) actors: ActorRefs,
     /// Cancelling it interrupts the step in progress (the conductor's mailbox is
     /// busy until the step ends, so a message alone would wait behind it).
     pub(super) run_token: CancellationToken,
@@ -324,8 +324,8 @@ impl RunHandle {
     }
 
     /// The run's actors as spawned (see [`RunActors`]).
-    pub fn actors(&self) -> &RunActors {
-        &self.actors
+    pub fn actors(&self) -> RunActors {
+        RunActors::from(&self.actors)
     }
 
     /// Key fields of the run state, while it runs.

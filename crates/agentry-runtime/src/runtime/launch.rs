@@ -18,8 +18,8 @@ use super::record::{Resumed, create_record};
 use crate::ask::ask;
 use crate::budget::BudgetMsg;
 use crate::conductor::{
-    Conductor, ConductorArgs, ConductorMsg, ConductorPost, Lineage, ParentRun, Posted, Restore,
-    RunActors,
+    ActorRefs, Conductor, ConductorArgs, ConductorMsg, ConductorPost, Lineage, ParentRun, Posted,
+    Restore,
 };
 use crate::config::{RunConfig, TreeLimits};
 use crate::durable::RunLog;
@@ -367,8 +367,8 @@ async fn admit_child(parent: &RunHandle, config: &RunConfig) -> Result<u32, Runt
 async fn spawn_conductor(
     run_id: &str,
     args: ConductorArgs,
-    actors: oneshot::Receiver<RunActors>,
-) -> Result<(ActorRef<ConductorMsg>, RunActors), RuntimeError> {
+    actors: oneshot::Receiver<ActorRefs>,
+) -> Result<(ActorRef<ConductorMsg>, ActorRefs), RuntimeError> {
     let (conductor, _) =
         Actor::spawn(None, Conductor, args)
             .await

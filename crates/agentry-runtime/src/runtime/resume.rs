@@ -152,13 +152,7 @@ impl Runtime {
         self.writer()?
             .commit(vec![claim.write(run.owner.as_ref())])
             .await
-            .map_err(|e| match e {
-                agentry_store::StoreError::Claimed { .. } => RuntimeError::Owned {
-                    run_id: run_id.to_string(),
-                    owner: "another process that took it over a moment ago".to_string(),
-                },
-                other => other.into(),
-            })?;
+            .map_err(|e| claim_refused(run_id, e))?;
         tracing::info!(run_id, steps = state.progress().steps, "resuming run");
         self.launch(Launch {
             config,
@@ -220,4 +214,18 @@ fn restored_state(
             message: format!("its progress record does not parse: {e}"),
         })?;
     Ok(RunState::restore(cp.snapshot, session, progress))
+}
+
+/// A claim the store refused because another process claimed the run first is
+/// [`RuntimeError::Owned`]; every other store error passes through.
+// `StoreError` is `#[non_exhaustive]`: a catch-all is required, and right.
+#[allow(clippy::wildcard_enum_match_arm)]
+fn claim_refused(run_id: &str, e: agentry_store::StoreError) -> RuntimeError {
+    match e {
+        agentry_store::StoreError::Claimed { .. } => RuntimeError::Owned {
+            run_id: run_id.to_string(),
+            owner: "another process that took it over a moment ago".to_string(),
+        },
+        other => other.into(),
+    }
 }

@@ -22,7 +22,7 @@ use ractor::{Actor, ActorProcessingErr, ActorRef};
 
 pub use self::msg::{
     Applied, AppliedAt, AppliedPort, ApprovalDecision, HumanInputError, InputSource, Settled,
-    SettlementPort, StateMsg, StateUpdate, StepUpdate, Waiting,
+    StateMsg, StateUpdate, StepUpdate,
 };
 pub use self::run_state::RunState;
 

@@ -7,6 +7,7 @@ use agentry_protocol::state::{ControlState, RunSnapshot, SessionEntry, Settlemen
 use agentry_protocol::trace::RunInput;
 use ractor::{Actor, ActorRef};
 
+use super::msg::Waiting;
 use super::*;
 use crate::ask::ask;
 

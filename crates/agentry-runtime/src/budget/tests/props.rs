@@ -186,7 +186,9 @@ async fn step(
             Ok(())
         }
         StepOutcome::Refused(reason) if justified(reason, &want) => Ok(()),
-        got => Err(format!(
+        got @ (StepOutcome::Granted { .. }
+        | StepOutcome::Cancelled { .. }
+        | StepOutcome::Refused(_)) => Err(format!(
             "step answered {got:?}; the model refuses on {want:?}"
         )),
     }
@@ -209,7 +211,7 @@ async fn apply(run: &mut StandInRun, model: &mut Model, op: Op) -> Result<(), St
                     step(run, model, turn, calls).await
                 }
                 SpendReply::Refused(reason) if justified(reason, &want) => Ok(()),
-                got => Err(format!(
+                got @ (SpendReply::Granted { .. } | SpendReply::Refused(_)) => Err(format!(
                     "tick answered {got:?}; the model refuses on {want:?}"
                 )),
             }

@@ -100,7 +100,9 @@ impl Tree {
                 SpendReply::Refused(reason) if justified(reason, &want) => {
                     return self.end(v).await;
                 }
-                got => return Err(self.mismatch(v, "tick", &got, &want)),
+                got @ (SpendReply::Granted { .. } | SpendReply::Refused(_)) => {
+                    return Err(self.mismatch(v, "tick", &got, &want));
+                }
             }
         }
         let want = self.model.step_refusals(v);
@@ -120,7 +122,9 @@ impl Tree {
                 self.model.spend(v, &Usage::tool_calls(calls));
             }
             StepOutcome::Refused(reason) if justified(reason, &want) => return self.end(v).await,
-            got => return Err(self.mismatch(v, "step", &got, &want)),
+            got @ (StepOutcome::Granted { .. }
+            | StepOutcome::Cancelled { .. }
+            | StepOutcome::Refused(_)) => return Err(self.mismatch(v, "step", &got, &want)),
         }
         self.settled(v).await
     }
