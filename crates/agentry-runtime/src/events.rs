@@ -297,9 +297,11 @@ mod tests {
         let live = EventSink::new(Arc::clone(&run_id), false);
         let mut live_rx = live.subscribe().unwrap();
         let kept = EventSink::new(Arc::clone(&run_id), true);
-        for (a, b) in events().into_iter().zip(events()) {
-            live.emit(|| a);
-            kept.emit(|| b);
+        // One list, cloned: two calls to `events()` could stamp their envelopes
+        // a millisecond apart.
+        for event in events() {
+            live.emit(|| event.clone());
+            kept.emit(|| event);
         }
         let want = drain(&mut live_rx);
         assert_eq!(want.len(), events().len());
