@@ -67,35 +67,19 @@ impl Marks {
     }
 }
 
-/// What one pass over our children did.
-#[derive(Debug, Default)]
-pub(super) struct Pass {
-    /// The marked children signalled.
-    pub(super) killed: Vec<i32>,
-    /// A child's environment could not be read yet (it was between `fork` and
-    /// `exec`, or mid-`exec`, when the kernel shows none): look again.
-    pub(super) unsure: bool,
-}
-
 /// SIGKILLs every live child of this process that carries `marks`, except
-/// `leader`.
-pub(super) fn kill_marked(marks: &Marks, leader: i32) -> Pass {
-    let mut pass = Pass::default();
+/// `leader`; returns the pids signalled.
+pub(super) fn kill_marked(marks: &Marks, leader: i32) -> Vec<i32> {
+    let mut killed = Vec::new();
     for pid in own_children() {
-        if pid == leader {
+        if pid == leader || !carries(pid, marks) {
             continue;
         }
-        match carries(pid, marks) {
-            Carries::Marks => {
-                if kill(Pid::from_raw(pid), Signal::SIGKILL).is_ok() {
-                    pass.killed.push(pid);
-                }
-            }
-            Carries::Unknown => pass.unsure = true,
-            Carries::Other => {}
+        if kill(Pid::from_raw(pid), Signal::SIGKILL).is_ok() {
+            killed.push(pid);
         }
     }
-    pass
+    killed
 }
 
 /// Reaps those of `pids` that have exited, without blocking; returns the rest
@@ -122,13 +106,13 @@ pub(super) async fn sweep(marks: &Marks, leader: i32, budget: Duration) {
     let mut exits = ChildExits::listen();
     let mut pending: Vec<i32> = Vec::new();
     loop {
-        let pass = kill_marked(marks, leader);
-        let found = !pass.killed.is_empty();
-        pending.extend(pass.killed);
+        let killed = kill_marked(marks, leader);
+        let found = !killed.is_empty();
+        pending.extend(killed);
         pending.sort_unstable();
         pending.dedup();
         pending = reap(pending);
-        if !found && !pass.unsure && pending.is_empty() {
+        if !found && pending.is_empty() {
             return;
         }
         if tokio::time::Instant::now() >= deadline {
@@ -142,10 +126,6 @@ pub(super) async fn sweep(marks: &Marks, leader: i32, budget: Duration) {
 /// How long a background sweep keeps going.
 const BACKGROUND_LIMIT: Duration = Duration::from_secs(5);
 
-/// How long a background sweep keeps looking at a child whose environment it
-/// cannot read yet.
-const UNSURE_LIMIT: Duration = Duration::from_millis(500);
-
 /// The sweep from a plain thread: for the drop guard, which may run when no
 /// tokio runtime is left, and for what an async sweep ran out of budget for.
 pub(super) fn sweep_in_background(marks: Marks, leader: i32) {
@@ -156,16 +136,13 @@ pub(super) fn sweep_in_background(marks: Marks, leader: i32) {
             let mut pause = Duration::from_millis(1);
             let mut pending: Vec<i32> = Vec::new();
             while start.elapsed() < BACKGROUND_LIMIT {
-                let pass = kill_marked(&marks, leader);
-                let found = !pass.killed.is_empty();
-                pending.extend(pass.killed);
+                let killed = kill_marked(&marks, leader);
+                let found = !killed.is_empty();
+                pending.extend(killed);
                 pending.sort_unstable();
                 pending.dedup();
                 pending = reap(pending);
-                // A child whose environment stays unreadable is no longer
-                // mid-`exec` (it cleared it): stop looking after a while.
-                let settled = !pass.unsure || start.elapsed() >= UNSURE_LIMIT;
-                if !found && settled && pending.is_empty() {
+                if !found && pending.is_empty() {
                     return;
                 }
                 std::thread::sleep(pause);
@@ -177,50 +154,17 @@ pub(super) fn sweep_in_background(marks: Marks, leader: i32) {
     drop(spawned);
 }
 
-/// Whether a child carries a call's marks.
-enum Carries {
-    Marks,
-    Other,
-    /// No environment to read right now, from a live process.
-    Unknown,
-}
-
 /// Whether process `pid`'s initial environment holds `marks`.
-fn carries(pid: i32, marks: &Marks) -> Carries {
+fn carries(pid: i32, marks: &Marks) -> bool {
     use std::io::Read;
     let Ok(file) = std::fs::File::open(format!("/proc/{pid}/environ")) else {
-        // Gone (reaped) already.
-        return Carries::Other;
+        return false;
     };
     let mut environ = Vec::new();
-    // A failed read leaves what was read so far, if anything.
-    let _ = file.take(MAX_ENVIRON).read_to_end(&mut environ);
-    if environ.is_empty() {
-        // A zombie has no environment and never will; a live process shows
-        // none only while it has no memory map of its own (mid-`exec`).
-        return if is_zombie(pid) {
-            Carries::Other
-        } else {
-            Carries::Unknown
-        };
+    if file.take(MAX_ENVIRON).read_to_end(&mut environ).is_err() {
+        return false;
     }
-    if marks.found_in(&environ) {
-        Carries::Marks
-    } else {
-        Carries::Other
-    }
-}
-
-/// Whether `pid` has exited and waits to be reaped.
-fn is_zombie(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|stat| {
-            let rest = &stat[stat.rfind(')')? + 1..];
-            rest.split_whitespace().next().map(|state| state == "Z")
-        })
-        // Gone from /proc: nothing to wait for.
-        .unwrap_or(true)
+    marks.found_in(&environ)
 }
 
 /// The pids of this process's children: `/proc/self/task/*/children` (each
