@@ -70,8 +70,19 @@ impl Marks {
 /// SIGKILLs every live child of this process that carries `marks`, except
 /// `leader`; returns the pids signalled.
 pub(super) fn kill_marked(marks: &Marks, leader: i32) -> Vec<i32> {
+    kill_marked_in(own_children(), marks, leader)
+}
+
+/// [`kill_marked`] over a full `/proc` scan: the per-thread `children` lists
+/// can miss a child re-parented while threads come and go, so a sweep that
+/// found nothing there looks once more the slow way before it ends.
+fn kill_marked_by_scan(marks: &Marks, leader: i32) -> Vec<i32> {
+    kill_marked_in(children_by_scan(), marks, leader)
+}
+
+fn kill_marked_in(children: Vec<i32>, marks: &Marks, leader: i32) -> Vec<i32> {
     let mut killed = Vec::new();
-    for pid in own_children() {
+    for pid in children {
         if pid == leader || !carries(pid, marks) {
             continue;
         }
@@ -105,8 +116,13 @@ pub(super) async fn sweep(marks: &Marks, leader: i32, budget: Duration) {
     let deadline = tokio::time::Instant::now() + budget;
     let mut exits = ChildExits::listen();
     let mut pending: Vec<i32> = Vec::new();
+    let mut scanned = false;
     loop {
-        let killed = kill_marked(marks, leader);
+        let mut killed = kill_marked(marks, leader);
+        if killed.is_empty() && pending.is_empty() && !scanned {
+            scanned = true;
+            killed = kill_marked_by_scan(marks, leader);
+        }
         let found = !killed.is_empty();
         pending.extend(killed);
         pending.sort_unstable();
