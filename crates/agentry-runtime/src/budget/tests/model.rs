@@ -4,7 +4,7 @@
 //! Written from the documented rules — README's `[budget]` keys ("step max+1 is
 //! refused, never run"; tokens and money: the next model turn is refused once
 //! the limit is reached, a turn that crosses it is still recorded) and
-//! ARCHITECTURE.md "Agent trees and the budget algebra" (per node and
+//! ARCHITECTURE.md "Budget supervisor" (per node and
 //! dimension: limit L, subtree spent S, reserved for live children R; reserve
 //! needs S + R + a ≤ L, an unset request on a limited dimension gets all that is
 //! left; charge-up S += c, R -= min(c, outstanding); release R -= outstanding) —
