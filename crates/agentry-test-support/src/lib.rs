@@ -39,6 +39,7 @@
 
 pub mod events;
 pub mod policy;
+pub mod procs;
 pub mod script;
 pub mod task;
 pub mod tools;

@@ -7,6 +7,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use agentry_test_support::procs::{alive_with_cmdline, unique_secs};
 use serde_json::Value;
 
 /// Most a run here may take; a hung CLI (the bug) is killed and fails the test.
@@ -231,46 +232,6 @@ command = ["sh", "check.sh"]
     );
     assert!(!ran.json.to_string().contains(secret));
     assert!(!std::fs::read_to_string(trace).unwrap().contains(secret));
-}
-
-/// `secs` with a fraction unique to this invocation ("7122.418305"): the
-/// process scans find this test's sleeps only, never those of another run of
-/// the suite on the same machine.
-fn unique_secs(secs: u32) -> String {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or_default();
-    let mix = u64::from(std::process::id()) * 7_919
-        + u64::from(nanos)
-        + NEXT.fetch_add(1, Ordering::Relaxed) * 104_729;
-    format!("{secs}.{:06}", mix % 1_000_000)
-}
-
-/// Alive (not zombie) processes whose command line is exactly `argv`.
-fn alive_with_cmdline(argv: &[&str]) -> Vec<i32> {
-    let want: Vec<u8> = argv.iter().flat_map(|a| a.bytes().chain([0])).collect();
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        let (Ok(cmdline), Ok(stat)) = (
-            std::fs::read(entry.path().join("cmdline")),
-            std::fs::read_to_string(entry.path().join("stat")),
-        ) else {
-            continue;
-        };
-        let state = stat
-            .rfind(')')
-            .and_then(|i| stat[i + 1..].trim().chars().next());
-        if cmdline == want && state != Some('Z') {
-            found.push(pid);
-        }
-    }
-    found
 }
 
 /// Fails naming the survivors if any of `argvs` still runs 5 s after the run,

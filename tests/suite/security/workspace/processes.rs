@@ -1,47 +1,9 @@
 //! Processes that try to outlive their call or their acceptance check, and
 //! acceptance commands' output.
 
+use agentry_test_support::procs::{alive_with_cmdline, unique_secs};
+
 use super::*;
-
-/// `secs` with a fraction unique to this invocation ("7122.418305"): the
-/// process scans find this test's sleeps only, never those of another run of
-/// the suite on the same machine.
-fn unique_secs(secs: u32) -> String {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or_default();
-    let mix = u64::from(std::process::id()) * 7_919
-        + u64::from(nanos)
-        + NEXT.fetch_add(1, Ordering::Relaxed) * 104_729;
-    format!("{secs}.{:06}", mix % 1_000_000)
-}
-
-/// Alive (not zombie) processes whose command line is exactly `argv`.
-fn alive_with_cmdline(argv: &[&str]) -> Vec<i32> {
-    let want: Vec<u8> = argv.iter().flat_map(|a| a.bytes().chain([0])).collect();
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
-            continue;
-        };
-        let state = stat
-            .rfind(')')
-            .and_then(|i| stat[i + 1..].trim().chars().next());
-        if cmdline == want && state != Some('Z') {
-            found.push(pid);
-        }
-    }
-    found
-}
 
 /// Polls until none of `argvs` runs; after 5 s kills the survivors (so a failed
 /// test leaves nothing behind) and fails naming them.
