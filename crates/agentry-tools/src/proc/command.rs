@@ -99,8 +99,8 @@ impl ArgTemplate {
 /// `proc.run` (output caps, process group kill, environment allowlist with the
 /// host's values), plus any fixed variables added with [`CommandTool::with_env`],
 /// plus the host's ids of the call (`AGENTRY_RUN_ID`, `AGENTRY_CALL_ID`,
-/// `AGENTRY_OPERATION_ID`: see the [module docs](super)), which a
-/// `required_key` command uses to drop a duplicate.
+/// `AGENTRY_OPERATION_ID`, `AGENTRY_SPAWN_ID`: see the [module docs](super));
+/// a `required_key` command drops a duplicate by the operation id.
 /// Data and refs have the `proc.run` shape. See the [module docs](super) for an
 /// example.
 #[derive(Debug, Clone)]

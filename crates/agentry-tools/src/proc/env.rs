@@ -17,8 +17,26 @@ pub const ENV_CALL_ID: &str = "AGENTRY_CALL_ID";
 /// attempt of one action, the key a `required_key` command dedupes on.
 pub const ENV_OPERATION_ID: &str = "AGENTRY_OPERATION_ID";
 
+/// Set on every child to an id no other spawn of this host process shares (the
+/// host's pid and a counter): the mark the stray sweep finds the spawn's escaped
+/// processes by. The run and call ids would not do: a retry, or a second call
+/// under the same context, has the same two, and a sweep still finishing for the
+/// first spawn must never touch the second.
+pub const ENV_SPAWN_ID: &str = "AGENTRY_SPAWN_ID";
+
 /// The variables the host sets on every child; nobody else may set them.
-pub const HOST_ENV: [&str; 3] = [ENV_RUN_ID, ENV_CALL_ID, ENV_OPERATION_ID];
+pub const HOST_ENV: [&str; 4] = [ENV_RUN_ID, ENV_CALL_ID, ENV_OPERATION_ID, ENV_SPAWN_ID];
+
+/// A fresh value for [`ENV_SPAWN_ID`].
+pub(super) fn next_spawn_id() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    format!(
+        "{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
 
 /// The host's values of the allowlisted variables, overridden by the model's
 /// `env`, every name of which must be allowlisted (else `EPERM` naming them).

@@ -3,7 +3,7 @@
 //! The leader is spawned with `process_group(0)`, so its pid is the group id and
 //! every process it forks stays in the group unless it calls `setpgid`/`setsid`
 //! itself. Such a process escapes the group kill; `strays.rs` finds it by its
-//! environment marks once it is re-parented here, and every path below (exit,
+//! environment mark once it is re-parented here, and every path below (exit,
 //! cancel, drop) sweeps for it after the group.
 //!
 //! Reaping. The leader is our child and is reaped by tokio (`Child::wait`). The
@@ -34,7 +34,7 @@ use tokio::process::Child;
 use tokio::time::Instant;
 
 use super::exits::ChildExits;
-use super::strays::{self, Marks};
+use super::strays::{self, Mark};
 
 /// How long the cancel path waits for the leader to die after SIGKILL before
 /// leaving it to the drop guard. SIGKILL is not catchable, so this only runs out
@@ -72,8 +72,8 @@ pub(super) struct ProcessGroup {
     /// Leader reaped and the member loop saw `ECHILD`: nothing left to kill, and
     /// the id may be recycled, so the guard must not signal it any more.
     clean: bool,
-    /// This call's environment marks, to find strays that left the group.
-    marks: Marks,
+    /// This spawn's environment mark, to find strays that left the group.
+    mark: Mark,
     /// A sweep for strays ran to its end (or handed off to a thread).
     swept: bool,
 }
@@ -82,14 +82,14 @@ impl ProcessGroup {
     /// Wraps a child spawned with `process_group(0)`. `None` if tokio no longer
     /// knows its pid (it has already been reaped), which cannot happen right after
     /// `spawn`.
-    pub(super) fn new(child: Child, marks: Marks) -> Option<Self> {
+    pub(super) fn new(child: Child, mark: Mark) -> Option<Self> {
         let pid = i32::try_from(child.id()?).ok()?;
         Some(ProcessGroup {
             child,
             pgid: Pid::from_raw(pid),
             leader_reaped: false,
             clean: false,
-            marks,
+            mark,
             swept: false,
         })
     }
@@ -119,7 +119,7 @@ impl ProcessGroup {
 
     /// Kills what left the group (see `strays.rs`).
     async fn sweep_strays(&mut self, budget: Duration) {
-        strays::sweep(&self.marks, self.pgid.as_raw(), budget).await;
+        strays::sweep(&self.mark, self.pgid.as_raw(), budget).await;
         self.swept = true;
     }
 
@@ -197,8 +197,8 @@ impl Drop for ProcessGroup {
     fn drop(&mut self) {
         if !self.swept {
             // The leader is excluded: tokio reaps it.
-            strays::kill_marked(&self.marks, self.pgid.as_raw());
-            strays::sweep_in_background(self.marks.clone(), self.pgid.as_raw());
+            strays::kill_marked(&self.mark, self.pgid.as_raw());
+            strays::sweep_in_background(self.mark.clone(), self.pgid.as_raw());
         }
         if self.clean {
             return;

@@ -8,9 +8,10 @@
 //!   may set allowlisted variables through its `env` argument; naming any other
 //!   variable is `EPERM`. On top of that the host always sets [`ENV_RUN_ID`],
 //!   [`ENV_CALL_ID`] and [`ENV_OPERATION_ID`] (`AGENTRY_RUN_ID`,
-//!   `AGENTRY_CALL_ID`, `AGENTRY_OPERATION_ID`) from the [`ToolContext`],
-//!   overriding any value of the same name: the operation id is the same for
-//!   every attempt of an action, so a command can drop a duplicate
+//!   `AGENTRY_CALL_ID`, `AGENTRY_OPERATION_ID`) from the [`ToolContext`], and
+//!   [`ENV_SPAWN_ID`] (`AGENTRY_SPAWN_ID`, unique to the spawn), overriding any
+//!   value of the same name: the operation id is the same for every attempt of
+//!   an action, so a command can drop a duplicate
 //!   (`grep -qx "$AGENTRY_OPERATION_ID" done.txt || ...`).
 //! - **Working directory.** The run's working directory, or for `proc.run` a
 //!   relative `cwd` inside it (checked by [`resolve_in_workdir`]: absolute paths,
@@ -139,7 +140,7 @@ mod tests;
 
 pub use command::{CommandTool, CommandToolError};
 pub use config::{DEFAULT_ENV_ALLOWLIST, DEFAULT_MAX_INLINE, DEFAULT_TERM_GRACE, ProcConfig};
-pub use env::{ENV_CALL_ID, ENV_OPERATION_ID, ENV_RUN_ID, HOST_ENV};
+pub use env::{ENV_CALL_ID, ENV_OPERATION_ID, ENV_RUN_ID, ENV_SPAWN_ID, HOST_ENV};
 pub use run::{reap_orphans_here, run_command};
 
 use env::model_env;

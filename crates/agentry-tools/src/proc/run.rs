@@ -16,7 +16,9 @@ use tokio::process::{ChildStdin, Command};
 
 use super::capture::{Artifact, Capture, Captured};
 use super::config::ProcConfig;
-use super::env::{ENV_CALL_ID, ENV_OPERATION_ID, ENV_RUN_ID, HOST_ENV, host_env};
+use super::env::{
+    ENV_CALL_ID, ENV_OPERATION_ID, ENV_RUN_ID, ENV_SPAWN_ID, HOST_ENV, host_env, next_spawn_id,
+};
 use super::group::ProcessGroup;
 use super::strays;
 use crate::tool::{ToolContext, ToolOutput};
@@ -97,6 +99,7 @@ pub(super) async fn run(
     invocation
         .env
         .retain(|(name, _)| !HOST_ENV.contains(&name.as_str()));
+    let spawn_id = next_spawn_id();
     invocation.env.extend([
         (ENV_RUN_ID.to_string(), OsString::from(&*ctx.run_id)),
         (ENV_CALL_ID.to_string(), OsString::from(&ctx.call_id)),
@@ -104,6 +107,7 @@ pub(super) async fn run(
             ENV_OPERATION_ID.to_string(),
             OsString::from(&*ctx.operation_id),
         ),
+        (ENV_SPAWN_ID.to_string(), OsString::from(&spawn_id)),
     ]);
     if ctx.cancel.is_cancelled() {
         // Nothing started yet: do not start it.
@@ -112,7 +116,7 @@ pub(super) async fn run(
             "cancelled before the process was started",
         ));
     }
-    let mut group = spawn(&invocation, strays::Marks::new(&ctx.run_id, &ctx.call_id))?;
+    let mut group = spawn(&invocation, strays::Mark::new(&spawn_id))?;
     let stdin = group.child.stdin.take();
     let stdout = group.child.stdout.take();
     let stderr = group.child.stderr.take();
@@ -204,7 +208,7 @@ async fn supervise<F: Future>(
 }
 
 /// Spawns the leader in a new process group.
-fn spawn(invocation: &Invocation, marks: strays::Marks) -> Result<ProcessGroup, ToolError> {
+fn spawn(invocation: &Invocation, mark: strays::Mark) -> Result<ProcessGroup, ToolError> {
     let Some(program) = invocation.argv.first() else {
         return Err(ToolError::new(ErrorCode::Einval, "argv is empty")
             .with_action("give the program and its arguments, e.g. [\"ls\", \"-la\"]"));
@@ -234,7 +238,7 @@ fn spawn(invocation: &Invocation, marks: strays::Marks) -> Result<ProcessGroup, 
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let child = command.spawn().map_err(|e| spawn_error(program, &e))?;
-    ProcessGroup::new(child, marks).ok_or_else(|| {
+    ProcessGroup::new(child, mark).ok_or_else(|| {
         ToolError::new(
             ErrorCode::Einternal,
             format!("{program} was spawned but has no pid"),

@@ -7,15 +7,23 @@
 //!   when the leader exits, whatever it left running is re-parented *here*: a
 //!   stray is always one of our own children by then (or a descendant of one,
 //!   re-parented here in turn when its parent is killed).
-//! - **Marks.** Every process tool's child starts with `AGENTRY_RUN_ID` and
-//!   `AGENTRY_CALL_ID` in its environment, and descendants inherit them through
-//!   `setsid` and `exec`. `/proc/<pid>/environ` shows a process's initial
-//!   environment, so our children carrying this call's two marks are its strays.
+//! - **The mark.** Every process tool's child starts with `AGENTRY_SPAWN_ID`, an
+//!   id unique to that spawn, in its environment, and descendants inherit it
+//!   through `setsid` and `exec`. `/proc/<pid>/environ` shows a process's initial
+//!   environment, so our children carrying the spawn's mark are its strays. (The
+//!   run and call ids are not enough: a retry has the same two, and a sweep still
+//!   finishing for one attempt must not kill the next.)
 //!
-//! A sweep SIGKILLs every child of ours with the marks (never the leader, which
+//! A sweep SIGKILLs every child of ours with the mark (never the leader, which
 //! tokio reaps), reaps them (`waitpid(pid)`; they are our children, so their pids
 //! cannot be recycled before that), and repeats, so the strays' own children —
 //! re-parented here as their parents die — go the same way.
+//!
+//! A live child shows *no* environment while it is inside `exec` (the kernel has
+//! swapped in the new memory map but not yet laid out its environment), which
+//! under load can be the very moment the sweep looks at a stray on its way from
+//! `setsid` to `sleep`. Such a child is neither ours nor another's yet: the sweep
+//! keeps looking until it can tell (bounded by [`UNSURE_LIMIT`]).
 //!
 //! Not covered: a process that clears its environment (`env -i setsid ...`)
 //! *and* outlives its leader, and any stray when this process is not a subreaper
@@ -30,67 +38,74 @@ use nix::sys::signal::{Signal, kill};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
 
-use super::env::{ENV_CALL_ID, ENV_RUN_ID};
+use super::env::ENV_SPAWN_ID;
 use super::exits::ChildExits;
 
-/// Largest environment read per process; the marks come first (`Command`
-/// sorts the variables it sets), so a cut never hides them for our children.
+/// Largest environment read per process; the host's ids come first (`Command`
+/// sorts the variables it sets), so a cut never hides the mark for our children.
 const MAX_ENVIRON: u64 = 1 << 20;
 
-/// The two `NAME=value` entries that mark a call's processes.
+/// How long a sweep keeps looking at children whose environment it cannot read
+/// yet. An `exec` ends in microseconds; this covers a loaded machine's
+/// scheduling delays, and ends the wait on a process that cleared its own.
+const UNSURE_LIMIT: Duration = Duration::from_millis(250);
+
+/// The `AGENTRY_SPAWN_ID=<id>` entry that marks one spawn's processes.
 #[derive(Debug, Clone)]
-pub(super) struct Marks {
-    run: Vec<u8>,
-    call: Vec<u8>,
-}
+pub(super) struct Mark(Vec<u8>);
 
-impl Marks {
-    pub(super) fn new(run_id: &str, call_id: &str) -> Self {
-        Marks {
-            run: format!("{ENV_RUN_ID}={run_id}").into_bytes(),
-            call: format!("{ENV_CALL_ID}={call_id}").into_bytes(),
-        }
+impl Mark {
+    pub(super) fn new(spawn_id: &str) -> Self {
+        Mark(format!("{ENV_SPAWN_ID}={spawn_id}").into_bytes())
     }
 
-    /// Whether `environ` (NUL-separated) holds both marks.
+    /// Whether `environ` (NUL-separated) holds the mark as a whole entry.
     fn found_in(&self, environ: &[u8]) -> bool {
-        let mut entries = environ.split(|b| *b == 0);
-        let (mut run, mut call) = (false, false);
-        for entry in entries.by_ref() {
-            run |= entry == self.run.as_slice();
-            call |= entry == self.call.as_slice();
-            if run && call {
-                return true;
-            }
-        }
-        false
+        environ
+            .split(|b| *b == 0)
+            .any(|entry| entry == self.0.as_slice())
     }
 }
 
-/// SIGKILLs every live child of this process that carries `marks`, except
-/// `leader`; returns the pids signalled.
-pub(super) fn kill_marked(marks: &Marks, leader: i32) -> Vec<i32> {
-    kill_marked_in(own_children(), marks, leader)
+/// What one pass over our children did.
+#[derive(Debug, Default)]
+pub(super) struct Pass {
+    /// The marked children signalled.
+    pub(super) killed: Vec<i32>,
+    /// Some live child showed no environment (mid-`exec`): look again.
+    pub(super) unsure: bool,
+}
+
+/// SIGKILLs every live child of this process that carries `mark`, except
+/// `leader`.
+pub(super) fn kill_marked(mark: &Mark, leader: i32) -> Pass {
+    kill_marked_in(own_children(), mark, leader)
 }
 
 /// [`kill_marked`] over a full `/proc` scan: the per-thread `children` lists
 /// can miss a child re-parented while threads come and go, so a sweep that
 /// found nothing there looks once more the slow way before it ends.
-fn kill_marked_by_scan(marks: &Marks, leader: i32) -> Vec<i32> {
-    kill_marked_in(children_by_scan(), marks, leader)
+fn kill_marked_by_scan(mark: &Mark, leader: i32) -> Pass {
+    kill_marked_in(children_by_scan(), mark, leader)
 }
 
-fn kill_marked_in(children: Vec<i32>, marks: &Marks, leader: i32) -> Vec<i32> {
-    let mut killed = Vec::new();
+fn kill_marked_in(children: Vec<i32>, mark: &Mark, leader: i32) -> Pass {
+    let mut pass = Pass::default();
     for pid in children {
-        if pid == leader || !carries(pid, marks) {
+        if pid == leader {
             continue;
         }
-        if kill(Pid::from_raw(pid), Signal::SIGKILL).is_ok() {
-            killed.push(pid);
+        match carries(pid, mark) {
+            Carries::Mark => {
+                if kill(Pid::from_raw(pid), Signal::SIGKILL).is_ok() {
+                    pass.killed.push(pid);
+                }
+            }
+            Carries::Unknown => pass.unsure = true,
+            Carries::Other => {}
         }
     }
-    killed
+    pass
 }
 
 /// Reaps those of `pids` that have exited, without blocking; returns the rest
@@ -109,30 +124,58 @@ pub(super) fn reap(pids: Vec<i32>) -> Vec<i32> {
         .collect()
 }
 
+/// One sweep's progress: the strays signalled and not yet reaped, and whether
+/// the last pass could tell every child apart.
+struct Sweep {
+    mark: Mark,
+    leader: i32,
+    pending: Vec<i32>,
+    scanned: bool,
+    started: std::time::Instant,
+}
+
+impl Sweep {
+    fn new(mark: Mark, leader: i32) -> Self {
+        Sweep {
+            mark,
+            leader,
+            pending: Vec::new(),
+            scanned: false,
+            started: std::time::Instant::now(),
+        }
+    }
+
+    /// One round: kill what carries the mark, reap what died; `true` once
+    /// nothing is left to kill, reap or make out.
+    fn round(&mut self) -> bool {
+        let mut pass = kill_marked(&self.mark, self.leader);
+        if pass.killed.is_empty() && !pass.unsure && self.pending.is_empty() && !self.scanned {
+            self.scanned = true;
+            pass = kill_marked_by_scan(&self.mark, self.leader);
+        }
+        let found = !pass.killed.is_empty();
+        self.pending.extend(pass.killed);
+        self.pending.sort_unstable();
+        self.pending.dedup();
+        self.pending = reap(std::mem::take(&mut self.pending));
+        let settled = !pass.unsure || self.started.elapsed() >= UNSURE_LIMIT;
+        !found && settled && self.pending.is_empty()
+    }
+}
+
 /// Kills and reaps the marked strays until none is left, for at most `budget`
 /// (each round waits for the next child exit, or 1 ms); what is still to reap
-/// then goes to a background thread.
-pub(super) async fn sweep(marks: &Marks, leader: i32, budget: Duration) {
+/// or make out then goes to a background thread.
+pub(super) async fn sweep(mark: &Mark, leader: i32, budget: Duration) {
     let deadline = tokio::time::Instant::now() + budget;
     let mut exits = ChildExits::listen();
-    let mut pending: Vec<i32> = Vec::new();
-    let mut scanned = false;
+    let mut sweep = Sweep::new(mark.clone(), leader);
     loop {
-        let mut killed = kill_marked(marks, leader);
-        if killed.is_empty() && pending.is_empty() && !scanned {
-            scanned = true;
-            killed = kill_marked_by_scan(marks, leader);
-        }
-        let found = !killed.is_empty();
-        pending.extend(killed);
-        pending.sort_unstable();
-        pending.dedup();
-        pending = reap(pending);
-        if !found && pending.is_empty() {
+        if sweep.round() {
             return;
         }
         if tokio::time::Instant::now() >= deadline {
-            sweep_in_background(marks.clone(), leader);
+            sweep_in_background(mark.clone(), leader);
             return;
         }
         exits.next().await;
@@ -144,21 +187,14 @@ const BACKGROUND_LIMIT: Duration = Duration::from_secs(5);
 
 /// The sweep from a plain thread: for the drop guard, which may run when no
 /// tokio runtime is left, and for what an async sweep ran out of budget for.
-pub(super) fn sweep_in_background(marks: Marks, leader: i32) {
+pub(super) fn sweep_in_background(mark: Mark, leader: i32) {
     let spawned = std::thread::Builder::new()
         .name("agentry-strays".to_string())
         .spawn(move || {
-            let start = std::time::Instant::now();
+            let mut sweep = Sweep::new(mark, leader);
             let mut pause = Duration::from_millis(1);
-            let mut pending: Vec<i32> = Vec::new();
-            while start.elapsed() < BACKGROUND_LIMIT {
-                let killed = kill_marked(&marks, leader);
-                let found = !killed.is_empty();
-                pending.extend(killed);
-                pending.sort_unstable();
-                pending.dedup();
-                pending = reap(pending);
-                if !found && pending.is_empty() {
+            while sweep.started.elapsed() < BACKGROUND_LIMIT {
+                if sweep.round() {
                     return;
                 }
                 std::thread::sleep(pause);
@@ -170,17 +206,44 @@ pub(super) fn sweep_in_background(marks: Marks, leader: i32) {
     drop(spawned);
 }
 
-/// Whether process `pid`'s initial environment holds `marks`.
-fn carries(pid: i32, marks: &Marks) -> bool {
+/// Whether a child carries a spawn's mark.
+enum Carries {
+    Mark,
+    Other,
+    /// A live process with no environment to read right now (mid-`exec`).
+    Unknown,
+}
+
+/// Whether process `pid`'s initial environment holds `mark`.
+fn carries(pid: i32, mark: &Mark) -> Carries {
     use std::io::Read;
     let Ok(file) = std::fs::File::open(format!("/proc/{pid}/environ")) else {
-        return false;
+        // Gone already, or not ours to read.
+        return Carries::Other;
     };
     let mut environ = Vec::new();
-    if file.take(MAX_ENVIRON).read_to_end(&mut environ).is_err() {
-        return false;
+    // A failed read keeps what was read so far, if anything.
+    let _ = file.take(MAX_ENVIRON).read_to_end(&mut environ);
+    if mark.found_in(&environ) {
+        Carries::Mark
+    } else if environ.is_empty() && is_live(pid) {
+        Carries::Unknown
+    } else {
+        Carries::Other
     }
-    marks.found_in(&environ)
+}
+
+/// Whether `pid` still runs: not a zombie waiting to be reaped, which has no
+/// environment and never will.
+fn is_live(pid: i32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // "pid (comm) state ...": comm may hold spaces and parens.
+    let state = stat
+        .rfind(')')
+        .and_then(|i| stat[i + 1..].split_whitespace().next());
+    !matches!(state, None | Some("Z" | "X" | "x"))
 }
 
 /// The pids of this process's children: `/proc/self/task/*/children` (each
@@ -232,11 +295,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn both_marks_are_needed_whole() {
-        let marks = Marks::new("run-1", "c1");
-        assert!(marks.found_in(b"PATH=/bin\0AGENTRY_CALL_ID=c1\0AGENTRY_RUN_ID=run-1\0"));
-        assert!(!marks.found_in(b"AGENTRY_RUN_ID=run-1\0AGENTRY_CALL_ID=c10\0"));
-        assert!(!marks.found_in(b"AGENTRY_RUN_ID=run-1\0"));
-        assert!(!marks.found_in(b""));
+    fn the_mark_is_needed_whole() {
+        let mark = Mark::new("7-1");
+        assert!(mark.found_in(b"AGENTRY_RUN_ID=r\0AGENTRY_SPAWN_ID=7-1\0PATH=/bin\0"));
+        assert!(!mark.found_in(b"AGENTRY_SPAWN_ID=7-10\0"));
+        assert!(!mark.found_in(b"AGENTRY_SPAWN_ID=7-\0"));
+        assert!(!mark.found_in(b""));
     }
 }

@@ -46,14 +46,34 @@ async fn command_tool_expands_placeholders() {
     assert_eq!(out.data["stdout"], "from stdin");
 }
 
-/// The `NAME=value` lines of `env` output for the host's id variables, sorted.
-fn host_ids(stdout: &str) -> Vec<&str> {
-    let mut ids: Vec<&str> = stdout
+/// The `NAME=value` lines of `env` output for the host's id variables, sorted,
+/// the spawn id's value (unique to each spawn) checked and replaced by `*`.
+fn host_ids(stdout: &str) -> Vec<String> {
+    let mut ids: Vec<String> = stdout
         .lines()
         .filter(|l| HOST_ENV.iter().any(|n| l.starts_with(&format!("{n}="))))
+        .map(|l| match l.strip_prefix(&format!("{ENV_SPAWN_ID}=")) {
+            Some(id) => {
+                let host = format!("{}-", std::process::id());
+                assert!(id.starts_with(&host), "spawn id {id} is not this host's");
+                assert!(id[host.len()..].parse::<u64>().is_ok(), "spawn id {id}");
+                format!("{ENV_SPAWN_ID}=*")
+            }
+            None => l.to_string(),
+        })
         .collect();
     ids.sort_unstable();
     ids
+}
+
+/// The spawn id of `env` output.
+fn spawn_id(stdout: &str) -> String {
+    let prefix = format!("{ENV_SPAWN_ID}=");
+    stdout
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .expect("a spawn id")
+        .to_string()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -65,19 +85,23 @@ async fn host_ids_reach_every_child_and_cannot_be_forged() {
         "AGENTRY_CALL_ID=call-1",
         "AGENTRY_OPERATION_ID=op-test",
         "AGENTRY_RUN_ID=run-1",
+        "AGENTRY_SPAWN_ID=*",
     ];
 
     // proc.run, even with the name allowlisted and set by the model.
     let mut config = ProcConfig::default();
     config.env_allowlist.push(ENV_OPERATION_ID.to_string());
-    let out = ProcTool::new(config)
-        .call(
-            json!({"argv": ["env"], "env": {"AGENTRY_OPERATION_ID": "forged"}}),
-            &c,
-        )
-        .await
-        .unwrap();
-    assert_eq!(host_ids(out.data["stdout"].as_str().unwrap()), want);
+    config.env_allowlist.push(ENV_SPAWN_ID.to_string());
+    let tool = ProcTool::new(config);
+    let forge = json!({"argv": ["env"], "env": {"AGENTRY_OPERATION_ID": "forged", "AGENTRY_SPAWN_ID": "forged"}});
+    let out = tool.call(forge.clone(), &c).await.unwrap();
+    let first = out.data["stdout"].as_str().unwrap().to_string();
+    assert_eq!(host_ids(&first), want);
+    // The same call again (as a retry would be) is a different spawn.
+    let out = tool.call(forge, &c).await.unwrap();
+    let second = out.data["stdout"].as_str().unwrap().to_string();
+    assert_eq!(host_ids(&second), want);
+    assert_ne!(spawn_id(&first), spawn_id(&second));
 
     // A command tool, even with a fixed variable of that name.
     let tool = CommandTool::new(

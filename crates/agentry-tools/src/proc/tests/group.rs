@@ -139,3 +139,30 @@ async fn output_held_open_by_an_escaped_process_is_cut_and_reported() {
         "{problems:?}"
     );
 }
+
+/// A sweep that is still making out an unreadable child (here one that cleared
+/// its environment, so it stays unreadable) when the same call runs again — as
+/// a retry does, with the same run and call ids — must not touch the new spawn:
+/// strays are told apart by the spawn's own id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lingering_sweep_spares_the_next_spawn_of_the_same_call() {
+    reap_orphans_here().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let c = ctx(dir.path());
+    // The stray (`env -i` leaves it no environment) keeps the sweep unsure,
+    // and it holds no pipe of ours, so the call returns at once.
+    let out = run_ok(
+        json!({"argv": ["sh", "-c", "env -i setsid sleep 3 </dev/null >/dev/null 2>&1 & sleep 0.1; echo $!"]}),
+        &c,
+    )
+    .await;
+    let stray: i32 = out.data["stdout"].as_str().unwrap().trim().parse().unwrap();
+    // Same context, same ids; long enough to overlap the first sweep's wait.
+    let again = run_ok(json!({"argv": ["sh", "-c", "sleep 0.4; echo alive"]}), &c).await;
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(stray),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+    assert_eq!(again.data["stdout"], "alive\n", "{}", again.data);
+    assert_eq!(again.data["exit_code"], 0);
+}
