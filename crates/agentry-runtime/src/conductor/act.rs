@@ -82,7 +82,7 @@ impl ConductorState {
             // An executor that died mid-call cannot say what happened: the calls
             // are reported as lost (its supervisor, this conductor, restarts it).
             r = run => r.unwrap_or_else(|e| {
-                self.lost_child = true;
+                self.executor_lost = true;
                 lost_calls(calls, &e.to_string())
             }),
             // The executor answers cancelled calls itself; if it cannot within the

@@ -74,6 +74,10 @@ impl ConductorState {
         match Actor::spawn_linked(None, ToolExecutor, args, myself.get_cell()).await {
             Ok((executor, _)) => {
                 self.children.executor = executor;
+                self.executor_lost = false;
+                if std::mem::take(&mut self.step_after_restart) {
+                    let _ = myself.cast(ConductorMsg::Step);
+                }
                 Ok(())
             }
             Err(e) => Err(Stop::new(

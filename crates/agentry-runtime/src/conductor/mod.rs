@@ -88,6 +88,10 @@ impl Actor for Conductor {
                     st.step_due = true;
                     return Ok(());
                 }
+                if st.executor_lost {
+                    st.step_after_restart = true;
+                    return Ok(());
+                }
                 let flow = match (st.ending.take(), st.in_flight.take()) {
                     (Some(Ending::Verify { answer }), _) => Box::pin(st.verify(answer)).await,
                     (Some(Ending::Stop { reason, detail }), _) => Flow::stop(reason, detail),

@@ -106,8 +106,13 @@ pub struct ConductorState {
     /// Messages posted from outside, and how many of them were handled.
     pub(super) posted: Posted,
     pub(super) handled: u64,
-    /// A child did not answer during this batch of steps.
-    pub(super) lost_child: bool,
+    /// The executor died under a step and is not restarted yet. Its reply port
+    /// closes before ractor tells its supervisor (this conductor), so the next
+    /// step waits for the supervision event and the restart instead of sending
+    /// its calls to the dead executor.
+    pub(super) executor_lost: bool,
+    /// A step was due while the executor was lost: taken once it is restarted.
+    pub(super) step_after_restart: bool,
 }
 
 impl ConductorState {

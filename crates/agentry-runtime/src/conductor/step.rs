@@ -29,7 +29,6 @@ impl ConductorState {
     pub(super) async fn run_steps(&mut self) -> Flow {
         let began = Instant::now();
         let mut taken = 0;
-        self.lost_child = false;
         loop {
             let flow = self.run_step().await;
             taken += 1;
@@ -37,7 +36,7 @@ impl ConductorState {
                 && self.config.driver == Driver::Pull
                 && !self.paused
                 && self.posted.count() == self.handled
-                && !self.lost_child
+                && !self.executor_lost
                 && self.children.all_running()
                 && taken < STEP_BATCH
                 && began.elapsed() < STEP_BATCH_TIME;
