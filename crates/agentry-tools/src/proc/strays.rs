@@ -17,7 +17,9 @@
 //! A sweep SIGKILLs every child of ours with the mark (never the leader, which
 //! tokio reaps), reaps them (`waitpid(pid)`; they are our children, so their pids
 //! cannot be recycled before that), and repeats, so the strays' own children —
-//! re-parented here as their parents die — go the same way.
+//! re-parented here as their parents die — go the same way. It ends only after
+//! a round that found nothing to kill *and* reaped nothing: a stray reaped
+//! after the round listed our children may have handed us children of its own.
 //!
 //! A live child shows *no* environment while it is inside `exec` (the kernel has
 //! swapped in the new memory map but not yet laid out its environment), which
@@ -147,6 +149,10 @@ impl Sweep {
 
     /// One round: kill what carries the mark, reap what died; `true` once
     /// nothing is left to kill, reap or make out.
+    ///
+    /// A stray reaped in this round may have had children, re-parented here
+    /// as it died: after this round's list of our children was taken. So a
+    /// round that reaped anything is never the last.
     fn round(&mut self) -> bool {
         let mut pass = kill_marked(&self.mark, self.leader);
         if pass.killed.is_empty() && !pass.unsure && self.pending.is_empty() && !self.scanned {
@@ -157,9 +163,11 @@ impl Sweep {
         self.pending.extend(pass.killed);
         self.pending.sort_unstable();
         self.pending.dedup();
+        let waiting = self.pending.len();
         self.pending = reap(std::mem::take(&mut self.pending));
+        let reaped = self.pending.len() < waiting;
         let settled = !pass.unsure || self.started.elapsed() >= UNSURE_LIMIT;
-        !found && settled && self.pending.is_empty()
+        !found && !reaped && settled && self.pending.is_empty()
     }
 }
 
