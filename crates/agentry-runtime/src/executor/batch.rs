@@ -68,8 +68,28 @@ impl ExecutorState {
         while i < prepared.len() {
             let range = next_group(&prepared, i);
             i = range.end;
-            let group = take_group(&mut prepared, range, step, calls);
-            self.run_group(group, &mut run).await;
+            let mut group = take_group(&mut prepared, range, step, calls);
+            if group.is_empty() {
+                continue;
+            }
+            if self.args.run_token.is_cancelled() {
+                for Ready { job, .. } in group {
+                    run.results[job.position] = Some(fail(job.call, self.cancelled_error()));
+                }
+                continue;
+            }
+            // The common case, one call: awaited right here, with no stream
+            // machinery and no future of its own in between (this future is
+            // boxed and moved once per step; each nested one adds to it).
+            if group.len() == 1
+                && let Some(Ready { job, args }) = group.pop()
+            {
+                let k = job.position;
+                let outcome = self.run_with_retries(job, args).await;
+                run.absorb(k, outcome);
+                continue;
+            }
+            self.run_parallel(group, &mut run).await;
         }
         let results = self
             .collect(prepared, &mut run.results, calls, step, &registry)
@@ -82,23 +102,8 @@ impl ExecutorState {
         }
     }
 
-    /// Runs one group; calls queued behind a cancellation never start.
-    async fn run_group(&self, mut group: Vec<Ready<'_>>, run: &mut StepRun) {
-        if self.args.run_token.is_cancelled() {
-            for Ready { job, .. } in group {
-                run.results[job.position] = Some(fail(job.call, self.cancelled_error()));
-            }
-            return;
-        }
-        if group.len() == 1 {
-            // The common case, one call: no stream machinery.
-            if let Some(Ready { job, args }) = group.pop() {
-                let k = job.position;
-                let outcome = self.run_with_retries(job, args).await;
-                run.absorb(k, outcome);
-            }
-            return;
-        }
+    /// Runs a group of parallel-safe calls, at most `max_parallel` at a time.
+    async fn run_parallel(&self, group: Vec<Ready<'_>>, run: &mut StepRun) {
         let ks: Vec<usize> = group.iter().map(|ready| ready.job.position).collect();
         // Collected first: a lazy `map` closure inside the stream trips the
         // compiler's higher-ranked lifetime inference for the actor future.

@@ -13,7 +13,7 @@ use tokio::time::Duration;
 use super::approval::Gate;
 use super::envelope::fail;
 use super::ledger::operation_id;
-use super::msg::{AppliedInput, CallOutcome};
+use super::msg::CallOutcome;
 use super::prepared::Job;
 use super::state::ExecutorState;
 use crate::ask::ask;
@@ -22,7 +22,9 @@ use crate::durable::rerunnable;
 
 impl ExecutorState {
     /// Runs one call, retrying retryable failures within the contract's and the
-    /// run's retry allowance.
+    /// run's retry allowance. One async fn from the gate to the recorded
+    /// outcome: every nested future would add its locals to the executor's
+    /// per-step future, which is boxed and moved once per step.
     pub(super) async fn run_with_retries(&self, job: Job<'_>, args: Value) -> CallOutcome {
         let approval = match self.gate(&job).await {
             Gate::Open(approval) => approval,
@@ -40,20 +42,10 @@ impl ExecutorState {
         {
             return CallOutcome::not_run(fail(job.call, e), approval);
         }
-        self.run_attempts(job, args, approval).await
-    }
-
-    /// Attempts the call until it succeeds or may not be retried.
-    async fn run_attempts(
-        &self,
-        job: Job<'_>,
-        args: Value,
-        approval: Option<AppliedInput>,
-    ) -> CallOutcome {
         let (step, call, tool) = (job.step, job.call, job.tool);
         let contract = &tool.contract;
         let operation_id = operation_id(&self.args.run_id, job.digest);
-        let mut records = Vec::new();
+        let mut attempts = Vec::new();
         let mut attempt = 1u32;
         // The first attempt takes the parsed arguments; a retry (rare) parses the
         // call's arguments again (they parsed and validated before) rather than
@@ -80,14 +72,32 @@ impl ExecutorState {
                     .await
                     .unwrap_or(false);
             if !retry {
-                return self.close_call(&job, env, records, approval).await;
+                if env.attempt > 1 {
+                    attempts.push(attempt_record(call, contract, &env, None));
+                }
+                // A call the run's cancellation cut short may or may not have
+                // taken effect: its row keeps the intent. The run is stopping;
+                // should its stop not reach the disk (the process went away), a
+                // resume then settles the call by its contract (re-run or a
+                // human) instead of replaying "cancelled" as if it never ran.
+                let cut_short = !env.ok && self.args.run_token.is_cancelled();
+                if !cut_short {
+                    let _ = self
+                        .record(&job, LedgerState::Outcome, Some(&env), false)
+                        .await;
+                }
+                return CallOutcome {
+                    envelope: env,
+                    attempts,
+                    approval,
+                };
             }
             let backoff = self.args.retry.backoff(attempt);
-            records.push(attempt_record(call, contract, &env, Some(backoff)));
+            attempts.push(attempt_record(call, contract, &env, Some(backoff)));
             tokio::select! {
                 _ = self.args.run_token.cancelled() => {
                     let _ = self.record(&job, LedgerState::Outcome, Some(&env), false).await;
-                    return CallOutcome { envelope: env, attempts: records, approval };
+                    return CallOutcome { envelope: env, attempts, approval };
                 }
                 _ = tokio::time::sleep(backoff) => {}
             }
@@ -108,36 +118,6 @@ impl ExecutorState {
                     && !self.args.run_token.is_cancelled()
             }
             None => false,
-        }
-    }
-
-    /// The call's last attempt: its record (when it was retried) and its
-    /// outcome in the ledger.
-    async fn close_call(
-        &self,
-        job: &Job<'_>,
-        env: ResultEnvelope,
-        mut attempts: Vec<AttemptRecord>,
-        approval: Option<AppliedInput>,
-    ) -> CallOutcome {
-        if env.attempt > 1 {
-            attempts.push(attempt_record(job.call, &job.tool.contract, &env, None));
-        }
-        // A call the run's cancellation cut short may or may not have taken
-        // effect: its row keeps the intent. The run is stopping; should its stop
-        // not reach the disk (the process went away), a resume then settles the
-        // call by its contract (re-run or a human) instead of replaying
-        // "cancelled" as if it never ran.
-        let cut_short = !env.ok && self.args.run_token.is_cancelled();
-        if !cut_short {
-            let _ = self
-                .record(job, LedgerState::Outcome, Some(&env), false)
-                .await;
-        }
-        CallOutcome {
-            envelope: env,
-            attempts,
-            approval,
         }
     }
 }
