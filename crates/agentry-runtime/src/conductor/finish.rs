@@ -68,7 +68,9 @@ impl ConductorState {
 
     /// The stop of a run whose token was cancelled `during` something.
     pub(super) async fn cancelled_stop(&self, during: &str) -> Stop {
-        let reason = self.cancel_cause().await;
+        // Boxed: the step stages that may end here await this on a rare path,
+        // and each awaited future's size is copied on every step.
+        let reason = Box::pin(self.cancel_cause()).await;
         Stop::new(
             reason,
             format!("{reason} while {during} (step {})", self.steps),

@@ -92,11 +92,17 @@ impl Actor for Conductor {
                     st.step_after_restart = true;
                     return Ok(());
                 }
-                let flow = match (st.ending.take(), st.in_flight.take()) {
-                    (Some(Ending::Verify { answer }), _) => Box::pin(st.verify(answer)).await,
-                    (Some(Ending::Stop { reason, detail }), _) => Flow::stop(reason, detail),
-                    (None, Some(in_flight)) => Box::pin(st.act_again(in_flight)).await,
-                    (None, None) => Box::pin(st.run_steps()).await,
+                // Checked before taken: a resumed run's leftovers are large, and
+                // taking them moves them on every Step.
+                let flow = if st.ending.is_none() && st.in_flight.is_none() {
+                    Box::pin(st.run_steps()).await
+                } else {
+                    match (st.ending.take(), st.in_flight.take()) {
+                        (Some(Ending::Verify { answer }), _) => Box::pin(st.verify(answer)).await,
+                        (Some(Ending::Stop { reason, detail }), _) => Flow::stop(reason, detail),
+                        (None, Some(in_flight)) => Box::pin(st.act_again(in_flight)).await,
+                        (None, None) => Box::pin(st.run_steps()).await,
+                    }
                 };
                 st.after_step(&myself, flow).await;
             }

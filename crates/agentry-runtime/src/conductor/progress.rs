@@ -24,7 +24,9 @@ impl ConductorState {
         if let Some(answer) = r.acted.answer.take()
             && answer.ends_run(self.config.driver)
         {
-            return self.verify(answer.into_text()).await;
+            // Boxed: the last step only; unboxed, the checks' future would be
+            // copied with this one on every step.
+            return Box::pin(self.verify(answer.into_text())).await;
         }
         if self.progress_stalled(r.fingerprint) {
             let window = self.config.progress_window;
