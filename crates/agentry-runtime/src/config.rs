@@ -140,7 +140,9 @@ pub enum Driver {
     #[default]
     Pull,
     /// Sleep on the mailbox; each user message, custom event or timer tick wakes
-    /// one step. A final text answer is a reply: the agent sleeps again; only
+    /// the agent for a turn: a step, and after a step that called tools another
+    /// at once (the model sees the results), until the model answers with text.
+    /// A final text answer is a reply: the agent sleeps again; only
     /// `task.finish` (or a budget, an abort, the deadline) ends the run.
     Events,
 }

@@ -116,3 +116,78 @@ async fn messages_events_and_interrupts() -> Result<(), TestError> {
     );
     late_inputs_are_refused(&service, &run_path).await
 }
+
+/// Issue 18, item 4: an event-driven agent finishes its turn. One message; the
+/// model calls a tool, sees its result and replies in text right away, with no
+/// second message; then it sleeps until the next input.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_message_gets_a_tool_call_then_a_reply() -> Result<(), TestError> {
+    let service = Service::start().await?;
+    let run_id = service
+        .create(json!({
+            "goal": "answer questions, reading the notes first",
+            "budget": {"max_steps": 10, "deadline": "60s"},
+            "driver": {"mode": "events"},
+            "tools": {"grant": ["fs.read"]},
+            "files": {"notes.txt": "the answer is 42\n"},
+            "script": {"turns": [
+                {"tool_calls": [{"id": "look", "name": "fs.read", "arguments": {"path": "notes.txt"}}]},
+                {"final": "it is 42"},
+            ]}
+        }))
+        .await?;
+    let run_path = format!("/runs/{run_id}");
+    let mut stream = service.events(&run_id).await?;
+
+    let sent = service
+        .post(
+            &format!("{run_path}/messages"),
+            json!({"text": "what is the answer?"}),
+        )
+        .await?;
+    assert_eq!(sent.status, 202, "{:?}", sent.body);
+    let mut seen = stream.until("decision_made").await?;
+    seen.extend(stream.until("decision_made").await?);
+    seen.extend(stream.until("budget_spent").await?);
+
+    let names: Vec<&str> = seen.iter().map(|e| e.event.as_str()).collect();
+    let inputs = names.iter().filter(|n| **n == "input_applied").count();
+    assert_eq!(inputs, 1, "one message, no other input: {names:?}");
+    let decisions: Vec<&Value> = seen
+        .iter()
+        .filter(|e| e.event == "decision_made")
+        .map(|e| &e.data["event"]["decision"])
+        .collect();
+    assert!(decisions[0].to_string().contains("look"), "{decisions:?}");
+    assert!(
+        decisions[1].to_string().contains("it is 42"),
+        "{decisions:?}"
+    );
+    let read = seen
+        .iter()
+        .find(|e| e.event == "tool_call_finished")
+        .ok_or("no tool_call_finished")?;
+    assert_eq!(read.data["event"]["result"]["tool_call_id"], "look");
+    assert_eq!(read.data["event"]["result"]["ok"], true, "{:?}", read.data);
+    let reply_at = names.iter().rposition(|n| *n == "decision_made");
+    let result_at = names.iter().position(|n| *n == "tool_call_finished");
+    assert!(
+        result_at < reply_at,
+        "the reply follows the result: {names:?}"
+    );
+
+    // The reply ends the turn: the agent sleeps after its two steps.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let run = service.get(&run_path).await?;
+        if run.body["status"] == "sleeping" {
+            assert_eq!(run.body["steps"], 2, "{:?}", run.body);
+            break;
+        }
+        if std::time::Instant::now() > deadline {
+            return Err(format!("the run did not go to sleep: {:?}", run.body).into());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    Ok(())
+}

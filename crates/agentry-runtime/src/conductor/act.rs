@@ -26,6 +26,7 @@ impl ConductorState {
     /// each result and trace the approvals the calls waited for.
     pub(super) async fn act(&mut self, r: &mut StepResult) {
         let step = r.step;
+        self.turn_open = matches!(&*r.decision, Decision::ToolCalls { calls } if !calls.is_empty());
         self.emit(|| RunEvent::DecisionMade {
             step,
             decision: Arc::clone(&r.decision),

@@ -36,6 +36,9 @@ impl ConductorState {
                 Driver::Pull => {
                     let _ = myself.cast(ConductorMsg::Step);
                 }
+                // The model called tools: it sees their results now, not at
+                // the next event (each such step spends the step budget).
+                Driver::Events if self.turn_open => self.wake(myself),
                 Driver::Events if !self.wake_pending => self.set_status(RunStatus::Sleeping).await,
                 Driver::Events => {}
             },
@@ -110,6 +113,9 @@ impl ConductorState {
         self.record_input(RunInput::Tick { n, skipped }).await;
         self.wake_pending = false;
         let flow = Box::pin(self.run_step()).await;
+        // A tick wakes one decision, tool calls or not: a time-driven agent
+        // that checks something every tick must not loop on its own calls.
+        self.turn_open = false;
         let next = self.catch_up_ticks(n).await;
         if let Flow::Continue = flow {
             self.schedule_tick(myself, next);

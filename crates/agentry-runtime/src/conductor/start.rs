@@ -259,6 +259,7 @@ impl ConductorState {
             handled: 0,
             executor_lost: false,
             step_after_restart: false,
+            turn_open: false,
             step_due: false,
             wake_pending: false,
             ticks: None,

@@ -113,6 +113,10 @@ pub struct ConductorState {
     pub(super) executor_lost: bool,
     /// A step was due while the executor was lost: taken once it is restarted.
     pub(super) step_after_restart: bool,
+    /// The last step's decision called tools: the model's turn is not over, so
+    /// an event-driven run asks it again at once instead of sleeping (not after
+    /// a tick's step: a tick wakes one decision).
+    pub(super) turn_open: bool,
 }
 
 impl ConductorState {
