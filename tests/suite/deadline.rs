@@ -306,11 +306,13 @@ async fn the_deadline_interrupts_a_hanging_acceptance_check() -> Result<(), Test
 /// cancelled.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_deadline_stops_a_run_whose_tool_ignores_cancellation() -> Result<(), TestError> {
-    // 10x the ~250 ms the stop takes here, so a loaded machine does not fail it
-    // (the test lasts this long: the runtime's drop joins the blocked thread).
-    let block = Duration::from_millis(2_500);
+    // The tool blocks until released below, after the outcome is in (at most a
+    // minute, should the run wrongly wait for it): no bet on how long a loaded
+    // machine takes to stop the run.
+    let block = Duration::from_secs(60);
     let blocking = agentry_test_support::BlockingTool::new("block", block);
     let finished = blocking.finished();
+    let release = blocking.release();
     let runtime = runtime_with(vec![Arc::new(blocking)])?;
     let task = TestTask::new("block", &[])?
         .grant(&["block"])
@@ -324,6 +326,8 @@ async fn the_deadline_stops_a_run_whose_tool_ignores_cancellation() -> Result<()
     let events = collect_until_stopped(handle.subscribe()).await?;
     let outcome = handle.wait().await?;
     let blocked_call_returned = finished.get();
+    // Before the runtime's drop, which joins the blocked thread.
+    release.release();
 
     assert_eq!(
         outcome.stop_reason,

@@ -14,7 +14,7 @@
 //! | [`GateTool`] | blocks until the test answers the call through its [`GateHandle`] |
 //! | [`PanicTool`] | panics |
 //! | [`SleepTool`] | sleeps `ms` milliseconds (tokio time), records completion order and concurrency |
-//! | [`BlockingTool`] | blocks its thread (`std::thread::sleep`): a tool that ignores cancellation |
+//! | [`BlockingTool`] | blocks its thread until released: a tool that ignores cancellation |
 //! | [`FlakyTool`] | fails its first N attempts with a given error, then succeeds |
 
 use std::sync::Arc;
@@ -135,7 +135,7 @@ mod timing;
 pub use counting::{CountingTool, HangingTool};
 pub use failing::{FlakyTool, PanicTool};
 pub use gate::{GateCall, GateError, GateHandle, GateTool};
-pub use timing::{BlockingTool, CompletionLog, SleepTool};
+pub use timing::{BlockingTool, CompletionLog, Release, SleepTool};
 
 #[cfg(test)]
 mod tests {

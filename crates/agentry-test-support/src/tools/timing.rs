@@ -1,7 +1,7 @@
 //! Tools that take time: [`SleepTool`] (tokio time, cancellable) and
 //! [`BlockingTool`] (blocks its thread, ignores cancellation).
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::Duration;
 
 use agentry::{
@@ -102,31 +102,64 @@ impl Tool for SleepTool {
     }
 }
 
-/// Blocks the thread it runs on for a fixed time (`std::thread::sleep`), the way a
-/// tool doing blocking I/O inside `async fn` does: it cannot be cancelled until it
-/// returns. Use only on a multi-thread runtime, with a short duration.
+/// Blocks the thread it runs on (a blocking wait, not an await), the way a tool
+/// doing blocking I/O inside `async fn` does: it cannot be cancelled until it
+/// returns. It returns when the test [releases](BlockingTool::release) it, or
+/// after `block` at most, so a test can say "the run did not wait for it"
+/// without betting on how long a loaded machine takes. Use only on a
+/// multi-thread runtime.
 #[derive(Debug, Clone)]
 pub struct BlockingTool {
     contract: ToolContract,
     block: Duration,
     finished: Counter,
+    gate: Release,
+}
+
+/// Lets every blocked call of a [`BlockingTool`] return.
+#[derive(Debug, Clone, Default)]
+pub struct Release(Arc<(Mutex<bool>, Condvar)>);
+
+impl Release {
+    /// Ends the block of every call, now and later.
+    pub fn release(&self) {
+        let (released, wake) = &*self.0;
+        *released.lock().unwrap_or_else(PoisonError::into_inner) = true;
+        wake.notify_all();
+    }
+
+    /// Blocks the thread until released, or for `limit` at most.
+    fn wait(&self, limit: Duration) {
+        let (released, wake) = &*self.0;
+        let guard = released.lock().unwrap_or_else(PoisonError::into_inner);
+        let _ = wake
+            .wait_timeout_while(guard, limit, |released| !*released)
+            .unwrap_or_else(PoisonError::into_inner);
+    }
 }
 
 contract_setters!(BlockingTool);
 
 impl BlockingTool {
-    /// A blocking tool named `name` that blocks for `block`, accepting any object.
+    /// A blocking tool named `name` that blocks until released, or for `block`
+    /// at most, accepting any object.
     pub fn new(name: &str, block: Duration) -> Self {
         BlockingTool {
             contract: ToolContract::new(name, "Blocks its thread.", json!({"type": "object"})),
             block,
             finished: Counter::default(),
+            gate: Release::default(),
         }
     }
 
-    /// Calls that ran to the end of their block.
+    /// Calls that returned from their block.
     pub fn finished(&self) -> Counter {
         self.finished.clone()
+    }
+
+    /// The handle that ends the block.
+    pub fn release(&self) -> Release {
+        self.gate.clone()
     }
 }
 
@@ -137,7 +170,7 @@ impl Tool for BlockingTool {
     }
 
     async fn call(&self, args: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-        std::thread::sleep(self.block);
+        self.gate.wait(self.block);
         self.finished.incr();
         Ok(ToolOutput::data(args))
     }
