@@ -14,3 +14,6 @@ mod server;
 #[allow(dead_code, reason = "agentry-models' own tests use the rest")]
 #[path = "../../../crates/agentry-models/tests/suite/sse.rs"]
 mod sse;
+#[allow(dead_code, reason = "agentry-models' own tests use the rest")]
+#[path = "../../../crates/agentry-models/tests/suite/strict.rs"]
+mod strict;
