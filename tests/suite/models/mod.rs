@@ -4,6 +4,7 @@
 //! dev-dependencies stay free of the runtime.
 
 mod aimock;
+mod failed_turns;
 mod runtime;
 
 // Shared with agentry-models' own tests by path: a shared test crate would put
