@@ -115,9 +115,10 @@ fn call(id: String, name: &str, arguments: String) -> ToolCall {
 fn tool_result(entry: Option<&SessionEntry>) -> Option<(&str, &str)> {
     match entry? {
         SessionEntry::Tool { result } => string_result(result),
-        SessionEntry::User { .. } | SessionEntry::Assistant { .. } | SessionEntry::Event { .. } => {
-            None
-        }
+        SessionEntry::User { .. }
+        | SessionEntry::Assistant { .. }
+        | SessionEntry::Event { .. }
+        | SessionEntry::Note { .. } => None,
     }
 }
 

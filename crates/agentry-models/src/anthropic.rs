@@ -10,6 +10,7 @@ use agentry_protocol::tool::{ToolArguments, ToolCall, ToolSpec};
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
+use crate::conversation::{Item, conversation};
 use crate::prompt::system_prompt;
 use crate::transport::{self, AttemptError, SseReader};
 use crate::{ModelConfig, ModelError, ToolNameMap};
@@ -135,58 +136,7 @@ pub fn build_anthropic_request(
     session: &[SessionEntry],
     names: &ToolNameMap,
 ) -> Value {
-    let mut messages: Vec<(String, Vec<Value>)> = Vec::new();
-    // The API requires alternating roles, so consecutive blocks of one role merge
-    // into one message (several tool results answer one assistant turn together).
-    let mut push = |role: &str, block: Value| match messages.last_mut() {
-        Some((r, blocks)) if r == role => blocks.push(block),
-        _ => messages.push((role.to_string(), vec![block])),
-    };
-    let text = |t: String| json!({"type": "text", "text": t});
-    for entry in session {
-        match entry {
-            SessionEntry::User { text: t } => push("user", text(t.clone())),
-            SessionEntry::Event { name, payload } => {
-                push("user", text(format!("[event {name}] {payload}")));
-            }
-            SessionEntry::Assistant { decision, .. } => match &**decision {
-                Decision::ToolCalls { calls } => {
-                    for c in calls {
-                        // `input` must be an object; broken raw arguments were
-                        // already answered with EINVAL, which the model will see.
-                        let input = c
-                            .arguments
-                            .to_value()
-                            .ok()
-                            .filter(Value::is_object)
-                            .unwrap_or_else(|| json!({}));
-                        push(
-                            "assistant",
-                            json!({"type": "tool_use", "id": c.id,
-                            "name": names.wire(&c.name), "input": input}),
-                        );
-                    }
-                }
-                Decision::Final { answer } => push("assistant", text(answer.clone())),
-                Decision::Failed { message, .. } => push(
-                    "user",
-                    text(format!("[agentry] your previous turn failed: {message}")),
-                ),
-            },
-            SessionEntry::Tool { result } => {
-                let content = serde_json::to_string(result).unwrap_or_default();
-                push(
-                    "user",
-                    json!({"type": "tool_result", "tool_use_id": result.tool_call_id,
-                    "content": content, "is_error": !result.ok}),
-                );
-            }
-        }
-    }
-    let messages: Vec<Value> = messages
-        .into_iter()
-        .map(|(role, content)| json!({"role": role, "content": content}))
-        .collect();
+    let messages = anthropic_messages(session, names);
     let mut request = json!({
         "model": config.model,
         "max_tokens": config.max_output_tokens,
@@ -204,6 +154,62 @@ pub fn build_anthropic_request(
             .collect();
     }
     request
+}
+
+/// The `messages` array: roles alternate (consecutive blocks of one role merge
+/// into one message), the first message is the user's, each assistant turn's
+/// `tool_use` blocks are answered by `tool_result` blocks at the start of the
+/// very next message, and no content is empty (see [`crate::conversation`]).
+fn anthropic_messages(session: &[SessionEntry], names: &ToolNameMap) -> Vec<Value> {
+    let mut messages: Vec<(&str, Vec<Value>)> = Vec::new();
+    let mut push = |role: &'static str, block: Value| match messages.last_mut() {
+        Some((r, blocks)) if *r == role => blocks.push(block),
+        _ => messages.push((role, vec![block])),
+    };
+    let text = |t: &str| json!({"type": "text", "text": t});
+    for item in conversation(session) {
+        match item {
+            Item::User(t) => push("user", text(&t)),
+            Item::Assistant(t) => push("assistant", text(t)),
+            Item::Calls(group) => {
+                for (c, id) in group.calls.iter().zip(&group.ids) {
+                    // `input` must be an object; broken raw arguments were
+                    // already answered with EINVAL, which the model will see.
+                    let input = c
+                        .arguments
+                        .to_value()
+                        .ok()
+                        .filter(Value::is_object)
+                        .unwrap_or_else(|| json!({}));
+                    push(
+                        "assistant",
+                        json!({"type": "tool_use", "id": id,
+                        "name": names.wire(&c.name), "input": input}),
+                    );
+                }
+                for (i, id) in group.ids.iter().enumerate() {
+                    let (content, is_error) = group.result_text(i);
+                    push(
+                        "user",
+                        json!({"type": "tool_result", "tool_use_id": id,
+                        "content": content, "is_error": is_error}),
+                    );
+                }
+            }
+        }
+    }
+    // The API wants the user to speak first; the goal normally does, unless a
+    // context budget elided it.
+    if messages.first().is_none_or(|(role, _)| *role != "user") {
+        messages.insert(
+            0,
+            ("user", vec![text("[agentry] the conversation so far:")]),
+        );
+    }
+    messages
+        .into_iter()
+        .map(|(role, content)| json!({"role": role, "content": content}))
+        .collect()
 }
 
 #[derive(Debug, Default)]

@@ -53,7 +53,7 @@ pub fn project_session(
         return Cow::Borrowed(session);
     }
     let mut out: Vec<SessionEntry> = session[..head].to_vec();
-    out.push(SessionEntry::User {
+    out.push(SessionEntry::Note {
         text: format!(
             "[agentry] {elided} earlier session entries were elided to fit the context budget"
         ),
@@ -156,7 +156,7 @@ mod tests {
         let p = project_session(&s, Some(200));
         assert_eq!(p[0], goal());
         assert!(
-            matches!(&p[1], SessionEntry::User { text } if text.contains("5 earlier")),
+            matches!(&p[1], SessionEntry::Note { text } if text.contains("5 earlier")),
             "{:?}",
             p[1]
         );

@@ -15,6 +15,8 @@
 //! # Layout
 //! - `config`: [`ModelConfig`], [`RetryConfig`], [`Provider`] and env-key lookup.
 //! - [`context`]: which session entries a request carries under a context budget.
+//! - `conversation`: the session as a conversation every provider accepts (failed
+//!   turns as host notes, each call answered right after it, no empty content).
 //! - `names`: the reversible tool-name mapping.
 //! - `transport`: HTTP status classification, retries, the stall-aware SSE reader.
 //! - `prompt`: the default system prompt both providers send.
@@ -38,6 +40,7 @@
 mod anthropic;
 mod config;
 pub mod context;
+mod conversation;
 mod error;
 mod names;
 mod openai;

@@ -13,6 +13,7 @@ use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use crate::conversation::{Item, conversation};
 use crate::prompt::system_prompt;
 use crate::transport::{self, AttemptError, SseReader};
 use crate::{ModelConfig, ModelError, ToolNameMap};
@@ -221,63 +222,44 @@ pub(crate) fn build_openai_request(
 }
 
 /// Projects the session into chat messages: the system prompt, then user text,
-/// assistant tool calls (wire names, ids), and tool results as `role: "tool"`
-/// with their `tool_call_id` and the result envelope as JSON text.
+/// assistant text, and each assistant turn's tool calls (wire names, ids)
+/// followed by one `role: "tool"` message per call with its `tool_call_id` and
+/// the result envelope as JSON text.
 ///
-/// Chat APIs require every tool result right after the assistant message that
-/// made the call, so entries arriving while results are outstanding (a user
-/// message injected mid-step) are held back until the last result is placed.
+/// Every projection is a request the API accepts (see [`crate::conversation`]):
+/// each `tool` message answers a call of the assistant message right before
+/// it, every call is answered before any other message, and failed turns and
+/// host notes are user messages, never tool results.
 pub fn build_openai_messages(
     system: &str,
     session: &[SessionEntry],
     names: &ToolNameMap,
 ) -> Vec<Value> {
     let mut messages = vec![json!({"role": "system", "content": system})];
-    let mut pending: Vec<&str> = Vec::new();
-    let mut held: Vec<Value> = Vec::new();
-    for entry in session {
-        let message = match entry {
-            SessionEntry::User { text } => json!({"role": "user", "content": text}),
-            SessionEntry::Event { name, payload } => {
-                json!({"role": "user", "content": format!("[event {name}] {payload}")})
-            }
-            SessionEntry::Assistant { decision, .. } => match &**decision {
-                Decision::ToolCalls { calls } => {
-                    pending.extend(calls.iter().map(|c| c.id.as_str()));
-                    let calls: Vec<Value> = calls
-                        .iter()
-                        .map(|c| {
-                            json!({"id": c.id, "type": "function", "function": {
-                                "name": names.wire(&c.name),
-                                "arguments": arguments_text(&c.arguments),
-                            }})
-                        })
-                        .collect();
-                    messages
-                        .push(json!({"role": "assistant", "content": null, "tool_calls": calls}));
-                    continue;
+    for item in conversation(session) {
+        match item {
+            Item::User(text) => messages.push(json!({"role": "user", "content": text})),
+            Item::Assistant(text) => messages.push(json!({"role": "assistant", "content": text})),
+            Item::Calls(group) => {
+                let calls: Vec<Value> = group
+                    .calls
+                    .iter()
+                    .zip(&group.ids)
+                    .map(|(c, id)| {
+                        json!({"id": id, "type": "function", "function": {
+                            "name": names.wire(&c.name),
+                            "arguments": arguments_text(&c.arguments),
+                        }})
+                    })
+                    .collect();
+                messages.push(json!({"role": "assistant", "content": null, "tool_calls": calls}));
+                for (i, id) in group.ids.iter().enumerate() {
+                    let (content, _) = group.result_text(i);
+                    messages.push(json!({"role": "tool", "tool_call_id": id, "content": content}));
                 }
-                Decision::Final { answer } => json!({"role": "assistant", "content": answer}),
-                Decision::Failed { message, .. } => json!({"role": "user",
-                    "content": format!("[agentry] your previous turn failed: {message}")}),
-            },
-            SessionEntry::Tool { result } => {
-                pending.retain(|id| *id != result.tool_call_id);
-                let content = serde_json::to_string(result).unwrap_or_default();
-                messages.push(json!({"role": "tool", "tool_call_id": result.tool_call_id, "content": content}));
-                if pending.is_empty() {
-                    messages.append(&mut held);
-                }
-                continue;
             }
-        };
-        if pending.is_empty() {
-            messages.push(message);
-        } else {
-            held.push(message);
         }
     }
-    messages.append(&mut held);
     messages
 }
 

@@ -38,6 +38,13 @@ pub struct TaskState {
 }
 
 /// One entry of the conversation (session layer).
+///
+/// A failed turn (the adapter gave up on a request, the stream stalled, a text
+/// reply where `task.finish` was required, an empty list of calls) is recorded
+/// as what it is: the step's [`SessionEntry::Assistant`] entry holding a
+/// [`Decision::Failed`] or an empty [`Decision::ToolCalls`], and nothing else —
+/// never a tool result answering no call. Model adapters show it to the model as
+/// a note from the host ([`SessionEntry::host_note`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "role", rename_all = "snake_case")]
 pub enum SessionEntry {
@@ -68,6 +75,39 @@ pub enum SessionEntry {
         /// Payload.
         payload: serde_json::Value,
     },
+    /// A note from the host (agentry) to the model: not the user's words and
+    /// not a tool result (e.g. that older entries were elided to fit the
+    /// context). Model adapters send it as user text.
+    Note {
+        /// Text.
+        text: String,
+    },
+}
+
+impl SessionEntry {
+    /// What the host tells the model about this entry in a note of its own, if
+    /// the entry is one: a [`SessionEntry::Note`], or a failed turn (a
+    /// [`Decision::Failed`] or an empty call list), which the model did not say
+    /// and which answers no call. Every adapter sends these as user text.
+    pub fn host_note(&self) -> Option<String> {
+        match self {
+            SessionEntry::Note { text } => Some(text.clone()),
+            SessionEntry::Assistant { decision, .. } => match &**decision {
+                Decision::Failed { message, .. } => {
+                    Some(format!("[agentry] your previous turn failed: {message}"))
+                }
+                Decision::ToolCalls { calls } if calls.is_empty() => Some(
+                    "[agentry] your previous turn proposed an empty list of tool calls; \
+                     propose tool calls with valid JSON arguments, or a final answer"
+                        .to_string(),
+                ),
+                Decision::ToolCalls { .. } | Decision::Final { .. } => None,
+            },
+            SessionEntry::User { .. } | SessionEntry::Tool { .. } | SessionEntry::Event { .. } => {
+                None
+            }
+        }
+    }
 }
 
 /// Where a run is in its life.

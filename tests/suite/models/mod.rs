@@ -4,6 +4,7 @@
 //! dev-dependencies stay free of the runtime.
 
 mod aimock;
+mod failed_turns;
 mod runtime;
 
 // Shared with agentry-models' own tests by path: a shared test crate would put
@@ -14,3 +15,6 @@ mod server;
 #[allow(dead_code, reason = "agentry-models' own tests use the rest")]
 #[path = "../../../crates/agentry-models/tests/suite/sse.rs"]
 mod sse;
+#[allow(dead_code, reason = "agentry-models' own tests use the rest")]
+#[path = "../../../crates/agentry-models/tests/suite/strict.rs"]
+mod strict;

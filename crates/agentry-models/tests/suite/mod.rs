@@ -6,3 +6,6 @@ mod openai;
 mod server;
 #[allow(dead_code, reason = "the workspace suite's models tests use the rest")]
 mod sse;
+#[allow(dead_code, reason = "the workspace suite's models tests use the rest")]
+mod strict;
+mod strict_rules;

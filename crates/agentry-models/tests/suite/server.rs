@@ -1,6 +1,8 @@
 //! A scripted model server: answers each POST with the next scripted reply (status,
 //! headers, SSE body chunks with pauses between them, optionally stalling) and
-//! records what the client sent.
+//! records what the client sent. Every request is first held to its provider's
+//! rules ([`super::strict`]): one the real API would refuse gets the real API's
+//! HTTP 400, and no scripted reply.
 
 // Test-only helper outside #[test] functions: a poisoned lock or a bad scripted
 // status is a bug in the test itself, and panicking says so loudest.
@@ -15,6 +17,8 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use serde_json::Value;
+
+use super::strict::{Invalid, check_path};
 
 pub type TestError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -120,6 +124,7 @@ pub struct Received {
 struct Shared {
     replies: Arc<Mutex<VecDeque<Reply>>>,
     received: Arc<Mutex<Vec<Received>>>,
+    rejected: Arc<Mutex<Vec<Invalid>>>,
 }
 
 /// The running server.
@@ -159,6 +164,11 @@ impl MockServer {
     pub fn received(&self) -> Vec<Received> {
         self.shared.received.lock().unwrap().clone()
     }
+
+    /// Every request refused by the provider's rules so far, in order.
+    pub fn rejected(&self) -> Vec<Invalid> {
+        self.shared.rejected.lock().unwrap().clone()
+    }
 }
 
 async fn handle(
@@ -172,11 +182,20 @@ async fn handle(
         return Response::new(Body::from("ok"));
     }
     let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let refused = check_path(uri.path(), &body);
     shared.received.lock().unwrap().push(Received {
         path: uri.path().to_string(),
         headers,
         body,
     });
+    if let Some((invalid, shape)) = refused {
+        shared.rejected.lock().unwrap().push(invalid);
+        let mut r = Response::new(Body::from(shape.to_string()));
+        *r.status_mut() = StatusCode::BAD_REQUEST;
+        r.headers_mut()
+            .insert("content-type", "application/json".parse().unwrap());
+        return r;
+    }
     let next = shared.replies.lock().unwrap().pop_front();
     let Some(reply) = next else {
         let mut r = Response::new(Body::from("{\"error\":\"script exhausted\"}"));

@@ -12,7 +12,7 @@ use agentry_protocol::state::SessionEntry;
 use agentry_protocol::tool::ToolSpec;
 use serde_json::{Value, json};
 
-use super::server::split_events;
+use super::server::{split_events, split_named_events};
 
 pub fn tools() -> Vec<ToolSpec> {
     ["fs.read", "fs.write", "task.finish"]
@@ -124,5 +124,58 @@ pub fn text_turn(text: &str) -> Vec<String> {
             "[DONE]".into(),
         ],
         1,
+    )
+}
+
+/// An Anthropic streamed turn: these content blocks, then the stop.
+fn anthropic_turn(blocks: Vec<(Value, Option<String>)>, stop_reason: &str) -> Vec<String> {
+    let mut events: Vec<(&str, Value)> = vec![(
+        "message_start",
+        json!({"type": "message_start", "message": {"usage": {"input_tokens": 9, "output_tokens": 0}}}),
+    )];
+    for (index, (block, delta)) in blocks.into_iter().enumerate() {
+        let delta = match (&block["type"], delta) {
+            (t, Some(d)) if t == "tool_use" => {
+                json!({"type": "input_json_delta", "partial_json": d})
+            }
+            (_, d) => json!({"type": "text_delta", "text": d.unwrap_or_default()}),
+        };
+        events.push((
+            "content_block_start",
+            json!({"type": "content_block_start", "index": index, "content_block": block}),
+        ));
+        events.push((
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": index, "delta": delta}),
+        ));
+        events.push((
+            "content_block_stop",
+            json!({"type": "content_block_stop", "index": index}),
+        ));
+    }
+    events.push((
+        "message_delta",
+        json!({"type": "message_delta", "delta": {"stop_reason": stop_reason}, "usage": {"output_tokens": 4}}),
+    ));
+    events.push(("message_stop", json!({"type": "message_stop"})));
+    split_named_events(&events, 7)
+}
+
+/// An Anthropic turn with one `tool_use` block whose input is `args`.
+pub fn anthropic_call(id: &str, name: &str, args: &str) -> Vec<String> {
+    anthropic_turn(
+        vec![(
+            json!({"type": "tool_use", "id": id, "name": name, "input": {}}),
+            Some(args.to_string()),
+        )],
+        "tool_use",
+    )
+}
+
+/// An Anthropic turn of text only.
+pub fn anthropic_text(text: &str) -> Vec<String> {
+    anthropic_turn(
+        vec![(json!({"type": "text", "text": ""}), Some(text.to_string()))],
+        "end_turn",
     )
 }

@@ -1,6 +1,7 @@
 //! Acting on a decision (step 3): run the proposed calls, taking them from the
-//! run's tool-call allowance first; or take the model's final answer; or turn
-//! the policy's failure into an observation (and, if fatal, a stop).
+//! run's tool-call allowance first; or take the model's final answer; or
+//! record the policy's failure, which the model sees as a host note (and, if
+//! fatal, stop).
 
 use std::sync::Arc;
 
@@ -122,23 +123,19 @@ fn refused(step: u64, n: u64, granted: u64) -> Option<Stop> {
     })
 }
 
-/// A decision with no calls to run: an empty call list or a policy failure is
-/// an observation for the model (a fatal failure also a stop); a final answer
-/// is the model's answer.
+/// A decision with no calls to run. An empty call list or a policy failure is
+/// recorded as the step's decision alone (adapters show it to the model as a
+/// host note): no result envelope, since there is no call for one to answer and
+/// providers reject a tool result without its call. A fatal failure is also a
+/// stop; a final answer is the model's answer.
 fn without_calls(decision: &Decision) -> Acted {
     match decision {
-        Decision::ToolCalls { .. } => Acted {
-            results: vec![Arc::new(policy_error(
-                "the model proposed an empty list of tool calls",
-            ))],
-            ..Acted::default()
-        },
+        Decision::ToolCalls { .. } => Acted::default(),
         Decision::Final { answer } => Acted {
             answer: Some(Answer::Final(answer.clone())),
             ..Acted::default()
         },
         Decision::Failed { message, fatal } => Acted {
-            results: vec![Arc::new(policy_error(message))],
             stop: fatal.then(|| {
                 Stop::new(
                     StopReason::UnrecoverableError,
@@ -159,15 +156,6 @@ fn finish_answer(results: &[Arc<ResultEnvelope>]) -> Option<String> {
         .and_then(|d| d.get("answer"))
         .and_then(|a| a.as_str())
         .map(str::to_string)
-}
-
-fn policy_error(message: &str) -> ResultEnvelope {
-    ResultEnvelope::failure(
-        "",
-        "policy",
-        ToolError::new(ErrorCode::Einval, message.to_string())
-            .with_action("propose tool calls with valid JSON arguments, or a final answer"),
-    )
 }
 
 /// The executor stopped during the calls: each is reported as lost.
