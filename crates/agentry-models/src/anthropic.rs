@@ -159,7 +159,7 @@ pub fn build_anthropic_request(
 /// The `messages` array: roles alternate (consecutive blocks of one role merge
 /// into one message), the first message is the user's, each assistant turn's
 /// `tool_use` blocks are answered by `tool_result` blocks at the start of the
-/// very next message, and no content is empty (see [`crate::conversation`]).
+/// very next message, and no content is empty (see the crate's `conversation` module).
 fn anthropic_messages(session: &[SessionEntry], names: &ToolNameMap) -> Vec<Value> {
     let mut messages: Vec<(&str, Vec<Value>)> = Vec::new();
     let mut push = |role: &'static str, block: Value| match messages.last_mut() {

@@ -226,7 +226,7 @@ pub(crate) fn build_openai_request(
 /// followed by one `role: "tool"` message per call with its `tool_call_id` and
 /// the result envelope as JSON text.
 ///
-/// Every projection is a request the API accepts (see [`crate::conversation`]):
+/// Every projection is a request the API accepts (see the crate's `conversation` module):
 /// each `tool` message answers a call of the assistant message right before
 /// it, every call is answered before any other message, and failed turns and
 /// host notes are user messages, never tool results.

@@ -149,7 +149,15 @@ async fn failed_turn_then_done(wire: Wire, failure: Failure) -> Result<(), TestE
         .filter(|e| matches!(&e.event, RunEvent::ToolCallFinished { step: 1, .. }))
         .count();
     assert_eq!(results_of_step_1, 0, "a failed turn is no tool result");
-    // The next request shows the failure once, as a host note after the goal.
+    the_next_request_shows_one_note(wire, &server, failure)
+}
+
+/// The request after the failed turn shows the failure once, as a host note.
+fn the_next_request_shows_one_note(
+    wire: Wire,
+    server: &MockServer,
+    failure: Failure,
+) -> Result<(), TestError> {
     let sent = server.received();
     assert_eq!(sent.len(), 4);
     let second = wire.messages(&sent[1].body);
