@@ -134,6 +134,100 @@ async fn an_ungranted_tool_is_eperm_nothing_runs_and_the_model_never_sees_it()
     Ok(())
 }
 
+/// Issue 18, item 5: a model that keeps trying variations of a call it is not
+/// granted is stopped `permission_denied` after `max_denied` (default 3)
+/// denials in a row, which the detail names; any other result breaks the row.
+/// The denial does not tell the model the tool's scope.
+#[tokio::test]
+async fn denials_in_a_row_stop_the_run_permission_denied() -> Result<(), TestError> {
+    let wipe = CountingTool::new("danger.wipe").scope("danger");
+    let wiped = wipe.counter();
+    let runtime = runtime_with(vec![Arc::new(wipe)])?;
+    let task = TestTask::new("wipe", &[("a.txt", "keep me")])?.grant(&["fs.read"]);
+    let policy = ScriptBuilder::new()
+        .call("w1", "danger.wipe", json!({}))
+        .call("w2", "danger.wipe", json!({"all": true}))
+        .call("r1", "fs.read", json!({"path": "a.txt"}))
+        .call("w3", "danger.wipe", json!({"path": "a.txt"}))
+        .call("w4", "danger.wipe", json!({"force": true}))
+        .call("w5", "danger.wipe", json!({"force": 1}))
+        .finish("wiped")
+        .policy();
+
+    let (outcome, events) = run_with_events(&runtime, task.config(), policy).await?;
+
+    assert_eq!(
+        outcome.stop_reason,
+        StopReason::PermissionDenied,
+        "{}",
+        outcome.detail
+    );
+    assert_eq!(outcome.steps, 6, "the read broke the first row");
+    assert!(
+        outcome
+            .detail
+            .contains("danger.wipe (w3), danger.wipe (w4), danger.wipe (w5)"),
+        "{}",
+        outcome.detail
+    );
+    assert!(!outcome.detail.contains("(w1)"), "{}", outcome.detail);
+    assert_eq!(wiped.get(), 0);
+    let results = tool_results(&events);
+    let denial = result_for(&results, "w1")?;
+    assert_eq!(code_of(denial), Some(ErrorCode::Eperm));
+    let message = denial
+        .error
+        .as_ref()
+        .map(|e| e.message.as_str())
+        .unwrap_or_default();
+    assert!(message.contains("danger.wipe"), "{message}");
+    assert!(!message.contains("scope"), "{message}");
+    Ok(())
+}
+
+/// An unknown tool's error lists the tools the run may call, not every tool
+/// registered: an ungranted tool is not the model's to know of.
+#[tokio::test]
+async fn an_unknown_tools_error_names_only_granted_tools() -> Result<(), TestError> {
+    let runtime = runtime_with(vec![Arc::new(CountingTool::new("danger.wipe"))])?;
+    let task = TestTask::new("guess", &[])?.grant(&["fs.read"]);
+    let policy = ScriptBuilder::new()
+        .call("c1", "fs.delete", json!({}))
+        .finish("could not")
+        .policy();
+
+    let (_, events) = run_with_events(&runtime, task.config(), policy).await?;
+
+    let results = tool_results(&events);
+    let env = result_for(&results, "c1")?;
+    assert_eq!(code_of(env), Some(ErrorCode::Enotool));
+    let action = env
+        .error
+        .as_ref()
+        .and_then(|e| e.suggested_action.clone())
+        .unwrap_or_default();
+    assert!(action.contains("fs.read"), "{action}");
+    assert!(!action.contains("danger.wipe"), "{action}");
+    assert!(!action.contains("fs.write"), "{action}");
+    Ok(())
+}
+
+/// With `max_denied = 0` denials never stop the run.
+#[tokio::test]
+async fn max_denied_zero_turns_the_stop_off() -> Result<(), TestError> {
+    let runtime = runtime_with(vec![Arc::new(CountingTool::new("danger.wipe"))])?;
+    let task = TestTask::new("wipe", &[])?.grant(&["fs.read"]);
+    let mut config = task.config();
+    config.max_denied = 0;
+    let mut script = ScriptBuilder::new();
+    for i in 0..5 {
+        script = script.call(&format!("w{i}"), "danger.wipe", json!({"try": i}));
+    }
+    let (outcome, _) = run_with_events(&runtime, config, script.finish("gave up").policy()).await?;
+    assert_eq!(outcome.stop_reason, StopReason::Done, "{}", outcome.detail);
+    Ok(())
+}
+
 /// After an `EINVAL`, the next decision's session ends with the assistant turn and
 /// the error envelope for that call id: the model can correct itself.
 #[tokio::test]

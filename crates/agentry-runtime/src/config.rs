@@ -13,6 +13,12 @@ use crate::registry::Grants;
 pub const DEFAULT_MAX_STEPS: u64 = 50;
 /// Default no-progress window.
 pub const DEFAULT_PROGRESS_WINDOW: usize = 3;
+/// Default number of permission denials in a row that stop a run.
+pub const DEFAULT_MAX_DENIED: usize = 3;
+
+fn default_max_denied() -> usize {
+    DEFAULT_MAX_DENIED
+}
 
 /// Default bound on concurrently running calls of one step.
 pub const DEFAULT_MAX_PARALLEL: usize = 8;
@@ -165,6 +171,11 @@ pub struct RunConfig {
     /// No-progress window: that many identical step fingerprints in a row stop the
     /// run with `no_progress`. 0 (or 1, which would stop every run) disables it.
     pub progress_window: usize,
+    /// That many `EPERM` results in a row stop the run with
+    /// `permission_denied`, naming the denied calls: a model does not get to try
+    /// variations of a forbidden call until its budget runs out. 0 disables it.
+    #[serde(default = "default_max_denied")]
+    pub max_denied: usize,
     /// The working directory file tools are confined to. Must exist.
     pub workdir: PathBuf,
     /// Where to write the JSONL trace, if anywhere.
@@ -214,6 +225,7 @@ impl RunConfig {
             },
             grants: Grants::new(["fs.read"]),
             progress_window: DEFAULT_PROGRESS_WINDOW,
+            max_denied: DEFAULT_MAX_DENIED,
             workdir: workdir.into(),
             trace: None,
             artifacts: None,

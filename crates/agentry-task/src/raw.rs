@@ -68,6 +68,7 @@ pub(crate) struct RawPolicy {
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawProgress {
     pub(crate) window: Option<Value>,
+    pub(crate) max_denied: Option<Value>,
 }
 
 /// `[[tools.command]]`, one table.

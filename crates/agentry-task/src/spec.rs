@@ -37,6 +37,8 @@ pub struct TaskSpec {
     pub accept: Vec<AcceptCheck>,
     /// No-progress window; 0 disables the check.
     pub progress_window: usize,
+    /// Permission denials in a row that stop the run; 0 disables the check.
+    pub max_denied: usize,
     /// The policy script, resolved against `dir`; `None` when the task names none
     /// and `dir/script.json` does not exist.
     pub script: Option<PathBuf>,
@@ -118,6 +120,7 @@ impl TaskSpec {
         config.limits = self.limits;
         config.grants = self.grants.clone();
         config.progress_window = self.progress_window;
+        config.max_denied = self.max_denied;
         config.approval = self.approval.clone();
         config.driver = self.driver;
         config.tick_every = self.tick_every;

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use agentry_protocol::accept::AcceptCheck;
 use agentry_protocol::budget::BudgetLimits;
-use agentry_runtime::config::{DEFAULT_MAX_STEPS, DEFAULT_PROGRESS_WINDOW};
+use agentry_runtime::config::{DEFAULT_MAX_DENIED, DEFAULT_MAX_STEPS, DEFAULT_PROGRESS_WINDOW};
 use agentry_runtime::{ApprovalConfig, Driver, Grants};
 
 use crate::{TaskError, TaskSpec};
@@ -32,6 +32,7 @@ command = ["test", "-f", "sum.txt"]
 script = "plan.json"
 [progress]
 window = 4
+max_denied = 2
 "#;
 
 fn parse_err(text: &str) -> String {
@@ -80,6 +81,7 @@ fn a_good_file_parses() {
                 },
             ],
             progress_window: 4,
+            max_denied: 2,
             script: Some(PathBuf::from("/nowhere/t1/plan.json")),
             workspace: None,
             approval: ApprovalConfig::default(),
@@ -172,6 +174,7 @@ fn defaults_apply_when_tables_are_absent() {
     );
     assert_eq!(spec.grants, Grants::new(["fs.read"]));
     assert_eq!(spec.progress_window, DEFAULT_PROGRESS_WINDOW);
+    assert_eq!(spec.max_denied, DEFAULT_MAX_DENIED);
     assert_eq!(spec.accept, Vec::new());
     assert_eq!(spec.script, None);
     let spec = TaskSpec::parse("goal = \"g\"\n[tools]\n", Path::new("/nowhere/t2")).unwrap();
@@ -259,6 +262,10 @@ fn bad_input_names_the_field() {
         (
             "goal = \"g\"\n[progress]\nwindow = -1",
             "progress.window: expected a non-negative integer",
+        ),
+        (
+            "goal = \"g\"\n[progress]\nmax_denied = \"3\"",
+            "progress.max_denied: expected a non-negative integer",
         ),
         ("goal = \"g\"\n[budget\n", "not valid TOML at line 2"),
     ];

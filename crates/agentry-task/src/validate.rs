@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use agentry_protocol::accept::AcceptCheck;
 use agentry_protocol::budget::BudgetLimits;
-use agentry_runtime::config::{DEFAULT_MAX_STEPS, DEFAULT_PROGRESS_WINDOW};
+use agentry_runtime::config::{DEFAULT_MAX_DENIED, DEFAULT_MAX_STEPS, DEFAULT_PROGRESS_WINDOW};
 use agentry_runtime::{ApprovalConfig, Driver, Grants};
 use toml::Value;
 
@@ -58,7 +58,10 @@ impl TaskSpec {
             model,
             base_url,
         } = policy_table(raw.policy, dir)?;
-        let progress_window = progress_table(raw.progress)?;
+        let ProgressTable {
+            window: progress_window,
+            max_denied,
+        } = progress_table(raw.progress)?;
         let workspace = Some(dir.join(WORKSPACE_DIR)).filter(|p| p.is_dir());
         Ok(TaskSpec {
             dir: dir.to_path_buf(),
@@ -69,6 +72,7 @@ impl TaskSpec {
             command_tools,
             accept,
             progress_window,
+            max_denied,
             script,
             workspace,
             approval,
@@ -276,20 +280,40 @@ fn model_spec(at: &str, v: &Value) -> Result<String, FieldError> {
     }
 }
 
-/// `[progress] window`: 0 (off) or at least 2; default [`DEFAULT_PROGRESS_WINDOW`].
-fn progress_table(v: Option<Value>) -> Result<usize, FieldError> {
-    let Some(v) = v else {
-        return Ok(DEFAULT_PROGRESS_WINDOW);
+/// `[progress]`, checked.
+struct ProgressTable {
+    window: usize,
+    max_denied: usize,
+}
+
+/// `[progress] window`: 0 (off) or at least 2; default
+/// [`DEFAULT_PROGRESS_WINDOW`]. `max_denied`: 0 (off) or more; default
+/// [`DEFAULT_MAX_DENIED`].
+fn progress_table(v: Option<Value>) -> Result<ProgressTable, FieldError> {
+    let raw = match v {
+        Some(v) => section::<RawProgress>("progress", v)?,
+        None => RawProgress {
+            window: None,
+            max_denied: None,
+        },
     };
-    let Some(w) = section::<RawProgress>("progress", v)?.window else {
-        return Ok(DEFAULT_PROGRESS_WINDOW);
+    let window = match raw.window {
+        None => DEFAULT_PROGRESS_WINDOW,
+        Some(w) => match usize::try_from(non_negative("progress.window", &w)?) {
+            // A window of one would call every step "no progress".
+            Ok(1) => {
+                return Err(field_error!(
+                    "progress.window: must be 0 (off) or at least 2, found 1"
+                ));
+            }
+            Ok(w) => w,
+            Err(_) => return Err(field_error!("progress.window: too large")),
+        },
     };
-    match usize::try_from(non_negative("progress.window", &w)?) {
-        // A window of one would call every step "no progress".
-        Ok(1) => Err(field_error!(
-            "progress.window: must be 0 (off) or at least 2, found 1"
-        )),
-        Ok(w) => Ok(w),
-        Err(_) => Err(field_error!("progress.window: too large")),
-    }
+    let max_denied = match raw.max_denied {
+        None => DEFAULT_MAX_DENIED,
+        Some(n) => usize::try_from(non_negative("progress.max_denied", &n)?)
+            .map_err(|_| field_error!("progress.max_denied: too large"))?,
+    };
+    Ok(ProgressTable { window, max_denied })
 }

@@ -94,6 +94,13 @@ impl TestTask {
         self
     }
 
+    /// Sets how many `EPERM` results in a row stop the run (0 disables it),
+    /// for a test whose hostile model is meant to try many forbidden things.
+    pub fn max_denied(mut self, n: usize) -> Self {
+        self.config.max_denied = n;
+        self
+    }
+
     /// Sets the run id.
     pub fn run_id(mut self, id: &str) -> Self {
         self.config.run_id = Some(id.to_string());

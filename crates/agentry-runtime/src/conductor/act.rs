@@ -40,6 +40,7 @@ impl ConductorState {
                 without_calls(&r.decision)
             }
         };
+        self.count_denials(&r.acted.results);
         for result in &r.acted.results {
             self.emit(|| RunEvent::ToolCallFinished {
                 step,
@@ -50,6 +51,18 @@ impl ConductorState {
         // the step ran; their trace lines go before the step's.
         for approval in &r.acted.approvals {
             self.trace_input(approval.at, &approval.input);
+        }
+    }
+
+    /// Keeps the run of `EPERM` results going or breaks it (any other result).
+    fn count_denials(&mut self, results: &[Arc<ResultEnvelope>]) {
+        for result in results {
+            if result.error_code() == Some(ErrorCode::Eperm) {
+                self.denied
+                    .push(format!("{} ({})", result.tool, result.tool_call_id));
+            } else {
+                self.denied.clear();
+            }
         }
     }
 

@@ -28,6 +28,17 @@ impl ConductorState {
             // copied with this one on every step.
             return Box::pin(self.verify(answer.into_text())).await;
         }
+        let max_denied = self.config.max_denied;
+        if max_denied > 0 && self.denied.len() >= max_denied {
+            return Flow::stop(
+                StopReason::PermissionDenied,
+                format!(
+                    "{} calls in a row were denied (EPERM): {}",
+                    self.denied.len(),
+                    self.denied.join(", ")
+                ),
+            );
+        }
         if self.progress_stalled(r.fingerprint) {
             let window = self.config.progress_window;
             return Flow::stop(

@@ -260,6 +260,7 @@ impl ConductorState {
             executor_lost: false,
             step_after_restart: false,
             turn_open: false,
+            denied: Vec::new(),
             step_due: false,
             wake_pending: false,
             ticks: None,

@@ -117,6 +117,9 @@ pub struct ConductorState {
     /// an event-driven run asks it again at once instead of sleeping (not after
     /// a tick's step: a tick wakes one decision).
     pub(super) turn_open: bool,
+    /// The calls denied (`EPERM`) in a row, as "name (id)": `max_denied` of
+    /// them stop the run `permission_denied`.
+    pub(super) denied: Vec<String>,
 }
 
 impl ConductorState {

@@ -93,7 +93,7 @@ impl ExecutorState {
         self.ledger_verdict(tool, call, args, digest, again)
     }
 
-    /// Known tool, arguments valid JSON and schema-valid, scope granted; or the
+    /// Known tool, scope granted, arguments valid JSON and schema-valid; or the
     /// error that says which is not.
     fn check_call<'a>(
         &self,
@@ -105,8 +105,18 @@ impl ExecutorState {
                 ErrorCode::Enotool,
                 format!("no tool named \"{}\"", call.name),
             )
-            .with_action(format!("call one of: {}", registry.names().join(", "))));
+            .with_action(format!("call one of: {}", self.granted_names(registry))));
         };
+        if !self.args.grants.allows(&tool.contract) {
+            // Before the arguments are looked at: an ungranted tool's schema is
+            // none of the model's business, and every attempt counts as a
+            // denial. The scope is not named either.
+            return Err(ToolError::new(
+                ErrorCode::Eperm,
+                format!("this run is not granted tool {}", call.name),
+            )
+            .with_action("use a granted tool or finish"));
+        }
         let args = match call.arguments.to_value() {
             Ok(v) => v,
             Err(msg) => {
@@ -124,17 +134,22 @@ impl ExecutorState {
             )
             .with_action("fix the arguments to match the tool's input_schema and call again"));
         }
-        if !self.args.grants.allows(&tool.contract) {
-            return Err(ToolError::new(
-                ErrorCode::Eperm,
-                format!(
-                    "this run is not granted tool {} (scope {})",
-                    call.name, tool.contract.auth_scope
-                ),
-            )
-            .with_action("use a granted tool or finish"));
-        }
         Ok(Checked { tool, args })
+    }
+
+    /// The names of the tools this run may call, for an unknown tool's error:
+    /// the ungranted ones are not the model's to know of.
+    fn granted_names(&self, registry: &ToolRegistry) -> String {
+        registry
+            .names()
+            .into_iter()
+            .filter(|name| {
+                registry
+                    .get(name)
+                    .is_some_and(|tool| self.args.grants.allows(&tool.contract))
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 
     /// What the idempotency table says about a checked call: its recorded
