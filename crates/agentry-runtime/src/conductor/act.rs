@@ -56,6 +56,10 @@ impl ConductorState {
 
     /// Keeps the run of `EPERM` results going or breaks it (any other result).
     fn count_denials(&mut self, results: &[Arc<ResultEnvelope>]) {
+        // Off: nothing reads the row, so it is not kept (it would only grow).
+        if self.config.max_denied == 0 {
+            return;
+        }
         for result in results {
             if result.error_code() == Some(ErrorCode::Eperm) {
                 self.denied

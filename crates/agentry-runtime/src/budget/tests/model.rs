@@ -179,21 +179,26 @@ impl Limits {
     }
 
     fn budget(&self) -> BudgetLimits {
-        let [s, t, k, c, r, i] = self.0;
-        BudgetLimits {
-            max_steps: s,
-            max_tool_calls: t,
-            max_tokens: k,
-            max_cost_micros: c,
-            deadline_ms: None,
-            max_retries: r,
-            max_ticks: i,
-        }
+        limits_of(self.0)
     }
 }
 
 /// What a parent limited by `parent` sets aside for a child carved with
 /// `child`: the child's limit on every dimension the parent limits.
+/// The limits on the model's dimensions, in [`Dim`] order, no deadline.
+pub(crate) fn limits_of(dims: [Option<u64>; DIMS]) -> BudgetLimits {
+    let [s, t, k, c, r, i] = dims;
+    BudgetLimits {
+        max_steps: s,
+        max_tool_calls: t,
+        max_tokens: k,
+        max_cost_micros: c,
+        deadline_ms: None,
+        max_retries: r,
+        max_ticks: i,
+    }
+}
+
 pub(crate) fn allowance(parent: &BudgetLimits, child: &BudgetLimits) -> Amounts {
     let (parent, child) = (Limits::of(parent), Limits::of(child));
     let mut out = Amounts::default();

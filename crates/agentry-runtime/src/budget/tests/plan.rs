@@ -8,6 +8,7 @@ use agentry_protocol::budget::BudgetLimits;
 use proptest::prelude::*;
 use proptest::sample::Index;
 
+use super::model::limits_of;
 use super::standin::TurnCost;
 
 /// One step of a node: the model turn's cost, the tool calls it proposes, and
@@ -68,15 +69,8 @@ fn limit(max: u64, unlimited_weight: u32) -> impl Strategy<Value = Option<u64>> 
 
 fn limits(scale: u64, unlimited_weight: u32) -> impl Strategy<Value = BudgetLimits> {
     let l = |max| limit(max * scale, unlimited_weight);
-    (l(8), l(8), l(16), l(8), l(3), l(3)).prop_map(|(s, t, k, c, r, i)| BudgetLimits {
-        max_steps: s,
-        max_tool_calls: t,
-        max_tokens: k,
-        max_cost_micros: c,
-        deadline_ms: None,
-        max_retries: r,
-        max_ticks: i,
-    })
+    (l(8), l(8), l(16), l(8), l(3), l(3))
+        .prop_map(|(s, t, k, c, r, i)| limits_of([s, t, k, c, r, i]))
 }
 
 /// The root's limits: generous, so that most cases get to do something.

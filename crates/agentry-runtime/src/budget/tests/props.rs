@@ -11,7 +11,7 @@ use agentry_protocol::stop::StopReason;
 use proptest::prelude::*;
 use tokio_util::sync::CancellationToken;
 
-use super::model::{Amounts, Dim, Model, justified, within};
+use super::model::{Amounts, Dim, Model, justified, limits_of, within};
 use super::standin::{StandInRun, StepOutcome, TurnCost};
 use crate::budget::SpendReply;
 
@@ -28,15 +28,7 @@ fn limits() -> impl Strategy<Value = BudgetLimits> {
         limit(6),
         limit(8),
     )
-        .prop_map(|(s, t, k, c, r, i)| BudgetLimits {
-            max_steps: s,
-            max_tool_calls: t,
-            max_tokens: k,
-            max_cost_micros: c,
-            deadline_ms: None,
-            max_retries: r,
-            max_ticks: i,
-        })
+        .prop_map(|(s, t, k, c, r, i)| limits_of([s, t, k, c, r, i]))
 }
 
 fn charge() -> impl Strategy<Value = Usage> {
