@@ -103,19 +103,22 @@ async fn budgets_are_carved_charged_up_and_released() -> Result<(), TestError> {
     assert_eq!(snap.spent, outcome.budget.spent);
     assert_eq!((snap.spent.steps, snap.spent.tool_calls), (2, 2));
     // Released: the child's stop returned its 4 unused steps before its outcome
-    // was published, so 8 of the 10 steps are free again; 9 never are.
+    // was published, so 8 of the 10 steps are free again, of which the parent
+    // keeps 2 to wait and finish: 7 never fit, 6 do.
     let quick = || ScriptBuilder::new().finish("ok").policy();
-    let nine = TestTask::new("nine", &[])?.max_steps(9);
+    let seven = TestTask::new("seven", &[])?.max_steps(7);
     let err = runtime
-        .start_child(&parent, nine.config(), quick())
+        .start_child(&parent, seven.config(), quick())
         .await
         .err()
-        .ok_or("a child of 9 steps fit after 2 were spent of 10")?;
-    assert!(err.to_string().contains("steps"), "{err}");
-    let eight = TestTask::new("eight", &[])?.max_steps(8);
-    let all_left = runtime
-        .start_child(&parent, eight.config(), quick())
-        .await?;
+        .ok_or("a child of 7 steps fit after 2 were spent of 10 and 2 kept")?;
+    assert!(
+        err.to_string()
+            .contains("steps: the child asked for 7 but only 6 are available"),
+        "{err}"
+    );
+    let six = TestTask::new("six", &[])?.max_steps(6);
+    let all_left = runtime.start_child(&parent, six.config(), quick()).await?;
     all_left.wait().await?;
     parent.abort();
     Ok(())
@@ -393,7 +396,7 @@ async fn a_child_carved_mid_step_sees_that_steps_tool_calls() -> Result<(), Test
     let task = TestTask::new("delegate", &[])?
         .grant(&["agent"])
         .max_steps(4)
-        .max_tool_calls(4);
+        .max_tool_calls(6);
     let done = json!({"turns": [{"final": "x"}]});
     let policy = ScriptBuilder::new()
         .call(
@@ -411,8 +414,9 @@ async fn a_child_carved_mid_step_sees_that_steps_tool_calls() -> Result<(), Test
 
     let (outcome, results) = run_done(&runtime, task.config(), policy).await?;
     let by_id = |id: &str| result_of(&results, id);
-    // 2 spent by this step + 3 asked > 4; 2 + 1 fits (and leaves the finish call
-    // its one, whether or not the child has ended and released its share).
+    // 2 spent by this step and 2 kept by the parent leave 2 of 6: 3 asked does not
+    // fit, 1 does (and the finish call has its reserve, whether or not the
+    // child has ended and released its share).
     assert_eq!(by_id("s1")?.error_code(), Some(agentry::ErrorCode::Ebudget));
     assert!(by_id("s2")?.ok, "{:?}", by_id("s2")?.error);
     // The two spawns and the finish call.
@@ -430,7 +434,7 @@ async fn a_child_carved_while_its_parent_decides_cannot_take_that_steps_calls()
 -> Result<(), TestError> {
     let runtime = Runtime::with_builtins()?;
     let task = TestTask::new("parent", &[("a.txt", "1")])?
-        .max_steps(3)
+        .max_steps(4)
         .max_tool_calls(4);
     let (deciding_tx, deciding_rx) = tokio::sync::oneshot::channel::<()>();
     let (go_tx, go_rx) = tokio::sync::oneshot::channel::<()>();
@@ -462,9 +466,11 @@ async fn a_child_carved_while_its_parent_decides_cannot_take_that_steps_calls()
     let parent = runtime.start(task.config(), policy).await?;
     tokio::time::timeout(Duration::from_secs(10), deciding_rx).await??;
 
-    // Step 1 is granted and its model deciding: a child asking for no tool-call
-    // limit gets all the calls left, and makes them.
-    let child_task = TestTask::new("child", &[("a.txt", "1")])?.max_steps(1);
+    // Step 1 is granted and its model deciding: a child asking for all the calls
+    // the parent can give (4 left, 2 kept) gets them, and makes them.
+    let child_task = TestTask::new("child", &[("a.txt", "1")])?
+        .max_steps(1)
+        .max_tool_calls(2);
     let reads = ScriptBuilder::new()
         .calls((1..=4).map(|i| read(format!("c{i}"))).collect())
         .policy();
@@ -472,8 +478,8 @@ async fn a_child_carved_while_its_parent_decides_cannot_take_that_steps_calls()
         .start_child(&parent, child_task.config(), reads)
         .await?;
     let child_out = tokio::time::timeout(Duration::from_secs(10), child.wait()).await??;
-    assert_eq!(child_out.budget.limits.max_tool_calls, Some(4));
-    assert_eq!(child_out.tool_calls, 4, "{}", child_out.detail);
+    assert_eq!(child_out.budget.limits.max_tool_calls, Some(2));
+    assert_eq!(child_out.tool_calls, 2, "{}", child_out.detail);
 
     let _ = go_tx.send(());
     let parent_out = tokio::time::timeout(Duration::from_secs(10), parent.wait()).await??;
@@ -481,7 +487,11 @@ async fn a_child_carved_while_its_parent_decides_cannot_take_that_steps_calls()
         parent_out.budget.spent.tool_calls, 4,
         "the tree's tool calls against the root's limit of 4"
     );
-    assert_eq!(parent_out.tool_calls, 0, "none left for the parent's step");
+    // Its reserve of 2 goes to its own step (3 reads asked), none to its finish.
+    assert_eq!(
+        parent_out.tool_calls, 2,
+        "the parent's step got its reserve"
+    );
     assert_eq!(
         parent_out.stop_reason,
         StopReason::MaxToolCalls,

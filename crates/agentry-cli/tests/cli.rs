@@ -14,6 +14,7 @@ mod cli {
     mod model;
     mod run;
     mod runs;
+    mod tree;
     mod workspace;
 }
 

@@ -151,28 +151,49 @@ impl BudgetLimits {
     }
 }
 
-/// Why a child's budget does not fit in what its parent has left: the first
+/// Why a child's budget does not fit in what its parent can give: the first
 /// limited dimension that falls short.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Shortfall {
     /// The dimension (`steps`, `tool_calls`, `tokens`, `cost_micros`,
     /// `retries`, `ticks`).
     pub dimension: &'static str,
-    /// What the child asked for on it.
-    pub asked: u64,
+    /// What the child asked for on it; `None` when it named no amount and its
+    /// share of what the parent can give came to nothing.
+    pub asked: Option<u64>,
     /// What the parent has left of it.
     pub left: u64,
+    /// What of that the parent keeps for itself (its reserve), never given away.
+    pub kept: u64,
     /// The parent's limit on it.
     pub limit: u64,
 }
 
+impl Shortfall {
+    /// What the parent can give a child on this dimension.
+    pub fn available(&self) -> u64 {
+        self.left.saturating_sub(self.kept)
+    }
+}
+
 impl std::fmt::Display for Shortfall {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{}: the child asked for {} but only {} of {} are left",
-            self.dimension, self.asked, self.left, self.limit
-        )
+        let (dim, left, limit, kept) = (self.dimension, self.left, self.limit, self.kept);
+        match self.asked {
+            Some(asked) if kept == 0 => write!(
+                f,
+                "{dim}: the child asked for {asked} but only {left} of {limit} are left"
+            ),
+            Some(asked) => write!(
+                f,
+                "{dim}: the child asked for {asked} but only {} are available ({left} of {limit} left, {kept} kept for the parent to wait and finish)",
+                self.available()
+            ),
+            None => write!(
+                f,
+                "{dim}: nothing is available for a child ({left} of {limit} left, {kept} kept for the parent to wait and finish)"
+            ),
+        }
     }
 }
 
@@ -218,8 +239,9 @@ impl BudgetLimits {
             {
                 return Err(Shortfall {
                     dimension: name,
-                    asked: wanted - used,
+                    asked: Some(wanted - used),
                     left: limit.saturating_sub(used),
+                    kept: 0,
                     limit,
                 });
             }
@@ -317,6 +339,31 @@ mod tests {
         assert_eq!(
             short.to_string(),
             "steps: the child asked for 7 but only 6 of 10 are left"
+        );
+    }
+
+    #[test]
+    fn a_shortfall_under_a_reserve_names_what_is_available() {
+        let short = Shortfall {
+            dimension: "tool_calls",
+            asked: Some(9),
+            left: 10,
+            kept: 2,
+            limit: 20,
+        };
+        assert_eq!(short.available(), 8);
+        assert_eq!(
+            short.to_string(),
+            "tool_calls: the child asked for 9 but only 8 are available (10 of 20 left, 2 kept for the parent to wait and finish)"
+        );
+        let none = Shortfall {
+            asked: None,
+            left: 2,
+            ..short
+        };
+        assert!(
+            none.to_string()
+                .starts_with("tool_calls: nothing is available")
         );
     }
 

@@ -55,7 +55,7 @@ pub(crate) mod trace;
 pub use ask::AskError;
 pub use budget::ReserveRefused;
 pub use conductor::{RunActors, RunOutcome};
-pub use config::{ApprovalConfig, Driver, RunConfig, TreeLimits};
+pub use config::{ApprovalConfig, ChildShare, Driver, ParentReserve, RunConfig, TreeLimits};
 pub use durable::Durability;
 // Kept at its old path: run ownership lives with the rest of durability.
 pub use durable::owner;

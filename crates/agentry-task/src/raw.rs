@@ -16,6 +16,23 @@ pub(crate) struct RawTask {
     pub(crate) policy: Option<Value>,
     pub(crate) progress: Option<Value>,
     pub(crate) driver: Option<Value>,
+    pub(crate) tree: Option<Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawTree {
+    pub(crate) max_depth: Option<Value>,
+    pub(crate) max_children: Option<Value>,
+    pub(crate) parent_reserve: Option<Value>,
+    pub(crate) child_share: Option<Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawReserve {
+    pub(crate) steps: Option<Value>,
+    pub(crate) tool_calls: Option<Value>,
 }
 
 #[derive(Deserialize)]

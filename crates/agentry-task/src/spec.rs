@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use agentry_protocol::accept::AcceptCheck;
 use agentry_protocol::budget::BudgetLimits;
-use agentry_runtime::{ApprovalConfig, Driver, Grants, RunConfig, Runtime, ToolRegistry};
+use agentry_runtime::{
+    ApprovalConfig, Driver, Grants, RunConfig, Runtime, ToolRegistry, TreeLimits,
+};
 use toml::Value;
 
 use crate::TASK_FILE;
@@ -55,6 +57,8 @@ pub struct TaskSpec {
     pub model: Option<String>,
     /// The model server (`[policy] base_url`).
     pub base_url: Option<String>,
+    /// The agent tree's shape limits and budget rule (`[tree]`).
+    pub tree: TreeLimits,
 }
 
 impl TaskSpec {
@@ -124,6 +128,7 @@ impl TaskSpec {
         config.approval = self.approval.clone();
         config.driver = self.driver;
         config.tick_every = self.tick_every;
+        config.tree = self.tree;
         config
     }
 }

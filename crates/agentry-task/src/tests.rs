@@ -89,8 +89,42 @@ fn a_good_file_parses() {
             tick_every: None,
             model: None,
             base_url: None,
+            tree: agentry_runtime::TreeLimits::default(),
         }
     );
+}
+
+#[test]
+fn the_tree_table_sets_the_shape_and_the_budget_rule() {
+    let text = "goal = \"g\"\n[tree]\nmax_depth = 2\nmax_children = 3\nchild_share = 0.25\nparent_reserve = { steps = 3, tool_calls = 4 }";
+    let tree = TaskSpec::parse(text, Path::new("/nowhere/t")).unwrap().tree;
+    assert_eq!((tree.max_depth, tree.max_children), (2, 3));
+    assert_eq!(tree.child_share.as_per_mille(), 250);
+    assert_eq!(
+        (tree.parent_reserve.steps, tree.parent_reserve.tool_calls),
+        (3, 4)
+    );
+    let run = TaskSpec::parse(text, Path::new("/nowhere/t"))
+        .unwrap()
+        .run_config("/tmp/w".into());
+    assert_eq!(run.tree, tree);
+    for (body, field) in [
+        ("child_share = 0", "tree.child_share"),
+        ("child_share = 1.5", "tree.child_share"),
+        ("child_share = \"half\"", "tree.child_share"),
+        (
+            "parent_reserve = { steps = -1 }",
+            "tree.parent_reserve.steps",
+        ),
+        ("parent_reserve = { step = 1 }", "tree.parent_reserve"),
+        ("max_children = 0", "tree.max_children"),
+        ("fan_out = 2", "tree"),
+    ] {
+        let err = TaskSpec::parse(&format!("goal = \"g\"\n[tree]\n{body}"), Path::new("/x"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(field), "{body}: {err}");
+    }
 }
 
 #[test]

@@ -8,12 +8,14 @@ use std::time::Duration;
 use agentry_protocol::accept::AcceptCheck;
 use agentry_protocol::budget::BudgetLimits;
 use agentry_runtime::config::{DEFAULT_MAX_DENIED, DEFAULT_MAX_STEPS, DEFAULT_PROGRESS_WINDOW};
-use agentry_runtime::{ApprovalConfig, Driver, Grants};
+use agentry_runtime::{ApprovalConfig, ChildShare, Driver, Grants, TreeLimits};
 use toml::Value;
 
 use crate::accept::accept;
 use crate::command::{CommandToolDecl, command_tools};
-use crate::raw::{RawBudget, RawDriver, RawPolicy, RawProgress, RawTask, RawTools};
+use crate::raw::{
+    RawBudget, RawDriver, RawPolicy, RawProgress, RawReserve, RawTask, RawTools, RawTree,
+};
 use crate::spec::TaskSpec;
 use crate::values::{
     FieldError, describe, duration, field_error, millis, money, non_negative, patterns, positive,
@@ -62,6 +64,7 @@ impl TaskSpec {
             window: progress_window,
             max_denied,
         } = progress_table(raw.progress)?;
+        let tree = tree_table(raw.tree)?;
         let workspace = Some(dir.join(WORKSPACE_DIR)).filter(|p| p.is_dir());
         Ok(TaskSpec {
             dir: dir.to_path_buf(),
@@ -80,6 +83,7 @@ impl TaskSpec {
             tick_every,
             model,
             base_url,
+            tree,
         })
     }
 }
@@ -316,4 +320,55 @@ fn progress_table(v: Option<Value>) -> Result<ProgressTable, FieldError> {
             .map_err(|_| field_error!("progress.max_denied: too large"))?,
     };
     Ok(ProgressTable { window, max_denied })
+}
+
+/// `[tree]`: the tree's shape limits and how budgets pass down it.
+fn tree_table(v: Option<Value>) -> Result<TreeLimits, FieldError> {
+    let mut tree = TreeLimits::default();
+    let Some(v) = v else { return Ok(tree) };
+    let raw = section::<RawTree>("tree", v)?;
+    if let Some(d) = raw.max_depth {
+        tree.max_depth = u32::try_from(non_negative("tree.max_depth", &d)?)
+            .map_err(|_| field_error!("tree.max_depth: too large"))?;
+    }
+    if let Some(n) = raw.max_children {
+        tree.max_children = usize::try_from(positive("tree.max_children", &n)?)
+            .map_err(|_| field_error!("tree.max_children: too large"))?;
+    }
+    if let Some(r) = raw.parent_reserve {
+        let raw = section::<RawReserve>("tree.parent_reserve", r)?;
+        if let Some(s) = raw.steps {
+            tree.parent_reserve.steps = non_negative("tree.parent_reserve.steps", &s)?;
+        }
+        if let Some(c) = raw.tool_calls {
+            tree.parent_reserve.tool_calls = non_negative("tree.parent_reserve.tool_calls", &c)?;
+        }
+    }
+    if let Some(s) = raw.child_share {
+        tree.child_share = child_share(&s)?;
+    }
+    Ok(tree)
+}
+
+/// `tree.child_share`: a fraction in (0, 1].
+fn child_share(v: &Value) -> Result<ChildShare, FieldError> {
+    let share = match v {
+        Value::Float(f) => *f,
+        Value::Integer(i) => *i as f64,
+        other => {
+            return Err(field_error!(
+                "tree.child_share: expected a fraction such as 0.5, found {}",
+                describe(other)
+            ));
+        }
+    };
+    if !(share > 0.0 && share <= 1.0) {
+        return Err(field_error!(
+            "tree.child_share: must be more than 0 and at most 1, found {share}"
+        ));
+    }
+    // At least one thousandth: a share that rounds to nothing would starve every child.
+    Ok(ChildShare::per_mille(
+        ((share * 1000.0).round() as u16).max(1),
+    ))
 }

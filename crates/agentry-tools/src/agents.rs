@@ -31,8 +31,10 @@ pub use agentry_protocol::child::ChildRequest;
 /// carries it in [`ToolContext::agents`]).
 pub use crate::tool::AgentDesk;
 
-/// A child's budget request (all optional; unset dimensions the parent limits get
-/// what the parent has left).
+/// A child's budget request (all optional): an amount you name comes out of
+/// yours, or the spawn is refused naming what is available; an unset dimension
+/// you are limited on gets half of what you can give. You always keep enough
+/// (2 steps, 2 tool calls by default) to wait on your children and finish.
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BudgetArgs {

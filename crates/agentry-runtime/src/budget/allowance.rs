@@ -4,6 +4,8 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
+use crate::config::ChildShare;
+
 /// A run's tool-call allowance: the one place that says how many tool calls the
 /// run may still make. The supervisor owns its books (it sets what is left at
 /// start, moves it on a release or a charge-up, carves children's calls out of
@@ -102,16 +104,24 @@ impl ToolCallAllowance {
             });
     }
 
-    /// Carves calls for a child: exactly `wanted`, or all that is left when
-    /// `None`; or, when that does not fit, what is left.
-    pub(super) fn carve(&self, wanted: Option<u64>) -> Result<u64, u64> {
+    /// Carves calls for a child out of what is left minus the parent's `kept`
+    /// reserve: exactly `wanted`, or `share` of it when `None`. When that does
+    /// not fit (or the share is nothing), what is left.
+    pub(super) fn carve(
+        &self,
+        wanted: Option<u64>,
+        kept: u64,
+        share: ChildShare,
+    ) -> Result<u64, u64> {
         let mut carved = 0;
         self.0
             .left
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |left| {
                 let have = u64::try_from(left).ok()?;
-                carved = wanted.unwrap_or(have);
-                (carved <= have).then(|| left - carved as i64)
+                let available = have.saturating_sub(kept);
+                carved = wanted.unwrap_or_else(|| share.of(available));
+                (carved <= available && (carved > 0 || wanted.is_some()))
+                    .then(|| left - carved as i64)
             })
             .map(|_| carved)
             .map_err(|left| u64::try_from(left).unwrap_or(0))

@@ -12,6 +12,7 @@ use super::allowance::{ToolCallAllowance, signed};
 use super::deadline::DeadlineTimer;
 use super::msg::{BudgetArgs, BudgetMsg, ChildGrant, ParentLink, ReserveRefused, SpendReply};
 use crate::clock::RunClock;
+use crate::config::{ChildShare, TreeLimits};
 
 /// Supervisor state.
 #[derive(Debug)]
@@ -33,6 +34,8 @@ pub(crate) struct BudgetState {
     /// The run's tool-call allowance, and how many of its own calls are booked.
     tool_calls: ToolCallAllowance,
     booked: u64,
+    /// What this node keeps and what share a child gets by default.
+    rule: TreeLimits,
 }
 
 impl BudgetState {
@@ -58,6 +61,7 @@ impl BudgetState {
             timer,
             tool_calls: args.allowance,
             booked,
+            rule: args.tree,
         }
     }
 
@@ -82,17 +86,15 @@ impl BudgetState {
     }
 
     /// A child's limits and the allowance to reserve for them (see
-    /// [`BudgetMsg::Reserve`]). Tool calls limited here are taken from the
-    /// tally, last, once everything else fits.
+    /// [`BudgetMsg::Reserve`]). On each dimension this node limits, the child
+    /// gets what it asked for, or by default its share of what this node can
+    /// give: what is left minus the reserve it keeps to wait and finish. Tool
+    /// calls are taken from the tally, last, once everything else fits.
     fn carve(&self, request: &BudgetLimits) -> Result<Carved, Shortfall> {
         let mine = &self.limits;
         let left = mine.left(&self.committed());
-        // A dimension limited here is always limited for the child: by its request,
-        // or by everything that is left.
-        let pick = |req: Option<u64>, limit: Option<u64>, left: u64| match (req, limit) {
-            (Some(r), _) => Some(r),
-            (None, Some(_)) => Some(left),
-            (None, None) => None,
+        let give = Give {
+            share: self.rule.child_share,
         };
         let wall_left = mine
             .deadline_ms
@@ -101,22 +103,43 @@ impl BudgetState {
             (Some(r), Some(w)) => Some(r.min(w)),
             (r, w) => r.or(w),
         };
+        let reserve = self.rule.parent_reserve;
         let mut limits = BudgetLimits {
-            max_steps: pick(request.max_steps, mine.max_steps, left.steps),
+            max_steps: give.on(
+                "steps",
+                request.max_steps,
+                mine.max_steps,
+                left.steps,
+                reserve.steps,
+            )?,
             // Set from the tally below when limited here.
             max_tool_calls: request.max_tool_calls,
-            max_tokens: pick(request.max_tokens, mine.max_tokens, left.tokens_in),
-            max_cost_micros: pick(
+            max_tokens: give.on(
+                "tokens",
+                request.max_tokens,
+                mine.max_tokens,
+                left.tokens_in,
+                0,
+            )?,
+            max_cost_micros: give.on(
+                "cost_micros",
                 request.max_cost_micros,
                 mine.max_cost_micros,
                 left.cost_micros,
-            ),
+                0,
+            )?,
             deadline_ms,
-            max_retries: pick(request.max_retries, mine.max_retries, left.retries),
-            max_ticks: pick(request.max_ticks, mine.max_ticks, left.ticks),
+            max_retries: give.on(
+                "retries",
+                request.max_retries,
+                mine.max_retries,
+                left.retries,
+                0,
+            )?,
+            max_ticks: give.on("ticks", request.max_ticks, mine.max_ticks, left.ticks, 0)?,
         };
         // Only what is limited here needs setting aside.
-        let reserve = |child: Option<u64>, limit: Option<u64>| {
+        let set_aside = |child: Option<u64>, limit: Option<u64>| {
             if limit.is_some() {
                 child.unwrap_or(0)
             } else {
@@ -124,23 +147,24 @@ impl BudgetState {
             }
         };
         let mut allowance = Usage {
-            steps: reserve(limits.max_steps, mine.max_steps),
+            steps: set_aside(limits.max_steps, mine.max_steps),
             tool_calls: 0,
-            tokens_in: reserve(limits.max_tokens, mine.max_tokens),
+            tokens_in: set_aside(limits.max_tokens, mine.max_tokens),
             tokens_out: 0,
-            cost_micros: reserve(limits.max_cost_micros, mine.max_cost_micros),
-            retries: reserve(limits.max_retries, mine.max_retries),
-            ticks: reserve(limits.max_ticks, mine.max_ticks),
+            cost_micros: set_aside(limits.max_cost_micros, mine.max_cost_micros),
+            retries: set_aside(limits.max_retries, mine.max_retries),
+            ticks: set_aside(limits.max_ticks, mine.max_ticks),
         };
         mine.covers(&self.committed(), &allowance)?;
         if let Some(max) = mine.max_tool_calls {
             let calls = self
                 .tool_calls
-                .carve(request.max_tool_calls)
+                .carve(request.max_tool_calls, reserve.tool_calls, give.share)
                 .map_err(|left| Shortfall {
                     dimension: "tool_calls",
-                    asked: request.max_tool_calls.unwrap_or(left),
+                    asked: request.max_tool_calls,
                     left,
+                    kept: reserve.tool_calls.min(left),
                     limit: max,
                 })?;
             limits.max_tool_calls = Some(calls);
@@ -166,7 +190,10 @@ impl BudgetState {
         // Tool calls in a spend come out of what the conductor takes from too.
         if charge.tool_calls > 0
             && self.limits.max_tool_calls.is_some()
-            && self.tool_calls.carve(Some(charge.tool_calls)).is_err()
+            && self
+                .tool_calls
+                .carve(Some(charge.tool_calls), 0, self.rule.child_share)
+                .is_err()
         {
             return SpendReply::Refused(StopReason::MaxToolCalls);
         }
@@ -308,6 +335,44 @@ impl BudgetState {
             self.cause = Some(reason);
         }
         self.run_token.cancel();
+    }
+}
+
+/// How a child's amount on one dimension is chosen.
+struct Give {
+    share: ChildShare,
+}
+
+impl Give {
+    /// The child's limit on one dimension: unlimited when this node does not
+    /// limit it and the child asked for no limit; what it asked for when that
+    /// fits in what this node can give (`left` minus the `kept` reserve); by
+    /// default its share of that. Asking for more, or a share of nothing, is
+    /// refused naming the dimension.
+    fn on(
+        &self,
+        dimension: &'static str,
+        asked: Option<u64>,
+        limit: Option<u64>,
+        left: u64,
+        kept: u64,
+    ) -> Result<Option<u64>, Shortfall> {
+        let Some(limit) = limit else {
+            return Ok(asked);
+        };
+        let kept = kept.min(left);
+        let available = left - kept;
+        let amount = asked.unwrap_or_else(|| self.share.of(available));
+        if amount > available || amount == 0 && asked.is_none() {
+            return Err(Shortfall {
+                dimension,
+                asked,
+                left,
+                kept,
+                limit,
+            });
+        }
+        Ok(Some(amount))
     }
 }
 

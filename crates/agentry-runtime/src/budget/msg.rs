@@ -1,6 +1,7 @@
 //! What goes in and out of the budget supervisor: its messages, their replies,
 //! and its start-up arguments.
 
+use crate::config::TreeLimits;
 use agentry_protocol::budget::{BudgetLimits, BudgetSnapshot, Shortfall, Usage};
 use agentry_protocol::stop::StopReason;
 use ractor::{ActorRef, RpcReplyPort};
@@ -133,6 +134,8 @@ pub(crate) struct BudgetArgs {
     pub parent: Option<ParentLink>,
     /// The run's tool-call allowance, whose books the supervisor keeps.
     pub allowance: ToolCallAllowance,
+    /// The tree's budget rule: the reserve a parent keeps, a child's default share.
+    pub tree: TreeLimits,
 }
 
 /// A child's link to its parent's budget supervisor.

@@ -120,6 +120,7 @@ fn budget_args(args: &ConductorArgs, clock: RunClock, allowance: ToolCallAllowan
             child_id: args.run_id.to_string(),
         }),
         allowance,
+        tree: args.config.tree,
     }
 }
 

@@ -6,8 +6,11 @@
 //! the limit is reached, a turn that crosses it is still recorded) and
 //! ARCHITECTURE.md "Budget supervisor" (per node and
 //! dimension: limit L, subtree spent S, reserved for live children R; reserve
-//! needs S + R + a ≤ L, an unset request on a limited dimension gets all that is
-//! left; charge-up S += c, R -= min(c, outstanding); release R -= outstanding) —
+//! needs S + R + a ≤ L − K, where K is the parent's reserve (2 steps and 2 tool
+//! calls by default, `[tree] parent_reserve`; nothing on other dimensions), an
+//! unset request on a limited dimension gets half of L − K − S − R rounded down
+//! but at least 1, and is refused when that is nothing (`[tree] child_share`);
+//! charge-up S += c, R -= min(c, outstanding); release R -= outstanding) —
 //! and never by calling `BudgetLimits::check`, `covers` or the supervisor, so a
 //! mistake there cannot hide in the oracle as well. Deadlines are not modelled
 //! (the properties set none).
@@ -402,12 +405,22 @@ impl Model {
                 child.0[d as usize] = wanted.get(d);
                 continue;
             };
-            let a = wanted
-                .get(d)
-                .unwrap_or_else(|| l.saturating_sub(committed.get(d)));
+            let kept = match d {
+                Dim::Steps | Dim::ToolCalls => 2,
+                Dim::Tokens | Dim::Cost | Dim::Retries | Dim::Ticks => 0,
+            };
+            let available = l.saturating_sub(committed.get(d)).saturating_sub(kept);
+            let a = wanted.get(d).unwrap_or(if available == 0 {
+                0
+            } else {
+                (available / 2).max(1)
+            });
             child.0[d as usize] = Some(a);
             allowance.set(d, a);
-            if committed.get(d) + a > l {
+            // An overdrawn node (a turn crossed its token limit) gives nothing,
+            // not even a zero allowance.
+            let overdrawn = committed.get(d) + a > l;
+            if overdrawn || a > available || (a == 0 && wanted.get(d).is_none()) {
                 misfits.push(d);
             }
         }
@@ -416,6 +429,14 @@ impl Model {
         } else {
             Err(misfits)
         }
+    }
+
+    /// What `v` has left of its own on the dimensions a parent keeps a reserve
+    /// on (steps, tool calls): L − S − R, `None` where unlimited.
+    pub(crate) fn own_left(&self, v: usize) -> [Option<u64>; 2] {
+        let (limits, committed) = (self.limits_of(v), self.committed(v));
+        [Dim::Steps, Dim::ToolCalls]
+            .map(|d| limits.get(d).map(|l| l.saturating_sub(committed.get(d))))
     }
 
     /// Records child `c` of `v`, carved with these limits and this allowance.

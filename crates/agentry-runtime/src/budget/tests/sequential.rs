@@ -192,9 +192,21 @@ impl Tree {
                 )
                 .await
                 .map_err(failed)?;
+                let before = self.model.own_left(v);
                 self.model.add_child(v, id, &limits, reserved);
                 self.runs.insert(id, child);
                 self.next_id += 1;
+                // The parent keeps room to wait on its children and finish: a
+                // carve never takes it below its reserve (2 steps, 2 calls).
+                for (b, a) in before.iter().zip(self.model.own_left(v)) {
+                    if let (Some(b), Some(a)) = (b, a)
+                        && a < (*b).min(2)
+                    {
+                        return Err(format!(
+                            "node {v}: a child left it {a} of {b} steps/calls, under its reserve"
+                        ));
+                    }
+                }
             }
             (Err(message), Err(dims))
                 if dims

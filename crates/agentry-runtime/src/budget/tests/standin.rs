@@ -194,6 +194,7 @@ impl StandInRun {
             },
             parent: parent.clone(),
             allowance: allowance.clone(),
+            tree: crate::config::TreeLimits::default(),
         };
         let (budget, budget_task) = Actor::spawn(None, BudgetSupervisor, args)
             .await
