@@ -21,4 +21,5 @@ mod service_bin;
 mod task_tools;
 mod trace;
 mod tree;
+mod tree_wait;
 mod validation;

@@ -1,4 +1,5 @@
-//! `agent.spawn` and `agent.wait`: how a model delegates to child agents.
+//! `agent.spawn`, `agent.wait` and `agent.cancel`: how a model delegates to
+//! child agents.
 //!
 //! The tools only translate between the model and the host: the runtime hands
 //! each call an [`AgentDesk`] (in [`ToolContext::agents`]) that starts children
@@ -23,13 +24,15 @@ use crate::{Tool, ToolContext, ToolOutput, parse_args, schema_for};
 pub const SPAWN_TOOL: &str = "agent.spawn";
 /// Name of the wait tool.
 pub const WAIT_TOOL: &str = "agent.wait";
+/// Name of the cancel tool.
+pub const CANCEL_TOOL: &str = "agent.cancel";
 
 /// What a model asks for when it delegates (plain data, in agentry-protocol).
 pub use agentry_protocol::child::ChildRequest;
 
 /// The host side of agent delegation (defined beside the tool seam, which
 /// carries it in [`ToolContext::agents`]).
-pub use crate::tool::AgentDesk;
+pub use crate::tool::{AgentDesk, WaitMode};
 
 /// A child's budget request (all optional): an amount you name comes out of
 /// yours, or the spawn is refused naming what is available; an unset dimension
@@ -68,15 +71,31 @@ pub struct SpawnArgs {
     pub name: Option<String>,
 }
 
-/// Arguments of `agent.wait`.
+/// Arguments of `agent.wait`: one child (`child_id`) or several (`child_ids`).
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct WaitArgs {
-    /// The child's run id as `agent.spawn` returned it, or the name you gave it.
-    pub child_id: String,
-    /// Give up waiting after this long (the child keeps running).
+    /// One child: its run id as `agent.spawn` returned it, or the name you gave it.
+    #[serde(default)]
+    pub child_id: Option<String>,
+    /// Several children, by id or name.
+    #[serde(default)]
+    pub child_ids: Option<Vec<String>>,
+    /// With `child_ids`: `all` (default) waits for every one and returns their
+    /// outcomes in the order asked; `any` returns the first to end.
+    #[serde(default)]
+    pub mode: Option<WaitMode>,
+    /// Give up waiting after this long (the children keep running).
     #[serde(default)]
     pub timeout_ms: Option<u64>,
+}
+
+/// Arguments of `agent.cancel`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CancelArgs {
+    /// The child's run id, or the name you gave it.
+    pub child_id: String,
 }
 
 fn desk(ctx: &ToolContext) -> Result<&Arc<dyn AgentDesk>, ToolError> {
@@ -138,7 +157,7 @@ impl Tool for WaitTool {
     fn contract(&self) -> ToolContract {
         ToolContract::new(
             WAIT_TOOL,
-            "Wait for a child agent to end and get its outcome: stop_reason, answer, steps.",
+            "Wait for child agents to end and get their outcomes (stop_reason, answer, steps, tool_calls, tokens, cost, and why a child failed): one with child_id, several with child_ids and mode all (every outcome, in order) or any (the first to end, and which still run).",
             schema_for::<WaitArgs>(),
         )
         .effect(Effect::ReadOnly)
@@ -152,9 +171,58 @@ impl Tool for WaitTool {
     async fn call(&self, args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let args: WaitArgs = parse_args(args)?;
         let timeout = args.timeout_ms.map(Duration::from_millis);
-        let outcome = desk(ctx)?
-            .wait(&args.child_id, timeout, &ctx.cancel)
+        let (children, mode) = match (args.child_id, args.child_ids, args.mode) {
+            (Some(one), None, None) => (vec![one], None),
+            (None, Some(many), mode) if !many.is_empty() => (many, Some(mode.unwrap_or_default())),
+            (one, many, _) => {
+                let why = match (one, many) {
+                    (Some(_), Some(_)) => "give child_id or child_ids, not both",
+                    (None, Some(_)) => "child_ids is empty",
+                    (Some(_), None) => "mode applies only to child_ids",
+                    (None, None) => "name the child: child_id, or child_ids for several",
+                };
+                return Err(ToolError::new(ErrorCode::Einval, why)
+                    .with_action("use the ids or names agent.spawn returned"));
+            }
+        };
+        let desk = desk(ctx)?;
+        let outcome = desk
+            .wait(&children, mode.unwrap_or_default(), timeout, &ctx.cancel)
             .await?;
+        Ok(ToolOutput::data(match mode {
+            // The single-child form returns the outcome itself, as it always has.
+            None => outcome
+                .get("outcomes")
+                .and_then(|o| o.get(0))
+                .cloned()
+                .unwrap_or(outcome),
+            Some(_) => outcome,
+        }))
+    }
+}
+
+/// `agent.cancel`.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct CancelTool;
+
+#[async_trait]
+impl Tool for CancelTool {
+    fn contract(&self) -> ToolContract {
+        ToolContract::new(
+            CANCEL_TOOL,
+            "Cancel a child agent and everything it started: it stops user_abort and what it did not spend returns to your budget. Returns its outcome.",
+            schema_for::<CancelArgs>(),
+        )
+        .effect(Effect::Reversible)
+        .idempotency(Idempotency::Idempotent)
+        .scope("agent")
+        .timeout_ms(30_000)
+        .max_retries(0)
+    }
+
+    async fn call(&self, args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let args: CancelArgs = parse_args(args)?;
+        let outcome = desk(ctx)?.cancel(&args.child_id).await?;
         Ok(ToolOutput::data(outcome))
     }
 }

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use crate::agents::{SpawnTool, WaitTool};
+use crate::agents::{CancelTool, SpawnTool, WaitTool};
 use crate::finish::FinishTool;
 use crate::fs::{ListTool, ReadTool, WriteTool};
 use crate::proc::ProcTool;
@@ -18,5 +18,6 @@ pub fn builtins() -> Vec<Arc<dyn Tool>> {
         Arc::new(ProcTool::default()),
         Arc::new(SpawnTool),
         Arc::new(WaitTool),
+        Arc::new(CancelTool),
     ]
 }

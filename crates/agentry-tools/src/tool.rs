@@ -123,6 +123,17 @@ pub fn parse_args<T: serde::de::DeserializeOwned>(args: Value) -> Result<T, Tool
     })
 }
 
+/// How `agent.wait` waits on several children.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum WaitMode {
+    /// Until every child has ended: every outcome, in the order asked.
+    #[default]
+    All,
+    /// Until the first one ends: its outcome, and which are still running.
+    Any,
+}
+
 /// The host side of agent delegation, provided by the runtime per run.
 #[async_trait]
 pub trait AgentDesk: Send + Sync {
@@ -131,13 +142,20 @@ pub trait AgentDesk: Send + Sync {
     /// tree limits, `EINVAL` for a bad request).
     async fn spawn(&self, request: ChildRequest) -> Result<String, ToolError>;
 
-    /// Waits for a child to end; returns its outcome as data (`stop_reason`,
-    /// `answer`, `detail`, `steps`, `tool_calls`). Stops waiting (`ECANCELED`) when
-    /// `cancel` fires, or `ETIMEDOUT` after `timeout`.
+    /// Waits for children to end ([`WaitMode`]); each outcome is data
+    /// (`child_id`, `name`, `stop_reason`, `answer`, `steps`, `tool_calls`,
+    /// `tokens`, `cost_micros`, and for a child that did not finish `done`, a
+    /// one-line `why`). Stops waiting (`ECANCELED`) when `cancel` fires, or
+    /// `ETIMEDOUT` after `timeout`; an unknown child is `EINVAL`.
     async fn wait(
         &self,
-        child_id: &str,
+        children: &[String],
+        mode: WaitMode,
         timeout: Option<Duration>,
         cancel: &CancellationToken,
     ) -> Result<Value, ToolError>;
+
+    /// Cancels a child and its subtree (they stop `user_abort`; what the child
+    /// did not use returns to the parent) and returns its outcome.
+    async fn cancel(&self, child: &str) -> Result<Value, ToolError>;
 }

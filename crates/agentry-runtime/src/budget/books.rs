@@ -138,23 +138,7 @@ impl BudgetState {
             )?,
             max_ticks: give.on("ticks", request.max_ticks, mine.max_ticks, left.ticks, 0)?,
         };
-        // Only what is limited here needs setting aside.
-        let set_aside = |child: Option<u64>, limit: Option<u64>| {
-            if limit.is_some() {
-                child.unwrap_or(0)
-            } else {
-                0
-            }
-        };
-        let mut allowance = Usage {
-            steps: set_aside(limits.max_steps, mine.max_steps),
-            tool_calls: 0,
-            tokens_in: set_aside(limits.max_tokens, mine.max_tokens),
-            tokens_out: 0,
-            cost_micros: set_aside(limits.max_cost_micros, mine.max_cost_micros),
-            retries: set_aside(limits.max_retries, mine.max_retries),
-            ticks: set_aside(limits.max_ticks, mine.max_ticks),
-        };
+        let mut allowance = set_aside(&limits, mine);
         mine.covers(&self.committed(), &allowance)?;
         if let Some(max) = mine.max_tool_calls {
             let calls = self
@@ -335,6 +319,21 @@ impl BudgetState {
             self.cause = Some(reason);
         }
         self.run_token.cancel();
+    }
+}
+
+/// What to set aside for a child with these `limits`: only what `mine` limits
+/// (tool calls are taken from the tally separately).
+fn set_aside(limits: &BudgetLimits, mine: &BudgetLimits) -> Usage {
+    let on = |child: Option<u64>, limit: Option<u64>| limit.and(child).unwrap_or(0);
+    Usage {
+        steps: on(limits.max_steps, mine.max_steps),
+        tool_calls: 0,
+        tokens_in: on(limits.max_tokens, mine.max_tokens),
+        tokens_out: 0,
+        cost_micros: on(limits.max_cost_micros, mine.max_cost_micros),
+        retries: on(limits.max_retries, mine.max_retries),
+        ticks: on(limits.max_ticks, mine.max_ticks),
     }
 }
 

@@ -1,5 +1,5 @@
-//! The runtime's [`AgentDesk`]: what `agent.spawn` and `agent.wait` call to start
-//! children under a run and wait for them.
+//! The runtime's [`AgentDesk`]: what `agent.spawn`, `agent.wait` and
+//! `agent.cancel` call to start children under a run, wait for them and stop them.
 //!
 //! One per run. It knows its run's handle (set right after the run starts)
 //! and the handles of the children it started; it holds no run state.
@@ -9,13 +9,16 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use agentry_protocol::envelope::{ErrorCode, ToolError};
-use agentry_tools::agents::{AgentDesk, ChildRequest};
+use agentry_protocol::stop::StopReason;
+use agentry_tools::agents::{AgentDesk, ChildRequest, WaitMode};
 use async_trait::async_trait;
+use futures::future::{select_all, try_join_all};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use super::Runtime;
 use super::handle::RunHandle;
+use crate::RunOutcome;
 use crate::error::RuntimeError;
 use crate::policy::{Policy, Script};
 use crate::registry::Grants;
@@ -126,12 +129,66 @@ impl AgentDesk for RunChildren {
 
     async fn wait(
         &self,
-        child_id: &str,
+        children: &[String],
+        mode: WaitMode,
         timeout: Option<Duration>,
         cancel: &CancellationToken,
     ) -> Result<Value, ToolError> {
-        let child = self
-            .children
+        let handles = children
+            .iter()
+            .map(|c| self.child(c))
+            .collect::<Result<Vec<_>, _>>()?;
+        let waited = async {
+            match mode {
+                WaitMode::All => {
+                    let outcomes = try_join_all(handles.iter().map(RunHandle::wait)).await?;
+                    let outcomes: Vec<Value> = outcomes.iter().map(outcome_json).collect();
+                    Ok(json!({ "mode": "all", "outcomes": outcomes }))
+                }
+                WaitMode::Any => {
+                    let (first, index, _) =
+                        select_all(handles.iter().map(|h| Box::pin(h.wait()))).await;
+                    let first = first?;
+                    let still: Vec<&str> = still_running(children, &handles)
+                        .filter(|c| *c != children[index])
+                        .collect();
+                    Ok(json!({
+                        "mode": "any",
+                        "first": children[index],
+                        "outcome": outcome_json(&first),
+                        "still_running": still,
+                    }))
+                }
+            }
+        };
+        tokio::select! {
+            _ = cancel.cancelled() => Err(ToolError::new(ErrorCode::Ecanceled, "stopped waiting: the run is stopping")),
+            _ = tokio::time::sleep(timeout.unwrap_or(Duration::MAX)) => {
+                let still: Vec<&str> = still_running(children, &handles).collect();
+                Err(ToolError::new(ErrorCode::Etimedout, format!("still running: {}", still.join(", ")))
+                    .with_action("wait again later, or agent.cancel a child"))
+            }
+            o = waited => o.map_err(|e: RuntimeError| ToolError::new(ErrorCode::Einternal, e.to_string())),
+        }
+    }
+
+    async fn cancel(&self, child_id: &str) -> Result<Value, ToolError> {
+        let child = self.child(child_id)?;
+        child.abort();
+        // Its stop releases what it did not use before its outcome is published,
+        // so the parent's next step can give it out again.
+        let outcome = child
+            .wait()
+            .await
+            .map_err(|e| ToolError::new(ErrorCode::Einternal, e.to_string()))?;
+        Ok(outcome_json(&outcome))
+    }
+}
+
+impl RunChildren {
+    /// A child of this run by id or name; `EINVAL` naming it otherwise.
+    fn child(&self, child_id: &str) -> Result<RunHandle, ToolError> {
+        self.children
             .lock()
             .ok()
             .and_then(|c| c.get(child_id).cloned())
@@ -140,26 +197,42 @@ impl AgentDesk for RunChildren {
                     ErrorCode::Einval,
                     format!("no child {child_id:?} of this run"),
                 )
-                .with_action("use a child_id that agent.spawn returned")
-            })?;
-        let limit = timeout.unwrap_or(Duration::MAX);
-        let outcome = tokio::select! {
-            _ = cancel.cancelled() => return Err(ToolError::new(ErrorCode::Ecanceled, "stopped waiting: the run is stopping")),
-            _ = tokio::time::sleep(limit) => {
-                return Err(ToolError::new(ErrorCode::Etimedout, format!("child {child_id} still running"))
-                    .with_action("wait again later"));
-            }
-            o = child.wait() => o.map_err(|e| ToolError::new(ErrorCode::Einternal, e.to_string()))?,
-        };
-        Ok(json!({
-            "child_id": outcome.run_id,
-            "name": outcome.task_id,
-            "stop_reason": outcome.stop_reason,
-            "answer": outcome.answer,
-            "detail": outcome.detail,
-            "steps": outcome.steps,
-            "tool_calls": outcome.tool_calls,
-            "spent": outcome.budget.spent,
-        }))
+                .with_action("use a child_id or name that agent.spawn returned")
+            })
     }
+}
+
+/// The asked-for children that have not ended yet.
+fn still_running<'a>(
+    children: &'a [String],
+    handles: &'a [RunHandle],
+) -> impl Iterator<Item = &'a str> {
+    children
+        .iter()
+        .zip(handles)
+        .filter(|(_, h)| h.outcome().is_none())
+        .map(|(c, _)| c.as_str())
+}
+
+/// A child's outcome as its parent's model sees it: enough to retry, re-plan or
+/// give up.
+fn outcome_json(outcome: &RunOutcome) -> Value {
+    let spent = &outcome.budget.spent;
+    let why = (outcome.stop_reason != StopReason::Done).then(|| {
+        let line = outcome.detail.lines().next().unwrap_or_default();
+        line.chars().take(240).collect::<String>()
+    });
+    json!({
+        "child_id": outcome.run_id,
+        "name": outcome.task_id,
+        "stop_reason": outcome.stop_reason,
+        "answer": outcome.answer,
+        "why": why,
+        "detail": outcome.detail,
+        "steps": outcome.steps,
+        "tool_calls": outcome.tool_calls,
+        "tokens": spent.tokens(),
+        "cost_micros": spent.cost_micros,
+        "spent": spent,
+    })
 }

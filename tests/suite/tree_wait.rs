@@ -1,0 +1,154 @@
+//! `agent.wait` on several children (`all`, `any`, a timeout) and `agent.cancel`,
+//! driven by a scripted parent model through the embedding API.
+
+use std::sync::Arc;
+
+use agentry::{ErrorCode, ResultEnvelope, Runtime, StopReason};
+use agentry_test_support::{HangingTool, ScriptBuilder, TestError, TestTask, runtime_with};
+use serde_json::{Value, json};
+
+/// A child that finishes at once with `answer`.
+fn quick(answer: &str) -> Value {
+    json!({"turns": [{"final": answer}]})
+}
+
+/// A child whose one call never returns.
+fn hung() -> Value {
+    json!({"turns": [{"tool_calls": [{"id": "h", "name": "hang", "arguments": {"value": 1}}]}]})
+}
+
+fn spawn(name: &str, script: Value) -> Value {
+    json!({"name": name, "goal": name, "budget": {"max_steps": 4}, "script": script})
+}
+
+/// Runs `policy` as a parent of 20 steps granted `agent`; returns its outcome
+/// and the result of each of its calls, by call id.
+async fn run_parent(
+    runtime: &Runtime,
+    policy: impl agentry::Policy,
+) -> Result<(agentry::RunOutcome, Vec<ResultEnvelope>), TestError> {
+    let task = TestTask::new("delegate", &[])?
+        .grant(&["agent", "hang"])
+        .max_steps(20);
+    let (outcome, events) =
+        agentry_test_support::run_with_events(runtime, task.config(), policy).await?;
+    let results = agentry_test_support::tool_results(&events)
+        .into_iter()
+        .map(|(_, r)| r)
+        .collect();
+    Ok((outcome, results))
+}
+
+fn data(results: &[ResultEnvelope], id: &str) -> Result<Value, String> {
+    let r = results
+        .iter()
+        .find(|r| r.tool_call_id == id)
+        .ok_or(format!("no result for {id}"))?;
+    r.data.clone().ok_or(format!("{id} failed: {:?}", r.error))
+}
+
+fn code(results: &[ResultEnvelope], id: &str) -> Option<ErrorCode> {
+    results
+        .iter()
+        .find(|r| r.tool_call_id == id)
+        .and_then(ResultEnvelope::error_code)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_on_all_returns_every_outcome_in_the_order_asked() -> Result<(), TestError> {
+    let runtime = Runtime::with_builtins()?;
+    let policy = ScriptBuilder::new()
+        .call("s1", "agent.spawn", spawn("b", quick("B")))
+        .and_call("s2", "agent.spawn", spawn("a", quick("A")))
+        .call(
+            "w",
+            "agent.wait",
+            json!({"child_ids": ["a", "b"], "mode": "all"}),
+        )
+        .finish("both")
+        .policy();
+    let (outcome, results) = run_parent(&runtime, policy).await?;
+    assert_eq!(outcome.stop_reason, StopReason::Done, "{}", outcome.detail);
+    let waited = data(&results, "w")?;
+    let outcomes = waited["outcomes"].as_array().ok_or("no outcomes")?;
+    let answers: Vec<&Value> = outcomes.iter().map(|o| &o["answer"]).collect();
+    assert_eq!(answers, [&json!("A"), &json!("B")]);
+    for o in outcomes {
+        assert_eq!(o["stop_reason"], "done");
+        assert_eq!(o["why"], Value::Null);
+        assert_eq!(
+            (o["steps"].as_u64(), o["tokens"].as_u64()),
+            (Some(1), Some(0))
+        );
+    }
+    Ok(())
+}
+
+/// `any` returns the first child to end while another still runs; a timed-out
+/// wait is `ETIMEDOUT`; the parent then cancels the hung child, which stops
+/// `user_abort` and gives back the steps it did not use.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_on_any_returns_the_first_and_cancel_stops_the_rest() -> Result<(), TestError> {
+    let hang = Arc::new(HangingTool::new("hang"));
+    let runtime = runtime_with(vec![hang.clone()])?;
+    let policy = ScriptBuilder::new()
+        .call("s1", "agent.spawn", spawn("slow", hung()))
+        .and_call("s2", "agent.spawn", spawn("fast", quick("F")))
+        .call("w", "agent.wait", json!({"child_ids": ["slow", "fast"], "mode": "any"}))
+        .call("t", "agent.wait", json!({"child_ids": ["slow"], "timeout_ms": 50}))
+        .call("c", "agent.cancel", json!({"child_id": "slow"}))
+        .call("again", "agent.spawn", json!({"name": "again", "goal": "g", "budget": {"max_steps": 11}, "script": quick("G")}))
+        .finish("reacted")
+        .policy();
+    let (outcome, results) = run_parent(&runtime, policy).await?;
+    assert_eq!(outcome.stop_reason, StopReason::Done, "{}", outcome.detail);
+    let any = data(&results, "w")?;
+    assert_eq!(any["mode"], "any");
+    assert_eq!(any["first"], "fast");
+    assert_eq!(any["outcome"]["answer"], "F");
+    assert_eq!(any["still_running"], json!(["slow"]));
+    assert_eq!(code(&results, "t"), Some(ErrorCode::Etimedout));
+    let cancelled = data(&results, "c")?;
+    assert_eq!(cancelled["stop_reason"], "user_abort");
+    assert!(cancelled["why"].is_string(), "{cancelled}");
+    // 20 − 5 own steps so far − 1 step of each child = 13 left, 2 kept: 11
+    // available only if "slow" returned the 3 of its 4 steps it did not use.
+    assert!(
+        data(&results, "again").is_ok(),
+        "{:?}",
+        code(&results, "again")
+    );
+    assert_eq!(hang.started(), 1);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_waits_are_einval_naming_what_is_wrong() -> Result<(), TestError> {
+    let runtime = Runtime::with_builtins()?;
+    let policy = ScriptBuilder::new()
+        .call("s", "agent.spawn", spawn("a", quick("A")))
+        .call(
+            "both",
+            "agent.wait",
+            json!({"child_id": "a", "child_ids": ["a"]}),
+        )
+        .and_call("none", "agent.wait", json!({}))
+        .and_call("empty", "agent.wait", json!({"child_ids": []}))
+        .and_call("ghost", "agent.wait", json!({"child_ids": ["a", "ghost"]}))
+        .and_call("cancel", "agent.cancel", json!({"child_id": "ghost"}))
+        .finish("checked")
+        .policy();
+    let (outcome, results) = run_parent(&runtime, policy).await?;
+    assert_eq!(outcome.stop_reason, StopReason::Done, "{}", outcome.detail);
+    for id in ["both", "none", "empty", "ghost", "cancel"] {
+        assert_eq!(code(&results, id), Some(ErrorCode::Einval), "{id}");
+    }
+    let ghost = results
+        .iter()
+        .find(|r| r.tool_call_id == "ghost")
+        .and_then(|r| r.error.as_ref())
+        .map(|e| e.message.clone())
+        .unwrap_or_default();
+    assert!(ghost.contains("\"ghost\""), "{ghost}");
+    Ok(())
+}
