@@ -382,6 +382,8 @@ async fn a_model_delegates_through_agent_tools() -> Result<(), TestError> {
     let data = waited.data.unwrap_or_default();
     assert_eq!(data["stop_reason"], "max_steps");
     assert_eq!(data["name"], "reader");
+    assert!(data["why"].is_string(), "a failed child says why: {data}");
+    assert!(data["left_to_delegate"]["max_steps"].is_u64(), "{data}");
     // The child's two steps were charged to the parent.
     assert_eq!(outcome.budget.spent.steps, outcome.steps + 2);
     Ok(())

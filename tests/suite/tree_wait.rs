@@ -81,6 +81,11 @@ async fn waiting_on_all_returns_every_outcome_in_the_order_asked() -> Result<(),
             (Some(1), Some(0))
         );
     }
+    // 20 − 2 own steps − 1 per child, 2 kept: 14 steps to give; calls unlimited.
+    assert_eq!(waited["left_to_delegate"]["max_steps"], 14, "{waited}");
+    assert_eq!(waited["left_to_delegate"]["max_tool_calls"], Value::Null);
+    // Each spawn says what its child got.
+    assert_eq!(data(&results, "s1")?["budget"]["max_steps"], 4);
     Ok(())
 }
 
@@ -111,6 +116,12 @@ async fn waiting_on_any_returns_the_first_and_cancel_stops_the_rest() -> Result<
     let cancelled = data(&results, "c")?;
     assert_eq!(cancelled["stop_reason"], "user_abort");
     assert!(cancelled["why"].is_string(), "{cancelled}");
+    // 20 − 4 own steps − 1 per child, 2 kept: 12, with the cancelled child's
+    // unused 3 steps back before the result.
+    assert_eq!(
+        cancelled["left_to_delegate"]["max_steps"], 12,
+        "{cancelled}"
+    );
     // 20 − 5 own steps so far − 1 step of each child = 13 left, 2 kept: 11
     // available only if "slow" returned the 3 of its 4 steps it did not use.
     assert!(

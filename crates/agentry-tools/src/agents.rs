@@ -16,7 +16,7 @@ use agentry_protocol::tool::{Effect, Idempotency, ToolContract};
 use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::{Tool, ToolContext, ToolOutput, parse_args, schema_for};
 
@@ -117,7 +117,7 @@ impl Tool for SpawnTool {
     fn contract(&self) -> ToolContract {
         ToolContract::new(
             SPAWN_TOOL,
-            "Delegate a sub-task to a child agent. Its budget comes out of yours; it may use at most your tools. Returns the child's id; call agent.wait to get its result.",
+            "Delegate a sub-task to a child agent. Its budget comes out of yours: what you name, or half of what you can give on a dimension you leave unset; you always keep enough to wait and finish. It may use at most your tools. Returns the child's id, its budget and what you can still delegate (left_to_delegate); call agent.wait to get its result.",
             schema_for::<SpawnArgs>(),
         )
         .effect(Effect::Reversible)
@@ -143,8 +143,7 @@ impl Tool for SpawnTool {
             script: args.script,
             name: args.name,
         };
-        let child_id = desk(ctx)?.spawn(request).await?;
-        Ok(ToolOutput::data(json!({ "child_id": child_id })))
+        Ok(ToolOutput::data(desk(ctx)?.spawn(request).await?))
     }
 }
 
@@ -191,13 +190,28 @@ impl Tool for WaitTool {
             .await?;
         Ok(ToolOutput::data(match mode {
             // The single-child form returns the outcome itself, as it always has.
-            None => outcome
-                .get("outcomes")
-                .and_then(|o| o.get(0))
-                .cloned()
-                .unwrap_or(outcome),
+            None => single(outcome),
             Some(_) => outcome,
         }))
+    }
+}
+
+/// The single-child form's answer: that child's outcome, with what is left to
+/// delegate.
+fn single(mut all: Value) -> Value {
+    let left = all.get_mut("left_to_delegate").map(Value::take);
+    match all
+        .get_mut("outcomes")
+        .and_then(|o| o.get_mut(0))
+        .map(Value::take)
+    {
+        Some(Value::Object(mut outcome)) => {
+            if let Some(left) = left {
+                outcome.insert("left_to_delegate".into(), left);
+            }
+            Value::Object(outcome)
+        }
+        _ => all,
     }
 }
 

@@ -137,15 +137,18 @@ pub enum WaitMode {
 /// The host side of agent delegation, provided by the runtime per run.
 #[async_trait]
 pub trait AgentDesk: Send + Sync {
-    /// Starts a child of the calling run; returns its run id, or a typed refusal
-    /// (`EBUDGET` when the parent cannot cover the budget, `EPERM` for grants or
-    /// tree limits, `EINVAL` for a bad request).
-    async fn spawn(&self, request: ChildRequest) -> Result<String, ToolError>;
+    /// Starts a child of the calling run; returns its run id (`child_id`), its
+    /// budget (`budget`) and what the parent can still delegate
+    /// (`left_to_delegate`), or a typed refusal (`EBUDGET` when the parent
+    /// cannot cover the budget, `EPERM` for grants or tree limits, `EINVAL` for
+    /// a bad request).
+    async fn spawn(&self, request: ChildRequest) -> Result<Value, ToolError>;
 
     /// Waits for children to end ([`WaitMode`]); each outcome is data
     /// (`child_id`, `name`, `stop_reason`, `answer`, `steps`, `tool_calls`,
     /// `tokens`, `cost_micros`, and for a child that did not finish `done`, a
-    /// one-line `why`). Stops waiting (`ECANCELED`) when `cancel` fires, or
+    /// one-line `why`), with what the parent can still delegate
+    /// (`left_to_delegate`). Stops waiting (`ECANCELED`) when `cancel` fires, or
     /// `ETIMEDOUT` after `timeout`; an unknown child is `EINVAL`.
     async fn wait(
         &self,

@@ -127,6 +127,11 @@ impl ToolCallAllowance {
             .map_err(|left| u64::try_from(left).unwrap_or(0))
     }
 
+    /// What may still be taken (`u64::MAX` without a limit; 0 when overdrawn).
+    pub(super) fn left(&self) -> u64 {
+        u64::try_from(self.0.left.load(Ordering::Acquire)).unwrap_or(0)
+    }
+
     /// The calls taken since the supervisor last booked (`booked` is its count
     /// so far, moved on to now).
     #[inline]

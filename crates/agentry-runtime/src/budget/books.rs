@@ -264,6 +264,25 @@ impl BudgetState {
         self.spawned.clone()
     }
 
+    /// The most a child could be given now ([`BudgetMsg::Delegable`]).
+    pub(super) fn delegable(&self) -> BudgetLimits {
+        let (mine, keep) = (&self.limits, self.rule.parent_reserve);
+        let left = mine.left(&self.committed());
+        let give =
+            |limit: Option<u64>, left: u64, kept: u64| limit.map(|_| left.saturating_sub(kept));
+        BudgetLimits {
+            max_steps: give(mine.max_steps, left.steps, keep.steps),
+            max_tool_calls: give(mine.max_tool_calls, self.tool_calls.left(), keep.tool_calls),
+            max_tokens: give(mine.max_tokens, left.tokens_in, 0),
+            max_cost_micros: give(mine.max_cost_micros, left.cost_micros, 0),
+            deadline_ms: mine
+                .deadline_ms
+                .map(|d| d.saturating_sub(self.elapsed_ms())),
+            max_retries: give(mine.max_retries, left.retries, 0),
+            max_ticks: give(mine.max_ticks, left.ticks, 0),
+        }
+    }
+
     /// How many children are still running.
     pub(super) fn live_children(&self) -> usize {
         self.children.len()

@@ -96,6 +96,9 @@ impl Actor for BudgetSupervisor {
             BudgetMsg::Snapshot(reply) => {
                 let _ = reply.send(state.snapshot());
             }
+            BudgetMsg::Delegable(reply) => {
+                let _ = reply.send(state.delegable());
+            }
             BudgetMsg::StopCause(reply) => {
                 let _ = reply.send(state.stop_cause());
             }

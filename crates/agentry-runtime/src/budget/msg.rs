@@ -66,11 +66,11 @@ pub enum BudgetMsg {
     CancelAll(StopReason),
     /// Sent by the deadline timer.
     DeadlineReached,
-    /// Carve a child's budget out of what is left here: a requested limit must fit
-    /// (spent + reserved + request within this node's limit, on every dimension),
-    /// an unset one on a dimension limited here gets all that is left, and the
-    /// deadline is clamped to this node's. Replies with the child's limits, or why
-    /// the request does not fit.
+    /// Carve a child's budget out of what is left here beyond this node's
+    /// reserve (`TreeLimits::parent_reserve`): a requested limit must fit in
+    /// that, on every dimension limited here; an unset one gets the child's
+    /// share of it (`TreeLimits::child_share`); the deadline is clamped to this
+    /// node's. Replies with the child's limits, or why the request does not fit.
     Reserve {
         /// The child's run id.
         child_id: String,
@@ -95,6 +95,9 @@ pub enum BudgetMsg {
     Children(RpcReplyPort<Vec<String>>),
     /// How many children are still running (for the fan-out limit).
     LiveChildren(RpcReplyPort<usize>),
+    /// The most a child could be given now on each dimension limited here
+    /// (this node's reserve kept); `None` where unlimited.
+    Delegable(RpcReplyPort<BudgetLimits>),
 }
 
 /// A child's budget as carved ([`BudgetMsg::Reserve`]).

@@ -67,7 +67,7 @@ fn refused(e: RuntimeError) -> ToolError {
 
 #[async_trait]
 impl AgentDesk for RunChildren {
-    async fn spawn(&self, request: ChildRequest) -> Result<String, ToolError> {
+    async fn spawn(&self, request: ChildRequest) -> Result<Value, ToolError> {
         let mut rx = self.parent.subscribe();
         let parent = rx
             .wait_for(Option::is_some)
@@ -122,9 +122,14 @@ impl AgentDesk for RunChildren {
             if let Some(name) = &request.name {
                 children.insert(name.clone(), child.clone());
             }
-            children.insert(id.clone(), child);
+            children.insert(id.clone(), child.clone());
         }
-        Ok(id)
+        let budget = child.budget().await.map(|b| b.limits);
+        Ok(json!({
+            "child_id": id,
+            "budget": budget,
+            "left_to_delegate": parent.delegable().await,
+        }))
     }
 
     async fn wait(
@@ -143,7 +148,11 @@ impl AgentDesk for RunChildren {
                 WaitMode::All => {
                     let outcomes = try_join_all(handles.iter().map(RunHandle::wait)).await?;
                     let outcomes: Vec<Value> = outcomes.iter().map(outcome_json).collect();
-                    Ok(json!({ "mode": "all", "outcomes": outcomes }))
+                    Ok(json!({
+                        "mode": "all",
+                        "outcomes": outcomes,
+                        "left_to_delegate": self.left_to_delegate().await,
+                    }))
                 }
                 WaitMode::Any => {
                     let (first, index, _) =
@@ -157,6 +166,7 @@ impl AgentDesk for RunChildren {
                         "first": children[index],
                         "outcome": outcome_json(&first),
                         "still_running": still,
+                        "left_to_delegate": self.left_to_delegate().await,
                     }))
                 }
             }
@@ -181,11 +191,23 @@ impl AgentDesk for RunChildren {
             .wait()
             .await
             .map_err(|e| ToolError::new(ErrorCode::Einternal, e.to_string()))?;
-        Ok(outcome_json(&outcome))
+        let mut answer = outcome_json(&outcome);
+        answer["left_to_delegate"] = self.left_to_delegate().await;
+        Ok(answer)
     }
 }
 
 impl RunChildren {
+    /// What this run can still give a child, per dimension it limits
+    /// ([`RunHandle::delegable`]); null before the run's handle exists.
+    async fn left_to_delegate(&self) -> Value {
+        let parent = self.parent.borrow().clone();
+        match parent {
+            Some(p) => json!(p.delegable().await),
+            None => Value::Null,
+        }
+    }
+
     /// A child of this run by id or name; `EINVAL` naming it otherwise.
     fn child(&self, child_id: &str) -> Result<RunHandle, ToolError> {
         self.children

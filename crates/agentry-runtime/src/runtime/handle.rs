@@ -323,6 +323,13 @@ impl RunHandle {
         ask(&self.actors.budget, BudgetMsg::Snapshot).await.ok()
     }
 
+    /// The most a child of this run could be given now, per dimension the run
+    /// limits (its reserve for waiting and finishing kept; `None`: unlimited).
+    /// `None` once the run has stopped.
+    pub async fn delegable(&self) -> Option<agentry_protocol::budget::BudgetLimits> {
+        ask(&self.actors.budget, BudgetMsg::Delegable).await.ok()
+    }
+
     /// The run's actors as spawned (see [`RunActors`]).
     pub fn actors(&self) -> RunActors {
         RunActors::from(&self.actors)
