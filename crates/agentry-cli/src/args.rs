@@ -85,6 +85,10 @@ pub(crate) struct RunsArgs {
     /// List finished runs too.
     #[arg(long)]
     pub(crate) all: bool,
+    /// Print one run's agent tree instead: each node's goal, model, stop reason,
+    /// budget limits and spend.
+    #[arg(long, value_name = "RUN_ID", conflicts_with = "all")]
+    pub(crate) tree: Option<String>,
     /// One JSON array on stdout.
     #[arg(long)]
     pub(crate) json: bool,

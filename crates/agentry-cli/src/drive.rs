@@ -5,7 +5,9 @@ use std::path::{Path, PathBuf};
 
 use agentry::protocol::event::RunEvent;
 use agentry::protocol::state::PendingApproval;
-use agentry::{RunHandle, RunOutcome, RuntimeError};
+use std::time::Duration;
+
+use agentry::{RunHandle, RunOutcome, RunTree, RuntimeError};
 
 use crate::args::SettleArg;
 use crate::error::RunError;
@@ -13,8 +15,8 @@ use crate::error::RunError;
 /// How `run` or `resume` ended.
 #[derive(Debug)]
 pub(crate) enum Finished {
-    /// The run stopped.
-    Outcome(Box<RunOutcome>),
+    /// The run stopped; its tree, if it started children.
+    Outcome(Box<RunOutcome>, Option<Box<RunTree>>),
     /// A durable run parked on calls a crash interrupted; it stays in the store.
     Parked(Parked),
 }
@@ -37,14 +39,14 @@ pub(crate) async fn drive(
     store: Option<&Path>,
 ) -> Result<Finished, RunError> {
     let Some(store) = store else {
-        return finished(handle.wait().await);
+        return finished(handle, handle.wait().await).await;
     };
     let mut events = handle.subscribe();
     let wait = handle.wait();
     tokio::pin!(wait);
     loop {
         tokio::select! {
-            outcome = &mut wait => return finished(outcome),
+            outcome = &mut wait => return finished(handle, outcome).await,
             event = events.recv() => {
                 let call = match event {
                     Ok(record) => match record.event {
@@ -58,7 +60,7 @@ pub(crate) async fn drive(
                             None => continue,
                         }
                     }
-                    Err(_) => return finished(wait.await),
+                    Err(_) => return finished(handle, wait.await).await,
                 };
                 match decisions.iter().find(|d| d.call_id == call.id) {
                     Some(d) => {
@@ -77,9 +79,22 @@ pub(crate) async fn drive(
     }
 }
 
-/// The run's outcome; an outcome that never came is lost (exit 1).
-fn finished(outcome: Result<RunOutcome, RuntimeError>) -> Result<Finished, RunError> {
-    outcome
-        .map(|o| Finished::Outcome(Box::new(o)))
-        .map_err(RunError::Lost)
+/// How long a stopped run's children get to end and be recorded before its
+/// tree is reported as it stands (they were cancelled with it).
+const CHILDREN_GRACE: Duration = Duration::from_secs(10);
+
+/// The run's outcome, and its tree once its children have ended; an outcome
+/// that never came is lost (exit 1).
+async fn finished(
+    handle: &RunHandle,
+    outcome: Result<RunOutcome, RuntimeError>,
+) -> Result<Finished, RunError> {
+    let outcome = outcome.map_err(RunError::Lost)?;
+    let tree = if handle.has_children() {
+        handle.wait_children(CHILDREN_GRACE).await;
+        Some(Box::new(handle.tree().await))
+    } else {
+        None
+    };
+    Ok(Finished::Outcome(Box::new(outcome), tree))
 }

@@ -107,8 +107,8 @@ fn main() -> ExitCode {
 /// Prints the result of `run` or `resume` and maps it to the exit code.
 fn finish(result: Result<Finished, RunError>, json: bool) -> ExitCode {
     match result {
-        Ok(Finished::Outcome(outcome)) => {
-            if let Err(e) = report::print(&outcome, json) {
+        Ok(Finished::Outcome(outcome, tree)) => {
+            if let Err(e) = report::print(&outcome, tree.as_deref(), json) {
                 eprintln!("agentry: cannot write the report: {e}");
             }
             if let (Some(path), Some(e)) = (&outcome.trace, &outcome.trace_error) {

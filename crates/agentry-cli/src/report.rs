@@ -6,9 +6,9 @@
 
 use std::io::Write;
 
-use agentry::RunOutcome;
 use agentry::protocol::accept::{AcceptCheck, CheckOutcome};
 use agentry::protocol::budget::BudgetSnapshot;
+use agentry::{RunOutcome, RunTree};
 use serde::Serialize;
 
 /// `--json` output.
@@ -28,10 +28,17 @@ struct JsonReport<'a> {
     trace_error: Option<&'a str>,
     checks: &'a [CheckOutcome],
     budget: &'a BudgetSnapshot,
+    /// The agent tree, present only when the run started children.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tree: Option<&'a RunTree>,
 }
 
-/// Prints the outcome to stdout.
-pub(crate) fn print(outcome: &RunOutcome, json: bool) -> std::io::Result<()> {
+/// Prints the outcome to stdout, ending with the run's tree if it has one.
+pub(crate) fn print(
+    outcome: &RunOutcome,
+    tree: Option<&RunTree>,
+    json: bool,
+) -> std::io::Result<()> {
     let mut out = std::io::stdout().lock();
     if json {
         let report = JsonReport {
@@ -47,11 +54,15 @@ pub(crate) fn print(outcome: &RunOutcome, json: bool) -> std::io::Result<()> {
             trace_error: outcome.trace_error.as_deref(),
             checks: &outcome.checks,
             budget: &outcome.budget,
+            tree,
         };
         serde_json::to_writer(&mut out, &report)?;
         writeln!(out)?;
     } else {
         write!(out, "{}", summary(outcome))?;
+        if let Some(tree) = tree {
+            write!(out, "tree\n{}", tree.render())?;
+        }
     }
     out.flush()
 }

@@ -1,10 +1,11 @@
 //! The SQLite store on the command line: where it is by default, opening it,
-//! and `agentry runs`.
+//! and `agentry runs` (with `--tree RUN_ID`, one run's agent tree).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use agentry::{RuntimeError, SqliteStore, Store};
+use agentry::store::RunSummary;
+use agentry::{RunTree, RuntimeError, SqliteStore, Store};
 
 use crate::args::RunsArgs;
 
@@ -58,6 +59,16 @@ pub(crate) fn existing(path: PathBuf) -> Result<PathBuf, RuntimeError> {
 pub(crate) fn list(args: &RunsArgs) -> Result<(), RuntimeError> {
     let path = existing(store_or_default(args.store.as_ref())?)?;
     let store = SqliteStore::open(&path)?;
+    if let Some(run_id) = &args.tree {
+        let all = store.runs()?;
+        let tree = stored_tree(&store, &all, run_id)?;
+        if args.json {
+            println!("{}", serde_json::to_string(&tree).unwrap_or_default());
+        } else {
+            print!("{}", tree.render());
+        }
+        return Ok(());
+    }
     let runs: Vec<_> = store
         .runs()?
         .into_iter()
@@ -76,4 +87,52 @@ pub(crate) fn list(args: &RunsArgs) -> Result<(), RuntimeError> {
         println!("{}  {:<18} {:<22} {}", r.run_id, status, reason, r.task_id);
     }
     Ok(())
+}
+
+/// The stored tree under `run_id`: its record and last checkpoint, then its
+/// children's (recorded when they stopped), in the order they were created.
+fn stored_tree(
+    store: &SqliteStore,
+    runs: &[RunSummary],
+    run_id: &str,
+) -> Result<RunTree, RuntimeError> {
+    let stored = store.load(run_id)?.ok_or_else(|| RuntimeError::NoSuchRun {
+        run_id: run_id.to_string(),
+        store: store.location(),
+    })?;
+    let config = &stored.record.config;
+    let control = stored.checkpoint.map(|c| c.snapshot.control);
+    let limits = control
+        .as_ref()
+        .map(|c| c.limits)
+        .or_else(|| serde_json::from_value(config["limits"].clone()).ok())
+        .unwrap_or_default();
+    let mut kids: Vec<&RunSummary> = runs
+        .iter()
+        .filter(|r| r.parent_id.as_deref() == Some(run_id))
+        .collect();
+    kids.sort_by_key(|r| r.created_at_ms);
+    let children = kids
+        .into_iter()
+        .map(|r| stored_tree(store, runs, &r.run_id))
+        .collect::<Result<_, _>>()?;
+    Ok(RunTree {
+        run_id: run_id.to_string(),
+        name: stored.record.task_id.clone(),
+        goal: config["goal"].as_str().unwrap_or_default().to_string(),
+        model: model_of(&stored.record.policy),
+        stop_reason: control.as_ref().and_then(|c| c.stop_reason),
+        limits,
+        spent: control.map(|c| c.spent).unwrap_or_default(),
+        children,
+    })
+}
+
+/// A stored policy as a model name: the CLI stores a root's as JSON
+/// (`{"policy": "script:…", …}`), a child's as its policy's name.
+fn model_of(policy: &str) -> String {
+    serde_json::from_str::<serde_json::Value>(policy)
+        .ok()
+        .and_then(|v| v["policy"].as_str().map(str::to_string))
+        .unwrap_or_else(|| policy.to_string())
 }

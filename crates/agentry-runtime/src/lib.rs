@@ -63,4 +63,4 @@ pub use error::{ChildRefusal, RuntimeError};
 pub use grants::Grants;
 pub use policy::{Policy, PolicyContext};
 pub use registry::ToolRegistry;
-pub use runtime::{RunHandle, Runtime};
+pub use runtime::{RunHandle, RunTree, Runtime};

@@ -37,7 +37,7 @@ pub use agentry_protocol::{
 };
 pub use agentry_runtime::{
     ApprovalConfig, Driver, Durability, Grants, RunActors, RunConfig, RunHandle, RunOutcome,
-    Runtime, RuntimeError, ToolRegistry,
+    RunTree, Runtime, RuntimeError, ToolRegistry,
 };
 #[cfg(feature = "task")]
 pub use agentry_task::{TaskError, TaskSpec};

@@ -5,6 +5,8 @@ use std::time::{Duration, Instant};
 
 use agentry_test_support::procs::{alive_with_cmdline, unique_secs};
 
+use serde_json::json;
+
 use crate::*;
 
 fn run_tree(toml: &str, script: &str) -> (i32, Value) {
@@ -130,4 +132,102 @@ grant = ["agent", "proc.run"]
             std::thread::sleep(Duration::from_millis(10));
         }
     }
+}
+
+/// A run that started children reports its tree (in `--json` and at the end of
+/// the summary), and `agentry runs --tree` prints the same tree from the store:
+/// each node's goal, model, stop reason, limits and spend.
+#[test]
+fn the_tree_is_reported_and_stored() {
+    let toml =
+        "goal = \"delegate twice\"\n[budget]\nmax_steps = 10\n[tools]\ngrant = [\"agent\"]\n";
+    let script = r#"{"turns": [
+        {"tool_calls": [
+            {"id": "s1", "name": "agent.spawn", "arguments": {"name": "a", "goal": "one", "script": {"turns": [{"final": "A"}]}}},
+            {"id": "s2", "name": "agent.spawn", "arguments": {"name": "b", "goal": "two", "budget": {"max_steps": 1}, "script": {"turns": [{"tool_calls": [{"id": "x", "name": "fs.read", "arguments": {"path": "nope"}}]}, {"final": "B"}]}}}
+        ]},
+        {"tool_calls": [{"id": "w", "name": "agent.wait", "arguments": {"child_ids": ["a", "b"]}}]},
+        {"tool_calls": [{"id": "f", "name": "task.finish", "arguments": {"answer": "both"}}]}
+    ]}"#;
+    let task = task_dir(toml, script);
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("runs.db");
+    let run = |id: &str, json: bool| {
+        let workdir = tmp.path().join(id);
+        let mut args = vec![
+            "run",
+            path_str(task.path()),
+            "--store",
+            path_str(&store),
+            "--run-id",
+            id,
+            "--workdir",
+            path_str(&workdir),
+        ];
+        if json {
+            args.push("--json");
+        }
+        agentry(&args)
+    };
+    let out = run("root-json", true);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let tree = &report["tree"];
+    assert_eq!(tree["run_id"], "root-json");
+    assert_eq!(tree["model"], "script");
+    let kids = tree["children"].as_array().unwrap();
+    let summary: Vec<(&Value, &Value, &Value)> = kids
+        .iter()
+        .map(|k| (&k["name"], &k["stop_reason"], &k["limits"]["max_steps"]))
+        .collect();
+    // a: half of 9 − 2 = 3 steps; b asked for 1 and needed 2.
+    assert_eq!(
+        summary,
+        [
+            (&json!("a"), &json!("done"), &json!(3)),
+            (&json!("b"), &json!("max_steps"), &json!(1))
+        ]
+    );
+    assert_eq!(kids[0]["goal"], "one");
+
+    assert_stored_tree(&store, tree);
+
+    let human = run("root-text", false);
+    let text = String::from_utf8_lossy(&human.stdout);
+    let at = text
+        .find("\ntree\n")
+        .unwrap_or_else(|| panic!("no tree: {text}"));
+    assert!(
+        text[at..].contains("├─ a  [script]  done  steps 1/3"),
+        "{text}"
+    );
+    assert!(text[at..].contains("└─ b  [script]  max_steps"), "{text}");
+
+    let listed = agentry(&["runs", "--store", path_str(&store), "--tree", "root-text"]);
+    let listed = String::from_utf8_lossy(&listed.stdout);
+    assert!(
+        listed.contains("└─ b  [script]  max_steps  steps 1/1"),
+        "{listed}"
+    );
+
+    let missing = agentry(&["runs", "--store", path_str(&store), "--tree", "nope"]);
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(
+        stderr(&missing).contains("holds no run \"nope\""),
+        "{}",
+        stderr(&missing)
+    );
+}
+
+/// `agentry runs --tree --json` prints the tree `run --json` reported.
+fn assert_stored_tree(store: &std::path::Path, tree: &Value) {
+    let run_id = tree["run_id"].as_str().unwrap();
+    let (code, stored) = agentry_json(&["runs", "--store", path_str(store), "--tree", run_id]);
+    assert_eq!(code, 0, "{stored}");
+    assert_eq!(stored["children"], tree["children"], "{stored}");
+    assert_eq!(stored["spent"], tree["spent"]);
+    assert!(
+        stored["model"].as_str().unwrap().starts_with("script:"),
+        "{stored}"
+    );
 }

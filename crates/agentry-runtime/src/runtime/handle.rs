@@ -44,6 +44,10 @@ pub struct RunHandle {
     pub(super) log: Option<RunLog>,
     /// A durable run's next inbox position, shared by every clone.
     pub(super) inbox: Option<Arc<std::sync::atomic::AtomicU64>>,
+    /// Its name, goal and model, for its tree.
+    pub(super) about: super::tree::About,
+    /// The children it started.
+    pub(super) children: super::tree::ChildList,
 }
 
 impl RunHandle {

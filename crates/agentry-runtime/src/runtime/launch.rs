@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
 use agentry_protocol::trace::RunInput;
-use agentry_store::TimerRecord;
+use agentry_store::{Checkpoint, RunRecord, TimerRecord, Write};
 use ractor::{Actor, ActorRef};
 use tokio::sync::{oneshot, watch};
 use tokio_util::sync::CancellationToken;
@@ -15,6 +15,7 @@ use super::Runtime;
 use super::children::RunChildren;
 use super::handle::RunHandle;
 use super::record::{Resumed, create_record};
+use super::tree::{ChildEntry, ChildList, RunAbout};
 use crate::ask::ask;
 use crate::budget::BudgetMsg;
 use crate::conductor::{
@@ -133,8 +134,9 @@ impl Runtime {
     }
 
     /// Starts a child of `parent`: its budget is carved out of what the parent has
-    /// left (a requested limit must fit; an unset one on a dimension the parent
-    /// limits gets all that is left; the deadline is clamped to the parent's), its
+    /// left beyond its reserve (a requested limit must fit; an unset one on a
+    /// dimension the parent limits gets the child's share, see [`TreeLimits`];
+    /// the deadline is clamped to the parent's), its
     /// grants may not exceed the parent's, every spend is charged up the tree, and
     /// what it does not use returns to the parent when it ends. Cancelling or
     /// stopping the parent cancels the child. Refused, naming why, when the parent
@@ -186,6 +188,7 @@ impl Runtime {
             deadline_at: grant.deadline_at,
         };
         let grants = config.grants.clone();
+        let record = parent.log.as_ref().map(|_| child_record(parent, &config));
         let started = self
             .launch(Launch {
                 config,
@@ -198,12 +201,18 @@ impl Runtime {
                 durable: Durable::No,
             })
             .await;
-        if started.is_err() {
+        match &started {
+            Ok(child) => parent.children.push(ChildEntry {
+                handle: child.clone(),
+                recorded: record_at_stop(parent.log.as_ref(), record, child),
+            }),
             // Nothing runs: the reservation goes back.
-            let _ = parent
-                .actors
-                .budget
-                .cast(BudgetMsg::Release { child_id: run_id });
+            Err(_) => {
+                let _ = parent
+                    .actors
+                    .budget
+                    .cast(BudgetMsg::Release { child_id: run_id });
+            }
         }
         started
     }
@@ -250,8 +259,8 @@ impl Runtime {
             .as_deref()
             .map(|path| TraceWriter::open(path, resumed))
             .transpose()?;
-        let from_start = config.events_from_start;
-        let events = EventSink::new(Arc::clone(&run_id), from_start);
+        let events = EventSink::new(Arc::clone(&run_id), config.events_from_start);
+        let about = Arc::new(RunAbout::of(&config, policy.as_ref()));
         let children = Arc::new(RunChildren::new(self.clone(), config.workdir.clone()));
         let (actors_tx, actors_rx) = oneshot::channel();
         let posted = Posted::default();
@@ -285,6 +294,8 @@ impl Runtime {
             grants,
             log,
             inbox,
+            about,
+            children: ChildList::default(),
         };
         children.set_parent(handle.clone());
         deliver_stored(&handle, stored.inbox, stored.timers);
@@ -313,6 +324,56 @@ impl Runtime {
         };
         (Some(log), claim)
     }
+}
+
+/// A child's record for its durable parent's store: children are not resumed
+/// on their own, but they are part of the run's tree (`agentry runs --tree`).
+fn child_record(parent: &RunHandle, config: &RunConfig) -> RunRecord {
+    let now = agentry_protocol::now_millis();
+    RunRecord {
+        run_id: config.run_id.clone().unwrap_or_default(),
+        task_id: config.task_id.clone(),
+        parent_id: Some(parent.run_id.to_string()),
+        created_at_ms: now,
+        deadline_at_ms: config.limits.deadline_ms.map(|ms| now.saturating_add(ms)),
+        config: serde_json::to_value(config).unwrap_or_default(),
+        policy: String::new(),
+    }
+}
+
+/// Once `child` stops, commits its record and final checkpoint to the store
+/// (when its parent is durable). The receiver turns `true` once that is done
+/// (at once without a store).
+fn record_at_stop(
+    log: Option<&RunLog>,
+    record: Option<RunRecord>,
+    child: &RunHandle,
+) -> watch::Receiver<bool> {
+    let (done, recorded) = watch::channel(false);
+    let (Some(log), Some(mut record)) = (log, record) else {
+        done.send_replace(true);
+        return recorded;
+    };
+    let (writer, child) = (log.writer.clone(), child.clone());
+    record.policy = child.about.model.clone();
+    tokio::spawn(async move {
+        if let Ok(outcome) = child.wait().await {
+            let checkpoint = Checkpoint {
+                snapshot: outcome.state,
+                progress: serde_json::Value::Null,
+            };
+            let run_id = record.run_id.clone();
+            let writes = vec![
+                Write::CreateRun(record),
+                Write::Checkpoint { run_id, checkpoint },
+            ];
+            if let Err(e) = writer.commit(writes).await {
+                tracing::warn!(error = %e, "a child's end could not be recorded");
+            }
+        }
+        done.send_replace(true);
+    });
+    recorded
 }
 
 /// A child refused before anything is reserved.

@@ -3,7 +3,8 @@
 //! Files, in import order (each names only those above it):
 //! - `handle.rs`: [`RunHandle`], what an embedder holds on one run.
 //! - `mod.rs`: [`Runtime`] itself — its tools, its shutdown token, its store.
-//! - `children.rs`: `RunChildren`, what `agent.spawn`/`agent.wait` call.
+//! - `tree.rs`: [`RunTree`], a run and its children; `ChildList`.
+//! - `children.rs`: `RunChildren`, what `agent.spawn`/`agent.wait`/`agent.cancel` call.
 //! - `record.rs`: a durable run's record, written at its start and read back.
 //! - `launch.rs`: starting a run (root or child); every start ends in `launch`.
 //! - `resume.rs`: the store side — listing stored runs and resuming one.
@@ -13,6 +14,7 @@ mod handle;
 mod launch;
 mod record;
 mod resume;
+mod tree;
 
 use std::sync::Arc;
 
@@ -27,6 +29,7 @@ use crate::policy::Policy;
 use crate::registry::ToolRegistry;
 
 pub use handle::RunHandle;
+pub use tree::RunTree;
 
 /// Starts runs. Cheap to clone; clones share the tool registry and the shutdown token.
 #[derive(Clone)]
