@@ -21,7 +21,8 @@
 //! - `transport`: HTTP status classification, retries, the stall-aware SSE reader.
 //! - `prompt`: the default system prompt both providers send.
 //! - `openai`, `anthropic`: request projection (pure, unit-tested) and stream assembly.
-//! - `provider`: [`connect`] and [`child_policy_factory`], which pick the adapter.
+//! - `chain`: [`FallbackPolicy`], models tried in order when a server is unavailable.
+//! - `provider`: [`connect`], [`connect_chain`] and the child factories, which pick the adapter.
 //!
 //! # TLS
 //! This crate compiles reqwest without a TLS backend to keep the build lean:
@@ -38,6 +39,7 @@
 //! ```
 
 mod anthropic;
+mod chain;
 mod config;
 pub mod context;
 mod conversation;
@@ -50,8 +52,11 @@ mod transport;
 
 pub use agentry_policy::Policy;
 pub use anthropic::{AnthropicPolicy, build_anthropic_request};
+pub use chain::{ChainModel, FallbackPolicy};
 pub use config::{ModelConfig, Prices, Provider, RetryConfig, TextReply};
 pub use error::ModelError;
 pub use names::ToolNameMap;
 pub use openai::{OpenAiPolicy, build_openai_messages};
-pub use provider::{child_policy_factory, connect};
+pub use provider::{
+    ConnectedChain, chain_policy_factory, child_policy_factory, connect, connect_chain,
+};

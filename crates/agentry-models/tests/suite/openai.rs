@@ -329,6 +329,7 @@ async fn usage_is_priced_and_a_text_reply_can_be_sent_back_to_call_finish() -> R
         .prices(agentry_models::Prices {
             input_micros_per_mtok: 2_000_000,
             output_micros_per_mtok: 8_000_000,
+            ..agentry_models::Prices::default()
         })
         .text_reply(agentry_models::TextReply::RequireFinish);
     let mut policy = OpenAiPolicy::new(config)?;

@@ -131,6 +131,7 @@ impl BudgetState {
             cost_micros: reserve(limits.max_cost_micros, mine.max_cost_micros),
             retries: reserve(limits.max_retries, mine.max_retries),
             ticks: reserve(limits.max_ticks, mine.max_ticks),
+            ..Usage::default()
         };
         mine.covers(&self.committed(), &allowance)?;
         if let Some(max) = mine.max_tool_calls {
