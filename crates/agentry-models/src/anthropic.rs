@@ -10,10 +10,9 @@ use agentry_protocol::tool::{ToolArguments, ToolCall, ToolSpec};
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
-use crate::chain::ModelTurn;
 use crate::conversation::{Item, conversation};
 use crate::prompt::system_prompt;
-use crate::transport::{self, AttemptError, SseReader, TurnFailure};
+use crate::transport::{self, AttemptError, ModelTurn, SseReader, TurnFailure};
 use crate::{ModelConfig, ModelError, Provider, ToolNameMap};
 
 /// The API version header this adapter speaks.

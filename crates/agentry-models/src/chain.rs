@@ -25,25 +25,7 @@ use crate::anthropic::AnthropicPolicy;
 use crate::config::{ModelConfig, Provider};
 use crate::error::ModelError;
 use crate::openai::OpenAiPolicy;
-
-/// A model turn as the chain sees it.
-pub(crate) struct ModelTurn {
-    /// What the turn produced, named after its model.
-    pub(crate) output: PolicyOutput,
-    /// The turn failed only because the server was unavailable after the
-    /// retries: the next model of a chain may take it.
-    pub(crate) unavailable: bool,
-}
-
-impl ModelTurn {
-    /// A turn that ends here (decided, or failed in a way no fallback helps).
-    pub(crate) fn decided(output: PolicyOutput) -> Self {
-        ModelTurn {
-            output,
-            unavailable: false,
-        }
-    }
-}
+use crate::transport::ModelTurn;
 
 /// One model of a chain: its wire protocol and how to reach it.
 #[derive(Debug, Clone)]
@@ -224,4 +206,32 @@ fn time_left(budget: &BudgetSnapshot, started: Instant) -> BudgetSnapshot {
         .map(|ms| ms.saturating_sub(spent));
     budget.elapsed_ms = budget.elapsed_ms.saturating_add(spent);
     budget
+}
+
+#[cfg(test)]
+mod tests {
+    use agentry_protocol::budget::{BudgetLimits, Usage};
+
+    use super::*;
+
+    /// A later model of the chain is shown the wall clock that is left, not
+    /// the step's: its request cannot outlive the deadline.
+    #[test]
+    fn later_models_see_the_time_spent_by_earlier_ones() {
+        let limits = BudgetLimits {
+            deadline_ms: Some(10_000),
+            ..BudgetLimits::default()
+        };
+        let budget = BudgetSnapshot::new(limits, Usage::default(), 1_000);
+        let started = Instant::now() - std::time::Duration::from_secs(3);
+        let later = time_left(&budget, started);
+        let left = later.remaining.wall_ms_left.unwrap_or(u64::MAX);
+        assert!((1..=6_000).contains(&left), "{left}");
+        assert!(later.elapsed_ms >= 4_000, "{}", later.elapsed_ms);
+        let gone = time_left(&budget, Instant::now() - std::time::Duration::from_secs(60));
+        assert_eq!(gone.remaining.wall_ms_left, Some(0));
+        // No deadline: nothing to take off.
+        let open = BudgetSnapshot::new(BudgetLimits::default(), Usage::default(), 0);
+        assert_eq!(time_left(&open, started).remaining.wall_ms_left, None);
+    }
 }

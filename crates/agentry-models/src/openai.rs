@@ -13,10 +13,9 @@ use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::chain::ModelTurn;
 use crate::conversation::{Item, conversation};
 use crate::prompt::system_prompt;
-use crate::transport::{self, AttemptError, SseReader, TurnFailure};
+use crate::transport::{self, AttemptError, ModelTurn, SseReader, TurnFailure};
 use crate::{ModelConfig, ModelError, Provider, ToolNameMap};
 
 /// A [`Policy`] backed by an OpenAI-compatible `/chat/completions` endpoint.

@@ -101,7 +101,12 @@ async fn cached_tokens_reach_the_budget_the_trace_and_the_bill() -> Result<(), T
     );
     assert_eq!(spent.cost_micros, bill);
 
-    // Trace: each step record carries the turn's usage, and the budget after.
+    the_trace_shows_each_turns_cached_tokens(&task, bill)
+}
+
+/// Each step record carries its turn's usage, and the budget after the step
+/// the totals and the money.
+fn the_trace_shows_each_turns_cached_tokens(task: &TestTask, bill: u64) -> Result<(), TestError> {
     let steps: Vec<Value> = task
         .read_trace()?
         .into_iter()
