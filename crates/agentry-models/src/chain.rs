@@ -188,7 +188,7 @@ impl Policy for FallbackPolicy {
         };
         if let Decision::Failed { message, .. } = &mut out.decision {
             message.push_str(&format!(
-                " (every model of the fallback chain was unavailable: {})",
+                " (no model of the fallback chain was available; tried: {})",
                 passed.join(", ")
             ));
         }

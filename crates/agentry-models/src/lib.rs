@@ -12,6 +12,13 @@
 //! retried with backoff under a budget, 401/403 stop the run, anything else is a
 //! non-fatal [`Decision::Failed`](agentry_protocol::Decision::Failed).
 //!
+//! A [`FallbackPolicy`] holds several adapters in order: a turn whose server is
+//! unavailable after its retries goes to the next model, and the output names
+//! the model that decided. Anthropic requests mark the system prompt and the
+//! tool list for the prompt cache ([`ModelConfig::prompt_cache`]); the cache
+//! reads and writes both providers report are part of the turn's usage, and
+//! priced ([`Prices`]).
+//!
 //! # Layout
 //! - `config`: [`ModelConfig`], [`RetryConfig`], [`Provider`] and env-key lookup.
 //! - [`context`]: which session entries a request carries under a context budget.

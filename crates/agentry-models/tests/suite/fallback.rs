@@ -103,7 +103,7 @@ async fn when_every_model_is_unavailable_the_last_failure_is_the_turns() -> Resu
             assert!(message.starts_with("openai: request failed"), "{message}");
             assert!(
                 message.contains(
-                    "every model of the fallback chain was unavailable: anthropic:a, openai:b"
+                    "no model of the fallback chain was available; tried: anthropic:a, openai:b"
                 ),
                 "{message}"
             );
@@ -167,5 +167,32 @@ fn the_child_factory_builds_the_same_chain() -> Result<(), TestError> {
     };
     let child = factory(&request).ok_or("no child policy")?;
     assert_eq!(child.name(), "openai:test-model > anthropic:test-model");
+    Ok(())
+}
+
+/// A stream that stalls on every attempt is unavailability too.
+#[tokio::test]
+async fn a_stalling_model_passes_the_turn_on() -> Result<(), TestError> {
+    let stall = || Reply::sse(text_turn("never")).stall_after(0);
+    // stalling() gives up on a silent stream at 400 ms; 2 retries.
+    let stuck = MockServer::start(vec![stall(), stall(), stall()]).await?;
+    let up = MockServer::start(vec![Reply::sse(text_turn("from b"))]).await?;
+    let mut a = super::sse::stalling(&stuck.base_url);
+    a.model = "a".into();
+    let mut b = config(&up.base_url);
+    b.model = "b".into();
+    let mut policy = FallbackPolicy::new(vec![
+        ChainModel::new(Provider::OpenAi, a),
+        ChainModel::new(Provider::OpenAi, b),
+    ])?;
+    let out = decide(&mut policy, &[]).await;
+    assert_eq!(out.model, "openai:b");
+    assert_eq!(
+        out.decision,
+        Decision::Final {
+            answer: "from b".into()
+        }
+    );
+    assert_eq!(stuck.received().len(), 3);
     Ok(())
 }
