@@ -50,6 +50,10 @@ pub(crate) struct ResumeArgs {
     /// The model server, as for `run`. Default: the one the run was started with.
     #[arg(long, value_name = "URL")]
     pub(crate) base_url: Option<String>,
+    /// Fallback models, as for `run`; given, they replace the ones the run was
+    /// started with. Repeatable.
+    #[arg(long, value_name = "PROVIDER:MODEL[=URL]", value_parser = parse_fallback)]
+    pub(crate) fallback: Vec<FallbackArg>,
     /// Print exactly one JSON object on stdout instead of the summary.
     #[arg(long)]
     pub(crate) json: bool,
@@ -108,6 +112,13 @@ pub(crate) struct RunArgs {
     /// (e.g. http://127.0.0.1:8080/v1 for llama.cpp's server).
     #[arg(long, value_name = "URL")]
     pub(crate) base_url: Option<String>,
+    /// A model that takes the turn when the models before it are unavailable
+    /// after their retries (connection refused, 5xx, 429): `openai:MODEL` or
+    /// `anthropic:MODEL`, its server after `=` (default: the provider's hosted
+    /// API), its key from the provider's variable. Repeatable, tried in order;
+    /// replaces task.toml's `[policy] fallback`.
+    #[arg(long, value_name = "PROVIDER:MODEL[=URL]", value_parser = parse_fallback)]
+    pub(crate) fallback: Vec<FallbackArg>,
     /// Write the JSONL trace (one record per step, then a stop record) to FILE.
     #[arg(long, value_name = "FILE")]
     pub(crate) trace: Option<PathBuf>,
@@ -162,6 +173,17 @@ pub(crate) enum PolicyArg {
     },
 }
 
+/// One fallback model: `--fallback`, or an entry of task.toml's `[policy] fallback`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct FallbackArg {
+    /// Which wire protocol.
+    pub(crate) provider: agentry_models::Provider,
+    /// The model name sent to the server.
+    pub(crate) model: String,
+    /// Its server; `None`: the provider's hosted API.
+    pub(crate) base_url: Option<String>,
+}
+
 /// `--decide CALL_ID=DECISION`: how to settle one call a crash interrupted.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct SettleArg {
@@ -181,6 +203,36 @@ pub(crate) fn parse_policy(value: &str) -> Result<PolicyArg, String> {
             Some(Err(e)) => Err(e.to_string()),
             None => Err("expected script:FILE, openai:MODEL or anthropic:MODEL".into()),
         },
+    }
+}
+
+/// `--fallback PROVIDER:MODEL[=URL]`: the model, and after the first `=` its
+/// server (model names have no `=`; URLs may).
+pub(crate) fn parse_fallback(value: &str) -> Result<FallbackArg, String> {
+    let (spec, base_url) = match value.split_once('=') {
+        Some((spec, url)) if url.starts_with("http://") || url.starts_with("https://") => {
+            (spec, Some(url.to_string()))
+        }
+        Some((_, url)) => {
+            return Err(format!(
+                "the server after '=' must be an http:// URL, found {url:?}"
+            ));
+        }
+        None => (value, None),
+    };
+    fallback_model(spec, base_url)
+}
+
+/// A fallback's `provider:MODEL` and server.
+pub(crate) fn fallback_model(spec: &str, base_url: Option<String>) -> Result<FallbackArg, String> {
+    match agentry_models::Provider::parse_spec(spec) {
+        Some(Ok((provider, model))) => Ok(FallbackArg {
+            provider,
+            model,
+            base_url,
+        }),
+        Some(Err(e)) => Err(e.to_string()),
+        None => Err("expected openai:MODEL or anthropic:MODEL, optionally =URL".into()),
     }
 }
 
@@ -252,6 +304,39 @@ mod tests {
         let err = parse_policy("gemini:x").unwrap_err();
         assert!(err.contains("openai:MODEL"), "{err}");
         assert!(parse_policy("plan.json").is_err());
+    }
+
+    #[test]
+    fn fallback_flag_names_a_model_and_optionally_its_server() {
+        use agentry_models::Provider;
+        assert_eq!(
+            parse_fallback("anthropic:claude-x"),
+            Ok(FallbackArg {
+                provider: Provider::Anthropic,
+                model: "claude-x".into(),
+                base_url: None
+            })
+        );
+        assert_eq!(
+            parse_fallback("openai:m=http://127.0.0.1:9/v1?a=b"),
+            Ok(FallbackArg {
+                provider: Provider::OpenAi,
+                model: "m".into(),
+                base_url: Some("http://127.0.0.1:9/v1?a=b".into())
+            })
+        );
+        assert!(
+            parse_fallback("openai:m=127.0.0.1:9")
+                .unwrap_err()
+                .contains("http://")
+        );
+        assert!(
+            parse_fallback("gemini:x")
+                .unwrap_err()
+                .contains("openai:MODEL")
+        );
+        assert!(parse_fallback("script:a.json").is_err());
+        assert!(parse_fallback("openai:").is_err());
     }
 
     #[test]

@@ -6,9 +6,9 @@
 use std::path::{Path, PathBuf};
 
 use agentry::{ChildPolicyFactory, Policy, RunConfig, RuntimeError, Script, TaskSpec};
-use agentry_models::{ModelConfig, ModelError, Provider};
+use agentry_models::{ChainModel, ModelConfig, ModelError, Provider};
 
-use crate::args::{PolicyArg, RunArgs, absolute, parse_policy};
+use crate::args::{FallbackArg, PolicyArg, RunArgs, absolute, fallback_model, parse_policy};
 use crate::error::RunError;
 
 /// The run's policy, and for a model policy the factory its child agents use.
@@ -36,6 +36,16 @@ pub(crate) struct PolicyChoice {
     pub(crate) policy: PolicyArg,
     /// The model server, if one was named.
     pub(crate) base_url: Option<String>,
+    /// The fallback models, in order.
+    pub(crate) fallback: Vec<FallbackArg>,
+}
+
+/// What a model policy is built from besides its own name and server.
+pub(crate) struct ModelOptions<'a> {
+    /// The fallback models, in order.
+    pub(crate) fallback: &'a [FallbackArg],
+    /// Prompt-cache marks on requests.
+    pub(crate) prompt_cache: bool,
 }
 
 /// Builds the policy the flags (or the task) name. A model policy is checked
@@ -54,7 +64,12 @@ pub(crate) async fn load_policy(args: &RunArgs, task: &TaskSpec) -> Result<Loade
     let base_url = args.base_url.as_deref().or(task.base_url.as_deref());
     let script_path = match args.policy.as_ref().or(from_task.as_ref()) {
         Some(PolicyArg::Model { provider, model }) => {
-            return model_policy(*provider, model, base_url).await;
+            let fallback = run_fallback(args, task)?;
+            let options = ModelOptions {
+                fallback: &fallback,
+                prompt_cache: task.prompt_cache,
+            };
+            return model_policy(*provider, model, base_url, options).await;
         }
         Some(PolicyArg::Script(file)) => file.clone(),
         None => task.script.clone().ok_or_else(|| {
@@ -64,29 +79,68 @@ pub(crate) async fn load_policy(args: &RunArgs, task: &TaskSpec) -> Result<Loade
             ))
         })?,
     };
-    if args.base_url.is_some() {
-        return Err(RunError::Model(ModelError::BadSpec {
-            spec: "--base-url".into(),
-            reason: "applies only to --policy openai:MODEL or anthropic:MODEL".into(),
-        }));
+    for (flag, given) in [
+        ("--base-url", args.base_url.is_some()),
+        ("--fallback", !args.fallback.is_empty()),
+    ] {
+        if given {
+            return Err(RunError::Model(ModelError::BadSpec {
+                spec: flag.into(),
+                reason: "applies only to --policy openai:MODEL or anthropic:MODEL".into(),
+            }));
+        }
     }
     LoadedPolicy::script(&script_path)
 }
 
-/// A model policy, checked before anything runs, and its children's factory.
+/// The run's fallback models: `--fallback` flags, else task.toml's.
+fn run_fallback(args: &RunArgs, task: &TaskSpec) -> Result<Vec<FallbackArg>, RunError> {
+    if !args.fallback.is_empty() {
+        return Ok(args.fallback.clone());
+    }
+    task.fallback
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            fallback_model(&f.model, f.base_url.clone()).map_err(|m| {
+                RunError::BadInput(RuntimeError::task(
+                    task.dir.join("task.toml"),
+                    format!("policy.fallback[{i}]: {m}"),
+                ))
+            })
+        })
+        .collect()
+}
+
+/// A model policy with its fallback chain, checked before anything runs (every
+/// key present, every URL usable, at least one server answering), and its
+/// children's factory (the same chain).
 pub(crate) async fn model_policy(
     provider: Provider,
     model: &str,
     base_url: Option<&str>,
+    options: ModelOptions<'_>,
 ) -> Result<LoadedPolicy, RunError> {
-    let config = ModelConfig::from_env(provider, model, base_url).map_err(RunError::Model)?;
-    let children =
-        agentry_models::child_policy_factory(provider, config.clone()).map_err(RunError::Model)?;
-    let policy = agentry_models::connect(provider, config)
+    let config = |provider: Provider, model: &str, base_url: Option<&str>| {
+        ModelConfig::from_env(provider, model, base_url)
+            .map(|c| ChainModel::new(provider, c.prompt_cache(options.prompt_cache)))
+            .map_err(RunError::Model)
+    };
+    let mut chain = vec![config(provider, model, base_url)?];
+    for f in options.fallback {
+        chain.push(config(f.provider, &f.model, f.base_url.as_deref())?);
+    }
+    let children = agentry_models::chain_policy_factory(chain.clone()).map_err(RunError::Model)?;
+    let connected = agentry_models::connect_chain(chain)
         .await
         .map_err(RunError::Model)?;
+    for e in &connected.unreachable {
+        eprintln!(
+            "agentry: warning: {e}; its turns go to the next model of the fallback chain until it answers"
+        );
+    }
     Ok(LoadedPolicy {
-        policy,
+        policy: connected.policy,
         children: Some(children),
     })
 }
@@ -107,9 +161,29 @@ pub(crate) fn describe_policy(args: &RunArgs, task: &TaskSpec) -> String {
             .unwrap_or_default(),
     };
     let base_url = args.base_url.as_deref().or(task.base_url.as_deref());
+    // The chain as the run uses it: the flags', else the task's (a script
+    // policy has none).
+    let fallback: Vec<serde_json::Value> = match (&args.policy, args.fallback.is_empty()) {
+        (Some(PolicyArg::Script(_)), _) => Vec::new(),
+        (_, false) => args
+            .fallback
+            .iter()
+            .map(|f| {
+                serde_json::json!({"model": format!("{}:{}", provider_prefix(f.provider), f.model),
+                    "base_url": f.base_url})
+            })
+            .collect(),
+        (_, true) => task
+            .fallback
+            .iter()
+            .map(|f| serde_json::json!({"model": f.model, "base_url": f.base_url}))
+            .collect(),
+    };
     serde_json::json!({
         "policy": policy,
         "base_url": base_url,
+        "fallback": fallback,
+        "prompt_cache": task.prompt_cache,
         "task_dir": absolute(&task.dir),
     })
     .to_string()
@@ -148,7 +222,46 @@ pub(crate) fn stored_policy(spec: Option<&str>, run_id: &str) -> Result<PolicyCh
         .get("base_url")
         .and_then(|b| b.as_str())
         .map(str::to_string);
-    Ok(PolicyChoice { policy, base_url })
+    let fallback = stored_fallback(&value).map_err(|m| {
+        RunError::BadInput(RuntimeError::NotResumable {
+            run_id: run_id.to_string(),
+            message: format!("its stored fallback models are unusable ({m}); pass --policy"),
+        })
+    })?;
+    Ok(PolicyChoice {
+        policy,
+        base_url,
+        fallback,
+    })
+}
+
+/// The stored `fallback` list (absent in runs stored before fallbacks existed).
+fn stored_fallback(value: &serde_json::Value) -> Result<Vec<FallbackArg>, String> {
+    let Some(items) = value.get("fallback").and_then(|f| f.as_array()) else {
+        return Ok(Vec::new());
+    };
+    items
+        .iter()
+        .map(|f| {
+            let model = f.get("model").and_then(|m| m.as_str()).unwrap_or_default();
+            let base_url = f
+                .get("base_url")
+                .and_then(|b| b.as_str())
+                .map(str::to_string);
+            fallback_model(model, base_url)
+        })
+        .collect()
+}
+
+/// Whether a stored run marks requests for the prompt cache (on unless its
+/// task turned it off).
+pub(crate) fn stored_prompt_cache(config: &RunConfig) -> bool {
+    config
+        .policy_spec
+        .as_deref()
+        .and_then(|s| serde_json::from_str::<serde_json::Value>(s).ok())
+        .and_then(|v| v.get("prompt_cache")?.as_bool())
+        .unwrap_or(true)
 }
 
 /// The task directory a stored run came from, if the CLI started it.
@@ -159,4 +272,66 @@ pub(crate) fn stored_task_dir(config: &RunConfig) -> Option<PathBuf> {
         .and_then(|s| serde_json::from_str::<serde_json::Value>(s).ok())
         .and_then(|v| v.get("task_dir")?.as_str().map(PathBuf::from))
         .filter(|d| d.join("task.toml").is_file())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+    use crate::args::{Cli, Command};
+
+    fn run_args(args: &[&str]) -> RunArgs {
+        let mut all = vec!["agentry", "run", "examples/sum"];
+        all.extend(args);
+        match Cli::parse_from(all).command {
+            Command::Run(args) => args,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn task(policy: &str) -> TaskSpec {
+        let text = format!("goal = \"g\"\n[policy]\n{policy}");
+        TaskSpec::parse(&text, Path::new("/nowhere/t")).unwrap()
+    }
+
+    /// What `run` stores is what `resume` rebuilds: the chain from the flags
+    /// (which replace the task's), or else the task's, and prompt_cache.
+    #[test]
+    fn the_stored_policy_carries_the_fallback_chain_for_resume() {
+        let task = task(
+            "model = \"openai:a\"\nprompt_cache = false\n\
+             fallback = [\"anthropic:b\", { model = \"openai:c\", base_url = \"http://127.0.0.1:9/v1\" }]",
+        );
+        let stored = describe_policy(&run_args(&[]), &task);
+        let choice = stored_policy(Some(&stored), "r").unwrap();
+        let expected = [
+            FallbackArg {
+                provider: Provider::Anthropic,
+                model: "b".into(),
+                base_url: None,
+            },
+            FallbackArg {
+                provider: Provider::OpenAi,
+                model: "c".into(),
+                base_url: Some("http://127.0.0.1:9/v1".into()),
+            },
+        ];
+        assert_eq!(choice.fallback, expected);
+        let mut config = RunConfig::new("g", "/nowhere/w");
+        config.policy_spec = Some(stored);
+        assert!(!stored_prompt_cache(&config));
+
+        let flags = run_args(&["--fallback", "anthropic:z=http://127.0.0.1:8"]);
+        let stored = describe_policy(&flags, &task);
+        let choice = stored_policy(Some(&stored), "r").unwrap();
+        assert_eq!(choice.fallback, flags.fallback);
+
+        // Runs stored before fallbacks existed: no chain, cache marks on.
+        let old = r#"{"policy": "openai:a", "base_url": null}"#;
+        assert!(stored_policy(Some(old), "r").unwrap().fallback.is_empty());
+        config.policy_spec = Some(old.into());
+        assert!(stored_prompt_cache(&config));
+    }
 }

@@ -160,6 +160,9 @@ fn summary(o: &RunOutcome) -> String {
     line("answer", o.answer.as_deref().unwrap_or("(none)"));
     line("steps", &o.steps.to_string());
     line("tool_calls", &o.tool_calls.to_string());
+    if let Some(tokens) = tokens_line(&o.budget.spent) {
+        line("tokens", &tokens);
+    }
     for (i, c) in o.checks.iter().enumerate() {
         let verdict = if c.passed { "pass" } else { "FAIL" };
         let key = if i == 0 { "checks" } else { "" };
@@ -175,6 +178,26 @@ fn summary(o: &RunOutcome) -> String {
             }),
     );
     s
+}
+
+/// What the model turns used, when they reported anything: prompt tokens (and
+/// how many the provider's cache served), completion tokens, money.
+fn tokens_line(spent: &agentry::protocol::budget::Usage) -> Option<String> {
+    if spent.tokens() == 0 && spent.cost_micros == 0 {
+        return None;
+    }
+    let mut s = format!("{} in", spent.tokens_in);
+    if spent.cache_read_tokens + spent.cache_write_tokens > 0 {
+        s.push_str(&format!(
+            " ({} read from the prompt cache, {} written to it)",
+            spent.cache_read_tokens, spent.cache_write_tokens
+        ));
+    }
+    s.push_str(&format!(", {} out", spent.tokens_out));
+    if spent.cost_micros > 0 {
+        s.push_str(&format!(", cost {} millionths", spent.cost_micros));
+    }
+    Some(s)
 }
 
 fn check_line(c: &CheckOutcome) -> String {

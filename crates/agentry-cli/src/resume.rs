@@ -6,7 +6,10 @@ use agentry::{RunConfig, Runtime, RuntimeError, TaskSpec};
 use crate::args::{PolicyArg, ResumeArgs, absolute};
 use crate::drive::{Finished, drive};
 use crate::error::RunError;
-use crate::policy::{LoadedPolicy, PolicyChoice, model_policy, stored_policy, stored_task_dir};
+use crate::policy::{
+    LoadedPolicy, ModelOptions, PolicyChoice, model_policy, stored_policy, stored_prompt_cache,
+    stored_task_dir,
+};
 use crate::signals::stop_on_interrupt;
 use crate::store::{existing, open_sqlite, store_or_default};
 
@@ -48,20 +51,41 @@ fn runtime_for(config: &RunConfig) -> Result<Runtime, RuntimeError> {
     }
 }
 
-/// `--policy` (and `--base-url`), else the policy the run was started with.
+/// `--policy` (and `--base-url`, `--fallback`), else the policy the run was
+/// started with.
 async fn policy_for(args: &ResumeArgs, config: &RunConfig) -> Result<LoadedPolicy, RunError> {
-    let PolicyChoice { policy, base_url } = match &args.policy {
+    let PolicyChoice {
+        policy,
+        base_url,
+        fallback,
+    } = match &args.policy {
         Some(p) => PolicyChoice {
             policy: p.clone(),
             base_url: args.base_url.clone(),
+            fallback: Vec::new(),
         },
         None => stored_policy(config.policy_spec.as_deref(), &args.run_id)?,
     };
     let base_url = args.base_url.clone().or(base_url);
+    let fallback = if args.fallback.is_empty() {
+        fallback
+    } else {
+        args.fallback.clone()
+    };
     match &policy {
+        PolicyArg::Script(_) if !args.fallback.is_empty() => {
+            Err(RunError::Model(agentry_models::ModelError::BadSpec {
+                spec: "--fallback".into(),
+                reason: "applies only to a model policy (openai:MODEL or anthropic:MODEL)".into(),
+            }))
+        }
         PolicyArg::Script(file) => LoadedPolicy::script(&absolute(file)),
         PolicyArg::Model { provider, model } => {
-            model_policy(*provider, model, base_url.as_deref()).await
+            let options = ModelOptions {
+                fallback: &fallback,
+                prompt_cache: stored_prompt_cache(config),
+            };
+            model_policy(*provider, model, base_url.as_deref(), options).await
         }
     }
 }

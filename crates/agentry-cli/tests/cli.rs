@@ -11,12 +11,19 @@ use serde_json::Value;
 
 mod cli {
     mod errors;
+    mod fallback;
     mod model;
     mod run;
     mod runs;
     mod tree;
     mod workspace;
 }
+
+// The providers' strict request checkers, shared by path with agentry-models'
+// tests: the CLI's model servers answer an invalid request with HTTP 400.
+#[allow(dead_code, reason = "agentry-models' own tests use the rest")]
+#[path = "../../agentry-models/tests/suite/strict.rs"]
+mod strict;
 
 /// The workspace root: commands run from there, as the README shows them.
 fn root() -> PathBuf {

@@ -12,8 +12,8 @@ use serde_json::{Value, json};
 
 use crate::conversation::{Item, conversation};
 use crate::prompt::system_prompt;
-use crate::transport::{self, AttemptError, SseReader};
-use crate::{ModelConfig, ModelError, ToolNameMap};
+use crate::transport::{self, AttemptError, ModelTurn, SseReader, TurnFailure};
+use crate::{ModelConfig, ModelError, Provider, ToolNameMap};
 
 /// The API version header this adapter speaks.
 const ANTHROPIC_VERSION: &str = "2023-06-01";
@@ -87,43 +87,64 @@ impl Policy for AnthropicPolicy {
     }
 
     async fn decide(&mut self, ctx: PolicyContext<'_>) -> PolicyOutput {
+        self.turn(ctx).await.output
+    }
+}
+
+impl AnthropicPolicy {
+    /// One model turn, and whether it failed only because the server was
+    /// unavailable (see [`ModelTurn`]).
+    pub(crate) async fn turn(&self, ctx: PolicyContext<'_>) -> ModelTurn {
         let model = self.name();
         let timeout = match self.config.preflight(ctx.budget) {
             Ok(t) => t,
-            Err(decision) => return PolicyOutput::new(decision, model),
+            Err(decision) => return ModelTurn::decided(PolicyOutput::new(decision, model)),
         };
-        let failed = |message: String| Decision::Failed {
-            message,
-            fatal: true,
+        let failed = |message: String| {
+            ModelTurn::decided(PolicyOutput::new(
+                Decision::Failed {
+                    message,
+                    fatal: true,
+                },
+                model.clone(),
+            ))
         };
         let names = match ToolNameMap::new(ctx.tools) {
             Ok(n) => n,
-            Err(e) => return PolicyOutput::new(failed(e.to_string()), model),
+            Err(e) => return failed(e.to_string()),
         };
         let session = crate::context::project_session(ctx.session, self.config.context_tokens);
         let request = build_anthropic_request(&self.config, ctx.goal, ctx.tools, &session, &names);
         let body = match serde_json::to_vec(&request) {
             Ok(b) => b,
-            Err(e) => {
-                return PolicyOutput::new(failed(format!("anthropic: cannot encode: {e}")), model);
-            }
+            Err(e) => return failed(format!("anthropic: cannot encode: {e}")),
         };
         let hash = transport::prompt_hash(&body);
         let result = transport::with_retries(&self.config.retry, || {
             self.attempt(&body, timeout, ctx.deltas)
         })
         .await;
-        let mut out = match result {
+        let (mut out, unavailable) = match result {
             Ok(turn) => {
-                let usage = turn.usage;
-                let mut out = PolicyOutput::new(turn.into_decision(&names, ctx.step), model);
+                let usage = turn.usage.tokens();
+                let mut out =
+                    PolicyOutput::new(turn.into_decision(&names, ctx.step), model.clone());
                 out.usage = usage;
-                out
+                (out, false)
             }
-            Err(decision) => PolicyOutput::new(decision, model),
+            Err(failure) => {
+                let unavailable = matches!(failure, TurnFailure::Exhausted(_));
+                (
+                    PolicyOutput::new(failure.into_decision(), model.clone()),
+                    unavailable,
+                )
+            }
         };
         out.prompt_hash = Some(hash);
-        self.config.finish(out)
+        ModelTurn {
+            output: self.config.finish(out, Provider::Anthropic),
+            unavailable,
+        }
     }
 }
 
@@ -137,21 +158,35 @@ pub fn build_anthropic_request(
     names: &ToolNameMap,
 ) -> Value {
     let messages = anthropic_messages(session, names);
+    let system = system_prompt(goal, names);
     let mut request = json!({
         "model": config.model,
         "max_tokens": config.max_output_tokens,
-        "system": system_prompt(goal, names),
+        "system": system,
         "messages": messages,
         "stream": true,
     });
+    let mut tools: Vec<Value> = tools
+        .iter()
+        .map(|t| {
+            json!({"name": names.wire(&t.name), "description": t.description,
+            "input_schema": t.input_schema})
+        })
+        .collect();
+    if config.prompt_cache {
+        // A cache breakpoint covers everything before it, in the order tools,
+        // system, messages: one on the last tool caches the tool list, one on
+        // the system block the tools and the prompt together (the goal is in
+        // the prompt, so this prefix is stable for the whole run). Two of the
+        // four breakpoints a request may carry.
+        let cache = json!({"type": "ephemeral"});
+        request["system"] = json!([{"type": "text", "text": system, "cache_control": cache}]);
+        if let Some(last) = tools.last_mut() {
+            last["cache_control"] = cache;
+        }
+    }
     if !tools.is_empty() {
-        request["tools"] = tools
-            .iter()
-            .map(|t| {
-                json!({"name": names.wire(&t.name), "description": t.description,
-                "input_schema": t.input_schema})
-            })
-            .collect();
+        request["tools"] = Value::Array(tools);
     }
     request
 }
@@ -224,10 +259,52 @@ enum Block {
     },
 }
 
+/// Anthropic's usage fields as reported: `input_tokens` counts only the prompt
+/// tokens after the last cache breakpoint, beside the cache reads and writes.
+#[derive(Debug, Default, Clone, Copy)]
+struct Usage {
+    input: u64,
+    output: u64,
+    cache_read: u64,
+    cache_write: u64,
+}
+
+impl Usage {
+    /// Takes every count the event carries (`message_start` has them all;
+    /// `message_delta` repeats some, cumulatively).
+    fn update(&mut self, u: &Value) {
+        let fields = [
+            ("input_tokens", &mut self.input),
+            ("output_tokens", &mut self.output),
+            ("cache_read_input_tokens", &mut self.cache_read),
+            ("cache_creation_input_tokens", &mut self.cache_write),
+        ];
+        for (name, slot) in fields {
+            if let Some(n) = u[name].as_u64() {
+                *slot = n;
+            }
+        }
+    }
+
+    /// As agentry counts it: `tokens_in` is the whole prompt, so the token
+    /// budget is charged for cached tokens too.
+    fn tokens(self) -> TokenUsage {
+        TokenUsage {
+            tokens_in: self
+                .input
+                .saturating_add(self.cache_read)
+                .saturating_add(self.cache_write),
+            tokens_out: self.output,
+            cache_read_tokens: self.cache_read,
+            cache_write_tokens: self.cache_write,
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 struct Turn<'d> {
     blocks: BTreeMap<u64, Block>,
-    usage: TokenUsage,
+    usage: Usage,
     stop_reason: Option<String>,
     /// Publishes streamed text as run events.
     deltas: Option<&'d dyn DeltaSink>,
@@ -238,11 +315,7 @@ impl Turn<'_> {
     fn apply(&mut self, data: &Value) -> Result<bool, AttemptError> {
         let index = data["index"].as_u64().unwrap_or(0);
         match data["type"].as_str().unwrap_or_default() {
-            "message_start" => {
-                let u = &data["message"]["usage"];
-                self.usage.tokens_in = u["input_tokens"].as_u64().unwrap_or(0);
-                self.usage.tokens_out = u["output_tokens"].as_u64().unwrap_or(0);
-            }
+            "message_start" => self.usage.update(&data["message"]["usage"]),
             "content_block_start" => {
                 let b = &data["content_block"];
                 let block = match b["type"].as_str() {
@@ -276,13 +349,8 @@ impl Turn<'_> {
                 if let Some(r) = data["delta"]["stop_reason"].as_str() {
                     self.stop_reason = Some(r.to_string());
                 }
-                // output_tokens here is cumulative for the message.
-                if let Some(n) = data["usage"]["output_tokens"].as_u64() {
-                    self.usage.tokens_out = n;
-                }
-                if let Some(n) = data["usage"]["input_tokens"].as_u64() {
-                    self.usage.tokens_in = n;
-                }
+                // Counts here are cumulative for the message.
+                self.usage.update(&data["usage"]);
             }
             "message_stop" => return Ok(true),
             "error" => {

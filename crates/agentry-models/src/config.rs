@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use agentry_protocol::budget::BudgetSnapshot;
-use agentry_protocol::decision::{Decision, PolicyOutput};
+use agentry_protocol::decision::{Decision, PolicyOutput, TokenUsage};
 
 use crate::ModelError;
 
@@ -83,23 +83,85 @@ impl Default for RetryConfig {
 
 /// Prices per million tokens, in micro-units of the run's currency, so a model
 /// turn's money is charged to the budget.
+///
+/// Prompt tokens served from the provider's cache are billed at their own
+/// prices. When those are not set, they follow the input price by the
+/// provider's published rules: Anthropic bills cache writes at 1.25× and cache
+/// reads at 0.1× the input price; OpenAI has no cache writes and bills cached
+/// reads at a discount of 50% or more depending on the model, so 0.5× is
+/// assumed (it never charges the budget less than the bill).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Prices {
-    /// Per million input (prompt) tokens.
+    /// Per million input (prompt) tokens not served from the cache.
     pub input_micros_per_mtok: u64,
     /// Per million output (completion) tokens.
     pub output_micros_per_mtok: u64,
+    /// Per million prompt tokens read from the cache; `None`: by the provider's
+    /// rule from the input price (see above).
+    pub cache_read_micros_per_mtok: Option<u64>,
+    /// Per million prompt tokens written to the cache; `None`: by the
+    /// provider's rule from the input price (see above).
+    pub cache_write_micros_per_mtok: Option<u64>,
+}
+
+/// A price as a multiple of the input price, in percent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct CacheRates {
+    read_percent: u64,
+    write_percent: u64,
+}
+
+impl Provider {
+    /// How the provider prices cached prompt tokens against uncached ones.
+    fn cache_rates(self) -> CacheRates {
+        match self {
+            Provider::Anthropic => CacheRates {
+                read_percent: 10,
+                write_percent: 125,
+            },
+            // OpenAI reports no cache writes; its writes are plain input.
+            Provider::OpenAi => CacheRates {
+                read_percent: 50,
+                write_percent: 100,
+            },
+        }
+    }
 }
 
 impl Prices {
-    /// The cost of a turn, rounded up to a whole micro-unit per dimension.
-    pub fn cost_micros(&self, tokens_in: u64, tokens_out: u64) -> u64 {
-        let part = |tokens: u64, price: u64| {
-            let micros = u128::from(tokens) * u128::from(price);
-            u64::try_from(micros.div_ceil(1_000_000)).unwrap_or(u64::MAX)
+    /// The cost of a turn of `provider`, rounded up to a whole micro-unit per
+    /// kind of token (uncached input, cache reads, cache writes, output).
+    pub fn cost_micros(&self, provider: Provider, usage: &TokenUsage) -> u64 {
+        // Prices in hundredths of a micro-unit per million tokens, so that
+        // 1.25× and 0.1× of any input price stay exact.
+        let rates = provider.cache_rates();
+        let own = |price: Option<u64>, percent: u64| {
+            price.map_or(
+                u128::from(self.input_micros_per_mtok) * u128::from(percent),
+                |p| u128::from(p) * 100,
+            )
         };
-        part(tokens_in, self.input_micros_per_mtok)
-            .saturating_add(part(tokens_out, self.output_micros_per_mtok))
+        let part = |tokens: u64, centi_price: u128| {
+            let centi = u128::from(tokens) * centi_price;
+            u64::try_from(centi.div_ceil(100_000_000)).unwrap_or(u64::MAX)
+        };
+        let cached = usage
+            .cache_read_tokens
+            .saturating_add(usage.cache_write_tokens);
+        let uncached = usage.tokens_in.saturating_sub(cached);
+        part(uncached, u128::from(self.input_micros_per_mtok) * 100)
+            .saturating_add(part(
+                usage.cache_read_tokens,
+                own(self.cache_read_micros_per_mtok, rates.read_percent),
+            ))
+            .saturating_add(part(
+                usage.cache_write_tokens,
+                own(self.cache_write_micros_per_mtok, rates.write_percent),
+            ))
+            .saturating_add(part(
+                usage.tokens_out,
+                u128::from(self.output_micros_per_mtok) * 100,
+            ))
     }
 }
 
@@ -140,6 +202,10 @@ pub struct ModelConfig {
     /// Context budget for the session part of a request, in (estimated) tokens;
     /// older turns are elided past it (see [`crate::context`]). `None`: send all.
     pub context_tokens: Option<u64>,
+    /// Mark the stable prefix of each request (system prompt, tool list) for
+    /// the provider's prompt cache where the request must say so (Anthropic's
+    /// `cache_control`); OpenAI caches on its own. Default: on.
+    pub prompt_cache: bool,
 }
 
 impl ModelConfig {
@@ -158,6 +224,7 @@ impl ModelConfig {
             prices: None,
             text_reply: TextReply::default(),
             context_tokens: None,
+            prompt_cache: true,
         }
     }
 
@@ -209,6 +276,12 @@ impl ModelConfig {
         self
     }
 
+    /// Turns prompt-cache marks on or off.
+    pub fn prompt_cache(mut self, on: bool) -> Self {
+        self.prompt_cache = on;
+        self
+    }
+
     /// Sets what a text-only reply means.
     pub fn text_reply(mut self, text_reply: TextReply) -> Self {
         self.text_reply = text_reply;
@@ -237,10 +310,10 @@ impl ModelConfig {
         })
     }
 
-    /// Fills in money and applies [`TextReply`] to a finished turn.
-    pub(crate) fn finish(&self, mut out: PolicyOutput) -> PolicyOutput {
+    /// Fills in money and applies [`TextReply`] to a finished turn of `provider`.
+    pub(crate) fn finish(&self, mut out: PolicyOutput, provider: Provider) -> PolicyOutput {
         if let Some(p) = self.prices {
-            out.cost_micros = p.cost_micros(out.usage.tokens_in, out.usage.tokens_out);
+            out.cost_micros = p.cost_micros(provider, &out.usage);
         }
         if self.text_reply == TextReply::RequireFinish
             && let Decision::Final { answer } = &out.decision
@@ -278,16 +351,67 @@ impl ModelConfig {
 mod tests {
     use super::*;
 
+    fn usage(tokens_in: u64, tokens_out: u64, read: u64, write: u64) -> TokenUsage {
+        TokenUsage {
+            tokens_in,
+            tokens_out,
+            cache_read_tokens: read,
+            cache_write_tokens: write,
+        }
+    }
+
     #[test]
     fn prices_round_up_per_dimension() {
         let p = Prices {
             input_micros_per_mtok: 150_000,
             output_micros_per_mtok: 600_000,
+            ..Prices::default()
         };
-        assert_eq!(p.cost_micros(0, 0), 0);
+        let cost = |i, o| p.cost_micros(Provider::OpenAi, &usage(i, o, 0, 0));
+        assert_eq!(cost(0, 0), 0);
         // 10 input tokens cost 1.5 micro-units: charged as 2.
-        assert_eq!(p.cost_micros(10, 0), 2);
-        assert_eq!(p.cost_micros(1_000_000, 1_000_000), 750_000);
+        assert_eq!(cost(10, 0), 2);
+        assert_eq!(cost(1_000_000, 1_000_000), 750_000);
+    }
+
+    #[test]
+    fn cached_tokens_cost_the_provider_rates_of_the_input_price_unless_priced() {
+        // $3 / $15 per million, as Anthropic prices a mid-size model.
+        let p = Prices {
+            input_micros_per_mtok: 3_000_000,
+            output_micros_per_mtok: 15_000_000,
+            ..Prices::default()
+        };
+        // 1M prompt tokens: 200k uncached, 500k read (0.1×), 300k written (1.25×).
+        let u = usage(1_000_000, 0, 500_000, 300_000);
+        let anthropic = 600_000 + 150_000 + 1_125_000;
+        assert_eq!(p.cost_micros(Provider::Anthropic, &u), anthropic);
+        // OpenAI: reads at 0.5×, its (never reported) writes at 1×.
+        assert_eq!(
+            p.cost_micros(Provider::OpenAi, &u),
+            600_000 + 750_000 + 900_000
+        );
+        // Configured cache prices win over the rule.
+        let priced = Prices {
+            cache_read_micros_per_mtok: Some(1_000_000),
+            cache_write_micros_per_mtok: Some(2_000_000),
+            ..p
+        };
+        assert_eq!(
+            priced.cost_micros(Provider::Anthropic, &u),
+            600_000 + 500_000 + 600_000
+        );
+        // Output is charged beside them; each kind rounds up on its own: 1 read
+        // token at 0.3 micro-units per token is charged 1.
+        assert_eq!(
+            p.cost_micros(Provider::Anthropic, &usage(1, 1_000, 1, 0)),
+            1 + 15_000
+        );
+        // No cache tokens: exactly the plain prices.
+        assert_eq!(
+            p.cost_micros(Provider::Anthropic, &usage(2_000, 1_000, 0, 0)),
+            6_000 + 15_000
+        );
     }
 
     #[test]

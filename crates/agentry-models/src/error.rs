@@ -67,4 +67,13 @@ pub enum ModelError {
         /// Why it is refused.
         reason: String,
     },
+    /// A fallback chain was built with no model.
+    #[error("a fallback chain needs at least one model")]
+    EmptyChain,
+    /// No model of a fallback chain answered at start.
+    #[error("no model server of the fallback chain is reachable: {reasons}")]
+    NoneReachable {
+        /// Each model's reason, in chain order.
+        reasons: String,
+    },
 }

@@ -12,6 +12,13 @@
 //! retried with backoff under a budget, 401/403 stop the run, anything else is a
 //! non-fatal [`Decision::Failed`](agentry_protocol::Decision::Failed).
 //!
+//! A [`FallbackPolicy`] holds several adapters in order: a turn whose server is
+//! unavailable after its retries goes to the next model, and the output names
+//! the model that decided. Anthropic requests mark the system prompt and the
+//! tool list for the prompt cache ([`ModelConfig::prompt_cache`]); the cache
+//! reads and writes both providers report are part of the turn's usage, and
+//! priced ([`Prices`]).
+//!
 //! # Layout
 //! - `config`: [`ModelConfig`], [`RetryConfig`], [`Provider`] and env-key lookup.
 //! - [`context`]: which session entries a request carries under a context budget.
@@ -21,7 +28,8 @@
 //! - `transport`: HTTP status classification, retries, the stall-aware SSE reader.
 //! - `prompt`: the default system prompt both providers send.
 //! - `openai`, `anthropic`: request projection (pure, unit-tested) and stream assembly.
-//! - `provider`: [`connect`] and [`child_policy_factory`], which pick the adapter.
+//! - `chain`: [`FallbackPolicy`], models tried in order when a server is unavailable.
+//! - `provider`: [`connect`], [`connect_chain`] and the child factories, which pick the adapter.
 //!
 //! # TLS
 //! This crate compiles reqwest without a TLS backend to keep the build lean:
@@ -38,6 +46,7 @@
 //! ```
 
 mod anthropic;
+mod chain;
 mod config;
 pub mod context;
 mod conversation;
@@ -50,8 +59,11 @@ mod transport;
 
 pub use agentry_policy::Policy;
 pub use anthropic::{AnthropicPolicy, build_anthropic_request};
+pub use chain::{ChainModel, FallbackPolicy};
 pub use config::{ModelConfig, Prices, Provider, RetryConfig, TextReply};
 pub use error::ModelError;
 pub use names::ToolNameMap;
 pub use openai::{OpenAiPolicy, build_openai_messages};
-pub use provider::{child_policy_factory, connect};
+pub use provider::{
+    ConnectedChain, chain_policy_factory, child_policy_factory, connect, connect_chain,
+};

@@ -15,8 +15,8 @@ use serde_json::{Value, json};
 
 use crate::conversation::{Item, conversation};
 use crate::prompt::system_prompt;
-use crate::transport::{self, AttemptError, SseReader};
-use crate::{ModelConfig, ModelError, ToolNameMap};
+use crate::transport::{self, AttemptError, ModelTurn, SseReader, TurnFailure};
+use crate::{ModelConfig, ModelError, Provider, ToolNameMap};
 
 /// A [`Policy`] backed by an OpenAI-compatible `/chat/completions` endpoint.
 // Clone is cheap (the HTTP client is shared): one clone per child agent.
@@ -131,22 +131,31 @@ impl Policy for OpenAiPolicy {
     }
 
     async fn decide(&mut self, ctx: PolicyContext<'_>) -> PolicyOutput {
+        self.turn(ctx).await.output
+    }
+}
+
+impl OpenAiPolicy {
+    /// One model turn, and whether it failed only because the server was
+    /// unavailable (see [`ModelTurn`]).
+    pub(crate) async fn turn(&self, ctx: PolicyContext<'_>) -> ModelTurn {
         let model = self.name();
         let timeout = match self.config.preflight(ctx.budget) {
             Ok(t) => t,
-            Err(decision) => return PolicyOutput::new(decision, model),
+            Err(decision) => return ModelTurn::decided(PolicyOutput::new(decision, model)),
+        };
+        let failed = |message: String| {
+            ModelTurn::decided(PolicyOutput::new(
+                Decision::Failed {
+                    message,
+                    fatal: true,
+                },
+                model.clone(),
+            ))
         };
         let names = match ToolNameMap::new(ctx.tools) {
             Ok(n) => n,
-            Err(e) => {
-                return PolicyOutput::new(
-                    Decision::Failed {
-                        message: e.to_string(),
-                        fatal: true,
-                    },
-                    model,
-                );
-            }
+            Err(e) => return failed(e.to_string()),
         };
         let session = crate::context::project_session(ctx.session, self.config.context_tokens);
         let mut request = build_openai_request(&self.config, ctx.goal, ctx.tools, &session, &names);
@@ -158,35 +167,33 @@ impl Policy for OpenAiPolicy {
         let bodies = match (stream, serde_json::to_vec(&request)) {
             (Ok(stream), Ok(plain)) => Bodies { stream, plain },
             (Err(e), _) | (_, Err(e)) => {
-                return PolicyOutput::new(
-                    Decision::Failed {
-                        message: format!("openai: cannot encode the request: {e}"),
-                        fatal: true,
-                    },
-                    model,
-                );
+                return failed(format!("openai: cannot encode the request: {e}"));
             }
         };
         let result = transport::with_retries(&self.config.retry, || {
             self.attempt(&bodies, ctx.step, timeout, ctx.deltas)
         })
         .await;
-        let out = match result {
+        let (out, unavailable) = match result {
             Ok(turn) => {
                 let usage = turn.usage;
                 let hash = turn.hash.clone();
                 let mut out = PolicyOutput::new(turn.into_decision(&names), model);
                 out.usage = usage;
                 out.prompt_hash = Some(hash);
-                out
+                (out, false)
             }
-            Err(decision) => {
-                let mut out = PolicyOutput::new(decision, model);
+            Err(failure) => {
+                let unavailable = matches!(failure, TurnFailure::Exhausted(_));
+                let mut out = PolicyOutput::new(failure.into_decision(), model);
                 out.prompt_hash = Some(transport::prompt_hash(&bodies.stream));
-                out
+                (out, unavailable)
             }
         };
-        self.config.finish(out)
+        ModelTurn {
+            output: self.config.finish(out, Provider::OpenAi),
+            unavailable,
+        }
     }
 }
 
@@ -405,6 +412,17 @@ struct Usage {
     prompt_tokens: u64,
     #[serde(default)]
     completion_tokens: u64,
+    /// OpenAI's split of the prompt; local servers usually send none (or null).
+    #[serde(default)]
+    prompt_tokens_details: Option<PromptDetails>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct PromptDetails {
+    /// Prompt tokens served from OpenAI's automatic prompt cache (part of
+    /// `prompt_tokens`).
+    #[serde(default)]
+    cached_tokens: Option<u64>,
 }
 
 #[derive(Debug, Default)]
@@ -437,9 +455,16 @@ impl Turn<'_> {
             )));
         }
         if let Some(u) = chunk.usage {
+            let cached = u
+                .prompt_tokens_details
+                .and_then(|d| d.cached_tokens)
+                .unwrap_or(0);
             self.usage = TokenUsage {
                 tokens_in: u.prompt_tokens,
                 tokens_out: u.completion_tokens,
+                // Already part of prompt_tokens, as TokenUsage counts it.
+                cache_read_tokens: cached.min(u.prompt_tokens),
+                cache_write_tokens: 0,
             };
         }
         for choice in chunk.choices {

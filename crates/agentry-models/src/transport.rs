@@ -4,7 +4,7 @@
 use std::pin::Pin;
 use std::time::Duration;
 
-use agentry_protocol::decision::Decision;
+use agentry_protocol::decision::{Decision, PolicyOutput};
 use eventsource_stream::{Event, Eventsource};
 use futures::{Stream, StreamExt};
 
@@ -34,12 +34,61 @@ impl AttemptError {
     }
 }
 
-/// Runs `attempt` until it succeeds or the retry budget is spent; failures come
-/// back as the decision to return.
+/// How a model turn failed once its retries were over. The fallback chain
+/// reads the kind: only [`TurnFailure::Exhausted`] passes the turn to the next
+/// model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum TurnFailure {
+    /// Transient failures (connection refused, 429, 5xx, a stall, a `Retry-After`
+    /// over the limit) outlasted the retry budget: the server is unavailable now.
+    Exhausted(String),
+    /// The credentials are refused (401/403): the run must stop.
+    Refused(String),
+    /// The request or the reply is wrong (400, a malformed stream): the model
+    /// sees the failure as an observation.
+    Invalid(String),
+}
+
+impl TurnFailure {
+    /// The decision the turn ends with.
+    pub(crate) fn into_decision(self) -> Decision {
+        match self {
+            TurnFailure::Refused(message) => Decision::Failed {
+                message,
+                fatal: true,
+            },
+            TurnFailure::Exhausted(message) | TurnFailure::Invalid(message) => Decision::Failed {
+                message,
+                fatal: false,
+            },
+        }
+    }
+}
+
+/// A model turn as the fallback chain sees it.
+pub(crate) struct ModelTurn {
+    /// What the turn produced, named after its model.
+    pub(crate) output: PolicyOutput,
+    /// The turn failed only because the server was unavailable after the
+    /// retries: the next model of a chain may take it.
+    pub(crate) unavailable: bool,
+}
+
+impl ModelTurn {
+    /// A turn that ends here (decided, or failed in a way no fallback helps).
+    pub(crate) fn decided(output: PolicyOutput) -> Self {
+        ModelTurn {
+            output,
+            unavailable: false,
+        }
+    }
+}
+
+/// Runs `attempt` until it succeeds or the retry budget is spent.
 pub(crate) async fn with_retries<T, F, Fut>(
     retry: &RetryConfig,
     mut attempt: F,
-) -> Result<T, Decision>
+) -> Result<T, TurnFailure>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, AttemptError>>,
@@ -48,39 +97,26 @@ where
     loop {
         let (message, retry_after) = match attempt().await {
             Ok(t) => return Ok(t),
-            Err(AttemptError::Fatal(message)) => {
-                return Err(Decision::Failed {
-                    message,
-                    fatal: true,
-                });
-            }
-            Err(AttemptError::GiveUp(message)) => {
-                return Err(Decision::Failed {
-                    message,
-                    fatal: false,
-                });
-            }
+            Err(AttemptError::Fatal(message)) => return Err(TurnFailure::Refused(message)),
+            Err(AttemptError::GiveUp(message)) => return Err(TurnFailure::Invalid(message)),
             Err(AttemptError::Retryable {
                 message,
                 retry_after,
             }) => (message, retry_after),
         };
         if retries >= retry.max_retries {
-            return Err(Decision::Failed {
-                message: format!("{message} (gave up after {} attempts)", retries + 1),
-                fatal: false,
-            });
+            return Err(TurnFailure::Exhausted(format!(
+                "{message} (gave up after {} attempts)",
+                retries + 1
+            )));
         }
         let delay = match retry_after {
             Some(d) if d > retry.max_delay => {
-                return Err(Decision::Failed {
-                    message: format!(
-                        "{message}; the server asked to retry after {}s, over the {}s limit",
-                        d.as_secs(),
-                        retry.max_delay.as_secs()
-                    ),
-                    fatal: false,
-                });
+                return Err(TurnFailure::Exhausted(format!(
+                    "{message}; the server asked to retry after {}s, over the {}s limit",
+                    d.as_secs(),
+                    retry.max_delay.as_secs()
+                )));
             }
             Some(d) => d,
             None => backoff(retry, retries),
@@ -246,7 +282,7 @@ mod tests {
     async fn a_retry_after_over_the_limit_fails_at_once() {
         let retry = RetryConfig::default();
         let mut calls = 0;
-        let result: Result<(), Decision> = with_retries(&retry, || {
+        let result: Result<(), TurnFailure> = with_retries(&retry, || {
             calls += 1;
             async {
                 Err(AttemptError::Retryable {
@@ -257,11 +293,9 @@ mod tests {
         })
         .await;
         assert_eq!(calls, 1);
+        // Over the limit counts as exhausted: a fallback model may take the turn.
         match result {
-            Err(Decision::Failed { message, fatal }) => {
-                assert!(!fatal);
-                assert!(message.contains("3600s"), "{message}");
-            }
+            Err(TurnFailure::Exhausted(message)) => assert!(message.contains("3600s"), "{message}"),
             other => panic!("{other:?}"),
         }
     }

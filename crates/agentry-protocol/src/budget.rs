@@ -23,6 +23,14 @@ pub struct Usage {
     /// Timer ticks that woke the agent.
     #[serde(default)]
     pub ticks: u64,
+    /// Of `tokens_in`, those read from the provider's prompt cache. Not a
+    /// limit: cached tokens are charged to the token budget as `tokens_in`.
+    #[serde(default)]
+    pub cache_read_tokens: u64,
+    /// Of `tokens_in`, those written to the provider's prompt cache. Not a
+    /// limit, as `cache_read_tokens`.
+    #[serde(default)]
+    pub cache_write_tokens: u64,
 }
 
 impl Usage {
@@ -52,6 +60,12 @@ impl Usage {
             cost_micros: self.cost_micros.saturating_add(other.cost_micros),
             retries: self.retries.saturating_add(other.retries),
             ticks: self.ticks.saturating_add(other.ticks),
+            cache_read_tokens: self
+                .cache_read_tokens
+                .saturating_add(other.cache_read_tokens),
+            cache_write_tokens: self
+                .cache_write_tokens
+                .saturating_add(other.cache_write_tokens),
         }
     }
 
@@ -65,6 +79,12 @@ impl Usage {
             cost_micros: self.cost_micros.saturating_sub(other.cost_micros),
             retries: self.retries.saturating_sub(other.retries),
             ticks: self.ticks.saturating_sub(other.ticks),
+            cache_read_tokens: self
+                .cache_read_tokens
+                .saturating_sub(other.cache_read_tokens),
+            cache_write_tokens: self
+                .cache_write_tokens
+                .saturating_sub(other.cache_write_tokens),
         }
     }
 
@@ -78,6 +98,8 @@ impl Usage {
             cost_micros: self.cost_micros.min(other.cost_micros),
             retries: self.retries.min(other.retries),
             ticks: self.ticks.min(other.ticks),
+            cache_read_tokens: self.cache_read_tokens.min(other.cache_read_tokens),
+            cache_write_tokens: self.cache_write_tokens.min(other.cache_write_tokens),
         }
     }
 
@@ -261,6 +283,9 @@ impl BudgetLimits {
             cost_micros: left(self.max_cost_micros, committed.cost_micros),
             retries: left(self.max_retries, committed.retries),
             ticks: left(self.max_ticks, committed.ticks),
+            // Not limits of their own: part of the tokens above.
+            cache_read_tokens: u64::MAX,
+            cache_write_tokens: u64::MAX,
         }
     }
 

@@ -5,12 +5,34 @@ use serde::{Deserialize, Serialize};
 use crate::tool::ToolCall;
 
 /// Token usage reported by a model turn.
+///
+/// `tokens_in` is the whole prompt, however the provider served it: the cache
+/// counts say how many of those tokens were read from, or written to, the
+/// provider's prompt cache. So the token budget charges every prompt token
+/// once, cached or not, and only the price differs.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TokenUsage {
-    /// Prompt tokens.
+    /// Prompt tokens, cached ones included.
     pub tokens_in: u64,
     /// Completion tokens.
     pub tokens_out: u64,
+    /// Of `tokens_in`, those read from the provider's prompt cache.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_read_tokens: u64,
+    /// Of `tokens_in`, those written to the provider's prompt cache.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_write_tokens: u64,
+}
+
+impl TokenUsage {
+    /// Whether the turn reported no tokens at all.
+    pub fn is_empty(&self) -> bool {
+        *self == TokenUsage::default()
+    }
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// The policy's proposal for one step. Only this part of a step belongs to the model.

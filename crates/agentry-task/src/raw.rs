@@ -79,6 +79,16 @@ pub(crate) struct RawPolicy {
     pub(crate) script: Option<Value>,
     pub(crate) model: Option<Value>,
     pub(crate) base_url: Option<Value>,
+    pub(crate) fallback: Option<Value>,
+    pub(crate) prompt_cache: Option<Value>,
+}
+
+/// One `[policy] fallback` entry written as an inline table.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawFallback {
+    pub(crate) model: Option<Value>,
+    pub(crate) base_url: Option<Value>,
 }
 
 #[derive(Deserialize)]

@@ -59,6 +59,22 @@ pub struct TaskSpec {
     pub base_url: Option<String>,
     /// The agent tree's shape limits and budget rule (`[tree]`).
     pub tree: TreeLimits,
+    /// Models that take a turn when the model's server is unavailable after
+    /// its retries (`[policy] fallback`), in order; the CLI's `--fallback`
+    /// replaces them.
+    pub fallback: Vec<FallbackSpec>,
+    /// Mark requests for the provider's prompt cache (`[policy]
+    /// prompt_cache`, default true).
+    pub prompt_cache: bool,
+}
+
+/// One model of `[policy] fallback`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FallbackSpec {
+    /// `openai:MODEL` or `anthropic:MODEL`.
+    pub model: String,
+    /// Its server; `None`: the provider's hosted API.
+    pub base_url: Option<String>,
 }
 
 impl TaskSpec {

@@ -90,6 +90,8 @@ fn a_good_file_parses() {
             model: None,
             base_url: None,
             tree: agentry_runtime::TreeLimits::default(),
+            fallback: Vec::new(),
+            prompt_cache: true,
         }
     );
 }
@@ -125,6 +127,62 @@ fn the_tree_table_sets_the_shape_and_the_budget_rule() {
             .to_string();
         assert!(err.contains(field), "{body}: {err}");
     }
+}
+
+#[test]
+fn fallbacks_and_prompt_cache_parse_and_bad_ones_name_the_field() {
+    let text = "goal = \"g\"\n[policy]\nmodel = \"openai:a\"\nprompt_cache = false\n\
+                fallback = [\"anthropic:b\", { model = \"openai:c\", base_url = \"http://127.0.0.1:9/v1\" }]";
+    let spec = TaskSpec::parse(text, Path::new("/nowhere/m")).unwrap();
+    assert_eq!(
+        spec.fallback,
+        [
+            crate::FallbackSpec {
+                model: "anthropic:b".into(),
+                base_url: None
+            },
+            crate::FallbackSpec {
+                model: "openai:c".into(),
+                base_url: Some("http://127.0.0.1:9/v1".into())
+            }
+        ]
+    );
+    assert!(!spec.prompt_cache);
+    let model = "goal = \"g\"\n[policy]\nmodel = \"openai:a\"\n";
+    for (tail, expected) in [
+        (
+            "fallback = [\"gemini:x\"]",
+            "policy.fallback[0]: expected \"openai:MODEL\" or \"anthropic:MODEL\", found \"gemini:x\"",
+        ),
+        (
+            "fallback = \"anthropic:b\"",
+            "policy.fallback: expected an array",
+        ),
+        (
+            "fallback = [{ base_url = \"http://x\" }]",
+            "policy.fallback[0].model: missing",
+        ),
+        (
+            "fallback = [{ model = \"openai:c\", url = \"http://x\" }]",
+            "policy.fallback[0]: unknown field `url`",
+        ),
+        (
+            "fallback = [{ model = \"openai:c\", base_url = \"ftp://x\" }]",
+            "policy.fallback[0].base_url: expected an http:// URL",
+        ),
+        (
+            "prompt_cache = \"no\"",
+            "policy.prompt_cache: expected true or false, found \"no\"",
+        ),
+    ] {
+        let message = parse_err(&format!("{model}{tail}"));
+        assert!(message.contains(expected), "{tail}: {message}");
+    }
+    let message = parse_err("goal = \"g\"\n[policy]\nfallback = [\"openai:c\"]");
+    assert!(
+        message.contains("policy.fallback: applies only with policy.model"),
+        "{message}"
+    );
 }
 
 #[test]

@@ -14,9 +14,10 @@ use toml::Value;
 use crate::accept::accept;
 use crate::command::{CommandToolDecl, command_tools};
 use crate::raw::{
-    RawBudget, RawDriver, RawPolicy, RawProgress, RawReserve, RawTask, RawTools, RawTree,
+    RawBudget, RawDriver, RawFallback, RawPolicy, RawProgress, RawReserve, RawTask, RawTools,
+    RawTree,
 };
-use crate::spec::TaskSpec;
+use crate::spec::{FallbackSpec, TaskSpec};
 use crate::values::{
     FieldError, describe, duration, field_error, millis, money, non_negative, patterns, positive,
     relative_path, section, task_id,
@@ -41,6 +42,8 @@ struct PolicyTable {
     script: Option<PathBuf>,
     model: Option<String>,
     base_url: Option<String>,
+    fallback: Vec<FallbackSpec>,
+    prompt_cache: bool,
 }
 
 impl TaskSpec {
@@ -59,6 +62,8 @@ impl TaskSpec {
             script,
             model,
             base_url,
+            fallback,
+            prompt_cache,
         } = policy_table(raw.policy, dir)?;
         let ProgressTable {
             window: progress_window,
@@ -84,6 +89,8 @@ impl TaskSpec {
             model,
             base_url,
             tree,
+            fallback,
+            prompt_cache,
         })
     }
 }
@@ -234,6 +241,8 @@ fn policy_table(v: Option<Value>, dir: &Path) -> Result<PolicyTable, FieldError>
             script: default_script(),
             model: None,
             base_url: None,
+            fallback: Vec::new(),
+            prompt_cache: true,
         });
     };
     let policy = section::<RawPolicy>("policy", v)?;
@@ -241,21 +250,31 @@ fn policy_table(v: Option<Value>, dir: &Path) -> Result<PolicyTable, FieldError>
         .model
         .map(|m| model_spec("policy.model", &m))
         .transpose()?;
-    let base_url = match policy.base_url {
-        None => None,
-        Some(Value::String(u)) if u.starts_with("http://") || u.starts_with("https://") => Some(u),
-        Some(other) => {
-            return Err(field_error!(
-                "policy.base_url: expected an http:// URL, found {}",
-                describe(&other)
-            ));
-        }
-    };
+    let base_url = policy
+        .base_url
+        .map(|u| server_url("policy.base_url", u))
+        .transpose()?;
     if base_url.is_some() && model.is_none() {
         return Err(field_error!(
             "policy.base_url: applies only with policy.model"
         ));
     }
+    let fallback = fallback_list(policy.fallback)?;
+    if !fallback.is_empty() && model.is_none() {
+        return Err(field_error!(
+            "policy.fallback: applies only with policy.model"
+        ));
+    }
+    let prompt_cache = match policy.prompt_cache {
+        None => true,
+        Some(Value::Boolean(b)) => b,
+        Some(other) => {
+            return Err(field_error!(
+                "policy.prompt_cache: expected true or false, found {}",
+                describe(&other)
+            ));
+        }
+    };
     let script = match policy.script {
         Some(s) => Some(dir.join(relative_path("policy.script", &s)?)),
         None => default_script(),
@@ -264,7 +283,61 @@ fn policy_table(v: Option<Value>, dir: &Path) -> Result<PolicyTable, FieldError>
         script,
         model,
         base_url,
+        fallback,
+        prompt_cache,
     })
+}
+
+/// A model server's URL (`http://` or `https://`).
+fn server_url(at: &str, v: Value) -> Result<String, FieldError> {
+    match v {
+        Value::String(u) if u.starts_with("http://") || u.starts_with("https://") => Ok(u),
+        other => Err(field_error!(
+            "{at}: expected an http:// URL, found {}",
+            describe(&other)
+        )),
+    }
+}
+
+/// `[policy] fallback`: an array of `"provider:MODEL"` strings or
+/// `{ model = "provider:MODEL", base_url = "http://..." }` tables.
+fn fallback_list(v: Option<Value>) -> Result<Vec<FallbackSpec>, FieldError> {
+    let items = match v {
+        None => return Ok(Vec::new()),
+        Some(Value::Array(items)) => items,
+        Some(other) => {
+            return Err(field_error!(
+                "policy.fallback: expected an array of \"openai:MODEL\" or \"anthropic:MODEL\" strings or {{ model, base_url }} tables, found {}",
+                describe(&other)
+            ));
+        }
+    };
+    items
+        .into_iter()
+        .enumerate()
+        .map(|(i, item)| {
+            let at = format!("policy.fallback[{i}]");
+            match item {
+                Value::Table(_) => {
+                    let raw = section::<RawFallback>(&at, item)?;
+                    let model = raw.model.ok_or_else(|| {
+                        field_error!("{at}.model: missing; e.g. model = \"anthropic:MODEL\"")
+                    })?;
+                    Ok(FallbackSpec {
+                        model: model_spec(&format!("{at}.model"), &model)?,
+                        base_url: raw
+                            .base_url
+                            .map(|u| server_url(&format!("{at}.base_url"), u))
+                            .transpose()?,
+                    })
+                }
+                other => Ok(FallbackSpec {
+                    model: model_spec(&at, &other)?,
+                    base_url: None,
+                }),
+            }
+        })
+        .collect()
 }
 
 /// `provider:model` with a provider agentry speaks.

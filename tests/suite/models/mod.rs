@@ -5,6 +5,8 @@
 
 mod aimock;
 mod failed_turns;
+mod fallback;
+mod prompt_cache;
 mod runtime;
 
 // Shared with agentry-models' own tests by path: a shared test crate would put

@@ -3,7 +3,7 @@
 
 use crate::*;
 
-fn agentry_env(args: &[&str], env: &[(&str, &str)]) -> Output {
+pub(crate) fn agentry_env(args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_agentry"));
     cmd.args(args)
         .current_dir(root())

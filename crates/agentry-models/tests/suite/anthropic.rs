@@ -8,7 +8,8 @@ use agentry_protocol::{Decision, ToolCall};
 use serde_json::{Value, json};
 
 use super::server::{MockServer, Reply, TestError, split_named_events};
-use super::sse::{config, decide, stalling};
+use super::sse::{config, decide, stalling, tools};
+use super::strict::check_anthropic;
 
 fn tool_use_turn() -> Vec<String> {
     let events: Vec<(&str, Value)> = vec![
@@ -137,7 +138,7 @@ async fn tool_use_blocks_stream_into_tool_calls_with_usage() -> Result<(), TestE
     let body = &sent[0].body;
     assert_eq!(body["stream"], true);
     assert!(
-        body["system"]
+        body["system"][0]["text"]
             .as_str()
             .unwrap_or("")
             .contains("sum the numbers")
@@ -274,5 +275,139 @@ async fn a_stalled_stream_and_an_overloaded_error_event_are_retried() -> Result<
         }
     );
     assert_eq!(server.received().len(), 3);
+    Ok(())
+}
+
+/// The request marks its stable prefix for the prompt cache: the system
+/// prompt (one text block) and the last tool (which caches the whole list),
+/// and nothing else; with `prompt_cache` off the request is as before (the
+/// system prompt a plain string, no mark). Both pass the strict checker.
+#[test]
+fn the_system_prompt_and_the_tool_list_carry_cache_marks_unless_turned_off() -> Result<(), TestError>
+{
+    let tools = tools();
+    let names = agentry_models::ToolNameMap::new(&tools)?;
+    let session = [SessionEntry::User { text: "go".into() }];
+    let build = |cache: bool| {
+        let config = config("http://127.0.0.1:1").prompt_cache(cache);
+        agentry_models::build_anthropic_request(&config, "sum", &tools, &session, &names)
+    };
+
+    let cached = build(true);
+    check_anthropic(&cached).map_err(|e| format!("{e:?}"))?;
+    let ephemeral = json!({"type": "ephemeral"});
+    let system = cached["system"].as_array().ok_or("system is not blocks")?;
+    assert_eq!(system.len(), 1);
+    assert_eq!(system[0]["type"], "text");
+    assert!(
+        system[0]["text"]
+            .as_str()
+            .unwrap_or("")
+            .contains("Goal: sum")
+    );
+    assert_eq!(system[0]["cache_control"], ephemeral);
+    let marks: Vec<bool> = cached["tools"]
+        .as_array()
+        .ok_or("tools")?
+        .iter()
+        .map(|t| t.get("cache_control") == Some(&ephemeral))
+        .collect();
+    assert_eq!(marks, [false, false, true]);
+    assert!(!cached["messages"].to_string().contains("cache_control"));
+
+    let plain = build(false);
+    check_anthropic(&plain).map_err(|e| format!("{e:?}"))?;
+    assert_eq!(plain["system"], system[0]["text"]);
+    assert!(!plain.to_string().contains("cache_control"));
+    // The rest of the request is the same.
+    let strip = |mut v: Value| {
+        v["system"] = Value::Null;
+        for t in v["tools"].as_array_mut().into_iter().flatten() {
+            t.as_object_mut().map(|o| o.remove("cache_control"));
+        }
+        v
+    };
+    assert_eq!(strip(cached), strip(plain));
+    Ok(())
+}
+
+/// The strict checker refuses what the real API refuses about cache marks, so
+/// the request-shape test above means something.
+#[test]
+fn the_strict_checker_refuses_bad_cache_marks() {
+    let request = |system: Value, tools: Value| {
+        json!({"system": system, "tools": tools,
+            "messages": [{"role": "user", "content": "go"}]})
+    };
+    let tool = |mark: Value| json!({"name": "t", "input_schema": {}, "cache_control": mark});
+    let text = |mark: Value| json!({"type": "text", "text": "s", "cache_control": mark});
+    let ok = json!({"type": "ephemeral"});
+    assert!(
+        check_anthropic(&request(
+            json!([text(ok.clone())]),
+            json!([tool(ok.clone())])
+        ))
+        .is_ok()
+    );
+    for bad in [
+        request(json!([text(json!({"type": "persistent"}))]), json!([])),
+        request(json!([]), json!([])),
+        request(json!([{"type": "text", "text": " "}]), json!([])),
+        request(json!("s"), json!([{"name": "t"}])),
+        request(
+            json!([text(ok.clone()), text(ok.clone())]),
+            json!([tool(ok.clone()), tool(ok.clone()), tool(ok.clone())]),
+        ),
+    ] {
+        assert!(check_anthropic(&bad).is_err(), "{bad}");
+    }
+}
+
+/// A turn that read and wrote the prompt cache: the usage counts the whole
+/// prompt in `tokens_in` (Anthropic's `input_tokens` is only the uncached
+/// part) and says how much of it the cache served; the cost prices each part.
+#[tokio::test]
+async fn cache_reads_and_writes_are_reported_and_priced() -> Result<(), TestError> {
+    let events: Vec<(&str, Value)> = vec![
+        (
+            "message_start",
+            json!({"type": "message_start", "message": {"usage": {"input_tokens": 20,
+            "cache_creation_input_tokens": 400, "cache_read_input_tokens": 3000, "output_tokens": 1}}}),
+        ),
+        (
+            "content_block_start",
+            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+        ),
+        (
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "ok"}}),
+        ),
+        (
+            "message_delta",
+            json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"},
+            "usage": {"output_tokens": 10}}),
+        ),
+        ("message_stop", json!({"type": "message_stop"})),
+    ];
+    let server = MockServer::start(vec![Reply::sse(split_named_events(&events, 9))]).await?;
+    let config = config(&server.base_url).prices(agentry_models::Prices {
+        input_micros_per_mtok: 3_000_000,
+        output_micros_per_mtok: 15_000_000,
+        ..agentry_models::Prices::default()
+    });
+    let mut policy = AnthropicPolicy::new(config)?;
+    let out = decide(&mut policy, &[SessionEntry::User { text: "go".into() }]).await;
+    assert_eq!(
+        out.usage,
+        agentry_protocol::TokenUsage {
+            tokens_in: 3420,
+            tokens_out: 10,
+            cache_read_tokens: 3000,
+            cache_write_tokens: 400,
+        }
+    );
+    // In micro-units per token: 20 uncached at 3, 3000 read at 0.3 (0.1×),
+    // 400 written at 3.75 (1.25×), 10 out at 15.
+    assert_eq!(out.cost_micros, 60 + 900 + 1500 + 150);
     Ok(())
 }

@@ -329,6 +329,7 @@ async fn usage_is_priced_and_a_text_reply_can_be_sent_back_to_call_finish() -> R
         .prices(agentry_models::Prices {
             input_micros_per_mtok: 2_000_000,
             output_micros_per_mtok: 8_000_000,
+            ..agentry_models::Prices::default()
         })
         .text_reply(agentry_models::TextReply::RequireFinish);
     let mut policy = OpenAiPolicy::new(config)?;
@@ -408,5 +409,51 @@ async fn an_empty_streaming_answer_falls_back_to_whole_responses() -> Result<(),
     let streams: Vec<&Value> = sent.iter().map(|r| &r.body["stream"]).collect();
     assert_eq!(streams, [&json!(true), &json!(false), &json!(false)]);
     assert!(sent[1].body.get("stream_options").is_none());
+    Ok(())
+}
+
+/// OpenAI caches prompts on its own and says how much of the prompt it served
+/// from the cache (`prompt_tokens_details.cached_tokens`, part of
+/// `prompt_tokens`); the cached part is priced at the cache-read rate.
+#[tokio::test]
+async fn cached_prompt_tokens_are_reported_and_priced() -> Result<(), TestError> {
+    let usage = json!({"choices": [], "usage": {"prompt_tokens": 1000, "completion_tokens": 10,
+        "prompt_tokens_details": {"cached_tokens": 800}}})
+    .to_string();
+    let server = MockServer::start(vec![Reply::sse(split_events(
+        &[
+            super::sse::chunk(json!({"content": "23"})),
+            finish("stop"),
+            usage,
+            "[DONE]".into(),
+        ],
+        17,
+    ))])
+    .await?;
+    let config = config(&server.base_url).prices(agentry_models::Prices {
+        input_micros_per_mtok: 2_000_000,
+        output_micros_per_mtok: 8_000_000,
+        ..agentry_models::Prices::default()
+    });
+    let mut policy = OpenAiPolicy::new(config)?;
+    let out = decide(&mut policy, &[]).await;
+    assert_eq!(
+        out.usage,
+        agentry_protocol::TokenUsage {
+            tokens_in: 1000,
+            tokens_out: 10,
+            cache_read_tokens: 800,
+            cache_write_tokens: 0,
+        }
+    );
+    // 200 uncached at 2, 800 cached at 1 (0.5×), 10 out at 8 micro-units.
+    assert_eq!(out.cost_micros, 400 + 800 + 80);
+    // OpenAI requests carry no cache marks.
+    assert!(
+        !server.received()[0]
+            .body
+            .to_string()
+            .contains("cache_control")
+    );
     Ok(())
 }

@@ -12,6 +12,9 @@
 //! message and no text block is empty; `tool_use` blocks (assistant only) are
 //! answered by `tool_result` blocks at the start of the very next (user)
 //! message, and every `tool_result` answers a `tool_use` of the message before.
+//! `system` is a string or a non-empty list of non-empty text blocks; each tool
+//! has a name and an object `input_schema`; a `cache_control` mark is
+//! `{"type": "ephemeral"}` (with an optional `ttl`), at most 4 per request.
 
 use std::collections::HashSet;
 
@@ -151,7 +154,20 @@ fn openai_calls(m: &Value, at: &dyn Fn(&str) -> String) -> Result<Vec<String>, I
 
 /// Checks an Anthropic Messages request body.
 pub fn check_anthropic(body: &Value) -> Result<(), Invalid> {
+    let mut marks = anthropic_system(&body["system"])?;
+    marks += anthropic_tools(&body["tools"])?;
     let messages = messages(body)?;
+    for (i, m) in messages.iter().enumerate() {
+        for (k, b) in m["content"].as_array().into_iter().flatten().enumerate() {
+            marks += cache_mark(b, &format!("messages.{i}.content.{k}"))?;
+        }
+    }
+    if marks > 4 {
+        return Err(invalid(
+            "cache_control",
+            format!("A maximum of 4 blocks with cache_control may be provided. Found {marks}."),
+        ));
+    }
     // `tool_use` ids of the previous (assistant) message.
     let mut asked: Vec<String> = Vec::new();
     let mut last_role = "";
@@ -194,6 +210,73 @@ pub fn check_anthropic(body: &Value) -> Result<(), Invalid> {
         ));
     }
     Ok(())
+}
+
+/// Whether a block carries a valid `cache_control` mark (1) or none (0).
+fn cache_mark(block: &Value, at: &str) -> Result<usize, Invalid> {
+    match block.get("cache_control") {
+        None => Ok(0),
+        Some(c)
+            if c["type"] == "ephemeral"
+                && c.as_object().is_some_and(|o| {
+                    o.keys().all(|k| k == "type" || k == "ttl")
+                        && o.get("ttl").is_none_or(|t| t == "5m" || t == "1h")
+                }) =>
+        {
+            Ok(1)
+        }
+        Some(_) => Err(invalid(
+            format!("{at}.cache_control"),
+            "cache_control must be {\"type\": \"ephemeral\"} with an optional ttl of \"5m\" or \"1h\"",
+        )),
+    }
+}
+
+/// `system`: absent, a string, or a non-empty array of non-empty text blocks.
+/// Returns its cache marks.
+fn anthropic_system(system: &Value) -> Result<usize, Invalid> {
+    let blocks = match system {
+        Value::Null | Value::String(_) => return Ok(0),
+        Value::Array(b) if !b.is_empty() => b,
+        _ => {
+            return Err(invalid(
+                "system",
+                "system must be a string or a non-empty array of text blocks",
+            ));
+        }
+    };
+    let mut marks = 0;
+    for (k, b) in blocks.iter().enumerate() {
+        if b["type"] != "text" || !is_text(&b["text"]) {
+            return Err(invalid(
+                format!("system.{k}"),
+                "system blocks must be text blocks with non-whitespace text",
+            ));
+        }
+        marks += cache_mark(b, &format!("system.{k}"))?;
+    }
+    Ok(marks)
+}
+
+/// `tools`: absent or an array of `{name, input_schema: object}`. Returns its
+/// cache marks.
+fn anthropic_tools(tools: &Value) -> Result<usize, Invalid> {
+    let tools = match tools {
+        Value::Null => return Ok(0),
+        Value::Array(t) => t,
+        _ => return Err(invalid("tools", "tools must be an array")),
+    };
+    let mut marks = 0;
+    for (k, t) in tools.iter().enumerate() {
+        if !is_text(&t["name"]) || !t["input_schema"].is_object() {
+            return Err(invalid(
+                format!("tools.{k}"),
+                "a tool needs a name and an object input_schema",
+            ));
+        }
+        marks += cache_mark(t, &format!("tools.{k}"))?;
+    }
+    Ok(marks)
 }
 
 /// A message's content as blocks; a string is one text block. Nothing empty.

@@ -353,6 +353,7 @@ fn set_aside(limits: &BudgetLimits, mine: &BudgetLimits) -> Usage {
         cost_micros: on(limits.max_cost_micros, mine.max_cost_micros),
         retries: on(limits.max_retries, mine.max_retries),
         ticks: on(limits.max_ticks, mine.max_ticks),
+        ..Usage::default()
     }
 }
 

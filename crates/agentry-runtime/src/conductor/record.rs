@@ -130,6 +130,8 @@ impl ConductorState {
             tool_calls: r.acted.tool_calls,
             tokens_in: r.turn.usage.tokens_in,
             tokens_out: r.turn.usage.tokens_out,
+            cache_read_tokens: r.turn.usage.cache_read_tokens,
+            cache_write_tokens: r.turn.usage.cache_write_tokens,
             cost_micros: r.turn.cost_micros,
             retries,
             ..Usage::default()
@@ -154,6 +156,7 @@ impl ConductorState {
                 std::mem::take(&mut r.turn.model).into()
             },
             prompt_hash: r.turn.prompt_hash.take(),
+            usage: r.turn.usage,
             decision: Arc::clone(&r.decision),
             results: r.acted.results.clone(),
             attempts: std::mem::take(&mut r.acted.attempts),

@@ -196,10 +196,14 @@ impl ConductorState {
     /// A model turn's tokens and money, charged without a check: the next spend
     /// sees them.
     fn charge_tokens(&self, out: &PolicyOutput) {
-        if out.usage.tokens_in + out.usage.tokens_out + out.cost_micros > 0 {
+        if !out.usage.is_empty() || out.cost_micros > 0 {
+            // tokens_in already holds the cached prompt tokens (see
+            // TokenUsage): the cache counts only say how they were served.
             let _ = self.children.budget.cast(BudgetMsg::Charge(Usage {
                 tokens_in: out.usage.tokens_in,
                 tokens_out: out.usage.tokens_out,
+                cache_read_tokens: out.usage.cache_read_tokens,
+                cache_write_tokens: out.usage.cache_write_tokens,
                 cost_micros: out.cost_micros,
                 ..Usage::default()
             }));

@@ -223,6 +223,8 @@ pub(crate) fn add(a: &Usage, b: &Usage) -> Usage {
         cost_micros: a.cost_micros + b.cost_micros,
         retries: a.retries + b.retries,
         ticks: a.ticks + b.ticks,
+        cache_read_tokens: a.cache_read_tokens + b.cache_read_tokens,
+        cache_write_tokens: a.cache_write_tokens + b.cache_write_tokens,
     }
 }
 

@@ -49,6 +49,7 @@ fn charge() -> impl Strategy<Value = Usage> {
             cost_micros: c,
             retries: r,
             ticks: k,
+            ..Usage::default()
         })
 }
 
