@@ -62,6 +62,7 @@ pub(crate) struct RawPolicy {
     pub(crate) script: Option<Value>,
     pub(crate) model: Option<Value>,
     pub(crate) base_url: Option<Value>,
+    pub(crate) ca_cert: Option<Value>,
 }
 
 #[derive(Deserialize)]

@@ -39,6 +39,7 @@ struct PolicyTable {
     script: Option<PathBuf>,
     model: Option<String>,
     base_url: Option<String>,
+    ca_cert: Option<PathBuf>,
 }
 
 impl TaskSpec {
@@ -57,6 +58,7 @@ impl TaskSpec {
             script,
             model,
             base_url,
+            ca_cert,
         } = policy_table(raw.policy, dir)?;
         let ProgressTable {
             window: progress_window,
@@ -80,6 +82,7 @@ impl TaskSpec {
             tick_every,
             model,
             base_url,
+            ca_cert,
         })
     }
 }
@@ -230,6 +233,7 @@ fn policy_table(v: Option<Value>, dir: &Path) -> Result<PolicyTable, FieldError>
             script: default_script(),
             model: None,
             base_url: None,
+            ca_cert: None,
         });
     };
     let policy = section::<RawPolicy>("policy", v)?;
@@ -256,11 +260,36 @@ fn policy_table(v: Option<Value>, dir: &Path) -> Result<PolicyTable, FieldError>
         Some(s) => Some(dir.join(relative_path("policy.script", &s)?)),
         None => default_script(),
     };
+    let ca_cert = policy.ca_cert.map(|c| ca_cert(&c, dir)).transpose()?;
     Ok(PolicyTable {
         script,
         model,
         base_url,
+        ca_cert,
     })
+}
+
+/// `[policy] ca_cert`: a file of CA certificates the model client trusts,
+/// relative to the task directory (or absolute), which must exist now; the
+/// model adapter checks that it is PEM when it builds its client.
+fn ca_cert(v: &Value, dir: &Path) -> Result<PathBuf, FieldError> {
+    let path = match v {
+        Value::String(s) if !s.trim().is_empty() => dir.join(s),
+        other => {
+            return Err(field_error!(
+                "policy.ca_cert: expected the path of a PEM file, found {}",
+                describe(other)
+            ));
+        }
+    };
+    if path.is_file() {
+        Ok(path)
+    } else {
+        Err(field_error!(
+            "policy.ca_cert: {} does not exist or is not a file (a relative path is taken from the task directory)",
+            path.display()
+        ))
+    }
 }
 
 /// `provider:model` with a provider agentry speaks.
