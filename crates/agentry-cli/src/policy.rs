@@ -36,6 +36,8 @@ pub(crate) struct PolicyChoice {
     pub(crate) policy: PolicyArg,
     /// The model server, if one was named.
     pub(crate) base_url: Option<String>,
+    /// The extra CA file the run was started with (`[policy] ca_cert`).
+    pub(crate) ca_cert: Option<PathBuf>,
 }
 
 /// Builds the policy the flags (or the task) name. A model policy is checked
@@ -54,7 +56,7 @@ pub(crate) async fn load_policy(args: &RunArgs, task: &TaskSpec) -> Result<Loade
     let base_url = args.base_url.as_deref().or(task.base_url.as_deref());
     let script_path = match args.policy.as_ref().or(from_task.as_ref()) {
         Some(PolicyArg::Model { provider, model }) => {
-            return model_policy(*provider, model, base_url).await;
+            return model_policy(*provider, model, base_url, task.ca_cert.as_deref()).await;
         }
         Some(PolicyArg::Script(file)) => file.clone(),
         None => task.script.clone().ok_or_else(|| {
@@ -74,12 +76,17 @@ pub(crate) async fn load_policy(args: &RunArgs, task: &TaskSpec) -> Result<Loade
 }
 
 /// A model policy, checked before anything runs, and its children's factory.
+/// `ca_cert`: a CA file trusted besides the system's and SSL_CERT_FILE's.
 pub(crate) async fn model_policy(
     provider: Provider,
     model: &str,
     base_url: Option<&str>,
+    ca_cert: Option<&Path>,
 ) -> Result<LoadedPolicy, RunError> {
-    let config = ModelConfig::from_env(provider, model, base_url).map_err(RunError::Model)?;
+    let mut config = ModelConfig::from_env(provider, model, base_url).map_err(RunError::Model)?;
+    if let Some(path) = ca_cert {
+        config = config.ca_cert(path);
+    }
     let children =
         agentry_models::child_policy_factory(provider, config.clone()).map_err(RunError::Model)?;
     let policy = agentry_models::connect(provider, config)
@@ -111,6 +118,7 @@ pub(crate) fn describe_policy(args: &RunArgs, task: &TaskSpec) -> String {
         "policy": policy,
         "base_url": base_url,
         "task_dir": absolute(&task.dir),
+        "ca_cert": task.ca_cert.as_deref().map(absolute),
     })
     .to_string()
 }
@@ -148,7 +156,15 @@ pub(crate) fn stored_policy(spec: Option<&str>, run_id: &str) -> Result<PolicyCh
         .get("base_url")
         .and_then(|b| b.as_str())
         .map(str::to_string);
-    Ok(PolicyChoice { policy, base_url })
+    let ca_cert = value
+        .get("ca_cert")
+        .and_then(|c| c.as_str())
+        .map(PathBuf::from);
+    Ok(PolicyChoice {
+        policy,
+        base_url,
+        ca_cert,
+    })
 }
 
 /// The task directory a stored run came from, if the CLI started it.

@@ -50,18 +50,25 @@ fn runtime_for(config: &RunConfig) -> Result<Runtime, RuntimeError> {
 
 /// `--policy` (and `--base-url`), else the policy the run was started with.
 async fn policy_for(args: &ResumeArgs, config: &RunConfig) -> Result<LoadedPolicy, RunError> {
-    let PolicyChoice { policy, base_url } = match &args.policy {
+    let stored = stored_policy(config.policy_spec.as_deref(), &args.run_id);
+    let PolicyChoice {
+        policy,
+        base_url,
+        ca_cert,
+    } = match &args.policy {
+        // The CA file still applies to a --policy given at resume.
         Some(p) => PolicyChoice {
             policy: p.clone(),
             base_url: args.base_url.clone(),
+            ca_cert: stored.ok().and_then(|s| s.ca_cert),
         },
-        None => stored_policy(config.policy_spec.as_deref(), &args.run_id)?,
+        None => stored?,
     };
     let base_url = args.base_url.clone().or(base_url);
     match &policy {
         PolicyArg::Script(file) => LoadedPolicy::script(&absolute(file)),
         PolicyArg::Model { provider, model } => {
-            model_policy(*provider, model, base_url.as_deref()).await
+            model_policy(*provider, model, base_url.as_deref(), ca_cert.as_deref()).await
         }
     }
 }

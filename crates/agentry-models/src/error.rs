@@ -37,6 +37,17 @@ pub enum ModelError {
         /// What rustls said (e.g. "invalid peer certificate: UnknownIssuer").
         reason: String,
     },
+    /// TLS cannot be set up for an `https://` server: most often, no CA
+    /// certificate could be loaded from the system.
+    #[error(
+        "{url}: cannot set up TLS: {reason}; install the system's CA certificates (the ca-certificates package) or name a PEM bundle of CAs with SSL_CERT_FILE"
+    )]
+    TlsSetup {
+        /// The base URL.
+        url: String,
+        /// Why (the client builder's error and its causes).
+        reason: String,
+    },
     /// The base URL does not parse or is not HTTP(S).
     #[error("{url}: not a usable base URL: {reason}")]
     BadUrl {

@@ -43,7 +43,10 @@ pub(crate) fn client(config: &ModelConfig, https: bool) -> Result<reqwest::Clien
     let builder = || reqwest::Client::builder().connect_timeout(config.connect_timeout);
     match builder().tls_certs_merge(cas.clone()).build() {
         Ok(client) => Ok(client),
-        Err(e) if https => Err(ModelError::Client(e)),
+        Err(e) if https => Err(ModelError::TlsSetup {
+            url: config.base_url.clone(),
+            reason: crate::error::chain(&e),
+        }),
         Err(e) => {
             tracing::debug!(error = %crate::error::chain(&e), "no system CA roots; plain HTTP needs none");
             Ok(builder().tls_certs_only(cas).build()?)

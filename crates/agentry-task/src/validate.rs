@@ -246,7 +246,7 @@ fn policy_table(v: Option<Value>, dir: &Path) -> Result<PolicyTable, FieldError>
         Some(Value::String(u)) if u.starts_with("http://") || u.starts_with("https://") => Some(u),
         Some(other) => {
             return Err(field_error!(
-                "policy.base_url: expected an http:// URL, found {}",
+                "policy.base_url: expected an http:// or https:// URL, found {}",
                 describe(&other)
             ));
         }
