@@ -16,6 +16,7 @@ mod cli {
     mod proxy;
     mod run;
     mod runs;
+    mod tls_resume;
     mod workspace;
 }
 

@@ -16,7 +16,7 @@ use crate::*;
 
 /// Variables of the test's own environment that would change what the child
 /// does; each test sets the ones it means.
-const CLEARED: &[&str] = &[
+pub(crate) const CLEARED: &[&str] = &[
     "RUST_LOG",
     "OPENAI_API_KEY",
     "ANTHROPIC_API_KEY",
@@ -142,7 +142,7 @@ async fn both_adapters_run_to_done_over_tls_trusting_ssl_cert_file() {
 
 /// A copy of examples/sum whose task.toml names the model, its server and
 /// `ca_cert` (a path relative to the task directory).
-fn hosted_task(dir: &Path, model: &str, base_url: &str, ca_cert: &str) -> PathBuf {
+pub(crate) fn hosted_task(dir: &Path, model: &str, base_url: &str, ca_cert: &str) -> PathBuf {
     let task = dir.join("task");
     std::fs::create_dir_all(task.join("workspace")).unwrap();
     let sum = root().join("examples/sum");
