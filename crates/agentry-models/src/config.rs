@@ -280,7 +280,12 @@ impl ModelConfig {
             "http" => false,
             _ => return Err(bad("it must start with https:// or http://".into())),
         };
-        crate::tls::client(self, https)
+        crate::tls::client(crate::tls::ClientSpec {
+            base_url: &self.base_url,
+            https,
+            ca_cert: self.ca_cert.as_deref(),
+            connect_timeout: self.connect_timeout,
+        })
     }
 }
 

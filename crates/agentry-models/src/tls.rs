@@ -3,16 +3,17 @@
 //!
 //! rustls through reqwest, with ring as the crypto provider. Trusted roots: the
 //! operating system's (rustls-platform-verifier), plus the CAs of the PEM files
-//! named by `SSL_CERT_FILE` and by [`ModelConfig::ca_cert`]. Proxies come from
+//! named by `SSL_CERT_FILE` and by `ModelConfig::ca_cert`. Proxies come from
 //! `HTTPS_PROXY` / `HTTP_PROXY` / `ALL_PROXY` / `NO_PROXY` (reqwest reads them
 //! when the client is built).
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
 
-use crate::{ModelConfig, ModelError};
+use crate::error::ModelError;
 
 /// The environment variable naming a CA bundle (the convention of OpenSSL,
 /// curl and Python).
@@ -34,17 +35,29 @@ pub fn install_crypto_provider() {
     }
 }
 
+/// What the client for one base URL needs.
+pub(crate) struct ClientSpec<'a> {
+    /// The base URL, for errors.
+    pub(crate) base_url: &'a str,
+    /// Whether it is `https://`.
+    pub(crate) https: bool,
+    /// The extra CA file (`ModelConfig::ca_cert`).
+    pub(crate) ca_cert: Option<&'a Path>,
+    /// The connection timeout.
+    pub(crate) connect_timeout: Duration,
+}
+
 /// Builds the client: the OS roots plus the extra CAs. For a plain `http://`
 /// server nothing needs the OS roots, so a machine without any (a slim
 /// container) still reaches a local server.
-pub(crate) fn client(config: &ModelConfig, https: bool) -> Result<reqwest::Client, ModelError> {
+pub(crate) fn client(spec: ClientSpec<'_>) -> Result<reqwest::Client, ModelError> {
     install_crypto_provider();
-    let cas = extra_cas(config.ca_cert.as_deref())?;
-    let builder = || reqwest::Client::builder().connect_timeout(config.connect_timeout);
+    let cas = extra_cas(spec.ca_cert)?;
+    let builder = || reqwest::Client::builder().connect_timeout(spec.connect_timeout);
     match builder().tls_certs_merge(cas.clone()).build() {
         Ok(client) => Ok(client),
-        Err(e) if https => Err(ModelError::TlsSetup {
-            url: config.base_url.clone(),
+        Err(e) if spec.https => Err(ModelError::TlsSetup {
+            url: spec.base_url.to_string(),
             reason: crate::error::chain(&e),
         }),
         Err(e) => {
