@@ -17,10 +17,10 @@ use crate::error::ModelError;
 
 /// The environment variable naming a CA bundle (the convention of OpenSSL,
 /// curl and Python).
-pub(crate) const CERT_FILE_VAR: &str = "SSL_CERT_FILE";
+const CERT_FILE_VAR: &str = "SSL_CERT_FILE";
 
 /// The field a CA file named in a task comes from, as errors name it.
-pub(crate) const CA_CERT_FIELD: &str = "policy.ca_cert";
+const CA_CERT_FIELD: &str = "policy.ca_cert";
 
 /// Installs ring as the process's default rustls crypto provider, unless one
 /// is installed already (an embedder's choice wins).
@@ -82,7 +82,7 @@ fn extra_cas(ca_cert: Option<&Path>) -> Result<Vec<reqwest::Certificate>, ModelE
 }
 
 /// The certificates of one PEM file; errors name `field` and the path.
-pub(crate) fn read_cas(
+fn read_cas(
     field: &'static str,
     path: &Path,
 ) -> Result<Vec<reqwest::Certificate>, ModelError> {
