@@ -82,10 +82,7 @@ fn extra_cas(ca_cert: Option<&Path>) -> Result<Vec<reqwest::Certificate>, ModelE
 }
 
 /// The certificates of one PEM file; errors name `field` and the path.
-fn read_cas(
-    field: &'static str,
-    path: &Path,
-) -> Result<Vec<reqwest::Certificate>, ModelError> {
+fn read_cas(field: &'static str, path: &Path) -> Result<Vec<reqwest::Certificate>, ModelError> {
     let bad = |reason: String| ModelError::CaCert {
         field,
         path: PathBuf::from(path),

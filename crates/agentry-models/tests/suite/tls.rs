@@ -3,7 +3,9 @@
 //! connect naming the host and rustls' reason, or a fatal turn mid-run, never
 //! retried; a CA file that is missing or not PEM is an error naming its field.
 
-use agentry_models::{ModelConfig, ModelError, Provider, connect};
+use agentry_models::{
+    AnthropicPolicy, ModelConfig, ModelError, OpenAiPolicy, Policy, Provider, connect,
+};
 use agentry_protocol::Decision;
 
 use super::server::{MockServer, Reply, TestError};
@@ -22,6 +24,14 @@ fn reply(provider: Provider, text: &str) -> Reply {
         Provider::OpenAi => Reply::sse(text_turn(text)),
         Provider::Anthropic => Reply::sse(anthropic_text(text)),
     }
+}
+
+/// The adapter alone, built without connect's probe.
+fn adapter(provider: Provider, config: ModelConfig) -> Result<Box<dyn Policy>, ModelError> {
+    Ok(match provider {
+        Provider::OpenAi => Box::new(OpenAiPolicy::new(config)?),
+        Provider::Anthropic => Box::new(AnthropicPolicy::new(config)?),
+    })
 }
 
 /// The CA given as `ca_cert`: connect's probe and a streamed turn go through.
@@ -96,7 +106,8 @@ async fn a_certificate_that_stops_verifying_mid_run_is_fatal_and_not_retried()
         let first = reply(provider, "first").header("connection", "close");
         let server = MockServer::start_tls(vec![first, reply(provider, "second")], &tls).await?;
         let (_dir, pem) = ca_file(&ca)?;
-        let mut policy = connect(provider, config(&server.base_url).ca_cert(pem)).await?;
+        // No probe: its connection could linger in the pool and skip the handshake.
+        let mut policy = adapter(provider, config(&server.base_url).ca_cert(pem))?;
         let out = decide(&mut *policy, &[]).await;
         assert!(
             matches!(out.decision, Decision::Final { .. }),
