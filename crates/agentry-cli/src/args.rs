@@ -108,8 +108,10 @@ pub(crate) struct RunArgs {
     /// Default: task.toml's `[policy] script`, else TASK_DIR/script.json.
     #[arg(long, value_name = "KIND:VALUE", value_parser = parse_policy)]
     pub(crate) policy: Option<PolicyArg>,
-    /// The model server for `openai:` / `anthropic:` policies, plain http:// only
-    /// (e.g. http://127.0.0.1:8080/v1 for llama.cpp's server).
+    /// The model server for `openai:` / `anthropic:` policies: https:// (the
+    /// system's CAs, plus SSL_CERT_FILE's and `[policy] ca_cert`'s) or http://
+    /// (e.g. http://127.0.0.1:8080/v1 for llama.cpp's server). Default: the
+    /// provider's hosted API. HTTPS_PROXY / NO_PROXY are honoured.
     #[arg(long, value_name = "URL")]
     pub(crate) base_url: Option<String>,
     /// A model that takes the turn when the models before it are unavailable

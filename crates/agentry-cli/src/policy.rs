@@ -38,6 +38,8 @@ pub(crate) struct PolicyChoice {
     pub(crate) base_url: Option<String>,
     /// The fallback models, in order.
     pub(crate) fallback: Vec<FallbackArg>,
+    /// The extra CA file the run was started with (`[policy] ca_cert`).
+    pub(crate) ca_cert: Option<PathBuf>,
 }
 
 /// What a model policy is built from besides its own name and server.
@@ -46,6 +48,9 @@ pub(crate) struct ModelOptions<'a> {
     pub(crate) fallback: &'a [FallbackArg],
     /// Prompt-cache marks on requests.
     pub(crate) prompt_cache: bool,
+    /// A CA file trusted besides the system's and SSL_CERT_FILE's
+    /// (`[policy] ca_cert`), by every model of the chain.
+    pub(crate) ca_cert: Option<&'a Path>,
 }
 
 /// Builds the policy the flags (or the task) name. A model policy is checked
@@ -68,6 +73,7 @@ pub(crate) async fn load_policy(args: &RunArgs, task: &TaskSpec) -> Result<Loade
             let options = ModelOptions {
                 fallback: &fallback,
                 prompt_cache: task.prompt_cache,
+                ca_cert: task.ca_cert.as_deref(),
             };
             return model_policy(*provider, model, base_url, options).await;
         }
@@ -122,9 +128,13 @@ pub(crate) async fn model_policy(
     options: ModelOptions<'_>,
 ) -> Result<LoadedPolicy, RunError> {
     let config = |provider: Provider, model: &str, base_url: Option<&str>| {
-        ModelConfig::from_env(provider, model, base_url)
-            .map(|c| ChainModel::new(provider, c.prompt_cache(options.prompt_cache)))
-            .map_err(RunError::Model)
+        let mut config = ModelConfig::from_env(provider, model, base_url)
+            .map_err(RunError::Model)?
+            .prompt_cache(options.prompt_cache);
+        if let Some(path) = options.ca_cert {
+            config = config.ca_cert(path);
+        }
+        Ok::<_, RunError>(ChainModel::new(provider, config))
     };
     let mut chain = vec![config(provider, model, base_url)?];
     for f in options.fallback {
@@ -185,6 +195,7 @@ pub(crate) fn describe_policy(args: &RunArgs, task: &TaskSpec) -> String {
         "fallback": fallback,
         "prompt_cache": task.prompt_cache,
         "task_dir": absolute(&task.dir),
+        "ca_cert": task.ca_cert.as_deref().map(absolute),
     })
     .to_string()
 }
@@ -228,10 +239,15 @@ pub(crate) fn stored_policy(spec: Option<&str>, run_id: &str) -> Result<PolicyCh
             message: format!("its stored fallback models are unusable ({m}); pass --policy"),
         })
     })?;
+    let ca_cert = value
+        .get("ca_cert")
+        .and_then(|c| c.as_str())
+        .map(PathBuf::from);
     Ok(PolicyChoice {
         policy,
         base_url,
         fallback,
+        ca_cert,
     })
 }
 

@@ -54,17 +54,21 @@ fn runtime_for(config: &RunConfig) -> Result<Runtime, RuntimeError> {
 /// `--policy` (and `--base-url`, `--fallback`), else the policy the run was
 /// started with.
 async fn policy_for(args: &ResumeArgs, config: &RunConfig) -> Result<LoadedPolicy, RunError> {
+    let stored = stored_policy(config.policy_spec.as_deref(), &args.run_id);
     let PolicyChoice {
         policy,
         base_url,
         fallback,
+        ca_cert,
     } = match &args.policy {
+        // The CA file still applies to a --policy given at resume.
         Some(p) => PolicyChoice {
             policy: p.clone(),
             base_url: args.base_url.clone(),
             fallback: Vec::new(),
+            ca_cert: stored.ok().and_then(|s| s.ca_cert),
         },
-        None => stored_policy(config.policy_spec.as_deref(), &args.run_id)?,
+        None => stored?,
     };
     let base_url = args.base_url.clone().or(base_url);
     let fallback = if args.fallback.is_empty() {
@@ -84,6 +88,7 @@ async fn policy_for(args: &ResumeArgs, config: &RunConfig) -> Result<LoadedPolic
             let options = ModelOptions {
                 fallback: &fallback,
                 prompt_cache: stored_prompt_cache(config),
+                ca_cert: ca_cert.as_deref(),
             };
             model_policy(*provider, model, base_url.as_deref(), options).await
         }

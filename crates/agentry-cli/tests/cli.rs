@@ -12,18 +12,30 @@ use serde_json::Value;
 mod cli {
     mod errors;
     mod fallback;
+    mod hosted;
     mod model;
+    mod proxy;
     mod run;
     mod runs;
+    mod tls_resume;
     mod tree;
     mod workspace;
 }
 
-// The providers' strict request checkers, shared by path with agentry-models'
-// tests: the CLI's model servers answer an invalid request with HTTP 400.
-#[allow(dead_code, reason = "agentry-models' own tests use the rest")]
+// The models crate's scripted server (strict checker in front), its SSE
+// pieces and its TLS helpers, shared by path; each test file uses part of them.
+#[allow(dead_code, reason = "the models crate's own tests use the rest")]
+#[path = "../../agentry-models/tests/suite/server.rs"]
+mod server;
+#[allow(dead_code, reason = "the models crate's own tests use the rest")]
+#[path = "../../agentry-models/tests/suite/sse.rs"]
+mod sse;
+#[allow(dead_code, reason = "the models crate's own tests use the rest")]
 #[path = "../../agentry-models/tests/suite/strict.rs"]
 mod strict;
+#[allow(dead_code, reason = "the models crate's own tests use the rest")]
+#[path = "../../agentry-models/tests/suite/tls_server.rs"]
+mod tls_server;
 
 /// The workspace root: commands run from there, as the README shows them.
 fn root() -> PathBuf {

@@ -1,5 +1,6 @@
 //! Adapter configuration: endpoint, key, limits, retry budget.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use agentry_protocol::budget::BudgetSnapshot;
@@ -50,7 +51,7 @@ impl Provider {
         }
     }
 
-    /// The provider's hosted endpoint (needs TLS; see the crate docs).
+    /// The provider's hosted endpoint (over TLS; see the crate docs).
     pub fn default_base_url(self) -> &'static str {
         match self {
             Provider::OpenAi => "https://api.openai.com/v1",
@@ -206,6 +207,10 @@ pub struct ModelConfig {
     /// the provider's prompt cache where the request must say so (Anthropic's
     /// `cache_control`); OpenAI caches on its own. Default: on.
     pub prompt_cache: bool,
+    /// A PEM file of CA certificates trusted besides the system's roots and
+    /// `SSL_CERT_FILE`'s (`[policy] ca_cert`); read and checked when the
+    /// client is built.
+    pub ca_cert: Option<PathBuf>,
 }
 
 impl ModelConfig {
@@ -225,6 +230,7 @@ impl ModelConfig {
             text_reply: TextReply::default(),
             context_tokens: None,
             prompt_cache: true,
+            ca_cert: None,
         }
     }
 
@@ -282,6 +288,12 @@ impl ModelConfig {
         self
     }
 
+    /// Trusts the CA certificates of this PEM file too (see [`ModelConfig::ca_cert`]).
+    pub fn ca_cert(mut self, path: impl Into<PathBuf>) -> Self {
+        self.ca_cert = Some(path.into());
+        self
+    }
+
     /// Sets what a text-only reply means.
     pub fn text_reply(mut self, text_reply: TextReply) -> Self {
         self.text_reply = text_reply;
@@ -329,21 +341,24 @@ impl ModelConfig {
         out
     }
 
-    /// Checks the URL and builds the HTTP client.
+    /// Checks the URL and the CA files, and builds the HTTP client.
     pub(crate) fn client(&self) -> Result<reqwest::Client, ModelError> {
-        let url = &self.base_url;
-        if url.starts_with("https://") {
-            return Err(ModelError::TlsUnavailable { url: url.clone() });
-        }
-        if !url.starts_with("http://") {
-            return Err(ModelError::BadUrl {
-                url: url.clone(),
-                reason: "it must start with http://".into(),
-            });
-        }
-        Ok(reqwest::Client::builder()
-            .connect_timeout(self.connect_timeout)
-            .build()?)
+        let bad = |reason: String| ModelError::BadUrl {
+            url: self.base_url.clone(),
+            reason,
+        };
+        let url = reqwest::Url::parse(&self.base_url).map_err(|e| bad(e.to_string()))?;
+        let https = match url.scheme() {
+            "https" => true,
+            "http" => false,
+            _ => return Err(bad("it must start with https:// or http://".into())),
+        };
+        crate::tls::client(crate::tls::ClientSpec {
+            base_url: &self.base_url,
+            https,
+            ca_cert: self.ca_cert.as_deref(),
+            connect_timeout: self.connect_timeout,
+        })
     }
 }
 
@@ -425,17 +440,22 @@ mod tests {
     }
 
     #[test]
-    fn https_and_odd_urls_are_refused_up_front() {
-        assert!(matches!(
-            ModelConfig::new("m", "https://api.openai.com/v1").client(),
-            Err(ModelError::TlsUnavailable { .. })
-        ));
+    fn odd_urls_are_refused_up_front_and_https_is_built() {
         assert!(matches!(
             ModelConfig::new("m", "ftp://x").client(),
             Err(ModelError::BadUrl { .. })
         ));
+        assert!(matches!(
+            ModelConfig::new("m", "not a url").client(),
+            Err(ModelError::BadUrl { .. })
+        ));
         assert!(
             ModelConfig::new("m", "http://127.0.0.1:1/v1/")
+                .client()
+                .is_ok()
+        );
+        assert!(
+            ModelConfig::new("m", "https://api.openai.com/v1")
                 .client()
                 .is_ok()
         );

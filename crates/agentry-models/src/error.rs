@@ -14,15 +14,41 @@ pub enum ModelError {
         /// The environment variable that must hold the key.
         var: &'static str,
     },
-    /// The base URL is `https://`, but this build has no TLS backend.
-    #[error(
-        "{url}: this build speaks plain HTTP only (no TLS backend compiled in); use an http:// base URL (a local server, or a TLS-terminating proxy)"
-    )]
-    TlsUnavailable {
-        /// The refused URL.
-        url: String,
+    /// A CA file (`SSL_CERT_FILE`, or `[policy] ca_cert`) is missing or not PEM.
+    #[error("{field} = {path}: {reason}; it must be a PEM file of CA certificates")]
+    CaCert {
+        /// Where the path came from: `SSL_CERT_FILE` or `policy.ca_cert`.
+        field: &'static str,
+        /// The file.
+        path: std::path::PathBuf,
+        /// What is wrong with it.
+        reason: String,
     },
-    /// The base URL does not parse or is not HTTP.
+    /// The TLS handshake with the model server failed: most often a certificate
+    /// that does not verify against the trusted roots.
+    #[error(
+        "{host}: TLS failed: {reason} (at {url}); if the server's certificate comes from a private or corporate CA, trust that CA with SSL_CERT_FILE or [policy] ca_cert (a PEM file)"
+    )]
+    Tls {
+        /// `host:port` of the server.
+        host: String,
+        /// The URL that was tried.
+        url: String,
+        /// What rustls said (e.g. "invalid peer certificate: UnknownIssuer").
+        reason: String,
+    },
+    /// TLS cannot be set up for an `https://` server: most often, no CA
+    /// certificate could be loaded from the system.
+    #[error(
+        "{url}: cannot set up TLS: {reason}; install the system's CA certificates (the ca-certificates package) or name a PEM bundle of CAs with SSL_CERT_FILE"
+    )]
+    TlsSetup {
+        /// The base URL.
+        url: String,
+        /// Why (the client builder's error and its causes).
+        reason: String,
+    },
+    /// The base URL does not parse or is not HTTP(S).
     #[error("{url}: not a usable base URL: {reason}")]
     BadUrl {
         /// The URL.
@@ -57,7 +83,7 @@ pub enum ModelError {
         name: String,
     },
     /// The HTTP client could not be built.
-    #[error("cannot build the HTTP client: {0}")]
+    #[error("cannot build the HTTP client: {}", chain(.0))]
     Client(#[from] reqwest::Error),
     /// The policy spec (`openai:MODEL`) is malformed.
     #[error("{spec:?}: {reason}")]
@@ -76,4 +102,20 @@ pub enum ModelError {
         /// Each model's reason, in chain order.
         reasons: String,
     },
+}
+
+/// An error and its sources, joined with ": " (reqwest's own text says only
+/// "builder error" or "error sending request"; the cause is further down).
+pub(crate) fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut next = error.source();
+    while let Some(e) = next {
+        let part = e.to_string();
+        if !text.contains(&part) {
+            text.push_str(": ");
+            text.push_str(&part);
+        }
+        next = e.source();
+    }
+    text
 }

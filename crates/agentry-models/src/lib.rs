@@ -9,8 +9,9 @@
 //! names to wire names reversibly ([`ToolNameMap`]), pass the model's argument
 //! text through untouched (the executor answers `EINVAL` on broken JSON), charge
 //! token usage, and turn every transport failure into data: 429/5xx/stalls are
-//! retried with backoff under a budget, 401/403 stop the run, anything else is a
-//! non-fatal [`Decision::Failed`](agentry_protocol::Decision::Failed).
+//! retried with backoff under a budget, 401/403 and a certificate that does not
+//! verify stop the run, anything else is a non-fatal
+//! [`Decision::Failed`](agentry_protocol::Decision::Failed).
 //!
 //! A [`FallbackPolicy`] holds several adapters in order: a turn whose server is
 //! unavailable after its retries goes to the next model, and the output names
@@ -30,11 +31,21 @@
 //! - `openai`, `anthropic`: request projection (pure, unit-tested) and stream assembly.
 //! - `chain`: [`FallbackPolicy`], models tried in order when a server is unavailable.
 //! - `provider`: [`connect`], [`connect_chain`] and the child factories, which pick the adapter.
+//! - `tls`: the HTTP client (roots, extra CAs) and TLS failure detection.
 //!
-//! # TLS
-//! This crate compiles reqwest without a TLS backend to keep the build lean:
-//! base URLs must be `http://` (a local server, or a TLS-terminating proxy in front
-//! of a hosted API). An `https://` URL is refused at construction with a clear error.
+//! # TLS and proxies
+//! `https://` base URLs are spoken over rustls (no OpenSSL), with ring as the
+//! crypto provider: [`install_crypto_provider`] installs it as the process
+//! default unless the program installed one first. Trusted roots are the
+//! operating system's (rustls-platform-verifier; on Linux its CA bundle, or the
+//! one `SSL_CERT_FILE` / `SSL_CERT_DIR` name instead, as OpenSSL, curl and
+//! Python read them), plus the CAs of `SSL_CERT_FILE` and of
+//! [`ModelConfig::ca_cert`]. A CA file that cannot be read or holds no PEM
+//! certificate is a [`ModelError::CaCert`] when the adapter is built. A
+//! certificate that does not verify is a [`ModelError::Tls`] at [`connect`]
+//! (naming the host and rustls' reason), and a fatal failed turn if it happens
+//! mid-run: never retried. Proxies: `HTTPS_PROXY`, `HTTP_PROXY`, `ALL_PROXY` and
+//! `NO_PROXY` (and their lower-case forms) are honoured, as curl reads them.
 //!
 //! # Example
 //! ```no_run
@@ -55,6 +66,7 @@ mod names;
 mod openai;
 mod prompt;
 mod provider;
+mod tls;
 mod transport;
 
 pub use agentry_policy::Policy;
@@ -67,3 +79,4 @@ pub use openai::{OpenAiPolicy, build_openai_messages};
 pub use provider::{
     ConnectedChain, chain_policy_factory, child_policy_factory, connect, connect_chain,
 };
+pub use tls::install_crypto_provider;

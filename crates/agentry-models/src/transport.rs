@@ -18,7 +18,8 @@ pub(crate) enum AttemptError {
         message: String,
         retry_after: Option<Duration>,
     },
-    /// The credentials are refused (401/403): the run must stop.
+    /// The credentials are refused (401/403), or the server's certificate does
+    /// not verify: the run must stop.
     Fatal(String),
     /// Not transient, not fatal (400, malformed stream): this turn fails and the
     /// model sees the failure as an observation.
@@ -148,7 +149,7 @@ pub(crate) async fn send(
     let response = request
         .send()
         .await
-        .map_err(|e| AttemptError::retry(format!("{provider}: request failed: {e}")))?;
+        .map_err(|e| send_failure(&e, provider))?;
     let status = response.status();
     if status.is_success() {
         return Ok(response);
@@ -177,6 +178,24 @@ pub(crate) async fn send(
         },
         _ => AttemptError::GiveUp(message),
     })
+}
+
+/// A request that got no response. A TLS failure is fatal: a certificate that
+/// does not verify will not verify on the next attempt either, and as a
+/// non-fatal failure every later turn would fail the same way until the
+/// budget runs out. Anything else (refused, reset, timed out) is retried.
+fn send_failure(error: &reqwest::Error, provider: &str) -> AttemptError {
+    let url = error.url().map(|u| u.as_str()).unwrap_or_default();
+    match crate::tls::tls_failure(error) {
+        Some(reason) => AttemptError::Fatal(format!(
+            "{provider}: TLS failed with {}: {reason}; the run stops (a certificate that does not verify is not retried)",
+            crate::tls::host_of(url)
+        )),
+        None => AttemptError::retry(format!(
+            "{provider}: request failed: {}",
+            crate::error::chain(error)
+        )),
+    }
 }
 
 /// Why the byte stream under the SSE parser ended early.
@@ -226,13 +245,21 @@ impl SseReader {
     }
 }
 
-/// Checks that something answers HTTP at `url` (any status will do).
+/// Checks that something answers HTTP at `url` (any status will do), over a
+/// TLS connection that verifies when the URL is `https://`.
 pub(crate) async fn probe(client: &reqwest::Client, url: &str) -> Result<(), ModelError> {
     match client.get(url).timeout(Duration::from_secs(5)).send().await {
         Ok(_) => Ok(()),
-        Err(e) => Err(ModelError::Unreachable {
-            url: url.to_string(),
-            reason: e.to_string(),
+        Err(e) => Err(match crate::tls::tls_failure(&e) {
+            Some(reason) => ModelError::Tls {
+                host: crate::tls::host_of(url),
+                url: url.to_string(),
+                reason,
+            },
+            None => ModelError::Unreachable {
+                url: url.to_string(),
+                reason: crate::error::chain(&e),
+            },
         }),
     }
 }

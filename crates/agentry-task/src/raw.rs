@@ -79,6 +79,7 @@ pub(crate) struct RawPolicy {
     pub(crate) script: Option<Value>,
     pub(crate) model: Option<Value>,
     pub(crate) base_url: Option<Value>,
+    pub(crate) ca_cert: Option<Value>,
     pub(crate) fallback: Option<Value>,
     pub(crate) prompt_cache: Option<Value>,
 }

@@ -57,6 +57,9 @@ pub struct TaskSpec {
     pub model: Option<String>,
     /// The model server (`[policy] base_url`).
     pub base_url: Option<String>,
+    /// A PEM file of CA certificates the model client trusts besides the
+    /// system's (`[policy] ca_cert`, resolved against `dir`; it existed at load).
+    pub ca_cert: Option<PathBuf>,
     /// The agent tree's shape limits and budget rule (`[tree]`).
     pub tree: TreeLimits,
     /// Models that take a turn when the model's server is unavailable after
@@ -94,7 +97,8 @@ impl TaskSpec {
 
     /// Parses task.toml text for the task directory `dir` (errors name
     /// `dir/task.toml`). Looks at the file system only to find the default script,
-    /// the workspace, and the directory's name when `dir` is `.` or similar.
+    /// the workspace, the directory's name when `dir` is `.` or similar, and
+    /// whether `[policy] ca_cert` exists.
     pub fn parse(text: &str, dir: &Path) -> Result<TaskSpec, TaskError> {
         let file = dir.join(TASK_FILE);
         let table: toml::Table =

@@ -92,6 +92,7 @@ fn a_good_file_parses() {
             tree: agentry_runtime::TreeLimits::default(),
             fallback: Vec::new(),
             prompt_cache: true,
+            ca_cert: None,
         }
     );
 }
@@ -168,7 +169,7 @@ fn fallbacks_and_prompt_cache_parse_and_bad_ones_name_the_field() {
         ),
         (
             "fallback = [{ model = \"openai:c\", base_url = \"ftp://x\" }]",
-            "policy.fallback[0].base_url: expected an http:// URL",
+            "policy.fallback[0].base_url: expected an http:// or https:// URL",
         ),
         (
             "prompt_cache = \"no\"",
@@ -206,6 +207,35 @@ fn a_model_policy_parses_and_bad_ones_name_the_field() {
             .unwrap_err()
             .to_string();
         assert!(err.contains(field), "{text}: {err}");
+    }
+}
+
+/// `[policy] ca_cert` is taken from the task directory and must exist at load;
+/// anything else is an error naming the field.
+#[test]
+fn a_ca_cert_is_resolved_against_the_task_dir_and_must_exist() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::create_dir(tmp.path().join("certs")).unwrap();
+    std::fs::write(tmp.path().join("certs/ca.pem"), "pem").unwrap();
+    let text = "goal = \"g\"\n[policy]\nmodel = \"openai:m\"\nca_cert = \"certs/ca.pem\"";
+    let spec = TaskSpec::parse(text, tmp.path()).unwrap();
+    assert_eq!(spec.ca_cert, Some(tmp.path().join("certs/ca.pem")));
+    assert_eq!(
+        TaskSpec::parse("goal = \"g\"", tmp.path()).unwrap().ca_cert,
+        None
+    );
+    for (value, says) in [
+        ("\"certs/absent.pem\"", "absent.pem does not exist"),
+        ("\"certs\"", "is not a file"),
+        ("\"\"", "expected the path of a PEM file"),
+        ("3", "expected the path of a PEM file"),
+    ] {
+        let text = format!("goal = \"g\"\n[policy]\nca_cert = {value}");
+        let err = TaskSpec::parse(&text, tmp.path()).unwrap_err().to_string();
+        assert!(
+            err.contains("policy.ca_cert") && err.contains(says),
+            "{value}: {err}"
+        );
     }
 }
 

@@ -44,6 +44,7 @@ struct PolicyTable {
     base_url: Option<String>,
     fallback: Vec<FallbackSpec>,
     prompt_cache: bool,
+    ca_cert: Option<PathBuf>,
 }
 
 impl TaskSpec {
@@ -64,6 +65,7 @@ impl TaskSpec {
             base_url,
             fallback,
             prompt_cache,
+            ca_cert,
         } = policy_table(raw.policy, dir)?;
         let ProgressTable {
             window: progress_window,
@@ -91,6 +93,7 @@ impl TaskSpec {
             tree,
             fallback,
             prompt_cache,
+            ca_cert,
         })
     }
 }
@@ -243,6 +246,7 @@ fn policy_table(v: Option<Value>, dir: &Path) -> Result<PolicyTable, FieldError>
             base_url: None,
             fallback: Vec::new(),
             prompt_cache: true,
+            ca_cert: None,
         });
     };
     let policy = section::<RawPolicy>("policy", v)?;
@@ -279,12 +283,14 @@ fn policy_table(v: Option<Value>, dir: &Path) -> Result<PolicyTable, FieldError>
         Some(s) => Some(dir.join(relative_path("policy.script", &s)?)),
         None => default_script(),
     };
+    let ca_cert = policy.ca_cert.map(|c| ca_cert(&c, dir)).transpose()?;
     Ok(PolicyTable {
         script,
         model,
         base_url,
         fallback,
         prompt_cache,
+        ca_cert,
     })
 }
 
@@ -293,7 +299,7 @@ fn server_url(at: &str, v: Value) -> Result<String, FieldError> {
     match v {
         Value::String(u) if u.starts_with("http://") || u.starts_with("https://") => Ok(u),
         other => Err(field_error!(
-            "{at}: expected an http:// URL, found {}",
+            "{at}: expected an http:// or https:// URL, found {}",
             describe(&other)
         )),
     }
@@ -338,6 +344,29 @@ fn fallback_list(v: Option<Value>) -> Result<Vec<FallbackSpec>, FieldError> {
             }
         })
         .collect()
+}
+
+/// `[policy] ca_cert`: a file of CA certificates the model client trusts,
+/// relative to the task directory (or absolute), which must exist now; the
+/// model adapter checks that it is PEM when it builds its client.
+fn ca_cert(v: &Value, dir: &Path) -> Result<PathBuf, FieldError> {
+    let path = match v {
+        Value::String(s) if !s.trim().is_empty() => dir.join(s),
+        other => {
+            return Err(field_error!(
+                "policy.ca_cert: expected the path of a PEM file, found {}",
+                describe(other)
+            ));
+        }
+    };
+    if path.is_file() {
+        Ok(path)
+    } else {
+        Err(field_error!(
+            "policy.ca_cert: {} does not exist or is not a file (a relative path is taken from the task directory)",
+            path.display()
+        ))
+    }
 }
 
 /// `provider:model` with a provider agentry speaks.

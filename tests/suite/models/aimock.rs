@@ -114,6 +114,7 @@ async fn run_sum(policy: impl Policy) -> Result<(), TestError> {
 }
 
 async fn journal(addr: SocketAddr) -> Result<Vec<Value>, TestError> {
+    agentry_models::install_crypto_provider();
     let client = reqwest::Client::new();
     let v: Value = client
         .get(format!("http://{addr}/__aimock/journal"))

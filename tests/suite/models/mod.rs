@@ -8,6 +8,7 @@ mod failed_turns;
 mod fallback;
 mod prompt_cache;
 mod runtime;
+mod tls;
 
 // Shared with agentry-models' own tests by path: a shared test crate would put
 // the runtime back into the models' dev tree. Each side uses part of them.
@@ -20,3 +21,6 @@ mod sse;
 #[allow(dead_code, reason = "agentry-models' own tests use the rest")]
 #[path = "../../../crates/agentry-models/tests/suite/strict.rs"]
 mod strict;
+#[allow(dead_code, reason = "agentry-models' own tests use the rest")]
+#[path = "../../../crates/agentry-models/tests/suite/tls_server.rs"]
+mod tls_server;

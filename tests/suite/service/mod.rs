@@ -114,6 +114,8 @@ impl Service {
 
     /// A client of a service running elsewhere (a [`ServiceProcess`]).
     fn client_of(base: &str) -> Result<ServiceClient, TestError> {
+        // reqwest has no crypto provider of its own in this workspace.
+        agentry_models::install_crypto_provider();
         Ok(ServiceClient {
             base: base.to_string(),
             client: reqwest::Client::builder()

@@ -10,3 +10,9 @@ mod sse;
 #[allow(dead_code, reason = "the workspace suite's models tests use the rest")]
 mod strict;
 mod strict_rules;
+mod tls;
+#[allow(
+    dead_code,
+    reason = "the workspace suite's and the CLI's tests use the rest"
+)]
+mod tls_server;

@@ -19,6 +19,7 @@ use axum::response::Response;
 use serde_json::Value;
 
 use super::strict::{Invalid, check_path};
+use super::tls_server::{TlsListener, TlsServer};
 
 pub type TestError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -143,21 +144,36 @@ impl Drop for MockServer {
 impl MockServer {
     /// Binds 127.0.0.1:0 and serves `replies` in order.
     pub async fn start(replies: Vec<Reply>) -> Result<Self, TestError> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let base_url = format!("http://{}", listener.local_addr()?);
+        Ok(Self::serve(listener, base_url, replies))
+    }
+
+    /// [`MockServer::start`] over TLS: `https://127.0.0.1:PORT`, presenting
+    /// what `tls` says (see [`super::tls_server`]).
+    pub async fn start_tls(replies: Vec<Reply>, tls: &TlsServer) -> Result<Self, TestError> {
+        let listener = TlsListener::bind(tls.clone()).await?;
+        let base_url = format!("https://{}", listener.local_addr());
+        Ok(Self::serve(listener, base_url, replies))
+    }
+
+    fn serve<L>(listener: L, base_url: String, replies: Vec<Reply>) -> Self
+    where
+        L: axum::serve::Listener<Addr = std::net::SocketAddr>,
+    {
         let shared = Shared::default();
         shared.replies.lock().unwrap().extend(replies);
         let app = axum::Router::new()
             .fallback(handle)
             .with_state(shared.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let addr = listener.local_addr()?;
         let task = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
-        Ok(MockServer {
-            base_url: format!("http://{addr}"),
+        MockServer {
+            base_url,
             shared,
             task,
-        })
+        }
     }
 
     /// Every POST received so far, in order.

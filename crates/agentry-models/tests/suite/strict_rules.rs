@@ -103,6 +103,7 @@ fn the_anthropic_checker_refuses_orphan_results_repeated_roles_and_empty_content
 async fn the_mock_servers_answer_an_invalid_request_with_the_providers_400() -> Result<(), TestError>
 {
     let server = MockServer::start(vec![]).await?;
+    agentry_models::install_crypto_provider();
     let client = reqwest::Client::new();
     let orphan = json!({"messages": [{"role": "user", "content": "g"},
         {"role": "tool", "tool_call_id": "", "content": "{}"}]});

@@ -72,6 +72,8 @@ impl Service {
             .args(&launch.args)
             .envs(launch.env.iter().map(|(k, v)| (k, v)));
         let spawned = service_bin::spawn(command, WAIT)?;
+        // reqwest has no crypto provider of its own in this workspace.
+        agentry_models::install_crypto_provider();
         Ok(Service {
             child: spawned.child,
             addr: spawned.addr,
