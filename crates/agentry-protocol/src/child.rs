@@ -21,4 +21,7 @@ pub struct ChildRequest {
     pub script: Option<Value>,
     /// A name the parent can use instead of the child's id (unique per parent).
     pub name: Option<String>,
+    /// Which of the models the host configures for children runs it (by name);
+    /// `None`: the default child model.
+    pub model: Option<String>,
 }

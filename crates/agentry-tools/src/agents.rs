@@ -69,6 +69,11 @@ pub struct SpawnArgs {
     /// A name to refer to the child by in agent.wait (unique among your children).
     #[serde(default)]
     pub name: Option<String>,
+    /// Which configured model runs the child, by name (e.g. a small model for
+    /// workers); default: the same kind of model as yours. An unknown name is
+    /// refused with the names there are.
+    #[serde(default)]
+    pub model: Option<String>,
 }
 
 /// Arguments of `agent.wait`: one child (`child_id`) or several (`child_ids`).
@@ -142,6 +147,7 @@ impl Tool for SpawnTool {
             grants: args.grant,
             script: args.script,
             name: args.name,
+            model: args.model,
         };
         Ok(ToolOutput::data(desk(ctx)?.spawn(request).await?))
     }

@@ -164,6 +164,7 @@ fn the_child_factory_builds_the_same_chain() -> Result<(), TestError> {
         grants: None,
         script: None,
         name: None,
+        model: None,
     };
     let child = factory(&request).ok_or("no child policy")?;
     assert_eq!(child.name(), "openai:test-model > anthropic:test-model");

@@ -359,6 +359,7 @@ async fn the_child_policy_factory_gives_each_child_the_same_model() -> Result<()
         grants: None,
         script: None,
         name: None,
+        model: None,
     };
     let mut child = factory(&request).ok_or("no child policy")?;
     assert_eq!(child.name(), "openai:test-model");

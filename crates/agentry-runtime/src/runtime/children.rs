@@ -76,21 +76,7 @@ impl AgentDesk for RunChildren {
             .and_then(|p| p.clone())
             .ok_or_else(|| ToolError::new(ErrorCode::Eunavail, "the run is stopping"))?;
         let parent = &parent;
-        let policy: Box<dyn Policy> = match (&request.script, self.runtime.child_policy()) {
-            (Some(script), _) => Box::new(
-                Script::from_value(script)
-                    .map_err(|m| ToolError::new(ErrorCode::Einval, format!("script: {m}")))?
-                    .into_policy(),
-            ),
-            (None, Some(factory)) => factory(&request)
-                .ok_or_else(|| ToolError::new(ErrorCode::Einval, "no policy for this child"))?,
-            (None, None) => {
-                return Err(ToolError::new(
-                    ErrorCode::Einval,
-                    "this runtime has no model for children: pass a script",
-                ));
-            }
-        };
+        let policy = self.child_policy(&request)?;
         if let Some(name) = &request.name
             && self.children.lock().is_ok_and(|c| c.contains_key(name))
         {
@@ -198,6 +184,44 @@ impl AgentDesk for RunChildren {
 }
 
 impl RunChildren {
+    /// The child's policy: its inline script, the named model it asks for, or
+    /// the runtime's default child model.
+    fn child_policy(&self, request: &ChildRequest) -> Result<Box<dyn Policy>, ToolError> {
+        if let Some(script) = &request.script {
+            return Ok(Box::new(
+                Script::from_value(script)
+                    .map_err(|m| ToolError::new(ErrorCode::Einval, format!("script: {m}")))?
+                    .into_policy(),
+            ));
+        }
+        let factory = match &request.model {
+            Some(name) => self.runtime.child_models().get(name).ok_or_else(|| {
+                let names: Vec<&str> = self
+                    .runtime
+                    .child_models()
+                    .keys()
+                    .map(String::as_str)
+                    .collect();
+                ToolError::new(
+                    ErrorCode::Einval,
+                    format!(
+                        "no child model named {name:?}; the models are: {}",
+                        names.join(", ")
+                    ),
+                )
+                .with_action("pick one of those names, or leave model unset")
+            })?,
+            None => self.runtime.child_policy().ok_or_else(|| {
+                ToolError::new(
+                    ErrorCode::Einval,
+                    "this runtime has no model for children: pass a script",
+                )
+            })?,
+        };
+        factory(request)
+            .ok_or_else(|| ToolError::new(ErrorCode::Einval, "no policy for this child"))
+    }
+
     /// What this run can still give a child, per dimension it limits
     /// ([`RunHandle::delegable`]); null before the run's handle exists.
     async fn left_to_delegate(&self) -> Value {

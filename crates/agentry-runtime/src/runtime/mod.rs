@@ -37,6 +37,8 @@ pub struct Runtime {
     registry: Arc<ToolRegistry>,
     root: CancellationToken,
     child_policy: Option<ChildPolicyFactory>,
+    /// Named models children may ask for (`agent.spawn {"model": NAME}`).
+    child_models: Arc<std::collections::BTreeMap<String, ChildPolicyFactory>>,
     /// The store runs are committed to, if any.
     pub(crate) store: Option<StoreWriter>,
     pub(crate) durability: Durability,
@@ -57,6 +59,7 @@ impl Runtime {
             registry: Arc::new(registry),
             root: CancellationToken::new(),
             child_policy: None,
+            child_models: Arc::default(),
             store: None,
             durability: Durability::Strict,
         }
@@ -76,6 +79,23 @@ impl Runtime {
 
     pub(crate) fn child_policy(&self) -> Option<&ChildPolicyFactory> {
         self.child_policy.as_ref()
+    }
+
+    /// Adds a named model children may ask for with `agent.spawn {"model":
+    /// NAME}` (e.g. a planner on a large model, workers on a small one); a
+    /// name given again replaces the earlier factory.
+    pub fn with_child_model(
+        mut self,
+        name: impl Into<String>,
+        factory: ChildPolicyFactory,
+    ) -> Self {
+        Arc::make_mut(&mut self.child_models).insert(name.into(), factory);
+        self
+    }
+
+    /// The named child models.
+    pub(crate) fn child_models(&self) -> &std::collections::BTreeMap<String, ChildPolicyFactory> {
+        &self.child_models
     }
 
     pub(crate) fn root_token(&self) -> CancellationToken {
