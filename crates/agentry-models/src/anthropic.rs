@@ -10,6 +10,7 @@ use agentry_protocol::tool::{ToolArguments, ToolCall, ToolSpec};
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
+use crate::context::{SessionBudget, TokenEstimate, json_bytes, project_session, session_room};
 use crate::conversation::{Item, conversation};
 use crate::prompt::system_prompt;
 use crate::transport::{self, AttemptError, SseReader};
@@ -24,13 +25,19 @@ const ANTHROPIC_VERSION: &str = "2023-06-01";
 pub struct AnthropicPolicy {
     config: ModelConfig,
     client: reqwest::Client,
+    /// Bytes → tokens, corrected by the prompt tokens the server reports.
+    estimate: TokenEstimate,
 }
 
 impl AnthropicPolicy {
     /// Checks the configuration and builds the client. Sends nothing.
     pub fn new(config: ModelConfig) -> Result<Self, ModelError> {
         let client = config.client()?;
-        Ok(AnthropicPolicy { config, client })
+        Ok(AnthropicPolicy {
+            config,
+            client,
+            estimate: TokenEstimate::default(),
+        })
     }
 
     /// Checks that the server answers (`GET {base}/v1/models`; any status will do).
@@ -100,8 +107,21 @@ impl Policy for AnthropicPolicy {
             Ok(n) => n,
             Err(e) => return PolicyOutput::new(failed(e.to_string()), model),
         };
-        let session = crate::context::project_session(ctx.session, self.config.context_tokens);
-        let request = build_anthropic_request(&self.config, ctx.goal, ctx.tools, &session, &names);
+        // What every request carries whatever the session: sized once per turn.
+        let fixed = anthropic_request(&self.config, ctx.goal, ctx.tools, &[], &names, 0);
+        let budget = SessionBudget {
+            bytes: session_room(&self.config, &self.estimate, json_bytes(&fixed)),
+            result_cap: self.config.result_cap,
+        };
+        let projection = project_session(ctx.session, budget);
+        let request = anthropic_request(
+            &self.config,
+            ctx.goal,
+            ctx.tools,
+            &projection.entries,
+            &names,
+            projection.result_cap,
+        );
         let body = match serde_json::to_vec(&request) {
             Ok(b) => b,
             Err(e) => {
@@ -116,6 +136,7 @@ impl Policy for AnthropicPolicy {
         let mut out = match result {
             Ok(turn) => {
                 let usage = turn.usage;
+                self.estimate.learn(body.len(), usage.tokens_in);
                 let mut out = PolicyOutput::new(turn.into_decision(&names, ctx.step), model);
                 out.usage = usage;
                 out
@@ -128,7 +149,8 @@ impl Policy for AnthropicPolicy {
 }
 
 /// The whole Messages request: system prompt, alternating user/assistant turns
-/// with `tool_use` / `tool_result` blocks, tools, streaming.
+/// with `tool_use` / `tool_result` blocks, tools, streaming. Results longer
+/// than the configuration's `result_cap` bytes of JSON are shown cut.
 pub fn build_anthropic_request(
     config: &ModelConfig,
     goal: &str,
@@ -136,7 +158,18 @@ pub fn build_anthropic_request(
     session: &[SessionEntry],
     names: &ToolNameMap,
 ) -> Value {
-    let messages = anthropic_messages(session, names);
+    anthropic_request(config, goal, tools, session, names, config.result_cap)
+}
+
+fn anthropic_request(
+    config: &ModelConfig,
+    goal: &str,
+    tools: &[ToolSpec],
+    session: &[SessionEntry],
+    names: &ToolNameMap,
+    result_cap: usize,
+) -> Value {
+    let messages = anthropic_messages(session, names, result_cap);
     let mut request = json!({
         "model": config.model,
         "max_tokens": config.max_output_tokens,
@@ -160,14 +193,18 @@ pub fn build_anthropic_request(
 /// into one message), the first message is the user's, each assistant turn's
 /// `tool_use` blocks are answered by `tool_result` blocks at the start of the
 /// very next message, and no content is empty (see the crate's `conversation` module).
-fn anthropic_messages(session: &[SessionEntry], names: &ToolNameMap) -> Vec<Value> {
+fn anthropic_messages(
+    session: &[SessionEntry],
+    names: &ToolNameMap,
+    result_cap: usize,
+) -> Vec<Value> {
     let mut messages: Vec<(&str, Vec<Value>)> = Vec::new();
     let mut push = |role: &'static str, block: Value| match messages.last_mut() {
         Some((r, blocks)) if *r == role => blocks.push(block),
         _ => messages.push((role, vec![block])),
     };
     let text = |t: &str| json!({"type": "text", "text": t});
-    for item in conversation(session) {
+    for item in conversation(session, result_cap) {
         match item {
             Item::User(t) => push("user", text(&t)),
             Item::Assistant(t) => push("assistant", text(t)),

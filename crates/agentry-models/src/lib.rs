@@ -14,7 +14,10 @@
 //!
 //! # Layout
 //! - `config`: [`ModelConfig`], [`RetryConfig`], [`Provider`] and env-key lookup.
-//! - [`context`]: which session entries a request carries under a context budget.
+//! - [`window`]: the model's context window (configured, a table of model
+//!   families, or a default).
+//! - [`context`]: which session entries a request carries so that it fits the window.
+//! - `results`: a large tool result shown as its head and a ref to read the rest.
 //! - `conversation`: the session as a conversation every provider accepts (failed
 //!   turns as host notes, each call answered right after it, no empty content).
 //! - `names`: the reversible tool-name mapping.
@@ -46,7 +49,9 @@ mod names;
 mod openai;
 mod prompt;
 mod provider;
+mod results;
 mod transport;
+pub mod window;
 
 pub use agentry_policy::Policy;
 pub use anthropic::{AnthropicPolicy, build_anthropic_request};
@@ -55,3 +60,4 @@ pub use error::ModelError;
 pub use names::ToolNameMap;
 pub use openai::{OpenAiPolicy, build_openai_messages};
 pub use provider::{child_policy_factory, connect};
+pub use window::{ContextWindow, WindowSource};

@@ -7,12 +7,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use agentry_policy::{DeltaSink, Policy, PolicyContext};
 use agentry_protocol::decision::{Decision, PolicyOutput, TokenUsage};
+use agentry_protocol::envelope::DEFAULT_RESULT_CAP;
 use agentry_protocol::state::SessionEntry;
 use agentry_protocol::tool::{ToolArguments, ToolCall, ToolSpec};
 use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use crate::context::{SessionBudget, TokenEstimate, json_bytes, project_session, session_room};
 use crate::conversation::{Item, conversation};
 use crate::prompt::system_prompt;
 use crate::transport::{self, AttemptError, SseReader};
@@ -28,6 +30,8 @@ pub struct OpenAiPolicy {
     /// (llama-cpp-python does, for tool calls with `tool_choice: "auto"`): from
     /// then on this adapter, and its clones, ask for whole responses instead.
     plain: Arc<AtomicBool>,
+    /// Bytes → tokens, corrected by the prompt tokens the server reports.
+    estimate: TokenEstimate,
 }
 
 /// One request body in both shapes; which one is sent depends on `plain`.
@@ -44,6 +48,7 @@ impl OpenAiPolicy {
             config,
             client,
             plain: Arc::new(AtomicBool::new(false)),
+            estimate: TokenEstimate::default(),
         })
     }
 
@@ -148,8 +153,21 @@ impl Policy for OpenAiPolicy {
                 );
             }
         };
-        let session = crate::context::project_session(ctx.session, self.config.context_tokens);
-        let mut request = build_openai_request(&self.config, ctx.goal, ctx.tools, &session, &names);
+        // What every request carries whatever the session: sized once per turn.
+        let fixed = build_openai_request(&self.config, ctx.goal, ctx.tools, &[], &names, 0);
+        let budget = SessionBudget {
+            bytes: session_room(&self.config, &self.estimate, json_bytes(&fixed)),
+            result_cap: self.config.result_cap,
+        };
+        let projection = project_session(ctx.session, budget);
+        let mut request = build_openai_request(
+            &self.config,
+            ctx.goal,
+            ctx.tools,
+            &projection.entries,
+            &names,
+            projection.result_cap,
+        );
         let stream = serde_json::to_vec(&request);
         if let Some(map) = request.as_object_mut() {
             map.insert("stream".into(), Value::Bool(false));
@@ -174,6 +192,7 @@ impl Policy for OpenAiPolicy {
         let out = match result {
             Ok(turn) => {
                 let usage = turn.usage;
+                self.estimate.learn(bodies.stream.len(), usage.tokens_in);
                 let hash = turn.hash.clone();
                 let mut out = PolicyOutput::new(turn.into_decision(&names), model);
                 out.usage = usage;
@@ -190,18 +209,20 @@ impl Policy for OpenAiPolicy {
     }
 }
 
-/// The whole request body: model, projected messages, tools, streaming with usage.
+/// The whole request body: model, projected messages (results longer than
+/// `result_cap` bytes shown cut), tools, streaming with usage.
 pub(crate) fn build_openai_request(
     config: &ModelConfig,
     goal: &str,
     tools: &[ToolSpec],
     session: &[SessionEntry],
     names: &ToolNameMap,
+    result_cap: usize,
 ) -> Value {
     let system = system_prompt(goal, names);
     let mut request = json!({
         "model": config.model,
-        "messages": build_openai_messages(&system, session, names),
+        "messages": openai_messages(&system, session, names, result_cap),
         "stream": true,
         "stream_options": {"include_usage": true},
         "max_tokens": config.max_output_tokens,
@@ -230,13 +251,23 @@ pub(crate) fn build_openai_request(
 /// each `tool` message answers a call of the assistant message right before
 /// it, every call is answered before any other message, and failed turns and
 /// host notes are user messages, never tool results.
+/// Results longer than [`DEFAULT_RESULT_CAP`] bytes of JSON are shown cut.
 pub fn build_openai_messages(
     system: &str,
     session: &[SessionEntry],
     names: &ToolNameMap,
 ) -> Vec<Value> {
+    openai_messages(system, session, names, DEFAULT_RESULT_CAP)
+}
+
+fn openai_messages(
+    system: &str,
+    session: &[SessionEntry],
+    names: &ToolNameMap,
+    result_cap: usize,
+) -> Vec<Value> {
     let mut messages = vec![json!({"role": "system", "content": system})];
-    for item in conversation(session) {
+    for item in conversation(session, result_cap) {
         match item {
             Item::User(text) => messages.push(json!({"role": "user", "content": text})),
             Item::Assistant(text) => messages.push(json!({"role": "assistant", "content": text})),
