@@ -36,6 +36,35 @@ pub(crate) struct PolicyChoice {
     pub(crate) policy: PolicyArg,
     /// The model server, if one was named.
     pub(crate) base_url: Option<String>,
+    /// The context window the run was started with, if one was set.
+    pub(crate) context_tokens: Option<u64>,
+}
+
+/// How a model policy fits its requests: the window, if set, and what set it
+/// (named in the printed line and in errors); the per-result cap.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ContextSettings {
+    /// The window in tokens; `None`: the model table's, else the default.
+    pub(crate) context_tokens: Option<u64>,
+    /// The flag or field that set `context_tokens`.
+    pub(crate) set_by: &'static str,
+    /// The per-result cap in bytes; `None`: the default.
+    pub(crate) result_cap: Option<usize>,
+}
+
+impl ContextSettings {
+    /// `--context-tokens`, else the task's `[policy] context_tokens`.
+    pub(crate) fn of_run(args: &RunArgs, task: &TaskSpec) -> Self {
+        let (context_tokens, set_by) = match (args.context_tokens, task.context_tokens) {
+            (Some(n), _) => (Some(n), "--context-tokens"),
+            (None, n) => (n, "policy.context_tokens"),
+        };
+        ContextSettings {
+            context_tokens,
+            set_by,
+            result_cap: task.result_cap,
+        }
+    }
 }
 
 /// Builds the policy the flags (or the task) name. A model policy is checked
@@ -54,7 +83,8 @@ pub(crate) async fn load_policy(args: &RunArgs, task: &TaskSpec) -> Result<Loade
     let base_url = args.base_url.as_deref().or(task.base_url.as_deref());
     let script_path = match args.policy.as_ref().or(from_task.as_ref()) {
         Some(PolicyArg::Model { provider, model }) => {
-            return model_policy(*provider, model, base_url).await;
+            let settings = ContextSettings::of_run(args, task);
+            return model_policy(*provider, model, base_url, settings).await;
         }
         Some(PolicyArg::Script(file)) => file.clone(),
         None => task.script.clone().ok_or_else(|| {
@@ -74,12 +104,24 @@ pub(crate) async fn load_policy(args: &RunArgs, task: &TaskSpec) -> Result<Loade
 }
 
 /// A model policy, checked before anything runs, and its children's factory.
+/// Prints the context window it fits requests to (on stderr: stdout may be
+/// `--json`'s one object).
 pub(crate) async fn model_policy(
     provider: Provider,
     model: &str,
     base_url: Option<&str>,
+    settings: ContextSettings,
 ) -> Result<LoadedPolicy, RunError> {
-    let config = ModelConfig::from_env(provider, model, base_url).map_err(RunError::Model)?;
+    let mut config = ModelConfig::from_env(provider, model, base_url).map_err(RunError::Model)?;
+    config.context_tokens = settings.context_tokens;
+    if let Some(cap) = settings.result_cap {
+        config.result_cap = cap;
+    }
+    let window = config.window(settings.set_by).map_err(RunError::Model)?;
+    eprintln!(
+        "agentry: context window: {window}; {} reserved for output",
+        config.max_output_tokens
+    );
     let children =
         agentry_models::child_policy_factory(provider, config.clone()).map_err(RunError::Model)?;
     let policy = agentry_models::connect(provider, config)
@@ -111,6 +153,7 @@ pub(crate) fn describe_policy(args: &RunArgs, task: &TaskSpec) -> String {
         "policy": policy,
         "base_url": base_url,
         "task_dir": absolute(&task.dir),
+        "context_tokens": args.context_tokens.or(task.context_tokens),
     })
     .to_string()
 }
@@ -148,7 +191,12 @@ pub(crate) fn stored_policy(spec: Option<&str>, run_id: &str) -> Result<PolicyCh
         .get("base_url")
         .and_then(|b| b.as_str())
         .map(str::to_string);
-    Ok(PolicyChoice { policy, base_url })
+    let context_tokens = value.get("context_tokens").and_then(|n| n.as_u64());
+    Ok(PolicyChoice {
+        policy,
+        base_url,
+        context_tokens,
+    })
 }
 
 /// The task directory a stored run came from, if the CLI started it.

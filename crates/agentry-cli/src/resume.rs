@@ -6,7 +6,9 @@ use agentry::{RunConfig, Runtime, RuntimeError, TaskSpec};
 use crate::args::{PolicyArg, ResumeArgs, absolute};
 use crate::drive::{Finished, drive};
 use crate::error::RunError;
-use crate::policy::{LoadedPolicy, PolicyChoice, model_policy, stored_policy, stored_task_dir};
+use crate::policy::{
+    ContextSettings, LoadedPolicy, PolicyChoice, model_policy, stored_policy, stored_task_dir,
+};
 use crate::signals::stop_on_interrupt;
 use crate::store::{existing, open_sqlite, store_or_default};
 
@@ -50,18 +52,29 @@ fn runtime_for(config: &RunConfig) -> Result<Runtime, RuntimeError> {
 
 /// `--policy` (and `--base-url`), else the policy the run was started with.
 async fn policy_for(args: &ResumeArgs, config: &RunConfig) -> Result<LoadedPolicy, RunError> {
-    let PolicyChoice { policy, base_url } = match &args.policy {
+    let stored = stored_policy(config.policy_spec.as_deref(), &args.run_id);
+    // The window the run was started with holds whichever policy resumes it.
+    let stored_window = stored.as_ref().ok().and_then(|c| c.context_tokens);
+    let PolicyChoice {
+        policy, base_url, ..
+    } = match &args.policy {
         Some(p) => PolicyChoice {
             policy: p.clone(),
             base_url: args.base_url.clone(),
+            context_tokens: None,
         },
-        None => stored_policy(config.policy_spec.as_deref(), &args.run_id)?,
+        None => stored?,
     };
     let base_url = args.base_url.clone().or(base_url);
     match &policy {
         PolicyArg::Script(file) => LoadedPolicy::script(&absolute(file)),
         PolicyArg::Model { provider, model } => {
-            model_policy(*provider, model, base_url.as_deref()).await
+            let settings = ContextSettings {
+                context_tokens: stored_window,
+                set_by: "the stored run's context_tokens",
+                result_cap: Some(config.result_cap),
+            };
+            model_policy(*provider, model, base_url.as_deref(), settings).await
         }
     }
 }

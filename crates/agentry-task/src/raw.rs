@@ -62,6 +62,8 @@ pub(crate) struct RawPolicy {
     pub(crate) script: Option<Value>,
     pub(crate) model: Option<Value>,
     pub(crate) base_url: Option<Value>,
+    pub(crate) context_tokens: Option<Value>,
+    pub(crate) result_cap: Option<Value>,
 }
 
 #[derive(Deserialize)]

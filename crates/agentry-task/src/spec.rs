@@ -55,6 +55,13 @@ pub struct TaskSpec {
     pub model: Option<String>,
     /// The model server (`[policy] base_url`).
     pub base_url: Option<String>,
+    /// The model's context window in tokens (`[policy] context_tokens`); the
+    /// CLI's `--context-tokens` overrides it. `None`: the model table's, else a
+    /// default.
+    pub context_tokens: Option<u64>,
+    /// Results longer than this many bytes of JSON are shown to the model cut
+    /// and saved whole for `result.read` (`[policy] result_cap`).
+    pub result_cap: Option<usize>,
 }
 
 impl TaskSpec {
@@ -124,6 +131,9 @@ impl TaskSpec {
         config.approval = self.approval.clone();
         config.driver = self.driver;
         config.tick_every = self.tick_every;
+        if let Some(cap) = self.result_cap {
+            config.result_cap = cap;
+        }
         config
     }
 }

@@ -89,6 +89,8 @@ fn a_good_file_parses() {
             tick_every: None,
             model: None,
             base_url: None,
+            context_tokens: None,
+            result_cap: None,
         }
     );
 }
@@ -111,6 +113,26 @@ fn a_model_policy_parses_and_bad_ones_name_the_field() {
         ),
     ] {
         let err = TaskSpec::parse(text, Path::new("/nowhere/m"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(field), "{text}: {err}");
+    }
+}
+
+#[test]
+fn context_settings_parse_and_bad_ones_name_the_field() {
+    let text = "goal = \"g\"\n[policy]\ncontext_tokens = 8192\nresult_cap = 4096";
+    let spec = TaskSpec::parse(text, Path::new("/nowhere/c")).unwrap();
+    assert_eq!(spec.context_tokens, Some(8192));
+    assert_eq!(spec.result_cap, Some(4096));
+    assert_eq!(spec.run_config("/w".into()).result_cap, 4096);
+    for (text, field) in [
+        ("goal = \"g\"\n[policy]\ncontext_tokens = 0", "policy.context_tokens"),
+        ("goal = \"g\"\n[policy]\ncontext_tokens = \"big\"", "policy.context_tokens"),
+        ("goal = \"g\"\n[policy]\nresult_cap = 10", "policy.result_cap"),
+        ("goal = \"g\"\n[policy]\nresult_cap = 99999999999", "policy.result_cap"),
+    ] {
+        let err = TaskSpec::parse(text, Path::new("/nowhere/c"))
             .unwrap_err()
             .to_string();
         assert!(err.contains(field), "{text}: {err}");

@@ -19,7 +19,7 @@ use crate::values::{
     FieldError, describe, duration, field_error, millis, money, non_negative, patterns, positive,
     relative_path, section, task_id,
 };
-use crate::{DEFAULT_GRANTS, DEFAULT_SCRIPT, WORKSPACE_DIR};
+use crate::{DEFAULT_GRANTS, DEFAULT_SCRIPT, MAX_RESULT_CAP, MIN_RESULT_CAP, WORKSPACE_DIR};
 
 /// `[tools]`, checked.
 struct ToolsTable {
@@ -39,6 +39,8 @@ struct PolicyTable {
     script: Option<PathBuf>,
     model: Option<String>,
     base_url: Option<String>,
+    context_tokens: Option<u64>,
+    result_cap: Option<usize>,
 }
 
 impl TaskSpec {
@@ -57,6 +59,8 @@ impl TaskSpec {
             script,
             model,
             base_url,
+            context_tokens,
+            result_cap,
         } = policy_table(raw.policy, dir)?;
         let ProgressTable {
             window: progress_window,
@@ -80,6 +84,8 @@ impl TaskSpec {
             tick_every,
             model,
             base_url,
+            context_tokens,
+            result_cap,
         })
     }
 }
@@ -230,6 +236,8 @@ fn policy_table(v: Option<Value>, dir: &Path) -> Result<PolicyTable, FieldError>
             script: default_script(),
             model: None,
             base_url: None,
+            context_tokens: None,
+            result_cap: None,
         });
     };
     let policy = section::<RawPolicy>("policy", v)?;
@@ -256,11 +264,30 @@ fn policy_table(v: Option<Value>, dir: &Path) -> Result<PolicyTable, FieldError>
         Some(s) => Some(dir.join(relative_path("policy.script", &s)?)),
         None => default_script(),
     };
+    let context_tokens = policy
+        .context_tokens
+        .map(|v| positive("policy.context_tokens", &v))
+        .transpose()?;
+    let result_cap = policy.result_cap.map(|v| result_cap(&v)).transpose()?;
     Ok(PolicyTable {
         script,
         model,
         base_url,
+        context_tokens,
+        result_cap,
     })
+}
+
+/// `[policy] result_cap`: bytes, from [`MIN_RESULT_CAP`] to [`MAX_RESULT_CAP`].
+fn result_cap(v: &Value) -> Result<usize, FieldError> {
+    let at = "policy.result_cap";
+    match usize::try_from(positive(at, v)?) {
+        Ok(n) if (MIN_RESULT_CAP..=MAX_RESULT_CAP).contains(&n) => Ok(n),
+        _ => Err(field_error!(
+            "{at}: expected {MIN_RESULT_CAP} to {MAX_RESULT_CAP} bytes, found {}",
+            describe(v)
+        )),
+    }
 }
 
 /// `provider:model` with a provider agentry speaks.
