@@ -39,7 +39,9 @@ pub(crate) fn result_text(envelope: &ResultEnvelope, cap: usize) -> String {
             head.len()
         ));
         shown["rest"] = match envelope.saved.as_ref().and_then(|r| file_name(&r.path)) {
-            Some(name) => json!({"read_with": READ_TOOL, "ref": name, "offset": head.len()}),
+            // A part of half the cap comes back whole even if every byte needs escaping.
+            Some(name) => json!({"read_with": READ_TOOL, "ref": name, "offset": head.len(),
+                "limit": (cap / 2).max(MIN_RESULT_CAP / 2)}),
             None => json!("not saved; repeat the call with a narrower request"),
         };
     }
@@ -111,7 +113,7 @@ mod tests {
         assert_eq!(shown["data_bytes"], whole.len());
         assert_eq!(
             shown["rest"],
-            json!({"read_with": "result.read", "ref": "ab.json", "offset": head.len()})
+            json!({"read_with": "result.read", "ref": "ab.json", "offset": head.len(), "limit": 500})
         );
         let unsaved: Value = serde_json::from_str(&result_text(&big(false), 1000)).unwrap();
         assert!(unsaved["rest"].as_str().unwrap().starts_with("not saved"));

@@ -5,6 +5,7 @@
 
 mod aimock;
 mod failed_turns;
+mod long_run;
 mod runtime;
 
 // Shared with agentry-models' own tests by path: a shared test crate would put
