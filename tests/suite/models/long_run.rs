@@ -4,7 +4,8 @@
 //! less the reserved output (measured independently of the adapter's own
 //! estimate: the body's bytes / 4), keep the system prompt and the goal, and
 //! the run must end `done`. On the way, one large result is read back through
-//! the ref its cut form names (`result.read`).
+//! the ref its cut form names (`result.read`, which the run was not granted:
+//! every run may read back its own results).
 
 use agentry::{Runtime, StopReason};
 use agentry_models::OpenAiPolicy;
@@ -131,7 +132,8 @@ fn assert_read_back(task: &TestTask, sent: &[Received]) -> Result<(), TestError>
     Ok(())
 }
 
-/// Bytes of every decision and result the run recorded, from its trace.
+/// Bytes of every decision and result the run recorded, from its trace; each
+/// part read is recorded whole (only requests carry it cut), and saved.
 fn raw_session_bytes(trace: &str) -> Result<u64, TestError> {
     let mut bytes = 0u64;
     for line in trace.lines() {
@@ -140,6 +142,12 @@ fn raw_session_bytes(trace: &str) -> Result<u64, TestError> {
             if let Some(v) = line.get(key) {
                 bytes += serde_json::to_vec(v)?.len() as u64;
             }
+        }
+        let results = line["results"].as_array().into_iter().flatten();
+        for r in results.filter(|r| r["tool"] == "fs.read") {
+            let content = r["data"]["content"].as_str().ok_or("content")?;
+            assert_eq!(content.len() as u64, PART);
+            assert!(r["saved"]["path"].is_string(), "{r}");
         }
     }
     Ok(bytes)

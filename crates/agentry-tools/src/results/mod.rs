@@ -215,3 +215,6 @@ fn read_error(reference: &str, e: PathError) -> ToolError {
         ),
     }
 }
+
+#[cfg(test)]
+mod tests;
