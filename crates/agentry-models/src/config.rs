@@ -227,8 +227,7 @@ impl ModelConfig {
     /// `set_by` names what set `context_tokens` (a field or a flag). A window
     /// that does not exceed the reserved output is an error naming `set_by`.
     pub fn window(&self, set_by: &str) -> Result<ContextWindow, ModelError> {
-        let window =
-            ContextWindow::resolve(&self.model, self.context_tokens.map(|t| (t, set_by)));
+        let window = ContextWindow::resolve(&self.model, self.context_tokens.map(|t| (t, set_by)));
         let reserved = u64::from(self.max_output_tokens);
         if window.tokens <= reserved {
             return Err(ModelError::WindowTooSmall {

@@ -101,7 +101,11 @@ impl std::fmt::Display for ContextWindow {
 
 /// The longest family prefix of `model`, and its window.
 fn family(model: &str) -> Option<(&'static str, u64)> {
-    let name = model.rsplit('/').next().unwrap_or(model).to_ascii_lowercase();
+    let name = model
+        .rsplit('/')
+        .next()
+        .unwrap_or(model)
+        .to_ascii_lowercase();
     FAMILIES
         .iter()
         .filter(|(prefix, _)| name.starts_with(prefix))

@@ -127,10 +127,22 @@ fn context_settings_parse_and_bad_ones_name_the_field() {
     assert_eq!(spec.result_cap, Some(4096));
     assert_eq!(spec.run_config("/w".into()).result_cap, 4096);
     for (text, field) in [
-        ("goal = \"g\"\n[policy]\ncontext_tokens = 0", "policy.context_tokens"),
-        ("goal = \"g\"\n[policy]\ncontext_tokens = \"big\"", "policy.context_tokens"),
-        ("goal = \"g\"\n[policy]\nresult_cap = 10", "policy.result_cap"),
-        ("goal = \"g\"\n[policy]\nresult_cap = 99999999999", "policy.result_cap"),
+        (
+            "goal = \"g\"\n[policy]\ncontext_tokens = 0",
+            "policy.context_tokens",
+        ),
+        (
+            "goal = \"g\"\n[policy]\ncontext_tokens = \"big\"",
+            "policy.context_tokens",
+        ),
+        (
+            "goal = \"g\"\n[policy]\nresult_cap = 10",
+            "policy.result_cap",
+        ),
+        (
+            "goal = \"g\"\n[policy]\nresult_cap = 99999999999",
+            "policy.result_cap",
+        ),
     ] {
         let err = TaskSpec::parse(text, Path::new("/nowhere/c"))
             .unwrap_err()

@@ -33,7 +33,12 @@ const GOAL: &str = "read big.txt part by part, then write its line count to coun
 /// A text of `STEPS * PART` bytes, lines of 100 bytes that differ.
 fn big_text() -> String {
     (0..STEPS * PART / 100)
-        .map(|i| format!("{i:08} {}\n", "abcdefghij".repeat(9).get(..90).unwrap_or("")))
+        .map(|i| {
+            format!(
+                "{i:08} {}\n",
+                "abcdefghij".repeat(9).get(..90).unwrap_or("")
+            )
+        })
         .collect()
 }
 
@@ -174,7 +179,11 @@ async fn a_200_step_run_ten_times_its_window_fits_every_request_and_ends_done()
         .await?;
 
     assert_eq!(outcome.stop_reason, StopReason::Done, "{}", outcome.detail);
-    assert_eq!(outcome.steps, STEPS + 3, "the reads, one read-back, write, finish");
+    assert_eq!(
+        outcome.steps,
+        STEPS + 3,
+        "the reads, one read-back, write, finish"
+    );
     assert_eq!(server.rejected(), [], "every request met OpenAI's rules");
     let sent = server.received();
     assert_eq!(sent.len() as u64, STEPS + 3);

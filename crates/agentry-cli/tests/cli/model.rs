@@ -249,5 +249,8 @@ fn a_context_window_not_above_the_reserved_output_exits_2_naming_the_field() {
     assert_eq!(out.status.code(), Some(2));
     let err = stderr(&out);
     assert!(err.contains("--context-tokens"), "{err}");
-    assert!(!err.contains("unreachable"), "checked before the server: {err}");
+    assert!(
+        !err.contains("unreachable"),
+        "checked before the server: {err}"
+    );
 }

@@ -408,7 +408,10 @@ async fn read_parts_by_offset_and_limit_cover_a_file_larger_than_one_read() {
     let mut offset = 0u64;
     loop {
         let out = ReadTool
-            .call(json!({"path": "big.txt", "offset": offset, "limit": 100_001}), &c)
+            .call(
+                json!({"path": "big.txt", "offset": offset, "limit": 100_001}),
+                &c,
+            )
             .await
             .unwrap();
         assert_eq!(out.data["offset"], offset);
@@ -424,7 +427,10 @@ async fn read_parts_by_offset_and_limit_cover_a_file_larger_than_one_read() {
     // A part that starts inside a character starts after it.
     let euro = content.find('€').unwrap() as u64;
     let out = ReadTool
-        .call(json!({"path": "big.txt", "offset": euro + 1, "limit": 10}), &c)
+        .call(
+            json!({"path": "big.txt", "offset": euro + 1, "limit": 10}),
+            &c,
+        )
         .await
         .unwrap();
     assert_eq!(out.data["offset"], euro + 3);

@@ -132,7 +132,10 @@ impl Tool for ResultReadTool {
         if part.sha256 != sha256 {
             return Err(ToolError::new(
                 ErrorCode::Eprecond,
-                format!("the saved result {} was changed after it was saved", args.reference),
+                format!(
+                    "the saved result {} was changed after it was saved",
+                    args.reference
+                ),
             )
             .retryable(false));
         }
@@ -159,7 +162,9 @@ fn saved_name(reference: &str) -> Result<&str, ToolError> {
         .ok_or_else(|| {
             ToolError::new(
                 ErrorCode::Einval,
-                format!("ref: expected the ref a cut result names (<sha256>.json), found {reference:?}"),
+                format!(
+                    "ref: expected the ref a cut result names (<sha256>.json), found {reference:?}"
+                ),
             )
             .retryable(false)
         })

@@ -38,7 +38,10 @@ async fn a_saved_result_reads_back_whole_in_parts() {
     let whole = text(10_000);
     let saved = save_result(&c.root, dir.path(), &c.artifacts, whole.as_bytes()).unwrap();
     assert_eq!(saved.sha256, sha256_hex(whole.as_bytes()));
-    assert_eq!(saved.path, format!(".agentry/results/{}.json", saved.sha256));
+    assert_eq!(
+        saved.path,
+        format!(".agentry/results/{}.json", saved.sha256)
+    );
     let name = saved.path.rsplit('/').next().unwrap().to_string();
     // Parts of 999 bytes: some end inside a two-byte character.
     let mut back = String::new();

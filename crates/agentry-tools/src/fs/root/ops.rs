@@ -144,7 +144,11 @@ pub struct FilePart {
 /// Reads `range` of `file` while hashing all of it, at most `cap` bytes (a file
 /// that grew past `cap` since it was measured is refused). Memory is the range
 /// plus one buffer, whatever the file's size.
-pub fn read_part(mut file: std::fs::File, range: ByteRange, cap: u64) -> Result<FilePart, PathError> {
+pub fn read_part(
+    mut file: std::fs::File,
+    range: ByteRange,
+    cap: u64,
+) -> Result<FilePart, PathError> {
     use sha2::{Digest, Sha256};
     use std::io::Read;
     let mut hasher = Sha256::new();
