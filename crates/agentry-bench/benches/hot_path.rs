@@ -128,6 +128,7 @@ fn trace_step() -> TraceLine {
         attempt: 1,
         model: "scripted-add".into(),
         prompt_hash: None,
+        compaction: None,
         decision: Decision::ToolCalls {
             calls: vec![add_call(5000)],
         }

@@ -5,8 +5,9 @@
 
 use std::path::{Path, PathBuf};
 
+use agentry::task::Compaction;
 use agentry::{ChildPolicyFactory, Policy, RunConfig, RuntimeError, Script, TaskSpec};
-use agentry_models::{ModelConfig, ModelError, Provider};
+use agentry_models::{CompactionMode, ModelConfig, ModelError, Provider};
 
 use crate::args::{PolicyArg, RunArgs, absolute, parse_policy};
 use crate::error::RunError;
@@ -50,6 +51,8 @@ pub(crate) struct ContextSettings {
     pub(crate) set_by: &'static str,
     /// The per-result cap in bytes; `None`: the default.
     pub(crate) result_cap: Option<usize>,
+    /// What happens to older turns that no longer fit.
+    pub(crate) compaction: CompactionMode,
 }
 
 impl ContextSettings {
@@ -63,6 +66,7 @@ impl ContextSettings {
             context_tokens,
             set_by,
             result_cap: task.result_cap,
+            compaction: compaction_mode(task.compaction),
         }
     }
 }
@@ -117,6 +121,7 @@ pub(crate) async fn model_policy(
     if let Some(cap) = settings.result_cap {
         config.result_cap = cap;
     }
+    config.compaction = settings.compaction;
     let window = config.window(settings.set_by).map_err(RunError::Model)?;
     eprintln!(
         "agentry: context window: {window}; {} reserved for output",
@@ -131,6 +136,14 @@ pub(crate) async fn model_policy(
         policy,
         children: Some(children),
     })
+}
+
+/// The task's `[policy] compaction` as the adapters take it.
+pub(crate) fn compaction_mode(c: Compaction) -> CompactionMode {
+    match c {
+        Compaction::Elide => CompactionMode::Elide,
+        Compaction::Summarize => CompactionMode::Summarize,
+    }
 }
 
 /// How `agentry resume` rebuilds the policy: the `--policy` flag (script paths

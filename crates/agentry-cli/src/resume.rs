@@ -2,12 +2,14 @@
 //! the calls `--decide` names, and drive it on.
 
 use agentry::{RunConfig, Runtime, RuntimeError, TaskSpec};
+use agentry_models::CompactionMode;
 
 use crate::args::{PolicyArg, ResumeArgs, absolute};
 use crate::drive::{Finished, drive};
 use crate::error::RunError;
 use crate::policy::{
-    ContextSettings, LoadedPolicy, PolicyChoice, model_policy, stored_policy, stored_task_dir,
+    ContextSettings, LoadedPolicy, PolicyChoice, compaction_mode, model_policy, stored_policy,
+    stored_task_dir,
 };
 use crate::signals::stop_on_interrupt;
 use crate::store::{existing, open_sqlite, store_or_default};
@@ -50,6 +52,15 @@ fn runtime_for(config: &RunConfig) -> Result<Runtime, RuntimeError> {
     }
 }
 
+/// The task's `[policy] compaction`, when the run came from a task directory.
+fn stored_compaction(config: &RunConfig) -> CompactionMode {
+    stored_task_dir(config)
+        .and_then(|dir| TaskSpec::load(&dir).ok())
+        .map_or(CompactionMode::Elide, |task| {
+            compaction_mode(task.compaction)
+        })
+}
+
 /// `--policy` (and `--base-url`), else the policy the run was started with.
 async fn policy_for(args: &ResumeArgs, config: &RunConfig) -> Result<LoadedPolicy, RunError> {
     let stored = stored_policy(config.policy_spec.as_deref(), &args.run_id);
@@ -73,6 +84,7 @@ async fn policy_for(args: &ResumeArgs, config: &RunConfig) -> Result<LoadedPolic
                 context_tokens: stored_window,
                 set_by: "the stored run's context_tokens",
                 result_cap: Some(config.result_cap),
+                compaction: stored_compaction(config),
             };
             model_policy(*provider, model, base_url.as_deref(), settings).await
         }

@@ -10,7 +10,8 @@ use agentry_protocol::tool::{ToolArguments, ToolCall, ToolSpec};
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
-use crate::context::{SessionBudget, TokenEstimate, json_bytes, project_session, session_room};
+use crate::compaction::{SUMMARY_SYSTEM, Summary, SummaryTurn, compact, project, with_compaction};
+use crate::context::{SessionBudget, TokenEstimate, json_bytes, session_room};
 use crate::conversation::{Item, conversation};
 use crate::prompt::system_prompt;
 use crate::transport::{self, AttemptError, SseReader};
@@ -27,6 +28,8 @@ pub struct AnthropicPolicy {
     client: reqwest::Client,
     /// Bytes → tokens, corrected by the prompt tokens the server reports.
     estimate: TokenEstimate,
+    /// The summary sent instead of older turns (`CompactionMode::Summarize`).
+    summary: Option<Summary>,
 }
 
 impl AnthropicPolicy {
@@ -37,12 +40,47 @@ impl AnthropicPolicy {
             config,
             client,
             estimate: TokenEstimate::default(),
+            summary: None,
         })
     }
 
     /// Checks that the server answers (`GET {base}/v1/models`; any status will do).
     pub async fn probe(&self) -> Result<(), ModelError> {
         transport::probe(&self.client, &format!("{}/v1/models", self.config.base_url)).await
+    }
+
+    /// Asks the model for a summary of older turns, without tools.
+    async fn summarize(
+        &self,
+        prompt: String,
+        timeout: std::time::Duration,
+    ) -> Result<SummaryTurn, Decision> {
+        let request = json!({
+            "model": self.config.model,
+            "max_tokens": self.config.max_output_tokens,
+            "system": SUMMARY_SYSTEM,
+            "messages": [{"role": "user", "content": [{"type": "text", "text": prompt}]}],
+            "stream": true,
+        });
+        let body = serde_json::to_vec(&request).map_err(|e| Decision::Failed {
+            message: format!("anthropic: cannot encode the summary request: {e}"),
+            fatal: false,
+        })?;
+        let turn =
+            transport::with_retries(&self.config.retry, || self.attempt(&body, timeout, None))
+                .await?;
+        let text = turn
+            .blocks
+            .values()
+            .filter_map(|b| match b {
+                Block::Text(t) => Some(t.as_str()),
+                Block::ToolUse { .. } | Block::Other => None,
+            })
+            .collect();
+        Ok(SummaryTurn {
+            text,
+            usage: turn.usage,
+        })
     }
 
     async fn attempt<'d>(
@@ -113,7 +151,17 @@ impl Policy for AnthropicPolicy {
             bytes: session_room(&self.config, &self.estimate, json_bytes(&fixed)),
             result_cap: self.config.result_cap,
         };
-        let projection = project_session(ctx.session, budget);
+        let mut summary = self.summary.take();
+        let compaction = compact(
+            self.config.compaction,
+            ctx.session,
+            &mut summary,
+            budget,
+            |p| self.summarize(p, timeout),
+        )
+        .await;
+        self.summary = summary;
+        let projection = project(ctx.session, self.summary.as_ref(), budget);
         let request = anthropic_request(
             &self.config,
             ctx.goal,
@@ -144,7 +192,7 @@ impl Policy for AnthropicPolicy {
             Err(decision) => PolicyOutput::new(decision, model),
         };
         out.prompt_hash = Some(hash);
-        self.config.finish(out)
+        self.config.finish(with_compaction(out, compaction))
     }
 }
 

@@ -6,6 +6,7 @@ use agentry_protocol::budget::BudgetSnapshot;
 use agentry_protocol::decision::{Decision, PolicyOutput};
 
 use crate::ModelError;
+use crate::compaction::CompactionMode;
 use crate::window::ContextWindow;
 
 /// Which wire protocol a model speaks.
@@ -147,6 +148,9 @@ pub struct ModelConfig {
     /// Results longer than this, in bytes of JSON, are shown to the model cut,
     /// with a ref to read the rest (see the crate's `results` module).
     pub result_cap: usize,
+    /// What happens to older turns that no longer fit: elided (the default) or
+    /// summarized by the model (see the crate's `compaction` module).
+    pub compaction: CompactionMode,
 }
 
 impl ModelConfig {
@@ -166,6 +170,7 @@ impl ModelConfig {
             text_reply: TextReply::default(),
             context_tokens: None,
             result_cap: agentry_protocol::envelope::DEFAULT_RESULT_CAP,
+            compaction: CompactionMode::default(),
         }
     }
 
@@ -214,6 +219,12 @@ impl ModelConfig {
     /// Sets the context window, in tokens.
     pub fn context_tokens(mut self, tokens: u64) -> Self {
         self.context_tokens = Some(tokens);
+        self
+    }
+
+    /// Sets what happens to older turns that no longer fit.
+    pub fn compaction(mut self, mode: CompactionMode) -> Self {
+        self.compaction = mode;
         self
     }
 

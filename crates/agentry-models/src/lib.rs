@@ -18,6 +18,7 @@
 //!   families, or a default).
 //! - [`context`]: which session entries a request carries so that it fits the window.
 //! - `results`: a large tool result shown as its head and a ref to read the rest.
+//! - `compaction`: older turns summarized by the model (`CompactionMode::Summarize`).
 //! - `conversation`: the session as a conversation every provider accepts (failed
 //!   turns as host notes, each call answered right after it, no empty content).
 //! - `names`: the reversible tool-name mapping.
@@ -41,6 +42,7 @@
 //! ```
 
 mod anthropic;
+mod compaction;
 mod config;
 pub mod context;
 mod conversation;
@@ -55,6 +57,7 @@ pub mod window;
 
 pub use agentry_policy::Policy;
 pub use anthropic::{AnthropicPolicy, build_anthropic_request};
+pub use compaction::{CompactionMode, SUMMARIZE_AT_PERCENT};
 pub use config::{ModelConfig, Prices, Provider, RetryConfig, TextReply};
 pub use error::ModelError;
 pub use names::ToolNameMap;

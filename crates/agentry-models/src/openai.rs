@@ -14,7 +14,8 @@ use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::context::{SessionBudget, TokenEstimate, json_bytes, project_session, session_room};
+use crate::compaction::{SUMMARY_SYSTEM, Summary, SummaryTurn, compact, project, with_compaction};
+use crate::context::{SessionBudget, TokenEstimate, json_bytes, session_room};
 use crate::conversation::{Item, conversation};
 use crate::prompt::system_prompt;
 use crate::transport::{self, AttemptError, SseReader};
@@ -32,12 +33,29 @@ pub struct OpenAiPolicy {
     plain: Arc<AtomicBool>,
     /// Bytes → tokens, corrected by the prompt tokens the server reports.
     estimate: TokenEstimate,
+    /// The summary sent instead of older turns (`CompactionMode::Summarize`).
+    summary: Option<Summary>,
 }
 
 /// One request body in both shapes; which one is sent depends on `plain`.
 struct Bodies {
     stream: Vec<u8>,
     plain: Vec<u8>,
+}
+
+impl Bodies {
+    /// A streaming request, and the same asking for a whole response.
+    fn of(mut request: Value) -> Result<Bodies, serde_json::Error> {
+        let stream = serde_json::to_vec(&request)?;
+        if let Some(map) = request.as_object_mut() {
+            map.insert("stream".into(), Value::Bool(false));
+            map.remove("stream_options");
+        }
+        Ok(Bodies {
+            stream,
+            plain: serde_json::to_vec(&request)?,
+        })
+    }
 }
 
 impl OpenAiPolicy {
@@ -49,6 +67,7 @@ impl OpenAiPolicy {
             client,
             plain: Arc::new(AtomicBool::new(false)),
             estimate: TokenEstimate::default(),
+            summary: None,
         })
     }
 
@@ -84,6 +103,37 @@ impl OpenAiPolicy {
         turn.step = step;
         turn.hash = transport::prompt_hash(body);
         Ok(turn)
+    }
+
+    /// Asks the model for a summary of older turns, without tools.
+    async fn summarize(
+        &self,
+        prompt: String,
+        step: u64,
+        timeout: std::time::Duration,
+    ) -> Result<SummaryTurn, Decision> {
+        let request = json!({
+            "model": self.config.model,
+            "messages": [
+                {"role": "system", "content": SUMMARY_SYSTEM},
+                {"role": "user", "content": prompt},
+            ],
+            "stream": true,
+            "stream_options": {"include_usage": true},
+            "max_tokens": self.config.max_output_tokens,
+        });
+        let bodies = Bodies::of(request).map_err(|e| Decision::Failed {
+            message: format!("openai: cannot encode the summary request: {e}"),
+            fatal: false,
+        })?;
+        let turn = transport::with_retries(&self.config.retry, || {
+            self.attempt(&bodies, step, timeout, None)
+        })
+        .await?;
+        Ok(SummaryTurn {
+            text: turn.text,
+            usage: turn.usage,
+        })
     }
 
     async fn read_stream<'d>(
@@ -159,8 +209,18 @@ impl Policy for OpenAiPolicy {
             bytes: session_room(&self.config, &self.estimate, json_bytes(&fixed)),
             result_cap: self.config.result_cap,
         };
-        let projection = project_session(ctx.session, budget);
-        let mut request = build_openai_request(
+        let mut summary = self.summary.take();
+        let compaction = compact(
+            self.config.compaction,
+            ctx.session,
+            &mut summary,
+            budget,
+            |p| self.summarize(p, ctx.step, timeout),
+        )
+        .await;
+        self.summary = summary;
+        let projection = project(ctx.session, self.summary.as_ref(), budget);
+        let request = build_openai_request(
             &self.config,
             ctx.goal,
             ctx.tools,
@@ -168,14 +228,9 @@ impl Policy for OpenAiPolicy {
             &names,
             projection.result_cap,
         );
-        let stream = serde_json::to_vec(&request);
-        if let Some(map) = request.as_object_mut() {
-            map.insert("stream".into(), Value::Bool(false));
-            map.remove("stream_options");
-        }
-        let bodies = match (stream, serde_json::to_vec(&request)) {
-            (Ok(stream), Ok(plain)) => Bodies { stream, plain },
-            (Err(e), _) | (_, Err(e)) => {
+        let bodies = match Bodies::of(request) {
+            Ok(bodies) => bodies,
+            Err(e) => {
                 return PolicyOutput::new(
                     Decision::Failed {
                         message: format!("openai: cannot encode the request: {e}"),
@@ -205,7 +260,7 @@ impl Policy for OpenAiPolicy {
                 out
             }
         };
-        self.config.finish(out)
+        self.config.finish(with_compaction(out, compaction))
     }
 }
 

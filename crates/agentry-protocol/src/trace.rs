@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::UnixMillis;
 use crate::budget::BudgetSnapshot;
-use crate::decision::Decision;
+use crate::decision::{Compaction, Decision};
 use crate::envelope::{ErrorCode, ResultEnvelope};
 use crate::state::{RunSnapshot, WorldChange, WorldState};
 use crate::stop::StopReason;
@@ -32,6 +32,9 @@ pub struct TraceStep {
     /// Hash of the prompt, when the policy reports one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompt_hash: Option<String>,
+    /// Older session entries the policy summarized this step, if it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compaction: Option<Compaction>,
     /// What the policy proposed (the session's decision, shared).
     pub decision: Arc<Decision>,
     /// One envelope per call, in request order (the session's, shared).

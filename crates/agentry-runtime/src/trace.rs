@@ -241,6 +241,7 @@ mod tests {
                 attempt: 1,
                 model: "m".into(),
                 prompt_hash: None,
+                compaction: None,
                 decision: Arc::clone(&decision),
                 results: Vec::new(),
                 attempts: Vec::new(),

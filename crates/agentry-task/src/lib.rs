@@ -53,7 +53,7 @@ mod workdir;
 
 pub use command::CommandToolDecl;
 pub use error::TaskError;
-pub use spec::TaskSpec;
+pub use spec::{Compaction, TaskSpec};
 
 /// The task file inside a task directory.
 pub const TASK_FILE: &str = "task.toml";

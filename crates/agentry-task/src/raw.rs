@@ -64,6 +64,7 @@ pub(crate) struct RawPolicy {
     pub(crate) base_url: Option<Value>,
     pub(crate) context_tokens: Option<Value>,
     pub(crate) result_cap: Option<Value>,
+    pub(crate) compaction: Option<Value>,
 }
 
 #[derive(Deserialize)]

@@ -62,6 +62,20 @@ pub struct TaskSpec {
     /// Results longer than this many bytes of JSON are shown to the model cut
     /// and saved whole for `result.read` (`[policy] result_cap`).
     pub result_cap: Option<usize>,
+    /// What a model policy does with older turns that no longer fit
+    /// (`[policy] compaction`).
+    pub compaction: Compaction,
+}
+
+/// `[policy] compaction`: what a model policy does with older turns that no
+/// longer fit its context window.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Compaction {
+    /// Leave them out, with a note (`"elide"`, the default).
+    #[default]
+    Elide,
+    /// Ask the model to summarize them (`"summarize"`).
+    Summarize,
 }
 
 impl TaskSpec {

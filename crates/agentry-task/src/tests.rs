@@ -8,7 +8,7 @@ use agentry_protocol::budget::BudgetLimits;
 use agentry_runtime::config::{DEFAULT_MAX_DENIED, DEFAULT_MAX_STEPS, DEFAULT_PROGRESS_WINDOW};
 use agentry_runtime::{ApprovalConfig, Driver, Grants};
 
-use crate::{TaskError, TaskSpec};
+use crate::{Compaction, TaskError, TaskSpec};
 
 const GOOD: &str = r#"
 goal = "Read numbers.txt, sum the numbers, write the sum to sum.txt"
@@ -91,6 +91,7 @@ fn a_good_file_parses() {
             base_url: None,
             context_tokens: None,
             result_cap: None,
+            compaction: Compaction::Elide,
         }
     );
 }
@@ -121,8 +122,9 @@ fn a_model_policy_parses_and_bad_ones_name_the_field() {
 
 #[test]
 fn context_settings_parse_and_bad_ones_name_the_field() {
-    let text = "goal = \"g\"\n[policy]\ncontext_tokens = 8192\nresult_cap = 4096";
+    let text = "goal = \"g\"\n[policy]\ncontext_tokens = 8192\nresult_cap = 4096\ncompaction = \"summarize\"";
     let spec = TaskSpec::parse(text, Path::new("/nowhere/c")).unwrap();
+    assert_eq!(spec.compaction, Compaction::Summarize);
     assert_eq!(spec.context_tokens, Some(8192));
     assert_eq!(spec.result_cap, Some(4096));
     assert_eq!(spec.run_config("/w".into()).result_cap, 4096);

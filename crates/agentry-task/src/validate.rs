@@ -14,7 +14,7 @@ use toml::Value;
 use crate::accept::accept;
 use crate::command::{CommandToolDecl, command_tools};
 use crate::raw::{RawBudget, RawDriver, RawPolicy, RawProgress, RawTask, RawTools};
-use crate::spec::TaskSpec;
+use crate::spec::{Compaction, TaskSpec};
 use crate::values::{
     FieldError, describe, duration, field_error, millis, money, non_negative, patterns, positive,
     relative_path, section, task_id,
@@ -41,6 +41,7 @@ struct PolicyTable {
     base_url: Option<String>,
     context_tokens: Option<u64>,
     result_cap: Option<usize>,
+    compaction: Compaction,
 }
 
 impl TaskSpec {
@@ -61,6 +62,7 @@ impl TaskSpec {
             base_url,
             context_tokens,
             result_cap,
+            compaction,
         } = policy_table(raw.policy, dir)?;
         let ProgressTable {
             window: progress_window,
@@ -86,6 +88,7 @@ impl TaskSpec {
             base_url,
             context_tokens,
             result_cap,
+            compaction,
         })
     }
 }
@@ -238,6 +241,7 @@ fn policy_table(v: Option<Value>, dir: &Path) -> Result<PolicyTable, FieldError>
             base_url: None,
             context_tokens: None,
             result_cap: None,
+            compaction: Compaction::Elide,
         });
     };
     let policy = section::<RawPolicy>("policy", v)?;
@@ -269,12 +273,24 @@ fn policy_table(v: Option<Value>, dir: &Path) -> Result<PolicyTable, FieldError>
         .map(|v| positive("policy.context_tokens", &v))
         .transpose()?;
     let result_cap = policy.result_cap.map(|v| result_cap(&v)).transpose()?;
+    let compaction = match policy.compaction {
+        None => Compaction::Elide,
+        Some(Value::String(c)) if c == "elide" => Compaction::Elide,
+        Some(Value::String(c)) if c == "summarize" => Compaction::Summarize,
+        Some(other) => {
+            return Err(field_error!(
+                "policy.compaction: expected \"elide\" or \"summarize\", found {}",
+                describe(&other)
+            ));
+        }
+    };
     Ok(PolicyTable {
         script,
         model,
         base_url,
         context_tokens,
         result_cap,
+        compaction,
     })
 }
 

@@ -4,6 +4,7 @@
 //! dev-dependencies stay free of the runtime.
 
 mod aimock;
+mod compaction;
 mod failed_turns;
 mod long_run;
 mod runtime;

@@ -65,48 +65,85 @@ pub struct Projection<'a> {
 /// first one that did not fit) are looked at.
 pub fn project_session<'a>(session: &'a [SessionEntry], budget: SessionBudget) -> Projection<'a> {
     let head = usize::from(matches!(session.first(), Some(SessionEntry::User { .. })));
+    let cut = cut(&session[..head], &session[head..], budget);
+    if cut.keep_from == 0 {
+        return Projection {
+            entries: Cow::Borrowed(session),
+            elided: 0,
+            result_cap: cut.cap,
+        };
+    }
+    assemble(&session[..head], &session[head..], cut)
+}
+
+/// `head` (always sent), then a note if anything was elided, then the newest
+/// entries of `rest` that fit.
+pub(crate) fn project_after<'a>(
+    head: &[SessionEntry],
+    rest: &[SessionEntry],
+    budget: SessionBudget,
+) -> Projection<'a> {
+    assemble(head, rest, cut(head, rest, budget))
+}
+
+/// Where the kept part of `rest` starts when `head` is always sent: 0 when
+/// all of it fits.
+pub(crate) fn fits_from(
+    head: &[SessionEntry],
+    rest: &[SessionEntry],
+    budget: SessionBudget,
+) -> usize {
+    cut(head, rest, budget).keep_from
+}
+
+fn assemble<'a>(head: &[SessionEntry], rest: &[SessionEntry], cut: Cut) -> Projection<'a> {
+    let kept = &rest[cut.keep_from..];
+    let mut entries: Vec<SessionEntry> = Vec::with_capacity(head.len() + 1 + kept.len());
+    entries.extend_from_slice(head);
+    if cut.keep_from > 0 {
+        entries.push(SessionEntry::Note {
+            text: format!(
+                "[agentry] {} earlier session entries were elided to fit the context window",
+                cut.keep_from
+            ),
+        });
+    }
+    entries.extend_from_slice(kept);
+    Projection {
+        entries: Cow::Owned(entries),
+        elided: cut.keep_from,
+        result_cap: cut.cap,
+    }
+}
+
+/// Where the kept part of the rest starts, and the cap to show results with.
+#[derive(Debug, Clone, Copy)]
+struct Cut {
+    keep_from: usize,
+    cap: usize,
+}
+
+/// The newest entries of `rest` that fit after `head`: whole turns when they
+/// can be; when not even the newest turn fits, results are shown shorter, down
+/// to a floor, and then calls are no longer kept with their results (a result
+/// whose call is elided is shown as a host note, which every provider accepts).
+fn cut(head: &[SessionEntry], rest: &[SessionEntry], budget: SessionBudget) -> Cut {
     let mut cap = budget.result_cap.max(MIN_RESULT_CAP);
     loop {
-        let fixed: usize = session[..head].iter().map(|e| entry_bytes(e, cap)).sum();
+        let fixed: usize = head.iter().map(|e| entry_bytes(e, cap)).sum();
         let room = budget.bytes.saturating_sub(fixed + NOTE_BYTES);
-        let rest = &session[head..];
         let walk = walk_back(rest, room, cap);
-        if walk.oldest == 0 {
-            // Everything fits (the note's room was not needed).
-            return whole(session, cap);
-        }
         let keep_from = match walk.clean {
+            // Everything fits (the note's room was not needed).
+            _ if walk.oldest == 0 => 0,
             Some(k) => k,
-            // Not even the newest turn fits: show results shorter, then give up
-            // keeping calls with their results (a result whose call is elided
-            // is shown as a host note, which every provider accepts).
             None if cap > MIN_RESULT_CAP => {
                 cap = (cap / 4).max(MIN_RESULT_CAP);
                 continue;
             }
             None => walk.oldest,
         };
-        let mut entries: Vec<SessionEntry> = Vec::with_capacity(head + 1 + rest.len() - keep_from);
-        entries.extend_from_slice(&session[..head]);
-        entries.push(SessionEntry::Note {
-            text: format!(
-                "[agentry] {keep_from} earlier session entries were elided to fit the context window"
-            ),
-        });
-        entries.extend_from_slice(&rest[keep_from..]);
-        return Projection {
-            entries: Cow::Owned(entries),
-            elided: keep_from,
-            result_cap: cap,
-        };
-    }
-}
-
-fn whole(session: &[SessionEntry], cap: usize) -> Projection<'_> {
-    Projection {
-        entries: Cow::Borrowed(session),
-        elided: 0,
-        result_cap: cap,
+        return Cut { keep_from, cap };
     }
 }
 

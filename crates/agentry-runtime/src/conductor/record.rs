@@ -154,6 +154,7 @@ impl ConductorState {
                 std::mem::take(&mut r.turn.model).into()
             },
             prompt_hash: r.turn.prompt_hash.take(),
+            compaction: r.turn.compaction.take(),
             decision: Arc::clone(&r.decision),
             results: r.acted.results.clone(),
             attempts: std::mem::take(&mut r.acted.attempts),
