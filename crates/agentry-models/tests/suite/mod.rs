@@ -1,4 +1,5 @@
 mod anthropic;
+mod fits;
 mod openai;
 // Shared by path with the workspace suite's models tests (tests/suite/models),
 // which use the rest of them.
