@@ -1,10 +1,11 @@
 //! Both adapters fit a session ten times their window into one request the
 //! strict checker accepts: the goal first, the newest turns, calls with their
-//! results, within the window less the reserved output by bytes / 4.
+//! results, within the window less the reserved output by bytes / 4; asked to,
+//! both summarize the older turns instead.
 
 use std::sync::Arc;
 
-use agentry_models::{AnthropicPolicy, ModelConfig, OpenAiPolicy, Policy};
+use agentry_models::{AnthropicPolicy, CompactionMode, ModelConfig, OpenAiPolicy, Policy};
 use agentry_protocol::decision::Decision;
 use agentry_protocol::envelope::ResultEnvelope;
 use agentry_protocol::state::SessionEntry;
@@ -83,6 +84,61 @@ async fn both_adapters_fit_a_session_ten_times_their_window() -> Result<(), Test
         &mut AnthropicPolicy::new(model(&server.base_url))?,
         &server,
         1,
+    )
+    .await?;
+    assert_eq!(server.rejected(), []);
+    Ok(())
+}
+
+/// Under `CompactionMode::Summarize` a long session makes each adapter ask for
+/// a summary first (a request without tools, valid for the provider), then send
+/// it in place of the older turns; the output records it and counts its tokens.
+async fn summarizes(
+    policy: &mut dyn Policy,
+    server: &MockServer,
+    first: usize,
+) -> Result<(), TestError> {
+    let session = long_session(200);
+    let out = decide(policy, &session).await;
+    assert!(matches!(out.decision, Decision::Final { .. }), "{out:?}");
+    let compaction = out.compaction.ok_or("no compaction")?;
+    assert_eq!(compaction.summary, "SUMMARY");
+    assert_eq!(compaction.from, 1);
+    assert!(compaction.to > 1 && compaction.to < session.len() as u64);
+    assert!(out.usage.tokens_in >= compaction.usage.tokens_in);
+    let sent = server.received();
+    assert!(
+        sent[first].body.get("tools").is_none(),
+        "the summary request"
+    );
+    let next = &sent[first + 1];
+    assert!(next.body.get("tools").is_some());
+    let text = next.body["messages"].to_string();
+    assert!(text.contains("SUMMARY"), "{text}");
+    let bytes = serde_json::to_vec(&next.body)?.len() as u64;
+    assert!(bytes / 4 <= WINDOW - 1024, "{bytes} bytes");
+    Ok(())
+}
+
+#[tokio::test]
+async fn both_adapters_summarize_older_turns_when_asked() -> Result<(), TestError> {
+    let server = MockServer::start(vec![
+        Reply::sse(text_turn("SUMMARY")),
+        Reply::sse(text_turn("ok")),
+        Reply::sse(anthropic_text("SUMMARY")),
+        Reply::sse(anthropic_text("ok")),
+    ])
+    .await?;
+    let model = |base: &str| -> ModelConfig {
+        config(base)
+            .context_tokens(WINDOW)
+            .compaction(CompactionMode::Summarize)
+    };
+    summarizes(&mut OpenAiPolicy::new(model(&server.base_url))?, &server, 0).await?;
+    summarizes(
+        &mut AnthropicPolicy::new(model(&server.base_url))?,
+        &server,
+        2,
     )
     .await?;
     assert_eq!(server.rejected(), []);
