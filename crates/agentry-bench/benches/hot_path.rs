@@ -129,6 +129,7 @@ fn trace_step() -> TraceLine {
         model: "scripted-add".into(),
         prompt_hash: None,
         usage: Default::default(),
+        compaction: None,
         decision: Decision::ToolCalls {
             calls: vec![add_call(5000)],
         }

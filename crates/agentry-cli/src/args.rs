@@ -127,6 +127,11 @@ pub(crate) struct RunArgs {
     /// Print exactly one JSON object on stdout instead of the summary.
     #[arg(long)]
     pub(crate) json: bool,
+    /// The model's context window in tokens, its output included: every request
+    /// is fitted to it. Overrides task.toml's `[policy] context_tokens`; default:
+    /// the window of the model's family in agentry's table, else 32768.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=agentry::task::MAX_COUNT))]
+    pub(crate) context_tokens: Option<u64>,
     /// Override the task's step budget.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=agentry::task::MAX_COUNT))]
     pub(crate) max_steps: Option<u64>,

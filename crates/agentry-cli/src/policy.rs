@@ -5,8 +5,9 @@
 
 use std::path::{Path, PathBuf};
 
+use agentry::task::Compaction;
 use agentry::{ChildPolicyFactory, Policy, RunConfig, RuntimeError, Script, TaskSpec};
-use agentry_models::{ChainModel, ModelConfig, ModelError, Provider};
+use agentry_models::{ChainModel, CompactionMode, ModelConfig, ModelError, Provider};
 
 use crate::args::{FallbackArg, PolicyArg, RunArgs, absolute, fallback_model, parse_policy};
 use crate::error::RunError;
@@ -40,6 +41,8 @@ pub(crate) struct PolicyChoice {
     pub(crate) fallback: Vec<FallbackArg>,
     /// The extra CA file the run was started with (`[policy] ca_cert`).
     pub(crate) ca_cert: Option<PathBuf>,
+    /// The context window the run was started with, if one was set.
+    pub(crate) context_tokens: Option<u64>,
 }
 
 /// What a model policy is built from besides its own name and server.
@@ -51,6 +54,47 @@ pub(crate) struct ModelOptions<'a> {
     /// A CA file trusted besides the system's and SSL_CERT_FILE's
     /// (`[policy] ca_cert`), by every model of the chain.
     pub(crate) ca_cert: Option<&'a Path>,
+    /// How requests fit the context window.
+    pub(crate) context: ContextSettings,
+}
+
+/// How a model policy fits its requests: the window, if set, and what set it
+/// (named in the printed line and in errors); the per-result cap.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ContextSettings {
+    /// The window in tokens; `None`: the model table's, else the default.
+    pub(crate) context_tokens: Option<u64>,
+    /// The flag or field that set `context_tokens`.
+    pub(crate) set_by: &'static str,
+    /// The per-result cap in bytes; `None`: the default.
+    pub(crate) result_cap: Option<usize>,
+    /// What happens to older turns that no longer fit.
+    pub(crate) compaction: CompactionMode,
+}
+
+impl ContextSettings {
+    /// Sets the window, the per-result cap and the compaction on `config`.
+    fn apply(&self, config: &mut ModelConfig) {
+        config.context_tokens = self.context_tokens;
+        if let Some(cap) = self.result_cap {
+            config.result_cap = cap;
+        }
+        config.compaction = self.compaction;
+    }
+
+    /// `--context-tokens`, else the task's `[policy] context_tokens`.
+    pub(crate) fn of_run(args: &RunArgs, task: &TaskSpec) -> Self {
+        let (context_tokens, set_by) = match (args.context_tokens, task.context_tokens) {
+            (Some(n), _) => (Some(n), "--context-tokens"),
+            (None, n) => (n, "policy.context_tokens"),
+        };
+        ContextSettings {
+            context_tokens,
+            set_by,
+            result_cap: task.result_cap,
+            compaction: compaction_mode(task.compaction),
+        }
+    }
 }
 
 /// Builds the policy the flags (or the task) name. A model policy is checked
@@ -74,6 +118,7 @@ pub(crate) async fn load_policy(args: &RunArgs, task: &TaskSpec) -> Result<Loade
                 fallback: &fallback,
                 prompt_cache: task.prompt_cache,
                 ca_cert: task.ca_cert.as_deref(),
+                context: ContextSettings::of_run(args, task),
             };
             return model_policy(*provider, model, base_url, options).await;
         }
@@ -120,7 +165,8 @@ fn run_fallback(args: &RunArgs, task: &TaskSpec) -> Result<Vec<FallbackArg>, Run
 
 /// A model policy with its fallback chain, checked before anything runs (every
 /// key present, every URL usable, at least one server answering), and its
-/// children's factory (the same chain).
+/// children's factory (the same chain). Prints the primary's context window
+/// (on stderr: stdout may be `--json`'s one object).
 pub(crate) async fn model_policy(
     provider: Provider,
     model: &str,
@@ -134,11 +180,20 @@ pub(crate) async fn model_policy(
         if let Some(path) = options.ca_cert {
             config = config.ca_cert(path);
         }
-        Ok::<_, RunError>(ChainModel::new(provider, config))
+        options.context.apply(&mut config);
+        let window = config
+            .window(options.context.set_by)
+            .map_err(RunError::Model)?;
+        Ok::<_, RunError>((ChainModel::new(provider, config), window))
     };
-    let mut chain = vec![config(provider, model, base_url)?];
+    let (primary, window) = config(provider, model, base_url)?;
+    eprintln!(
+        "agentry: context window: {window}; {} reserved for output",
+        primary.config.max_output_tokens
+    );
+    let mut chain = vec![primary];
     for f in options.fallback {
-        chain.push(config(f.provider, &f.model, f.base_url.as_deref())?);
+        chain.push(config(f.provider, &f.model, f.base_url.as_deref())?.0);
     }
     let children = agentry_models::chain_policy_factory(chain.clone()).map_err(RunError::Model)?;
     let connected = agentry_models::connect_chain(chain)
@@ -153,6 +208,14 @@ pub(crate) async fn model_policy(
         policy: connected.policy,
         children: Some(children),
     })
+}
+
+/// The task's `[policy] compaction` as the adapters take it.
+pub(crate) fn compaction_mode(c: Compaction) -> CompactionMode {
+    match c {
+        Compaction::Elide => CompactionMode::Elide,
+        Compaction::Summarize => CompactionMode::Summarize,
+    }
 }
 
 /// How `agentry resume` rebuilds the policy: the `--policy` flag (script paths
@@ -196,6 +259,7 @@ pub(crate) fn describe_policy(args: &RunArgs, task: &TaskSpec) -> String {
         "prompt_cache": task.prompt_cache,
         "task_dir": absolute(&task.dir),
         "ca_cert": task.ca_cert.as_deref().map(absolute),
+        "context_tokens": args.context_tokens.or(task.context_tokens),
     })
     .to_string()
 }
@@ -243,11 +307,13 @@ pub(crate) fn stored_policy(spec: Option<&str>, run_id: &str) -> Result<PolicyCh
         .get("ca_cert")
         .and_then(|c| c.as_str())
         .map(PathBuf::from);
+    let context_tokens = value.get("context_tokens").and_then(|n| n.as_u64());
     Ok(PolicyChoice {
         policy,
         base_url,
         fallback,
         ca_cert,
+        context_tokens,
     })
 }
 

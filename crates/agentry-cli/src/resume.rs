@@ -2,13 +2,14 @@
 //! the calls `--decide` names, and drive it on.
 
 use agentry::{RunConfig, Runtime, RuntimeError, TaskSpec};
+use agentry_models::CompactionMode;
 
 use crate::args::{PolicyArg, ResumeArgs, absolute};
 use crate::drive::{Finished, drive};
 use crate::error::RunError;
 use crate::policy::{
-    LoadedPolicy, ModelOptions, PolicyChoice, model_policy, stored_policy, stored_prompt_cache,
-    stored_task_dir,
+    ContextSettings, LoadedPolicy, ModelOptions, PolicyChoice, compaction_mode, model_policy,
+    stored_policy, stored_prompt_cache, stored_task_dir,
 };
 use crate::signals::stop_on_interrupt;
 use crate::store::{existing, open_sqlite, store_or_default};
@@ -51,22 +52,36 @@ fn runtime_for(config: &RunConfig) -> Result<Runtime, RuntimeError> {
     }
 }
 
+/// The task's `[policy] compaction`, when the run came from a task directory.
+fn stored_compaction(config: &RunConfig) -> CompactionMode {
+    stored_task_dir(config)
+        .and_then(|dir| TaskSpec::load(&dir).ok())
+        .map_or(CompactionMode::Elide, |task| {
+            compaction_mode(task.compaction)
+        })
+}
+
 /// `--policy` (and `--base-url`, `--fallback`), else the policy the run was
 /// started with.
 async fn policy_for(args: &ResumeArgs, config: &RunConfig) -> Result<LoadedPolicy, RunError> {
     let stored = stored_policy(config.policy_spec.as_deref(), &args.run_id);
+    // The window and the CA file the run was started with hold whichever
+    // policy resumes it.
+    let stored_window = stored.as_ref().ok().and_then(|c| c.context_tokens);
+    let stored_ca = stored.as_ref().ok().and_then(|c| c.ca_cert.clone());
     let PolicyChoice {
         policy,
         base_url,
         fallback,
         ca_cert,
+        ..
     } = match &args.policy {
-        // The CA file still applies to a --policy given at resume.
         Some(p) => PolicyChoice {
             policy: p.clone(),
             base_url: args.base_url.clone(),
             fallback: Vec::new(),
-            ca_cert: stored.ok().and_then(|s| s.ca_cert),
+            ca_cert: stored_ca,
+            context_tokens: None,
         },
         None => stored?,
     };
@@ -89,6 +104,12 @@ async fn policy_for(args: &ResumeArgs, config: &RunConfig) -> Result<LoadedPolic
                 fallback: &fallback,
                 prompt_cache: stored_prompt_cache(config),
                 ca_cert: ca_cert.as_deref(),
+                context: ContextSettings {
+                    context_tokens: stored_window,
+                    set_by: "the stored run's context_tokens",
+                    result_cap: Some(config.result_cap),
+                    compaction: stored_compaction(config),
+                },
             };
             model_policy(*provider, model, base_url.as_deref(), options).await
         }

@@ -10,6 +10,8 @@ use agentry_protocol::tool::{ToolArguments, ToolCall, ToolSpec};
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
+use crate::compaction::{SUMMARY_SYSTEM, Summary, SummaryTurn, compact, project, with_compaction};
+use crate::context::{SessionBudget, TokenEstimate, json_bytes, session_room};
 use crate::conversation::{Item, conversation};
 use crate::prompt::system_prompt;
 use crate::transport::{self, AttemptError, ModelTurn, SseReader, TurnFailure};
@@ -24,18 +26,62 @@ const ANTHROPIC_VERSION: &str = "2023-06-01";
 pub struct AnthropicPolicy {
     config: ModelConfig,
     client: reqwest::Client,
+    /// Bytes → tokens, corrected by the prompt tokens the server reports.
+    estimate: TokenEstimate,
+    /// The summary sent instead of older turns (`CompactionMode::Summarize`).
+    summary: Option<Summary>,
 }
 
 impl AnthropicPolicy {
     /// Checks the configuration and builds the client. Sends nothing.
     pub fn new(config: ModelConfig) -> Result<Self, ModelError> {
         let client = config.client()?;
-        Ok(AnthropicPolicy { config, client })
+        Ok(AnthropicPolicy {
+            config,
+            client,
+            estimate: TokenEstimate::default(),
+            summary: None,
+        })
     }
 
     /// Checks that the server answers (`GET {base}/v1/models`; any status will do).
     pub async fn probe(&self) -> Result<(), ModelError> {
         transport::probe(&self.client, &format!("{}/v1/models", self.config.base_url)).await
+    }
+
+    /// Asks the model for a summary of older turns, without tools.
+    async fn summarize(
+        &self,
+        prompt: String,
+        timeout: std::time::Duration,
+    ) -> Result<SummaryTurn, Decision> {
+        let request = json!({
+            "model": self.config.model,
+            "max_tokens": self.config.max_output_tokens,
+            "system": SUMMARY_SYSTEM,
+            "messages": [{"role": "user", "content": [{"type": "text", "text": prompt}]}],
+            "stream": true,
+        });
+        let body = serde_json::to_vec(&request).map_err(|e| Decision::Failed {
+            message: format!("anthropic: cannot encode the summary request: {e}"),
+            fatal: false,
+        })?;
+        let turn =
+            transport::with_retries(&self.config.retry, || self.attempt(&body, timeout, None))
+                .await
+                .map_err(TurnFailure::into_decision)?;
+        let text = turn
+            .blocks
+            .values()
+            .filter_map(|b| match b {
+                Block::Text(t) => Some(t.as_str()),
+                Block::ToolUse { .. } | Block::Other => None,
+            })
+            .collect();
+        Ok(SummaryTurn {
+            text,
+            usage: turn.usage.tokens(),
+        })
     }
 
     async fn attempt<'d>(
@@ -94,7 +140,7 @@ impl Policy for AnthropicPolicy {
 impl AnthropicPolicy {
     /// One model turn, and whether it failed only because the server was
     /// unavailable (see [`ModelTurn`]).
-    pub(crate) async fn turn(&self, ctx: PolicyContext<'_>) -> ModelTurn {
+    pub(crate) async fn turn(&mut self, ctx: PolicyContext<'_>) -> ModelTurn {
         let model = self.name();
         let timeout = match self.config.preflight(ctx.budget) {
             Ok(t) => t,
@@ -113,8 +159,31 @@ impl AnthropicPolicy {
             Ok(n) => n,
             Err(e) => return failed(e.to_string()),
         };
-        let session = crate::context::project_session(ctx.session, self.config.context_tokens);
-        let request = build_anthropic_request(&self.config, ctx.goal, ctx.tools, &session, &names);
+        // What every request carries whatever the session: sized once per turn.
+        let fixed = anthropic_request(&self.config, ctx.goal, ctx.tools, &[], &names, 0);
+        let budget = SessionBudget {
+            bytes: session_room(&self.config, &self.estimate, json_bytes(&fixed)),
+            result_cap: self.config.result_cap,
+        };
+        let mut summary = self.summary.take();
+        let compaction = compact(
+            self.config.compaction,
+            ctx.session,
+            &mut summary,
+            budget,
+            |p| self.summarize(p, timeout),
+        )
+        .await;
+        self.summary = summary;
+        let projection = project(ctx.session, self.summary.as_ref(), budget);
+        let request = anthropic_request(
+            &self.config,
+            ctx.goal,
+            ctx.tools,
+            &projection.entries,
+            &names,
+            projection.result_cap,
+        );
         let body = match serde_json::to_vec(&request) {
             Ok(b) => b,
             Err(e) => return failed(format!("anthropic: cannot encode: {e}")),
@@ -127,6 +196,7 @@ impl AnthropicPolicy {
         let (mut out, unavailable) = match result {
             Ok(turn) => {
                 let usage = turn.usage.tokens();
+                self.estimate.learn(body.len(), usage.tokens_in);
                 let mut out =
                     PolicyOutput::new(turn.into_decision(&names, ctx.step), model.clone());
                 out.usage = usage;
@@ -142,14 +212,17 @@ impl AnthropicPolicy {
         };
         out.prompt_hash = Some(hash);
         ModelTurn {
-            output: self.config.finish(out, Provider::Anthropic),
+            output: self
+                .config
+                .finish(with_compaction(out, compaction), Provider::Anthropic),
             unavailable,
         }
     }
 }
 
 /// The whole Messages request: system prompt, alternating user/assistant turns
-/// with `tool_use` / `tool_result` blocks, tools, streaming.
+/// with `tool_use` / `tool_result` blocks, tools, streaming. Results longer
+/// than the configuration's `result_cap` bytes of JSON are shown cut.
 pub fn build_anthropic_request(
     config: &ModelConfig,
     goal: &str,
@@ -157,7 +230,18 @@ pub fn build_anthropic_request(
     session: &[SessionEntry],
     names: &ToolNameMap,
 ) -> Value {
-    let messages = anthropic_messages(session, names);
+    anthropic_request(config, goal, tools, session, names, config.result_cap)
+}
+
+fn anthropic_request(
+    config: &ModelConfig,
+    goal: &str,
+    tools: &[ToolSpec],
+    session: &[SessionEntry],
+    names: &ToolNameMap,
+    result_cap: usize,
+) -> Value {
+    let messages = anthropic_messages(session, names, result_cap);
     let system = system_prompt(goal, names);
     let mut request = json!({
         "model": config.model,
@@ -195,14 +279,18 @@ pub fn build_anthropic_request(
 /// into one message), the first message is the user's, each assistant turn's
 /// `tool_use` blocks are answered by `tool_result` blocks at the start of the
 /// very next message, and no content is empty (see the crate's `conversation` module).
-fn anthropic_messages(session: &[SessionEntry], names: &ToolNameMap) -> Vec<Value> {
+fn anthropic_messages(
+    session: &[SessionEntry],
+    names: &ToolNameMap,
+    result_cap: usize,
+) -> Vec<Value> {
     let mut messages: Vec<(&str, Vec<Value>)> = Vec::new();
     let mut push = |role: &'static str, block: Value| match messages.last_mut() {
         Some((r, blocks)) if *r == role => blocks.push(block),
         _ => messages.push((role, vec![block])),
     };
     let text = |t: &str| json!({"type": "text", "text": t});
-    for item in conversation(session) {
+    for item in conversation(session, result_cap) {
         match item {
             Item::User(t) => push("user", text(&t)),
             Item::Assistant(t) => push("assistant", text(t)),

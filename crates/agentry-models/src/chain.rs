@@ -66,7 +66,7 @@ impl Adapter {
         }
     }
 
-    async fn turn(&self, ctx: PolicyContext<'_>) -> ModelTurn {
+    async fn turn(&mut self, ctx: PolicyContext<'_>) -> ModelTurn {
         match self {
             Adapter::OpenAi(p) => p.turn(ctx).await,
             Adapter::Anthropic(p) => p.turn(ctx).await,
@@ -153,7 +153,7 @@ impl Policy for FallbackPolicy {
         let started = Instant::now();
         let mut passed: Vec<String> = Vec::new();
         let mut last = None;
-        for adapter in &self.adapters {
+        for adapter in &mut self.adapters {
             // The wall-clock budget keeps running while earlier models fail:
             // each later one is shown what is left of it.
             let budget = time_left(ctx.budget, started);

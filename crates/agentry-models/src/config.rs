@@ -7,6 +7,8 @@ use agentry_protocol::budget::BudgetSnapshot;
 use agentry_protocol::decision::{Decision, PolicyOutput, TokenUsage};
 
 use crate::ModelError;
+use crate::compaction::CompactionMode;
+use crate::window::ContextWindow;
 
 /// Which wire protocol a model speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -200,8 +202,11 @@ pub struct ModelConfig {
     pub prices: Option<Prices>,
     /// What a text-only reply means.
     pub text_reply: TextReply,
-    /// Context budget for the session part of a request, in (estimated) tokens;
-    /// older turns are elided past it (see [`crate::context`]). `None`: send all.
+    /// The model's context window, in tokens, its output included: every request
+    /// is projected to fit it less `max_output_tokens` (see [`crate::context`]).
+    /// `None`: the built-in table's window for the model, else
+    /// [`DEFAULT_CONTEXT_TOKENS`](crate::window::DEFAULT_CONTEXT_TOKENS) (see
+    /// [`ModelConfig::window`]).
     pub context_tokens: Option<u64>,
     /// Mark the stable prefix of each request (system prompt, tool list) for
     /// the provider's prompt cache where the request must say so (Anthropic's
@@ -211,6 +216,12 @@ pub struct ModelConfig {
     /// `SSL_CERT_FILE`'s (`[policy] ca_cert`); read and checked when the
     /// client is built.
     pub ca_cert: Option<PathBuf>,
+    /// Results longer than this, in bytes of JSON, are shown to the model cut,
+    /// with a ref to read the rest (see the crate's `results` module).
+    pub result_cap: usize,
+    /// What happens to older turns that no longer fit: elided (the default) or
+    /// summarized by the model (see the crate's `compaction` module).
+    pub compaction: CompactionMode,
 }
 
 impl ModelConfig {
@@ -231,6 +242,8 @@ impl ModelConfig {
             context_tokens: None,
             prompt_cache: true,
             ca_cert: None,
+            result_cap: agentry_protocol::envelope::DEFAULT_RESULT_CAP,
+            compaction: CompactionMode::default(),
         }
     }
 
@@ -276,7 +289,7 @@ impl ModelConfig {
         self
     }
 
-    /// Sets the context budget, in estimated tokens.
+    /// Sets the context window, in tokens.
     pub fn context_tokens(mut self, tokens: u64) -> Self {
         self.context_tokens = Some(tokens);
         self
@@ -292,6 +305,40 @@ impl ModelConfig {
     pub fn ca_cert(mut self, path: impl Into<PathBuf>) -> Self {
         self.ca_cert = Some(path.into());
         self
+    }
+
+    /// Sets what happens to older turns that no longer fit.
+    pub fn compaction(mut self, mode: CompactionMode) -> Self {
+        self.compaction = mode;
+        self
+    }
+
+    /// Sets the per-result cap, in bytes.
+    pub fn result_cap(mut self, bytes: usize) -> Self {
+        self.result_cap = bytes;
+        self
+    }
+
+    /// The context window requests are fitted to, and where it came from;
+    /// `set_by` names what set `context_tokens` (a field or a flag). A window
+    /// that does not exceed the reserved output is an error naming `set_by`.
+    pub fn window(&self, set_by: &str) -> Result<ContextWindow, ModelError> {
+        let window = ContextWindow::resolve(&self.model, self.context_tokens.map(|t| (t, set_by)));
+        let reserved = u64::from(self.max_output_tokens);
+        if window.tokens <= reserved {
+            return Err(ModelError::WindowTooSmall {
+                field: set_by.to_string(),
+                tokens: window.tokens,
+                reserved,
+            });
+        }
+        Ok(window)
+    }
+
+    /// The window's tokens, for fitting a request.
+    pub(crate) fn window_tokens(&self) -> u64 {
+        self.context_tokens
+            .unwrap_or_else(|| ContextWindow::resolve(&self.model, None).tokens)
     }
 
     /// Sets what a text-only reply means.

@@ -41,14 +41,16 @@ pub(crate) struct CallGroup<'a> {
     pub(crate) ids: Vec<String>,
     /// `None`: no result was recorded for the call at this index.
     pub(crate) results: Vec<Option<&'a ResultEnvelope>>,
+    /// Results longer than this, in bytes of JSON, are shown cut (see `results`).
+    cap: usize,
 }
 
 impl CallGroup<'_> {
-    /// The result text of call `i`: the envelope as JSON, or a note that none
-    /// was recorded.
+    /// The result text of call `i`: the envelope as JSON (cut past the cap), or
+    /// a note that none was recorded.
     pub(crate) fn result_text(&self, i: usize) -> (String, bool) {
         match self.results.get(i).copied().flatten() {
-            Some(r) => (serde_json::to_string(r).unwrap_or_default(), !r.ok),
+            Some(r) => (crate::results::result_text(r, self.cap), !r.ok),
             None => (
                 json!({"ok": false, "error": {"code": "EUNAVAIL",
                     "message": "no result was recorded for this call; its outcome is unknown"}})
@@ -63,9 +65,13 @@ impl CallGroup<'_> {
     }
 }
 
-/// Walks the session into [`Item`]s.
-pub(crate) fn conversation(session: &[SessionEntry]) -> Vec<Item<'_>> {
-    let mut b = Builder::default();
+/// Walks the session into [`Item`]s; results longer than `cap` bytes of JSON
+/// are shown cut.
+pub(crate) fn conversation(session: &[SessionEntry], cap: usize) -> Vec<Item<'_>> {
+    let mut b = Builder {
+        cap,
+        ..Builder::default()
+    };
     for entry in session {
         if let Some(note) = entry.host_note() {
             b.user(note);
@@ -102,6 +108,8 @@ struct Builder<'a> {
     held: Vec<String>,
     /// Wire ids given out so far.
     used: HashSet<String>,
+    /// The per-result cap, in bytes.
+    cap: usize,
 }
 
 impl<'a> Builder<'a> {
@@ -123,6 +131,7 @@ impl<'a> Builder<'a> {
             calls,
             ids,
             results: vec![None; calls.len()],
+            cap: self.cap,
         });
     }
 
@@ -144,7 +153,7 @@ impl<'a> Builder<'a> {
             }
             None => self.user(format!(
                 "[agentry] a tool result that answers no call of your previous turn: {}",
-                serde_json::to_string(result).unwrap_or_default()
+                crate::results::result_text(result, self.cap)
             )),
         }
     }

@@ -85,6 +85,18 @@ pub enum ModelError {
     /// The HTTP client could not be built.
     #[error("cannot build the HTTP client: {}", chain(.0))]
     Client(#[from] reqwest::Error),
+    /// The context window leaves no room for a prompt.
+    #[error(
+        "{field}: a context window of {tokens} tokens does not exceed the {reserved} output tokens each request reserves; give more than {reserved}"
+    )]
+    WindowTooSmall {
+        /// What set the window (`policy.context_tokens`, `--context-tokens`).
+        field: String,
+        /// The window given.
+        tokens: u64,
+        /// The output tokens a request reserves.
+        reserved: u64,
+    },
     /// The policy spec (`openai:MODEL`) is malformed.
     #[error("{spec:?}: {reason}")]
     BadSpec {

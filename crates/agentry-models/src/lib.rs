@@ -22,7 +22,11 @@
 //!
 //! # Layout
 //! - `config`: [`ModelConfig`], [`RetryConfig`], [`Provider`] and env-key lookup.
-//! - [`context`]: which session entries a request carries under a context budget.
+//! - [`window`]: the model's context window (configured, a table of model
+//!   families, or a default).
+//! - [`context`]: which session entries a request carries so that it fits the window.
+//! - `results`: a large tool result shown as its head and a ref to read the rest.
+//! - `compaction`: older turns summarized by the model (`CompactionMode::Summarize`).
 //! - `conversation`: the session as a conversation every provider accepts (failed
 //!   turns as host notes, each call answered right after it, no empty content).
 //! - `names`: the reversible tool-name mapping.
@@ -58,6 +62,7 @@
 
 mod anthropic;
 mod chain;
+mod compaction;
 mod config;
 pub mod context;
 mod conversation;
@@ -66,12 +71,15 @@ mod names;
 mod openai;
 mod prompt;
 mod provider;
+mod results;
 mod tls;
 mod transport;
+pub mod window;
 
 pub use agentry_policy::Policy;
 pub use anthropic::{AnthropicPolicy, build_anthropic_request};
 pub use chain::{ChainModel, FallbackPolicy};
+pub use compaction::{CompactionMode, SUMMARIZE_AT_PERCENT};
 pub use config::{ModelConfig, Prices, Provider, RetryConfig, TextReply};
 pub use error::ModelError;
 pub use names::ToolNameMap;
@@ -80,3 +88,4 @@ pub use provider::{
     ConnectedChain, chain_policy_factory, child_policy_factory, connect, connect_chain,
 };
 pub use tls::install_crypto_provider;
+pub use window::{ContextWindow, WindowSource};

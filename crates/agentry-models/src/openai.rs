@@ -7,12 +7,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use agentry_policy::{DeltaSink, Policy, PolicyContext};
 use agentry_protocol::decision::{Decision, PolicyOutput, TokenUsage};
+use agentry_protocol::envelope::DEFAULT_RESULT_CAP;
 use agentry_protocol::state::SessionEntry;
 use agentry_protocol::tool::{ToolArguments, ToolCall, ToolSpec};
 use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use crate::compaction::{SUMMARY_SYSTEM, Summary, SummaryTurn, compact, project, with_compaction};
+use crate::context::{SessionBudget, TokenEstimate, json_bytes, session_room};
 use crate::conversation::{Item, conversation};
 use crate::prompt::system_prompt;
 use crate::transport::{self, AttemptError, ModelTurn, SseReader, TurnFailure};
@@ -28,12 +31,31 @@ pub struct OpenAiPolicy {
     /// (llama-cpp-python does, for tool calls with `tool_choice: "auto"`): from
     /// then on this adapter, and its clones, ask for whole responses instead.
     plain: Arc<AtomicBool>,
+    /// Bytes → tokens, corrected by the prompt tokens the server reports.
+    estimate: TokenEstimate,
+    /// The summary sent instead of older turns (`CompactionMode::Summarize`).
+    summary: Option<Summary>,
 }
 
 /// One request body in both shapes; which one is sent depends on `plain`.
 struct Bodies {
     stream: Vec<u8>,
     plain: Vec<u8>,
+}
+
+impl Bodies {
+    /// A streaming request, and the same asking for a whole response.
+    fn of(mut request: Value) -> Result<Bodies, serde_json::Error> {
+        let stream = serde_json::to_vec(&request)?;
+        if let Some(map) = request.as_object_mut() {
+            map.insert("stream".into(), Value::Bool(false));
+            map.remove("stream_options");
+        }
+        Ok(Bodies {
+            stream,
+            plain: serde_json::to_vec(&request)?,
+        })
+    }
 }
 
 impl OpenAiPolicy {
@@ -44,6 +66,8 @@ impl OpenAiPolicy {
             config,
             client,
             plain: Arc::new(AtomicBool::new(false)),
+            estimate: TokenEstimate::default(),
+            summary: None,
         })
     }
 
@@ -79,6 +103,38 @@ impl OpenAiPolicy {
         turn.step = step;
         turn.hash = transport::prompt_hash(body);
         Ok(turn)
+    }
+
+    /// Asks the model for a summary of older turns, without tools.
+    async fn summarize(
+        &self,
+        prompt: String,
+        step: u64,
+        timeout: std::time::Duration,
+    ) -> Result<SummaryTurn, Decision> {
+        let request = json!({
+            "model": self.config.model,
+            "messages": [
+                {"role": "system", "content": SUMMARY_SYSTEM},
+                {"role": "user", "content": prompt},
+            ],
+            "stream": true,
+            "stream_options": {"include_usage": true},
+            "max_tokens": self.config.max_output_tokens,
+        });
+        let bodies = Bodies::of(request).map_err(|e| Decision::Failed {
+            message: format!("openai: cannot encode the summary request: {e}"),
+            fatal: false,
+        })?;
+        let turn = transport::with_retries(&self.config.retry, || {
+            self.attempt(&bodies, step, timeout, None)
+        })
+        .await
+        .map_err(TurnFailure::into_decision)?;
+        Ok(SummaryTurn {
+            text: turn.text,
+            usage: turn.usage,
+        })
     }
 
     async fn read_stream<'d>(
@@ -138,7 +194,7 @@ impl Policy for OpenAiPolicy {
 impl OpenAiPolicy {
     /// One model turn, and whether it failed only because the server was
     /// unavailable (see [`ModelTurn`]).
-    pub(crate) async fn turn(&self, ctx: PolicyContext<'_>) -> ModelTurn {
+    pub(crate) async fn turn(&mut self, ctx: PolicyContext<'_>) -> ModelTurn {
         let model = self.name();
         let timeout = match self.config.preflight(ctx.budget) {
             Ok(t) => t,
@@ -157,16 +213,34 @@ impl OpenAiPolicy {
             Ok(n) => n,
             Err(e) => return failed(e.to_string()),
         };
-        let session = crate::context::project_session(ctx.session, self.config.context_tokens);
-        let mut request = build_openai_request(&self.config, ctx.goal, ctx.tools, &session, &names);
-        let stream = serde_json::to_vec(&request);
-        if let Some(map) = request.as_object_mut() {
-            map.insert("stream".into(), Value::Bool(false));
-            map.remove("stream_options");
-        }
-        let bodies = match (stream, serde_json::to_vec(&request)) {
-            (Ok(stream), Ok(plain)) => Bodies { stream, plain },
-            (Err(e), _) | (_, Err(e)) => {
+        // What every request carries whatever the session: sized once per turn.
+        let fixed = build_openai_request(&self.config, ctx.goal, ctx.tools, &[], &names, 0);
+        let budget = SessionBudget {
+            bytes: session_room(&self.config, &self.estimate, json_bytes(&fixed)),
+            result_cap: self.config.result_cap,
+        };
+        let mut summary = self.summary.take();
+        let compaction = compact(
+            self.config.compaction,
+            ctx.session,
+            &mut summary,
+            budget,
+            |p| self.summarize(p, ctx.step, timeout),
+        )
+        .await;
+        self.summary = summary;
+        let projection = project(ctx.session, self.summary.as_ref(), budget);
+        let request = build_openai_request(
+            &self.config,
+            ctx.goal,
+            ctx.tools,
+            &projection.entries,
+            &names,
+            projection.result_cap,
+        );
+        let bodies = match Bodies::of(request) {
+            Ok(bodies) => bodies,
+            Err(e) => {
                 return failed(format!("openai: cannot encode the request: {e}"));
             }
         };
@@ -177,6 +251,7 @@ impl OpenAiPolicy {
         let (out, unavailable) = match result {
             Ok(turn) => {
                 let usage = turn.usage;
+                self.estimate.learn(bodies.stream.len(), usage.tokens_in);
                 let hash = turn.hash.clone();
                 let mut out = PolicyOutput::new(turn.into_decision(&names), model);
                 out.usage = usage;
@@ -191,24 +266,28 @@ impl OpenAiPolicy {
             }
         };
         ModelTurn {
-            output: self.config.finish(out, Provider::OpenAi),
+            output: self
+                .config
+                .finish(with_compaction(out, compaction), Provider::OpenAi),
             unavailable,
         }
     }
 }
 
-/// The whole request body: model, projected messages, tools, streaming with usage.
+/// The whole request body: model, projected messages (results longer than
+/// `result_cap` bytes shown cut), tools, streaming with usage.
 pub(crate) fn build_openai_request(
     config: &ModelConfig,
     goal: &str,
     tools: &[ToolSpec],
     session: &[SessionEntry],
     names: &ToolNameMap,
+    result_cap: usize,
 ) -> Value {
     let system = system_prompt(goal, names);
     let mut request = json!({
         "model": config.model,
-        "messages": build_openai_messages(&system, session, names),
+        "messages": openai_messages(&system, session, names, result_cap),
         "stream": true,
         "stream_options": {"include_usage": true},
         "max_tokens": config.max_output_tokens,
@@ -237,13 +316,23 @@ pub(crate) fn build_openai_request(
 /// each `tool` message answers a call of the assistant message right before
 /// it, every call is answered before any other message, and failed turns and
 /// host notes are user messages, never tool results.
+/// Results longer than [`DEFAULT_RESULT_CAP`] bytes of JSON are shown cut.
 pub fn build_openai_messages(
     system: &str,
     session: &[SessionEntry],
     names: &ToolNameMap,
 ) -> Vec<Value> {
+    openai_messages(system, session, names, DEFAULT_RESULT_CAP)
+}
+
+fn openai_messages(
+    system: &str,
+    session: &[SessionEntry],
+    names: &ToolNameMap,
+    result_cap: usize,
+) -> Vec<Value> {
     let mut messages = vec![json!({"role": "system", "content": system})];
-    for item in conversation(session) {
+    for item in conversation(session, result_cap) {
         match item {
             Item::User(text) => messages.push(json!({"role": "user", "content": text})),
             Item::Assistant(text) => messages.push(json!({"role": "assistant", "content": text})),

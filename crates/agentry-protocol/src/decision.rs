@@ -76,6 +76,24 @@ pub struct PolicyOutput {
     /// Hash of the prompt the model saw, for the trace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompt_hash: Option<String>,
+    /// Older session entries the policy summarized this turn, for the trace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compaction: Option<Compaction>,
+}
+
+/// Older session entries a model adapter summarized, to send the summary in
+/// their place from then on (`[policy] compaction = "summarize"`). The session
+/// keeps them whole.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Compaction {
+    /// The summary the model wrote.
+    pub summary: String,
+    /// The first session entry it stands for (the goal before it is sent as is).
+    pub from: u64,
+    /// One past the last session entry it stands for.
+    pub to: u64,
+    /// What the summary request used; included in the step's usage.
+    pub usage: TokenUsage,
 }
 
 impl PolicyOutput {
@@ -87,6 +105,7 @@ impl PolicyOutput {
             cost_micros: 0,
             model: model.into(),
             prompt_hash: None,
+            compaction: None,
         }
     }
 }

@@ -124,6 +124,10 @@ pub struct ResourceRef {
     pub bytes: u64,
 }
 
+/// The default per-result cap, in bytes: a result whose `data` is larger as JSON
+/// is saved whole and shown to the model as its head and a ref to read back.
+pub const DEFAULT_RESULT_CAP: usize = 16 * 1024;
+
 /// What one call cost.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct CallCost {
@@ -155,6 +159,11 @@ pub struct ResultEnvelope {
     /// References to world objects read or written.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub refs: Vec<ResourceRef>,
+    /// Where the host saved `data` (as JSON text) because it is larger than the
+    /// run's result cap: the model sees its head and reads the rest back in parts
+    /// (`result.read`). Not part of the observation: the data is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub saved: Option<ResourceRef>,
     /// What the call cost.
     pub cost: CallCost,
     /// When the result was observed.
@@ -181,6 +190,7 @@ impl ResultEnvelope {
             data: Some(data),
             error: None,
             refs,
+            saved: None,
             cost: CallCost::default(),
             observed_at: crate::now_millis(),
             replayed: false,
@@ -197,6 +207,7 @@ impl ResultEnvelope {
             data: None,
             error: Some(error),
             refs: Vec::new(),
+            saved: None,
             cost: CallCost::default(),
             observed_at: crate::now_millis(),
             replayed: false,

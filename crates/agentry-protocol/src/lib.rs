@@ -39,7 +39,7 @@ pub mod trace;
 pub use accept::AcceptCheck;
 pub use budget::{BudgetLimits, BudgetSnapshot, Usage};
 pub use child::ChildRequest;
-pub use decision::{Decision, PolicyOutput, TokenUsage};
+pub use decision::{Compaction, Decision, PolicyOutput, TokenUsage};
 pub use envelope::{CallCost, ErrorCode, ResourceRef, ResultEnvelope, ToolError};
 pub use event::RunEvent;
 pub use state::{

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::UnixMillis;
 use crate::budget::BudgetSnapshot;
-use crate::decision::{Decision, TokenUsage};
+use crate::decision::{Compaction, Decision, TokenUsage};
 use crate::envelope::{ErrorCode, ResultEnvelope};
 use crate::state::{RunSnapshot, WorldChange, WorldState};
 use crate::stop::StopReason;
@@ -36,6 +36,9 @@ pub struct TraceStep {
     /// the policy reported none, as a script does).
     #[serde(default, skip_serializing_if = "TokenUsage::is_empty")]
     pub usage: TokenUsage,
+    /// Older session entries the policy summarized this step, if it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compaction: Option<Compaction>,
     /// What the policy proposed (the session's decision, shared).
     pub decision: Arc<Decision>,
     /// One envelope per call, in request order (the session's, shared).

@@ -20,6 +20,10 @@ fn default_max_denied() -> usize {
     DEFAULT_MAX_DENIED
 }
 
+fn default_result_cap() -> usize {
+    agentry_protocol::envelope::DEFAULT_RESULT_CAP
+}
+
 /// Default bound on concurrently running calls of one step.
 pub const DEFAULT_MAX_PARALLEL: usize = 8;
 
@@ -250,6 +254,13 @@ pub struct RunConfig {
     /// Where tools keep large artifacts (full process output); default
     /// `<workdir>/.agentry`, readable by the model through `fs.read`.
     pub artifacts: Option<PathBuf>,
+    /// A result whose `data` is longer than this as JSON (bytes) is also saved
+    /// whole in the artifact directory (`results/<sha256>.json`, referenced by
+    /// the envelope's `saved`), for the model to read back in parts with
+    /// `result.read`; the envelope keeps the whole data. Default
+    /// [`DEFAULT_RESULT_CAP`](agentry_protocol::envelope::DEFAULT_RESULT_CAP).
+    #[serde(default = "default_result_cap")]
+    pub result_cap: usize,
     /// Bound on concurrently running parallel-safe calls of one step.
     pub max_parallel: usize,
     /// Backoff between automatic retries.
@@ -296,6 +307,7 @@ impl RunConfig {
             workdir: workdir.into(),
             trace: None,
             artifacts: None,
+            result_cap: default_result_cap(),
             max_parallel: DEFAULT_MAX_PARALLEL,
             retry: RetryPolicy::default(),
             events_from_start: true,

@@ -33,9 +33,12 @@ impl Grants {
     }
 
     /// Whether the contract's tool may be called. `task.finish` is always allowed:
-    /// a run must be able to end.
+    /// a run must be able to end; so is `result.read`: it reads back only what
+    /// the run's own tools already returned to the model.
     pub fn allows(&self, contract: &ToolContract) -> bool {
-        contract.name == agentry_tools::FINISH_TOOL || self.matches(contract)
+        contract.name == agentry_tools::FINISH_TOOL
+            || contract.name == agentry_tools::RESULT_READ_TOOL
+            || self.matches(contract)
     }
 
     /// Whether these grants hold at least what `pattern` grants (for carving a

@@ -242,6 +242,7 @@ mod tests {
                 model: "m".into(),
                 prompt_hash: None,
                 usage: Default::default(),
+                compaction: None,
                 decision: Arc::clone(&decision),
                 results: Vec::new(),
                 attempts: Vec::new(),

@@ -53,7 +53,7 @@ mod workdir;
 
 pub use command::CommandToolDecl;
 pub use error::TaskError;
-pub use spec::{FallbackSpec, TaskSpec};
+pub use spec::{Compaction, FallbackSpec, TaskSpec};
 
 /// The task file inside a task directory.
 pub const TASK_FILE: &str = "task.toml";
@@ -63,6 +63,10 @@ pub const DEFAULT_SCRIPT: &str = "script.json";
 pub const WORKSPACE_DIR: &str = "workspace";
 /// Grants when `[tools] grant` is absent: read-only built-ins.
 pub const DEFAULT_GRANTS: &[&str] = &["fs.read"];
+/// The smallest `[policy] result_cap`, in bytes: a result's head must say something.
+pub const MIN_RESULT_CAP: usize = 256;
+/// The largest `[policy] result_cap`, in bytes (16 MiB).
+pub const MAX_RESULT_CAP: usize = 16 * 1024 * 1024;
 /// Timeout of a command acceptance check without `timeout`.
 pub const DEFAULT_CHECK_TIMEOUT: Duration = Duration::from_secs(30);
 /// The longest duration a task file may give (deadlines, timeouts, tick

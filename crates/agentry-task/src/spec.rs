@@ -57,6 +57,16 @@ pub struct TaskSpec {
     pub model: Option<String>,
     /// The model server (`[policy] base_url`).
     pub base_url: Option<String>,
+    /// The model's context window in tokens (`[policy] context_tokens`); the
+    /// CLI's `--context-tokens` overrides it. `None`: the model table's, else a
+    /// default.
+    pub context_tokens: Option<u64>,
+    /// Results longer than this many bytes of JSON are shown to the model cut
+    /// and saved whole for `result.read` (`[policy] result_cap`).
+    pub result_cap: Option<usize>,
+    /// What a model policy does with older turns that no longer fit
+    /// (`[policy] compaction`).
+    pub compaction: Compaction,
     /// A PEM file of CA certificates the model client trusts besides the
     /// system's (`[policy] ca_cert`, resolved against `dir`; it existed at load).
     pub ca_cert: Option<PathBuf>,
@@ -78,6 +88,17 @@ pub struct FallbackSpec {
     pub model: String,
     /// Its server; `None`: the provider's hosted API.
     pub base_url: Option<String>,
+}
+
+/// `[policy] compaction`: what a model policy does with older turns that no
+/// longer fit its context window.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Compaction {
+    /// Leave them out, with a note (`"elide"`, the default).
+    #[default]
+    Elide,
+    /// Ask the model to summarize them (`"summarize"`).
+    Summarize,
 }
 
 impl TaskSpec {
@@ -149,6 +170,9 @@ impl TaskSpec {
         config.driver = self.driver;
         config.tick_every = self.tick_every;
         config.tree = self.tree;
+        if let Some(cap) = self.result_cap {
+            config.result_cap = cap;
+        }
         config
     }
 }

@@ -8,7 +8,7 @@ use agentry_protocol::budget::BudgetLimits;
 use agentry_runtime::config::{DEFAULT_MAX_DENIED, DEFAULT_MAX_STEPS, DEFAULT_PROGRESS_WINDOW};
 use agentry_runtime::{ApprovalConfig, Driver, Grants};
 
-use crate::{TaskError, TaskSpec};
+use crate::{Compaction, TaskError, TaskSpec};
 
 const GOOD: &str = r#"
 goal = "Read numbers.txt, sum the numbers, write the sum to sum.txt"
@@ -93,6 +93,9 @@ fn a_good_file_parses() {
             fallback: Vec::new(),
             prompt_cache: true,
             ca_cert: None,
+            context_tokens: None,
+            result_cap: None,
+            compaction: Compaction::Elide,
         }
     );
 }
@@ -236,6 +239,39 @@ fn a_ca_cert_is_resolved_against_the_task_dir_and_must_exist() {
             err.contains("policy.ca_cert") && err.contains(says),
             "{value}: {err}"
         );
+    }
+}
+
+#[test]
+fn context_settings_parse_and_bad_ones_name_the_field() {
+    let text = "goal = \"g\"\n[policy]\ncontext_tokens = 8192\nresult_cap = 4096\ncompaction = \"summarize\"";
+    let spec = TaskSpec::parse(text, Path::new("/nowhere/c")).unwrap();
+    assert_eq!(spec.compaction, Compaction::Summarize);
+    assert_eq!(spec.context_tokens, Some(8192));
+    assert_eq!(spec.result_cap, Some(4096));
+    assert_eq!(spec.run_config("/w".into()).result_cap, 4096);
+    for (text, field) in [
+        (
+            "goal = \"g\"\n[policy]\ncontext_tokens = 0",
+            "policy.context_tokens",
+        ),
+        (
+            "goal = \"g\"\n[policy]\ncontext_tokens = \"big\"",
+            "policy.context_tokens",
+        ),
+        (
+            "goal = \"g\"\n[policy]\nresult_cap = 10",
+            "policy.result_cap",
+        ),
+        (
+            "goal = \"g\"\n[policy]\nresult_cap = 99999999999",
+            "policy.result_cap",
+        ),
+    ] {
+        let err = TaskSpec::parse(text, Path::new("/nowhere/c"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(field), "{text}: {err}");
     }
 }
 

@@ -17,12 +17,12 @@ use crate::raw::{
     RawBudget, RawDriver, RawFallback, RawPolicy, RawProgress, RawReserve, RawTask, RawTools,
     RawTree,
 };
-use crate::spec::{FallbackSpec, TaskSpec};
+use crate::spec::{Compaction, FallbackSpec, TaskSpec};
 use crate::values::{
     FieldError, describe, duration, field_error, millis, money, non_negative, patterns, positive,
     relative_path, section, task_id,
 };
-use crate::{DEFAULT_GRANTS, DEFAULT_SCRIPT, WORKSPACE_DIR};
+use crate::{DEFAULT_GRANTS, DEFAULT_SCRIPT, MAX_RESULT_CAP, MIN_RESULT_CAP, WORKSPACE_DIR};
 
 /// `[tools]`, checked.
 struct ToolsTable {
@@ -45,6 +45,9 @@ struct PolicyTable {
     fallback: Vec<FallbackSpec>,
     prompt_cache: bool,
     ca_cert: Option<PathBuf>,
+    context_tokens: Option<u64>,
+    result_cap: Option<usize>,
+    compaction: Compaction,
 }
 
 impl TaskSpec {
@@ -66,6 +69,9 @@ impl TaskSpec {
             fallback,
             prompt_cache,
             ca_cert,
+            context_tokens,
+            result_cap,
+            compaction,
         } = policy_table(raw.policy, dir)?;
         let ProgressTable {
             window: progress_window,
@@ -94,6 +100,9 @@ impl TaskSpec {
             fallback,
             prompt_cache,
             ca_cert,
+            context_tokens,
+            result_cap,
+            compaction,
         })
     }
 }
@@ -247,6 +256,9 @@ fn policy_table(v: Option<Value>, dir: &Path) -> Result<PolicyTable, FieldError>
             fallback: Vec::new(),
             prompt_cache: true,
             ca_cert: None,
+            context_tokens: None,
+            result_cap: None,
+            compaction: Compaction::Elide,
         });
     };
     let policy = section::<RawPolicy>("policy", v)?;
@@ -284,6 +296,22 @@ fn policy_table(v: Option<Value>, dir: &Path) -> Result<PolicyTable, FieldError>
         None => default_script(),
     };
     let ca_cert = policy.ca_cert.map(|c| ca_cert(&c, dir)).transpose()?;
+    let context_tokens = policy
+        .context_tokens
+        .map(|v| positive("policy.context_tokens", &v))
+        .transpose()?;
+    let result_cap = policy.result_cap.map(|v| result_cap(&v)).transpose()?;
+    let compaction = match policy.compaction {
+        None => Compaction::Elide,
+        Some(Value::String(c)) if c == "elide" => Compaction::Elide,
+        Some(Value::String(c)) if c == "summarize" => Compaction::Summarize,
+        Some(other) => {
+            return Err(field_error!(
+                "policy.compaction: expected \"elide\" or \"summarize\", found {}",
+                describe(&other)
+            ));
+        }
+    };
     Ok(PolicyTable {
         script,
         model,
@@ -291,6 +319,9 @@ fn policy_table(v: Option<Value>, dir: &Path) -> Result<PolicyTable, FieldError>
         fallback,
         prompt_cache,
         ca_cert,
+        context_tokens,
+        result_cap,
+        compaction,
     })
 }
 
@@ -301,6 +332,18 @@ fn server_url(at: &str, v: Value) -> Result<String, FieldError> {
         other => Err(field_error!(
             "{at}: expected an http:// or https:// URL, found {}",
             describe(&other)
+        )),
+    }
+}
+
+/// `[policy] result_cap`: bytes, from [`MIN_RESULT_CAP`] to [`MAX_RESULT_CAP`].
+fn result_cap(v: &Value) -> Result<usize, FieldError> {
+    let at = "policy.result_cap";
+    match usize::try_from(positive(at, v)?) {
+        Ok(n) if (MIN_RESULT_CAP..=MAX_RESULT_CAP).contains(&n) => Ok(n),
+        _ => Err(field_error!(
+            "{at}: expected {MIN_RESULT_CAP} to {MAX_RESULT_CAP} bytes, found {}",
+            describe(v)
         )),
     }
 }

@@ -6,6 +6,7 @@ use crate::agents::{CancelTool, SpawnTool, WaitTool};
 use crate::finish::FinishTool;
 use crate::fs::{ListTool, ReadTool, WriteTool};
 use crate::proc::ProcTool;
+use crate::results::ResultReadTool;
 use crate::tool::Tool;
 
 /// All built-in tools.
@@ -19,5 +20,6 @@ pub fn builtins() -> Vec<Arc<dyn Tool>> {
         Arc::new(SpawnTool),
         Arc::new(WaitTool),
         Arc::new(CancelTool),
+        Arc::new(ResultReadTool),
     ]
 }

@@ -13,6 +13,7 @@
 //! - [`finish`][]: `task.finish`.
 //! - [`proc`]: `proc.run` and [`proc::CommandTool`].
 //! - [`agents`]: `agent.spawn`, `agent.wait`.
+//! - [`results`]: results over a run's cap saved whole, and `result.read`.
 //! - `builtins.rs`: [`builtins`], all built-ins, ready to register.
 //!
 //! ```
@@ -26,8 +27,10 @@ mod builtins;
 pub mod finish;
 pub mod fs;
 pub mod proc;
+pub mod results;
 mod tool;
 
 pub use builtins::builtins;
 pub use finish::{FINISH_TOOL, FinishTool};
+pub use results::{RESULT_READ_TOOL, ResultReadTool, save_result};
 pub use tool::{Tool, ToolContext, ToolOutput, parse_args, schema_for};

@@ -4,8 +4,10 @@
 //! dev-dependencies stay free of the runtime.
 
 mod aimock;
+mod compaction;
 mod failed_turns;
 mod fallback;
+mod long_run;
 mod prompt_cache;
 mod runtime;
 mod tls;

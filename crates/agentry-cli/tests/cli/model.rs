@@ -150,7 +150,100 @@ fn an_openai_policy_runs_the_sum_task_against_a_local_server() {
     assert_eq!(out.status.code(), Some(0), "{stdout} {}", stderr(&out));
     let report: Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(report["stop_reason"], "done");
+    // The window goes to stderr: stdout is the one JSON object.
+    assert!(
+        stderr(&out).contains("context window: 32768 tokens (default"),
+        "{}",
+        stderr(&out)
+    );
     let seen = seen.lock().unwrap();
     assert_eq!(seen.len(), 3);
     assert_eq!(seen[0]["model"], "tiny");
+}
+
+/// `agentry run` with a model on a server that is not there: the window is
+/// settled and printed before the server is probed.
+fn window_run(task: &Path, policy: &str, extra: &[&str]) -> Output {
+    let mut args = vec![
+        "run",
+        path_str(task),
+        "--policy",
+        policy,
+        "--base-url",
+        "http://127.0.0.1:9/v1",
+        "--no-store",
+    ];
+    args.extend_from_slice(extra);
+    agentry_env(&args, &[("OPENAI_API_KEY", "k")])
+}
+
+#[test]
+fn the_cli_prints_which_context_window_it_uses_and_why() {
+    let sum = root().join("examples/sum");
+    let set = task_dir(
+        "goal = \"g\"\n[policy]\ncontext_tokens = 8000\n",
+        r#"{"turns":[]}"#,
+    );
+    for (task, policy, extra, line) in [
+        (
+            sum.as_path(),
+            "openai:gpt-4o-mini",
+            &[][..],
+            "context window: 128000 tokens (model table: gpt-4o)",
+        ),
+        (
+            sum.as_path(),
+            "anthropic:claude-sonnet-4-5",
+            &[][..],
+            "context window: 200000 tokens (model table: claude-)",
+        ),
+        (
+            set.path(),
+            "openai:gpt-4o",
+            &[][..],
+            "context window: 8000 tokens (policy.context_tokens)",
+        ),
+        (
+            set.path(),
+            "openai:gpt-4o",
+            &["--context-tokens", "9000"][..],
+            "context window: 9000 tokens (--context-tokens)",
+        ),
+    ] {
+        let out = agentry_env(
+            &[
+                &["run", path_str(task), "--policy", policy][..],
+                &["--base-url", "http://127.0.0.1:9/v1", "--no-store"][..],
+                extra,
+            ]
+            .concat(),
+            &[("OPENAI_API_KEY", "k"), ("ANTHROPIC_API_KEY", "k")],
+        );
+        let err = stderr(&out);
+        assert!(err.contains(line), "{policy} {extra:?}: {err}");
+        assert!(out.stdout.is_empty(), "{policy}: nothing on stdout");
+    }
+}
+
+#[test]
+fn a_context_window_not_above_the_reserved_output_exits_2_naming_the_field() {
+    let small = task_dir(
+        "goal = \"g\"\n[policy]\ncontext_tokens = 1000\n",
+        r#"{"turns":[]}"#,
+    );
+    let out = window_run(small.path(), "openai:gpt-4o", &[]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(
+        err.contains("policy.context_tokens") && err.contains("1024 output tokens"),
+        "{err}"
+    );
+    let out = window_run(small.path(), "openai:gpt-4o", &["--context-tokens", "1024"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(err.contains("--context-tokens"), "{err}");
+    assert!(
+        !err.contains("unreachable"),
+        "checked before the server: {err}"
+    );
 }

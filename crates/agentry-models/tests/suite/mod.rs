@@ -1,5 +1,6 @@
 mod anthropic;
 mod fallback;
+mod fits;
 mod openai;
 // Shared by path with the workspace suite's models tests (tests/suite/models),
 // which use the rest of them.

@@ -33,6 +33,18 @@ pub struct Reply {
     pub stall_after: Option<usize>,
     /// After sending this many chunks, wait until the test notifies, then go on.
     pub hold: Option<(usize, Arc<tokio::sync::Notify>)>,
+    /// Builds the reply from the request it answers (the fields above are unused).
+    pub respond: Option<Responder>,
+}
+
+/// A reply built from the request body it answers.
+#[derive(Clone)]
+pub struct Responder(pub Arc<dyn Fn(&Value) -> Reply + Send + Sync>);
+
+impl std::fmt::Debug for Responder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Responder")
+    }
 }
 
 impl Reply {
@@ -44,6 +56,15 @@ impl Reply {
             chunks,
             stall_after: None,
             hold: None,
+            respond: None,
+        }
+    }
+
+    /// The reply `respond` builds from the request it answers.
+    pub fn from_request(respond: impl Fn(&Value) -> Reply + Send + Sync + 'static) -> Self {
+        Reply {
+            respond: Some(Responder(Arc::new(respond))),
+            ..Reply::sse(Vec::new())
         }
     }
 
@@ -55,6 +76,7 @@ impl Reply {
             chunks: vec![body.to_string()],
             stall_after: None,
             hold: None,
+            respond: None,
         }
     }
 
@@ -202,7 +224,7 @@ async fn handle(
     shared.received.lock().unwrap().push(Received {
         path: uri.path().to_string(),
         headers,
-        body,
+        body: body.clone(),
     });
     if let Some((invalid, shape)) = refused {
         shared.rejected.lock().unwrap().push(invalid);
@@ -217,6 +239,10 @@ async fn handle(
         let mut r = Response::new(Body::from("{\"error\":\"script exhausted\"}"));
         *r.status_mut() = StatusCode::BAD_REQUEST;
         return r;
+    };
+    let reply = match &reply.respond {
+        Some(Responder(respond)) => respond(&body),
+        None => reply,
     };
     let stall_after = reply.stall_after;
     let hold = reply.hold;

@@ -157,6 +157,7 @@ impl ConductorState {
             },
             prompt_hash: r.turn.prompt_hash.take(),
             usage: r.turn.usage,
+            compaction: r.turn.compaction.take(),
             decision: Arc::clone(&r.decision),
             results: r.acted.results.clone(),
             attempts: std::mem::take(&mut r.acted.attempts),

@@ -164,6 +164,7 @@ fn executor_args(
         budget: budget.clone(),
         events: args.events.clone(),
         max_parallel: config.max_parallel,
+        result_cap: config.result_cap,
         retry: config.retry,
         state: state.clone(),
         approval: config.approval.clone(),

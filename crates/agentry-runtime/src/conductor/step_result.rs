@@ -87,6 +87,7 @@ pub(super) struct TurnInfo {
     /// Empty when the policy did not name its model.
     pub(super) model: String,
     pub(super) prompt_hash: Option<String>,
+    pub(super) compaction: Option<agentry_protocol::decision::Compaction>,
 }
 
 /// One step as data, built from the decided step: `act` fills `acted`,
@@ -127,6 +128,7 @@ impl StepResult {
                 cost_micros: output.cost_micros,
                 model: output.model,
                 prompt_hash: output.prompt_hash,
+                compaction: output.compaction,
             },
             again,
             acted: Acted::default(),

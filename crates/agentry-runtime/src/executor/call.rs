@@ -84,9 +84,40 @@ impl ExecutorState {
             Ok(out) => ResultEnvelope::success(&call.id, &call.name, out.data, out.refs),
             Err(e) => fail(call, e),
         };
+        self.save_if_large(&mut env).await;
         env.cost.latency_ms = started.elapsed().as_millis() as u64;
         tracing::debug!(run_id = %self.args.run_id, step, call_id = %call.id, tool = %call.name, attempt, ok = env.ok, "tool call finished");
         env
+    }
+
+    /// Saves the data of a result longer than the run's cap, for the model to
+    /// read back in parts (`result.read`); the envelope keeps the whole data.
+    /// A result that cannot be saved is only logged: the model then sees its
+    /// head and is told the rest was not saved.
+    async fn save_if_large(&self, env: &mut ResultEnvelope) {
+        let Some(data) = &env.data else { return };
+        if !longer_than(data, self.args.result_cap) {
+            return;
+        }
+        let Ok(text) = serde_json::to_vec(data) else {
+            return;
+        };
+        let root = Arc::clone(&self.args.root);
+        let workdir = Arc::clone(&self.args.workdir);
+        let artifacts = Arc::clone(&self.args.artifacts);
+        let saved = tokio::task::spawn_blocking(move || {
+            agentry_tools::save_result(&root, &workdir, &artifacts, &text)
+        })
+        .await;
+        match saved {
+            Ok(Ok(reference)) => env.saved = Some(reference),
+            Ok(Err(e)) => {
+                tracing::warn!(run_id = %self.args.run_id, call_id = %env.tool_call_id, error = %e, "a large result could not be saved");
+            }
+            Err(e) => {
+                tracing::warn!(run_id = %self.args.run_id, call_id = %env.tool_call_id, error = %e, "a large result could not be saved");
+            }
+        }
     }
 
     /// What a tool sees of the run for one attempt of a call.
@@ -123,6 +154,29 @@ impl ExecutorState {
             ToolError::new(ErrorCode::Ecanceled, "cancelled before completion")
         }
     }
+}
+
+/// Whether `value` is longer than `cap` bytes as JSON; stops writing at the cap,
+/// so a small result costs one serialization into nothing.
+fn longer_than(value: &Value, cap: usize) -> bool {
+    struct Counter {
+        left: usize,
+    }
+    impl std::io::Write for Counter {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            match self.left.checked_sub(buf.len()) {
+                Some(left) => {
+                    self.left = left;
+                    Ok(buf.len())
+                }
+                None => Err(std::io::Error::other("over the cap")),
+            }
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    serde_json::to_writer(&mut Counter { left: cap }, value).is_err()
 }
 
 fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {

@@ -99,6 +99,8 @@ pub struct ExecutorArgs {
     pub events: EventSink,
     /// Bound on concurrently running calls of one step.
     pub max_parallel: usize,
+    /// Results whose data is longer than this as JSON are also saved whole.
+    pub result_cap: usize,
     /// Backoff between retries.
     pub retry: RetryPolicy,
     /// The state keeper, where calls park while they wait for approval.

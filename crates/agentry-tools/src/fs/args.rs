@@ -9,6 +9,14 @@ use serde::Deserialize;
 pub struct ReadArgs {
     /// Path of the file, relative to the working directory.
     pub path: String,
+    /// Read from this byte (default 0). With `offset` or `limit` a part of a
+    /// file of any size up to 256 MiB is returned; a cut character at either
+    /// end is left out, and `next_offset` says where to go on.
+    #[serde(default)]
+    pub offset: Option<u64>,
+    /// Read at most this many bytes (1 to 1048576; default 1048576).
+    #[serde(default)]
+    pub limit: Option<u64>,
 }
 
 /// Arguments of `fs.write`.

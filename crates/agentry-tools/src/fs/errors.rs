@@ -62,14 +62,19 @@ pub(super) fn io_error(doing: &str, rel: &str, e: &io::Error) -> ToolError {
     }
 }
 
-pub(super) fn too_large(rel: &str, bytes: u64) -> ToolError {
-    ToolError::new(
+pub(super) fn too_large(rel: &str, bytes: u64, cap: u64) -> ToolError {
+    let error = ToolError::new(
         ErrorCode::Einval,
-        format!(
-            "file too large: {rel} is {bytes} bytes, fs.read returns at most {MAX_READ_BYTES} bytes"
-        ),
+        format!("file too large: {rel} is {bytes} bytes, at most {cap} are read"),
     )
-    .retryable(false)
+    .retryable(false);
+    if cap == MAX_READ_BYTES {
+        error.with_action(format!(
+            "read it in parts: give offset and limit (at most {MAX_READ_BYTES} bytes a part)"
+        ))
+    } else {
+        error
+    }
 }
 
 /// Which tool met a [`PathError`]: the same cause reads differently to the model.
@@ -149,7 +154,7 @@ pub(super) fn path_error(e: PathError, op: Op, rel: &str) -> ToolError {
             format!("not a regular file: {rel} (a {kind})"),
         )
         .retryable(false),
-        PathError::TooLarge { bytes, .. } => too_large(rel, bytes),
+        PathError::TooLarge { bytes, cap } => too_large(rel, bytes, cap),
         PathError::Protected => eperm(format!(
             "{rel} is inside agentry's artifact directory, which only agentry writes"
         ))

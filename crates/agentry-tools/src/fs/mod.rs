@@ -25,7 +25,7 @@
 mod args;
 mod errors;
 mod list;
-mod read;
+pub(crate) mod read;
 mod resolve;
 mod root;
 #[cfg(test)]
@@ -37,7 +37,8 @@ pub use list::ListTool;
 pub use read::ReadTool;
 pub use resolve::resolve_in_workdir;
 pub use root::{
-    Entry, EntryKind, PathError, WorkRoot, components, create_exclusive, open_dir_nofollow,
+    ByteRange, Entry, EntryKind, FilePart, PathError, WorkRoot, components, create_exclusive,
+    open_dir_nofollow, read_part, regular_size,
 };
 pub use write::WriteTool;
 
@@ -48,8 +49,12 @@ pub const WRITE_TOOL: &str = "fs.write";
 /// Name of the list tool.
 pub const LIST_TOOL: &str = "fs.list";
 
-/// Largest file `fs.read` returns, in bytes (1 MiB); the content is returned inline.
+/// Largest file `fs.read` returns, in bytes (1 MiB); the content is returned
+/// inline. Also the largest part it returns with `offset`/`limit`.
 pub const MAX_READ_BYTES: u64 = 1024 * 1024;
+
+/// Largest file `fs.read` reads a part of (256 MiB): it hashes the whole file.
+pub const MAX_PART_FILE_BYTES: u64 = 256 * 1024 * 1024;
 
 /// Most entries `fs.list` returns; a longer listing is cut (after sorting) and the
 /// data gets `"truncated": true`.

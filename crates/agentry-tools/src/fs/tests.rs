@@ -390,3 +390,70 @@ fn schemas_forbid_additional_properties() {
         0
     );
 }
+
+#[tokio::test]
+async fn read_parts_by_offset_and_limit_cover_a_file_larger_than_one_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = ctx(dir.path());
+    // Over 1 MiB, with two- and three-byte characters.
+    let content: String = (0..120_000).map(|i| format!("{i} añ€\n")).collect();
+    assert!(content.len() as u64 > MAX_READ_BYTES);
+    std::fs::write(dir.path().join("big.txt"), &content).unwrap();
+    let whole = ReadTool
+        .call(json!({"path": "big.txt"}), &c)
+        .await
+        .expect_err("too large whole");
+    assert!(whole.suggested_action.unwrap().contains("offset"));
+    let mut back = String::new();
+    let mut offset = 0u64;
+    loop {
+        let out = ReadTool
+            .call(
+                json!({"path": "big.txt", "offset": offset, "limit": 100_001}),
+                &c,
+            )
+            .await
+            .unwrap();
+        assert_eq!(out.data["offset"], offset);
+        assert_eq!(out.data["sha256"], sha256_hex(content.as_bytes()).as_str());
+        assert_eq!(out.data["bytes"], content.len() as u64);
+        back.push_str(out.data["content"].as_str().unwrap());
+        offset = out.data["next_offset"].as_u64().unwrap();
+        if out.data["eof"] == true {
+            break;
+        }
+    }
+    assert_eq!(back, content);
+    // A part that starts inside a character starts after it.
+    let euro = content.find('€').unwrap() as u64;
+    let out = ReadTool
+        .call(
+            json!({"path": "big.txt", "offset": euro + 1, "limit": 10}),
+            &c,
+        )
+        .await
+        .unwrap();
+    assert_eq!(out.data["offset"], euro + 3);
+}
+
+#[tokio::test]
+async fn bad_offsets_and_limits_are_einval() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = ctx(dir.path());
+    std::fs::write(dir.path().join("a.txt"), "abc").unwrap();
+    for args in [
+        json!({"path": "a.txt", "offset": 4}),
+        json!({"path": "a.txt", "limit": 0}),
+        json!({"path": "a.txt", "limit": MAX_READ_BYTES + 1}),
+        json!({"path": "a.txt", "offset": -1}),
+    ] {
+        let err = ReadTool.call(args.clone(), &c).await.expect_err("refused");
+        assert_eq!(err.code, ErrorCode::Einval, "{args}: {err}");
+    }
+    let out = ReadTool
+        .call(json!({"path": "a.txt", "offset": 3}), &c)
+        .await
+        .unwrap();
+    assert_eq!(out.data["content"], "");
+    assert_eq!(out.data["eof"], true);
+}

@@ -22,7 +22,7 @@ use agentry_protocol::envelope::ResourceRef;
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
-use crate::fs::{PathError, WorkRoot, create_exclusive, open_dir_nofollow};
+use crate::fs::{PathError, WorkRoot, create_exclusive};
 
 /// Size of the read buffer: one pipe's worth of data per read, at most.
 const READ_CHUNK: usize = 64 * 1024;
@@ -63,21 +63,7 @@ impl Artifact {
     }
 
     fn open_dir(&self) -> Result<OwnedFd, PathError> {
-        if let Some(parts) = self.root.relative(&self.dir) {
-            return self.root.create_dir_chain(&parts);
-        }
-        // Outside the working directory: a place the operator chose, out of the
-        // file tools' reach; only its last component is still checked.
-        std::fs::create_dir_all(&self.dir)?;
-        let (Some(parent), Some(name)) = (self.dir.parent(), self.dir.file_name()) else {
-            return Err(PathError::NotADirectory);
-        };
-        let parent = rustix::fs::open(
-            parent,
-            rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
-            rustix::fs::Mode::empty(),
-        )?;
-        open_dir_nofollow(parent.as_fd(), name)
+        crate::results::open_artifact_dir(&self.root, &self.dir)
     }
 }
 
@@ -258,7 +244,7 @@ fn complete_prefix_len(bytes: &[u8]) -> usize {
 }
 
 /// `path` relative to `workdir` when inside it (with `/` separators), else absolute.
-fn shown_path(workdir: &Path, path: &Path) -> String {
+pub(crate) fn shown_path(workdir: &Path, path: &Path) -> String {
     let relative = path
         .strip_prefix(workdir)
         .ok()

@@ -41,9 +41,12 @@ mod ops;
 mod tests;
 mod walk;
 
-pub use ops::{PathError, components, create_exclusive, open_dir_nofollow};
+pub use ops::{
+    ByteRange, FilePart, PathError, components, create_exclusive, open_dir_nofollow, read_part,
+    regular_size,
+};
 
-use ops::{MAX_TRIES, guard, join, kind_name, replace};
+use ops::{MAX_TRIES, guard, join, replace};
 use walk::{Walk, walk};
 
 /// The kind of a listed entry.
@@ -123,33 +126,48 @@ impl WorkRoot {
     /// link at the path itself is refused (`IsALink`); links before it are
     /// followed beneath the root either way.
     pub fn read_file(&self, rel: &str, cap: u64, follow_final: bool) -> Result<Vec<u8>, PathError> {
-        let parts = components(rel)?;
-        let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY;
-        let fd = self.open_beneath(&parts, flags, follow_final)?;
-        let stat = rustix::fs::fstat(&fd)?;
-        match FileType::from_raw_mode(stat.st_mode) {
-            FileType::RegularFile => {}
-            FileType::Directory => return Err(PathError::IsADirectory),
-            other => {
-                return Err(PathError::NotRegular {
-                    kind: kind_name(other),
-                });
-            }
-        }
-        let size = u64::try_from(stat.st_size).unwrap_or(0);
+        let (file, size) = self.open_regular(rel, follow_final)?;
         if size > cap {
             return Err(PathError::TooLarge { bytes: size, cap });
         }
         // One byte past the cap, in case the file grew since `fstat`.
         let mut bytes = Vec::new();
-        std::fs::File::from(fd)
-            .take(cap + 1)
-            .read_to_end(&mut bytes)?;
+        file.take(cap + 1).read_to_end(&mut bytes)?;
         let len = bytes.len() as u64;
         if len > cap {
             return Err(PathError::TooLarge { bytes: len, cap });
         }
         Ok(bytes)
+    }
+
+    /// Reads `range` of a regular file of at most `cap` bytes, hashing the
+    /// whole file (see [`read_part`]). `follow_final` as for
+    /// [`WorkRoot::read_file`].
+    pub fn read_part(
+        &self,
+        rel: &str,
+        range: ByteRange,
+        cap: u64,
+        follow_final: bool,
+    ) -> Result<FilePart, PathError> {
+        let (file, size) = self.open_regular(rel, follow_final)?;
+        if size > cap {
+            return Err(PathError::TooLarge { bytes: size, cap });
+        }
+        read_part(file, range, cap)
+    }
+
+    /// Opens a regular file beneath the root without blocking; its size.
+    fn open_regular(
+        &self,
+        rel: &str,
+        follow_final: bool,
+    ) -> Result<(std::fs::File, u64), PathError> {
+        let parts = components(rel)?;
+        let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY;
+        let fd = self.open_beneath(&parts, flags, follow_final)?;
+        let size = regular_size(&fd)?;
+        Ok((std::fs::File::from(fd), size))
     }
 
     /// The entries of a directory, unsorted, without following links.

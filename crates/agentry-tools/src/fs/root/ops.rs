@@ -109,6 +109,84 @@ pub fn create_exclusive(dir: BorrowedFd<'_>, name: &OsStr) -> Result<std::fs::Fi
     Err(PathError::Changed)
 }
 
+/// The length of the regular file open at `fd`; anything else is refused.
+pub fn regular_size(fd: &OwnedFd) -> Result<u64, PathError> {
+    let stat = rustix::fs::fstat(fd)?;
+    match FileType::from_raw_mode(stat.st_mode) {
+        FileType::RegularFile => Ok(u64::try_from(stat.st_size).unwrap_or(0)),
+        FileType::Directory => Err(PathError::IsADirectory),
+        other => Err(PathError::NotRegular {
+            kind: kind_name(other),
+        }),
+    }
+}
+
+/// Which bytes of a file to read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ByteRange {
+    /// First byte.
+    pub offset: u64,
+    /// Most bytes.
+    pub limit: u64,
+}
+
+/// Part of a file, and what identifies the whole.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FilePart {
+    /// The bytes of the range (fewer at the end of the file).
+    pub bytes: Vec<u8>,
+    /// Length of the whole file.
+    pub len: u64,
+    /// Hex sha256 of the whole file.
+    pub sha256: String,
+}
+
+/// Reads `range` of `file` while hashing all of it, at most `cap` bytes (a file
+/// that grew past `cap` since it was measured is refused). Memory is the range
+/// plus one buffer, whatever the file's size.
+pub fn read_part(
+    mut file: std::fs::File,
+    range: ByteRange,
+    cap: u64,
+) -> Result<FilePart, PathError> {
+    use sha2::{Digest, Sha256};
+    use std::io::Read;
+    let mut hasher = Sha256::new();
+    let end = range.offset.saturating_add(range.limit);
+    let mut bytes = Vec::with_capacity(usize::try_from(range.limit.min(1 << 20)).unwrap_or(0));
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut at: u64 = 0;
+    loop {
+        let n = match file.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e.into()),
+        };
+        let chunk = &buf[..n];
+        hasher.update(chunk);
+        let chunk_end = at + n as u64;
+        if chunk_end > cap {
+            return Err(PathError::TooLarge {
+                bytes: chunk_end,
+                cap,
+            });
+        }
+        // The overlap of [at, chunk_end) with [offset, end).
+        let from = range.offset.clamp(at, chunk_end);
+        let to = end.clamp(at, chunk_end);
+        if from < to {
+            bytes.extend_from_slice(&chunk[(from - at) as usize..(to - at) as usize]);
+        }
+        at = chunk_end;
+    }
+    Ok(FilePart {
+        bytes,
+        len: at,
+        sha256: hex::encode(hasher.finalize()),
+    })
+}
+
 /// Opens the directory `name` in `dir` as a handle, refusing a link.
 pub fn open_dir_nofollow(dir: BorrowedFd<'_>, name: &OsStr) -> Result<OwnedFd, PathError> {
     match rustix::fs::openat(
