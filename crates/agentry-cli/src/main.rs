@@ -30,6 +30,7 @@
 //! run stops or parks), `report` (stdout), `run` and `resume` (the commands).
 
 mod args;
+mod child_models;
 mod drive;
 mod error;
 mod policy;

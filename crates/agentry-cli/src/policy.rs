@@ -74,12 +74,23 @@ pub(crate) struct ContextSettings {
 
 impl ContextSettings {
     /// Sets the window, the per-result cap and the compaction on `config`.
-    fn apply(&self, config: &mut ModelConfig) {
+    pub(crate) fn apply(&self, config: &mut ModelConfig) {
         config.context_tokens = self.context_tokens;
         if let Some(cap) = self.result_cap {
             config.result_cap = cap;
         }
         config.compaction = self.compaction;
+    }
+
+    /// The task's own settings (`[policy] context_tokens`, `result_cap`,
+    /// `compaction`).
+    pub(crate) fn of_task(task: &TaskSpec) -> Self {
+        ContextSettings {
+            context_tokens: task.context_tokens,
+            set_by: "policy.context_tokens",
+            result_cap: task.result_cap,
+            compaction: compaction_mode(task.compaction),
+        }
     }
 
     /// `--context-tokens`, else the task's `[policy] context_tokens`.

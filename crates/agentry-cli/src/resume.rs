@@ -1,10 +1,11 @@
 //! `agentry resume RUN_ID`: rebuild a stored run's runtime and policy, settle
 //! the calls `--decide` names, and drive it on.
 
-use agentry::{RunConfig, Runtime, RuntimeError, TaskSpec};
+use agentry::{RunConfig, Runtime, TaskSpec};
 use agentry_models::CompactionMode;
 
 use crate::args::{PolicyArg, ResumeArgs, absolute};
+use crate::child_models::with_child_models;
 use crate::drive::{Finished, drive};
 use crate::error::RunError;
 use crate::policy::{
@@ -21,8 +22,8 @@ pub(crate) async fn resume(args: ResumeArgs) -> Result<Finished, RunError> {
         .map_err(RunError::BadInput)?;
     let store = open_sqlite(&path).map_err(RunError::BadInput)?;
     let config = RunConfig::from_store(&*store, &args.run_id).map_err(RunError::BadInput)?;
-    let runtime = runtime_for(&config)
-        .and_then(|r| r.with_store(store, args.durability.into()))
+    let runtime = runtime_for(&config)?
+        .with_store(store, args.durability.into())
         .map_err(RunError::BadInput)?;
     let LoadedPolicy { policy, children } = policy_for(&args, &config).await?;
     let runtime = match children {
@@ -42,13 +43,16 @@ pub(crate) async fn resume(args: ResumeArgs) -> Result<Finished, RunError> {
 }
 
 /// The task's own command tools are part of the stored configuration's world:
-/// rebuild the registry from the task directory the run was started from.
-fn runtime_for(config: &RunConfig) -> Result<Runtime, RuntimeError> {
+/// rebuild the registry (and the named child models) from the task directory
+/// the run was started from.
+fn runtime_for(config: &RunConfig) -> Result<Runtime, RunError> {
     match stored_task_dir(config) {
-        Some(dir) => TaskSpec::load(&dir)
-            .and_then(|task| task.runtime())
-            .map_err(RuntimeError::from),
-        None => Runtime::with_builtins(),
+        Some(dir) => {
+            let task = TaskSpec::load(&dir)?;
+            let context = ContextSettings::of_task(&task);
+            with_child_models(task.runtime()?, &task, context)
+        }
+        None => Runtime::with_builtins().map_err(RunError::BadInput),
     }
 }
 

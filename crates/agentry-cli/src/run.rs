@@ -7,9 +7,10 @@ use std::path::{Path, PathBuf};
 use agentry::{Grants, RunHandle, Runtime, RuntimeError, TaskSpec};
 
 use crate::args::{RunArgs, absolute};
+use crate::child_models::with_child_models;
 use crate::drive::{Finished, drive};
 use crate::error::RunError;
-use crate::policy::{LoadedPolicy, describe_policy, load_policy};
+use crate::policy::{ContextSettings, LoadedPolicy, describe_policy, load_policy};
 use crate::signals::stop_on_interrupt;
 use crate::store::{default_store, open_sqlite};
 
@@ -32,6 +33,8 @@ pub(crate) async fn run(args: RunArgs) -> Result<Finished, RunError> {
         check_trace_file(path).map_err(RunError::BadInput)?;
     }
     let Stored { runtime, path } = open_store(&args, task.runtime()?)?;
+    // Checked before the working directory exists, like the run's own model.
+    let runtime = with_child_models(runtime, &task, ContextSettings::of_run(&args, &task))?;
     refuse_taken_run_id(&runtime, path.as_deref(), args.run_id.as_deref()).await?;
     // The working directory is created last, so bad input leaves nothing behind.
     let workdir = task.prepare_workdir(args.workdir.as_deref())?;

@@ -10,6 +10,7 @@ use std::process::{Command, Output};
 use serde_json::Value;
 
 mod cli {
+    mod child_models;
     mod errors;
     mod fallback;
     mod hosted;

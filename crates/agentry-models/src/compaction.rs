@@ -15,19 +15,9 @@
 use agentry_protocol::decision::{Compaction, Decision, TokenUsage};
 use agentry_protocol::state::SessionEntry;
 
+use crate::config::CompactionMode;
 use crate::context::{Projection, SessionBudget, fits_from, project_after, project_session};
 use crate::results::{head, result_text};
-
-/// What to do with older turns that no longer fit.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum CompactionMode {
-    /// Leave them out, with a note saying how many (the default).
-    #[default]
-    Elide,
-    /// Ask the model to summarize them once the session passes
-    /// [`SUMMARIZE_AT_PERCENT`] of what a request may carry.
-    Summarize,
-}
 
 /// The share of a request's session room past which older turns are summarized.
 pub const SUMMARIZE_AT_PERCENT: usize = 75;

@@ -7,8 +7,18 @@ use agentry_protocol::budget::BudgetSnapshot;
 use agentry_protocol::decision::{Decision, PolicyOutput, TokenUsage};
 
 use crate::ModelError;
-use crate::compaction::CompactionMode;
 use crate::window::ContextWindow;
+
+/// What to do with older turns that no longer fit.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum CompactionMode {
+    /// Leave them out, with a note saying how many (the default).
+    #[default]
+    Elide,
+    /// Ask the model to summarize them once the session passes
+    /// [`SUMMARIZE_AT_PERCENT`](crate::SUMMARIZE_AT_PERCENT) of what a request may carry.
+    Summarize,
+}
 
 /// Which wire protocol a model speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

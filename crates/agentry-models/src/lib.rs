@@ -32,6 +32,7 @@
 //! - `names`: the reversible tool-name mapping.
 //! - `transport`: HTTP status classification, retries, the stall-aware SSE reader.
 //! - `prompt`: the default system prompt both providers send.
+//! - `openai_wire`: the OpenAI-compatible reply and chunk shapes.
 //! - `openai`, `anthropic`: request projection (pure, unit-tested) and stream assembly.
 //! - `chain`: [`FallbackPolicy`], models tried in order when a server is unavailable.
 //! - `provider`: [`connect`], [`connect_chain`] and the child factories, which pick the adapter.
@@ -69,6 +70,7 @@ mod conversation;
 mod error;
 mod names;
 mod openai;
+mod openai_wire;
 mod prompt;
 mod provider;
 mod results;
@@ -79,8 +81,8 @@ pub mod window;
 pub use agentry_policy::Policy;
 pub use anthropic::{AnthropicPolicy, build_anthropic_request};
 pub use chain::{ChainModel, FallbackPolicy};
-pub use compaction::{CompactionMode, SUMMARIZE_AT_PERCENT};
-pub use config::{ModelConfig, Prices, Provider, RetryConfig, TextReply};
+pub use compaction::SUMMARIZE_AT_PERCENT;
+pub use config::{CompactionMode, ModelConfig, Prices, Provider, RetryConfig, TextReply};
 pub use error::ModelError;
 pub use names::ToolNameMap;
 pub use openai::{OpenAiPolicy, build_openai_messages};

@@ -11,12 +11,12 @@ use agentry_protocol::envelope::DEFAULT_RESULT_CAP;
 use agentry_protocol::state::SessionEntry;
 use agentry_protocol::tool::{ToolArguments, ToolCall, ToolSpec};
 use async_trait::async_trait;
-use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::compaction::{SUMMARY_SYSTEM, Summary, SummaryTurn, compact, project, with_compaction};
 use crate::context::{SessionBudget, TokenEstimate, json_bytes, session_room};
 use crate::conversation::{Item, conversation};
+use crate::openai_wire::{Choice, Chunk, Delta, ToolCallDelta, Whole};
 use crate::prompt::system_prompt;
 use crate::transport::{self, AttemptError, ModelTurn, SseReader, TurnFailure};
 use crate::{ModelConfig, ModelError, Provider, ToolNameMap};
@@ -415,103 +415,6 @@ async fn whole_response(response: reqwest::Response) -> Result<Turn<'static>, At
     };
     turn.apply(chunk)?;
     Ok(turn)
-}
-
-#[derive(Debug, Deserialize)]
-struct Whole {
-    #[serde(default)]
-    choices: Vec<WholeChoice>,
-    #[serde(default)]
-    usage: Option<Usage>,
-    #[serde(default)]
-    error: Option<Value>,
-}
-
-#[derive(Debug, Deserialize)]
-struct WholeChoice {
-    #[serde(default)]
-    message: WholeMessage,
-    #[serde(default)]
-    finish_reason: Option<String>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-struct WholeMessage {
-    #[serde(default)]
-    content: Option<String>,
-    #[serde(default)]
-    tool_calls: Vec<WholeCall>,
-}
-
-#[derive(Debug, Deserialize)]
-struct WholeCall {
-    #[serde(default)]
-    id: Option<String>,
-    #[serde(default)]
-    function: Option<FunctionDelta>,
-}
-
-#[derive(Debug, Deserialize)]
-struct Chunk {
-    #[serde(default)]
-    choices: Vec<Choice>,
-    #[serde(default)]
-    usage: Option<Usage>,
-    #[serde(default)]
-    error: Option<Value>,
-}
-
-#[derive(Debug, Deserialize)]
-struct Choice {
-    #[serde(default)]
-    delta: Option<Delta>,
-    #[serde(default)]
-    finish_reason: Option<String>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-struct Delta {
-    #[serde(default)]
-    content: Option<String>,
-    #[serde(default)]
-    tool_calls: Option<Vec<ToolCallDelta>>,
-}
-
-#[derive(Debug, Deserialize)]
-struct ToolCallDelta {
-    #[serde(default)]
-    index: usize,
-    #[serde(default)]
-    id: Option<String>,
-    #[serde(default)]
-    function: Option<FunctionDelta>,
-}
-
-#[derive(Debug, Deserialize)]
-struct FunctionDelta {
-    #[serde(default)]
-    name: Option<String>,
-    #[serde(default)]
-    arguments: Option<String>,
-}
-
-#[derive(Debug, Deserialize)]
-struct Usage {
-    #[serde(default)]
-    prompt_tokens: u64,
-    #[serde(default)]
-    completion_tokens: u64,
-    /// OpenAI's split of the prompt; local servers usually send none (or null).
-    #[serde(default)]
-    prompt_tokens_details: Option<PromptDetails>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-struct PromptDetails {
-    /// Prompt tokens served from OpenAI's automatic prompt cache (part of
-    /// `prompt_tokens`).
-    #[serde(default)]
-    cached_tokens: Option<u64>,
 }
 
 #[derive(Debug, Default)]

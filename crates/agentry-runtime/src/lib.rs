@@ -51,6 +51,7 @@ pub mod runtime;
 pub(crate) mod state;
 pub mod tempdir;
 pub(crate) mod trace;
+mod tree_limits;
 
 pub use ask::AskError;
 pub use budget::ReserveRefused;

@@ -53,7 +53,7 @@ mod workdir;
 
 pub use command::CommandToolDecl;
 pub use error::TaskError;
-pub use spec::{Compaction, FallbackSpec, TaskSpec};
+pub use spec::{ChildModelSpec, Compaction, FallbackSpec, TaskSpec};
 
 /// The task file inside a task directory.
 pub const TASK_FILE: &str = "task.toml";

@@ -85,6 +85,16 @@ pub(crate) struct RawPolicy {
     pub(crate) ca_cert: Option<Value>,
     pub(crate) fallback: Option<Value>,
     pub(crate) prompt_cache: Option<Value>,
+    pub(crate) models: Option<Value>,
+}
+
+/// One `[policy.models.NAME]` table.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawChildModel {
+    pub(crate) model: Option<Value>,
+    pub(crate) base_url: Option<Value>,
+    pub(crate) script: Option<Value>,
 }
 
 /// One `[policy] fallback` entry written as an inline table.

@@ -79,6 +79,23 @@ pub struct TaskSpec {
     /// Mark requests for the provider's prompt cache (`[policy]
     /// prompt_cache`, default true).
     pub prompt_cache: bool,
+    /// Models children may ask for by name (`[policy.models.NAME]`,
+    /// `agent.spawn {"model": NAME}`).
+    pub child_models: std::collections::BTreeMap<String, ChildModelSpec>,
+}
+
+/// One `[policy.models.NAME]`: a model behind a provider's API, or a script.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChildModelSpec {
+    /// `model = "openai:MODEL"` (and optionally `base_url`).
+    Model {
+        /// `openai:MODEL` or `anthropic:MODEL`.
+        model: String,
+        /// Its server; `None`: the provider's hosted API.
+        base_url: Option<String>,
+    },
+    /// `script = "FILE"`, resolved against the task directory.
+    Script(PathBuf),
 }
 
 /// One model of `[policy] fallback`.

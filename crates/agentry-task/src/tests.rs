@@ -96,8 +96,53 @@ fn a_good_file_parses() {
             context_tokens: None,
             result_cap: None,
             compaction: Compaction::Elide,
+            child_models: Default::default(),
         }
     );
+}
+
+#[test]
+fn child_models_name_a_model_or_a_script_and_bad_ones_name_the_field() {
+    let text = "goal = \"g\"\n[policy.models.big]\nmodel = \"anthropic:claude\"\n[policy.models.small]\nmodel = \"openai:qwen\"\nbase_url = \"http://127.0.0.1:9/v1\"\n[policy.models.fake]\nscript = \"worker.json\"";
+    let models = TaskSpec::parse(text, Path::new("/nowhere/t"))
+        .unwrap()
+        .child_models;
+    assert_eq!(
+        models.get("small"),
+        Some(&crate::ChildModelSpec::Model {
+            model: "openai:qwen".into(),
+            base_url: Some("http://127.0.0.1:9/v1".into())
+        })
+    );
+    assert_eq!(
+        models.get("fake"),
+        Some(&crate::ChildModelSpec::Script(
+            "/nowhere/t/worker.json".into()
+        ))
+    );
+    assert_eq!(models.len(), 3);
+    for (body, field) in [
+        (
+            "[policy.models.x]\nmodel = \"gemini:y\"",
+            "policy.models.x.model",
+        ),
+        (
+            "[policy.models.x]\nscript = \"a.json\"\nmodel = \"openai:m\"",
+            "policy.models.x: give model or script",
+        ),
+        (
+            "[policy.models.x]\nscript = \"a.json\"\nbase_url = \"http://h\"",
+            "policy.models.x.base_url",
+        ),
+        ("[policy.models.x]\nname = \"y\"", "policy.models.x"),
+        ("[policy.models.x]", "policy.models.x: missing model"),
+        ("[policy]\nmodels = 3", "policy.models: expected tables"),
+    ] {
+        let err = TaskSpec::parse(&format!("goal = \"g\"\n{body}"), Path::new("/x"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(field), "{body}: {err}");
+    }
 }
 
 #[test]

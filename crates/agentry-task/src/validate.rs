@@ -2,6 +2,7 @@
 //! error names the field, what was expected and what was found. One function
 //! per table, called in file-documentation order; the first error wins.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -14,10 +15,10 @@ use toml::Value;
 use crate::accept::accept;
 use crate::command::{CommandToolDecl, command_tools};
 use crate::raw::{
-    RawBudget, RawDriver, RawFallback, RawPolicy, RawProgress, RawReserve, RawTask, RawTools,
-    RawTree,
+    RawBudget, RawChildModel, RawDriver, RawFallback, RawPolicy, RawProgress, RawReserve, RawTask,
+    RawTools, RawTree,
 };
-use crate::spec::{Compaction, FallbackSpec, TaskSpec};
+use crate::spec::{ChildModelSpec, Compaction, FallbackSpec, TaskSpec};
 use crate::values::{
     FieldError, describe, duration, field_error, millis, money, non_negative, patterns, positive,
     relative_path, section, task_id,
@@ -48,6 +49,7 @@ struct PolicyTable {
     context_tokens: Option<u64>,
     result_cap: Option<usize>,
     compaction: Compaction,
+    child_models: BTreeMap<String, ChildModelSpec>,
 }
 
 impl TaskSpec {
@@ -72,6 +74,7 @@ impl TaskSpec {
             context_tokens,
             result_cap,
             compaction,
+            child_models,
         } = policy_table(raw.policy, dir)?;
         let ProgressTable {
             window: progress_window,
@@ -103,6 +106,7 @@ impl TaskSpec {
             context_tokens,
             result_cap,
             compaction,
+            child_models,
         })
     }
 }
@@ -259,6 +263,7 @@ fn policy_table(v: Option<Value>, dir: &Path) -> Result<PolicyTable, FieldError>
             context_tokens: None,
             result_cap: None,
             compaction: Compaction::Elide,
+            child_models: BTreeMap::new(),
         });
     };
     let policy = section::<RawPolicy>("policy", v)?;
@@ -322,7 +327,52 @@ fn policy_table(v: Option<Value>, dir: &Path) -> Result<PolicyTable, FieldError>
         context_tokens,
         result_cap,
         compaction,
+        child_models: child_models(policy.models, dir)?,
     })
+}
+
+/// `[policy.models.NAME]`: each a `model` (with an optional `base_url`) or a
+/// `script`, never both.
+fn child_models(
+    v: Option<Value>,
+    dir: &Path,
+) -> Result<BTreeMap<String, ChildModelSpec>, FieldError> {
+    let table = match v {
+        None => return Ok(BTreeMap::new()),
+        Some(Value::Table(t)) => t,
+        Some(other) => {
+            return Err(field_error!(
+                "policy.models: expected tables [policy.models.NAME], found {}",
+                describe(&other)
+            ));
+        }
+    };
+    let mut models = BTreeMap::new();
+    for (name, entry) in table {
+        let at = format!("policy.models.{name}");
+        let raw = section::<RawChildModel>(&at, entry)?;
+        let spec = match (raw.model, raw.script) {
+            (Some(model), None) => ChildModelSpec::Model {
+                model: model_spec(&format!("{at}.model"), &model)?,
+                base_url: raw
+                    .base_url
+                    .map(|u| server_url(&format!("{at}.base_url"), u))
+                    .transpose()?,
+            },
+            (None, Some(script)) if raw.base_url.is_none() => {
+                ChildModelSpec::Script(dir.join(relative_path(&format!("{at}.script"), &script)?))
+            }
+            (None, Some(_)) => return Err(field_error!("{at}.base_url: applies only with model")),
+            (Some(_), Some(_)) => return Err(field_error!("{at}: give model or script, not both")),
+            (None, None) => {
+                return Err(field_error!(
+                    "{at}: missing model (e.g. model = \"openai:MODEL\") or script (a file)"
+                ));
+            }
+        };
+        models.insert(name, spec);
+    }
+    Ok(models)
 }
 
 /// A model server's URL (`http://` or `https://`).

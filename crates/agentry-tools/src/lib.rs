@@ -23,6 +23,7 @@
 //! ```
 
 pub mod agents;
+mod artifacts;
 mod builtins;
 pub mod finish;
 pub mod fs;

@@ -10,16 +10,16 @@ use crate::*;
 
 /// What a strict server saw: each POST body, and how many it refused.
 #[derive(Default)]
-struct Seen {
-    posts: Vec<Value>,
-    refused: usize,
+pub(crate) struct Seen {
+    pub(crate) posts: Vec<Value>,
+    pub(crate) refused: usize,
 }
 
 /// A one-thread HTTP/1.1 server on 127.0.0.1. GETs (start-up probes) answer
 /// `{}`; each POST is checked against its provider's rules (400 in the
 /// provider's shape if it breaks one), else answered with the next scripted
 /// (status, body): SSE for 200, JSON otherwise. Base URL without a path.
-fn strict_server(replies: Vec<(u16, String)>) -> (String, Arc<Mutex<Seen>>) {
+pub(crate) fn strict_server(replies: Vec<(u16, String)>) -> (String, Arc<Mutex<Seen>>) {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let seen = Arc::new(Mutex::new(Seen::default()));
@@ -90,7 +90,7 @@ fn refused_url() -> String {
     format!("http://{}", listener.local_addr().unwrap())
 }
 
-fn openai_call(id: &str, name: &str, args: &str) -> (u16, String) {
+pub(crate) fn openai_call(id: &str, name: &str, args: &str) -> (u16, String) {
     let call = serde_json::json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": id,
         "type": "function", "function": {"name": name, "arguments": args}}]}, "finish_reason": "tool_calls"}]});
     let usage =
@@ -134,7 +134,7 @@ fn plain_usage() -> Value {
     serde_json::json!({"input_tokens": 7, "output_tokens": 1})
 }
 
-const KEYS: [(&str, &str); 2] = [("OPENAI_API_KEY", "k1"), ("ANTHROPIC_API_KEY", "k2")];
+pub(crate) const KEYS: [(&str, &str); 2] = [("OPENAI_API_KEY", "k1"), ("ANTHROPIC_API_KEY", "k2")];
 
 /// The model of each step record of a trace file.
 fn trace_models(path: &Path) -> Vec<String> {

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
-use crate::config::ChildShare;
+use crate::tree_limits::ChildShare;
 
 /// A run's tool-call allowance: the one place that says how many tool calls the
 /// run may still make. The supervisor owns its books (it sets what is left at

@@ -12,7 +12,7 @@ use super::allowance::{ToolCallAllowance, signed};
 use super::deadline::DeadlineTimer;
 use super::msg::{BudgetArgs, BudgetMsg, ChildGrant, ParentLink, ReserveRefused, SpendReply};
 use crate::clock::RunClock;
-use crate::config::{ChildShare, TreeLimits};
+use crate::tree_limits::{ChildShare, TreeLimits};
 
 /// Supervisor state.
 #[derive(Debug)]

@@ -1,7 +1,7 @@
 //! What goes in and out of the budget supervisor: its messages, their replies,
 //! and its start-up arguments.
 
-use crate::config::TreeLimits;
+use crate::tree_limits::TreeLimits;
 use agentry_protocol::budget::{BudgetLimits, BudgetSnapshot, Shortfall, Usage};
 use agentry_protocol::stop::StopReason;
 use ractor::{ActorRef, RpcReplyPort};

@@ -45,9 +45,9 @@ pub struct RunHandle {
     /// A durable run's next inbox position, shared by every clone.
     pub(super) inbox: Option<Arc<std::sync::atomic::AtomicU64>>,
     /// Its name, goal and model, for its tree.
-    pub(super) about: super::tree::About,
+    pub(super) about: About,
     /// The children it started.
-    pub(super) children: super::tree::ChildList,
+    pub(super) children: ChildList,
 }
 
 impl RunHandle {
@@ -347,3 +347,48 @@ impl RunHandle {
         }
     }
 }
+
+/// A child as its parent's handle knows it: its handle, and whether its end has
+/// been recorded (in the store, for a durable parent).
+#[derive(Debug, Clone)]
+pub(crate) struct ChildEntry {
+    pub(crate) handle: RunHandle,
+    pub(crate) recorded: watch::Receiver<bool>,
+}
+
+/// The children a run started, in spawn order.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ChildList(Arc<std::sync::Mutex<Vec<ChildEntry>>>);
+
+impl ChildList {
+    pub(crate) fn push(&self, entry: ChildEntry) {
+        if let Ok(mut list) = self.0.lock() {
+            list.push(entry);
+        }
+    }
+
+    pub(crate) fn entries(&self) -> Vec<ChildEntry> {
+        self.0.lock().map(|l| l.clone()).unwrap_or_default()
+    }
+}
+
+/// What a handle says about its run in a tree.
+#[derive(Debug)]
+pub(crate) struct RunAbout {
+    pub(crate) name: String,
+    pub(crate) goal: String,
+    pub(crate) model: String,
+}
+
+impl RunAbout {
+    pub(crate) fn of(config: &crate::RunConfig, policy: &dyn crate::policy::Policy) -> Self {
+        RunAbout {
+            name: config.task_id.clone(),
+            goal: config.goal.clone(),
+            model: policy.name(),
+        }
+    }
+}
+
+/// [`RunAbout`], shared by every clone of a handle.
+pub(crate) type About = Arc<RunAbout>;

@@ -13,9 +13,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::Runtime;
 use super::children::RunChildren;
-use super::handle::RunHandle;
+use super::handle::{ChildEntry, ChildList, RunAbout, RunHandle};
 use super::record::{Resumed, create_record};
-use super::tree::{ChildEntry, ChildList, RunAbout};
 use crate::ask::ask;
 use crate::budget::BudgetMsg;
 use crate::conductor::{

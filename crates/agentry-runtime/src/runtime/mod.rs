@@ -1,9 +1,10 @@
 //! The embedding API: a [`Runtime`] that starts runs, and a [`RunHandle`] per run.
 //!
 //! Files, in import order (each names only those above it):
-//! - `handle.rs`: [`RunHandle`], what an embedder holds on one run.
+//! - `handle.rs`: [`RunHandle`], what an embedder holds on one run; the
+//!   children it started (`ChildList`) and what it says about itself (`RunAbout`).
 //! - `mod.rs`: [`Runtime`] itself — its tools, its shutdown token, its store.
-//! - `tree.rs`: [`RunTree`], a run and its children; `ChildList`.
+//! - `tree.rs`: [`RunTree`], a run and its children (from its handle).
 //! - `children.rs`: `RunChildren`, what `agent.spawn`/`agent.wait`/`agent.cancel` call.
 //! - `record.rs`: a durable run's record, written at its start and read back.
 //! - `launch.rs`: starting a run (root or child); every start ends in `launch`.

@@ -1,16 +1,13 @@
 //! [`RunTree`]: a run and the children it started, for people (the CLI's
-//! summary, `agentry runs --tree`) and for services; and [`ChildList`], the
-//! children a run started, shared by its [`RunHandle`] and its `RunChildren`.
+//! summary, `agentry runs --tree`) and for services.
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agentry_protocol::budget::{BudgetLimits, Usage};
 use agentry_protocol::stop::StopReason;
 use serde::{Deserialize, Serialize};
-use tokio::sync::watch;
 
 use super::handle::RunHandle;
 
@@ -73,30 +70,6 @@ impl RunTree {
     }
 }
 
-/// A child as its parent's handle knows it: its handle, and whether its end has
-/// been recorded (in the store, for a durable parent).
-#[derive(Debug, Clone)]
-pub(crate) struct ChildEntry {
-    pub(crate) handle: RunHandle,
-    pub(crate) recorded: watch::Receiver<bool>,
-}
-
-/// The children a run started, in spawn order.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct ChildList(Arc<Mutex<Vec<ChildEntry>>>);
-
-impl ChildList {
-    pub(crate) fn push(&self, entry: ChildEntry) {
-        if let Ok(mut list) = self.0.lock() {
-            list.push(entry);
-        }
-    }
-
-    pub(crate) fn entries(&self) -> Vec<ChildEntry> {
-        self.0.lock().map(|l| l.clone()).unwrap_or_default()
-    }
-}
-
 impl RunHandle {
     /// The run's tree as it stands: this run and every child it started,
     /// recursively, each with its stop reason (`None` while it runs), limits
@@ -149,24 +122,3 @@ impl RunHandle {
         !self.children.entries().is_empty()
     }
 }
-
-/// What a handle says about its run in a tree.
-#[derive(Debug)]
-pub(crate) struct RunAbout {
-    pub(crate) name: String,
-    pub(crate) goal: String,
-    pub(crate) model: String,
-}
-
-impl RunAbout {
-    pub(crate) fn of(config: &crate::RunConfig, policy: &dyn crate::policy::Policy) -> Self {
-        RunAbout {
-            name: config.task_id.clone(),
-            goal: config.goal.clone(),
-            model: policy.name(),
-        }
-    }
-}
-
-/// [`RunAbout`], shared by every clone of a handle.
-pub(crate) type About = Arc<RunAbout>;

@@ -63,7 +63,7 @@ impl Artifact {
     }
 
     fn open_dir(&self) -> Result<OwnedFd, PathError> {
-        crate::results::open_artifact_dir(&self.root, &self.dir)
+        crate::artifacts::open_artifact_dir(&self.root, &self.dir)
     }
 }
 
@@ -181,7 +181,7 @@ impl Capture {
         let truncated = self.total > self.head.len() as u64;
         let sha256 = hex::encode(self.hasher.finalize());
         let reference = (truncated && !self.artifact_failed).then(|| ResourceRef {
-            path: shown_path(workdir, &self.path),
+            path: crate::artifacts::shown_path(workdir, &self.path),
             sha256,
             bytes: self.total,
         });
@@ -241,25 +241,4 @@ fn complete_prefix_len(bytes: &[u8]) -> usize {
         return if back < needed { len - back } else { len };
     }
     len
-}
-
-/// `path` relative to `workdir` when inside it (with `/` separators), else absolute.
-pub(crate) fn shown_path(workdir: &Path, path: &Path) -> String {
-    let relative = path
-        .strip_prefix(workdir)
-        .ok()
-        .map(Path::to_path_buf)
-        .or_else(|| {
-            let workdir = std::fs::canonicalize(workdir).ok()?;
-            let path = std::fs::canonicalize(path).ok()?;
-            path.strip_prefix(&workdir).ok().map(Path::to_path_buf)
-        });
-    match relative {
-        Some(rel) => rel
-            .components()
-            .map(|c| c.as_os_str().to_string_lossy().into_owned())
-            .collect::<Vec<_>>()
-            .join("/"),
-        None => path.display().to_string(),
-    }
 }

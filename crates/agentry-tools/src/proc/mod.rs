@@ -138,7 +138,6 @@ mod strays;
 #[cfg(test)]
 mod tests;
 
-pub(crate) use capture::shown_path;
 pub use command::{CommandTool, CommandToolError};
 pub use config::{DEFAULT_ENV_ALLOWLIST, DEFAULT_MAX_INLINE, DEFAULT_TERM_GRACE, ProcConfig};
 pub use env::{ENV_CALL_ID, ENV_OPERATION_ID, ENV_RUN_ID, ENV_SPAWN_ID, HOST_ENV};

@@ -5,7 +5,7 @@
 //! A saved result is the `data` of an envelope as JSON text, in
 //! `<artifacts>/results/<sha256>.json`, created like every artifact (its
 //! directory opened beneath the run's root with no link followed, the file
-//! `O_CREAT | O_EXCL | O_NOFOLLOW`; see `proc/capture.rs`). The name is the
+//! `O_CREAT | O_EXCL | O_NOFOLLOW`, as the process tools' output capture does). The name is the
 //! content's hash, so `result.read` checks that what it reads is what was saved
 //! (a tool that can write in the working directory could change the file).
 //!
@@ -14,7 +14,7 @@
 
 use std::ffi::OsString;
 use std::io::Write;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::AsFd;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -29,9 +29,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::fs::read::{byte_range, text_part};
-use crate::fs::{
-    FilePart, PathError, WorkRoot, create_exclusive, open_dir_nofollow, read_part, regular_size,
-};
+use crate::fs::{FilePart, PathError, WorkRoot, create_exclusive, read_part, regular_size};
 use crate::tool::{Tool, ToolContext, ToolOutput, parse_args, schema_for};
 
 /// Name of the tool that reads saved results.
@@ -42,25 +40,6 @@ pub const RESULTS_DIR: &str = "results";
 
 /// Largest saved result `result.read` reads (it hashes the whole file).
 const MAX_SAVED_BYTES: u64 = 256 * 1024 * 1024;
-
-/// Opens `dir` (created as needed): beneath the run's root with every
-/// component a real directory, or, outside it (a place the operator chose, out
-/// of the file tools' reach), with only its last component checked.
-pub(crate) fn open_artifact_dir(root: &WorkRoot, dir: &Path) -> Result<OwnedFd, PathError> {
-    if let Some(parts) = root.relative(dir) {
-        return root.create_dir_chain(&parts);
-    }
-    std::fs::create_dir_all(dir)?;
-    let (Some(parent), Some(name)) = (dir.parent(), dir.file_name()) else {
-        return Err(PathError::NotADirectory);
-    };
-    let parent = rustix::fs::open(
-        parent,
-        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )?;
-    open_dir_nofollow(parent.as_fd(), name)
-}
 
 /// Saves `text` (a result's data as JSON) as `<artifacts>/results/<sha256>.json`;
 /// its reference shows the path relative to `workdir` when inside it.
@@ -73,11 +52,11 @@ pub fn save_result(
     let sha256 = sha256_hex(text);
     let dir = artifacts.join(RESULTS_DIR);
     let name = format!("{sha256}.json");
-    let dir_fd = open_artifact_dir(root, &dir)?;
+    let dir_fd = crate::artifacts::open_artifact_dir(root, &dir)?;
     let mut file = create_exclusive(dir_fd.as_fd(), &OsString::from(&name))?;
     file.write_all(text)?;
     Ok(ResourceRef {
-        path: crate::proc::shown_path(workdir, &dir.join(&name)),
+        path: crate::artifacts::shown_path(workdir, &dir.join(&name)),
         sha256,
         bytes: text.len() as u64,
     })
@@ -185,7 +164,7 @@ fn read_saved(
         rel.push(name.to_string());
         return root.read_part(&rel.join("/"), range, MAX_SAVED_BYTES, false);
     }
-    let dir_fd = open_artifact_dir(root, dir)?;
+    let dir_fd = crate::artifacts::open_artifact_dir(root, dir)?;
     let fd = rustix::fs::openat(
         dir_fd.as_fd(),
         name,
