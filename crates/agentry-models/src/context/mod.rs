@@ -123,10 +123,11 @@ struct Cut {
     cap: usize,
 }
 
-/// The newest entries of `rest` that fit after `head`: whole turns when they
-/// can be; when not even the newest turn fits, results are shown shorter, down
-/// to a floor, and then calls are no longer kept with their results (a result
-/// whose call is elided is shown as a host note, which every provider accepts).
+/// The newest entries of `rest` that fit after `head`, in whole turns (a call
+/// is never sent without its results, nor a result without its call): when not
+/// even the newest turn fits, results are shown shorter, down to a floor; a
+/// turn that still does not fit (its calls' arguments alone are too large) is
+/// elided with everything before it, so the request still fits.
 fn cut(head: &[SessionEntry], rest: &[SessionEntry], budget: SessionBudget) -> Cut {
     let mut cap = budget.result_cap.max(MIN_RESULT_CAP);
     loop {
@@ -141,7 +142,7 @@ fn cut(head: &[SessionEntry], rest: &[SessionEntry], budget: SessionBudget) -> C
                 cap = (cap / 4).max(MIN_RESULT_CAP);
                 continue;
             }
-            None => walk.oldest,
+            None => rest.len(),
         };
         return Cut { keep_from, cap };
     }
