@@ -46,12 +46,24 @@ pub(super) fn binary() -> Result<PathBuf, TestError> {
 pub(super) struct Spawned {
     pub child: Child,
     pub addr: SocketAddr,
+    /// The service's own temp dir (`TMPDIR`, unless the command set one),
+    /// where its runs' working directories go; removed when its holder drops
+    /// it, after the process, so a killed service leaves nothing in the
+    /// system's temp dir.
+    pub tmp: Option<tempfile::TempDir>,
 }
 
 /// Starts `command` (the binary, or a shell that execs it) on 127.0.0.1:0 and
 /// waits up to `wait` for the address it reports; the process is killed if it
 /// never does.
 pub(super) fn spawn(mut command: Command, wait: Duration) -> Result<Spawned, TestError> {
+    let tmp = if command.get_envs().any(|(k, _)| k == "TMPDIR") {
+        None
+    } else {
+        let tmp = tempfile::tempdir()?;
+        command.env("TMPDIR", tmp.path());
+        Some(tmp)
+    };
     command
         .args(["--addr", "127.0.0.1:0"])
         .env("RUST_LOG", "info")
@@ -81,5 +93,5 @@ pub(super) fn spawn(mut command: Command, wait: Duration) -> Result<Spawned, Tes
             return Err("the service did not report its address".into());
         }
     };
-    Ok(Spawned { child, addr })
+    Ok(Spawned { child, addr, tmp })
 }

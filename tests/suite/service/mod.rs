@@ -46,16 +46,24 @@ impl Drop for Service {
 struct ServiceProcess {
     child: std::process::Child,
     base: String,
+    _tmp: Option<tempfile::TempDir>,
 }
 
 impl ServiceProcess {
     fn start(store: &std::path::Path) -> Result<ServiceProcess, TestError> {
         let mut command = std::process::Command::new(crate::suite::service_bin::binary()?);
         command.arg("--store").arg(store);
+        // Runs' working directories go beside the store: a service started
+        // again on it (after a kill) finds them, and the test's temp dir
+        // takes them away.
+        if let Some(dir) = store.parent() {
+            command.env("TMPDIR", dir);
+        }
         let spawned = crate::suite::service_bin::spawn(command, WAIT)?;
         Ok(ServiceProcess {
             child: spawned.child,
             base: format!("http://{}", spawned.addr),
+            _tmp: spawned.tmp,
         })
     }
 

@@ -39,6 +39,7 @@ struct Service {
     child: Child,
     addr: SocketAddr,
     client: reqwest::Client,
+    _tmp: Option<tempfile::TempDir>,
 }
 
 impl Drop for Service {
@@ -77,6 +78,7 @@ impl Service {
         Ok(Service {
             child: spawned.child,
             addr: spawned.addr,
+            _tmp: spawned.tmp,
             client: reqwest::Client::builder()
                 .no_proxy()
                 .timeout(WAIT)
