@@ -159,6 +159,14 @@ fn the_tree_table_sets_the_shape_and_the_budget_rule() {
         .unwrap()
         .run_config("/tmp/w".into());
     assert_eq!(run.tree, tree);
+    // A bare count keeps that many of both.
+    let text = "goal = \"g\"\n[tree]\nparent_reserve = 3\nchild_share = 1";
+    let tree = TaskSpec::parse(text, Path::new("/nowhere/t")).unwrap().tree;
+    assert_eq!(
+        (tree.parent_reserve.steps, tree.parent_reserve.tool_calls),
+        (3, 3)
+    );
+    assert_eq!(tree.child_share.as_per_mille(), 1000);
     for (body, field) in [
         ("child_share = 0", "tree.child_share"),
         ("child_share = 1.5", "tree.child_share"),

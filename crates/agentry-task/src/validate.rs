@@ -9,7 +9,7 @@ use std::time::Duration;
 use agentry_protocol::accept::AcceptCheck;
 use agentry_protocol::budget::BudgetLimits;
 use agentry_runtime::config::{DEFAULT_MAX_DENIED, DEFAULT_MAX_STEPS, DEFAULT_PROGRESS_WINDOW};
-use agentry_runtime::{ApprovalConfig, ChildShare, Driver, Grants, TreeLimits};
+use agentry_runtime::{ApprovalConfig, ChildShare, Driver, Grants, ParentReserve, TreeLimits};
 use toml::Value;
 
 use crate::accept::accept;
@@ -531,6 +531,15 @@ fn tree_table(v: Option<Value>) -> Result<TreeLimits, FieldError> {
             .map_err(|_| field_error!("tree.max_children: too large"))?;
     }
     if let Some(r) = raw.parent_reserve {
+        // A bare count keeps that many steps and tool calls.
+        if let Value::Integer(_) = r {
+            let n = non_negative("tree.parent_reserve", &r)?;
+            tree.parent_reserve = ParentReserve {
+                steps: n,
+                tool_calls: n,
+            };
+            return finish_tree(tree, raw.child_share);
+        }
         let raw = section::<RawReserve>("tree.parent_reserve", r)?;
         if let Some(s) = raw.steps {
             tree.parent_reserve.steps = non_negative("tree.parent_reserve.steps", &s)?;
@@ -539,7 +548,12 @@ fn tree_table(v: Option<Value>) -> Result<TreeLimits, FieldError> {
             tree.parent_reserve.tool_calls = non_negative("tree.parent_reserve.tool_calls", &c)?;
         }
     }
-    if let Some(s) = raw.child_share {
+    finish_tree(tree, raw.child_share)
+}
+
+/// The rest of `[tree]` once `parent_reserve` is read: `child_share`.
+fn finish_tree(mut tree: TreeLimits, share: Option<Value>) -> Result<TreeLimits, FieldError> {
+    if let Some(s) = share {
         tree.child_share = child_share(&s)?;
     }
     Ok(tree)
