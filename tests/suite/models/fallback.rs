@@ -12,12 +12,15 @@ use serde_json::Value;
 use super::server::{MockServer, Reply, TestError};
 use super::sse::{anthropic_call, config, one_call};
 
-/// A URL nothing listens on: a port bound, then closed.
-async fn refused_url() -> Result<String, TestError> {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let addr = listener.local_addr()?;
-    drop(listener);
-    Ok(format!("http://{addr}"))
+/// A URL nothing answers: a port held by a socket bound but never listening,
+/// so a connection is refused and no other test's server can take the port
+/// while the returned socket lives (a port bound and closed again could be
+/// handed to another server, which would then answer for the "down" model).
+fn refused_url() -> Result<(String, tokio::net::TcpSocket), TestError> {
+    let socket = tokio::net::TcpSocket::new_v4()?;
+    socket.bind(std::net::SocketAddr::from(([127, 0, 0, 1], 0)))?;
+    let addr = socket.local_addr()?;
+    Ok((format!("http://{addr}"), socket))
 }
 
 fn named(base: &str, model: &str) -> ModelConfig {
@@ -60,7 +63,7 @@ async fn run_chain(task: &TestTask, chain: Vec<ChainModel>) -> Result<(), TestEr
 
 #[tokio::test]
 async fn a_down_primary_passes_every_turn_to_the_second_model() -> Result<(), TestError> {
-    let down = refused_url().await?;
+    let (down, _held) = refused_url()?;
     let second = MockServer::start(sum_turns(anthropic_call)).await?;
     let task = TestTask::sum()?.trace();
     run_chain(

@@ -84,10 +84,17 @@ fn read_request(stream: &mut std::net::TcpStream) -> (String, String, Vec<u8>) {
     (first, path, body)
 }
 
-/// An address nothing listens on: a port bound, then closed.
-fn refused_url() -> String {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    format!("http://{}", listener.local_addr().unwrap())
+/// An address nothing answers: a port held by a socket bound but never
+/// listening, so a connection is refused and no other test's server can take
+/// the port while the returned socket lives (a port bound and closed again
+/// could be handed to another server, which would answer for the "down" model).
+fn refused_url() -> (String, tokio::net::TcpSocket) {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket
+        .bind(std::net::SocketAddr::from(([127, 0, 0, 1], 0)))
+        .unwrap();
+    let addr = socket.local_addr().unwrap();
+    (format!("http://{addr}"), socket)
 }
 
 pub(crate) fn openai_call(id: &str, name: &str, args: &str) -> (u16, String) {
@@ -189,7 +196,7 @@ fn run_traced(args: &[&str], tmp: &Path) -> (Option<i32>, Value, String, Vec<Str
 
 #[test]
 fn a_down_primary_hands_every_turn_to_the_fallback_flag() {
-    let down = refused_url();
+    let (down, _held) = refused_url();
     let (url, seen) = strict_server(sum_turns(|i, n, a| anthropic_call(i, n, a, plain_usage())));
     let tmp = tempfile::tempdir().unwrap();
     let fallback = format!("anthropic:second={url}");

@@ -9,12 +9,15 @@ use agentry_protocol::Decision;
 use super::server::{MockServer, Reply, TestError};
 use super::sse::{config, decide, text_turn};
 
-/// A URL nothing listens on: a port bound, then closed.
-async fn refused_url() -> Result<String, TestError> {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let addr = listener.local_addr()?;
-    drop(listener);
-    Ok(format!("http://{addr}"))
+/// A URL nothing answers: a port held by a socket bound but never listening,
+/// so a connection is refused and no other test's server can take the port
+/// while the returned socket lives (a port bound and closed again could be
+/// handed to another server, which would then answer for the "down" model).
+fn refused_url() -> Result<(String, tokio::net::TcpSocket), TestError> {
+    let socket = tokio::net::TcpSocket::new_v4()?;
+    socket.bind(std::net::SocketAddr::from(([127, 0, 0, 1], 0)))?;
+    let addr = socket.local_addr()?;
+    Ok((format!("http://{addr}"), socket))
 }
 
 fn chain(models: &[(Provider, &str, &str)]) -> Result<FallbackPolicy, ModelError> {
@@ -32,7 +35,7 @@ fn chain(models: &[(Provider, &str, &str)]) -> Result<FallbackPolicy, ModelError
 
 #[tokio::test]
 async fn a_refused_connection_or_503s_pass_the_turn_to_the_next_model() -> Result<(), TestError> {
-    let down = refused_url().await?;
+    let (down, _held) = refused_url()?;
     // config() allows 2 retries: three 503s spend them all.
     let busy = MockServer::start(vec![
         Reply::status(503, "{\"error\":\"busy\"}"),
@@ -93,7 +96,7 @@ async fn a_400_or_a_401_does_not_fall_through() -> Result<(), TestError> {
 /// (non-fatal), naming the models tried.
 #[tokio::test]
 async fn when_every_model_is_unavailable_the_last_failure_is_the_turns() -> Result<(), TestError> {
-    let (a, b) = (refused_url().await?, refused_url().await?);
+    let ((a, _held_a), (b, _held_b)) = (refused_url()?, refused_url()?);
     let mut policy = chain(&[(Provider::Anthropic, "a", &a), (Provider::OpenAi, "b", &b)])?;
     let out = decide(&mut policy, &[]).await;
     assert_eq!(out.model, "openai:b");
@@ -118,7 +121,7 @@ async fn when_every_model_is_unavailable_the_last_failure_is_the_turns() -> Resu
 #[tokio::test]
 async fn connecting_a_chain_reports_down_models_and_fails_only_when_none_answers()
 -> Result<(), TestError> {
-    let down = refused_url().await?;
+    let (down, _held) = refused_url()?;
     let up = MockServer::start(Vec::new()).await?;
     let models = |urls: &[&str]| -> Vec<ChainModel> {
         urls.iter()
