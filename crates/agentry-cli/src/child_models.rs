@@ -6,10 +6,10 @@ use std::sync::Arc;
 
 use agentry::task::ChildModelSpec;
 use agentry::{ChildPolicyFactory, Policy, Runtime, RuntimeError, Script, TaskSpec};
-use agentry_models::{ChainModel, ModelConfig, Provider};
+use agentry_models::Provider;
 
 use crate::error::RunError;
-use crate::policy::ContextSettings;
+use crate::policy::{ContextSettings, ModelOptions, chain_model};
 
 /// `runtime` with every named child model of `task`; the models use the task's
 /// CA file, prompt-cache setting and `context` like the run's own model.
@@ -56,14 +56,12 @@ fn model_factory(
             )));
         }
     };
-    let mut config = ModelConfig::from_env(provider, model, base_url)
-        .map_err(RunError::Model)?
-        .prompt_cache(task.prompt_cache);
-    if let Some(path) = &task.ca_cert {
-        config = config.ca_cert(path);
-    }
-    context.apply(&mut config);
-    config.window(context.set_by).map_err(RunError::Model)?;
-    agentry_models::chain_policy_factory(vec![ChainModel::new(provider, config)])
-        .map_err(RunError::Model)
+    let options = ModelOptions {
+        fallback: &[],
+        prompt_cache: task.prompt_cache,
+        ca_cert: task.ca_cert.as_deref(),
+        context: *context,
+    };
+    let (model, _window) = chain_model(provider, &model, base_url, &options)?;
+    agentry_models::chain_policy_factory(vec![model]).map_err(RunError::Model)
 }

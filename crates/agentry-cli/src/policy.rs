@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 
 use agentry::task::Compaction;
 use agentry::{ChildPolicyFactory, Policy, RunConfig, RuntimeError, Script, TaskSpec};
-use agentry_models::{ChainModel, CompactionMode, ModelConfig, ModelError, Provider};
+use agentry_models::{
+    ChainModel, CompactionMode, ContextWindow, ModelConfig, ModelError, Provider,
+};
 
 use crate::args::{FallbackArg, PolicyArg, RunArgs, absolute, fallback_model, parse_policy};
 use crate::error::RunError;
@@ -74,7 +76,7 @@ pub(crate) struct ContextSettings {
 
 impl ContextSettings {
     /// Sets the window, the per-result cap and the compaction on `config`.
-    pub(crate) fn apply(&self, config: &mut ModelConfig) {
+    fn apply(&self, config: &mut ModelConfig) {
         config.context_tokens = self.context_tokens;
         if let Some(cap) = self.result_cap {
             config.result_cap = cap;
@@ -184,27 +186,14 @@ pub(crate) async fn model_policy(
     base_url: Option<&str>,
     options: ModelOptions<'_>,
 ) -> Result<LoadedPolicy, RunError> {
-    let config = |provider: Provider, model: &str, base_url: Option<&str>| {
-        let mut config = ModelConfig::from_env(provider, model, base_url)
-            .map_err(RunError::Model)?
-            .prompt_cache(options.prompt_cache);
-        if let Some(path) = options.ca_cert {
-            config = config.ca_cert(path);
-        }
-        options.context.apply(&mut config);
-        let window = config
-            .window(options.context.set_by)
-            .map_err(RunError::Model)?;
-        Ok::<_, RunError>((ChainModel::new(provider, config), window))
-    };
-    let (primary, window) = config(provider, model, base_url)?;
+    let (primary, window) = chain_model(provider, model, base_url, &options)?;
     eprintln!(
         "agentry: context window: {window}; {} reserved for output",
         primary.config.max_output_tokens
     );
     let mut chain = vec![primary];
     for f in options.fallback {
-        chain.push(config(f.provider, &f.model, f.base_url.as_deref())?.0);
+        chain.push(chain_model(f.provider, &f.model, f.base_url.as_deref(), &options)?.0);
     }
     let children = agentry_models::chain_policy_factory(chain.clone()).map_err(RunError::Model)?;
     let connected = agentry_models::connect_chain(chain)
@@ -219,6 +208,28 @@ pub(crate) async fn model_policy(
         policy: connected.policy,
         children: Some(children),
     })
+}
+
+/// One model as `options` configure it (key from its provider's variable, the
+/// prompt cache, the CA file, the context settings), and the window it fits
+/// requests to; a window not above the reserved output is an error.
+pub(crate) fn chain_model(
+    provider: Provider,
+    model: &str,
+    base_url: Option<&str>,
+    options: &ModelOptions<'_>,
+) -> Result<(ChainModel, ContextWindow), RunError> {
+    let mut config = ModelConfig::from_env(provider, model, base_url)
+        .map_err(RunError::Model)?
+        .prompt_cache(options.prompt_cache);
+    if let Some(path) = options.ca_cert {
+        config = config.ca_cert(path);
+    }
+    options.context.apply(&mut config);
+    let window = config
+        .window(options.context.set_by)
+        .map_err(RunError::Model)?;
+    Ok((ChainModel::new(provider, config), window))
 }
 
 /// The task's `[policy] compaction` as the adapters take it.

@@ -14,7 +14,7 @@ use async_trait::async_trait;
 use serde_json::{Value, json};
 
 use crate::compaction::{SUMMARY_SYSTEM, Summary, SummaryTurn, compact, project, with_compaction};
-use crate::context::{SessionBudget, TokenEstimate, json_bytes, session_room};
+use crate::context::{SessionBudget, TokenEstimate};
 use crate::conversation::{Item, conversation};
 use crate::openai_wire::{Choice, Chunk, Delta, ToolCallDelta, Whole};
 use crate::prompt::system_prompt;
@@ -215,10 +215,7 @@ impl OpenAiPolicy {
         };
         // What every request carries whatever the session: sized once per turn.
         let fixed = build_openai_request(&self.config, ctx.goal, ctx.tools, &[], &names, 0);
-        let budget = SessionBudget {
-            bytes: session_room(&self.config, &self.estimate, json_bytes(&fixed)),
-            result_cap: self.config.result_cap,
-        };
+        let budget = SessionBudget::of_request(&self.config, &self.estimate, &fixed);
         let mut summary = self.summary.take();
         let compaction = compact(
             self.config.compaction,

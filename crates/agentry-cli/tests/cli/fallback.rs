@@ -61,7 +61,7 @@ pub(crate) fn strict_server(replies: Vec<(u16, String)>) -> (String, Arc<Mutex<S
 }
 
 /// The request line, path and body of one HTTP/1.1 request.
-fn read_request(stream: &mut std::net::TcpStream) -> (String, String, Vec<u8>) {
+pub(crate) fn read_request(stream: &mut std::net::TcpStream) -> (String, String, Vec<u8>) {
     let mut reader = BufReader::new(stream.try_clone().unwrap());
     let mut first = String::new();
     reader.read_line(&mut first).unwrap();

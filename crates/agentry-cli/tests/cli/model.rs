@@ -71,7 +71,7 @@ fn an_unreachable_model_server_exits_2_before_running() {
 /// A one-thread HTTP/1.1 server on 127.0.0.1: GETs answer `{}`, each POST gets the
 /// next SSE body and its JSON request body is recorded.
 fn sse_server(bodies: Vec<String>) -> (String, std::sync::Arc<std::sync::Mutex<Vec<Value>>>) {
-    use std::io::{BufRead, BufReader, Read, Write};
+    use std::io::Write;
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}/v1", listener.local_addr().unwrap());
     let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
@@ -80,24 +80,7 @@ fn sse_server(bodies: Vec<String>) -> (String, std::sync::Arc<std::sync::Mutex<V
         let mut bodies = bodies.into_iter();
         for stream in listener.incoming() {
             let Ok(mut stream) = stream else { return };
-            let mut reader = BufReader::new(stream.try_clone().unwrap());
-            let mut first = String::new();
-            reader.read_line(&mut first).unwrap();
-            let mut length = 0usize;
-            loop {
-                let mut line = String::new();
-                reader.read_line(&mut line).unwrap();
-                if line.trim().is_empty() {
-                    break;
-                }
-                if let Some((k, v)) = line.split_once(':')
-                    && k.eq_ignore_ascii_case("content-length")
-                {
-                    length = v.trim().parse().unwrap();
-                }
-            }
-            let mut body = vec![0; length];
-            reader.read_exact(&mut body).unwrap();
+            let (first, _, body) = crate::cli::fallback::read_request(&mut stream);
             let (kind, payload) = if first.starts_with("POST") {
                 log.lock()
                     .unwrap()

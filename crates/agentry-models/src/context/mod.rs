@@ -224,10 +224,26 @@ fn escaped_len(text: &str) -> usize {
         + 2
 }
 
+impl SessionBudget {
+    /// The budget of a request whose part independent of the session (system
+    /// prompt, tools, scaffolding) is `fixed`: the session's room in bytes and
+    /// the configured per-result cap.
+    pub(crate) fn of_request(
+        config: &ModelConfig,
+        estimate: &TokenEstimate,
+        fixed: &serde_json::Value,
+    ) -> SessionBudget {
+        SessionBudget {
+            bytes: session_room(config, estimate, json_bytes(fixed)),
+            result_cap: config.result_cap,
+        }
+    }
+}
+
 /// The bytes a request's session may take: the window less the reserved output,
 /// in bytes by `estimate`, less a twentieth for what the estimate misses, less
 /// the `fixed` bytes every request carries (system prompt, tools, scaffolding).
-pub(crate) fn session_room(config: &ModelConfig, estimate: &TokenEstimate, fixed: usize) -> usize {
+fn session_room(config: &ModelConfig, estimate: &TokenEstimate, fixed: usize) -> usize {
     let prompt = config
         .window_tokens()
         .saturating_sub(u64::from(config.max_output_tokens));
@@ -236,7 +252,7 @@ pub(crate) fn session_room(config: &ModelConfig, estimate: &TokenEstimate, fixed
 }
 
 /// Bytes of a request as sent.
-pub(crate) fn json_bytes(request: &serde_json::Value) -> usize {
+fn json_bytes(request: &serde_json::Value) -> usize {
     serde_json::to_vec(request).map_or(0, |b| b.len())
 }
 

@@ -367,6 +367,10 @@ impl ChildList {
         }
     }
 
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.lock().map_or(true, |l| l.is_empty())
+    }
+
     pub(crate) fn entries(&self) -> Vec<ChildEntry> {
         self.0.lock().map(|l| l.clone()).unwrap_or_default()
     }

@@ -119,6 +119,6 @@ impl RunHandle {
 
     /// Whether this run started any child.
     pub fn has_children(&self) -> bool {
-        !self.children.entries().is_empty()
+        !self.children.is_empty()
     }
 }
