@@ -88,6 +88,14 @@ pub enum RunEvent {
         /// The call.
         call: crate::tool::ToolCall,
     },
+    /// A user's interrupt cut the step short: the model's turn (`decision`)
+    /// and/or these calls. The interrupt's input follows as `input_applied`.
+    StepInterrupted {
+        /// Step number.
+        step: u64,
+        /// What was cut short.
+        interrupted: crate::trace::StepInterrupt,
+    },
     /// A timer tick was skipped because the previous one was still running.
     TickSkipped {
         /// The skipped tick's number.

@@ -46,6 +46,9 @@ pub struct TraceStep {
     /// Every execution attempt of the step's calls, retries included.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub attempts: Vec<AttemptRecord>,
+    /// What a user's interrupt cut short in this step, if one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interrupted: Option<StepInterrupt>,
     /// Budget before the step.
     pub budget_before: BudgetSnapshot,
     /// Budget after the step.
@@ -59,6 +62,24 @@ pub struct TraceStep {
     pub state: RunSnapshot<WorldChange>,
     /// When the record was written.
     pub at: UnixMillis,
+}
+
+/// What a user's interrupt cut short in one step. The interrupt's message is
+/// the next input line (its sequence number orders it among all inputs).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepInterrupt {
+    /// The model's turn was cut off before it decided (its stream dropped);
+    /// the step's decision is then a non-fatal failure saying so.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub decision: bool,
+    /// The calls it cancelled, kept from starting, or withdrew from approval,
+    /// in request order; each result says so (`ECANCELED`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub calls: Vec<String>,
+    /// Irreversible calls it cut short: their outcome is unknown, so each
+    /// waited for a human's settlement (`awaiting_decision`) before the step ended.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unsettled: Vec<String>,
 }
 
 /// One execution attempt of a call.
@@ -129,6 +150,15 @@ pub enum RunInput {
     Message {
         /// Text.
         text: String,
+    },
+    /// The user interrupted the step in progress (its stream dropped, its
+    /// tools cancelled). With a message, the message is in the session before
+    /// the next decision and the run goes on; without one the run is paused
+    /// until the user resumes it (a terminal asking what to say).
+    Interrupt {
+        /// What the user said.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        text: Option<String>,
     },
     /// A custom event (e.g. a webhook payload).
     Event {

@@ -44,6 +44,7 @@ pub(crate) mod durable;
 pub mod error;
 pub(crate) mod events;
 pub(crate) mod executor;
+pub(crate) mod interrupt;
 pub mod grants;
 pub mod policy;
 pub mod registry;

@@ -10,7 +10,7 @@
 use std::sync::Arc;
 
 use agentry_protocol::budget::BudgetSnapshot;
-use agentry_protocol::decision::PolicyOutput;
+use agentry_protocol::decision::{Decision, PolicyOutput};
 use agentry_protocol::event::RunEvent;
 use agentry_protocol::state::SessionEntry;
 use agentry_protocol::tool::ToolSpec;
@@ -18,6 +18,7 @@ use agentry_protocol::tool::ToolSpec;
 use crate::budget::OnStepGranted;
 use crate::events::EventSink;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use tokio_util::sync::CancellationToken;
 
 pub use agentry_policy::script;
 pub use agentry_policy::{
@@ -47,6 +48,28 @@ impl DeltaSink for StepDeltas {
     }
 }
 
+/// The failure a turn a user's interrupt cut off is recorded as: the model is
+/// shown it as a host note, followed by the user's message.
+const INTERRUPTED_TURN: &str =
+    "the user interrupted this turn before the model finished it; the user's message follows";
+
+/// The decision of a turn an interrupt cut off: non-fatal, the run goes on.
+/// What the dropped stream used is not known, so none is charged.
+fn interrupted_turn(model: String) -> PolicyOutput {
+    PolicyOutput::new(
+        Decision::Failed {
+            message: INTERRUPTED_TURN.to_string(),
+            fatal: false,
+        },
+        model,
+    )
+}
+
+/// Whether `decision` is a turn an interrupt cut off.
+pub(crate) fn is_interrupted_turn(decision: &Decision) -> bool {
+    matches!(decision, Decision::Failed { message, fatal: false } if message == INTERRUPTED_TURN)
+}
+
 /// Messages the policy actor accepts.
 pub(crate) enum PolicyMsg {
     /// Decide step `step`. `new_entries` are the session entries applied since the
@@ -58,6 +81,9 @@ pub(crate) enum PolicyMsg {
         new_entries: Vec<SessionEntry>,
         /// Budget at the start of the step.
         budget: BudgetSnapshot,
+        /// The step's token: when it fires the turn is dropped (a streaming
+        /// model request with it) and the decision says the user interrupted.
+        cut: CancellationToken,
         /// Where the decision goes.
         reply: RpcReplyPort<PolicyOutput>,
     },
@@ -75,6 +101,8 @@ pub(crate) struct DecideRelay {
     pub(crate) policy: ActorRef<PolicyMsg>,
     /// The run's events.
     pub(crate) events: EventSink,
+    /// The step's token: a user's interrupt drops the model's turn.
+    pub(crate) cut: CancellationToken,
     /// The policy's decision; dropped unanswered when the step is refused.
     pub(crate) decided: RpcReplyPort<PolicyOutput>,
 }
@@ -87,6 +115,7 @@ impl OnStepGranted for DecideRelay {
             new_entries,
             policy,
             events,
+            cut,
             decided,
         } = *self;
         events.emit(|| RunEvent::StepStarted { step });
@@ -96,6 +125,7 @@ impl OnStepGranted for DecideRelay {
             step,
             new_entries,
             budget: before,
+            cut,
             reply: decided,
         });
     }
@@ -152,6 +182,7 @@ impl Actor for PolicyActor {
                 step,
                 new_entries,
                 budget,
+                cut,
                 reply,
             } => {
                 state.transcript.extend(new_entries);
@@ -168,7 +199,12 @@ impl Actor for PolicyActor {
                     session: &state.transcript,
                     budget: &budget,
                 };
-                let out = state.args.policy.decide(ctx).await;
+                let out = tokio::select! {
+                    biased;
+                    out = state.args.policy.decide(ctx) => Some(out),
+                    _ = cut.cancelled() => None,
+                };
+                let out = out.unwrap_or_else(|| interrupted_turn(state.args.policy.name()));
                 let _ = reply.send(out);
             }
         }

@@ -10,12 +10,15 @@ use agentry_protocol::envelope::{ErrorCode, ResultEnvelope, ToolError};
 use agentry_protocol::event::RunEvent;
 use agentry_protocol::stop::StopReason;
 use agentry_protocol::tool::ToolCall;
+use agentry_protocol::trace::StepInterrupt;
 use tokio::time::Duration;
 
 use super::state::ConductorState;
 use super::step_result::{Acted, Answer, StepResult, Stop};
 use crate::ask::ask;
 use crate::executor::{Executed, ExecutorMsg};
+use crate::interrupt::is_cut;
+use crate::policy::is_interrupted_turn;
 
 /// How long a cancelled step waits for the executor's own cancelled envelopes
 /// (the executor itself gives each tool `executor::CANCEL_GRACE` to clean up)
@@ -40,6 +43,7 @@ impl ConductorState {
                 without_calls(&r.decision)
             }
         };
+        self.note_interrupt(r);
         self.count_denials(&r.acted.results);
         for result in &r.acted.results {
             self.emit(|| RunEvent::ToolCallFinished {
@@ -52,6 +56,24 @@ impl ConductorState {
         for approval in &r.acted.approvals {
             self.trace_input(approval.at, &approval.input);
         }
+    }
+
+    /// Whether a user's interrupt cut this step short, and what it cut (the
+    /// model's turn, calls): kept for the trace and published.
+    fn note_interrupt(&self, r: &mut StepResult) {
+        let mut cut = r.acted.interrupted.take().unwrap_or_default();
+        if !is_cut(&self.step_cut, &self.run_token) {
+            return;
+        }
+        cut.decision = is_interrupted_turn(&r.decision);
+        if !cut.decision && cut.calls.is_empty() && cut.unsettled.is_empty() {
+            // The interrupt came as the step was ending: nothing was cut.
+            return;
+        }
+        let step = r.step;
+        let interrupted = cut.clone();
+        self.emit(|| RunEvent::StepInterrupted { step, interrupted });
+        r.acted.interrupted = Some(cut);
     }
 
     /// Keeps the run of `EPERM` results going or breaks it (any other result).
@@ -94,6 +116,7 @@ impl ConductorState {
             decision: Arc::clone(decision),
             granted: granted as usize,
             redrive: again,
+            cut: self.step_cut.clone(),
             reply,
         });
         let token = self.run_token.clone();
@@ -123,6 +146,11 @@ impl ConductorState {
             tool_calls: granted,
             side_effects: executed.side_effects,
             stop,
+            interrupted: Some(StepInterrupt {
+                decision: false,
+                calls: executed.interrupted,
+                unsettled: executed.unsettled,
+            }),
         }
     }
 }

@@ -72,6 +72,7 @@ impl ConductorState {
                     self.discard(source).await;
                 }
             }
+            RunInput::Interrupt { text } => self.on_interrupt(myself, text, source).await,
             RunInput::Message { .. } | RunInput::Event { .. } => {
                 self.record_input_from(input, source).await;
                 if self.config.driver == Driver::Events {
@@ -86,6 +87,34 @@ impl ConductorState {
             // keeper; neither is accepted from outside.
             RunInput::Tick { .. } | RunInput::Approval { .. } | RunInput::Settlement { .. } => {
                 self.discard(source).await;
+            }
+        }
+    }
+
+    /// An interrupt's input, applied after the step it cut (or between steps):
+    /// steps run under a fresh token again once every cut's input is applied.
+    /// With a message it is a message; without one the run pauses until the
+    /// user resumes it.
+    async fn on_interrupt(
+        &mut self,
+        myself: &ActorRef<ConductorMsg>,
+        text: Option<String>,
+        source: Option<InputSource>,
+    ) {
+        self.cut.applied();
+        let hold = text.is_none();
+        if hold && self.paused {
+            return self.discard(source).await;
+        }
+        self.record_input_from(RunInput::Interrupt { text }, source)
+            .await;
+        if hold {
+            self.paused = true;
+        } else if self.config.driver == Driver::Events {
+            if self.paused {
+                self.step_due = true;
+            } else {
+                self.wake(myself);
             }
         }
     }
@@ -238,7 +267,10 @@ impl ConductorState {
 /// What the policy is shown of an applied input, if anything.
 fn session_entry(input: &RunInput) -> Option<SessionEntry> {
     match input {
-        RunInput::Message { text } => Some(SessionEntry::User { text: text.clone() }),
+        RunInput::Message { text }
+        | RunInput::Interrupt {
+            text: Some(text), ..
+        } => Some(SessionEntry::User { text: text.clone() }),
         RunInput::Event { name, payload } => Some(SessionEntry::Event {
             name: name.clone(),
             payload: payload.clone(),
@@ -247,7 +279,8 @@ fn session_entry(input: &RunInput) -> Option<SessionEntry> {
             name: "tick".to_string(),
             payload: serde_json::json!({ "n": n, "skipped": skipped }),
         }),
-        RunInput::Pause
+        RunInput::Interrupt { text: None }
+        | RunInput::Pause
         | RunInput::Resume
         | RunInput::Approval { .. }
         | RunInput::Settlement { .. } => None,

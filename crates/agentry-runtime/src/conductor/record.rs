@@ -161,6 +161,7 @@ impl ConductorState {
             decision: Arc::clone(&r.decision),
             results: r.acted.results.clone(),
             attempts: std::mem::take(&mut r.acted.attempts),
+            interrupted: r.acted.interrupted.take(),
             budget_before: r.before,
             budget_after: r.after,
             state_version: 0,

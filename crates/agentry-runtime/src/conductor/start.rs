@@ -85,6 +85,7 @@ pub(super) async fn start(
         trace: args.trace,
         lineage: args.lineage,
         posted: args.posted,
+        cut: args.cut,
     };
     Ok(ConductorState::new(
         kept, children, model, clock, resumption, allowance,
@@ -205,6 +206,7 @@ struct Kept {
     trace: Option<TraceWriter>,
     lineage: Lineage,
     posted: Posted,
+    cut: crate::interrupt::StepCut,
     durable: bool,
 }
 
@@ -258,6 +260,8 @@ impl ConductorState {
             ending: progress.ending,
             allowance,
             posted: kept.posted,
+            step_cut: kept.cut.token(),
+            cut: kept.cut,
             handled: 0,
             executor_lost: false,
             step_after_restart: false,

@@ -106,6 +106,10 @@ pub struct ConductorState {
     /// Messages posted from outside, and how many of them were handled.
     pub(super) posted: Posted,
     pub(super) handled: u64,
+    /// What a user's interrupt cuts: each step runs under its token.
+    pub(super) cut: crate::interrupt::StepCut,
+    /// The token of the step in progress (taken from `cut` as it starts).
+    pub(super) step_cut: CancellationToken,
     /// The executor died under a step and is not restarted yet. Its reply port
     /// closes before ractor tells its supervisor (this conductor), so the next
     /// step waits for the supervision event and the restart instead of sending

@@ -14,6 +14,7 @@ use crate::ask::{AskError, ask};
 use crate::budget::{BudgetMsg, SpendReply};
 use crate::config::Driver;
 use crate::durable::InFlight;
+use crate::interrupt::is_cut;
 use crate::policy::DecideRelay;
 use crate::state::StateUpdate;
 
@@ -49,6 +50,12 @@ impl ConductorState {
     /// One step: decide, record the decision (durable runs), act on it, record
     /// the step, check whether the run ends.
     pub(super) async fn run_step(&mut self) -> Flow {
+        self.step_cut = self.cut.token();
+        // Cut before it began: the interrupt's input is still in the mailbox
+        // (see `StepCut`) and goes first; the step is taken after it.
+        if is_cut(&self.step_cut, &self.run_token) {
+            return Flow::Continue;
+        }
         let decided = match self.decide().await {
             Ok(decided) => decided,
             Err(stop) => return Flow::Stop(stop),
@@ -71,6 +78,7 @@ impl ConductorState {
     /// tokens and its tool calls are spent again here, exactly once.
     pub(super) async fn act_again(&mut self, in_flight: InFlight) -> Flow {
         let InFlight { step, output, .. } = in_flight;
+        self.step_cut = self.cut.token();
         let before = match self.spend_step(step, "when the run resumed").await {
             Ok(before) => before,
             Err(stop) => return Flow::Stop(stop),
@@ -104,6 +112,7 @@ impl ConductorState {
             new_entries: std::mem::take(&mut self.pending),
             policy: self.children.policy.clone(),
             events: self.events.clone(),
+            cut: self.step_cut.clone(),
             decided: decided_tx.into(),
         };
         let spend = BudgetMsg::SpendStep {

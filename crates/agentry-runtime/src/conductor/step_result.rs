@@ -12,7 +12,7 @@ use agentry_protocol::budget::BudgetSnapshot;
 use agentry_protocol::decision::{Decision, PolicyOutput, TokenUsage};
 use agentry_protocol::envelope::ResultEnvelope;
 use agentry_protocol::stop::StopReason;
-use agentry_protocol::trace::AttemptRecord;
+use agentry_protocol::trace::{AttemptRecord, StepInterrupt};
 
 use crate::config::Driver;
 use crate::executor::AppliedInput;
@@ -78,6 +78,8 @@ pub(super) struct Acted {
     pub(super) answer: Option<Answer>,
     /// Acting ended the run (a fatal policy error, a refused call, cancellation).
     pub(super) stop: Option<Stop>,
+    /// What a user's interrupt cut short, if anything.
+    pub(super) interrupted: Option<StepInterrupt>,
 }
 
 /// The rest of the policy's output, kept for the budget and the trace.

@@ -65,33 +65,43 @@ impl ExecutorState {
                         let _ = self
                             .record(job, LedgerState::Denied, Some(&env), false)
                             .await;
+                        return Gate::Closed(CallOutcome::not_run(env, waited.applied));
                     }
-                    return Gate::Closed(CallOutcome::not_run(env, waited.applied));
+                    // Withdrawn by an interrupt, timed out, or the run stopped.
+                    let outcome = CallOutcome::not_run(env, None);
+                    return Gate::Closed(outcome.cut(self.cut_short()));
                 }
                 let _ = self.record(job, LedgerState::Approved, None, false).await;
                 Gate::Open(waited.applied)
             }
-            Mode::Unsettled => {
-                let waited = Box::pin(self.await_settlement(job)).await;
-                match waited.outcome {
-                    Ok(Settlement::Retry) => Gate::Open(waited.applied),
-                    Ok(settlement @ (Settlement::Happened | Settlement::Skip)) => {
-                        let env = settled_envelope(call, settlement);
-                        let _ = self
-                            .record(job, LedgerState::Outcome, Some(&env), false)
-                            .await;
-                        Gate::Closed(CallOutcome::not_run(env, waited.applied))
-                    }
-                    // No human settled it (the run was cancelled, or the process
-                    // is going away and took the state keeper with it): whether
-                    // the call took effect is as unknown as before, so its row
-                    // stays parked and the next resume asks again. Recording
-                    // this error as the outcome would have the resumed run
-                    // replay "cancelled" and go on without the call.
-                    Err(e) => Gate::Closed(CallOutcome::not_run(fail(call, e), waited.applied)),
-                }
-            }
+            Mode::Unsettled => self.settle(job).await,
             Mode::Fresh | Mode::Approved | Mode::Rerun => Gate::Open(None),
+        }
+    }
+
+    /// A call whose outcome is unknown (a crash, or an interrupt, cut it after
+    /// it started) and which must not run again silently: parked until a
+    /// human settles it. `Retry` opens the gate; `Happened` and `Skip` close it
+    /// with the recorded outcome.
+    pub(super) async fn settle(&self, job: &Job<'_>) -> Gate {
+        let call = job.call;
+        let waited = Box::pin(self.await_settlement(job)).await;
+        match waited.outcome {
+            Ok(Settlement::Retry) => Gate::Open(waited.applied),
+            Ok(settlement @ (Settlement::Happened | Settlement::Skip)) => {
+                let env = settled_envelope(call, settlement);
+                let _ = self
+                    .record(job, LedgerState::Outcome, Some(&env), false)
+                    .await;
+                Gate::Closed(CallOutcome::not_run(env, waited.applied))
+            }
+            // No human settled it (the run was cancelled, or the process is
+            // going away and took the state keeper with it): whether the call
+            // took effect is as unknown as before, so its row stays parked and
+            // the next resume asks again. Recording this error as the outcome
+            // would have the resumed run replay "cancelled" and go on without
+            // the call.
+            Err(e) => Gate::Closed(CallOutcome::not_run(fail(call, e), waited.applied)),
         }
     }
 
@@ -243,9 +253,11 @@ impl ExecutorState {
         };
         tokio::select! {
             decision = decided => decision.map_err(|_| self.cancelled_error()),
-            _ = self.args.run_token.cancelled() => {
+            // A user's interrupt withdraws the request as the run's
+            // cancellation does: the call is not run.
+            _ = self.cut.cancelled() => {
                 withdraw();
-                Err(self.cancelled_error())
+                Err(self.withdrawn_error())
             }
             _ = tokio::time::sleep(timeout) => {
                 withdraw();
@@ -255,6 +267,22 @@ impl ExecutorState {
                 )
                 .with_action("ask for approval again later, or finish without it"))
             }
+        }
+    }
+}
+
+impl ExecutorState {
+    /// Why a call waiting for approval was not run when the step's token fired.
+    fn withdrawn_error(&self) -> ToolError {
+        if crate::interrupt::is_cut(&self.cut, &self.args.run_token) {
+            ToolError::new(
+                ErrorCode::Ecanceled,
+                "interrupted by the user while this call waited for approval: the request was withdrawn and the call was not run",
+            )
+            .retryable(false)
+            .with_action("read the user's message that follows; call again only if it still applies")
+        } else {
+            self.cancelled_error()
         }
     }
 }

@@ -15,7 +15,7 @@ use serde_json::Value;
 
 use super::envelope::{fail, is_recordable, lost, replay};
 use super::ledger::intent_key;
-use super::msg::{AppliedInput, CallOutcome, Executed};
+use super::msg::{AppliedInput, CallOutcome, CutShort, Executed};
 use super::prepared::{Job, Mode, Prepared, is_parallel_safe};
 use super::state::ExecutorState;
 use crate::durable::rerunnable;
@@ -26,6 +26,10 @@ struct StepRun {
     results: Vec<Option<ResultEnvelope>>,
     attempts: Vec<AttemptRecord>,
     approvals: Vec<AppliedInput>,
+    /// Positions of the calls a user's interrupt cut short, and of those of
+    /// them a human settled.
+    interrupted: Vec<usize>,
+    unsettled: Vec<usize>,
 }
 
 impl StepRun {
@@ -34,8 +38,19 @@ impl StepRun {
     fn absorb(&mut self, k: usize, outcome: CallOutcome) {
         self.results[k] = Some(outcome.envelope);
         self.attempts.extend(outcome.attempts);
-        self.approvals.extend(outcome.approval);
+        self.approvals.extend(outcome.applied);
+        match outcome.cut {
+            CutShort::No => {}
+            CutShort::Cancelled => self.interrupted.push(k),
+            CutShort::Unsettled => self.unsettled.push(k),
+        }
     }
+}
+
+/// The ids of the calls at `positions`, in request order.
+fn ids_at(mut positions: Vec<usize>, calls: &[ToolCall]) -> Vec<String> {
+    positions.sort_unstable();
+    positions.into_iter().map(|k| calls[k].id.clone()).collect()
 }
 
 /// A call of a group about to run, with its arguments (moved out of its
@@ -63,6 +78,8 @@ impl ExecutorState {
             results: vec![None; calls.len()],
             attempts: Vec::new(),
             approvals: Vec::new(),
+            interrupted: Vec::new(),
+            unsettled: Vec::new(),
         };
         let mut i = 0;
         while i < prepared.len() {
@@ -72,9 +89,13 @@ impl ExecutorState {
             if group.is_empty() {
                 continue;
             }
-            if self.args.run_token.is_cancelled() {
+            // Calls not started when the step is cut (or the run cancelled)
+            // never start.
+            if self.cut.is_cancelled() {
+                let cut = self.cut_short();
                 for Ready { job, .. } in group {
-                    run.results[job.position] = Some(fail(job.call, self.cancelled_error()));
+                    let env = fail(job.call, self.cancelled_error());
+                    run.absorb(job.position, CallOutcome::not_run(env, None).cut(cut));
                 }
                 continue;
             }
@@ -99,6 +120,8 @@ impl ExecutorState {
             attempts: run.attempts,
             approvals: run.approvals,
             side_effects,
+            interrupted: ids_at(run.interrupted, calls),
+            unsettled: ids_at(run.unsettled, calls),
         }
     }
 

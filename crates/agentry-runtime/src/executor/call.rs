@@ -1,5 +1,6 @@
 //! One attempt of one call: the tool runs under the call's timeout and the
-//! run's cancellation token; a panic, a timeout or a cancellation becomes an
+//! step's cancellation token (a user's interrupt, or the run's cancellation);
+//! a panic, a timeout or a cancellation becomes an
 //! envelope like any other failure.
 
 use std::panic::AssertUnwindSafe;
@@ -14,6 +15,7 @@ use tokio::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 use super::envelope::fail;
+use super::msg::CutShort;
 use super::state::ExecutorState;
 use crate::registry::RegisteredTool;
 
@@ -23,7 +25,8 @@ use crate::registry::RegisteredTool;
 pub const CANCEL_GRACE: Duration = Duration::from_millis(75);
 
 impl ExecutorState {
-    /// Runs one attempt of a call.
+    /// Runs one attempt of a call under `under` (the step's token, or the run's
+    /// for a call a human chose to run again after an interrupt cut it).
     pub(super) async fn run_one(
         &self,
         step: u64,
@@ -32,12 +35,13 @@ impl ExecutorState {
         args: Value,
         attempt: u32,
         operation_id: &Arc<str>,
+        under: &CancellationToken,
     ) -> ResultEnvelope {
-        if self.args.run_token.is_cancelled() {
+        if under.is_cancelled() {
             return fail(call, self.cancelled_error());
         }
         let started = Instant::now();
-        let token = self.args.run_token.child_token();
+        let token = under.child_token();
         let ctx = self.tool_context(call, &token, attempt, operation_id);
         let timeout_ms = tool.contract.timeout_ms;
         let work = async {
@@ -141,8 +145,9 @@ impl ExecutorState {
         }
     }
 
-    /// The error of a call the run's cancellation stopped: `ETIMEDOUT` once the
-    /// run's deadline passed, else `ECANCELED`.
+    /// The error of a call a cancellation stopped: `ETIMEDOUT` once the run's
+    /// deadline passed, `ECANCELED` for the run's cancellation, and for a user's
+    /// interrupt an `ECANCELED` that points the model at the user's message.
     pub(super) fn cancelled_error(&self) -> ToolError {
         if self.args.deadline.is_some_and(|d| Instant::now() >= d) {
             ToolError::new(
@@ -150,8 +155,25 @@ impl ExecutorState {
                 "cancelled: the run's wall-clock deadline passed",
             )
             .retryable(false)
-        } else {
+        } else if self.args.run_token.is_cancelled() {
             ToolError::new(ErrorCode::Ecanceled, "cancelled before completion")
+        } else {
+            ToolError::new(
+                ErrorCode::Ecanceled,
+                "interrupted by the user: this call was cancelled before it finished (or before it started)",
+            )
+            .retryable(false)
+            .with_action("read the user's message that follows and do what it asks")
+        }
+    }
+
+    /// What the step's cancellation did to a call it stopped: an interrupt's
+    /// cut, or nothing of the user's (the run is being cancelled).
+    pub(super) fn cut_short(&self) -> CutShort {
+        if crate::interrupt::is_cut(&self.cut, &self.args.run_token) {
+            CutShort::Cancelled
+        } else {
+            CutShort::No
         }
     }
 }

@@ -75,8 +75,10 @@ impl Actor for ToolExecutor {
                 decision,
                 granted,
                 redrive,
+                cut,
                 reply,
             } => {
+                state.cut = cut;
                 let calls: &[ToolCall] = match &*decision {
                     Decision::ToolCalls { calls } => calls,
                     Decision::Final { .. } | Decision::Failed { .. } => &[],

@@ -42,6 +42,11 @@ pub struct Executed {
     /// A call that must not run twice was started (its intent is on disk, for a
     /// durable run).
     pub side_effects: bool,
+    /// Calls a user's interrupt cancelled, kept from starting or withdrew from
+    /// approval, in request order.
+    pub interrupted: Vec<String>,
+    /// Irreversible calls the interrupt cut short, settled by a human.
+    pub unsettled: Vec<String>,
 }
 
 /// Messages the executor accepts.
@@ -61,6 +66,9 @@ pub enum ExecutorMsg {
         /// finished are not run again, and calls it records as started are settled
         /// by their contract.
         redrive: bool,
+        /// The step's token: a user's interrupt cancels it (and the run's
+        /// cancellation, whose child it is).
+        cut: CancellationToken,
         /// The results.
         reply: RpcReplyPort<Executed>,
     },
@@ -116,11 +124,24 @@ pub struct ExecutorArgs {
 
 /// How one call ended: its envelope, a record of every attempt when it was
 /// retried (a call that ran once is fully described by its envelope, whose
-/// `attempt` is 1), and the human decision it waited for, if any.
+/// `attempt` is 1), and the human decisions it waited for (an approval, a
+/// settlement after an interrupt cut it), in the order they were applied.
 pub(super) struct CallOutcome {
     pub(super) envelope: ResultEnvelope,
     pub(super) attempts: Vec<AttemptRecord>,
-    pub(super) approval: Option<AppliedInput>,
+    pub(super) applied: Vec<AppliedInput>,
+    pub(super) cut: CutShort,
+}
+
+/// What a user's interrupt did to a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum CutShort {
+    /// Nothing: it ran its course (or the run's own cancellation stopped it).
+    No,
+    /// Cancelled in flight, kept from starting, or withdrawn from approval.
+    Cancelled,
+    /// An irreversible call cut in flight: a human settled it.
+    Unsettled,
 }
 
 impl CallOutcome {
@@ -131,7 +152,14 @@ impl CallOutcome {
         CallOutcome {
             envelope,
             attempts: Vec::new(),
-            approval,
+            applied: approval.into_iter().collect(),
+            cut: CutShort::No,
         }
+    }
+
+    /// `self`, marked as what the interrupt did to it.
+    #[inline]
+    pub(super) fn cut(self, cut: CutShort) -> CallOutcome {
+        CallOutcome { cut, ..self }
     }
 }

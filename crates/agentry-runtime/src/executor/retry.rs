@@ -9,16 +9,18 @@ use agentry_protocol::trace::AttemptRecord;
 use agentry_store::LedgerState;
 use serde_json::Value;
 use tokio::time::Duration;
+use tokio_util::sync::CancellationToken;
 
 use super::approval::Gate;
 use super::envelope::fail;
 use super::ledger::operation_id;
-use super::msg::CallOutcome;
-use super::prepared::Job;
+use super::msg::{AppliedInput, CallOutcome, CutShort};
+use super::prepared::{Job, Mode};
 use super::state::ExecutorState;
 use crate::ask::ask;
 use crate::budget::BudgetMsg;
 use crate::durable::rerunnable;
+use crate::interrupt::is_cut;
 
 impl ExecutorState {
     /// Runs one call, retrying retryable failures within the contract's and the
@@ -26,8 +28,14 @@ impl ExecutorState {
     /// outcome: every nested future would add its locals to the executor's
     /// per-step future, which is boxed and moved once per step.
     pub(super) async fn run_with_retries(&self, job: Job<'_>, args: Value) -> CallOutcome {
-        let approval = match self.gate(&job).await {
-            Gate::Open(approval) => approval,
+        // A step cut before the call started: it never starts (a call a crash
+        // left unsettled still waits for its human: its outcome is unknown).
+        if self.cut.is_cancelled() && job.mode != Mode::Unsettled {
+            let env = fail(job.call, self.cancelled_error());
+            return CallOutcome::not_run(env, None).cut(self.cut_short());
+        }
+        let mut applied: Vec<AppliedInput> = match self.gate(&job).await {
+            Gate::Open(approval) => approval.into_iter().collect(),
             Gate::Closed(outcome) => return outcome,
         };
         // On disk before the tool starts when running it twice would be wrong.
@@ -40,7 +48,7 @@ impl ExecutorState {
             )
             .await
         {
-            return CallOutcome::not_run(fail(job.call, e), approval);
+            return CallOutcome::not_run(fail(job.call, e), applied.pop());
         }
         let (step, call, tool) = (job.step, job.call, job.tool);
         let contract = &tool.contract;
@@ -51,6 +59,10 @@ impl ExecutorState {
         // call's arguments again (they parsed and validated before) rather than
         // every call keeping a copy in case.
         let mut args = Some(args);
+        // The step's token; the run's once a human chose to run an interrupted
+        // call again (the step's stays cut until the step ends).
+        let mut under = self.cut.clone();
+        let mut cut = CutShort::No;
         loop {
             self.args.events.emit(|| RunEvent::ToolCallStarted {
                 step,
@@ -63,10 +75,35 @@ impl ExecutorState {
                 None => call.arguments.to_value().unwrap_or_default(),
             };
             let mut env = self
-                .run_one(step, call, tool, this_args, attempt, &operation_id)
+                .run_one(step, call, tool, this_args, attempt, &operation_id, &under)
                 .await;
             env.attempt = attempt;
-            let retry = self.may_retry(&env, contract, attempt)
+            if is_cut(&under, &self.args.run_token) && env.error_code() == Some(ErrorCode::Ecanceled)
+            {
+                if rerunnable(contract) {
+                    cut = CutShort::Cancelled;
+                } else {
+                    // Started and cut: whether it took effect is unknown, as
+                    // after a crash. A human settles it before the step ends.
+                    attempts.push(attempt_record(call, contract, &env, None));
+                    match Box::pin(self.settle(&job)).await {
+                        Gate::Open(settled) => {
+                            applied.extend(settled);
+                            under = self.args.run_token.clone();
+                            cut = CutShort::Unsettled;
+                            attempt += 1;
+                            continue;
+                        }
+                        Gate::Closed(mut outcome) => {
+                            applied.append(&mut outcome.applied);
+                            outcome.applied = applied;
+                            outcome.attempts = attempts;
+                            return outcome.cut(CutShort::Unsettled);
+                        }
+                    }
+                }
+            }
+            let retry = self.may_retry(&env, contract, attempt, &under)
                 // Check-before-spend on the run's retry budget.
                 && Box::pin(ask(&self.args.budget, BudgetMsg::SpendRetry))
                     .await
@@ -75,29 +112,16 @@ impl ExecutorState {
                 if env.attempt > 1 {
                     attempts.push(attempt_record(call, contract, &env, None));
                 }
-                // A call the run's cancellation cut short may or may not have
-                // taken effect: its row keeps the intent. The run is stopping;
-                // should its stop not reach the disk (the process went away), a
-                // resume then settles the call by its contract (re-run or a
-                // human) instead of replaying "cancelled" as if it never ran.
-                let cut_short = !env.ok && self.args.run_token.is_cancelled();
-                if !cut_short {
-                    let _ = self
-                        .record(&job, LedgerState::Outcome, Some(&env), false)
-                        .await;
-                }
-                return CallOutcome {
-                    envelope: env,
-                    attempts,
-                    approval,
-                };
+                self.record_last(&job, &env).await;
+                return CallOutcome { envelope: env, attempts, applied, cut };
             }
             let backoff = self.args.retry.backoff(attempt);
             attempts.push(attempt_record(call, contract, &env, Some(backoff)));
             tokio::select! {
-                _ = self.args.run_token.cancelled() => {
+                _ = under.cancelled() => {
                     let _ = self.record(&job, LedgerState::Outcome, Some(&env), false).await;
-                    return CallOutcome { envelope: env, attempts, approval };
+                    let cut = self.cut_short();
+                    return CallOutcome { envelope: env, attempts, applied, cut };
                 }
                 _ = tokio::time::sleep(backoff) => {}
             }
@@ -105,17 +129,37 @@ impl ExecutorState {
         }
     }
 
+    /// Records a call's last attempt as its outcome. A call the run's
+    /// cancellation cut short may or may not have taken effect: its row keeps
+    /// the intent. The run is stopping; should its stop not reach the disk
+    /// (the process went away), a resume then settles the call by its contract
+    /// (re-run or a human) instead of replaying "cancelled" as if it never ran.
+    async fn record_last(&self, job: &Job<'_>, env: &ResultEnvelope) {
+        let cut_short = !env.ok && self.args.run_token.is_cancelled();
+        if !cut_short {
+            let _ = self
+                .record(job, LedgerState::Outcome, Some(env), false)
+                .await;
+        }
+    }
+
     /// Whether a failed attempt may be retried, before asking the budget: a
     /// retryable error, a contract that allows another attempt, not a permission
     /// error or a cancellation, and a run that is not stopping.
-    fn may_retry(&self, env: &ResultEnvelope, contract: &ToolContract, attempt: u32) -> bool {
+    fn may_retry(
+        &self,
+        env: &ResultEnvelope,
+        contract: &ToolContract,
+        attempt: u32,
+        under: &CancellationToken,
+    ) -> bool {
         match &env.error {
             Some(e) => {
                 e.retryable
                     && contract.may_retry()
                     && attempt <= contract.max_retries
                     && !matches!(e.code, ErrorCode::Eperm | ErrorCode::Ecanceled)
-                    && !self.args.run_token.is_cancelled()
+                    && !under.is_cancelled()
             }
             None => false,
         }

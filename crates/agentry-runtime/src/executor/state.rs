@@ -16,6 +16,9 @@ use super::prepared::Job;
 pub struct ExecutorState {
     pub(super) args: ExecutorArgs,
     pub(super) ledger: Ledger,
+    /// The current step's token (a child of the run's): a user's interrupt
+    /// cancels it.
+    pub(super) cut: tokio_util::sync::CancellationToken,
 }
 
 impl ExecutorState {
@@ -26,7 +29,8 @@ impl ExecutorState {
             Some(log) => Ledger::load(log, &args.registry).await?,
             None => Ledger::default(),
         };
-        Ok(ExecutorState { args, ledger })
+        let cut = args.run_token.child_token();
+        Ok(ExecutorState { args, ledger, cut })
     }
 
     /// What acceptance checks run with: the run's root, artifacts and token

@@ -17,6 +17,7 @@ use crate::config::TreeLimits;
 use crate::durable::RunLog;
 use crate::error::RuntimeError;
 use crate::events::EventSink;
+use crate::interrupt::StepCut;
 use crate::registry::Grants;
 use crate::state::{AppliedAt, ApprovalDecision, HumanInputError, StateMsg};
 
@@ -32,6 +33,8 @@ pub struct RunHandle {
     /// Cancelling it interrupts the step in progress (the conductor's mailbox is
     /// busy until the step ends, so a message alone would wait behind it).
     pub(super) run_token: CancellationToken,
+    /// Cut by [`RunHandle::interrupt`]: the step in progress, not the run.
+    pub(super) cut: StepCut,
     pub(super) outcome: watch::Receiver<Option<RunOutcome>>,
     pub(super) events: EventSink,
     /// Where the run sits in its agent tree.
@@ -87,6 +90,38 @@ impl RunHandle {
         let _ = self
             .conductor
             .cast(ConductorMsg::Abort(StopReason::UserAbort));
+    }
+
+    /// Interrupts the step in progress and redirects the run with `message`:
+    /// the model's streaming turn is dropped, running tools are cancelled as at
+    /// a deadline (process groups killed), calls not yet started never start,
+    /// and a call waiting for approval is withdrawn; each such call's result
+    /// says the user interrupted it (`ECANCELED`). Calls already finished keep
+    /// their results. An irreversible call that had started has an unknown
+    /// outcome: it waits for a human's settlement (`awaiting_decision`) before
+    /// the step ends. Then `message` enters the session (through the state
+    /// keeper, numbered with every other input) and the run goes on with the
+    /// next decision. With no step in progress this is
+    /// [`RunHandle::send_message`] (a sleeping event-driven agent wakes for it).
+    pub fn interrupt(&self, message: impl Into<String>) -> Result<(), RuntimeError> {
+        self.cut_with(RunInput::Interrupt {
+            text: Some(message.into()),
+        })
+    }
+
+    /// Interrupts the step in progress as [`RunHandle::interrupt`] does, but
+    /// with nothing to say yet: the run is paused after the cut step, until
+    /// [`RunHandle::resume`] (send the user's words with
+    /// [`RunHandle::send_message`] first). For a front end that asks the user
+    /// what to say once the work has stopped, as `agentry run` does on Ctrl-C.
+    pub fn interrupt_and_pause(&self) -> Result<(), RuntimeError> {
+        self.cut_with(RunInput::Interrupt { text: None })
+    }
+
+    /// Posts an interrupt's input and cuts the step, as one act (see
+    /// [`StepCut`]).
+    fn cut_with(&self, input: RunInput) -> Result<(), RuntimeError> {
+        self.cut.cut_with(|| self.input(input))
     }
 
     /// Sends a user message into the run. It enters the session (through the state

@@ -25,6 +25,7 @@ use crate::config::{RunConfig, TreeLimits};
 use crate::durable::RunLog;
 use crate::error::{ChildRefusal, RuntimeError};
 use crate::events::EventSink;
+use crate::interrupt::StepCut;
 use crate::owner::Claim;
 use crate::policy::Policy;
 use crate::registry::Grants;
@@ -263,6 +264,7 @@ impl Runtime {
         let children = Arc::new(RunChildren::new(self.clone(), config.workdir.clone()));
         let (actors_tx, actors_rx) = oneshot::channel();
         let posted = Posted::default();
+        let cut = StepCut::new(&run_token);
         let args = ConductorArgs {
             run_id: Arc::clone(&run_id),
             config,
@@ -279,6 +281,7 @@ impl Runtime {
             restore: stored.restore,
             posted: posted.clone(),
             claim: stored.claim,
+            cut: cut.clone(),
         };
         let (conductor, actors) = spawn_conductor(&run_id, args, actors_rx).await?;
         let handle = RunHandle {
@@ -286,6 +289,7 @@ impl Runtime {
             conductor: ConductorPost::new(conductor, posted),
             actors,
             run_token,
+            cut,
             outcome: outcome_rx,
             events,
             lineage,

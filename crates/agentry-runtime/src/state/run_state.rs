@@ -172,7 +172,11 @@ impl RunState {
     fn apply_input(&mut self, input: RunInput) {
         self.inputs += 1;
         match input {
-            RunInput::Message { text } => self.session.push(SessionEntry::User { text }),
+            RunInput::Message { text }
+            | RunInput::Interrupt {
+                text: Some(text), ..
+            } => self.session.push(SessionEntry::User { text }),
+            RunInput::Interrupt { text: None } => self.status = RunStatus::Paused,
             RunInput::Event { name, payload } => {
                 self.session.push(SessionEntry::Event { name, payload });
             }

@@ -1,0 +1,124 @@
+//! The step's cancellation a user's interrupt fires: a child of the run's
+//! token, shared by the conductor (whose steps run under it) and every handle
+//! on the run (which cut it).
+//!
+//! Every cut comes with an input ([`RunInput::Interrupt`]) posted to the
+//! conductor *before* the cut, under one lock; the conductor arms a fresh token
+//! when it has applied as many interrupt inputs as there were cuts. So a cut
+//! token always means an interrupt input is still in the conductor's mailbox:
+//! a step that finds its token cut at its start is not taken (the input goes
+//! first), and no cut is lost to a step that started just after it.
+//!
+//! [`RunInput::Interrupt`]: agentry_protocol::trace::RunInput::Interrupt
+
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use tokio_util::sync::CancellationToken;
+
+/// One run's interrupt switch. Cloneable; every clone is the same switch.
+#[derive(Debug, Clone)]
+pub(crate) struct StepCut {
+    run: CancellationToken,
+    inner: Arc<Mutex<Armed>>,
+}
+
+#[derive(Debug)]
+struct Armed {
+    token: CancellationToken,
+    /// Cuts made, and interrupt inputs the conductor applied.
+    cuts: u64,
+    applied: u64,
+}
+
+impl StepCut {
+    pub(crate) fn new(run: &CancellationToken) -> Self {
+        StepCut {
+            run: run.clone(),
+            inner: Arc::new(Mutex::new(Armed {
+                token: run.child_token(),
+                cuts: 0,
+                applied: 0,
+            })),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Armed> {
+        // Nothing panics while holding it; a poisoned lock still holds a token.
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The token the next step runs under (cancelled with the run too).
+    pub(crate) fn token(&self) -> CancellationToken {
+        self.lock().token.clone()
+    }
+
+    /// Posts the interrupt's input with `post` and, if it was posted, cuts the
+    /// step in progress — one act, as the conductor sees it.
+    pub(crate) fn cut_with<E>(&self, post: impl FnOnce() -> Result<(), E>) -> Result<(), E> {
+        let mut armed = self.lock();
+        post()?;
+        armed.cuts += 1;
+        armed.token.cancel();
+        Ok(())
+    }
+
+    /// The conductor applied an interrupt input: once every cut's input is
+    /// applied, steps run under a fresh token again.
+    pub(crate) fn applied(&self) {
+        let mut armed = self.lock();
+        armed.applied += 1;
+        if armed.applied >= armed.cuts && armed.token.is_cancelled() && !self.run.is_cancelled() {
+            armed.token = self.run.child_token();
+        }
+    }
+}
+
+/// Whether `step` (a step's token) was cut by an interrupt rather than by the
+/// run's own cancellation (deadline, abort, shutdown).
+#[inline]
+pub(crate) fn is_cut(step: &CancellationToken, run: &CancellationToken) -> bool {
+    step.is_cancelled() && !run.is_cancelled()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cut_holds_until_its_input_is_applied_then_a_fresh_token_is_armed() {
+        let run = CancellationToken::new();
+        let cut = StepCut::new(&run);
+        let first = cut.token();
+        cut.cut_with(|| Ok::<(), ()>(())).unwrap();
+        assert!(first.is_cancelled() && is_cut(&first, &run));
+        assert!(cut.token().is_cancelled(), "still cut: its input is pending");
+        cut.applied();
+        assert!(!cut.token().is_cancelled());
+        assert!(!run.is_cancelled());
+    }
+
+    #[test]
+    fn two_cuts_need_both_inputs_applied() {
+        let run = CancellationToken::new();
+        let cut = StepCut::new(&run);
+        cut.cut_with(|| Ok::<(), ()>(())).unwrap();
+        cut.cut_with(|| Ok::<(), ()>(())).unwrap();
+        cut.applied();
+        assert!(cut.token().is_cancelled());
+        cut.applied();
+        assert!(!cut.token().is_cancelled());
+    }
+
+    #[test]
+    fn an_input_not_posted_cuts_nothing_and_the_run_token_reaches_the_step() {
+        let run = CancellationToken::new();
+        let cut = StepCut::new(&run);
+        assert_eq!(cut.cut_with(|| Err("gone")), Err("gone"));
+        let step = cut.token();
+        assert!(!step.is_cancelled());
+        run.cancel();
+        assert!(step.is_cancelled() && !is_cut(&step, &run));
+        cut.applied();
+        assert!(cut.token().is_cancelled(), "a cancelled run arms nothing new");
+    }
+}
