@@ -136,6 +136,7 @@ fn trace_step() -> TraceLine {
         .into(),
         results: vec![add_result(5000).into()],
         attempts: Vec::new(),
+        interrupted: None,
         budget_before: BudgetSnapshot::new(limits, spent, 20),
         budget_after: BudgetSnapshot::new(limits, spent, 20),
         state_version: 5000,
