@@ -91,7 +91,10 @@ mod tests {
         let first = cut.token();
         cut.cut_with(|| Ok::<(), ()>(())).unwrap();
         assert!(first.is_cancelled() && is_cut(&first, &run));
-        assert!(cut.token().is_cancelled(), "still cut: its input is pending");
+        assert!(
+            cut.token().is_cancelled(),
+            "still cut: its input is pending"
+        );
         cut.applied();
         assert!(!cut.token().is_cancelled());
         assert!(!run.is_cancelled());
@@ -119,6 +122,9 @@ mod tests {
         run.cancel();
         assert!(step.is_cancelled() && !is_cut(&step, &run));
         cut.applied();
-        assert!(cut.token().is_cancelled(), "a cancelled run arms nothing new");
+        assert!(
+            cut.token().is_cancelled(),
+            "a cancelled run arms nothing new"
+        );
     }
 }

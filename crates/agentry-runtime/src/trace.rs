@@ -246,6 +246,7 @@ mod tests {
                 decision: Arc::clone(&decision),
                 results: Vec::new(),
                 attempts: Vec::new(),
+                interrupted: None,
                 budget_before: BudgetSnapshot::default(),
                 budget_after: BudgetSnapshot::default(),
                 state_version: seq,

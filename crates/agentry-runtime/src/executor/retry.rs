@@ -78,7 +78,8 @@ impl ExecutorState {
                 .run_one(step, call, tool, this_args, attempt, &operation_id, &under)
                 .await;
             env.attempt = attempt;
-            if is_cut(&under, &self.args.run_token) && env.error_code() == Some(ErrorCode::Ecanceled)
+            if is_cut(&under, &self.args.run_token)
+                && env.error_code() == Some(ErrorCode::Ecanceled)
             {
                 if rerunnable(contract) {
                     cut = CutShort::Cancelled;
@@ -113,7 +114,12 @@ impl ExecutorState {
                     attempts.push(attempt_record(call, contract, &env, None));
                 }
                 self.record_last(&job, &env).await;
-                return CallOutcome { envelope: env, attempts, applied, cut };
+                return CallOutcome {
+                    envelope: env,
+                    attempts,
+                    applied,
+                    cut,
+                };
             }
             let backoff = self.args.retry.backoff(attempt);
             attempts.push(attempt_record(call, contract, &env, Some(backoff)));

@@ -237,6 +237,7 @@ impl StandInRun {
             new_entries: Vec::new(),
             policy: self.policy.clone(),
             events: self.events.clone(),
+            cut: self.run_token.child_token(),
             decided: decided_tx.into(),
         };
         let spend = BudgetMsg::SpendStep {
