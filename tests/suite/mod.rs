@@ -10,6 +10,7 @@ mod executor;
 mod fs_confinement;
 mod handle;
 mod idempotency;
+mod interrupt;
 mod models;
 mod policy;
 mod process;

@@ -4,7 +4,7 @@
 
 use agentry_protocol::envelope::{ErrorCode, ResultEnvelope};
 use agentry_protocol::event::RunEvent;
-use agentry_protocol::tool::ToolContract;
+use agentry_protocol::tool::{Effect, ToolContract};
 use agentry_protocol::trace::AttemptRecord;
 use agentry_store::LedgerState;
 use serde_json::Value;
@@ -81,11 +81,13 @@ impl ExecutorState {
             if is_cut(&under, &self.args.run_token)
                 && env.error_code() == Some(ErrorCode::Ecanceled)
             {
-                if rerunnable(contract) {
+                if contract.effect != Effect::IrreversibleExternal {
                     cut = CutShort::Cancelled;
                 } else {
-                    // Started and cut: whether it took effect is unknown, as
-                    // after a crash. A human settles it before the step ends.
+                    // An irreversible call started and cut: whether it took
+                    // effect is unknown, as after a crash. A human settles it
+                    // before the step ends. (Other calls are reported
+                    // cancelled; the model is told so and may call again.)
                     attempts.push(attempt_record(call, contract, &env, None));
                     match Box::pin(self.settle(&job)).await {
                         Gate::Open(settled) => {
