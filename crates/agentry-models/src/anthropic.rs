@@ -162,7 +162,9 @@ impl AnthropicPolicy {
         // What every request carries whatever the session: sized once per turn.
         let fixed = anthropic_request(&self.config, ctx.goal, ctx.tools, &[], &names, 0);
         let budget = SessionBudget::of_request(&self.config, &self.estimate, &fixed);
-        let mut summary = self.summary.take();
+        // A copy, not taken: a turn dropped mid-way (a user's interrupt)
+        // keeps the summary it had.
+        let mut summary = self.summary.clone();
         let compaction = compact(
             self.config.compaction,
             ctx.session,

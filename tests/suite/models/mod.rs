@@ -7,6 +7,7 @@ mod aimock;
 mod compaction;
 mod failed_turns;
 mod fallback;
+mod interrupt;
 mod long_run;
 mod prompt_cache;
 mod runtime;
