@@ -24,19 +24,30 @@ use crate::registry::RegisteredTool;
 /// declares its own (`Tool::cancel_grace`, zero by default).
 pub const CANCEL_GRACE: Duration = Duration::from_millis(75);
 
+/// One attempt of a call, as `run_one` takes it.
+pub(super) struct Attempt<'a> {
+    pub(super) step: u64,
+    pub(super) call: &'a ToolCall,
+    pub(super) tool: &'a RegisteredTool,
+    /// From 1.
+    pub(super) attempt: u32,
+    pub(super) operation_id: &'a Arc<str>,
+    /// The token it runs under: the step's, or the run's for a call a human
+    /// chose to run again after it was left unsettled.
+    pub(super) under: &'a CancellationToken,
+}
+
 impl ExecutorState {
-    /// Runs one attempt of a call under `under` (the step's token, or the run's
-    /// for a call a human chose to run again after an interrupt cut it).
-    pub(super) async fn run_one(
-        &self,
-        step: u64,
-        call: &ToolCall,
-        tool: &RegisteredTool,
-        args: Value,
-        attempt: u32,
-        operation_id: &Arc<str>,
-        under: &CancellationToken,
-    ) -> ResultEnvelope {
+    /// Runs one attempt of a call.
+    pub(super) async fn run_one(&self, one: Attempt<'_>, args: Value) -> ResultEnvelope {
+        let Attempt {
+            step,
+            call,
+            tool,
+            attempt,
+            operation_id,
+            under,
+        } = one;
         if under.is_cancelled() {
             return fail(call, self.cancelled_error());
         }

@@ -5,7 +5,8 @@
 //! budget granted? → known tool? → arguments valid JSON and schema-valid? →
 //! scope granted? → idempotency table (same id + same call: the recorded result,
 //! `replayed: true`; same id + different call: `EINVAL`) → preconditions →
-//! execute under the call's timeout and the run's cancellation token → envelope.
+//! execute under the call's timeout and the step's cancellation token (the run's
+//! cancellation, or a user's interrupt) → envelope.
 //! A retryable failure is retried with exponential backoff and jitter while the
 //! contract's `max_retries` and the run's retry budget allow; never for
 //! `irreversible_external` tools, permission errors or cancellations.
@@ -13,7 +14,8 @@
 //! Consecutive parallel-safe calls of one step (by default: `read_only` tools)
 //! run concurrently, at most `max_parallel` at a time; any other call runs alone,
 //! in request order. Results are always returned in request order, whatever the
-//! completion order. Once the run is cancelled no further call starts.
+//! completion order. Once the run is cancelled or the step interrupted no
+//! further call starts.
 //!
 //! # Layout
 //! In import order (each file uses only those above it):
@@ -23,8 +25,8 @@
 //! - `ledger`: the idempotency table, [`intent_key`], [`operation_id`].
 //! - `state`: [`ExecutorState`] and how a ledger row reaches the store.
 //! - `pipeline`: the checks before anything runs. `batch`: a step's calls, group
-//!   by group. `approval`: the human gate. `retry`: attempts and retries.
-//!   `call`: one attempt under its timeout.
+//!   by group. `approval`: the human gate. `call`: one attempt under its
+//!   timeout. `retry`: attempts and retries.
 
 mod approval;
 mod batch;

@@ -12,6 +12,7 @@ use tokio::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use super::approval::Gate;
+use super::call::Attempt;
 use super::envelope::fail;
 use super::ledger::operation_id;
 use super::msg::{AppliedInput, CallOutcome, CutShort};
@@ -22,118 +23,169 @@ use crate::budget::BudgetMsg;
 use crate::durable::rerunnable;
 use crate::interrupt::is_cut;
 
+/// One call's attempts so far, and what it carries to its outcome.
+struct Tries {
+    /// The next attempt's number, from 1.
+    attempt: u32,
+    /// Every attempt, when there was more than one.
+    attempts: Vec<AttemptRecord>,
+    /// Human decisions the call waited for, in the order applied.
+    applied: Vec<AppliedInput>,
+    /// The token attempts run under: the step's; the run's once a human chose
+    /// to run an unsettled call again (the step's stays cut until it ends).
+    under: CancellationToken,
+    cut: CutShort,
+}
+
+impl Tries {
+    fn outcome(self, envelope: ResultEnvelope) -> CallOutcome {
+        CallOutcome {
+            envelope,
+            attempts: self.attempts,
+            applied: self.applied,
+            cut: self.cut,
+        }
+    }
+}
+
+/// What follows an attempt a user's interrupt cut.
+enum AfterCut {
+    /// Report it cancelled.
+    Report,
+    /// A human chose to run it again.
+    RunAgain,
+    /// A human settled it: this is its result.
+    Settled(Box<ResultEnvelope>),
+}
+
 impl ExecutorState {
     /// Runs one call, retrying retryable failures within the contract's and the
-    /// run's retry allowance. One async fn from the gate to the recorded
-    /// outcome: every nested future would add its locals to the executor's
-    /// per-step future, which is boxed and moved once per step.
+    /// run's retry allowance.
     pub(super) async fn run_with_retries(&self, job: Job<'_>, args: Value) -> CallOutcome {
+        // Size: one async fn from the gate to the recorded outcome: every nested
+        // future would add its locals to the executor's per-step future, which
+        // is boxed and moved once per step (the rare paths are boxed).
+        //
         // A step cut before the call started: it never starts (a call a crash
         // left unsettled still waits for its human: its outcome is unknown).
         if self.cut.is_cancelled() && job.mode != Mode::Unsettled {
             let env = fail(job.call, self.cancelled_error());
             return CallOutcome::not_run(env, None).cut(self.cut_short());
         }
-        let mut applied: Vec<AppliedInput> = match self.gate(&job).await {
+        let applied: Vec<AppliedInput> = match self.gate(&job).await {
             Gate::Open(approval) => approval.into_iter().collect(),
             Gate::Closed(outcome) => return outcome,
         };
+        let contract = &job.tool.contract;
         // On disk before the tool starts when running it twice would be wrong.
-        if let Err(e) = self
-            .record(
-                &job,
-                LedgerState::Intent,
-                None,
-                !rerunnable(&job.tool.contract),
-            )
-            .await
-        {
-            return CallOutcome::not_run(fail(job.call, e), applied.pop());
+        let intent = self.record(&job, LedgerState::Intent, None, !rerunnable(contract));
+        if let Err(e) = intent.await {
+            return CallOutcome::not_run(fail(job.call, e), applied.into_iter().next_back());
         }
-        let (step, call, tool) = (job.step, job.call, job.tool);
-        let contract = &tool.contract;
         let operation_id = operation_id(&self.args.run_id, job.digest);
-        let mut attempts = Vec::new();
-        let mut attempt = 1u32;
+        let mut tries = Tries {
+            attempt: 1,
+            attempts: Vec::new(),
+            applied,
+            // A human already chose to run a call a crash left unsettled.
+            under: if job.mode == Mode::Unsettled {
+                self.args.run_token.clone()
+            } else {
+                self.cut.clone()
+            },
+            cut: CutShort::No,
+        };
         // The first attempt takes the parsed arguments; a retry (rare) parses the
         // call's arguments again (they parsed and validated before) rather than
         // every call keeping a copy in case.
         let mut args = Some(args);
-        // The step's token; the run's once a human chose to run an interrupted
-        // call again (the step's stays cut until the step ends).
-        let mut under = self.cut.clone();
-        let mut cut = CutShort::No;
         loop {
+            let (call, attempt) = (job.call, tries.attempt);
             self.args.events.emit(|| RunEvent::ToolCallStarted {
-                step,
+                step: job.step,
                 tool_call_id: call.id.clone(),
                 tool: call.name.clone(),
                 attempt,
             });
-            let this_args = match args.take() {
-                Some(first) => first,
-                None => call.arguments.to_value().unwrap_or_default(),
+            let one = Attempt {
+                step: job.step,
+                call,
+                tool: job.tool,
+                attempt,
+                operation_id: &operation_id,
+                under: &tries.under,
             };
-            let mut env = self
-                .run_one(step, call, tool, this_args, attempt, &operation_id, &under)
-                .await;
+            let this_args = args.take();
+            let this_args =
+                this_args.unwrap_or_else(|| call.arguments.to_value().unwrap_or_default());
+            let mut env = self.run_one(one, this_args).await;
             env.attempt = attempt;
-            if is_cut(&under, &self.args.run_token)
+            if is_cut(&tries.under, &self.args.run_token)
                 && env.error_code() == Some(ErrorCode::Ecanceled)
             {
-                if contract.effect != Effect::IrreversibleExternal {
-                    cut = CutShort::Cancelled;
-                } else {
-                    // An irreversible call started and cut: whether it took
-                    // effect is unknown, as after a crash. A human settles it
-                    // before the step ends. (Other calls are reported
-                    // cancelled; the model is told so and may call again.)
-                    attempts.push(attempt_record(call, contract, &env, None));
-                    match Box::pin(self.settle(&job)).await {
-                        Gate::Open(settled) => {
-                            applied.extend(settled);
-                            under = self.args.run_token.clone();
-                            cut = CutShort::Unsettled;
-                            attempt += 1;
-                            continue;
-                        }
-                        Gate::Closed(mut outcome) => {
-                            applied.append(&mut outcome.applied);
-                            outcome.applied = applied;
-                            outcome.attempts = attempts;
-                            return outcome.cut(CutShort::Unsettled);
-                        }
+                match Box::pin(self.after_cut(&job, &mut tries, &env)).await {
+                    AfterCut::Report => {}
+                    AfterCut::RunAgain => {
+                        tries.attempt += 1;
+                        continue;
                     }
+                    AfterCut::Settled(envelope) => return tries.outcome(*envelope),
                 }
             }
-            let retry = self.may_retry(&env, contract, attempt, &under)
+            let retry = self.may_retry(&env, contract, attempt, &tries.under)
                 // Check-before-spend on the run's retry budget.
                 && Box::pin(ask(&self.args.budget, BudgetMsg::SpendRetry))
                     .await
                     .unwrap_or(false);
             if !retry {
                 if env.attempt > 1 {
-                    attempts.push(attempt_record(call, contract, &env, None));
+                    tries
+                        .attempts
+                        .push(attempt_record(call, contract, &env, None));
                 }
                 self.record_last(&job, &env).await;
-                return CallOutcome {
-                    envelope: env,
-                    attempts,
-                    applied,
-                    cut,
-                };
+                return tries.outcome(env);
             }
             let backoff = self.args.retry.backoff(attempt);
-            attempts.push(attempt_record(call, contract, &env, Some(backoff)));
+            tries
+                .attempts
+                .push(attempt_record(call, contract, &env, Some(backoff)));
             tokio::select! {
-                _ = under.cancelled() => {
+                _ = tries.under.cancelled() => {
                     let _ = self.record(&job, LedgerState::Outcome, Some(&env), false).await;
-                    let cut = self.cut_short();
-                    return CallOutcome { envelope: env, attempts, applied, cut };
+                    tries.cut = self.cut_short();
+                    return tries.outcome(env);
                 }
                 _ = tokio::time::sleep(backoff) => {}
             }
-            attempt += 1;
+            tries.attempt += 1;
+        }
+    }
+
+    /// An attempt a user's interrupt cut. An irreversible call had started:
+    /// whether it took effect is unknown, as after a crash, so a human settles
+    /// it before the step ends. Any other call is reported cancelled (the model
+    /// is told so and may call again).
+    async fn after_cut(&self, job: &Job<'_>, tries: &mut Tries, env: &ResultEnvelope) -> AfterCut {
+        let contract = &job.tool.contract;
+        if contract.effect != Effect::IrreversibleExternal {
+            tries.cut = CutShort::Cancelled;
+            return AfterCut::Report;
+        }
+        tries
+            .attempts
+            .push(attempt_record(job.call, contract, env, None));
+        tries.cut = CutShort::Unsettled;
+        match self.settle(job).await {
+            Gate::Open(settled) => {
+                tries.applied.extend(settled);
+                tries.under = self.args.run_token.clone();
+                AfterCut::RunAgain
+            }
+            Gate::Closed(mut outcome) => {
+                tries.applied.append(&mut outcome.applied);
+                AfterCut::Settled(Box::new(outcome.envelope))
+            }
         }
     }
 

@@ -237,13 +237,10 @@ impl Runtime {
                 source: std::io::Error::new(std::io::ErrorKind::NotFound, "not a directory"),
             });
         }
-        let run_id: Arc<str> = Arc::from(
-            config
-                .run_id
-                .clone()
-                .unwrap_or_else(|| uuid::Uuid::now_v7().to_string())
-                .as_str(),
-        );
+        let run_id: Arc<str> = match &config.run_id {
+            Some(id) => Arc::from(id.as_str()),
+            None => Arc::from(uuid::Uuid::now_v7().to_string()),
+        };
         let (log, new_claim) = self.run_log(&run_id, &durable);
         if let (Some(log), Some(claim)) = (&log, &new_claim) {
             // On disk before the caller gets a handle: a run it knows of can be resumed.
