@@ -23,6 +23,7 @@ use agentry_test_support::{
 use serde_json::json;
 
 mod full_store;
+mod interrupt;
 mod park;
 mod replay;
 mod restart;

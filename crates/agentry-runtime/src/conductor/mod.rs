@@ -59,7 +59,14 @@ impl Actor for Conductor {
         myself: ActorRef<ConductorMsg>,
         args: ConductorArgs,
     ) -> Result<ConductorState, ActorProcessingErr> {
-        start::start(myself, args).await
+        let st = start::start(myself.clone(), args).await?;
+        // A resumed run's decided step is taken first, ahead of the stored
+        // inputs the handle delivers as it is made: they came during that
+        // step (a message, an interrupt), so they follow it as they would have.
+        if st.resumes_a_step() {
+            myself.cast(ConductorMsg::Step)?;
+        }
+        Ok(st)
     }
 
     async fn post_start(

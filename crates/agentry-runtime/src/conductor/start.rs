@@ -297,14 +297,18 @@ impl ConductorState {
             return Ok(());
         }
         match self.config.driver {
+            // Its first step was cast as it started (see `Conductor::pre_start`).
+            Driver::Pull | Driver::Events if self.resumes_a_step() => {}
             Driver::Pull => myself.cast(ConductorMsg::Step)?,
-            // A resumed event-driven agent first finishes the step it had decided.
-            Driver::Events if self.in_flight.is_some() || self.ending.is_some() => {
-                myself.cast(ConductorMsg::Step)?
-            }
             // Event- and time-driven agents sleep until their first event.
             Driver::Events => self.set_status(RunStatus::Sleeping).await,
         }
         Ok(())
+    }
+
+    /// A resumed run that first finishes the step it had decided (or the end
+    /// it had reached), unless it is paused.
+    pub(super) fn resumes_a_step(&self) -> bool {
+        !self.paused && (self.in_flight.is_some() || self.ending.is_some())
     }
 }
