@@ -460,3 +460,51 @@ async fn interrupts_racing_fast_steps_are_each_applied_once() -> Result<(), Test
     assert_eq!(outcome.answer.as_deref(), Some("heard all"));
     Ok(())
 }
+
+/// An answer given in the step the user interrupted does not end the run:
+/// the user spoke before it ended, so the next turn sees the message and
+/// answers again. (The policy sends the interrupt itself as it answers, so
+/// the cut lands in that very step, after the answer was decided.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_in_an_interrupted_step_does_not_end_the_run() -> Result<(), TestError> {
+    let task = TestTask::new("answer", &[])?;
+    let slot: Arc<std::sync::OnceLock<agentry::RunHandle>> = Arc::default();
+    let handle_slot = Arc::clone(&slot);
+    let policy = FnPolicy::from_async(move |ctx| {
+        let slot = Arc::clone(&handle_slot);
+        let step = ctx.step;
+        let heard = matches!(
+            ctx.session.last(),
+            Some(SessionEntry::User { text }) if text == "answer in French"
+        );
+        Box::pin(async move {
+            if step > 1 {
+                let answer = if heard { "bonjour" } else { "missed it" };
+                return agentry::Decision::Final {
+                    answer: answer.into(),
+                };
+            }
+            // The test hands the run's handle over once it has it.
+            let handle = loop {
+                if let Some(handle) = slot.get() {
+                    break handle;
+                }
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            };
+            let _ = handle.interrupt("answer in French");
+            agentry::Decision::Final {
+                answer: "hello".into(),
+            }
+        })
+    });
+    let handle = Runtime::with_builtins()?
+        .start(task.config(), policy)
+        .await?;
+    let _ = slot.set(handle.clone());
+    let outcome = tokio::time::timeout(Duration::from_secs(10), handle.wait()).await??;
+
+    assert_eq!(outcome.stop_reason, StopReason::Done, "{}", outcome.detail);
+    assert_eq!(outcome.answer.as_deref(), Some("bonjour"));
+    assert_eq!(outcome.steps, 2);
+    Ok(())
+}

@@ -65,6 +65,15 @@ impl ConductorState {
         if !is_cut(&self.step_cut, &self.run_token) {
             return;
         }
+        // The user spoke before the run ended: an answer of this step does
+        // not end it; the next turn sees the message and answers again.
+        if r.acted
+            .answer
+            .as_ref()
+            .is_some_and(|a| a.ends_run(self.config.driver))
+        {
+            r.acted.answer = None;
+        }
         cut.decision = is_interrupted_turn(&r.decision);
         if !cut.decision && cut.calls.is_empty() && cut.unsettled.is_empty() {
             // The interrupt came as the step was ending: nothing was cut.
