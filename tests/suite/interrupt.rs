@@ -508,3 +508,58 @@ async fn an_answer_in_an_interrupted_step_does_not_end_the_run() -> Result<(), T
     assert_eq!(outcome.steps, 2);
     Ok(())
 }
+
+/// Waits for its cancellation and answers it itself, retryable, in its own
+/// words: as a process tool whose kill path returns first.
+struct AnswersItsCancel {
+    started: Arc<tokio::sync::Notify>,
+}
+
+#[agentry::async_trait]
+impl agentry::Tool for AnswersItsCancel {
+    fn contract(&self) -> agentry::ToolContract {
+        agentry::ToolContract::new(
+            "watch",
+            "Waits until cancelled.",
+            agentry_test_support::value_schema(),
+        )
+        .effect(Effect::Reversible)
+    }
+
+    async fn call(
+        &self,
+        _args: Value,
+        ctx: &agentry::ToolContext,
+    ) -> Result<agentry::ToolOutput, agentry::ToolError> {
+        self.started.notify_one();
+        ctx.cancel.cancelled().await;
+        Err(agentry::ToolError::new(ErrorCode::Ecanceled, "the watch was stopped").retryable(true))
+    }
+}
+
+/// A tool that answers its own cancellation first still reports the user's
+/// interrupt (not retryable, pointing at the message), as the host's own
+/// cancelled envelope does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_answering_its_own_cancel_still_reports_the_interrupt() -> Result<(), TestError> {
+    let started = Arc::new(tokio::sync::Notify::new());
+    let tool = AnswersItsCancel {
+        started: Arc::clone(&started),
+    };
+    let runtime = runtime_with(vec![Arc::new(tool)])?;
+    let task = TestTask::new("watch", &[])?.grant(&["watch"]);
+    let policy = ScriptBuilder::new()
+        .call("w1", "watch", json!({"value": 1}))
+        .finish("ok")
+        .policy();
+    let handle = runtime.start(task.config(), policy).await?;
+    let events = handle.subscribe();
+    tokio::time::timeout(Duration::from_secs(10), started.notified()).await?;
+    handle.interrupt("stop watching")?;
+    let events = collect_until_stopped(events).await?;
+
+    let result = &tool_results(&events)[0].1;
+    interrupted_error(result)?;
+    assert_eq!(result.attempt, 1, "not retried");
+    Ok(())
+}

@@ -96,6 +96,12 @@ impl ExecutorState {
             }
         }
         let mut env = match outcome {
+            // The tool saw its token first and answered its own cancellation:
+            // the host says why it was cancelled (the deadline, an abort, the
+            // user's interrupt), as when the host's select sees it first.
+            Err(e) if e.code == ErrorCode::Ecanceled && under.is_cancelled() => {
+                fail(call, self.cancelled_error())
+            }
             Ok(out) => ResultEnvelope::success(&call.id, &call.name, out.data, out.refs),
             Err(e) => fail(call, e),
         };
