@@ -53,26 +53,43 @@ pub(super) async fn inject_event(
     Ok(accepted(&id))
 }
 
+/// `{"action": "pause" | "resume" | "abort"}`, or `{"action": "redirect",
+/// "message": "..."}`: cut the step in progress and tell the agent `message`
+/// (an input like a message, so it counts against the run's input limit).
 pub(super) async fn interrupt(
     State(app): State<App>,
     Path(id): Path<String>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let run = app.run(&id)?;
-    let fields = object(&body_bytes(body)?, &["action"])?;
+    let bytes = body_bytes(body)?;
+    let fields = object(&bytes, &["action", "message"])?;
     let action = string_field(&fields, "action", true)?.unwrap_or_default();
+    let redirect = action == "redirect";
+    // Only a redirect says something; a message on any other action would be lost.
+    let message = string_field(&fields, "message", redirect)?;
+    if !redirect && message.is_some() {
+        return Err(ApiError::bad_request(format!(
+            "message: only the \"redirect\" action takes a message, not {action:?}"
+        )));
+    }
     let handle = live(&id, run.current());
-    match action.as_str() {
-        "pause" => handle?.pause(),
-        "resume" => handle?.resume(),
-        "abort" => {
+    match (action.as_str(), message) {
+        ("redirect", Some(message)) => {
+            let handle = handle?;
+            run.take_input(&id, bytes.len(), app.config.limits.run_input_bytes)?;
+            handle.interrupt(message)
+        }
+        ("pause", None) => handle?.pause(),
+        ("resume", None) => handle?.resume(),
+        ("abort", None) => {
             // `abort` accepts a stopped run silently; `live` says so instead.
             handle?.abort();
             Ok(())
         }
-        other => {
+        (other, _) => {
             return Err(ApiError::bad_request(format!(
-                "action: expected \"pause\", \"resume\" or \"abort\", found {other:?}"
+                "action: expected \"pause\", \"resume\", \"abort\" or \"redirect\", found {other:?}"
             )));
         }
     }
