@@ -36,8 +36,7 @@ async fn wait_for_sleepers(secs: &str, alive: bool) -> Result<(), TestError> {
 }
 
 /// Issue 20: a redirect while a process tool sleeps for 30 s is accepted (202);
-/// the call ends `ECANCELED`, interrupted by the user, with its processes
-/// killed; the step says it was interrupted; the message enters as the
+/// the call ends `ECANCELED` with its processes killed; the step says it was interrupted; the message enters as the
 /// interrupt's input; and the run goes on to `done`, long before the sleep.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redirect_cuts_the_running_tool_and_the_run_goes_on() -> Result<(), TestError> {
@@ -72,14 +71,9 @@ async fn a_redirect_cuts_the_running_tool_and_the_run_goes_on() -> Result<(), Te
         .ok_or("no tool_call_finished")?;
     let error = &nap.data["event"]["result"]["error"];
     assert_eq!(nap.data["event"]["result"]["tool_call_id"], "nap");
+    // Cancelled by the interrupt: the step's `step_interrupted` names it below
+    // (the error's wording is the runtime's, tested there).
     assert_eq!(error["code"], "ECANCELED", "{error}");
-    assert!(
-        error["message"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("interrupted by the user"),
-        "{error}"
-    );
     let cut = rest
         .iter()
         .find(|e| e.event == "step_interrupted")

@@ -285,15 +285,9 @@ fn ctrl_c_at_a_terminal_interrupts_asks_and_goes_on() {
             serde_json::json!([call]),
             "{step}"
         );
+        // The error's wording is the runtime's (tested there).
         let error = &step["results"][0]["error"];
         assert_eq!(error["code"], "ECANCELED", "{error}");
-        assert!(
-            error["message"]
-                .as_str()
-                .unwrap()
-                .contains("interrupted by the user"),
-            "{error}"
-        );
     }
     assert!(steps[2].get("interrupted").is_none(), "{}", steps[2]);
 }
