@@ -135,6 +135,10 @@ async fn a_redirect_without_a_message_is_refused() -> Result<(), TestError> {
             "unknown field \"text\"",
         ),
         (
+            json!({"action": "stop", "message": "hi"}),
+            r#"action: expected "pause", "resume", "abort" or "redirect", found "stop""#,
+        ),
+        (
             json!({"action": "stop"}),
             r#"action: expected "pause", "resume", "abort" or "redirect", found "stop""#,
         ),
