@@ -13,6 +13,7 @@
 //! POST /runs/{id}/events              {"name", "payload"}          → 202
 //! GET  /runs/{id}/events              Server-Sent Events, from the run's first event
 //! POST /runs/{id}/interrupt           {"action": pause|resume|abort} → 202
+//!                                     {"action": "redirect", "message"} → 202 (cuts the step)
 //! POST /runs/{id}/approvals/{call_id} {"decision": approve|deny, "reason"} → 200 {"seq"}
 //! POST /runs/{id}/decisions/{call_id} {"decision": happened|retry|skip} → 200 {"seq"}
 //! ```

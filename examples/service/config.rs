@@ -28,8 +28,8 @@ pub struct Limits {
     pub message_bytes: usize,
     /// Body of `POST /runs` (the task, its script and its files), in bytes.
     pub create_bytes: usize,
-    /// Message and event bodies one run takes in over its life, in bytes: a
-    /// paused run keeps every message it is sent.
+    /// Message, event and redirect bodies one run takes in over its life, in
+    /// bytes: a paused run keeps every message it is sent.
     pub run_input_bytes: u64,
     /// For a request's body to arrive, from its head.
     pub body_timeout: Duration,

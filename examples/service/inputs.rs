@@ -53,27 +53,63 @@ pub(super) async fn inject_event(
     Ok(accepted(&id))
 }
 
+/// What `POST /runs/{id}/interrupt` asks of the run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Action {
+    Pause,
+    Resume,
+    Abort,
+    /// Cut the step in progress and tell the agent the body's `message`.
+    Redirect,
+}
+
+impl Action {
+    fn parse(name: &str) -> Result<Action, ApiError> {
+        match name {
+            "pause" => Ok(Action::Pause),
+            "resume" => Ok(Action::Resume),
+            "abort" => Ok(Action::Abort),
+            "redirect" => Ok(Action::Redirect),
+            other => Err(ApiError::bad_request(format!(
+                "action: expected \"pause\", \"resume\", \"abort\" or \"redirect\", found {other:?}"
+            ))),
+        }
+    }
+}
+
+/// `{"action": "pause" | "resume" | "abort"}`, or `{"action": "redirect",
+/// "message": "..."}`: cut the step in progress and tell the agent `message`
+/// (an input like a message, so it counts against the run's input limit).
 pub(super) async fn interrupt(
     State(app): State<App>,
     Path(id): Path<String>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let run = app.run(&id)?;
-    let fields = object(&body_bytes(body)?, &["action"])?;
-    let action = string_field(&fields, "action", true)?.unwrap_or_default();
+    let bytes = body_bytes(body)?;
+    let fields = object(&bytes, &["action", "message"])?;
+    let name = string_field(&fields, "action", true)?.unwrap_or_default();
+    let action = Action::parse(&name)?;
+    // Only a redirect says something; a message on another action would be lost.
+    let message = string_field(&fields, "message", action == Action::Redirect)?;
+    if action != Action::Redirect && message.is_some() {
+        return Err(ApiError::bad_request(format!(
+            "message: only the \"redirect\" action takes a message, not {name:?}"
+        )));
+    }
     let handle = live(&id, run.current());
-    match action.as_str() {
-        "pause" => handle?.pause(),
-        "resume" => handle?.resume(),
-        "abort" => {
+    match action {
+        Action::Redirect => {
+            let handle = handle?;
+            run.take_input(&id, bytes.len(), app.config.limits.run_input_bytes)?;
+            handle.interrupt(message.unwrap_or_default())
+        }
+        Action::Pause => handle?.pause(),
+        Action::Resume => handle?.resume(),
+        Action::Abort => {
             // `abort` accepts a stopped run silently; `live` says so instead.
             handle?.abort();
             Ok(())
-        }
-        other => {
-            return Err(ApiError::bad_request(format!(
-                "action: expected \"pause\", \"resume\" or \"abort\", found {other:?}"
-            )));
         }
     }
     .map_err(ApiError::from_runtime)?;

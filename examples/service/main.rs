@@ -47,7 +47,8 @@ struct Args {
     /// [default: 64 MiB].
     #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u64).range(1..))]
     max_create_bytes: Option<u64>,
-    /// Message and event bytes one run takes in over its life [default: 64 MiB].
+    /// Message, event and redirect bytes one run takes in over its life
+    /// [default: 64 MiB].
     #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u64).range(1..))]
     max_run_input_bytes: Option<u64>,
     /// Time for a request's head to arrive, and for a connection to sit idle

@@ -12,7 +12,7 @@ use crate::policy::{
     ContextSettings, LoadedPolicy, ModelOptions, PolicyChoice, compaction_mode, model_policy,
     stored_policy, stored_prompt_cache, stored_task_dir,
 };
-use crate::signals::stop_on_interrupt;
+use crate::signals::CtrlC;
 use crate::store::{existing, open_sqlite, store_or_default};
 
 /// `agentry resume RUN_ID --store FILE`.
@@ -30,15 +30,16 @@ pub(crate) async fn resume(args: ResumeArgs) -> Result<Finished, RunError> {
         Some(factory) => runtime.with_child_policy(factory),
         None => runtime,
     };
-    let interrupt = stop_on_interrupt(&runtime).ok();
+    let ctrl_c = CtrlC::listen(&runtime).ok();
     let handle = runtime
         .resume_boxed(&args.run_id, policy)
         .await
         .map_err(RunError::BadInput)?;
-    let finished = drive(&handle, &args.decide, Some(&path)).await;
-    if let Some(task) = interrupt {
-        task.abort();
+    if let Some(ctrl_c) = &ctrl_c {
+        ctrl_c.attach(&handle);
     }
+    let finished = drive(&handle, &args.decide, Some(&path)).await;
+    drop(ctrl_c);
     finished
 }
 

@@ -1,6 +1,6 @@
 //! `agentry run`: load the task and its policy, put the runtime on its store,
-//! prepare a fresh working directory, start the run with ctrl-c wired to a
-//! graceful shutdown, and drive it to its outcome.
+//! prepare a fresh working directory, start the run with ctrl-c wired to an
+//! interrupt (at a terminal) or a graceful shutdown, and drive it to its outcome.
 
 use std::path::{Path, PathBuf};
 
@@ -11,7 +11,7 @@ use crate::child_models::with_child_models;
 use crate::drive::{Finished, drive};
 use crate::error::RunError;
 use crate::policy::{ContextSettings, LoadedPolicy, describe_policy, load_policy};
-use crate::signals::stop_on_interrupt;
+use crate::signals::CtrlC;
 use crate::store::{default_store, open_sqlite};
 
 /// The runtime on the store a run is committed to, if any.
@@ -51,7 +51,7 @@ pub(crate) async fn run(args: RunArgs) -> Result<Finished, RunError> {
         None => runtime,
     };
     // Listening starts here, before the run: an early ctrl-c aborts it too.
-    let interrupt = stop_on_interrupt(&runtime)
+    let ctrl_c = CtrlC::listen(&runtime)
         .inspect_err(|e| {
             tracing::warn!(error = %e, "cannot listen for ctrl-c; interrupting will kill the process");
         })
@@ -60,14 +60,15 @@ pub(crate) async fn run(args: RunArgs) -> Result<Finished, RunError> {
         .start_boxed(config, policy)
         .await
         .map_err(RunError::BadInput)?;
+    if let Some(ctrl_c) = &ctrl_c {
+        ctrl_c.attach(&handle);
+    }
     tracing::info!(run_id = handle.run_id(), task_id = %task.task_id, "run started");
     if let Some(path) = &path {
         announce_store(&handle, path, args.store.is_some());
     }
     let finished = drive(&handle, &[], path.as_deref()).await;
-    if let Some(task) = interrupt {
-        task.abort();
-    }
+    drop(ctrl_c);
     finished
 }
 

@@ -14,6 +14,8 @@ mod cli {
     mod errors;
     mod fallback;
     mod hosted;
+    #[cfg(unix)]
+    mod interrupt;
     mod model;
     mod proxy;
     mod run;

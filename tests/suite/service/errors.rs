@@ -120,7 +120,7 @@ fn bad_requests(live: &str) -> Vec<BadRequest> {
             format!("/runs/{live}/interrupt"),
             Some(json!({"action": "stop"}).to_string()),
             400,
-            "action: expected \"pause\", \"resume\" or \"abort\", found \"stop\"",
+            "action: expected \"pause\", \"resume\", \"abort\" or \"redirect\", found \"stop\"",
         ),
         (
             "POST",

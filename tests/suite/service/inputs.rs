@@ -47,6 +47,10 @@ async fn late_inputs_are_refused(service: &Service, run_path: &str) -> Result<()
         ("messages", json!({"text": "too late"})),
         ("events", json!({"name": "webhook"})),
         ("interrupt", json!({"action": "resume"})),
+        (
+            "interrupt",
+            json!({"action": "redirect", "message": "too late"}),
+        ),
         ("interrupt", json!({"action": "abort"})),
     ] {
         let late = service.post(&format!("{run_path}/{path}"), body).await?;
