@@ -13,6 +13,8 @@ mod cli {
     mod child_models;
     mod errors;
     mod fallback;
+    #[cfg(target_os = "linux")]
+    mod fencing;
     mod hosted;
     #[cfg(unix)]
     mod interrupt;

@@ -47,7 +47,9 @@ pub use state::{
     WorldChange, WorldState,
 };
 pub use stop::StopReason;
-pub use tool::{Effect, Idempotency, ToolArguments, ToolCall, ToolContract, ToolSpec};
+pub use tool::{
+    Effect, Idempotency, ProcessGroupRecord, ToolArguments, ToolCall, ToolContract, ToolSpec,
+};
 pub use trace::{RunInput, TraceEnd, TraceInput, TraceLine, TraceStep};
 
 /// Milliseconds since the Unix epoch; the one clock format used in records.

@@ -295,3 +295,20 @@ mod tests {
         assert_eq!(v.as_object().unwrap().len(), 3);
     }
 }
+
+/// A process group a call started, as recorded with its intent: after a crash
+/// the resumed run kills it (if it is still the same group) before the call is
+/// run again, settled or reported.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessGroupRecord {
+    /// The group id (its leader's pid).
+    pub pgid: i32,
+    /// When the leader started (clock ticks since boot, `/proc/<pid>/stat`
+    /// field 22), so a reused pid is not taken for it; `None` where the
+    /// platform does not say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leader_start: Option<u64>,
+    /// The spawn's mark (`AGENTRY_SPAWN_ID`), which its processes carry in
+    /// their environment, also those that left the group.
+    pub spawn_id: String,
+}

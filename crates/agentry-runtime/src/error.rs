@@ -109,6 +109,10 @@ pub enum RuntimeError {
         /// Why.
         message: String,
     },
+    /// Processes an earlier attempt of the run's calls left behind outlived
+    /// SIGKILL: the run is not resumed while they may still act.
+    #[error(transparent)]
+    ProcessesAlive(#[from] agentry_tools::proc::FenceError),
     /// A settlement named a call that is not waiting for one.
     #[error("run {run_id}: {message}")]
     NoPendingDecision {

@@ -146,6 +146,10 @@ pub struct LedgerEntry {
     pub outcome: Option<ResultEnvelope>,
     /// Last change (Unix ms).
     pub updated_at_ms: u64,
+    /// The process groups the call started (process tools), recorded while
+    /// it runs: a resume kills those still alive before it settles the call.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub processes: Vec<agentry_protocol::ProcessGroupRecord>,
 }
 
 /// The process that runs a run right now, as it claimed it.
@@ -210,6 +214,17 @@ pub enum Write {
         run_id: String,
         /// The row.
         entry: LedgerEntry,
+    },
+    /// Adds a process group to ledger row (run id, `call_id`) as the call
+    /// runs; nothing if the row is not there (it was replaced in the same
+    /// batch, or the call already has an outcome written over it).
+    LedgerProcess {
+        /// Run id.
+        run_id: String,
+        /// The call.
+        call_id: String,
+        /// The group it started.
+        group: agentry_protocol::ProcessGroupRecord,
     },
     /// Insert or replace a timer.
     SetTimer {

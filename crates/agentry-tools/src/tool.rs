@@ -46,6 +46,16 @@ pub struct ToolContext {
     /// Starts and waits for child agents of this run (`agent.spawn`, `agent.wait`);
     /// `None` where the host runs no agent trees.
     pub agents: Option<Arc<dyn AgentDesk>>,
+    /// Where a tool that starts processes records each process group, with the
+    /// call's intent (a durable run's ledger); `None` where nothing records.
+    pub processes: Option<Arc<dyn ProcessLog>>,
+}
+
+/// Records the process groups a call starts, so that after a crash they are
+/// killed before the call is run again, settled or reported.
+pub trait ProcessLog: Send + Sync {
+    /// A group started (its leader spawned). Called before the tool waits for it.
+    fn started(&self, group: agentry_protocol::ProcessGroupRecord);
 }
 
 impl std::fmt::Debug for ToolContext {

@@ -8,13 +8,14 @@ use std::sync::Arc;
 
 use agentry_protocol::envelope::{ErrorCode, ResultEnvelope, ToolError};
 use agentry_protocol::tool::ToolCall;
-use agentry_tools::ToolContext;
+use agentry_tools::{ProcessLog, ToolContext};
 use futures::FutureExt;
 use serde_json::Value;
 use tokio::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 use super::envelope::fail;
+use super::ledger::LedgerProcesses;
 use super::msg::CutShort;
 use super::state::ExecutorState;
 use crate::registry::RegisteredTool;
@@ -159,6 +160,11 @@ impl ExecutorState {
             attempt,
             operation_id: Arc::clone(operation_id),
             agents: self.args.agents.clone(),
+            processes: self
+                .args
+                .log
+                .as_ref()
+                .map(|log| Arc::new(LedgerProcesses::new(log, &call.id)) as Arc<dyn ProcessLog>),
         }
     }
 

@@ -8,7 +8,7 @@ use agentry_protocol::envelope::ResultEnvelope;
 use agentry_protocol::fingerprint::{Fingerprinter, hex32};
 use agentry_protocol::now_millis;
 use agentry_protocol::tool::Idempotency;
-use agentry_store::{LedgerEntry, LedgerState};
+use agentry_store::{LedgerEntry, LedgerState, Write};
 use ractor::ActorProcessingErr;
 
 use super::prepared::Job;
@@ -120,6 +120,7 @@ pub(super) fn entry(
         state,
         outcome: outcome.cloned(),
         updated_at_ms: now_millis(),
+        processes: Vec::new(),
     }
 }
 
@@ -140,4 +141,32 @@ pub fn intent_key(run_id: &str, call_digest: u128) -> u128 {
     let mut f = Fingerprinter::new();
     f.str(run_id).str(&hex32(call_digest));
     f.finish_u128()
+}
+
+/// A durable call's process groups, added to its ledger row as they start, so
+/// that a resume after a crash kills them before it settles the call. The row
+/// (with the call's intent) is queued at the same writer before the tool
+/// runs, so the group lands on it.
+pub(super) struct LedgerProcesses {
+    log: RunLog,
+    call_id: String,
+}
+
+impl LedgerProcesses {
+    pub(super) fn new(log: &RunLog, call_id: &str) -> Self {
+        LedgerProcesses {
+            log: log.clone(),
+            call_id: call_id.to_string(),
+        }
+    }
+}
+
+impl agentry_tools::ProcessLog for LedgerProcesses {
+    fn started(&self, group: agentry_protocol::ProcessGroupRecord) {
+        self.log.writer.submit(vec![Write::LedgerProcess {
+            run_id: self.log.run_id.to_string(),
+            call_id: self.call_id.clone(),
+            group,
+        }]);
+    }
 }

@@ -46,6 +46,7 @@ impl ExecutorState {
             attempt: 1,
             operation_id: Arc::from("accept"),
             agents: None,
+            processes: None,
         }
     }
 

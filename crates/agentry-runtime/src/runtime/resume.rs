@@ -153,6 +153,7 @@ impl Runtime {
             .commit(vec![claim.write(run.owner.as_ref())])
             .await
             .map_err(|e| claim_refused(run_id, e))?;
+        fence(run_id, &run.ledger).await?;
         tracing::info!(run_id, steps = state.progress().steps, "resuming run");
         self.launch(Launch {
             config,
@@ -170,6 +171,32 @@ impl Runtime {
         })
         .await
     }
+}
+
+/// How long a resume waits for a killed earlier attempt's processes to go.
+const FENCE_WAIT: Duration = Duration::from_secs(5);
+
+/// Fencing (claimed, so no other live process runs the run): kills whatever
+/// processes the run's earlier attempts left (recorded groups, and every
+/// process marked with the run's id or a recorded spawn) and waits until they
+/// are gone, before any call is run again, settled or reported.
+async fn fence(run_id: &str, ledger: &[agentry_store::LedgerEntry]) -> Result<(), RuntimeError> {
+    let groups: Vec<agentry_protocol::ProcessGroupRecord> = ledger
+        .iter()
+        .flat_map(|row| row.processes.iter().cloned())
+        .collect();
+    let id = run_id.to_string();
+    let fenced =
+        tokio::task::spawn_blocking(move || agentry_tools::proc::fence(&id, &groups, FENCE_WAIT))
+            .await
+            .map_err(|e| RuntimeError::NotResumable {
+                run_id: run_id.to_string(),
+                message: format!("fencing its processes failed: {e}"),
+            })??;
+    if !fenced.is_empty() {
+        tracing::warn!(run_id, groups = ?fenced.groups, processes = ?fenced.processes, "killed processes an earlier attempt of the run left running");
+    }
+    Ok(())
 }
 
 impl RunConfig {

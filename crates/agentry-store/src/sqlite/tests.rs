@@ -61,6 +61,7 @@ fn ledger(call_id: &str, step: u64, position: u32, state: LedgerState) -> Ledger
         state,
         outcome: None,
         updated_at_ms: 5,
+        processes: Vec::new(),
     }
 }
 
@@ -85,4 +86,5 @@ fn count(store: &SqliteStore, sql: &str) -> i64 {
 }
 
 mod files;
+mod processes;
 mod writes;

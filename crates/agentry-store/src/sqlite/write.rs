@@ -113,6 +113,11 @@ impl<'a> Batch<'a, '_> {
                 self.touch(run_id)?;
                 self.ledger(run_id, entry)
             }
+            Write::LedgerProcess {
+                run_id,
+                call_id,
+                group,
+            } => self.ledger_process(run_id, call_id, group),
             Write::SetTimer { run_id, timer } => {
                 self.touch(run_id)?;
                 self.set_timer(run_id, timer)
@@ -127,16 +132,7 @@ impl<'a> Batch<'a, '_> {
             }
             Write::Enqueue { run_id, seq, input } => {
                 self.touch(run_id)?;
-                let input = serde_json::to_string(input)
-                    .map_err(|e| encode_error(self.path, "an inbox input", e))?;
-                self.tx
-                    .prepare_cached(
-                        "INSERT INTO inbox (run_id, seq, input) VALUES (?1, ?2, ?3)
-                         ON CONFLICT (run_id, seq) DO UPDATE SET input = excluded.input",
-                    )
-                    .and_then(|mut s| s.execute(params![run_id, int(*seq), input]))
-                    .map_err(|e| self.write_error(run_id, e))?;
-                Ok(())
+                self.enqueue(run_id, *seq, input)
             }
             Write::Dequeue { run_id, seq } => {
                 self.tx
@@ -364,6 +360,40 @@ impl<'a> Batch<'a, '_> {
                     int(entry.updated_at_ms),
                 ])
             })
+            .map_err(|e| self.write_error(run_id, e))?;
+        Ok(())
+    }
+
+    fn enqueue(&self, run_id: &str, seq: u64, input: &serde_json::Value) -> Result<(), StoreError> {
+        let input = serde_json::to_string(input)
+            .map_err(|e| encode_error(self.path, "an inbox input", e))?;
+        self.tx
+            .prepare_cached(
+                "INSERT INTO inbox (run_id, seq, input) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (run_id, seq) DO UPDATE SET input = excluded.input",
+            )
+            .and_then(|mut s| s.execute(params![run_id, int(seq), input]))
+            .map_err(|e| self.write_error(run_id, e))?;
+        Ok(())
+    }
+
+    fn ledger_process(
+        &self,
+        run_id: &str,
+        call_id: &str,
+        group: &agentry_protocol::ProcessGroupRecord,
+    ) -> Result<(), StoreError> {
+        let group = serde_json::to_string(group)
+            .map_err(|e| encode_error(self.path, "a process group", e))?;
+        // Appended in place: the row is not read back and rewritten.
+        self.tx
+            .prepare_cached(
+                "UPDATE ledger SET row = json_set(row, '$.processes',
+                    json_insert(coalesce(json_extract(row, '$.processes'), json('[]')),
+                                '$[#]', json(?3)))
+                 WHERE run_id = ?1 AND call_id = ?2",
+            )
+            .and_then(|mut s| s.execute(params![run_id, call_id, group]))
             .map_err(|e| self.write_error(run_id, e))?;
         Ok(())
     }

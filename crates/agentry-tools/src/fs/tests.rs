@@ -29,6 +29,7 @@ fn ctx(workdir: &Path) -> ToolContext {
         attempt: 1,
         operation_id: Arc::from("op-test"),
         agents: None,
+        processes: None,
     }
 }
 

@@ -173,6 +173,7 @@ impl ProcessGroup {
         loop {
             if self.reap_ready_members() == Reaped::All {
                 self.clean = true;
+                super::warden::forget(self.pgid.as_raw());
                 return;
             }
             if Instant::now() >= deadline {
@@ -244,6 +245,9 @@ fn spawn_background_reaper(pgid: Pid) {
             while reap_ready(pgid) == Reaped::Some && start.elapsed() < BACKGROUND_REAP_LIMIT {
                 std::thread::sleep(pause);
                 pause = (pause * 2).min(Duration::from_millis(50));
+            }
+            if reap_ready(pgid) == Reaped::All {
+                super::warden::forget(pgid.as_raw());
             }
         });
     // Without a thread the group is still SIGKILLed; only the zombies of

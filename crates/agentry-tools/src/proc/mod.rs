@@ -132,16 +132,20 @@ mod command;
 mod config;
 mod env;
 mod exits;
+mod fence;
 mod group;
 mod run;
 mod strays;
 #[cfg(test)]
 mod tests;
+mod warden;
 
 pub use command::{CommandTool, CommandToolError};
 pub use config::{DEFAULT_ENV_ALLOWLIST, DEFAULT_MAX_INLINE, DEFAULT_TERM_GRACE, ProcConfig};
 pub use env::{ENV_CALL_ID, ENV_OPERATION_ID, ENV_RUN_ID, ENV_SPAWN_ID, HOST_ENV};
+pub use fence::{FenceError, Fenced, fence};
 pub use run::{reap_orphans_here, run_command};
+pub use warden::{WARDEN_NAME, warden_pid};
 
 use env::model_env;
 use run::{Invocation, run};

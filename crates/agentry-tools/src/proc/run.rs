@@ -8,8 +8,8 @@ use std::process::{ExitStatus, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentry_protocol::ErrorCode;
 use agentry_protocol::envelope::ToolError;
+use agentry_protocol::{ErrorCode, ProcessGroupRecord};
 use serde_json::json;
 use tokio::io::AsyncWriteExt;
 use tokio::process::{ChildStdin, Command};
@@ -21,6 +21,7 @@ use super::env::{
 };
 use super::group::ProcessGroup;
 use super::strays;
+use super::warden;
 use crate::tool::{ToolContext, ToolOutput};
 
 /// How long output is still read after the leader exited and its group was
@@ -117,6 +118,17 @@ pub(super) async fn run(
         ));
     }
     let mut group = spawn(&invocation, strays::Mark::new(&spawn_id))?;
+    let record = ProcessGroupRecord {
+        pgid: group.pgid(),
+        leader_start: warden::start_time(group.pgid()),
+        spawn_id,
+    };
+    // Listed before anything is waited for: if this process dies from here
+    // on, the warden kills the group, and a resume finds it in the ledger.
+    warden::watch(record.pgid, record.leader_start, &record.spawn_id);
+    if let Some(log) = &ctx.processes {
+        log.started(record);
+    }
     let stdin = group.child.stdin.take();
     let stdout = group.child.stdout.take();
     let stderr = group.child.stderr.take();

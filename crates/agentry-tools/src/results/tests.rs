@@ -19,6 +19,7 @@ fn ctx(workdir: &Path, artifacts: &Path) -> ToolContext {
         attempt: 1,
         operation_id: Arc::from("op-test"),
         agents: None,
+        processes: None,
     }
 }
 

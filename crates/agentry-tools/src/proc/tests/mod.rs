@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 use super::*;
 
 mod command;
+mod fence;
 mod group;
 mod run;
 
@@ -33,6 +34,7 @@ fn ctx(workdir: &Path) -> ToolContext {
         attempt: 1,
         operation_id: Arc::from("op-test"),
         agents: None,
+        processes: None,
     }
 }
 
