@@ -83,3 +83,102 @@ async fn a_service_on_a_store_resumes_its_runs_after_a_restart() -> Result<(), T
     }
     Ok(())
 }
+
+/// The warden `pid` started (its `$0` is `agentry-warden`), once it runs.
+async fn warden_of(pid: u32) -> Result<i32, TestError> {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        for entry in std::fs::read_dir("/proc")?.flatten() {
+            let Ok(p) = entry.file_name().to_string_lossy().parse::<i32>() else {
+                continue;
+            };
+            let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+            let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+            let ppid = stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+                .and_then(|s| s.parse::<u32>().ok());
+            let named = cmdline
+                .split(|b| *b == 0)
+                .any(|arg| arg == agentry::tools::proc::WARDEN_NAME.as_bytes());
+            if named && ppid == Some(pid) {
+                return Ok(p);
+            }
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(format!("no warden of process {pid}").into());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// A service killed (SIGKILL) while a run's process tool sleeps in a tree,
+/// its warden killed first so the tools outlive it: the service started again
+/// on the store kills them before it resumes the run, which then waits for a
+/// human on the interrupted call (`proc.run` is not idempotent) and goes on
+/// once it is settled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_services_tools_are_gone_before_its_runs_resume() -> Result<(), TestError> {
+    use agentry_test_support::procs::{alive_with_cmdline, unique_secs};
+    let secs = unique_secs(47);
+    let dir = tempfile::tempdir()?;
+    let db = dir.path().join("service.db");
+    let task = json!({
+        "goal": "wait",
+        "budget": {"max_steps": 5, "deadline": "60s"},
+        "tools": {"grant": ["proc.run"]},
+        "script": {"turns": [
+            {"tool_calls": [{"id": "nap", "name": "proc.run",
+                "arguments": {"argv": ["sh", "-c", format!("sleep {secs} & sleep {secs}")]}}]},
+            {"tool_calls": [{"id": "f", "name": "task.finish", "arguments": {"answer": "went on"}}]}
+        ]}
+    });
+    let process = ServiceProcess::start(&db)?;
+    let first = Service::client_of(&process.base)?;
+    let run_id = first.create(task).await?;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while alive_with_cmdline(&["sleep", &secs]).len() < 2 {
+        assert!(tokio::time::Instant::now() < deadline, "the tool never ran");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let warden = warden_of(process.child.id()).await?;
+    std::process::Command::new("kill")
+        .args(["-KILL", &warden.to_string()])
+        .status()?;
+    process.kill()?;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(alive_with_cmdline(&["sleep", &secs]).len(), 2, "outlived");
+
+    let second = Service::start_on(Some(&db)).await?;
+    assert!(
+        alive_with_cmdline(&["sleep", &secs]).is_empty(),
+        "fenced before the run resumed"
+    );
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let run = second.get(&format!("/runs/{run_id}")).await?;
+        if run.body["status"] == "awaiting_decision" {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{:?}", run.body);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let settled = second
+        .post(
+            &format!("/runs/{run_id}/decisions/nap"),
+            json!({"decision": "skip"}),
+        )
+        .await?;
+    assert_eq!(settled.status, 200, "{:?}", settled.body);
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let run = second.get(&format!("/runs/{run_id}")).await?;
+        if run.body["status"] == "stopped" {
+            assert_eq!(run.body["outcome"]["stop_reason"], "done", "{:?}", run.body);
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{:?}", run.body);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    Ok(())
+}
