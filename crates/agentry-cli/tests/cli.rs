@@ -86,3 +86,18 @@ fn task_dir(toml: &str, script: &str) -> tempfile::TempDir {
     std::fs::write(dir.path().join("script.json"), script).unwrap();
     dir
 }
+
+/// Polls until some `sleep secs` process is alive (`alive`) or none is, for
+/// 10 s at most.
+#[cfg(unix)]
+fn wait_for_sleepers(secs: &str, alive: bool) {
+    let wait = std::time::Duration::from_secs(10);
+    let deadline = std::time::Instant::now() + wait;
+    while agentry_test_support::procs::alive_with_cmdline(&["sleep", secs]).is_empty() == alive {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "sleep {secs}: alive should be {alive} within {wait:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}

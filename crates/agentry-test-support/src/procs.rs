@@ -41,3 +41,23 @@ pub fn alive_with_cmdline(argv: &[&str]) -> Vec<i32> {
     }
     found
 }
+
+/// A child of process `ppid` one of whose arguments is `name` (e.g. the
+/// warden a runtime started: `agentry-warden`), if one runs now.
+pub fn child_named(ppid: u32, name: &str) -> Option<i32> {
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+        let parent = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|s| s.parse::<u32>().ok());
+        if parent == Some(ppid) && cmdline.split(|b| *b == 0).any(|arg| arg == name.as_bytes()) {
+            return Some(pid);
+        }
+    }
+    None
+}

@@ -88,22 +88,10 @@ async fn a_service_on_a_store_resumes_its_runs_after_a_restart() -> Result<(), T
 async fn warden_of(pid: u32) -> Result<i32, TestError> {
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
-        for entry in std::fs::read_dir("/proc")?.flatten() {
-            let Ok(p) = entry.file_name().to_string_lossy().parse::<i32>() else {
-                continue;
-            };
-            let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
-            let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
-            let ppid = stat
-                .rsplit_once(')')
-                .and_then(|(_, rest)| rest.split_whitespace().nth(1))
-                .and_then(|s| s.parse::<u32>().ok());
-            let named = cmdline
-                .split(|b| *b == 0)
-                .any(|arg| arg == agentry::tools::proc::WARDEN_NAME.as_bytes());
-            if named && ppid == Some(pid) {
-                return Ok(p);
-            }
+        let found =
+            agentry_test_support::procs::child_named(pid, agentry::tools::proc::WARDEN_NAME);
+        if let Some(warden) = found {
+            return Ok(warden);
         }
         if tokio::time::Instant::now() >= deadline {
             return Err(format!("no warden of process {pid}").into());

@@ -7,10 +7,10 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use agentry_test_support::procs::{alive_with_cmdline, unique_secs};
+use agentry_test_support::procs::{alive_with_cmdline, child_named, unique_secs};
 use serde_json::Value;
 
-use super::super::{path_str, task_dir};
+use super::super::{path_str, task_dir, wait_for_sleepers};
 
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -38,42 +38,16 @@ fn spawn_run(task: &Path, store: &Path, workdir: &Path) -> Child {
         .unwrap()
 }
 
-/// Polls until `sleep secs` processes are alive (`alive`) or none is.
-fn wait_for_sleepers(secs: &str, alive: bool) {
-    let deadline = Instant::now() + WAIT;
-    while alive_with_cmdline(&["sleep", secs]).is_empty() == alive {
-        assert!(
-            Instant::now() < deadline,
-            "sleep {secs}: alive should be {alive} within {WAIT:?}"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
 /// The warden `agentry` process `pid` started (its `$0` is `agentry-warden`).
 fn warden_of(pid: u32) -> Option<i32> {
     let deadline = Instant::now() + WAIT;
-    while Instant::now() < deadline {
-        for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-            let Ok(p) = entry.file_name().to_string_lossy().parse::<i32>() else {
-                continue;
-            };
-            let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
-            let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
-            let ppid = stat
-                .rsplit_once(')')
-                .and_then(|(_, rest)| rest.split_whitespace().nth(1))
-                .and_then(|s| s.parse::<u32>().ok());
-            let named = cmdline
-                .split(|b| *b == 0)
-                .any(|arg| arg == agentry::tools::proc::WARDEN_NAME.as_bytes());
-            if named && ppid == Some(pid) {
-                return Some(p);
-            }
+    loop {
+        let found = child_named(pid, agentry::tools::proc::WARDEN_NAME);
+        if found.is_some() || Instant::now() >= deadline {
+            return found;
         }
         std::thread::sleep(Duration::from_millis(10));
     }
-    None
 }
 
 fn kill9(pid: i32) {

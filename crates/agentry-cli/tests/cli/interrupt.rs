@@ -14,7 +14,7 @@ use std::process::{Child, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use agentry_test_support::procs::{alive_with_cmdline, unique_secs};
+use agentry_test_support::procs::unique_secs;
 use rustix::pty::OpenptFlags;
 
 use crate::*;
@@ -199,18 +199,6 @@ fn run_args<'a>(task: &'a Path, trace: &'a Path, workdir: &'a Path) -> Vec<&'a s
         "--workdir",
         path_str(workdir),
     ]
-}
-
-/// Polls until some `sleep secs` process is alive (`alive`) or none is.
-fn wait_for_sleepers(secs: &str, alive: bool) {
-    let deadline = Instant::now() + WAIT;
-    while alive_with_cmdline(&["sleep", secs]).is_empty() == alive {
-        assert!(
-            Instant::now() < deadline,
-            "sleep {secs}: alive should be {alive} within {WAIT:?}"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }
 
 /// The trace's lines of `kind`.
