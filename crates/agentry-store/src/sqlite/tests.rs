@@ -85,4 +85,5 @@ fn count(store: &SqliteStore, sql: &str) -> i64 {
 }
 
 mod files;
+mod rows;
 mod writes;
