@@ -25,6 +25,7 @@ use crate::config::{RunConfig, TreeLimits};
 use crate::durable::RunLog;
 use crate::error::{ChildRefusal, RuntimeError};
 use crate::events::EventSink;
+use crate::inbox::InboxGauge;
 use crate::interrupt::StepCut;
 use crate::owner::Claim;
 use crate::policy::Policy;
@@ -261,6 +262,7 @@ impl Runtime {
         let children = Arc::new(RunChildren::new(self.clone(), config.workdir.clone()));
         let (actors_tx, actors_rx) = oneshot::channel();
         let posted = Posted::default();
+        let gauge = Arc::new(InboxGauge::new(config.inbox_capacity));
         let cut = StepCut::new(&run_token);
         let args = ConductorArgs {
             run_id: Arc::clone(&run_id),
@@ -277,6 +279,7 @@ impl Runtime {
             log: log.clone(),
             restore: stored.restore,
             posted: posted.clone(),
+            gauge: Arc::clone(&gauge),
             claim: stored.claim,
             cut: cut.clone(),
         };
@@ -294,6 +297,7 @@ impl Runtime {
             grants,
             log,
             inbox,
+            gauge,
             about,
             children: ChildList::default(),
         };
@@ -457,6 +461,10 @@ fn deliver_stored(
     for (seq, input) in inbox {
         match serde_json::from_value::<RunInput>(input) {
             Ok(input) => {
+                // Accepted before the restart: held even past the bound.
+                if crate::inbox::takes_slot(&input) {
+                    handle.gauge.force_take();
+                }
                 let _ = handle.conductor.cast(ConductorMsg::StoredInput {
                     source: crate::state::InputSource::Inbox(seq),
                     input,
