@@ -121,6 +121,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         tracing::warn!(error = %e, "cannot become a child subreaper; orphaned tool processes may linger as zombies");
     }
 
+    // A full disk (or `ulimit -f`) fails a store commit, which stops that run
+    // with an error naming the store; SIGXFSZ would kill the whole service.
+    if let Err(e) = agentry::tools::proc::survive_file_size_limit() {
+        tracing::warn!(error = %e, "cannot catch SIGXFSZ; a write past the file-size limit kills the service");
+    }
+
     let mut runtime = Runtime::with_builtins()?;
     if let Some(path) = &args.store {
         let store = std::sync::Arc::new(agentry::SqliteStore::open(path)?);

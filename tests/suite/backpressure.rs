@@ -101,7 +101,11 @@ async fn a_paused_run_takes_messages_up_to_its_inbox_capacity() -> Result<(), Te
         started.elapsed()
     );
     assert_eq!(accepted.len() + refused, SENT);
-    assert_eq!(accepted.len(), CAPACITY, "a paused run takes up to its capacity");
+    assert_eq!(
+        accepted.len(),
+        CAPACITY,
+        "a paused run takes up to its capacity"
+    );
     let usage = handle.inbox_usage();
     assert_eq!((usage.held, usage.capacity), (CAPACITY, CAPACITY));
     let grown = resident_bytes()?.saturating_sub(before);
@@ -176,7 +180,10 @@ async fn a_timer_firing_into_a_full_inbox_waits_for_a_slot() -> Result<(), TestE
     // A minute past the alarm's time (virtual: the clock is paused).
     tokio::time::sleep(Duration::from_secs(60)).await;
     let snap = handle.snapshot().await.ok_or("no snapshot")?;
-    assert_eq!(snap.inputs, 2, "pause and the message; the alarm waits: {snap:?}");
+    assert_eq!(
+        snap.inputs, 2,
+        "pause and the message; the alarm waits: {snap:?}"
+    );
     assert_eq!(handle.inbox_usage().held, 1);
     handle.resume()?;
     let outcome = tokio::time::timeout(Duration::from_secs(60), handle.wait()).await??;

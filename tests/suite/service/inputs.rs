@@ -218,7 +218,10 @@ async fn a_full_inbox_is_429_with_retry_after_until_the_run_takes_it() -> Result
     let messages = format!("{}{run_path}/messages", service.base);
     for i in 0..CAPACITY {
         let sent = service
-            .post(&format!("{run_path}/messages"), json!({"text": format!("m{i}")}))
+            .post(
+                &format!("{run_path}/messages"),
+                json!({"text": format!("m{i}")}),
+            )
             .await?;
         assert_eq!(sent.status, 202, "message {i}: {:?}", sent.body);
     }
@@ -246,13 +249,19 @@ async fn a_full_inbox_is_429_with_retry_after_until_the_run_takes_it() -> Result
     );
     // Control is never refused, full inbox or not.
     let resumed = service
-        .post(&format!("{run_path}/interrupt"), json!({"action": "resume"}))
+        .post(
+            &format!("{run_path}/interrupt"),
+            json!({"action": "resume"}),
+        )
         .await?;
     assert_eq!(resumed.status, 202, "{:?}", resumed.body);
     let deadline = std::time::Instant::now() + WAIT;
     loop {
         let sent = service
-            .post(&format!("{run_path}/messages"), json!({"text": "one too many"}))
+            .post(
+                &format!("{run_path}/messages"),
+                json!({"text": "one too many"}),
+            )
             .await?;
         match sent.status {
             202 => break,
