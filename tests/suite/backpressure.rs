@@ -113,7 +113,17 @@ async fn a_paused_run_takes_messages_up_to_its_inbox_capacity() -> Result<(), Te
         grown < 48 << 20,
         "the process grew by {grown} bytes for {CAPACITY} held messages"
     );
-    // Pause and resume are control: never refused, even with the inbox full.
+    // An event and an interrupt with a message are data: refused too.
+    assert!(matches!(
+        handle.inject("webhook", json!({})),
+        Err(RuntimeError::InboxFull { .. })
+    ));
+    assert!(matches!(
+        handle.interrupt("stop that"),
+        Err(RuntimeError::InboxFull { .. })
+    ));
+    // Pause, resume and a bare interrupt are control: never refused.
+    handle.interrupt_and_pause()?;
     handle.pause()?;
     handle.resume()?;
 
@@ -190,5 +200,51 @@ async fn a_timer_firing_into_a_full_inbox_waits_for_a_slot() -> Result<(), TestE
     assert_eq!(outcome.stop_reason, StopReason::Done, "{}", outcome.detail);
     assert_eq!(outcome.answer.as_deref(), Some("alarm"));
     assert_eq!(outcome.state.inputs, 4, "pause, message, resume, alarm");
+    Ok(())
+}
+
+/// A durable run: a refused input leaves nothing in the store. Of five
+/// messages to a paused run whose inbox holds two, the store's session has
+/// the two taken, and its inbox nothing left over to deliver on a resume.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_input_is_not_in_the_store() -> Result<(), TestError> {
+    let tmp = tempfile::tempdir()?;
+    let store: Arc<dyn agentry::Store> =
+        Arc::new(agentry::SqliteStore::open(tmp.path().join("runs.db"))?);
+    let runtime =
+        Runtime::with_builtins()?.with_store(Arc::clone(&store), agentry::Durability::Strict)?;
+    let task = TestTask::new("read the mail", &[])?;
+    let mut config = task.config();
+    config.driver = Driver::Events;
+    config.inbox_capacity = 2;
+    let policy = FnPolicy::new(|_| Decision::Final {
+        answer: "read".into(),
+    });
+    let handle = runtime.start(config, policy).await?;
+    status_until(&handle, RunStatus::Sleeping).await?;
+    handle.pause()?;
+    status_until(&handle, RunStatus::Paused).await?;
+    let sent: Vec<bool> = (0..5)
+        .map(|i| handle.send_message(format!("m{i}")).is_ok())
+        .collect();
+    assert_eq!(sent, [true, true, false, false, false]);
+    handle.abort();
+    let outcome = handle.wait().await?;
+    assert_eq!(outcome.stop_reason, StopReason::UserAbort);
+
+    let stored = store
+        .load(handle.run_id())?
+        .ok_or("the run is not stored")?;
+    let session = messages(&stored.session);
+    assert_eq!(
+        session,
+        ["read the mail", "m0", "m1"],
+        "the goal and the two taken"
+    );
+    assert!(
+        stored.inbox.is_empty(),
+        "left in the inbox: {:?}",
+        stored.inbox
+    );
     Ok(())
 }
