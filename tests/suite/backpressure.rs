@@ -43,6 +43,47 @@ async fn status_until(handle: &agentry::RunHandle, status: RunStatus) -> Result<
     }
 }
 
+/// A policy that replies to every turn, keeping in `seen` the user messages
+/// of the last session it was shown (the goal left out).
+fn recording(seen: &Arc<Mutex<Vec<String>>>) -> FnPolicy {
+    let seen = Arc::clone(seen);
+    FnPolicy::new(move |ctx| {
+        if let Ok(mut seen) = seen.lock() {
+            *seen = messages(ctx.session).split_off(1);
+        }
+        Decision::Final {
+            answer: "read".into(),
+        }
+    })
+}
+
+/// Sends `count` messages of ~1 KiB (100,000 held would be ~100 MiB): the
+/// texts taken, and how many were refused busy (each naming the run and
+/// `capacity`); any other error fails.
+fn send_all(
+    handle: &agentry::RunHandle,
+    count: usize,
+    capacity: usize,
+) -> Result<(Vec<String>, usize), TestError> {
+    let (mut accepted, mut refused) = (Vec::new(), 0usize);
+    let filler = "x".repeat(1_000);
+    for i in 0..count {
+        let text = format!("m{i:06} {filler}");
+        match handle.send_message(text.clone()) {
+            Ok(()) => accepted.push(text),
+            Err(RuntimeError::InboxFull {
+                run_id,
+                capacity: told,
+            }) => {
+                assert_eq!((run_id.as_str(), told), (handle.run_id(), capacity));
+                refused += 1;
+            }
+            Err(other) => return Err(format!("message {i}: {other}").into()),
+        }
+    }
+    Ok((accepted, refused))
+}
+
 /// 100,000 messages sent to a paused run whose inbox holds 1,000: the first
 /// 1,000 are taken, every other one is refused with `InboxFull` naming the run
 /// and the capacity, the process grows by far less than 100,000 messages would
@@ -58,43 +99,14 @@ async fn a_paused_run_takes_messages_up_to_its_inbox_capacity() -> Result<(), Te
     config.inbox_capacity = CAPACITY;
     config.events_from_start = false;
     let seen = Arc::new(Mutex::new(Vec::new()));
-    let policy = FnPolicy::new({
-        let seen = Arc::clone(&seen);
-        move |ctx| {
-            if let Ok(mut seen) = seen.lock() {
-                // The first user entry is the goal.
-                *seen = messages(ctx.session).split_off(1);
-            }
-            Decision::Final {
-                answer: "read".into(),
-            }
-        }
-    });
-    let handle = runtime.start(config, policy).await?;
-    let run_id = handle.run_id().to_string();
+    let handle = runtime.start(config, recording(&seen)).await?;
     status_until(&handle, RunStatus::Sleeping).await?;
     handle.pause()?;
     status_until(&handle, RunStatus::Paused).await?;
 
     let before = resident_bytes()?;
-    let (mut accepted, mut refused) = (Vec::new(), 0usize);
     let started = std::time::Instant::now();
-    // Each message is ~1 KiB: 100,000 held would be ~100 MiB.
-    let filler = "x".repeat(1_000);
-    for i in 0..SENT {
-        let text = format!("m{i:06} {filler}");
-        match handle.send_message(text.clone()) {
-            Ok(()) => accepted.push(text),
-            Err(RuntimeError::InboxFull {
-                run_id: busy,
-                capacity,
-            }) => {
-                assert_eq!((busy.as_str(), capacity), (run_id.as_str(), CAPACITY));
-                refused += 1;
-            }
-            Err(other) => return Err(format!("message {i}: {other}").into()),
-        }
-    }
+    let (accepted, refused) = send_all(&handle, SENT, CAPACITY)?;
     assert!(
         started.elapsed() < Duration::from_secs(60),
         "100,000 sends took {:?}",

@@ -232,12 +232,7 @@ impl Runtime {
             grants,
             durable,
         } = launch;
-        if !config.workdir.is_dir() {
-            return Err(RuntimeError::Workdir {
-                path: config.workdir.clone(),
-                source: std::io::Error::new(std::io::ErrorKind::NotFound, "not a directory"),
-            });
-        }
+        check_workdir(&config)?;
         let run_id: Arc<str> = match &config.run_id {
             Some(id) => Arc::from(id.as_str()),
             None => Arc::from(uuid::Uuid::now_v7().to_string()),
@@ -449,6 +444,17 @@ async fn spawn_conductor(
         message: "the conductor did not report its actors".to_string(),
     })?;
     Ok((conductor, actors))
+}
+
+/// The run's working directory must be there before anything starts.
+fn check_workdir(config: &RunConfig) -> Result<(), RuntimeError> {
+    if config.workdir.is_dir() {
+        return Ok(());
+    }
+    Err(RuntimeError::Workdir {
+        path: config.workdir.clone(),
+        source: std::io::Error::new(std::io::ErrorKind::NotFound, "not a directory"),
+    })
 }
 
 /// A resumed run's inputs accepted before the restart but never applied, in
