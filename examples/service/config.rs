@@ -31,6 +31,9 @@ pub struct Limits {
     /// Message, event and redirect bodies one run takes in over its life, in
     /// bytes: a paused run keeps every message it is sent.
     pub run_input_bytes: u64,
+    /// Messages, events and redirects one run holds that its model has not
+    /// seen yet (each run's `inbox_capacity`); past it such a POST is 429.
+    pub inbox_capacity: usize,
     /// For a request's body to arrive, from its head.
     pub body_timeout: Duration,
     /// For a request's head to arrive, and for a connection idle between requests.
@@ -50,6 +53,7 @@ impl Default for Limits {
             message_bytes: MIB,
             create_bytes: 64 * MIB,
             run_input_bytes: 64 * MIB as u64,
+            inbox_capacity: agentry::DEFAULT_INBOX_CAPACITY,
             body_timeout: Duration::from_secs(30),
             header_timeout: Duration::from_secs(10),
             max_connections: serve::default_max_connections(),

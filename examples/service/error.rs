@@ -10,13 +10,20 @@ use serde_json::json;
 pub struct ApiError {
     status: StatusCode,
     message: String,
+    /// Seconds for a `Retry-After` header (a busy run).
+    retry_after: Option<u64>,
 }
+
+/// What a 429 asks a client to wait before it sends again, in seconds: a busy
+/// run's inbox empties at its next decision, typically well within this.
+const RETRY_AFTER_SECONDS: u64 = 1;
 
 impl ApiError {
     pub(super) fn new(status: StatusCode, message: impl Into<String>) -> Self {
         ApiError {
             status,
             message: message.into(),
+            retry_after: None,
         }
     }
 
@@ -30,10 +37,15 @@ impl ApiError {
         ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, message)
     }
 
-    /// An input refused by the runtime: 409 when the run has stopped.
+    /// An input refused by the runtime: 409 when the run has stopped, 429 with
+    /// `Retry-After` when its inbox is full.
     pub(super) fn from_runtime(e: RuntimeError) -> Self {
         match e {
             RuntimeError::Stopped { .. } => ApiError::new(StatusCode::CONFLICT, e.to_string()),
+            RuntimeError::InboxFull { .. } => ApiError {
+                retry_after: Some(RETRY_AFTER_SECONDS),
+                ..ApiError::new(StatusCode::TOO_MANY_REQUESTS, e.to_string())
+            },
             RuntimeError::NoPendingApproval { .. } | RuntimeError::NoPendingDecision { .. } => {
                 ApiError::new(StatusCode::NOT_FOUND, e.to_string())
             }
@@ -44,6 +56,15 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status, axum::Json(json!({ "error": self.message }))).into_response()
+        let body = axum::Json(json!({ "error": self.message }));
+        match self.retry_after {
+            Some(seconds) => (
+                self.status,
+                [(axum::http::header::RETRY_AFTER, seconds.to_string())],
+                body,
+            )
+                .into_response(),
+            None => (self.status, body).into_response(),
+        }
     }
 }

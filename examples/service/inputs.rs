@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use super::body::{body_bytes, object, string_field};
 use super::error::ApiError;
-use super::table::{App, live};
+use super::table::{App, RunEntry, live};
 
 fn accepted(id: &str) -> Response {
     (
@@ -18,6 +18,19 @@ fn accepted(id: &str) -> Response {
         axum::Json(json!({ "run_id": id, "accepted": true })),
     )
         .into_response()
+}
+
+/// An input's answer from the run; a busy run's refusal gives its bytes back
+/// (429 with `Retry-After`).
+fn refused(
+    run: &RunEntry,
+    bytes: usize,
+    sent: Result<(), agentry::RuntimeError>,
+) -> Result<(), ApiError> {
+    if let Err(agentry::RuntimeError::InboxFull { .. }) = &sent {
+        run.give_back_input(bytes);
+    }
+    sent.map_err(ApiError::from_runtime)
 }
 
 pub(super) async fn send_message(
@@ -31,7 +44,8 @@ pub(super) async fn send_message(
     let text = string_field(&fields, "text", true)?.unwrap_or_default();
     let handle = live(&id, run.current())?;
     run.take_input(&id, bytes.len(), app.config.limits.run_input_bytes)?;
-    handle.send_message(text).map_err(ApiError::from_runtime)?;
+    let sent = handle.send_message(text);
+    refused(&run, bytes.len(), sent)?;
     Ok(accepted(&id))
 }
 
@@ -47,9 +61,8 @@ pub(super) async fn inject_event(
     let payload = fields.remove("payload").unwrap_or(Value::Null);
     let handle = live(&id, run.current())?;
     run.take_input(&id, bytes.len(), app.config.limits.run_input_bytes)?;
-    handle
-        .inject(name, payload)
-        .map_err(ApiError::from_runtime)?;
+    let sent = handle.inject(name, payload);
+    refused(&run, bytes.len(), sent)?;
     Ok(accepted(&id))
 }
 
@@ -102,7 +115,9 @@ pub(super) async fn interrupt(
         Action::Redirect => {
             let handle = handle?;
             run.take_input(&id, bytes.len(), app.config.limits.run_input_bytes)?;
-            handle.interrupt(message.unwrap_or_default())
+            let sent = handle.interrupt(message.unwrap_or_default());
+            refused(&run, bytes.len(), sent)?;
+            return Ok(accepted(&id));
         }
         Action::Pause => handle?.pause(),
         Action::Resume => handle?.resume(),

@@ -51,6 +51,10 @@ struct Args {
     /// [default: 64 MiB].
     #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u64).range(1..))]
     max_run_input_bytes: Option<u64>,
+    /// Messages, events and redirects one run holds before its model has seen
+    /// them; past it such a POST is 429 with Retry-After [default: 1024].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    inbox_capacity: Option<u64>,
     /// Time for a request's head to arrive, and for a connection to sit idle
     /// between requests [default: 10s].
     #[arg(long, value_name = "DURATION", value_parser = positive_duration)]
@@ -83,6 +87,7 @@ impl Args {
             message_bytes: bytes(self.max_message_bytes, d.message_bytes),
             create_bytes: bytes(self.max_create_bytes, d.create_bytes),
             run_input_bytes: self.max_run_input_bytes.unwrap_or(d.run_input_bytes),
+            inbox_capacity: bytes(self.inbox_capacity, d.inbox_capacity),
             body_timeout: self.body_timeout.unwrap_or(d.body_timeout),
             header_timeout: self.header_timeout.unwrap_or(d.header_timeout),
             max_connections: self
@@ -114,6 +119,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // are re-parented to us (not init) so they are reaped, never left as zombies.
     if let Err(e) = agentry::tools::proc::reap_orphans_here() {
         tracing::warn!(error = %e, "cannot become a child subreaper; orphaned tool processes may linger as zombies");
+    }
+
+    // A full disk (or `ulimit -f`) fails a store commit, which stops that run
+    // with an error naming the store; SIGXFSZ would kill the whole service.
+    if let Err(e) = agentry::tools::proc::survive_file_size_limit() {
+        tracing::warn!(error = %e, "cannot catch SIGXFSZ; a write past the file-size limit kills the service");
     }
 
     let mut runtime = Runtime::with_builtins()?;

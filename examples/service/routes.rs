@@ -86,10 +86,11 @@ async fn create_run(
         .await
         .map_err(|e| ApiError::internal(format!("preparing the run failed: {e}")))??;
     let create::NewRun {
-        config,
+        mut config,
         script,
         workdir,
     } = run;
+    config.inbox_capacity = app.config.limits.inbox_capacity;
     let handle = match app.runtime.start(config, script.into_policy()).await {
         Ok(handle) => handle,
         Err(e) => {

@@ -58,6 +58,16 @@ impl RunEntry {
             .clone()
     }
 
+    /// Gives back `bytes` taken for an input the run then refused (a busy
+    /// run's): only what it took in counts against its limit.
+    pub(super) fn give_back_input(&self, bytes: usize) {
+        let _ = self
+            .input_bytes
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |taken| {
+                Some(taken.saturating_sub(bytes as u64))
+            });
+    }
+
     /// Counts `bytes` of input against the run's limit, or refuses them (413).
     pub(super) fn take_input(&self, id: &str, bytes: usize, limit: u64) -> Result<(), ApiError> {
         let bytes = bytes as u64;

@@ -1,6 +1,7 @@
 //! Integration test modules, one per area of the runtime.
 
 mod acceptance;
+mod backpressure;
 mod budget;
 mod deadline;
 mod durable;

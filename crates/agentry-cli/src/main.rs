@@ -89,6 +89,11 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_BAD_INPUT);
         }
     };
+    // A full disk (or `ulimit -f`) fails the store's commit, which stops the
+    // run with an error naming the store; SIGXFSZ would kill us mid-write.
+    if let Err(e) = runtime.block_on(async { agentry::tools::proc::survive_file_size_limit() }) {
+        tracing::warn!(error = %e, "cannot catch SIGXFSZ; a write past the file-size limit kills the process");
+    }
     match cli.command {
         Command::Run(args) => {
             let json = args.json;

@@ -15,6 +15,8 @@ mod cli {
     mod fallback;
     #[cfg(target_os = "linux")]
     mod fencing;
+    #[cfg(unix)]
+    mod full_disk;
     mod hosted;
     #[cfg(unix)]
     mod interrupt;

@@ -22,6 +22,10 @@ fn default_max_denied() -> usize {
     DEFAULT_MAX_DENIED
 }
 
+fn default_inbox_capacity() -> usize {
+    crate::inbox::DEFAULT_INBOX_CAPACITY
+}
+
 fn default_result_cap() -> usize {
     agentry_protocol::envelope::DEFAULT_RESULT_CAP
 }
@@ -203,6 +207,14 @@ pub struct RunConfig {
     /// it (the CLI does). Not used by the runtime itself.
     #[serde(default)]
     pub policy_spec: Option<String>,
+    /// How many messages, custom events and fired timers the run holds that no
+    /// decision has taken yet (a paused run holds all it is sent): past it
+    /// `send_message`, `inject` and `interrupt` with a message are refused with
+    /// [`RuntimeError::InboxFull`](crate::RuntimeError::InboxFull), and a fired
+    /// timer waits for a slot. Pause, resume and abort are never refused.
+    /// Default [`DEFAULT_INBOX_CAPACITY`](crate::DEFAULT_INBOX_CAPACITY).
+    #[serde(default = "default_inbox_capacity")]
+    pub inbox_capacity: usize,
 }
 
 impl RunConfig {
@@ -233,6 +245,7 @@ impl RunConfig {
             tick_every: None,
             tree: TreeLimits::default(),
             policy_spec: None,
+            inbox_capacity: default_inbox_capacity(),
         }
     }
 }

@@ -62,6 +62,18 @@ pub enum RuntimeError {
         /// Run id.
         run_id: String,
     },
+    /// The run's inbox holds as many inputs as its capacity: the input was not
+    /// taken (nothing of it is queued or stored); send it again once the run
+    /// has taken some (see [`RunConfig::inbox_capacity`](crate::RunConfig::inbox_capacity)).
+    #[error(
+        "run {run_id} is busy: its inbox holds {capacity} inputs no decision has taken yet (its inbox_capacity); try again later"
+    )]
+    InboxFull {
+        /// Run id.
+        run_id: String,
+        /// The run's inbox capacity.
+        capacity: usize,
+    },
     /// An approval named a call that is not waiting for one.
     #[error("run {run_id}: {message}")]
     NoPendingApproval {

@@ -36,8 +36,8 @@ pub use agentry_protocol::{
     ToolError,
 };
 pub use agentry_runtime::{
-    ApprovalConfig, Driver, Durability, Grants, RunActors, RunConfig, RunHandle, RunOutcome,
-    RunTree, Runtime, RuntimeError, ToolRegistry,
+    ApprovalConfig, DEFAULT_INBOX_CAPACITY, Driver, Durability, Grants, RunActors, RunConfig,
+    RunHandle, RunOutcome, RunTree, Runtime, RuntimeError, ToolRegistry,
 };
 #[cfg(feature = "task")]
 pub use agentry_task::{TaskError, TaskSpec};

@@ -195,3 +195,88 @@ async fn one_message_gets_a_tool_call_then_a_reply() -> Result<(), TestError> {
     }
     Ok(())
 }
+
+/// Issue 21, item 3: a paused run's inbox fills over HTTP; the next message is
+/// 429 with `Retry-After`, naming the run as busy; once the run is resumed (its model has taken what it held) the
+/// same message is accepted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_inbox_is_429_with_retry_after_until_the_run_takes_it() -> Result<(), TestError> {
+    const CAPACITY: usize = 3;
+    let config = app::ServiceConfig {
+        limits: app::Limits {
+            inbox_capacity: CAPACITY,
+            ..app::Limits::default()
+        },
+        ..app::ServiceConfig::default()
+    };
+    let service = Service::start_with(None, config).await?;
+    let run_id = service.create(listener_task()).await?;
+    let run_path = format!("/runs/{run_id}");
+    let mut stream = service.events(&run_id).await?;
+    interrupt(&service, &mut stream, &run_path, "pause").await?;
+
+    let messages = format!("{}{run_path}/messages", service.base);
+    for i in 0..CAPACITY {
+        let sent = service
+            .post(
+                &format!("{run_path}/messages"),
+                json!({"text": format!("m{i}")}),
+            )
+            .await?;
+        assert_eq!(sent.status, 202, "message {i}: {:?}", sent.body);
+    }
+    let busy = service
+        .client
+        .client
+        .post(&messages)
+        .header("content-type", "application/json")
+        .body(json!({"text": "one too many"}).to_string())
+        .send()
+        .await?;
+    assert_eq!(busy.status().as_u16(), 429);
+    let retry_after = busy
+        .headers()
+        .get("retry-after")
+        .ok_or("no Retry-After")?
+        .to_str()?
+        .parse::<u64>()?;
+    assert!(retry_after >= 1, "Retry-After: {retry_after}");
+    let body: Value = busy.json().await?;
+    let error = body["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains(&run_id) && error.contains("busy") && error.contains("3"),
+        "{body:?}"
+    );
+    // Control is never refused, full inbox or not.
+    let resumed = service
+        .post(
+            &format!("{run_path}/interrupt"),
+            json!({"action": "resume"}),
+        )
+        .await?;
+    assert_eq!(resumed.status, 202, "{:?}", resumed.body);
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let sent = service
+            .post(
+                &format!("{run_path}/messages"),
+                json!({"text": "one too many"}),
+            )
+            .await?;
+        match sent.status {
+            202 => break,
+            // The resumed run's decision has not taken the inbox yet.
+            429 if std::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            other => return Err(format!("after resume: {other} {:?}", sent.body).into()),
+        }
+    }
+    let run = service.get(&run_path).await?;
+    assert_eq!(
+        run.body["inputs"], 6,
+        "pause, three messages, resume, the last message: {:?}",
+        run.body
+    );
+    Ok(())
+}

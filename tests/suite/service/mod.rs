@@ -98,6 +98,14 @@ impl Service {
     /// With a store: runs are committed there, and the runs a previous service
     /// left unfinished are resumed before the service listens.
     async fn start_on(store: Option<&std::path::Path>) -> Result<Service, TestError> {
+        Service::start_with(store, app::ServiceConfig::default()).await
+    }
+
+    /// [`Service::start_on`] with these limits.
+    async fn start_with(
+        store: Option<&std::path::Path>,
+        config: app::ServiceConfig,
+    ) -> Result<Service, TestError> {
         let mut runtime = Runtime::with_builtins()?;
         if let Some(path) = store {
             let store = std::sync::Arc::new(agentry::SqliteStore::open(path)?);
@@ -105,7 +113,7 @@ impl Service {
         }
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let base = format!("http://{}", listener.local_addr()?);
-        let app = app::App::new(runtime.clone());
+        let app = app::App::with_config(runtime.clone(), config);
         if store.is_some() {
             app.resume_unfinished().await?;
         }

@@ -49,6 +49,8 @@ pub struct ConductorArgs {
     pub restore: Option<Restore>,
     /// Counts what is posted to the conductor from outside.
     pub posted: Posted,
+    /// The run's inbox bound, shared with its handles.
+    pub(crate) gauge: std::sync::Arc<crate::inbox::InboxGauge>,
     /// The step's cancellation a user's interrupt fires (shared with handles).
     pub(crate) cut: crate::interrupt::StepCut,
     /// A durable run: this process's claim on it, held while the run runs.

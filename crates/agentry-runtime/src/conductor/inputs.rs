@@ -225,8 +225,17 @@ impl ConductorState {
         }
     }
 
+    /// The entries the next decision is shown; their inbox slots are free again.
+    pub(super) fn take_pending(&mut self) -> Vec<SessionEntry> {
+        self.gauge.release(std::mem::take(&mut self.unseen));
+        std::mem::take(&mut self.pending)
+    }
+
     /// [`Self::record_input`] for an input the store kept (a timer, the inbox).
+    /// An input holding an inbox slot keeps it until a decision takes it, or
+    /// gives it back at once if it could not be applied.
     async fn record_input_from(&mut self, input: RunInput, source: Option<InputSource>) {
+        let slot = crate::inbox::takes_slot(&input);
         let update = match source {
             Some(source) => StateUpdate::StoredInput {
                 source,
@@ -238,13 +247,18 @@ impl ConductorState {
             Ok(applied) => applied,
             Err(ApplyError::Store(e)) => {
                 tracing::error!(run_id = %self.run_id, error = %e, "an input could not be stored");
+                self.gauge.release(usize::from(slot));
                 return;
             }
-            Err(ApplyError::Actor(_)) => return,
+            Err(ApplyError::Actor(_)) => {
+                self.gauge.release(usize::from(slot));
+                return;
+            }
         };
         if let Some(entry) = session_entry(&input) {
             self.pending.push(entry);
         }
+        self.unseen += usize::from(slot);
         self.trace_input(applied.at, &input);
         let seq = applied.at.input_seq;
         self.emit(|| RunEvent::InputApplied { seq, input });

@@ -85,6 +85,7 @@ pub(super) async fn start(
         trace: args.trace,
         lineage: args.lineage,
         posted: args.posted,
+        gauge: args.gauge,
         cut: args.cut,
     };
     Ok(ConductorState::new(
@@ -206,6 +207,7 @@ struct Kept {
     trace: Option<TraceWriter>,
     lineage: Lineage,
     posted: Posted,
+    gauge: Arc<crate::inbox::InboxGauge>,
     cut: crate::interrupt::StepCut,
     durable: bool,
 }
@@ -260,6 +262,8 @@ impl ConductorState {
             ending: progress.ending,
             allowance,
             posted: kept.posted,
+            gauge: kept.gauge,
+            unseen: 0,
             step_cut: kept.cut.token(),
             cut: kept.cut,
             handled: 0,

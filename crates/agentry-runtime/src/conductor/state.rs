@@ -106,6 +106,10 @@ pub struct ConductorState {
     /// Messages posted from outside, and how many of them were handled.
     pub(super) posted: Posted,
     pub(super) handled: u64,
+    /// The run's inbox bound: the slots of inputs in `pending` (`unseen` of
+    /// them) are given back when a decision takes them.
+    pub(super) gauge: Arc<crate::inbox::InboxGauge>,
+    pub(super) unseen: usize,
     /// What a user's interrupt cuts: each step runs under its token.
     pub(super) cut: crate::interrupt::StepCut,
     /// The token of the step in progress (taken from `cut` as it starts).

@@ -109,7 +109,7 @@ impl ConductorState {
         let (decided_tx, decided_rx) = tokio::sync::oneshot::channel();
         let relay = DecideRelay {
             step,
-            new_entries: std::mem::take(&mut self.pending),
+            new_entries: self.take_pending(),
             policy: self.children.policy.clone(),
             events: self.events.clone(),
             cut: self.step_cut.clone(),

@@ -17,6 +17,7 @@ use crate::config::TreeLimits;
 use crate::durable::RunLog;
 use crate::error::RuntimeError;
 use crate::events::EventSink;
+use crate::inbox::{InboxGauge, takes_slot};
 use crate::interrupt::StepCut;
 use crate::registry::Grants;
 use crate::state::{AppliedAt, ApprovalDecision, HumanInputError, StateMsg};
@@ -47,6 +48,8 @@ pub struct RunHandle {
     pub(super) log: Option<RunLog>,
     /// A durable run's next inbox position, shared by every clone.
     pub(super) inbox: Option<Arc<std::sync::atomic::AtomicU64>>,
+    /// The run's inbox bound, shared with its conductor (see [`crate::inbox`]).
+    pub(super) gauge: Arc<InboxGauge>,
     /// Its name, goal and model, for its tree.
     pub(super) about: About,
     /// The children it started.
@@ -146,7 +149,10 @@ impl RunHandle {
     }
 
     /// Delivers a custom event after `delay` (a one-shot timer), unless the run has
-    /// stopped by then.
+    /// stopped by then. A timer that fires while the run's inbox is full waits
+    /// for a slot (see [`RunConfig::inbox_capacity`](crate::RunConfig::inbox_capacity)):
+    /// its event comes late, never lost; a durable run's stays in the store
+    /// meanwhile.
     pub fn after(
         &self,
         delay: std::time::Duration,
@@ -181,10 +187,15 @@ impl RunHandle {
                 .saturating_sub(agentry_protocol::now_millis()),
         );
         let durable = self.log.is_some();
+        let gauge = Arc::clone(&self.gauge);
         tokio::spawn(async move {
+            let due = async {
+                tokio::time::sleep(delay).await;
+                gauge.take().await;
+            };
             tokio::select! {
                 _ = token.cancelled() => {}
-                _ = tokio::time::sleep(delay) => {
+                () = due => {
                     let input = RunInput::Event {
                         name: timer.name,
                         payload: timer.payload,
@@ -214,12 +225,39 @@ impl RunHandle {
         self.input(RunInput::Resume)
     }
 
+    /// How many messages, custom events and fired timers the run holds that no
+    /// decision has taken yet, and its capacity for them.
+    pub fn inbox_usage(&self) -> InboxUsage {
+        InboxUsage {
+            held: self.gauge.held(),
+            capacity: self.gauge.capacity(),
+        }
+    }
+
     fn input(&self, input: RunInput) -> Result<(), RuntimeError> {
         if self.outcome.borrow().is_some() {
             return Err(RuntimeError::Stopped {
                 run_id: self.run_id.to_string(),
             });
         }
+        // The slot is taken before anything is queued or stored, so a refused
+        // input leaves no trace; a control input takes none.
+        if takes_slot(&input) && !self.gauge.try_take() {
+            return Err(RuntimeError::InboxFull {
+                run_id: self.run_id.to_string(),
+                capacity: self.gauge.capacity(),
+            });
+        }
+        let slot = takes_slot(&input);
+        self.post(input).inspect_err(|_| {
+            if slot {
+                self.gauge.release(1);
+            }
+        })
+    }
+
+    /// Posts an accepted input (its slot, if it takes one, already taken).
+    fn post(&self, input: RunInput) -> Result<(), RuntimeError> {
         let msg = match (&self.log, &self.inbox) {
             (Some(log), Some(next)) => {
                 // Into the run's stored inbox first (queued at the writer, so on
@@ -381,6 +419,15 @@ impl RunHandle {
             _ => self.outcome().map(|o| o.state),
         }
     }
+}
+
+/// A run's inbox, as [`RunHandle::inbox_usage`] reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InboxUsage {
+    /// Inputs accepted that no decision has taken yet.
+    pub held: usize,
+    /// The most it holds ([`RunConfig::inbox_capacity`](crate::RunConfig::inbox_capacity)).
+    pub capacity: usize,
 }
 
 /// A child as its parent's handle knows it: its handle, and whether its end has

@@ -25,6 +25,7 @@ use crate::config::{RunConfig, TreeLimits};
 use crate::durable::RunLog;
 use crate::error::{ChildRefusal, RuntimeError};
 use crate::events::EventSink;
+use crate::inbox::InboxGauge;
 use crate::interrupt::StepCut;
 use crate::owner::Claim;
 use crate::policy::Policy;
@@ -231,12 +232,7 @@ impl Runtime {
             grants,
             durable,
         } = launch;
-        if !config.workdir.is_dir() {
-            return Err(RuntimeError::Workdir {
-                path: config.workdir.clone(),
-                source: std::io::Error::new(std::io::ErrorKind::NotFound, "not a directory"),
-            });
-        }
+        check_workdir(&config)?;
         let run_id: Arc<str> = match &config.run_id {
             Some(id) => Arc::from(id.as_str()),
             None => Arc::from(uuid::Uuid::now_v7().to_string()),
@@ -261,6 +257,7 @@ impl Runtime {
         let children = Arc::new(RunChildren::new(self.clone(), config.workdir.clone()));
         let (actors_tx, actors_rx) = oneshot::channel();
         let posted = Posted::default();
+        let gauge = Arc::new(InboxGauge::new(config.inbox_capacity));
         let cut = StepCut::new(&run_token);
         let args = ConductorArgs {
             run_id: Arc::clone(&run_id),
@@ -277,6 +274,7 @@ impl Runtime {
             log: log.clone(),
             restore: stored.restore,
             posted: posted.clone(),
+            gauge: Arc::clone(&gauge),
             claim: stored.claim,
             cut: cut.clone(),
         };
@@ -294,6 +292,7 @@ impl Runtime {
             grants,
             log,
             inbox,
+            gauge,
             about,
             children: ChildList::default(),
         };
@@ -447,6 +446,17 @@ async fn spawn_conductor(
     Ok((conductor, actors))
 }
 
+/// The run's working directory must be there before anything starts.
+fn check_workdir(config: &RunConfig) -> Result<(), RuntimeError> {
+    if config.workdir.is_dir() {
+        return Ok(());
+    }
+    Err(RuntimeError::Workdir {
+        path: config.workdir.clone(),
+        source: std::io::Error::new(std::io::ErrorKind::NotFound, "not a directory"),
+    })
+}
+
 /// A resumed run's inputs accepted before the restart but never applied, in
 /// their order, then its timers not yet fired.
 fn deliver_stored(
@@ -457,6 +467,10 @@ fn deliver_stored(
     for (seq, input) in inbox {
         match serde_json::from_value::<RunInput>(input) {
             Ok(input) => {
+                // Accepted before the restart: held even past the bound.
+                if crate::inbox::takes_slot(&input) {
+                    handle.gauge.force_take();
+                }
                 let _ = handle.conductor.cast(ConductorMsg::StoredInput {
                     source: crate::state::InputSource::Inbox(seq),
                     input,

@@ -29,7 +29,7 @@ use crate::error::RuntimeError;
 use crate::policy::Policy;
 use crate::registry::ToolRegistry;
 
-pub use handle::RunHandle;
+pub use handle::{InboxUsage, RunHandle};
 pub use tree::RunTree;
 
 /// Starts runs. Cheap to clone; clones share the tool registry and the shutdown token.

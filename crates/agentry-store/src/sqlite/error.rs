@@ -19,6 +19,14 @@ pub(super) fn sql_error(path: &str, e: rusqlite::Error) -> StoreError {
             message: e.to_string(),
         },
         Some(ErrorCode::DiskFull) => StoreError::Full { path },
+        // SQLite says `SQLITE_FULL` only for ENOSPC; a write past a file-size
+        // limit (EFBIG) or a quota is a bare "disk I/O error".
+        _ if is_write_error(&e) => StoreError::Io {
+            path,
+            message: format!(
+                "writing the file failed ({e}): the disk may be full or a file-size limit or quota reached; nothing of this write was committed"
+            ),
+        },
         _ => StoreError::Io {
             path,
             message: e.to_string(),
@@ -35,6 +43,14 @@ fn is_bad_value(e: &rusqlite::Error) -> bool {
             | rusqlite::Error::FromSqlConversionFailure(..)
             | rusqlite::Error::IntegralValueOutOfRange(..)
             | rusqlite::Error::Utf8Error(..)
+    )
+}
+
+/// True for a failed write or flush of the file (its data, journal or WAL).
+fn is_write_error(e: &rusqlite::Error) -> bool {
+    matches!(
+        e.sqlite_extended_error_code(),
+        Some(rusqlite::ffi::SQLITE_IOERR_WRITE | rusqlite::ffi::SQLITE_IOERR_FSYNC)
     )
 }
 

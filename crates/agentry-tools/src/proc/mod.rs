@@ -144,7 +144,7 @@ pub use command::{CommandTool, CommandToolError};
 pub use config::{DEFAULT_ENV_ALLOWLIST, DEFAULT_MAX_INLINE, DEFAULT_TERM_GRACE, ProcConfig};
 pub use env::{ENV_CALL_ID, ENV_OPERATION_ID, ENV_RUN_ID, ENV_SPAWN_ID, HOST_ENV};
 pub use fence::{FenceError, Fenced, fence};
-pub use run::{reap_orphans_here, run_command};
+pub use run::{reap_orphans_here, run_command, survive_file_size_limit};
 pub use warden::{WARDEN_NAME, warden_pid};
 
 use env::model_env;

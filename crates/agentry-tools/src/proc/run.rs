@@ -51,6 +51,21 @@ pub fn reap_orphans_here() -> std::io::Result<()> {
     }
 }
 
+/// Makes a write past the file-size limit (`RLIMIT_FSIZE`, `ulimit -f`) fail
+/// with `EFBIG` instead of killing the process with `SIGXFSZ`: a store that
+/// cannot grow then fails its commit, and the run stops with an error naming
+/// the store, its last commit intact. The signal is caught (tokio's handler,
+/// kept for the life of the process), not ignored, so the programs tools
+/// start get the default disposition back at `exec`.
+///
+/// Call once, early, inside a tokio runtime (the CLI and the service do).
+pub fn survive_file_size_limit() -> std::io::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let xfsz = SignalKind::from_raw(nix::sys::signal::Signal::SIGXFSZ as i32);
+    // Dropping the stream keeps the handler: tokio never uninstalls one.
+    signal(xfsz).map(drop)
+}
+
 /// Runs `argv` in the working directory the way every process tool runs its
 /// programs: its own process group, an environment of only the
 /// [`ProcConfig::env_allowlist`] plus the host's ids, output capped inline and
