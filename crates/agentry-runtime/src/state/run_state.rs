@@ -198,6 +198,7 @@ impl RunState {
             decision,
             results,
             spent,
+            delegated,
             answer,
             tool_calls,
             fingerprint,
@@ -242,6 +243,7 @@ impl RunState {
                 .map(|result| SessionEntry::Tool { result }),
         );
         self.control.spent = spent;
+        self.control.delegated = delegated;
         if answer.is_some() {
             self.task.answer = answer;
         }
