@@ -1,5 +1,6 @@
 //! The idempotency table: a replayed call id is not executed again; the same id
-//! with a different call is rejected and nothing runs.
+//! with a different call is rejected and nothing runs; inside one step a
+//! repeated id is refused, never replayed.
 
 use std::sync::Arc;
 
@@ -67,10 +68,12 @@ async fn the_same_id_with_different_arguments_is_rejected_and_nothing_runs() -> 
     Ok(())
 }
 
-/// Inside one step too: a duplicate id with the same call reuses the first result;
-/// with a different call it is rejected.
+/// Inside one step a repeated id is never replayed (that is for a later
+/// step): every call after the first under an id is `EINVAL` naming the id and
+/// never runs, whether it repeats the call or not; the first runs normally.
 #[tokio::test]
-async fn duplicate_ids_within_one_step_run_once() -> Result<(), TestError> {
+async fn a_repeated_id_within_one_step_is_einval_and_only_the_first_runs() -> Result<(), TestError>
+{
     let tool = CountingTool::new("count.write");
     let executions = tool.counter();
     let runtime = runtime_with(vec![Arc::new(tool)])?;
@@ -79,6 +82,7 @@ async fn duplicate_ids_within_one_step_run_once() -> Result<(), TestError> {
         .calls(vec![
             call("d", "count.write", json!({"value": 1})),
             call("d", "count.write", json!({"value": 1})),
+            call("e", "count.write", json!({"value": 2})),
             call("d", "count.write", json!({"value": 9})),
         ])
         .finish("written")
@@ -87,19 +91,61 @@ async fn duplicate_ids_within_one_step_run_once() -> Result<(), TestError> {
     let (outcome, events) = run_with_events(&runtime, task.config(), policy).await?;
 
     assert_eq!(outcome.stop_reason, StopReason::Done, "{}", outcome.detail);
-    assert_eq!(executions.get(), 1);
-    let step1: Vec<(bool, bool, Option<ErrorCode>)> = tool_results(&events)
+    assert_eq!(executions.get(), 2, "d once and e once");
+    let results = tool_results(&events);
+    let step1: Vec<(&str, bool, bool, Option<ErrorCode>)> = results
         .iter()
         .filter(|(step, _)| *step == 1)
-        .map(|(_, r)| (r.ok, r.replayed, r.error_code()))
+        .map(|(_, r)| (r.tool_call_id.as_str(), r.ok, r.replayed, r.error_code()))
         .collect();
     assert_eq!(
         step1,
         vec![
-            (true, false, None),
-            (true, true, None),
-            (false, false, Some(ErrorCode::Einval)),
+            ("d", true, false, None),
+            ("d", false, false, Some(ErrorCode::Einval)),
+            ("e", true, false, None),
+            ("d", false, false, Some(ErrorCode::Einval)),
         ]
+    );
+    for (_, r) in results.iter().filter(|(_, r)| !r.ok) {
+        let message = r.error.as_ref().map(|e| e.message.as_str());
+        assert!(
+            message.is_some_and(|m| m.contains("\"d\"") && m.contains("not run")),
+            "{message:?}"
+        );
+    }
+    Ok(())
+}
+
+/// A call that reaches the executor without an id (the adapters give one to
+/// every call; a policy of one's own may not) is `EINVAL` and never runs.
+#[tokio::test]
+async fn a_call_without_an_id_is_einval_and_never_runs() -> Result<(), TestError> {
+    let tool = CountingTool::new("count.write");
+    let executions = tool.counter();
+    let runtime = runtime_with(vec![Arc::new(tool)])?;
+    let task = TestTask::new("write", &[])?.grant(&["count.write"]);
+    let policy = ScriptBuilder::new()
+        .calls(vec![
+            call("", "count.write", json!({"value": 1})),
+            call("  ", "count.write", json!({"value": 2})),
+            call("ok", "count.write", json!({"value": 3})),
+        ])
+        .finish("written")
+        .policy();
+
+    let (outcome, events) = run_with_events(&runtime, task.config(), policy).await?;
+
+    assert_eq!(outcome.stop_reason, StopReason::Done, "{}", outcome.detail);
+    assert_eq!(executions.get(), 1, "only the call with an id ran");
+    let codes: Vec<Option<ErrorCode>> = tool_results(&events)
+        .iter()
+        .filter(|(step, _)| *step == 1)
+        .map(|(_, r)| r.error_code())
+        .collect();
+    assert_eq!(
+        codes,
+        [Some(ErrorCode::Einval), Some(ErrorCode::Einval), None]
     );
     Ok(())
 }

@@ -101,29 +101,36 @@ impl AnthropicPolicy {
             request = request.header("x-api-key", key);
         }
         let response = transport::send(request, "anthropic", "ANTHROPIC_API_KEY").await?;
-        let mut events = SseReader::new(response, self.config.stall_timeout);
-        let mut turn = Turn {
-            deltas,
-            ..Turn::default()
-        };
-        while let Some(event) = events.next("anthropic").await? {
-            if event.data.trim().is_empty() {
-                continue;
-            }
-            let data: Value = serde_json::from_str(&event.data).map_err(|e| {
-                AttemptError::GiveUp(format!(
-                    "anthropic: unparseable event ({e}): {}",
-                    event.data
-                ))
-            })?;
-            if turn.apply(&data)? {
-                return Ok(turn);
-            }
-        }
-        Err(AttemptError::retry(
-            "anthropic: the stream ended before message_stop",
-        ))
+        read_turn(SseReader::new(response, self.config.stall_timeout), deltas).await
     }
+}
+
+/// Assembles a streamed turn from its events, up to `message_stop`.
+async fn read_turn(
+    mut events: SseReader,
+    deltas: Option<&dyn DeltaSink>,
+) -> Result<Turn<'_>, AttemptError> {
+    let mut turn = Turn {
+        deltas,
+        ..Turn::default()
+    };
+    while let Some(event) = events.next("anthropic").await? {
+        if event.data.trim().is_empty() {
+            continue;
+        }
+        let data: Value = serde_json::from_str(&event.data).map_err(|e| {
+            AttemptError::GiveUp(format!(
+                "anthropic: unparseable event ({e}): {}",
+                event.data
+            ))
+        })?;
+        if turn.apply(&data)? {
+            return Ok(turn);
+        }
+    }
+    Err(AttemptError::retry(
+        "anthropic: the stream ended before message_stop",
+    ))
 }
 
 #[async_trait]
@@ -196,8 +203,9 @@ impl AnthropicPolicy {
             Ok(turn) => {
                 let usage = turn.usage.tokens();
                 self.estimate.learn(body.len(), usage.tokens_in);
-                let mut out =
-                    PolicyOutput::new(turn.into_decision(&names, ctx.step), model.clone());
+                let mut decision = turn.into_decision(&names);
+                crate::ids::assign_host_ids(&mut decision, ctx.step, ctx.session);
+                let mut out = PolicyOutput::new(decision, model.clone());
                 out.usage = usage;
                 (out, false)
             }
@@ -456,18 +464,15 @@ impl Turn<'_> {
         Ok(false)
     }
 
-    fn into_decision(self, names: &ToolNameMap, step: u64) -> Decision {
+    fn into_decision(self, names: &ToolNameMap) -> Decision {
         let mut text = String::new();
         let mut calls = Vec::new();
-        for (index, block) in self.blocks {
+        for block in self.blocks.into_values() {
             match block {
                 Block::Text(t) => text.push_str(&t),
+                // A missing id is given one by `ids::assign_host_ids`.
                 Block::ToolUse { id, name, input } => calls.push(ToolCall {
-                    id: if id.is_empty() {
-                        format!("call_{step}_{index}")
-                    } else {
-                        id
-                    },
+                    id,
                     name: names.canonical(&name),
                     arguments: ToolArguments::Raw(input),
                 }),
@@ -489,3 +494,6 @@ impl Turn<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod props;

@@ -68,12 +68,15 @@ mod config;
 pub mod context;
 mod conversation;
 mod error;
+mod ids;
 mod names;
 mod openai;
 mod openai_wire;
 mod prompt;
 mod provider;
 mod results;
+#[cfg(test)]
+mod stream_props;
 mod tls;
 mod transport;
 pub mod window;

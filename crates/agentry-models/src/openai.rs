@@ -79,7 +79,6 @@ impl OpenAiPolicy {
     async fn attempt<'d>(
         &self,
         bodies: &Bodies,
-        step: u64,
         timeout: std::time::Duration,
         deltas: Option<&'d dyn DeltaSink>,
     ) -> Result<Turn<'d>, AttemptError> {
@@ -100,7 +99,6 @@ impl OpenAiPolicy {
         } else {
             self.read_stream(response, deltas).await?
         };
-        turn.step = step;
         turn.hash = transport::prompt_hash(body);
         Ok(turn)
     }
@@ -109,7 +107,6 @@ impl OpenAiPolicy {
     async fn summarize(
         &self,
         prompt: String,
-        step: u64,
         timeout: std::time::Duration,
     ) -> Result<SummaryTurn, Decision> {
         let request = json!({
@@ -126,11 +123,10 @@ impl OpenAiPolicy {
             message: format!("openai: cannot encode the summary request: {e}"),
             fatal: false,
         })?;
-        let turn = transport::with_retries(&self.config.retry, || {
-            self.attempt(&bodies, step, timeout, None)
-        })
-        .await
-        .map_err(TurnFailure::into_decision)?;
+        let turn =
+            transport::with_retries(&self.config.retry, || self.attempt(&bodies, timeout, None))
+                .await
+                .map_err(TurnFailure::into_decision)?;
         Ok(SummaryTurn {
             text: turn.text,
             usage: turn.usage,
@@ -142,42 +138,56 @@ impl OpenAiPolicy {
         response: reqwest::Response,
         deltas: Option<&'d dyn DeltaSink>,
     ) -> Result<Turn<'d>, AttemptError> {
-        let mut events = SseReader::new(response, self.config.stall_timeout);
-        let mut turn = Turn {
-            deltas,
-            ..Turn::default()
-        };
-        let mut any = false;
-        while let Some(event) = events.next("openai").await? {
-            any = true;
-            if event.data.trim() == "[DONE]" {
-                turn.done = true;
-                break;
-            }
-            if event.data.trim().is_empty() {
-                continue;
-            }
-            let chunk: Chunk = serde_json::from_str(&event.data).map_err(|e| {
-                AttemptError::GiveUp(format!(
-                    "openai: unparseable stream chunk ({e}): {}",
-                    event.data
+        let events = SseReader::new(response, self.config.stall_timeout);
+        match read_turn(events, deltas).await? {
+            Some(turn) => Ok(turn),
+            None => {
+                self.plain.store(true, Ordering::Relaxed);
+                Err(AttemptError::retry(
+                    "openai: the server answered a streaming request with an empty body; retrying without streaming",
                 ))
-            })?;
-            turn.apply(chunk)?;
+            }
         }
-        if !any {
-            self.plain.store(true, Ordering::Relaxed);
-            return Err(AttemptError::retry(
-                "openai: the server answered a streaming request with an empty body; retrying without streaming",
-            ));
-        }
-        if !turn.done && turn.finish_reason.is_none() {
-            return Err(AttemptError::retry(
-                "openai: the stream ended before [DONE] or a finish_reason",
-            ));
-        }
-        Ok(turn)
     }
+}
+
+/// Assembles a streamed turn from its events; `None` when the stream held no
+/// event at all.
+async fn read_turn(
+    mut events: SseReader,
+    deltas: Option<&dyn DeltaSink>,
+) -> Result<Option<Turn<'_>>, AttemptError> {
+    let mut turn = Turn {
+        deltas,
+        ..Turn::default()
+    };
+    let mut any = false;
+    while let Some(event) = events.next("openai").await? {
+        any = true;
+        if event.data.trim() == "[DONE]" {
+            turn.done = true;
+            break;
+        }
+        if event.data.trim().is_empty() {
+            continue;
+        }
+        let chunk: Chunk = serde_json::from_str(&event.data).map_err(|e| {
+            AttemptError::GiveUp(format!(
+                "openai: unparseable stream chunk ({e}): {}",
+                event.data
+            ))
+        })?;
+        turn.apply(chunk)?;
+    }
+    if !any {
+        return Ok(None);
+    }
+    if !turn.done && turn.finish_reason.is_none() {
+        return Err(AttemptError::retry(
+            "openai: the stream ended before [DONE] or a finish_reason",
+        ));
+    }
+    Ok(Some(turn))
 }
 
 #[async_trait]
@@ -224,7 +234,7 @@ impl OpenAiPolicy {
             ctx.session,
             &mut summary,
             budget,
-            |p| self.summarize(p, ctx.step, timeout),
+            |p| self.summarize(p, timeout),
         )
         .await;
         self.summary = summary;
@@ -244,7 +254,7 @@ impl OpenAiPolicy {
             }
         };
         let result = transport::with_retries(&self.config.retry, || {
-            self.attempt(&bodies, ctx.step, timeout, ctx.deltas)
+            self.attempt(&bodies, timeout, ctx.deltas)
         })
         .await;
         let (out, unavailable) = match result {
@@ -252,7 +262,9 @@ impl OpenAiPolicy {
                 let usage = turn.usage;
                 self.estimate.learn(bodies.stream.len(), usage.tokens_in);
                 let hash = turn.hash.clone();
-                let mut out = PolicyOutput::new(turn.into_decision(&names), model);
+                let mut decision = turn.into_decision(&names);
+                crate::ids::assign_host_ids(&mut decision, ctx.step, ctx.session);
+                let mut out = PolicyOutput::new(decision, model);
                 out.usage = usage;
                 out.prompt_hash = Some(hash);
                 (out, false)
@@ -431,7 +443,6 @@ struct Turn<'d> {
     usage: TokenUsage,
     finish_reason: Option<String>,
     done: bool,
-    step: u64,
     /// sha256 of the body actually sent.
     hash: String,
     /// Publishes streamed text as run events.
@@ -493,18 +504,12 @@ impl Turn<'_> {
 
     fn into_decision(self, names: &ToolNameMap) -> Decision {
         if !self.calls.is_empty() {
-            let step = self.step;
             let calls = self
                 .calls
-                .into_iter()
-                .map(|(index, c)| ToolCall {
-                    // Some local servers omit ids; results are keyed by id, so
-                    // invent one that is unique within the run.
-                    id: if c.id.is_empty() {
-                        format!("call_{step}_{index}")
-                    } else {
-                        c.id
-                    },
+                .into_values()
+                .map(|c| ToolCall {
+                    // A missing id is given one by `ids::assign_host_ids`.
+                    id: c.id,
                     name: names.canonical(&c.name),
                     arguments: ToolArguments::Raw(c.arguments),
                 })
@@ -523,6 +528,9 @@ impl Turn<'_> {
         Decision::Final { answer: self.text }
     }
 }
+
+#[cfg(test)]
+mod props;
 
 #[cfg(test)]
 mod tests {

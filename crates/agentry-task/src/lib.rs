@@ -43,6 +43,8 @@ use std::time::Duration;
 mod accept;
 pub mod command;
 pub mod error;
+#[cfg(test)]
+mod props;
 mod raw;
 pub mod spec;
 #[cfg(test)]

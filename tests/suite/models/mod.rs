@@ -4,6 +4,7 @@
 //! dev-dependencies stay free of the runtime.
 
 mod aimock;
+mod call_ids;
 mod compaction;
 mod failed_turns;
 mod fallback;

@@ -179,3 +179,33 @@ pub fn anthropic_text(text: &str) -> Vec<String> {
         "end_turn",
     )
 }
+
+/// A streamed chat-completions turn with these calls `(id, name, args)`; an
+/// empty id is sent as `""`, as some servers do.
+pub fn calls_turn(calls: &[(&str, &str, &str)]) -> Vec<String> {
+    let mut payloads: Vec<String> = Vec::new();
+    for (k, (id, name, _)) in calls.iter().enumerate() {
+        payloads.push(call_start(k as u64, id, name));
+    }
+    for (k, (_, _, args)) in calls.iter().enumerate() {
+        payloads.push(call_args(k as u64, args));
+    }
+    payloads.extend([finish("tool_calls"), usage(10, 5), "[DONE]".into()]);
+    split_events(&payloads, 13)
+}
+
+/// An Anthropic turn with one `tool_use` block per call `(id, name, args)`.
+pub fn anthropic_calls(calls: &[(&str, &str, &str)]) -> Vec<String> {
+    anthropic_turn(
+        calls
+            .iter()
+            .map(|(id, name, args)| {
+                (
+                    json!({"type": "tool_use", "id": id, "name": name, "input": {}}),
+                    Some(args.to_string()),
+                )
+            })
+            .collect(),
+        "tool_use",
+    )
+}

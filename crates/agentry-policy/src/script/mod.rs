@@ -9,6 +9,8 @@
 
 mod format;
 mod parse;
+#[cfg(test)]
+mod props;
 mod scripted;
 #[cfg(test)]
 mod tests;

@@ -1,5 +1,6 @@
 //! Script JSON → [`Script`]. Every error names the field and what is wrong.
 
+use std::collections::HashSet;
 use std::path::Path;
 
 use agentry_protocol::tool::{ToolArguments, ToolCall};
@@ -79,12 +80,13 @@ fn parse_turn(i: usize, t: &Value) -> Result<ScriptTurn, ScriptError> {
                     "{at}.tool_calls: must hold at least one call"
                 )));
             }
-            calls
+            let mut calls = calls
                 .iter()
                 .enumerate()
-                .map(|(j, c)| parse_call(&format!("{at}.tool_calls[{j}]"), i + 1, j, c))
-                .collect::<Result<Vec<_>, _>>()
-                .map(ScriptTurn::ToolCalls)
+                .map(|(j, c)| parse_call(&format!("{at}.tool_calls[{j}]"), c))
+                .collect::<Result<Vec<_>, _>>()?;
+            default_ids(&mut calls, i + 1);
+            Ok(ScriptTurn::ToolCalls(calls))
         }
         (None, Some(Value::String(text))) => Ok(ScriptTurn::Final(text.clone())),
         (None, Some(_)) => Err(ScriptError::invalid(format!(
@@ -99,7 +101,30 @@ fn parse_turn(i: usize, t: &Value) -> Result<ScriptTurn, ScriptError> {
     }
 }
 
-fn parse_call(at: &str, turn: usize, j: usize, c: &Value) -> Result<ToolCall, ScriptError> {
+/// Gives each call written without an id `call_<turn>_<j>` (`j` its place in
+/// the turn), with a suffix while another call of the turn has that id: a
+/// default never turns into a duplicate the script did not write.
+fn default_ids(calls: &mut [ToolCall], turn: usize) {
+    let mut taken: HashSet<String> = calls.iter().map(|c| c.id.clone()).collect();
+    for (j, call) in calls.iter_mut().enumerate() {
+        if !call.id.is_empty() {
+            continue;
+        }
+        let base = format!("call_{turn}_{j}");
+        let mut id = base.clone();
+        let mut n = 1u64;
+        while taken.contains(&id) {
+            n += 1;
+            id = format!("{base}_{n}");
+        }
+        taken.insert(id.clone());
+        call.id = id;
+    }
+}
+
+/// One call; its id is left empty when the script gives none (see
+/// [`default_ids`]).
+fn parse_call(at: &str, c: &Value) -> Result<ToolCall, ScriptError> {
     let obj = c
         .as_object()
         .ok_or_else(|| ScriptError::invalid(format!("{at}: expected an object")))?;
@@ -112,11 +137,12 @@ fn parse_call(at: &str, turn: usize, j: usize, c: &Value) -> Result<ToolCall, Sc
         }
     };
     let id = match obj.get("id") {
-        None => format!("call_{turn}_{j}"),
-        Some(Value::String(id)) if !id.is_empty() => id.clone(),
+        None => String::new(),
+        // A blank id is no id the host could key a result on.
+        Some(Value::String(id)) if !id.trim().is_empty() => id.clone(),
         Some(_) => {
             return Err(ScriptError::invalid(format!(
-                "{at}.id: expected a non-empty string"
+                "{at}.id: expected a non-empty string (not blank)"
             )));
         }
     };

@@ -70,3 +70,24 @@ fn file_errors_name_the_file() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A default id never collides with an id the script wrote in the same turn,
+/// and a blank id is refused like an empty one.
+#[test]
+fn default_ids_are_fresh_and_blank_ids_are_refused() {
+    let s =
+        Script::parse(r#"{"turns":[{"tool_calls":[{"id":"call_1_1","name":"a"},{"name":"b"}]}]}"#)
+            .unwrap();
+    match &s.turns[0] {
+        ScriptTurn::ToolCalls(c) => {
+            let ids: Vec<&str> = c.iter().map(|c| c.id.as_str()).collect();
+            assert_eq!(ids, ["call_1_1", "call_1_1_2"]);
+        }
+        other => panic!("{other:?}"),
+    }
+    let err = Script::parse(r#"{"turns":[{"tool_calls":[{"id":" ","name":"a"}]}]}"#).unwrap_err();
+    assert!(
+        err.to_string().contains("turns[0].tool_calls[0].id"),
+        "{err}"
+    );
+}

@@ -13,7 +13,7 @@ use agentry_store::LedgerState;
 use futures::StreamExt;
 use serde_json::Value;
 
-use super::envelope::{fail, is_recordable, lost, replay};
+use super::envelope::{fail, is_recordable, lost};
 use super::ledger::intent_key;
 use super::msg::{AppliedInput, CallOutcome, CutShort, Executed};
 use super::prepared::{Job, Mode, Prepared, is_parallel_safe};
@@ -168,11 +168,6 @@ impl ExecutorState {
                     }
                     env
                 }
-                Prepared::SameAs(first) => Arc::new(
-                    out.get(first)
-                        .map(|env| replay(env, &calls[k]))
-                        .unwrap_or_else(|| lost(&calls[k])),
-                ),
                 Prepared::Keyed { env, digest } => {
                     self.record_keyed(step, k, &calls[k], registry, env, digest)
                         .await

@@ -34,6 +34,31 @@ pub(super) fn conflict(call: &ToolCall) -> ResultEnvelope {
     )
 }
 
+/// A call whose id an earlier call of the same decision already took.
+pub(super) fn duplicate(call: &ToolCall) -> ResultEnvelope {
+    fail(
+        call,
+        ToolError::new(
+            ErrorCode::Einval,
+            format!(
+                "call id \"{}\" is already taken by an earlier call of this turn; this call was not run",
+                call.id
+            ),
+        )
+        .with_action("give every call of a turn its own id, and call again if it is still needed"),
+    )
+}
+
+/// A call that reached the executor without an id (the adapters give one to
+/// every call; this is defence in depth).
+pub(super) fn no_id(call: &ToolCall) -> ResultEnvelope {
+    fail(
+        call,
+        ToolError::new(ErrorCode::Einval, "the call has no id; it was not run")
+            .with_action("give every call a non-empty id"),
+    )
+}
+
 /// A recorded outcome handed back for `call` (the same call id, or the same
 /// keyed action under a fresh id), marked `replayed`.
 pub(super) fn replay(recorded: &ResultEnvelope, call: &ToolCall) -> ResultEnvelope {

@@ -1,6 +1,8 @@
-//! The pipeline each call goes through before anything runs: budget granted?
-//! → known tool? → arguments valid JSON and schema-valid? → scope granted? →
-//! idempotency table.
+//! The pipeline each call goes through before anything runs: an id of its
+//! own in the decision? → budget granted? → known tool? → arguments valid JSON
+//! and schema-valid? → scope granted? → idempotency table.
+
+use std::collections::HashSet;
 
 use agentry_protocol::envelope::{ErrorCode, ResultEnvelope, ToolError};
 use agentry_protocol::fingerprint::Fingerprinter;
@@ -8,20 +10,12 @@ use agentry_protocol::tool::{Idempotency, ToolCall};
 use agentry_store::LedgerState;
 use serde_json::Value;
 
-use super::envelope::{conflict, fail, is_recordable, replay};
+use super::envelope::{conflict, duplicate, fail, is_recordable, no_id, replay};
 use super::ledger::intent_key;
 use super::prepared::{Mode, Prepared};
 use super::state::ExecutorState;
 use crate::durable::rerunnable;
 use crate::registry::{RegisteredTool, ToolRegistry};
-
-/// A call of this batch that passed the pipeline, for judging a later call
-/// under the same id.
-struct SeenCall<'a> {
-    id: &'a str,
-    position: usize,
-    digest: u128,
-}
 
 /// A call whose tool, arguments and grant are in order.
 struct Checked<'a> {
@@ -33,6 +27,11 @@ impl ExecutorState {
     /// Runs every call of a step through the pipeline. Only the first `granted`
     /// have tool-call budget; `again`: the step is acted on again after a
     /// restart.
+    ///
+    /// A call without an id, or with an id an earlier call of this decision
+    /// already took, is `EINVAL` and never runs: its result could not be told
+    /// from another's, nor replayed by id after a restart. (The adapters give
+    /// an id to a call the model sent without one; this is the last line.)
     pub(super) fn prepare_all<'a>(
         &self,
         registry: &'a ToolRegistry,
@@ -41,35 +40,16 @@ impl ExecutorState {
         again: bool,
     ) -> Vec<Prepared<'a>> {
         let mut prepared = Vec::with_capacity(calls.len());
-        // Batches are small: a linear scan beats hashing (and allocates nothing for
-        // the usual single call).
-        let mut seen: Vec<SeenCall<'a>> = Vec::new();
+        let mut seen: HashSet<&str> = HashSet::with_capacity(calls.len());
         for (i, call) in calls.iter().enumerate() {
-            let p = if i >= granted {
+            let p = if call.id.trim().is_empty() {
+                Prepared::Done(no_id(call))
+            } else if !seen.insert(call.id.as_str()) {
+                Prepared::Done(duplicate(call))
+            } else if i >= granted {
                 Prepared::Done(budget_refusal(call))
             } else {
                 self.prepare(registry, call, again)
-            };
-            // A repeated id inside one batch is judged against the earlier call.
-            let earlier = seen.iter().find(|s| s.id == call.id.as_str());
-            let p = match (p, earlier) {
-                (Prepared::Run { digest, .. }, Some(first)) if first.digest == digest => {
-                    Prepared::SameAs(first.position)
-                }
-                (Prepared::Run { .. }, Some(_)) => Prepared::Done(conflict(call)),
-                (run @ Prepared::Run { digest, .. }, None) => {
-                    if calls.len() > 1 {
-                        seen.push(SeenCall {
-                            id: &call.id,
-                            position: i,
-                            digest,
-                        });
-                    }
-                    run
-                }
-                (other @ (Prepared::Done(_) | Prepared::SameAs(_) | Prepared::Keyed { .. }), _) => {
-                    other
-                }
             };
             prepared.push(p);
         }

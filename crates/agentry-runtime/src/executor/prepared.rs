@@ -29,8 +29,6 @@ pub(super) enum Prepared<'a> {
         digest: u128,
         mode: Mode,
     },
-    /// Same id and call as an earlier call of this batch: reuse its result.
-    SameAs(usize),
     /// A keyed action already done under another call id: its recorded outcome,
     /// recorded again under this id.
     Keyed {

@@ -7,6 +7,12 @@ use crate::StoreError;
 /// A failure of a statement on the store at `path`.
 pub(super) fn sql_error(path: &str, e: rusqlite::Error) -> StoreError {
     let path = path.to_string();
+    if is_bad_value(&e) {
+        return StoreError::Corrupt {
+            path,
+            message: format!("a stored value cannot be read back: {e}"),
+        };
+    }
     match e.sqlite_error_code() {
         Some(ErrorCode::NotADatabase | ErrorCode::DatabaseCorrupt) => StoreError::Corrupt {
             path,
@@ -18,6 +24,18 @@ pub(super) fn sql_error(path: &str, e: rusqlite::Error) -> StoreError {
             message: e.to_string(),
         },
     }
+}
+
+/// A column holding a value of the wrong type, out of range or not UTF-8:
+/// damage to the file (or a hand edit), not a failing disk.
+fn is_bad_value(e: &rusqlite::Error) -> bool {
+    matches!(
+        e,
+        rusqlite::Error::InvalidColumnType(..)
+            | rusqlite::Error::FromSqlConversionFailure(..)
+            | rusqlite::Error::IntegralValueOutOfRange(..)
+            | rusqlite::Error::Utf8Error(..)
+    )
 }
 
 /// A failure to open the file at all.
