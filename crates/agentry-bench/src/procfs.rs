@@ -86,10 +86,12 @@ pub fn find_new_group(
     let until = Instant::now() + timeout;
     while Instant::now() < until {
         let procs = all();
-        let leader = procs
+        // Every new group this process leads a child of (the runtime's
+        // process warden leads one too, alone): the first that is big enough.
+        let leaders = procs
             .iter()
-            .find(|p| p.ppid == me && p.pgrp == p.pid && p.is_live() && !known.contains(&p.pid));
-        if let Some(leader) = leader {
+            .filter(|p| p.ppid == me && p.pgrp == p.pid && p.is_live() && !known.contains(&p.pid));
+        for leader in leaders {
             let members: Vec<i32> = procs
                 .iter()
                 .filter(|p| p.pgrp == leader.pid && p.is_live())
