@@ -79,8 +79,17 @@ impl BudgetState {
     fn readmit(&mut self, child: ChildBooks) {
         let ChildBooks {
             child_id,
-            outstanding,
+            limits,
+            spent,
         } = child;
+        let mut allowance = set_aside(&limits, &self.limits);
+        if self.limits.max_tool_calls.is_some() {
+            allowance.tool_calls = limits.max_tool_calls.unwrap_or(0);
+        }
+        let mut outstanding = allowance.minus(&spent);
+        // Tokens are reserved as one figure (in tokens_in), as at the spawn.
+        outstanding.tokens_in = allowance.tokens_in.saturating_sub(spent.tokens());
+        outstanding.tokens_out = 0;
         self.tool_calls.shift(-signed(outstanding.tool_calls));
         self.reserved = self.reserved.plus(&outstanding);
         self.spawned.push(child_id.clone());

@@ -148,14 +148,16 @@ pub(crate) struct BudgetArgs {
     pub children: Vec<ChildBooks>,
 }
 
-/// A live child of a resumed run, as its parent's books take it back: what
-/// is still set aside for it (its limits less what it has spent).
+/// A live child of a resumed run, as its parent's books take it back: its
+/// limits, of which what it has not spent is set aside again.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ChildBooks {
     /// The child's run id.
     pub child_id: String,
-    /// Still reserved for it.
-    pub outstanding: Usage,
+    /// The limits it was given.
+    pub limits: BudgetLimits,
+    /// What it (and its descendants) spent, by the store.
+    pub spent: Usage,
 }
 
 /// A child's link to its parent's budget supervisor.
