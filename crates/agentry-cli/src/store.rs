@@ -131,7 +131,9 @@ fn stored_tree(
 /// A stored policy as a model name: the CLI stores a root's as JSON
 /// (`{"policy": "script:…", …}`), a child's as its policy's name.
 fn model_of(policy: &str) -> String {
-    serde_json::from_str::<serde_json::Value>(policy)
+    // A child's spec is `child:` and its request, which names its model.
+    let spec = policy.strip_prefix("child:").unwrap_or(policy);
+    serde_json::from_str::<serde_json::Value>(spec)
         .ok()
         .and_then(|v| v["policy"].as_str().map(str::to_string))
         .unwrap_or_else(|| policy.to_string())

@@ -50,6 +50,11 @@ impl Usage {
         }
     }
 
+    /// Nothing spent.
+    pub fn is_zero(&self) -> bool {
+        *self == Usage::default()
+    }
+
     /// Component-wise saturating sum.
     pub fn plus(&self, other: &Usage) -> Usage {
         Usage {

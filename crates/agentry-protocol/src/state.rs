@@ -177,6 +177,11 @@ pub struct ControlState {
     pub limits: BudgetLimits,
     /// What has been spent.
     pub spent: Usage,
+    /// Of `spent`, what its children (and their descendants) spent, as of the
+    /// last step: a resume after a crash counts the children from their own
+    /// records instead (they may have spent more since).
+    #[serde(default, skip_serializing_if = "Usage::is_zero")]
+    pub delegated: Usage,
     /// Why the run stopped, once it has.
     pub stop_reason: Option<StopReason>,
 }

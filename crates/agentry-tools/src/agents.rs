@@ -126,7 +126,9 @@ impl Tool for SpawnTool {
             schema_for::<SpawnArgs>(),
         )
         .effect(Effect::Reversible)
-        .idempotency(Idempotency::None)
+        // Keyed by the host's operation id: a spawn re-run after a crash (or
+        // proposed again) gets the child it started, never a second one.
+        .idempotency(Idempotency::RequiredKey)
         .scope("agent")
         .timeout_ms(10_000)
         .max_retries(0)
@@ -149,7 +151,9 @@ impl Tool for SpawnTool {
             name: args.name,
             model: args.model,
         };
-        Ok(ToolOutput::data(desk(ctx)?.spawn(request).await?))
+        Ok(ToolOutput::data(
+            desk(ctx)?.spawn(request, &ctx.operation_id).await?,
+        ))
     }
 }
 

@@ -152,7 +152,7 @@ pub trait AgentDesk: Send + Sync {
     /// (`left_to_delegate`), or a typed refusal (`EBUDGET` when the parent
     /// cannot cover the budget, `EPERM` for grants or tree limits, `EINVAL` for
     /// a bad request).
-    async fn spawn(&self, request: ChildRequest) -> Result<Value, ToolError>;
+    async fn spawn(&self, request: ChildRequest, operation_id: &str) -> Result<Value, ToolError>;
 
     /// Waits for children to end ([`WaitMode`]); each outcome is data
     /// (`child_id`, `name`, `stop_reason`, `answer`, `steps`, `tool_calls`,

@@ -10,7 +10,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::allowance::{ToolCallAllowance, signed};
 use super::deadline::DeadlineTimer;
-use super::msg::{BudgetArgs, BudgetMsg, ChildGrant, ParentLink, ReserveRefused, SpendReply};
+use super::msg::{
+    BudgetArgs, BudgetMsg, ChildBooks, ChildGrant, ParentLink, ReserveRefused, SpendReply,
+};
 use crate::clock::RunClock;
 use crate::tree_limits::{ChildShare, TreeLimits};
 
@@ -29,6 +31,8 @@ pub(crate) struct BudgetState {
     reserved: Usage,
     /// Per live child: what is still reserved for it.
     children: HashMap<String, Usage>,
+    /// Of `spent`, what children spent.
+    delegated: Usage,
     /// Every child carved from this node, in order.
     spawned: Vec<String>,
     /// The run's tool-call allowance, and how many of its own calls are booked.
@@ -48,10 +52,11 @@ impl BudgetState {
         let booked = args
             .allowance
             .start(args.limits.max_tool_calls, args.spent.tool_calls);
-        BudgetState {
+        let mut books = BudgetState {
             parent: args.parent,
             reserved: Usage::default(),
             children: HashMap::new(),
+            delegated: args.delegated,
             spawned: Vec::new(),
             limits: args.limits,
             spent: args.spent,
@@ -62,7 +67,33 @@ impl BudgetState {
             tool_calls: args.allowance,
             booked,
             rule: args.tree,
+        };
+        for child in args.children {
+            books.readmit(child);
         }
+        books
+    }
+
+    /// A resumed run's live child: what is still reserved for it is set aside
+    /// again, as at its spawn.
+    fn readmit(&mut self, child: ChildBooks) {
+        let ChildBooks {
+            child_id,
+            limits,
+            spent,
+        } = child;
+        let mut allowance = set_aside(&limits, &self.limits);
+        if self.limits.max_tool_calls.is_some() {
+            allowance.tool_calls = limits.max_tool_calls.unwrap_or(0);
+        }
+        let mut outstanding = allowance.minus(&spent);
+        // Tokens are reserved as one figure (in tokens_in), as at the spawn.
+        outstanding.tokens_in = allowance.tokens_in.saturating_sub(spent.tokens());
+        outstanding.tokens_out = 0;
+        self.tool_calls.shift(-signed(outstanding.tool_calls));
+        self.reserved = self.reserved.plus(&outstanding);
+        self.spawned.push(child_id.clone());
+        self.children.insert(child_id, outstanding);
     }
 
     /// The run is over: the alarm goes, the last tool calls are booked, and what
@@ -183,7 +214,10 @@ impl BudgetState {
         }
         let before = self.snapshot();
         self.record(charge);
-        SpendReply::Granted { before }
+        SpendReply::Granted {
+            before,
+            delegated: self.delegated,
+        }
     }
 
     /// Check, then spend, one automatic retry.
@@ -248,6 +282,7 @@ impl BudgetState {
         // Calls beyond the reservation are not left here any more.
         let beyond = usage.tool_calls - covered.tool_calls;
         self.tool_calls.shift(-signed(beyond));
+        self.delegated = self.delegated.plus(&usage);
         self.record(usage);
     }
 

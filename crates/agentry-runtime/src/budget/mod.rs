@@ -27,7 +27,7 @@ use ractor::{Actor, ActorProcessingErr, ActorRef};
 
 pub(crate) use self::allowance::ToolCallAllowance;
 pub(crate) use self::books::BudgetState;
-pub(crate) use self::msg::BudgetArgs;
+pub(crate) use self::msg::{BudgetArgs, ChildBooks};
 pub use self::msg::{BudgetMsg, OnStepGranted, ParentLink, ReserveRefused, SpendReply};
 
 /// The budget supervisor actor.
@@ -70,7 +70,7 @@ impl Actor for BudgetSupervisor {
             BudgetMsg::SpendStep { granted, then } => {
                 let answer = state.spend(Usage::step());
                 let _ = granted.send(answer);
-                if let SpendReply::Granted { before } = answer {
+                if let SpendReply::Granted { before, .. } = answer {
                     then.granted(before);
                 }
             }

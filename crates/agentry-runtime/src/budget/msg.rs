@@ -24,6 +24,9 @@ pub enum SpendReply {
     Granted {
         /// Before.
         before: BudgetSnapshot,
+        /// Of `before.spent`, what children spent (kept in the run's
+        /// checkpoint: a resume recounts the children from their records).
+        delegated: Usage,
     },
     /// Refused: this dimension is exhausted. Nothing was spent.
     Refused(StopReason),
@@ -139,6 +142,22 @@ pub(crate) struct BudgetArgs {
     pub allowance: ToolCallAllowance,
     /// The tree's budget rule: the reserve a parent keeps, a child's default share.
     pub tree: TreeLimits,
+    /// Of `spent`, what children spent.
+    pub delegated: Usage,
+    /// A resumed run's live children and what is still reserved for each.
+    pub children: Vec<ChildBooks>,
+}
+
+/// A live child of a resumed run, as its parent's books take it back: its
+/// limits, of which what it has not spent is set aside again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChildBooks {
+    /// The child's run id.
+    pub child_id: String,
+    /// The limits it was given.
+    pub limits: BudgetLimits,
+    /// What it (and its descendants) spent, by the store.
+    pub spent: Usage,
 }
 
 /// A child's link to its parent's budget supervisor.

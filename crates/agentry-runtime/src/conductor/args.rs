@@ -64,4 +64,6 @@ pub struct Restore {
     /// Wall-clock time since the run was created: the budget's clock (and so the
     /// absolute deadline) goes on from there.
     pub elapsed: Duration,
+    /// Its live children, whose reservations its books take back.
+    pub children: Vec<crate::budget::ChildBooks>,
 }

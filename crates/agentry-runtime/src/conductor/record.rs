@@ -179,6 +179,7 @@ impl ConductorState {
             decision: Arc::clone(&r.decision),
             results: std::mem::take(&mut r.acted.results),
             spent: r.after.spent,
+            delegated: self.delegated,
             answer: r.acted.answer.as_ref().map(|a| a.text().to_string()),
             tool_calls: self.allowance.own_calls(),
             fingerprint: r.fingerprint,

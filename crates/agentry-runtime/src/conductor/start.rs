@@ -123,6 +123,16 @@ fn budget_args(args: &ConductorArgs, clock: RunClock, allowance: ToolCallAllowan
         }),
         allowance,
         tree: args.config.tree,
+        delegated: args
+            .restore
+            .as_ref()
+            .map(|r| r.state.snapshot().control.delegated)
+            .unwrap_or_default(),
+        children: args
+            .restore
+            .as_ref()
+            .map(|r| r.children.clone())
+            .unwrap_or_default(),
     }
 }
 
@@ -265,6 +275,7 @@ impl ConductorState {
             gauge: kept.gauge,
             unseen: 0,
             step_cut: kept.cut.token(),
+            delegated: agentry_protocol::budget::Usage::default(),
             cut: kept.cut,
             handled: 0,
             executor_lost: false,

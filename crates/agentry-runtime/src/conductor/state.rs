@@ -112,6 +112,9 @@ pub struct ConductorState {
     pub(super) unseen: usize,
     /// What a user's interrupt cuts: each step runs under its token.
     pub(super) cut: crate::interrupt::StepCut,
+    /// Of the budget spent, what children spent, as the last step's grant
+    /// said (kept with the step: see `ControlState::delegated`).
+    pub(super) delegated: agentry_protocol::budget::Usage,
     /// The token of the step in progress (taken from `cut` as it starts).
     pub(super) step_cut: CancellationToken,
     /// The executor died under a step and is not restarted yet. Its reply port

@@ -187,13 +187,16 @@ impl ConductorState {
     /// The budget's answer to step `step`'s spend: the snapshot before it, or
     /// the stop.
     fn step_granted(
-        &self,
+        &mut self,
         step: u64,
         when: &str,
         reply: Result<SpendReply, AskError>,
     ) -> Result<BudgetSnapshot, Stop> {
         match reply {
-            Ok(SpendReply::Granted { before }) => Ok(before),
+            Ok(SpendReply::Granted { before, delegated }) => {
+                self.delegated = delegated;
+                Ok(before)
+            }
             Ok(SpendReply::Refused(reason)) => Err(Stop::new(
                 reason,
                 format!("{reason}: step {step} was refused {when}"),

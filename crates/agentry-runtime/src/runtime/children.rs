@@ -30,17 +30,98 @@ pub(crate) struct RunChildren {
     /// The run's own handle; set right after the run starts, which can be after
     /// its first step has begun.
     parent: tokio::sync::watch::Sender<Option<RunHandle>>,
-    children: Mutex<HashMap<String, RunHandle>>,
+    /// By id and by name.
+    children: Mutex<HashMap<String, ChildRef>>,
+    /// The child each `agent.spawn` (by its operation id) started.
+    spawns: Mutex<HashMap<String, String>>,
+    /// False while a resumed run's stored children are being adopted: its
+    /// `agent.*` calls wait for them.
+    ready: tokio::sync::watch::Sender<bool>,
+}
+
+/// A child as its parent's desk knows it: running (or ended in this
+/// process), or ended before a restart (its outcome read from the store).
+#[derive(Clone)]
+// A few per run, cloned into a wait: boxing the handle would buy nothing.
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum ChildRef {
+    Live(RunHandle),
+    Ended(Box<RunOutcome>),
+}
+
+impl ChildRef {
+    async fn outcome(&self) -> Result<RunOutcome, RuntimeError> {
+        match self {
+            ChildRef::Live(handle) => handle.wait().await,
+            ChildRef::Ended(outcome) => Ok((**outcome).clone()),
+        }
+    }
+
+    fn ended(&self) -> bool {
+        match self {
+            ChildRef::Live(handle) => handle.outcome().is_some(),
+            ChildRef::Ended(_) => true,
+        }
+    }
 }
 
 impl RunChildren {
-    pub(crate) fn new(runtime: Runtime, workdir: std::path::PathBuf) -> Self {
+    /// `ready`: false for a resumed run whose stored children are adopted
+    /// after it starts ([`RunChildren::adopt`], then [`RunChildren::open`]).
+    pub(crate) fn new(runtime: Runtime, workdir: std::path::PathBuf, ready: bool) -> Self {
         RunChildren {
             runtime,
             workdir,
             parent: tokio::sync::watch::channel(None).0,
             children: Mutex::new(HashMap::new()),
+            spawns: Mutex::new(HashMap::new()),
+            ready: tokio::sync::watch::channel(ready).0,
         }
+    }
+
+    /// A stored child of a resumed run, under its id and its name.
+    pub(crate) fn adopt(&self, id: &str, name: Option<&str>, child: ChildRef) {
+        if let Ok(mut children) = self.children.lock() {
+            if let Some(name) = name {
+                children.insert(name.to_string(), child.clone());
+            }
+            children.insert(id.to_string(), child);
+        }
+    }
+
+    /// The spawn with `operation_id` started child `child_id` (a stored child's
+    /// spec says which spawn started it).
+    pub(crate) fn remember_spawn(&self, operation_id: &str, child_id: &str) {
+        if let Ok(mut spawns) = self.spawns.lock() {
+            spawns.insert(operation_id.to_string(), child_id.to_string());
+        }
+    }
+
+    fn started_by(&self, operation_id: &str) -> Option<String> {
+        self.spawns.lock().ok()?.get(operation_id).cloned()
+    }
+
+    /// What `agent.spawn` answers for child `id`.
+    async fn spawned(&self, id: &str) -> Result<Value, ToolError> {
+        let budget = match self.child(id)? {
+            ChildRef::Live(child) => child.budget().await.map(|b| b.limits),
+            ChildRef::Ended(outcome) => Some(outcome.budget.limits),
+        };
+        Ok(json!({
+            "child_id": id,
+            "budget": budget,
+            "left_to_delegate": self.left_to_delegate().await,
+        }))
+    }
+
+    /// Every stored child is adopted: `agent.*` calls go on.
+    pub(crate) fn open(&self) {
+        self.ready.send_replace(true);
+    }
+
+    async fn until_ready(&self) {
+        let mut rx = self.ready.subscribe();
+        let _ = rx.wait_for(|ready| *ready).await;
     }
 
     /// Called once the run's handle exists.
@@ -67,7 +148,11 @@ fn refused(e: RuntimeError) -> ToolError {
 
 #[async_trait]
 impl AgentDesk for RunChildren {
-    async fn spawn(&self, request: ChildRequest) -> Result<Value, ToolError> {
+    async fn spawn(&self, request: ChildRequest, operation_id: &str) -> Result<Value, ToolError> {
+        self.until_ready().await;
+        if let Some(started) = self.started_by(operation_id) {
+            return self.spawned(&started).await;
+        }
         let mut rx = self.parent.subscribe();
         let parent = rx
             .wait_for(Option::is_some)
@@ -98,18 +183,17 @@ impl AgentDesk for RunChildren {
             Some(g) => Grants::new(g.iter().cloned()),
             None => parent.grants().clone(),
         };
+        // What rebuilds its policy should it be resumed after a crash, and the
+        // spawn it came from (a re-run of that spawn gets this child).
+        config.policy_spec = Some(child_spec(&request, operation_id, &policy.name()));
         let child = self
             .runtime
             .start_child_boxed(parent, config, policy)
             .await
             .map_err(refused)?;
         let id = child.run_id().to_string();
-        if let Ok(mut children) = self.children.lock() {
-            if let Some(name) = &request.name {
-                children.insert(name.clone(), child.clone());
-            }
-            children.insert(id.clone(), child.clone());
-        }
+        self.adopt(&id, request.name.as_deref(), ChildRef::Live(child.clone()));
+        self.remember_spawn(operation_id, &id);
         let budget = child.budget().await.map(|b| b.limits);
         Ok(json!({
             "child_id": id,
@@ -125,6 +209,7 @@ impl AgentDesk for RunChildren {
         timeout: Option<Duration>,
         cancel: &CancellationToken,
     ) -> Result<Value, ToolError> {
+        self.until_ready().await;
         let handles = children
             .iter()
             .map(|c| self.child(c))
@@ -132,7 +217,7 @@ impl AgentDesk for RunChildren {
         let waited = async {
             match mode {
                 WaitMode::All => {
-                    let outcomes = try_join_all(handles.iter().map(RunHandle::wait)).await?;
+                    let outcomes = try_join_all(handles.iter().map(ChildRef::outcome)).await?;
                     let outcomes: Vec<Value> = outcomes.iter().map(outcome_json).collect();
                     Ok(json!({
                         "mode": "all",
@@ -142,7 +227,7 @@ impl AgentDesk for RunChildren {
                 }
                 WaitMode::Any => {
                     let (first, index, _) =
-                        select_all(handles.iter().map(|h| Box::pin(h.wait()))).await;
+                        select_all(handles.iter().map(|h| Box::pin(h.outcome()))).await;
                     let first = first?;
                     let still: Vec<&str> = still_running(children, &handles)
                         .filter(|c| *c != children[index])
@@ -169,7 +254,15 @@ impl AgentDesk for RunChildren {
     }
 
     async fn cancel(&self, child_id: &str) -> Result<Value, ToolError> {
-        let child = self.child(child_id)?;
+        self.until_ready().await;
+        let child = match self.child(child_id)? {
+            ChildRef::Live(child) => child,
+            ChildRef::Ended(outcome) => {
+                let mut answer = outcome_json(&outcome);
+                answer["left_to_delegate"] = self.left_to_delegate().await;
+                return Ok(answer);
+            }
+        };
         child.abort();
         // Its stop releases what it did not use before its outcome is published,
         // so the parent's next step can give it out again.
@@ -233,7 +326,7 @@ impl RunChildren {
     }
 
     /// A child of this run by id or name; `EINVAL` naming it otherwise.
-    fn child(&self, child_id: &str) -> Result<RunHandle, ToolError> {
+    fn child(&self, child_id: &str) -> Result<ChildRef, ToolError> {
         self.children
             .lock()
             .ok()
@@ -251,12 +344,12 @@ impl RunChildren {
 /// The asked-for children that have not ended yet.
 fn still_running<'a>(
     children: &'a [String],
-    handles: &'a [RunHandle],
+    handles: &'a [ChildRef],
 ) -> impl Iterator<Item = &'a str> {
     children
         .iter()
         .zip(handles)
-        .filter(|(_, h)| h.outcome().is_none())
+        .filter(|(_, h)| !h.ended())
         .map(|(c, _)| c.as_str())
 }
 
@@ -281,4 +374,60 @@ fn outcome_json(outcome: &RunOutcome) -> Value {
         "cost_micros": spent.cost_micros,
         "spent": spent,
     })
+}
+
+/// A child's request as its record keeps it (`policy_spec`), to rebuild its
+/// policy when its tree is resumed: `child:` and the request as JSON.
+fn child_spec(request: &ChildRequest, operation_id: &str, model: &str) -> String {
+    let spec = json!({
+        "policy": model,
+        "operation_id": operation_id,
+        "goal": request.goal,
+        "name": request.name,
+        "script": request.script,
+        "model": request.model,
+        "grants": request.grants,
+    });
+    format!("{CHILD_SPEC}{spec}")
+}
+
+/// How a child's `policy_spec` starts.
+pub(crate) const CHILD_SPEC: &str = "child:";
+
+impl RunChildren {
+    /// The policy of a stored child, from its `policy_spec`
+    /// ([`child_spec`]): its script, or the named (or default) child model.
+    pub(crate) fn policy_of_spec(
+        runtime: &Runtime,
+        run_id: &str,
+        spec: &str,
+    ) -> Result<Box<dyn Policy>, RuntimeError> {
+        let refused = |message: String| RuntimeError::NotResumable {
+            run_id: run_id.to_string(),
+            message,
+        };
+        let json = spec
+            .strip_prefix(CHILD_SPEC)
+            .ok_or_else(|| refused(format!("its policy is not a child's: {spec:?}")))?;
+        let v: Value =
+            serde_json::from_str(json).map_err(|e| refused(format!("its request: {e}")))?;
+        let request = ChildRequest {
+            goal: v["goal"].as_str().unwrap_or_default().to_string(),
+            limits: Default::default(),
+            grants: serde_json::from_value(v["grants"].clone()).unwrap_or(None),
+            script: v.get("script").filter(|s| !s.is_null()).cloned(),
+            name: v["name"].as_str().map(str::to_string),
+            model: v["model"].as_str().map(str::to_string),
+        };
+        let desk = RunChildren::new(runtime.clone(), std::path::PathBuf::new(), true);
+        desk.child_policy(&request).map_err(|e| refused(e.message))
+    }
+}
+
+/// The operation id of the `agent.spawn` that started a stored child, from
+/// its `policy_spec`.
+pub(crate) fn spawn_of_spec(spec: &str) -> Option<String> {
+    let json = spec.strip_prefix(CHILD_SPEC)?;
+    let v: Value = serde_json::from_str(json).ok()?;
+    v["operation_id"].as_str().map(str::to_string)
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
 use agentry_protocol::trace::RunInput;
-use agentry_store::{Checkpoint, RunRecord, TimerRecord, Write};
+use agentry_store::TimerRecord;
 use ractor::{Actor, ActorRef};
 use tokio::sync::{oneshot, watch};
 use tokio_util::sync::CancellationToken;
@@ -54,6 +54,28 @@ pub(super) struct Launch {
     pub(super) tree: TreeLimits,
     pub(super) grants: Grants,
     pub(super) durable: Durable,
+}
+
+/// The id a run starts under (its configured one, else a fresh one), once its
+/// working directory is known to exist.
+fn checked_run_id(config: &RunConfig) -> Result<Arc<str>, RuntimeError> {
+    if !config.workdir.is_dir() {
+        return Err(RuntimeError::Workdir {
+            path: config.workdir.clone(),
+            source: std::io::Error::new(std::io::ErrorKind::NotFound, "not a directory"),
+        });
+    }
+    Ok(match &config.run_id {
+        Some(id) => Arc::from(id.as_str()),
+        None => Arc::from(uuid::Uuid::now_v7().to_string()),
+    })
+}
+
+/// A run just started: its handle, and the desk its `agent.*` calls go through
+/// (a resumed run's stored children are adopted there).
+pub(super) struct Launched {
+    pub(super) handle: RunHandle,
+    pub(super) desk: Arc<RunChildren>,
 }
 
 /// What a resumed run brings back from the store besides its record; empty for
@@ -189,7 +211,6 @@ impl Runtime {
             deadline_at: grant.deadline_at,
         };
         let grants = config.grants.clone();
-        let record = parent.log.as_ref().map(|_| child_record(parent, &config));
         let started = self
             .launch(Launch {
                 config,
@@ -198,14 +219,19 @@ impl Runtime {
                 run_token: parent.run_token.child_token(),
                 tree: parent.tree,
                 grants,
-                // Children live in memory: resuming a parent does not resume them.
-                durable: Durable::No,
+                // A durable parent's children are durable too: stored with
+                // their parent link, limits and deadline, resumed with it.
+                durable: if parent.log.is_some() {
+                    Durable::New
+                } else {
+                    Durable::No
+                },
             })
             .await;
         match &started {
             Ok(child) => parent.children.push(ChildEntry {
                 handle: child.clone(),
-                recorded: record_at_stop(parent.log.as_ref(), record, child),
+                recorded: recorded_at_stop(child),
             }),
             // Nothing runs: the reservation goes back.
             Err(_) => {
@@ -218,11 +244,16 @@ impl Runtime {
         started
     }
 
-    /// Starts the run's actors (the conductor spawns the others) and returns its
-    /// handle; a durable run's record is on disk first, and a resumed run's
-    /// stored inputs and timers are delivered before anything sent through the
-    /// handle.
+    /// [`Runtime::launch_run`], for its handle.
     pub(super) async fn launch(&self, launch: Launch) -> Result<RunHandle, RuntimeError> {
+        Ok(self.launch_run(launch).await?.handle)
+    }
+
+    /// Starts the run's actors (the conductor spawns the others) and returns its
+    /// handle and its `agent.*` desk; a durable run's record is on disk first,
+    /// and a resumed run's stored inputs and timers are delivered before
+    /// anything sent through the handle.
+    pub(super) async fn launch_run(&self, launch: Launch) -> Result<Launched, RuntimeError> {
         let Launch {
             config,
             policy,
@@ -232,16 +263,14 @@ impl Runtime {
             grants,
             durable,
         } = launch;
-        check_workdir(&config)?;
-        let run_id: Arc<str> = match &config.run_id {
-            Some(id) => Arc::from(id.as_str()),
-            None => Arc::from(uuid::Uuid::now_v7().to_string()),
-        };
+        let run_id = checked_run_id(&config)?;
         let (log, new_claim) = self.run_log(&run_id, &durable);
         if let (Some(log), Some(claim)) = (&log, &new_claim) {
             // On disk before the caller gets a handle: a run it knows of can be resumed.
-            create_record(log, &config, claim).await?;
+            let parent_id = lineage.parent.as_ref().map(|p| &*p.run_id);
+            create_record(log, &config, claim, parent_id).await?;
         }
+        let adopting = matches!(&durable, Durable::Resume(r) if r.adopting);
         let stored = Stored::of(durable, new_claim);
         let inbox = log.as_ref().map(|_| stored.next_inbox());
         let (outcome_tx, outcome_rx) = watch::channel(None);
@@ -254,7 +283,11 @@ impl Runtime {
             .transpose()?;
         let events = EventSink::new(Arc::clone(&run_id), config.events_from_start);
         let about = Arc::new(RunAbout::of(&config, policy.as_ref()));
-        let children = Arc::new(RunChildren::new(self.clone(), config.workdir.clone()));
+        let children = Arc::new(RunChildren::new(
+            self.clone(),
+            config.workdir.clone(),
+            !adopting,
+        ));
         let (actors_tx, actors_rx) = oneshot::channel();
         let posted = Posted::default();
         let gauge = Arc::new(InboxGauge::new(config.inbox_capacity));
@@ -298,7 +331,10 @@ impl Runtime {
         };
         children.set_parent(handle.clone());
         deliver_stored(&handle, stored.inbox, stored.timers);
-        Ok(handle)
+        Ok(Launched {
+            handle,
+            desk: children,
+        })
     }
 
     /// A durable run's view of the store, and for a new one this process's
@@ -325,53 +361,18 @@ impl Runtime {
     }
 }
 
-/// A child's record for its durable parent's store: children are not resumed
-/// on their own, but they are part of the run's tree (`agentry runs --tree`).
-fn child_record(parent: &RunHandle, config: &RunConfig) -> RunRecord {
-    let now = agentry_protocol::now_millis();
-    RunRecord {
-        run_id: config.run_id.clone().unwrap_or_default(),
-        task_id: config.task_id.clone(),
-        parent_id: Some(parent.run_id.to_string()),
-        created_at_ms: now,
-        deadline_at_ms: config.limits.deadline_ms.map(|ms| now.saturating_add(ms)),
-        config: serde_json::to_value(config).unwrap_or_default(),
-        policy: String::new(),
+/// The receiver turns `true` once `child`'s end is recorded: a durable child
+/// committed its stop itself before its outcome was published; one in memory
+/// has nothing to record.
+pub(super) fn recorded_at_stop(child: &RunHandle) -> watch::Receiver<bool> {
+    let (done, recorded) = watch::channel(child.log.is_none());
+    if child.log.is_some() {
+        let child = child.clone();
+        tokio::spawn(async move {
+            let _ = child.wait().await;
+            done.send_replace(true);
+        });
     }
-}
-
-/// Once `child` stops, commits its record and final checkpoint to the store
-/// (when its parent is durable). The receiver turns `true` once that is done
-/// (at once without a store).
-fn record_at_stop(
-    log: Option<&RunLog>,
-    record: Option<RunRecord>,
-    child: &RunHandle,
-) -> watch::Receiver<bool> {
-    let (done, recorded) = watch::channel(false);
-    let (Some(log), Some(mut record)) = (log, record) else {
-        done.send_replace(true);
-        return recorded;
-    };
-    let (writer, child) = (log.writer.clone(), child.clone());
-    record.policy = child.about.model.clone();
-    tokio::spawn(async move {
-        if let Ok(outcome) = child.wait().await {
-            let checkpoint = Checkpoint {
-                snapshot: outcome.state,
-                progress: serde_json::Value::Null,
-            };
-            let run_id = record.run_id.clone();
-            let writes = vec![
-                Write::CreateRun(record),
-                Write::Checkpoint { run_id, checkpoint },
-            ];
-            if let Err(e) = writer.commit(writes).await {
-                tracing::warn!(error = %e, "a child's end could not be recorded");
-            }
-        }
-        done.send_replace(true);
-    });
     recorded
 }
 
@@ -444,17 +445,6 @@ async fn spawn_conductor(
         message: "the conductor did not report its actors".to_string(),
     })?;
     Ok((conductor, actors))
-}
-
-/// The run's working directory must be there before anything starts.
-fn check_workdir(config: &RunConfig) -> Result<(), RuntimeError> {
-    if config.workdir.is_dir() {
-        return Ok(());
-    }
-    Err(RuntimeError::Workdir {
-        path: config.workdir.clone(),
-        source: std::io::Error::new(std::io::ErrorKind::NotFound, "not a directory"),
-    })
 }
 
 /// A resumed run's inputs accepted before the restart but never applied, in

@@ -8,12 +8,14 @@
 //! - `children.rs`: `RunChildren`, what `agent.spawn`/`agent.wait`/`agent.cancel` call.
 //! - `record.rs`: a durable run's record, written at its start and read back.
 //! - `launch.rs`: starting a run (root or child); every start ends in `launch`.
-//! - `resume.rs`: the store side — listing stored runs and resuming one.
+//! - `regrow.rs`: a resumed run's stored children, resumed with it and recounted.
+//! - `resume.rs`: the store side — listing stored runs and resuming one (and its tree).
 
 mod children;
 mod handle;
 mod launch;
 mod record;
+mod regrow;
 mod resume;
 mod tree;
 

@@ -17,6 +17,9 @@ pub(crate) struct Resumed {
     pub(crate) inbox: Vec<(u64, serde_json::Value)>,
     /// This process's claim on the run, committed.
     pub(crate) claim: Claim,
+    /// It has stored children, which are adopted once it runs: its
+    /// `agent.*` calls wait for that.
+    pub(crate) adopting: bool,
 }
 
 /// The configuration a stored run was started with.
@@ -33,6 +36,7 @@ pub(super) async fn create_record(
     log: &RunLog,
     config: &RunConfig,
     claim: &Claim,
+    parent_id: Option<&str>,
 ) -> Result<(), RuntimeError> {
     let now = agentry_protocol::now_millis();
     let config_json = serde_json::to_value(config).map_err(|e| RuntimeError::NotResumable {
@@ -42,7 +46,7 @@ pub(super) async fn create_record(
     let record = RunRecord {
         run_id: log.run_id.to_string(),
         task_id: config.task_id.clone(),
-        parent_id: None,
+        parent_id: parent_id.map(str::to_string),
         created_at_ms: now,
         deadline_at_ms: config.limits.deadline_ms.map(|ms| now.saturating_add(ms)),
         config: config_json,

@@ -12,6 +12,7 @@ use super::Runtime;
 use super::handle::RunHandle;
 use super::launch::{Durable, Launch};
 use super::record::{Resumed, config_of};
+use super::regrow::{StoredTree, child_lineage};
 use crate::conductor::{Lineage, Restore};
 use crate::config::RunConfig;
 use crate::durable::{Durability, Progress, StoreWriter};
@@ -21,9 +22,9 @@ use crate::policy::Policy;
 use crate::state::RunState;
 
 impl Runtime {
-    /// Commits every run this runtime starts to `store` (root runs; children
-    /// started by a run live in memory), so it can be resumed after the process
-    /// dies. Starts the store's writer thread.
+    /// Commits every run this runtime starts to `store` (children included:
+    /// a root's resume resumes its tree), so it can be resumed after the
+    /// process dies. Starts the store's writer thread.
     pub fn with_store(
         mut self,
         store: Arc<dyn Store>,
@@ -78,7 +79,8 @@ impl Runtime {
             .runs()
             .await?
             .into_iter()
-            .filter(RunSummary::unfinished)
+            // A child is resumed with its tree's root, never on its own.
+            .filter(|r| r.unfinished() && r.parent_id.is_none())
             .collect())
     }
 
@@ -124,27 +126,58 @@ impl Runtime {
         policy: Box<dyn Policy>,
     ) -> Result<RunHandle, RuntimeError> {
         let run = self.load(run_id).await?;
+        if let Some(parent) = &run.record.parent_id {
+            return Err(RuntimeError::NotResumable {
+                run_id: run_id.to_string(),
+                message: format!("it is a child of run {parent}: resume its tree's root"),
+            });
+        }
+        let store = self.writer()?.store();
+        let tree = StoredTree::of(store.as_ref(), &store.runs()?, run)?;
+        self.resume_tree(tree, None, policy).await
+    }
+
+    /// Resumes a stored run under `parent` (a child) or as a root, then its
+    /// stored children under it.
+    pub(super) async fn resume_tree(
+        &self,
+        tree: StoredTree,
+        parent: Option<&RunHandle>,
+        policy: Box<dyn Policy>,
+    ) -> Result<RunHandle, RuntimeError> {
+        let delegated = tree.delegated();
+        let books = tree.books()?;
+        let StoredTree { run, children } = tree;
+        let run_id = run.record.run_id.clone();
+        let run_id = run_id.as_str();
         if let Some(owner) = &run.owner {
             crate::owner::check_takeover(run_id, owner)?;
         }
-        let not_resumable = |message: String| RuntimeError::NotResumable {
-            run_id: run_id.to_string(),
-            message,
-        };
         let mut config = config_of(&run.record)?;
         config.run_id = Some(run_id.to_string());
         if !config.workdir.is_dir() {
-            return Err(not_resumable(format!(
-                "its working directory {} is gone",
-                config.workdir.display()
-            )));
+            return Err(RuntimeError::NotResumable {
+                run_id: run_id.to_string(),
+                message: format!("its working directory {} is gone", config.workdir.display()),
+            });
         }
-        let state = restored_state(run_id, run.checkpoint, run.session, &config)?;
+        let mut state = restored_state(run_id, run.checkpoint, run.session, &config)?;
+        state.recount_children(delegated);
         let elapsed = Duration::from_millis(
             agentry_protocol::now_millis().saturating_sub(run.record.created_at_ms),
         );
-        let lineage = Lineage::root(Some(&run_id.to_string()));
-        let tree = config.tree;
+        let (lineage, run_token, tree_limits) = match parent {
+            Some(p) => (
+                child_lineage(p, run.record.deadline_at_ms),
+                p.run_token.child_token(),
+                p.tree,
+            ),
+            None => (
+                Lineage::root(Some(&run_id.to_string())),
+                self.root_token(),
+                config.tree,
+            ),
+        };
         let grants = config.grants.clone();
         // Live in this process before it is on disk; a compare-and-set on the
         // owner read above, so a concurrent resumer that got there first wins.
@@ -155,21 +188,31 @@ impl Runtime {
             .map_err(|e| claim_refused(run_id, e))?;
         fence(run_id, &run.ledger).await?;
         tracing::info!(run_id, steps = state.progress().steps, "resuming run");
-        self.launch(Launch {
-            config,
-            policy,
-            lineage,
-            run_token: self.root_token(),
-            tree,
-            grants,
-            durable: Durable::Resume(Box::new(Resumed {
-                restore: Restore { state, elapsed },
-                timers: run.timers,
-                inbox: run.inbox,
-                claim,
-            })),
-        })
-        .await
+        let launched = self
+            .launch_run(Launch {
+                config,
+                policy,
+                lineage,
+                run_token,
+                tree: tree_limits,
+                grants,
+                durable: Durable::Resume(Box::new(Resumed {
+                    restore: Restore {
+                        state,
+                        elapsed,
+                        children: books,
+                    },
+                    timers: run.timers,
+                    inbox: run.inbox,
+                    claim,
+                    adopting: !children.is_empty(),
+                })),
+            })
+            .await?;
+        if !children.is_empty() {
+            self.adopt_children(&launched, children).await?;
+        }
+        Ok(launched.handle)
     }
 }
 

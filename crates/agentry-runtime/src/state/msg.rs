@@ -62,6 +62,8 @@ pub struct StepUpdate {
     pub results: Vec<Arc<ResultEnvelope>>,
     /// Total spend after the step.
     pub spent: Usage,
+    /// Of `spent`, what children spent.
+    pub delegated: Usage,
     /// The answer the model gave at this step, if any.
     pub answer: Option<String>,
     /// Tool calls this run has made itself, after the step.

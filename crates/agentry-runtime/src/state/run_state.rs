@@ -167,6 +167,14 @@ impl RunState {
         self.applied()
     }
 
+    /// A resumed run's spend with its children counted from their own
+    /// records: its own spend plus `children`, which they spent by the store.
+    pub(crate) fn recount_children(&mut self, children: Usage) {
+        let own = self.control.spent.minus(&self.control.delegated);
+        self.control.spent = own.plus(&children);
+        self.control.delegated = children;
+    }
+
     /// An input from outside: counted, and (messages, events, ticks) added to
     /// the session.
     fn apply_input(&mut self, input: RunInput) {
@@ -198,6 +206,7 @@ impl RunState {
             decision,
             results,
             spent,
+            delegated,
             answer,
             tool_calls,
             fingerprint,
@@ -242,6 +251,7 @@ impl RunState {
                 .map(|result| SessionEntry::Tool { result }),
         );
         self.control.spent = spent;
+        self.control.delegated = delegated;
         if answer.is_some() {
             self.task.answer = answer;
         }

@@ -195,6 +195,8 @@ impl StandInRun {
             parent: parent.clone(),
             allowance: allowance.clone(),
             tree: crate::config::TreeLimits::default(),
+            delegated: Usage::default(),
+            children: Vec::new(),
         };
         let (budget, budget_task) = Actor::spawn(None, BudgetSupervisor, args)
             .await
@@ -255,7 +257,7 @@ impl StandInRun {
             .await
             .map_err(|_| StandInError::Actor(format!("step {step}'s spend was not answered")))?;
         match granted {
-            SpendReply::Granted { before } => {
+            SpendReply::Granted { before, .. } => {
                 if !decided {
                     return Err(StandInError::GrantedNotDecided { step });
                 }

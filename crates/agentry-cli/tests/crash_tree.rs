@@ -1,0 +1,191 @@
+//! A durable agent tree survives a crash: `agentry run --store` SIGKILLed while
+//! three children nap in flight, then `agentry resume` of the root resumes the
+//! children under it (those that finished keep their outcomes), `agent.wait`
+//! gets every outcome, and the whole tree spends within the root's limits.
+
+// Test code: a failed unwrap is a failed test, with its location.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![cfg(target_os = "linux")]
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use agentry::SqliteStore;
+use agentry::store::Store;
+use agentry_test_support::procs::alive_with_cmdline;
+use serde_json::{Value, json};
+
+const MAX_STEPS: u64 = 40;
+const MAX_TOOL_CALLS: u64 = 40;
+
+fn write_task(dir: &Path, nap: &str) {
+    let toml = format!(
+        r#"goal = "delegate three naps and report"
+[budget]
+max_steps = {MAX_STEPS}
+max_tool_calls = {MAX_TOOL_CALLS}
+deadline = "60s"
+
+[tools]
+grant = ["agent", "nap"]
+
+[[tools.command]]
+name = "nap"
+description = "Nap a little"
+argv = ["sleep", "{nap}"]
+input_schema = {{ type = "object", properties = {{}} }}
+effect = "read_only"
+idempotency = "idempotent"
+"#
+    );
+    std::fs::write(dir.join("task.toml"), toml).unwrap();
+    let child = |k: usize| {
+        let mut turns: Vec<Value> = (1..=2)
+            .map(|i| json!({"tool_calls": [{"id": format!("n{k}{i}"), "name": "nap", "arguments": {}}]}))
+            .collect();
+        turns.push(json!({"tool_calls": [{"id": "f", "name": "task.finish",
+            "arguments": {"answer": format!("napped {k}")}}]}));
+        json!({"turns": turns})
+    };
+    let spawns: Vec<Value> = (1..=3)
+        .map(|k| {
+            json!({"id": format!("s{k}"), "name": "agent.spawn", "arguments": {
+                "name": format!("c{k}"), "goal": format!("nap {k}"),
+                "budget": {"max_steps": 6, "max_tool_calls": 6},
+                "script": child(k)}})
+        })
+        .collect();
+    let turns = json!([
+        {"tool_calls": spawns},
+        {"tool_calls": [{"id": "w", "name": "agent.wait", "arguments": {"child_ids": ["c1", "c2", "c3"]}}]},
+        {"tool_calls": [{"id": "fin", "name": "task.finish", "arguments": {"answer": "all napped"}}]},
+    ]);
+    std::fs::write(
+        dir.join("script.json"),
+        json!({ "turns": turns }).to_string(),
+    )
+    .unwrap();
+}
+
+fn agentry() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_agentry"));
+    cmd.env_remove("RUST_LOG");
+    cmd
+}
+
+/// One cycle: the tree killed `after` its first nap started, then resumed.
+/// False when the kill came after the run had ended (nothing to resume).
+fn cycle(root: &Path, i: usize, after: Duration) -> bool {
+    let nap = format!("0.{}", 150 + i);
+    let task = root.join(format!("task{i}"));
+    std::fs::create_dir_all(&task).unwrap();
+    write_task(&task, &nap);
+    let store = root.join(format!("s{i}.db"));
+    let run_id = format!("tree-{i}");
+    let mut run = agentry()
+        .arg("run")
+        .arg(&task)
+        .arg("--store")
+        .arg(&store)
+        .arg("--workdir")
+        .arg(root.join(format!("w{i}")))
+        .args(["--run-id", &run_id, "--json"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while alive_with_cmdline(&["sleep", &nap]).is_empty() {
+        assert!(Instant::now() < deadline, "cycle {i}: no child napped");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    std::thread::sleep(after);
+    run.kill().unwrap();
+    run.wait().unwrap();
+
+    let out = agentry()
+        .args(["resume", &run_id, "--json", "--store"])
+        .arg(&store)
+        .output()
+        .unwrap();
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!("cycle {i}: {e}: {}", String::from_utf8_lossy(&out.stderr));
+    });
+    let ended_first = report["error"]
+        .as_str()
+        .is_some_and(|e| e.contains("already stopped (done)"));
+    if !ended_first {
+        assert_eq!(out.status.code(), Some(0), "cycle {i}: {report}");
+    }
+    if !ended_first {
+        assert_eq!(report["stop_reason"], "done", "cycle {i}: {report}");
+        assert_eq!(report["answer"], "all napped", "cycle {i}: {report}");
+    }
+    check_tree(&store, &run_id, i);
+    !ended_first
+}
+
+/// Every child ended `done`; the tree's spend (the root's own plus each
+/// child's) is within the root's limits.
+fn check_tree(store: &Path, run_id: &str, i: usize) {
+    let store = SqliteStore::open(store).unwrap();
+    let runs = store.runs().unwrap();
+    let children: Vec<_> = runs
+        .iter()
+        .filter(|r| r.parent_id.as_deref() == Some(run_id))
+        .collect();
+    assert_eq!(children.len(), 3, "cycle {i}: {runs:?}");
+    let mut steps = 0;
+    let mut calls = 0;
+    for child in &children {
+        let stored = store.load(&child.run_id).unwrap().unwrap();
+        let cp = stored.checkpoint.unwrap();
+        assert_eq!(
+            cp.snapshot
+                .control
+                .stop_reason
+                .map(|r| r.to_string())
+                .as_deref(),
+            Some("done"),
+            "cycle {i}: child {}",
+            child.run_id
+        );
+        steps += cp.snapshot.control.spent.steps;
+        calls += cp.snapshot.control.spent.tool_calls;
+    }
+    let root = store.load(run_id).unwrap().unwrap().checkpoint.unwrap();
+    let control = root.snapshot.control;
+    let own = control.spent.minus(&control.delegated);
+    assert!(
+        own.steps + steps <= MAX_STEPS && own.tool_calls + calls <= MAX_TOOL_CALLS,
+        "cycle {i}: the tree spent {} steps and {} calls",
+        own.steps + steps,
+        own.tool_calls + calls
+    );
+    assert_eq!(
+        control.spent.steps,
+        own.steps + steps,
+        "cycle {i}: the root counts what its children spent"
+    );
+}
+
+#[test]
+fn a_tree_killed_with_three_children_in_flight_resumes_and_completes() {
+    let root = tempfile::tempdir().unwrap();
+    // Kills spread over the children's naps (each ~0.15 s, two in a row).
+    let mut resumed = 0;
+    for (i, ms) in [0u64, 40, 80, 120, 160, 200].into_iter().enumerate() {
+        if cycle(
+            root.path(),
+            i,
+            Duration::from_millis(ms + fastrand::u64(0..40)),
+        ) {
+            resumed += 1;
+        }
+    }
+    assert!(
+        resumed >= 4,
+        "only {resumed} kills landed before the tree ended"
+    );
+}
