@@ -71,6 +71,16 @@ fn checked_run_id(config: &RunConfig) -> Result<Arc<str>, RuntimeError> {
     })
 }
 
+/// The run's trace writer, if it writes one: a resumed run goes on writing
+/// the trace it started.
+fn open_trace(config: &RunConfig, resumed: bool) -> Result<Option<TraceWriter>, RuntimeError> {
+    Ok(config
+        .trace
+        .as_deref()
+        .map(|path| TraceWriter::open(path, resumed))
+        .transpose()?)
+}
+
 /// A run just started: its handle, and the desk its `agent.*` calls go through
 /// (a resumed run's stored children are adopted there).
 pub(super) struct Launched {
@@ -274,13 +284,7 @@ impl Runtime {
         let stored = Stored::of(durable, new_claim);
         let inbox = log.as_ref().map(|_| stored.next_inbox());
         let (outcome_tx, outcome_rx) = watch::channel(None);
-        // A resumed run goes on writing the trace it started.
-        let resumed = stored.restore.is_some();
-        let trace = config
-            .trace
-            .as_deref()
-            .map(|path| TraceWriter::open(path, resumed))
-            .transpose()?;
+        let trace = open_trace(&config, stored.restore.is_some())?;
         let events = EventSink::new(Arc::clone(&run_id), config.events_from_start);
         let about = Arc::new(RunAbout::of(&config, policy.as_ref()));
         let children = Arc::new(RunChildren::new(
