@@ -74,11 +74,11 @@ fn checked_run_id(config: &RunConfig) -> Result<Arc<str>, RuntimeError> {
 /// The run's trace writer, if it writes one: a resumed run goes on writing
 /// the trace it started.
 fn open_trace(config: &RunConfig, resumed: bool) -> Result<Option<TraceWriter>, RuntimeError> {
-    Ok(config
+    config
         .trace
         .as_deref()
         .map(|path| TraceWriter::open(path, resumed))
-        .transpose()?)
+        .transpose()
 }
 
 /// A run just started: its handle, and the desk its `agent.*` calls go through
