@@ -30,20 +30,7 @@ pub(crate) fn assign_host_ids(decision: &mut Decision, step: u64, session: &[Ses
     }
     let mut taken: HashSet<String> = session_ids(session);
     taken.extend(calls.iter().map(|c| c.id.clone()));
-    for (k, call) in calls.iter_mut().enumerate() {
-        if !is_blank(&call.id) {
-            continue;
-        }
-        let base = format!("call_{step}_{k}");
-        let mut id = base.clone();
-        let mut n = 1u64;
-        while taken.contains(&id) {
-            n += 1;
-            id = format!("{base}_{n}");
-        }
-        taken.insert(id.clone());
-        call.id = id;
-    }
+    agentry_protocol::tool::assign_blank_ids(calls, step, &mut taken);
 }
 
 /// Every call id the run's decisions used so far.

@@ -312,3 +312,27 @@ pub struct ProcessGroupRecord {
     /// their environment, also those that left the group.
     pub spawn_id: String,
 }
+
+/// Gives each call without an id (empty or blank) `call_<turn>_<k>` (`k` its
+/// place among `calls`), with a suffix while that id is in `taken`, which it
+/// then joins: a host-made id never duplicates one already in use.
+pub fn assign_blank_ids(
+    calls: &mut [ToolCall],
+    turn: u64,
+    taken: &mut std::collections::HashSet<String>,
+) {
+    for (k, call) in calls.iter_mut().enumerate() {
+        if !call.id.trim().is_empty() {
+            continue;
+        }
+        let base = format!("call_{turn}_{k}");
+        let mut id = base.clone();
+        let mut n = 1u64;
+        while taken.contains(&id) {
+            n += 1;
+            id = format!("{base}_{n}");
+        }
+        taken.insert(id.clone());
+        call.id = id;
+    }
+}

@@ -106,20 +106,7 @@ fn parse_turn(i: usize, t: &Value) -> Result<ScriptTurn, ScriptError> {
 /// default never turns into a duplicate the script did not write.
 fn default_ids(calls: &mut [ToolCall], turn: usize) {
     let mut taken: HashSet<String> = calls.iter().map(|c| c.id.clone()).collect();
-    for (j, call) in calls.iter_mut().enumerate() {
-        if !call.id.is_empty() {
-            continue;
-        }
-        let base = format!("call_{turn}_{j}");
-        let mut id = base.clone();
-        let mut n = 1u64;
-        while taken.contains(&id) {
-            n += 1;
-            id = format!("{base}_{n}");
-        }
-        taken.insert(id.clone());
-        call.id = id;
-    }
+    agentry_protocol::tool::assign_blank_ids(calls, turn as u64, &mut taken);
 }
 
 /// One call; its id is left empty when the script gives none (see
