@@ -198,19 +198,23 @@ fn cycle(root: &Path, i: usize, span: Duration, tally: &mut Tally) {
         span.mul_f64(fastrand::f64() * 1.1),
     );
     tally.kills += 1;
+    // A human's decisions answer the park they were shown, so they go to the
+    // next resume only: should that one be killed too, the call parks again
+    // and is decided again by looking (a stale `retry` would run it twice).
     let mut decisions: Vec<String> = Vec::new();
     let context = format!("cycle {i}");
     for round in 0..30 {
         // Up to two more crashes, of resumes, at random moments.
         if round < 2 && fastrand::bool() {
             killed_after(
-                resume_cmd(&store, &run_id, &decisions),
+                resume_cmd(&store, &run_id, &std::mem::take(&mut decisions)),
                 span.mul_f64(fastrand::f64() * 0.6),
             );
             tally.kills += 1;
             continue;
         }
-        let out = resume_cmd(&store, &run_id, &decisions).output().unwrap();
+        let given = std::mem::take(&mut decisions);
+        let out = resume_cmd(&store, &run_id, &given).output().unwrap();
         tally.resumes += 1;
         let stderr = String::from_utf8_lossy(&out.stderr);
         match out.status.code().unwrap() {
