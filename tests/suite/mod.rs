@@ -1,7 +1,6 @@
 //! Integration test modules, one per area of the runtime.
 
 mod acceptance;
-mod backpressure;
 mod budget;
 mod deadline;
 mod durable;
