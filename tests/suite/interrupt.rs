@@ -15,7 +15,7 @@ use agentry::{Driver, Effect, ErrorCode, ResultEnvelope, RunStatus, Runtime, Sto
 use agentry_test_support::procs::unique_secs;
 use agentry_test_support::{
     CountingTool, FnPolicy, HangingTool, Recording, ScriptBuilder, TestError, TestTask,
-    collect_until_stopped, read_trace, runtime_with, tool_results,
+    collect_until_stopped, next_event, read_trace, runtime_with, tool_results,
 };
 use serde_json::{Value, json};
 
@@ -53,19 +53,6 @@ async fn read_pgid(workdir: &Path) -> Result<i32, TestError> {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     Err("the command never wrote its pgid".into())
-}
-
-/// The first event for which `pick` gives something, within 10 s.
-async fn next_event<T>(
-    events: &mut tokio::sync::broadcast::Receiver<agentry::protocol::event::EventRecord>,
-    mut pick: impl FnMut(&RunEvent) -> Option<T>,
-) -> Result<T, TestError> {
-    loop {
-        let record = tokio::time::timeout(Duration::from_secs(10), events.recv()).await??;
-        if let Some(found) = pick(&record.event) {
-            return Ok(found);
-        }
-    }
 }
 
 fn interrupted_error(result: &ResultEnvelope) -> Result<&agentry::ToolError, TestError> {
@@ -123,7 +110,7 @@ async fn an_interrupt_kills_the_running_process_tree_and_the_run_goes_on() -> Re
 
     let sent = Instant::now();
     handle.interrupt(REDIRECT)?;
-    let cut = next_event(&mut events, |e| match e {
+    let cut = next_event(&mut events, Duration::from_secs(10), |e| match e {
         RunEvent::StepInterrupted { step, interrupted } => Some((*step, interrupted.clone())),
         _ => None,
     })
@@ -290,7 +277,7 @@ async fn an_interrupted_irreversible_call_waits_for_a_human() -> Result<(), Test
     wiring.wait_started(1, Duration::from_secs(10)).await?;
     handle.interrupt("stop, wrong account")?;
 
-    next_event(&mut events, |e| {
+    next_event(&mut events, Duration::from_secs(10), |e| {
         matches!(e, RunEvent::AwaitingDecision { .. }).then_some(())
     })
     .await?;

@@ -8,8 +8,12 @@
 // Test code: a failed unwrap is a failed test, with its location.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "support/crash.rs"]
+mod support;
+use support::{json_of, killed_after};
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -126,18 +130,6 @@ fn wait_for_stragglers(workdir: &Path, store: &Path) {
     }
 }
 
-fn killed_after(mut cmd: Command, delay: Duration) {
-    let mut child = cmd
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(delay);
-    // SIGKILL: nothing of the process runs after this, as in a crash.
-    let _ = child.kill();
-    let _ = child.wait();
-}
-
 fn run_cmd(task_dir: &Path, store: &Path, workdir: &Path, run_id: &str, mode: &str) -> Command {
     let mut cmd = Command::new(bin());
     cmd.arg("run")
@@ -161,16 +153,6 @@ fn resume(store: &Path, run_id: &str, decisions: &[String], mode: &str) -> Comma
         cmd.args(["--decide", d]);
     }
     cmd
-}
-
-fn json_of(out: &Output) -> Value {
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "not one JSON object ({e}): {}\nstderr: {}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })
 }
 
 /// One crash-and-recover cycle. Returns whether the run parked at least once.

@@ -11,8 +11,12 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 #![cfg(target_os = "linux")]
 
+#[path = "support/crash.rs"]
+mod support;
+use support::{json_of, killed_after};
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -130,18 +134,6 @@ fn processes_of(run_id: &str) -> Vec<i32> {
         .collect()
 }
 
-/// Starts `cmd` and SIGKILLs it after `delay` (if it is still running).
-fn killed_after(mut cmd: Command, delay: Duration) {
-    let mut child = cmd
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(delay);
-    let _ = child.kill();
-    let _ = child.wait();
-}
-
 fn run_cmd(task: &Path, store: &Path, workdir: &Path, run_id: &str) -> Command {
     let mut cmd = Command::new(bin());
     cmd.arg("run")
@@ -164,16 +156,6 @@ fn resume_cmd(store: &Path, run_id: &str, decisions: &[String]) -> Command {
         cmd.args(["--decide", d]);
     }
     cmd
-}
-
-fn json_of(out: &Output) -> Value {
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "not one JSON object ({e}): {}\nstderr: {}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })
 }
 
 /// What the whole test saw, for its report.

@@ -76,6 +76,27 @@ where
     }
 }
 
+/// The first event `pick` takes (maps to a value), within `timeout`.
+pub async fn next_event<T>(
+    rx: &mut broadcast::Receiver<EventRecord>,
+    timeout: Duration,
+    mut pick: impl FnMut(&RunEvent) -> Option<T>,
+) -> Result<T, EventWaitError> {
+    let mut seen = Vec::new();
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        match tokio::time::timeout_at(deadline, rx.recv()).await {
+            Err(_) => return Err(EventWaitError::Timeout(seen)),
+            Ok(Err(RecvError::Closed)) => return Err(EventWaitError::Closed(seen)),
+            Ok(Err(RecvError::Lagged(n))) => return Err(EventWaitError::Lagged(n)),
+            Ok(Ok(record)) => match pick(&record.event) {
+                Some(found) => return Ok(found),
+                None => seen.push(record),
+            },
+        }
+    }
+}
+
 /// Collects every event up to and including `RunStopped` (or until the stream
 /// closes), waiting at most [`COLLECT_TIMEOUT`].
 pub async fn collect_until_stopped(

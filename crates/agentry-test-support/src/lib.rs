@@ -46,7 +46,7 @@ pub mod tools;
 
 pub use events::{
     COLLECT_TIMEOUT, EventWaitError, collect_until_stopped, collect_until_stopped_within,
-    event_name, run_with_events, tool_results, wait_for_event,
+    event_name, next_event, run_with_events, tool_results, wait_for_event,
 };
 pub use policy::{ContextLog, DecisionFuture, FnPolicy, Recording, Seen};
 pub use script::{ScriptBuilder, call, raw_call};

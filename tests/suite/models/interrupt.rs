@@ -7,31 +7,17 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agentry::protocol::RunEvent;
-use agentry::protocol::event::EventRecord;
 use agentry::tools::proc::reap_orphans_here;
 use agentry::{Runtime, StopReason};
 use agentry_models::OpenAiPolicy;
 use agentry_test_support::procs::unique_secs;
-use agentry_test_support::{TestTask, collect_until_stopped};
+use agentry_test_support::{TestTask, collect_until_stopped, next_event};
 use serde_json::{Value, json};
 
 use super::server::{MockServer, Reply, TestError};
 use super::sse::{chunk, config, finish, one_call, usage};
 
 const REDIRECT: &str = "stop the build; use the cached artifacts instead";
-
-/// The first event `pick` takes, within 10 s.
-async fn next_event<T>(
-    events: &mut tokio::sync::broadcast::Receiver<EventRecord>,
-    mut pick: impl FnMut(&RunEvent) -> Option<T>,
-) -> Result<T, TestError> {
-    loop {
-        let record = tokio::time::timeout(Duration::from_secs(10), events.recv()).await??;
-        if let Some(found) = pick(&record.event) {
-            return Ok(found);
-        }
-    }
-}
 
 /// The messages of the `n`th request the server received.
 fn messages(server: &MockServer, n: usize) -> Result<Vec<Value>, TestError> {
@@ -132,12 +118,12 @@ async fn an_interrupt_drops_a_streaming_answer_and_the_next_request_carries_the_
         .start(task.config(), policy)
         .await?;
     let mut events = handle.subscribe();
-    next_event(&mut events, |e| {
+    next_event(&mut events, Duration::from_secs(10), |e| {
         matches!(e, RunEvent::TokenDelta { step: 1, .. }).then_some(())
     })
     .await?;
     handle.interrupt("make it one line")?;
-    let cut = next_event(&mut events, |e| match e {
+    let cut = next_event(&mut events, Duration::from_secs(10), |e| match e {
         RunEvent::StepInterrupted { step, interrupted } => Some((*step, interrupted.clone())),
         _ => None,
     })

@@ -161,7 +161,7 @@ impl AgentDesk for RunChildren {
             .and_then(|p| p.clone())
             .ok_or_else(|| ToolError::new(ErrorCode::Eunavail, "the run is stopping"))?;
         let parent = &parent;
-        let policy = self.child_policy(&request)?;
+        let policy = child_policy(&self.runtime, &request)?;
         if let Some(name) = &request.name
             && self.children.lock().is_ok_and(|c| c.contains_key(name))
         {
@@ -277,44 +277,6 @@ impl AgentDesk for RunChildren {
 }
 
 impl RunChildren {
-    /// The child's policy: its inline script, the named model it asks for, or
-    /// the runtime's default child model.
-    fn child_policy(&self, request: &ChildRequest) -> Result<Box<dyn Policy>, ToolError> {
-        if let Some(script) = &request.script {
-            return Ok(Box::new(
-                Script::from_value(script)
-                    .map_err(|m| ToolError::new(ErrorCode::Einval, format!("script: {m}")))?
-                    .into_policy(),
-            ));
-        }
-        let factory = match &request.model {
-            Some(name) => self.runtime.child_models().get(name).ok_or_else(|| {
-                let names: Vec<&str> = self
-                    .runtime
-                    .child_models()
-                    .keys()
-                    .map(String::as_str)
-                    .collect();
-                ToolError::new(
-                    ErrorCode::Einval,
-                    format!(
-                        "no child model named {name:?}; the models are: {}",
-                        names.join(", ")
-                    ),
-                )
-                .with_action("pick one of those names, or leave model unset")
-            })?,
-            None => self.runtime.child_policy().ok_or_else(|| {
-                ToolError::new(
-                    ErrorCode::Einval,
-                    "this runtime has no model for children: pass a script",
-                )
-            })?,
-        };
-        factory(request)
-            .ok_or_else(|| ToolError::new(ErrorCode::Einval, "no policy for this child"))
-    }
-
     /// What this run can still give a child, per dimension it limits
     /// ([`RunHandle::delegable`]); null before the run's handle exists.
     async fn left_to_delegate(&self) -> Value {
@@ -376,6 +338,38 @@ fn outcome_json(outcome: &RunOutcome) -> Value {
     })
 }
 
+/// A child's policy: its inline script, the named model it asks for, or
+/// the runtime's default child model.
+fn child_policy(runtime: &Runtime, request: &ChildRequest) -> Result<Box<dyn Policy>, ToolError> {
+    if let Some(script) = &request.script {
+        return Ok(Box::new(
+            Script::from_value(script)
+                .map_err(|m| ToolError::new(ErrorCode::Einval, format!("script: {m}")))?
+                .into_policy(),
+        ));
+    }
+    let factory = match &request.model {
+        Some(name) => runtime.child_models().get(name).ok_or_else(|| {
+            let names: Vec<&str> = runtime.child_models().keys().map(String::as_str).collect();
+            ToolError::new(
+                ErrorCode::Einval,
+                format!(
+                    "no child model named {name:?}; the models are: {}",
+                    names.join(", ")
+                ),
+            )
+            .with_action("pick one of those names, or leave model unset")
+        })?,
+        None => runtime.child_policy().ok_or_else(|| {
+            ToolError::new(
+                ErrorCode::Einval,
+                "this runtime has no model for children: pass a script",
+            )
+        })?,
+    };
+    factory(request).ok_or_else(|| ToolError::new(ErrorCode::Einval, "no policy for this child"))
+}
+
 /// A child's request as its record keeps it (`policy_spec`), to rebuild its
 /// policy when its tree is resumed: `child:` and the request as JSON.
 fn child_spec(request: &ChildRequest, operation_id: &str, model: &str) -> String {
@@ -419,8 +413,7 @@ impl RunChildren {
             name: v["name"].as_str().map(str::to_string),
             model: v["model"].as_str().map(str::to_string),
         };
-        let desk = RunChildren::new(runtime.clone(), std::path::PathBuf::new(), true);
-        desk.child_policy(&request).map_err(|e| refused(e.message))
+        child_policy(runtime, &request).map_err(|e| refused(e.message))
     }
 }
 

@@ -93,21 +93,36 @@ impl StoredTree {
     }
 }
 
-/// A stored child's lineage under its resumed parent: the parent's budget,
-/// one level down, the child's own stored deadline.
-pub(super) fn child_lineage(parent: &RunHandle, deadline_at_ms: Option<u64>) -> Lineage {
-    let now = agentry_protocol::now_millis();
-    let deadline_at = deadline_at_ms.map(|at| {
-        tokio::time::Instant::now() + std::time::Duration::from_millis(at.saturating_sub(now))
-    });
-    Lineage {
-        parent: Some(ParentRun {
-            run_id: std::sync::Arc::clone(&parent.run_id),
-            budget: parent.actors.budget.clone(),
-        }),
-        depth: parent.lineage.depth + 1,
-        trace_id: parent.lineage.trace_id.clone(),
-        deadline_at,
+/// Where a resumed run sits: its lineage, the token it runs under and its
+/// tree's limits.
+pub(super) struct Place {
+    pub(super) lineage: Lineage,
+    pub(super) run_token: tokio_util::sync::CancellationToken,
+    pub(super) tree: crate::config::TreeLimits,
+}
+
+impl Place {
+    /// A stored child under its resumed parent: the parent's budget and
+    /// token, one level down, the child's own stored deadline.
+    pub(super) fn under(parent: &RunHandle, deadline_at_ms: Option<u64>) -> Place {
+        let now = agentry_protocol::now_millis();
+        let deadline_at = deadline_at_ms.map(|at| {
+            tokio::time::Instant::now() + std::time::Duration::from_millis(at.saturating_sub(now))
+        });
+        let lineage = Lineage {
+            parent: Some(ParentRun {
+                run_id: std::sync::Arc::clone(&parent.run_id),
+                budget: parent.actors.budget.clone(),
+            }),
+            depth: parent.lineage.depth + 1,
+            trace_id: parent.lineage.trace_id.clone(),
+            deadline_at,
+        };
+        Place {
+            lineage,
+            run_token: parent.run_token.child_token(),
+            tree: parent.tree,
+        }
     }
 }
 

@@ -12,7 +12,7 @@ use super::Runtime;
 use super::handle::RunHandle;
 use super::launch::{Durable, Launch};
 use super::record::{Resumed, config_of};
-use super::regrow::{StoredTree, child_lineage};
+use super::regrow::{Place, StoredTree};
 use crate::conductor::{Lineage, Restore};
 use crate::config::RunConfig;
 use crate::durable::{Durability, Progress, StoreWriter};
@@ -166,17 +166,13 @@ impl Runtime {
         let elapsed = Duration::from_millis(
             agentry_protocol::now_millis().saturating_sub(run.record.created_at_ms),
         );
-        let (lineage, run_token, tree_limits) = match parent {
-            Some(p) => (
-                child_lineage(p, run.record.deadline_at_ms),
-                p.run_token.child_token(),
-                p.tree,
-            ),
-            None => (
-                Lineage::root(Some(&run_id.to_string())),
-                self.root_token(),
-                config.tree,
-            ),
+        let place = match parent {
+            Some(p) => Place::under(p, run.record.deadline_at_ms),
+            None => Place {
+                lineage: Lineage::root(Some(&run_id.to_string())),
+                run_token: self.root_token(),
+                tree: config.tree,
+            },
         };
         let grants = config.grants.clone();
         // Live in this process before it is on disk; a compare-and-set on the
@@ -192,9 +188,9 @@ impl Runtime {
             .launch_run(Launch {
                 config,
                 policy,
-                lineage,
-                run_token,
-                tree: tree_limits,
+                lineage: place.lineage,
+                run_token: place.run_token,
+                tree: place.tree,
                 grants,
                 durable: Durable::Resume(Box::new(Resumed {
                     restore: Restore {
