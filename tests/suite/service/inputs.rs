@@ -272,11 +272,18 @@ async fn a_full_inbox_is_429_with_retry_after_until_the_run_takes_it() -> Result
             other => return Err(format!("after resume: {other} {:?}", sent.body).into()),
         }
     }
-    let run = service.get(&run_path).await?;
-    assert_eq!(
-        run.body["inputs"], 6,
-        "pause, three messages, resume, the last message: {:?}",
-        run.body
-    );
-    Ok(())
+    // Accepted is not yet applied: the run takes it at its next safe point.
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let run = service.get(&run_path).await?;
+        if run.body["inputs"] == 6 || std::time::Instant::now() >= deadline {
+            assert_eq!(
+                run.body["inputs"], 6,
+                "pause, three messages, resume, the last message: {:?}",
+                run.body
+            );
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
 }
