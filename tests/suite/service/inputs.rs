@@ -225,10 +225,31 @@ async fn a_full_inbox_is_429_with_retry_after_until_the_run_takes_it() -> Result
             .await?;
         assert_eq!(sent.status, 202, "message {i}: {:?}", sent.body);
     }
+    assert_busy(&service, &messages, &run_id).await?;
+    // Control is never refused, full inbox or not.
+    let resumed = service
+        .post(
+            &format!("{run_path}/interrupt"),
+            json!({"action": "resume"}),
+        )
+        .await?;
+    assert_eq!(resumed.status, 202, "{:?}", resumed.body);
+    post_until_accepted(&service, &run_path, "one too many").await?;
+    // Accepted is not yet applied: the run takes it at its next safe point.
+    let run = wait_for_inputs(&service, &run_path, 6).await?;
+    assert_eq!(
+        run["inputs"], 6,
+        "pause, three messages, resume, the last message: {run:?}"
+    );
+    Ok(())
+}
+
+/// The next message to a full inbox is 429 with `Retry-After`, naming the run as busy.
+async fn assert_busy(service: &Service, messages: &str, run_id: &str) -> Result<(), TestError> {
     let busy = service
         .client
         .client
-        .post(&messages)
+        .post(messages)
         .header("content-type", "application/json")
         .body(json!({"text": "one too many"}).to_string())
         .send()
@@ -244,45 +265,44 @@ async fn a_full_inbox_is_429_with_retry_after_until_the_run_takes_it() -> Result
     let body: Value = busy.json().await?;
     let error = body["error"].as_str().unwrap_or_default();
     assert!(
-        error.contains(&run_id) && error.contains("busy") && error.contains("3"),
+        error.contains(run_id) && error.contains("busy") && error.contains("3"),
         "{body:?}"
     );
-    // Control is never refused, full inbox or not.
-    let resumed = service
-        .post(
-            &format!("{run_path}/interrupt"),
-            json!({"action": "resume"}),
-        )
-        .await?;
-    assert_eq!(resumed.status, 202, "{:?}", resumed.body);
+    Ok(())
+}
+
+/// Posts a message until it is accepted (a resumed run takes what its inbox held at its next decision).
+async fn post_until_accepted(
+    service: &Service,
+    run_path: &str,
+    text: &str,
+) -> Result<(), TestError> {
     let deadline = std::time::Instant::now() + WAIT;
     loop {
         let sent = service
-            .post(
-                &format!("{run_path}/messages"),
-                json!({"text": "one too many"}),
-            )
+            .post(&format!("{run_path}/messages"), json!({"text": text}))
             .await?;
         match sent.status {
-            202 => break,
-            // The resumed run's decision has not taken the inbox yet.
+            202 => return Ok(()),
             429 if std::time::Instant::now() < deadline => {
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
             other => return Err(format!("after resume: {other} {:?}", sent.body).into()),
         }
     }
-    // Accepted is not yet applied: the run takes it at its next safe point.
+}
+
+/// The run's body once it has applied `count` inputs, or at the deadline.
+async fn wait_for_inputs(
+    service: &Service,
+    run_path: &str,
+    count: u64,
+) -> Result<Value, TestError> {
     let deadline = std::time::Instant::now() + WAIT;
     loop {
-        let run = service.get(&run_path).await?;
-        if run.body["inputs"] == 6 || std::time::Instant::now() >= deadline {
-            assert_eq!(
-                run.body["inputs"], 6,
-                "pause, three messages, resume, the last message: {:?}",
-                run.body
-            );
-            return Ok(());
+        let run = service.get(run_path).await?;
+        if run.body["inputs"] == count || std::time::Instant::now() >= deadline {
+            return Ok(run.body);
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
