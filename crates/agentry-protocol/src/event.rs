@@ -46,6 +46,19 @@ pub enum RunEvent {
         /// Attempt number, from 1.
         attempt: u32,
     },
+    /// A running call reported progress (an MCP server's progress notification).
+    ToolProgress {
+        /// Call id.
+        tool_call_id: String,
+        /// Progress so far.
+        progress: f64,
+        /// The total, when known.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        total: Option<f64>,
+        /// What is happening, in words.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        message: Option<String>,
+    },
     /// A call finished (or was refused, cancelled, replayed).
     ToolCallFinished {
         /// Step number.

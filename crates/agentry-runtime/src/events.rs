@@ -124,6 +124,18 @@ impl Backlog {
     }
 }
 
+/// A tool's progress report becomes a `tool_progress` event.
+impl agentry_tools::ProgressSink for EventSink {
+    fn progress(&self, call_id: &str, update: agentry_tools::ToolProgress) {
+        self.emit(|| RunEvent::ToolProgress {
+            tool_call_id: call_id.to_string(),
+            progress: update.progress,
+            total: update.total,
+            message: update.message,
+        });
+    }
+}
+
 /// Publishes a run's events.
 #[derive(Debug, Clone)]
 pub struct EventSink {

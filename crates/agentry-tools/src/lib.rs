@@ -34,4 +34,6 @@ mod tool;
 pub use builtins::builtins;
 pub use finish::{FINISH_TOOL, FinishTool};
 pub use results::{RESULT_READ_TOOL, ResultReadTool, save_result};
-pub use tool::{ProcessLog, Tool, ToolContext, ToolOutput, parse_args, schema_for};
+pub use tool::{
+    ProcessLog, ProgressSink, Tool, ToolContext, ToolOutput, ToolProgress, parse_args, schema_for,
+};

@@ -49,6 +49,29 @@ pub struct ToolContext {
     /// Where a tool that starts processes records each process group, with the
     /// call's intent (a durable run's ledger); `None` where nothing records.
     pub processes: Option<Arc<dyn ProcessLog>>,
+    /// Where a long call reports progress (published as `tool_progress` run
+    /// events); `None` where nobody listens.
+    pub progress: Option<Arc<dyn ProgressSink>>,
+}
+
+/// How far a running call has got, as a tool reports it (an MCP server's
+/// progress notifications).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ToolProgress {
+    /// Progress so far; grows with each report.
+    pub progress: f64,
+    /// The total, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total: Option<f64>,
+    /// What is happening, in words.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// Takes the progress reports of a run's calls (one per run, shared by its calls).
+pub trait ProgressSink: Send + Sync {
+    /// Call `call_id` reports `update`.
+    fn progress(&self, call_id: &str, update: ToolProgress);
 }
 
 /// Records the process groups a call starts, so that after a crash they are

@@ -165,6 +165,7 @@ impl ExecutorState {
                 .log
                 .as_ref()
                 .map(|log| Arc::new(LedgerProcesses::new(log, &call.id)) as Arc<dyn ProcessLog>),
+            progress: Some(Arc::clone(&self.progress)),
         }
     }
 

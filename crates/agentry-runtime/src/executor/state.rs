@@ -19,6 +19,8 @@ pub struct ExecutorState {
     /// The current step's token (a child of the run's): a user's interrupt
     /// cancels it.
     pub(super) cut: tokio_util::sync::CancellationToken,
+    /// Where the run's calls report progress (its event sink), made once.
+    pub(super) progress: Arc<dyn agentry_tools::ProgressSink>,
 }
 
 impl ExecutorState {
@@ -30,7 +32,13 @@ impl ExecutorState {
             None => Ledger::default(),
         };
         let cut = args.run_token.child_token();
-        Ok(ExecutorState { args, ledger, cut })
+        let progress = Arc::new(args.events.clone());
+        Ok(ExecutorState {
+            args,
+            ledger,
+            cut,
+            progress,
+        })
     }
 
     /// What acceptance checks run with: the run's root, artifacts and token
@@ -47,6 +55,7 @@ impl ExecutorState {
             operation_id: Arc::from("accept"),
             agents: None,
             processes: None,
+            progress: None,
         }
     }
 

@@ -20,6 +20,7 @@ fn ctx(workdir: &Path, artifacts: &Path) -> ToolContext {
         operation_id: Arc::from("op-test"),
         agents: None,
         processes: None,
+        progress: None,
     }
 }
 

@@ -35,6 +35,7 @@ fn ctx(workdir: &Path) -> ToolContext {
         operation_id: Arc::from("op-test"),
         agents: None,
         processes: None,
+        progress: None,
     }
 }
 
