@@ -29,6 +29,28 @@ pub(crate) enum Command {
     Resume(ResumeArgs),
     /// List the runs of a store (unfinished ones unless --all).
     Runs(RunsArgs),
+    /// Serve agentry as an MCP server (tools run_task, get_run, list_runs,
+    /// cancel_run) over stdio, or streamable HTTP with --http.
+    Mcp(McpArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct McpArgs {
+    /// Serve streamable HTTP at ADDR (path /mcp) instead of stdio. Loopback
+    /// addresses only, e.g. 127.0.0.1:8080; port 0 picks a free port. The
+    /// bound address is printed on stderr.
+    #[arg(long, value_name = "ADDR")]
+    pub(crate) http: Option<std::net::SocketAddr>,
+    /// Commit the runs to this SQLite store (created if missing). Default:
+    /// $AGENTRY_STORE, else agentry/runs.db in the system temp dir.
+    #[arg(long, value_name = "FILE", conflicts_with = "no_store")]
+    pub(crate) store: Option<PathBuf>,
+    /// Keep the runs in memory only: they cannot be resumed.
+    #[arg(long)]
+    pub(crate) no_store: bool,
+    /// When a step counts as done, as for `run`.
+    #[arg(long, value_enum, default_value_t = DurabilityArg::Strict)]
+    pub(crate) durability: DurabilityArg,
 }
 
 #[derive(Debug, Args)]
@@ -263,7 +285,7 @@ fn parse_decision(value: &str) -> Result<SettleArg, String> {
 }
 
 /// `--deadline`: a humantime duration, longer than zero, at most 365 days.
-fn parse_deadline(value: &str) -> Result<Duration, String> {
+pub(crate) fn parse_deadline(value: &str) -> Result<Duration, String> {
     match humantime::parse_duration(value) {
         Ok(d) if d > agentry::task::MAX_DURATION => Err("at most 365 days (365d)".into()),
         Ok(d) if !d.is_zero() => Ok(d),

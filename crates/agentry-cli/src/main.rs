@@ -9,6 +9,7 @@
 //! agentry resume RUN_ID [--store FILE] [--decide CALL_ID=happened|retry|skip]...
 //!                      [--policy ...] [--base-url URL] [--json] [--durability ...]
 //! agentry runs [--store FILE] [--all] [--json]
+//! agentry mcp [--http ADDR] [--store FILE | --no-store] [--durability strict|grouped]
 //! ```
 //!
 //! Runs are durable by default: committed to `$AGENTRY_STORE`, else
@@ -27,12 +28,14 @@
 //! Modules, in import order: `args` (the flags), `error` (`RunError`),
 //! `signals` (ctrl-c), `store` (the SQLite store, `agentry runs`), `policy`
 //! (script or model, and what a run stores to rebuild it), `drive` (until the
-//! run stops or parks), `report` (stdout), `run` and `resume` (the commands).
+//! run stops or parks), `report` (stdout), `run` and `resume` (the commands),
+//! `mcp` (agentry as an MCP server).
 
 mod args;
 mod child_models;
 mod drive;
 mod error;
+mod mcp;
 mod policy;
 mod report;
 mod resume;
@@ -106,6 +109,11 @@ fn main() -> ExitCode {
         Command::Runs(args) => match store::list(&args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => fail(&e, EXIT_BAD_INPUT, args.json),
+        },
+        // Stdout is the protocol channel (stdio): errors go to stderr only.
+        Command::Mcp(args) => match runtime.block_on(mcp::serve(args)) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => fail(&e, EXIT_BAD_INPUT, false),
         },
     }
 }

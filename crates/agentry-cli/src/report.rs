@@ -41,21 +41,7 @@ pub(crate) fn print(
 ) -> std::io::Result<()> {
     let mut out = std::io::stdout().lock();
     if json {
-        let report = JsonReport {
-            run_id: &outcome.run_id,
-            task_id: &outcome.task_id,
-            stop_reason: outcome.stop_reason,
-            detail: &outcome.detail,
-            answer: outcome.answer.as_deref(),
-            steps: outcome.steps,
-            tool_calls: outcome.tool_calls,
-            workdir: outcome.workdir.display().to_string(),
-            trace: outcome.trace.as_ref().map(|p| p.display().to_string()),
-            trace_error: outcome.trace_error.as_deref(),
-            checks: &outcome.checks,
-            budget: &outcome.budget,
-            tree,
-        };
+        let report = json_report(outcome, tree);
         serde_json::to_writer(&mut out, &report)?;
         writeln!(out)?;
     } else {
@@ -65,6 +51,31 @@ pub(crate) fn print(
         }
     }
     out.flush()
+}
+
+/// The `--json` report of an outcome.
+fn json_report<'a>(outcome: &'a RunOutcome, tree: Option<&'a RunTree>) -> JsonReport<'a> {
+    JsonReport {
+        run_id: &outcome.run_id,
+        task_id: &outcome.task_id,
+        stop_reason: outcome.stop_reason,
+        detail: &outcome.detail,
+        answer: outcome.answer.as_deref(),
+        steps: outcome.steps,
+        tool_calls: outcome.tool_calls,
+        workdir: outcome.workdir.display().to_string(),
+        trace: outcome.trace.as_ref().map(|p| p.display().to_string()),
+        trace_error: outcome.trace_error.as_deref(),
+        checks: &outcome.checks,
+        budget: &outcome.budget,
+        tree,
+    }
+}
+
+/// The `--json` report as a JSON value (`agentry mcp` returns it as a tool's
+/// structured result, so both say the same).
+pub(crate) fn to_json(outcome: &RunOutcome, tree: Option<&RunTree>) -> serde_json::Value {
+    serde_json::to_value(json_report(outcome, tree)).unwrap_or_default()
 }
 
 /// `--json` output when nothing could be reported but an error.

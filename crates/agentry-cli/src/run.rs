@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use agentry::{Grants, RunHandle, Runtime, RuntimeError, TaskSpec};
+use agentry::{Grants, Policy, RunConfig, RunHandle, Runtime, RuntimeError, TaskSpec};
 
 use crate::args::{RunArgs, absolute};
 use crate::child_models::with_child_models;
@@ -21,20 +21,65 @@ struct Stored {
     path: Option<PathBuf>,
 }
 
-/// Runs one task to its outcome (or, for a durable run, until it parks). Bad
-/// input is found before anything is created; the working directory comes last.
+/// A run ready to start: its runtime (on its store, with the task's tools and
+/// child models), its configuration and its policy. `agentry run` and `agentry
+/// mcp`'s `run_task` both start runs from one of these.
+pub(crate) struct Prepared {
+    /// The runtime to start the run on.
+    pub(crate) runtime: Runtime,
+    /// The run's configuration, working directory created.
+    pub(crate) config: RunConfig,
+    /// The run's policy.
+    pub(crate) policy: Box<dyn Policy>,
+    /// The store's file; `None` for a run kept in memory only.
+    pub(crate) store: Option<PathBuf>,
+}
+
+/// Runs one task to its outcome (or, for a durable run, until it parks).
 pub(crate) async fn run(args: RunArgs) -> Result<Finished, RunError> {
+    let Prepared {
+        runtime,
+        config,
+        policy,
+        store,
+    } = prepare(&args).await?;
+    // Listening starts here, before the run: an early ctrl-c aborts it too.
+    let ctrl_c = CtrlC::listen(&runtime)
+        .inspect_err(|e| {
+            tracing::warn!(error = %e, "cannot listen for ctrl-c; interrupting will kill the process");
+        })
+        .ok();
+    let task_id = config.task_id.clone();
+    let handle = runtime
+        .start_boxed(config, policy)
+        .await
+        .map_err(RunError::BadInput)?;
+    if let Some(ctrl_c) = &ctrl_c {
+        ctrl_c.attach(&handle);
+    }
+    tracing::info!(run_id = handle.run_id(), task_id = %task_id, "run started");
+    if let Some(path) = &store {
+        announce_store(&handle, path, args.store.is_some());
+    }
+    let finished = drive(&handle, &[], store.as_deref()).await;
+    drop(ctrl_c);
+    finished
+}
+
+/// Loads the task and its policy and puts the runtime on its store. Bad input
+/// is found before anything is created; the working directory comes last.
+pub(crate) async fn prepare(args: &RunArgs) -> Result<Prepared, RunError> {
     let mut task = TaskSpec::load(&args.task_dir)?;
-    let LoadedPolicy { policy, children } = load_policy(&args, &task).await?;
-    let policy_spec = describe_policy(&args, &task);
-    override_limits(&args, &mut task);
+    let LoadedPolicy { policy, children } = load_policy(args, &task).await?;
+    let policy_spec = describe_policy(args, &task);
+    override_limits(args, &mut task);
     let trace = args.trace.as_deref().map(absolute);
     if let Some(path) = &trace {
         check_trace_file(path).map_err(RunError::BadInput)?;
     }
-    let Stored { runtime, path } = open_store(&args, task.runtime()?)?;
+    let Stored { runtime, path } = open_store(args, task.runtime()?)?;
     // Checked before the working directory exists, like the run's own model.
-    let runtime = with_child_models(runtime, &task, ContextSettings::of_run(&args, &task))?;
+    let runtime = with_child_models(runtime, &task, ContextSettings::of_run(args, &task))?;
     refuse_taken_run_id(&runtime, path.as_deref(), args.run_id.as_deref()).await?;
     // The working directory is created last, so bad input leaves nothing behind.
     let workdir = task.prepare_workdir(args.workdir.as_deref())?;
@@ -50,26 +95,12 @@ pub(crate) async fn run(args: RunArgs) -> Result<Finished, RunError> {
         Some(factory) => runtime.with_child_policy(factory),
         None => runtime,
     };
-    // Listening starts here, before the run: an early ctrl-c aborts it too.
-    let ctrl_c = CtrlC::listen(&runtime)
-        .inspect_err(|e| {
-            tracing::warn!(error = %e, "cannot listen for ctrl-c; interrupting will kill the process");
-        })
-        .ok();
-    let handle = runtime
-        .start_boxed(config, policy)
-        .await
-        .map_err(RunError::BadInput)?;
-    if let Some(ctrl_c) = &ctrl_c {
-        ctrl_c.attach(&handle);
-    }
-    tracing::info!(run_id = handle.run_id(), task_id = %task.task_id, "run started");
-    if let Some(path) = &path {
-        announce_store(&handle, path, args.store.is_some());
-    }
-    let finished = drive(&handle, &[], path.as_deref()).await;
-    drop(ctrl_c);
-    finished
+    Ok(Prepared {
+        runtime,
+        config,
+        policy,
+        store: path,
+    })
 }
 
 /// `--max-steps` and `--deadline` replace the task's.

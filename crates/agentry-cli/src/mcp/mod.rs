@@ -1,0 +1,144 @@
+//! `agentry mcp`: agentry as an MCP server, so any MCP client can delegate
+//! work to it. Tools: `run_task`, `get_run`, `list_runs`, `cancel_run`
+//! (`tools.rs`); the runs this server started (`runs.rs`); inline tasks made
+//! into task directories (`inline.rs`).
+//!
+//! Over stdio (the default) stdout is the protocol channel: nothing else may
+//! print there, so logs and notices go to stderr. `--http ADDR` serves
+//! streamable HTTP at `/mcp` instead, on a loopback address only: the tools
+//! run tasks (and their commands) as this user, so only local clients may
+//! reach them, and rmcp's Host check refuses DNS-rebound names.
+//!
+//! When the client goes away (stdin closes) or on ctrl-c, every run still
+//! going is aborted (`user_abort`) and waited for, so no tool process and no
+//! unfinished store record is left behind by the server's own exit.
+
+mod inline;
+mod runs;
+mod stored;
+mod tools;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use rmcp::ServiceExt;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
+use tokio_util::sync::CancellationToken;
+
+use crate::args::McpArgs;
+use crate::store::{default_store, open_sqlite};
+
+pub(crate) use runs::ServerRuns;
+pub(crate) use tools::AgentryServer;
+
+/// Why `agentry mcp` could not serve.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ServeError {
+    /// `--store FILE` cannot be opened (bad input, exit 2).
+    #[error(transparent)]
+    Store(#[from] agentry::RuntimeError),
+    /// `--http` names an address other than a loopback one.
+    #[error(
+        "--http {0}: only a loopback address (127.0.0.1, [::1]) is served: the tools run tasks as this user"
+    )]
+    NotLoopback(SocketAddr),
+    /// Binding, accepting or the stdio transport failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// Why it failed.
+        source: std::io::Error,
+    },
+    /// The MCP session could not start (a broken initialize).
+    #[error("the MCP session failed: {0}")]
+    Session(String),
+}
+
+/// Serves until the client goes away (stdio) or ctrl-c (both).
+pub(crate) async fn serve(args: McpArgs) -> Result<(), ServeError> {
+    check_store(&args)?;
+    let runs = Arc::new(ServerRuns::new(&args));
+    let served = match args.http {
+        Some(addr) => serve_http(addr, runs.clone()).await,
+        None => serve_stdio(runs.clone()).await,
+    };
+    runs.abort_all().await;
+    served
+}
+
+/// A `--store FILE` that cannot be used is refused at start (as `agentry run`
+/// refuses it), not at the first `run_task`. The default store is checked
+/// per run, where an unusable one is a warning.
+fn check_store(args: &McpArgs) -> Result<(), ServeError> {
+    if let Some(path) = &args.store {
+        open_sqlite(path)?;
+    } else if !args.no_store {
+        // Only the refusals of a planted path are fatal here, as for `run`.
+        default_store()?;
+    }
+    Ok(())
+}
+
+async fn serve_stdio(runs: Arc<ServerRuns>) -> Result<(), ServeError> {
+    let server = AgentryServer::new(runs);
+    let service = server
+        .serve(rmcp::transport::stdio())
+        .await
+        .map_err(|e| ServeError::Session(e.to_string()))?;
+    tokio::select! {
+        ended = service.waiting() => {
+            ended.map_err(|e| ServeError::Session(e.to_string()))?;
+        }
+        _ = tokio::signal::ctrl_c() => {
+            eprintln!("agentry: mcp: interrupted; aborting the runs still going");
+        }
+    }
+    Ok(())
+}
+
+async fn serve_http(addr: SocketAddr, runs: Arc<ServerRuns>) -> Result<(), ServeError> {
+    if !addr.ip().is_loopback() {
+        return Err(ServeError::NotLoopback(addr));
+    }
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| ServeError::Io {
+            what: format!("--http {addr}: cannot listen"),
+            source,
+        })?;
+    let bound = listener.local_addr().map_err(|source| ServeError::Io {
+        what: format!("--http {addr}"),
+        source,
+    })?;
+    let stop = CancellationToken::new();
+    // rmcp's defaults accept only loopback Host names (DNS rebinding); a
+    // browser page's cross-origin request is refused outright.
+    let config = StreamableHttpServerConfig::default()
+        .with_cancellation_token(stop.child_token())
+        .enforce_origin_validation();
+    let service: StreamableHttpService<AgentryServer, LocalSessionManager> =
+        StreamableHttpService::new(
+            move || Ok(AgentryServer::new(runs.clone())),
+            Default::default(),
+            config,
+        );
+    let router = axum::Router::new().nest_service("/mcp", service);
+    // Tests and scripts read the address (a port 0 was just picked) here.
+    eprintln!("agentry: mcp: listening on http://{bound}/mcp");
+    let shutdown = stop.clone();
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            eprintln!("agentry: mcp: interrupted; aborting the runs still going");
+        }
+        shutdown.cancel();
+    });
+    axum::serve(listener, router)
+        .with_graceful_shutdown(async move { stop.cancelled_owned().await })
+        .await
+        .map_err(|source| ServeError::Io {
+            what: format!("--http {bound}"),
+            source,
+        })
+}

@@ -1,0 +1,229 @@
+//! The runs an `agentry mcp` server started: started the way `agentry run`
+//! starts them (the same task loading, policy, store and working directory),
+//! kept by run id so `get_run` and `cancel_run` find them, and aborted when
+//! the server stops.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use agentry::{RunHandle, RunOutcome, RunTree};
+use serde_json::{Value, json};
+
+use crate::args::{DurabilityArg, McpArgs, PolicyArg, RunArgs, parse_policy};
+use crate::drive::{Finished, drive};
+use crate::error::RunError;
+use crate::run::{Prepared, prepare};
+use crate::store::{existing, store_or_default};
+
+/// How long a stopping server waits for each aborted run to record its stop.
+const ABORT_GRACE: Duration = Duration::from_secs(30);
+
+/// What `run_task` asks for, its arguments checked.
+pub(crate) struct StartRequest {
+    /// The task directory (an inline task's was just written).
+    pub(crate) task_dir: PathBuf,
+    /// `--policy`'s value, if given.
+    pub(crate) policy: Option<String>,
+    /// Overrides of the task's budget, as `--max-steps` and `--deadline`.
+    pub(crate) max_steps: Option<u64>,
+    /// As `--deadline`.
+    pub(crate) deadline: Option<Duration>,
+}
+
+/// Why a run did not start. Each says what is wrong in the caller's terms.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum StartError {
+    /// `policy` does not parse.
+    #[error("policy: {value:?}: {why}")]
+    Policy {
+        /// As given.
+        value: String,
+        /// Why not (`parse_policy`'s words).
+        why: String,
+    },
+    /// The task, its script or model, the store or the working directory is unusable.
+    #[error("{0}")]
+    Run(String),
+}
+
+/// The runs of this server and the store it commits them to.
+pub(crate) struct ServerRuns {
+    store: Option<PathBuf>,
+    no_store: bool,
+    durability: DurabilityArg,
+    live: Mutex<HashMap<String, RunHandle>>,
+}
+
+impl ServerRuns {
+    /// No runs yet; each will go to the store `args` name.
+    pub(crate) fn new(args: &McpArgs) -> Self {
+        ServerRuns {
+            store: args.store.clone(),
+            no_store: args.no_store,
+            durability: args.durability,
+            live: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Loads the task and starts its run, as `agentry run` does (minus the
+    /// terminal: no ctrl-c prompt, stdin is not the user's here).
+    pub(crate) async fn start(&self, request: StartRequest) -> Result<RunHandle, StartError> {
+        let policy = match request.policy {
+            Some(value) => Some(parse_policy(&value).map_err(|why| StartError::Policy {
+                value: value.clone(),
+                why,
+            })?),
+            None => None,
+        };
+        let args = self.run_args(
+            request.task_dir,
+            policy,
+            request.max_steps,
+            request.deadline,
+        );
+        let Prepared {
+            runtime,
+            config,
+            policy,
+            store,
+        } = prepare(&args)
+            .await
+            .map_err(|e| StartError::Run(describe(&e)))?;
+        let handle = runtime
+            .start_boxed(config, policy)
+            .await
+            .map_err(|e| StartError::Run(e.to_string()))?;
+        if let Some(path) = store {
+            eprintln!(
+                "agentry: mcp: run {} is stored in {}",
+                handle.run_id(),
+                path.display()
+            );
+        }
+        self.lock()
+            .insert(handle.run_id().to_string(), handle.clone());
+        Ok(handle)
+    }
+
+    /// `agentry run TASK_DIR` with this server's store flags.
+    fn run_args(
+        &self,
+        task_dir: PathBuf,
+        policy: Option<PolicyArg>,
+        max_steps: Option<u64>,
+        deadline: Option<Duration>,
+    ) -> RunArgs {
+        RunArgs {
+            task_dir,
+            policy,
+            base_url: None,
+            fallback: Vec::new(),
+            trace: None,
+            json: true,
+            context_tokens: None,
+            max_steps,
+            deadline,
+            workdir: None,
+            store: self.store.clone(),
+            no_store: self.no_store,
+            durability: self.durability,
+            run_id: None,
+            approve: Vec::new(),
+        }
+    }
+
+    /// A run this server started, running or ended.
+    pub(crate) fn get(&self, run_id: &str) -> Option<RunHandle> {
+        self.lock().get(run_id).cloned()
+    }
+
+    /// The runs this server started, by id.
+    pub(crate) fn all(&self) -> Vec<RunHandle> {
+        let mut runs: Vec<RunHandle> = self.lock().values().cloned().collect();
+        runs.sort_by(|a, b| a.run_id().cmp(b.run_id()));
+        runs
+    }
+
+    /// The store's file, if runs are stored (`--store`, else the default).
+    pub(crate) fn store_path(&self) -> Option<PathBuf> {
+        if self.no_store {
+            return None;
+        }
+        store_or_default(self.store.as_ref())
+            .ok()
+            .and_then(|p| existing(p).ok())
+    }
+
+    /// Aborts every run still going and waits (bounded) for each to stop.
+    pub(crate) async fn abort_all(&self) {
+        let going: Vec<RunHandle> = self
+            .all()
+            .into_iter()
+            .filter(|h| h.outcome().is_none())
+            .collect();
+        for handle in &going {
+            handle.abort();
+        }
+        for handle in &going {
+            if tokio::time::timeout(ABORT_GRACE, handle.wait())
+                .await
+                .is_err()
+            {
+                eprintln!(
+                    "agentry: mcp: run {} did not stop within {ABORT_GRACE:?} of its abort",
+                    handle.run_id()
+                );
+            }
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, RunHandle>> {
+        // A panic while holding the map leaves it usable: it is only inserts.
+        self.live
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// Waits for the run's outcome (and its tree, if it started children) and
+/// returns the `agentry run --json` report.
+pub(crate) async fn finish(handle: &RunHandle) -> Result<Value, StartError> {
+    match drive(handle, &[], None).await {
+        Ok(Finished::Outcome(outcome, tree)) => Ok(report(&outcome, tree.as_deref())),
+        // Without a store nothing parks: a run that is lost is the only error.
+        Ok(Finished::Parked(parked)) => Err(StartError::Run(format!(
+            "run {} parked awaiting a decision",
+            parked.run_id
+        ))),
+        Err(e) => Err(StartError::Run(describe(&e))),
+    }
+}
+
+/// The `agentry run --json` report of an outcome.
+pub(crate) fn report(outcome: &RunOutcome, tree: Option<&RunTree>) -> Value {
+    crate::report::to_json(outcome, tree)
+}
+
+/// A run's status while it is live: `running`, `paused`, `awaiting_approval`...
+pub(crate) async fn live_status(handle: &RunHandle) -> Value {
+    match handle.snapshot().await {
+        Some(snapshot) => json!({
+            "status": snapshot.status,
+            "steps": snapshot.control.spent.steps,
+            "spent": snapshot.control.spent,
+            "limits": snapshot.control.limits,
+        }),
+        None => json!({"status": "running"}),
+    }
+}
+
+/// A `RunError` in the words `agentry run` prints on stderr.
+pub(crate) fn describe(e: &RunError) -> String {
+    match e {
+        RunError::BadInput(e) => e.to_string(),
+        RunError::Model(e) => e.to_string(),
+        RunError::Lost(e) => e.to_string(),
+    }
+}

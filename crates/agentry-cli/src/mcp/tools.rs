@@ -1,0 +1,472 @@
+//! The four tools of `agentry mcp`, their argument shapes (the JSON Schemas a
+//! client sees come from these types) and their results.
+//!
+//! Bad arguments and a task that does not load are tool results with
+//! `isError: true` and a message naming what is wrong (so a model can correct
+//! them); a run that stops other than `done` is a normal result carrying its
+//! stop reason, as `agentry run --json` reports it.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use agentry::RunHandle;
+use agentry::protocol::decision::Decision;
+use agentry::protocol::event::RunEvent;
+use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::model::{CallToolResult, ContentBlock, ProgressNotificationParam, ProgressToken};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData, Peer, RoleServer, ServerHandler, tool, tool_handler, tool_router};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+
+use super::inline::{InlineTask, write_task_dir};
+use super::runs::{self, ServerRuns, StartError, StartRequest};
+use super::stored;
+
+/// `run_task`'s arguments.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RunTaskArgs {
+    /// A task directory (task.toml, script.json, workspace/), relative to the
+    /// server's current directory. Give this or `task`.
+    #[serde(default)]
+    pub(crate) task_dir: Option<String>,
+    /// An inline task: the fields of task.toml as a JSON object, e.g.
+    /// {"goal": "...", "budget": {"max_steps": 8}, "tools": {"grant": ["fs.read"]},
+    /// "accept": [{"file": "sum.txt", "equals": "23"}]}. Give this or `task_dir`.
+    #[serde(default)]
+    pub(crate) task: Option<Map<String, Value>>,
+    /// Inline task only: the scripted policy, {"turns": [...]}, as script.json.
+    #[serde(default)]
+    pub(crate) script: Option<Value>,
+    /// Inline task only: the working directory's initial files, relative path → content.
+    #[serde(default)]
+    pub(crate) files: Option<BTreeMap<String, String>>,
+    /// The policy, as `agentry run --policy`: `script:FILE` (relative to the
+    /// server's current directory), `openai:MODEL` or `anthropic:MODEL`.
+    /// Default: the task's own (its [policy], else its script.json).
+    #[serde(default)]
+    pub(crate) policy: Option<String>,
+    /// Override the task's step budget (as `--max-steps`).
+    #[serde(default)]
+    pub(crate) max_steps: Option<u64>,
+    /// Override the task's wall-clock deadline, e.g. "30s" (as `--deadline`).
+    #[serde(default)]
+    pub(crate) deadline: Option<String>,
+    /// Wait for the outcome (default true). false: return the run id at once;
+    /// follow it with get_run.
+    #[serde(default)]
+    pub(crate) wait: Option<bool>,
+}
+
+/// `get_run`'s and `cancel_run`'s argument.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RunIdArgs {
+    /// The run id run_task returned.
+    pub(crate) run_id: String,
+}
+
+/// `list_runs`' argument.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ListRunsArgs {
+    /// List finished runs too (default: unfinished ones only, as `agentry runs`).
+    #[serde(default)]
+    pub(crate) all: bool,
+}
+
+/// Why a tool call's arguments cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ArgError {
+    /// Both or neither of `task_dir` and `task`.
+    #[error("give exactly one of task_dir (a task directory) and task (inline task.toml fields)")]
+    TaskSource,
+    /// `script` or `files` with `task_dir`.
+    #[error("{0}: applies to an inline task (task) only; a task directory has its own")]
+    InlineOnly(&'static str),
+    /// A budget override out of range.
+    #[error("max_steps: expected 1 to {max}, found {found}", max = agentry::task::MAX_COUNT)]
+    MaxSteps {
+        /// As given.
+        found: u64,
+    },
+    /// A deadline that does not parse.
+    #[error("deadline: {value:?}: {why}")]
+    Deadline {
+        /// As given.
+        value: String,
+        /// Why not.
+        why: String,
+    },
+    /// The inline task cannot be written as a task directory.
+    #[error(transparent)]
+    Inline(#[from] super::inline::InlineError),
+    /// The run did not start.
+    #[error(transparent)]
+    Start(#[from] StartError),
+    /// No run with this id, here or in the store.
+    #[error("no run {run_id:?}: this server did not start it{}", in_store(.store))]
+    NoSuchRun {
+        /// As given.
+        run_id: String,
+        /// The store looked in.
+        store: Option<PathBuf>,
+    },
+    /// A stored run another process started.
+    #[error(
+        "run {run_id:?} was not started by this server (it is in the store {}); cancel_run aborts only this server's runs",
+        .store.display()
+    )]
+    NotOurs {
+        /// As given.
+        run_id: String,
+        /// The store holding it.
+        store: PathBuf,
+    },
+    /// The store could not be read.
+    #[error("{0}")]
+    Store(String),
+}
+
+fn in_store(store: &Option<PathBuf>) -> String {
+    match store {
+        Some(path) => format!(" and the store {} holds no such run", path.display()),
+        None => " (runs are not stored: --no-store)".into(),
+    }
+}
+
+/// The MCP server: its tools over the runs it started.
+#[derive(Clone)]
+pub(crate) struct AgentryServer {
+    runs: Arc<ServerRuns>,
+    tool_router: ToolRouter<Self>,
+}
+
+#[tool_router]
+impl AgentryServer {
+    /// A server over `runs` (one per MCP session; the runs are shared).
+    pub(crate) fn new(runs: Arc<ServerRuns>) -> Self {
+        AgentryServer {
+            runs,
+            tool_router: Self::tool_router(),
+        }
+    }
+
+    #[tool(
+        description = "Run an agentry task: a task directory (task_dir) or inline task.toml fields (task, with script and files). Waits for the outcome (run_id, stop_reason, detail, answer, steps, tool_calls, checks, budget: the fields of `agentry run --json`) unless wait is false, which returns the run id at once. Sends a progress notification per step when the request has a progressToken.",
+        annotations(
+            title = "Run an agentry task",
+            read_only_hint = false,
+            destructive_hint = true,
+            idempotent_hint = false,
+            open_world_hint = true
+        )
+    )]
+    async fn run_task(
+        &self,
+        Parameters(args): Parameters<RunTaskArgs>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let wait = args.wait.unwrap_or(true);
+        let handle = match self.start(args).await {
+            Ok(handle) => handle,
+            Err(e) => return Ok(tool_error(&e)),
+        };
+        if !wait {
+            let run_id = handle.run_id().to_string();
+            return Ok(structured(
+                format!("run {run_id} started; follow it with get_run"),
+                json!({"run_id": run_id, "status": "running"}),
+            ));
+        }
+        let total = handle.budget().await.and_then(|b| b.limits.max_steps);
+        let progress = context.meta.get_progress_token().map(|token| Progress {
+            peer: context.peer.clone(),
+            token,
+            total,
+        });
+        match wait_for(&handle, progress, &context.ct).await {
+            Ok(report) => Ok(structured(summary(&report), report)),
+            Err(e) => Ok(tool_error(&ArgError::Start(e))),
+        }
+    }
+
+    #[tool(
+        description = "A run's status, and its outcome once it has ended (the fields of `agentry run --json`): a run this server started, or one in its store.",
+        annotations(title = "Get a run", read_only_hint = true, open_world_hint = false)
+    )]
+    async fn get_run(
+        &self,
+        Parameters(RunIdArgs { run_id }): Parameters<RunIdArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        if let Some(handle) = self.runs.get(&run_id) {
+            let value = live_run(&handle).await;
+            return Ok(structured(status_line(&value), value));
+        }
+        match stored::get(self.runs.store_path(), &run_id).await {
+            Ok(value) => Ok(structured(status_line(&value), value)),
+            Err(e) => Ok(tool_error(&e)),
+        }
+    }
+
+    #[tool(
+        description = "The runs of the server's store (as `agentry runs --json`: unfinished ones unless all is true), and runs this server started without a store.",
+        annotations(title = "List runs", read_only_hint = true, open_world_hint = false)
+    )]
+    async fn list_runs(
+        &self,
+        Parameters(ListRunsArgs { all }): Parameters<ListRunsArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        match stored::list(self.runs.store_path(), &self.runs.all(), all).await {
+            Ok(value) => {
+                let n = value["runs"].as_array().map_or(0, Vec::len);
+                Ok(structured(format!("{n} runs"), value))
+            }
+            Err(e) => Ok(tool_error(&e)),
+        }
+    }
+
+    #[tool(
+        description = "Abort a run this server started: its tools are cancelled and it stops with user_abort. Returns its outcome.",
+        annotations(
+            title = "Cancel a run",
+            read_only_hint = false,
+            destructive_hint = true,
+            idempotent_hint = true,
+            open_world_hint = false
+        )
+    )]
+    async fn cancel_run(
+        &self,
+        Parameters(RunIdArgs { run_id }): Parameters<RunIdArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let Some(handle) = self.runs.get(&run_id) else {
+            let store = self.runs.store_path();
+            let err = match stored::get(store.clone(), &run_id).await {
+                Ok(_) => ArgError::NotOurs {
+                    run_id,
+                    store: store.unwrap_or_default(),
+                },
+                Err(e) => e,
+            };
+            return Ok(tool_error(&err));
+        };
+        handle.abort();
+        match runs::finish(&handle).await {
+            Ok(report) => Ok(structured(summary(&report), report)),
+            Err(e) => Ok(tool_error(&ArgError::Start(e))),
+        }
+    }
+}
+
+#[tool_handler(
+    router = self.tool_router,
+    name = "agentry",
+    instructions = "agentry runs LLM agent tasks to a verified outcome. run_task runs a task directory or an inline task; get_run, list_runs and cancel_run follow the runs."
+)]
+impl ServerHandler for AgentryServer {}
+
+impl AgentryServer {
+    /// Checks `run_task`'s arguments, writes an inline task's directory and
+    /// starts the run.
+    async fn start(&self, args: RunTaskArgs) -> Result<RunHandle, ArgError> {
+        let task_dir = match (args.task_dir, args.task) {
+            (Some(dir), None) => {
+                for (name, given) in [
+                    ("script", args.script.is_some()),
+                    ("files", args.files.is_some()),
+                ] {
+                    if given {
+                        return Err(ArgError::InlineOnly(name));
+                    }
+                }
+                PathBuf::from(dir)
+            }
+            (None, Some(task)) => {
+                let inline = InlineTask {
+                    task,
+                    script: args.script,
+                    files: args.files.unwrap_or_default(),
+                };
+                // Blocking file writes, off the async workers.
+                tokio::task::spawn_blocking(move || write_task_dir(inline))
+                    .await
+                    .map_err(|e| {
+                        ArgError::Store(format!("writing the inline task failed: {e}"))
+                    })??
+            }
+            (Some(_), Some(_)) | (None, None) => return Err(ArgError::TaskSource),
+        };
+        let max_steps = match args.max_steps {
+            Some(n) if n == 0 || n > agentry::task::MAX_COUNT => {
+                return Err(ArgError::MaxSteps { found: n });
+            }
+            other => other,
+        };
+        let deadline = match args.deadline {
+            Some(value) => {
+                Some(
+                    crate::args::parse_deadline(&value).map_err(|why| ArgError::Deadline {
+                        value: value.clone(),
+                        why,
+                    })?,
+                )
+            }
+            None => None,
+        };
+        let request = StartRequest {
+            task_dir,
+            policy: args.policy,
+            max_steps,
+            deadline,
+        };
+        Ok(self.runs.start(request).await?)
+    }
+}
+
+/// Where a waiting `run_task`'s progress notifications go.
+struct Progress {
+    peer: Peer<RoleServer>,
+    token: ProgressToken,
+    /// The step budget, when the task has one.
+    total: Option<u64>,
+}
+
+impl Progress {
+    /// One notification per decided step: progress = the step number.
+    async fn event(&self, event: &RunEvent) {
+        let RunEvent::DecisionMade { step, decision } = event else {
+            return;
+        };
+        let what = match decision.as_ref() {
+            Decision::ToolCalls { calls } => {
+                let names: Vec<&str> = calls.iter().map(|c| c.name.as_str()).collect();
+                format!("called {}", names.join(", "))
+            }
+            Decision::Final { .. } => "answered".to_string(),
+            Decision::Failed { message, .. } => format!("the model's turn failed: {message}"),
+        };
+        let mut param = ProgressNotificationParam::new(self.token.clone(), *step as f64)
+            .with_message(format!("step {step}: {what}"));
+        if let Some(total) = self.total {
+            param = param.with_total(total as f64);
+        }
+        if let Err(e) = self.peer.notify_progress(param).await {
+            tracing::debug!(error = %e, "a progress notification was not sent");
+        }
+    }
+}
+
+/// Waits for the outcome, sending a progress notification per step (every
+/// one before the result: the events left when the run stops are sent
+/// first). A client that cancels the request aborts the run.
+async fn wait_for(
+    handle: &RunHandle,
+    progress: Option<Progress>,
+    cancelled: &tokio_util::sync::CancellationToken,
+) -> Result<Value, StartError> {
+    // The first subscriber of a run sees its events from the start.
+    let mut events = handle.subscribe();
+    let finish = runs::finish(handle);
+    tokio::pin!(finish);
+    let mut aborted = false;
+    loop {
+        tokio::select! {
+            report = &mut finish => {
+                if let Some(progress) = &progress {
+                    while let Ok(record) = events.try_recv() {
+                        progress.event(&record.event).await;
+                    }
+                }
+                return report;
+            }
+            record = events.recv(), if progress.is_some() => {
+                if let (Ok(record), Some(progress)) = (record, &progress) {
+                    progress.event(&record.event).await;
+                }
+            }
+            () = cancelled.cancelled(), if !aborted => {
+                aborted = true;
+                handle.abort();
+            }
+        }
+    }
+}
+
+/// A live run of this server: its status, and its outcome once it ended.
+async fn live_run(handle: &RunHandle) -> Value {
+    match handle.outcome() {
+        Some(outcome) => {
+            let report = runs::report(&outcome, None);
+            json!({
+                "run_id": handle.run_id(),
+                "task_id": outcome.task_id,
+                "status": "stopped",
+                "stop_reason": outcome.stop_reason,
+                "answer": outcome.answer,
+                "steps": outcome.steps,
+                "started_here": true,
+                "outcome": report,
+            })
+        }
+        None => {
+            let live = runs::live_status(handle).await;
+            json!({
+                "run_id": handle.run_id(),
+                "status": live["status"],
+                "stop_reason": null,
+                "steps": live["steps"],
+                "started_here": true,
+                "outcome": null,
+            })
+        }
+    }
+}
+
+/// A result with this text and structured content.
+fn structured(text: String, value: Value) -> CallToolResult {
+    let mut result = CallToolResult::structured(value);
+    result.content = vec![ContentBlock::text(text)];
+    result
+}
+
+/// A tool-level error: `isError: true` with the message.
+fn tool_error(e: &ArgError) -> CallToolResult {
+    CallToolResult::error(vec![ContentBlock::text(e.to_string())])
+}
+
+/// One line about an outcome report, for clients that show text only.
+fn summary(report: &Value) -> String {
+    let answer = report["answer"]
+        .as_str()
+        .map_or("(none)".to_string(), |a| format!("{a:?}"));
+    format!(
+        "run {} (task {}) stopped {}: {}; answer {answer}; {} steps, {} tool calls; workdir {}",
+        report["run_id"].as_str().unwrap_or_default(),
+        report["task_id"].as_str().unwrap_or_default(),
+        report["stop_reason"].as_str().unwrap_or_default(),
+        report["detail"].as_str().unwrap_or_default(),
+        report["steps"],
+        report["tool_calls"],
+        report["workdir"].as_str().unwrap_or_default(),
+    )
+}
+
+/// One line about a `get_run` result.
+fn status_line(value: &Value) -> String {
+    match value["stop_reason"].as_str() {
+        Some(reason) => format!(
+            "run {} stopped {reason}",
+            value["run_id"].as_str().unwrap_or_default()
+        ),
+        None => format!(
+            "run {} is {}",
+            value["run_id"].as_str().unwrap_or_default(),
+            value["status"].as_str().unwrap_or("running")
+        ),
+    }
+}
