@@ -20,6 +20,8 @@ mod cli {
     mod hosted;
     #[cfg(unix)]
     mod interrupt;
+    mod mcp;
+    mod mcp_http;
     mod model;
     mod proxy;
     mod run;

@@ -1,0 +1,107 @@
+//! `agentry mcp --http 127.0.0.1:0`: the real binary serving streamable HTTP,
+//! driven by rmcp's HTTP client over real TCP.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Stdio};
+use std::time::Duration;
+
+use rmcp::ServiceExt;
+use rmcp::model::CallToolRequestParams;
+use rmcp::transport::StreamableHttpClientTransport;
+use serde_json::json;
+
+use crate::*;
+
+/// Kills the server when the test ends, passed or not.
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `agentry mcp --http 127.0.0.1:0` and reads the URL it prints on
+/// stderr (bounded: 60 s).
+fn start_http(store: &Path) -> (Server, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_agentry"))
+        .args(["mcp", "--http", "127.0.0.1:0", "--store", path_str(store)])
+        .current_dir(root())
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let server = Server(child);
+    let (tx, rx) = std::sync::mpsc::channel();
+    // The rest of stderr is drained (and shown) so the server never blocks on it.
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            eprintln!("server: {line}");
+            if let Some(url) = line.strip_prefix("agentry: mcp: listening on ") {
+                let _ = tx.send(url.to_string());
+            }
+        }
+    });
+    let url = rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the server prints the address it listens on");
+    (server, url)
+}
+
+/// run_task on examples/sum end to end over streamable HTTP.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_over_streamable_http_runs_the_sum_example() {
+    agentry_models::install_crypto_provider();
+    let tmp = tempfile::tempdir().unwrap();
+    let (_server, url) = start_http(&tmp.path().join("runs.db"));
+    assert!(url.starts_with("http://127.0.0.1:"), "{url}");
+    let transport = StreamableHttpClientTransport::from_uri(url);
+    let bound = Duration::from_secs(60);
+    let client = tokio::time::timeout(bound, ().serve(transport))
+        .await
+        .expect("initialize within the bound")
+        .unwrap();
+    let tools = client.list_all_tools().await.unwrap();
+    assert_eq!(tools.len(), 4, "{tools:?}");
+    let params = CallToolRequestParams::new("run_task").with_arguments(
+        json!({"task_dir": "examples/sum"})
+            .as_object()
+            .unwrap()
+            .clone(),
+    );
+    let result = tokio::time::timeout(bound, client.call_tool(params))
+        .await
+        .expect("the run ends within the bound")
+        .unwrap();
+    let report = result.structured_content.expect("structured content");
+    assert_eq!(report["stop_reason"], "done", "{report}");
+    assert_eq!(report["answer"], "sum=23");
+    // A run started over HTTP is followed through another request.
+    let run_id = report["run_id"].as_str().unwrap();
+    let got = client
+        .call_tool(
+            CallToolRequestParams::new("get_run")
+                .with_arguments(json!({"run_id": run_id}).as_object().unwrap().clone()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(got.structured_content.unwrap()["started_here"], true);
+    client.cancel().await.unwrap();
+}
+
+/// Only loopback addresses are served: the tools run tasks as this user.
+#[test]
+fn mcp_http_refuses_a_non_loopback_address() {
+    let out = agentry(&["mcp", "--http", "0.0.0.0:0"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("only a loopback address"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(out.stdout.is_empty());
+}
