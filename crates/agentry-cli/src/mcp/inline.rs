@@ -83,22 +83,49 @@ pub(crate) fn write_task_dir(inline: InlineTask) -> Result<PathBuf, InlineError>
         })?
         .keep();
     let dir = holder.join(INLINE_TASK_ID);
-    write(&dir, std::fs::create_dir(&dir))?;
+    // Half a task directory is never left behind.
+    fill(&dir, text, inline.script, inline.files).inspect_err(|_| discard(&dir))?;
+    Ok(dir)
+}
+
+/// Removes an inline task's directory (and the one holding it): its task
+/// did not load, or the run did not start.
+pub(crate) fn discard(dir: &Path) {
+    if let Some(holder) = dir.parent()
+        && let Err(e) = std::fs::remove_dir_all(holder)
+    {
+        tracing::warn!(dir = %holder.display(), error = %e, "cannot remove an inline task's directory");
+    }
+}
+
+fn fill(
+    dir: &Path,
+    text: String,
+    script: Option<Value>,
+    files: BTreeMap<String, String>,
+) -> Result<(), InlineError> {
+    let write = |path: &Path, result: std::io::Result<()>| {
+        result.map_err(|source| InlineError::Write {
+            path: path.to_path_buf(),
+            source,
+        })
+    };
+    write(dir, std::fs::create_dir(dir))?;
     let file = dir.join("task.toml");
     write(&file, std::fs::write(&file, text))?;
-    if let Some(script) = inline.script {
+    if let Some(script) = script {
         let file = dir.join(agentry::task::DEFAULT_SCRIPT);
         write(&file, std::fs::write(&file, script.to_string()))?;
     }
     let workspace = dir.join("workspace");
-    for (name, content) in inline.files {
+    for (name, content) in files {
         let path = workspace.join(&name);
         if let Some(parent) = path.parent() {
             write(parent, std::fs::create_dir_all(parent))?;
         }
         write(&path, std::fs::write(&path, content))?;
     }
-    Ok(dir)
+    Ok(())
 }
 
 fn is_relative_inside(name: &str) -> bool {

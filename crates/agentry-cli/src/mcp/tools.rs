@@ -22,7 +22,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use super::inline::{InlineTask, write_task_dir};
+use super::inline::{InlineTask, discard, write_task_dir};
 use super::runs::{self, ServerRuns, StartError, StartRequest};
 use super::stored;
 
@@ -88,6 +88,11 @@ pub(crate) enum ArgError {
     /// `script` or `files` with `task_dir`.
     #[error("{0}: applies to an inline task (task) only; a task directory has its own")]
     InlineOnly(&'static str),
+    /// An inline task with no way to decide.
+    #[error(
+        "script: missing; an inline task needs its script ({{\"turns\": [...]}}), a policy argument, or [policy] in task"
+    )]
+    NoPolicy,
     /// A budget override out of range.
     #[error("max_steps: expected 1 to {max}, found {found}", max = agentry::task::MAX_COUNT)]
     MaxSteps {
@@ -274,7 +279,7 @@ impl AgentryServer {
     /// Checks `run_task`'s arguments, writes an inline task's directory and
     /// starts the run.
     async fn start(&self, args: RunTaskArgs) -> Result<RunHandle, ArgError> {
-        let task_dir = match (args.task_dir, args.task) {
+        let (task_dir, inline) = match (args.task_dir, args.task) {
             (Some(dir), None) => {
                 for (name, given) in [
                     ("script", args.script.is_some()),
@@ -284,30 +289,53 @@ impl AgentryServer {
                         return Err(ArgError::InlineOnly(name));
                     }
                 }
-                PathBuf::from(dir)
+                (PathBuf::from(dir), false)
             }
             (None, Some(task)) => {
+                // Without these the task directory would have no policy at
+                // all; say so in the caller's terms, not script.json's.
+                if args.script.is_none() && args.policy.is_none() && !task.contains_key("policy") {
+                    return Err(ArgError::NoPolicy);
+                }
                 let inline = InlineTask {
                     task,
                     script: args.script,
                     files: args.files.unwrap_or_default(),
                 };
                 // Blocking file writes, off the async workers.
-                tokio::task::spawn_blocking(move || write_task_dir(inline))
+                let dir = tokio::task::spawn_blocking(move || write_task_dir(inline))
                     .await
                     .map_err(|e| {
                         ArgError::Store(format!("writing the inline task failed: {e}"))
-                    })??
+                    })??;
+                (dir, true)
             }
             (Some(_), Some(_)) | (None, None) => return Err(ArgError::TaskSource),
         };
-        let max_steps = match args.max_steps {
+        let started = self
+            .start_in(task_dir.clone(), args.policy, args.max_steps, args.deadline)
+            .await;
+        if inline && started.is_err() {
+            discard(&task_dir);
+        }
+        started
+    }
+
+    /// Checks the overrides and starts the run of `task_dir`.
+    async fn start_in(
+        &self,
+        task_dir: PathBuf,
+        policy: Option<String>,
+        max_steps: Option<u64>,
+        deadline: Option<String>,
+    ) -> Result<RunHandle, ArgError> {
+        let max_steps = match max_steps {
             Some(n) if n == 0 || n > agentry::task::MAX_COUNT => {
                 return Err(ArgError::MaxSteps { found: n });
             }
             other => other,
         };
-        let deadline = match args.deadline {
+        let deadline = match deadline {
             Some(value) => {
                 Some(
                     crate::args::parse_deadline(&value).map_err(|why| ArgError::Deadline {
@@ -320,7 +348,7 @@ impl AgentryServer {
         };
         let request = StartRequest {
             task_dir,
-            policy: args.policy,
+            policy,
             max_steps,
             deadline,
         };

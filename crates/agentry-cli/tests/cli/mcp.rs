@@ -37,14 +37,15 @@ impl ClientHandler for Progressed {
 
 type Client = RunningService<RoleClient, Progressed>;
 
-/// `agentry mcp --store STORE` as a child process, and the session with it.
-async fn stdio_client(
-    store: &Path,
-) -> (Client, mpsc::UnboundedReceiver<ProgressNotificationParam>) {
+/// `agentry mcp --store TMP/runs.db` as a child process with TMP as its temp
+/// directory (its working and inline task directories go there), and the
+/// session with it.
+async fn stdio_client(tmp: &Path) -> (Client, mpsc::UnboundedReceiver<ProgressNotificationParam>) {
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentry"));
     cmd.arg("mcp")
         .arg("--store")
-        .arg(store)
+        .arg(tmp.join("runs.db"))
+        .env("TMPDIR", tmp)
         .current_dir(root())
         .env_remove("RUST_LOG");
     let (transport, _) = TokioChildProcess::builder(cmd)
@@ -123,7 +124,7 @@ async fn until_stopped(client: &Client, run_id: &str) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mcp_serves_four_tools_and_runs_the_sum_example_with_progress() {
     let tmp = tempfile::tempdir().unwrap();
-    let (client, mut progress) = stdio_client(&tmp.path().join("runs.db")).await;
+    let (client, mut progress) = stdio_client(tmp.path()).await;
     let info = client.peer_info().expect("initialized");
     assert_eq!(info.server_info.as_ref().unwrap().name, "agentry");
 
@@ -195,7 +196,7 @@ async fn mcp_serves_four_tools_and_runs_the_sum_example_with_progress() {
 async fn mcp_run_without_waiting_is_followed_by_get_run_and_list_runs() {
     let tmp = tempfile::tempdir().unwrap();
     let store = tmp.path().join("runs.db");
-    let (client, _progress) = stdio_client(&store).await;
+    let (client, _progress) = stdio_client(tmp.path()).await;
     let started = call(
         &client,
         "run_task",
@@ -230,7 +231,7 @@ async fn mcp_run_without_waiting_is_followed_by_get_run_and_list_runs() {
     );
     client.cancel().await.unwrap();
 
-    let (other, _progress) = stdio_client(&store).await;
+    let (other, _progress) = stdio_client(tmp.path()).await;
     let got = call(&other, "get_run", json!({"run_id": run_id})).await;
     let stored = structured(&got);
     assert_eq!(stored["stop_reason"], "done", "{stored}");
@@ -250,7 +251,7 @@ async fn mcp_run_without_waiting_is_followed_by_get_run_and_list_runs() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mcp_cancel_run_aborts_a_long_running_inline_task() {
     let tmp = tempfile::tempdir().unwrap();
-    let (client, _progress) = stdio_client(&tmp.path().join("runs.db")).await;
+    let (client, _progress) = stdio_client(tmp.path()).await;
     let started = call(&client, "run_task", long_task("317")).await;
     let run_id = structured(&started)["run_id"].as_str().unwrap().to_string();
     tokio::task::spawn_blocking(|| wait_for_sleepers("317", true))
@@ -276,7 +277,7 @@ async fn mcp_cancel_run_aborts_a_long_running_inline_task() {
 async fn mcp_closing_the_session_aborts_the_runs_still_going() {
     let tmp = tempfile::tempdir().unwrap();
     let store = tmp.path().join("runs.db");
-    let (client, _progress) = stdio_client(&store).await;
+    let (client, _progress) = stdio_client(tmp.path()).await;
     let started = call(&client, "run_task", long_task("318")).await;
     let run_id = structured(&started)["run_id"].as_str().unwrap().to_string();
     tokio::task::spawn_blocking(|| wait_for_sleepers("318", true))
@@ -330,7 +331,7 @@ fn long_task(secs: &str) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mcp_bad_arguments_are_clear_errors() {
     let tmp = tempfile::tempdir().unwrap();
-    let (client, _progress) = stdio_client(&tmp.path().join("runs.db")).await;
+    let (client, _progress) = stdio_client(tmp.path()).await;
     let cases = [
         (json!({}), "give exactly one of task_dir"),
         (
@@ -346,12 +347,15 @@ async fn mcp_bad_arguments_are_clear_errors() {
             "budget.max_steps: expected a positive integer",
         ),
         (
-            json!({"task": {"goal": "g", "budget": {"deadline": null}}}),
+            json!({"task": {"goal": "g", "budget": {"deadline": null}}, "script": {"turns": []}}),
             "task.budget.deadline: null is not allowed",
         ),
-        (json!({"task": {"goal": "g"}}), "no policy script"),
         (
-            json!({"task": {"goal": "g"}, "files": {"../x": "y"}}),
+            json!({"task": {"goal": "g"}}),
+            "script: missing; an inline task needs",
+        ),
+        (
+            json!({"task": {"goal": "g"}, "script": {"turns": []}, "files": {"../x": "y"}}),
             "files[\"../x\"]: expected a relative path",
         ),
         (
@@ -395,5 +399,11 @@ async fn mcp_bad_arguments_are_clear_errors() {
         let text = error_text(&result);
         assert!(text.contains("no run \"nope\""), "{tool}: {text}");
     }
+    // No inline task of a refused call is left behind.
+    let inline = tmp.path().join("agentry/inline");
+    let left: Vec<_> = std::fs::read_dir(&inline)
+        .map(|d| d.map(|e| e.unwrap().path()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "{left:?}");
     client.cancel().await.unwrap();
 }
