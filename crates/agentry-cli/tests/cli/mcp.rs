@@ -195,7 +195,6 @@ async fn mcp_serves_four_tools_and_runs_the_sum_example_with_progress() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mcp_run_without_waiting_is_followed_by_get_run_and_list_runs() {
     let tmp = tempfile::tempdir().unwrap();
-    let store = tmp.path().join("runs.db");
     let (client, _progress) = stdio_client(tmp.path()).await;
     let started = call(
         &client,
@@ -305,6 +304,38 @@ async fn mcp_closing_the_session_aborts_the_runs_still_going() {
             break;
         }
         assert!(Instant::now() < deadline, "not recorded as aborted: {runs}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A client that gives up on a waiting run_task (drops the call: rmcp sends
+/// `notifications/cancelled`) aborts the run.
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_a_cancelled_request_aborts_its_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (client, _progress) = stdio_client(tmp.path()).await;
+    let client = std::sync::Arc::new(client);
+    let mut waiting = long_task("319");
+    waiting["wait"] = json!(true);
+    let call_client = client.clone();
+    let pending = tokio::spawn(async move { call(&call_client, "run_task", waiting).await });
+    tokio::task::spawn_blocking(|| wait_for_sleepers("319", true))
+        .await
+        .unwrap();
+    pending.abort();
+    assert!(pending.await.unwrap_err().is_cancelled());
+    tokio::task::spawn_blocking(|| wait_for_sleepers("319", false))
+        .await
+        .unwrap();
+    let deadline = Instant::now() + CALL_BOUND;
+    loop {
+        let listed = call(&client, "list_runs", json!({"all": true})).await;
+        let runs = structured(&listed)["runs"].clone();
+        if runs[0]["stop_reason"] == "user_abort" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "not aborted: {runs}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
