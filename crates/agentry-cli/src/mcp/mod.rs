@@ -1,7 +1,8 @@
 //! `agentry mcp`: agentry as an MCP server, so any MCP client can delegate
 //! work to it. Tools: `run_task`, `get_run`, `list_runs`, `cancel_run`
-//! (`tools.rs`); the runs this server started (`runs.rs`); inline tasks made
-//! into task directories (`inline.rs`).
+//! (`tools.rs`, their errors in `error.rs`); the runs this server started
+//! (`runs.rs`) and its store (`stored.rs`); inline tasks made into task
+//! directories (`inline.rs`).
 //!
 //! Over stdio (the default) stdout is the protocol channel: nothing else may
 //! print there, so logs and notices go to stderr. `--http ADDR` serves
@@ -13,6 +14,7 @@
 //! going is aborted (`user_abort`) and waited for, so no tool process and no
 //! unfinished store record is left behind by the server's own exit.
 
+mod error;
 mod inline;
 mod runs;
 mod stored;

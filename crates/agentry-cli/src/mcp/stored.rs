@@ -8,7 +8,7 @@ use agentry::RunHandle;
 use agentry::{SqliteStore, Store};
 use serde_json::{Value, json};
 
-use super::tools::ArgError;
+use super::error::ArgError;
 
 /// A stored run's status and what its last checkpoint says of its end.
 pub(crate) async fn get(store: Option<PathBuf>, run_id: &str) -> Result<Value, ArgError> {
