@@ -32,7 +32,8 @@ use rmcp::{ServerHandler, ServiceExt};
 use serde_json::{Value, json};
 
 /// A 1x1 transparent PNG.
-const PNG: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAQAAAC1HAwCAAAAC0lEQVR42mNkYAAAAAYAAjCB0C8AAAAASUVORK5CYII=";
+const PNG: &str =
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAQAAAC1HAwCAAAAC0lEQVR42mNkYAAAAAYAAjCB0C8AAAAASUVORK5CYII=";
 
 struct TestServer;
 
@@ -89,7 +90,9 @@ impl TestServer {
         request: &CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let seconds = arg(request, "seconds").and_then(Value::as_f64).unwrap_or(60.0);
+        let seconds = arg(request, "seconds")
+            .and_then(Value::as_f64)
+            .unwrap_or(60.0);
         let marker = std::env::var("TEST_CANCEL_FILE").ok();
         if let Some(path) = &marker {
             let _ = std::fs::write(path, "started");
@@ -105,7 +108,10 @@ impl TestServer {
         }
     }
 
-    async fn progress(&self, context: RequestContext<RoleServer>) -> Result<CallToolResponse, ErrorData> {
+    async fn progress(
+        &self,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
         if let Some(token) = context.meta.get_progress_token() {
             for step in 1..=3 {
                 let params: ProgressNotificationParam = serde_json::from_value(json!({
@@ -118,7 +124,11 @@ impl TestServer {
         text("done")
     }
 
-    async fn ask(&self, request: Value, context: RequestContext<RoleServer>) -> Result<CallToolResponse, ErrorData> {
+    async fn ask(
+        &self,
+        request: Value,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
         let request: ServerRequest = match serde_json::from_value(request) {
             Ok(r) => r,
             Err(e) => return text(format!("bad request: {e}")),

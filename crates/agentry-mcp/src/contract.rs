@@ -105,19 +105,30 @@ mod tests {
         assert_eq!(c.input_schema, json!({"type": "object"}));
         // Empty annotations say nothing either.
         let t = tool(json!({"name": "x", "inputSchema": {"type": "object"}, "annotations": {}}));
-        assert_eq!(contract_for(&server(), &t).effect, Effect::IrreversibleExternal);
+        assert_eq!(
+            contract_for(&server(), &t).effect,
+            Effect::IrreversibleExternal
+        );
     }
 
     #[test]
     fn annotations_map_to_effect_and_idempotency() {
         let cases = [
-            (json!({"readOnlyHint": true}), Effect::ReadOnly, Idempotency::None),
+            (
+                json!({"readOnlyHint": true}),
+                Effect::ReadOnly,
+                Idempotency::None,
+            ),
             (
                 json!({"readOnlyHint": true, "idempotentHint": true}),
                 Effect::ReadOnly,
                 Idempotency::Idempotent,
             ),
-            (json!({"destructiveHint": false}), Effect::Reversible, Idempotency::None),
+            (
+                json!({"destructiveHint": false}),
+                Effect::Reversible,
+                Idempotency::None,
+            ),
             (
                 json!({"destructiveHint": false, "idempotentHint": true}),
                 Effect::Reversible,
@@ -135,9 +146,15 @@ mod tests {
             ),
         ];
         for (annotations, effect, idempotency) in cases {
-            let t = tool(json!({"name": "t", "inputSchema": {"type": "object"}, "annotations": annotations}));
+            let t = tool(
+                json!({"name": "t", "inputSchema": {"type": "object"}, "annotations": annotations}),
+            );
             let c = contract_for(&server(), &t);
-            assert_eq!((c.effect, c.idempotency), (effect, idempotency), "{annotations}");
+            assert_eq!(
+                (c.effect, c.idempotency),
+                (effect, idempotency),
+                "{annotations}"
+            );
         }
     }
 
@@ -160,14 +177,23 @@ mod tests {
                 approve: None,
             },
         );
-        let send = contract_for(&config, &tool(json!({"name": "send", "inputSchema": {"type": "object"}})));
+        let send = contract_for(
+            &config,
+            &tool(json!({"name": "send", "inputSchema": {"type": "object"}})),
+        );
         assert_eq!(send.effect, Effect::Reversible);
         assert_eq!(send.idempotency, Idempotency::RequiredKey);
         let read = contract_for(
             &config,
-            &tool(json!({"name": "read", "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": true}})),
+            &tool(
+                json!({"name": "read", "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": true}}),
+            ),
         );
-        assert_eq!(read.effect, Effect::ReadOnly, "an override without effect keeps the annotation's");
+        assert_eq!(
+            read.effect,
+            Effect::ReadOnly,
+            "an override without effect keeps the annotation's"
+        );
         assert_eq!(read.idempotency, Idempotency::Idempotent);
     }
 
@@ -178,6 +204,9 @@ mod tests {
         let t = tool(json!({"name": "t", "title": "The T", "inputSchema": {"type": "object"}}));
         assert_eq!(contract_for(&server(), &t).description, "The T");
         let t = tool(json!({"name": "t", "inputSchema": {"type": "object"}}));
-        assert_eq!(contract_for(&server(), &t).description, "Tool t of MCP server srv.");
+        assert_eq!(
+            contract_for(&server(), &t).description,
+            "Tool t of MCP server srv."
+        );
     }
 }

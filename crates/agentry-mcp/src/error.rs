@@ -77,7 +77,9 @@ pub enum McpError {
         listed: Vec<String>,
     },
     /// A header value names an environment variable that is not set.
-    #[error("MCP server {server}: header {header} needs environment variable {var}, which is not set")]
+    #[error(
+        "MCP server {server}: header {header} needs environment variable {var}, which is not set"
+    )]
     MissingHeaderVar {
         /// The server's name.
         server: String,

@@ -13,8 +13,8 @@ use async_trait::async_trait;
 use rmcp::ClientHandler;
 use rmcp::model::{
     ClientCapabilities, ClientConfig, CreateMessageRequestParams, CreateMessageResult,
-    ElicitRequestParams, ElicitResult, ElicitationCapability, ErrorCode, ErrorData,
-    Implementation, ProgressNotificationParam, ProgressToken, ProtocolVersion, SamplingCapability,
+    ElicitRequestParams, ElicitResult, ElicitationCapability, ErrorCode, ErrorData, Implementation,
+    ProgressNotificationParam, ProgressToken, ProtocolVersion, SamplingCapability,
 };
 use rmcp::service::{NotificationContext, RequestContext, RoleClient};
 use serde_json::Value;

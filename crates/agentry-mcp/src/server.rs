@@ -202,7 +202,10 @@ impl McpServer {
                 .map_err(|e| {
                     ToolError::new(
                         ErrorCode::Eunavail,
-                        format!("MCP server {} stopped and could not be restarted: {e}", self.config.name),
+                        format!(
+                            "MCP server {} stopped and could not be restarted: {e}",
+                            self.config.name
+                        ),
                     )
                     .retryable(true)
                 })?;
@@ -210,7 +213,10 @@ impl McpServer {
             *guard = Some(session);
         }
         let session = guard.as_ref().ok_or_else(|| {
-            ToolError::new(ErrorCode::Eunavail, format!("MCP server {} has no session", self.config.name))
+            ToolError::new(
+                ErrorCode::Eunavail,
+                format!("MCP server {} has no session", self.config.name),
+            )
         })?;
         Ok(Ready {
             peer: session.service.peer().clone(),
@@ -273,9 +279,10 @@ impl McpServer {
                 Some(id),
                 Some("cancelled by agentry (deadline, abort or timeout)".into()),
             ));
-            let sent = tokio::time::timeout(CANCEL_SEND, ready.peer.send_notification(notice.into()))
-                .await
-                .is_ok_and(|r| r.is_ok());
+            let sent =
+                tokio::time::timeout(CANCEL_SEND, ready.peer.send_notification(notice.into()))
+                    .await
+                    .is_ok_and(|r| r.is_ok());
             return Err(cancelled(shown, sent));
         };
         match response.map_err(|e| service_error(&self.config.name, shown, e))? {
@@ -328,7 +335,10 @@ fn service_error(server: &str, shown: &str, e: ServiceError) -> ToolError {
             };
             ToolError::new(
                 code,
-                format!("{shown}: MCP server {server} answered error {}: {}", data.code.0, data.message),
+                format!(
+                    "{shown}: MCP server {server} answered error {}: {}",
+                    data.code.0, data.message
+                ),
             )
             .retryable(false)
         }

@@ -85,7 +85,9 @@ impl Session {
 
     /// What the server printed on stderr so far (empty for HTTP).
     pub(crate) fn stderr(&self) -> String {
-        self.stderr.as_ref().map_or_else(String::new, |(t, _)| t.text())
+        self.stderr
+            .as_ref()
+            .map_or_else(String::new, |(t, _)| t.text())
     }
 
     /// Ends the session: closes the connection (a stdio server sees its stdin
@@ -207,12 +209,13 @@ fn spawn(
         .filter_map(|name| std::env::var_os(name).map(|v| (name.clone(), v)))
         .collect();
     vars.extend(env.iter().map(|(k, v)| (k.clone(), OsString::from(v))));
-    let mut process =
-        ServerProcess::spawn(command, vars, &options.workdir).map_err(|source| McpError::Spawn {
+    let mut process = ServerProcess::spawn(command, vars, &options.workdir).map_err(|source| {
+        McpError::Spawn {
             server: config.name.clone(),
             program,
             source,
-        })?;
+        }
+    })?;
     let tail = StderrTail::new(options.stderr_cap);
     let reader = match process.take_stderr() {
         Some(mut pipe) => {
@@ -383,7 +386,10 @@ mod tests {
             ("X-Plain".to_string(), "a $b ${c".to_string()),
         ]);
         let out = expand_headers("srv", &headers, lookup).unwrap();
-        assert_eq!(out[&HeaderName::from_static("authorization")], "Bearer s3cret");
+        assert_eq!(
+            out[&HeaderName::from_static("authorization")],
+            "Bearer s3cret"
+        );
         assert_eq!(out[&HeaderName::from_static("x-plain")], "a $b ${c");
     }
 
@@ -391,9 +397,14 @@ mod tests {
     fn a_missing_variable_names_header_and_variable() {
         let headers = BTreeMap::from([("X-Key".to_string(), "${NOPE}".to_string())]);
         let err = expand_headers("srv", &headers, lookup).unwrap_err();
-        assert!(matches!(&err, McpError::MissingHeaderVar { header, var, .. } if header == "X-Key" && var == "NOPE"));
+        assert!(
+            matches!(&err, McpError::MissingHeaderVar { header, var, .. } if header == "X-Key" && var == "NOPE")
+        );
         let text = err.to_string();
-        assert!(text.contains("srv") && text.contains("X-Key") && text.contains("NOPE"), "{text}");
+        assert!(
+            text.contains("srv") && text.contains("X-Key") && text.contains("NOPE"),
+            "{text}"
+        );
     }
 
     #[test]

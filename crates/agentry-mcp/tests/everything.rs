@@ -5,6 +5,9 @@
 //!
 //! Run: `MCP_EVERYTHING_DIR=$PWD/.ci/peers cargo test -p agentry-mcp --test everything -- --ignored`
 
+// Test code: a failed unwrap is the failure report.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod support;
 
 use std::path::PathBuf;
@@ -33,33 +36,70 @@ fn server_bin() -> PathBuf {
 /// long-running operation cancelled by the token.
 async fn exercise(server: &Arc<McpServer>, run: &Run) {
     let names: Vec<String> = server.tools().iter().map(|t| t.contract().name).collect();
-    for expected in ["echo", "get-sum", "get-structured-content", "trigger-long-running-operation"] {
-        assert!(names.contains(&format!("ev.{expected}")), "{expected} not in {names:?}");
+    for expected in [
+        "echo",
+        "get-sum",
+        "get-structured-content",
+        "trigger-long-running-operation",
+    ] {
+        assert!(
+            names.contains(&format!("ev.{expected}")),
+            "{expected} not in {names:?}"
+        );
     }
     let structured = tool(server, "get-structured-content");
     assert_eq!(structured.contract().effect, Effect::ReadOnly);
     let ctx = run.ctx("c1", CancellationToken::new());
 
-    let out = tool(server, "echo").call(json!({"message": "hi there"}), &ctx).await.unwrap();
+    let out = tool(server, "echo")
+        .call(json!({"message": "hi there"}), &ctx)
+        .await
+        .unwrap();
     assert_eq!(out.data, json!("Echo: hi there"));
-    let out = tool(server, "get-sum").call(json!({"a": 2, "b": 3}), &ctx).await.unwrap();
+    let out = tool(server, "get-sum")
+        .call(json!({"a": 2, "b": 3}), &ctx)
+        .await
+        .unwrap();
     assert!(out.data.as_str().unwrap().contains('5'), "{}", out.data);
-    let out = structured.call(json!({"location": "Chicago"}), &ctx).await.unwrap();
-    assert!(out.data["temperature"].is_number() && out.data["conditions"].is_string(), "{}", out.data);
+    let out = structured
+        .call(json!({"location": "Chicago"}), &ctx)
+        .await
+        .unwrap();
+    assert!(
+        out.data["temperature"].is_number() && out.data["conditions"].is_string(),
+        "{}",
+        out.data
+    );
 
     let cancel = CancellationToken::new();
     let ctx = run.ctx("long", cancel.clone());
     let long = tool(server, "trigger-long-running-operation");
-    let call = tokio::spawn(async move { long.call(json!({"duration": 120, "steps": 120}), &ctx).await });
+    let call = tokio::spawn(async move {
+        long.call(json!({"duration": 120, "steps": 120}), &ctx)
+            .await
+    });
     eventually(LIMIT, "a progress report of the long operation", || {
-        run.progress.0.lock().unwrap().iter().any(|(call, _)| call == "long")
+        run.progress
+            .0
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|(call, _)| call == "long")
     })
     .await;
     let cancelled_at = Instant::now();
     cancel.cancel();
-    let err = tokio::time::timeout(LIMIT, call).await.unwrap().unwrap().unwrap_err();
+    let err = tokio::time::timeout(LIMIT, call)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap_err();
     assert_eq!(err.code, ErrorCode::Ecanceled, "{err}");
-    assert!(cancelled_at.elapsed() < Duration::from_secs(10), "{:?}", cancelled_at.elapsed());
+    assert!(
+        cancelled_at.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        cancelled_at.elapsed()
+    );
 }
 
 #[tokio::test]
@@ -74,7 +114,9 @@ async fn server_everything_over_stdio() {
             env: Default::default(),
         },
     );
-    let server = McpServer::start(config, StartOptions::new(run.workdir())).await.unwrap();
+    let server = McpServer::start(config, StartOptions::new(run.workdir()))
+        .await
+        .unwrap();
     let pid = server.pid().unwrap();
     exercise(&server, &run).await;
     server.shutdown().await;
@@ -111,7 +153,11 @@ async fn start_http(bin: &PathBuf) -> HttpServer {
     let dir = tempfile::tempdir().unwrap();
     let preload = dir.path().join("loopback.cjs");
     std::fs::write(&preload, LOOPBACK_PRELOAD).unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let child = Command::new("node")
         .arg("--require")
         .arg(&preload)
@@ -123,10 +169,17 @@ async fn start_http(bin: &PathBuf) -> HttpServer {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let server = HttpServer { child, port, _dir: dir };
+    let server = HttpServer {
+        child,
+        port,
+        _dir: dir,
+    };
     let started = Instant::now();
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(started.elapsed() < LIMIT, "server-everything did not listen on 127.0.0.1:{port}");
+        assert!(
+            started.elapsed() < LIMIT,
+            "server-everything did not listen on 127.0.0.1:{port}"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     server
@@ -147,7 +200,9 @@ async fn server_everything_over_streamable_http() {
             headers,
         },
     );
-    let server = McpServer::start(config, StartOptions::new(run.workdir())).await.unwrap();
+    let server = McpServer::start(config, StartOptions::new(run.workdir()))
+        .await
+        .unwrap();
     assert_eq!(server.pid(), None);
     exercise(&server, &run).await;
     server.shutdown().await;

@@ -1,7 +1,8 @@
 //! Shared by the MCP tests: the test server binary, a tool context with
 //! recording sinks, polling with a deadline, process checks.
 
-#![allow(dead_code)]
+// Test code: a failed unwrap is the failure report; not every test file uses every helper.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
