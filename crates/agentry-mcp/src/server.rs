@@ -221,6 +221,7 @@ impl McpServer {
         Ok(Ready {
             peer: session.service.peer().clone(),
             record: session.record(),
+            broken: Arc::clone(&session.broken),
         })
     }
 
@@ -249,7 +250,7 @@ impl McpServer {
         };
         // Recorded with each call: a resume's fence kills a server that
         // outlived a crash of this process (the warden covers its death too).
-        if let (Some(log), Some(record)) = (&ctx.processes, ready.record) {
+        if let (Some(log), Some(record)) = (&ctx.processes, ready.record.clone()) {
             log.started(record);
         }
         let mut params = CallToolRequestParams::new(tool.to_string());
@@ -259,7 +260,10 @@ impl McpServer {
             .peer
             .send_cancellable_request(request, PeerRequestOptions::no_options())
             .await
-            .map_err(|e| service_error(&self.config.name, shown, e))?;
+            .map_err(|e| {
+                ready.note(&e);
+                service_error(&self.config.name, shown, e)
+            })?;
         let id = handle.id.clone();
         // rmcp sends a progress token with every request; its notifications
         // go to the run's sink as this call's.
@@ -285,7 +289,11 @@ impl McpServer {
                     .is_ok_and(|r| r.is_ok());
             return Err(cancelled(shown, sent));
         };
-        match response.map_err(|e| service_error(&self.config.name, shown, e))? {
+        let response = response.map_err(|e| {
+            ready.note(&e);
+            service_error(&self.config.name, shown, e)
+        })?;
+        match response {
             ServerResult::CallToolResult(result) => to_output(shown, result, ctx),
             ServerResult::InputRequiredResult(_) => Err(ToolError::new(
                 ErrorCode::Eperm,
@@ -304,6 +312,20 @@ impl McpServer {
 struct Ready {
     peer: rmcp::service::Peer<rmcp::service::RoleClient>,
     record: Option<agentry_protocol::ProcessGroupRecord>,
+    /// Set on a transport error: the next call reconnects.
+    broken: Arc<AtomicBool>,
+}
+
+impl Ready {
+    /// Marks the session for a reconnect when `e` says the transport failed.
+    fn note(&self, e: &ServiceError) {
+        if matches!(
+            e,
+            ServiceError::TransportClosed | ServiceError::TransportSend(_)
+        ) {
+            self.broken.store(true, Ordering::SeqCst);
+        }
+    }
 }
 
 fn cancelled(shown: &str, notified: bool) -> ToolError {

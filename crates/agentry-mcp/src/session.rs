@@ -5,6 +5,7 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::ffi::OsString;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -65,14 +66,34 @@ pub(crate) struct Session {
     /// The stdio server's process group (none for HTTP).
     process: Option<ServerProcess>,
     stderr: Option<(Arc<StderrTail>, JoinHandle<()>)>,
+    /// Set by a call whose request met a transport error: an HTTP server that
+    /// went away leaves the session looking open, so the next call must
+    /// reconnect rather than fail the same way.
+    pub(crate) broken: Arc<AtomicBool>,
 }
 
 impl Session {
+    fn new(
+        service: RunningService<RoleClient, Client>,
+        process: Option<ServerProcess>,
+        stderr: Option<(Arc<StderrTail>, JoinHandle<()>)>,
+    ) -> Self {
+        Session {
+            service,
+            process,
+            stderr,
+            broken: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
     /// Whether the server can still take a call: its process runs and the
     /// session is open.
     pub(crate) fn alive(&mut self) -> bool {
         let exited = self.process.as_mut().is_some_and(ServerProcess::has_exited);
-        !exited && !self.service.is_closed() && !self.service.peer().is_transport_closed()
+        !exited
+            && !self.broken.load(Ordering::SeqCst)
+            && !self.service.is_closed()
+            && !self.service.peer().is_transport_closed()
     }
 
     pub(crate) fn record(&self) -> Option<ProcessGroupRecord> {
@@ -160,11 +181,11 @@ async fn connect_stdio(
     let outcome = tokio::time::timeout(config.startup_timeout, up).await;
     match outcome {
         Ok(Ok((service, tools))) => Ok((
-            Session {
+            Session::new(
                 service,
-                process: Some(spawned.process),
-                stderr: Some((spawned.tail, spawned.reader)),
-            },
+                Some(spawned.process),
+                Some((spawned.tail, spawned.reader)),
+            ),
             tools,
         )),
         Ok(Err(failure)) => {
@@ -290,14 +311,7 @@ async fn handshake(
         .await
         .map_err(|e| Failure::Initialize(e.to_string()))?;
     let tools = list_tools(&service).await?;
-    Ok((
-        Session {
-            service,
-            process: None,
-            stderr: None,
-        },
-        tools,
-    ))
+    Ok((Session::new(service, None, None), tools))
 }
 
 async fn list_tools(service: &RunningService<RoleClient, Client>) -> Result<Vec<McpTool>, Failure> {

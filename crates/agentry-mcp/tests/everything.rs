@@ -149,15 +149,18 @@ net.Server.prototype.listen = function (...args) {
 };
 "#;
 
-async fn start_http(bin: &PathBuf) -> HttpServer {
-    let dir = tempfile::tempdir().unwrap();
-    let preload = dir.path().join("loopback.cjs");
-    std::fs::write(&preload, LOOPBACK_PRELOAD).unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()
-        .port();
+        .port()
+}
+
+async fn start_http(bin: &PathBuf, port: u16) -> HttpServer {
+    let dir = tempfile::tempdir().unwrap();
+    let preload = dir.path().join("loopback.cjs");
+    std::fs::write(&preload, LOOPBACK_PRELOAD).unwrap();
     let child = Command::new("node")
         .arg("--require")
         .arg(&preload)
@@ -189,7 +192,7 @@ async fn start_http(bin: &PathBuf) -> HttpServer {
 #[ignore = "needs MCP_EVERYTHING_DIR (see .ci/run)"]
 async fn server_everything_over_streamable_http() {
     let bin = server_bin();
-    let http = start_http(&bin).await;
+    let http = start_http(&bin, free_port()).await;
     let run = Run::new();
     let mut headers = std::collections::BTreeMap::new();
     headers.insert("X-Agentry-Test".to_string(), "${PATH}".to_string());
@@ -205,5 +208,41 @@ async fn server_everything_over_streamable_http() {
         .unwrap();
     assert_eq!(server.pid(), None);
     exercise(&server, &run).await;
+    server.shutdown().await;
+}
+
+#[tokio::test]
+#[ignore = "needs MCP_EVERYTHING_DIR (see .ci/run)"]
+async fn an_http_server_that_went_away_is_reconnected_at_the_next_call() {
+    let bin = server_bin();
+    let port = free_port();
+    let http = start_http(&bin, port).await;
+    let run = Run::new();
+    let config = McpServerConfig::new(
+        "ev",
+        McpTransport::Http {
+            url: format!("http://127.0.0.1:{port}/mcp"),
+            headers: Default::default(),
+        },
+    );
+    let server = McpServer::start(config, StartOptions::new(run.workdir()))
+        .await
+        .unwrap();
+    let echo = tool(&server, "echo");
+    let ctx = run.ctx("c1", CancellationToken::new());
+    assert!(echo.call(json!({"message": "1"}), &ctx).await.is_ok());
+
+    drop(http);
+    let err = echo.call(json!({"message": "2"}), &ctx).await.unwrap_err();
+    assert_eq!(
+        (err.code, err.retryable),
+        (ErrorCode::Eunavail, true),
+        "{err}"
+    );
+
+    // Back on the same port (a new process, so a new MCP session).
+    let _http = start_http(&bin, port).await;
+    let out = echo.call(json!({"message": "3"}), &ctx).await.unwrap();
+    assert_eq!(out.data, json!("Echo: 3"));
     server.shutdown().await;
 }
