@@ -3,9 +3,76 @@
 //!
 //! Depends on the tool seam (agentry-tools), not on the runtime: a started
 //! server's tools are [`agentry_tools::Tool`]s, registered like any other.
+//!
+//! # Servers
+//!
+//! [`McpServer::start`] reaches a declared server ([`McpServerConfig`]) on the
+//! official Rust SDK (rmcp): a **stdio** server is a child process agentry
+//! spawns itself, in its own process group, with a cleared environment (the
+//! [`StartOptions::env_allowlist`] with the host's values, then the
+//! declaration's `env`; no run id: a resumed run's fence must not kill the
+//! new server), in the run's working directory, its stderr kept (the last
+//! [`StartOptions::stderr_cap`] bytes) for error messages. A **streamable
+//! HTTP** server is reached at its URL, `${VAR}` in header values read from
+//! the environment at start (`https` through rustls with ring).
+//!
+//! Start runs `initialize` (protocol 2025-11-25) and `tools/list` within the
+//! declaration's `startup_timeout`, or fails with an [`McpError`] naming the
+//! server and what it printed on stderr. An allow-list (`tools`) or override
+//! naming a tool the server does not offer is a start error naming it and
+//! what is offered.
+//!
+//! # Tools and contracts
+//!
+//! Each offered tool becomes `<server>.<tool>`, auth scope `<server>`, timeout
+//! the declaration's `timeout`, input schema the server's. Effect and
+//! idempotency come from the annotations (`readOnlyHint` → `read_only`,
+//! `destructiveHint: false` → `reversible`, otherwise `irreversible_external`,
+//! which the runtime parks for approval; `idempotentHint` → `idempotent`),
+//! replaced by the declaration's overrides.
+//!
+//! A result's `structuredContent` is the envelope's data; otherwise one text
+//! block is the data (a string), several blocks a list. Images, audio and
+//! embedded resources are saved as `<artifacts>/mcp/<sha256>.<ext>` and
+//! referenced (path, sha256, length in the envelope's refs), never inlined.
+//! `isError: true` is an `EINVAL` error carrying the server's text.
+//!
+//! # Lifecycle
+//!
+//! - **Cancellation.** When a call's [`agentry_tools::ToolContext::cancel`]
+//!   fires (deadline, abort, timeout) the call stops waiting, sends
+//!   `notifications/cancelled` for its request (awaited, within the tool's
+//!   `cancel_grace`) and returns `ECANCELED`.
+//! - **Progress.** Each request carries a progress token; the server's
+//!   progress notifications become the context's `tool_progress` reports.
+//! - **Death.** A stdio server's group is listed with the warden (it dies with
+//!   the host process) and recorded through the context's `processes` log with
+//!   each call (a resume's fence kills a survivor). A server found dead when a
+//!   call starts is restarted once for that call; if that fails the call gets
+//!   a retryable `EUNAVAIL`. A server dying during a call fails that call with
+//!   a retryable `EUNAVAIL` (never re-sent: it may have taken effect; the
+//!   executor retries per contract).
+//! - **Shutdown.** [`McpServer::shutdown`] closes the session and ends the
+//!   group (SIGTERM, SIGKILL after [`SHUTDOWN_GRACE`]); dropping the server
+//!   SIGKILLs it.
+//! - **Server requests.** Sampling and elicitation are refused with an error
+//!   naming the server unless [`StartOptions`] carries a [`SamplingHandler`]
+//!   or [`ElicitationHandler`]. Notifications interleaved with replies
+//!   (`tools/list_changed`) are tolerated; the tool list is the one read at
+//!   start.
 
 mod config;
+mod content;
+mod contract;
+mod error;
+mod handler;
+mod server;
+mod session;
 
 pub use config::{
     ContractOverride, DEFAULT_STARTUP_TIMEOUT, DEFAULT_TIMEOUT, McpServerConfig, McpTransport,
 };
+pub use content::MCP_ARTIFACTS_DIR;
+pub use error::McpError;
+pub use handler::{ElicitationHandler, HandlerRefusal, SamplingHandler};
+pub use server::{DEFAULT_STDERR_CAP, McpServer, McpServers, SHUTDOWN_GRACE, StartOptions};

@@ -33,7 +33,7 @@ mod tool;
 
 pub use builtins::builtins;
 pub use finish::{FINISH_TOOL, FinishTool};
-pub use results::{RESULT_READ_TOOL, ResultReadTool, save_result};
+pub use results::{RESULT_READ_TOOL, ResultReadTool, save_artifact, save_result};
 pub use tool::{
     ProcessLog, ProgressSink, Tool, ToolContext, ToolOutput, ToolProgress, parse_args, schema_for,
 };

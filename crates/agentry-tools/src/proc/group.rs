@@ -106,6 +106,14 @@ impl ProcessGroup {
         Ok(status)
     }
 
+    /// Whether the leader has exited (reaping it if so), without waiting.
+    pub(super) fn leader_exited(&mut self) -> bool {
+        if !self.leader_reaped && matches!(self.child.try_wait(), Ok(Some(_))) {
+            self.leader_reaped = true;
+        }
+        self.leader_reaped
+    }
+
     /// After the leader exited on its own: a call's processes end with the call,
     /// so SIGKILL whatever it left behind in its group, then reap.
     pub(super) async fn kill_leftovers(&mut self) {

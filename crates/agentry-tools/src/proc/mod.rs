@@ -109,6 +109,7 @@
 //! - `env.rs`: the child's environment and the host's ids ([`HOST_ENV`]);
 //! - `run.rs`: the shared runner ([`run_command`]), [`reap_orphans_here`];
 //! - `command.rs`: [`CommandTool`] and its argv template;
+//! - `server.rs`: [`ServerProcess`], a long-lived child (an MCP server) in its own group;
 //! - `group.rs`: the process group (spawn, terminate, reap, drop guard);
 //! - `strays.rs`: processes that left the group, found by their marks;
 //! - `exits.rs`: the wake-up on a child's exit both of those wait on;
@@ -135,6 +136,7 @@ mod exits;
 mod fence;
 mod group;
 mod run;
+mod server;
 mod strays;
 #[cfg(test)]
 mod tests;
@@ -145,6 +147,7 @@ pub use config::{DEFAULT_ENV_ALLOWLIST, DEFAULT_MAX_INLINE, DEFAULT_TERM_GRACE, 
 pub use env::{ENV_CALL_ID, ENV_OPERATION_ID, ENV_RUN_ID, ENV_SPAWN_ID, HOST_ENV};
 pub use fence::{FenceError, Fenced, fence};
 pub use run::{reap_orphans_here, run_command, survive_file_size_limit};
+pub use server::ServerProcess;
 pub use warden::{WARDEN_NAME, warden_pid};
 
 use env::model_env;

@@ -49,16 +49,31 @@ pub fn save_result(
     artifacts: &Path,
     text: &[u8],
 ) -> Result<ResourceRef, PathError> {
-    let sha256 = sha256_hex(text);
-    let dir = artifacts.join(RESULTS_DIR);
-    let name = format!("{sha256}.json");
+    save_artifact(root, workdir, artifacts, RESULTS_DIR, "json", text)
+}
+
+/// Saves `bytes` as `<artifacts>/<dir>/<sha256>.<ext>`, created like every
+/// artifact (see the module docs), for tools that return files by reference
+/// (an MCP server's images); the reference shows the path relative to
+/// `workdir` when inside it.
+pub fn save_artifact(
+    root: &WorkRoot,
+    workdir: &Path,
+    artifacts: &Path,
+    dir: &str,
+    ext: &str,
+    bytes: &[u8],
+) -> Result<ResourceRef, PathError> {
+    let sha256 = sha256_hex(bytes);
+    let dir = artifacts.join(dir);
+    let name = format!("{sha256}.{ext}");
     let dir_fd = crate::artifacts::open_artifact_dir(root, &dir)?;
     let mut file = create_exclusive(dir_fd.as_fd(), &OsString::from(&name))?;
-    file.write_all(text)?;
+    file.write_all(bytes)?;
     Ok(ResourceRef {
         path: crate::artifacts::shown_path(workdir, &dir.join(&name)),
         sha256,
-        bytes: text.len() as u64,
+        bytes: bytes.len() as u64,
     })
 }
 

@@ -1,0 +1,211 @@
+//! A real MCP server (rmcp's server side, on stdio) for agentry-mcp's tests.
+//!
+//! `test_server` serves these tools:
+//! - `read` (readOnlyHint, idempotentHint), `write` (unannotated),
+//!   `undoable` (destructiveHint: false): echo their `text` argument;
+//! - `sum`: `{a, b}` → structured content `{"sum": a+b}` (has an outputSchema);
+//! - `fail`: `isError: true` with the text "the widget is broken";
+//! - `image`: a 1x1 PNG and a caption;
+//! - `slow`: waits `seconds` (default 60); when the client cancels it, it
+//!   writes `started`, then on cancellation `cancelled <request id>`, to the
+//!   file named by `TEST_CANCEL_FILE`;
+//! - `progress`: three progress notifications (1/3, 2/3, 3/3), then "done";
+//! - `crash`: the process exits at once (status 3);
+//! - `sample`: asks the client for a completion (sampling/createMessage) and
+//!   returns what happened as text;
+//! - `elicit`: asks the client for input (elicitation/create), likewise;
+//! - `env`: the value of the variable named `name`, or "(unset)".
+//!
+//! `test_server silent` prints "oops: not speaking MCP" on stderr and never
+//! answers. With `TEST_REFUSE_FILE` set, a start while that file exists prints
+//! "refusing to start" on stderr and exits 1 (a restart that fails).
+
+use std::time::Duration;
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ErrorData, ListToolsResult,
+    PaginatedRequestParams, ProgressNotificationParam, ServerCapabilities, ServerConfig,
+    ServerRequest, Tool,
+};
+use rmcp::service::{RequestContext, RoleServer};
+use rmcp::{ServerHandler, ServiceExt};
+use serde_json::{Value, json};
+
+/// A 1x1 transparent PNG.
+const PNG: &str =
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAQAAAC1HAwCAAAAC0lEQVR42mNkYAAAAAYAAjCB0C8AAAAASUVORK5CYII=";
+
+struct TestServer;
+
+fn tools() -> Vec<Tool> {
+    let text_schema = json!({"type": "object", "properties": {"text": {"type": "string"}}});
+    let empty = json!({"type": "object", "properties": {}});
+    let defs = [
+        json!({"name": "read", "description": "Echo (read-only).", "inputSchema": text_schema,
+               "annotations": {"readOnlyHint": true, "idempotentHint": true}}),
+        json!({"name": "write", "description": "Echo (unannotated).", "inputSchema": text_schema}),
+        json!({"name": "undoable", "description": "Echo (not destructive).", "inputSchema": text_schema,
+               "annotations": {"destructiveHint": false}}),
+        json!({"name": "sum", "description": "Add two numbers.",
+               "inputSchema": {"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}},
+                               "required": ["a", "b"]},
+               "outputSchema": {"type": "object", "properties": {"sum": {"type": "number"}}, "required": ["sum"]},
+               "annotations": {"readOnlyHint": true}}),
+        json!({"name": "fail", "description": "Always fails.", "inputSchema": empty}),
+        json!({"name": "image", "description": "A tiny image.", "inputSchema": empty,
+               "annotations": {"readOnlyHint": true}}),
+        json!({"name": "slow", "description": "Waits.",
+               "inputSchema": {"type": "object", "properties": {"seconds": {"type": "number"}}}}),
+        json!({"name": "progress", "description": "Reports progress.", "inputSchema": empty,
+               "annotations": {"readOnlyHint": true}}),
+        json!({"name": "crash", "description": "Exits the server.", "inputSchema": empty}),
+        json!({"name": "sample", "description": "Asks the client's model.", "inputSchema": empty}),
+        json!({"name": "elicit", "description": "Asks the client's user.", "inputSchema": empty}),
+        json!({"name": "env", "description": "Reads a variable.",
+               "inputSchema": {"type": "object", "properties": {"name": {"type": "string"}}},
+               "annotations": {"readOnlyHint": true}}),
+    ];
+    defs.into_iter()
+        .filter_map(|d| serde_json::from_value(d).ok())
+        .collect()
+}
+
+fn result(value: Value) -> Result<CallToolResponse, ErrorData> {
+    serde_json::from_value::<CallToolResult>(value)
+        .map(CallToolResponse::Complete)
+        .map_err(|e| ErrorData::internal_error(e.to_string(), None))
+}
+
+fn text(t: impl Into<String>) -> Result<CallToolResponse, ErrorData> {
+    result(json!({"content": [{"type": "text", "text": t.into()}]}))
+}
+
+fn arg<'a>(request: &'a CallToolRequestParams, name: &str) -> Option<&'a Value> {
+    request.arguments.as_ref().and_then(|a| a.get(name))
+}
+
+impl TestServer {
+    async fn slow(
+        &self,
+        request: &CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let seconds = arg(request, "seconds")
+            .and_then(Value::as_f64)
+            .unwrap_or(60.0);
+        let marker = std::env::var("TEST_CANCEL_FILE").ok();
+        if let Some(path) = &marker {
+            let _ = std::fs::write(path, "started");
+        }
+        tokio::select! {
+            () = context.ct.cancelled() => {
+                if let Some(path) = &marker {
+                    let _ = std::fs::write(path, format!("cancelled {}", context.id));
+                }
+                Err(ErrorData::internal_error("cancelled", None))
+            }
+            () = tokio::time::sleep(Duration::from_secs_f64(seconds)) => text("slept"),
+        }
+    }
+
+    async fn progress(
+        &self,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        if let Some(token) = context.meta.get_progress_token() {
+            for step in 1..=3 {
+                let params: ProgressNotificationParam = serde_json::from_value(json!({
+                    "progressToken": token, "progress": step, "total": 3, "message": format!("step {step}")
+                }))
+                .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+                let _ = context.peer.notify_progress(params).await;
+            }
+        }
+        text("done")
+    }
+
+    async fn ask(
+        &self,
+        request: Value,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let request: ServerRequest = match serde_json::from_value(request) {
+            Ok(r) => r,
+            Err(e) => return text(format!("bad request: {e}")),
+        };
+        match context.peer.send_request(request).await {
+            Ok(answer) => text(format!("answered: {}", json!(answer))),
+            Err(e) => text(format!("client error: {e}")),
+        }
+    }
+}
+
+impl ServerHandler for TestServer {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(tools()))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        match request.name.as_ref() {
+            "read" | "write" | "undoable" => {
+                let t = arg(&request, "text").and_then(Value::as_str).unwrap_or("");
+                text(format!("{}: {t}", request.name))
+            }
+            "sum" => {
+                let a = arg(&request, "a").and_then(Value::as_f64).unwrap_or(0.0);
+                let b = arg(&request, "b").and_then(Value::as_f64).unwrap_or(0.0);
+                result(json!({"content": [{"type": "text", "text": format!("{}", a + b)}],
+                              "structuredContent": {"sum": a + b}}))
+            }
+            "fail" => result(json!({"content": [{"type": "text", "text": "the widget is broken"}], "isError": true})),
+            "image" => result(json!({"content": [
+                {"type": "text", "text": "a pixel"},
+                {"type": "image", "data": PNG, "mimeType": "image/png"}
+            ]})),
+            "slow" => self.slow(&request, context).await,
+            "progress" => self.progress(context).await,
+            "crash" => std::process::exit(3),
+            "sample" => self.ask(json!({"method": "sampling/createMessage", "params": {
+                "messages": [{"role": "user", "content": {"type": "text", "text": "hi"}}], "maxTokens": 10
+            }}), context).await,
+            "elicit" => self.ask(json!({"method": "elicitation/create", "params": {
+                "mode": "form", "message": "name?", "requestedSchema": {"type": "object", "properties": {"name": {"type": "string"}}}
+            }}), context).await,
+            "env" => {
+                let name = arg(&request, "name").and_then(Value::as_str).unwrap_or("");
+                text(std::env::var(name).unwrap_or_else(|_| "(unset)".into()))
+            }
+            other => Err(ErrorData::invalid_params(format!("no tool {other}"), None)),
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    if let Ok(path) = std::env::var("TEST_REFUSE_FILE")
+        && std::path::Path::new(&path).exists()
+    {
+        eprintln!("refusing to start: {path} exists");
+        std::process::exit(1);
+    }
+    if std::env::args().nth(1).as_deref() == Some("silent") {
+        eprintln!("oops: not speaking MCP");
+        tokio::time::sleep(Duration::from_secs(600)).await;
+        return Ok(());
+    }
+    let service = TestServer.serve(rmcp::transport::stdio()).await?;
+    service.waiting().await?;
+    Ok(())
+}
