@@ -11,6 +11,7 @@ mod fs_confinement;
 mod handle;
 mod idempotency;
 mod interrupt;
+mod mcp;
 mod models;
 mod policy;
 mod process;

@@ -29,6 +29,10 @@ pub(crate) enum Command {
     Resume(ResumeArgs),
     /// List the runs of a store (unfinished ones unless --all).
     Runs(RunsArgs),
+    /// List every tool a run of the task would have (built-ins, command tools,
+    /// MCP servers' tools, which it starts) with effect, idempotency, approval
+    /// and whether the task grants it.
+    Tools(ToolsArgs),
     /// Serve agentry as an MCP server (tools run_task, get_run, list_runs,
     /// cancel_run) over stdio, or streamable HTTP with --http.
     Mcp(McpArgs),
@@ -101,6 +105,16 @@ impl From<DurabilityArg> for agentry::Durability {
             DurabilityArg::Grouped => agentry::Durability::Grouped,
         }
     }
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ToolsArgs {
+    /// The task directory.
+    pub(crate) task_dir: PathBuf,
+    /// One JSON array on stdout: `{name, source, effect, idempotency,
+    /// approval, granted, description}` per tool.
+    #[arg(long)]
+    pub(crate) json: bool,
 }
 
 #[derive(Debug, Args)]

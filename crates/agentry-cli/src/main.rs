@@ -9,6 +9,7 @@
 //! agentry resume RUN_ID [--store FILE] [--decide CALL_ID=happened|retry|skip]...
 //!                      [--policy ...] [--base-url URL] [--json] [--durability ...]
 //! agentry runs [--store FILE] [--all] [--json]
+//! agentry tools TASK_DIR [--json]
 //! agentry mcp [--http ADDR] [--store FILE | --no-store] [--durability strict|grouped]
 //! ```
 //!
@@ -42,6 +43,7 @@ mod resume;
 mod run;
 mod signals;
 mod store;
+mod tools;
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -109,6 +111,12 @@ fn main() -> ExitCode {
         Command::Runs(args) => match store::list(&args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => fail(&e, EXIT_BAD_INPUT, args.json),
+        },
+        Command::Tools(args) => match runtime.block_on(tools::list(&args.task_dir, args.json)) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(RunError::BadInput(e)) => fail(&e, EXIT_BAD_INPUT, args.json),
+            Err(RunError::Model(e)) => fail(&e, EXIT_BAD_INPUT, args.json),
+            Err(RunError::Lost(e)) => fail(&e, EXIT_BAD_INPUT, args.json),
         },
         // Stdout is the protocol channel (stdio): errors go to stderr only.
         Command::Mcp(args) => match runtime.block_on(mcp::serve(args)) {

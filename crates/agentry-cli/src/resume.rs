@@ -1,6 +1,7 @@
 //! `agentry resume RUN_ID`: rebuild a stored run's runtime and policy, settle
 //! the calls `--decide` names, and drive it on.
 
+use agentry::mcp::McpServers;
 use agentry::{RunConfig, Runtime, TaskSpec};
 use agentry_models::CompactionMode;
 
@@ -22,7 +23,8 @@ pub(crate) async fn resume(args: ResumeArgs) -> Result<Finished, RunError> {
         .map_err(RunError::BadInput)?;
     let store = open_sqlite(&path).map_err(RunError::BadInput)?;
     let config = RunConfig::from_store(&*store, &args.run_id).map_err(RunError::BadInput)?;
-    let runtime = runtime_for(&config)?
+    let Rebuilt { runtime, mcp } = runtime_for(&config).await?;
+    let runtime = runtime
         .with_store(store, args.durability.into())
         .map_err(RunError::BadInput)?;
     let LoadedPolicy { policy, children } = policy_for(&args, &config).await?;
@@ -40,20 +42,36 @@ pub(crate) async fn resume(args: ResumeArgs) -> Result<Finished, RunError> {
     }
     let finished = drive(&handle, &args.decide, Some(&path)).await;
     drop(ctrl_c);
+    mcp.shutdown().await;
     finished
 }
 
-/// The task's own command tools are part of the stored configuration's world:
-/// rebuild the registry (and the named child models) from the task directory
-/// the run was started from.
-fn runtime_for(config: &RunConfig) -> Result<Runtime, RunError> {
+/// A stored run's runtime and the MCP servers its tools come from.
+struct Rebuilt {
+    runtime: Runtime,
+    mcp: McpServers,
+}
+
+/// The task's own command and MCP tools are part of the stored
+/// configuration's world: rebuild the registry (and the named child models)
+/// from the task directory the run was started from, its MCP servers started
+/// again in the run's working directory.
+async fn runtime_for(config: &RunConfig) -> Result<Rebuilt, RunError> {
     match stored_task_dir(config) {
         Some(dir) => {
             let task = TaskSpec::load(&dir)?;
             let context = ContextSettings::of_task(&task);
-            with_child_models(task.runtime()?, &task, context)
+            let mcp = task.start_mcp(&config.workdir).await?;
+            let runtime = Runtime::new(task.registry_with(&mcp)?);
+            Ok(Rebuilt {
+                runtime: with_child_models(runtime, &task, context)?,
+                mcp,
+            })
         }
-        None => Runtime::with_builtins().map_err(RunError::BadInput),
+        None => Ok(Rebuilt {
+            runtime: Runtime::with_builtins().map_err(RunError::BadInput)?,
+            mcp: McpServers::default(),
+        }),
     }
 }
 

@@ -4,6 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
+use agentry::mcp::McpServers;
 use agentry::{Grants, Policy, RunConfig, RunHandle, Runtime, RuntimeError, TaskSpec};
 
 use crate::args::{RunArgs, absolute};
@@ -33,6 +34,8 @@ pub(crate) struct Prepared {
     pub(crate) policy: Box<dyn Policy>,
     /// The store's file; `None` for a run kept in memory only.
     pub(crate) store: Option<PathBuf>,
+    /// The task's MCP servers, started: shut them down once the run ends.
+    pub(crate) mcp: McpServers,
 }
 
 /// Runs one task to its outcome (or, for a durable run, until it parks).
@@ -42,6 +45,7 @@ pub(crate) async fn run(args: RunArgs) -> Result<Finished, RunError> {
         config,
         policy,
         store,
+        mcp,
     } = prepare(&args).await?;
     // Listening starts here, before the run: an early ctrl-c aborts it too.
     let ctrl_c = CtrlC::listen(&runtime)
@@ -63,6 +67,7 @@ pub(crate) async fn run(args: RunArgs) -> Result<Finished, RunError> {
     }
     let finished = drive(&handle, &[], store.as_deref()).await;
     drop(ctrl_c);
+    mcp.shutdown().await;
     finished
 }
 
@@ -77,13 +82,15 @@ pub(crate) async fn prepare(args: &RunArgs) -> Result<Prepared, RunError> {
     if let Some(path) = &trace {
         check_trace_file(path).map_err(RunError::BadInput)?;
     }
-    let Stored { runtime, path } = open_store(args, task.runtime()?)?;
-    // Checked before the working directory exists, like the run's own model.
+    // The working directory is made before the MCP servers (their working
+    // directory) and removed again if anything after it fails, so bad input
+    // leaves nothing behind.
+    let fresh = FreshWorkdir::prepare(&task, args.workdir.as_deref())?;
+    let mcp = task.start_mcp(&fresh.path).await?;
+    let Stored { runtime, path } = open_store(args, Runtime::new(task.registry_with(&mcp)?))?;
     let runtime = with_child_models(runtime, &task, ContextSettings::of_run(args, &task))?;
     refuse_taken_run_id(&runtime, path.as_deref(), args.run_id.as_deref()).await?;
-    // The working directory is created last, so bad input leaves nothing behind.
-    let workdir = task.prepare_workdir(args.workdir.as_deref())?;
-    let mut config = task.run_config(workdir);
+    let mut config = task.run_config(fresh.keep());
     config.trace = trace;
     config.run_id = args.run_id.clone();
     config.policy_spec = Some(policy_spec);
@@ -100,7 +107,59 @@ pub(crate) async fn prepare(args: &RunArgs) -> Result<Prepared, RunError> {
         config,
         policy,
         store: path,
+        mcp,
     })
+}
+
+/// A working directory made for this run, removed on drop unless kept: the
+/// start failed after it was made.
+pub(crate) struct FreshWorkdir {
+    pub(crate) path: PathBuf,
+    /// The user named an empty directory that already existed: empty it, do
+    /// not remove it.
+    existed: bool,
+    kept: bool,
+}
+
+impl FreshWorkdir {
+    pub(crate) fn prepare(task: &TaskSpec, named: Option<&Path>) -> Result<FreshWorkdir, RunError> {
+        let existed = named.is_some_and(Path::exists);
+        let path = task.prepare_workdir(named)?;
+        Ok(FreshWorkdir {
+            path,
+            existed,
+            kept: false,
+        })
+    }
+
+    fn keep(mut self) -> PathBuf {
+        self.kept = true;
+        std::mem::take(&mut self.path)
+    }
+}
+
+impl Drop for FreshWorkdir {
+    fn drop(&mut self) {
+        if self.kept {
+            return;
+        }
+        let removed = if self.existed {
+            std::fs::read_dir(&self.path).and_then(|entries| {
+                entries.flatten().try_for_each(|e| match e.file_type() {
+                    Ok(t) if t.is_dir() => std::fs::remove_dir_all(e.path()),
+                    Ok(_) | Err(_) => std::fs::remove_file(e.path()),
+                })
+            })
+        } else {
+            std::fs::remove_dir_all(&self.path)
+        };
+        if let Err(e) = removed {
+            eprintln!(
+                "agentry: warning: could not remove the working directory {}: {e}",
+                self.path.display()
+            );
+        }
+    }
 }
 
 /// `--max-steps` and `--deadline` replace the task's.

@@ -27,6 +27,7 @@ mod cli {
     mod run;
     mod runs;
     mod tls_resume;
+    mod tools_cmd;
     mod tree;
     mod workspace;
 }

@@ -31,6 +31,17 @@ pub enum TaskError {
     /// not register, or agentry's temp directory is unsafe to use.
     #[error(transparent)]
     Runtime(#[from] RuntimeError),
+    /// An MCP server the task declares did not start (or did not list its
+    /// tools) within its `startup_timeout`; the error names the server and
+    /// what it printed on stderr.
+    #[error("{file}: {source}", file = file.display())]
+    Mcp {
+        /// The task file that declares the server.
+        file: PathBuf,
+        /// What went wrong.
+        #[source]
+        source: Box<agentry_mcp::McpError>,
+    },
 }
 
 impl TaskError {
@@ -52,6 +63,10 @@ impl From<TaskError> for RuntimeError {
             TaskError::Invalid { file, message } => RuntimeError::InvalidTask { file, message },
             TaskError::Workdir { path, source } => RuntimeError::Workdir { path, source },
             TaskError::Runtime(e) => e,
+            TaskError::Mcp { file, source } => RuntimeError::InvalidTask {
+                file,
+                message: source.to_string(),
+            },
         }
     }
 }

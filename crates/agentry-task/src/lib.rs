@@ -43,6 +43,7 @@ use std::time::Duration;
 mod accept;
 pub mod command;
 pub mod error;
+mod mcp;
 #[cfg(test)]
 mod props;
 mod raw;

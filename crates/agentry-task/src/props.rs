@@ -75,11 +75,33 @@ const TABLES: &[(&str, &[&str])] = &[
             "version",
         ],
     ),
+    (
+        "[[tools.mcp]]",
+        &[
+            "name",
+            "command",
+            "env",
+            "url",
+            "headers",
+            "tools",
+            "timeout",
+            "startup_timeout",
+        ],
+    ),
+    (
+        "[tools.mcp.overrides.t]",
+        &["effect", "idempotency", "approve"],
+    ),
     ("[nope]", &["x"]),
 ];
 
 const KEYS: &[&str] = &[
     "goal",
+    "url",
+    "headers",
+    "tools",
+    "startup_timeout",
+    "overrides",
     "accept",
     "approval_timeout",
     "approve",

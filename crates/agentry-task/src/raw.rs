@@ -61,6 +61,7 @@ pub(crate) struct RawTools {
     pub(crate) approve: Option<Value>,
     pub(crate) approval_timeout: Option<Value>,
     pub(crate) command: Option<Value>,
+    pub(crate) mcp: Option<Value>,
 }
 
 #[derive(Deserialize)]

@@ -17,6 +17,7 @@ use crate::command::CommandToolDecl;
 use crate::error::TaskError;
 use crate::raw::RawTask;
 use crate::values::syntax_error;
+use agentry_mcp::{McpServerConfig, McpServers, StartOptions};
 
 /// A loaded, validated task directory.
 #[derive(Debug, Clone, PartialEq)]
@@ -35,6 +36,10 @@ pub struct TaskSpec {
     /// Command tools the task declares (`[[tools.command]]`), in file order.
     /// Registered by [`TaskSpec::registry`], granted only through `grants`.
     pub command_tools: Vec<CommandToolDecl>,
+    /// MCP servers whose tools the task offers (`[[tools.mcp]]`), in file
+    /// order. Started by [`TaskSpec::start_mcp`]; their tools are registered by
+    /// [`TaskSpec::registry_with`], granted only through `grants`.
+    pub mcp_servers: Vec<McpServerConfig>,
     /// Acceptance checks, in file order.
     pub accept: Vec<AcceptCheck>,
     /// No-progress window; 0 disables the check.
@@ -157,6 +162,45 @@ impl TaskSpec {
     /// (`tools.command[1]: ...`); [`TaskSpec::parse`] already checked what it can,
     /// so this fails only for a hand-edited spec.
     pub fn registry(&self) -> Result<ToolRegistry, TaskError> {
+        self.registry_with(&McpServers::default())
+    }
+
+    /// Starts the task's MCP servers (`[[tools.mcp]]`) for a run in `workdir`
+    /// (a stdio server's working directory), all at once, each within its
+    /// `startup_timeout`; their tools go to [`TaskSpec::registry_with`]. The
+    /// servers live until [`McpServers::shutdown`] or until dropped.
+    pub async fn start_mcp(&self, workdir: &Path) -> Result<McpServers, TaskError> {
+        if self.mcp_servers.is_empty() {
+            return Ok(McpServers::default());
+        }
+        McpServers::start_all(
+            self.mcp_servers.clone(),
+            StartOptions::new(workdir.to_path_buf()),
+        )
+        .await
+        .map_err(|e| TaskError::Mcp {
+            file: self.dir.join(TASK_FILE),
+            source: Box::new(e),
+        })
+    }
+
+    /// [`TaskSpec::registry`] plus the tools of started MCP servers (after the
+    /// command tools). A name taken twice (or the same at a model API: `a.b`
+    /// and `a_b`) is an error naming both.
+    pub fn registry_with(&self, mcp: &McpServers) -> Result<ToolRegistry, TaskError> {
+        let file = self.dir.join(TASK_FILE);
+        let mut registry = self.command_registry()?;
+        for tool in mcp.tools() {
+            let name = tool.contract().name;
+            registry
+                .register(tool)
+                .map_err(|e| TaskError::invalid(&file, format!("tools.mcp: tool {name:?}: {e}")))?;
+        }
+        Ok(registry)
+    }
+
+    /// The built-ins and the command tools.
+    fn command_registry(&self) -> Result<ToolRegistry, TaskError> {
         let file = self.dir.join(TASK_FILE);
         let mut registry = ToolRegistry::with_builtins()?;
         for (i, decl) in self.command_tools.iter().enumerate() {

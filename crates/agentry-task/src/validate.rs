@@ -14,6 +14,7 @@ use toml::Value;
 
 use crate::accept::accept;
 use crate::command::{CommandToolDecl, command_tools};
+use crate::mcp::{apply_approvals, mcp_servers};
 use crate::raw::{
     RawBudget, RawChildModel, RawDriver, RawFallback, RawPolicy, RawProgress, RawReserve, RawTask,
     RawTools, RawTree,
@@ -24,11 +25,13 @@ use crate::values::{
     relative_path, section, task_id,
 };
 use crate::{DEFAULT_GRANTS, DEFAULT_SCRIPT, MAX_RESULT_CAP, MIN_RESULT_CAP, WORKSPACE_DIR};
+use agentry_mcp::McpServerConfig;
 
 /// `[tools]`, checked.
 struct ToolsTable {
     grants: Grants,
     command_tools: Vec<CommandToolDecl>,
+    mcp_servers: Vec<McpServerConfig>,
     approval: ApprovalConfig,
 }
 
@@ -60,6 +63,7 @@ impl TaskSpec {
         let ToolsTable {
             grants,
             command_tools,
+            mcp_servers,
             approval,
         } = tools_table(raw.tools)?;
         let DriverTable { driver, tick_every } = driver_table(raw.driver)?;
@@ -89,6 +93,7 @@ impl TaskSpec {
             limits,
             grants,
             command_tools,
+            mcp_servers,
             accept,
             progress_window,
             max_denied,
@@ -167,6 +172,7 @@ fn tools_table(v: Option<Value>) -> Result<ToolsTable, FieldError> {
         return Ok(ToolsTable {
             grants: Grants::new(DEFAULT_GRANTS.iter().copied()),
             command_tools: Vec::new(),
+            mcp_servers: Vec::new(),
             approval: ApprovalConfig::default(),
         });
     };
@@ -182,6 +188,11 @@ fn tools_table(v: Option<Value>) -> Result<ToolsTable, FieldError> {
         Some(v) => command_tools(v)?,
         None => Vec::new(),
     };
+    let mcp_servers = match tools.mcp {
+        Some(v) => mcp_servers(v)?,
+        None => Vec::new(),
+    };
+    apply_approvals(&mcp_servers, &mut approval);
     let grants = match tools.grant {
         Some(grant) => Grants::new(patterns("tools.grant", grant)?),
         None => Grants::new(DEFAULT_GRANTS.iter().copied()),
@@ -189,6 +200,7 @@ fn tools_table(v: Option<Value>) -> Result<ToolsTable, FieldError> {
     Ok(ToolsTable {
         grants,
         command_tools,
+        mcp_servers,
         approval,
     })
 }

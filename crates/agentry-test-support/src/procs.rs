@@ -61,3 +61,26 @@ pub fn child_named(ppid: u32, name: &str) -> Option<i32> {
     }
     None
 }
+
+/// Alive (not zombie) processes in process group `pgid`.
+pub fn alive_in_group(pgid: i32) -> Vec<i32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+        // After the command's closing parenthesis: state, ppid, pgrp, ...
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .map(|(_, rest)| rest.split_whitespace().take(3).collect())
+            .unwrap_or_default();
+        if let [state, _ppid, pgrp] = fields.as_slice()
+            && *state != "Z"
+            && pgrp.parse::<i32>() == Ok(pgid)
+        {
+            found.push(pid);
+        }
+    }
+    found
+}

@@ -14,7 +14,8 @@
 //! - `sqlite` (default): `SqliteStore`, the embedded durable store. Without it,
 //!   [`Store`] is there to implement; no SQLite is compiled.
 //! - `task` (default): task directories, `TaskSpec` and the `task` module
-//!   (`task.toml`, command tools; brings toml and humantime).
+//!   (`task.toml`, command tools; brings toml and humantime) and the `mcp`
+//!   module (MCP servers' tools; brings rmcp).
 //!
 //! ```no_run
 //! use agentry::{Runtime, RunConfig, Script};
@@ -48,6 +49,10 @@ pub use async_trait::async_trait;
 pub use agentry_store::SqliteStore;
 pub use agentry_store::Store;
 
+/// MCP servers' tools (`[[tools.mcp]]` in a task, or started in code with
+/// `mcp::McpServer::start` and registered like any tool).
+#[cfg(feature = "task")]
+pub use agentry_mcp as mcp;
 /// The policy seam and the scripted policy.
 pub use agentry_policy as policy;
 /// The runtime crate, for actor-level access (message enums, actors).

@@ -88,6 +88,7 @@ impl ServerRuns {
             config,
             policy,
             store,
+            mcp,
         } = prepare(&args)
             .await
             .map_err(|e| StartError::Run(describe(&e)))?;
@@ -95,6 +96,12 @@ impl ServerRuns {
             .start_boxed(config, policy)
             .await
             .map_err(|e| StartError::Run(e.to_string()))?;
+        // The task's MCP servers live as long as its run.
+        let ended = handle.clone();
+        tokio::spawn(async move {
+            let _ = ended.wait().await;
+            mcp.shutdown().await;
+        });
         if let Some(path) = store {
             eprintln!(
                 "agentry: mcp: run {} is stored in {}",

@@ -12,7 +12,7 @@
 //! → [`CommandToolDecl`]); this file checks the list and the names across it.
 
 mod declaration;
-mod fields;
+pub(crate) mod fields;
 #[cfg(test)]
 mod tests;
 

@@ -1,0 +1,132 @@
+//! `agentry tools TASK_DIR`: every tool a run of the task has — built-ins,
+//! the task's command tools, its MCP servers' tools — with the contract facts
+//! a reviewer checks (effect, idempotency, approval) and whether the task
+//! grants it (only granted tools are shown to the model). It starts the MCP
+//! servers to list them, in a scratch working directory removed afterwards,
+//! so it is also the quickest check of a `[[tools.mcp]]` block.
+
+use std::path::Path;
+
+use agentry::TaskSpec;
+use agentry::protocol::tool::{Effect, Idempotency, ToolContract};
+use serde::Serialize;
+
+use crate::error::RunError;
+use crate::run::FreshWorkdir;
+
+/// One tool as `agentry tools` prints it (`--json`: an array of these).
+#[derive(Debug, Serialize)]
+pub(crate) struct ToolRow {
+    name: String,
+    /// `built-in`, `command` or `mcp:<server>`.
+    source: String,
+    effect: Effect,
+    idempotency: Idempotency,
+    /// Whether a call waits for a human's approval.
+    approval: bool,
+    /// Whether the task grants it (the model sees only granted tools).
+    granted: bool,
+    description: String,
+}
+
+/// Loads the task, starts its MCP servers and lists every registered tool.
+pub(crate) async fn list(task_dir: &Path, json: bool) -> Result<(), RunError> {
+    let task = TaskSpec::load(task_dir)?;
+    let scratch = FreshWorkdir::prepare(&task, None)?;
+    let mcp = task.start_mcp(&scratch.path).await?;
+    let registry = task.registry_with(&mcp);
+    mcp.shutdown().await;
+    drop(scratch);
+    let registry = registry?;
+    let rows: Vec<ToolRow> = registry
+        .specs()
+        .iter()
+        .filter_map(|spec| registry.get(&spec.name))
+        .map(|tool| row(&task, &tool.contract))
+        .collect();
+    let text = if json {
+        serde_json::to_string_pretty(&rows).map_err(|e| {
+            RunError::BadInput(agentry::RuntimeError::InvalidTool {
+                name: "tools".into(),
+                message: e.to_string(),
+            })
+        })?
+    } else {
+        table(&rows)
+    };
+    println!("{text}");
+    Ok(())
+}
+
+fn row(task: &TaskSpec, contract: &ToolContract) -> ToolRow {
+    ToolRow {
+        name: contract.name.clone(),
+        source: source(task, &contract.name),
+        effect: contract.effect,
+        idempotency: contract.idempotency,
+        approval: task.approval.required_for(contract),
+        granted: task.grants.allows(contract),
+        description: contract.description.clone(),
+    }
+}
+
+fn source(task: &TaskSpec, name: &str) -> String {
+    if task.command_tools.iter().any(|d| d.contract.name == name) {
+        return "command".into();
+    }
+    match task.mcp_servers.iter().find(|s| {
+        name.strip_prefix(&s.name)
+            .is_some_and(|rest| rest.starts_with('.'))
+    }) {
+        Some(server) => format!("mcp:{}", server.name),
+        None => "built-in".into(),
+    }
+}
+
+/// Aligned columns, one tool per line, the description last.
+fn table(rows: &[ToolRow]) -> String {
+    let name_w = rows.iter().map(|r| r.name.len()).max().unwrap_or(4).max(4);
+    let source_w = rows
+        .iter()
+        .map(|r| r.source.len())
+        .max()
+        .unwrap_or(6)
+        .max(6);
+    let mut out = format!(
+        "{:name_w$}  {:source_w$}  {:21}  {:12}  {:8}  {:7}  DESCRIPTION",
+        "TOOL", "SOURCE", "EFFECT", "IDEMPOTENCY", "APPROVAL", "GRANTED"
+    );
+    for r in rows {
+        let first_line = r.description.lines().next().unwrap_or("");
+        out.push_str(&format!(
+            "\n{:name_w$}  {:source_w$}  {:21}  {:12}  {:8}  {:7}  {first_line}",
+            r.name,
+            r.source,
+            effect_word(r.effect),
+            idempotency_word(r.idempotency),
+            yes_no(r.approval),
+            yes_no(r.granted),
+        ));
+    }
+    out
+}
+
+fn effect_word(effect: Effect) -> &'static str {
+    match effect {
+        Effect::ReadOnly => "read_only",
+        Effect::Reversible => "reversible",
+        Effect::IrreversibleExternal => "irreversible_external",
+    }
+}
+
+fn idempotency_word(idempotency: Idempotency) -> &'static str {
+    match idempotency {
+        Idempotency::Idempotent => "idempotent",
+        Idempotency::RequiredKey => "required_key",
+        Idempotency::None => "none",
+    }
+}
+
+fn yes_no(b: bool) -> &'static str {
+    if b { "yes" } else { "no" }
+}

@@ -1,0 +1,101 @@
+//! MCP servers' tools through the runtime, declared in task.toml
+//! (`[[tools.mcp]]`), started by `TaskSpec::start_mcp` and registered by
+//! `TaskSpec::registry_with`, as an embedding service or the CLI does.
+//!
+//! `everything`: the MCP reference server `@modelcontextprotocol/server-everything`
+//! (an npm package) over stdio and streamable HTTP. Ignored by default:
+//! `.ci/run` installs it, sets `MCP_EVERYTHING_DIR` and runs these with
+//! `--ignored`; with the variable unset or unusable they fail saying so.
+//! `lifecycle`: start failures, restarts and approvals, with servers that
+//! need nothing installed.
+
+mod everything;
+mod lifecycle;
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use agentry_test_support::TestError;
+
+/// The reference server's entry point under `MCP_EVERYTHING_DIR`: an error
+/// when the variable is unset or names a folder without it.
+pub(crate) fn everything_bin() -> Result<PathBuf, TestError> {
+    let dir = std::env::var_os("MCP_EVERYTHING_DIR").ok_or(
+        "MCP_EVERYTHING_DIR is not set: point it at a folder where `npm install @modelcontextprotocol/server-everything@2026.8.31` ran (.ci/run does)",
+    )?;
+    let bin = PathBuf::from(dir).join("node_modules/.bin/mcp-server-everything");
+    if !bin.is_file() {
+        return Err(format!(
+            "MCP_EVERYTHING_DIR is set but {} does not exist: run `npm install --prefix $MCP_EVERYTHING_DIR @modelcontextprotocol/server-everything@2026.8.31`",
+            bin.display()
+        )
+        .into());
+    }
+    Ok(bin)
+}
+
+/// A Node preload that makes a server listening on a bare port bind
+/// 127.0.0.1 only (server-everything listens on every interface).
+pub(crate) fn loopback_preload() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/peers/loopback.cjs")
+}
+
+/// The reference server over streamable HTTP on 127.0.0.1, killed on drop.
+pub(crate) struct EverythingHttp {
+    child: Child,
+    pub(crate) addr: SocketAddr,
+}
+
+impl EverythingHttp {
+    pub(crate) fn start() -> Result<EverythingHttp, TestError> {
+        let bin = everything_bin()?;
+        // A free port, handed over (another process could take it first; the
+        // readiness wait then fails loudly).
+        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let child = Command::new("node")
+            .arg(bin)
+            .arg("streamableHttp")
+            .env("PORT", port.to_string())
+            .env(
+                "NODE_OPTIONS",
+                format!("--require {}", loopback_preload().display()),
+            )
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?;
+        let server = EverythingHttp {
+            child,
+            addr: SocketAddr::from(([127, 0, 0, 1], port)),
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while TcpStream::connect(server.addr).is_err() {
+            if Instant::now() > deadline {
+                return Err(format!("server-everything did not listen on {}", server.addr).into());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(server)
+    }
+
+    pub(crate) fn url(&self) -> String {
+        format!("http://{}/mcp", self.addr)
+    }
+}
+
+impl Drop for EverythingHttp {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Writes a task directory: `task.toml` from `toml`, with an empty workspace.
+pub(crate) fn task_dir(root: &Path, toml: &str) -> Result<PathBuf, TestError> {
+    let dir = root.join("task");
+    std::fs::create_dir_all(dir.join("workspace"))?;
+    std::fs::write(dir.join("task.toml"), toml)?;
+    Ok(dir)
+}
