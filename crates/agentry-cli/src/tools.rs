@@ -97,7 +97,7 @@ fn table(rows: &[ToolRow]) -> String {
         "TOOL", "SOURCE", "EFFECT", "IDEMPOTENCY", "APPROVAL", "GRANTED"
     );
     for r in rows {
-        let first_line = r.description.lines().next().unwrap_or("");
+        let first_line = short(&r.description);
         out.push_str(&format!(
             "\n{:name_w$}  {:source_w$}  {:21}  {:12}  {:8}  {:7}  {first_line}",
             r.name,
@@ -110,6 +110,20 @@ fn table(rows: &[ToolRow]) -> String {
     }
     out
 }
+
+/// The description's first line, cut to [`DESCRIPTION_CHARS`] (the JSON
+/// has it whole).
+fn short(description: &str) -> String {
+    let line = description.lines().next().unwrap_or("");
+    if line.chars().count() <= DESCRIPTION_CHARS {
+        return line.to_string();
+    }
+    let cut: String = line.chars().take(DESCRIPTION_CHARS - 1).collect();
+    format!("{}…", cut.trim_end())
+}
+
+/// How much of a description the table shows.
+const DESCRIPTION_CHARS: usize = 60;
 
 fn effect_word(effect: Effect) -> &'static str {
     match effect {

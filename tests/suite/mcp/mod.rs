@@ -11,6 +11,7 @@
 
 mod everything;
 mod lifecycle;
+mod runs;
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};

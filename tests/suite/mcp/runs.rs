@@ -1,0 +1,135 @@
+//! Whole runs on an MCP server that needs nothing installed: agentry-mcp's
+//! own test server (`crates/agentry-mcp/examples/test_server.rs`, a real rmcp
+//! server on stdio): an unannotated tool waits for a human's approval; a
+//! server killed mid-run is restarted at the next call and the run goes on.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use agentry::protocol::event::RunEvent;
+use agentry::{Runtime, StopReason, TaskSpec};
+use agentry_test_support::{
+    ScriptBuilder, TestError, collect_until_stopped, tool_results, wait_for_event,
+};
+use serde_json::json;
+
+use super::task_dir;
+
+/// The test server as `cargo test` builds it: target/<profile>/examples/test_server.
+fn test_server() -> Result<PathBuf, TestError> {
+    let exe = std::env::current_exe()?;
+    let profile = exe
+        .parent()
+        .and_then(Path::parent)
+        .ok_or("no target directory")?;
+    let binary = profile.join("examples").join("test_server");
+    if !binary.exists() {
+        return Err(format!(
+            "{} is missing: build it with `cargo build -p agentry-mcp --example test_server` (`cargo test --workspace` does)",
+            binary.display()
+        )
+        .into());
+    }
+    Ok(binary)
+}
+
+fn task_toml(extra: &str) -> Result<String, TestError> {
+    Ok(format!(
+        "goal = \"use the server\"\n[budget]\nmax_steps = 10\n[tools]\ngrant = [\"srv.*\", \"server.kill\"]\n\
+         [[tools.mcp]]\nname = \"srv\"\ncommand = [{:?}]\n{extra}",
+        test_server()?.display().to_string()
+    ))
+}
+
+/// `write` has no annotations: `irreversible_external`, so the call waits
+/// for approval; approved, it runs and the run ends `done`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unannotated_tool_waits_for_approval_then_runs() -> Result<(), TestError> {
+    let tmp = tempfile::tempdir()?;
+    let task = TaskSpec::load(&task_dir(tmp.path(), &task_toml("")?)?)?;
+    let workdir = task.prepare_workdir(Some(&tmp.path().join("run")))?;
+    let mcp = task.start_mcp(&workdir).await?;
+    let runtime = Runtime::new(task.registry_with(&mcp)?);
+    let policy = ScriptBuilder::new()
+        .call("w", "srv.write", json!({"text": "pay 10"}))
+        .finish("paid")
+        .policy();
+    let handle = runtime.start(task.run_config(workdir), policy).await?;
+    let mut events = handle.subscribe();
+    let waiting = wait_for_event(
+        &mut events,
+        |e| matches!(&e.event, RunEvent::AwaitingApproval { call, .. } if call.id == "w"),
+        Duration::from_secs(30),
+    )
+    .await?;
+    assert!(matches!(waiting.event, RunEvent::AwaitingApproval { .. }));
+    handle.approve("w").await?;
+    let rest = collect_until_stopped(events).await?;
+    let outcome = handle.wait().await?;
+    mcp.shutdown().await;
+
+    assert_eq!(outcome.stop_reason, StopReason::Done, "{}", outcome.detail);
+    let results = tool_results(&rest);
+    let (_, w) = results
+        .iter()
+        .find(|(_, r)| r.tool_call_id == "w")
+        .ok_or("no result for w")?;
+    assert!(w.ok, "{w:?}");
+    assert!(
+        w.data
+            .as_ref()
+            .ok_or("no data")?
+            .to_string()
+            .contains("pay 10")
+    );
+    Ok(())
+}
+
+/// A command tool SIGKILLs the server between two calls; the next call
+/// finds it dead, starts it again and answers; the run ends `done`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_killed_mid_run_is_restarted_and_the_run_goes_on() -> Result<(), TestError> {
+    let kill_tool = r#"
+[[tools.command]]
+name = "server.kill"
+description = "SIGKILL the process whose pid is in server.pid"
+argv = ["sh", "-c", "kill -9 $(cat server.pid)"]
+effect = "reversible"
+"#;
+    let tmp = tempfile::tempdir()?;
+    let task = TaskSpec::load(&task_dir(tmp.path(), &task_toml(kill_tool)?)?)?;
+    let workdir = task.prepare_workdir(Some(&tmp.path().join("run")))?;
+    let mcp = task.start_mcp(&workdir).await?;
+    let first = mcp.iter().find_map(|s| s.pid()).ok_or("no server pid")?;
+    std::fs::write(workdir.join("server.pid"), first.to_string())?;
+    let runtime = Runtime::new(task.registry_with(&mcp)?);
+    let policy = ScriptBuilder::new()
+        .call("one", "srv.read", json!({"text": "before"}))
+        .call("kill", "server.kill", json!({}))
+        .call("two", "srv.read", json!({"text": "after"}))
+        .finish("went on")
+        .policy();
+    let handle = runtime.start(task.run_config(workdir), policy).await?;
+    let events = collect_until_stopped(handle.subscribe()).await?;
+    let outcome = handle.wait().await?;
+    let second = mcp.iter().find_map(|s| s.pid()).ok_or("no server pid")?;
+    mcp.shutdown().await;
+
+    assert_eq!(outcome.stop_reason, StopReason::Done, "{}", outcome.detail);
+    let results = tool_results(&events);
+    for (id, text) in [("one", "before"), ("two", "after")] {
+        let (_, r) = results
+            .iter()
+            .find(|(_, r)| r.tool_call_id == id)
+            .ok_or_else(|| format!("no result for {id}"))?;
+        assert!(r.ok, "{id}: {r:?}");
+        assert!(r.data.as_ref().ok_or("no data")?.to_string().contains(text));
+    }
+    let killed = results
+        .iter()
+        .find(|(_, r)| r.tool_call_id == "kill")
+        .ok_or("no result for kill")?;
+    assert!(killed.1.ok, "{killed:?}");
+    assert_ne!(first, second, "the server was started again");
+    Ok(())
+}
