@@ -105,3 +105,41 @@ fn mcp_http_refuses_a_non_loopback_address() {
     );
     assert!(out.stdout.is_empty());
 }
+
+/// A web page in the user's browser must not drive the server: a request
+/// carrying a browser `Origin`, or a `Host` that is not a loopback name (DNS
+/// rebinding), is refused before any tool runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_http_refuses_a_cross_site_origin_and_a_rebound_host() {
+    agentry_models::install_crypto_provider();
+    let tmp = tempfile::tempdir().unwrap();
+    let (_server, url) = start_http(&tmp.path().join("runs.db"));
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "page", "version": "1"}}});
+    let client = reqwest::Client::new();
+    let post = |extra: (&'static str, &'static str)| {
+        client
+            .post(&url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header(extra.0, extra.1)
+            .body(initialize.to_string())
+            .send()
+    };
+    let page = post(("origin", "http://evil.example")).await.unwrap();
+    assert!(
+        page.status().is_client_error(),
+        "a cross-site Origin: {}",
+        page.status()
+    );
+    let rebound = post(("host", "evil.example")).await.unwrap();
+    assert!(
+        rebound.status().is_client_error(),
+        "a rebound Host: {}",
+        rebound.status()
+    );
+    // The same request from a local client is served.
+    let local = post(("user-agent", "agentry-test")).await.unwrap();
+    assert!(local.status().is_success(), "{}", local.status());
+}
