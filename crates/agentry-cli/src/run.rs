@@ -95,7 +95,9 @@ pub(crate) async fn prepare(args: &RunArgs) -> Result<Prepared, RunError> {
     config.run_id = args.run_id.clone();
     config.policy_spec = Some(policy_spec);
     if !args.approve.is_empty() {
-        config.approval.pre_approved = Grants::new(args.approve.iter().cloned());
+        // On top of what the task approves up front (an MCP override's `approve = false`).
+        let entries = config.approval.pre_approved.entries().iter();
+        config.approval.pre_approved = Grants::new(entries.chain(&args.approve).cloned());
     }
     let runtime = match children {
         // Children spawned without an inline script use the same model.

@@ -22,6 +22,8 @@ mod cli {
     mod interrupt;
     mod mcp;
     mod mcp_http;
+    #[cfg(target_os = "linux")]
+    mod mcp_resume;
     mod model;
     mod proxy;
     mod run;
