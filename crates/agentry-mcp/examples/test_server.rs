@@ -14,6 +14,7 @@
 //! - `sample`: asks the client for a completion (sampling/createMessage) and
 //!   returns what happened as text;
 //! - `elicit`: asks the client for input (elicitation/create), likewise;
+//! - `spawn`: starts `sleep 600` in the server's process group, returns its pid;
 //! - `env`: the value of the variable named `name`, or "(unset)".
 //!
 //! `test_server silent` prints "oops: not speaking MCP" on stderr and never
@@ -61,6 +62,7 @@ fn tools() -> Vec<Tool> {
         json!({"name": "crash", "description": "Exits the server.", "inputSchema": empty}),
         json!({"name": "sample", "description": "Asks the client's model.", "inputSchema": empty}),
         json!({"name": "elicit", "description": "Asks the client's user.", "inputSchema": empty}),
+        json!({"name": "spawn", "description": "Starts `sleep 600` in the server's group.", "inputSchema": empty}),
         json!({"name": "env", "description": "Reads a variable.",
                "inputSchema": {"type": "object", "properties": {"name": {"type": "string"}}},
                "annotations": {"readOnlyHint": true}}),
@@ -183,6 +185,16 @@ impl ServerHandler for TestServer {
             "elicit" => self.ask(json!({"method": "elicitation/create", "params": {
                 "mode": "form", "message": "name?", "requestedSchema": {"type": "object", "properties": {"name": {"type": "string"}}}
             }}), context).await,
+            "spawn" => match std::process::Command::new("sleep")
+                .arg("600")
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+            {
+                Ok(child) => text(child.id().to_string()),
+                Err(e) => Err(ErrorData::internal_error(e.to_string(), None)),
+            },
             "env" => {
                 let name = arg(&request, "name").and_then(Value::as_str).unwrap_or("");
                 text(std::env::var(name).unwrap_or_else(|_| "(unset)".into()))
