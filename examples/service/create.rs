@@ -13,7 +13,7 @@
 use std::path::{Component, Path};
 
 use agentry::{RunConfig, Script, TaskError, TaskSpec};
-use serde_json::{Map, Value};
+use serde_json::Value;
 use tempfile::TempDir;
 
 use super::error::ApiError;
@@ -61,7 +61,8 @@ pub fn prepare(body: &[u8]) -> Result<NewRun, ApiError> {
         ));
     }
 
-    let text = task_toml(task)?;
+    let text = agentry::task::task_toml_from_json(task)
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
     let workdir = tempfile::Builder::new()
         .prefix("agentry-service-")
         .tempdir()
@@ -99,52 +100,6 @@ pub fn prepare(body: &[u8]) -> Result<NewRun, ApiError> {
         config,
         script,
         workdir,
-    })
-}
-
-/// The task fields as task.toml text. JSON has `null` and TOML does not, so a
-/// null is refused here, naming its field, instead of failing inside the writer.
-fn task_toml(task: Map<String, Value>) -> Result<String, ApiError> {
-    let mut table = toml::Table::new();
-    for (key, value) in task {
-        let converted = to_toml(&key, value)?;
-        table.insert(key, converted);
-    }
-    toml::to_string(&table)
-        .map_err(|e| ApiError::bad_request(format!("the task cannot be written as TOML: {e}")))
-}
-
-fn to_toml(at: &str, value: Value) -> Result<toml::Value, ApiError> {
-    Ok(match value {
-        Value::Null => {
-            return Err(ApiError::bad_request(format!(
-                "{at}: null is not allowed; leave the field out instead"
-            )));
-        }
-        Value::Bool(b) => toml::Value::Boolean(b),
-        Value::Number(n) => match (n.as_i64(), n.as_f64()) {
-            (Some(i), _) => toml::Value::Integer(i),
-            (None, Some(f)) => toml::Value::Float(f),
-            (None, None) => {
-                return Err(ApiError::bad_request(format!("{at}: {n} is out of range")));
-            }
-        },
-        Value::String(s) => toml::Value::String(s),
-        Value::Array(items) => toml::Value::Array(
-            items
-                .into_iter()
-                .enumerate()
-                .map(|(i, item)| to_toml(&format!("{at}[{i}]"), item))
-                .collect::<Result<_, _>>()?,
-        ),
-        Value::Object(fields) => {
-            let mut table = toml::Table::new();
-            for (key, item) in fields {
-                let converted = to_toml(&format!("{at}.{key}"), item)?;
-                table.insert(key, converted);
-            }
-            toml::Value::Table(table)
-        }
     })
 }
 

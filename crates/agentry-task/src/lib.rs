@@ -43,6 +43,7 @@ use std::time::Duration;
 mod accept;
 pub mod command;
 pub mod error;
+mod json;
 mod mcp;
 #[cfg(test)]
 mod props;
@@ -56,6 +57,7 @@ mod workdir;
 
 pub use command::CommandToolDecl;
 pub use error::TaskError;
+pub use json::{JsonTaskError, task_toml_from_json};
 pub use spec::{ChildModelSpec, Compaction, FallbackSpec, TaskSpec};
 
 /// The task file inside a task directory.

@@ -20,20 +20,12 @@ pub(crate) const INLINE_TASK_ID: &str = "inline";
 /// argument (and field) at fault.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum InlineError {
-    /// A field JSON can say and TOML cannot.
-    #[error("task.{at}: {why}")]
-    Field {
-        /// The field's path, e.g. `budget.max_steps`.
-        at: String,
-        /// What is wrong.
-        why: String,
-    },
+    /// A field JSON can say and TOML cannot, or the task cannot be written.
+    #[error("task.{0}")]
+    Task(#[from] agentry::task::JsonTaskError),
     /// A `files` entry outside the workspace.
     #[error("files[{0:?}]: expected a relative path without \"..\"")]
     FilePath(String),
-    /// The task as a whole cannot be written as TOML.
-    #[error("task: cannot be written as task.toml: {0}")]
-    Toml(#[from] toml::ser::Error),
     /// The directory or a file in it could not be written.
     #[error("cannot write the inline task's directory {path}: {source}")]
     Write {
@@ -65,7 +57,7 @@ pub(crate) fn write_task_dir(inline: InlineTask) -> Result<PathBuf, InlineError>
             return Err(InlineError::FilePath(name.clone()));
         }
     }
-    let text = task_toml(inline.task)?;
+    let text = agentry::task::task_toml_from_json(inline.task)?;
     let parent = agentry::runtime::tempdir::private_temp_dir()?.join("inline");
     let write = |path: &Path, result: std::io::Result<()>| {
         result.map_err(|source| InlineError::Write {
@@ -137,69 +129,10 @@ fn is_relative_inside(name: &str) -> bool {
 
 /// The task fields as task.toml text. JSON has `null` and TOML does not, so a
 /// null is refused here, naming its field, instead of failing in the writer.
-fn task_toml(task: Map<String, Value>) -> Result<String, InlineError> {
-    let mut table = toml::Table::new();
-    for (key, value) in task {
-        let converted = to_toml(&key, value)?;
-        table.insert(key, converted);
-    }
-    Ok(toml::to_string(&table)?)
-}
-
-fn to_toml(at: &str, value: Value) -> Result<toml::Value, InlineError> {
-    let field = |why: String| InlineError::Field {
-        at: at.to_string(),
-        why,
-    };
-    Ok(match value {
-        Value::Null => {
-            return Err(field(
-                "null is not allowed; leave the field out instead".into(),
-            ));
-        }
-        Value::Bool(b) => toml::Value::Boolean(b),
-        Value::Number(n) => match (n.as_i64(), n.as_f64()) {
-            (Some(i), _) => toml::Value::Integer(i),
-            (None, Some(f)) => toml::Value::Float(f),
-            (None, None) => return Err(field(format!("{n} is out of range"))),
-        },
-        Value::String(s) => toml::Value::String(s),
-        Value::Array(items) => toml::Value::Array(
-            items
-                .into_iter()
-                .enumerate()
-                .map(|(i, item)| to_toml(&format!("{at}[{i}]"), item))
-                .collect::<Result<_, _>>()?,
-        ),
-        Value::Object(fields) => {
-            let mut table = toml::Table::new();
-            for (key, item) in fields {
-                let converted = to_toml(&format!("{at}.{key}"), item)?;
-                table.insert(key, converted);
-            }
-            toml::Value::Table(table)
-        }
-    })
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn json_task_fields_become_task_toml() {
-        let task = serde_json::json!({
-            "goal": "g",
-            "budget": {"max_steps": 3, "max_cost": 0.5},
-            "accept": [{"file": "a.txt", "equals": "1"}],
-        });
-        let Value::Object(task) = task else { panic!() };
-        let text = task_toml(task).unwrap();
-        let spec = agentry::TaskSpec::parse(&text, Path::new("/nowhere/inline")).unwrap();
-        assert_eq!(spec.limits.max_steps, Some(3));
-        assert_eq!(spec.accept.len(), 1);
-    }
 
     #[test]
     fn a_null_and_an_escaping_file_are_named() {
@@ -207,9 +140,9 @@ mod tests {
         else {
             panic!()
         };
-        let err = task_toml(task).unwrap_err().to_string();
+        let err = InlineError::from(agentry::task::task_toml_from_json(task).unwrap_err());
         assert_eq!(
-            err,
+            err.to_string(),
             "task.budget.deadline: null is not allowed; leave the field out instead"
         );
         assert!(!is_relative_inside("../x"));
