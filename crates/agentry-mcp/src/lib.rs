@@ -66,6 +66,7 @@ mod content;
 mod contract;
 mod error;
 mod handler;
+mod options;
 mod server;
 mod session;
 
@@ -75,4 +76,5 @@ pub use config::{
 pub use content::MCP_ARTIFACTS_DIR;
 pub use error::McpError;
 pub use handler::{ElicitationHandler, HandlerRefusal, SamplingHandler};
-pub use server::{DEFAULT_STDERR_CAP, McpServer, McpServers, SHUTDOWN_GRACE, StartOptions};
+pub use options::{DEFAULT_STDERR_CAP, StartOptions};
+pub use server::{McpServer, McpServers, SHUTDOWN_GRACE};

@@ -2,7 +2,6 @@
 //! [`McpServers`]: several started together.
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
@@ -23,11 +22,9 @@ use crate::config::McpServerConfig;
 use crate::content::to_output;
 use crate::contract::contract_for;
 use crate::error::McpError;
-use crate::handler::{Client, ElicitationHandler, ProgressRoutes, SamplingHandler};
+use crate::handler::{Client, ProgressRoutes};
+use crate::options::StartOptions;
 use crate::session::{Session, connect};
-
-/// Default cap on the stderr kept from a stdio server (the last bytes).
-pub const DEFAULT_STDERR_CAP: usize = 8 * 1024;
 
 /// Time between SIGTERM and SIGKILL when a stdio server is shut down.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
@@ -35,53 +32,6 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
 /// How long a cancelled call may take to send `notifications/cancelled`
 /// before it returns; the executor's grace ([`Tool::cancel_grace`]) covers it.
 const CANCEL_SEND: Duration = Duration::from_millis(200);
-
-/// How a server is started.
-#[derive(Clone)]
-pub struct StartOptions {
-    /// The stdio server's working directory (the run's workdir).
-    pub workdir: PathBuf,
-    /// Variables passed to a stdio server with the host's values (then the
-    /// declaration's `env` on top); everything else is cleared. Default: the
-    /// process tools' [`agentry_tools::proc::DEFAULT_ENV_ALLOWLIST`].
-    pub env_allowlist: Vec<String>,
-    /// Bytes of a stdio server's stderr kept (the last ones), for errors.
-    pub stderr_cap: usize,
-    /// Answers the servers' sampling requests; `None`: refused (see
-    /// [`SamplingHandler`]).
-    pub sampling: Option<Arc<dyn SamplingHandler>>,
-    /// Answers the servers' elicitation requests; `None`: refused (see
-    /// [`ElicitationHandler`]).
-    pub elicitation: Option<Arc<dyn ElicitationHandler>>,
-}
-
-impl StartOptions {
-    /// Defaults, with stdio servers run in `workdir`.
-    pub fn new(workdir: impl Into<PathBuf>) -> Self {
-        StartOptions {
-            workdir: workdir.into(),
-            env_allowlist: agentry_tools::proc::DEFAULT_ENV_ALLOWLIST
-                .iter()
-                .map(|s| s.to_string())
-                .collect(),
-            stderr_cap: DEFAULT_STDERR_CAP,
-            sampling: None,
-            elicitation: None,
-        }
-    }
-}
-
-impl std::fmt::Debug for StartOptions {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("StartOptions")
-            .field("workdir", &self.workdir)
-            .field("env_allowlist", &self.env_allowlist)
-            .field("stderr_cap", &self.stderr_cap)
-            .field("sampling", &self.sampling.is_some())
-            .field("elicitation", &self.elicitation.is_some())
-            .finish()
-    }
-}
 
 /// A started MCP server (see the crate docs for its lifecycle).
 pub struct McpServer {

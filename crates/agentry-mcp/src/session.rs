@@ -22,7 +22,7 @@ use tokio::task::JoinHandle;
 use crate::config::{McpServerConfig, McpTransport};
 use crate::error::McpError;
 use crate::handler::Client;
-use crate::server::StartOptions;
+use crate::options::StartOptions;
 
 /// How long a closing session waits for the rmcp task to stop.
 const CLOSE_WAIT: Duration = Duration::from_millis(500);
