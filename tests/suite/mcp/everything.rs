@@ -1,8 +1,10 @@
 //! The MCP reference server (`@modelcontextprotocol/server-everything`) as a
 //! task's `[[tools.mcp]]`, over stdio and streamable HTTP, through whole runs.
 
+use std::path::Path;
 use std::time::{Duration, Instant};
 
+use agentry::mcp::McpServers;
 use agentry::protocol::event::RunEvent;
 use agentry::protocol::tool::{Effect, Idempotency};
 use agentry::{ErrorCode, Runtime, StopReason, TaskSpec};
@@ -103,23 +105,15 @@ async fn over_streamable_http_the_servers_tools_list_and_answer() -> Result<(), 
     lists_and_calls(&block).await
 }
 
-/// A 60 s operation in a run with a 3 s deadline: the call is cancelled at
-/// the deadline (`ETIMEDOUT`), the run stops `deadline`, progress arrived as
-/// events on the way, and once the servers are shut down nothing of the
-/// stdio server's process group is left.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs MCP_EVERYTHING_DIR (see .ci/run)"]
-async fn a_long_operation_past_the_deadline_is_cancelled_and_leaves_no_process()
--> Result<(), TestError> {
-    let tmp = tempfile::tempdir()?;
-    let toml = task_toml(&stdio_block()?, "max_steps = 5\ndeadline = \"3s\"");
-    let task = TaskSpec::load(&task_dir(tmp.path(), &toml)?)?;
-    let workdir = task.prepare_workdir(Some(&tmp.path().join("run")))?;
+/// Runs a 60 s operation in a run with a 3 s deadline on the server `block`
+/// declares, checks that the call was cancelled at the deadline
+/// (`ETIMEDOUT`), the run stopped `deadline` and progress arrived as events
+/// on the way; returns the servers, still up.
+async fn past_the_deadline(block: &str, tmp: &Path) -> Result<McpServers, TestError> {
+    let toml = task_toml(block, "max_steps = 5\ndeadline = \"3s\"");
+    let task = TaskSpec::load(&task_dir(tmp, &toml)?)?;
+    let workdir = task.prepare_workdir(Some(&tmp.join("run")))?;
     let mcp = task.start_mcp(&workdir).await?;
-    let pgid = mcp
-        .iter()
-        .find_map(|s| s.pid())
-        .ok_or("the stdio server has no pid")?;
     let runtime = Runtime::new(task.registry_with(&mcp)?);
     let policy = ScriptBuilder::new()
         .call(
@@ -153,6 +147,21 @@ async fn a_long_operation_past_the_deadline_is_cancelled_and_leaves_no_process()
             .any(|e| matches!(&e.event, RunEvent::ToolProgress { tool_call_id, .. } if tool_call_id == "long")),
         "no tool_progress event for the long call"
     );
+    Ok(mcp)
+}
+
+/// Over stdio: once the servers are shut down, nothing of the server's
+/// process group is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs MCP_EVERYTHING_DIR (see .ci/run)"]
+async fn a_long_operation_past_the_deadline_is_cancelled_and_leaves_no_process()
+-> Result<(), TestError> {
+    let tmp = tempfile::tempdir()?;
+    let mcp = past_the_deadline(&stdio_block()?, tmp.path()).await?;
+    let pgid = mcp
+        .iter()
+        .find_map(|s| s.pid())
+        .ok_or("the stdio server has no pid")?;
     mcp.shutdown().await;
     let pgid = i32::try_from(pgid)?;
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -164,5 +173,34 @@ async fn a_long_operation_past_the_deadline_is_cancelled_and_leaves_no_process()
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    Ok(())
+}
+
+/// Over streamable HTTP: the cancelled call leaves the session usable; the
+/// next call on the same server answers at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs MCP_EVERYTHING_DIR (see .ci/run)"]
+async fn over_http_a_long_operation_past_the_deadline_is_cancelled() -> Result<(), TestError> {
+    let server = EverythingHttp::start()?;
+    let block = format!(
+        "[[tools.mcp]]\nname = \"everything\"\nurl = \"{}\"\n",
+        server.url()
+    );
+    let tmp = tempfile::tempdir()?;
+    let mcp = past_the_deadline(&block, tmp.path()).await?;
+    // A second run on the same servers.
+    let task = TaskSpec::load(&tmp.path().join("task"))?;
+    let workdir = task.prepare_workdir(Some(&tmp.path().join("run2")))?;
+    let runtime = Runtime::new(task.registry_with(&mcp)?);
+    let policy = ScriptBuilder::new()
+        .call("e", "everything.echo", json!({"message": "still here"}))
+        .finish("answered")
+        .policy();
+    let (outcome, events) = run_with_events(&runtime, task.run_config(workdir), policy).await?;
+    assert_eq!(outcome.stop_reason, StopReason::Done, "{}", outcome.detail);
+    let results = tool_results(&events);
+    let (_, echo) = results.first().ok_or("no result")?;
+    assert!(echo.ok, "{echo:?}");
+    mcp.shutdown().await;
     Ok(())
 }

@@ -133,3 +133,28 @@ effect = "reversible"
     assert_ne!(first, second, "the server was started again");
     Ok(())
 }
+
+/// An MCP tool whose name a command tool already has (or has at the wire:
+/// `srv.read` and `srv_read`) is refused when the registry is built, naming
+/// both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_taken_by_a_command_tool_is_refused_naming_both() -> Result<(), TestError> {
+    for taken in ["srv.read", "srv_read"] {
+        let command_tool = format!(
+            "[[tools.command]]\nname = \"{taken}\"\ndescription = \"d\"\nargv = [\"true\"]\n"
+        );
+        let tmp = tempfile::tempdir()?;
+        let task = TaskSpec::load(&task_dir(tmp.path(), &task_toml(&command_tool)?)?)?;
+        let mcp = task.start_mcp(tmp.path()).await?;
+        let message = match task.registry_with(&mcp) {
+            Ok(_) => return Err(format!("{taken}: the registry took both").into()),
+            Err(e) => e.to_string(),
+        };
+        mcp.shutdown().await;
+        assert!(
+            message.contains("srv.read") && message.contains(taken),
+            "{taken}: {message}"
+        );
+    }
+    Ok(())
+}
