@@ -74,6 +74,7 @@ fn a_resume_fences_a_surviving_mcp_server_and_starts_the_servers_again() {
     );
     let script = r#"{"turns":[
         {"tool_calls":[{"id":"s","name":"srv.slow","arguments":{"seconds":600}}]},
+        {"tool_calls":[{"id":"r","name":"srv.read","arguments":{"text":"after the fence"}}]},
         {"tool_calls":[{"id":"f","name":"task.finish","arguments":{"answer":"ok"}}]}]}"#;
     let task = task_dir(&toml, script);
     let store = tmp.path().join("s.db");
@@ -121,7 +122,8 @@ fn a_resume_fences_a_surviving_mcp_server_and_starts_the_servers_again() {
     // Killed by the resume's fence, before it settled the call (not later).
     assert!(!alive(server_pid), "the surviving server was fenced");
 
-    // Decided, the run goes on with the task's servers started again.
+    // Decided, the run goes on (another MCP call, on the servers the resume
+    // started) and ends done.
     let (code, report) = resume(&store, &["--decide", "s=skip"]);
     assert_eq!(code, 0, "{report}");
     assert_eq!(report["stop_reason"], "done", "{report}");
