@@ -121,6 +121,10 @@ impl TestServer {
                 }))
                 .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
                 let _ = context.peer.notify_progress(params).await;
+                // Like a real long operation: time between reports and before
+                // the result (the client handles each notification on a task
+                // of its own; back to back they may be handled after the reply).
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
             }
         }
         text("done")

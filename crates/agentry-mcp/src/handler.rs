@@ -61,6 +61,9 @@ pub trait ElicitationHandler: Send + Sync {
 struct Listener {
     call_id: String,
     sink: Arc<dyn ProgressSink>,
+    /// The progress last delivered: MCP progress only grows, and rmcp handles
+    /// each notification on a task of its own, so they can arrive out of order.
+    last: Option<f64>,
 }
 
 /// In-flight calls by the progress token sent with them.
@@ -81,6 +84,7 @@ impl ProgressRoutes {
             Listener {
                 call_id: call_id.to_string(),
                 sink,
+                last: None,
             },
         );
         RouteGuard {
@@ -93,22 +97,27 @@ impl ProgressRoutes {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Delivers a report that moves the call's progress on; one that arrives
+    /// after a later one (or after the call ended) is dropped. The sink (it
+    /// publishes a run event, taking no lock of ours) runs under the lock, so
+    /// two reports cannot pass each other between the check and the event.
     fn deliver(&self, params: ProgressNotificationParam) {
-        let target = self
-            .lock()
-            .get(&params.progress_token)
-            .map(|l| (l.call_id.clone(), Arc::clone(&l.sink)));
-        // The sink runs outside the lock: it publishes a run event.
-        if let Some((call_id, sink)) = target {
-            sink.progress(
-                &call_id,
-                ToolProgress {
-                    progress: params.progress,
-                    total: params.total,
-                    message: params.message,
-                },
-            );
+        let mut routes = self.lock();
+        let Some(listener) = routes.get_mut(&params.progress_token) else {
+            return;
+        };
+        if listener.last.is_some_and(|last| params.progress <= last) {
+            return;
         }
+        listener.last = Some(params.progress);
+        listener.sink.progress(
+            &listener.call_id,
+            ToolProgress {
+                progress: params.progress,
+                total: params.total,
+                message: params.message,
+            },
+        );
     }
 }
 

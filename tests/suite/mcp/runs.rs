@@ -158,3 +158,55 @@ async fn a_name_taken_by_a_command_tool_is_refused_naming_both() -> Result<(), T
     }
     Ok(())
 }
+
+/// The server's progress notifications reach the run's subscribers as
+/// `tool_progress` events of the call, never going back, before its result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn progress_notifications_become_tool_progress_events() -> Result<(), TestError> {
+    let tmp = tempfile::tempdir()?;
+    let task = TaskSpec::load(&task_dir(tmp.path(), &task_toml("")?)?)?;
+    let workdir = task.prepare_workdir(Some(&tmp.path().join("run")))?;
+    let mcp = task.start_mcp(&workdir).await?;
+    let runtime = Runtime::new(task.registry_with(&mcp)?);
+    let policy = ScriptBuilder::new()
+        .call("p", "srv.progress", json!({}))
+        .finish("reported")
+        .policy();
+    let (outcome, events) =
+        agentry_test_support::run_with_events(&runtime, task.run_config(workdir), policy).await?;
+    mcp.shutdown().await;
+
+    assert_eq!(outcome.stop_reason, StopReason::Done, "{}", outcome.detail);
+    let progress: Vec<(f64, Option<f64>)> = events
+        .iter()
+        .filter_map(|e| match &e.event {
+            RunEvent::ToolProgress {
+                tool_call_id,
+                progress,
+                total,
+                ..
+            } if tool_call_id == "p" => Some((*progress, *total)),
+            _ => None,
+        })
+        .collect();
+    // rmcp hands each notification to a task of its own, so one may arrive
+    // after a later one (dropped: what is published only grows) or after the
+    // call's result (dropped with the call's route).
+    assert!(!progress.is_empty(), "no tool_progress event: {events:?}");
+    assert!(
+        progress.windows(2).all(|w| w[0].0 < w[1].0),
+        "progress went back: {progress:?}"
+    );
+    assert!(
+        progress.iter().all(|(_, total)| *total == Some(3.0)),
+        "{progress:?}"
+    );
+    let last_progress = events
+        .iter()
+        .rposition(|e| matches!(e.event, RunEvent::ToolProgress { .. }));
+    let finished = events.iter().position(
+        |e| matches!(&e.event, RunEvent::ToolCallFinished { result, .. } if result.tool_call_id == "p"),
+    );
+    assert!(last_progress < finished, "progress after the result");
+    Ok(())
+}
