@@ -17,6 +17,7 @@ mod redactor;
 mod scan;
 mod stream;
 mod task;
+mod writer;
 
 #[cfg(test)]
 mod tests;
@@ -25,3 +26,4 @@ pub use error::RedactError;
 pub use literals::LiteralKind;
 pub use redactor::{Redactor, RedactorBuilder};
 pub use stream::StreamHoldback;
+pub use writer::{RedactingMakeWriter, RedactingWriter};

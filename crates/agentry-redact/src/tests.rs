@@ -328,3 +328,52 @@ proptest! {
         prop_assert_eq!(stream_all(&r, &deltas), r.redact_str(&s).into_owned());
     }
 }
+
+#[test]
+fn log_lines_are_redacted_by_the_make_writer() {
+    use std::sync::{Arc, Mutex};
+
+    #[derive(Clone, Default)]
+    struct Sink(Arc<Mutex<Vec<u8>>>);
+    impl std::io::Write for Sink {
+        fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+            self.0
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .extend_from_slice(data);
+            Ok(data.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let sink = Sink::default();
+    let make = {
+        let sink = sink.clone();
+        move || sink.clone()
+    };
+    let writer = crate::RedactingMakeWriter::new(make, Arc::new(full_redactor()));
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(writer)
+        .with_ansi(false)
+        .finish();
+    tracing::subscriber::with_default(subscriber, || {
+        tracing::warn!(message = %format!("server said: bad key {OPENAI}"), token = "tok-3f9a8b7c6d");
+    });
+    let logged = String::from_utf8_lossy(
+        &sink
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
+    )
+    .into_owned();
+    assert!(
+        logged.contains("bad key sk-…[redacted:openai_key]"),
+        "{logged}"
+    );
+    assert!(logged.contains("[redacted:env:MY_API_TOKEN]"), "{logged}");
+    assert!(
+        !logged.contains(OPENAI) && !logged.contains("tok-3f9a8b7c6d"),
+        "{logged}"
+    );
+}
