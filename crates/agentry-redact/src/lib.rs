@@ -1,0 +1,29 @@
+//! Redaction before every write.
+//!
+//! One [`Redactor`] per run replaces secrets in everything agentry writes (the
+//! JSONL trace, the store, the event stream, span attributes, logs): built-in
+//! detectors for common provider keys and tokens, the values of secret-looking
+//! environment variables, task-declared patterns, and values registered at run
+//! time (per-tool `redact` fields). Replacement keeps the shape: the anchor stays,
+//! the rest becomes a marker (`sk-…[redacted:openai_key]`). Redacting twice
+//! changes nothing. Text without any anchor or literal costs one scan and no
+//! allocation.
+
+mod builtin;
+mod error;
+mod json;
+mod literals;
+mod redactor;
+mod scan;
+mod stream;
+mod task;
+mod writer;
+
+#[cfg(test)]
+mod tests;
+
+pub use error::RedactError;
+pub use literals::LiteralKind;
+pub use redactor::{Redactor, RedactorBuilder};
+pub use stream::StreamHoldback;
+pub use writer::{RedactingMakeWriter, RedactingWriter};
