@@ -112,8 +112,13 @@ fn main() -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => fail(&e, EXIT_BAD_INPUT, args.json),
         },
-        Command::Tools(args) => match runtime.block_on(tools::list(&args.task_dir, args.json)) {
-            Ok(()) => ExitCode::SUCCESS,
+        Command::Tools(args) => match runtime.block_on(tools::list(&args.task_dir)) {
+            Ok(rows) => {
+                if let Err(e) = tools::print(&rows, args.json) {
+                    eprintln!("agentry: cannot write the list: {e}");
+                }
+                ExitCode::SUCCESS
+            }
             Err(RunError::BadInput(e)) => fail(&e, EXIT_BAD_INPUT, args.json),
             Err(RunError::Model(e)) => fail(&e, EXIT_BAD_INPUT, args.json),
             Err(RunError::Lost(e)) => fail(&e, EXIT_BAD_INPUT, args.json),

@@ -5,6 +5,7 @@
 //! servers to list them, in a scratch working directory removed afterwards,
 //! so it is also the quickest check of a `[[tools.mcp]]` block.
 
+use std::io::Write;
 use std::path::Path;
 
 use agentry::TaskSpec;
@@ -29,8 +30,9 @@ pub(crate) struct ToolRow {
     description: String,
 }
 
-/// Loads the task, starts its MCP servers and lists every registered tool.
-pub(crate) async fn list(task_dir: &Path, json: bool) -> Result<(), RunError> {
+/// Loads the task, starts its MCP servers (stopped again before this
+/// returns) and describes every registered tool.
+pub(crate) async fn list(task_dir: &Path) -> Result<Vec<ToolRow>, RunError> {
     let task = TaskSpec::load(task_dir)?;
     let scratch = FreshWorkdir::prepare(&task, None)?;
     let mcp = task.start_mcp(&scratch.path).await?;
@@ -38,24 +40,23 @@ pub(crate) async fn list(task_dir: &Path, json: bool) -> Result<(), RunError> {
     mcp.shutdown().await;
     drop(scratch);
     let registry = registry?;
-    let rows: Vec<ToolRow> = registry
+    Ok(registry
         .specs()
         .iter()
         .filter_map(|spec| registry.get(&spec.name))
         .map(|tool| row(&task, &tool.contract))
-        .collect();
-    let text = if json {
-        serde_json::to_string_pretty(&rows).map_err(|e| {
-            RunError::BadInput(agentry::RuntimeError::InvalidTool {
-                name: "tools".into(),
-                message: e.to_string(),
-            })
-        })?
+        .collect())
+}
+
+/// Prints the rows: a table, or with `json` one JSON array.
+pub(crate) fn print(rows: &[ToolRow], json: bool) -> std::io::Result<()> {
+    let mut out = std::io::stdout().lock();
+    if json {
+        serde_json::to_writer_pretty(&mut out, rows)?;
+        writeln!(out)
     } else {
-        table(&rows)
-    };
-    println!("{text}");
-    Ok(())
+        writeln!(out, "{}", table(rows))
+    }
 }
 
 fn row(task: &TaskSpec, contract: &ToolContract) -> ToolRow {
@@ -102,8 +103,8 @@ fn table(rows: &[ToolRow]) -> String {
             "\n{:name_w$}  {:source_w$}  {:21}  {:12}  {:8}  {:7}  {first_line}",
             r.name,
             r.source,
-            effect_word(r.effect),
-            idempotency_word(r.idempotency),
+            r.effect.as_str(),
+            r.idempotency.as_str(),
             yes_no(r.approval),
             yes_no(r.granted),
         ));
@@ -124,22 +125,6 @@ fn short(description: &str) -> String {
 
 /// How much of a description the table shows.
 const DESCRIPTION_CHARS: usize = 60;
-
-fn effect_word(effect: Effect) -> &'static str {
-    match effect {
-        Effect::ReadOnly => "read_only",
-        Effect::Reversible => "reversible",
-        Effect::IrreversibleExternal => "irreversible_external",
-    }
-}
-
-fn idempotency_word(idempotency: Idempotency) -> &'static str {
-    match idempotency {
-        Idempotency::Idempotent => "idempotent",
-        Idempotency::RequiredKey => "required_key",
-        Idempotency::None => "none",
-    }
-}
 
 fn yes_no(b: bool) -> &'static str {
     if b { "yes" } else { "no" }

@@ -32,6 +32,28 @@ pub enum Idempotency {
     None,
 }
 
+impl Effect {
+    /// The serialized name, e.g. `"read_only"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Effect::ReadOnly => "read_only",
+            Effect::Reversible => "reversible",
+            Effect::IrreversibleExternal => "irreversible_external",
+        }
+    }
+}
+
+impl Idempotency {
+    /// The serialized name, e.g. `"required_key"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Idempotency::Idempotent => "idempotent",
+            Idempotency::RequiredKey => "required_key",
+            Idempotency::None => "none",
+        }
+    }
+}
+
 /// Expected cost of one call, for planning and budgets.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ToolCostHint {

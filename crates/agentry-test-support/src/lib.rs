@@ -38,6 +38,7 @@
 //! ```
 
 pub mod events;
+pub mod peers;
 pub mod policy;
 pub mod procs;
 pub mod script;

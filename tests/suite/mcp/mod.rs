@@ -20,21 +20,9 @@ use std::time::{Duration, Instant};
 
 use agentry_test_support::TestError;
 
-/// The reference server's entry point under `MCP_EVERYTHING_DIR`: an error
-/// when the variable is unset or names a folder without it.
+/// The reference server's entry point (see `agentry_test_support::peers`).
 pub(crate) fn everything_bin() -> Result<PathBuf, TestError> {
-    let dir = std::env::var_os("MCP_EVERYTHING_DIR").ok_or(
-        "MCP_EVERYTHING_DIR is not set: point it at a folder where `npm install @modelcontextprotocol/server-everything@2026.8.31` ran (.ci/run does)",
-    )?;
-    let bin = PathBuf::from(dir).join("node_modules/.bin/mcp-server-everything");
-    if !bin.is_file() {
-        return Err(format!(
-            "MCP_EVERYTHING_DIR is set but {} does not exist: run `npm install --prefix $MCP_EVERYTHING_DIR @modelcontextprotocol/server-everything@2026.8.31`",
-            bin.display()
-        )
-        .into());
-    }
-    Ok(bin)
+    agentry_test_support::peers::mcp_everything_bin()
 }
 
 /// A Node preload that makes a server listening on a bare port bind

@@ -6,6 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use agentry::mcp::McpServers;
 use agentry::protocol::event::RunEvent;
 use agentry::{Runtime, StopReason, TaskSpec};
 use agentry_test_support::{
@@ -15,22 +16,14 @@ use serde_json::json;
 
 use super::task_dir;
 
-/// The test server as `cargo test` builds it: target/<profile>/examples/test_server.
+/// agentry-mcp's test server, beside this test binary's profile directory.
 fn test_server() -> Result<PathBuf, TestError> {
     let exe = std::env::current_exe()?;
     let profile = exe
         .parent()
         .and_then(Path::parent)
         .ok_or("no target directory")?;
-    let binary = profile.join("examples").join("test_server");
-    if !binary.exists() {
-        return Err(format!(
-            "{} is missing: build it with `cargo build -p agentry-mcp --example test_server` (`cargo test --workspace` does)",
-            binary.display()
-        )
-        .into());
-    }
-    Ok(binary)
+    agentry_test_support::peers::mcp_test_server(profile)
 }
 
 fn task_toml(extra: &str) -> Result<String, TestError> {
@@ -41,15 +34,39 @@ fn task_toml(extra: &str) -> Result<String, TestError> {
     ))
 }
 
+/// A task on the test server (`extra` appended to its task.toml), its
+/// servers started in a fresh working directory, and a runtime on its tools.
+struct Started {
+    task: TaskSpec,
+    workdir: PathBuf,
+    mcp: McpServers,
+    runtime: Runtime,
+}
+
+async fn start(tmp: &Path, extra: &str) -> Result<Started, TestError> {
+    let task = TaskSpec::load(&task_dir(tmp, &task_toml(extra)?)?)?;
+    let workdir = task.prepare_workdir(Some(&tmp.join("run")))?;
+    let mcp = task.start_mcp(&workdir).await?;
+    let runtime = Runtime::new(task.registry_with(&mcp)?);
+    Ok(Started {
+        task,
+        workdir,
+        mcp,
+        runtime,
+    })
+}
+
 /// `write` has no annotations: `irreversible_external`, so the call waits
 /// for approval; approved, it runs and the run ends `done`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unannotated_tool_waits_for_approval_then_runs() -> Result<(), TestError> {
     let tmp = tempfile::tempdir()?;
-    let task = TaskSpec::load(&task_dir(tmp.path(), &task_toml("")?)?)?;
-    let workdir = task.prepare_workdir(Some(&tmp.path().join("run")))?;
-    let mcp = task.start_mcp(&workdir).await?;
-    let runtime = Runtime::new(task.registry_with(&mcp)?);
+    let Started {
+        task,
+        workdir,
+        mcp,
+        runtime,
+    } = start(tmp.path(), "").await?;
     let policy = ScriptBuilder::new()
         .call("w", "srv.write", json!({"text": "pay 10"}))
         .finish("paid")
@@ -97,12 +114,14 @@ argv = ["sh", "-c", "kill -9 $(cat server.pid)"]
 effect = "reversible"
 "#;
     let tmp = tempfile::tempdir()?;
-    let task = TaskSpec::load(&task_dir(tmp.path(), &task_toml(kill_tool)?)?)?;
-    let workdir = task.prepare_workdir(Some(&tmp.path().join("run")))?;
-    let mcp = task.start_mcp(&workdir).await?;
+    let Started {
+        task,
+        workdir,
+        mcp,
+        runtime,
+    } = start(tmp.path(), kill_tool).await?;
     let first = mcp.iter().find_map(|s| s.pid()).ok_or("no server pid")?;
     std::fs::write(workdir.join("server.pid"), first.to_string())?;
-    let runtime = Runtime::new(task.registry_with(&mcp)?);
     let policy = ScriptBuilder::new()
         .call("one", "srv.read", json!({"text": "before"}))
         .call("kill", "server.kill", json!({}))
@@ -164,10 +183,12 @@ async fn a_name_taken_by_a_command_tool_is_refused_naming_both() -> Result<(), T
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn progress_notifications_become_tool_progress_events() -> Result<(), TestError> {
     let tmp = tempfile::tempdir()?;
-    let task = TaskSpec::load(&task_dir(tmp.path(), &task_toml("")?)?)?;
-    let workdir = task.prepare_workdir(Some(&tmp.path().join("run")))?;
-    let mcp = task.start_mcp(&workdir).await?;
-    let runtime = Runtime::new(task.registry_with(&mcp)?);
+    let Started {
+        task,
+        workdir,
+        mcp,
+        runtime,
+    } = start(tmp.path(), "").await?;
     let policy = ScriptBuilder::new()
         .call("p", "srv.progress", json!({}))
         .finish("reported")

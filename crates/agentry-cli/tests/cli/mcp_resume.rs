@@ -15,18 +15,10 @@ use super::super::{path_str, task_dir};
 
 const WAIT: Duration = Duration::from_secs(20);
 
-/// agentry-mcp's test server as `cargo test` builds it, beside the binary.
+/// agentry-mcp's test server, beside the binary.
 fn test_server() -> PathBuf {
-    let binary = Path::new(env!("CARGO_BIN_EXE_agentry"))
-        .parent()
-        .unwrap()
-        .join("examples/test_server");
-    assert!(
-        binary.exists(),
-        "{} is missing: build it with `cargo build -p agentry-mcp --example test_server` (`cargo test --workspace` does)",
-        binary.display()
-    );
-    binary
+    let profile = Path::new(env!("CARGO_BIN_EXE_agentry")).parent().unwrap();
+    agentry_test_support::peers::mcp_test_server(profile).unwrap()
 }
 
 fn alive(pid: i32) -> bool {

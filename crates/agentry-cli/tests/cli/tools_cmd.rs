@@ -5,15 +5,9 @@
 
 use crate::*;
 
-/// Where the MCP reference server's entry point is (see .ci/run); panics
-/// naming the variable when it is unset (a missing peer fails).
+/// The MCP reference server's entry point (a missing peer fails).
 fn everything_bin() -> PathBuf {
-    let dir = std::env::var_os("MCP_EVERYTHING_DIR").expect(
-        "MCP_EVERYTHING_DIR is not set: point it at a folder where `npm install @modelcontextprotocol/server-everything@2026.8.31` ran (.ci/run does)",
-    );
-    let bin = PathBuf::from(dir).join("node_modules/.bin/mcp-server-everything");
-    assert!(bin.is_file(), "{} does not exist", bin.display());
-    bin
+    agentry_test_support::peers::mcp_everything_bin().unwrap()
 }
 
 const LEDGER_TOOL: &str = r#"
