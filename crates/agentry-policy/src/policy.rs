@@ -28,6 +28,9 @@ pub struct PolicyContext<'a> {
     /// Where a streaming adapter publishes the text it receives, as
     /// `token_delta` events (`None` outside a run).
     pub deltas: Option<&'a dyn DeltaSink>,
+    /// The W3C `traceparent` of this decision (the run's; a model adapter sends
+    /// its own request span's when spans are exported). `None` outside a run.
+    pub traceparent: Option<&'a str>,
 }
 
 /// Where a streaming adapter publishes the text of one model turn while it

@@ -98,6 +98,12 @@ pub struct ToolContract {
     /// (never for `irreversible_external` tools or permission errors) (host only).
     #[serde(default = "default_retries")]
     pub max_retries: u32,
+    /// Names of argument and result fields whose values are secrets (host
+    /// only): their values are replaced by `[redacted:field:NAME]` in everything
+    /// agentry writes (trace, store, events, spans, logs); the tool and the
+    /// model still see the real values.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub redact: Vec<String>,
 }
 
 fn default_retries() -> u32 {
@@ -126,12 +132,24 @@ impl ToolContract {
             version: "1".to_string(),
             parallel_safe: None,
             max_retries: default_retries(),
+            redact: Vec::new(),
         }
     }
 
     /// Declares whether calls may run concurrently (overrides the effect-based default).
     pub fn parallel_safe(mut self, parallel: bool) -> Self {
         self.parallel_safe = Some(parallel);
+        self
+    }
+
+    /// Marks argument and result fields whose values are secrets (see
+    /// [`ToolContract::redact`]).
+    pub fn redact_fields<I, S>(mut self, fields: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.redact = fields.into_iter().map(Into::into).collect();
         self
     }
 

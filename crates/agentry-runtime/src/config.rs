@@ -215,6 +215,49 @@ pub struct RunConfig {
     /// Default [`DEFAULT_INBOX_CAPACITY`](crate::DEFAULT_INBOX_CAPACITY).
     #[serde(default = "default_inbox_capacity")]
     pub inbox_capacity: usize,
+    /// A parent W3C `traceparent` (`00-<trace id>-<span id>-<flags>`): a root
+    /// run joins that trace (its spans and its trace file's ids); kept with a
+    /// durable run, so a resume rejoins it. Ignored for a child (it joins its
+    /// parent's). An invalid value is ignored.
+    #[serde(default)]
+    pub traceparent: Option<String>,
+    /// What the run writes about itself: trace sampling, content in spans, and
+    /// redaction.
+    #[serde(default)]
+    pub observe: ObserveConfig,
+}
+
+/// What a run writes about itself, and what it keeps out of what it writes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ObserveConfig {
+    /// Share of runs (0.0..=1.0, by trace id, so a tree is all in or all out)
+    /// whose JSONL trace keeps every step record; the others keep their inputs
+    /// and final record only, unless they did not stop `done` (then every step
+    /// is kept). Default 1.0.
+    #[serde(default = "default_sample")]
+    pub sample: f64,
+    /// Message contents and tool arguments/results as span attributes
+    /// (redacted). Off by default.
+    #[serde(default)]
+    pub content: bool,
+    /// Regular expressions whose matches are redacted from everything the run
+    /// writes (task.toml `[redact] patterns`), besides the built-in detectors.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub redact_patterns: Vec<String>,
+}
+
+impl Default for ObserveConfig {
+    fn default() -> Self {
+        ObserveConfig {
+            sample: default_sample(),
+            content: false,
+            redact_patterns: Vec::new(),
+        }
+    }
+}
+
+fn default_sample() -> f64 {
+    1.0
 }
 
 impl RunConfig {
@@ -246,6 +289,8 @@ impl RunConfig {
             tree: TreeLimits::default(),
             policy_spec: None,
             inbox_capacity: default_inbox_capacity(),
+            traceparent: None,
+            observe: ObserveConfig::default(),
         }
     }
 }

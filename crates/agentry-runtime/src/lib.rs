@@ -58,7 +58,9 @@ mod tree_limits;
 pub use ask::AskError;
 pub use budget::ReserveRefused;
 pub use conductor::{RunActors, RunOutcome};
-pub use config::{ApprovalConfig, ChildShare, Driver, ParentReserve, RunConfig, TreeLimits};
+pub use config::{
+    ApprovalConfig, ChildShare, Driver, ObserveConfig, ParentReserve, RunConfig, TreeLimits,
+};
 pub use durable::Durability;
 pub use inbox::DEFAULT_INBOX_CAPACITY;
 // Kept at its old path: run ownership lives with the rest of durability.

@@ -143,6 +143,8 @@ pub(crate) struct PolicyArgs {
     pub tools: Arc<[ToolSpec]>,
     /// The run's events (for streamed token deltas).
     pub events: EventSink,
+    /// The run's W3C traceparent, handed to the policy with each decision.
+    pub traceparent: Arc<str>,
 }
 
 /// Policy actor state: the policy and its session mirror.
@@ -198,6 +200,7 @@ impl Actor for PolicyActor {
                     tools: &state.args.tools,
                     session: &state.transcript,
                     budget: &budget,
+                    traceparent: Some(&state.args.traceparent),
                 };
                 let out = tokio::select! {
                     biased;

@@ -52,6 +52,10 @@ pub struct ToolContext {
     /// Where a long call reports progress (published as `tool_progress` run
     /// events); `None` where nobody listens.
     pub progress: Option<Arc<dyn ProgressSink>>,
+    /// The W3C `traceparent` of this call (its `execute_tool` span when spans
+    /// are exported, else the run's), passed on to what the tool calls: process
+    /// tools get it as `TRACEPARENT`, MCP calls in `_meta`. `None` outside a run.
+    pub traceparent: Option<Arc<str>>,
 }
 
 /// How far a running call has got, as a tool reports it (an MCP server's

@@ -37,8 +37,8 @@ pub use agentry_protocol::{
     ToolError,
 };
 pub use agentry_runtime::{
-    ApprovalConfig, DEFAULT_INBOX_CAPACITY, Driver, Durability, Grants, RunActors, RunConfig,
-    RunHandle, RunOutcome, RunTree, Runtime, RuntimeError, ToolRegistry,
+    ApprovalConfig, DEFAULT_INBOX_CAPACITY, Driver, Durability, Grants, ObserveConfig, RunActors,
+    RunConfig, RunHandle, RunOutcome, RunTree, Runtime, RuntimeError, ToolRegistry,
 };
 #[cfg(feature = "task")]
 pub use agentry_task::{TaskError, TaskSpec};

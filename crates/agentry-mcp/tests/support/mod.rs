@@ -103,6 +103,7 @@ impl Run {
             agents: None,
             processes: Some(self.groups.clone() as Arc<dyn ProcessLog>),
             progress: Some(self.progress.clone() as Arc<dyn ProgressSink>),
+            traceparent: None,
         }
     }
 }

@@ -299,6 +299,7 @@ async fn a_request_whose_reserved_output_does_not_fit_the_token_budget_is_not_se
     let out = policy
         .decide(PolicyContext {
             deltas: None,
+            traceparent: None,
             run_id: "run-1",
             step: 4,
             goal: "g",

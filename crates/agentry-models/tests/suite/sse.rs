@@ -51,6 +51,7 @@ pub async fn decide(policy: &mut dyn Policy, session: &[SessionEntry]) -> Policy
     policy
         .decide(PolicyContext {
             deltas: None,
+            traceparent: None,
             run_id: "run-1",
             step: 1,
             goal: "sum the numbers",

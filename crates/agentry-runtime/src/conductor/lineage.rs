@@ -32,16 +32,18 @@ pub struct Lineage {
 }
 
 impl Lineage {
-    /// A root run's lineage. A durable run's trace id is derived from its id, so
-    /// a resumed run keeps it; others get a fresh one.
-    pub fn root(durable_id: Option<&String>) -> Lineage {
-        let trace_id = match durable_id {
-            Some(id) => {
+    /// A root run's lineage. A run given a valid parent `traceparent` joins its
+    /// trace; otherwise a durable run's trace id is derived from its id, so a
+    /// resumed run keeps it, and others get a fresh one.
+    pub fn root(durable_id: Option<&String>, parent: Option<&str>) -> Lineage {
+        let trace_id = match (parent.and_then(trace_id_of), durable_id) {
+            (Some(joined), _) => joined.to_string(),
+            (None, Some(id)) => {
                 let mut f = Fingerprinter::new();
                 f.str("trace").str(id);
                 format!("{:032x}", f.finish_u128())
             }
-            None => uuid::Uuid::now_v7().simple().to_string(),
+            (None, None) => uuid::Uuid::now_v7().simple().to_string(),
         };
         Lineage {
             parent: None,
@@ -56,5 +58,63 @@ impl Lineage {
         let mut f = Fingerprinter::new();
         f.str(run_id);
         format!("00-{}-{}-01", self.trace_id, f.finish_short())
+    }
+}
+
+/// The trace id of a W3C `traceparent` (`00-<32 hex>-<16 hex>-<2 hex>`), if
+/// it is one: lower-case hex, neither id all zeros.
+pub(crate) fn trace_id_of(traceparent: &str) -> Option<&str> {
+    let mut parts = traceparent.split('-');
+    let version = parts.next()?;
+    let trace = parts.next()?;
+    let span = parts.next()?;
+    let flags = parts.next()?;
+    let hex = |s: &str, len: usize| {
+        s.len() == len && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    };
+    let nonzero = |s: &str| s.bytes().any(|b| b != b'0');
+    let valid = version == "00"
+        && parts.next().is_none()
+        && hex(trace, 32)
+        && hex(span, 16)
+        && hex(flags, 2)
+        && nonzero(trace)
+        && nonzero(span);
+    valid.then_some(trace)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_root_joins_a_valid_parent_trace_and_ignores_an_invalid_one() {
+        let parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let joined = Lineage::root(None, Some(parent));
+        assert_eq!(joined.trace_id, "4bf92f3577b34da6a3ce929d0e0e4736");
+        assert!(
+            joined
+                .traceparent("r1")
+                .starts_with("00-4bf92f3577b34da6a3ce929d0e0e4736-")
+        );
+        for bad in [
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+            "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7",
+            "garbage",
+        ] {
+            assert_ne!(
+                Lineage::root(None, Some(bad)).trace_id,
+                joined.trace_id,
+                "{bad}"
+            );
+        }
+        let id = "run-1".to_string();
+        assert_eq!(
+            Lineage::root(Some(&id), Some(parent)).trace_id,
+            joined.trace_id,
+            "a durable run joins its parent's trace too"
+        );
     }
 }

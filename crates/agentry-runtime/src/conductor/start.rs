@@ -51,7 +51,14 @@ pub(super) async fn start(
     let initial = initial_state(args.restore.take(), &args.config, args.log.as_ref());
     let resumption = Resumption::new(&initial, resumed);
     let state = spawn_child(StateKeeper, initial, &cell).await?;
-    let executor_args = executor_args(&args, clock.deadline_at, &budget, &state)?;
+    let traceparent: Arc<str> = args.lineage.traceparent(&args.run_id).into();
+    let links = ExecutorLinks {
+        deadline: clock.deadline_at,
+        budget: &budget,
+        state: &state,
+        traceparent: &traceparent,
+    };
+    let executor_args = executor_args(&args, links)?;
     let executor = spawn_child(ToolExecutor, executor_args.clone(), &cell).await?;
     let model: Arc<str> = args.policy.name().into();
     let policy_args = PolicyArgs {
@@ -62,6 +69,7 @@ pub(super) async fn start(
         run_id: Arc::clone(&args.run_id),
         goal: args.config.goal.clone(),
         events: args.events.clone(),
+        traceparent: Arc::clone(&traceparent),
     };
     let policy = spawn_child(PolicyActor, policy_args, &cell).await?;
     let children = Children {
@@ -87,6 +95,7 @@ pub(super) async fn start(
         posted: args.posted,
         gauge: args.gauge,
         cut: args.cut,
+        traceparent,
     };
     Ok(ConductorState::new(
         kept, children, model, clock, resumption, allowance,
@@ -148,12 +157,25 @@ fn initial_state(restore: Option<Restore>, config: &RunConfig, log: Option<&RunL
     }
 }
 
+/// What the executor gets besides the run's configuration: the run's clock,
+/// its sibling actors and its traceparent.
+struct ExecutorLinks<'a> {
+    deadline: Option<tokio::time::Instant>,
+    budget: &'a ActorRef<BudgetMsg>,
+    state: &'a ActorRef<StateMsg>,
+    traceparent: &'a Arc<str>,
+}
+
 fn executor_args(
     args: &ConductorArgs,
-    deadline: Option<tokio::time::Instant>,
-    budget: &ActorRef<BudgetMsg>,
-    state: &ActorRef<StateMsg>,
+    links: ExecutorLinks<'_>,
 ) -> Result<ExecutorArgs, ActorProcessingErr> {
+    let ExecutorLinks {
+        deadline,
+        budget,
+        state,
+        traceparent,
+    } = links;
     let config = &args.config;
     // Opened once: every file operation of the run resolves beneath this
     // handle, whatever the model does to the path meanwhile.
@@ -182,6 +204,7 @@ fn executor_args(
         approval: config.approval.clone(),
         agents: Some(Arc::clone(&args.agents)),
         log: args.log.clone(),
+        traceparent: Arc::clone(traceparent),
     })
 }
 
@@ -220,6 +243,7 @@ struct Kept {
     gauge: Arc<crate::inbox::InboxGauge>,
     cut: crate::interrupt::StepCut,
     durable: bool,
+    traceparent: Arc<str>,
 }
 
 impl ConductorState {
@@ -248,7 +272,7 @@ impl ConductorState {
             .collect();
         ConductorState {
             task_id: kept.config.task_id.as_str().into(),
-            traceparent: kept.lineage.traceparent(&kept.run_id).into(),
+            traceparent: kept.traceparent,
             parent_id: kept.lineage.parent.as_ref().map(|p| Arc::clone(&p.run_id)),
             parent_budget: kept.lineage.parent.map(|p| p.budget),
             run_id: kept.run_id,

@@ -166,6 +166,7 @@ impl ExecutorState {
                 .as_ref()
                 .map(|log| Arc::new(LedgerProcesses::new(log, &call.id)) as Arc<dyn ProcessLog>),
             progress: Some(Arc::clone(&self.progress)),
+            traceparent: Some(Arc::clone(&self.args.traceparent)),
         }
     }
 

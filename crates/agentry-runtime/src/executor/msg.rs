@@ -120,6 +120,8 @@ pub struct ExecutorArgs {
     /// Where a durable run's call ledger is committed; the executor reads it back
     /// when it starts (a resumed run, or a restart after the executor died).
     pub log: Option<RunLog>,
+    /// The run's W3C traceparent, handed to tools (`ToolContext::traceparent`).
+    pub traceparent: Arc<str>,
 }
 
 /// How one call ended: its envelope, a record of every attempt when it was

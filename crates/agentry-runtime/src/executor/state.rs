@@ -56,6 +56,7 @@ impl ExecutorState {
             agents: None,
             processes: None,
             progress: None,
+            traceparent: Some(Arc::clone(&self.args.traceparent)),
         }
     }
 

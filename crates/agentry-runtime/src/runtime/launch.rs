@@ -151,7 +151,10 @@ impl Runtime {
             // Fixed now: the stored record and the trace id derive from it.
             config.run_id = Some(uuid::Uuid::now_v7().to_string());
         }
-        let lineage = Lineage::root(config.run_id.as_ref().filter(|_| self.store.is_some()));
+        let lineage = Lineage::root(
+            config.run_id.as_ref().filter(|_| self.store.is_some()),
+            config.traceparent.as_deref(),
+        );
         let tree = config.tree;
         let grants = config.grants.clone();
         self.launch(Launch {

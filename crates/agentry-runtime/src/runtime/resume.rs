@@ -169,7 +169,7 @@ impl Runtime {
         let place = match parent {
             Some(p) => Place::under(p, run.record.deadline_at_ms),
             None => Place {
-                lineage: Lineage::root(Some(&run_id.to_string())),
+                lineage: Lineage::root(Some(&run_id.to_string()), config.traceparent.as_deref()),
                 run_token: self.root_token(),
                 tree: config.tree,
             },

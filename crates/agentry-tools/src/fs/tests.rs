@@ -31,6 +31,7 @@ fn ctx(workdir: &Path) -> ToolContext {
         agents: None,
         processes: None,
         progress: None,
+        traceparent: None,
     }
 }
 

@@ -21,6 +21,7 @@ fn ctx(workdir: &Path, artifacts: &Path) -> ToolContext {
         agents: None,
         processes: None,
         progress: None,
+        traceparent: None,
     }
 }
 

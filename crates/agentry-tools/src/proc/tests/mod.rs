@@ -36,6 +36,7 @@ fn ctx(workdir: &Path) -> ToolContext {
         agents: None,
         processes: None,
         progress: None,
+        traceparent: None,
     }
 }
 
