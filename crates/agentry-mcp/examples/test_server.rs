@@ -15,7 +15,9 @@
 //!   returns what happened as text;
 //! - `elicit`: asks the client for input (elicitation/create), likewise;
 //! - `spawn`: starts `sleep 600` in the server's process group, returns its pid;
-//! - `env`: the value of the variable named `name`, or "(unset)".
+//! - `env`: the value of the variable named `name`, or "(unset)";
+//! - `meta`: the request's `_meta` as structured content (what the client sent
+//!   besides the arguments: its progress token, trace context).
 //!
 //! `test_server silent` prints "oops: not speaking MCP" on stderr and never
 //! answers. With `TEST_REFUSE_FILE` set, a start while that file exists prints
@@ -65,6 +67,8 @@ fn tools() -> Vec<Tool> {
         json!({"name": "spawn", "description": "Starts `sleep 600` in the server's group.", "inputSchema": empty}),
         json!({"name": "env", "description": "Reads a variable.",
                "inputSchema": {"type": "object", "properties": {"name": {"type": "string"}}},
+               "annotations": {"readOnlyHint": true}}),
+        json!({"name": "meta", "description": "Echoes the request's _meta.", "inputSchema": empty,
                "annotations": {"readOnlyHint": true}}),
     ];
     defs.into_iter()
@@ -202,6 +206,11 @@ impl ServerHandler for TestServer {
             "env" => {
                 let name = arg(&request, "name").and_then(Value::as_str).unwrap_or("");
                 text(std::env::var(name).unwrap_or_else(|_| "(unset)".into()))
+            }
+            "meta" => {
+                let meta = Value::Object(context.meta.0.0.clone());
+                result(json!({"content": [{"type": "text", "text": meta.to_string()}],
+                              "structuredContent": {"meta": meta}}))
             }
             other => Err(ErrorData::invalid_params(format!("no tool {other}"), None)),
         }

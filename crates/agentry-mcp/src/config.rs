@@ -89,6 +89,10 @@ pub struct ContractOverride {
     /// does (not even when the tool is `irreversible_external`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approve: Option<bool>,
+    /// Names of argument and result fields whose values are secrets: the
+    /// contract's [`redact`](agentry_protocol::tool::ToolContract::redact).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub redact: Vec<String>,
 }
 
 fn default_timeout() -> Duration {

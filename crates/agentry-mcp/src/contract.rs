@@ -12,8 +12,8 @@
 //! Unannotated is `irreversible_external` because MCP's defaults are
 //! `destructiveHint: true` and `openWorldHint: true`: such a call waits for
 //! approval unless the task says otherwise. The override's `effect` and
-//! `idempotency` replace these; its `approve` is the run's approval config's
-//! business, not the contract's.
+//! `idempotency` replace these, its `redact` becomes the contract's; its
+//! `approve` is the run's approval config's business, not the contract's.
 
 use agentry_protocol::tool::{Effect, Idempotency, ToolContract};
 use rmcp::model::{Tool as McpTool, ToolAnnotations};
@@ -24,9 +24,11 @@ use crate::config::McpServerConfig;
 /// The contract of `tool` as offered by `config`'s server.
 pub(crate) fn contract_for(config: &McpServerConfig, tool: &McpTool) -> ToolContract {
     let (mut effect, mut idempotency) = from_annotations(tool.annotations.as_ref());
+    let mut redact: &[String] = &[];
     if let Some(over) = config.overrides.get(tool.name.as_ref()) {
         effect = over.effect.unwrap_or(effect);
         idempotency = over.idempotency.unwrap_or(idempotency);
+        redact = &over.redact;
     }
     let description = tool
         .description
@@ -45,6 +47,7 @@ pub(crate) fn contract_for(config: &McpServerConfig, tool: &McpTool) -> ToolCont
     .scope(config.name.clone())
     .timeout_ms(u64::try_from(config.timeout.as_millis()).unwrap_or(u64::MAX))
     .version("mcp")
+    .redact_fields(redact.iter().cloned())
 }
 
 /// Effect and idempotency from MCP tool annotations (see the module docs).
@@ -167,6 +170,7 @@ mod tests {
                 effect: Some(Effect::Reversible),
                 idempotency: Some(Idempotency::RequiredKey),
                 approve: Some(false),
+                redact: vec!["password".into()],
             },
         );
         config.overrides.insert(
@@ -175,6 +179,7 @@ mod tests {
                 effect: None,
                 idempotency: Some(Idempotency::Idempotent),
                 approve: None,
+                redact: Vec::new(),
             },
         );
         let send = contract_for(
@@ -183,6 +188,7 @@ mod tests {
         );
         assert_eq!(send.effect, Effect::Reversible);
         assert_eq!(send.idempotency, Idempotency::RequiredKey);
+        assert_eq!(send.redact, ["password"]);
         let read = contract_for(
             &config,
             &tool(
@@ -195,6 +201,7 @@ mod tests {
             "an override without effect keeps the annotation's"
         );
         assert_eq!(read.idempotency, Idempotency::Idempotent);
+        assert!(read.redact.is_empty());
     }
 
     #[test]

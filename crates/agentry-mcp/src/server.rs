@@ -13,7 +13,7 @@ use agentry_tools::{Tool, ToolContext, ToolOutput};
 use async_trait::async_trait;
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CancelledNotification, CancelledNotificationParam,
-    ClientRequest, ServerResult, Tool as McpTool,
+    ClientRequest, RequestMetaObject, ServerResult, Tool as McpTool,
 };
 use rmcp::service::{PeerRequestOptions, ServiceError};
 use serde_json::Value;
@@ -32,6 +32,21 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
 /// How long a cancelled call may take to send `notifications/cancelled`
 /// before it returns; the executor's grace ([`Tool::cancel_grace`]) covers it.
 const CANCEL_SEND: Duration = Duration::from_millis(200);
+
+/// A `tools/call`'s options: the call's trace context as `_meta.traceparent`
+/// (MCP's SEP-414 key), so a traced server's spans join the run's trace. rmcp
+/// merges it with the progress token it adds to the same `_meta`.
+fn call_options(ctx: &ToolContext) -> PeerRequestOptions {
+    let options = PeerRequestOptions::no_options();
+    match &ctx.traceparent {
+        Some(traceparent) => {
+            let mut meta = RequestMetaObject::new();
+            meta.0.set_traceparent(&**traceparent);
+            options.with_meta(meta)
+        }
+        None => options,
+    }
+}
 
 /// A started MCP server (see the crate docs for its lifecycle).
 pub struct McpServer {
@@ -208,7 +223,7 @@ impl McpServer {
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
         let handle = ready
             .peer
-            .send_cancellable_request(request, PeerRequestOptions::no_options())
+            .send_cancellable_request(request, call_options(ctx))
             .await
             .map_err(|e| {
                 ready.note(&e);

@@ -5,6 +5,7 @@
 
 mod support;
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agentry_mcp::{ContractOverride, McpError, McpServer, McpServers, StartOptions};
@@ -27,6 +28,7 @@ async fn contracts_come_from_annotations_and_overrides() {
             effect: Some(Effect::Reversible),
             idempotency: Some(Idempotency::RequiredKey),
             approve: None,
+            redact: vec!["text".into()],
         },
     );
     let server = McpServer::start(declared, StartOptions::new(run.workdir()))
@@ -43,10 +45,12 @@ async fn contracts_come_from_annotations_and_overrides() {
     );
     assert_eq!(contract("write").effect, Effect::Reversible, "overridden");
     assert_eq!(contract("write").idempotency, Idempotency::RequiredKey);
+    assert_eq!(contract("write").redact, ["text"]);
+    assert!(contract("read").redact.is_empty());
     assert_eq!(contract("read").timeout_ms, 4321);
     assert_eq!(contract("read").auth_scope, "t");
     assert_eq!(contract("sum").input_schema["required"], json!(["a", "b"]));
-    assert_eq!(server.tools().len(), 13);
+    assert_eq!(server.tools().len(), 14);
     server.shutdown().await;
 }
 
@@ -151,6 +155,34 @@ async fn results_map_to_data_errors_and_files() {
         .await
         .unwrap_err();
     assert_eq!(err.code, ErrorCode::Einval);
+    server.shutdown().await;
+}
+
+/// A call's trace context travels as `_meta.traceparent` (SEP-414), beside
+/// the progress token rmcp adds; a call without one sends no `traceparent`.
+#[tokio::test]
+async fn a_call_carries_the_trace_context_in_meta() {
+    let run = Run::new();
+    let server = McpServer::start(config("t", &[]), StartOptions::new(run.workdir()))
+        .await
+        .unwrap();
+    let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let mut ctx = run.ctx("c1", CancellationToken::new());
+    ctx.traceparent = Some(Arc::from(tp));
+    let out = tool(&server, "meta").call(json!({}), &ctx).await.unwrap();
+    assert_eq!(out.data["meta"]["traceparent"], tp, "{}", out.data);
+    assert!(
+        out.data["meta"].get("progressToken").is_some(),
+        "rmcp's progress token is kept: {}",
+        out.data
+    );
+    ctx.traceparent = None;
+    let out = tool(&server, "meta").call(json!({}), &ctx).await.unwrap();
+    assert!(
+        out.data["meta"].get("traceparent").is_none(),
+        "{}",
+        out.data
+    );
     server.shutdown().await;
 }
 

@@ -91,6 +91,22 @@ mod tests {
     }
 
     #[test]
+    fn json_redact_and_trace_tables_reach_the_spec() {
+        let Value::Object(task) = serde_json::json!({
+            "goal": "g",
+            "redact": {"patterns": ["card-[0-9]+"]},
+            "trace": {"sample": 0.25, "content": true},
+        }) else {
+            panic!()
+        };
+        let text = task_toml_from_json(task).unwrap();
+        let spec = TaskSpec::parse(&text, Path::new("/nowhere/inline")).unwrap();
+        assert_eq!(spec.observe.redact_patterns, ["card-[0-9]+"]);
+        assert_eq!(spec.observe.sample, 0.25);
+        assert!(spec.observe.content);
+    }
+
+    #[test]
     fn a_null_is_named_by_its_field() {
         let Value::Object(task) =
             serde_json::json!({"goal": "g", "budget": {"deadline": null}, "accept": [null]})

@@ -45,6 +45,7 @@ pub mod command;
 pub mod error;
 mod json;
 mod mcp;
+mod observe;
 #[cfg(test)]
 mod props;
 mod raw;

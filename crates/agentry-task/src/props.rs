@@ -57,6 +57,8 @@ const TABLES: &[(&str, &[&str])] = &[
     ("[driver]", &["mode", "every"]),
     ("[tree]", &["max_depth", "max_children", "child_share"]),
     ("[tree.parent_reserve]", &["steps", "tool_calls"]),
+    ("[redact]", &["patterns"]),
+    ("[trace]", &["sample", "content"]),
     (
         "[[tools.command]]",
         &[
@@ -73,6 +75,7 @@ const TABLES: &[(&str, &[&str])] = &[
             "max_retries",
             "parallel_safe",
             "version",
+            "redact",
         ],
     ),
     (
@@ -90,7 +93,7 @@ const TABLES: &[(&str, &[&str])] = &[
     ),
     (
         "[tools.mcp.overrides.t]",
-        &["effect", "idempotency", "approve"],
+        &["effect", "idempotency", "approve", "redact"],
     ),
     ("[nope]", &["x"]),
 ];
@@ -155,6 +158,11 @@ const KEYS: &[&str] = &[
     "tree",
     "version",
     "window",
+    "redact",
+    "patterns",
+    "trace",
+    "sample",
+    "content",
     "type",
     "properties",
     "provider",
@@ -203,6 +211,11 @@ fn value() -> impl Strategy<Value = String> {
                 "\"{path...}\"",
                 "\"tick\"",
                 "\"event\"",
+                "\"password\"",
+                "\"(unclosed\"",
+                "\"[0-9]{16}\"",
+                "\"a{99999999}\"",
+                "0.5",
             ][..]
         )
         .prop_map(str::to_string),

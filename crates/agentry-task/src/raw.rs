@@ -17,6 +17,21 @@ pub(crate) struct RawTask {
     pub(crate) progress: Option<Value>,
     pub(crate) driver: Option<Value>,
     pub(crate) tree: Option<Value>,
+    pub(crate) redact: Option<Value>,
+    pub(crate) trace: Option<Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRedact {
+    pub(crate) patterns: Option<Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawTrace {
+    pub(crate) sample: Option<Value>,
+    pub(crate) content: Option<Value>,
 }
 
 #[derive(Deserialize)]
@@ -130,4 +145,5 @@ pub(crate) struct RawCommandTool {
     pub(crate) max_retries: Option<Value>,
     pub(crate) parallel_safe: Option<Value>,
     pub(crate) version: Option<Value>,
+    pub(crate) redact: Option<Value>,
 }

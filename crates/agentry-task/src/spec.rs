@@ -8,7 +8,7 @@ use std::time::Duration;
 use agentry_protocol::accept::AcceptCheck;
 use agentry_protocol::budget::BudgetLimits;
 use agentry_runtime::{
-    ApprovalConfig, Driver, Grants, RunConfig, Runtime, ToolRegistry, TreeLimits,
+    ApprovalConfig, Driver, Grants, ObserveConfig, RunConfig, Runtime, ToolRegistry, TreeLimits,
 };
 use toml::Value;
 
@@ -87,6 +87,9 @@ pub struct TaskSpec {
     /// Models children may ask for by name (`[policy.models.NAME]`,
     /// `agent.spawn {"model": NAME}`).
     pub child_models: std::collections::BTreeMap<String, ChildModelSpec>,
+    /// Trace sampling, content in spans, and redaction patterns (`[trace]`,
+    /// `[redact]`).
+    pub observe: ObserveConfig,
 }
 
 /// One `[policy.models.NAME]`: a model behind a provider's API, or a script.
@@ -231,6 +234,7 @@ impl TaskSpec {
         config.driver = self.driver;
         config.tick_every = self.tick_every;
         config.tree = self.tree;
+        config.observe = self.observe.clone();
         if let Some(cap) = self.result_cap {
             config.result_cap = cap;
         }

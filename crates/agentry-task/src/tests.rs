@@ -98,6 +98,7 @@ fn a_good_file_parses() {
             result_cap: None,
             compaction: Compaction::Elide,
             child_models: Default::default(),
+            observe: Default::default(),
         }
     );
 }

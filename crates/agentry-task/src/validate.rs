@@ -15,6 +15,7 @@ use toml::Value;
 use crate::accept::accept;
 use crate::command::{CommandToolDecl, command_tools};
 use crate::mcp::{apply_approvals, mcp_servers};
+use crate::observe::observe_tables;
 use crate::raw::{
     RawBudget, RawChildModel, RawDriver, RawFallback, RawPolicy, RawProgress, RawReserve, RawTask,
     RawTools, RawTree,
@@ -85,6 +86,7 @@ impl TaskSpec {
             max_denied,
         } = progress_table(raw.progress)?;
         let tree = tree_table(raw.tree)?;
+        let observe = observe_tables(raw.redact, raw.trace)?;
         let workspace = Some(dir.join(WORKSPACE_DIR)).filter(|p| p.is_dir());
         Ok(TaskSpec {
             dir: dir.to_path_buf(),
@@ -112,6 +114,7 @@ impl TaskSpec {
             result_cap,
             compaction,
             child_models,
+            observe,
         })
     }
 }

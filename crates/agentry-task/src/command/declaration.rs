@@ -10,7 +10,8 @@ use serde_json::Value as Json;
 use toml::Value;
 
 use super::fields::{
-    argv, effect, env, idempotency, input_schema, non_empty, properties, to_json, tool_name,
+    argv, effect, env, idempotency, input_schema, non_empty, properties, redact_fields, to_json,
+    tool_name,
 };
 use crate::raw::RawCommandTool;
 use crate::values::{FieldError, describe, duration, field_error, millis};
@@ -144,7 +145,7 @@ fn required_parts(at: &str, raw: &mut RawCommandTool) -> Result<Required, FieldE
 }
 
 /// The optional contract fields: effect, idempotency, timeout, auth scope,
-/// retries, parallel safety, version.
+/// retries, parallel safety, version, redacted fields.
 fn contract_options(
     at: &str,
     raw: &mut RawCommandTool,
@@ -193,6 +194,9 @@ fn contract_options(
     }
     if let Some(v) = raw.version.take() {
         contract.version = non_empty(&format!("{at}.version"), &v)?;
+    }
+    if let Some(v) = raw.redact.take() {
+        contract.redact = redact_fields(&format!("{at}.redact"), v)?;
     }
     Ok(())
 }

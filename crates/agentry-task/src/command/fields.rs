@@ -234,3 +234,31 @@ pub(crate) fn env(at: &str, v: Value) -> Result<BTreeMap<String, String>, FieldE
     }
     Ok(out)
 }
+
+/// `redact`: names of argument and result fields whose values are secrets
+/// (matched at any depth, so they need not be properties of the schema).
+pub(crate) fn redact_fields(at: &str, v: Value) -> Result<Vec<String>, FieldError> {
+    let Value::Array(items) = v else {
+        return Err(field_error!(
+            "{at}: expected an array of field names, e.g. redact = [\"password\"], found {}",
+            describe(&v)
+        ));
+    };
+    let mut out: Vec<String> = Vec::with_capacity(items.len());
+    for (i, item) in items.into_iter().enumerate() {
+        match item {
+            Value::String(name) if !name.trim().is_empty() => {
+                if !out.contains(&name) {
+                    out.push(name);
+                }
+            }
+            other => {
+                return Err(field_error!(
+                    "{at}[{i}]: expected a field name, found {}",
+                    describe(&other)
+                ));
+            }
+        }
+    }
+    Ok(out)
+}

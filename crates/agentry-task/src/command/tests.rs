@@ -28,6 +28,7 @@ auth_scope = "ledger.write"
 max_retries = 0
 parallel_safe = false
 version = "3"
+redact = ["line", "password", "line"]
 
 [[tools.command]]
 name = "ledger.show"
@@ -75,7 +76,8 @@ fn every_field_parses() {
     .scope("ledger.write")
     .max_retries(0)
     .parallel_safe(false)
-    .version("3");
+    .version("3")
+    .redact_fields(["line", "password"]);
     contract.preconditions = Vec::new();
     assert_eq!(
         spec.command_tools[0],
@@ -175,7 +177,7 @@ fn a_hand_made_bad_declaration_fails_in_registry_naming_it() {
 
 #[test]
 fn bad_declarations_name_the_field() {
-    // Size: a table of 35 cases; splitting it would scatter the messages it pins.
+    // Size: a table of 38 cases; splitting it would scatter the messages it pins.
     let cases: Vec<(String, &str)> = vec![
         (
             "goal = \"g\"\n[tools]\ncommand = \"x\"".into(),
@@ -304,6 +306,18 @@ fn bad_declarations_name_the_field() {
         (
             one("argv = [\"true\"]\nversion = 2"),
             "tools.command[0].version: expected a non-empty string, found 2",
+        ),
+        (
+            one("argv = [\"true\"]\nredact = \"password\""),
+            "tools.command[0].redact: expected an array of field names, e.g. redact = [\"password\"], found \"password\"",
+        ),
+        (
+            one("argv = [\"true\"]\nredact = [\"password\", 3]"),
+            "tools.command[0].redact[1]: expected a field name, found 3",
+        ),
+        (
+            one("argv = [\"true\"]\nenv = { TRACEPARENT = \"00-forged\" }"),
+            "tools.command[0].env.TRACEPARENT: reserved; the host sets",
         ),
         (
             "goal = \"g\"\n[[tools.command]]\nname = \"fs.read\"\ndescription = \"d\"\nargv = [\"cat\"]".into(),

@@ -12,7 +12,7 @@ use agentry_runtime::ApprovalConfig;
 use serde::Deserialize;
 use toml::Value;
 
-use crate::command::fields::{argv, effect, env, idempotency, tool_name};
+use crate::command::fields::{argv, effect, env, idempotency, redact_fields, tool_name};
 use crate::values::{FieldError, describe, duration, field_error, section};
 
 #[cfg(test)]
@@ -38,6 +38,7 @@ struct RawOverride {
     effect: Option<Value>,
     idempotency: Option<Value>,
     approve: Option<Value>,
+    redact: Option<Value>,
 }
 
 /// Parses `tools.mcp`: an array of tables, in file order, names unique.
@@ -285,6 +286,10 @@ fn overrides(
                         describe(&v)
                     ));
                 }
+            },
+            redact: match raw.redact {
+                None => Vec::new(),
+                Some(v) => redact_fields(&format!("{field}.redact"), v)?,
             },
         };
         out.insert(tool, one);

@@ -39,6 +39,7 @@ startup_timeout = "20s"
 effect = "read_only"
 idempotency = "idempotent"
 approve = true
+redact = ["api_key", "token"]
 
 [[tools.mcp]]
 name = "remote"
@@ -60,6 +61,7 @@ fn the_issue_example_parses_into_two_servers() {
             effect: Some(Effect::ReadOnly),
             idempotency: Some(Idempotency::Idempotent),
             approve: Some(true),
+            redact: vec!["api_key".into(), "token".into()],
         },
     );
     let mut first = McpServerConfig::new(
@@ -167,6 +169,18 @@ fn mistakes_are_named_by_field() {
         (
             "[[tools.mcp]]\nname = \"a\"\ncommand = [\"x\"]\n[tools.mcp.overrides.t]\napprove = \"yes\"",
             "tools.mcp[0].overrides.t.approve: expected true or false",
+        ),
+        (
+            "[[tools.mcp]]\nname = \"a\"\ncommand = [\"x\"]\n[tools.mcp.overrides.t]\nredact = \"password\"",
+            "tools.mcp[0].overrides.t.redact: expected an array of field names",
+        ),
+        (
+            "[[tools.mcp]]\nname = \"a\"\ncommand = [\"x\"]\n[tools.mcp.overrides.t]\nredact = [\"\"]",
+            "tools.mcp[0].overrides.t.redact[0]: expected a field name",
+        ),
+        (
+            "[[tools.mcp]]\nname = \"a\"\ncommand = [\"x\"]\nenv = { TRACEPARENT = \"00-x\" }",
+            "tools.mcp[0].env.TRACEPARENT: reserved",
         ),
         (
             "[[tools.mcp]]\nname = \"a\"\ncommand = [\"x\"]\n[[tools.mcp]]\nname = \"a\"\ncommand = [\"y\"]",

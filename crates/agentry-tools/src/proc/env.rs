@@ -24,8 +24,23 @@ pub const ENV_OPERATION_ID: &str = "AGENTRY_OPERATION_ID";
 /// first spawn must never touch the second.
 pub const ENV_SPAWN_ID: &str = "AGENTRY_SPAWN_ID";
 
-/// The variables the host sets on every child; nobody else may set them.
-pub const HOST_ENV: [&str; 4] = [ENV_RUN_ID, ENV_CALL_ID, ENV_OPERATION_ID, ENV_SPAWN_ID];
+/// Set on every child of a call that has one to
+/// [`ToolContext::traceparent`](crate::ToolContext::traceparent), the W3C trace
+/// context (`00-<trace id>-<span id>-<flags>`) a traced program continues.
+/// Host-owned like the ids: a value from the host's environment, a command
+/// tool's fixed `env` or the model's `env` is dropped, so a tool's spans can
+/// only join the trace of the call that started it.
+pub const ENV_TRACEPARENT: &str = "TRACEPARENT";
+
+/// The variables the host sets on every child (the trace context when the
+/// call has one); nobody else may set them.
+pub const HOST_ENV: [&str; 5] = [
+    ENV_RUN_ID,
+    ENV_CALL_ID,
+    ENV_OPERATION_ID,
+    ENV_SPAWN_ID,
+    ENV_TRACEPARENT,
+];
 
 /// A fresh value for [`ENV_SPAWN_ID`].
 pub(super) fn next_spawn_id() -> String {

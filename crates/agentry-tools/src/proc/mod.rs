@@ -12,7 +12,12 @@
 //!   [`ENV_SPAWN_ID`] (`AGENTRY_SPAWN_ID`, unique to the spawn), overriding any
 //!   value of the same name: the operation id is the same for every attempt of
 //!   an action, so a command can drop a duplicate
-//!   (`grep -qx "$AGENTRY_OPERATION_ID" done.txt || ...`).
+//!   (`grep -qx "$AGENTRY_OPERATION_ID" done.txt || ...`). When the call has a
+//!   trace context ([`ToolContext::traceparent`], set for every call of a run)
+//!   the host also sets [`ENV_TRACEPARENT`] (`TRACEPARENT`, the W3C
+//!   `00-<trace id>-<span id>-<flags>`), so a traced program's spans join the
+//!   run's trace; like the ids, a host, fixed or model-given `TRACEPARENT` is
+//!   dropped (the host's value wins, and without a context none is set).
 //! - **Working directory.** The run's working directory, or for `proc.run` a
 //!   relative `cwd` inside it (checked by [`resolve_in_workdir`]: absolute paths,
 //!   `..` and symlinks leading out are `EPERM`).
@@ -144,7 +149,7 @@ mod warden;
 
 pub use command::{CommandTool, CommandToolError};
 pub use config::{DEFAULT_ENV_ALLOWLIST, DEFAULT_MAX_INLINE, DEFAULT_TERM_GRACE, ProcConfig};
-pub use env::{ENV_CALL_ID, ENV_OPERATION_ID, ENV_RUN_ID, ENV_SPAWN_ID, HOST_ENV};
+pub use env::{ENV_CALL_ID, ENV_OPERATION_ID, ENV_RUN_ID, ENV_SPAWN_ID, ENV_TRACEPARENT, HOST_ENV};
 pub use fence::{FenceError, Fenced, fence};
 pub use run::{reap_orphans_here, run_command, survive_file_size_limit};
 pub use server::ServerProcess;

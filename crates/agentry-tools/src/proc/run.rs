@@ -17,7 +17,8 @@ use tokio::process::{ChildStdin, Command};
 use super::capture::{Artifact, Capture, Captured};
 use super::config::ProcConfig;
 use super::env::{
-    ENV_CALL_ID, ENV_OPERATION_ID, ENV_RUN_ID, ENV_SPAWN_ID, HOST_ENV, host_env, next_spawn_id,
+    ENV_CALL_ID, ENV_OPERATION_ID, ENV_RUN_ID, ENV_SPAWN_ID, ENV_TRACEPARENT, HOST_ENV, host_env,
+    next_spawn_id,
 };
 use super::group::ProcessGroup;
 use super::strays;
@@ -111,7 +112,8 @@ pub(super) async fn run(
     ctx: &ToolContext,
 ) -> Result<ToolOutput, ToolError> {
     // Set here, the one path every process tool takes, and last, so neither an
-    // allowlisted host value nor a fixed or model-given one can forge the ids.
+    // allowlisted host value nor a fixed or model-given one can forge the ids
+    // or the trace context.
     invocation
         .env
         .retain(|(name, _)| !HOST_ENV.contains(&name.as_str()));
@@ -125,6 +127,11 @@ pub(super) async fn run(
         ),
         (ENV_SPAWN_ID.to_string(), OsString::from(&spawn_id)),
     ]);
+    if let Some(traceparent) = &ctx.traceparent {
+        invocation
+            .env
+            .push((ENV_TRACEPARENT.to_string(), OsString::from(&**traceparent)));
+    }
     if ctx.cancel.is_cancelled() {
         // Nothing started yet: do not start it.
         return Err(ToolError::new(

@@ -114,6 +114,51 @@ async fn host_ids_reach_every_child_and_cannot_be_forged() {
     assert_eq!(host_ids(out.data["stdout"].as_str().unwrap()), want);
 }
 
+/// The `TRACEPARENT` lines of `env` output.
+fn traceparents(stdout: &str) -> Vec<&str> {
+    stdout
+        .lines()
+        .filter(|l| l.starts_with(&format!("{ENV_TRACEPARENT}=")))
+        .collect()
+}
+
+/// The call's trace context reaches `proc.run`, a command tool and a host
+/// command (an acceptance check) as `TRACEPARENT`; the host's value wins over
+/// an allowlisted, model-given or fixed one, and without a context none is set.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_trace_context_reaches_every_child_and_cannot_be_forged() {
+    let dir = tempfile::tempdir().unwrap();
+    let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let want = format!("{ENV_TRACEPARENT}={tp}");
+    let mut c = ctx(dir.path());
+    c.traceparent = Some(Arc::from(tp));
+    let mut config = ProcConfig::default();
+    config.env_allowlist.push(ENV_TRACEPARENT.to_string());
+    let proc_run = ProcTool::new(config.clone());
+    let forge = json!({"argv": ["env"], "env": {"TRACEPARENT": "00-forged"}});
+    let out = proc_run.call(forge.clone(), &c).await.unwrap();
+    assert_eq!(traceparents(out.data["stdout"].as_str().unwrap()), [&*want]);
+
+    let command = CommandTool::new(
+        ToolContract::new("env", "print the environment", json!({"type": "object"})),
+        ["env"],
+    )
+    .unwrap()
+    .with_env(ENV_TRACEPARENT, "00-forged");
+    let out = command.call(json!({}), &c).await.unwrap();
+    assert_eq!(traceparents(out.data["stdout"].as_str().unwrap()), [&*want]);
+
+    let out = run_command(vec!["env".into()], &config, &c).await.unwrap();
+    assert_eq!(traceparents(out.data["stdout"].as_str().unwrap()), [&*want]);
+
+    // No context: nothing, and still not the forged value.
+    c.traceparent = None;
+    let out = proc_run.call(forge, &c).await.unwrap();
+    assert!(traceparents(out.data["stdout"].as_str().unwrap()).is_empty());
+    let out = command.call(json!({}), &c).await.unwrap();
+    assert!(traceparents(out.data["stdout"].as_str().unwrap()).is_empty());
+}
+
 /// The point of the operation id: a `required_key` command that records the ids
 /// it has done appends once per action, however often the action is run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
