@@ -6,6 +6,10 @@
 //! `TaskSpec::parse`, so a request gets exactly the CLI's checks and messages
 //! (`budget.max_steps: expected a positive integer, found "ten"`).
 //!
+//! A W3C `traceparent` header puts the run in the caller's trace
+//! ([`traceparent`]); an invalid one is ignored, as W3C Trace Context asks, and
+//! the run starts a trace of its own.
+//!
 //! Everything here blocks (parsing a body of up to `--max-create-bytes`, creating
 //! the directory, writing the files), so the service calls [`prepare`] on the
 //! blocking pool, never on the async workers that serve every other request.
@@ -13,6 +17,7 @@
 use std::path::{Component, Path};
 
 use agentry::{RunConfig, Script, TaskError, TaskSpec};
+use axum::http::HeaderMap;
 use serde_json::Value;
 use tempfile::TempDir;
 
@@ -38,7 +43,7 @@ pub struct NewRun {
 pub fn prepare(body: &[u8]) -> Result<NewRun, ApiError> {
     let Value::Object(mut task) = super::body::parse_json(body)? else {
         return Err(ApiError::bad_request(
-            "the body must be a JSON object of task fields (goal, budget, tools, accept, progress, driver) plus script and files",
+            "the body must be a JSON object of task fields (goal, budget, tools, accept, progress, driver, tree, redact, trace) plus script and files",
         ));
     };
     // Taken out first: neither is a task.toml field.
@@ -136,4 +141,26 @@ fn write_files(dir: &Path, files: Value) -> Result<(), ApiError> {
         written.map_err(|e| ApiError::bad_request(format!("{at}: cannot write: {e}")))?;
     }
     Ok(())
+}
+
+/// The request's `traceparent` header, when it is one valid W3C version-00
+/// value (`00-<32 hex>-<16 hex>-<2 hex>`, lower case, neither id all zeros).
+/// Anything else (absent, repeated, malformed, another version) is `None`: the
+/// run starts a new trace, as W3C Trace Context asks of a receiver that cannot
+/// parse the header, rather than refusing the request.
+pub fn traceparent(headers: &HeaderMap) -> Option<String> {
+    let mut values = headers.get_all("traceparent").iter();
+    let value = values.next()?.to_str().ok()?;
+    if values.next().is_some() {
+        return None;
+    }
+    let parts: Vec<&str> = value.split('-').collect();
+    let hex = |s: &str, len: usize| {
+        s.len() == len && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    };
+    let nonzero = |s: &str| s.bytes().any(|b| b != b'0');
+    let valid = matches!(parts[..], [version, trace, span, flags]
+        if version == "00" && hex(trace, 32) && hex(span, 16) && hex(flags, 2)
+            && nonzero(trace) && nonzero(span));
+    valid.then(|| value.to_string())
 }

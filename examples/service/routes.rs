@@ -13,7 +13,7 @@ use axum::Router;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, Path, State};
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware;
 use axum::response::sse::{KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -78,6 +78,7 @@ impl App {
 
 async fn create_run(
     State(app): State<App>,
+    headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let bytes = body_bytes(body)?;
@@ -91,6 +92,7 @@ async fn create_run(
         workdir,
     } = run;
     config.inbox_capacity = app.config.limits.inbox_capacity;
+    config.traceparent = create::traceparent(&headers);
     let handle = match app.runtime.start(config, script.into_policy()).await {
         Ok(handle) => handle,
         Err(e) => {
@@ -99,7 +101,8 @@ async fn create_run(
         }
     };
     let run_id = handle.run_id().to_string();
-    tracing::info!(run_id, workdir = %workdir.path().display(), "run started");
+    let traceparent = handle.traceparent();
+    tracing::info!(run_id, traceparent, workdir = %workdir.path().display(), "run started");
     // A durable run's directory must survive the process: it is kept.
     let workdir = match app.runtime.store() {
         Some(_) => {
@@ -113,17 +116,21 @@ async fn create_run(
     Ok((
         StatusCode::CREATED,
         [(header::LOCATION, location)],
-        axum::Json(json!({ "run_id": run_id })),
+        axum::Json(json!({ "run_id": run_id, "traceparent": traceparent })),
     )
         .into_response())
 }
 
 async fn show_run(State(app): State<App>, Path(id): Path<String>) -> Result<Response, ApiError> {
-    let handle = match app.run(&id)?.current() {
+    let entry = app.run(&id)?;
+    let view = |snapshot: &RunSnapshot, outcome: Option<&RunOutcome>| {
+        let mut view = run_view(&id, snapshot, outcome);
+        view["traceparent"] = json!(entry.traceparent);
+        axum::Json(view).into_response()
+    };
+    let handle = match entry.current() {
         Run::Live(handle) => *handle,
-        Run::Stopped(outcome) => {
-            return Ok(axum::Json(run_view(&id, &outcome.state, Some(&outcome))).into_response());
-        }
+        Run::Stopped(outcome) => return Ok(view(&outcome.state, Some(&outcome))),
     };
     let snapshot = handle
         .snapshot()
@@ -138,7 +145,7 @@ async fn show_run(State(app): State<App>, Path(id): Path<String>) -> Result<Resp
             .ok()
             .and_then(Result::ok);
     }
-    Ok(axum::Json(run_view(&id, &snapshot, outcome.as_ref())).into_response())
+    Ok(view(&snapshot, outcome.as_ref()))
 }
 
 fn run_view(id: &str, snapshot: &RunSnapshot, outcome: Option<&RunOutcome>) -> Value {

@@ -34,6 +34,9 @@ pub(super) struct RunEntry {
     pub(super) log: Arc<EventLog>,
     /// Bytes of messages and events taken in (see `Limits::run_input_bytes`).
     input_bytes: AtomicU64,
+    /// The run's W3C traceparent (its trace id joins the request's
+    /// `traceparent` header when that was valid), shown by `GET /runs/{id}`.
+    pub(super) traceparent: String,
     /// Held only so the directory outlives the run (dropping it deletes it).
     /// `None` for a durable run: its directory must outlive the process too.
     _workdir: Option<TempDir>,
@@ -154,6 +157,7 @@ impl App {
             run: Mutex::new(Run::Live(Box::new(handle.clone()))),
             log: Arc::clone(&log),
             input_bytes: AtomicU64::new(0),
+            traceparent: handle.traceparent(),
             _workdir: workdir,
         };
         self.runs

@@ -1,13 +1,17 @@
 //! Process tools inside real runs: the deadline, an abort and a shutdown kill the
-//! whole process group (grandchildren included), and huge output stays capped.
+//! whole process group (grandchildren included), huge output stays capped, and
+//! every process a run starts gets its trace context as `TRACEPARENT`.
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
-use agentry::tools::proc::reap_orphans_here;
-use agentry::{ErrorCode, Runtime, StopReason};
+use agentry::protocol::accept::AcceptCheck;
+use agentry::tools::proc::{CommandTool, reap_orphans_here};
+use agentry::{ErrorCode, Runtime, StopReason, ToolContract};
 use agentry_test_support::{
-    ScriptBuilder, TestError, TestTask, collect_until_stopped_within, run_with_events, tool_results,
+    ScriptBuilder, TestError, TestTask, collect_until_stopped, collect_until_stopped_within,
+    run_with_events, runtime_with, tool_results,
 };
 use serde_json::json;
 
@@ -183,5 +187,70 @@ async fn huge_output_is_capped_and_referenced() -> Result<(), TestError> {
         .ok_or("no ref to the full output")?;
     let on_disk = std::fs::metadata(task.workdir().join(&full.path))?.len();
     assert_eq!(on_disk, 20_000_000);
+    Ok(())
+}
+
+/// Prints the process's `TRACEPARENT`.
+const PRINT_TRACEPARENT: &str = "printf %s \"$TRACEPARENT\"";
+
+/// A run whose `proc.run`, command tool and command acceptance check each print
+/// (or save) `TRACEPARENT`; returns what they saw and the run's traceparent.
+async fn traceparents_seen(parent: Option<&str>) -> Result<(Vec<String>, String), TestError> {
+    let show = CommandTool::new(
+        ToolContract::new("trace.show", "print TRACEPARENT", json!({"type": "object"})),
+        ["sh", "-c", PRINT_TRACEPARENT],
+    )?;
+    let runtime = runtime_with(vec![Arc::new(show)])?;
+    let task = TestTask::new("show the trace context", &[])?.grant(&["proc.run", "trace.show"]);
+    let mut config = task.config();
+    config.traceparent = parent.map(str::to_string);
+    config.accept = vec![AcceptCheck::Command {
+        argv: vec![
+            "sh".into(),
+            "-c".into(),
+            format!("{PRINT_TRACEPARENT} > tp.txt"),
+        ],
+        timeout_ms: 30_000,
+    }];
+    let policy = ScriptBuilder::new()
+        .call(
+            "p1",
+            "proc.run",
+            json!({"argv": ["sh", "-c", PRINT_TRACEPARENT]}),
+        )
+        .call("c1", "trace.show", json!({}))
+        .finish("shown")
+        .policy();
+    let handle = runtime.start(config, policy).await?;
+    let events = collect_until_stopped(handle.subscribe()).await?;
+    let outcome = handle.wait().await?;
+    assert_eq!(outcome.stop_reason, StopReason::Done, "{}", outcome.detail);
+    let mut seen: Vec<String> = tool_results(&events)
+        .iter()
+        // The process tools' results (not the finish's).
+        .filter_map(|(_, r)| Some(r.data.as_ref()?.get("stdout")?.as_str()?.to_string()))
+        .collect();
+    seen.push(task.read_file("tp.txt")?);
+    Ok((seen, handle.traceparent()))
+}
+
+/// `proc.run`, a command tool and an acceptance check run with the run's
+/// traceparent; with `RunConfig.traceparent` set, it is in the given trace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn processes_get_the_runs_traceparent() -> Result<(), TestError> {
+    let (seen, run_tp) = traceparents_seen(None).await?;
+    assert_eq!(seen, [run_tp.as_str(); 3]);
+    let parts: Vec<&str> = run_tp.split('-').collect();
+    assert!(
+        parts.len() == 4 && parts[0] == "00" && parts[1].len() == 32 && parts[2].len() == 16,
+        "{run_tp}"
+    );
+
+    let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let parent = format!("00-{trace}-00f067aa0ba902b7-01");
+    let (seen, run_tp) = traceparents_seen(Some(&parent)).await?;
+    assert!(run_tp.starts_with(&format!("00-{trace}-")), "{run_tp}");
+    assert!(run_tp.ends_with("-01") && run_tp != parent, "{run_tp}");
+    assert_eq!(seen, [run_tp.as_str(); 3]);
     Ok(())
 }

@@ -32,8 +32,17 @@ async fn a_run_streams_its_events_and_stops_done() -> Result<(), TestError> {
     let stopped = events.last().ok_or("no events")?;
     assert_eq!(stopped.data["event"]["stop_reason"], "done");
 
-    let run = service.get(&format!("/runs/{run_id}")).await?;
+    let mut run = service.get(&format!("/runs/{run_id}")).await?;
     assert_eq!(run.status, 200);
+    let traceparent = run.body["traceparent"].take();
+    assert!(
+        traceparent.as_str().is_some_and(|t| t.starts_with("00-")),
+        "{traceparent}"
+    );
+    run.body
+        .as_object_mut()
+        .ok_or("not an object")?
+        .remove("traceparent");
     assert_eq!(
         run.body,
         json!({
@@ -162,5 +171,87 @@ async fn a_denied_call_gets_eperm() -> Result<(), TestError> {
     let message = result["error"]["message"].as_str().unwrap_or_default();
     assert!(message.contains("not on a Friday"), "{message}");
     assert_eq!(names(&rest).last(), Some(&"run_stopped"));
+    Ok(())
+}
+
+/// A task whose one `proc.run` prints `TRACEPARENT`.
+fn traceparent_task() -> Value {
+    json!({
+        "goal": "show the trace context",
+        "budget": {"max_steps": 4, "deadline": "30s"},
+        "tools": {"grant": ["proc.run"]},
+        "trace": {"sample": 1.0},
+        "script": {"turns": [
+            {"tool_calls": [{"id": "show", "name": "proc.run",
+                             "arguments": {"argv": ["sh", "-c", "printf %s \"$TRACEPARENT\""]}}]},
+            finish("finish", "shown"),
+        ]}
+    })
+}
+
+/// Creates [`traceparent_task`] with these `traceparent` headers; returns the
+/// traceparent the reply, GET and the run's process saw.
+async fn traceparents_of(service: &Service, headers: &[&str]) -> Result<[String; 3], TestError> {
+    let mut request = service
+        .client
+        .client
+        .post(format!("{}/runs", service.base))
+        .header("content-type", "application/json")
+        .body(traceparent_task().to_string());
+    for value in headers {
+        request = request.header("traceparent", *value);
+    }
+    let response = request.send().await?;
+    assert_eq!(response.status().as_u16(), 201);
+    let created: Value = response.json().await?;
+    let run_id = created["run_id"].as_str().ok_or("no run_id")?;
+    let events = service.events(run_id).await?.rest().await?;
+    let shown = events
+        .iter()
+        .find(|e| e.event == "tool_call_finished")
+        .ok_or_else(|| format!("no tool_call_finished in {:?}", names(&events)))?;
+    let stdout = &shown.data["event"]["result"]["data"]["stdout"];
+    let run = service.get(&format!("/runs/{run_id}")).await?;
+    assert_eq!(run.body["outcome"]["stop_reason"], "done", "{:?}", run.body);
+    let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+    Ok([
+        text(&created["traceparent"]),
+        text(&run.body["traceparent"]),
+        text(stdout),
+    ])
+}
+
+/// A W3C `traceparent` header puts the run in the caller's trace: the create
+/// reply and GET show the run's traceparent with the header's trace id, and the
+/// run's `proc.run` gets the same as `TRACEPARENT`. A malformed or repeated
+/// header is ignored (the run starts its own trace), not refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_traceparent_header_puts_the_run_in_that_trace() -> Result<(), TestError> {
+    let service = Service::start().await?;
+    let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let parent = format!("00-{trace}-00f067aa0ba902b7-01");
+    let [created, shown, seen] = traceparents_of(&service, &[&parent]).await?;
+    assert!(created.starts_with(&format!("00-{trace}-")), "{created}");
+    assert_eq!(shown, created);
+    assert_eq!(seen, created, "the process got the run's traceparent");
+
+    let other = format!("00-{}-00f067aa0ba902b7-01", "1".repeat(32));
+    let ignored = [
+        vec!["garbage"],
+        vec!["00-00000000000000000000000000000000-00f067aa0ba902b7-01"],
+        vec![&parent[..parent.len() - 1]],
+        vec![parent.as_str(), other.as_str()],
+    ];
+    for headers in ignored {
+        let [created, shown, seen] = traceparents_of(&service, &headers).await?;
+        assert!(created.starts_with("00-"), "{created}");
+        assert!(!created.contains(trace), "{headers:?} joined: {created}");
+        assert!(
+            !created.contains(&"1".repeat(32)),
+            "{headers:?} joined: {created}"
+        );
+        assert_eq!(shown, created);
+        assert_eq!(seen, created);
+    }
     Ok(())
 }
