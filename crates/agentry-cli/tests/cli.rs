@@ -24,6 +24,7 @@ mod cli {
     mod mcp_http;
     #[cfg(target_os = "linux")]
     mod mcp_resume;
+    mod mcp_trace;
     mod model;
     mod proxy;
     mod run;

@@ -30,6 +30,9 @@ pub(crate) struct StartRequest {
     pub(crate) max_steps: Option<u64>,
     /// As `--deadline`.
     pub(crate) deadline: Option<Duration>,
+    /// The caller's W3C trace context (`_meta.traceparent`): the run joins
+    /// that trace.
+    pub(crate) traceparent: Option<String>,
 }
 
 /// Why a run did not start. Each says what is wrong in the caller's terms.
@@ -85,13 +88,14 @@ impl ServerRuns {
         );
         let Prepared {
             runtime,
-            config,
+            mut config,
             policy,
             store,
             mcp,
         } = prepare(&args)
             .await
             .map_err(|e| StartError::Run(describe(&e)))?;
+        config.traceparent = request.traceparent;
         let handle = runtime
             .start_boxed(config, policy)
             .await

@@ -113,7 +113,10 @@ impl AgentryServer {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
         let wait = args.wait.unwrap_or(true);
-        let handle = match self.start(args).await {
+        // The caller's trace context (`_meta.traceparent`, MCP's SEP-414 key):
+        // the run joins that trace; the runtime ignores an invalid value.
+        let traceparent = context.meta.0.get_traceparent().map(str::to_string);
+        let handle = match self.start(args, traceparent).await {
             Ok(handle) => handle,
             Err(e) => return Ok(tool_error(&e)),
         };
@@ -214,7 +217,11 @@ impl ServerHandler for AgentryServer {}
 impl AgentryServer {
     /// Checks `run_task`'s arguments, writes an inline task's directory and
     /// starts the run.
-    async fn start(&self, args: RunTaskArgs) -> Result<RunHandle, ArgError> {
+    async fn start(
+        &self,
+        args: RunTaskArgs,
+        traceparent: Option<String>,
+    ) -> Result<RunHandle, ArgError> {
         let (task_dir, inline) = match (args.task_dir, args.task) {
             (Some(dir), None) => {
                 for (name, given) in [
@@ -248,9 +255,13 @@ impl AgentryServer {
             }
             (Some(_), Some(_)) | (None, None) => return Err(ArgError::TaskSource),
         };
-        let started = self
-            .start_in(task_dir.clone(), args.policy, args.max_steps, args.deadline)
-            .await;
+        let overrides = Overrides {
+            policy: args.policy,
+            max_steps: args.max_steps,
+            deadline: args.deadline,
+            traceparent,
+        };
+        let started = self.start_in(task_dir.clone(), overrides).await;
         if inline && started.is_err() {
             discard(&task_dir);
         }
@@ -261,10 +272,14 @@ impl AgentryServer {
     async fn start_in(
         &self,
         task_dir: PathBuf,
-        policy: Option<String>,
-        max_steps: Option<u64>,
-        deadline: Option<String>,
+        overrides: Overrides,
     ) -> Result<RunHandle, ArgError> {
+        let Overrides {
+            policy,
+            max_steps,
+            deadline,
+            traceparent,
+        } = overrides;
         let max_steps = match max_steps {
             Some(n) if n == 0 || n > agentry::task::MAX_COUNT => {
                 return Err(ArgError::MaxSteps { found: n });
@@ -287,9 +302,19 @@ impl AgentryServer {
             policy,
             max_steps,
             deadline,
+            traceparent,
         };
         Ok(self.runs.start(request).await?)
     }
+}
+
+/// What `run_task` sets over the task's own, unchecked.
+struct Overrides {
+    policy: Option<String>,
+    max_steps: Option<u64>,
+    deadline: Option<String>,
+    /// From the request's `_meta.traceparent`.
+    traceparent: Option<String>,
 }
 
 /// Where a waiting `run_task`'s progress notifications go.
