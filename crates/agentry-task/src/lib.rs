@@ -22,7 +22,8 @@
 //!
 //! # Layout
 //! In import order: `values` (single values, `FieldError`), `raw` (the tables'
-//! keys), [`command`] (`[[tools.command]]`), `accept` (`[[accept]]`), `validate`
+//! keys), [`command`] (`[[tools.command]]`), `accept` (`[[accept]]`), `mcp`
+//! (`[[tools.mcp]]`), `observe` (`[redact]`, `[trace]`), `validate`
 //! (every table), [`spec`] ([`TaskSpec`]: load, parse, what it builds), `workdir`
 //! ([`TaskSpec::prepare_workdir`]), [`error`] ([`TaskError`]).
 //!

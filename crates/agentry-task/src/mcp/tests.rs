@@ -171,18 +171,6 @@ fn mistakes_are_named_by_field() {
             "tools.mcp[0].overrides.t.approve: expected true or false",
         ),
         (
-            "[[tools.mcp]]\nname = \"a\"\ncommand = [\"x\"]\n[tools.mcp.overrides.t]\nredact = \"password\"",
-            "tools.mcp[0].overrides.t.redact: expected an array of field names",
-        ),
-        (
-            "[[tools.mcp]]\nname = \"a\"\ncommand = [\"x\"]\n[tools.mcp.overrides.t]\nredact = [\"\"]",
-            "tools.mcp[0].overrides.t.redact[0]: expected a field name",
-        ),
-        (
-            "[[tools.mcp]]\nname = \"a\"\ncommand = [\"x\"]\nenv = { TRACEPARENT = \"00-x\" }",
-            "tools.mcp[0].env.TRACEPARENT: reserved",
-        ),
-        (
             "[[tools.mcp]]\nname = \"a\"\ncommand = [\"x\"]\n[[tools.mcp]]\nname = \"a\"\ncommand = [\"y\"]",
             "tools.mcp[1].name: \"a\" is also the name of tools.mcp[0]",
         ),
@@ -195,6 +183,37 @@ fn mistakes_are_named_by_field() {
             format!("goal = \"g\"\n[tools]\n{tail}")
         };
         let message = parse_err(&text);
+        assert!(
+            message.contains(expected),
+            "for {tail:?}: expected {expected:?} in {message:?}"
+        );
+    }
+}
+
+#[test]
+fn redact_overrides_parse_and_bad_ones_and_a_reserved_env_are_named() {
+    let spec = parse(EVERYTHING);
+    assert_eq!(
+        spec.mcp_servers[0].overrides["get-sum"].redact,
+        ["api_key", "token"]
+    );
+    assert!(spec.mcp_servers[1].overrides["charge"].redact.is_empty());
+    let cases: &[(&str, &str)] = &[
+        (
+            "[[tools.mcp]]\nname = \"a\"\ncommand = [\"x\"]\n[tools.mcp.overrides.t]\nredact = \"password\"",
+            "tools.mcp[0].overrides.t.redact: expected an array of field names",
+        ),
+        (
+            "[[tools.mcp]]\nname = \"a\"\ncommand = [\"x\"]\n[tools.mcp.overrides.t]\nredact = [\"\"]",
+            "tools.mcp[0].overrides.t.redact[0]: expected a field name",
+        ),
+        (
+            "[[tools.mcp]]\nname = \"a\"\ncommand = [\"x\"]\nenv = { TRACEPARENT = \"00-x\" }",
+            "tools.mcp[0].env.TRACEPARENT: reserved",
+        ),
+    ];
+    for (tail, expected) in cases {
+        let message = parse_err(&format!("goal = \"g\"\n[tools]\n{tail}"));
         assert!(
             message.contains(expected),
             "for {tail:?}: expected {expected:?} in {message:?}"

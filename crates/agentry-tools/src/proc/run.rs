@@ -105,20 +105,14 @@ enum Event {
     OutputClosed,
 }
 
-/// Runs `invocation` to completion or cancellation (see the module docs).
-pub(super) async fn run(
-    mut invocation: Invocation,
-    config: &ProcConfig,
-    ctx: &ToolContext,
-) -> Result<ToolOutput, ToolError> {
-    // Set here, the one path every process tool takes, and last, so neither an
-    // allowlisted host value nor a fixed or model-given one can forge the ids
-    // or the trace context.
-    invocation
-        .env
-        .retain(|(name, _)| !HOST_ENV.contains(&name.as_str()));
+/// Sets the host's variables in `env` (dropping any value of theirs already
+/// there) and returns the spawn id. Done in [`run`], the one path every
+/// process tool takes, and last, so neither an allowlisted host value nor a
+/// fixed or model-given one can forge the ids or the trace context.
+fn set_host_env(env: &mut Vec<(String, OsString)>, ctx: &ToolContext) -> String {
+    env.retain(|(name, _)| !HOST_ENV.contains(&name.as_str()));
     let spawn_id = next_spawn_id();
-    invocation.env.extend([
+    env.extend([
         (ENV_RUN_ID.to_string(), OsString::from(&*ctx.run_id)),
         (ENV_CALL_ID.to_string(), OsString::from(&ctx.call_id)),
         (
@@ -128,10 +122,18 @@ pub(super) async fn run(
         (ENV_SPAWN_ID.to_string(), OsString::from(&spawn_id)),
     ]);
     if let Some(traceparent) = &ctx.traceparent {
-        invocation
-            .env
-            .push((ENV_TRACEPARENT.to_string(), OsString::from(&**traceparent)));
+        env.push((ENV_TRACEPARENT.to_string(), OsString::from(&**traceparent)));
     }
+    spawn_id
+}
+
+/// Runs `invocation` to completion or cancellation (see the module docs).
+pub(super) async fn run(
+    mut invocation: Invocation,
+    config: &ProcConfig,
+    ctx: &ToolContext,
+) -> Result<ToolOutput, ToolError> {
+    let spawn_id = set_host_env(&mut invocation.env, ctx);
     if ctx.cancel.is_cancelled() {
         // Nothing started yet: do not start it.
         return Err(ToolError::new(
