@@ -210,7 +210,7 @@ async fn sampled_run(sample: f64) -> Result<Vec<Value>, TestError> {
 #[tokio::test]
 async fn a_sampled_out_done_run_keeps_its_inputs_and_final_record_only() -> Result<(), TestError> {
     let records = sampled_run(0.0).await?;
-    assert_eq!(kinds(&records), ["input", "stop"], "{records:?}");
+    assert_eq!(kinds(&records), ["input", "stop"]);
     assert_eq!(records[1]["stop_reason"], "done");
     assert_eq!(records[1]["steps"], 3);
     Ok(())

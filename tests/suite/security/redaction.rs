@@ -161,8 +161,8 @@ fn leaks(what: &str, bytes: &[u8]) -> Vec<String> {
         .collect()
 }
 
-/// The run, in the child process.
-async fn run_and_check() -> Result<(), TestError> {
+/// Installs a log subscriber (DEBUG and up) writing into the returned buffer.
+fn capture_logs() -> Result<Captured, TestError> {
     let logs = Captured::default();
     let sink = logs.clone();
     tracing_subscriber::fmt()
@@ -171,6 +171,63 @@ async fn run_and_check() -> Result<(), TestError> {
         .with_ansi(false)
         .try_init()
         .map_err(|e| e.to_string())?;
+    Ok(logs)
+}
+
+/// What was written: the trace file, the SQLite file and its WAL, the events
+/// (as JSON) and the logs.
+struct Written {
+    trace: Vec<u8>,
+    store: Vec<u8>,
+    events: Vec<agentry::protocol::event::EventRecord>,
+    logs: Vec<u8>,
+}
+
+/// Every leak of `written`, and every redaction marker it lacks. All places
+/// are checked before the test fails, so one run shows every write point that
+/// leaks.
+fn leaks_in(written: &Written) -> Result<Vec<String>, TestError> {
+    let mut leaked = leaks("the trace", &written.trace);
+    let trace_text = String::from_utf8_lossy(&written.trace);
+    for marker in [
+        "sk-…[redacted:openai_key]",
+        "AKIA…[redacted:aws_access_key]",
+        "[redacted:pattern:0]",
+        "[redacted:field:password]",
+        &format!("[redacted:env:{ENV_NAME}]"),
+    ] {
+        if !trace_text.contains(marker) {
+            leaked.push(format!("the trace lacks {marker}"));
+        }
+    }
+    leaked.extend(leaks("the SQLite file", &written.store));
+    if !String::from_utf8_lossy(&written.store).contains("[redacted:field:password]") {
+        leaked.push("the SQLite file lacks [redacted:field:password]".into());
+    }
+    leaked.extend(leaks(
+        "the event stream",
+        &serde_json::to_vec(&written.events)?,
+    ));
+    let deltas: String = written
+        .events
+        .iter()
+        .filter_map(|e| match &e.event {
+            agentry::protocol::event::RunEvent::TokenDelta { text, .. } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect();
+    if deltas != "the key is sk-ant-…[redacted:anthropic_key] and more" {
+        leaked.push(format!("the streamed deltas, joined, are {deltas:?}"));
+    }
+    // The capture works: the run logged something.
+    assert!(!written.logs.is_empty(), "no log line was captured");
+    leaked.extend(leaks("the logs", &written.logs));
+    Ok(leaked)
+}
+
+/// The run, in the child process.
+async fn run_and_check() -> Result<(), TestError> {
+    let logs = capture_logs()?;
     let task = TestTask::new(
         "read config.env and log in",
         &[(
@@ -195,7 +252,8 @@ async fn run_and_check() -> Result<(), TestError> {
     let events = collect_until_stopped(events).await?;
     assert_eq!(outcome.stop_reason, StopReason::Done, "{}", outcome.detail);
 
-    // The policy and the tool saw the real values.
+    // The policy and the tool saw the real values; so does the embedder (the
+    // outcome is not a write).
     let seen = seen.lock().map(|s| s.join("\n")).unwrap_or_default();
     for real in [OPENAI_KEY, AWS_KEY, CARD, PASSWORD] {
         assert!(seen.contains(real), "the policy never saw {real}");
@@ -204,7 +262,6 @@ async fn run_and_check() -> Result<(), TestError> {
         login.got.lock().ok().and_then(|g| g.clone()).as_deref(),
         Some(PASSWORD)
     );
-    // What is not a write keeps the value: the outcome handed to the embedder.
     assert!(
         outcome
             .answer
@@ -213,50 +270,19 @@ async fn run_and_check() -> Result<(), TestError> {
             .contains(ENV_SECRET)
     );
 
-    // Every place is checked before any assertion fails, so one run shows
-    // every write point that leaks.
-    let mut leaked = Vec::new();
-    let trace = std::fs::read(task.trace_path())?;
-    leaked.extend(leaks("the trace", &trace));
-    let trace_text = String::from_utf8_lossy(&trace);
-    for marker in [
-        "sk-…[redacted:openai_key]",
-        "AKIA…[redacted:aws_access_key]",
-        "[redacted:pattern:0]",
-        "[redacted:field:password]",
-        &format!("[redacted:env:{ENV_NAME}]"),
-    ] {
-        if !trace_text.contains(marker) {
-            leaked.push(format!("the trace lacks {marker}"));
-        }
-    }
     drop(runtime);
     let mut store = std::fs::read(&db)?;
     if let Ok(wal) = std::fs::read(db.with_extension("db-wal")) {
         store.extend(wal);
     }
     assert!(!store.is_empty());
-    leaked.extend(leaks("the SQLite file", &store));
-    if !String::from_utf8_lossy(&store).contains("[redacted:field:password]") {
-        leaked.push("the SQLite file lacks [redacted:field:password]".into());
-    }
-
-    let events_json = serde_json::to_vec(&events)?;
-    leaked.extend(leaks("the event stream", &events_json));
-    let deltas: String = events
-        .iter()
-        .filter_map(|e| match &e.event {
-            agentry::protocol::event::RunEvent::TokenDelta { text, .. } => Some(text.as_str()),
-            _ => None,
-        })
-        .collect();
-    if deltas != "the key is sk-ant-…[redacted:anthropic_key] and more" {
-        leaked.push(format!("the streamed deltas, joined, are {deltas:?}"));
-    }
-    let logs = logs.0.lock().map(|l| l.clone()).unwrap_or_default();
-    // The capture works: the run logged something.
-    assert!(!logs.is_empty(), "no log line was captured");
-    leaked.extend(leaks("the logs", &logs));
+    let written = Written {
+        trace: std::fs::read(task.trace_path())?,
+        store,
+        events,
+        logs: logs.0.lock().map(|l| l.clone()).unwrap_or_default(),
+    };
+    let leaked = leaks_in(&written)?;
     assert!(leaked.is_empty(), "{leaked:#?}");
     Ok(())
 }

@@ -79,10 +79,11 @@ fn checked_run_id(config: &RunConfig) -> Result<Arc<str>, RuntimeError> {
 /// sampled by the tree's trace id.
 fn open_trace(
     config: &RunConfig,
-    resumed: bool,
+    stored: &Stored,
     lineage: &Lineage,
     redactor: &Arc<agentry_redact::Redactor>,
 ) -> Result<Option<TraceWriter>, RuntimeError> {
+    let resumed = stored.restore.is_some();
     let sampling = Sampling::of(config.observe.sample, &lineage.trace_id);
     config
         .trace
@@ -301,12 +302,7 @@ impl Runtime {
         let stored = Stored::of(durable, new_claim);
         let inbox = log.as_ref().map(|_| stored.next_inbox());
         let (outcome_tx, outcome_rx) = watch::channel(None);
-        let trace = open_trace(
-            &config,
-            stored.restore.is_some(),
-            &lineage,
-            &redaction.redactor,
-        )?;
+        let trace = open_trace(&config, &stored, &lineage, &redaction.redactor)?;
         let events = EventSink::new(Arc::clone(&run_id), config.events_from_start, redaction);
         let about = Arc::new(RunAbout::of(&config, policy.as_ref()));
         let children = Arc::new(RunChildren::new(
