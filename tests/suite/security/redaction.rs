@@ -311,3 +311,29 @@ async fn secrets_never_reach_trace_store_or_events() -> Result<(), TestError> {
     assert!(stdout.contains("1 passed"), "{stdout}");
     Ok(())
 }
+
+/// A `[redact] patterns` entry that is not a regex refuses the run at its
+/// start, naming the pattern, before anything is written (no trace file, no
+/// stored run).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invalid_redact_pattern_refuses_the_run_before_any_write() -> Result<(), TestError> {
+    let task = TestTask::new("g", &[])?.trace();
+    let db = task.root().join("runs.db");
+    let runtime = runtime_with(Vec::new())?
+        .with_store(Arc::new(SqliteStore::open(&db)?), Durability::Strict)?;
+    let mut config = task.config();
+    config.observe.redact_patterns = vec![CARD_PATTERN.to_string(), "(unclosed".to_string()];
+    let err = runtime
+        .start(config, FnPolicy::pending())
+        .await
+        .err()
+        .ok_or("a bad pattern was accepted")?;
+    assert!(
+        matches!(err, agentry::RuntimeError::Redaction(_)),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("(unclosed"), "{err}");
+    assert!(!task.trace_path().exists(), "a trace file was created");
+    assert!(runtime.runs().await?.is_empty(), "a run was stored");
+    Ok(())
+}
