@@ -1,8 +1,10 @@
 //! The JSONL trace: one valid JSON record per step with the documented fields,
-//! then a closing record with the stop reason.
+//! then a closing record with the stop reason; sampling (`observe.sample`)
+//! keeps the step records of a share of trees, and of every run that did not
+//! stop `done`.
 
-use agentry::{Runtime, StopReason};
-use agentry_test_support::{ScriptBuilder, TestError, TestTask, call};
+use agentry::{Decision, Runtime, StopReason, ToolCall};
+use agentry_test_support::{FnPolicy, ScriptBuilder, TestError, TestTask, call};
 use serde_json::{Value, json};
 
 const STEP_FIELDS: [&str; 9] = [
@@ -145,5 +147,167 @@ async fn a_stopped_loop_still_ends_its_trace_with_the_stop_reason() -> Result<()
         "the first read changed the world it acted on"
     );
     assert_eq!(fps[1], fps[2], "{fps:?}");
+    Ok(())
+}
+
+/// The kinds of a trace's records, in order (`step`, `input`, `stop`).
+fn kinds(records: &[Value]) -> Vec<String> {
+    records
+        .iter()
+        .map(|r| r["kind"].as_str().unwrap_or("?").to_string())
+        .collect()
+}
+
+/// A run that reads, hears a message, and finishes (`done`), its trace
+/// sampled at `sample`.
+async fn sampled_run(sample: f64) -> Result<Vec<Value>, TestError> {
+    let task = TestTask::sum()?.trace();
+    let mut config = task.config();
+    config.observe.sample = sample;
+    let (heard_tx, heard_rx) = tokio::sync::watch::channel(false);
+    let policy = FnPolicy::from_async(move |ctx| {
+        let mut heard = heard_rx.clone();
+        let step = ctx.step;
+        Box::pin(async move {
+            match step {
+                1 => Decision::ToolCalls {
+                    calls: vec![ToolCall::new(
+                        "r1",
+                        "fs.read",
+                        json!({"path": "numbers.txt"}),
+                    )],
+                },
+                2 => {
+                    // Waits for the message, so it is an input of the trace.
+                    let _ = heard.wait_for(|h| *h).await;
+                    Decision::ToolCalls {
+                        calls: vec![ToolCall::new(
+                            "w1",
+                            "fs.write",
+                            json!({"path": "sum.txt", "content": "23"}),
+                        )],
+                    }
+                }
+                _ => Decision::ToolCalls {
+                    calls: vec![ToolCall::new(
+                        "f",
+                        agentry::tools::FINISH_TOOL,
+                        json!({"answer": "23"}),
+                    )],
+                },
+            }
+        })
+    });
+    let handle = Runtime::with_builtins()?.start(config, policy).await?;
+    handle.send_message("the sum goes to sum.txt")?;
+    heard_tx.send_replace(true);
+    let outcome = handle.wait().await?;
+    assert_eq!(outcome.stop_reason, StopReason::Done, "{}", outcome.detail);
+    Ok(task.read_trace()?)
+}
+
+/// Sample 0, a run that stopped `done`: its inputs and final record only.
+#[tokio::test]
+async fn a_sampled_out_done_run_keeps_its_inputs_and_final_record_only() -> Result<(), TestError> {
+    let records = sampled_run(0.0).await?;
+    assert_eq!(kinds(&records), ["input", "stop"]);
+    assert_eq!(records[1]["stop_reason"], "done");
+    assert_eq!(records[1]["steps"], 3);
+    Ok(())
+}
+
+/// Sample 1 (the default): every record, inputs among the steps in order.
+#[tokio::test]
+async fn a_sampled_in_run_keeps_every_record() -> Result<(), TestError> {
+    let records = sampled_run(1.0).await?;
+    let kinds = kinds(&records);
+    assert_eq!(
+        kinds.iter().filter(|k| *k == "step").count(),
+        3,
+        "{kinds:?}"
+    );
+    assert_eq!(
+        kinds.iter().filter(|k| *k == "input").count(),
+        1,
+        "{kinds:?}"
+    );
+    assert_eq!(kinds.last().map(String::as_str), Some("stop"));
+    Ok(())
+}
+
+/// Sample 0, a run that did not stop `done` (it loops into its step limit):
+/// every step record is kept.
+#[tokio::test]
+async fn a_sampled_out_run_that_did_not_finish_keeps_every_step() -> Result<(), TestError> {
+    let task = TestTask::sum()?.max_steps(3).window(0).trace();
+    let mut config = task.config();
+    config.observe.sample = 0.0;
+    let policy = ScriptBuilder::new()
+        .call("c1", "fs.read", json!({"path": "numbers.txt"}))
+        .repeat_last()
+        .policy();
+    let outcome = Runtime::with_builtins()?.run(config, policy).await?;
+    assert_eq!(outcome.stop_reason, StopReason::MaxSteps);
+    let records = task.read_trace()?;
+    assert_eq!(kinds(&records), ["step", "step", "step", "stop"]);
+    let steps: Vec<u64> = records.iter().filter_map(|r| r["step"].as_u64()).collect();
+    assert_eq!(steps, [1, 2, 3]);
+    assert_eq!(records[3]["stop_reason"], "max_steps");
+    Ok(())
+}
+
+/// Trace ids sampled in and out at a share of one half (the decision is a
+/// hash of the trace id; `trace.rs`'s unit test pins the same two).
+const SAMPLED_IN: &str = "4bf92f3577b34da6a3ce929d0e0e0000";
+const SAMPLED_OUT: &str = "4bf92f3577b34da6a3ce929d0e0e0003";
+
+/// A parent and a child of one trace id decide as one: both keep their step
+/// records, or neither does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tree_is_sampled_as_one() -> Result<(), TestError> {
+    for (trace_id, kept) in [(SAMPLED_IN, true), (SAMPLED_OUT, false)] {
+        let runtime = Runtime::with_builtins()?;
+        let parent_task = TestTask::new("plan", &[])?.max_steps(10).trace();
+        let mut config = parent_task.config();
+        config.observe.sample = 0.5;
+        config.traceparent = Some(format!("00-{trace_id}-00f067aa0ba902b7-01"));
+        let (go_tx, go_rx) = tokio::sync::watch::channel(false);
+        let parent_policy = FnPolicy::from_async(move |_| {
+            let mut go = go_rx.clone();
+            Box::pin(async move {
+                let _ = go.wait_for(|g| *g).await;
+                Decision::Final {
+                    answer: "ok".into(),
+                }
+            })
+        });
+        let parent = runtime.start(config, parent_policy).await?;
+        let child_task = TestTask::new("sub-task", &[])?.max_steps(3).trace();
+        let mut child_config = child_task.config();
+        child_config.observe.sample = 0.5;
+        let child = runtime
+            .start_child(
+                &parent,
+                child_config,
+                ScriptBuilder::new().final_text("done").policy(),
+            )
+            .await?;
+        let child_outcome = child.wait().await?;
+        go_tx.send_replace(true);
+        let outcome = parent.wait().await?;
+        for (who, o, task) in [
+            ("parent", &outcome, &parent_task),
+            ("child", &child_outcome, &child_task),
+        ] {
+            assert_eq!(o.stop_reason, StopReason::Done, "{who}: {}", o.detail);
+            let kinds = kinds(&task.read_trace()?);
+            assert_eq!(
+                kinds.contains(&"step".to_string()),
+                kept,
+                "{who} of trace {trace_id}: {kinds:?}"
+            );
+            assert_eq!(kinds.last().map(String::as_str), Some("stop"), "{who}");
+        }
+    }
     Ok(())
 }

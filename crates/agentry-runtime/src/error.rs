@@ -37,6 +37,10 @@ pub enum RuntimeError {
         #[source]
         source: std::io::Error,
     },
+    /// The run's redactor could not be built: a `[redact] patterns` entry is
+    /// not a valid regex (the message names it), or the patterns are too large.
+    #[error("redaction: {0}")]
+    Redaction(#[from] agentry_redact::RedactError),
     /// The trace file could not be opened.
     #[error("trace file {path}: {source}")]
     Trace {

@@ -10,6 +10,10 @@
 //! dropped and no longer kept: nobody is coming for the run's start, and a run
 //! nobody watches then builds no events at all (a subscriber that comes later
 //! sees events from then on).
+//!
+//! Every event passes the run's redactor as it is built for a listener (live
+//! or backlog), so a subscriber (and the service's SSE stream fed by it) never
+//! sees a secret; a run nobody watches builds, and so redacts, nothing.
 
 use std::sync::{Arc, Mutex};
 
@@ -18,6 +22,8 @@ use agentry_protocol::decision::Decision;
 use agentry_protocol::envelope::ResultEnvelope;
 use agentry_protocol::event::{EventRecord, RunEvent};
 use tokio::sync::broadcast;
+
+use crate::redaction::RunRedaction;
 
 /// Events buffered per subscriber before the slowest one starts missing some.
 const EVENT_BUFFER: usize = 1024;
@@ -141,12 +147,13 @@ impl agentry_tools::ProgressSink for EventSink {
 pub struct EventSink {
     run_id: Arc<str>,
     inner: Arc<Mutex<SinkInner>>,
+    redaction: Arc<RunRedaction>,
 }
 
 impl EventSink {
     /// A sink for run `run_id`; with `from_start`, events are kept for the first
     /// subscriber.
-    pub fn new(run_id: Arc<str>, from_start: bool) -> Self {
+    pub(crate) fn new(run_id: Arc<str>, from_start: bool, redaction: Arc<RunRedaction>) -> Self {
         let backlog = from_start.then(Backlog::default);
         EventSink {
             run_id,
@@ -155,6 +162,30 @@ impl EventSink {
                 tx: None,
                 backlog,
             })),
+            redaction,
+        }
+    }
+
+    /// The run's redactor (shared by its actors: field values are registered
+    /// through it).
+    pub(crate) fn redactor(&self) -> &Arc<agentry_redact::Redactor> {
+        &self.redaction.redactor
+    }
+
+    /// The run's redaction (a child's builds on it).
+    pub(crate) fn redaction(&self) -> &Arc<RunRedaction> {
+        &self.redaction
+    }
+
+    /// `event` with every secret replaced (rebuilt only on a hit); `None` when
+    /// it cannot be redacted (then it is not published at all).
+    fn redacted(&self, mut event: RunEvent) -> Option<RunEvent> {
+        match self.redaction.redactor.redact_value(&mut event) {
+            Ok(_) => Some(event),
+            Err(e) => {
+                tracing::warn!(run_id = %self.run_id, error = %e, "an event could not be redacted; not published");
+                None
+            }
         }
     }
 
@@ -191,19 +222,24 @@ impl EventSink {
     /// Publishes an event. The event is only built when someone listens: building
     /// one costs a clone of the decision or envelope.
     pub fn emit(&self, event: impl FnOnce() -> RunEvent) {
-        let Ok(mut inner) = self.inner.lock() else {
+        let Ok(mut guard) = self.inner.lock() else {
             return;
         };
+        let inner = &mut *guard;
         let live = inner.tx.as_ref().is_some_and(|tx| tx.receiver_count() > 0);
         if !live && inner.backlog.is_none() {
             return;
         }
         inner.seq += 1;
         if live {
+            let Some(event) = self.redacted(event()) else {
+                // Numbered all the same: a subscriber sees the gap.
+                return;
+            };
             let record = EventRecord {
                 run_id: Arc::clone(&self.run_id),
                 seq: inner.seq,
-                event: event(),
+                event,
             };
             if let Some(tx) = &inner.tx {
                 let _ = tx.send(record);
@@ -212,7 +248,12 @@ impl EventSink {
         }
         let full = match inner.backlog.as_mut() {
             Some(backlog) if backlog.len() < EVENT_BUFFER => {
-                backlog.push(event());
+                match self.redacted(event()) {
+                    Some(event) => backlog.push(event),
+                    // The backlog numbers its events by position: keep the
+                    // sequence, drop the rest of it.
+                    None => inner.seq -= 1,
+                }
                 false
             }
             Some(_) => true,
@@ -230,6 +271,10 @@ mod tests {
     use super::*;
     use agentry_protocol::stop::StopReason;
     use agentry_protocol::trace::RunInput;
+
+    fn test_redaction() -> Arc<RunRedaction> {
+        RunRedaction::for_tests()
+    }
 
     /// Every kind of event, the budget snapshots among them consistent with the
     /// run's limits, tampered with, and under other limits.
@@ -306,9 +351,9 @@ mod tests {
     #[test]
     fn the_backlog_replays_exactly_what_a_live_subscriber_sees() {
         let run_id: Arc<str> = Arc::from("run-1");
-        let live = EventSink::new(Arc::clone(&run_id), false);
+        let live = EventSink::new(Arc::clone(&run_id), false, test_redaction());
         let mut live_rx = live.subscribe().unwrap();
-        let kept = EventSink::new(Arc::clone(&run_id), true);
+        let kept = EventSink::new(Arc::clone(&run_id), true, test_redaction());
         // One list, cloned: two calls to `events()` could stamp their envelopes
         // a millisecond apart.
         for event in events() {
@@ -328,7 +373,7 @@ mod tests {
 
     #[test]
     fn a_backlog_that_fills_is_dropped_and_no_longer_built() {
-        let sink = EventSink::new(Arc::from("run-2"), true);
+        let sink = EventSink::new(Arc::from("run-2"), true, test_redaction());
         for step in 0..EVENT_BUFFER as u64 + 1 {
             sink.emit(|| RunEvent::StepStarted { step });
         }

@@ -48,6 +48,7 @@ pub mod grants;
 pub(crate) mod inbox;
 pub(crate) mod interrupt;
 pub mod policy;
+pub(crate) mod redaction;
 pub mod registry;
 pub mod runtime;
 pub(crate) mod state;

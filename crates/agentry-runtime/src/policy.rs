@@ -7,7 +7,7 @@
 //! state keeper applied since the last decision, so a decision costs O(new
 //! entries), not O(history).
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use agentry_protocol::budget::BudgetSnapshot;
 use agentry_protocol::decision::{Decision, PolicyOutput};
@@ -17,6 +17,7 @@ use agentry_protocol::tool::ToolSpec;
 
 use crate::budget::OnStepGranted;
 use crate::events::EventSink;
+use agentry_redact::StreamHoldback;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use tokio_util::sync::CancellationToken;
 
@@ -26,25 +27,59 @@ pub use agentry_policy::{
 };
 
 /// The runtime's [`DeltaSink`]: publishes the streamed text of one model turn
-/// as `token_delta` run events of its step.
+/// as `token_delta` run events of its step, redacted. The end of the text that
+/// could be the start of a secret is held back until the next delta shows
+/// whether it is one, so a key split across two deltas never reaches a
+/// subscriber whole or in part; [`StepDeltas::flush`] publishes the rest once
+/// the turn is decided.
 #[derive(Debug)]
 pub(crate) struct StepDeltas {
     events: EventSink,
     step: u64,
+    holdback: Mutex<StreamHoldback>,
+}
+
+impl StepDeltas {
+    fn new(events: EventSink, step: u64) -> Self {
+        StepDeltas {
+            events,
+            step,
+            holdback: Mutex::new(StreamHoldback::default()),
+        }
+    }
+
+    fn publish(&self, text: String) {
+        let step = self.step;
+        self.events.emit(|| RunEvent::TokenDelta { step, text });
+    }
+
+    /// Publishes the text held back, at the end of the turn.
+    pub(crate) fn flush(&self) {
+        let rest = match self.holdback.lock() {
+            Ok(mut h) => h.flush(self.events.redactor()),
+            Err(_) => None,
+        };
+        if let Some(text) = rest.filter(|t| !t.is_empty()) {
+            self.publish(text);
+        }
+    }
 }
 
 impl DeltaSink for StepDeltas {
-    /// Publishes a piece of streamed text (built only when someone listens). An
-    /// empty piece (a stream's opening chunk often carries `""`) is no event.
+    /// Publishes a piece of streamed text, redacted, once nothing after it can
+    /// turn it into part of a secret. An empty piece (a stream's opening chunk
+    /// often carries `""`) is no event; nobody listening, nothing is held.
     fn emit(&self, text: &str) {
-        if text.is_empty() {
+        if text.is_empty() || !self.events.listening() {
             return;
         }
-        let step = self.step;
-        self.events.emit(|| RunEvent::TokenDelta {
-            step,
-            text: text.to_string(),
-        });
+        let ready = match self.holdback.lock() {
+            Ok(mut h) => h.push(self.events.redactor(), text),
+            Err(_) => None,
+        };
+        if let Some(text) = ready.filter(|t| !t.is_empty()) {
+            self.publish(text);
+        }
     }
 }
 
@@ -188,10 +223,7 @@ impl Actor for PolicyActor {
                 reply,
             } => {
                 state.transcript.extend(new_entries);
-                let deltas = StepDeltas {
-                    events: state.args.events.clone(),
-                    step,
-                };
+                let deltas = StepDeltas::new(state.args.events.clone(), step);
                 let ctx = PolicyContext {
                     deltas: Some(&deltas),
                     run_id: &state.args.run_id,
@@ -208,6 +240,8 @@ impl Actor for PolicyActor {
                     _ = cut.cancelled() => None,
                 };
                 let out = out.unwrap_or_else(|| interrupted_turn(state.args.policy.name()));
+                // Before the decision goes back: its deltas precede it.
+                deltas.flush();
                 let _ = reply.send(out);
             }
         }

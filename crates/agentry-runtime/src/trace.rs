@@ -9,6 +9,16 @@
 //! writer polls every millisecond while the run is active. Waking a parked thread
 //! on every record cost a futex call and a context switch per step, more than
 //! the step itself.
+//!
+//! Every line passes the run's redactor after serialization, on the writer
+//! thread, before it is written (or held).
+//!
+//! Sampling (`RunConfig.observe.sample`): a run whose trace id falls outside
+//! the sampled share ([`Sampling::Deferred`]) holds its lines (see `held`)
+//! until it ends; then its inputs and final record are written, and its step
+//! records too unless it stopped `done`.
+
+mod held;
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -17,9 +27,54 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use agentry_protocol::trace::TraceLine;
+use agentry_redact::Redactor;
 use tokio::sync::oneshot;
 
+use self::held::Held;
 use crate::error::RuntimeError;
+
+/// Whether a run's trace keeps its step records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Sampling {
+    /// Sampled in: every line is written as it comes.
+    All,
+    /// Sampled out: lines are held until the run ends, and its step records
+    /// written only if it did not stop `done`.
+    Deferred,
+}
+
+impl Sampling {
+    /// The decision for a run of trace `trace_id` under share `sample`
+    /// (0.0..=1.0): by a hash of the trace id, so a tree (one trace id) is all
+    /// in or all out, and a resumed run decides as it did.
+    pub(crate) fn of(sample: f64, trace_id: &str) -> Sampling {
+        // NaN or 1 and above: everything.
+        if sample.is_nan() || sample >= 1.0 {
+            return Sampling::All;
+        }
+        // `as` saturates: the bound stays within u64.
+        let bound = (sample.max(0.0) * u64::MAX as f64) as u64;
+        if trace_hash(trace_id) < bound {
+            Sampling::All
+        } else {
+            Sampling::Deferred
+        }
+    }
+}
+
+/// FNV-1a, then a SplitMix64 finalizer so similar ids spread over the range.
+fn trace_hash(id: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in id.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h ^= h >> 30;
+    h = h.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    h ^= h >> 27;
+    h = h.wrapping_mul(0x94d0_49bb_1331_11eb);
+    h ^ (h >> 31)
+}
 
 /// Writes one JSON object per line to a file.
 #[derive(Debug)]
@@ -54,6 +109,9 @@ struct Pending {
     closed: bool,
     /// The writer sleeps until woken (nothing came for a while).
     asleep: bool,
+    /// Whether the step records of a sampled-out run are kept, set as it ends
+    /// (before its final record is queued).
+    keep_steps: Option<bool>,
     /// Records already written, handed back to be dropped by the next sender.
     /// A record is allocated on the run's thread; freed on the writer's, glibc
     /// sends its chunks back across arenas and the run's thread allocates every
@@ -92,6 +150,20 @@ impl Queue {
         }
     }
 
+    fn keep_steps(&self, keep: bool) {
+        if let Ok(mut p) = self.state.lock() {
+            p.keep_steps = Some(keep);
+        }
+    }
+
+    /// Whether held step records are kept: as decided, else (a run that
+    /// never said) yes.
+    fn kept(&self) -> bool {
+        self.state
+            .lock()
+            .map_or(true, |p| p.keep_steps.unwrap_or(true))
+    }
+
     fn close(&self) {
         if let Ok(mut p) = self.state.lock() {
             p.closed = true;
@@ -125,8 +197,14 @@ impl Queue {
 
 impl TraceWriter {
     /// Opens the trace file, appending to it when `append` (a resumed run goes on
-    /// with the trace it started), and starts its writer thread.
-    pub fn open(path: &Path, append: bool) -> Result<Self, RuntimeError> {
+    /// with the trace it started), and starts its writer thread, which redacts
+    /// every line with `redactor` and samples step records by `sampling`.
+    pub(crate) fn open(
+        path: &Path,
+        append: bool,
+        redactor: Arc<Redactor>,
+        sampling: Sampling,
+    ) -> Result<Self, RuntimeError> {
         let trace_err = |source| RuntimeError::Trace {
             path: path.to_path_buf(),
             source,
@@ -149,22 +227,7 @@ impl TraceWriter {
         std::thread::Builder::new()
             .name("agentry-trace".into())
             .spawn(move || {
-                let mut out = BufWriter::new(file);
-                // Serialized into a plain buffer first: serde_json makes many
-                // tiny writes, which a Vec takes for less than a BufWriter.
-                let mut buf = Vec::with_capacity(4096);
-                let result = (|| {
-                    while let Some(mut batch) = q.take() {
-                        for line in &batch {
-                            buf.clear();
-                            serde_json::to_writer(&mut buf, line)?;
-                            buf.push(b'\n');
-                            out.write_all(&buf)?;
-                        }
-                        q.give_back(&mut batch);
-                    }
-                    out.flush()
-                })();
+                let result = write_loop(&q, file, &redactor, sampling);
                 // A writer that failed stops taking records; close so pushes are
                 // dropped quietly and `finish` reports the error.
                 q.close();
@@ -193,6 +256,12 @@ impl TraceWriter {
         self.queue.clone()
     }
 
+    /// Whether a sampled-out run's step records are written after all (it did
+    /// not stop `done`); said before its final record is queued.
+    pub(crate) fn keep_steps(&self, keep: bool) {
+        self.queue.0.keep_steps(keep);
+    }
+
     /// Closes the queue and waits until everything is written and flushed.
     pub async fn finish(self) -> std::io::Result<()> {
         self.queue.0.close();
@@ -202,10 +271,54 @@ impl TraceWriter {
     }
 }
 
+/// The writer thread: serializes each line into a plain buffer (serde_json
+/// makes many tiny writes, which a Vec takes for less than a BufWriter),
+/// redacts it, and writes it, or holds it while the run is sampled out.
+fn write_loop(
+    q: &Queue,
+    file: File,
+    redactor: &Redactor,
+    sampling: Sampling,
+) -> std::io::Result<()> {
+    let mut out = BufWriter::new(file);
+    let mut buf = Vec::with_capacity(4096);
+    let mut held = Held::default();
+    while let Some(mut batch) = q.take() {
+        for line in &batch {
+            buf.clear();
+            serde_json::to_writer(&mut buf, line)?;
+            redactor.redact_json(&mut buf);
+            buf.push(b'\n');
+            match (sampling, line) {
+                (Sampling::All, _) => out.write_all(&buf)?,
+                (Sampling::Deferred, TraceLine::Stop(_)) => {
+                    held.release(q.kept(), &mut out)?;
+                    out.write_all(&buf)?;
+                }
+                (Sampling::Deferred, TraceLine::Step(_)) => held.push(true, &buf)?,
+                (Sampling::Deferred, TraceLine::Input(_)) => held.push(false, &buf)?,
+            }
+        }
+        q.give_back(&mut batch);
+    }
+    // Closed without a final record: nothing said the steps may go.
+    held.release(true, &mut out)?;
+    out.flush()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use agentry_protocol::trace::{RunInput, TraceInput};
+
+    fn test_redactor() -> Arc<Redactor> {
+        Arc::new(
+            Redactor::builder()
+                .env(Vec::<(String, String)>::new())
+                .build()
+                .unwrap(),
+        )
+    }
 
     fn input(seq: u64) -> TraceLine {
         TraceLine::Input(Box::new(TraceInput {
@@ -227,7 +340,7 @@ mod tests {
         use agentry_protocol::trace::TraceStep;
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t.jsonl");
-        let w = TraceWriter::open(&path, false).unwrap();
+        let w = TraceWriter::open(&path, false, test_redactor(), Sampling::All).unwrap();
         let decision = Arc::new(Decision::Final {
             answer: "42".into(),
         });
@@ -276,13 +389,40 @@ mod tests {
         assert_eq!(text.lines().count(), 2);
     }
 
+    /// The decision is the trace id's alone (a tree decides as one, a resume
+    /// as before), and keeps about the asked share.
+    #[test]
+    fn sampling_is_decided_by_the_trace_id_alone() {
+        // The two ids tests/suite/trace.rs runs trees under.
+        assert_eq!(
+            Sampling::of(0.5, "4bf92f3577b34da6a3ce929d0e0e0000"),
+            Sampling::All
+        );
+        assert_eq!(
+            Sampling::of(0.5, "4bf92f3577b34da6a3ce929d0e0e0003"),
+            Sampling::Deferred
+        );
+        assert_eq!(Sampling::of(1.0, "x"), Sampling::All);
+        assert_eq!(Sampling::of(0.0, "x"), Sampling::Deferred);
+        let ids: Vec<String> = (0..20_000).map(|i| format!("{i:032x}")).collect();
+        let kept = ids
+            .iter()
+            .filter(|id| Sampling::of(0.3, id) == Sampling::All)
+            .count();
+        assert!((5_400..=6_600).contains(&kept), "{kept} of 20000 at 0.3");
+        assert!(
+            ids.iter()
+                .all(|id| Sampling::of(0.3, id) == Sampling::of(0.3, id))
+        );
+    }
+
     /// Records written in a burst, after the writer fell asleep, and past the
     /// wake-up length all reach the file, in order, by `finish`.
     #[tokio::test]
     async fn every_record_lands_in_order_whether_the_writer_polls_or_sleeps() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t.jsonl");
-        let w = TraceWriter::open(&path, false).unwrap();
+        let w = TraceWriter::open(&path, false, test_redactor(), Sampling::All).unwrap();
         w.write(input(1));
         // Long enough for the writer to give up polling and sleep.
         tokio::time::sleep(POLL * (IDLE_POLLS + 30)).await;

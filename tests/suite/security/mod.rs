@@ -2,6 +2,7 @@
 //! web pages reaching localhost — each reproduced against the real runtime or
 //! the real service over HTTP. Every test here failed before its defence landed.
 
+mod redaction;
 mod runtime;
 mod service;
 mod workspace;

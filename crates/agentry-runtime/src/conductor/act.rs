@@ -26,6 +26,13 @@ use crate::policy::is_interrupted_turn;
 const CANCEL_GRACE: Duration = Duration::from_millis(150);
 
 impl ConductorState {
+    /// Registers the values of the decision's secret argument fields with the
+    /// run's redactor, before the decision is recorded or published anywhere
+    /// (right after the policy answers).
+    pub(super) fn register_secret_arguments(&self, decision: &Decision) {
+        self.events.redaction().register_arguments(decision);
+    }
+
     /// Step 3, act: publish the decision, act on it (fills `r.acted`), publish
     /// each result and trace the approvals the calls waited for.
     pub(super) async fn act(&mut self, r: &mut StepResult) {

@@ -175,6 +175,9 @@ impl ConductorState {
         let children = ask(&self.children.budget, BudgetMsg::Children)
             .await
             .unwrap_or_default();
+        // A sampled-out run keeps its step records when it did not stop `done`
+        // (said before the final record, which releases what was held).
+        trace.keep_steps(reason != StopReason::Done);
         trace.write(TraceLine::Stop(Box::new(TraceEnd {
             run_id: self.run_id.to_string(),
             parent_id: self.parent_id.as_deref().map(str::to_string),

@@ -60,6 +60,7 @@ impl ConductorState {
             Ok(decided) => decided,
             Err(stop) => return Flow::Stop(stop),
         };
+        self.register_secret_arguments(&decided.output.decision);
         if self.durable
             && let Err(stop) = self.record_decision(&decided).await
         {

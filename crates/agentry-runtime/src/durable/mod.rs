@@ -23,15 +23,19 @@
 //! - `owner`: run ownership (one process runs a durable run at a time).
 //! - `writer`: [`StoreWriter`] and its thread.
 //! - `progress`: [`Progress`], what a checkpoint keeps besides the state.
+//! - `scrub`: redaction of a batch on the writer thread.
 //! - this file: [`Durability`], [`RunLog`], [`rerunnable`].
 
 pub mod owner;
 mod progress;
+mod scrub;
 mod writer;
 
 use std::sync::Arc;
 
 use agentry_protocol::tool::{Effect, Idempotency, ToolContract};
+use agentry_redact::Redactor;
+use agentry_store::{Store, StoreError, Write};
 use serde::{Deserialize, Serialize};
 
 pub use self::progress::{Ending, InFlight, KEPT_FINGERPRINTS, Progress};
@@ -63,15 +67,56 @@ pub fn rerunnable(contract: &ToolContract) -> bool {
         )
 }
 
-/// One run's view of the writer.
+/// One run's view of the writer. Every write of a run goes through here, with
+/// the run's redactor: nothing reaches the store before it passed it (the
+/// writer's `commit`/`submit` are private to this module).
 #[derive(Debug, Clone)]
 pub struct RunLog {
     /// Run id.
     pub run_id: Arc<str>,
-    /// The writer.
-    pub writer: StoreWriter,
+    writer: StoreWriter,
     /// Acknowledgement mode.
     pub mode: Durability,
     /// The token of this process's claim on the run, released with its stop.
     pub owner_token: Arc<str>,
+    redactor: Arc<Redactor>,
+}
+
+impl RunLog {
+    /// Run `run_id`'s view of `writer`, redacting with `redactor`.
+    pub(crate) fn new(
+        run_id: Arc<str>,
+        writer: StoreWriter,
+        mode: Durability,
+        owner_token: Arc<str>,
+        redactor: Arc<Redactor>,
+    ) -> RunLog {
+        RunLog {
+            run_id,
+            writer,
+            mode,
+            owner_token,
+            redactor,
+        }
+    }
+
+    /// Commits a batch, redacted on the writer thread, and waits until it is on disk.
+    pub(crate) async fn commit(&self, writes: Vec<Write>) -> Result<(), StoreError> {
+        self.writer.commit(writes, Some(&self.redactor)).await
+    }
+
+    /// Queues a batch, redacted on the writer thread, without waiting.
+    pub(crate) fn submit(&self, writes: Vec<Write>) {
+        self.writer.submit(writes, &self.redactor);
+    }
+
+    /// Returns once everything queued before is on disk.
+    pub(crate) async fn sync(&self) -> Result<(), StoreError> {
+        self.writer.sync().await
+    }
+
+    /// The store (for reads).
+    pub(crate) fn store(&self) -> &Arc<dyn Store> {
+        self.writer.store()
+    }
 }

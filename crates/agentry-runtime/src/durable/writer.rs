@@ -4,14 +4,19 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use agentry_store::{Store, StoreError, Write};
+use agentry_redact::Redactor;
+use agentry_store::{RunOwner, Store, StoreError, Write};
 use tokio::sync::oneshot;
 
-use super::owner::{self, HEARTBEAT_EVERY};
+use super::owner::{self, Claim, HEARTBEAT_EVERY};
+use super::scrub;
 
 /// One batch on its way to the writer thread, with whoever waits for it.
 struct Job {
     writes: Vec<Write>,
+    /// The run's redactor, applied on the writer thread before the commit;
+    /// `None` only for writes that carry no content (claims, barriers).
+    redactor: Option<Arc<Redactor>>,
     done: Option<oneshot::Sender<Result<(), StoreError>>>,
 }
 
@@ -60,7 +65,7 @@ impl StoreWriter {
     pub async fn close(&self) {
         self.closed.store(true, Ordering::SeqCst);
         // Answered after whatever the thread was committing.
-        let _ = self.commit(Vec::new()).await;
+        let _ = self.sync().await;
     }
 
     /// Identifies this writer (and its clones) among the claims of this process.
@@ -73,21 +78,48 @@ impl StoreWriter {
         &self.store
     }
 
-    /// Commits a batch and waits until it is on disk.
-    pub async fn commit(&self, writes: Vec<Write>) -> Result<(), StoreError> {
+    /// Returns once everything queued before is on disk (or failed).
+    pub(crate) async fn sync(&self) -> Result<(), StoreError> {
+        self.commit(Vec::new(), None).await
+    }
+
+    /// Commits `claim` (compare-and-set on `replaces`, the owner read before)
+    /// and waits: no content, nothing to redact.
+    pub(crate) async fn claim(
+        &self,
+        claim: &Claim,
+        replaces: Option<&RunOwner>,
+    ) -> Result<(), StoreError> {
+        self.commit(vec![claim.write(replaces)], None).await
+    }
+
+    /// Commits a batch (redacted by `redactor` first) and waits until it is on
+    /// disk. Runs write through [`RunLog`](super::RunLog), which always passes
+    /// its redactor.
+    pub(super) async fn commit(
+        &self,
+        writes: Vec<Write>,
+        redactor: Option<&Arc<Redactor>>,
+    ) -> Result<(), StoreError> {
         let (done, rx) = oneshot::channel();
         self.send(Job {
             writes,
+            redactor: redactor.cloned(),
             done: Some(done),
         })?;
         rx.await.unwrap_or_else(|_| Err(self.gone()))
     }
 
-    /// Queues a batch without waiting. A failure is remembered by the writer:
-    /// every later batch fails with it, so nothing is acknowledged after a write
-    /// that was lost.
-    pub fn submit(&self, writes: Vec<Write>) {
-        if self.send(Job { writes, done: None }).is_err() {
+    /// Queues a batch (redacted by `redactor` first) without waiting. A failure
+    /// is remembered by the writer: every later batch fails with it, so nothing
+    /// is acknowledged after a write that was lost.
+    pub(super) fn submit(&self, writes: Vec<Write>, redactor: &Arc<Redactor>) {
+        let job = Job {
+            writes,
+            redactor: Some(Arc::clone(redactor)),
+            done: None,
+        };
+        if self.send(job).is_err() {
             tracing::error!(store = %self.store.location(), "store writer is gone; a write was dropped");
         }
     }
@@ -154,7 +186,22 @@ fn gather(rx: &crossbeam_channel::Receiver<Job>, first: Job) -> Vec<Job> {
 
 /// Commits a group as one transaction and answers each batch; the first
 /// failure poisons the writer.
-fn commit_group(store: &dyn Store, group: Vec<Job>, poisoned: &mut Option<StoreError>) {
+fn commit_group(store: &dyn Store, mut group: Vec<Job>, poisoned: &mut Option<StoreError>) {
+    // Nothing reaches the store before it passed the run's redactor; a batch
+    // that cannot be redacted is not written, and poisons the writer like a
+    // lost write.
+    for job in &mut group {
+        if let Some(redactor) = &job.redactor
+            && let Err(e) = scrub::writes(redactor, &mut job.writes)
+            && poisoned.is_none()
+        {
+            tracing::error!(error = %e, "a store write could not be redacted; not written");
+            *poisoned = Some(StoreError::Io {
+                path: store.location(),
+                message: format!("a write could not be redacted: {e}"),
+            });
+        }
+    }
     // A run's creation and a claim commit alone: their conflict (a
     // duplicate id, a lost race for a run) is the caller's error and must
     // not fail other runs' batches.

@@ -159,6 +159,13 @@ impl ExecutorState {
                 Prepared::Done(env) => Arc::new(env),
                 Prepared::Run { digest, tool, .. } => {
                     let env = Arc::new(results[k].take().unwrap_or_else(|| lost(&calls[k])));
+                    // Before the result is recorded or published (a durable
+                    // run's ledger row registered it already, as it was queued).
+                    crate::redaction::register_result(
+                        self.args.events.redactor(),
+                        &tool.contract,
+                        &env,
+                    );
                     if is_recordable(&env) {
                         if tool.contract.idempotency == Idempotency::RequiredKey {
                             let key = intent_key(&self.args.run_id, digest);

@@ -41,8 +41,8 @@ impl Ledger {
         registry: &ToolRegistry,
     ) -> Result<Ledger, ActorProcessingErr> {
         let mut ledger = Ledger::default();
-        log.writer.commit(Vec::new()).await?;
-        let Some(run) = log.writer.store().load(&log.run_id)? else {
+        log.sync().await?;
+        let Some(run) = log.store().load(&log.run_id)? else {
             return Ok(ledger);
         };
         for entry in run.ledger {
@@ -163,7 +163,7 @@ impl LedgerProcesses {
 
 impl agentry_tools::ProcessLog for LedgerProcesses {
     fn started(&self, group: agentry_protocol::ProcessGroupRecord) {
-        self.log.writer.submit(vec![Write::LedgerProcess {
+        self.log.submit(vec![Write::LedgerProcess {
             run_id: self.log.run_id.to_string(),
             call_id: self.call_id.clone(),
             group,

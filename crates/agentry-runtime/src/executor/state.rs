@@ -72,16 +72,24 @@ impl ExecutorState {
         let Some(log) = &self.args.log else {
             return Ok(());
         };
+        if let Some(outcome) = outcome {
+            // Before the row is queued: the writer redacts with what is known.
+            crate::redaction::register_result(
+                self.args.events.redactor(),
+                &job.tool.contract,
+                outcome,
+            );
+        }
         let entry = ledger::entry(&self.args.run_id, job, state, outcome);
         let writes = vec![Write::Ledger {
             run_id: log.run_id.to_string(),
             entry,
         }];
         if !wait {
-            log.writer.submit(writes);
+            log.submit(writes);
             return Ok(());
         }
-        log.writer.commit(writes).await.map_err(|e| {
+        log.commit(writes).await.map_err(|e| {
             ToolError::new(
                 ErrorCode::Einternal,
                 format!("the call could not be recorded before it ran, so it was not run: {e}"),

@@ -168,7 +168,7 @@ impl RunHandle {
         };
         if let Some(log) = &self.log {
             // Queued in order: on disk before anything the run commits later.
-            log.writer.submit(vec![agentry_store::Write::SetTimer {
+            log.submit(vec![agentry_store::Write::SetTimer {
                 run_id: log.run_id.to_string(),
                 timer: timer.clone(),
             }]);
@@ -264,7 +264,7 @@ impl RunHandle {
                 // disk before anything the run commits later), out of it in the
                 // commit that applies it: a crash in between re-delivers it.
                 let seq = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                log.writer.submit(vec![agentry_store::Write::Enqueue {
+                log.submit(vec![agentry_store::Write::Enqueue {
                     run_id: log.run_id.to_string(),
                     seq,
                     input: serde_json::to_value(&input).unwrap_or_default(),

@@ -29,8 +29,9 @@ use crate::inbox::InboxGauge;
 use crate::interrupt::StepCut;
 use crate::owner::Claim;
 use crate::policy::Policy;
+use crate::redaction::RunRedaction;
 use crate::registry::Grants;
-use crate::trace::TraceWriter;
+use crate::trace::{Sampling, TraceWriter};
 
 /// Whether a run is committed to the runtime's store.
 pub(crate) enum Durable {
@@ -54,6 +55,8 @@ pub(super) struct Launch {
     pub(super) tree: TreeLimits,
     pub(super) grants: Grants,
     pub(super) durable: Durable,
+    /// The parent's redaction (a child's redactor builds on it).
+    pub(super) parent_redaction: Option<Arc<RunRedaction>>,
 }
 
 /// The id a run starts under (its configured one, else a fresh one), once its
@@ -72,12 +75,20 @@ fn checked_run_id(config: &RunConfig) -> Result<Arc<str>, RuntimeError> {
 }
 
 /// The run's trace writer, if it writes one: a resumed run goes on writing
-/// the trace it started.
-fn open_trace(config: &RunConfig, resumed: bool) -> Result<Option<TraceWriter>, RuntimeError> {
+/// the trace it started. Its lines pass `redactor`; its step lines are
+/// sampled by the tree's trace id.
+fn open_trace(
+    config: &RunConfig,
+    stored: &Stored,
+    lineage: &Lineage,
+    redactor: &Arc<agentry_redact::Redactor>,
+) -> Result<Option<TraceWriter>, RuntimeError> {
+    let resumed = stored.restore.is_some();
+    let sampling = Sampling::of(config.observe.sample, &lineage.trace_id);
     config
         .trace
         .as_deref()
-        .map(|path| TraceWriter::open(path, resumed))
+        .map(|path| TraceWriter::open(path, resumed, Arc::clone(redactor), sampling))
         .transpose()
 }
 
@@ -165,6 +176,7 @@ impl Runtime {
             tree,
             grants,
             durable: Durable::New,
+            parent_redaction: None,
         })
         .await
     }
@@ -239,6 +251,7 @@ impl Runtime {
                 } else {
                     Durable::No
                 },
+                parent_redaction: Some(Arc::clone(parent.events.redaction())),
             })
             .await;
         match &started {
@@ -275,9 +288,11 @@ impl Runtime {
             tree,
             grants,
             durable,
+            parent_redaction,
         } = launch;
         let run_id = checked_run_id(&config)?;
-        let (log, new_claim) = self.run_log(&run_id, &durable);
+        let redaction = RunRedaction::for_run(&config, parent_redaction.as_ref(), &self.registry)?;
+        let (log, new_claim) = self.run_log(&run_id, &durable, &redaction.redactor);
         if let (Some(log), Some(claim)) = (&log, &new_claim) {
             // On disk before the caller gets a handle: a run it knows of can be resumed.
             let parent_id = lineage.parent.as_ref().map(|p| &*p.run_id);
@@ -287,8 +302,8 @@ impl Runtime {
         let stored = Stored::of(durable, new_claim);
         let inbox = log.as_ref().map(|_| stored.next_inbox());
         let (outcome_tx, outcome_rx) = watch::channel(None);
-        let trace = open_trace(&config, stored.restore.is_some())?;
-        let events = EventSink::new(Arc::clone(&run_id), config.events_from_start);
+        let trace = open_trace(&config, &stored, &lineage, &redaction.redactor)?;
+        let events = EventSink::new(Arc::clone(&run_id), config.events_from_start, redaction);
         let about = Arc::new(RunAbout::of(&config, policy.as_ref()));
         let children = Arc::new(RunChildren::new(
             self.clone(),
@@ -346,7 +361,12 @@ impl Runtime {
 
     /// A durable run's view of the store, and for a new one this process's
     /// claim on it (a resumed run was claimed by `resume` already).
-    fn run_log(&self, run_id: &Arc<str>, durable: &Durable) -> (Option<RunLog>, Option<Claim>) {
+    fn run_log(
+        &self,
+        run_id: &Arc<str>,
+        durable: &Durable,
+        redactor: &Arc<agentry_redact::Redactor>,
+    ) -> (Option<RunLog>, Option<Claim>) {
         let Some(writer) = &self.store else {
             return (None, None);
         };
@@ -358,12 +378,13 @@ impl Runtime {
                 (Arc::from(claim.owner.token.as_str()), Some(claim))
             }
         };
-        let log = RunLog {
-            run_id: Arc::clone(run_id),
-            writer: writer.clone(),
-            mode: self.durability,
-            owner_token: token,
-        };
+        let log = RunLog::new(
+            Arc::clone(run_id),
+            writer.clone(),
+            self.durability,
+            token,
+            Arc::clone(redactor),
+        );
         (Some(log), claim)
     }
 }

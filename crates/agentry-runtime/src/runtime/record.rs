@@ -52,8 +52,7 @@ pub(super) async fn create_record(
         config: config_json,
         policy: config.policy_spec.clone().unwrap_or_default(),
     };
-    log.writer
-        .commit(vec![Write::CreateRun(record), claim.write(None)])
+    log.commit(vec![Write::CreateRun(record), claim.write(None)])
         .await?;
     Ok(())
 }

@@ -68,7 +68,7 @@ impl Runtime {
     pub async fn runs(&self) -> Result<Vec<RunSummary>, RuntimeError> {
         let writer = self.writer()?;
         // Whatever is queued lands first, so the list is current.
-        writer.commit(Vec::new()).await?;
+        writer.sync().await?;
         Ok(writer.store().runs()?)
     }
 
@@ -93,7 +93,7 @@ impl Runtime {
     /// Everything stored about `run_id`, after whatever is queued has landed.
     async fn load(&self, run_id: &str) -> Result<agentry_store::StoredRun, RuntimeError> {
         let writer = self.writer()?;
-        writer.commit(Vec::new()).await?;
+        writer.sync().await?;
         writer
             .store()
             .load(run_id)?
@@ -179,7 +179,7 @@ impl Runtime {
         // owner read above, so a concurrent resumer that got there first wins.
         let claim = Claim::new(run_id, self.writer()?.key());
         self.writer()?
-            .commit(vec![claim.write(run.owner.as_ref())])
+            .claim(&claim, run.owner.as_ref())
             .await
             .map_err(|e| claim_refused(run_id, e))?;
         fence(run_id, &run.ledger).await?;
@@ -192,6 +192,7 @@ impl Runtime {
                 run_token: place.run_token,
                 tree: place.tree,
                 grants,
+                parent_redaction: parent.map(|p| Arc::clone(p.events.redaction())),
                 durable: Durable::Resume(Box::new(Resumed {
                     restore: Restore {
                         state,

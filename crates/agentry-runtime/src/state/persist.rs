@@ -62,9 +62,9 @@ impl RunState {
         };
         let writes = self.writes(&log.run_id);
         if wait {
-            log.writer.commit(writes).await
+            log.commit(writes).await
         } else {
-            log.writer.submit(writes);
+            log.submit(writes);
             Ok(())
         }
     }

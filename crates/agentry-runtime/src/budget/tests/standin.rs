@@ -209,7 +209,11 @@ impl StandInRun {
             budget_task,
             policy,
             policy_task,
-            events: EventSink::new("stand-in".into(), false),
+            events: EventSink::new(
+                "stand-in".into(),
+                false,
+                crate::redaction::RunRedaction::for_tests(),
+            ),
             allowance,
             parent,
             run_token,
