@@ -9,11 +9,13 @@ use agentry_protocol::state::SessionEntry;
 use agentry_protocol::tool::{ToolArguments, ToolCall, ToolSpec};
 use async_trait::async_trait;
 use serde_json::{Value, json};
+use tracing::Instrument;
 
 use crate::compaction::{SUMMARY_SYSTEM, Summary, SummaryTurn, compact, project, with_compaction};
 use crate::context::{SessionBudget, TokenEstimate};
 use crate::conversation::{Item, conversation};
 use crate::prompt::system_prompt;
+use crate::span;
 use crate::transport::{self, AttemptError, ModelTurn, SseReader, TurnFailure};
 use crate::{ModelConfig, ModelError, Provider, ToolNameMap};
 
@@ -66,10 +68,11 @@ impl AnthropicPolicy {
             message: format!("anthropic: cannot encode the summary request: {e}"),
             fatal: false,
         })?;
-        let turn =
-            transport::with_retries(&self.config.retry, || self.attempt(&body, timeout, None))
-                .await
-                .map_err(TurnFailure::into_decision)?;
+        let turn = transport::with_retries(&self.config.retry, || {
+            self.attempt(&body, timeout, None, None)
+        })
+        .await
+        .map_err(TurnFailure::into_decision)?;
         let text = turn
             .blocks
             .values()
@@ -89,6 +92,7 @@ impl AnthropicPolicy {
         body: &[u8],
         timeout: std::time::Duration,
         deltas: Option<&'d dyn DeltaSink>,
+        traceparent: Option<&str>,
     ) -> Result<Turn<'d>, AttemptError> {
         let mut request = self
             .client
@@ -100,8 +104,14 @@ impl AnthropicPolicy {
         if let Some(key) = &self.config.api_key {
             request = request.header("x-api-key", key);
         }
-        let response = transport::send(request, "anthropic", "ANTHROPIC_API_KEY").await?;
-        read_turn(SseReader::new(response, self.config.stall_timeout), deltas).await
+        let sent = transport::request_clock();
+        let response =
+            transport::send(request, "anthropic", "ANTHROPIC_API_KEY", traceparent).await?;
+        read_turn(
+            SseReader::new(response, self.config.stall_timeout, sent),
+            deltas,
+        )
+        .await
     }
 }
 
@@ -195,13 +205,25 @@ impl AnthropicPolicy {
             Err(e) => return failed(format!("anthropic: cannot encode: {e}")),
         };
         let hash = transport::prompt_hash(&body);
+        let span = span::chat_span("anthropic", &self.config, true);
+        let traceparent = span::traceparent(&span, ctx.traceparent);
         let result = transport::with_retries(&self.config.retry, || {
-            self.attempt(&body, timeout, ctx.deltas)
+            self.attempt(&body, timeout, ctx.deltas, traceparent.as_deref())
         })
+        .instrument(span.clone())
         .await;
         let (mut out, unavailable) = match result {
             Ok(turn) => {
                 let usage = turn.usage.tokens();
+                span::record_response(
+                    &span,
+                    span::Response {
+                        id: turn.response_id.as_deref(),
+                        model: turn.response_model.as_deref(),
+                        finish_reason: turn.stop_reason.as_deref(),
+                        usage,
+                    },
+                );
                 self.estimate.learn(body.len(), usage.tokens_in);
                 let mut decision = turn.into_decision(&names);
                 crate::ids::assign_host_ids(&mut decision, ctx.step, ctx.session);
@@ -210,6 +232,7 @@ impl AnthropicPolicy {
                 (out, false)
             }
             Err(failure) => {
+                span::record_failure(&span, &failure);
                 let unavailable = matches!(failure, TurnFailure::Exhausted(_));
                 (
                     PolicyOutput::new(failure.into_decision(), model.clone()),
@@ -401,6 +424,9 @@ struct Turn<'d> {
     blocks: BTreeMap<u64, Block>,
     usage: Usage,
     stop_reason: Option<String>,
+    /// The response's id and model (`message_start`), for its span.
+    response_id: Option<String>,
+    response_model: Option<String>,
     /// Publishes streamed text as run events.
     deltas: Option<&'d dyn DeltaSink>,
 }
@@ -410,7 +436,12 @@ impl Turn<'_> {
     fn apply(&mut self, data: &Value) -> Result<bool, AttemptError> {
         let index = data["index"].as_u64().unwrap_or(0);
         match data["type"].as_str().unwrap_or_default() {
-            "message_start" => self.usage.update(&data["message"]["usage"]),
+            "message_start" => {
+                let message = &data["message"];
+                self.usage.update(&message["usage"]);
+                self.response_id = message["id"].as_str().map(str::to_string);
+                self.response_model = message["model"].as_str().map(str::to_string);
+            }
             "content_block_start" => {
                 let b = &data["content_block"];
                 let block = match b["type"].as_str() {

@@ -12,12 +12,14 @@ use agentry_protocol::state::SessionEntry;
 use agentry_protocol::tool::{ToolArguments, ToolCall, ToolSpec};
 use async_trait::async_trait;
 use serde_json::{Value, json};
+use tracing::Instrument;
 
 use crate::compaction::{SUMMARY_SYSTEM, Summary, SummaryTurn, compact, project, with_compaction};
 use crate::context::{SessionBudget, TokenEstimate};
 use crate::conversation::{Item, conversation};
 use crate::openai_wire::{Choice, Chunk, Delta, ToolCallDelta, Whole};
 use crate::prompt::system_prompt;
+use crate::span;
 use crate::transport::{self, AttemptError, ModelTurn, SseReader, TurnFailure};
 use crate::{ModelConfig, ModelError, Provider, ToolNameMap};
 
@@ -81,6 +83,7 @@ impl OpenAiPolicy {
         bodies: &Bodies,
         timeout: std::time::Duration,
         deltas: Option<&'d dyn DeltaSink>,
+        traceparent: Option<&str>,
     ) -> Result<Turn<'d>, AttemptError> {
         let plain = self.plain.load(Ordering::Relaxed);
         let body = if plain { &bodies.plain } else { &bodies.stream };
@@ -93,11 +96,12 @@ impl OpenAiPolicy {
         if let Some(key) = &self.config.api_key {
             request = request.bearer_auth(key);
         }
-        let response = transport::send(request, "openai", "OPENAI_API_KEY").await?;
+        let sent = transport::request_clock();
+        let response = transport::send(request, "openai", "OPENAI_API_KEY", traceparent).await?;
         let mut turn = if plain {
             whole_response(response).await?
         } else {
-            self.read_stream(response, deltas).await?
+            self.read_stream(response, deltas, sent).await?
         };
         turn.hash = transport::prompt_hash(body);
         Ok(turn)
@@ -123,10 +127,11 @@ impl OpenAiPolicy {
             message: format!("openai: cannot encode the summary request: {e}"),
             fatal: false,
         })?;
-        let turn =
-            transport::with_retries(&self.config.retry, || self.attempt(&bodies, timeout, None))
-                .await
-                .map_err(TurnFailure::into_decision)?;
+        let turn = transport::with_retries(&self.config.retry, || {
+            self.attempt(&bodies, timeout, None, None)
+        })
+        .await
+        .map_err(TurnFailure::into_decision)?;
         Ok(SummaryTurn {
             text: turn.text,
             usage: turn.usage,
@@ -137,8 +142,9 @@ impl OpenAiPolicy {
         &self,
         response: reqwest::Response,
         deltas: Option<&'d dyn DeltaSink>,
+        sent: Option<std::time::Instant>,
     ) -> Result<Turn<'d>, AttemptError> {
-        let events = SseReader::new(response, self.config.stall_timeout);
+        let events = SseReader::new(response, self.config.stall_timeout, sent);
         match read_turn(events, deltas).await? {
             Some(turn) => Ok(turn),
             None => {
@@ -253,13 +259,25 @@ impl OpenAiPolicy {
                 return failed(format!("openai: cannot encode the request: {e}"));
             }
         };
+        let span = span::chat_span("openai", &self.config, !self.plain.load(Ordering::Relaxed));
+        let traceparent = span::traceparent(&span, ctx.traceparent);
         let result = transport::with_retries(&self.config.retry, || {
-            self.attempt(&bodies, timeout, ctx.deltas)
+            self.attempt(&bodies, timeout, ctx.deltas, traceparent.as_deref())
         })
+        .instrument(span.clone())
         .await;
         let (out, unavailable) = match result {
             Ok(turn) => {
                 let usage = turn.usage;
+                span::record_response(
+                    &span,
+                    span::Response {
+                        id: turn.response_id.as_deref(),
+                        model: turn.response_model.as_deref(),
+                        finish_reason: turn.finish_reason.as_deref(),
+                        usage,
+                    },
+                );
                 self.estimate.learn(bodies.stream.len(), usage.tokens_in);
                 let hash = turn.hash.clone();
                 let mut decision = turn.into_decision(&names);
@@ -270,6 +288,7 @@ impl OpenAiPolicy {
                 (out, false)
             }
             Err(failure) => {
+                span::record_failure(&span, &failure);
                 let unavailable = matches!(failure, TurnFailure::Exhausted(_));
                 let mut out = PolicyOutput::new(failure.into_decision(), model);
                 out.prompt_hash = Some(transport::prompt_hash(&bodies.stream));
@@ -399,6 +418,8 @@ async fn whole_response(response: reqwest::Response) -> Result<Turn<'static>, At
     };
     // A whole message is a stream of one delta per choice.
     let chunk = Chunk {
+        id: whole.id,
+        model: whole.model,
         choices: whole
             .choices
             .into_iter()
@@ -442,6 +463,9 @@ struct Turn<'d> {
     calls: BTreeMap<usize, PartialCall>,
     usage: TokenUsage,
     finish_reason: Option<String>,
+    /// The response's id and model, as the server named them.
+    response_id: Option<String>,
+    response_model: Option<String>,
     done: bool,
     /// sha256 of the body actually sent.
     hash: String,
@@ -455,6 +479,12 @@ impl Turn<'_> {
             return Err(AttemptError::retry(format!(
                 "openai: error in stream: {error}"
             )));
+        }
+        if self.response_id.is_none() {
+            self.response_id = chunk.id;
+        }
+        if self.response_model.is_none() {
+            self.response_model = chunk.model;
         }
         if let Some(u) = chunk.usage {
             let cached = u

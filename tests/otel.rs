@@ -1,0 +1,1 @@
+//! OpenTelemetry spans of a run, exported over OTLP/HTTP to a receiver in the test.
