@@ -7,6 +7,7 @@
 use std::borrow::Cow;
 
 use agentry_protocol::decision::TokenUsage;
+use agentry_telemetry::int;
 use opentelemetry::{Array, StringValue, Value};
 use tracing::Span;
 use tracing::field::Empty;
@@ -25,7 +26,7 @@ pub(crate) fn chat_span(provider: &'static str, config: &ModelConfig, stream: bo
         gen_ai.operation.name = "chat",
         gen_ai.provider.name = provider,
         gen_ai.request.model = Empty,
-        gen_ai.request.max_tokens = config.max_output_tokens,
+        gen_ai.request.max_tokens = i64::from(config.max_output_tokens),
         gen_ai.request.stream = stream,
         gen_ai.response.id = Empty,
         gen_ai.response.model = Empty,
@@ -71,11 +72,11 @@ pub(crate) fn record_response(span: &Span, response: Response<'_>) {
         span.record("gen_ai.response.model", model);
     }
     let usage = response.usage;
-    span.record("gen_ai.usage.input_tokens", usage.tokens_in);
-    span.record("gen_ai.usage.output_tokens", usage.tokens_out);
+    span.record("gen_ai.usage.input_tokens", int(usage.tokens_in));
+    span.record("gen_ai.usage.output_tokens", int(usage.tokens_out));
     span.record(
         "gen_ai.usage.cache_read.input_tokens",
-        usage.cache_read_tokens,
+        int(usage.cache_read_tokens),
     );
     if let Some(reason) = response.finish_reason {
         // An array attribute: not expressible as a tracing field.

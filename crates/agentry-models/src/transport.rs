@@ -274,7 +274,7 @@ impl SseReader {
                     // On the request's `chat` span (a no-op on any other).
                     tracing::Span::current().record(
                         "agentry.time_to_first_chunk_ms",
-                        sent.elapsed().as_millis() as u64,
+                        agentry_telemetry::int(sent.elapsed().as_millis() as u64),
                     );
                 }
                 Ok(Some(event))

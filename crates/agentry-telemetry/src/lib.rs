@@ -22,3 +22,9 @@ pub use cx::{remote_context, set_parent, traceparent};
 
 /// The `tracing` target of every agentry span.
 pub const TARGET: &str = "agentry::gen_ai";
+
+/// A count as a span attribute: OpenTelemetry integers are `i64`, and the
+/// `tracing` bridge would record a `u64` as text. Saturates.
+pub fn int(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}

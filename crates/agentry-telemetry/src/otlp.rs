@@ -80,6 +80,12 @@ impl TelemetryGuard {
     pub fn flush(&self) {
         let _ = self.provider.force_flush();
     }
+
+    /// Exports what is queued and stops; the spans lost in all.
+    pub fn shutdown(self) -> u64 {
+        let _ = self.provider.shutdown();
+        self.dropped()
+    }
 }
 
 impl Drop for TelemetryGuard {

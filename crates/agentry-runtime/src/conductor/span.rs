@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use agentry_protocol::budget::BudgetSnapshot;
 use agentry_protocol::stop::StopReason;
+use agentry_telemetry::int;
 use tracing::Span;
 use tracing::field::Empty;
 
@@ -120,21 +121,21 @@ pub(super) fn record_end(
     if reason != StopReason::Done {
         span.record("error.type", reason.as_str());
     }
-    span.record("agentry.steps", steps);
-    span.record("agentry.tool_calls", tool_calls);
-    span.record("gen_ai.usage.input_tokens", spent.tokens_in);
-    span.record("gen_ai.usage.output_tokens", spent.tokens_out);
+    span.record("agentry.steps", int(steps));
+    span.record("agentry.tool_calls", int(tool_calls));
+    span.record("gen_ai.usage.input_tokens", int(spent.tokens_in));
+    span.record("gen_ai.usage.output_tokens", int(spent.tokens_out));
     span.record(
         "gen_ai.usage.cache_read.input_tokens",
-        spent.cache_read_tokens,
+        int(spent.cache_read_tokens),
     );
-    span.record("agentry.budget.spent.steps", spent.steps);
-    span.record("agentry.budget.spent.tool_calls", spent.tool_calls);
+    span.record("agentry.budget.spent.steps", int(spent.steps));
+    span.record("agentry.budget.spent.tool_calls", int(spent.tool_calls));
     span.record(
         "agentry.budget.spent.tokens",
-        spent.tokens_in + spent.tokens_out,
+        int(spent.tokens_in.saturating_add(spent.tokens_out)),
     );
-    span.record("agentry.budget.spent.cost_micros", spent.cost_micros);
+    span.record("agentry.budget.spent.cost_micros", int(spent.cost_micros));
     let left = &budget.remaining;
     let fields = [
         ("agentry.budget.remaining.steps", left.steps_left),
@@ -147,7 +148,7 @@ pub(super) fn record_end(
     ];
     for (field, value) in fields {
         if let Some(value) = value {
-            span.record(field, value);
+            span.record(field, int(value));
         }
     }
 }

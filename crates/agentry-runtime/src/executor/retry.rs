@@ -101,7 +101,7 @@ impl ExecutorState {
         {
             span.record(
                 "agentry.approval_wait_ms",
-                gated.elapsed().as_millis() as u64,
+                agentry_telemetry::int(gated.elapsed().as_millis() as u64),
             );
         }
         let contract = &job.tool.contract;

@@ -49,8 +49,8 @@ pub(super) fn retry_event(span: &Span, env: &ResultEnvelope, backoff_ms: u64) {
         tracing::event!(
             target: "agentry::gen_ai",
             tracing::Level::INFO,
-            agentry.attempt = env.attempt,
-            agentry.backoff_ms = backoff_ms,
+            agentry.attempt = i64::from(env.attempt),
+            agentry.backoff_ms = agentry_telemetry::int(backoff_ms),
             "error.type" = code,
             "retry"
         );
@@ -63,7 +63,7 @@ pub(super) fn record_outcome(span: &Span, env: &ResultEnvelope, ledger_state: Op
     if span.is_disabled() {
         return;
     }
-    span.record("agentry.attempt", env.attempt);
+    span.record("agentry.attempt", i64::from(env.attempt));
     span.record("agentry.outcome", if env.ok { "ok" } else { "error" });
     if let Some(code) = env.error_code() {
         span.record("error.type", code.as_str());
