@@ -207,6 +207,7 @@ fn trace_file_traceparent(task: &TestTask) -> Result<String, TestError> {
 /// `traceparent` header.
 #[tokio::test]
 async fn a_tree_run_exports_its_span_tree_over_otlp() -> Result<(), TestError> {
+    // Size: one scenario, then its assertions span by span, in tree order.
     let receiver = Receiver::start()?;
     let (_subscriber, guard) = export_to(&receiver.url)?;
     let child = |name: &str| {

@@ -5,7 +5,7 @@
 //!                      [--base-url URL] [--trace FILE] [--json]
 //!                      [--max-steps N] [--deadline 30s] [--workdir DIR]
 //!                      [--store FILE | --no-store] [--run-id ID] [--approve TOOL]...
-//!                      [--durability strict|grouped]
+//!                      [--durability strict|grouped] [--otlp [URL]]
 //! agentry resume RUN_ID [--store FILE] [--decide CALL_ID=happened|retry|skip]...
 //!                      [--policy ...] [--base-url URL] [--json] [--durability ...]
 //! agentry runs [--store FILE] [--all] [--json]

@@ -9,7 +9,6 @@ use agentry_protocol::state::SessionEntry;
 use agentry_protocol::tool::{ToolArguments, ToolCall, ToolSpec};
 use async_trait::async_trait;
 use serde_json::{Value, json};
-use tracing::Instrument;
 
 use crate::compaction::{SUMMARY_SYSTEM, Summary, SummaryTurn, compact, project, with_compaction};
 use crate::context::{SessionBudget, TokenEstimate};
@@ -158,6 +157,8 @@ impl AnthropicPolicy {
     /// One model turn, and whether it failed only because the server was
     /// unavailable (see [`ModelTurn`]).
     pub(crate) async fn turn(&mut self, ctx: PolicyContext<'_>) -> ModelTurn {
+        // Size: one turn in order (preflight, compaction, projection, the
+        // request in its span, the decision); each stage is a call already.
         let model = self.name();
         let timeout = match self.config.preflight(ctx.budget) {
             Ok(t) => t,
@@ -205,25 +206,20 @@ impl AnthropicPolicy {
             Err(e) => return failed(format!("anthropic: cannot encode: {e}")),
         };
         let hash = transport::prompt_hash(&body);
-        let span = span::chat_span("anthropic", &self.config, true);
-        let traceparent = span::traceparent(&span, ctx.traceparent);
-        let result = transport::with_retries(&self.config.retry, || {
-            self.attempt(&body, timeout, ctx.deltas, traceparent.as_deref())
+        let chat = span::ChatRequest {
+            provider: "anthropic",
+            config: &self.config,
+            stream: true,
+            run_traceparent: ctx.traceparent,
+        };
+        let (this, body, deltas) = (&*self, &body, ctx.deltas);
+        let result = span::chat(chat, |tp| async move {
+            this.attempt(body, timeout, deltas, tp.as_deref()).await
         })
-        .instrument(span.clone())
         .await;
         let (mut out, unavailable) = match result {
             Ok(turn) => {
                 let usage = turn.usage.tokens();
-                span::record_response(
-                    &span,
-                    span::Response {
-                        id: turn.response_id.as_deref(),
-                        model: turn.response_model.as_deref(),
-                        finish_reason: turn.stop_reason.as_deref(),
-                        usage,
-                    },
-                );
                 self.estimate.learn(body.len(), usage.tokens_in);
                 let mut decision = turn.into_decision(&names);
                 crate::ids::assign_host_ids(&mut decision, ctx.step, ctx.session);
@@ -232,7 +228,6 @@ impl AnthropicPolicy {
                 (out, false)
             }
             Err(failure) => {
-                span::record_failure(&span, &failure);
                 let unavailable = matches!(failure, TurnFailure::Exhausted(_));
                 (
                     PolicyOutput::new(failure.into_decision(), model.clone()),
@@ -429,6 +424,17 @@ struct Turn<'d> {
     response_model: Option<String>,
     /// Publishes streamed text as run events.
     deltas: Option<&'d dyn DeltaSink>,
+}
+
+impl span::Answered for Turn<'_> {
+    fn response(&self) -> span::Response<'_> {
+        span::Response {
+            id: self.response_id.as_deref(),
+            model: self.response_model.as_deref(),
+            finish_reason: self.stop_reason.as_deref(),
+            usage: self.usage.tokens(),
+        }
+    }
 }
 
 impl Turn<'_> {

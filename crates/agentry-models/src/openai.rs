@@ -1,5 +1,7 @@
 //! OpenAI-compatible Chat Completions: request projection and streamed
 //! tool-call assembly.
+// Size: the adapter, its projection and its stream assembly read together;
+// the wire types are in openai_wire.rs and the span in span.rs.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -12,7 +14,6 @@ use agentry_protocol::state::SessionEntry;
 use agentry_protocol::tool::{ToolArguments, ToolCall, ToolSpec};
 use async_trait::async_trait;
 use serde_json::{Value, json};
-use tracing::Instrument;
 
 use crate::compaction::{SUMMARY_SYSTEM, Summary, SummaryTurn, compact, project, with_compaction};
 use crate::context::{SessionBudget, TokenEstimate};
@@ -211,6 +212,8 @@ impl OpenAiPolicy {
     /// One model turn, and whether it failed only because the server was
     /// unavailable (see [`ModelTurn`]).
     pub(crate) async fn turn(&mut self, ctx: PolicyContext<'_>) -> ModelTurn {
+        // Size: one turn in order (preflight, compaction, projection, the
+        // request in its span, the decision); each stage is a call already.
         let model = self.name();
         let timeout = match self.config.preflight(ctx.budget) {
             Ok(t) => t,
@@ -259,25 +262,20 @@ impl OpenAiPolicy {
                 return failed(format!("openai: cannot encode the request: {e}"));
             }
         };
-        let span = span::chat_span("openai", &self.config, !self.plain.load(Ordering::Relaxed));
-        let traceparent = span::traceparent(&span, ctx.traceparent);
-        let result = transport::with_retries(&self.config.retry, || {
-            self.attempt(&bodies, timeout, ctx.deltas, traceparent.as_deref())
+        let chat = span::ChatRequest {
+            provider: "openai",
+            config: &self.config,
+            stream: !self.plain.load(Ordering::Relaxed),
+            run_traceparent: ctx.traceparent,
+        };
+        let (this, bodies, deltas) = (&*self, &bodies, ctx.deltas);
+        let result = span::chat(chat, |tp| async move {
+            this.attempt(bodies, timeout, deltas, tp.as_deref()).await
         })
-        .instrument(span.clone())
         .await;
         let (out, unavailable) = match result {
             Ok(turn) => {
                 let usage = turn.usage;
-                span::record_response(
-                    &span,
-                    span::Response {
-                        id: turn.response_id.as_deref(),
-                        model: turn.response_model.as_deref(),
-                        finish_reason: turn.finish_reason.as_deref(),
-                        usage,
-                    },
-                );
                 self.estimate.learn(bodies.stream.len(), usage.tokens_in);
                 let hash = turn.hash.clone();
                 let mut decision = turn.into_decision(&names);
@@ -288,7 +286,6 @@ impl OpenAiPolicy {
                 (out, false)
             }
             Err(failure) => {
-                span::record_failure(&span, &failure);
                 let unavailable = matches!(failure, TurnFailure::Exhausted(_));
                 let mut out = PolicyOutput::new(failure.into_decision(), model);
                 out.prompt_hash = Some(transport::prompt_hash(&bodies.stream));
@@ -471,6 +468,17 @@ struct Turn<'d> {
     hash: String,
     /// Publishes streamed text as run events.
     deltas: Option<&'d dyn DeltaSink>,
+}
+
+impl span::Answered for Turn<'_> {
+    fn response(&self) -> span::Response<'_> {
+        span::Response {
+            id: self.response_id.as_deref(),
+            model: self.response_model.as_deref(),
+            finish_reason: self.finish_reason.as_deref(),
+            usage: self.usage,
+        }
+    }
 }
 
 impl Turn<'_> {

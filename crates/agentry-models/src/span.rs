@@ -9,15 +9,54 @@ use std::borrow::Cow;
 use agentry_protocol::decision::TokenUsage;
 use agentry_telemetry::int;
 use opentelemetry::{Array, StringValue, Value};
-use tracing::Span;
 use tracing::field::Empty;
+use tracing::{Instrument, Span};
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use crate::ModelConfig;
-use crate::transport::TurnFailure;
+use crate::transport::{self, AttemptError, TurnFailure};
+
+/// A model request, as its span names it.
+pub(crate) struct ChatRequest<'a> {
+    pub(crate) provider: &'static str,
+    pub(crate) config: &'a ModelConfig,
+    pub(crate) stream: bool,
+    /// The run's traceparent, sent when the span is not exported.
+    pub(crate) run_traceparent: Option<&'a str>,
+}
+
+/// A turn's reply, as its span records it.
+pub(crate) trait Answered {
+    fn response(&self) -> Response<'_>;
+}
+
+/// Runs a turn's request (with its retries) in its `chat` span: each
+/// attempt gets the `traceparent` to send, and the span records the reply
+/// or why there was none.
+pub(crate) async fn chat<T, F, Fut>(
+    request: ChatRequest<'_>,
+    mut attempt: F,
+) -> Result<T, TurnFailure>
+where
+    T: Answered,
+    F: FnMut(Option<std::sync::Arc<str>>) -> Fut,
+    Fut: Future<Output = Result<T, AttemptError>>,
+{
+    let span = chat_span(request.provider, request.config, request.stream);
+    let tp: Option<std::sync::Arc<str>> =
+        traceparent(&span, request.run_traceparent).map(|tp| std::sync::Arc::from(&*tp));
+    let result = transport::with_retries(&request.config.retry, || attempt(tp.clone()))
+        .instrument(span.clone())
+        .await;
+    match &result {
+        Ok(turn) => record_response(&span, turn.response()),
+        Err(failure) => record_failure(&span, failure),
+    }
+    result
+}
 
 /// Opens the request's span (inside the run's, the caller's current span).
-pub(crate) fn chat_span(provider: &'static str, config: &ModelConfig, stream: bool) -> Span {
+fn chat_span(provider: &'static str, config: &ModelConfig, stream: bool) -> Span {
     let span = tracing::info_span!(
         target: "agentry::gen_ai",
         "chat",
@@ -45,7 +84,7 @@ pub(crate) fn chat_span(provider: &'static str, config: &ModelConfig, stream: bo
 
 /// The `traceparent` a request carries: its span's when that is exported,
 /// else the run's.
-pub(crate) fn traceparent<'a>(span: &Span, run: Option<&'a str>) -> Option<Cow<'a, str>> {
+fn traceparent<'a>(span: &Span, run: Option<&'a str>) -> Option<Cow<'a, str>> {
     match agentry_telemetry::traceparent(span) {
         Some(own) => Some(Cow::Owned(own)),
         None => run.map(Cow::Borrowed),
@@ -61,7 +100,7 @@ pub(crate) struct Response<'a> {
 }
 
 /// Records a turn's response on its span.
-pub(crate) fn record_response(span: &Span, response: Response<'_>) {
+fn record_response(span: &Span, response: Response<'_>) {
     if span.is_disabled() {
         return;
     }
@@ -90,7 +129,7 @@ pub(crate) fn record_response(span: &Span, response: Response<'_>) {
 
 /// Records why a turn failed (`error.type`: the failure's class, never its
 /// message).
-pub(crate) fn record_failure(span: &Span, failure: &TurnFailure) {
+fn record_failure(span: &Span, failure: &TurnFailure) {
     if span.is_disabled() {
         return;
     }

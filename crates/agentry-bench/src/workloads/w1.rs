@@ -30,6 +30,7 @@ pub async fn floor(opts: &Options) -> BenchResult<Report> {
 /// `w1`: one agent, M steps, timed from just before the run starts to the
 /// outcome; the floor is measured first in the same process.
 pub async fn w1(opts: &Options) -> BenchResult<Report> {
+    // Size: one report, figure after figure, in the order they are printed.
     let m = opts.m;
     let dir = workdir()?;
     let runtime = Runtime::new(tools::registry(None)?);
