@@ -128,6 +128,7 @@ impl ServerRuns {
             base_url: None,
             fallback: Vec::new(),
             trace: None,
+            otlp: None,
             json: true,
             context_tokens: None,
             max_steps,
