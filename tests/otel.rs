@@ -387,21 +387,36 @@ impl Tool for Probe {
         )
     }
 
-    async fn call(&self, _args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+    /// Echoes its arguments.
+    async fn call(&self, args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let tp = ctx.traceparent.as_deref().map(str::to_string);
         self.seen.lock().unwrap().push(tp);
-        Ok(ToolOutput::data(json!({})))
+        Ok(ToolOutput::data(args))
     }
 }
 
+/// A key-shaped secret a tool is called with (and echoes).
+const SECRET: &str = "sk-proj-abcdefghijklmnopqrstuvwxyz0123456789";
+
 async fn probe_run(probe: &Probe) -> Result<(agentry::RunOutcome, TestTask), TestError> {
+    probe_run_with(probe, false).await
+}
+
+/// A scripted run calling `probe` once (with [`SECRET`]); `content`: span
+/// content on.
+async fn probe_run_with(
+    probe: &Probe,
+    content: bool,
+) -> Result<(agentry::RunOutcome, TestTask), TestError> {
     let runtime = runtime_with(vec![Arc::new(probe.clone())])?;
     let task = TestTask::new("probe", &[])?.grant(&["probe"]).trace();
     let policy = ScriptBuilder::new()
-        .call("p1", "probe", json!({}))
+        .call("p1", "probe", json!({"key": SECRET}))
         .finish("ok")
         .policy();
-    let outcome = runtime.run(task.config(), policy).await?;
+    let mut config = task.config();
+    config.observe.content = content;
+    let outcome = runtime.run(config, policy).await?;
     assert_eq!(outcome.stop_reason, StopReason::Done, "{}", outcome.detail);
     Ok((outcome, task))
 }
@@ -432,6 +447,16 @@ async fn with_spans_a_tool_gets_its_call_spans_traceparent() -> Result<(), TestE
     })
     .await?;
     let call = one(&spans, "execute_tool probe")?;
+    assert_eq!(
+        attr(call, "gen_ai.tool.call.arguments"),
+        None,
+        "content is opt-in"
+    );
+    assert_eq!(
+        attr(call, "gen_ai.tool.call.result"),
+        None,
+        "content is opt-in"
+    );
     let trace = hex(&call.trace_id);
     let seen = probe.seen.lock().unwrap().clone();
     assert_eq!(
@@ -474,6 +499,28 @@ async fn a_dead_collector_drops_spans_and_the_run_goes_on() -> Result<(), TestEr
         );
         guard.flush();
         tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(())
+}
+
+/// With `observe.content`, a call's arguments and result are span
+/// attributes, redacted before they are recorded: the key-shaped secret the
+/// tool got and echoed keeps its shape, never its value.
+#[tokio::test]
+async fn span_content_is_opt_in_and_redacted() -> Result<(), TestError> {
+    let receiver = Receiver::start()?;
+    let (_subscriber, guard) = export_to(&receiver.url)?;
+    let probe = Probe::default();
+    probe_run_with(&probe, true).await?;
+    let spans = collect(&receiver, &guard, |s| {
+        s.iter().any(|s| s.name == "execute_tool probe")
+    })
+    .await?;
+    let call = one(&spans, "execute_tool probe")?;
+    for field in ["gen_ai.tool.call.arguments", "gen_ai.tool.call.result"] {
+        let text = attr(call, field).ok_or(field)?.to_string();
+        assert!(text.contains("[redacted:openai_key]"), "{field}: {text}");
+        assert!(!text.contains(&SECRET[8..]), "{field}: {text}");
     }
     Ok(())
 }

@@ -152,3 +152,26 @@ pub(super) fn record_end(
         }
     }
 }
+
+/// With `observe.content` and an enabled span: the redactor tool arguments
+/// and results pass before they are recorded (built-in detectors, the
+/// environment's secrets, the task's patterns). Built only then; a task
+/// pattern that does not compile leaves content out (said once, in the log).
+pub(super) fn content_redactor(
+    config: &RunConfig,
+    span: &Span,
+) -> Option<Arc<agentry_redact::Redactor>> {
+    if !config.observe.content || span.is_disabled() {
+        return None;
+    }
+    let built = agentry_redact::Redactor::builder()
+        .patterns(config.observe.redact_patterns.iter().cloned())
+        .build();
+    match built {
+        Ok(redactor) => Some(Arc::new(redactor)),
+        Err(e) => {
+            tracing::warn!(error = %e, "span content is off: a redaction pattern does not compile");
+            None
+        }
+    }
+}

@@ -208,6 +208,7 @@ fn executor_args(
         log: args.log.clone(),
         traceparent: Arc::clone(traceparent),
         span: args.span.clone(),
+        content: super::span::content_redactor(config, &args.span),
     })
 }
 

@@ -65,8 +65,11 @@ impl ExecutorState {
     /// run's retry allowance, in its `execute_tool` span.
     pub(super) async fn run_with_retries(&self, job: Job<'_>, args: Value) -> CallOutcome {
         let span = span::tool_span(&self.args.span, job.call, &job.tool.contract);
+        let content = self.args.content.as_deref();
+        span::record_content(&span, content, "gen_ai.tool.call.arguments", Some(&args));
         let outcome = self.attempts(job, args, &span).await;
         let env = &outcome.envelope;
+        span::record_content(&span, content, "gen_ai.tool.call.result", env.data.as_ref());
         // What the call's row in a durable run's ledger says now (a call the
         // run's cancellation cut short keeps its intent; see `record_last`).
         let ledger = self.args.log.as_ref().map(|_| {

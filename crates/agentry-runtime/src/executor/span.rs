@@ -28,6 +28,8 @@ pub(super) fn tool_span(run: &Span, call: &ToolCall, contract: &ToolContract) ->
         agentry.ledger_state = Empty,
         agentry.outcome = Empty,
         "error.type" = Empty,
+        gen_ai.tool.call.arguments = Empty,
+        gen_ai.tool.call.result = Empty,
     );
     if !span.is_disabled() {
         span.record("otel.name", format!("execute_tool {}", call.name));
@@ -71,4 +73,22 @@ pub(super) fn record_outcome(span: &Span, env: &ResultEnvelope, ledger_state: Op
     if let Some(state) = ledger_state {
         span.record("agentry.ledger_state", state);
     }
+}
+
+/// Opt-in content: a call's arguments or its result's data as JSON text,
+/// redacted before it is recorded.
+pub(super) fn record_content(
+    span: &Span,
+    redactor: Option<&agentry_redact::Redactor>,
+    field: &'static str,
+    value: Option<&serde_json::Value>,
+) {
+    let (Some(redactor), Some(value)) = (redactor, value) else {
+        return;
+    };
+    if span.is_disabled() {
+        return;
+    }
+    let text = value.to_string();
+    span.record(field, &*redactor.redact_str(&text));
 }
