@@ -23,7 +23,7 @@
 //! let budget = BudgetSnapshot::default();
 //! let ctx = PolicyContext {
 //!     run_id: "run-1", step: 1, goal: "say hello", tools: &[], session: &[],
-//!     budget: &budget, deltas: None,
+//!     budget: &budget, deltas: None, traceparent: None,
 //! };
 //! // A script answers at once: one poll decides (a run awaits this in its policy actor).
 //! let mut decide = pin!(policy.decide(ctx));
