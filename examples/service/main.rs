@@ -4,7 +4,7 @@
 //!
 //! Runs use the scripted policy (the script comes inline with each request); see
 //! `docs/service.md` for the routes, the flags and curl examples. This file only
-//! parses arguments, sets up logging, and turns ctrl-c (or SIGTERM) into a
+//! parses arguments, sets up logging (and `--otlp` span export), and turns ctrl-c (or SIGTERM) into a
 //! graceful shutdown; the service itself is in `app.rs`.
 
 mod app;
@@ -75,6 +75,11 @@ struct Args {
     /// Stopped runs kept; the oldest beyond this are forgotten [default: 1000].
     #[arg(long, value_name = "N")]
     keep_stopped: Option<usize>,
+    /// Export every run's OpenTelemetry spans over OTLP/HTTP to URL (e.g.
+    /// http://127.0.0.1:4318/v1/traces); without URL, to the endpoint the
+    /// OTEL_EXPORTER_OTLP_* variables name. On when either variable is set.
+    #[arg(long, value_name = "URL", num_args = 0..=1, default_missing_value = "")]
+    otlp: Option<String>,
 }
 
 impl Args {
@@ -110,11 +115,7 @@ impl Args {
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+    let telemetry = init_logging(args.otlp.as_deref())?;
     // Process tools kill whole process groups; grandchildren orphaned by a kill
     // are re-parented to us (not init) so they are reaped, never left as zombies.
     if let Err(e) = agentry::tools::proc::reap_orphans_here() {
@@ -163,7 +164,51 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Err(_) => tracing::warn!("connections still open after {SHUTDOWN_GRACE:?}; exiting anyway"),
     }
     tracing::info!("stopped");
+    if let Some(guard) = telemetry {
+        let dropped = guard.shutdown();
+        if dropped > 0 {
+            tracing::warn!(dropped, "spans could not be exported");
+        }
+    }
     Ok(())
+}
+
+/// Logs on stderr (`RUST_LOG`, default `info`), written through a redactor
+/// (built-in detectors and the environment's secrets); with `--otlp` or an
+/// OTLP endpoint variable, spans exported too, under their own filter.
+fn init_logging(
+    otlp: Option<&str>,
+) -> Result<Option<agentry_telemetry::otlp::TelemetryGuard>, Box<dyn std::error::Error>> {
+    use agentry_telemetry::otlp;
+    use tracing_subscriber::Layer;
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let redactor = std::sync::Arc::new(agentry_redact::Redactor::builder().build()?);
+    let fmt = tracing_subscriber::fmt::layer()
+        .with_writer(agentry_redact::RedactingMakeWriter::new(
+            std::io::stderr,
+            std::sync::Arc::clone(&redactor),
+        ))
+        .with_filter(filter);
+    let registry = tracing_subscriber::registry().with(fmt);
+    let endpoint = match otlp {
+        Some("") => Some(None),
+        Some(url) => Some(Some(url.to_string())),
+        None if otlp::endpoint_from_env() => Some(None),
+        None => None,
+    };
+    let Some(endpoint) = endpoint else {
+        registry.init();
+        return Ok(None);
+    };
+    let (layer, guard) = otlp::init(otlp::OtlpOptions {
+        endpoint,
+        service_name: Some("agentry-service".to_string()),
+        redactor: Some(redactor),
+    })?;
+    registry.with(layer).init();
+    Ok(Some(guard))
 }
 
 /// Why a duration flag was refused.

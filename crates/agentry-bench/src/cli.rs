@@ -114,6 +114,11 @@ pub struct Args {
     /// nanosleep for the last 2 ms) instead of on tokio's 1 ms timer alone.
     #[arg(long)]
     pub precise_sleep: bool,
+    /// W1: after the usual run (no subscriber), run W1 again with its
+    /// OpenTelemetry spans exported over OTLP/HTTP to a local receiver, and
+    /// report its time per step and the ratio to the first.
+    #[arg(long)]
+    pub otlp: bool,
 }
 
 impl Args {
@@ -154,6 +159,7 @@ impl Args {
             keep_store: self.keep_store,
             only: self.only,
             precise_sleep: self.precise_sleep,
+            otlp: self.otlp,
         }
     }
 }

@@ -55,6 +55,8 @@ pub struct Options {
     pub only: Option<Mode>,
     /// W3: `sleep_echo` and the floor sleep with [`crate::tools::precise_sleep`].
     pub precise_sleep: bool,
+    /// W1: run it again with its spans exported to a local OTLP receiver.
+    pub otlp: bool,
 }
 
 /// How a run is kept (the durable workloads measure each; an [`Options`] field).

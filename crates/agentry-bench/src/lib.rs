@@ -18,6 +18,7 @@
 //! - [`actor_floor`]: W1's step in agentry's actor shape on bare ractor actors.
 //! - [`workloads`]: one function per workload, each returning a [`report::Report`].
 //! - [`procfs`]: process and memory readings from `/proc`.
+//! - [`otlp`]: `w1 --otlp`'s local OTLP receiver and exporting subscriber.
 //!
 //! ```
 //! use agentry_bench::report::Report;
@@ -31,6 +32,7 @@ pub mod cli;
 pub mod floor;
 pub mod harness;
 pub mod model;
+pub mod otlp;
 pub mod procfs;
 pub mod report;
 pub mod tools;

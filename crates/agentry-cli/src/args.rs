@@ -80,6 +80,13 @@ pub(crate) struct ResumeArgs {
     /// started with. Repeatable.
     #[arg(long, value_name = "PROVIDER:MODEL[=URL]", value_parser = parse_fallback)]
     pub(crate) fallback: Vec<FallbackArg>,
+    /// Export the run's OpenTelemetry spans (GenAI conventions) over OTLP/HTTP
+    /// to URL (e.g. http://127.0.0.1:4318/v1/traces); without URL, to
+    /// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT / OTEL_EXPORTER_OTLP_ENDPOINT, else
+    /// the OTLP default. On when either variable is set, too. OTEL_SERVICE_NAME
+    /// and OTEL_TRACES_SAMPLER are honoured.
+    #[arg(long, value_name = "URL", num_args = 0..=1, default_missing_value = "")]
+    pub(crate) otlp: Option<String>,
     /// Print exactly one JSON object on stdout instead of the summary.
     #[arg(long)]
     pub(crate) json: bool,
@@ -160,6 +167,13 @@ pub(crate) struct RunArgs {
     /// Write the JSONL trace (one record per step, then a stop record) to FILE.
     #[arg(long, value_name = "FILE")]
     pub(crate) trace: Option<PathBuf>,
+    /// Export the run's OpenTelemetry spans (GenAI conventions) over OTLP/HTTP
+    /// to URL (e.g. http://127.0.0.1:4318/v1/traces); without URL, to
+    /// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT / OTEL_EXPORTER_OTLP_ENDPOINT, else
+    /// the OTLP default. On when either variable is set, too. OTEL_SERVICE_NAME
+    /// and OTEL_TRACES_SAMPLER are honoured.
+    #[arg(long, value_name = "URL", num_args = 0..=1, default_missing_value = "")]
+    pub(crate) otlp: Option<String>,
     /// Print exactly one JSON object on stdout instead of the summary.
     #[arg(long)]
     pub(crate) json: bool,

@@ -5,7 +5,7 @@
 //!                      [--base-url URL] [--trace FILE] [--json]
 //!                      [--max-steps N] [--deadline 30s] [--workdir DIR]
 //!                      [--store FILE | --no-store] [--run-id ID] [--approve TOOL]...
-//!                      [--durability strict|grouped]
+//!                      [--durability strict|grouped] [--otlp [URL]]
 //! agentry resume RUN_ID [--store FILE] [--decide CALL_ID=happened|retry|skip]...
 //!                      [--policy ...] [--base-url URL] [--json] [--durability ...]
 //! agentry runs [--store FILE] [--all] [--json]
@@ -27,7 +27,7 @@
 //! only sets up logging and maps results to exit codes.
 //!
 //! Modules, in import order: `args` (the flags), `error` (`RunError`),
-//! `signals` (ctrl-c), `store` (the SQLite store, `agentry runs`), `policy`
+//! `signals` (ctrl-c), `telemetry` (logs and span export), `store` (the SQLite store, `agentry runs`), `policy`
 //! (script or model, and what a run stores to rebuild it), `drive` (until the
 //! run stops or parks), `report` (stdout), `run` and `resume` (the commands),
 //! `mcp` (agentry as an MCP server).
@@ -43,13 +43,12 @@ mod resume;
 mod run;
 mod signals;
 mod store;
+mod telemetry;
 mod tools;
 
-use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::Parser;
-use tracing_subscriber::EnvFilter;
 
 use crate::args::{Cli, Command};
 use crate::drive::Finished;
@@ -65,20 +64,16 @@ const EXIT_PARKED: u8 = 3;
 /// (the run itself finished; its report is printed).
 const EXIT_TRACE_LOST: u8 = 4;
 
-fn init_tracing() {
-    // Logs go to stderr so that `--json` output on stdout stays one JSON object.
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
-}
-
 fn main() -> ExitCode {
     // clap prints usage errors itself and exits 2.
     let cli = Cli::parse();
-    init_tracing();
+    let telemetry = match telemetry::init(telemetry::otlp_of(&cli.command)) {
+        Ok(guard) => guard,
+        Err(e) => {
+            eprintln!("agentry: --otlp: {e}");
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+    };
     // Process tools kill whole process groups; grandchildren orphaned by a kill are
     // re-parented to us (not init) so they are reaped, never left as zombies.
     if let Err(e) = agentry::tools::proc::reap_orphans_here() {
@@ -99,7 +94,16 @@ fn main() -> ExitCode {
     if let Err(e) = runtime.block_on(async { agentry::tools::proc::survive_file_size_limit() }) {
         tracing::warn!(error = %e, "cannot catch SIGXFSZ; a write past the file-size limit kills the process");
     }
-    match cli.command {
+    let code = command(cli.command, &runtime);
+    // The run's actors end with the runtime, closing their spans; then the
+    // export is flushed.
+    drop(runtime);
+    telemetry::shut_down(telemetry);
+    code
+}
+
+fn command(command: Command, runtime: &tokio::runtime::Runtime) -> ExitCode {
+    match command {
         Command::Run(args) => {
             let json = args.json;
             finish(runtime.block_on(run::run(args)), json)

@@ -14,6 +14,7 @@ use crate::compaction::{SUMMARY_SYSTEM, Summary, SummaryTurn, compact, project, 
 use crate::context::{SessionBudget, TokenEstimate};
 use crate::conversation::{Item, conversation};
 use crate::prompt::system_prompt;
+use crate::span;
 use crate::transport::{self, AttemptError, ModelTurn, SseReader, TurnFailure};
 use crate::{ModelConfig, ModelError, Provider, ToolNameMap};
 
@@ -66,10 +67,11 @@ impl AnthropicPolicy {
             message: format!("anthropic: cannot encode the summary request: {e}"),
             fatal: false,
         })?;
-        let turn =
-            transport::with_retries(&self.config.retry, || self.attempt(&body, timeout, None))
-                .await
-                .map_err(TurnFailure::into_decision)?;
+        let turn = transport::with_retries(&self.config.retry, || {
+            self.attempt(&body, timeout, None, None)
+        })
+        .await
+        .map_err(TurnFailure::into_decision)?;
         let text = turn
             .blocks
             .values()
@@ -89,6 +91,7 @@ impl AnthropicPolicy {
         body: &[u8],
         timeout: std::time::Duration,
         deltas: Option<&'d dyn DeltaSink>,
+        traceparent: Option<&str>,
     ) -> Result<Turn<'d>, AttemptError> {
         let mut request = self
             .client
@@ -100,8 +103,14 @@ impl AnthropicPolicy {
         if let Some(key) = &self.config.api_key {
             request = request.header("x-api-key", key);
         }
-        let response = transport::send(request, "anthropic", "ANTHROPIC_API_KEY").await?;
-        read_turn(SseReader::new(response, self.config.stall_timeout), deltas).await
+        let sent = transport::request_clock();
+        let response =
+            transport::send(request, "anthropic", "ANTHROPIC_API_KEY", traceparent).await?;
+        read_turn(
+            SseReader::new(response, self.config.stall_timeout, sent),
+            deltas,
+        )
+        .await
     }
 }
 
@@ -148,6 +157,8 @@ impl AnthropicPolicy {
     /// One model turn, and whether it failed only because the server was
     /// unavailable (see [`ModelTurn`]).
     pub(crate) async fn turn(&mut self, ctx: PolicyContext<'_>) -> ModelTurn {
+        // Size: one turn in order (preflight, compaction, projection, the
+        // request in its span, the decision); each stage is a call already.
         let model = self.name();
         let timeout = match self.config.preflight(ctx.budget) {
             Ok(t) => t,
@@ -195,8 +206,15 @@ impl AnthropicPolicy {
             Err(e) => return failed(format!("anthropic: cannot encode: {e}")),
         };
         let hash = transport::prompt_hash(&body);
-        let result = transport::with_retries(&self.config.retry, || {
-            self.attempt(&body, timeout, ctx.deltas)
+        let chat = span::ChatRequest {
+            provider: "anthropic",
+            config: &self.config,
+            stream: true,
+            run_traceparent: ctx.traceparent,
+        };
+        let (this, body, deltas) = (&*self, &body, ctx.deltas);
+        let result = span::chat(chat, |tp| async move {
+            this.attempt(body, timeout, deltas, tp.as_deref()).await
         })
         .await;
         let (mut out, unavailable) = match result {
@@ -401,8 +419,22 @@ struct Turn<'d> {
     blocks: BTreeMap<u64, Block>,
     usage: Usage,
     stop_reason: Option<String>,
+    /// The response's id and model (`message_start`), for its span.
+    response_id: Option<String>,
+    response_model: Option<String>,
     /// Publishes streamed text as run events.
     deltas: Option<&'d dyn DeltaSink>,
+}
+
+impl span::Answered for Turn<'_> {
+    fn response(&self) -> span::Response<'_> {
+        span::Response {
+            id: self.response_id.as_deref(),
+            model: self.response_model.as_deref(),
+            finish_reason: self.stop_reason.as_deref(),
+            usage: self.usage.tokens(),
+        }
+    }
 }
 
 impl Turn<'_> {
@@ -410,7 +442,12 @@ impl Turn<'_> {
     fn apply(&mut self, data: &Value) -> Result<bool, AttemptError> {
         let index = data["index"].as_u64().unwrap_or(0);
         match data["type"].as_str().unwrap_or_default() {
-            "message_start" => self.usage.update(&data["message"]["usage"]),
+            "message_start" => {
+                let message = &data["message"];
+                self.usage.update(&message["usage"]);
+                self.response_id = message["id"].as_str().map(str::to_string);
+                self.response_model = message["model"].as_str().map(str::to_string);
+            }
             "content_block_start" => {
                 let b = &data["content_block"];
                 let block = match b["type"].as_str() {

@@ -75,6 +75,7 @@ mod openai_wire;
 mod prompt;
 mod provider;
 mod results;
+mod span;
 #[cfg(test)]
 mod stream_props;
 mod tls;

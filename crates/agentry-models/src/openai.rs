@@ -1,5 +1,7 @@
 //! OpenAI-compatible Chat Completions: request projection and streamed
 //! tool-call assembly.
+// Size: the adapter, its projection and its stream assembly read together;
+// the wire types are in openai_wire.rs and the span in span.rs.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -18,6 +20,7 @@ use crate::context::{SessionBudget, TokenEstimate};
 use crate::conversation::{Item, conversation};
 use crate::openai_wire::{Choice, Chunk, Delta, ToolCallDelta, Whole};
 use crate::prompt::system_prompt;
+use crate::span;
 use crate::transport::{self, AttemptError, ModelTurn, SseReader, TurnFailure};
 use crate::{ModelConfig, ModelError, Provider, ToolNameMap};
 
@@ -81,6 +84,7 @@ impl OpenAiPolicy {
         bodies: &Bodies,
         timeout: std::time::Duration,
         deltas: Option<&'d dyn DeltaSink>,
+        traceparent: Option<&str>,
     ) -> Result<Turn<'d>, AttemptError> {
         let plain = self.plain.load(Ordering::Relaxed);
         let body = if plain { &bodies.plain } else { &bodies.stream };
@@ -93,11 +97,12 @@ impl OpenAiPolicy {
         if let Some(key) = &self.config.api_key {
             request = request.bearer_auth(key);
         }
-        let response = transport::send(request, "openai", "OPENAI_API_KEY").await?;
+        let sent = transport::request_clock();
+        let response = transport::send(request, "openai", "OPENAI_API_KEY", traceparent).await?;
         let mut turn = if plain {
             whole_response(response).await?
         } else {
-            self.read_stream(response, deltas).await?
+            self.read_stream(response, deltas, sent).await?
         };
         turn.hash = transport::prompt_hash(body);
         Ok(turn)
@@ -123,10 +128,11 @@ impl OpenAiPolicy {
             message: format!("openai: cannot encode the summary request: {e}"),
             fatal: false,
         })?;
-        let turn =
-            transport::with_retries(&self.config.retry, || self.attempt(&bodies, timeout, None))
-                .await
-                .map_err(TurnFailure::into_decision)?;
+        let turn = transport::with_retries(&self.config.retry, || {
+            self.attempt(&bodies, timeout, None, None)
+        })
+        .await
+        .map_err(TurnFailure::into_decision)?;
         Ok(SummaryTurn {
             text: turn.text,
             usage: turn.usage,
@@ -137,8 +143,9 @@ impl OpenAiPolicy {
         &self,
         response: reqwest::Response,
         deltas: Option<&'d dyn DeltaSink>,
+        sent: Option<std::time::Instant>,
     ) -> Result<Turn<'d>, AttemptError> {
-        let events = SseReader::new(response, self.config.stall_timeout);
+        let events = SseReader::new(response, self.config.stall_timeout, sent);
         match read_turn(events, deltas).await? {
             Some(turn) => Ok(turn),
             None => {
@@ -205,6 +212,8 @@ impl OpenAiPolicy {
     /// One model turn, and whether it failed only because the server was
     /// unavailable (see [`ModelTurn`]).
     pub(crate) async fn turn(&mut self, ctx: PolicyContext<'_>) -> ModelTurn {
+        // Size: one turn in order (preflight, compaction, projection, the
+        // request in its span, the decision); each stage is a call already.
         let model = self.name();
         let timeout = match self.config.preflight(ctx.budget) {
             Ok(t) => t,
@@ -253,8 +262,15 @@ impl OpenAiPolicy {
                 return failed(format!("openai: cannot encode the request: {e}"));
             }
         };
-        let result = transport::with_retries(&self.config.retry, || {
-            self.attempt(&bodies, timeout, ctx.deltas)
+        let chat = span::ChatRequest {
+            provider: "openai",
+            config: &self.config,
+            stream: !self.plain.load(Ordering::Relaxed),
+            run_traceparent: ctx.traceparent,
+        };
+        let (this, bodies, deltas) = (&*self, &bodies, ctx.deltas);
+        let result = span::chat(chat, |tp| async move {
+            this.attempt(bodies, timeout, deltas, tp.as_deref()).await
         })
         .await;
         let (out, unavailable) = match result {
@@ -399,6 +415,8 @@ async fn whole_response(response: reqwest::Response) -> Result<Turn<'static>, At
     };
     // A whole message is a stream of one delta per choice.
     let chunk = Chunk {
+        id: whole.id,
+        model: whole.model,
         choices: whole
             .choices
             .into_iter()
@@ -442,11 +460,25 @@ struct Turn<'d> {
     calls: BTreeMap<usize, PartialCall>,
     usage: TokenUsage,
     finish_reason: Option<String>,
+    /// The response's id and model, as the server named them.
+    response_id: Option<String>,
+    response_model: Option<String>,
     done: bool,
     /// sha256 of the body actually sent.
     hash: String,
     /// Publishes streamed text as run events.
     deltas: Option<&'d dyn DeltaSink>,
+}
+
+impl span::Answered for Turn<'_> {
+    fn response(&self) -> span::Response<'_> {
+        span::Response {
+            id: self.response_id.as_deref(),
+            model: self.response_model.as_deref(),
+            finish_reason: self.finish_reason.as_deref(),
+            usage: self.usage,
+        }
+    }
 }
 
 impl Turn<'_> {
@@ -455,6 +487,12 @@ impl Turn<'_> {
             return Err(AttemptError::retry(format!(
                 "openai: error in stream: {error}"
             )));
+        }
+        if self.response_id.is_none() {
+            self.response_id = chunk.id;
+        }
+        if self.response_model.is_none() {
+            self.response_model = chunk.model;
         }
         if let Some(u) = chunk.usage {
             let cached = u

@@ -7,6 +7,10 @@ use serde_json::Value;
 #[derive(Debug, Deserialize)]
 pub(crate) struct Whole {
     #[serde(default)]
+    pub(crate) id: Option<String>,
+    #[serde(default)]
+    pub(crate) model: Option<String>,
+    #[serde(default)]
     pub(crate) choices: Vec<WholeChoice>,
     #[serde(default)]
     pub(crate) usage: Option<Usage>,
@@ -40,6 +44,11 @@ pub(crate) struct WholeCall {
 
 #[derive(Debug, Deserialize)]
 pub(crate) struct Chunk {
+    /// The response's id and model (for its span).
+    #[serde(default)]
+    pub(crate) id: Option<String>,
+    #[serde(default)]
+    pub(crate) model: Option<String>,
     #[serde(default)]
     pub(crate) choices: Vec<Choice>,
     #[serde(default)]

@@ -145,7 +145,13 @@ pub(crate) async fn send(
     request: reqwest::RequestBuilder,
     provider: &str,
     key_var: &str,
+    traceparent: Option<&str>,
 ) -> Result<reqwest::Response, AttemptError> {
+    // W3C trace context: the request's span (or the run) is the server's parent.
+    let request = match traceparent {
+        Some(tp) => request.header("traceparent", tp),
+        None => request,
+    };
     let response = request
         .send()
         .await
@@ -214,11 +220,26 @@ type EventStream = Pin<
 /// SSE events of a response, abandoned when no bytes arrive for `stall`.
 pub(crate) struct SseReader {
     events: EventStream,
+    /// When the request was sent, until its first event arrives (only while
+    /// a span records it; see [`request_clock`]).
+    sent: Option<std::time::Instant>,
+}
+
+/// The time a request is sent, when its `chat` span records the time to the
+/// first chunk (nothing is read from the clock otherwise).
+pub(crate) fn request_clock() -> Option<std::time::Instant> {
+    (!tracing::Span::current().is_disabled()).then(std::time::Instant::now)
 }
 
 impl SseReader {
-    pub(crate) fn new(response: reqwest::Response, stall: Duration) -> Self {
-        Self::of_bytes(response.bytes_stream(), stall)
+    pub(crate) fn new(
+        response: reqwest::Response,
+        stall: Duration,
+        sent: Option<std::time::Instant>,
+    ) -> Self {
+        let mut reader = Self::of_bytes(response.bytes_stream(), stall);
+        reader.sent = sent;
+        reader
     }
 
     /// Events of any byte stream cut anywhere (a response's, or a test's).
@@ -240,6 +261,7 @@ impl SseReader {
         });
         SseReader {
             events: Box::pin(without_bom(Box::pin(bytes)).eventsource()),
+            sent: None,
         }
     }
 
@@ -247,7 +269,16 @@ impl SseReader {
     pub(crate) async fn next(&mut self, provider: &str) -> Result<Option<Event>, AttemptError> {
         match self.events.next().await {
             None => Ok(None),
-            Some(Ok(event)) => Ok(Some(event)),
+            Some(Ok(event)) => {
+                if let Some(sent) = self.sent.take() {
+                    // On the request's `chat` span (a no-op on any other).
+                    tracing::Span::current().record(
+                        "agentry.time_to_first_chunk_ms",
+                        agentry_telemetry::int(sent.elapsed().as_millis() as u64),
+                    );
+                }
+                Ok(Some(event))
+            }
             Some(Err(e)) => Err(AttemptError::retry(format!("{provider}: {e}"))),
         }
     }

@@ -180,6 +180,8 @@ pub(crate) struct PolicyArgs {
     pub events: EventSink,
     /// The run's W3C traceparent, handed to the policy with each decision.
     pub traceparent: Arc<str>,
+    /// The run's `invoke_agent` span: each decision runs inside it.
+    pub span: tracing::Span,
 }
 
 /// Policy actor state: the policy and its session mirror.
@@ -236,7 +238,11 @@ impl Actor for PolicyActor {
                 };
                 let out = tokio::select! {
                     biased;
-                    out = state.args.policy.decide(ctx) => Some(out),
+                    // Inside the run's span: a model adapter's `chat` span nests under it.
+                    out = tracing::Instrument::instrument(
+                        state.args.policy.decide(ctx),
+                        state.args.span.clone(),
+                    ) => Some(out),
                     _ = cut.cancelled() => None,
                 };
                 let out = out.unwrap_or_else(|| interrupted_turn(state.args.policy.name()));

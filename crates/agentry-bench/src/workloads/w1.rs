@@ -30,6 +30,7 @@ pub async fn floor(opts: &Options) -> BenchResult<Report> {
 /// `w1`: one agent, M steps, timed from just before the run starts to the
 /// outcome; the floor is measured first in the same process.
 pub async fn w1(opts: &Options) -> BenchResult<Report> {
+    // Size: one report, figure after figure, in the order they are printed.
     let m = opts.m;
     let dir = workdir()?;
     let runtime = Runtime::new(tools::registry(None)?);
@@ -95,6 +96,16 @@ pub async fn w1(opts: &Options) -> BenchResult<Report> {
     {
         report.metric_f("trace_mib", meta.len() as f64 / (1024.0 * 1024.0), 2);
     }
+    if opts.otlp {
+        Box::pin(with_spans(
+            &runtime,
+            dir.path(),
+            m,
+            us_per_step,
+            &mut report,
+        ))
+        .await?;
+    }
     report.metric_f("peak_rss_mib", crate::procfs::peak_rss_mib(), 1);
     if let Err(e) = check_add(&outcome, &probe, m) {
         report.fail(e);
@@ -106,4 +117,35 @@ pub async fn w1(opts: &Options) -> BenchResult<Report> {
         report.fail(e);
     }
     Ok(report)
+}
+
+/// W1 again, its spans exported to a local OTLP receiver: time per step and
+/// its ratio to the run without a subscriber (`off_us`) just before.
+async fn with_spans(
+    runtime: &Runtime,
+    dir: &std::path::Path,
+    m: u64,
+    off_us: f64,
+    report: &mut Report,
+) -> BenchResult<()> {
+    let receiver = crate::otlp::Receiver::start()?;
+    let guard = crate::otlp::install(&receiver.url)?;
+    let probe = Probe::new(m as usize);
+    let model = AddModel::new(m, Arc::clone(&probe));
+    let t0 = Instant::now();
+    let outcome = runtime.run(config(dir, m), model).await?;
+    let us = t0.elapsed().as_secs_f64() * 1e6 / m as f64;
+    let dropped = guard.shutdown();
+    report
+        .metric_f("otlp_us_per_step", us, 3)
+        .metric_f("otlp_ratio_vs_off", us / off_us, 2)
+        .metric("otlp_dropped_spans", dropped)
+        .metric(
+            "otlp_bytes",
+            receiver.bytes.load(std::sync::atomic::Ordering::Relaxed),
+        );
+    if let Err(e) = check_add(&outcome, &probe, m) {
+        report.fail(e);
+    }
+    Ok(())
 }

@@ -132,6 +132,7 @@ impl ServerRuns {
             base_url: None,
             fallback: Vec::new(),
             trace: None,
+            otlp: None,
             json: true,
             context_tokens: None,
             max_steps,

@@ -41,6 +41,8 @@ pub struct ConductorArgs {
     pub actors: Option<tokio::sync::oneshot::Sender<ActorRefs>>,
     /// Where this run sits in an agent tree.
     pub lineage: Lineage,
+    /// The run's `invoke_agent` span (disabled when nobody wants spans).
+    pub span: tracing::Span,
     /// Starts children for `agent.spawn`.
     pub agents: Arc<dyn agentry_tools::agents::AgentDesk>,
     /// Where a durable run commits its state and ledger.

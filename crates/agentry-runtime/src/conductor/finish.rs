@@ -113,6 +113,17 @@ impl ConductorState {
         let trace = self
             .close_trace(reason, &detail, budget, state_version, &state)
             .await;
+        super::span::record_end(
+            &self.span,
+            reason,
+            self.steps,
+            self.allowance.own_calls(),
+            &budget,
+        );
+        // Closed before the outcome is published: whoever waits for the run
+        // (and then flushes the exporter) finds its span ended.
+        drop(std::mem::replace(&mut self.span, tracing::Span::none()));
+        self.children.executor_args.span = tracing::Span::none();
         self.emit(|| RunEvent::RunStopped {
             stop_reason: reason,
         });

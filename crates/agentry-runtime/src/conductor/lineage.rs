@@ -16,6 +16,13 @@ pub struct ParentRun {
     pub run_id: Arc<str>,
     /// The parent's budget supervisor.
     pub budget: ActorRef<BudgetMsg>,
+    /// The tree's root run id (`gen_ai.conversation.id` of every run in it).
+    pub root_id: Arc<str>,
+    /// The span the child's `invoke_agent` span nests under: the parent's
+    /// `execute_tool agent.spawn` (disabled when spans are off, or for a
+    /// child regrown after a restart, which rejoins through its stored
+    /// `RunConfig::traceparent`).
+    pub span: tracing::Span,
 }
 
 /// Where a run sits in an agent tree.

@@ -12,7 +12,7 @@
 //! message) yields a decided step; `act` runs it into a step result; `record`
 //! hands the step's update and trace record to the state keeper; `check_end`
 //! says whether the run goes on. Files, each importing only from those before
-//! it: `msg`, `lineage`, `outcome`, `args`, `step_result`, `ticker`, `state`,
+//! it: `msg`, `lineage`, `span`, `outcome`, `args`, `step_result`, `ticker`, `state`,
 //! then the stages and handlers, each adding methods to the conductor's state:
 //! `start`, `step`, `act`, `progress`, `record`, `finish`, `children`, `inputs`.
 
@@ -26,6 +26,7 @@ mod msg;
 mod outcome;
 mod progress;
 mod record;
+mod span;
 mod start;
 mod state;
 mod step;
@@ -38,6 +39,7 @@ pub(crate) use msg::ConductorPost;
 pub use msg::{ConductorMsg, Posted};
 pub(crate) use outcome::ActorRefs;
 pub use outcome::{RunActors, RunOutcome};
+pub(crate) use span::run_span;
 pub use state::ConductorState;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};

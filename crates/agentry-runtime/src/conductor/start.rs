@@ -51,7 +51,7 @@ pub(super) async fn start(
     let initial = initial_state(args.restore.take(), &args.config, args.log.as_ref());
     let resumption = Resumption::new(&initial, resumed);
     let state = spawn_child(StateKeeper, initial, &cell).await?;
-    let traceparent: Arc<str> = args.lineage.traceparent(&args.run_id).into();
+    let traceparent = super::span::run_traceparent(&args.span, &args.lineage, &args.run_id);
     let links = ExecutorLinks {
         deadline: clock.deadline_at,
         budget: &budget,
@@ -70,6 +70,7 @@ pub(super) async fn start(
         goal: args.config.goal.clone(),
         events: args.events.clone(),
         traceparent: Arc::clone(&traceparent),
+        span: args.span.clone(),
     };
     let policy = spawn_child(PolicyActor, policy_args, &cell).await?;
     let children = Children {
@@ -96,6 +97,7 @@ pub(super) async fn start(
         gauge: args.gauge,
         cut: args.cut,
         traceparent,
+        span: args.span,
     };
     Ok(ConductorState::new(
         kept, children, model, clock, resumption, allowance,
@@ -205,6 +207,8 @@ fn executor_args(
         agents: Some(Arc::clone(&args.agents)),
         log: args.log.clone(),
         traceparent: Arc::clone(traceparent),
+        span: args.span.clone(),
+        content: super::span::content_redactor(config, &args.span, args.events.redactor()),
     })
 }
 
@@ -244,6 +248,7 @@ struct Kept {
     cut: crate::interrupt::StepCut,
     durable: bool,
     traceparent: Arc<str>,
+    span: tracing::Span,
 }
 
 impl ConductorState {
@@ -273,6 +278,7 @@ impl ConductorState {
         ConductorState {
             task_id: kept.config.task_id.as_str().into(),
             traceparent: kept.traceparent,
+            span: kept.span,
             parent_id: kept.lineage.parent.as_ref().map(|p| Arc::clone(&p.run_id)),
             parent_budget: kept.lineage.parent.map(|p| p.budget),
             run_id: kept.run_id,

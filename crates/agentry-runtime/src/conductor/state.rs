@@ -92,6 +92,8 @@ pub struct ConductorState {
     pub(super) parent_id: Option<Arc<str>>,
     /// W3C traceparent of this run.
     pub(super) traceparent: Arc<str>,
+    /// The run's `invoke_agent` span, closed as the run finishes.
+    pub(super) span: tracing::Span,
     /// The parent's budget supervisor, for a child (to learn why it was cancelled).
     pub(super) parent_budget: Option<ActorRef<BudgetMsg>>,
     /// A durable run records each decision before acting on it.

@@ -36,6 +36,8 @@ pub(super) struct Attempt<'a> {
     /// The token it runs under: the step's, or the run's for a call a human
     /// chose to run again after it was left unsettled.
     pub(super) under: &'a CancellationToken,
+    /// The call's `execute_tool` span.
+    pub(super) span: &'a tracing::Span,
 }
 
 impl ExecutorState {
@@ -48,13 +50,19 @@ impl ExecutorState {
             attempt,
             operation_id,
             under,
+            span,
         } = one;
         if under.is_cancelled() {
             return fail(call, self.cancelled_error());
         }
         let started = Instant::now();
         let token = under.child_token();
-        let ctx = self.tool_context(call, &token, attempt, operation_id);
+        let mut ctx = self.tool_context(call, &token, attempt, operation_id);
+        // What the tool passes on (a process's TRACEPARENT, an MCP call's
+        // _meta, a child run's parent): this call's span when it is exported.
+        if let Some(tp) = agentry_telemetry::traceparent(span) {
+            ctx.traceparent = Some(tp.into());
+        }
         let timeout_ms = tool.contract.timeout_ms;
         let work = async {
             tool.tool.precondition(&args, &ctx).await?;

@@ -26,7 +26,8 @@
 //! - `state`: [`ExecutorState`] and how a ledger row reaches the store.
 //! - `pipeline`: the checks before anything runs. `batch`: a step's calls, group
 //!   by group. `approval`: the human gate. `call`: one attempt under its
-//!   timeout. `retry`: attempts and retries.
+//!   timeout. `span`: a call's `execute_tool` span. `retry`: attempts and
+//!   retries.
 
 mod approval;
 mod batch;
@@ -37,6 +38,7 @@ mod msg;
 mod pipeline;
 mod prepared;
 mod retry;
+mod span;
 mod state;
 
 use agentry_protocol::decision::Decision;

@@ -122,6 +122,11 @@ pub struct ExecutorArgs {
     pub log: Option<RunLog>,
     /// The run's W3C traceparent, handed to tools (`ToolContext::traceparent`).
     pub traceparent: Arc<str>,
+    /// The run's `invoke_agent` span: the parent of each `execute_tool` span.
+    pub span: tracing::Span,
+    /// With `RunConfig::observe.content`: the redactor tool arguments and
+    /// results pass before they become span attributes (`None`: no content).
+    pub content: Option<Arc<agentry_redact::Redactor>>,
 }
 
 /// How one call ended: its envelope, a record of every attempt when it was

@@ -10,6 +10,7 @@ use agentry_store::LedgerState;
 use serde_json::Value;
 use tokio::time::Duration;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use super::approval::Gate;
 use super::call::Attempt;
@@ -17,6 +18,7 @@ use super::envelope::fail;
 use super::ledger::operation_id;
 use super::msg::{AppliedInput, CallOutcome, CutShort};
 use super::prepared::{Job, Mode};
+use super::span;
 use super::state::ExecutorState;
 use crate::ask::ask;
 use crate::budget::BudgetMsg;
@@ -60,8 +62,28 @@ enum AfterCut {
 
 impl ExecutorState {
     /// Runs one call, retrying retryable failures within the contract's and the
-    /// run's retry allowance.
+    /// run's retry allowance, in its `execute_tool` span.
     pub(super) async fn run_with_retries(&self, job: Job<'_>, args: Value) -> CallOutcome {
+        let span = span::tool_span(&self.args.span, job.call, &job.tool.contract);
+        let content = self.args.content.as_deref();
+        span::record_content(&span, content, "gen_ai.tool.call.arguments", Some(&args));
+        let outcome = self.attempts(job, args, &span).await;
+        let env = &outcome.envelope;
+        span::record_content(&span, content, "gen_ai.tool.call.result", env.data.as_ref());
+        // What the call's row in a durable run's ledger says now (a call the
+        // run's cancellation cut short keeps its intent; see `record_last`).
+        let ledger = self.args.log.as_ref().map(|_| {
+            if !env.ok && self.args.run_token.is_cancelled() {
+                "intent"
+            } else {
+                "outcome"
+            }
+        });
+        span::record_outcome(&span, env, ledger);
+        outcome
+    }
+
+    async fn attempts(&self, job: Job<'_>, args: Value, span: &tracing::Span) -> CallOutcome {
         // Size: one async fn from the gate to the recorded outcome: every nested
         // future would add its locals to the executor's per-step future, which
         // is boxed and moved once per step (the rare paths are boxed).
@@ -72,10 +94,19 @@ impl ExecutorState {
             let env = fail(job.call, self.cancelled_error());
             return CallOutcome::not_run(env, None).cut(self.cut_short());
         }
+        let gated = (!span.is_disabled()).then(tokio::time::Instant::now);
         let applied: Vec<AppliedInput> = match self.gate(&job).await {
             Gate::Open(approval) => approval.into_iter().collect(),
             Gate::Closed(outcome) => return outcome,
         };
+        if let Some(gated) = gated
+            && !applied.is_empty()
+        {
+            span.record(
+                "agentry.approval_wait_ms",
+                agentry_telemetry::int(gated.elapsed().as_millis() as u64),
+            );
+        }
         let contract = &job.tool.contract;
         // On disk before the tool starts when running it twice would be wrong.
         let intent = self.record(&job, LedgerState::Intent, None, !rerunnable(contract));
@@ -83,6 +114,9 @@ impl ExecutorState {
             return CallOutcome::not_run(fail(job.call, e), applied.into_iter().next_back());
         }
         let operation_id = operation_id(&self.args.run_id, job.digest);
+        if !span.is_disabled() {
+            span.record("agentry.operation_id", &*operation_id);
+        }
         let mut tries = Tries {
             attempt: 1,
             attempts: Vec::new(),
@@ -114,11 +148,12 @@ impl ExecutorState {
                 attempt,
                 operation_id: &operation_id,
                 under: &tries.under,
+                span,
             };
             let this_args = args.take();
             let this_args =
                 this_args.unwrap_or_else(|| call.arguments.to_value().unwrap_or_default());
-            let mut env = self.run_one(one, this_args).await;
+            let mut env = self.run_one(one, this_args).instrument(span.clone()).await;
             env.attempt = attempt;
             if is_cut(&tries.under, &self.args.run_token)
                 && env.error_code() == Some(ErrorCode::Ecanceled)
@@ -147,6 +182,7 @@ impl ExecutorState {
                 return tries.outcome(env);
             }
             let backoff = self.args.retry.backoff(attempt);
+            span::retry_event(span, &env, backoff.as_millis() as u64);
             tries
                 .attempts
                 .push(attempt_record(call, contract, &env, Some(backoff)));

@@ -186,6 +186,9 @@ impl AgentDesk for RunChildren {
         // What rebuilds its policy should it be resumed after a crash, and the
         // spawn it came from (a re-run of that spawn gets this child).
         config.policy_spec = Some(child_spec(&request, operation_id, &policy.name()));
+        // Stored with a durable child: regrown after a restart, it rejoins the
+        // trace under the span that spawned it (this call's).
+        config.traceparent = agentry_telemetry::traceparent(&tracing::Span::current());
         let child = self
             .runtime
             .start_child_boxed(parent, config, policy)

@@ -206,6 +206,9 @@ impl Runtime {
         mut config: RunConfig,
         policy: Box<dyn Policy>,
     ) -> Result<RunHandle, RuntimeError> {
+        // The span the caller runs in (the `execute_tool agent.spawn` span, for
+        // a model's spawn) is the child's span's parent.
+        let span = tracing::Span::current();
         let depth = admit_child(parent, &config).await?;
         if let Some(id) = &config.run_id {
             crate::config::check_run_id(id)?;
@@ -230,6 +233,8 @@ impl Runtime {
             parent: Some(ParentRun {
                 run_id: Arc::clone(&parent.run_id),
                 budget: parent.actors.budget.clone(),
+                root_id: root_of(parent),
+                span,
             }),
             depth,
             trace_id: parent.lineage.trace_id.clone(),
@@ -283,7 +288,7 @@ impl Runtime {
         let Launch {
             config,
             policy,
-            lineage,
+            mut lineage,
             run_token,
             tree,
             grants,
@@ -292,6 +297,8 @@ impl Runtime {
         } = launch;
         let run_id = checked_run_id(&config)?;
         let redaction = RunRedaction::for_run(&config, parent_redaction.as_ref(), &self.registry)?;
+        // Before the handle is made: an exported span's trace id becomes the run's.
+        let span = crate::conductor::run_span(&config, &mut lineage, &run_id, policy.as_ref());
         let (log, new_claim) = self.run_log(&run_id, &durable, &redaction.redactor);
         if let (Some(log), Some(claim)) = (&log, &new_claim) {
             // On disk before the caller gets a handle: a run it knows of can be resumed.
@@ -325,6 +332,7 @@ impl Runtime {
             trace,
             actors: Some(actors_tx),
             lineage: lineage.clone(),
+            span,
             agents: Arc::clone(&children) as Arc<dyn agentry_tools::agents::AgentDesk>,
             log: log.clone(),
             restore: stored.restore,
@@ -402,6 +410,14 @@ pub(super) fn recorded_at_stop(child: &RunHandle) -> watch::Receiver<bool> {
         });
     }
     recorded
+}
+
+/// The root run id of `parent`'s tree.
+pub(super) fn root_of(parent: &RunHandle) -> Arc<str> {
+    match &parent.lineage.parent {
+        Some(p) => Arc::clone(&p.root_id),
+        None => Arc::clone(&parent.run_id),
+    }
 }
 
 /// A child refused before anything is reserved.

@@ -113,6 +113,10 @@ impl Place {
             parent: Some(ParentRun {
                 run_id: std::sync::Arc::clone(&parent.run_id),
                 budget: parent.actors.budget.clone(),
+                root_id: super::launch::root_of(parent),
+                // The spawning span is gone: the child rejoins its trace
+                // through the traceparent stored in its configuration.
+                span: tracing::Span::none(),
             }),
             depth: parent.lineage.depth + 1,
             trace_id: parent.lineage.trace_id.clone(),

@@ -1,0 +1,94 @@
+//! One call's `execute_tool {tool}` span (OpenTelemetry GenAI conventions;
+//! see `agentry_telemetry::fields`), from before the approval gate to the
+//! recorded outcome; its attempts run inside it and its retries are events on
+//! it. Disabled (nothing formatted or allocated) when nobody wants spans.
+
+use agentry_protocol::envelope::ResultEnvelope;
+use agentry_protocol::tool::{ToolCall, ToolContract};
+use tracing::Span;
+use tracing::field::Empty;
+
+/// Opens the call's span under the run's.
+pub(super) fn tool_span(run: &Span, call: &ToolCall, contract: &ToolContract) -> Span {
+    let span = tracing::info_span!(
+        target: "agentry::gen_ai",
+        parent: run,
+        "execute_tool",
+        otel.name = Empty,
+        otel.kind = "internal",
+        gen_ai.operation.name = "execute_tool",
+        gen_ai.tool.name = Empty,
+        gen_ai.tool.call.id = Empty,
+        "gen_ai.tool.type" = "function",
+        agentry.effect = Empty,
+        agentry.idempotency = Empty,
+        agentry.operation_id = Empty,
+        agentry.attempt = Empty,
+        agentry.approval_wait_ms = Empty,
+        agentry.ledger_state = Empty,
+        agentry.outcome = Empty,
+        "error.type" = Empty,
+        gen_ai.tool.call.arguments = Empty,
+        gen_ai.tool.call.result = Empty,
+    );
+    if !span.is_disabled() {
+        span.record("otel.name", format!("execute_tool {}", call.name));
+        span.record("gen_ai.tool.name", call.name.as_str());
+        span.record("gen_ai.tool.call.id", call.id.as_str());
+        span.record("agentry.effect", contract.effect.as_str());
+        span.record("agentry.idempotency", contract.idempotency.as_str());
+    }
+    span
+}
+
+/// A failed attempt that will be tried again, as an event on the call's span.
+pub(super) fn retry_event(span: &Span, env: &ResultEnvelope, backoff_ms: u64) {
+    if span.is_disabled() {
+        return;
+    }
+    let code = env.error_code().map_or("", |c| c.as_str());
+    span.in_scope(|| {
+        tracing::event!(
+            target: "agentry::gen_ai",
+            tracing::Level::INFO,
+            agentry.attempt = i64::from(env.attempt),
+            agentry.backoff_ms = agentry_telemetry::int(backoff_ms),
+            "error.type" = code,
+            "retry"
+        );
+    });
+}
+
+/// The call's end: its last attempt, its outcome (`error.type` is the error
+/// code, never a message), and what its ledger row says.
+pub(super) fn record_outcome(span: &Span, env: &ResultEnvelope, ledger_state: Option<&str>) {
+    if span.is_disabled() {
+        return;
+    }
+    span.record("agentry.attempt", i64::from(env.attempt));
+    span.record("agentry.outcome", if env.ok { "ok" } else { "error" });
+    if let Some(code) = env.error_code() {
+        span.record("error.type", code.as_str());
+    }
+    if let Some(state) = ledger_state {
+        span.record("agentry.ledger_state", state);
+    }
+}
+
+/// Opt-in content: a call's arguments or its result's data as JSON text,
+/// redacted before it is recorded.
+pub(super) fn record_content(
+    span: &Span,
+    redactor: Option<&agentry_redact::Redactor>,
+    field: &'static str,
+    value: Option<&serde_json::Value>,
+) {
+    let (Some(redactor), Some(value)) = (redactor, value) else {
+        return;
+    };
+    if span.is_disabled() {
+        return;
+    }
+    let text = value.to_string();
+    span.record(field, &*redactor.redact_str(&text));
+}

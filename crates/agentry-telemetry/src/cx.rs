@@ -1,0 +1,121 @@
+//! W3C `traceparent` in and out of `tracing` spans.
+
+use opentelemetry::Context;
+use opentelemetry::trace::{SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState};
+use tracing::Span;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
+
+/// The W3C `traceparent` of `span` (`00-<trace id>-<span id>-<flags>`), when
+/// it has a valid OpenTelemetry context (the OpenTelemetry layer is installed
+/// and wants it); `None` otherwise. Builds nothing for a disabled span.
+pub fn traceparent(span: &Span) -> Option<String> {
+    if span.is_disabled() {
+        return None;
+    }
+    let cx = span.context();
+    let otel = cx.span();
+    let sc = otel.span_context();
+    sc.is_valid().then(|| {
+        format!(
+            "00-{}-{}-{:02x}",
+            sc.trace_id(),
+            sc.span_id(),
+            sc.trace_flags().to_u8()
+        )
+    })
+}
+
+/// The remote parent context a W3C `traceparent` names, if it is one
+/// (version `00`, lower-case hex, neither id all zeros).
+pub fn remote_context(traceparent: &str) -> Option<Context> {
+    let mut parts = traceparent.split('-');
+    let (version, trace, span, flags) =
+        (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    let hex = |s: &str, len: usize| {
+        s.len() == len && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    };
+    if version != "00"
+        || parts.next().is_some()
+        || !hex(trace, 32)
+        || !hex(span, 16)
+        || !hex(flags, 2)
+    {
+        return None;
+    }
+    let trace_id = TraceId::from_hex(trace).ok()?;
+    let span_id = SpanId::from_hex(span).ok()?;
+    let flags = TraceFlags::new(u8::from_str_radix(flags, 16).ok()?);
+    let sc = SpanContext::new(trace_id, span_id, flags, true, TraceState::default());
+    sc.is_valid()
+        .then(|| Context::new().with_remote_span_context(sc))
+}
+
+/// Makes the span a child of the remote span a W3C `traceparent` names. A
+/// no-op for a disabled span, an invalid `traceparent`, or a span already
+/// started; returns whether the parent was set.
+pub fn set_parent(span: &Span, traceparent: &str) -> bool {
+    if span.is_disabled() {
+        return false;
+    }
+    match remote_context(traceparent) {
+        Some(cx) => span.set_parent(cx).is_ok(),
+        None => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use opentelemetry::trace::TracerProvider as _;
+    use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
+    use tracing_subscriber::layer::SubscriberExt;
+
+    const PARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+    #[test]
+    fn traceparent_round_trips_through_a_span() {
+        let exporter = InMemorySpanExporter::default();
+        let provider = SdkTracerProvider::builder()
+            .with_simple_exporter(exporter.clone())
+            .build();
+        let layer = tracing_opentelemetry::layer().with_tracer(provider.tracer("t"));
+        let subscriber = tracing_subscriber::registry().with(layer);
+        tracing::subscriber::with_default(subscriber, || {
+            let span = tracing::info_span!(target: "agentry::gen_ai", "invoke_agent");
+            assert!(set_parent(&span, PARENT));
+            let tp = traceparent(&span).expect("a valid context");
+            assert!(
+                tp.starts_with("00-4bf92f3577b34da6a3ce929d0e0e4736-"),
+                "{tp}"
+            );
+            assert!(!tp.contains("00f067aa0ba902b7"), "the span's own id: {tp}");
+            assert!(tp.ends_with("-01"), "{tp}");
+        });
+        let spans = exporter.get_finished_spans().expect("spans");
+        assert_eq!(spans.len(), 1);
+        assert_eq!(spans[0].parent_span_id.to_string(), "00f067aa0ba902b7");
+    }
+
+    #[test]
+    fn without_a_subscriber_nothing_is_built() {
+        let span = tracing::info_span!(target: "agentry::gen_ai", "invoke_agent");
+        assert!(span.is_disabled());
+        assert_eq!(traceparent(&span), None);
+        assert!(!set_parent(&span, PARENT));
+    }
+
+    #[test]
+    fn invalid_traceparents_are_refused() {
+        assert!(remote_context(PARENT).is_some());
+        for bad in [
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+            "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+            "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-x",
+            "garbage",
+        ] {
+            assert!(remote_context(bad).is_none(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,30 @@
+//! OpenTelemetry GenAI spans for agentry.
+//!
+//! agentry's spans come from [`tracing`] (an embedder's own subscriber sees
+//! them) with the names and attributes of the OpenTelemetry GenAI semantic
+//! conventions ([`fields`]); `tracing-opentelemetry` bridges them to
+//! OpenTelemetry. This crate's default part is light (the `tracing` bridge and
+//! the OpenTelemetry API, no SDK): the attribute names and the W3C
+//! `traceparent` of a span, in ([`set_parent`]) and out ([`traceparent`]).
+//! The `otlp` feature adds the SDK and the OTLP/HTTP exporter for binaries
+//! (`otlp::init`).
+//!
+//! Every span is created at [`TARGET`], level INFO, so with no subscriber (or
+//! one that does not want them) a span is disabled and costs a callsite check:
+//! callers build names and values only when `!span.is_disabled()`.
+
+pub mod cx;
+pub mod fields;
+#[cfg(feature = "otlp")]
+pub mod otlp;
+
+pub use cx::{remote_context, set_parent, traceparent};
+
+/// The `tracing` target of every agentry span.
+pub const TARGET: &str = "agentry::gen_ai";
+
+/// A count as a span attribute: OpenTelemetry integers are `i64`, and the
+/// `tracing` bridge would record a `u64` as text. Saturates.
+pub fn int(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
