@@ -299,12 +299,9 @@ impl Runtime {
         let redaction = RunRedaction::for_run(&config, parent_redaction.as_ref(), &self.registry)?;
         // Before the handle is made: an exported span's trace id becomes the run's.
         let span = crate::conductor::run_span(&config, &mut lineage, &run_id, policy.as_ref());
-        let (log, new_claim) = self.run_log(&run_id, &durable, &redaction.redactor);
-        if let (Some(log), Some(claim)) = (&log, &new_claim) {
-            // On disk before the caller gets a handle: a run it knows of can be resumed.
-            let parent_id = lineage.parent.as_ref().map(|p| &*p.run_id);
-            create_record(log, &config, claim, parent_id).await?;
-        }
+        let (log, new_claim) = self
+            .recorded_log(&run_id, &durable, &redaction, &config, &lineage)
+            .await?;
         let adopting = matches!(&durable, Durable::Resume(r) if r.adopting);
         let stored = Stored::of(durable, new_claim);
         let inbox = log.as_ref().map(|_| stored.next_inbox());
@@ -365,6 +362,24 @@ impl Runtime {
             handle,
             desk: children,
         })
+    }
+
+    /// [`Runtime::run_log`], with a new durable run's record on disk before
+    /// the caller gets a handle: a run it knows of can be resumed.
+    async fn recorded_log(
+        &self,
+        run_id: &Arc<str>,
+        durable: &Durable,
+        redaction: &RunRedaction,
+        config: &RunConfig,
+        lineage: &Lineage,
+    ) -> Result<(Option<RunLog>, Option<Claim>), RuntimeError> {
+        let (log, new_claim) = self.run_log(run_id, durable, &redaction.redactor);
+        if let (Some(log), Some(claim)) = (&log, &new_claim) {
+            let parent_id = lineage.parent.as_ref().map(|p| &*p.run_id);
+            create_record(log, config, claim, parent_id).await?;
+        }
+        Ok((log, new_claim))
     }
 
     /// A durable run's view of the store, and for a new one this process's
