@@ -349,6 +349,16 @@ async fn a_tree_run_exports_its_span_tree_over_otlp() -> Result<(), TestError> {
         assert_eq!(attr(chat, "gen_ai.usage.input_tokens"), Some(json!(10)));
         assert_eq!(attr(chat, "gen_ai.usage.output_tokens"), Some(json!(5)));
         assert!(attr(chat, "agentry.time_to_first_chunk_ms").is_some());
+        assert_eq!(
+            attr(chat, "gen_ai.input.messages"),
+            None,
+            "content is opt-in"
+        );
+        assert_eq!(
+            attr(chat, "gen_ai.output.messages"),
+            None,
+            "content is opt-in"
+        );
     }
     let mut sent: Vec<String> = server
         .received()
@@ -522,5 +532,41 @@ async fn span_content_is_opt_in_and_redacted() -> Result<(), TestError> {
         assert!(text.contains("[redacted:openai_key]"), "{field}: {text}");
         assert!(!text.contains(&SECRET[8..]), "{field}: {text}");
     }
+    Ok(())
+}
+
+/// With `observe.content`, a model request's span carries the messages sent
+/// and the decision that came back, redacted: a key in the goal and in the
+/// model's answer keeps its shape, never its value; the model got the real one.
+#[tokio::test]
+async fn chat_content_is_opt_in_and_redacted() -> Result<(), TestError> {
+    let receiver = Receiver::start()?;
+    let (_subscriber, guard) = export_to(&receiver.url)?;
+    let answer = json!({ "answer": SECRET }).to_string();
+    let server =
+        MockServer::start(vec![Reply::sse(one_call("fin", "task_finish", &answer))]).await?;
+    let runtime = runtime_with(Vec::new())?;
+    let task = TestTask::new(&format!("use the key {SECRET}"), &[])?;
+    let mut run = task.config();
+    run.observe.content = true;
+    let outcome = runtime
+        .run(run, OpenAiPolicy::new(config(&server.base_url))?)
+        .await?;
+    assert_eq!(outcome.stop_reason, StopReason::Done, "{}", outcome.detail);
+    let spans = collect(&receiver, &guard, |s| {
+        s.iter().any(|s| s.name == "chat test-model")
+    })
+    .await?;
+    let chat = one(&spans, "chat test-model")?;
+    for field in ["gen_ai.input.messages", "gen_ai.output.messages"] {
+        let text = attr(chat, field).ok_or(field)?.to_string();
+        assert!(text.contains("[redacted:openai_key]"), "{field}: {text}");
+        assert!(!text.contains(&SECRET[8..]), "{field}: {text}");
+    }
+    let sent = server.received();
+    assert!(
+        sent[0].body.to_string().contains(SECRET),
+        "the model gets the real value"
+    );
     Ok(())
 }

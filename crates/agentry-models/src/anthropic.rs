@@ -211,18 +211,23 @@ impl AnthropicPolicy {
             config: &self.config,
             stream: true,
             run_traceparent: ctx.traceparent,
+            content: ctx.content.map(|redact| span::Content {
+                redact,
+                input: &request["messages"],
+            }),
         };
         let (this, body, deltas) = (&*self, &body, ctx.deltas);
-        let result = span::chat(chat, |tp| async move {
+        let chatted = span::chat(chat, |tp| async move {
             this.attempt(body, timeout, deltas, tp.as_deref()).await
         })
         .await;
-        let (mut out, unavailable) = match result {
+        let (mut out, unavailable) = match chatted.result {
             Ok(turn) => {
                 let usage = turn.usage.tokens();
                 self.estimate.learn(body.len(), usage.tokens_in);
                 let mut decision = turn.into_decision(&names);
                 crate::ids::assign_host_ids(&mut decision, ctx.step, ctx.session);
+                span::record_output(&chatted.span, ctx.content, &decision);
                 let mut out = PolicyOutput::new(decision, model.clone());
                 out.usage = usage;
                 (out, false)

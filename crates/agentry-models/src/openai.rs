@@ -256,6 +256,8 @@ impl OpenAiPolicy {
             &names,
             projection.result_cap,
         );
+        // Only with span content on: the messages as sent, for the span.
+        let input = ctx.content.map(|_| request["messages"].clone());
         let bodies = match Bodies::of(request) {
             Ok(bodies) => bodies,
             Err(e) => {
@@ -267,19 +269,24 @@ impl OpenAiPolicy {
             config: &self.config,
             stream: !self.plain.load(Ordering::Relaxed),
             run_traceparent: ctx.traceparent,
+            content: ctx
+                .content
+                .zip(input.as_ref())
+                .map(|(redact, input)| span::Content { redact, input }),
         };
         let (this, bodies, deltas) = (&*self, &bodies, ctx.deltas);
-        let result = span::chat(chat, |tp| async move {
+        let chatted = span::chat(chat, |tp| async move {
             this.attempt(bodies, timeout, deltas, tp.as_deref()).await
         })
         .await;
-        let (out, unavailable) = match result {
+        let (out, unavailable) = match chatted.result {
             Ok(turn) => {
                 let usage = turn.usage;
                 self.estimate.learn(bodies.stream.len(), usage.tokens_in);
                 let hash = turn.hash.clone();
                 let mut decision = turn.into_decision(&names);
                 crate::ids::assign_host_ids(&mut decision, ctx.step, ctx.session);
+                span::record_output(&chatted.span, ctx.content, &decision);
                 let mut out = PolicyOutput::new(decision, model);
                 out.usage = usage;
                 out.prompt_hash = Some(hash);

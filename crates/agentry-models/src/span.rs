@@ -6,7 +6,8 @@
 
 use std::borrow::Cow;
 
-use agentry_protocol::decision::TokenUsage;
+use agentry_policy::Redact;
+use agentry_protocol::decision::{Decision, TokenUsage};
 use agentry_telemetry::int;
 use opentelemetry::{Array, StringValue, Value};
 use tracing::field::Empty;
@@ -23,6 +24,24 @@ pub(crate) struct ChatRequest<'a> {
     pub(crate) stream: bool,
     /// The run's traceparent, sent when the span is not exported.
     pub(crate) run_traceparent: Option<&'a str>,
+    /// With span content on: the request's messages and the redactor they
+    /// pass before they are recorded.
+    pub(crate) content: Option<Content<'a>>,
+}
+
+/// Opt-in message contents of a request (`PolicyContext::content`).
+#[derive(Clone, Copy)]
+pub(crate) struct Content<'a> {
+    pub(crate) redact: &'a dyn Redact,
+    /// The request's `messages` as sent.
+    pub(crate) input: &'a serde_json::Value,
+}
+
+/// A turn's outcome and the span it ran in (for its output, recorded once
+/// the adapter has made its decision).
+pub(crate) struct Chatted<T> {
+    pub(crate) result: Result<T, TurnFailure>,
+    pub(crate) span: Span,
 }
 
 /// A turn's reply, as its span records it.
@@ -33,16 +52,21 @@ pub(crate) trait Answered {
 /// Runs a turn's request (with its retries) in its `chat` span: each
 /// attempt gets the `traceparent` to send, and the span records the reply
 /// or why there was none.
-pub(crate) async fn chat<T, F, Fut>(
-    request: ChatRequest<'_>,
-    mut attempt: F,
-) -> Result<T, TurnFailure>
+pub(crate) async fn chat<T, F, Fut>(request: ChatRequest<'_>, mut attempt: F) -> Chatted<T>
 where
     T: Answered,
     F: FnMut(Option<std::sync::Arc<str>>) -> Fut,
     Fut: Future<Output = Result<T, AttemptError>>,
 {
     let span = chat_span(request.provider, request.config, request.stream);
+    if let Some(content) = request.content {
+        record_json(
+            &span,
+            "gen_ai.input.messages",
+            content.redact,
+            content.input,
+        );
+    }
     let tp: Option<std::sync::Arc<str>> =
         traceparent(&span, request.run_traceparent).map(|tp| std::sync::Arc::from(&*tp));
     let result = transport::with_retries(&request.config.retry, || attempt(tp.clone()))
@@ -52,7 +76,27 @@ where
         Ok(turn) => record_response(&span, turn.response()),
         Err(failure) => record_failure(&span, failure),
     }
-    result
+    Chatted { result, span }
+}
+
+/// With span content on: the decision a turn came to, as
+/// `gen_ai.output.messages` (redacted).
+pub(crate) fn record_output(span: &Span, content: Option<&dyn Redact>, decision: &Decision) {
+    let Some(redact) = content else {
+        return;
+    };
+    if let Ok(value) = serde_json::to_value(decision) {
+        record_json(span, "gen_ai.output.messages", redact, &value);
+    }
+}
+
+/// Records a JSON value as a redacted string attribute, if anyone listens.
+fn record_json(span: &Span, field: &'static str, redact: &dyn Redact, value: &serde_json::Value) {
+    if span.is_disabled() {
+        return;
+    }
+    let text = value.to_string();
+    span.record(field, &*redact.redact(&text));
 }
 
 /// Opens the request's span (inside the run's, the caller's current span).
@@ -73,6 +117,8 @@ fn chat_span(provider: &'static str, config: &ModelConfig, stream: bool) -> Span
         gen_ai.usage.output_tokens = Empty,
         gen_ai.usage.cache_read.input_tokens = Empty,
         agentry.time_to_first_chunk_ms = Empty,
+        gen_ai.input.messages = Empty,
+        gen_ai.output.messages = Empty,
         "error.type" = Empty,
     );
     if !span.is_disabled() {

@@ -8,7 +8,7 @@
 //! its event stream.
 //!
 //! # Layout
-//! - [`policy`]: [`Policy`], [`PolicyContext`], [`DeltaSink`], [`ChildPolicyFactory`].
+//! - [`policy`]: [`Policy`], [`PolicyContext`], [`DeltaSink`], [`Redact`], [`ChildPolicyFactory`].
 //! - [`script`]: the built-in scripted policy ([`Script`], [`ScriptedPolicy`]),
 //!   the default of a task directory and of every test.
 //! - [`error`]: the crate's one error, [`ScriptError`].
@@ -23,7 +23,7 @@
 //! let budget = BudgetSnapshot::default();
 //! let ctx = PolicyContext {
 //!     run_id: "run-1", step: 1, goal: "say hello", tools: &[], session: &[],
-//!     budget: &budget, deltas: None, traceparent: None,
+//!     budget: &budget, deltas: None, traceparent: None, content: None,
 //! };
 //! // A script answers at once: one poll decides (a run awaits this in its policy actor).
 //! let mut decide = pin!(policy.decide(ctx));
@@ -39,5 +39,5 @@ pub mod policy;
 pub mod script;
 
 pub use error::ScriptError;
-pub use policy::{ChildPolicyFactory, DeltaSink, Policy, PolicyContext};
+pub use policy::{ChildPolicyFactory, DeltaSink, Policy, PolicyContext, Redact};
 pub use script::{Script, ScriptEnd, ScriptTurn, ScriptedPolicy};

@@ -1,5 +1,6 @@
 //! The seam itself: what a model adapter implements and what it is shown.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
 
@@ -31,6 +32,18 @@ pub struct PolicyContext<'a> {
     /// The W3C `traceparent` of this decision (the run's; a model adapter sends
     /// its own request span's when spans are exported). `None` outside a run.
     pub traceparent: Option<&'a str>,
+    /// With span content on (`ObserveConfig::content`): what message contents
+    /// pass before an adapter records them on its request's span
+    /// (`gen_ai.input.messages`, `gen_ai.output.messages`). `None`: no
+    /// content is recorded.
+    pub content: Option<&'a dyn Redact>,
+}
+
+/// Redacts text before it is written anywhere (the host's redactor, seen
+/// from the policy seam).
+pub trait Redact: Send + Sync + fmt::Debug {
+    /// The text with every secret replaced; borrowed when there is none.
+    fn redact<'a>(&self, text: &'a str) -> Cow<'a, str>;
 }
 
 /// Where a streaming adapter publishes the text of one model turn while it

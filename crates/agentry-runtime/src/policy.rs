@@ -166,6 +166,17 @@ impl OnStepGranted for DecideRelay {
     }
 }
 
+/// The run's redactor as the policy seam sees it: message contents pass it
+/// before a model adapter records them on its span.
+#[derive(Debug)]
+pub(crate) struct SpanContent(pub(crate) Arc<agentry_redact::Redactor>);
+
+impl agentry_policy::Redact for SpanContent {
+    fn redact<'a>(&self, text: &'a str) -> std::borrow::Cow<'a, str> {
+        self.0.redact_str(text)
+    }
+}
+
 /// Start-up arguments of the policy actor.
 pub(crate) struct PolicyArgs {
     /// The policy.
@@ -182,6 +193,9 @@ pub(crate) struct PolicyArgs {
     pub traceparent: Arc<str>,
     /// The run's `invoke_agent` span: each decision runs inside it.
     pub span: tracing::Span,
+    /// With span content on: the run's redactor, for the adapter to record
+    /// message contents on its request span.
+    pub content: Option<SpanContent>,
 }
 
 /// Policy actor state: the policy and its session mirror.
@@ -235,6 +249,11 @@ impl Actor for PolicyActor {
                     session: &state.transcript,
                     budget: &budget,
                     traceparent: Some(&state.args.traceparent),
+                    content: state
+                        .args
+                        .content
+                        .as_ref()
+                        .map(|c| c as &dyn agentry_policy::Redact),
                 };
                 let out = tokio::select! {
                     biased;

@@ -300,6 +300,7 @@ async fn a_request_whose_reserved_output_does_not_fit_the_token_budget_is_not_se
         .decide(PolicyContext {
             deltas: None,
             traceparent: None,
+            content: None,
             run_id: "run-1",
             step: 4,
             goal: "g",

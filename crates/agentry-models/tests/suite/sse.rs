@@ -52,6 +52,7 @@ pub async fn decide(policy: &mut dyn Policy, session: &[SessionEntry]) -> Policy
         .decide(PolicyContext {
             deltas: None,
             traceparent: None,
+            content: None,
             run_id: "run-1",
             step: 1,
             goal: "sum the numbers",

@@ -23,7 +23,7 @@ use crate::config::{Driver, RunConfig};
 use crate::durable::{Progress, RunLog};
 use crate::events::EventSink;
 use crate::executor::{ExecutorArgs, ToolExecutor};
-use crate::policy::{PolicyActor, PolicyArgs};
+use crate::policy::{PolicyActor, PolicyArgs, SpanContent};
 use crate::state::{RunState, StateKeeper, StateMsg};
 use crate::trace::TraceWriter;
 
@@ -61,6 +61,7 @@ pub(super) async fn start(
     let executor_args = executor_args(&args, links)?;
     let executor = spawn_child(ToolExecutor, executor_args.clone(), &cell).await?;
     let model: Arc<str> = args.policy.name().into();
+    let content = super::span::content_redactor(&args.config, &args.span, args.events.redactor());
     let policy_args = PolicyArgs {
         tools: args
             .registry
@@ -71,6 +72,7 @@ pub(super) async fn start(
         events: args.events.clone(),
         traceparent: Arc::clone(&traceparent),
         span: args.span.clone(),
+        content: content.map(SpanContent),
     };
     let policy = spawn_child(PolicyActor, policy_args, &cell).await?;
     let children = Children {
