@@ -153,7 +153,13 @@ impl ExecutorState {
             let this_args = args.take();
             let this_args =
                 this_args.unwrap_or_else(|| call.arguments.to_value().unwrap_or_default());
-            let mut env = self.run_one(one, this_args).instrument(span.clone()).await;
+            // Built in place when nobody wants spans: wrapping it would move
+            // the attempt's future (kilobytes) on every call.
+            let mut env = if span.is_disabled() {
+                self.run_one(one, this_args).await
+            } else {
+                self.run_one(one, this_args).instrument(span.clone()).await
+            };
             env.attempt = attempt;
             if is_cut(&tries.under, &self.args.run_token)
                 && env.error_code() == Some(ErrorCode::Ecanceled)
