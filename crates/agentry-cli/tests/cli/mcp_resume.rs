@@ -32,6 +32,15 @@ fn alive(pid: i32) -> bool {
         .is_some_and(|state| state != 'Z')
 }
 
+/// Process groups the store holds for the run's calls.
+fn recorded_groups(store: &Path) -> usize {
+    use agentry::Store;
+    agentry::SqliteStore::open(store)
+        .ok()
+        .and_then(|s| s.load("mcp-fenced").ok().flatten())
+        .map_or(0, |run| run.ledger.iter().map(|e| e.processes.len()).sum())
+}
+
 fn poll(what: &str, mut done: impl FnMut() -> bool) {
     let deadline = Instant::now() + WAIT;
     while !done() {
@@ -87,6 +96,11 @@ fn a_resume_fences_a_surviving_mcp_server_and_starts_the_servers_again() {
         .unwrap();
     poll("the slow call starts", || {
         std::fs::read_to_string(&marks).is_ok_and(|t| t.contains("started"))
+    });
+    // Its group reaches the store beside the call, not before it: killed in
+    // between (warden and agentry both), nothing would name the survivor.
+    poll("the server's group is recorded", || {
+        recorded_groups(&store) > 0
     });
     let server_pid = child_named(run.id(), path_str(&server)).expect("the MCP server");
     let warden = child_named(run.id(), agentry::tools::proc::WARDEN_NAME).expect("the warden");
