@@ -154,13 +154,5 @@ pub fn traceparent(headers: &HeaderMap) -> Option<String> {
     if values.next().is_some() {
         return None;
     }
-    let parts: Vec<&str> = value.split('-').collect();
-    let hex = |s: &str, len: usize| {
-        s.len() == len && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
-    };
-    let nonzero = |s: &str| s.bytes().any(|b| b != b'0');
-    let valid = matches!(parts[..], [version, trace, span, flags]
-        if version == "00" && hex(trace, 32) && hex(span, 16) && hex(flags, 2)
-            && nonzero(trace) && nonzero(span));
-    valid.then(|| value.to_string())
+    agentry_telemetry::TraceParent::parse(value).map(|_| value.to_string())
 }

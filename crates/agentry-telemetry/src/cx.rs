@@ -25,26 +25,49 @@ pub fn traceparent(span: &Span) -> Option<String> {
     })
 }
 
-/// The remote parent context a W3C `traceparent` names, if it is one
-/// (version `00`, lower-case hex, neither id all zeros).
-pub fn remote_context(traceparent: &str) -> Option<Context> {
-    let mut parts = traceparent.split('-');
-    let (version, trace, span, flags) =
-        (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
-    let hex = |s: &str, len: usize| {
-        s.len() == len && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
-    };
-    if version != "00"
-        || parts.next().is_some()
-        || !hex(trace, 32)
-        || !hex(span, 16)
-        || !hex(flags, 2)
-    {
-        return None;
+/// The parts of a W3C `traceparent` (`00-<32 hex>-<16 hex>-<2 hex>`), if it
+/// is one: version `00`, lower-case hex, neither id all zeros.
+pub struct TraceParent<'a> {
+    /// The trace id (32 hex digits).
+    pub trace_id: &'a str,
+    /// The parent span id (16 hex digits).
+    pub span_id: &'a str,
+    /// The trace flags (2 hex digits).
+    pub flags: &'a str,
+}
+
+impl<'a> TraceParent<'a> {
+    /// Parses `traceparent`; `None` when it is not a valid version-00 value.
+    pub fn parse(traceparent: &'a str) -> Option<TraceParent<'a>> {
+        let mut parts = traceparent.split('-');
+        let (version, trace_id, span_id, flags) =
+            (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+        let hex = |s: &str, len: usize| {
+            s.len() == len && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+        };
+        let nonzero = |s: &str| s.bytes().any(|b| b != b'0');
+        let valid = version == "00"
+            && parts.next().is_none()
+            && hex(trace_id, 32)
+            && hex(span_id, 16)
+            && hex(flags, 2)
+            && nonzero(trace_id)
+            && nonzero(span_id);
+        valid.then_some(TraceParent {
+            trace_id,
+            span_id,
+            flags,
+        })
     }
-    let trace_id = TraceId::from_hex(trace).ok()?;
-    let span_id = SpanId::from_hex(span).ok()?;
-    let flags = TraceFlags::new(u8::from_str_radix(flags, 16).ok()?);
+}
+
+/// The remote parent context a W3C `traceparent` names, if it is one
+/// (see [`TraceParent::parse`]).
+pub fn remote_context(traceparent: &str) -> Option<Context> {
+    let parts = TraceParent::parse(traceparent)?;
+    let trace_id = TraceId::from_hex(parts.trace_id).ok()?;
+    let span_id = SpanId::from_hex(parts.span_id).ok()?;
+    let flags = TraceFlags::new(u8::from_str_radix(parts.flags, 16).ok()?);
     let sc = SpanContext::new(trace_id, span_id, flags, true, TraceState::default());
     sc.is_valid()
         .then(|| Context::new().with_remote_span_context(sc))

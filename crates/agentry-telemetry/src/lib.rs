@@ -18,7 +18,7 @@ pub mod fields;
 #[cfg(feature = "otlp")]
 pub mod otlp;
 
-pub use cx::{remote_context, set_parent, traceparent};
+pub use cx::{TraceParent, remote_context, set_parent, traceparent};
 
 /// The `tracing` target of every agentry span.
 pub const TARGET: &str = "agentry::gen_ai";

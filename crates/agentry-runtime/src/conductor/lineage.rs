@@ -68,26 +68,9 @@ impl Lineage {
     }
 }
 
-/// The trace id of a W3C `traceparent` (`00-<32 hex>-<16 hex>-<2 hex>`), if
-/// it is one: lower-case hex, neither id all zeros.
+/// The trace id of a W3C `traceparent`, if it is one.
 pub(crate) fn trace_id_of(traceparent: &str) -> Option<&str> {
-    let mut parts = traceparent.split('-');
-    let version = parts.next()?;
-    let trace = parts.next()?;
-    let span = parts.next()?;
-    let flags = parts.next()?;
-    let hex = |s: &str, len: usize| {
-        s.len() == len && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
-    };
-    let nonzero = |s: &str| s.bytes().any(|b| b != b'0');
-    let valid = version == "00"
-        && parts.next().is_none()
-        && hex(trace, 32)
-        && hex(span, 16)
-        && hex(flags, 2)
-        && nonzero(trace)
-        && nonzero(span);
-    valid.then_some(trace)
+    agentry_telemetry::TraceParent::parse(traceparent).map(|p| p.trace_id)
 }
 
 #[cfg(test)]
