@@ -6,8 +6,10 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use agentry_telemetry::otlp::{self, OtlpOptions, TelemetryGuard};
+use agentry_telemetry::otlp::{self, OtelLayer, OtlpOptions, TelemetryGuard};
+use tracing_subscriber::Registry;
 use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::reload;
 
 use crate::harness::BenchResult;
 
@@ -50,13 +52,50 @@ impl Receiver {
     }
 }
 
-/// Installs the OpenTelemetry layer exporting to `url` as the process's
-/// subscriber (from here on, every run's spans are made and exported).
-pub fn install(url: &str) -> BenchResult<TelemetryGuard> {
-    let (layer, guard) = otlp::init(OtlpOptions {
-        endpoint: Some(url.to_string()),
-        ..OtlpOptions::default()
-    })?;
-    tracing::subscriber::set_global_default(tracing_subscriber::registry().with(layer))?;
-    Ok(guard)
+/// The exporting subscriber, installed once for the process, with its layer
+/// switchable: off, the layer is out of the subscriber (its level hint is
+/// OFF, so every span is disabled at its callsite, as with no subscriber);
+/// on, every run's spans are made and exported. Switching lets the bench
+/// alternate runs without and with spans, so a busy machine slows both alike.
+pub struct Exporting {
+    guard: TelemetryGuard,
+    handle: reload::Handle<Option<OtelLayer<Registry>>, Registry>,
+    /// The layer while it is switched off.
+    parked: Option<OtelLayer<Registry>>,
+}
+
+impl Exporting {
+    /// Installs the OpenTelemetry layer exporting to `url` as the process's
+    /// subscriber, switched on.
+    pub fn install(url: &str) -> BenchResult<Exporting> {
+        let (layer, guard) = otlp::init(OtlpOptions {
+            endpoint: Some(url.to_string()),
+            ..OtlpOptions::default()
+        })?;
+        // Registered while present, so its per-layer filter has its id when
+        // it comes back.
+        let (reloadable, handle) = reload::Layer::new(Some(layer));
+        tracing::subscriber::set_global_default(tracing_subscriber::registry().with(reloadable))?;
+        Ok(Exporting {
+            guard,
+            handle,
+            parked: None,
+        })
+    }
+
+    /// Switches the spans on or off (a no-op when already so).
+    pub fn set(&mut self, on: bool) -> BenchResult<()> {
+        if on == self.parked.is_none() {
+            return Ok(());
+        }
+        let parked = &mut self.parked;
+        self.handle
+            .modify(|layer| std::mem::swap(layer, parked))
+            .map_err(|e| format!("switching spans: {e}").into())
+    }
+
+    /// Exports what is queued and stops; the spans lost in all.
+    pub fn shutdown(self) -> u64 {
+        self.guard.shutdown()
+    }
 }

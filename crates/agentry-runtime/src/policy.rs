@@ -258,9 +258,9 @@ impl Actor for PolicyActor {
                 let out = tokio::select! {
                     biased;
                     // Inside the run's span: a model adapter's `chat` span nests under it.
-                    out = tracing::Instrument::instrument(
+                    out = agentry_telemetry::in_span(
                         state.args.policy.decide(ctx),
-                        state.args.span.clone(),
+                        &state.args.span,
                     ) => Some(out),
                     _ = cut.cancelled() => None,
                 };

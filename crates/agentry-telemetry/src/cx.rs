@@ -15,14 +15,23 @@ pub fn traceparent(span: &Span) -> Option<String> {
     let cx = span.context();
     let otel = cx.span();
     let sc = otel.span_context();
-    sc.is_valid().then(|| {
-        format!(
-            "00-{}-{}-{:02x}",
-            sc.trace_id(),
-            sc.span_id(),
-            sc.trace_flags().to_u8()
-        )
-    })
+    sc.is_valid().then(|| format_traceparent(sc))
+}
+
+/// `00-<trace id>-<span id>-<flags>` in one pass: a tool call asks for its
+/// span's traceparent on every call, and `format!` over the ids' `LowerHex`
+/// cost more than the rest of the span.
+fn format_traceparent(sc: &SpanContext) -> String {
+    let mut out = [0u8; 55];
+    out[..3].copy_from_slice(b"00-");
+    out[35] = b'-';
+    out[52] = b'-';
+    // The lengths are exact (16, 8 and 1 bytes into 32, 16 and 2 digits).
+    let ok = hex::encode_to_slice(sc.trace_id().to_bytes(), &mut out[3..35]).is_ok()
+        && hex::encode_to_slice(sc.span_id().to_bytes(), &mut out[36..52]).is_ok()
+        && hex::encode_to_slice([sc.trace_flags().to_u8()], &mut out[53..55]).is_ok();
+    debug_assert!(ok);
+    std::str::from_utf8(&out).map_or_else(|_| String::new(), str::to_owned)
 }
 
 /// The parts of a W3C `traceparent` (`00-<32 hex>-<16 hex>-<2 hex>`), if it
@@ -117,6 +126,31 @@ mod tests {
         let spans = exporter.get_finished_spans().expect("spans");
         assert_eq!(spans.len(), 1);
         assert_eq!(spans[0].parent_span_id.to_string(), "00f067aa0ba902b7");
+    }
+
+    #[test]
+    fn the_traceparent_is_written_as_w3c_says() {
+        let sc = SpanContext::new(
+            TraceId::from_hex("0af7651916cd43dd8448eb211c80319c").expect("trace id"),
+            SpanId::from_hex("00f067aa0ba902b7").expect("span id"),
+            TraceFlags::SAMPLED,
+            true,
+            TraceState::default(),
+        );
+        let tp = format_traceparent(&sc);
+        assert_eq!(
+            tp,
+            "00-0af7651916cd43dd8448eb211c80319c-00f067aa0ba902b7-01"
+        );
+        assert!(TraceParent::parse(&tp).is_some());
+        let unsampled = SpanContext::new(
+            sc.trace_id(),
+            sc.span_id(),
+            TraceFlags::default(),
+            true,
+            TraceState::default(),
+        );
+        assert!(format_traceparent(&unsampled).ends_with("-00"));
     }
 
     #[test]

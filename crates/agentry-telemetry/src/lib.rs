@@ -15,10 +15,12 @@
 
 pub mod cx;
 pub mod fields;
+pub mod future;
 #[cfg(feature = "otlp")]
 pub mod otlp;
 
 pub use cx::{TraceParent, remote_context, set_parent, traceparent};
+pub use future::{InSpan, in_span};
 
 /// The `tracing` target of every agentry span.
 pub const TARGET: &str = "agentry::gen_ai";

@@ -119,8 +119,14 @@ pub async fn w1(opts: &Options) -> BenchResult<Report> {
     Ok(report)
 }
 
-/// W1 again, its spans exported to a local OTLP receiver: time per step and
-/// its ratio to the run without a subscriber (`off_us`) just before.
+/// Rounds of `w1 --otlp`: each a run without spans then one with them.
+const SPAN_ROUNDS: usize = 5;
+
+/// W1 again, its spans exported to a local OTLP receiver, in rounds that
+/// alternate a run with the exporting layer switched off and one with it on;
+/// the ratio is each round's (on / off), reported as the median and range, so
+/// a machine busy with other work weighs on both halves of a round alike.
+/// `off_us` (the run before any subscriber) is reported beside it.
 async fn with_spans(
     runtime: &Runtime,
     dir: &std::path::Path,
@@ -129,23 +135,46 @@ async fn with_spans(
     report: &mut Report,
 ) -> BenchResult<()> {
     let receiver = crate::otlp::Receiver::start()?;
-    let guard = crate::otlp::install(&receiver.url)?;
-    let probe = Probe::new(m as usize);
-    let model = AddModel::new(m, Arc::clone(&probe));
-    let t0 = Instant::now();
-    let outcome = runtime.run(config(dir, m), model).await?;
-    let us = t0.elapsed().as_secs_f64() * 1e6 / m as f64;
-    let dropped = guard.shutdown();
+    let mut exporting = crate::otlp::Exporting::install(&receiver.url)?;
+    let mut ratios = Vec::with_capacity(SPAN_ROUNDS);
+    let mut on_us = Vec::with_capacity(SPAN_ROUNDS);
+    for _ in 0..SPAN_ROUNDS {
+        exporting.set(false)?;
+        let off = timed_run(runtime, dir, m).await?;
+        exporting.set(true)?;
+        let on = timed_run(runtime, dir, m).await?;
+        ratios.push(on / off);
+        on_us.push(on);
+    }
+    let dropped = exporting.shutdown();
+    ratios.sort_by(f64::total_cmp);
+    on_us.sort_by(f64::total_cmp);
+    let median = ratios[SPAN_ROUNDS / 2];
     report
-        .metric_f("otlp_us_per_step", us, 3)
-        .metric_f("otlp_ratio_vs_off", us / off_us, 2)
+        .metric_f("otlp_us_per_step", on_us[SPAN_ROUNDS / 2], 3)
+        .metric_f("otlp_ratio_vs_off", median, 2)
+        .metric_f("otlp_ratio_min", ratios[0], 2)
+        .metric_f("otlp_ratio_max", ratios[SPAN_ROUNDS - 1], 2)
+        .metric_f(
+            "otlp_ratio_vs_no_subscriber",
+            on_us[SPAN_ROUNDS / 2] / off_us,
+            2,
+        )
         .metric("otlp_dropped_spans", dropped)
         .metric(
             "otlp_bytes",
             receiver.bytes.load(std::sync::atomic::Ordering::Relaxed),
         );
-    if let Err(e) = check_add(&outcome, &probe, m) {
-        report.fail(e);
-    }
     Ok(())
+}
+
+/// One checked W1 run of `m` steps: microseconds per step.
+async fn timed_run(runtime: &Runtime, dir: &std::path::Path, m: u64) -> BenchResult<f64> {
+    let probe = Probe::new(m as usize);
+    let model = AddModel::new(m, Arc::clone(&probe));
+    let t0 = Instant::now();
+    let outcome = runtime.run(config(dir, m), model).await?;
+    let us = t0.elapsed().as_secs_f64() * 1e6 / m as f64;
+    check_add(&outcome, &probe, m)?;
+    Ok(us)
 }

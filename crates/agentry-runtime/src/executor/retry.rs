@@ -10,7 +10,6 @@ use agentry_store::LedgerState;
 use serde_json::Value;
 use tokio::time::Duration;
 use tokio_util::sync::CancellationToken;
-use tracing::Instrument;
 
 use super::approval::Gate;
 use super::call::Attempt;
@@ -158,7 +157,7 @@ impl ExecutorState {
             let mut env = if span.is_disabled() {
                 self.run_one(one, this_args).await
             } else {
-                self.run_one(one, this_args).instrument(span.clone()).await
+                agentry_telemetry::in_span(self.run_one(one, this_args), span).await
             };
             env.attempt = attempt;
             if is_cut(&tries.under, &self.args.run_token)

@@ -8,20 +8,23 @@ use agentry_protocol::tool::{ToolCall, ToolContract};
 use tracing::Span;
 use tracing::field::Empty;
 
-/// Opens the call's span under the run's.
+/// Opens the call's span under the run's. What is known now is given at
+/// creation: each later `record` is a trip through the subscriber (a span
+/// lookup and a lock per layer), so the span is recorded into once more, at
+/// its outcome.
 pub(super) fn tool_span(run: &Span, call: &ToolCall, contract: &ToolContract) -> Span {
-    let span = tracing::info_span!(
+    tracing::info_span!(
         target: "agentry::gen_ai",
         parent: run,
         "execute_tool",
-        otel.name = Empty,
+        otel.name = %format_args!("execute_tool {}", call.name),
         otel.kind = "internal",
         gen_ai.operation.name = "execute_tool",
-        gen_ai.tool.name = Empty,
-        gen_ai.tool.call.id = Empty,
+        gen_ai.tool.name = call.name.as_str(),
+        gen_ai.tool.call.id = call.id.as_str(),
         "gen_ai.tool.type" = "function",
-        agentry.effect = Empty,
-        agentry.idempotency = Empty,
+        agentry.effect = contract.effect.as_str(),
+        agentry.idempotency = contract.idempotency.as_str(),
         agentry.operation_id = Empty,
         agentry.attempt = Empty,
         agentry.approval_wait_ms = Empty,
@@ -30,15 +33,7 @@ pub(super) fn tool_span(run: &Span, call: &ToolCall, contract: &ToolContract) ->
         "error.type" = Empty,
         gen_ai.tool.call.arguments = Empty,
         gen_ai.tool.call.result = Empty,
-    );
-    if !span.is_disabled() {
-        span.record("otel.name", format!("execute_tool {}", call.name));
-        span.record("gen_ai.tool.name", call.name.as_str());
-        span.record("gen_ai.tool.call.id", call.id.as_str());
-        span.record("agentry.effect", contract.effect.as_str());
-        span.record("agentry.idempotency", contract.idempotency.as_str());
-    }
-    span
+    )
 }
 
 /// A failed attempt that will be tried again, as an event on the call's span.
@@ -60,19 +55,19 @@ pub(super) fn retry_event(span: &Span, env: &ResultEnvelope, backoff_ms: u64) {
 }
 
 /// The call's end: its last attempt, its outcome (`error.type` is the error
-/// code, never a message), and what its ledger row says.
+/// code, never a message), and what its ledger row says, in one record.
 pub(super) fn record_outcome(span: &Span, env: &ResultEnvelope, ledger_state: Option<&str>) {
     if span.is_disabled() {
         return;
     }
-    span.record("agentry.attempt", i64::from(env.attempt));
-    span.record("agentry.outcome", if env.ok { "ok" } else { "error" });
-    if let Some(code) = env.error_code() {
-        span.record("error.type", code.as_str());
-    }
-    if let Some(state) = ledger_state {
-        span.record("agentry.ledger_state", state);
-    }
+    // An absent value (`None`) is left unrecorded.
+    tracing::record_all!(
+        span,
+        agentry.attempt = i64::from(env.attempt),
+        agentry.outcome = if env.ok { "ok" } else { "error" },
+        "error.type" = env.error_code().map(|c| c.as_str()),
+        agentry.ledger_state = ledger_state,
+    );
 }
 
 /// Opt-in content: a call's arguments or its result's data as JSON text,
