@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::{RunFacts, nearest_rank};
+use super::facts::RunFacts;
 
 /// The figures of a set of runs (a group, or its runs with one stop reason).
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -199,4 +199,15 @@ impl ToolCalls {
 /// `total / n`, 0 for `n == 0`.
 fn per(total: u128, n: usize) -> f64 {
     if n == 0 { 0.0 } else { total as f64 / n as f64 }
+}
+
+/// The p-th percentile of `sorted` (ascending), nearest-rank: the value at
+/// 1-based rank `ceil(p * n / 100)`, at least 1. `None` for no values.
+pub fn nearest_rank(sorted: &[u64], p: u32) -> Option<u64> {
+    let n = sorted.len() as u64;
+    if n == 0 {
+        return None;
+    }
+    let rank = (u64::from(p) * n).div_ceil(100).clamp(1, n);
+    sorted.get(usize::try_from(rank - 1).ok()?).copied()
 }

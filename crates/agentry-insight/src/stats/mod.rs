@@ -43,7 +43,9 @@ use agentry_protocol::UnixMillis;
 use serde::Serialize;
 
 pub use facts::{CallFact, RunFacts, Runs, StatsError};
-pub use figures::{Cost, Distribution, Figures, Retries, Tokens, ToolCalls, ToolFigures};
+pub use figures::{
+    Cost, Distribution, Figures, Retries, Tokens, ToolCalls, ToolFigures, nearest_rank,
+};
 pub use store::runs_from_store;
 pub use trace::runs_from_traces;
 
@@ -209,15 +211,4 @@ fn group(key: &str, runs: &[&RunFacts], only_tool: Option<&str>) -> Group {
             .map(|(reason, runs)| (reason, Figures::of(&runs, only_tool)))
             .collect(),
     }
-}
-
-/// The p-th percentile of `sorted` (ascending), nearest-rank: the value at
-/// 1-based rank `ceil(p * n / 100)`, at least 1. `None` for no values.
-pub fn nearest_rank(sorted: &[u64], p: u32) -> Option<u64> {
-    let n = sorted.len() as u64;
-    if n == 0 {
-        return None;
-    }
-    let rank = (u64::from(p) * n).div_ceil(100).clamp(1, n);
-    sorted.get(usize::try_from(rank - 1).ok()?).copied()
 }
