@@ -455,3 +455,52 @@ fn stats_read_the_default_store_as_run_writes_it() {
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(group(&report, "sum")["by_stop_reason"]["done"]["runs"], 1);
 }
+
+/// A parent's figures are its own: its child's steps and calls (charged to
+/// the parent's budget too) count under the child's run, once.
+#[test]
+fn stats_count_a_childs_spend_under_the_child_only() {
+    let tmp = tempfile::tempdir().unwrap();
+    let toml = "goal = \"delegate\"\n[budget]\nmax_steps = 6\n[tools]\ngrant = [\"agent\"]\n";
+    let child = r#"{"turns": [{"tool_calls": [{"name": "fs.read", "arguments": {"path": "numbers.txt"}}]}, {"final": "sub done"}]}"#;
+    let script = format!(
+        r#"{{"turns": [
+        {{"tool_calls": [{{"id": "s", "name": "agent.spawn", "arguments": {{"name": "c", "goal": "sub", "budget": {{"max_steps": 3}}, "script": {child}}}}}]}},
+        {{"tool_calls": [{{"id": "w", "name": "agent.wait", "arguments": {{"child_id": "c"}}}}]}},
+        {{"tool_calls": [{{"id": "f", "name": "task.finish", "arguments": {{"answer": "delegated"}}}}]}}
+    ]}}"#
+    );
+    let dir = task(tmp.path(), "parent", toml, &script);
+    let store = tmp.path().join("runs.db");
+    let trace = tmp.path().join("trace.jsonl");
+    let (code, out) = agentry_json(&[
+        "run",
+        path_str(&dir),
+        "--store",
+        path_str(&store),
+        "--trace",
+        path_str(&trace),
+        "--workdir",
+        path_str(&tmp.path().join("w")),
+    ]);
+    assert_eq!(
+        (code, &out["stop_reason"]),
+        (0, &Value::from("done")),
+        "{out}"
+    );
+    let report = stats_json(&["--store", path_str(&store)]);
+    assert_eq!(report["runs"], 2, "{report}");
+    let parent = &group(&report, "parent")["all"];
+    assert_eq!(parent["steps"]["max"], 3, "{report}");
+    assert_eq!(parent["tool_calls"]["calls"], 3);
+    let child = &group(&report, "c")["all"];
+    assert_eq!(child["steps"]["max"], 2, "{report}");
+    assert_eq!(child["tool_calls"]["by_tool"]["fs.read"]["calls"], 1);
+    // The parent's trace says the same of the parent.
+    let traced = stats_json(&["--trace", path_str(&trace)]);
+    assert_eq!(
+        group(&traced, "parent")["all"]["steps"]["max"],
+        3,
+        "{traced}"
+    );
+}
