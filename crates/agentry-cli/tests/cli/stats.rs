@@ -34,7 +34,7 @@ fn sleeper(name: &str, secs: &str, extra: &str) -> String {
 
 /// The runs: a store, a trace per run, and the stop reasons they ended with.
 struct Fleet {
-    _tmp: tempfile::TempDir,
+    tmp: tempfile::TempDir,
     store: PathBuf,
     traces: Vec<PathBuf>,
 }
@@ -44,8 +44,8 @@ impl Fleet {
     /// returns its stop reason.
     fn run(&mut self, task: &Path, args: &[&str], env: &[(&str, &str)]) -> String {
         let n = self.traces.len();
-        let trace = self._tmp.path().join(format!("trace-{n}.jsonl"));
-        let work = self._tmp.path().join(format!("work-{n}"));
+        let trace = self.tmp.path().join(format!("trace-{n}.jsonl"));
+        let work = self.tmp.path().join(format!("work-{n}"));
         let mut all = vec!["run", path_str(task), "--store", path_str(&self.store)];
         all.extend([
             "--trace",
@@ -65,8 +65,8 @@ impl Fleet {
     /// A run of `task` stopped by SIGINT while its sleeper (`sleep secs`) runs.
     fn run_aborted(&mut self, task: &Path, secs: &str) -> String {
         let n = self.traces.len();
-        let trace = self._tmp.path().join(format!("trace-{n}.jsonl"));
-        let work = self._tmp.path().join(format!("work-{n}"));
+        let trace = self.tmp.path().join(format!("trace-{n}.jsonl"));
+        let work = self.tmp.path().join(format!("work-{n}"));
         let child = Command::new(env!("CARGO_BIN_EXE_agentry"))
             .args([
                 "run",
@@ -99,7 +99,7 @@ fn fleet() -> Fleet {
     let store = tmp.path().join("runs.db");
     let tasks = tmp.path().join("tasks");
     let mut fleet = Fleet {
-        _tmp: tmp,
+        tmp,
         store,
         traces: Vec::new(),
     };
