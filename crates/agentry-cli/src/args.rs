@@ -36,6 +36,58 @@ pub(crate) enum Command {
     /// Serve agentry as an MCP server (tools run_task, get_run, list_runs,
     /// cancel_run) over stdio, or streamable HTTP with --http.
     Mcp(McpArgs),
+    /// Statistics of finished runs, from a store or trace files: per task (or
+    /// model, or tool) runs, success rate, steps, tool errors by tool and
+    /// code, tokens and cost per run, wall time, retries, each split by stop reason.
+    Stats(StatsArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct StatsArgs {
+    /// The SQLite store to read. Default: $AGENTRY_STORE, else agentry/runs.db
+    /// in the system temp dir (where `agentry run` stores runs by default).
+    #[arg(long, value_name = "FILE", conflicts_with = "trace")]
+    pub(crate) store: Option<PathBuf>,
+    /// Read these JSONL trace files (`agentry run --trace`) instead of a
+    /// store; a run's lines may span several. Repeatable.
+    #[arg(long, value_name = "FILE", num_args = 1..)]
+    pub(crate) trace: Vec<PathBuf>,
+    /// Group the runs by task, by model, or by each tool they called.
+    #[arg(long, value_enum, default_value_t = StatsBy::Task)]
+    pub(crate) by: StatsBy,
+    /// Only runs that stopped within this long before now ("30m", "24h", "7d").
+    #[arg(long, value_name = "DURATION", value_parser = parse_since)]
+    pub(crate) since: Option<Duration>,
+    /// Print exactly one JSON object on stdout instead of the tables.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// `stats --by`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum StatsBy {
+    /// Per task id.
+    Task,
+    /// Per model.
+    Model,
+    /// Per tool called.
+    Tool,
+}
+
+impl From<StatsBy> for agentry::insight::stats::GroupBy {
+    fn from(by: StatsBy) -> Self {
+        match by {
+            StatsBy::Task => agentry::insight::stats::GroupBy::Task,
+            StatsBy::Model => agentry::insight::stats::GroupBy::Model,
+            StatsBy::Tool => agentry::insight::stats::GroupBy::Tool,
+        }
+    }
+}
+
+/// `stats --since`: a humantime duration.
+pub(crate) fn parse_since(value: &str) -> Result<Duration, String> {
+    humantime::parse_duration(value)
+        .map_err(|e| format!("expected a duration such as 30m, 24h or 7d ({e})"))
 }
 
 #[derive(Debug, Args)]

@@ -11,6 +11,7 @@
 //! agentry runs [--store FILE] [--all] [--json]
 //! agentry tools TASK_DIR [--json]
 //! agentry mcp [--http ADDR] [--store FILE | --no-store] [--durability strict|grouped]
+//! agentry stats [--store FILE | --trace FILE...] [--by task|model|tool] [--since 24h] [--json]
 //! ```
 //!
 //! Runs are durable by default: committed to `$AGENTRY_STORE`, else
@@ -30,7 +31,7 @@
 //! `signals` (ctrl-c), `telemetry` (logs and span export), `store` (the SQLite store, `agentry runs`), `policy`
 //! (script or model, and what a run stores to rebuild it), `drive` (until the
 //! run stops or parks), `report` (stdout), `run` and `resume` (the commands),
-//! `mcp` (agentry as an MCP server).
+//! `mcp` (agentry as an MCP server), `stats` (`agentry stats`, after `store`).
 
 mod args;
 mod child_models;
@@ -42,6 +43,7 @@ mod report;
 mod resume;
 mod run;
 mod signals;
+mod stats;
 mod store;
 mod telemetry;
 mod tools;
@@ -126,6 +128,10 @@ fn command(command: Command, runtime: &tokio::runtime::Runtime) -> ExitCode {
             Err(RunError::BadInput(e)) => fail(&e, EXIT_BAD_INPUT, args.json),
             Err(RunError::Model(e)) => fail(&e, EXIT_BAD_INPUT, args.json),
             Err(RunError::Lost(e)) => fail(&e, EXIT_BAD_INPUT, args.json),
+        },
+        Command::Stats(args) => match stats::stats(&args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => fail(&e, EXIT_BAD_INPUT, args.json),
         },
         // Stdout is the protocol channel (stdio): errors go to stderr only.
         Command::Mcp(args) => match runtime.block_on(mcp::serve(args)) {

@@ -29,6 +29,7 @@ mod cli {
     mod proxy;
     mod run;
     mod runs;
+    mod stats;
     mod tls_resume;
     mod tools_cmd;
     mod tree;

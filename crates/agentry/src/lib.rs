@@ -9,6 +9,7 @@
 //! - [`Policy`], [`Script`]: plug in a model adapter, or the built-in scripted policy.
 //! - [`protocol`]: every plain data type (envelopes, budgets, stop reasons, trace records).
 //! - [`policy`]: the policy seam ([`DeltaSink`], [`ChildPolicyFactory`]) and the scripted policy.
+//! - [`insight`]: statistics over recorded runs (a store or traces), split by stop reason.
 //!
 //! # Features
 //! - `sqlite` (default): `SqliteStore`, the embedded durable store. Without it,
@@ -49,6 +50,9 @@ pub use async_trait::async_trait;
 pub use agentry_store::SqliteStore;
 pub use agentry_store::Store;
 
+/// Insight into recorded runs: `insight::stats` (figures per task, model or
+/// tool, split by stop reason) over any [`Store`] or JSONL trace files.
+pub use agentry_insight as insight;
 /// MCP servers' tools (`[[tools.mcp]]` in a task, or started in code with
 /// `mcp::McpServer::start` and registered like any tool).
 #[cfg(feature = "task")]

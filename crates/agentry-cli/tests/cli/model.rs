@@ -70,7 +70,9 @@ fn an_unreachable_model_server_exits_2_before_running() {
 
 /// A one-thread HTTP/1.1 server on 127.0.0.1: GETs answer `{}`, each POST gets the
 /// next SSE body and its JSON request body is recorded.
-fn sse_server(bodies: Vec<String>) -> (String, std::sync::Arc<std::sync::Mutex<Vec<Value>>>) {
+pub(crate) fn sse_server(
+    bodies: Vec<String>,
+) -> (String, std::sync::Arc<std::sync::Mutex<Vec<Value>>>) {
     use std::io::Write;
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}/v1", listener.local_addr().unwrap());
