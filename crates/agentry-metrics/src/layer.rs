@@ -14,10 +14,12 @@ use crate::families::{
     Families, ModelLabels, ModelStatusLabels, ModelTokenLabels, ParkedLabels, RunTokenLabels,
     StopLabels, ToolCodeLabels, ToolLabels, ToolOutcomeLabels,
 };
-use crate::record::{ChatFields, Class, Op, RetryEvent, RunFields, StatusEvent, Timed, ToolFields};
+use crate::record::{
+    ChatFields, Class, Op, RetryEvent, RunFields, STATUS_TARGET, StatusEvent, Timed, ToolFields,
+};
 
-/// Counts agentry's spans and run-status events into [`Metrics`](crate::Metrics);
-/// made by [`Metrics::layer`](crate::Metrics::layer), with its filter.
+/// Counts agentry's spans and run-status events into the metrics that made
+/// it (`Metrics::layer`, which adds its filter).
 pub struct MetricsLayer {
     families: Arc<Families>,
 }
@@ -76,7 +78,7 @@ where
 
     fn on_event(&self, event: &Event<'_>, ctx: Context<'_, S>) {
         let target = event.metadata().target();
-        if target == crate::STATUS_TARGET {
+        if target == STATUS_TARGET {
             let mut status = StatusEvent::default();
             event.record(&mut status);
             if let (Some(run_id), Some(class)) = (status.run_id, status.status) {

@@ -76,8 +76,7 @@ use self::families::Families;
 /// The `Content-Type` of [`Metrics::encode`]'s text.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-/// The target of the runtime's run-status events.
-pub const STATUS_TARGET: &str = "agentry::metrics";
+pub use self::record::STATUS_TARGET;
 
 /// agentry's metrics: cheap to clone (every clone counts into the same
 /// families).

@@ -8,6 +8,9 @@ use std::time::Instant;
 use agentry_telemetry::fields;
 use tracing::field::{Field, Visit};
 
+/// The target of the runtime's run-status events.
+pub const STATUS_TARGET: &str = "agentry::metrics";
+
 /// A span of agentry's, with the fields the metrics need.
 pub(crate) struct Timed {
     pub(crate) started: Instant,
@@ -95,26 +98,27 @@ impl Tokens {
 
 impl Op {
     fn text(&mut self, name: &str, value: &str) {
-        let value = Some(value.to_string());
-        match self {
+        // Only the fields counted are copied.
+        let slot = match self {
             Op::Run(run) => match name {
-                fields::AGENT_ID => run.run_id = value,
-                fields::STOP_REASON => run.stop_reason = value,
-                _ => {}
+                fields::AGENT_ID => &mut run.run_id,
+                fields::STOP_REASON => &mut run.stop_reason,
+                _ => return,
             },
             Op::Chat(chat) => match name {
-                fields::PROVIDER_NAME => chat.provider = value.unwrap_or_default(),
-                fields::REQUEST_MODEL => chat.model = value.unwrap_or_default(),
-                fields::ERROR_TYPE => chat.error = value,
-                _ => {}
+                fields::PROVIDER_NAME => return chat.provider = value.to_string(),
+                fields::REQUEST_MODEL => return chat.model = value.to_string(),
+                fields::ERROR_TYPE => &mut chat.error,
+                _ => return,
             },
             Op::Tool(tool) => match name {
-                fields::TOOL_NAME => tool.tool = value.unwrap_or_default(),
-                fields::OUTCOME => tool.outcome = value,
-                fields::ERROR_TYPE => tool.error = value,
-                _ => {}
+                fields::TOOL_NAME => return tool.tool = value.to_string(),
+                fields::OUTCOME => &mut tool.outcome,
+                fields::ERROR_TYPE => &mut tool.error,
+                _ => return,
             },
-        }
+        };
+        *slot = Some(value.to_string());
     }
 
     fn number(&mut self, name: &str, value: u64) {

@@ -185,9 +185,15 @@ fn parse_labels<'a>(
     }
 }
 
+/// One histogram bucket: its upper bound and its cumulative count.
+struct Bucket {
+    le: f64,
+    count: f64,
+}
+
 /// Buckets cumulative and ascending, `+Inf` equal to `_count`, per series.
 fn check_histogram(family: &Family) -> Result<(), TestError> {
-    let mut series: BTreeMap<Vec<(String, String)>, Vec<(f64, f64)>> = BTreeMap::new();
+    let mut series: BTreeMap<BTreeMap<String, String>, Vec<Bucket>> = BTreeMap::new();
     for s in &family.samples {
         if s.name.ends_with("_bucket") {
             let le = s.labels.get("le").ok_or("a bucket without le")?;
@@ -195,18 +201,24 @@ fn check_histogram(family: &Family) -> Result<(), TestError> {
                 "+Inf" => f64::INFINITY,
                 v => v.parse()?,
             };
-            let key = without_le(&s.labels);
-            series.entry(key).or_default().push((le, s.value));
+            let bucket = Bucket { le, count: s.value };
+            series
+                .entry(without_le(&s.labels))
+                .or_default()
+                .push(bucket);
         }
     }
     for (key, buckets) in series {
         let ordered = buckets
             .windows(2)
-            .all(|w| w[0].0 < w[1].0 && w[0].1 <= w[1].1);
+            .all(|w| w[0].le < w[1].le && w[0].count <= w[1].count);
         if !ordered {
             return Err(format!("{} {key:?}: buckets not cumulative", family.name).into());
         }
-        let inf = buckets.last().filter(|b| b.0.is_infinite()).map(|b| b.1);
+        let inf = buckets
+            .last()
+            .filter(|b| b.le.is_infinite())
+            .map(|b| b.count);
         let count = family
             .samples
             .iter()
@@ -219,10 +231,31 @@ fn check_histogram(family: &Family) -> Result<(), TestError> {
     Ok(())
 }
 
-fn without_le(labels: &BTreeMap<String, String>) -> Vec<(String, String)> {
+fn without_le(labels: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    let mut labels = labels.clone();
+    labels.remove("le");
     labels
-        .iter()
-        .filter(|(k, _)| *k != "le")
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect()
+}
+
+/// The reader refuses what the format does not allow, so a scrape it reads is
+/// well-formed.
+#[test]
+fn the_reader_refuses_malformed_expositions() -> Result<(), TestError> {
+    let good = "# TYPE a counter\na_total{x=\"q\\\"uo,te=\"} 1\n# TYPE h histogram\nh_sum 2.0\nh_count 2\nh_bucket{le=\"1.0\"} 1\nh_bucket{le=\"+Inf\"} 2\n# EOF\n";
+    let parsed = Exposition::parse(good)?;
+    assert_eq!(parsed.value("a_total", &[("x", "q\"uo,te=")]), Some(1.0));
+    for bad in [
+        "# TYPE a counter\na_total 1\n",
+        "# TYPE a counter\na 1\n# EOF\n",
+        "# TYPE a gauge\nb 1\n# EOF\n",
+        "a 1\n# EOF\n",
+        "# TYPE a gauge\na{x=\"1} 1\n# EOF\n",
+        "# TYPE h histogram\nh_count 2\nh_bucket{le=\"1.0\"} 3\nh_bucket{le=\"+Inf\"} 2\n# EOF\n",
+        "# TYPE h histogram\nh_count 3\nh_bucket{le=\"+Inf\"} 2\n# EOF\n",
+        "# TYPE a_seconds gauge\n# UNIT a_seconds bytes\na_seconds 1\n# EOF\n",
+        "# TYPE a gauge\na 1\n# EOF\na 2\n",
+    ] {
+        assert!(Exposition::parse(bad).is_err(), "{bad}");
+    }
+    Ok(())
 }
