@@ -125,6 +125,15 @@ async fn the_service_serves_its_runs_metrics() -> Result<(), TestError> {
     assert_eq!(calls("task.finish", "ok"), Some(1.0));
     assert_eq!(m.value("agentry_runs_sleeping", &[]), Some(0.0));
     assert_eq!(m.value("agentry_runs_live", &[]), Some(0.0));
+    // Labels are bounded: no run id in any of them.
+    for sample in m.samples() {
+        for id in [&done, &stuck, &sleeper] {
+            assert!(
+                !sample.labels.values().any(|v| v == id),
+                "{sample:?} names run {id}"
+            );
+        }
+    }
 
     // A web page elsewhere may not read them (the guard's Origin rule).
     let foreign = client
