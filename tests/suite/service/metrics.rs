@@ -51,6 +51,37 @@ async fn scrape(client: &ServiceClient) -> Result<Exposition, TestError> {
     Exposition::parse(&response.text().await?)
 }
 
+/// A run `done` after a failing read, one out of steps, and an event-driven
+/// agent that sleeps until it is told something.
+fn three_tasks() -> [Value; 3] {
+    [
+        json!({
+            "goal": "read, then finish",
+            "budget": {"max_steps": 4, "deadline": "30s"},
+            "tools": {"grant": ["fs.read"]},
+            "script": {"turns": [
+                {"tool_calls": [{"id": "r", "name": "fs.read", "arguments": {"path": "missing.txt"}}]},
+                {"tool_calls": [{"id": "f", "name": "task.finish", "arguments": {"answer": "ok"}}]}
+            ]}
+        }),
+        json!({
+            "goal": "never finish",
+            "budget": {"max_steps": 1, "deadline": "30s"},
+            "tools": {"grant": ["fs.read"]},
+            "script": {"turns": [
+                {"tool_calls": [{"id": "a", "name": "fs.read", "arguments": {"path": "a.txt"}}]},
+                {"tool_calls": [{"id": "b", "name": "fs.read", "arguments": {"path": "b.txt"}}]}
+            ]}
+        }),
+        json!({
+            "goal": "wait for messages",
+            "budget": {"max_steps": 4, "deadline": "60s"},
+            "driver": {"mode": "events"},
+            "script": {"turns": [{"final": "never reached"}]}
+        }),
+    ]
+}
+
 /// Three runs over HTTP — one `done` after a failing read, one out of steps,
 /// one event-driven agent sleeping until it is aborted — then the service's
 /// metrics: runs by stop reason, tool calls by tool and outcome, the sleeping
@@ -59,36 +90,10 @@ async fn scrape(client: &ServiceClient) -> Result<Exposition, TestError> {
 async fn the_service_serves_its_runs_metrics() -> Result<(), TestError> {
     let process = start_service()?;
     let client = Service::client_of(&process.base)?;
-    let done = client
-        .create(json!({
-            "goal": "read, then finish",
-            "budget": {"max_steps": 4, "deadline": "30s"},
-            "tools": {"grant": ["fs.read"]},
-            "script": {"turns": [
-                {"tool_calls": [{"id": "r", "name": "fs.read", "arguments": {"path": "missing.txt"}}]},
-                {"tool_calls": [{"id": "f", "name": "task.finish", "arguments": {"answer": "ok"}}]}
-            ]}
-        }))
-        .await?;
-    let stuck = client
-        .create(json!({
-            "goal": "never finish",
-            "budget": {"max_steps": 1, "deadline": "30s"},
-            "tools": {"grant": ["fs.read"]},
-            "script": {"turns": [
-                {"tool_calls": [{"id": "a", "name": "fs.read", "arguments": {"path": "a.txt"}}]},
-                {"tool_calls": [{"id": "b", "name": "fs.read", "arguments": {"path": "b.txt"}}]}
-            ]}
-        }))
-        .await?;
-    let sleeper = client
-        .create(json!({
-            "goal": "wait for messages",
-            "budget": {"max_steps": 4, "deadline": "60s"},
-            "driver": {"mode": "events"},
-            "script": {"turns": [{"final": "never reached"}]}
-        }))
-        .await?;
+    let [done, stuck, sleeper] = three_tasks();
+    let done = client.create(done).await?;
+    let stuck = client.create(stuck).await?;
+    let sleeper = client.create(sleeper).await?;
     let stopped = |run: &Value| run["status"] == "stopped";
     wait_for(&client, &done, stopped).await?;
     wait_for(&client, &stuck, stopped).await?;
