@@ -16,6 +16,7 @@
 //!                                     {"action": "redirect", "message"} → 202 (cuts the step)
 //! POST /runs/{id}/approvals/{call_id} {"decision": approve|deny, "reason"} → 200 {"seq"}
 //! POST /runs/{id}/decisions/{call_id} {"decision": happened|retry|skip} → 200 {"seq"}
+//! GET  /metrics                       Prometheus metrics (OpenMetrics text)
 //! ```
 //!
 //! Layout, leaves first (each file names only files above it):

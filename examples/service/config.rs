@@ -19,6 +19,9 @@ pub struct ServiceConfig {
     pub allow_origins: Vec<AllowedOrigin>,
     /// Sizes, counts and timeouts.
     pub limits: Limits,
+    /// What `GET /metrics` serves: the metrics whose layer is in the process's
+    /// subscriber (`main.rs` installs it); `None` answers 404.
+    pub metrics: Option<agentry::metrics::Metrics>,
 }
 
 /// What the service holds for its clients, at most (each has a flag, see `main.rs`).

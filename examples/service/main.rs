@@ -4,7 +4,8 @@
 //!
 //! Runs use the scripted policy (the script comes inline with each request); see
 //! `docs/service.md` for the routes, the flags and curl examples. This file only
-//! parses arguments, sets up logging (and `--otlp` span export), and turns ctrl-c (or SIGTERM) into a
+//! parses arguments, sets up logging (with the metrics of `GET /metrics`, and
+//! `--otlp` span export), and turns ctrl-c (or SIGTERM) into a
 //! graceful shutdown; the service itself is in `app.rs`.
 
 mod app;
@@ -83,7 +84,7 @@ struct Args {
 }
 
 impl Args {
-    fn config(&self) -> app::ServiceConfig {
+    fn config(&self, metrics: agentry::metrics::Metrics) -> app::ServiceConfig {
         let d = app::Limits::default();
         let bytes = |flag: Option<u64>, default: usize| {
             flag.map_or(default, |n| usize::try_from(n).unwrap_or(usize::MAX))
@@ -108,6 +109,7 @@ impl Args {
             allow_hosts: self.allow_host.clone(),
             allow_origins: self.allow_origin.clone(),
             limits,
+            metrics: Some(metrics),
         }
     }
 }
@@ -115,7 +117,8 @@ impl Args {
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
-    let telemetry = init_logging(args.otlp.as_deref())?;
+    let metrics = agentry::metrics::Metrics::new();
+    let telemetry = init_logging(args.otlp.as_deref(), &metrics)?;
     // Process tools kill whole process groups; grandchildren orphaned by a kill
     // are re-parented to us (not init) so they are reaped, never left as zombies.
     if let Err(e) = agentry::tools::proc::reap_orphans_here() {
@@ -133,7 +136,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let store = std::sync::Arc::new(agentry::SqliteStore::open(path)?);
         runtime = runtime.with_store(store, agentry::Durability::Strict)?;
     }
-    let app = app::App::with_config(runtime.clone(), args.config());
+    let app = app::App::with_config(runtime.clone(), args.config(metrics));
     if args.store.is_some() {
         let resumed = app.resume_unfinished().await?;
         tracing::info!(count = resumed.len(), "resumed unfinished runs");
@@ -174,10 +177,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 }
 
 /// Logs on stderr (`RUST_LOG`, default `info`), written through a redactor
-/// (built-in detectors and the environment's secrets); with `--otlp` or an
-/// OTLP endpoint variable, spans exported too, under their own filter.
+/// (built-in detectors and the environment's secrets); `metrics` counted from
+/// agentry's spans (`GET /metrics`), whatever `RUST_LOG` says; with `--otlp`
+/// or an OTLP endpoint variable, spans exported too, under their own filter.
 fn init_logging(
     otlp: Option<&str>,
+    metrics: &agentry::metrics::Metrics,
 ) -> Result<Option<agentry_telemetry::otlp::TelemetryGuard>, Box<dyn std::error::Error>> {
     use agentry_telemetry::otlp;
     use tracing_subscriber::Layer;
@@ -191,7 +196,9 @@ fn init_logging(
             std::sync::Arc::clone(&redactor),
         ))
         .with_filter(filter);
-    let registry = tracing_subscriber::registry().with(fmt);
+    let registry = tracing_subscriber::registry()
+        .with(fmt)
+        .with(metrics.layer());
     let endpoint = match otlp {
         Some("") => Some(None),
         Some(url) => Some(Some(url.to_string())),

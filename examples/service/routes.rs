@@ -60,6 +60,7 @@ impl App {
             .route("/runs/{id}/interrupt", post(interrupt))
             .route("/runs/{id}/approvals/{call_id}", post(decide))
             .route("/runs/{id}/decisions/{call_id}", post(settle))
+            .route("/metrics", get(show_metrics))
             .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such route") })
             .method_not_allowed_fallback(|| async {
                 ApiError::new(
@@ -182,5 +183,23 @@ async fn stream_events(
     // Comments every 15 s keep idle connections open through proxies.
     Ok(Sse::new(stream)
         .keep_alive(KeepAlive::default())
+        .into_response())
+}
+
+/// The Prometheus metrics of every run of this process (OpenMetrics text), as
+/// the layer in the process's subscriber counted them. Behind the same guard
+/// as every route (Host, Origin): a scraper on another host needs
+/// `--allow-host`.
+async fn show_metrics(State(app): State<App>) -> Result<Response, ApiError> {
+    let Some(metrics) = &app.config.metrics else {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "metrics are not collected by this service",
+        ));
+    };
+    Ok((
+        [(header::CONTENT_TYPE, agentry::metrics::CONTENT_TYPE)],
+        metrics.encode(),
+    )
         .into_response())
 }

@@ -12,6 +12,7 @@ mod handle;
 mod idempotency;
 mod interrupt;
 mod mcp;
+mod metrics;
 mod models;
 mod policy;
 mod process;

@@ -17,6 +17,8 @@
 //! - `task` (default): task directories, `TaskSpec` and the `task` module
 //!   (`task.toml`, command tools; brings toml and humantime) and the `mcp`
 //!   module (MCP servers' tools; brings rmcp).
+//! - `metrics`: the `metrics` module, Prometheus metrics of runs, model
+//!   requests and tool calls (a `tracing` layer; brings prometheus-client).
 //!
 //! ```no_run
 //! use agentry::{Runtime, RunConfig, Script};
@@ -57,6 +59,10 @@ pub use agentry_insight as insight;
 /// `mcp::McpServer::start` and registered like any tool).
 #[cfg(feature = "task")]
 pub use agentry_mcp as mcp;
+/// Prometheus metrics: `metrics::Metrics::new()`, its `layer()` in your
+/// `tracing` subscriber, then `encode()` for `GET /metrics`.
+#[cfg(feature = "metrics")]
+pub use agentry_metrics as metrics;
 /// The policy seam and the scripted policy.
 pub use agentry_policy as policy;
 /// The runtime crate, for actor-level access (message enums, actors).

@@ -18,10 +18,10 @@ mod tls;
 // the runtime back into the models' dev tree. Each side uses part of them.
 #[allow(dead_code, reason = "agentry-models' own tests use the rest")]
 #[path = "../../../crates/agentry-models/tests/suite/server.rs"]
-mod server;
+pub(super) mod server;
 #[allow(dead_code, reason = "agentry-models' own tests use the rest")]
 #[path = "../../../crates/agentry-models/tests/suite/sse.rs"]
-mod sse;
+pub(super) mod sse;
 #[allow(dead_code, reason = "agentry-models' own tests use the rest")]
 #[path = "../../../crates/agentry-models/tests/suite/strict.rs"]
 mod strict;

@@ -9,6 +9,7 @@ mod app;
 
 mod errors;
 mod inputs;
+mod metrics;
 mod redirect;
 mod runs;
 mod store;

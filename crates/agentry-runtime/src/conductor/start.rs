@@ -48,7 +48,10 @@ pub(super) async fn start(
     let budget_args = budget_args(&args, clock, allowance.clone());
     let budget = spawn_child(BudgetSupervisor, budget_args, &cell).await?;
     let resumed = args.restore.is_some();
-    let initial = initial_state(args.restore.take(), &args.config, args.log.as_ref());
+    let mut initial = initial_state(args.restore.take(), &args.config, args.log.as_ref());
+    if !args.span.is_disabled() {
+        initial = initial.observed_as(Arc::clone(&args.run_id));
+    }
     let resumption = Resumption::new(&initial, resumed);
     let state = spawn_child(StateKeeper, initial, &cell).await?;
     let traceparent = super::span::run_traceparent(&args.span, &args.lineage, &args.run_id);

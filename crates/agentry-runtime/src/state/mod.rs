@@ -10,8 +10,10 @@
 //! - `run_state`: [`RunState`] and how each update changes it.
 //! - `parked`: calls waiting for a human (approvals, settlements).
 //! - `persist`: how a durable run's state reaches the store.
+//! - `observe`: status changes as `agentry::metrics` events.
 
 mod msg;
+mod observe;
 mod parked;
 mod persist;
 mod run_state;
@@ -40,6 +42,8 @@ impl Actor for StateKeeper {
         _myself: ActorRef<StateMsg>,
         initial: RunState,
     ) -> Result<RunState, ActorProcessingErr> {
+        // A resumed run may start paused or sleeping.
+        observe::status(&initial, None);
         Ok(initial)
     }
 
@@ -49,6 +53,7 @@ impl Actor for StateKeeper {
         message: StateMsg,
         state: &mut RunState,
     ) -> Result<(), ActorProcessingErr> {
+        let before = state.status;
         match message {
             StateMsg::Apply(update, reply) => {
                 let committed = state.apply_committed(update).await;
@@ -100,6 +105,9 @@ impl Actor for StateKeeper {
             StateMsg::Withdraw(tool_call_id) => {
                 state.unpark(&tool_call_id);
             }
+        }
+        if state.status != before {
+            observe::status(state, Some(before));
         }
         Ok(())
     }

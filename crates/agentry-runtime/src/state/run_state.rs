@@ -55,6 +55,9 @@ pub struct RunState {
     /// state keeper writes its first step line, which carries every ref (a
     /// resumed run's earlier lines may be lost with the process that wrote them).
     refs_untraced: Option<BTreeSet<String>>,
+    /// The run id when the run's span is enabled: each status change is then
+    /// an `agentry::metrics` event (see `observe`); `None` costs nothing.
+    pub(super) observed: Option<Arc<str>>,
 }
 
 impl RunState {
@@ -116,6 +119,12 @@ impl RunState {
         };
         s.world_digest = s.digest_world().into();
         s
+    }
+
+    /// Tells every status change of run `run_id` (see `observe`).
+    pub fn observed_as(mut self, run_id: Arc<str>) -> Self {
+        self.observed = Some(run_id);
+        self
     }
 
     /// Commits every update of this run to `log` from now on.
