@@ -11,6 +11,8 @@
 //! agentry runs [--store FILE] [--all] [--json]
 //! agentry tools TASK_DIR [--json]
 //! agentry mcp [--http ADDR] [--store FILE | --no-store] [--durability strict|grouped]
+//! agentry replay [TRACE.jsonl] [--store FILE --run-id ID] [--task DIR] [--until STEP]
+//!                      [--fork-at STEP --policy ...] [--out FILE] [--json]
 //! ```
 //!
 //! Runs are durable by default: committed to `$AGENTRY_STORE`, else
@@ -38,6 +40,7 @@ mod drive;
 mod error;
 mod mcp;
 mod policy;
+mod replay;
 mod report;
 mod resume;
 mod run;
@@ -126,6 +129,12 @@ fn command(command: Command, runtime: &tokio::runtime::Runtime) -> ExitCode {
             Err(RunError::BadInput(e)) => fail(&e, EXIT_BAD_INPUT, args.json),
             Err(RunError::Model(e)) => fail(&e, EXIT_BAD_INPUT, args.json),
             Err(RunError::Lost(e)) => fail(&e, EXIT_BAD_INPUT, args.json),
+        },
+        // Exit 0: no drift; 1: drift; 2: the replay could not be judged.
+        Command::Replay(args) => match runtime.block_on(replay::replay(&args)) {
+            Ok(false) => ExitCode::SUCCESS,
+            Ok(true) => ExitCode::from(EXIT_NOT_DONE),
+            Err(e) => fail(&e, EXIT_BAD_INPUT, args.json),
         },
         // Stdout is the protocol channel (stdio): errors go to stderr only.
         Command::Mcp(args) => match runtime.block_on(mcp::serve(args)) {
