@@ -91,8 +91,8 @@ pub(crate) struct Verdict {
 pub(crate) fn judge(recorded: &Recorded, replayed: &Recorded, rules: &Rules) -> Verdict {
     let in_scope = |step: u64| rules.last.is_none_or(|last| step <= last);
     let workdirs = Workdirs {
-        recorded: recorded.origin.as_ref().and_then(|o| o.workdir.clone()),
-        replayed: replayed.origin.as_ref().and_then(|o| o.workdir.clone()),
+        recorded: placeholders(recorded),
+        replayed: placeholders(replayed),
     };
     let by_step: BTreeMap<u64, &RecordedStep> =
         replayed.steps.iter().map(|s| (s.step, s)).collect();
@@ -138,11 +138,29 @@ pub(crate) fn judge(recorded: &Recorded, replayed: &Recorded, rules: &Rules) -> 
     }
 }
 
-/// The two runs' working directories, each replaced by `<workdir>` in its
-/// own results.
+/// What each run's results name that differs by nature: its working
+/// directory, its own run id, its children's (in spawn order), each replaced
+/// by the same placeholder on both sides.
 struct Workdirs {
-    recorded: Option<String>,
-    replayed: Option<String>,
+    recorded: Vec<(String, String)>,
+    replayed: Vec<(String, String)>,
+}
+
+fn placeholders(run: &Recorded) -> Vec<(String, String)> {
+    let workdir = run.origin.as_ref().and_then(|o| o.workdir.clone());
+    let workdir = workdir.map(|w| (w, "<workdir>".to_string()));
+    let own = (run.run_id.clone(), "<run>".to_string());
+    let children = run
+        .children
+        .iter()
+        .enumerate()
+        .map(|(i, id)| (id.clone(), format!("<child {}>", i + 1)));
+    workdir
+        .into_iter()
+        .chain(std::iter::once(own))
+        .chain(children)
+        .filter(|(from, _)| !from.is_empty())
+        .collect()
 }
 
 fn step_verdict(
@@ -162,8 +180,8 @@ fn step_verdict(
             continue;
         }
         let volatile = rules.volatile.get(&tool).map_or(&[][..], Vec::as_slice);
-        let a = a.map(|v| normalize(v, volatile, workdirs.recorded.as_deref()));
-        let b = b.map(|v| normalize(v, volatile, workdirs.replayed.as_deref()));
+        let a = a.map(|v| normalize(v, volatile, &workdirs.recorded));
+        let b = b.map(|v| normalize(v, volatile, &workdirs.replayed));
         let mut found = Vec::new();
         diff_values("", a.as_ref(), b.as_ref(), &mut found);
         diffs.extend(found.into_iter().map(|(path, recorded, replayed)| Diff {
@@ -223,8 +241,12 @@ fn refusal(recorded: Option<&Value>, replayed: &Value) -> Option<Refusal> {
 
 /// The envelope without what differs by nature: when it was observed, how
 /// long it took, the volatile fields of its data (JSON text in it read as
-/// JSON first), its run's working directory.
-pub(crate) fn normalize(envelope: &Value, volatile: &[String], workdir: Option<&str>) -> Value {
+/// JSON first), its run's working directory and run ids (`placeholders`).
+pub(crate) fn normalize(
+    envelope: &Value,
+    volatile: &[String],
+    placeholders: &[(String, String)],
+) -> Value {
     let mut v = envelope.clone();
     if let Some(obj) = v.as_object_mut() {
         obj.remove("observed_at");
@@ -238,9 +260,8 @@ pub(crate) fn normalize(envelope: &Value, volatile: &[String], workdir: Option<&
             }
         }
     }
-    match workdir {
-        Some(dir) if !dir.is_empty() => replace_strings(&mut v, dir),
-        Some(_) | None => {}
+    for (from, to) in placeholders {
+        replace_strings(&mut v, from, to);
     }
     v
 }
@@ -286,11 +307,11 @@ fn drop_everywhere(v: &mut Value, name: &str) {
     }
 }
 
-fn replace_strings(v: &mut Value, dir: &str) {
+fn replace_strings(v: &mut Value, from: &str, to: &str) {
     match v {
-        Value::String(s) if s.contains(dir) => *s = s.replace(dir, "<workdir>"),
-        Value::Object(obj) => obj.values_mut().for_each(|c| replace_strings(c, dir)),
-        Value::Array(items) => items.iter_mut().for_each(|c| replace_strings(c, dir)),
+        Value::String(s) if s.contains(from) => *s = s.replace(from, to),
+        Value::Object(obj) => obj.values_mut().for_each(|c| replace_strings(c, from, to)),
+        Value::Array(items) => items.iter_mut().for_each(|c| replace_strings(c, from, to)),
         Value::Null | Value::Bool(_) | Value::Number(_) | Value::String(_) => {}
     }
 }
@@ -461,6 +482,36 @@ mod tests {
         let d = &verdict.steps[0].diffs;
         assert_eq!(d.len(), 1, "{d:?}");
         assert_eq!(d[0].path, "data.stdout.n");
+    }
+
+    /// Run ids (its own, its children's by spawn order) are not drift.
+    #[test]
+    fn run_ids_are_ignored_by_spawn_order() {
+        let spawn = |id: &str| {
+            envelope(
+                "s",
+                "agent.spawn",
+                json!({"child_id": id, "note": format!("{id} started")}),
+                1,
+                1,
+            )
+        };
+        let mut a = run(
+            "/a",
+            vec![vec![spawn("c-1")], vec![spawn("c-2")]],
+            StopReason::Done,
+        );
+        let mut b = run(
+            "/b",
+            vec![vec![spawn("x-1")], vec![spawn("x-2")]],
+            StopReason::Done,
+        );
+        a.children = vec!["c-1".into(), "c-2".into()];
+        b.children = vec!["x-1".into(), "x-2".into()];
+        assert!(!judge(&a, &b, &Rules::default()).drifted);
+        // Spawned in another order: drift.
+        b.children = vec!["x-2".into(), "x-1".into()];
+        assert!(judge(&a, &b, &Rules::default()).drifted);
     }
 
     #[test]

@@ -29,6 +29,16 @@ pub(crate) enum ReplayError {
     /// The trace holds several root runs and no `--run-id` picks one.
     #[error("{from} holds {} runs ({}); pick one with --run-id", ids.len(), ids.join(", "))]
     SeveralRuns { from: String, ids: Vec<String> },
+    /// The trace lacks step records of the run (sampled out, or cut short).
+    #[error(
+        "{from} holds {held} of run {run_id}'s {steps} step records (a run sampled out by [trace] sample keeps none when it stops done); replay needs every step"
+    )]
+    Incomplete {
+        from: String,
+        run_id: String,
+        held: usize,
+        steps: u64,
+    },
     /// Nothing says which task the run came from.
     #[error(
         "the recorded run {run_id} does not say which task directory it came from (recorded by an older agentry, a child run, or not started by the CLI); pass --task DIR"

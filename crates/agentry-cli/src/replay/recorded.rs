@@ -55,6 +55,8 @@ pub(crate) struct Recorded {
     /// was applied (it is sent once the replay has taken that many).
     pub(crate) messages: Vec<(u64, RunInput)>,
     pub(crate) stop: Option<RecordedStop>,
+    /// The child runs it spawned, in spawn order.
+    pub(crate) children: Vec<String>,
     pub(crate) origin: Option<TraceOrigin>,
     /// The budget limits the run had (overrides included).
     pub(crate) limits: Option<BudgetLimits>,
@@ -96,6 +98,16 @@ pub(crate) fn from_trace(path: &Path, run_id: Option<&str>) -> Result<Recorded, 
         return Err(ReplayError::NoRun {
             from,
             what: format!("run {run_id}"),
+        });
+    }
+    if let Some(stop) = &recorded.stop
+        && (recorded.steps.len() as u64) < stop.steps
+    {
+        return Err(ReplayError::Incomplete {
+            from,
+            run_id,
+            held: recorded.steps.len(),
+            steps: stop.steps,
         });
     }
     Ok(recorded)
@@ -172,7 +184,12 @@ fn fold(lines: &[TraceLine], run_id: &str) -> Recorded {
                 }
             }
             TraceLine::Stop(e) if e.run_id == run_id => {
-                recorded.limits = Some(e.budget.limits);
+                // The limits it started with: delegating to children lowers
+                // them as the run goes.
+                if recorded.limits.is_none() {
+                    recorded.limits = Some(e.budget.limits);
+                }
+                recorded.children = e.children.clone();
                 recorded.origin = e.origin.clone();
                 recorded.stop = Some(stop_of(e));
             }
@@ -248,7 +265,13 @@ pub(crate) fn from_store(
             SessionEntry::User { .. } | SessionEntry::Event { .. } | SessionEntry::Note { .. } => {}
         }
     }
-    let summary = store.runs()?.into_iter().find(|r| r.run_id == run_id);
+    let runs = store.runs()?;
+    let children = runs
+        .iter()
+        .filter(|r| r.parent_id.as_deref() == Some(run_id))
+        .map(|r| r.run_id.clone())
+        .collect();
+    let summary = runs.into_iter().find(|r| r.run_id == run_id);
     let stop = summary.and_then(|s| {
         s.stop_reason.map(|reason| RecordedStop {
             reason,
@@ -264,6 +287,7 @@ pub(crate) fn from_store(
         run_id: run_id.to_string(),
         steps,
         stop,
+        children,
         limits: Some(config.limits),
         origin: config.origin.clone(),
         ..Recorded::default()

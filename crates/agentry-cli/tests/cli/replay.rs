@@ -366,6 +366,17 @@ fn bad_traces_are_named() {
     let (code, report) = replay(&[path_str(&old), "--task", "examples/sum"]);
     assert_eq!(code, 0, "{report}");
 
+    // A trace without its step records (a sampled-out run keeps none).
+    let sampled = dir.path().join("sampled.jsonl");
+    let stop_only: Vec<&str> = text
+        .lines()
+        .filter(|l| !l.contains(r#""kind":"step""#))
+        .collect();
+    std::fs::write(&sampled, stop_only.join("\n")).unwrap();
+    let out = agentry(&["replay", path_str(&sampled)]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("holds 0 of run"), "{}", stderr(&out));
+
     let out = agentry(&["replay", path_str(&dir.path().join("none.jsonl"))]);
     assert_eq!(out.status.code(), Some(2));
     assert!(
