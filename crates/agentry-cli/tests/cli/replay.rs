@@ -385,3 +385,99 @@ fn bad_traces_are_named() {
         stderr(&out)
     );
 }
+
+/// Calls that wait for approval (`[tools] approve`): a run recorded with
+/// `--approve fs.write` replays with it (the stop line's `origin.approved`);
+/// a recording whose human approved the call (an `approval` input line, as
+/// an embedder's run writes it) is approved again for that call id, and one
+/// whose human denied it is denied again, with the recorded reason; a call
+/// nobody answered in the recording is denied, and shows as refused.
+#[test]
+fn recorded_approvals_are_answered_again() {
+    let task = copy_task(&root().join("examples/sum"));
+    let toml = std::fs::read_to_string(task.path().join("task.toml")).unwrap();
+    let gated = toml.replace(
+        r#"grant = ["fs.read", "fs.write"]"#,
+        "grant = [\"fs.read\", \"fs.write\"]\napprove = [\"fs.write\"]",
+    );
+    assert_ne!(toml, gated);
+    std::fs::write(task.path().join("task.toml"), gated).unwrap();
+    let trace = task.path().join("t.jsonl");
+    let (code, run) = agentry_json(&[
+        "run",
+        path_str(task.path()),
+        "--trace",
+        path_str(&trace),
+        "--no-store",
+        "--approve",
+        "fs.write",
+    ]);
+    assert_eq!(code, 0, "{run}");
+    let (code, report) = replay(&[path_str(&trace)]);
+    assert_eq!(code, 0, "{report}");
+    assert_eq!(statuses(&report), same(3));
+
+    // The same run as if a human had answered: no `--approve` in its origin,
+    // an approval line for the call instead.
+    let text = std::fs::read_to_string(&trace).unwrap();
+    let answered = |approved: bool| {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("answered.jsonl");
+        let mut lines: Vec<String> = Vec::new();
+        for line in text.lines() {
+            let mut v: Value = serde_json::from_str(line).unwrap();
+            if v["kind"] == "stop" {
+                v["origin"].as_object_mut().unwrap().remove("approved");
+            }
+            if v["kind"] == "step" && v["step"] == 2 {
+                let input = serde_json::json!({"kind": "input", "run_id": run["run_id"], "seq": 1,
+                    "state_version": 2, "at": 0, "input": {"type": "approval",
+                    "tool_call_id": "write", "approved": approved, "reason": "not on fridays"}});
+                lines.push(input.to_string());
+            }
+            lines.push(v.to_string());
+        }
+        std::fs::write(&path, lines.join("\n")).unwrap();
+        (dir, path)
+    };
+    let (_dir, approved) = answered(true);
+    let (code, report) = replay(&[path_str(&approved)]);
+    assert_eq!(code, 0, "{report}");
+    assert_eq!(statuses(&report), same(3));
+
+    let (_dir, denied) = answered(false);
+    let (code, report) = replay(&[path_str(&denied)]);
+    assert_eq!(code, 1, "{report}");
+    let refused = &report["steps"][1]["refused"][0];
+    assert_eq!(
+        (refused["call_id"].clone(), refused["code"].clone()),
+        ("write".into(), "EPERM".into())
+    );
+    assert!(
+        refused["message"]
+            .as_str()
+            .unwrap()
+            .contains("not on fridays"),
+        "{report}"
+    );
+
+    // Nobody answered in the recording: denied, saying so.
+    let unanswered = task.path().join("unanswered.jsonl");
+    let stripped: Vec<String> = text
+        .lines()
+        .map(|l| {
+            let mut v: Value = serde_json::from_str(l).unwrap();
+            if v["kind"] == "stop" {
+                v["origin"].as_object_mut().unwrap().remove("approved");
+            }
+            v.to_string()
+        })
+        .collect();
+    std::fs::write(&unanswered, stripped.join("\n")).unwrap();
+    let (code, report) = replay(&[path_str(&unanswered)]);
+    assert_eq!(code, 1, "{report}");
+    let message = report["steps"][1]["refused"][0]["message"]
+        .as_str()
+        .unwrap();
+    assert!(message.contains("no approval"), "{report}");
+}
