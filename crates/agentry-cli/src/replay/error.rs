@@ -44,6 +44,12 @@ pub(crate) enum ReplayError {
         "the recorded run {run_id} does not say which task directory it came from (recorded by an older agentry, a child run, or not started by the CLI); pass --task DIR"
     )]
     NoTask { run_id: String },
+    /// No scratch directory for the replay's own trace.
+    #[error("cannot create a scratch directory for the replay's trace: {0}")]
+    Scratch(std::io::Error),
+    /// The replay's own trace could not be written completely: nothing to judge.
+    #[error("the replay's trace {path} could not be written completely: {message}")]
+    TraceLost { path: PathBuf, message: String },
     /// The store, the task, or the run could not be used or started.
     #[error(transparent)]
     Runtime(#[from] RuntimeError),

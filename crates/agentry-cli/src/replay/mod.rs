@@ -50,10 +50,7 @@ pub(crate) async fn replay(args: &ReplayArgs) -> Result<bool, ReplayError> {
             run_id: recorded.run_id.clone(),
         })?;
     // The replay's own trace: kept with --out, else in a scratch directory.
-    let scratch = tempfile::tempdir().map_err(|source| ReplayError::Unreadable {
-        path: std::env::temp_dir(),
-        source,
-    })?;
+    let scratch = tempfile::tempdir().map_err(ReplayError::Scratch)?;
     let trace = match &args.out {
         Some(path) => absolute(path),
         None => scratch.path().join("replay.jsonl"),
@@ -71,15 +68,18 @@ pub(crate) async fn replay(args: &ReplayArgs) -> Result<bool, ReplayError> {
     };
     let Replayed { outcome, volatile } = start::replay(&recorded, plan).await?;
     if let Some(e) = &outcome.trace_error {
-        return Err(ReplayError::Unreadable {
+        return Err(ReplayError::TraceLost {
             path: trace,
-            source: std::io::Error::other(e.clone()),
+            message: e.clone(),
         });
     }
     let replayed = recorded::from_trace(&trace, Some(&outcome.run_id))?;
+    // `--until` at or past the recording's last step judges it all, stop included.
+    let recorded_last = recorded.steps.last().map_or(0, |s| s.step);
+    let until = args.until.filter(|&n| n < recorded_last);
     let rules = Rules {
         volatile,
-        last: args.until.or(args.fork_at.map(|at| at.saturating_sub(1))),
+        last: until.or(args.fork_at.map(|at| at.saturating_sub(1))),
     };
     let verdict = judge(&recorded, &replayed, &rules);
     let report = Report {
@@ -88,7 +88,7 @@ pub(crate) async fn replay(args: &ReplayArgs) -> Result<bool, ReplayError> {
         task_dir: absolute(&task_dir).display().to_string(),
         workdir: outcome.workdir.display().to_string(),
         trace: args.out.as_ref().map(|_| trace.display().to_string()),
-        until: args.until,
+        until,
         verdict: &verdict,
         outcome: replayed.stop.as_ref().map(Outcome::of),
         fork: args.fork_at.zip(args.policy.as_ref()).map(|(at, p)| Fork {

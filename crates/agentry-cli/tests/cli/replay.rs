@@ -481,3 +481,18 @@ fn recorded_approvals_are_answered_again() {
         .unwrap();
     assert!(message.contains("no approval"), "{report}");
 }
+
+/// `--until` at or past the recording's last step is a whole replay: the
+/// stop is judged too.
+#[test]
+fn until_past_the_end_judges_the_stop() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("t.jsonl");
+    record(&root().join("examples/sum"), &trace);
+    let (code, report) = replay(&[path_str(&trace), "--until", "3"]);
+    assert_eq!(code, 0, "{report}");
+    assert_eq!(statuses(&report), same(3));
+    assert_eq!(report["stop"]["judged"], true);
+    assert_eq!(report["stop"]["same"], true);
+    assert!(report.get("until").is_none(), "{report}");
+}
