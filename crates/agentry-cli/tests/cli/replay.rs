@@ -386,6 +386,30 @@ fn bad_traces_are_named() {
     );
 }
 
+/// A trace recorded with `--approve fs.write` rewritten as if no operator
+/// had approved up front: with `answer`, a human's approval line for call
+/// `write` before step 2 (as an embedder's run writes it).
+fn as_if_answered(text: &str, run_id: &Value, answer: Option<bool>) -> String {
+    let mut lines: Vec<String> = Vec::new();
+    for line in text.lines() {
+        let mut v: Value = serde_json::from_str(line).unwrap();
+        if v["kind"] == "stop" {
+            v["origin"].as_object_mut().unwrap().remove("approved");
+        }
+        if let Some(approved) = answer
+            && v["kind"] == "step"
+            && v["step"] == 2
+        {
+            let input = serde_json::json!({"kind": "input", "run_id": run_id, "seq": 1,
+                "state_version": 2, "at": 0, "input": {"type": "approval",
+                "tool_call_id": "write", "approved": approved, "reason": "not on fridays"}});
+            lines.push(input.to_string());
+        }
+        lines.push(v.to_string());
+    }
+    lines.join("\n")
+}
+
 /// Calls that wait for approval (`[tools] approve`): a run recorded with
 /// `--approve fs.write` replays with it (the stop line's `origin.approved`);
 /// a recording whose human approved the call (an `approval` input line, as
@@ -423,21 +447,7 @@ fn recorded_approvals_are_answered_again() {
     let answered = |approved: bool| {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("answered.jsonl");
-        let mut lines: Vec<String> = Vec::new();
-        for line in text.lines() {
-            let mut v: Value = serde_json::from_str(line).unwrap();
-            if v["kind"] == "stop" {
-                v["origin"].as_object_mut().unwrap().remove("approved");
-            }
-            if v["kind"] == "step" && v["step"] == 2 {
-                let input = serde_json::json!({"kind": "input", "run_id": run["run_id"], "seq": 1,
-                    "state_version": 2, "at": 0, "input": {"type": "approval",
-                    "tool_call_id": "write", "approved": approved, "reason": "not on fridays"}});
-                lines.push(input.to_string());
-            }
-            lines.push(v.to_string());
-        }
-        std::fs::write(&path, lines.join("\n")).unwrap();
+        std::fs::write(&path, as_if_answered(&text, &run["run_id"], Some(approved))).unwrap();
         (dir, path)
     };
     let (_dir, approved) = answered(true);
@@ -463,17 +473,7 @@ fn recorded_approvals_are_answered_again() {
 
     // Nobody answered in the recording: denied, saying so.
     let unanswered = task.path().join("unanswered.jsonl");
-    let stripped: Vec<String> = text
-        .lines()
-        .map(|l| {
-            let mut v: Value = serde_json::from_str(l).unwrap();
-            if v["kind"] == "stop" {
-                v["origin"].as_object_mut().unwrap().remove("approved");
-            }
-            v.to_string()
-        })
-        .collect();
-    std::fs::write(&unanswered, stripped.join("\n")).unwrap();
+    std::fs::write(&unanswered, as_if_answered(&text, &run["run_id"], None)).unwrap();
     let (code, report) = replay(&[path_str(&unanswered)]);
     assert_eq!(code, 1, "{report}");
     let message = report["steps"][1]["refused"][0]["message"]
