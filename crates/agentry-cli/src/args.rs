@@ -40,6 +40,10 @@ pub(crate) enum Command {
     /// model, or tool) runs, success rate, steps, tool errors by tool and
     /// code, tokens and cost per run, wall time, retries, each split by stop reason.
     Stats(StatsArgs),
+    /// Run a recorded run again (its JSONL trace, or a store's run) in a fresh
+    /// working directory, its recorded decisions as the policy and the real
+    /// tools, and report drift step by step. Exit 0: no drift; 1: drift.
+    Replay(ReplayArgs),
 }
 
 #[derive(Debug, Args)]
@@ -88,6 +92,50 @@ impl From<StatsBy> for agentry::insight::stats::GroupBy {
 pub(crate) fn parse_since(value: &str) -> Result<Duration, String> {
     humantime::parse_duration(value)
         .map_err(|e| format!("expected a duration such as 30m, 24h or 7d ({e})"))
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ReplayArgs {
+    /// The recorded run's JSONL trace (`agentry run --trace FILE`): its root
+    /// run, or the run --run-id names.
+    #[arg(required_unless_present = "store")]
+    pub(crate) trace: Option<PathBuf>,
+    /// A SQLite store holding the recorded run (with --run-id): without a
+    /// trace, the run's decisions and results come from its session; with
+    /// one, the store only says which task the run came from. Only read.
+    #[arg(long, value_name = "FILE", requires = "run_id")]
+    pub(crate) store: Option<PathBuf>,
+    /// The recorded run to replay (default: the trace's root run).
+    #[arg(long, value_name = "ID")]
+    pub(crate) run_id: Option<String>,
+    /// The task directory to replay against (default: the one the recording
+    /// names).
+    #[arg(long, value_name = "DIR")]
+    pub(crate) task: Option<PathBuf>,
+    /// Stop after this step; drift is judged up to it (the stop is not).
+    #[arg(long, value_name = "STEP", value_parser = clap::value_parser!(u64).range(1..), conflicts_with = "fork_at")]
+    pub(crate) until: Option<u64>,
+    /// Replay the recorded decisions of the steps before STEP, then let
+    /// --policy decide from STEP on (a script's first turn is played at
+    /// STEP). Drift is judged for the steps before STEP.
+    #[arg(long, value_name = "STEP", value_parser = clap::value_parser!(u64).range(1..), requires = "policy")]
+    pub(crate) fork_at: Option<u64>,
+    /// The policy after the fork, as for `run`.
+    #[arg(long, value_name = "KIND:VALUE", value_parser = parse_policy, requires = "fork_at")]
+    pub(crate) policy: Option<PolicyArg>,
+    /// The model server of a forked model policy, as for `run`.
+    #[arg(long, value_name = "URL", requires = "policy")]
+    pub(crate) base_url: Option<String>,
+    /// Keep the replay's own JSONL trace in FILE.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) out: Option<PathBuf>,
+    /// The replay's working directory; must not exist or be empty. Default:
+    /// a new directory under the system temp dir.
+    #[arg(long, value_name = "DIR")]
+    pub(crate) workdir: Option<PathBuf>,
+    /// Print exactly one JSON object on stdout instead of the table.
+    #[arg(long)]
+    pub(crate) json: bool,
 }
 
 #[derive(Debug, Args)]

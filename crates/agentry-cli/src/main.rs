@@ -12,6 +12,8 @@
 //! agentry tools TASK_DIR [--json]
 //! agentry mcp [--http ADDR] [--store FILE | --no-store] [--durability strict|grouped]
 //! agentry stats [--store FILE | --trace FILE...] [--by task|model|tool] [--since 24h] [--json]
+//! agentry replay [TRACE.jsonl] [--store FILE --run-id ID] [--task DIR] [--until STEP]
+//!                      [--fork-at STEP --policy ...] [--out FILE] [--json]
 //! ```
 //!
 //! Runs are durable by default: committed to `$AGENTRY_STORE`, else
@@ -39,6 +41,7 @@ mod drive;
 mod error;
 mod mcp;
 mod policy;
+mod replay;
 mod report;
 mod resume;
 mod run;
@@ -131,6 +134,12 @@ fn command(command: Command, runtime: &tokio::runtime::Runtime) -> ExitCode {
         },
         Command::Stats(args) => match stats::stats(&args) {
             Ok(()) => ExitCode::SUCCESS,
+            Err(e) => fail(&e, EXIT_BAD_INPUT, args.json),
+        },
+        // Exit 0: no drift; 1: drift; 2: the replay could not be judged.
+        Command::Replay(args) => match runtime.block_on(replay::replay(&args)) {
+            Ok(false) => ExitCode::SUCCESS,
+            Ok(true) => ExitCode::from(EXIT_NOT_DONE),
             Err(e) => fail(&e, EXIT_BAD_INPUT, args.json),
         },
         // Stdout is the protocol channel (stdio): errors go to stderr only.

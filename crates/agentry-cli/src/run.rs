@@ -94,6 +94,12 @@ pub(crate) async fn prepare(args: &RunArgs) -> Result<Prepared, RunError> {
     config.trace = trace;
     config.run_id = args.run_id.clone();
     config.policy_spec = Some(policy_spec);
+    // What `agentry replay` needs from the trace alone.
+    config.origin = Some(agentry::protocol::trace::TraceOrigin {
+        task_dir: Some(absolute(&task.dir).display().to_string()),
+        workdir: Some(config.workdir.display().to_string()),
+        approved: args.approve.clone(),
+    });
     if !args.approve.is_empty() {
         // On top of what the task approves up front (an MCP override's `approve = false`).
         let entries = config.approval.pre_approved.entries().iter();
@@ -134,7 +140,7 @@ impl FreshWorkdir {
         })
     }
 
-    fn keep(mut self) -> PathBuf {
+    pub(crate) fn keep(mut self) -> PathBuf {
         self.kept = true;
         std::mem::take(&mut self.path)
     }

@@ -21,7 +21,8 @@ pub(crate) fn otlp_of(command: &Command) -> Option<Option<String>> {
     let flag = match command {
         Command::Run(args) => args.otlp.as_ref(),
         Command::Resume(args) => args.otlp.as_ref(),
-        Command::Runs(_) | Command::Tools(_) | Command::Mcp(_) | Command::Stats(_) => return None,
+        Command::Runs(_) | Command::Tools(_) | Command::Mcp(_) | Command::Stats(_)
+        | Command::Replay(_) => return None,
     };
     match flag {
         Some(url) if url.is_empty() => Some(None),

@@ -27,6 +27,7 @@ mod cli {
     mod mcp_trace;
     mod model;
     mod proxy;
+    mod replay;
     mod run;
     mod runs;
     mod stats;

@@ -11,6 +11,7 @@
 //! - [`policy`]: [`Policy`], [`PolicyContext`], [`DeltaSink`], [`Redact`], [`ChildPolicyFactory`].
 //! - [`script`]: the built-in scripted policy ([`Script`], [`ScriptedPolicy`]),
 //!   the default of a task directory and of every test.
+//! - [`replay`]: [`ReplayPolicy`], a recorded run's decisions (`agentry replay`).
 //! - [`error`]: the crate's one error, [`ScriptError`].
 //!
 //! ```
@@ -36,8 +37,10 @@
 
 pub mod error;
 pub mod policy;
+pub mod replay;
 pub mod script;
 
 pub use error::ScriptError;
 pub use policy::{ChildPolicyFactory, DeltaSink, Policy, PolicyContext, Redact};
+pub use replay::ReplayPolicy;
 pub use script::{Script, ScriptEnd, ScriptTurn, ScriptedPolicy};

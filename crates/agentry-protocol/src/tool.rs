@@ -104,6 +104,13 @@ pub struct ToolContract {
     /// model still see the real values.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub redact: Vec<String>,
+    /// Result fields whose values change from one run to the next by nature
+    /// (a timestamp, a process id) (host only): `agentry replay` does not
+    /// count a difference there as drift. A name matches that key at any
+    /// depth of the result's data; a dotted path (`meta.at`) matches from its
+    /// root.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volatile: Vec<String>,
 }
 
 fn default_retries() -> u32 {
@@ -133,6 +140,7 @@ impl ToolContract {
             parallel_safe: None,
             max_retries: default_retries(),
             redact: Vec::new(),
+            volatile: Vec::new(),
         }
     }
 
@@ -150,6 +158,17 @@ impl ToolContract {
         S: Into<String>,
     {
         self.redact = fields.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Marks result fields whose values differ from run to run (see
+    /// [`ToolContract::volatile`]).
+    pub fn volatile_fields<I, S>(mut self, fields: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.volatile = fields.into_iter().map(Into::into).collect();
         self
     }
 

@@ -140,6 +140,27 @@ pub struct TraceEnd {
     pub world: WorldState,
     /// When the run stopped.
     pub at: UnixMillis,
+    /// Where the run came from, when its starter said (the CLI does): what
+    /// `agentry replay` needs to run it again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<TraceOrigin>,
+}
+
+/// Where a run came from: set by whoever starts it (`RunConfig::origin`),
+/// written on its stop line so that the trace alone can be replayed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TraceOrigin {
+    /// The task directory the run was started from, absolute.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_dir: Option<String>,
+    /// The run's working directory, absolute: results that name it are
+    /// compared with the replay's own in its place.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workdir: Option<String>,
+    /// Tools approved up front (the CLI's `--approve`), so their calls do not
+    /// park in a replay either.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub approved: Vec<String>,
 }
 
 /// Something that entered a run from outside, in the order it was applied.

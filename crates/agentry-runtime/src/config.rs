@@ -225,6 +225,11 @@ pub struct RunConfig {
     /// redaction.
     #[serde(default)]
     pub observe: ObserveConfig,
+    /// Where the run came from (task directory, working directory, tools
+    /// approved up front), written on the trace's stop line for `agentry
+    /// replay`. Not used by the runtime itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<agentry_protocol::trace::TraceOrigin>,
 }
 
 /// What a run writes about itself, and what it keeps out of what it writes.
@@ -291,6 +296,7 @@ impl RunConfig {
             inbox_capacity: default_inbox_capacity(),
             traceparent: None,
             observe: ObserveConfig::default(),
+            origin: None,
         }
     }
 }

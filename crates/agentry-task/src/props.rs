@@ -76,6 +76,7 @@ const TABLES: &[(&str, &[&str])] = &[
             "parallel_safe",
             "version",
             "redact",
+            "volatile",
         ],
     ),
     (
@@ -159,6 +160,7 @@ const KEYS: &[&str] = &[
     "version",
     "window",
     "redact",
+    "volatile",
     "patterns",
     "trace",
     "sample",

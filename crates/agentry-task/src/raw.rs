@@ -146,4 +146,5 @@ pub(crate) struct RawCommandTool {
     pub(crate) parallel_safe: Option<Value>,
     pub(crate) version: Option<Value>,
     pub(crate) redact: Option<Value>,
+    pub(crate) volatile: Option<Value>,
 }

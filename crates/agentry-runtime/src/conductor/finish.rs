@@ -204,6 +204,7 @@ impl ConductorState {
             state_version,
             world: state.world.clone(),
             at: agentry_protocol::now_millis(),
+            origin: self.config.origin.clone(),
         })));
         let path = trace.path().to_path_buf();
         let mut error = None;

@@ -11,7 +11,7 @@ use toml::Value;
 
 use super::fields::{
     argv, effect, env, idempotency, input_schema, non_empty, properties, redact_fields, to_json,
-    tool_name,
+    tool_name, volatile_fields,
 };
 use crate::raw::RawCommandTool;
 use crate::values::{FieldError, describe, duration, field_error, millis};
@@ -145,7 +145,7 @@ fn required_parts(at: &str, raw: &mut RawCommandTool) -> Result<Required, FieldE
 }
 
 /// The optional contract fields: effect, idempotency, timeout, auth scope,
-/// retries, parallel safety, version, redacted fields.
+/// retries, parallel safety, version, redacted and volatile fields.
 fn contract_options(
     at: &str,
     raw: &mut RawCommandTool,
@@ -197,6 +197,9 @@ fn contract_options(
     }
     if let Some(v) = raw.redact.take() {
         contract.redact = redact_fields(&format!("{at}.redact"), v)?;
+    }
+    if let Some(v) = raw.volatile.take() {
+        contract.volatile = volatile_fields(&format!("{at}.volatile"), v)?;
     }
     Ok(())
 }

@@ -238,9 +238,21 @@ pub(crate) fn env(at: &str, v: Value) -> Result<BTreeMap<String, String>, FieldE
 /// `redact`: names of argument and result fields whose values are secrets
 /// (matched at any depth, so they need not be properties of the schema).
 pub(crate) fn redact_fields(at: &str, v: Value) -> Result<Vec<String>, FieldError> {
+    field_names(at, v, "redact = [\"password\"]")
+}
+
+/// `volatile`: result fields whose values differ from run to run (a name at
+/// any depth, or a dotted path from the data's root), which `agentry replay`
+/// does not count as drift.
+pub(crate) fn volatile_fields(at: &str, v: Value) -> Result<Vec<String>, FieldError> {
+    field_names(at, v, "volatile = [\"at\"]")
+}
+
+/// A list of distinct, non-empty field names; `example` shows the form.
+fn field_names(at: &str, v: Value, example: &str) -> Result<Vec<String>, FieldError> {
     let Value::Array(items) = v else {
         return Err(field_error!(
-            "{at}: expected an array of field names, e.g. redact = [\"password\"], found {}",
+            "{at}: expected an array of field names, e.g. {example}, found {}",
             describe(&v)
         ));
     };

@@ -29,6 +29,7 @@ max_retries = 0
 parallel_safe = false
 version = "3"
 redact = ["line", "password", "line"]
+volatile = ["at", "meta.pid"]
 
 [[tools.command]]
 name = "ledger.show"
@@ -77,7 +78,8 @@ fn every_field_parses() {
     .max_retries(0)
     .parallel_safe(false)
     .version("3")
-    .redact_fields(["line", "password"]);
+    .redact_fields(["line", "password"])
+    .volatile_fields(["at", "meta.pid"]);
     contract.preconditions = Vec::new();
     assert_eq!(
         spec.command_tools[0],
@@ -314,6 +316,14 @@ fn bad_declarations_name_the_field() {
         (
             one("argv = [\"true\"]\nredact = [\"password\", 3]"),
             "tools.command[0].redact[1]: expected a field name, found 3",
+        ),
+        (
+            one("argv = [\"true\"]\nvolatile = \"at\""),
+            "tools.command[0].volatile: expected an array of field names, e.g. volatile = [\"at\"], found \"at\"",
+        ),
+        (
+            one("argv = [\"true\"]\nvolatile = [\"\"]"),
+            "tools.command[0].volatile[0]: expected a field name, found \"\"",
         ),
         (
             one("argv = [\"true\"]\nenv = { TRACEPARENT = \"00-forged\" }"),

@@ -1,0 +1,80 @@
+//! Why `agentry replay` could not judge a run.
+
+use std::path::PathBuf;
+
+use agentry::RuntimeError;
+use agentry_models::ModelError;
+
+use crate::error::RunError;
+
+/// Why a replay produced no report (exit 2, like the other commands' bad input).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ReplayError {
+    /// The trace file cannot be read.
+    #[error("cannot read the trace {path}: {source}")]
+    Unreadable {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// A line of the trace is not a trace record.
+    #[error("{path}:{line}: not a trace record: {message}")]
+    BadLine {
+        path: PathBuf,
+        line: usize,
+        message: String,
+    },
+    /// The trace or store holds no such run (or none at all).
+    #[error("{from} holds no {what}")]
+    NoRun { from: String, what: String },
+    /// The trace holds several root runs and no `--run-id` picks one.
+    #[error("{from} holds {} runs ({}); pick one with --run-id", ids.len(), ids.join(", "))]
+    SeveralRuns { from: String, ids: Vec<String> },
+    /// The trace lacks step records of the run (sampled out, or cut short).
+    #[error(
+        "{from} holds {held} of run {run_id}'s {steps} step records (a run sampled out by [trace] sample keeps none when it stops done); replay needs every step"
+    )]
+    Incomplete {
+        from: String,
+        run_id: String,
+        held: usize,
+        steps: u64,
+    },
+    /// Nothing says which task the run came from.
+    #[error(
+        "the recorded run {run_id} does not say which task directory it came from (recorded by an older agentry, a child run, or not started by the CLI); pass --task DIR"
+    )]
+    NoTask { run_id: String },
+    /// No scratch directory for the replay's own trace.
+    #[error("cannot create a scratch directory for the replay's trace: {0}")]
+    Scratch(std::io::Error),
+    /// The replay's own trace could not be written completely: nothing to judge.
+    #[error("the replay's trace {path} could not be written completely: {message}")]
+    TraceLost { path: PathBuf, message: String },
+    /// The store, the task, or the run could not be used or started.
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+    /// The fork's model policy cannot be used.
+    #[error(transparent)]
+    Model(#[from] ModelError),
+}
+
+impl From<RunError> for ReplayError {
+    fn from(e: RunError) -> Self {
+        match e {
+            RunError::BadInput(e) | RunError::Lost(e) => ReplayError::Runtime(e),
+            RunError::Model(e) => ReplayError::Model(e),
+        }
+    }
+}
+
+impl From<agentry::store::StoreError> for ReplayError {
+    fn from(e: agentry::store::StoreError) -> Self {
+        ReplayError::Runtime(e.into())
+    }
+}
+
+impl From<agentry::TaskError> for ReplayError {
+    fn from(e: agentry::TaskError) -> Self {
+        ReplayError::Runtime(e.into())
+    }
+}

@@ -1,0 +1,184 @@
+//! Running the replay: the task's real tools in a fresh working directory,
+//! the recorded decisions as the policy (and a fork's policy after them), the
+//! recorded approvals and messages applied again, a new run id, no store, and
+//! its own trace to be judged from.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use agentry::policy::ReplayPolicy;
+use agentry::protocol::event::RunEvent;
+use agentry::protocol::trace::{RunInput, TraceOrigin};
+use agentry::{Grants, Policy, RunHandle, RunOutcome, Runtime, TaskSpec};
+
+use super::error::ReplayError;
+use super::recorded::Recorded;
+use crate::args::{PolicyArg, absolute};
+use crate::policy::{ContextSettings, LoadedPolicy, ModelOptions, model_policy};
+use crate::run::FreshWorkdir;
+
+/// What the replay is told besides the recording.
+pub(crate) struct Plan<'a> {
+    pub(crate) task_dir: &'a Path,
+    pub(crate) until: Option<u64>,
+    /// `--fork-at STEP --policy ...` (and the model server for a model policy).
+    pub(crate) fork: Option<(u64, &'a PolicyArg, Option<&'a str>)>,
+    /// The replay's own trace.
+    pub(crate) trace: PathBuf,
+    pub(crate) workdir: Option<&'a Path>,
+}
+
+/// The replay's run, once it stopped.
+pub(crate) struct Replayed {
+    pub(crate) outcome: RunOutcome,
+    /// Volatile result fields, by tool name, from the task's contracts.
+    pub(crate) volatile: BTreeMap<String, Vec<String>>,
+}
+
+/// Starts the replay and waits for it to stop.
+pub(crate) async fn replay(recorded: &Recorded, plan: Plan<'_>) -> Result<Replayed, ReplayError> {
+    let mut task = TaskSpec::load(plan.task_dir)?;
+    if let Some(limits) = recorded.limits {
+        // The limits the recorded run had, `--max-steps` and `--deadline` included.
+        task.limits = limits;
+    }
+    let policy = policy(recorded, &plan, &task).await?;
+    let fresh = FreshWorkdir::prepare(&task, plan.workdir)?;
+    let mcp = task.start_mcp(&fresh.path).await?;
+    let registry = task.registry_with(&mcp)?;
+    let volatile = registry
+        .specs()
+        .iter()
+        .filter_map(|spec| registry.get(&spec.name))
+        .filter(|tool| !tool.contract.volatile.is_empty())
+        .map(|tool| (tool.contract.name.clone(), tool.contract.volatile.clone()))
+        .collect();
+    let runtime = Runtime::new(registry);
+    let approved = recorded
+        .origin
+        .as_ref()
+        .map(|o| o.approved.clone())
+        .unwrap_or_default();
+    let mut config = task.run_config(fresh.keep());
+    config.trace = Some(plan.trace.clone());
+    config.origin = Some(TraceOrigin {
+        task_dir: Some(absolute(&task.dir).display().to_string()),
+        workdir: Some(config.workdir.display().to_string()),
+        approved: approved.clone(),
+    });
+    if !approved.is_empty() {
+        let entries = config.approval.pre_approved.entries().iter();
+        config.approval.pre_approved = Grants::new(entries.chain(&approved).cloned());
+    }
+    let handle = runtime.start_boxed(config, policy).await?;
+    let outcome = drive(&handle, recorded).await;
+    mcp.shutdown().await;
+    Ok(Replayed {
+        outcome: outcome?,
+        volatile,
+    })
+}
+
+/// The recorded decisions, then the fork's policy if there is one.
+async fn policy(
+    recorded: &Recorded,
+    plan: &Plan<'_>,
+    task: &TaskSpec,
+) -> Result<Box<dyn Policy>, ReplayError> {
+    let mut replay = ReplayPolicy::new(recorded.decisions());
+    if let Some(until) = plan.until {
+        replay = replay.until(until);
+    }
+    if let Some((at, arg, base_url)) = plan.fork {
+        let LoadedPolicy { policy, .. } = match arg {
+            PolicyArg::Script(file) => LoadedPolicy::script(file)?,
+            PolicyArg::Model { provider, model } => {
+                let options = ModelOptions {
+                    fallback: &[],
+                    prompt_cache: task.prompt_cache,
+                    ca_cert: task.ca_cert.as_deref(),
+                    context: ContextSettings::of_task(task),
+                };
+                model_policy(*provider, model, base_url, options).await?
+            }
+        };
+        replay = replay.fork_at(at, policy);
+    }
+    Ok(Box::new(replay))
+}
+
+/// Waits for the replay to stop, answering each call that waits for approval
+/// as the recording did (a call the recording has no answer for is denied,
+/// saying so) and sending each recorded message or event once the replay has
+/// decided as many steps as the recording had taken before it (best effort:
+/// the runtime places it at its next safe point).
+async fn drive(handle: &RunHandle, recorded: &Recorded) -> Result<RunOutcome, ReplayError> {
+    let mut events = handle.subscribe();
+    let mut messages = recorded.messages.iter().peekable();
+    send_due(handle, &mut messages, 0);
+    let wait = handle.wait();
+    tokio::pin!(wait);
+    loop {
+        tokio::select! {
+            outcome = &mut wait => return Ok(outcome?),
+            event = events.recv() => match event {
+                Ok(record) => match record.event {
+                    RunEvent::AwaitingApproval { call, .. } => {
+                        answer(handle, recorded, &call.id).await?;
+                    }
+                    // Sent while step N acts, a message is in the session
+                    // before step N + 1 decides, as it was recorded.
+                    RunEvent::DecisionMade { step, .. } => send_due(handle, &mut messages, step),
+                    _ => {}
+                },
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                    for pending in handle.pending_approvals().await {
+                        answer(handle, recorded, &pending.call.id).await?;
+                    }
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return Ok(wait.await?),
+            },
+        }
+    }
+}
+
+async fn answer(handle: &RunHandle, recorded: &Recorded, call_id: &str) -> Result<(), ReplayError> {
+    match recorded.approvals.get(call_id) {
+        Some(a) if a.approved => handle.approve(call_id).await?,
+        Some(a) => handle.deny(call_id, a.reason.clone()).await?,
+        None => {
+            handle
+                .deny(
+                    call_id,
+                    Some("replay: the recorded run has no approval for this call".into()),
+                )
+                .await?
+        }
+    };
+    Ok(())
+}
+
+/// Sends the recorded messages and events due once `steps` steps are decided.
+/// One the run refuses (it stopped, its inbox is full) is reported, not fatal:
+/// the drift report shows what it changed.
+fn send_due<'a>(
+    handle: &RunHandle,
+    messages: &mut std::iter::Peekable<impl Iterator<Item = &'a (u64, RunInput)>>,
+    steps: u64,
+) {
+    while let Some((_, input)) = messages.next_if(|(after, _)| *after <= steps) {
+        let sent = match input {
+            RunInput::Message { text } => handle.send_message(text.clone()),
+            RunInput::Event { name, payload } => handle.inject(name.clone(), payload.clone()),
+            RunInput::Interrupt { .. }
+            | RunInput::Tick { .. }
+            | RunInput::Pause
+            | RunInput::Resume
+            | RunInput::Approval { .. }
+            | RunInput::Settlement { .. } => Ok(()),
+        };
+        if let Err(e) = sent {
+            eprintln!("agentry: warning: a recorded input could not be sent again: {e}");
+        }
+    }
+}
