@@ -11,6 +11,7 @@
 //! agentry runs [--store FILE] [--all] [--json]
 //! agentry tools TASK_DIR [--json]
 //! agentry mcp [--http ADDR] [--store FILE | --no-store] [--durability strict|grouped]
+//! agentry view TRACE.jsonl... [-o run.html]
 //! ```
 //!
 //! Runs are durable by default: committed to `$AGENTRY_STORE`, else
@@ -45,6 +46,7 @@ mod signals;
 mod store;
 mod telemetry;
 mod tools;
+mod view;
 
 use std::process::ExitCode;
 
@@ -130,6 +132,13 @@ fn command(command: Command, runtime: &tokio::runtime::Runtime) -> ExitCode {
         // Stdout is the protocol channel (stdio): errors go to stderr only.
         Command::Mcp(args) => match runtime.block_on(mcp::serve(args)) {
             Ok(()) => ExitCode::SUCCESS,
+            Err(e) => fail(&e, EXIT_BAD_INPUT, false),
+        },
+        Command::View(args) => match view::write(&args) {
+            Ok(path) => {
+                println!("{}", path.display());
+                ExitCode::SUCCESS
+            }
             Err(e) => fail(&e, EXIT_BAD_INPUT, false),
         },
     }

@@ -21,7 +21,9 @@ pub(crate) fn otlp_of(command: &Command) -> Option<Option<String>> {
     let flag = match command {
         Command::Run(args) => args.otlp.as_ref(),
         Command::Resume(args) => args.otlp.as_ref(),
-        Command::Runs(_) | Command::Tools(_) | Command::Mcp(_) => return None,
+        Command::Runs(_) | Command::Tools(_) | Command::Mcp(_) | Command::View(_) => {
+            return None;
+        }
     };
     match flag {
         Some(url) if url.is_empty() => Some(None),

@@ -32,6 +32,7 @@ mod cli {
     mod tls_resume;
     mod tools_cmd;
     mod tree;
+    mod view;
     mod workspace;
 }
 
