@@ -35,6 +35,8 @@ struct Lane {
     parent: Option<String>,
     depth: usize,
     #[serde(skip_serializing_if = "Option::is_none")]
+    goal: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     model: Option<String>,
     /// Unix ms at which the run started (its first step's time less its elapsed).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -156,6 +158,8 @@ impl Lanes {
         if let Some(parent) = &step.parent_id {
             lane.parent = Some(parent.to_string());
         }
+        lane.goal
+            .get_or_insert_with(|| step.state.task.goal.clone());
         let model = lane
             .model
             .get_or_insert_with(|| step.model.to_string())
@@ -224,12 +228,13 @@ impl Lanes {
             let Some(id) = data.get("child_id").and_then(Value::as_str) else {
                 return;
             };
-            let call = spawn_call(step, &result.tool_call_id);
+            let call = SpawnCall::of(step, &result.tool_call_id);
             let lane = self.lane(id);
             lane.parent.get_or_insert_with(|| parent.to_string());
             if lane.task.is_empty() {
-                lane.task = call.unwrap_or_else(|| id.to_string());
+                lane.task = call.name.unwrap_or_else(|| id.to_string());
             }
+            lane.goal = lane.goal.take().or(call.goal);
             lane.start.get_or_insert(result.observed_at);
             lane.limits = lane
                 .limits
@@ -280,19 +285,31 @@ impl Lanes {
     }
 }
 
-/// The spawn call's `name` (else its goal), from the step's decision.
-fn spawn_call(step: &TraceStep, call_id: &str) -> Option<String> {
-    let agentry::protocol::decision::Decision::ToolCalls { calls } = &*step.decision else {
-        return None;
-    };
-    let args = calls
-        .iter()
-        .find(|c| c.id == call_id)?
-        .arguments
-        .to_value()
-        .ok()?;
-    let pick = |key: &str| args.get(key).and_then(Value::as_str).map(str::to_string);
-    pick("name").or_else(|| pick("goal"))
+/// The `name` and `goal` a spawn call gave its child.
+#[derive(Default)]
+struct SpawnCall {
+    name: Option<String>,
+    goal: Option<String>,
+}
+
+impl SpawnCall {
+    fn of(step: &TraceStep, call_id: &str) -> SpawnCall {
+        let agentry::protocol::decision::Decision::ToolCalls { calls } = &*step.decision else {
+            return SpawnCall::default();
+        };
+        let Some(args) = calls
+            .iter()
+            .find(|c| c.id == call_id)
+            .and_then(|c| c.arguments.to_value().ok())
+        else {
+            return SpawnCall::default();
+        };
+        let pick = |key: &str| args.get(key).and_then(Value::as_str).map(str::to_string);
+        SpawnCall {
+            name: pick("name"),
+            goal: pick("goal"),
+        }
+    }
 }
 
 /// Every object in `data` that reports a child's end (`child_id` and

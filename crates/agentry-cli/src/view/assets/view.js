@@ -117,7 +117,8 @@
     var who = el("div", { cls: "who" },
       el("div", { cls: "kicker", text: "agentry trace · " + DATA.files.join(", ") }),
       el("h1", { text: root.task || root.id }),
-      el("div", { cls: "goal mono", text: "run " + root.id + (root.model ? " · model " + root.model : "") }),
+      root.goal ? el("div", { cls: "goal", text: root.goal }) : null,
+      el("div", { cls: "run mono", text: "run " + root.id + (root.model ? " · model " + root.model : "") }),
       stats);
     var reason = el("span", { id: "stop-reason", cls: stop ? (stop.reason === "done" ? "done" : "") : "none", text: stop ? stop.reason : "no stop line (still running?)" });
     var side = el("div", { cls: "stop" }, reason,
@@ -133,7 +134,7 @@
   function laneLabel(lane) {
     var used = lane.stop ? lane.stop.budget.spent : null;
     var steps = lane.stop ? lane.stop.steps : lane.stepRows.length;
-    if (!lane.traced && lane.outcome) steps = lane.outcome.data.steps;
+    if (!lane.traced && lane.outcome) { steps = lane.outcome.data.steps; used = { tool_calls: lane.outcome.data.tool_calls }; }
     var max = lane.limits && lane.limits.max_steps;
     var sub = "steps " + num(steps) + (max ? "/" + num(max) : "");
     if (lane.limits && lane.limits.max_tool_calls) sub += " · calls " + num(used ? used.tool_calls : null) + "/" + num(lane.limits.max_tool_calls);
@@ -207,6 +208,10 @@
           for (var r = 1; r < c.tries; r++) { ctx.fillStyle = "#fff"; ctx.fillRect(x + 2 + (r - 1) * 4, h / 2 - 1, 2, 2); }
           x += w;
         });
+        if (x1 - x0 > 26) {
+          ctx.fillStyle = "#fff"; ctx.font = "600 10px " + getComputedStyle(document.body).fontFamily;
+          ctx.fillText(String(s.n), x0 + 4, h / 2 + 3.5);
+        }
         if (state.lane === LANES.indexOf(lane) && lane.rows[state.row] === s) {
           ctx.strokeStyle = "#1d2430"; ctx.lineWidth = 1.5; ctx.strokeRect(x0 - 1, 3, x1 - x0 + 1, h - 6);
         }
@@ -478,6 +483,7 @@
       return;
     }
     box.appendChild(el("h2", { text: "Child " + (lane.task || lane.id) }));
+    if (lane.goal) box.appendChild(el("div", { text: "goal: " + lane.goal }));
     box.appendChild(el("div", { cls: "meta", text: "run " + lane.id + " · its steps are not in this trace (a child writes none of its own)" }));
     if (lane.spawn) { box.appendChild(el("h3", { text: "Spawned by its parent's step " + lane.spawn.step })); box.appendChild(el("pre", { text: json(lane.spawn.data) })); }
     if (lane.outcome) { box.appendChild(el("h3", { text: "Outcome, as its parent's step " + lane.outcome.step + " got it" })); box.appendChild(el("pre", { text: json(lane.outcome.data) })); }
@@ -486,9 +492,10 @@
   // ---- start ---------------------------------------------------------------
   function legend() {
     var box = document.getElementById("legend");
-    [["ok", "ok"], ["model", "no call (final / failed)"], ["refused", "refused (EPERM, EBUDGET, ENOTOOL)"], ["bad_call", "bad call (EINVAL, EPRECOND)"],
-      ["transient", "timeout / unavailable"], ["failed", "failed (EINTERNAL)"], ["cancelled", "cancelled"], ["input", "input / approval"]]
-      .forEach(function (p) { var i = el("i"); i.style.background = cssColor(p[0]); box.appendChild(el("span", null, i, p[1])); });
+    [["ok", "ok", ""], ["model", "no call", "a final answer or a failed turn"], ["refused", "refused", "EPERM, EBUDGET, ENOTOOL"],
+      ["bad_call", "bad call", "EINVAL, EPRECOND"], ["transient", "timeout / unavailable", "ETIMEDOUT, EUNAVAIL"], ["failed", "failed", "EINTERNAL"],
+      ["cancelled", "cancelled", "ECANCELED"], ["input", "input / approval", "applied at the mark"]]
+      .forEach(function (p) { var i = el("i"); i.style.background = cssColor(p[0]); box.appendChild(el("span", { title: p[2] }, i, p[1])); });
   }
   function start() {
     tip = el("div", { id: "tip" });
@@ -502,7 +509,10 @@
     var root = LANES.findIndex(function (l) { return l.traced; });
     state.lane = root < 0 ? 0 : root;
     showLane();
-    select(state.lane, 0, false);
+    // A link may name a step: run.html#step=12.
+    var linked = /^#step=(\d+)$/.exec(location.hash);
+    var first = linked ? LANES[state.lane].rows.findIndex(function (r) { return r.k === "step" && r.n === Number(linked[1]); }) : 0;
+    select(state.lane, Math.max(0, first), true);
     list.addEventListener("scroll", renderList, { passive: true });
     list.addEventListener("keydown", function (ev) {
       if (ev.key === "ArrowDown" || ev.key === "ArrowUp") {
