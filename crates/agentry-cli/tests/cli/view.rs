@@ -534,6 +534,9 @@ fn the_page_goes_beside_the_trace_by_default() {
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), path_str(&html));
     let page = std::fs::read_to_string(&html).unwrap();
     assert!(page.starts_with("<!DOCTYPE html>"));
+    // The one script the page runs is named by hash: no other inline script
+    // would run, nor any load be made.
+    assert!(page.contains("default-src 'none'; style-src 'unsafe-inline'; script-src 'sha256-"));
     // Self-contained: nothing to fetch.
     for needle in [
         "src=\"http",
