@@ -44,6 +44,9 @@ pub(crate) enum Command {
     /// working directory, its recorded decisions as the policy and the real
     /// tools, and report drift step by step. Exit 0: no drift; 1: drift.
     Replay(ReplayArgs),
+    /// Write one self-contained HTML page (no network: open it from disk) that
+    /// shows a JSONL trace as a timeline you can click through.
+    View(ViewArgs),
 }
 
 #[derive(Debug, Args)]
@@ -136,6 +139,20 @@ pub(crate) struct ReplayArgs {
     /// Print exactly one JSON object on stdout instead of the table.
     #[arg(long)]
     pub(crate) json: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ViewArgs {
+    /// The JSONL trace (`agentry run --trace FILE`). A tree's children write no
+    /// trace of their own: they are drawn from the parent's agent.spawn and
+    /// agent.wait results. An embedder's per-run traces of one tree can be given
+    /// together, the root's first.
+    #[arg(required = true, value_name = "TRACE")]
+    pub(crate) traces: Vec<PathBuf>,
+    /// Where to write the page. Default: the first TRACE with `.html` instead of
+    /// its extension (run.jsonl -> run.html). Written whole or not at all.
+    #[arg(short, long, value_name = "FILE")]
+    pub(crate) output: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

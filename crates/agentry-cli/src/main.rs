@@ -14,6 +14,7 @@
 //! agentry stats [--store FILE | --trace FILE...] [--by task|model|tool] [--since 24h] [--json]
 //! agentry replay [TRACE.jsonl] [--store FILE --run-id ID] [--task DIR] [--until STEP]
 //!                      [--fork-at STEP --policy ...] [--out FILE] [--json]
+//! agentry view TRACE.jsonl... [-o run.html]
 //! ```
 //!
 //! Runs are durable by default: committed to `$AGENTRY_STORE`, else
@@ -50,6 +51,7 @@ mod stats;
 mod store;
 mod telemetry;
 mod tools;
+mod view;
 
 use std::process::ExitCode;
 
@@ -145,6 +147,13 @@ fn command(command: Command, runtime: &tokio::runtime::Runtime) -> ExitCode {
         // Stdout is the protocol channel (stdio): errors go to stderr only.
         Command::Mcp(args) => match runtime.block_on(mcp::serve(args)) {
             Ok(()) => ExitCode::SUCCESS,
+            Err(e) => fail(&e, EXIT_BAD_INPUT, false),
+        },
+        Command::View(args) => match view::write(&args) {
+            Ok(path) => {
+                println!("{}", path.display());
+                ExitCode::SUCCESS
+            }
             Err(e) => fail(&e, EXIT_BAD_INPUT, false),
         },
     }

@@ -22,7 +22,8 @@ pub(crate) fn otlp_of(command: &Command) -> Option<Option<String>> {
         Command::Run(args) => args.otlp.as_ref(),
         Command::Resume(args) => args.otlp.as_ref(),
         Command::Runs(_) | Command::Tools(_) | Command::Mcp(_) | Command::Stats(_)
-        | Command::Replay(_) => return None,
+        | Command::Replay(_)
+        | Command::View(_) => return None,
     };
     match flag {
         Some(url) if url.is_empty() => Some(None),

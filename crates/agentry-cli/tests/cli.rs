@@ -34,6 +34,7 @@ mod cli {
     mod tls_resume;
     mod tools_cmd;
     mod tree;
+    mod view;
     mod workspace;
 }
 

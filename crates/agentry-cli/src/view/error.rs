@@ -1,0 +1,36 @@
+//! What can go wrong writing a page.
+
+use std::path::PathBuf;
+
+/// What can go wrong writing a page.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ViewError {
+    /// A trace file could not be opened or read.
+    #[error("cannot read the trace {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// A line is not a trace record.
+    #[error("{}:{line}: not a trace line: {source}", path.display())]
+    BadLine {
+        path: PathBuf,
+        line: usize,
+        source: serde_json::Error,
+    },
+    /// A trace file holds no record.
+    #[error("the trace {} is empty: no step, input or stop line", path.display())]
+    Empty { path: PathBuf },
+    /// The default output would overwrite the trace itself.
+    #[error("the output {} is the trace itself: give -o FILE", path.display())]
+    OutputIsTrace { path: PathBuf },
+    /// The page could not be written.
+    #[error("cannot write {}: {source}", path.display())]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// The page's data could not be encoded.
+    #[error("cannot encode the page's data: {0}")]
+    Encode(#[source] serde_json::Error),
+}
