@@ -21,7 +21,10 @@ pub(crate) fn otlp_of(command: &Command) -> Option<Option<String>> {
     let flag = match command {
         Command::Run(args) => args.otlp.as_ref(),
         Command::Resume(args) => args.otlp.as_ref(),
-        Command::Runs(_) | Command::Tools(_) | Command::Mcp(_) | Command::Stats(_)
+        Command::Runs(_)
+        | Command::Tools(_)
+        | Command::Mcp(_)
+        | Command::Stats(_)
         | Command::Replay(_)
         | Command::View(_) => return None,
     };
