@@ -26,3 +26,4 @@
 //! ```
 
 pub mod stats;
+pub mod tracefile;

@@ -132,6 +132,20 @@ pub enum RunStatus {
     AwaitingDecision,
 }
 
+impl RunStatus {
+    /// The serialized name, e.g. `"awaiting_approval"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Running => "running",
+            RunStatus::Paused => "paused",
+            RunStatus::AwaitingApproval => "awaiting_approval",
+            RunStatus::Sleeping => "sleeping",
+            RunStatus::Stopped => "stopped",
+            RunStatus::AwaitingDecision => "awaiting_decision",
+        }
+    }
+}
+
 /// A call waiting for a human decision.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PendingApproval {
@@ -230,4 +244,24 @@ pub struct RunSnapshot<W = WorldState> {
     /// Timer ticks skipped because the previous one was still running.
     #[serde(default)]
     pub ticks_skipped: u64,
+}
+
+#[cfg(test)]
+mod status_tests {
+    use super::RunStatus;
+
+    #[test]
+    fn as_str_is_the_serialized_name() {
+        for status in [
+            RunStatus::Running,
+            RunStatus::Paused,
+            RunStatus::AwaitingApproval,
+            RunStatus::Sleeping,
+            RunStatus::Stopped,
+            RunStatus::AwaitingDecision,
+        ] {
+            let v = serde_json::to_value(status).expect("serializes");
+            assert_eq!(v, serde_json::Value::String(status.as_str().to_string()));
+        }
+    }
 }

@@ -78,3 +78,17 @@ impl From<agentry::TaskError> for ReplayError {
         ReplayError::Runtime(e.into())
     }
 }
+
+impl From<agentry::insight::tracefile::TraceFileError> for ReplayError {
+    fn from(e: agentry::insight::tracefile::TraceFileError) -> Self {
+        use agentry::insight::tracefile::TraceFileError;
+        match e {
+            TraceFileError::Read { path, source } => ReplayError::Unreadable { path, source },
+            TraceFileError::BadLine { path, line, source } => ReplayError::BadLine {
+                path,
+                line: usize::try_from(line).unwrap_or(usize::MAX),
+                message: source.to_string(),
+            },
+        }
+    }
+}

@@ -72,22 +72,7 @@ impl Recorded {
 /// Reads `path` and keeps the lines of run `run_id`, else of its one root run.
 /// Every line must be a trace record: the first that is not is named.
 pub(crate) fn from_trace(path: &Path, run_id: Option<&str>) -> Result<Recorded, ReplayError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ReplayError::Unreadable {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    let mut lines = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        if line.trim().is_empty() {
-            continue;
-        }
-        let parsed = serde_json::from_str::<TraceLine>(line).map_err(|e| ReplayError::BadLine {
-            path: path.to_path_buf(),
-            line: i + 1,
-            message: e.to_string(),
-        })?;
-        lines.push(parsed);
-    }
+    let lines = agentry::insight::tracefile::read_trace(path)?;
     let from = format!("the trace {}", path.display());
     let run_id = match run_id {
         Some(id) => id.to_string(),

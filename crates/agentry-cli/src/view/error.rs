@@ -34,3 +34,17 @@ pub(crate) enum ViewError {
     #[error("cannot encode the page's data: {0}")]
     Encode(#[source] serde_json::Error),
 }
+
+impl From<agentry::insight::tracefile::TraceFileError> for ViewError {
+    fn from(e: agentry::insight::tracefile::TraceFileError) -> Self {
+        use agentry::insight::tracefile::TraceFileError;
+        match e {
+            TraceFileError::Read { path, source } => ViewError::Read { path, source },
+            TraceFileError::BadLine { path, line, source } => ViewError::BadLine {
+                path,
+                line: usize::try_from(line).unwrap_or(usize::MAX),
+                source,
+            },
+        }
+    }
+}

@@ -1,6 +1,5 @@
 //! Reading trace files: one typed record per non-empty line.
 
-use std::io::BufRead;
 use std::path::{Path, PathBuf};
 
 use agentry::protocol::trace::TraceLine;
@@ -21,24 +20,7 @@ pub(super) fn read_all(paths: &[PathBuf]) -> Result<Vec<TraceFile>, ViewError> {
 }
 
 fn read_one(path: &Path) -> Result<TraceFile, ViewError> {
-    let unreadable = |source| ViewError::Read {
-        path: path.to_path_buf(),
-        source,
-    };
-    let file = std::fs::File::open(path).map_err(unreadable)?;
-    let mut lines = Vec::new();
-    for (i, line) in std::io::BufReader::new(file).lines().enumerate() {
-        let line = line.map_err(unreadable)?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        let record = serde_json::from_str(&line).map_err(|source| ViewError::BadLine {
-            path: path.to_path_buf(),
-            line: i + 1,
-            source,
-        })?;
-        lines.push(record);
-    }
+    let lines = agentry::insight::tracefile::read_trace(path)?;
     if lines.is_empty() {
         return Err(ViewError::Empty {
             path: path.to_path_buf(),

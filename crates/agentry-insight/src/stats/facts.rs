@@ -107,3 +107,16 @@ pub enum StatsError {
         source: serde_json::Error,
     },
 }
+
+impl From<crate::tracefile::TraceFileError> for StatsError {
+    fn from(e: crate::tracefile::TraceFileError) -> Self {
+        match e {
+            crate::tracefile::TraceFileError::Read { path, source } => {
+                StatsError::TraceRead { path, source }
+            }
+            crate::tracefile::TraceFileError::BadLine { path, line, source } => {
+                StatsError::TraceLine { path, line, source }
+            }
+        }
+    }
+}

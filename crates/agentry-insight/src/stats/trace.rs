@@ -3,7 +3,6 @@
 //! share of the spend).
 
 use std::collections::BTreeMap;
-use std::io::BufRead;
 use std::path::Path;
 
 use agentry_protocol::budget::Usage;
@@ -46,22 +45,7 @@ pub fn runs_from_traces<P: AsRef<Path>>(paths: &[P]) -> Result<Runs, StatsError>
 }
 
 fn read_file(path: &Path, seen: &mut BTreeMap<String, Seen>) -> Result<(), StatsError> {
-    let read_error = |source| StatsError::TraceRead {
-        path: path.to_path_buf(),
-        source,
-    };
-    let file = std::fs::File::open(path).map_err(read_error)?;
-    for (index, line) in std::io::BufReader::new(file).lines().enumerate() {
-        let line = line.map_err(read_error)?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        let record: TraceLine =
-            serde_json::from_str(&line).map_err(|source| StatsError::TraceLine {
-                path: path.to_path_buf(),
-                line: index as u64 + 1,
-                source,
-            })?;
+    for record in crate::tracefile::read_trace(path)? {
         match record {
             TraceLine::Step(step) => {
                 on_step(&step, seen.entry(step.run_id.to_string()).or_default())

@@ -16,20 +16,8 @@ pub(super) fn status(state: &RunState, before: Option<RunStatus>) {
         target: "agentry::metrics",
         tracing::Level::DEBUG,
         gen_ai.agent.id = run_id,
-        agentry.status = name(state.status),
-        agentry.status.before = before.map(name),
+        agentry.status = state.status.as_str(),
+        agentry.status.before = before.map(RunStatus::as_str),
         "run status"
     );
-}
-
-/// The status as its snapshot spells it.
-fn name(status: RunStatus) -> &'static str {
-    match status {
-        RunStatus::Running => "running",
-        RunStatus::Paused => "paused",
-        RunStatus::AwaitingApproval => "awaiting_approval",
-        RunStatus::Sleeping => "sleeping",
-        RunStatus::Stopped => "stopped",
-        RunStatus::AwaitingDecision => "awaiting_decision",
-    }
 }
