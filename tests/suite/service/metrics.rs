@@ -35,19 +35,8 @@ async fn wait_for(
 
 /// `GET /metrics`: its content type, and its text parsed.
 async fn scrape(client: &ServiceClient) -> Result<Exposition, TestError> {
-    let response = client
-        .client
-        .get(format!("{}/metrics", client.base))
-        .send()
-        .await?;
-    assert_eq!(response.status().as_u16(), 200);
-    let content_type = response
-        .headers()
-        .get("content-type")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default()
-        .to_string();
-    assert_eq!(content_type, agentry::metrics::CONTENT_TYPE);
+    let request = client.client.get(format!("{}/metrics", client.base));
+    let response = ok_of_type(request, agentry::metrics::CONTENT_TYPE).await?;
     Exposition::parse(&response.text().await?)
 }
 

@@ -198,26 +198,33 @@ impl ServiceClient {
     }
 
     async fn events(&self, run_id: &str) -> Result<SseStream, TestError> {
-        let response = self
+        // The event stream may outlive the client's per-request timeout.
+        let request = self
             .client
             .get(format!("{}/runs/{run_id}/events", self.base))
-            // The event stream may outlive the client's per-request timeout.
-            .timeout(Duration::from_secs(60))
-            .send()
-            .await?;
-        assert_eq!(response.status().as_u16(), 200);
-        let content_type = response
-            .headers()
-            .get("content-type")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default()
-            .to_string();
-        assert_eq!(content_type, "text/event-stream");
+            .timeout(Duration::from_secs(60));
+        let response = ok_of_type(request, "text/event-stream").await?;
         Ok(SseStream {
             response,
             buffer: String::new(),
         })
     }
+}
+
+/// Sends `request`; asserts a 200 with exactly this content type.
+async fn ok_of_type(
+    request: reqwest::RequestBuilder,
+    content_type: &str,
+) -> Result<reqwest::Response, TestError> {
+    let response = request.send().await?;
+    assert_eq!(response.status().as_u16(), 200);
+    let got = response
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    assert_eq!(got, content_type);
+    Ok(response)
 }
 
 /// One Server-Sent Event.

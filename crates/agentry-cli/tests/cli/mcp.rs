@@ -37,14 +37,12 @@ impl ClientHandler for Progressed {
 
 type Client = RunningService<RoleClient, Progressed>;
 
-/// `agentry mcp --store TMP/runs.db` as a child process with TMP as its temp
-/// directory (its working and inline task directories go there), and the
-/// session with it.
-async fn stdio_client(tmp: &Path) -> (Client, mpsc::UnboundedReceiver<ProgressNotificationParam>) {
+/// `agentry mcp ARGS` as a child process with TMP as its temp directory (its
+/// working and inline task directories go there), its stdio the transport.
+pub(super) fn mcp_over_stdio(tmp: &Path, args: &[&std::ffi::OsStr]) -> TokioChildProcess {
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentry"));
     cmd.arg("mcp")
-        .arg("--store")
-        .arg(tmp.join("runs.db"))
+        .args(args)
         .env("TMPDIR", tmp)
         .current_dir(root())
         .env_remove("RUST_LOG");
@@ -52,6 +50,15 @@ async fn stdio_client(tmp: &Path) -> (Client, mpsc::UnboundedReceiver<ProgressNo
         .stderr(Stdio::inherit())
         .spawn()
         .unwrap();
+    transport
+}
+
+/// `agentry mcp --store TMP/runs.db` as a child process with TMP as its temp
+/// directory (its working and inline task directories go there), and the
+/// session with it.
+async fn stdio_client(tmp: &Path) -> (Client, mpsc::UnboundedReceiver<ProgressNotificationParam>) {
+    let store = tmp.join("runs.db");
+    let transport = mcp_over_stdio(tmp, &["--store".as_ref(), store.as_os_str()]);
     let (tx, rx) = mpsc::unbounded_channel();
     let client = tokio::time::timeout(CALL_BOUND, Progressed { tx }.serve(transport))
         .await

@@ -3,12 +3,10 @@
 //! run's processes get a `TRACEPARENT` in that trace. The real binary over
 //! stdio, driven by rmcp's client.
 
-use std::process::Stdio;
 use std::time::Duration;
 
 use rmcp::model::{CallToolRequestParams, CallToolResult, RequestMetaObject};
 use rmcp::service::RunningService;
-use rmcp::transport::TokioChildProcess;
 use rmcp::{RoleClient, ServiceExt};
 use serde_json::json;
 
@@ -18,16 +16,7 @@ use crate::*;
 const BOUND: Duration = Duration::from_secs(60);
 
 async fn client(tmp: &Path) -> RunningService<RoleClient, ()> {
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentry"));
-    cmd.arg("mcp")
-        .arg("--no-store")
-        .env("TMPDIR", tmp)
-        .current_dir(root())
-        .env_remove("RUST_LOG");
-    let (transport, _) = TokioChildProcess::builder(cmd)
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
+    let transport = super::mcp::mcp_over_stdio(tmp, &["--no-store".as_ref()]);
     tokio::time::timeout(BOUND, ().serve(transport))
         .await
         .expect("initialize within the bound")
