@@ -17,6 +17,7 @@ use agentry_protocol::state::SessionEntry;
 
 use crate::config::CompactionMode;
 use crate::context::{Projection, SessionBudget, fits_from, project_after, project_session};
+use crate::conversation::arguments_text;
 use crate::results::{head, result_text};
 
 /// The share of a request's session room past which older turns are summarized.
@@ -141,7 +142,7 @@ fn transcript_line(entry: &SessionEntry, result_cap: usize) -> String {
                             "{} {} {}",
                             c.id,
                             c.name,
-                            head(&crate::openai::arguments_text(&c.arguments), result_cap)
+                            head(&arguments_text(&c.arguments), result_cap)
                         )
                     })
                     .collect();

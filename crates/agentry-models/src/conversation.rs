@@ -19,7 +19,7 @@ use std::collections::HashSet;
 use agentry_protocol::decision::Decision;
 use agentry_protocol::envelope::ResultEnvelope;
 use agentry_protocol::state::SessionEntry;
-use agentry_protocol::tool::ToolCall;
+use agentry_protocol::tool::{ToolArguments, ToolCall};
 use serde_json::json;
 
 /// One piece of the conversation.
@@ -62,6 +62,14 @@ impl CallGroup<'_> {
 
     fn open(&self) -> bool {
         self.results.iter().any(Option::is_none)
+    }
+}
+
+/// A call's arguments as text: raw model output is passed back verbatim.
+pub(crate) fn arguments_text(arguments: &ToolArguments) -> String {
+    match arguments {
+        ToolArguments::Raw(s) => s.clone(),
+        ToolArguments::Parsed(v) => v.to_string(),
     }
 }
 

@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 
 use crate::compaction::{SUMMARY_SYSTEM, Summary, SummaryTurn, compact, project, with_compaction};
 use crate::context::{SessionBudget, TokenEstimate};
-use crate::conversation::{Item, conversation};
+use crate::conversation::{Item, arguments_text, conversation};
 use crate::openai_wire::{Choice, Chunk, Delta, ToolCallDelta, Whole};
 use crate::prompt::system_prompt;
 use crate::span;
@@ -391,14 +391,6 @@ fn openai_messages(
         }
     }
     messages
-}
-
-/// Arguments as text: raw model output is passed back verbatim.
-pub(crate) fn arguments_text(arguments: &ToolArguments) -> String {
-    match arguments {
-        ToolArguments::Raw(s) => s.clone(),
-        ToolArguments::Parsed(v) => v.to_string(),
-    }
 }
 
 /// Reads a non-streaming response into the same shape a stream assembles to.
