@@ -11,7 +11,10 @@ inline `crate::`/`super::` paths, relative child paths (`inputs::Ticker`), and
 names a module re-exports from a child and then uses itself. A `pub use`
 re-export is a facade, not a dependency: `crate::fs::WorkRoot` is an edge to the
 module that defines `WorkRoot`, not to `fs`. A `mod child;` line is not an edge,
-and inline `#[cfg(test)] mod tests { ... }` blocks are skipped.
+and inline `#[cfg(test)] mod tests { ... }` blocks are skipped. Comments and
+literals end where Rust ends them (nested block comments; raw, byte and C
+strings; escapes, a `\\`-newline included; char literals beside lifetimes), so
+no path inside one counts and none after one is lost (test_modcycles.py).
 
 Prints one line when the graph has no circle; otherwise every circle (a
 strongly connected component of more than one module) with the edges that close
@@ -42,13 +45,84 @@ def modules(src, rootfile):
     return mods
 
 
+# What the code pass looks at, leftmost first; at one position the first
+# alternative that matches wins. Identifiers are taken whole, so a word ending
+# in `r`, `b` or `c` never reads as a literal's prefix.
+TOKEN = re.compile(r"""
+    (?P<line>//)
+  | (?P<block>/\*)
+  | (?P<raw>[bc]?r(?P<hashes>\#*)")
+  | (?P<string>[bc]?")
+  | (?P<char>b?'(?:\\(?:u\{[0-9A-Fa-f_]{1,8}\}|x[0-9A-Fa-f]{2}|.)|[^\\'\n])')
+  | (?P<ident>[A-Za-z_][A-Za-z0-9_]*)
+""", re.X)
+
+
+def string_end(t, i):
+    """Where a string literal whose body starts at `i` ends (past its closing
+    quote): a backslash escapes the next character, a newline included (a
+    `\\`-newline continuation)."""
+    n = len(t)
+    while i < n:
+        if t[i] == '\\':
+            i += 2
+        elif t[i] == '"':
+            return i + 1
+        else:
+            i += 1
+    return n
+
+
+def block_end(t, i):
+    """Where a block comment whose body starts at `i` ends (they nest)."""
+    depth, n = 1, len(t)
+    while i < n and depth:
+        if t.startswith('/*', i):
+            depth, i = depth + 1, i + 2
+        elif t.startswith('*/', i):
+            depth, i = depth - 1, i + 2
+        else:
+            i += 1
+    return i
+
+
+def strip_literals(t):
+    """Rust source with comments removed, every string literal (plain, raw,
+    byte, C) as `""` and every char literal as `' '`; lifetimes and labels
+    (`'a`) are kept as they are."""
+    out, i = [], 0
+    while True:
+        m = TOKEN.search(t, i)
+        if not m:
+            out.append(t[i:])
+            return ''.join(out)
+        out.append(t[i:m.start()])
+        if m.group('line') is not None:
+            end = t.find('\n', m.end())
+            i = len(t) if end < 0 else end
+        elif m.group('block') is not None:
+            out.append(' ')
+            i = block_end(t, m.end())
+        elif m.group('raw') is not None:
+            close = '"' + m.group('hashes')
+            end = t.find(close, m.end())
+            out.append('""')
+            i = len(t) if end < 0 else end + len(close)
+        elif m.group('string') is not None:
+            out.append('""')
+            i = string_end(t, m.end())
+        elif m.group('char') is not None:
+            out.append("' '")
+            i = m.end()
+        else:
+            out.append(m.group('ident'))
+            i = m.end()
+
+
 def code_of(path):
     """The file's code: comments, string contents and inline test modules removed."""
     with open(path, encoding='utf-8') as f:
-        t = f.read()
-    t = re.sub(r'//[^\n]*', '', t)
-    t = re.sub(r'/\*.*?\*/', '', t, flags=re.S)
-    t = re.sub(r'"(?:\\.|[^"\\])*"', '""', t)
+        t = strip_literals(f.read())
     out = []
     i = 0
     while True:
