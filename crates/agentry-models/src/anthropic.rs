@@ -1,21 +1,22 @@
 //! Anthropic Messages: request projection (`tool_use` / `tool_result` blocks)
-//! and the streaming event types.
+//! and the streaming event types (its [`Wire`]; the turn is the crate's
+//! `turn` module).
 
 use std::collections::BTreeMap;
 
 use agentry_policy::{DeltaSink, Policy, PolicyContext};
-use agentry_protocol::decision::{Decision, PolicyOutput, TokenUsage};
+use agentry_protocol::decision::{PolicyOutput, TokenUsage};
 use agentry_protocol::state::SessionEntry;
-use agentry_protocol::tool::{ToolArguments, ToolCall, ToolSpec};
+use agentry_protocol::tool::ToolSpec;
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
-use crate::compaction::{SUMMARY_SYSTEM, Summary, SummaryTurn, compact, project, with_compaction};
-use crate::context::{SessionBudget, TokenEstimate};
+use crate::compaction::SUMMARY_SYSTEM;
 use crate::conversation::{Item, conversation};
 use crate::prompt::system_prompt;
-use crate::span;
-use crate::transport::{self, AttemptError, ModelTurn, SseReader, TurnFailure};
+use crate::transport::{AttemptError, SseReader};
+use crate::turn::{ModelAdapter, ModelTurn};
+use crate::wire::{Ask, Reading, Reply, Wire, WireCall};
 use crate::{ModelConfig, ModelError, Provider, ToolNameMap};
 
 /// The API version header this adapter speaks.
@@ -24,101 +25,84 @@ const ANTHROPIC_VERSION: &str = "2023-06-01";
 /// A [`Policy`] backed by Anthropic's `/v1/messages` endpoint.
 // Clone is cheap (the HTTP client is shared): one clone per child agent.
 #[derive(Clone)]
-pub struct AnthropicPolicy {
-    config: ModelConfig,
-    client: reqwest::Client,
-    /// Bytes → tokens, corrected by the prompt tokens the server reports.
-    estimate: TokenEstimate,
-    /// The summary sent instead of older turns (`CompactionMode::Summarize`).
-    summary: Option<Summary>,
-}
+pub struct AnthropicPolicy(ModelAdapter<AnthropicWire>);
 
 impl AnthropicPolicy {
     /// Checks the configuration and builds the client. Sends nothing.
     pub fn new(config: ModelConfig) -> Result<Self, ModelError> {
-        let client = config.client()?;
-        Ok(AnthropicPolicy {
-            config,
-            client,
-            estimate: TokenEstimate::default(),
-            summary: None,
-        })
+        ModelAdapter::new(config, AnthropicWire).map(AnthropicPolicy)
     }
 
     /// Checks that the server answers (`GET {base}/v1/models`; any status will do).
     pub async fn probe(&self) -> Result<(), ModelError> {
-        transport::probe(&self.client, &format!("{}/v1/models", self.config.base_url)).await
+        self.0.probe().await
     }
 
-    /// Asks the model for a summary of older turns, without tools.
-    async fn summarize(
-        &self,
-        prompt: String,
-        timeout: std::time::Duration,
-    ) -> Result<SummaryTurn, Decision> {
-        let request = json!({
-            "model": self.config.model,
-            "max_tokens": self.config.max_output_tokens,
-            "system": SUMMARY_SYSTEM,
-            "messages": [{"role": "user", "content": [{"type": "text", "text": prompt}]}],
-            "stream": true,
-        });
-        let body = serde_json::to_vec(&request).map_err(|e| Decision::Failed {
-            message: format!("anthropic: cannot encode the summary request: {e}"),
-            fatal: false,
-        })?;
-        let turn = transport::with_retries(&self.config.retry, || {
-            self.attempt(&body, timeout, None, None)
-        })
-        .await
-        .map_err(TurnFailure::into_decision)?;
-        let text = turn
-            .blocks
-            .values()
-            .filter_map(|b| match b {
-                Block::Text(t) => Some(t.as_str()),
-                Block::ToolUse { .. } | Block::Other => None,
-            })
-            .collect();
-        Ok(SummaryTurn {
-            text,
-            usage: turn.usage.tokens(),
-        })
-    }
-
-    async fn attempt<'d>(
-        &self,
-        body: &[u8],
-        timeout: std::time::Duration,
-        deltas: Option<&'d dyn DeltaSink>,
-        traceparent: Option<&str>,
-    ) -> Result<Turn<'d>, AttemptError> {
-        let mut request = self
-            .client
-            .post(format!("{}/v1/messages", self.config.base_url))
-            .timeout(timeout)
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .header("anthropic-version", ANTHROPIC_VERSION)
-            .body(body.to_vec());
-        if let Some(key) = &self.config.api_key {
-            request = request.header("x-api-key", key);
-        }
-        let sent = transport::request_clock();
-        let response =
-            transport::send(request, "anthropic", "ANTHROPIC_API_KEY", traceparent).await?;
-        read_turn(
-            SseReader::new(response, self.config.stall_timeout, sent),
-            deltas,
-        )
-        .await
+    /// One model turn, and whether it failed only because the server was
+    /// unavailable (see [`ModelTurn`]).
+    pub(crate) async fn turn(&mut self, ctx: PolicyContext<'_>) -> ModelTurn {
+        self.0.turn(ctx).await
     }
 }
 
-/// Assembles a streamed turn from its events, up to `message_stop`.
+#[async_trait]
+impl Policy for AnthropicPolicy {
+    fn name(&self) -> String {
+        self.0.name()
+    }
+
+    async fn decide(&mut self, ctx: PolicyContext<'_>) -> PolicyOutput {
+        self.0.turn(ctx).await.output
+    }
+}
+
+/// The Messages wire: every reply streams.
+#[derive(Clone, Copy)]
+pub(crate) struct AnthropicWire;
+
+impl Wire for AnthropicWire {
+    const PROVIDER: Provider = Provider::Anthropic;
+    const TURN_PATH: &'static str = "/v1/messages";
+    const PROBE_PATH: &'static str = "/v1/models";
+    const STOP_FIELD: &'static str = "stop_reason";
+
+    fn request(config: &ModelConfig, ask: Ask<'_>) -> Value {
+        anthropic_request(config, ask)
+    }
+
+    fn summary_request(config: &ModelConfig, prompt: String) -> Value {
+        json!({
+            "model": config.model,
+            "max_tokens": config.max_output_tokens,
+            "system": SUMMARY_SYSTEM,
+            "messages": [{"role": "user", "content": [{"type": "text", "text": prompt}]}],
+            "stream": true,
+        })
+    }
+
+    fn headers(config: &ModelConfig, request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        let request = request.header("anthropic-version", ANTHROPIC_VERSION);
+        match &config.api_key {
+            Some(key) => request.header("x-api-key", key),
+            None => request,
+        }
+    }
+
+    async fn read(
+        &self,
+        response: reqwest::Response,
+        reading: Reading<'_>,
+    ) -> Result<Reply, AttemptError> {
+        let events = SseReader::new(response, reading.stall, reading.sent);
+        read_turn(events, reading.deltas).await
+    }
+}
+
+/// Assembles a streamed reply from its events, up to `message_stop`.
 async fn read_turn(
     mut events: SseReader,
     deltas: Option<&dyn DeltaSink>,
-) -> Result<Turn<'_>, AttemptError> {
+) -> Result<Reply, AttemptError> {
     let mut turn = Turn {
         deltas,
         ..Turn::default()
@@ -134,120 +118,12 @@ async fn read_turn(
             ))
         })?;
         if turn.apply(&data)? {
-            return Ok(turn);
+            return Ok(turn.into_reply());
         }
     }
     Err(AttemptError::retry(
         "anthropic: the stream ended before message_stop",
     ))
-}
-
-#[async_trait]
-impl Policy for AnthropicPolicy {
-    fn name(&self) -> String {
-        format!("anthropic:{}", self.config.model)
-    }
-
-    async fn decide(&mut self, ctx: PolicyContext<'_>) -> PolicyOutput {
-        self.turn(ctx).await.output
-    }
-}
-
-impl AnthropicPolicy {
-    /// One model turn, and whether it failed only because the server was
-    /// unavailable (see [`ModelTurn`]).
-    pub(crate) async fn turn(&mut self, ctx: PolicyContext<'_>) -> ModelTurn {
-        // Size: one turn in order (preflight, compaction, projection, the
-        // request in its span, the decision); each stage is a call already.
-        let model = self.name();
-        let timeout = match self.config.preflight(ctx.budget) {
-            Ok(t) => t,
-            Err(decision) => return ModelTurn::decided(PolicyOutput::new(decision, model)),
-        };
-        let failed = |message: String| {
-            ModelTurn::decided(PolicyOutput::new(
-                Decision::Failed {
-                    message,
-                    fatal: true,
-                },
-                model.clone(),
-            ))
-        };
-        let names = match ToolNameMap::new(ctx.tools) {
-            Ok(n) => n,
-            Err(e) => return failed(e.to_string()),
-        };
-        // What every request carries whatever the session: sized once per turn.
-        let fixed = anthropic_request(&self.config, ctx.goal, ctx.tools, &[], &names, 0);
-        let budget = SessionBudget::of_request(&self.config, &self.estimate, &fixed);
-        // A copy, not taken: a turn dropped mid-way (a user's interrupt)
-        // keeps the summary it had.
-        let mut summary = self.summary.clone();
-        let compaction = compact(
-            self.config.compaction,
-            ctx.session,
-            &mut summary,
-            budget,
-            |p| self.summarize(p, timeout),
-        )
-        .await;
-        self.summary = summary;
-        let projection = project(ctx.session, self.summary.as_ref(), budget);
-        let request = anthropic_request(
-            &self.config,
-            ctx.goal,
-            ctx.tools,
-            &projection.entries,
-            &names,
-            projection.result_cap,
-        );
-        let body = match serde_json::to_vec(&request) {
-            Ok(b) => b,
-            Err(e) => return failed(format!("anthropic: cannot encode: {e}")),
-        };
-        let hash = transport::prompt_hash(&body);
-        let chat = span::ChatRequest {
-            provider: "anthropic",
-            config: &self.config,
-            stream: true,
-            run_traceparent: ctx.traceparent,
-            content: ctx.content.map(|redact| span::Content {
-                redact,
-                input: &request["messages"],
-            }),
-        };
-        let (this, body, deltas) = (&*self, &body, ctx.deltas);
-        let chatted = span::chat(chat, |tp| async move {
-            this.attempt(body, timeout, deltas, tp.as_deref()).await
-        })
-        .await;
-        let (mut out, unavailable) = match chatted.result {
-            Ok(turn) => {
-                let usage = turn.usage.tokens();
-                self.estimate.learn(body.len(), usage.tokens_in);
-                let mut decision = turn.into_decision(&names);
-                crate::ids::assign_host_ids(&mut decision, ctx.step, ctx.session);
-                span::record_output(&chatted.span, ctx.content, &decision);
-                let mut out = PolicyOutput::new(decision, model.clone());
-                out.usage = usage;
-                (out, false)
-            }
-            Err(failure) => {
-                let unavailable = matches!(failure, TurnFailure::Exhausted(_));
-                (
-                    PolicyOutput::new(failure.into_decision(), model.clone()),
-                    unavailable,
-                )
-            }
-        };
-        out.prompt_hash = Some(hash);
-        ModelTurn {
-            output: self
-                .config
-                .finish(with_compaction(out, compaction), Provider::Anthropic),
-            unavailable,
-        }
-    }
 }
 
 /// The whole Messages request: system prompt, alternating user/assistant turns
@@ -260,17 +136,24 @@ pub fn build_anthropic_request(
     session: &[SessionEntry],
     names: &ToolNameMap,
 ) -> Value {
-    anthropic_request(config, goal, tools, session, names, config.result_cap)
+    let ask = Ask {
+        goal,
+        tools,
+        session,
+        names,
+        result_cap: config.result_cap,
+    };
+    anthropic_request(config, ask)
 }
 
-fn anthropic_request(
-    config: &ModelConfig,
-    goal: &str,
-    tools: &[ToolSpec],
-    session: &[SessionEntry],
-    names: &ToolNameMap,
-    result_cap: usize,
-) -> Value {
+fn anthropic_request(config: &ModelConfig, ask: Ask<'_>) -> Value {
+    let Ask {
+        goal,
+        tools,
+        session,
+        names,
+        result_cap,
+    } = ask;
     let messages = anthropic_messages(session, names, result_cap);
     let system = system_prompt(goal, names);
     let mut request = json!({
@@ -431,17 +314,6 @@ struct Turn<'d> {
     deltas: Option<&'d dyn DeltaSink>,
 }
 
-impl span::Answered for Turn<'_> {
-    fn response(&self) -> span::Response<'_> {
-        span::Response {
-            id: self.response_id.as_deref(),
-            model: self.response_model.as_deref(),
-            finish_reason: self.stop_reason.as_deref(),
-            usage: self.usage.tokens(),
-        }
-    }
-}
-
 impl Turn<'_> {
     /// Applies one event; true at `message_stop`.
     fn apply(&mut self, data: &Value) -> Result<bool, AttemptError> {
@@ -506,33 +378,28 @@ impl Turn<'_> {
         Ok(false)
     }
 
-    fn into_decision(self, names: &ToolNameMap) -> Decision {
+    /// The reply: the text blocks' text and the calls, in block order.
+    fn into_reply(self) -> Reply {
         let mut text = String::new();
         let mut calls = Vec::new();
         for block in self.blocks.into_values() {
             match block {
                 Block::Text(t) => text.push_str(&t),
-                // A missing id is given one by `ids::assign_host_ids`.
-                Block::ToolUse { id, name, input } => calls.push(ToolCall {
+                Block::ToolUse { id, name, input } => calls.push(WireCall {
                     id,
-                    name: names.canonical(&name),
-                    arguments: ToolArguments::Raw(input),
+                    name,
+                    arguments: input,
                 }),
                 Block::Other => {}
             }
         }
-        if !calls.is_empty() {
-            Decision::ToolCalls { calls }
-        } else if text.trim().is_empty() {
-            Decision::Failed {
-                message: format!(
-                    "anthropic: the model answered with neither text nor a tool call (stop_reason {:?})",
-                    self.stop_reason
-                ),
-                fatal: false,
-            }
-        } else {
-            Decision::Final { answer: text }
+        Reply {
+            text,
+            calls,
+            usage: self.usage.tokens(),
+            finish_reason: self.stop_reason,
+            response_id: self.response_id,
+            response_model: self.response_model,
         }
     }
 }

@@ -25,7 +25,7 @@ use crate::anthropic::AnthropicPolicy;
 use crate::config::{ModelConfig, Provider};
 use crate::error::ModelError;
 use crate::openai::OpenAiPolicy;
-use crate::transport::ModelTurn;
+use crate::turn::ModelTurn;
 
 /// One model of a chain: its wire protocol and how to reach it.
 #[derive(Debug, Clone)]

@@ -32,8 +32,14 @@
 //! - `names`: the reversible tool-name mapping.
 //! - `transport`: HTTP status classification, retries, the stall-aware SSE reader.
 //! - `prompt`: the default system prompt both providers send.
+//! - `turn`: one model turn for every provider (`ModelAdapter<W>`: preflight,
+//!   compaction, projection, the request in its span with its retries, usage
+//!   and money).
+//! - `wire`: what a provider does its own way (the `Wire` trait: request
+//!   bodies, endpoint and headers, reading a reply) and the reply it reads.
+//! - `openai`, `anthropic`: each provider's wire: request projection (pure,
+//!   unit-tested) and stream assembly; the public adapters over `turn`.
 //! - `openai_wire`: the OpenAI-compatible reply and chunk shapes.
-//! - `openai`, `anthropic`: request projection (pure, unit-tested) and stream assembly.
 //! - `chain`: [`FallbackPolicy`], models tried in order when a server is unavailable.
 //! - `provider`: [`connect`], [`connect_chain`] and the child factories, which pick the adapter.
 //! - `tls`: the HTTP client (roots, extra CAs) and TLS failure detection.
@@ -80,7 +86,9 @@ mod span;
 mod stream_props;
 mod tls;
 mod transport;
+mod turn;
 pub mod window;
+mod wire;
 
 pub use agentry_policy::Policy;
 pub use anthropic::{AnthropicPolicy, build_anthropic_request};

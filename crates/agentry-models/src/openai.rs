@@ -1,155 +1,147 @@
 //! OpenAI-compatible Chat Completions: request projection and streamed
-//! tool-call assembly.
-// Size: the adapter, its projection and its stream assembly read together;
-// the wire types are in openai_wire.rs and the span in span.rs.
+//! tool-call assembly (its [`Wire`]; the turn is the crate's `turn` module).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use agentry_policy::{DeltaSink, Policy, PolicyContext};
-use agentry_protocol::decision::{Decision, PolicyOutput, TokenUsage};
+use agentry_protocol::decision::{PolicyOutput, TokenUsage};
 use agentry_protocol::envelope::DEFAULT_RESULT_CAP;
 use agentry_protocol::state::SessionEntry;
-use agentry_protocol::tool::{ToolArguments, ToolCall, ToolSpec};
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
-use crate::compaction::{SUMMARY_SYSTEM, Summary, SummaryTurn, compact, project, with_compaction};
-use crate::context::{SessionBudget, TokenEstimate};
+use crate::compaction::SUMMARY_SYSTEM;
 use crate::conversation::{Item, arguments_text, conversation};
 use crate::openai_wire::{Choice, Chunk, Delta, ToolCallDelta, Whole};
 use crate::prompt::system_prompt;
-use crate::span;
-use crate::transport::{self, AttemptError, ModelTurn, SseReader, TurnFailure};
+use crate::transport::{AttemptError, SseReader};
+use crate::turn::{ModelAdapter, ModelTurn};
+use crate::wire::{Ask, Reading, Reply, Wire, WireCall};
 use crate::{ModelConfig, ModelError, Provider, ToolNameMap};
 
 /// A [`Policy`] backed by an OpenAI-compatible `/chat/completions` endpoint.
 // Clone is cheap (the HTTP client is shared): one clone per child agent.
 #[derive(Clone)]
-pub struct OpenAiPolicy {
-    config: ModelConfig,
-    client: reqwest::Client,
-    /// Set once the server answered a streaming request with an empty 200 body
-    /// (llama-cpp-python does, for tool calls with `tool_choice: "auto"`): from
-    /// then on this adapter, and its clones, ask for whole responses instead.
-    plain: Arc<AtomicBool>,
-    /// Bytes → tokens, corrected by the prompt tokens the server reports.
-    estimate: TokenEstimate,
-    /// The summary sent instead of older turns (`CompactionMode::Summarize`).
-    summary: Option<Summary>,
-}
-
-/// One request body in both shapes; which one is sent depends on `plain`.
-struct Bodies {
-    stream: Vec<u8>,
-    plain: Vec<u8>,
-}
-
-impl Bodies {
-    /// A streaming request, and the same asking for a whole response.
-    fn of(mut request: Value) -> Result<Bodies, serde_json::Error> {
-        let stream = serde_json::to_vec(&request)?;
-        if let Some(map) = request.as_object_mut() {
-            map.insert("stream".into(), Value::Bool(false));
-            map.remove("stream_options");
-        }
-        Ok(Bodies {
-            stream,
-            plain: serde_json::to_vec(&request)?,
-        })
-    }
-}
+pub struct OpenAiPolicy(ModelAdapter<OpenAiWire>);
 
 impl OpenAiPolicy {
     /// Checks the configuration and builds the client. Sends nothing.
     pub fn new(config: ModelConfig) -> Result<Self, ModelError> {
-        let client = config.client()?;
-        Ok(OpenAiPolicy {
-            config,
-            client,
-            plain: Arc::new(AtomicBool::new(false)),
-            estimate: TokenEstimate::default(),
-            summary: None,
-        })
+        ModelAdapter::new(config, OpenAiWire::default()).map(OpenAiPolicy)
     }
 
     /// Checks that the server answers (`GET {base}/models`; any status will do).
     pub async fn probe(&self) -> Result<(), ModelError> {
-        transport::probe(&self.client, &format!("{}/models", self.config.base_url)).await
+        self.0.probe().await
     }
 
-    async fn attempt<'d>(
-        &self,
-        bodies: &Bodies,
-        timeout: std::time::Duration,
-        deltas: Option<&'d dyn DeltaSink>,
-        traceparent: Option<&str>,
-    ) -> Result<Turn<'d>, AttemptError> {
-        let plain = self.plain.load(Ordering::Relaxed);
-        let body = if plain { &bodies.plain } else { &bodies.stream };
-        let mut request = self
-            .client
-            .post(format!("{}/chat/completions", self.config.base_url))
-            .timeout(timeout)
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .body(body.to_vec());
-        if let Some(key) = &self.config.api_key {
-            request = request.bearer_auth(key);
+    /// One model turn, and whether it failed only because the server was
+    /// unavailable (see [`ModelTurn`]).
+    pub(crate) async fn turn(&mut self, ctx: PolicyContext<'_>) -> ModelTurn {
+        self.0.turn(ctx).await
+    }
+}
+
+#[async_trait]
+impl Policy for OpenAiPolicy {
+    fn name(&self) -> String {
+        self.0.name()
+    }
+
+    async fn decide(&mut self, ctx: PolicyContext<'_>) -> PolicyOutput {
+        self.0.turn(ctx).await.output
+    }
+}
+
+/// The Chat Completions wire.
+#[derive(Clone, Default)]
+pub(crate) struct OpenAiWire {
+    /// Set once the server answered a streaming request with an empty 200 body
+    /// (llama-cpp-python does, for tool calls with `tool_choice: "auto"`): from
+    /// then on this adapter, and its clones, ask for whole responses instead.
+    whole: Arc<AtomicBool>,
+}
+
+impl Wire for OpenAiWire {
+    const PROVIDER: Provider = Provider::OpenAi;
+    const TURN_PATH: &'static str = "/chat/completions";
+    const PROBE_PATH: &'static str = "/models";
+    const STOP_FIELD: &'static str = "finish_reason";
+
+    /// Model, projected messages (results longer than `result_cap` bytes
+    /// shown cut), tools, streaming with usage.
+    fn request(config: &ModelConfig, ask: Ask<'_>) -> Value {
+        let system = system_prompt(ask.goal, ask.names);
+        let mut request = json!({
+            "model": config.model,
+            "messages": openai_messages(&system, ask.session, ask.names, ask.result_cap),
+            "stream": true,
+            "stream_options": {"include_usage": true},
+            "max_tokens": config.max_output_tokens,
+        });
+        if !ask.tools.is_empty() {
+            request["tools"] = ask
+                .tools
+                .iter()
+                .map(|t| {
+                    json!({"type": "function", "function": {
+                        "name": ask.names.wire(&t.name),
+                        "description": t.description,
+                        "parameters": t.input_schema,
+                    }})
+                })
+                .collect();
         }
-        let sent = transport::request_clock();
-        let response = transport::send(request, "openai", "OPENAI_API_KEY", traceparent).await?;
-        let mut turn = if plain {
-            whole_response(response).await?
-        } else {
-            self.read_stream(response, deltas, sent).await?
-        };
-        turn.hash = transport::prompt_hash(body);
-        Ok(turn)
+        request
     }
 
-    /// Asks the model for a summary of older turns, without tools.
-    async fn summarize(
-        &self,
-        prompt: String,
-        timeout: std::time::Duration,
-    ) -> Result<SummaryTurn, Decision> {
-        let request = json!({
-            "model": self.config.model,
+    fn summary_request(config: &ModelConfig, prompt: String) -> Value {
+        json!({
+            "model": config.model,
             "messages": [
                 {"role": "system", "content": SUMMARY_SYSTEM},
                 {"role": "user", "content": prompt},
             ],
             "stream": true,
             "stream_options": {"include_usage": true},
-            "max_tokens": self.config.max_output_tokens,
-        });
-        let bodies = Bodies::of(request).map_err(|e| Decision::Failed {
-            message: format!("openai: cannot encode the summary request: {e}"),
-            fatal: false,
-        })?;
-        let turn = transport::with_retries(&self.config.retry, || {
-            self.attempt(&bodies, timeout, None, None)
-        })
-        .await
-        .map_err(TurnFailure::into_decision)?;
-        Ok(SummaryTurn {
-            text: turn.text,
-            usage: turn.usage,
+            "max_tokens": config.max_output_tokens,
         })
     }
 
-    async fn read_stream<'d>(
+    fn headers(config: &ModelConfig, request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        match &config.api_key {
+            Some(key) => request.bearer_auth(key),
+            None => request,
+        }
+    }
+
+    fn ask_whole(request: &mut Value) -> bool {
+        if let Some(map) = request.as_object_mut() {
+            map.insert("stream".into(), Value::Bool(false));
+            map.remove("stream_options");
+        }
+        true
+    }
+
+    fn streams(&self) -> bool {
+        !self.whole.load(Ordering::Relaxed)
+    }
+
+    async fn read(
         &self,
         response: reqwest::Response,
-        deltas: Option<&'d dyn DeltaSink>,
-        sent: Option<std::time::Instant>,
-    ) -> Result<Turn<'d>, AttemptError> {
-        let events = SseReader::new(response, self.config.stall_timeout, sent);
-        match read_turn(events, deltas).await? {
-            Some(turn) => Ok(turn),
+        reading: Reading<'_>,
+    ) -> Result<Reply, AttemptError> {
+        if !reading.streamed {
+            return whole_response(response).await;
+        }
+        let events = SseReader::new(response, reading.stall, reading.sent);
+        match read_turn(events, reading.deltas).await? {
+            Some(reply) => Ok(reply),
             None => {
-                self.plain.store(true, Ordering::Relaxed);
+                self.whole.store(true, Ordering::Relaxed);
                 Err(AttemptError::retry(
                     "openai: the server answered a streaming request with an empty body; retrying without streaming",
                 ))
@@ -158,12 +150,12 @@ impl OpenAiPolicy {
     }
 }
 
-/// Assembles a streamed turn from its events; `None` when the stream held no
+/// Assembles a streamed reply from its events; `None` when the stream held no
 /// event at all.
 async fn read_turn(
     mut events: SseReader,
     deltas: Option<&dyn DeltaSink>,
-) -> Result<Option<Turn<'_>>, AttemptError> {
+) -> Result<Option<Reply>, AttemptError> {
     let mut turn = Turn {
         deltas,
         ..Turn::default()
@@ -194,151 +186,7 @@ async fn read_turn(
             "openai: the stream ended before [DONE] or a finish_reason",
         ));
     }
-    Ok(Some(turn))
-}
-
-#[async_trait]
-impl Policy for OpenAiPolicy {
-    fn name(&self) -> String {
-        format!("openai:{}", self.config.model)
-    }
-
-    async fn decide(&mut self, ctx: PolicyContext<'_>) -> PolicyOutput {
-        self.turn(ctx).await.output
-    }
-}
-
-impl OpenAiPolicy {
-    /// One model turn, and whether it failed only because the server was
-    /// unavailable (see [`ModelTurn`]).
-    pub(crate) async fn turn(&mut self, ctx: PolicyContext<'_>) -> ModelTurn {
-        // Size: one turn in order (preflight, compaction, projection, the
-        // request in its span, the decision); each stage is a call already.
-        let model = self.name();
-        let timeout = match self.config.preflight(ctx.budget) {
-            Ok(t) => t,
-            Err(decision) => return ModelTurn::decided(PolicyOutput::new(decision, model)),
-        };
-        let failed = |message: String| {
-            ModelTurn::decided(PolicyOutput::new(
-                Decision::Failed {
-                    message,
-                    fatal: true,
-                },
-                model.clone(),
-            ))
-        };
-        let names = match ToolNameMap::new(ctx.tools) {
-            Ok(n) => n,
-            Err(e) => return failed(e.to_string()),
-        };
-        // What every request carries whatever the session: sized once per turn.
-        let fixed = build_openai_request(&self.config, ctx.goal, ctx.tools, &[], &names, 0);
-        let budget = SessionBudget::of_request(&self.config, &self.estimate, &fixed);
-        // A copy, not taken: a turn dropped mid-way (a user's interrupt)
-        // keeps the summary it had.
-        let mut summary = self.summary.clone();
-        let compaction = compact(
-            self.config.compaction,
-            ctx.session,
-            &mut summary,
-            budget,
-            |p| self.summarize(p, timeout),
-        )
-        .await;
-        self.summary = summary;
-        let projection = project(ctx.session, self.summary.as_ref(), budget);
-        let request = build_openai_request(
-            &self.config,
-            ctx.goal,
-            ctx.tools,
-            &projection.entries,
-            &names,
-            projection.result_cap,
-        );
-        // Only with span content on: the messages as sent, for the span.
-        let input = ctx.content.map(|_| request["messages"].clone());
-        let bodies = match Bodies::of(request) {
-            Ok(bodies) => bodies,
-            Err(e) => {
-                return failed(format!("openai: cannot encode the request: {e}"));
-            }
-        };
-        let chat = span::ChatRequest {
-            provider: "openai",
-            config: &self.config,
-            stream: !self.plain.load(Ordering::Relaxed),
-            run_traceparent: ctx.traceparent,
-            content: ctx
-                .content
-                .zip(input.as_ref())
-                .map(|(redact, input)| span::Content { redact, input }),
-        };
-        let (this, bodies, deltas) = (&*self, &bodies, ctx.deltas);
-        let chatted = span::chat(chat, |tp| async move {
-            this.attempt(bodies, timeout, deltas, tp.as_deref()).await
-        })
-        .await;
-        let (out, unavailable) = match chatted.result {
-            Ok(turn) => {
-                let usage = turn.usage;
-                self.estimate.learn(bodies.stream.len(), usage.tokens_in);
-                let hash = turn.hash.clone();
-                let mut decision = turn.into_decision(&names);
-                crate::ids::assign_host_ids(&mut decision, ctx.step, ctx.session);
-                span::record_output(&chatted.span, ctx.content, &decision);
-                let mut out = PolicyOutput::new(decision, model);
-                out.usage = usage;
-                out.prompt_hash = Some(hash);
-                (out, false)
-            }
-            Err(failure) => {
-                let unavailable = matches!(failure, TurnFailure::Exhausted(_));
-                let mut out = PolicyOutput::new(failure.into_decision(), model);
-                out.prompt_hash = Some(transport::prompt_hash(&bodies.stream));
-                (out, unavailable)
-            }
-        };
-        ModelTurn {
-            output: self
-                .config
-                .finish(with_compaction(out, compaction), Provider::OpenAi),
-            unavailable,
-        }
-    }
-}
-
-/// The whole request body: model, projected messages (results longer than
-/// `result_cap` bytes shown cut), tools, streaming with usage.
-pub(crate) fn build_openai_request(
-    config: &ModelConfig,
-    goal: &str,
-    tools: &[ToolSpec],
-    session: &[SessionEntry],
-    names: &ToolNameMap,
-    result_cap: usize,
-) -> Value {
-    let system = system_prompt(goal, names);
-    let mut request = json!({
-        "model": config.model,
-        "messages": openai_messages(&system, session, names, result_cap),
-        "stream": true,
-        "stream_options": {"include_usage": true},
-        "max_tokens": config.max_output_tokens,
-    });
-    if !tools.is_empty() {
-        request["tools"] = tools
-            .iter()
-            .map(|t| {
-                json!({"type": "function", "function": {
-                    "name": names.wire(&t.name),
-                    "description": t.description,
-                    "parameters": t.input_schema,
-                }})
-            })
-            .collect();
-    }
-    request
+    Ok(Some(turn.into_reply()))
 }
 
 /// Projects the session into chat messages: the system prompt, then user text,
@@ -394,7 +242,7 @@ fn openai_messages(
 }
 
 /// Reads a non-streaming response into the same shape a stream assembles to.
-async fn whole_response(response: reqwest::Response) -> Result<Turn<'static>, AttemptError> {
+async fn whole_response(response: reqwest::Response) -> Result<Reply, AttemptError> {
     let body = response
         .bytes()
         .await
@@ -442,42 +290,22 @@ async fn whole_response(response: reqwest::Response) -> Result<Turn<'static>, At
         error: whole.error,
     };
     turn.apply(chunk)?;
-    Ok(turn)
-}
-
-#[derive(Debug, Default)]
-struct PartialCall {
-    id: String,
-    name: String,
-    arguments: String,
+    Ok(turn.into_reply())
 }
 
 /// One streamed turn being assembled.
 #[derive(Debug, Default)]
 struct Turn<'d> {
     text: String,
-    calls: BTreeMap<usize, PartialCall>,
+    calls: BTreeMap<usize, WireCall>,
     usage: TokenUsage,
     finish_reason: Option<String>,
     /// The response's id and model, as the server named them.
     response_id: Option<String>,
     response_model: Option<String>,
     done: bool,
-    /// sha256 of the body actually sent.
-    hash: String,
     /// Publishes streamed text as run events.
     deltas: Option<&'d dyn DeltaSink>,
-}
-
-impl span::Answered for Turn<'_> {
-    fn response(&self) -> span::Response<'_> {
-        span::Response {
-            id: self.response_id.as_deref(),
-            model: self.response_model.as_deref(),
-            finish_reason: self.finish_reason.as_deref(),
-            usage: self.usage,
-        }
-    }
 }
 
 impl Turn<'_> {
@@ -539,30 +367,16 @@ impl Turn<'_> {
         Ok(())
     }
 
-    fn into_decision(self, names: &ToolNameMap) -> Decision {
-        if !self.calls.is_empty() {
-            let calls = self
-                .calls
-                .into_values()
-                .map(|c| ToolCall {
-                    // A missing id is given one by `ids::assign_host_ids`.
-                    id: c.id,
-                    name: names.canonical(&c.name),
-                    arguments: ToolArguments::Raw(c.arguments),
-                })
-                .collect();
-            return Decision::ToolCalls { calls };
+    /// The reply: calls in index order.
+    fn into_reply(self) -> Reply {
+        Reply {
+            text: self.text,
+            calls: self.calls.into_values().collect(),
+            usage: self.usage,
+            finish_reason: self.finish_reason,
+            response_id: self.response_id,
+            response_model: self.response_model,
         }
-        if self.text.trim().is_empty() {
-            return Decision::Failed {
-                message: format!(
-                    "openai: the model answered with neither text nor a tool call (finish_reason {:?})",
-                    self.finish_reason
-                ),
-                fatal: false,
-            };
-        }
-        Decision::Final { answer: self.text }
     }
 }
 
@@ -572,7 +386,9 @@ mod props;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use agentry_protocol::decision::Decision;
     use agentry_protocol::envelope::ResultEnvelope;
+    use agentry_protocol::tool::{ToolArguments, ToolCall, ToolSpec};
 
     fn envelope(id: &str) -> ResultEnvelope {
         serde_json::from_value(json!({

@@ -4,7 +4,7 @@
 use std::pin::Pin;
 use std::time::Duration;
 
-use agentry_protocol::decision::{Decision, PolicyOutput};
+use agentry_protocol::decision::Decision;
 use eventsource_stream::{Event, Eventsource};
 use futures::{Stream, StreamExt};
 
@@ -62,25 +62,6 @@ impl TurnFailure {
                 message,
                 fatal: false,
             },
-        }
-    }
-}
-
-/// A model turn as the fallback chain sees it.
-pub(crate) struct ModelTurn {
-    /// What the turn produced, named after its model.
-    pub(crate) output: PolicyOutput,
-    /// The turn failed only because the server was unavailable after the
-    /// retries: the next model of a chain may take it.
-    pub(crate) unavailable: bool,
-}
-
-impl ModelTurn {
-    /// A turn that ends here (decided, or failed in a way no fallback helps).
-    pub(crate) fn decided(output: PolicyOutput) -> Self {
-        ModelTurn {
-            output,
-            unavailable: false,
         }
     }
 }

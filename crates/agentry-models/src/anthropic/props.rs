@@ -3,6 +3,7 @@
 //! [`AttemptError`], and a well-framed stream assembles to the same decision
 //! however its bytes are cut.
 
+use agentry_protocol::decision::Decision;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
@@ -14,7 +15,7 @@ fn outcome(chunks: Vec<Vec<u8>>) -> Result<Decision, String> {
     let names = ToolNameMap::default();
     drive(read_turn(reader(chunks), None))
         .map(|turn| {
-            let mut decision = turn.into_decision(&names);
+            let mut decision = turn.into_decision::<AnthropicWire>(&names);
             crate::ids::assign_host_ids(&mut decision, 1, &[]);
             decision
         })

@@ -3,6 +3,7 @@
 //! [`AttemptError`], and a well-framed stream assembles to the same decision
 //! however its bytes are cut.
 
+use agentry_protocol::decision::Decision;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
@@ -16,7 +17,7 @@ fn outcome(chunks: Vec<Vec<u8>>) -> Result<Option<Decision>, String> {
     drive(read_turn(reader(chunks), None))
         .map(|turn| {
             turn.map(|t| {
-                let mut decision = t.into_decision(&names);
+                let mut decision = t.into_decision::<OpenAiWire>(&names);
                 crate::ids::assign_host_ids(&mut decision, 1, &[]);
                 decision
             })
