@@ -3,7 +3,7 @@
 //! `cargo run --release --example service -- --addr 127.0.0.1:8080`
 //!
 //! Runs use the scripted policy (the script comes inline with each request); see
-//! `docs/service.md` for the routes, the flags and curl examples. This file only
+//! `docs/src/service.md` for the routes, the flags and curl examples. This file only
 //! parses arguments, sets up logging (with the metrics of `GET /metrics`, and
 //! `--otlp` span export), and turns ctrl-c (or SIGTERM) into a
 //! graceful shutdown; the service itself is in `app.rs`.

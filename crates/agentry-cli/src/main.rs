@@ -30,11 +30,20 @@
 //! one JSON object on stdout: `{"error": "...", "exit_code": N}`. This file
 //! only sets up logging and maps results to exit codes.
 //!
-//! Modules, in import order: `args` (the flags), `error` (`RunError`),
-//! `signals` (ctrl-c), `telemetry` (logs and span export), `store` (the SQLite store, `agentry runs`), `policy`
-//! (script or model, and what a run stores to rebuild it), `drive` (until the
-//! run stops or parks), `report` (stdout), `run` and `resume` (the commands),
-//! `mcp` (agentry as an MCP server), `stats` (`agentry stats`, after `store`).
+//! # Layout
+//! Modules, in import order:
+//! - `args`: the flags (clap), and what a flag's path means.
+//! - `error`: `RunError`, why `run` or `resume` produced no outcome.
+//! - `signals`: ctrl-c: the interrupt prompt at a terminal, else a graceful stop.
+//! - `telemetry`: logs and span export (`--otlp`).
+//! - `store`: the SQLite store and its default path, `agentry runs`.
+//! - `policy`, `child_models`: the script or model of a run, what a run stores
+//!   to rebuild it, and the models its children may ask for.
+//! - `drive`: a run until it stops or parks; `report`: what stdout shows.
+//! - `run`, `resume`: the two commands that run a task.
+//! - `tools`: `agentry tools`; `stats`: `agentry stats` (after `store`).
+//! - `mcp`: agentry as an MCP server; `replay`: `agentry replay`; `view`:
+//!   `agentry view`'s page.
 
 mod args;
 mod child_models;

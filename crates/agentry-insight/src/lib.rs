@@ -11,6 +11,13 @@
 //! store through the [`agentry_store::Store`] trait, traces as
 //! [`agentry_protocol::trace::TraceLine`]s. Nothing is written.
 //!
+//! # Layout
+//! - [`stats`]: the figures of a set of runs (`stats/figures.rs`), what one
+//!   finished run contributes (`stats/facts.rs`), and where runs are read
+//!   from: a store (`stats/store.rs`) or JSONL traces (`stats/trace.rs`).
+//! - [`tracefile`]: a trace file as typed lines ([`tracefile::read_trace`]),
+//!   shared by `agentry stats`, `agentry view` and `agentry replay`.
+//!
 //! ```no_run
 //! use agentry_insight::stats::{self, GroupBy, StatsOptions};
 //! # fn demo(store: &dyn agentry_store::Store) -> Result<(), stats::StatsError> {

@@ -4,6 +4,24 @@
 //! Depends on the tool seam (agentry-tools), not on the runtime: a started
 //! server's tools are [`agentry_tools::Tool`]s, registered like any other.
 //!
+//! # Layout
+//! - `config.rs`: [`McpServerConfig`], what a task declares about a server
+//!   ([`McpTransport`], allow-list, timeouts, [`ContractOverride`]s).
+//! - `options.rs`: [`StartOptions`], how servers are started (the environment
+//!   allowlist, the stderr cap, the handlers); a leaf read by the others.
+//! - `session.rs`: one connection: a stdio child in its own process group with
+//!   its captured stderr, or a streamable-HTTP session.
+//! - `handler.rs`: the client side of a session: the server's sampling and
+//!   elicitation requests ([`SamplingHandler`], [`ElicitationHandler`]) and
+//!   its progress notifications.
+//! - `contract.rs`: a listed tool as an agentry contract (annotations, then
+//!   the overrides).
+//! - `content.rs`: a `tools/call` result as an envelope's data; files saved
+//!   under [`MCP_ARTIFACTS_DIR`].
+//! - `server.rs`: [`McpServer`] (a started server, its tools, restart,
+//!   shutdown) and [`McpServers`] (several, started together).
+//! - `error.rs`: [`McpError`], the crate's one error.
+//!
 //! # Servers
 //!
 //! [`McpServer::start`] reaches a declared server ([`McpServerConfig`]) on the

@@ -9,6 +9,16 @@
 //! OpenMetrics text format ([`CONTENT_TYPE`]), and [`Metrics::register`] adds
 //! them to a `prometheus_client` registry of the embedder's own.
 //!
+//! # Layout
+//! - `lib.rs`: [`Metrics`], the handle: its layer, `encode`, `register`.
+//! - `layer.rs`: [`MetricsLayer`], the `tracing` layer: span fields kept as
+//!   they are recorded, counted when the span closes; status events
+//!   ([`STATUS_TARGET`]) move runs between the gauges.
+//! - `record.rs`: what the layer keeps of a span until it closes, and the
+//!   statuses of live runs.
+//! - `families.rs`: the metric families (the table below), their labels and
+//!   buckets.
+//!
 //! ```
 //! use tracing_subscriber::layer::SubscriberExt;
 //!

@@ -8,6 +8,20 @@
 //! the rest becomes a marker (`sk-…[redacted:openai_key]`). Redacting twice
 //! changes nothing. Text without any anchor or literal costs one scan and no
 //! allocation.
+//!
+//! # Layout
+//! - `redactor.rs`: [`Redactor`] and [`RedactorBuilder`], the entry points.
+//! - `builtin.rs`: the built-in detectors (provider keys, tokens, JWTs,
+//!   Authorization values, PEM keys).
+//! - `literals.rs`: values redacted wherever they appear (environment secrets,
+//!   secret tool fields; [`LiteralKind`]) and the prefilter over them.
+//! - `task.rs`: the task's `[redact] patterns`, compiled as one alternation.
+//! - `scan.rs`: finding what to replace in one string, and the replacement.
+//! - `json.rs`: redaction inside the string literals of serialized JSON.
+//! - `stream.rs`: [`StreamHoldback`], streamed deltas (a secret split across
+//!   two deltas is still caught).
+//! - `writer.rs`: [`RedactingMakeWriter`], the backstop for log lines.
+//! - `error.rs`: [`RedactError`], the crate's one error.
 
 mod builtin;
 mod error;

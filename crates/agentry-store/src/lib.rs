@@ -20,6 +20,17 @@
 //! token), kept fresh with [`Write::Heartbeat`] and dropped with
 //! [`Write::Release`]. Whether an owner is still alive is the runtime's call;
 //! the store only makes the claim atomic.
+//!
+//! # Layout
+//! - `lib.rs`: the [`Store`] trait and its data: [`RunRecord`],
+//!   [`Checkpoint`], [`LedgerEntry`] and [`LedgerState`], [`RunOwner`],
+//!   [`TimerRecord`], the [`Write`]s of a batch, what is read back
+//!   ([`StoredRun`], [`RunSummary`]) and [`StoreError`], the crate's one error.
+//! - `sqlite.rs` (feature `sqlite`): `SqliteStore`, opening a file carefully;
+//!   beneath it `sqlite/schema.rs` (the schema and its migrations),
+//!   `sqlite/write.rs` (applying a batch in one transaction), `sqlite/read.rs`
+//!   (loading runs back), `sqlite/error.rs` (SQLite failures as
+//!   [`StoreError`]).
 
 use agentry_protocol::envelope::ResultEnvelope;
 use agentry_protocol::state::{RunSnapshot, RunStatus, SessionEntry};

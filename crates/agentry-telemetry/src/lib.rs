@@ -12,6 +12,14 @@
 //! Every span is created at [`TARGET`], level INFO, so with no subscriber (or
 //! one that does not want them) a span is disabled and costs a callsite check:
 //! callers build names and values only when `!span.is_disabled()`.
+//!
+//! # Layout
+//! - [`fields`]: the attribute names (the GenAI conventions, and agentry's own).
+//! - [`cx`]: the W3C `traceparent` in and out of `tracing` spans.
+//! - [`future`]: [`InSpan`], a future polled inside a borrowed span.
+//! - `otlp` (feature `otlp`): the tracer provider, its batch exporter on a
+//!   thread of its own, and the layer that feeds it, redacting string
+//!   attributes on the way out.
 
 pub mod cx;
 pub mod fields;

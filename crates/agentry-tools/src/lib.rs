@@ -12,7 +12,7 @@
 //! - [`fs`]: `fs.read`, `fs.write`, `fs.list`, confined to the run's working directory.
 //! - [`finish`][]: `task.finish`.
 //! - [`proc`]: `proc.run` and [`proc::CommandTool`].
-//! - [`agents`]: `agent.spawn`, `agent.wait`.
+//! - [`agents`]: `agent.spawn`, `agent.wait`, `agent.cancel`.
 //! - [`results`]: results over a run's cap saved whole, and `result.read`.
 //! - `builtins.rs`: [`builtins`], all built-ins, ready to register.
 //!

@@ -11,6 +11,19 @@
 //! - [`policy`]: the policy seam ([`DeltaSink`], [`ChildPolicyFactory`]) and the scripted policy.
 //! - [`insight`]: statistics over recorded runs (a store or traces), split by stop reason.
 //!
+//! # Layout
+//! One file of re-exports; each module is a crate of the workspace:
+//! - [`runtime`] (`agentry-runtime`): the actors behind [`Runtime`] and [`RunHandle`].
+//! - [`protocol`] (`agentry-protocol`): plain data, serde only.
+//! - [`policy`] (`agentry-policy`): the policy seam and the scripted policy.
+//!   Model adapters are the `agentry-models` crate, a dependency of its own.
+//! - [`tools`] (`agentry-tools`): the [`Tool`] trait and the built-in tools.
+//! - [`store`] (`agentry-store`): the [`Store`] trait, and `SqliteStore`.
+//! - [`insight`] (`agentry-insight`): statistics over stores and traces.
+//! - `task` and `mcp` (`agentry-task`, `agentry-mcp`; feature `task`): task
+//!   directories and MCP servers' tools.
+//! - `metrics` (`agentry-metrics`; feature `metrics`): Prometheus metrics.
+//!
 //! # Features
 //! - `sqlite` (default): `SqliteStore`, the embedded durable store. Without it,
 //!   [`Store`] is there to implement; no SQLite is compiled.
