@@ -110,20 +110,30 @@ impl RunHandle {
         self.cut_with(RunInput::Interrupt {
             text: Some(message.into()),
         })
+        .map(|_| ())
     }
 
     /// Interrupts the step in progress as [`RunHandle::interrupt`] does, but
     /// with nothing to say yet: the run is paused after the cut step, until
     /// [`RunHandle::resume`] (send the user's words with
     /// [`RunHandle::send_message`] first). For a front end that asks the user
-    /// what to say once the work has stopped, as `agentry run` does on Ctrl-C.
-    pub fn interrupt_and_pause(&self) -> Result<(), RuntimeError> {
-        self.cut_with(RunInput::Interrupt { text: None })
+    /// what to say once the work has stopped, as `agentry run` does on Ctrl-C:
+    /// [`Interrupted::applied`] tells it when the run has stopped, so that
+    /// whatever the user does at its prompt (abort, say) comes after the
+    /// interrupt, never races it.
+    pub fn interrupt_and_pause(&self) -> Result<Interrupted, RuntimeError> {
+        let cut = self.cut_with(RunInput::Interrupt { text: None })?;
+        Ok(Interrupted {
+            run_id: Arc::clone(&self.run_id),
+            cut,
+            applied: self.cut.watch_applied(),
+            outcome: self.outcome.clone(),
+        })
     }
 
     /// Posts an interrupt's input and cuts the step, as one act (see
-    /// [`StepCut`]).
-    fn cut_with(&self, input: RunInput) -> Result<(), RuntimeError> {
+    /// [`StepCut`]): the cut's number.
+    fn cut_with(&self, input: RunInput) -> Result<u64, RuntimeError> {
         self.cut.cut_with(|| self.input(input))
     }
 
@@ -455,6 +465,34 @@ impl ChildList {
 
     pub(crate) fn entries(&self) -> Vec<ChildEntry> {
         self.0.lock().map(|l| l.clone()).unwrap_or_default()
+    }
+}
+
+/// An interrupt posted by [`RunHandle::interrupt_and_pause`].
+#[derive(Debug)]
+pub struct Interrupted {
+    run_id: Arc<str>,
+    /// The cut's number: applied once the conductor has applied this many.
+    cut: u64,
+    applied: watch::Receiver<u64>,
+    outcome: watch::Receiver<Option<RunOutcome>>,
+}
+
+impl Interrupted {
+    /// Waits until the run has applied the interrupt: the step it cut is
+    /// recorded, the interrupt's input is in the session and the trace (and,
+    /// for a durable run, on disk), and the run is paused. A run that stops
+    /// first (its deadline, an abort) is [`RuntimeError::Stopped`].
+    pub async fn applied(mut self) -> Result<(), RuntimeError> {
+        let cut = self.cut;
+        tokio::select! {
+            // A run that applied it and then stopped has applied it.
+            biased;
+            Ok(_) = self.applied.wait_for(|n| *n >= cut) => Ok(()),
+            _ = self.outcome.wait_for(Option::is_some) => Err(RuntimeError::Stopped {
+                run_id: self.run_id.to_string(),
+            }),
+        }
     }
 }
 
