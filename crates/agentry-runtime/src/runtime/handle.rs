@@ -7,6 +7,7 @@ use agentry_protocol::event::EventRecord;
 use agentry_protocol::state::{PendingApproval, RunSnapshot};
 use agentry_protocol::stop::StopReason;
 use agentry_protocol::trace::RunInput;
+use agentry_tools::proc::Fenced;
 use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
 
@@ -417,6 +418,14 @@ impl RunHandle {
         ask(&self.actors.budget, BudgetMsg::Delegable).await.ok()
     }
 
+    /// For a resumed run ([`Runtime::resume`](crate::Runtime::resume)): the
+    /// process groups and processes of an earlier attempt the resume killed
+    /// before it settled any call (empty when nothing was left running);
+    /// `None` for a run started, not resumed, in this process.
+    pub fn fenced(&self) -> Option<&Fenced> {
+        self.about.fenced.get()
+    }
+
     /// The run's actors as spawned (see [`RunActors`]).
     pub fn actors(&self) -> RunActors {
         RunActors::from(&self.actors)
@@ -496,12 +505,15 @@ impl Interrupted {
     }
 }
 
-/// What a handle says about its run in a tree.
+/// What a handle says about its run: in a tree, and after a resume.
 #[derive(Debug)]
 pub(crate) struct RunAbout {
     pub(crate) name: String,
     pub(crate) goal: String,
     pub(crate) model: String,
+    /// What the resume that started this process's run killed of an earlier
+    /// attempt's processes; unset for a run started here.
+    pub(crate) fenced: std::sync::OnceLock<Fenced>,
 }
 
 impl RunAbout {
@@ -510,6 +522,7 @@ impl RunAbout {
             name: config.task_id.clone(),
             goal: config.goal.clone(),
             model: policy.name(),
+            fenced: std::sync::OnceLock::new(),
         }
     }
 }
