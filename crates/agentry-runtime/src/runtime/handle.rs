@@ -511,6 +511,8 @@ pub(crate) struct RunAbout {
     pub(crate) name: String,
     pub(crate) goal: String,
     pub(crate) model: String,
+    /// Its limits as it started (a child's as carved from its parent's).
+    pub(crate) limits: agentry_protocol::budget::BudgetLimits,
     /// What the resume that started this process's run killed of an earlier
     /// attempt's processes; unset for a run started here.
     pub(crate) fenced: std::sync::OnceLock<Fenced>,
@@ -522,6 +524,7 @@ impl RunAbout {
             name: config.task_id.clone(),
             goal: config.goal.clone(),
             model: policy.name(),
+            limits: config.limits,
             fenced: std::sync::OnceLock::new(),
         }
     }
