@@ -1,6 +1,6 @@
 //! OpenTelemetry spans of real runs, exported by the real OTLP/HTTP exporter
 //! to a receiver in the test that decodes the protobuf it gets
-//! (`ExportTraceServiceRequest`). A process of its own: each test installs a
+//! (`suite/otlp_receiver.rs`). A process of its own: each test installs a
 //! subscriber for its thread (a current-thread runtime keeps every actor of
 //! its runs on that thread), so the tests' exports never mix.
 
@@ -8,6 +8,9 @@
 // the test itself).
 #![allow(clippy::unwrap_used)]
 
+#[allow(dead_code, reason = "the all-sinks redaction test uses the rest")]
+#[path = "suite/otlp_receiver.rs"]
+mod otlp_receiver;
 #[allow(dead_code, reason = "agentry-models' own tests use the rest")]
 #[path = "../crates/agentry-models/tests/suite/server.rs"]
 mod server;
@@ -32,14 +35,13 @@ use agentry::{
 use agentry_models::OpenAiPolicy;
 use agentry_telemetry::otlp::{self, OtlpOptions, TelemetryGuard};
 use agentry_test_support::{FlakyTool, ScriptBuilder, TestError, TestTask, runtime_with};
-use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
 use opentelemetry_proto::tonic::trace::v1::Span as OtlpSpan;
 use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
-use prost::Message;
 use serde_json::{Value, json};
 use tracing_subscriber::layer::SubscriberExt;
 
+use otlp_receiver::Receiver;
 use server::{MockServer, Reply};
 use sse::{calls_turn, config, one_call};
 
@@ -47,67 +49,6 @@ use sse::{calls_turn, config, one_call};
 const PARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
 const PARENT_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const PARENT_SPAN: &str = "00f067aa0ba902b7";
-
-/// An OTLP/HTTP receiver on 127.0.0.1, on a runtime of its own (the
-/// exporter's flush blocks the test's thread): keeps every span it decodes.
-struct Receiver {
-    url: String,
-    spans: Arc<Mutex<Vec<OtlpSpan>>>,
-    _thread: std::thread::JoinHandle<()>,
-}
-
-impl Receiver {
-    fn start() -> Result<Receiver, TestError> {
-        let spans: Arc<Mutex<Vec<OtlpSpan>>> = Arc::default();
-        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-        listener.set_nonblocking(true)?;
-        let url = format!("http://{}/v1/traces", listener.local_addr()?);
-        let kept = Arc::clone(&spans);
-        let thread = std::thread::spawn(move || {
-            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            else {
-                return;
-            };
-            rt.block_on(async move {
-                let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
-                    return;
-                };
-                let app = axum::Router::new().route(
-                    "/v1/traces",
-                    axum::routing::post(move |body: axum::body::Bytes| {
-                        let kept = Arc::clone(&kept);
-                        async move {
-                            match ExportTraceServiceRequest::decode(body) {
-                                Ok(request) => {
-                                    let mut kept = kept.lock().unwrap();
-                                    for rs in request.resource_spans {
-                                        for ss in rs.scope_spans {
-                                            kept.extend(ss.spans);
-                                        }
-                                    }
-                                    axum::http::StatusCode::OK
-                                }
-                                Err(_) => axum::http::StatusCode::BAD_REQUEST,
-                            }
-                        }
-                    }),
-                );
-                let _ = axum::serve(listener, app).await;
-            });
-        });
-        Ok(Receiver {
-            url,
-            spans,
-            _thread: thread,
-        })
-    }
-
-    fn spans(&self) -> Vec<OtlpSpan> {
-        self.spans.lock().unwrap().clone()
-    }
-}
 
 /// The OpenTelemetry layer exporting to `endpoint`, as this thread's
 /// subscriber while the returned guard lives.

@@ -4,9 +4,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agentry::protocol::event::RunEvent;
-use agentry::{Runtime, RuntimeError, StopReason};
+use agentry::{Effect, RunStatus, Runtime, RuntimeError, StopReason};
 use agentry_test_support::{
-    CountingTool, GateTool, ScriptBuilder, TestError, TestTask, runtime_with, wait_for_event,
+    CountingTool, GateTool, HangingTool, ScriptBuilder, TestError, TestTask, runtime_with,
+    wait_for_event,
 };
 use serde_json::json;
 
@@ -185,5 +186,33 @@ async fn a_run_started_after_shutdown_stops_without_running() -> Result<(), Test
         outcome.detail
     );
     assert_eq!(executions.get(), 0);
+    Ok(())
+}
+
+/// `interrupt_and_pause()?.applied()` returns once the run has applied the
+/// interrupt (what a prompt waits for): the cut step is counted and the run
+/// is paused when it returns, no polling; it goes on after `resume`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupt_and_pause_is_applied_when_applied_returns() -> Result<(), TestError> {
+    let hang = HangingTool::new("hang").effect(Effect::ReadOnly);
+    let hanging = hang.clone();
+    let runtime = runtime_with(vec![Arc::new(hang)])?;
+    let task = TestTask::new("wait", &[])?.grant(&["hang"]);
+    let policy = ScriptBuilder::new()
+        .call("h1", "hang", json!({"value": 1}))
+        .finish("went on")
+        .policy();
+    let handle = runtime.start(task.config(), policy).await?;
+    hanging.wait_started(1, WAIT).await?;
+
+    tokio::time::timeout(WAIT, handle.interrupt_and_pause()?.applied()).await??;
+    let snapshot = handle.snapshot().await.ok_or("no snapshot")?;
+    assert_eq!(snapshot.status, RunStatus::Paused, "{snapshot:?}");
+    assert_eq!(snapshot.control.spent.steps, 1, "{snapshot:?}");
+
+    handle.resume()?;
+    let outcome = tokio::time::timeout(WAIT, handle.wait()).await??;
+    assert_eq!(outcome.stop_reason, StopReason::Done, "{}", outcome.detail);
+    assert_eq!(outcome.answer.as_deref(), Some("went on"));
     Ok(())
 }

@@ -14,6 +14,7 @@ mod interrupt;
 mod mcp;
 mod metrics;
 mod models;
+mod otlp_receiver;
 mod policy;
 mod process;
 mod retries;

@@ -163,3 +163,70 @@ async fn bad_waits_are_einval_naming_what_is_wrong() -> Result<(), TestError> {
     assert!(ghost.contains("\"ghost\""), "{ghost}");
     Ok(())
 }
+
+/// The replay race (issue 32): two `agent.spawn`s in one step, each child
+/// finishing at once, answered the same whatever the children's timing —
+/// the child's carved budget (it was `null` when the child had already
+/// stopped) and what the parent can still delegate (it counted a child's
+/// unused steps as back when that child happened to end first). Run many
+/// times (bounded: each run takes milliseconds); `agentry replay` compares
+/// exactly these results against the recording.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_spawns_in_one_step_get_the_same_answers_every_time() -> Result<(), TestError> {
+    const RUNS: usize = 60;
+    let runtime = Runtime::with_builtins()?;
+    let mut answers: Vec<(Value, Value)> = Vec::new();
+    for _ in 0..RUNS {
+        let policy = ScriptBuilder::new()
+            .call("s1", "agent.spawn", spawn("a", quick("A")))
+            .and_call(
+                "s2",
+                "agent.spawn",
+                json!({"name": "b", "goal": "b", "script": quick("B")}),
+            )
+            .call("w", "agent.wait", json!({"child_ids": ["a", "b"]}))
+            .finish("both")
+            .policy();
+        let (outcome, results) = run_parent(&runtime, policy).await?;
+        assert_eq!(outcome.stop_reason, StopReason::Done, "{}", outcome.detail);
+        let answer = |id: &str| -> Result<Value, String> {
+            let mut d = data(&results, id)?;
+            d.as_object_mut().ok_or("not an object")?.remove("child_id");
+            Ok(d)
+        };
+        answers.push((answer("s1")?, answer("s2")?));
+    }
+    let mut distinct: Vec<String> = answers
+        .iter()
+        .map(|(a, b)| format!("s1 {} / s2 {}", compact(a), compact(b)))
+        .collect();
+    distinct.sort();
+    distinct.dedup();
+    // 20 steps, 1 spent, 2 kept: a asks 4 of 17 (13 left); b, unset, gets
+    // half of 13 (6; 7 left) — a's unused steps return only when the parent
+    // collects it (agent.wait), never because a happened to end first.
+    assert_eq!(
+        distinct,
+        [
+            r#"s1 {"budget":{"max_steps":4},"left_to_delegate":{"max_steps":13}} / s2 {"budget":{"max_steps":6},"left_to_delegate":{"max_steps":7}}"#
+        ],
+        "every run of {RUNS} the same"
+    );
+    Ok(())
+}
+
+/// `v` without its null fields, as one line.
+fn compact(v: &Value) -> String {
+    fn strip(v: &Value) -> Value {
+        match v {
+            Value::Object(o) => Value::Object(
+                o.iter()
+                    .filter(|(_, v)| !v.is_null())
+                    .map(|(k, v)| (k.clone(), strip(v)))
+                    .collect(),
+            ),
+            other => other.clone(),
+        }
+    }
+    strip(v).to_string()
+}

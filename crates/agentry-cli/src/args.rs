@@ -51,8 +51,9 @@ pub(crate) enum Command {
 
 #[derive(Debug, Args)]
 pub(crate) struct StatsArgs {
-    /// The SQLite store to read. Default: $AGENTRY_STORE, else agentry/runs.db
-    /// in the system temp dir (where `agentry run` stores runs by default).
+    /// The SQLite store to read. Default: $AGENTRY_STORE, else
+    /// $XDG_STATE_HOME/agentry/runs.db (~/.local/state/agentry/runs.db), where
+    /// `agentry run` stores runs by default.
     #[arg(long, value_name = "FILE", conflicts_with = "trace")]
     pub(crate) store: Option<PathBuf>,
     /// Read these JSONL trace files (`agentry run --trace`) instead of a
@@ -163,7 +164,8 @@ pub(crate) struct McpArgs {
     #[arg(long, value_name = "ADDR")]
     pub(crate) http: Option<std::net::SocketAddr>,
     /// Commit the runs to this SQLite store (created if missing). Default:
-    /// $AGENTRY_STORE, else agentry/runs.db in the system temp dir.
+    /// $AGENTRY_STORE, else $XDG_STATE_HOME/agentry/runs.db
+    /// (~/.local/state/agentry/runs.db).
     #[arg(long, value_name = "FILE", conflicts_with = "no_store")]
     pub(crate) store: Option<PathBuf>,
     /// Keep the runs in memory only: they cannot be resumed.
@@ -179,7 +181,8 @@ pub(crate) struct ResumeArgs {
     /// The run to continue.
     pub(crate) run_id: String,
     /// The SQLite store the run was started with. Default: $AGENTRY_STORE, else
-    /// agentry/runs.db in the system temp dir (where `agentry run` stores runs by default).
+    /// $XDG_STATE_HOME/agentry/runs.db (~/.local/state/agentry/runs.db), where
+    /// `agentry run` stores runs by default.
     #[arg(long, value_name = "FILE")]
     pub(crate) store: Option<PathBuf>,
     /// Settle a call the crash interrupted (the run parks `awaiting_decision` on
@@ -243,7 +246,8 @@ pub(crate) struct ToolsArgs {
 
 #[derive(Debug, Args)]
 pub(crate) struct RunsArgs {
-    /// The SQLite store. Default: $AGENTRY_STORE, else agentry/runs.db in the system temp dir.
+    /// The SQLite store. Default: $AGENTRY_STORE, else
+    /// $XDG_STATE_HOME/agentry/runs.db (~/.local/state/agentry/runs.db).
     #[arg(long, value_name = "FILE")]
     pub(crate) store: Option<PathBuf>,
     /// List finished runs too.
@@ -311,7 +315,7 @@ pub(crate) struct RunArgs {
     pub(crate) workdir: Option<PathBuf>,
     /// Commit the run to this SQLite store (created if missing) so that
     /// `agentry resume` can continue it after a crash. Default: $AGENTRY_STORE,
-    /// else agentry/runs.db in the system temp dir.
+    /// else $XDG_STATE_HOME/agentry/runs.db (~/.local/state/agentry/runs.db).
     #[arg(long, value_name = "FILE", conflicts_with = "no_store")]
     pub(crate) store: Option<PathBuf>,
     /// Keep the run in memory only: it cannot be resumed.

@@ -18,7 +18,8 @@
 //! ```
 //!
 //! Runs are durable by default: committed to `$AGENTRY_STORE`, else
-//! `agentry/runs.db` in the system temp dir, so `agentry resume RUN_ID` works with no flags.
+//! `runs.db` in this user's state directory (`$XDG_STATE_HOME/agentry`, else
+//! `~/.local/state/agentry`), so `agentry resume RUN_ID` works with no flags.
 //!
 //! Exit codes: 0 when the run stops `done`, 1 for any other stop reason, 2 for bad
 //! input (unreadable or invalid task or script, bad flags, an unusable working

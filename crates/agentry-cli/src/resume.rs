@@ -40,10 +40,28 @@ pub(crate) async fn resume(args: ResumeArgs) -> Result<Finished, RunError> {
     if let Some(ctrl_c) = &ctrl_c {
         ctrl_c.attach(&handle);
     }
+    if let Some(fenced) = handle.fenced() {
+        report_fenced(&args.run_id, fenced);
+    }
     let finished = drive(&handle, &args.decide, Some(&path)).await;
     drop(ctrl_c);
     mcp.shutdown().await;
     finished
+}
+
+/// Says on stderr what the resume killed of an earlier attempt (the run's
+/// recorded process groups whose leader still lived, and processes marked
+/// with the run) before it settled any call: the user learns that something
+/// was still running, and what.
+fn report_fenced(run_id: &str, fenced: &agentry::tools::proc::Fenced) {
+    for pgid in &fenced.groups {
+        eprintln!(
+            "agentry: fenced process group {pgid}, left running by an earlier attempt of run {run_id}"
+        );
+    }
+    for pid in &fenced.processes {
+        eprintln!("agentry: fenced process {pid}, marked with run {run_id} by an earlier attempt");
+    }
 }
 
 /// A stored run's runtime and the MCP servers its tools come from.

@@ -1,8 +1,10 @@
 //! Ctrl-c. At a terminal (stdin and stderr both one), once the run has
-//! started, ctrl-c interrupts the step in progress and asks the user what to
-//! tell the agent; a ctrl-c at that prompt stops the run gracefully, and one
-//! more exits at once. Without a terminal (or before the run started), the
-//! first ctrl-c stops the run gracefully and a second exits at once.
+//! started, ctrl-c interrupts the step in progress and, once the run has
+//! applied the interrupt (the cut step recorded, the run paused), asks the
+//! user what to tell the agent; a ctrl-c at that prompt stops the run
+//! gracefully, and one more exits at once. Without a terminal (or before the
+//! run started), the first ctrl-c stops the run gracefully and a second exits
+//! at once.
 
 use std::io::IsTerminal;
 use std::sync::{Arc, OnceLock};
@@ -94,12 +96,18 @@ enum Answer {
 }
 
 /// Cuts the step in progress (the run pauses after it), asks the user on
-/// stderr, and sends their line before resuming the run.
+/// stderr once the run has applied the cut, and sends their line before
+/// resuming the run. Asked earlier, a ctrl-c at the prompt would race the
+/// interrupt: the run could stop before the interrupt reached its trace.
 async fn interrupt_and_ask(
     handle: &RunHandle,
     signals: &mut Interrupts,
 ) -> Result<Answer, RuntimeError> {
-    handle.interrupt_and_pause()?;
+    let interrupted = handle.interrupt_and_pause()?;
+    tokio::select! {
+        applied = interrupted.applied() => applied?,
+        true = signals.next() => return Ok(Answer::Abort),
+    }
     eprintln!(
         "agentry: interrupted — type a message for the agent and press Enter (empty line: go on; ctrl-c again: abort)"
     );

@@ -1,5 +1,6 @@
-//! The SQLite store on the command line: where it is by default, opening it,
-//! and `agentry runs` (with `--tree RUN_ID`, one run's agent tree).
+//! The SQLite store on the command line: where it is by default (this user's
+//! state directory), opening it, and `agentry runs` (with `--tree RUN_ID`,
+//! one run's agent tree).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -10,17 +11,44 @@ use agentry::{RunTree, RuntimeError, SqliteStore, Store};
 use crate::args::RunsArgs;
 
 /// The store used when no `--store` is given: `$AGENTRY_STORE`, else
-/// `agentry/runs.db` in the system temp dir. That one lives in a directory any
-/// local user could have planted: it must be our own `0700` directory and the
-/// file, if there, our own regular file (never a link), else an error.
+/// `runs.db` in this user's state directory ([`state_dir`]). That directory
+/// must be our own `0700` directory (created so) and the file, if there, our
+/// own regular file (never a link), else an error naming the path.
 pub(crate) fn default_store() -> Result<PathBuf, RuntimeError> {
     match std::env::var_os("AGENTRY_STORE").filter(|v| !v.is_empty()) {
         Some(path) => Ok(PathBuf::from(path)),
         None => {
-            let path = agentry::runtime::tempdir::private_temp_dir()?.join("runs.db");
+            let dir = state_dir()?;
+            agentry::runtime::tempdir::private_dir(&dir, "set AGENTRY_STORE")?;
+            let path = dir.join("runs.db");
             agentry::runtime::tempdir::check_private_file(&path)?;
             Ok(path)
         }
+    }
+}
+
+/// `$XDG_STATE_HOME/agentry`, else `$HOME/.local/state/agentry` (the XDG base
+/// directory rules: per user, kept across reboots, unlike the shared temp
+/// directory, where every user's and checkout's runs would mix). A relative
+/// `XDG_STATE_HOME` is ignored, as the rules say.
+fn state_dir() -> Result<PathBuf, RuntimeError> {
+    let absolute = |name: &str| {
+        std::env::var_os(name)
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
+    };
+    if let Some(state) = absolute("XDG_STATE_HOME") {
+        return Ok(state.join("agentry"));
+    }
+    match absolute("HOME") {
+        Some(home) => Ok(home.join(".local/state/agentry")),
+        None => Err(agentry::store::StoreError::Open {
+            path: "~/.local/state/agentry/runs.db".into(),
+            message: "neither XDG_STATE_HOME nor HOME is an absolute path; \
+                      set AGENTRY_STORE, or pass --store FILE"
+                .into(),
+        }
+        .into()),
     }
 }
 
@@ -69,11 +97,15 @@ pub(crate) fn list(args: &RunsArgs) -> Result<(), RuntimeError> {
         }
         return Ok(());
     }
-    let runs: Vec<_> = store
-        .runs()?
+    let all = store.runs()?;
+    let stored = all.len();
+    let runs: Vec<_> = all
         .into_iter()
         .filter(|r| args.all || r.unfinished())
         .collect();
+    if runs.is_empty() {
+        eprintln!("agentry: {}", nothing_listed(&path, stored, args.all));
+    }
     if args.json {
         println!("{}", serde_json::to_string(&runs).unwrap_or_default());
         return Ok(());
@@ -87,6 +119,17 @@ pub(crate) fn list(args: &RunsArgs) -> Result<(), RuntimeError> {
         println!("{}  {:<18} {:<22} {}", r.run_id, status, reason, r.task_id);
     }
     Ok(())
+}
+
+/// Why `agentry runs` lists nothing: an empty list alone reads as a broken
+/// command (or the wrong store), and finished runs are hidden by default.
+fn nothing_listed(store: &Path, stored: usize, all: bool) -> String {
+    let store = store.display();
+    if stored == 0 || all {
+        format!("no runs in {store}")
+    } else {
+        format!("no unfinished runs in {store} ({stored} finished; agentry runs --all lists them)")
+    }
 }
 
 /// The stored tree under `run_id`: its record and last checkpoint, then its

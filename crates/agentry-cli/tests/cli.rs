@@ -59,8 +59,21 @@ fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
+/// Where the binary keeps its default store in these tests
+/// (`XDG_STATE_HOME`): under `target/`, never the real home's state directory.
+fn state_home() -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join("state")
+}
+
+/// The binary, with its default store under [`state_home`].
+fn agentry_command() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_agentry"));
+    command.env("XDG_STATE_HOME", state_home());
+    command
+}
+
 fn agentry(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_agentry"))
+    agentry_command()
         .args(args)
         .current_dir(root())
         .env_remove("RUST_LOG")

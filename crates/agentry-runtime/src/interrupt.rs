@@ -9,10 +9,17 @@
 //! a step that finds its token cut at its start is not taken (the input goes
 //! first), and no cut is lost to a step that started just after it.
 //!
+//! Each cut is numbered; the count of interrupt inputs the conductor has
+//! applied is published ([`StepCut::watch_applied`]), so a front end can wait
+//! until its cut is applied — the cut step recorded, the input in the session
+//! and the trace, the run paused — before it asks the user anything
+//! (`agentry run`'s prompt: a ctrl-c there must find the interrupt applied).
+//!
 //! [`RunInput::Interrupt`]: agentry_protocol::trace::RunInput::Interrupt
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 /// One run's interrupt switch. Cloneable; every clone is the same switch.
@@ -20,6 +27,8 @@ use tokio_util::sync::CancellationToken;
 pub(crate) struct StepCut {
     run: CancellationToken,
     inner: Arc<Mutex<Armed>>,
+    /// How many interrupt inputs the conductor has applied.
+    applied: Arc<watch::Sender<u64>>,
 }
 
 #[derive(Debug)]
@@ -39,6 +48,7 @@ impl StepCut {
                 cuts: 0,
                 applied: 0,
             })),
+            applied: Arc::new(watch::channel(0).0),
         }
     }
 
@@ -53,23 +63,32 @@ impl StepCut {
     }
 
     /// Posts the interrupt's input with `post` and, if it was posted, cuts the
-    /// step in progress — one act, as the conductor sees it.
-    pub(crate) fn cut_with<E>(&self, post: impl FnOnce() -> Result<(), E>) -> Result<(), E> {
+    /// step in progress — one act, as the conductor sees it. Returns the cut's
+    /// number: it is applied once [`StepCut::watch_applied`] reaches it.
+    pub(crate) fn cut_with<E>(&self, post: impl FnOnce() -> Result<(), E>) -> Result<u64, E> {
         let mut armed = self.lock();
         post()?;
         armed.cuts += 1;
         armed.token.cancel();
-        Ok(())
+        Ok(armed.cuts)
     }
 
-    /// The conductor applied an interrupt input: once every cut's input is
-    /// applied, steps run under a fresh token again.
+    /// The conductor applied an interrupt input (the last thing it does with
+    /// it): once every cut's input is applied, steps run under a fresh token
+    /// again.
     pub(crate) fn applied(&self) {
         let mut armed = self.lock();
         armed.applied += 1;
         if armed.applied >= armed.cuts && armed.token.is_cancelled() && !self.run.is_cancelled() {
             armed.token = self.run.child_token();
         }
+        // Inputs are applied in the order they were cut (one mailbox).
+        self.applied.send_replace(armed.applied);
+    }
+
+    /// How many interrupt inputs the conductor has applied, as it changes.
+    pub(crate) fn watch_applied(&self) -> watch::Receiver<u64> {
+        self.applied.subscribe()
     }
 }
 
@@ -89,13 +108,16 @@ mod tests {
         let run = CancellationToken::new();
         let cut = StepCut::new(&run);
         let first = cut.token();
-        cut.cut_with(|| Ok::<(), ()>(())).unwrap();
+        let applied = cut.watch_applied();
+        assert_eq!(cut.cut_with(|| Ok::<(), ()>(())), Ok(1));
         assert!(first.is_cancelled() && is_cut(&first, &run));
+        assert_eq!(*applied.borrow(), 0);
         assert!(
             cut.token().is_cancelled(),
             "still cut: its input is pending"
         );
         cut.applied();
+        assert_eq!(*applied.borrow(), 1, "published once applied");
         assert!(!cut.token().is_cancelled());
         assert!(!run.is_cancelled());
     }
@@ -116,7 +138,7 @@ mod tests {
     fn an_input_not_posted_cuts_nothing_and_the_run_token_reaches_the_step() {
         let run = CancellationToken::new();
         let cut = StepCut::new(&run);
-        assert_eq!(cut.cut_with(|| Err("gone")), Err("gone"));
+        assert_eq!(cut.cut_with(|| Err::<(), _>("gone")), Err("gone"));
         let step = cut.token();
         assert!(!step.is_cancelled());
         run.cancel();

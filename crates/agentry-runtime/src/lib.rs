@@ -70,4 +70,4 @@ pub use error::{ChildRefusal, RuntimeError};
 pub use grants::Grants;
 pub use policy::{Policy, PolicyContext};
 pub use registry::ToolRegistry;
-pub use runtime::{InboxUsage, RunHandle, RunTree, Runtime};
+pub use runtime::{InboxUsage, Interrupted, RunHandle, RunTree, Runtime};

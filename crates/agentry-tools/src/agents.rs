@@ -122,7 +122,7 @@ impl Tool for SpawnTool {
     fn contract(&self) -> ToolContract {
         ToolContract::new(
             SPAWN_TOOL,
-            "Delegate a sub-task to a child agent. Its budget comes out of yours: what you name, or half of what you can give on a dimension you leave unset; you always keep enough to wait and finish. It may use at most your tools. Returns the child's id, its budget and what you can still delegate (left_to_delegate); call agent.wait to get its result.",
+            "Delegate a sub-task to a child agent. Its budget comes out of yours: what you name, or half of what you can give on a dimension you leave unset; you always keep enough to wait and finish. It may use at most your tools. Returns the child's id, its budget and what you can still delegate (left_to_delegate); call agent.wait to get its result (what the child did not use comes back to you then).",
             schema_for::<SpawnArgs>(),
         )
         .effect(Effect::Reversible)
@@ -166,7 +166,7 @@ impl Tool for WaitTool {
     fn contract(&self) -> ToolContract {
         ToolContract::new(
             WAIT_TOOL,
-            "Wait for child agents to end and get their outcomes (stop_reason, answer, steps, tool_calls, tokens, cost, and why a child failed): one with child_id, several with child_ids and mode all (every outcome, in order) or any (the first to end, and which still run).",
+            "Wait for child agents to end and get their outcomes (stop_reason, answer, steps, tool_calls, tokens, cost, and why a child failed): one with child_id, several with child_ids and mode all (every outcome, in order) or any (the first to end, and which still run). What a child you get the outcome of did not use of its budget comes back to you (counted in left_to_delegate), as it does when you agent.cancel it.",
             schema_for::<WaitArgs>(),
         )
         .effect(Effect::ReadOnly)

@@ -27,12 +27,16 @@ async fn budget_and_deadline_survive_a_restart() -> Result<(), TestError> {
     let (t, mut held) = tools();
     let first = durable(t, &db)?;
     let handle = first.start(task.config(), script.clone().policy()).await?;
+    assert_eq!(handle.fenced(), None, "started, not resumed");
     let run_id = handle.run_id().to_string();
     let _call = held.next_call(WAIT).await?;
     crash(&handle).await;
     let (t, mut held) = tools();
     let second = durable(t, &db)?;
     let resumed = second.resume(&run_id, script.clone().policy()).await?;
+    // In-process tools leave no process behind (the CLI's fencing test kills real ones).
+    let nothing = agentry::tools::proc::Fenced::default();
+    assert_eq!(resumed.fenced(), Some(&nothing), "nothing left to fence");
     let call = held.next_call(WAIT).await?;
     let budget = resumed.budget().await.ok_or("no budget")?;
     assert_eq!(budget.spent.steps, 2, "{budget:?}");

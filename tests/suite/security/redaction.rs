@@ -1,13 +1,15 @@
 //! Redaction before every write: secrets a tool reads from the workspace, a
-//! user types, the environment holds, a tool declares secret, or the model
-//! streams across two deltas never reach the JSONL trace, the SQLite file, the
-//! event stream or the logs — while the policy and the tool still see the real
-//! values, and the run completes.
+//! user types, the environment holds, a tool declares secret, the model
+//! streams across two deltas or puts in a child's name never reach the JSONL
+//! trace, the SQLite file, the event stream, the logs or the spans exported
+//! over OTLP — while the policy and the tool still see the real values, and
+//! the run completes.
 //!
 //! The run happens in a re-executed copy of this test binary: the env secret
 //! must be in the process environment when the run's redactor is built, and a
-//! process of its own can set it (and install a log subscriber) without racing
-//! the other tests.
+//! process of its own can set it and install a global subscriber (logs, and
+//! the real OTLP exporter sending to a receiver in the process) without
+//! racing the other tests.
 
 use std::io::Write as _;
 use std::process::Command;
@@ -18,8 +20,15 @@ use agentry::{
     Durability, RunConfig, SqliteStore, StopReason, Tool, ToolCall, ToolContext, ToolContract,
     ToolError, ToolOutput, async_trait,
 };
+use agentry_telemetry::otlp::{self, OtlpOptions, TelemetryGuard};
 use agentry_test_support::{FnPolicy, TestError, TestTask, collect_until_stopped, runtime_with};
+use opentelemetry_proto::tonic::trace::v1::Span as OtlpSpan;
 use serde_json::{Value, json};
+use tracing_subscriber::Layer as _;
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
+
+use crate::suite::otlp_receiver::{Receiver, texts};
 
 /// The env variable the child process holds its secret in (its name contains
 /// TOKEN, so its value is redacted).
@@ -90,9 +99,16 @@ impl Tool for LoginTool {
 /// What the policy saw of the session at each step (as JSON text).
 type Seen = Arc<Mutex<Vec<String>>>;
 
-/// Reads the config, logs in, then (once the user's message is in the
-/// session) streams a key in two deltas and finishes with an answer naming the
-/// env secret, the key and the password (as a model echoing them would).
+/// What the model names its child: a card number, which only the task's
+/// pattern knows (the exporter's backstop does not).
+fn child_name() -> String {
+    format!("pay {CARD}")
+}
+
+/// Reads the config, logs in, delegates to a child it names after the card,
+/// then (once the user's message is in the session) streams a key in two
+/// deltas and finishes with an answer naming the env secret, the key and the
+/// password (as a model echoing them would).
 fn policy(seen: Seen) -> FnPolicy {
     FnPolicy::new(move |ctx| {
         let session = serde_json::to_string(ctx.session).unwrap_or_default();
@@ -114,6 +130,14 @@ fn policy(seen: Seen) -> FnPolicy {
                     "l1",
                     "login",
                     json!({"user": "ann", "password": PASSWORD}),
+                )],
+            },
+            3 => Decision::ToolCalls {
+                calls: vec![ToolCall::new(
+                    "s1",
+                    agentry::tools::agents::SPAWN_TOOL,
+                    json!({"name": child_name(), "goal": "pay", "budget": {"max_steps": 2},
+                           "script": {"turns": [{"final": "paid"}]}}),
                 )],
             },
             // The message was sent right after the start: it comes within a
@@ -161,26 +185,88 @@ fn leaks(what: &str, bytes: &[u8]) -> Vec<String> {
         .collect()
 }
 
-/// Installs a log subscriber (DEBUG and up) writing into the returned buffer.
-fn capture_logs() -> Result<Captured, TestError> {
+/// Installs the process's subscriber: logs (DEBUG and up) written into the
+/// returned buffer, and the real OTLP exporter (with span content on) sending
+/// to `receiver` — the backstop redactor it builds knows the built-in
+/// detectors and the environment's secrets, not the task's patterns.
+fn capture_logs_and_spans(receiver: &Receiver) -> Result<(Captured, TelemetryGuard), TestError> {
     let logs = Captured::default();
     let sink = logs.clone();
-    tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::DEBUG)
+    let log_layer = tracing_subscriber::fmt::layer()
         .with_writer(move || sink.clone())
         .with_ansi(false)
+        .with_filter(tracing_subscriber::filter::LevelFilter::DEBUG);
+    let (otlp_layer, guard) = otlp::init(OtlpOptions {
+        endpoint: Some(receiver.url.clone()),
+        ..OtlpOptions::default()
+    })?;
+    tracing_subscriber::registry()
+        .with(log_layer)
+        .with(otlp_layer)
         .try_init()
         .map_err(|e| e.to_string())?;
-    Ok(logs)
+    Ok((logs, guard))
+}
+
+/// Flushes the exporter until the receiver holds the spans of the run and
+/// of its child, and of the login call (the actors close theirs as they stop).
+async fn exported(receiver: &Receiver, guard: &TelemetryGuard) -> Result<Vec<OtlpSpan>, TestError> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        guard.flush();
+        let spans = receiver.spans();
+        let runs = spans
+            .iter()
+            .filter(|s| s.name.starts_with("invoke_agent "))
+            .count();
+        if runs == 2 && spans.iter().any(|s| s.name == "execute_tool login") {
+            return Ok(spans);
+        }
+        if std::time::Instant::now() > deadline {
+            let names: Vec<&str> = spans.iter().map(|s| s.name.as_str()).collect();
+            return Err(format!("the receiver never got the run's spans; got {names:?}").into());
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
 }
 
 /// What was written: the trace file, the SQLite file and its WAL, the events
-/// (as JSON) and the logs.
+/// (as JSON), the logs and the exported spans.
 struct Written {
     trace: Vec<u8>,
     store: Vec<u8>,
     events: Vec<agentry::protocol::event::EventRecord>,
     logs: Vec<u8>,
+    spans: Vec<OtlpSpan>,
+}
+
+/// Each secret in a text of an exported span (its name, every attribute,
+/// every event, its status), named by span and place; and each marker the
+/// spans must show (content was exported, the child's name was redacted).
+fn leaks_in_spans(spans: &[OtlpSpan]) -> Vec<String> {
+    let mut leaked = Vec::new();
+    let mut all = String::new();
+    for span in spans {
+        for (at, text) in texts(span) {
+            leaked.extend(leaks(
+                &format!("span {:?}, {at},", span.name),
+                text.as_bytes(),
+            ));
+            all.push_str(&text);
+            all.push('\n');
+        }
+    }
+    for marker in [
+        "invoke_agent pay [redacted:pattern:0]",
+        "[redacted:field:password]",
+        "sk-…[redacted:openai_key]",
+        "[redacted:pattern:0]",
+    ] {
+        if !all.contains(marker) {
+            leaked.push(format!("the spans lack {marker}"));
+        }
+    }
+    leaked
 }
 
 /// Every leak of `written`, and every redaction marker it lacks. All places
@@ -222,12 +308,14 @@ fn leaks_in(written: &Written) -> Result<Vec<String>, TestError> {
     // The capture works: the run logged something.
     assert!(!written.logs.is_empty(), "no log line was captured");
     leaked.extend(leaks("the logs", &written.logs));
+    leaked.extend(leaks_in_spans(&written.spans));
     Ok(leaked)
 }
 
 /// The run, in the child process.
 async fn run_and_check() -> Result<(), TestError> {
-    let logs = capture_logs()?;
+    let receiver = Receiver::start()?;
+    let (logs, guard) = capture_logs_and_spans(&receiver)?;
     let task = TestTask::new(
         "read config.env and log in",
         &[(
@@ -235,7 +323,7 @@ async fn run_and_check() -> Result<(), TestError> {
             &format!("OPENAI_API_KEY={OPENAI_KEY}\nAWS_ACCESS_KEY_ID={AWS_KEY}\n"),
         )],
     )?
-    .grant(&["fs.read", "login"])
+    .grant(&["fs.read", "login", "agent"])
     .max_steps(10)
     .trace();
     let db = task.root().join("runs.db");
@@ -244,6 +332,8 @@ async fn run_and_check() -> Result<(), TestError> {
         .with_store(Arc::new(SqliteStore::open(&db)?), Durability::Strict)?;
     let mut config: RunConfig = task.config();
     config.observe.redact_patterns = vec![CARD_PATTERN.to_string()];
+    // Tool arguments and results as span attributes: content to redact.
+    config.observe.content = true;
     let seen = Seen::default();
     let handle = runtime.start(config, policy(Arc::clone(&seen))).await?;
     let events = handle.subscribe();
@@ -270,6 +360,9 @@ async fn run_and_check() -> Result<(), TestError> {
             .contains(ENV_SECRET)
     );
 
+    // The handle holds the run's span (a child's handle its parent's): the
+    // spans close, and are exported, once every handle is gone.
+    drop(handle);
     drop(runtime);
     let mut store = std::fs::read(&db)?;
     if let Ok(wal) = std::fs::read(db.with_extension("db-wal")) {
@@ -281,6 +374,7 @@ async fn run_and_check() -> Result<(), TestError> {
         store,
         events,
         logs: logs.0.lock().map(|l| l.clone()).unwrap_or_default(),
+        spans: exported(&receiver, &guard).await?,
     };
     let leaked = leaks_in(&written)?;
     assert!(leaked.is_empty(), "{leaked:#?}");

@@ -72,9 +72,36 @@ fn a_killed_runtime_leaves_no_tool_process() {
     wait_for_sleepers(&secs, false);
 }
 
+/// The process groups the store has recorded for run `fenced`'s calls so far.
+fn recorded_groups(store: &Path) -> Vec<i32> {
+    use agentry::Store as _;
+    if !store.exists() {
+        return Vec::new();
+    }
+    let run = agentry::SqliteStore::open(store)
+        .ok()
+        .and_then(|s| s.load("fenced").ok().flatten());
+    run.map(|run| {
+        run.ledger
+            .iter()
+            .flat_map(|row| row.processes.iter().map(|g| g.pgid))
+            .collect()
+    })
+    .unwrap_or_default()
+}
+
+/// The process group of process `pid` (field 5 of `/proc/PID/stat`).
+fn group_of(pid: i32) -> i32 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let (_, rest) = stat.rsplit_once(')').unwrap();
+    rest.split_whitespace().nth(2).unwrap().parse().unwrap()
+}
+
 /// With the warden taken down first, the tools survive their runtime; the
 /// resume kills them (the group recorded in the ledger, found by its leader's
-/// start time) before it settles the call, which then parks for a human.
+/// start time) before it settles the call, which then parks for a human. The
+/// resume says which group it fenced: the one the store recorded, the
+/// sleepers' own — so their end is the fence's doing, not chance's.
 #[test]
 fn a_resume_kills_what_the_crashed_attempt_left_before_it_settles() {
     let secs = unique_secs(47);
@@ -83,29 +110,61 @@ fn a_resume_kills_what_the_crashed_attempt_left_before_it_settles() {
     let store = tmp.path().join("s.db");
     let mut run = spawn_run(task.path(), &store, &tmp.path().join("w"));
     wait_for_sleepers(&secs, true);
+    // The call's group reaches the store beside it, not before: killed
+    // earlier, only the run's environment mark would find the sleepers.
+    let deadline = Instant::now() + WAIT;
+    while recorded_groups(&store).is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "no group recorded within {WAIT:?}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let warden = warden_of(run.id()).expect("the run's warden");
     kill9(warden);
     run.kill().unwrap();
     run.wait().unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    let sleepers = alive_with_cmdline(&["sleep", &secs]);
     assert_eq!(
-        alive_with_cmdline(&["sleep", &secs]).len(),
+        sleepers.len(),
         2,
         "without the warden the tools outlive the runtime"
     );
+    let recorded = recorded_groups(&store);
+    assert_eq!(recorded.len(), 1, "one call, one group: {recorded:?}");
+    let pgid = recorded[0];
+    for pid in &sleepers {
+        assert_eq!(
+            group_of(*pid),
+            pgid,
+            "sleeper {pid} is in the recorded group"
+        );
+    }
 
     let out = Command::new(env!("CARGO_BIN_EXE_agentry"))
         .args(["resume", "fenced", "--json", "--store", path_str(&store)])
         .env_remove("RUST_LOG")
         .output()
         .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
     let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!("{e}: {}", String::from_utf8_lossy(&out.stderr));
+        panic!("{e}: {err}");
     });
     // `proc.run` may have side effects and is not idempotent: its interrupted
     // call waits for a human, now that nothing of it runs any more.
     assert_eq!(out.status.code(), Some(3), "{report}");
     assert_eq!(report["status"], "awaiting_decision", "{report}");
+    let fenced: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("fenced process group"))
+        .collect();
+    assert_eq!(
+        fenced,
+        [format!(
+            "agentry: fenced process group {pgid}, left running by an earlier attempt of run fenced"
+        )],
+        "{err}"
+    );
     assert!(
         alive_with_cmdline(&["sleep", &secs]).is_empty(),
         "the resume fenced the survivors before it parked"

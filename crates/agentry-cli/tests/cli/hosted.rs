@@ -37,7 +37,7 @@ pub(crate) async fn run<A: AsRef<std::ffi::OsStr>>(
     args: impl IntoIterator<Item = A>,
     env: &[(&str, &str)],
 ) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_agentry"));
+    let mut cmd = agentry_command();
     cmd.args(args).current_dir(root());
     for var in CLEARED {
         cmd.env_remove(var);

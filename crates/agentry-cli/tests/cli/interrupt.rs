@@ -167,6 +167,11 @@ fn wait_bounded(child: &mut Child, context: impl Fn() -> String) -> std::process
 /// A task whose calls each hold a process tree for 30 s (`secs`, unique to
 /// this test), one step each, then finish.
 fn nap_task(secs: &[&str]) -> tempfile::TempDir {
+    nap_task_running(secs, |s| format!("sleep {s} & sleep {s}"))
+}
+
+/// [`nap_task`], each call's tree running `script(secs)` in `sh -c`.
+fn nap_task_running(secs: &[&str], script: impl Fn(&str) -> String) -> tempfile::TempDir {
     let mut turns: Vec<Value> = secs
         .iter()
         .enumerate()
@@ -174,7 +179,7 @@ fn nap_task(secs: &[&str]) -> tempfile::TempDir {
             serde_json::json!({"tool_calls": [{
                 "id": format!("nap{}", i + 1),
                 "name": "proc.run",
-                "arguments": {"argv": ["sh", "-c", format!("sleep {s} & sleep {s}")]},
+                "arguments": {"argv": ["sh", "-c", script(s)]},
             }]})
         })
         .collect();
@@ -280,21 +285,42 @@ fn ctrl_c_at_a_terminal_interrupts_asks_and_goes_on() {
     assert!(steps[2].get("interrupted").is_none(), "{}", steps[2]);
 }
 
+/// The stored run's status now (`--store STORE`, run id `RUN_ID`).
+fn stored_status(store: &Path, run_id: &str) -> Value {
+    use agentry::Store as _;
+    let run = agentry::SqliteStore::open(store)
+        .unwrap()
+        .load(run_id)
+        .unwrap()
+        .expect("the run is stored");
+    serde_json::to_value(run.checkpoint.expect("a checkpoint").snapshot.status).unwrap()
+}
+
 /// Ctrl-c, then ctrl-c again at the prompt: the run stops `user_abort` (exit
 /// 1, as a ctrl-c always stopped it), its trace closed, its processes gone.
+/// The prompt comes only once the run has applied the interrupt: when it
+/// shows, the stored run is already paused (the tree ignores SIGTERM, so the
+/// cut takes its kill grace: a prompt shown as soon as the interrupt was
+/// posted finds the run still running), and the second ctrl-c can no longer
+/// overtake the interrupt, which the trace then always holds.
 #[test]
 fn ctrl_c_at_the_prompt_stops_the_run() {
     let secs = unique_secs(30);
-    let task = nap_task(&[&secs]);
+    let task = nap_task_running(&[&secs], |s| format!("trap '' TERM; sleep {s} & sleep {s}"));
     let tmp = tempfile::tempdir().unwrap();
     let trace = tmp.path().join("t.jsonl");
     let workdir = tmp.path().join("run");
-    let mut terminal = Terminal::spawn(&run_args(task.path(), &trace, &workdir));
+    let store = tmp.path().join("s.db");
+    let mut args = run_args(task.path(), &trace, &workdir);
+    args.retain(|a| *a != "--no-store");
+    args.extend(["--store", path_str(&store), "--run-id", "prompted"]);
+    let mut terminal = Terminal::spawn(&args);
     terminal.wait_for("run started", 1);
     wait_for_sleepers(&secs, true);
 
     terminal.ctrl_c();
     terminal.wait_for(PROMPT, 1);
+    assert_eq!(stored_status(&store, "prompted"), "paused");
     terminal.ctrl_c();
     terminal.wait_for("stopping the run", 1);
     let (code, report) = terminal.finish();

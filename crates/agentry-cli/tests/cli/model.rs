@@ -4,7 +4,7 @@
 use crate::*;
 
 pub(crate) fn agentry_env(args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_agentry"));
+    let mut cmd = agentry_command();
     cmd.args(args)
         .current_dir(root())
         .env_remove("RUST_LOG")

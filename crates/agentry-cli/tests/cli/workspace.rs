@@ -59,7 +59,7 @@ fn ctrl_c_aborts_the_run_and_flushes_the_trace() {
     );
     let tmp = tempfile::tempdir().unwrap();
     let trace = tmp.path().join("t.jsonl");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_agentry"))
+    let mut child = agentry_command()
         .args([
             "run",
             path_str(dir.path()),

@@ -16,7 +16,8 @@ fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// `agentry ARGS` from the workspace root, with a private temp dir and no
+/// `agentry ARGS` from the workspace root, with a private temp dir, its
+/// state directory (the default store's) in [`state_home`] of it, and no
 /// store from the environment.
 fn agentry(args: &[&str], tmp: &Path) -> Output {
     Command::new(bin())
@@ -25,8 +26,14 @@ fn agentry(args: &[&str], tmp: &Path) -> Output {
         .env_remove("RUST_LOG")
         .env_remove("AGENTRY_STORE")
         .env("TMPDIR", tmp)
+        .env("XDG_STATE_HOME", state_home(tmp))
         .output()
         .unwrap()
+}
+
+/// `XDG_STATE_HOME` for a test whose temp dir is `tmp`.
+fn state_home(tmp: &Path) -> PathBuf {
+    tmp.join("state")
 }
 
 fn stderr(out: &Output) -> String {
@@ -355,13 +362,39 @@ fn resume_is_refused_while_the_first_process_runs_it_and_takes_over_after_a_kill
 }
 
 // ---------------------------------------------------------------------------
-// Issue 16 item 10: the default store in the shared temp directory.
+// Issue 16 item 10: agentry's directory in the shared temp directory; issue 32:
+// the default store in the user's state directory, under the same rules.
 // ---------------------------------------------------------------------------
 
 #[cfg(unix)]
 fn mode(p: &Path) -> u32 {
     use std::os::unix::fs::PermissionsExt;
     std::fs::metadata(p).unwrap().permissions().mode() & 0o777
+}
+
+/// `dir` planted as a link to a directory of another user's: each command
+/// exits 2 refusing `dir`, and nothing is written through the link.
+#[cfg(unix)]
+fn refused_through_a_link(tmp: &Path, dir: &Path, commands: &[&[&str]]) {
+    let theirs = tmp.join("theirs");
+    std::fs::create_dir_all(&theirs).unwrap();
+    std::fs::create_dir_all(dir.parent().unwrap()).unwrap();
+    std::os::unix::fs::symlink(&theirs, dir).unwrap();
+    for args in commands {
+        let out = agentry(args, tmp);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        let err = stderr(&out);
+        assert!(
+            err.contains(&format!("refusing {}", dir.display())) && err.contains("symbolic link"),
+            "{args:?}: {err}"
+        );
+    }
+    assert_eq!(
+        std::fs::read_dir(&theirs).unwrap().count(),
+        0,
+        "nothing written there"
+    );
+    std::fs::remove_file(dir).unwrap();
 }
 
 /// Another local user plants `<tmp>/agentry` as a link to a directory of
@@ -372,36 +405,31 @@ fn mode(p: &Path) -> u32 {
 #[test]
 fn a_planted_link_in_the_shared_temp_dir_is_refused() {
     let tmp = tempfile::tempdir().unwrap();
-    let theirs = tmp.path().join("theirs");
-    std::fs::create_dir(&theirs).unwrap();
-    std::os::unix::fs::symlink(&theirs, tmp.path().join("agentry")).unwrap();
-    for args in [
-        vec!["run", "examples/sum"],
-        vec!["runs"],
-        vec!["resume", "x"],
-    ] {
-        let out = agentry(&args, tmp.path());
-        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
-        let err = stderr(&out);
-        assert!(
-            err.contains(&format!(
-                "refusing {}",
-                tmp.path().join("agentry").display()
-            )) && err.contains("symbolic link"),
-            "{args:?}: {err}"
-        );
-    }
-    assert_eq!(
-        std::fs::read_dir(&theirs).unwrap().count(),
-        0,
-        "nothing written there"
+    // The default working directory is under it.
+    refused_through_a_link(
+        tmp.path(),
+        &tmp.path().join("agentry"),
+        &[&["run", "examples/sum", "--no-store"]],
+    );
+}
+
+/// The same for the default store's directory, `$XDG_STATE_HOME/agentry`
+/// (a misconfigured or shared state directory), and for `runs.db` in it.
+#[cfg(unix)]
+#[test]
+fn a_planted_link_in_the_state_dir_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = state_home(tmp.path()).join("agentry");
+    refused_through_a_link(
+        tmp.path(),
+        &dir,
+        &[&["run", "examples/sum"], &["runs"], &["resume", "x"]],
     );
 
     // Our own directory, but runs.db in it is a link: refused too.
-    std::fs::remove_file(tmp.path().join("agentry")).unwrap();
-    std::fs::create_dir(tmp.path().join("agentry")).unwrap();
+    std::fs::create_dir(&dir).unwrap();
     let victim = tmp.path().join("victim.db");
-    std::os::unix::fs::symlink(&victim, tmp.path().join("agentry/runs.db")).unwrap();
+    std::os::unix::fs::symlink(&victim, dir.join("runs.db")).unwrap();
     let out = agentry(&["run", "examples/sum"], tmp.path());
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(
@@ -412,19 +440,25 @@ fn a_planted_link_in_the_shared_temp_dir_is_refused() {
     assert!(!victim.exists(), "nothing created through the link");
 }
 
-/// The default directory is created 0700 (an existing one of ours is
-/// tightened) and the store file 0600, whatever the umask.
+/// The default store's directory (the state directory's `agentry`, its
+/// missing parents too) and agentry's temp directory are created 0700 (an
+/// existing one of ours is tightened) and the store file 0600, whatever the
+/// umask; the working directory stays in the temp directory.
 #[cfg(unix)]
 #[test]
 fn the_default_directory_and_store_are_private() {
     let tmp = tempfile::tempdir().unwrap();
     let out = agentry(&["run", "examples/sum", "--json"], tmp.path());
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let dir = tmp.path().join("agentry");
+    let state = state_home(tmp.path());
+    let dir = state.join("agentry");
+    assert_eq!(mode(&state), 0o700);
     assert_eq!(mode(&dir), 0o700);
     assert_eq!(mode(&dir.join("runs.db")), 0o600);
+    let temp = tmp.path().join("agentry");
+    assert_eq!(mode(&temp), 0o700);
     let workdir = PathBuf::from(json(&out)["workdir"].as_str().unwrap());
-    assert!(workdir.starts_with(std::fs::canonicalize(&dir).unwrap()));
+    assert!(workdir.starts_with(std::fs::canonicalize(&temp).unwrap()));
 
     // An open directory from an older agentry is made private on the next run.
     std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();

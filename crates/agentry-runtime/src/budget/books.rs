@@ -1,7 +1,7 @@
 //! The supervisor's books: the budget vector, what is reserved for children,
 //! and every answer it gives (each a few comparisons, never a wait).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use agentry_protocol::budget::{BudgetLimits, BudgetSnapshot, Shortfall, Usage};
 use agentry_protocol::stop::StopReason;
@@ -31,6 +31,12 @@ pub(crate) struct BudgetState {
     reserved: Usage,
     /// Per live child: what is still reserved for it.
     children: HashMap<String, Usage>,
+    /// Children whose unused allowance returns only when collected
+    /// ([`BudgetMsg::HoldRelease`]): a model's, spawned through `agent.spawn`.
+    held: HashSet<String>,
+    /// Such children that ended, and what is still reserved for them until
+    /// `agent.wait` or `agent.cancel` collects them ([`BudgetMsg::Collect`]).
+    returning: HashMap<String, Usage>,
     /// Of `spent`, what children spent.
     delegated: Usage,
     /// Every child carved from this node, in order.
@@ -56,6 +62,8 @@ impl BudgetState {
             parent: args.parent,
             reserved: Usage::default(),
             children: HashMap::new(),
+            held: HashSet::new(),
+            returning: HashMap::new(),
             delegated: args.delegated,
             spawned: Vec::new(),
             limits: args.limits,
@@ -286,12 +294,38 @@ impl BudgetState {
         self.record(usage);
     }
 
-    /// A child ended: what it did not use of its reservation returns.
+    /// A child ended: what it did not use of its reservation returns — at
+    /// once, or for a held child when it is collected.
     pub(super) fn release(&mut self, child_id: &str) {
+        let held = self.held.remove(child_id);
         if let Some(outstanding) = self.children.remove(child_id) {
-            self.reserved = self.reserved.minus(&outstanding);
-            self.tool_calls.shift(signed(outstanding.tool_calls));
+            if held {
+                self.returning.insert(child_id.to_string(), outstanding);
+            } else {
+                self.give_back(outstanding);
+            }
         }
+    }
+
+    /// Child `child_id`'s release waits for [`BudgetState::collect`].
+    pub(super) fn hold(&mut self, child_id: String) {
+        self.held.insert(child_id);
+    }
+
+    /// The parent's model learnt that held child `child_id` ended: what it did
+    /// not use returns (or will, at once, when it ends).
+    pub(super) fn collect(&mut self, child_id: &str) {
+        match self.returning.remove(child_id) {
+            Some(outstanding) => self.give_back(outstanding),
+            None => {
+                self.held.remove(child_id);
+            }
+        }
+    }
+
+    fn give_back(&mut self, outstanding: Usage) {
+        self.reserved = self.reserved.minus(&outstanding);
+        self.tool_calls.shift(signed(outstanding.tool_calls));
     }
 
     /// Every child ever carved from this node, in spawn order.

@@ -87,6 +87,8 @@ impl Actor for BudgetSupervisor {
             }
             BudgetMsg::ChildSpent { child_id, usage } => state.child_spent(&child_id, usage),
             BudgetMsg::Release { child_id } => state.release(&child_id),
+            BudgetMsg::HoldRelease { child_id } => state.hold(child_id),
+            BudgetMsg::Collect { child_id } => state.collect(&child_id),
             BudgetMsg::Children(reply) => {
                 let _ = reply.send(state.spawned());
             }

@@ -89,8 +89,24 @@ pub enum BudgetMsg {
         /// What was spent.
         usage: Usage,
     },
-    /// A child ended: what it did not use of its reservation returns.
+    /// A child ended: what it did not use of its reservation returns (for a
+    /// held child, once it is collected).
     Release {
+        /// The child.
+        child_id: String,
+    },
+    /// Sent before the `Reserve` of a child a model spawns (`agent.spawn`):
+    /// what it does not use returns only when the model collects its end
+    /// (`Collect`), never at a moment its own timing decides. So what a spawn
+    /// is carved and what `left_to_delegate` says are the same however fast
+    /// the step's other children end, as a replay of the run finds them.
+    HoldRelease {
+        /// The child about to be reserved.
+        child_id: String,
+    },
+    /// `agent.wait` returned a held child's outcome, or `agent.cancel` stopped
+    /// it: what it did not use returns now.
+    Collect {
         /// The child.
         child_id: String,
     },

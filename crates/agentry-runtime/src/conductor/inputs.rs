@@ -94,29 +94,32 @@ impl ConductorState {
     /// An interrupt's input, applied after the step it cut (or between steps):
     /// steps run under a fresh token again once every cut's input is applied.
     /// With a message it is a message; without one the run pauses until the
-    /// user resumes it.
+    /// user resumes it. The cut counts as applied last, once the input is
+    /// recorded and the run paused: a front end waiting on it (a prompt) finds
+    /// the run as the interrupt left it.
     async fn on_interrupt(
         &mut self,
         myself: &ActorRef<ConductorMsg>,
         text: Option<String>,
         source: Option<InputSource>,
     ) {
-        self.cut.applied();
         let hold = text.is_none();
         if hold && self.paused {
-            return self.discard(source).await;
-        }
-        self.record_input_from(RunInput::Interrupt { text }, source)
-            .await;
-        if hold {
-            self.paused = true;
-        } else if self.config.driver == Driver::Events {
-            if self.paused {
-                self.step_due = true;
-            } else {
-                self.wake(myself);
+            self.discard(source).await;
+        } else {
+            self.record_input_from(RunInput::Interrupt { text }, source)
+                .await;
+            if hold {
+                self.paused = true;
+            } else if self.config.driver == Driver::Events {
+                if self.paused {
+                    self.step_due = true;
+                } else {
+                    self.wake(myself);
+                }
             }
         }
+        self.cut.applied();
     }
 
     /// Timer tick `n` is due: spend a tick, wake one step, schedule the next tick.

@@ -14,6 +14,7 @@ use tracing::field::Empty;
 use super::lineage::Lineage;
 use crate::config::RunConfig;
 use crate::policy::Policy;
+use crate::redaction::RunRedaction;
 
 /// The span fields of a run, declared once for both kinds of parent.
 macro_rules! invoke_agent_span {
@@ -54,12 +55,16 @@ macro_rules! invoke_agent_span {
 /// `traceparent` (else the caller's current span), as does a child regrown
 /// after a restart, whose spawning span is gone. When the span is exported,
 /// the run's trace id becomes the span's, so the trace file and the exported
-/// spans name the same trace.
+/// spans name the same trace. The run's name (a task's id, a child's name as
+/// its parent's model chose it) passes the run's redactor, as every other
+/// write does: the exporter's own backstop knows neither the task's patterns
+/// nor secret fields' values, and never sees span names.
 pub(crate) fn run_span(
     config: &RunConfig,
     lineage: &mut Lineage,
     run_id: &str,
     policy: &dyn Policy,
+    redaction: &RunRedaction,
 ) -> Span {
     let span = match lineage.parent.as_ref() {
         Some(parent) if !parent.span.is_disabled() => invoke_agent_span!(parent: &parent.span,),
@@ -79,10 +84,10 @@ pub(crate) fn run_span(
         Some((provider, model)) => (provider, model),
         None => ("agentry", policy_name.as_str()),
     };
-    let name = config.task_id.as_str();
+    let name = redaction.redactor.redact_str(&config.task_id);
     span.record("otel.name", format!("invoke_agent {name}"));
     span.record("gen_ai.agent.id", run_id);
-    span.record("gen_ai.agent.name", name);
+    span.record("gen_ai.agent.name", &*name);
     let conversation = lineage.parent.as_ref().map_or(run_id, |p| &*p.root_id);
     span.record("gen_ai.conversation.id", conversation);
     span.record("gen_ai.provider.name", provider);

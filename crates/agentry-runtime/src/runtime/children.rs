@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 use super::Runtime;
 use super::handle::RunHandle;
 use crate::RunOutcome;
+use crate::budget::BudgetMsg;
 use crate::error::RuntimeError;
 use crate::policy::{Policy, Script};
 use crate::registry::Grants;
@@ -104,8 +105,8 @@ impl RunChildren {
     /// What `agent.spawn` answers for child `id`.
     async fn spawned(&self, id: &str) -> Result<Value, ToolError> {
         let budget = match self.child(id)? {
-            ChildRef::Live(child) => child.budget().await.map(|b| b.limits),
-            ChildRef::Ended(outcome) => Some(outcome.budget.limits),
+            ChildRef::Live(child) => child.about.limits,
+            ChildRef::Ended(outcome) => outcome.budget.limits,
         };
         Ok(json!({
             "child_id": id,
@@ -172,6 +173,13 @@ impl AgentDesk for RunChildren {
             .with_action("pick another name"));
         }
         let mut config = crate::RunConfig::new(request.goal.clone(), self.workdir.clone());
+        // Its id is chosen here so that its parent holds its release before it
+        // is reserved (same sender, so in that order; see `HoldRelease`).
+        let id = uuid::Uuid::now_v7().to_string();
+        config.run_id = Some(id.clone());
+        let _ = parent.actors.budget.cast(BudgetMsg::HoldRelease {
+            child_id: id.clone(),
+        });
         config.task_id = request
             .name
             .clone()
@@ -193,14 +201,18 @@ impl AgentDesk for RunChildren {
             .runtime
             .start_child_boxed(parent, config, policy)
             .await
-            .map_err(refused)?;
-        let id = child.run_id().to_string();
+            .map_err(|e| {
+                // Never started: nothing of it to hold.
+                self.collect(&id);
+                refused(e)
+            })?;
         self.adopt(&id, request.name.as_deref(), ChildRef::Live(child.clone()));
         self.remember_spawn(operation_id, &id);
-        let budget = child.budget().await.map(|b| b.limits);
+        // As carved: asking the child's supervisor found none once it had
+        // stopped. What is left does not move with the child's end (held).
         Ok(json!({
             "child_id": id,
-            "budget": budget,
+            "budget": child.about.limits,
             "left_to_delegate": parent.delegable().await,
         }))
     }
@@ -221,6 +233,7 @@ impl AgentDesk for RunChildren {
             match mode {
                 WaitMode::All => {
                     let outcomes = try_join_all(handles.iter().map(ChildRef::outcome)).await?;
+                    outcomes.iter().for_each(|o| self.collect(&o.run_id));
                     let outcomes: Vec<Value> = outcomes.iter().map(outcome_json).collect();
                     Ok(json!({
                         "mode": "all",
@@ -232,6 +245,7 @@ impl AgentDesk for RunChildren {
                     let (first, index, _) =
                         select_all(handles.iter().map(|h| Box::pin(h.outcome()))).await;
                     let first = first?;
+                    self.collect(&first.run_id);
                     let still: Vec<&str> = still_running(children, &handles)
                         .filter(|c| *c != children[index])
                         .collect();
@@ -261,6 +275,7 @@ impl AgentDesk for RunChildren {
         let child = match self.child(child_id)? {
             ChildRef::Live(child) => child,
             ChildRef::Ended(outcome) => {
+                self.collect(&outcome.run_id);
                 let mut answer = outcome_json(&outcome);
                 answer["left_to_delegate"] = self.left_to_delegate().await;
                 return Ok(answer);
@@ -273,6 +288,7 @@ impl AgentDesk for RunChildren {
             .wait()
             .await
             .map_err(|e| ToolError::new(ErrorCode::Einternal, e.to_string()))?;
+        self.collect(&outcome.run_id);
         let mut answer = outcome_json(&outcome);
         answer["left_to_delegate"] = self.left_to_delegate().await;
         Ok(answer)
@@ -280,6 +296,17 @@ impl AgentDesk for RunChildren {
 }
 
 impl RunChildren {
+    /// The model has learnt that child `child_id` ended: what it did not use
+    /// returns to this run now (sent before `left_to_delegate` is asked, from
+    /// the same task, so counted in it).
+    fn collect(&self, child_id: &str) {
+        if let Some(parent) = self.parent.borrow().as_ref() {
+            let _ = parent.actors.budget.cast(BudgetMsg::Collect {
+                child_id: child_id.to_string(),
+            });
+        }
+    }
+
     /// What this run can still give a child, per dimension it limits
     /// ([`RunHandle::delegable`]); null before the run's handle exists.
     async fn left_to_delegate(&self) -> Value {

@@ -7,6 +7,7 @@ use agentry_protocol::event::EventRecord;
 use agentry_protocol::state::{PendingApproval, RunSnapshot};
 use agentry_protocol::stop::StopReason;
 use agentry_protocol::trace::RunInput;
+use agentry_tools::proc::Fenced;
 use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
 
@@ -110,20 +111,30 @@ impl RunHandle {
         self.cut_with(RunInput::Interrupt {
             text: Some(message.into()),
         })
+        .map(|_| ())
     }
 
     /// Interrupts the step in progress as [`RunHandle::interrupt`] does, but
     /// with nothing to say yet: the run is paused after the cut step, until
     /// [`RunHandle::resume`] (send the user's words with
     /// [`RunHandle::send_message`] first). For a front end that asks the user
-    /// what to say once the work has stopped, as `agentry run` does on Ctrl-C.
-    pub fn interrupt_and_pause(&self) -> Result<(), RuntimeError> {
-        self.cut_with(RunInput::Interrupt { text: None })
+    /// what to say once the work has stopped, as `agentry run` does on Ctrl-C:
+    /// [`Interrupted::applied`] tells it when the run has stopped, so that
+    /// whatever the user does at its prompt (abort, say) comes after the
+    /// interrupt, never races it.
+    pub fn interrupt_and_pause(&self) -> Result<Interrupted, RuntimeError> {
+        let cut = self.cut_with(RunInput::Interrupt { text: None })?;
+        Ok(Interrupted {
+            run_id: Arc::clone(&self.run_id),
+            cut,
+            applied: self.cut.watch_applied(),
+            outcome: self.outcome.clone(),
+        })
     }
 
     /// Posts an interrupt's input and cuts the step, as one act (see
-    /// [`StepCut`]).
-    fn cut_with(&self, input: RunInput) -> Result<(), RuntimeError> {
+    /// [`StepCut`]): the cut's number.
+    fn cut_with(&self, input: RunInput) -> Result<u64, RuntimeError> {
         self.cut.cut_with(|| self.input(input))
     }
 
@@ -407,6 +418,14 @@ impl RunHandle {
         ask(&self.actors.budget, BudgetMsg::Delegable).await.ok()
     }
 
+    /// For a resumed run ([`Runtime::resume`](crate::Runtime::resume)): the
+    /// process groups and processes of an earlier attempt the resume killed
+    /// before it settled any call (empty when nothing was left running);
+    /// `None` for a run started, not resumed, in this process.
+    pub fn fenced(&self) -> Option<&Fenced> {
+        self.about.fenced.get()
+    }
+
     /// The run's actors as spawned (see [`RunActors`]).
     pub fn actors(&self) -> RunActors {
         RunActors::from(&self.actors)
@@ -458,12 +477,45 @@ impl ChildList {
     }
 }
 
-/// What a handle says about its run in a tree.
+/// An interrupt posted by [`RunHandle::interrupt_and_pause`].
+#[derive(Debug)]
+pub struct Interrupted {
+    run_id: Arc<str>,
+    /// The cut's number: applied once the conductor has applied this many.
+    cut: u64,
+    applied: watch::Receiver<u64>,
+    outcome: watch::Receiver<Option<RunOutcome>>,
+}
+
+impl Interrupted {
+    /// Waits until the run has applied the interrupt: the step it cut is
+    /// recorded, the interrupt's input is in the session and the trace (and,
+    /// for a durable run, on disk), and the run is paused. A run that stops
+    /// first (its deadline, an abort) is [`RuntimeError::Stopped`].
+    pub async fn applied(mut self) -> Result<(), RuntimeError> {
+        let cut = self.cut;
+        tokio::select! {
+            // A run that applied it and then stopped has applied it.
+            biased;
+            Ok(_) = self.applied.wait_for(|n| *n >= cut) => Ok(()),
+            _ = self.outcome.wait_for(Option::is_some) => Err(RuntimeError::Stopped {
+                run_id: self.run_id.to_string(),
+            }),
+        }
+    }
+}
+
+/// What a handle says about its run: in a tree, and after a resume.
 #[derive(Debug)]
 pub(crate) struct RunAbout {
     pub(crate) name: String,
     pub(crate) goal: String,
     pub(crate) model: String,
+    /// Its limits as it started (a child's as carved from its parent's).
+    pub(crate) limits: agentry_protocol::budget::BudgetLimits,
+    /// What the resume that started this process's run killed of an earlier
+    /// attempt's processes; unset for a run started here.
+    pub(crate) fenced: std::sync::OnceLock<Fenced>,
 }
 
 impl RunAbout {
@@ -472,6 +524,8 @@ impl RunAbout {
             name: config.task_id.clone(),
             goal: config.goal.clone(),
             model: policy.name(),
+            limits: config.limits,
+            fenced: std::sync::OnceLock::new(),
         }
     }
 }

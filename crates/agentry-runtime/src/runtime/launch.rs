@@ -19,7 +19,7 @@ use crate::ask::ask;
 use crate::budget::BudgetMsg;
 use crate::conductor::{
     ActorRefs, Conductor, ConductorArgs, ConductorMsg, ConductorPost, Lineage, ParentRun, Posted,
-    Restore,
+    Restore, run_span,
 };
 use crate::config::{RunConfig, TreeLimits};
 use crate::durable::RunLog;
@@ -298,7 +298,7 @@ impl Runtime {
         let run_id = checked_run_id(&config)?;
         let redaction = RunRedaction::for_run(&config, parent_redaction.as_ref(), &self.registry)?;
         // Before the handle is made: an exported span's trace id becomes the run's.
-        let span = crate::conductor::run_span(&config, &mut lineage, &run_id, policy.as_ref());
+        let span = run_span(&config, &mut lineage, &run_id, &*policy, &redaction);
         let (log, new_claim) = self
             .recorded_log(&run_id, &durable, &redaction, &config, &lineage)
             .await?;

@@ -31,7 +31,7 @@ use crate::error::RuntimeError;
 use crate::policy::Policy;
 use crate::registry::ToolRegistry;
 
-pub use handle::{InboxUsage, RunHandle};
+pub use handle::{InboxUsage, Interrupted, RunHandle};
 pub use tree::RunTree;
 
 /// Starts runs. Cheap to clone; clones share the tool registry and the shutdown token.

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use agentry_protocol::state::RunStatus;
 use agentry_protocol::state::SessionEntry;
 use agentry_store::{Checkpoint, RunSummary, Store};
+use agentry_tools::proc::Fenced;
 use tokio::time::Duration;
 
 use super::Runtime;
@@ -182,7 +183,7 @@ impl Runtime {
             .claim(&claim, run.owner.as_ref())
             .await
             .map_err(|e| claim_refused(run_id, e))?;
-        fence(run_id, &run.ledger).await?;
+        let fenced = fence(run_id, &run.ledger).await?;
         tracing::info!(run_id, steps = state.progress().steps, "resuming run");
         let launched = self
             .launch_run(Launch {
@@ -206,6 +207,8 @@ impl Runtime {
                 })),
             })
             .await?;
+        // Set once, on the handle's own new `RunAbout`.
+        let _ = launched.handle.about.fenced.set(fenced);
         if !children.is_empty() {
             self.adopt_children(&launched, children).await?;
         }
@@ -219,8 +222,12 @@ const FENCE_WAIT: Duration = Duration::from_secs(5);
 /// Fencing (claimed, so no other live process runs the run): kills whatever
 /// processes the run's earlier attempts left (recorded groups, and every
 /// process marked with the run's id or a recorded spawn) and waits until they
-/// are gone, before any call is run again, settled or reported.
-async fn fence(run_id: &str, ledger: &[agentry_store::LedgerEntry]) -> Result<(), RuntimeError> {
+/// are gone, before any call is run again, settled or reported. What it
+/// killed is the handle's [`RunHandle::fenced`].
+async fn fence(
+    run_id: &str,
+    ledger: &[agentry_store::LedgerEntry],
+) -> Result<Fenced, RuntimeError> {
     let groups: Vec<agentry_protocol::ProcessGroupRecord> = ledger
         .iter()
         .flat_map(|row| row.processes.iter().cloned())
@@ -236,7 +243,7 @@ async fn fence(run_id: &str, ledger: &[agentry_store::LedgerEntry]) -> Result<()
     if !fenced.is_empty() {
         tracing::warn!(run_id, groups = ?fenced.groups, processes = ?fenced.processes, "killed processes an earlier attempt of the run left running");
     }
-    Ok(())
+    Ok(fenced)
 }
 
 impl RunConfig {
