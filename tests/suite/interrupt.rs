@@ -408,19 +408,34 @@ async fn interrupt_and_pause_holds_the_run_until_resume() -> Result<(), TestErro
 
 /// An interrupt that comes between steps cuts nothing: the message is applied
 /// before the next decision and the run goes on (many times over, racing the
-/// steps: no interrupt is lost and none stalls the run).
+/// steps). Each is applied exactly once, in the order sent: the inputs
+/// applied are exactly n0..n19 with distinct, rising sequence numbers, and
+/// the session the last decision saw holds each once, in that order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn interrupts_racing_fast_steps_are_each_applied_once() -> Result<(), TestError> {
+    let sent: Vec<String> = (0..20).map(|i| format!("n{i}")).collect();
     let task = TestTask::new("count", &[])?
         .max_steps(10_000)
         .grant(&["fs.write"]);
-    let policy = FnPolicy::new(|ctx| {
-        let heard = ctx
+    let last_seen: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
+    let seen = Arc::clone(&last_seen);
+    let policy = FnPolicy::new(move |ctx| {
+        let heard: Vec<String> = ctx
             .session
             .iter()
-            .filter(|e| matches!(e, SessionEntry::User { text } if text.starts_with("n")))
-            .count();
-        if heard == 20 {
+            .filter_map(|e| {
+                if let SessionEntry::User { text } = e
+                    && text.starts_with('n')
+                {
+                    Some(text.clone())
+                } else {
+                    None
+                }
+            })
+            .collect();
+        let done = heard.last().is_some_and(|t| t == "n19");
+        *seen.lock().unwrap_or_else(|e| e.into_inner()) = heard;
+        if done {
             agentry::Decision::Final {
                 answer: "heard all".into(),
             }
@@ -438,13 +453,37 @@ async fn interrupts_racing_fast_steps_are_each_applied_once() -> Result<(), Test
     let handle = Runtime::with_builtins()?
         .start(task.config(), policy)
         .await?;
-    for i in 0..20 {
-        handle.interrupt(format!("n{i}"))?;
+    let events = tokio::spawn(collect_until_stopped(handle.subscribe()));
+    for text in &sent {
+        handle.interrupt(text.clone())?;
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
     let outcome = tokio::time::timeout(Duration::from_secs(20), handle.wait()).await??;
     assert_eq!(outcome.stop_reason, StopReason::Done, "{}", outcome.detail);
     assert_eq!(outcome.answer.as_deref(), Some("heard all"));
+
+    let applied: Vec<(u64, String)> = events
+        .await??
+        .into_iter()
+        .filter_map(|e| {
+            if let RunEvent::InputApplied {
+                seq,
+                input: agentry::protocol::trace::RunInput::Interrupt { text: Some(text) },
+            } = e.event
+            {
+                Some((seq, text))
+            } else {
+                None
+            }
+        })
+        .collect();
+    let texts: Vec<&String> = applied.iter().map(|(_, t)| t).collect();
+    assert_eq!(texts, sent.iter().collect::<Vec<_>>(), "{applied:?}");
+    assert!(
+        applied.windows(2).all(|w| w[0].0 < w[1].0),
+        "sequence numbers not distinct and rising: {applied:?}"
+    );
+    assert_eq!(*last_seen.lock().unwrap_or_else(|e| e.into_inner()), sent);
     Ok(())
 }
 

@@ -155,8 +155,46 @@ fn resume(store: &Path, run_id: &str, decisions: &[String], mode: &str) -> Comma
     cmd
 }
 
-/// One crash-and-recover cycle. Returns whether the run parked at least once.
-fn cycle(root: &Path, i: usize, keyed: bool, kill_at: Duration, mode: &str) -> bool {
+/// How one [`cycle`] ended.
+#[derive(Clone, Copy, Default)]
+struct Ended {
+    /// A resume found the run unfinished (the kill crashed it mid-run, not
+    /// before it was stored nor after it was done).
+    unfinished: bool,
+    /// The run parked for a human at least once.
+    parked: bool,
+}
+
+/// Tallies of [`Ended`] over the cycles of a test.
+#[derive(Default, Debug)]
+struct Tally {
+    cycles: usize,
+    unfinished: usize,
+    parked: usize,
+}
+
+impl Tally {
+    fn add(&mut self, ended: Ended) {
+        self.cycles += 1;
+        self.unfinished += usize::from(ended.unfinished);
+        self.parked += usize::from(ended.parked);
+    }
+
+    /// At least half the kills must have crashed a run mid-way: otherwise
+    /// most landed before or after it and the test proved little.
+    fn assert_mostly_mid_run(&self, probe: Probe) {
+        eprintln!("kill points over {probe:?}: {self:?}");
+        assert!(
+            self.unfinished * 2 >= self.cycles,
+            "only {} of {} resumes found the run unfinished ({probe:?}): {self:?}",
+            self.unfinished,
+            self.cycles
+        );
+    }
+}
+
+/// One crash-and-recover cycle.
+fn cycle(root: &Path, i: usize, keyed: bool, kill_at: Duration, mode: &str) -> Ended {
     let task_dir = root.join(format!("task{i}"));
     std::fs::create_dir_all(&task_dir).unwrap();
     task(&task_dir, keyed);
@@ -207,11 +245,11 @@ impl Cycle<'_> {
     }
 
     /// Resumes until the run is done, deciding each parked call by looking at
-    /// the file; returns whether it parked.
-    fn resume_until_done(&self, mut workdir: PathBuf) -> bool {
+    /// the file.
+    fn resume_until_done(&self, mut workdir: PathBuf) -> Ended {
         let (i, keyed, mode, context) = (self.i, self.keyed, self.mode, &self.context);
         let (store, run_id) = (&self.store, &self.run_id);
-        let mut parked = false;
+        let mut ended = Ended::default();
         let mut decisions: Vec<String> = Vec::new();
         for round in 0..20 {
             // Every fifth iteration also crashes the first resume.
@@ -233,10 +271,11 @@ impl Cycle<'_> {
                         got, want,
                         "{context}: every line exactly once, in order (resume round {round}, decisions {decisions:?}): {report}"
                     );
-                    return parked;
+                    ended.unfinished = true;
+                    return ended;
                 }
                 3 => {
-                    parked = true;
+                    (ended.unfinished, ended.parked) = (true, true);
                     self.decide(&out, &workdir, &mut decisions);
                 }
                 2 if String::from_utf8_lossy(&out.stderr).contains("holds no run")
@@ -244,14 +283,15 @@ impl Cycle<'_> {
                 {
                     // Killed before the run was stored: nothing ran; start again.
                     assert!(lines(&workdir, keyed).is_empty(), "{context}");
-                    return self.start_again();
+                    self.start_again();
+                    return ended;
                 }
                 2 if String::from_utf8_lossy(&out.stderr).contains("already stopped (done)") => {
                     // The kill came after the run had finished.
                     let got = lines(&workdir, keyed);
                     let want: Vec<String> = (1..=LINES).map(|k| format!("line {k}")).collect();
                     assert_eq!(got, want, "{context}");
-                    return parked;
+                    return ended;
                 }
                 _ => panic!(
                     "{context}: resume exited {code}: {}\n{}",
@@ -285,7 +325,7 @@ impl Cycle<'_> {
 
     /// The kill came before the run was stored: run it again, uninterrupted,
     /// in a fresh working directory.
-    fn start_again(&self) -> bool {
+    fn start_again(&self) {
         let (keyed, context) = (self.keyed, &self.context);
         let workdir = self.root.join(format!("work{}-again", self.i));
         let out = run_cmd(
@@ -302,59 +342,103 @@ impl Cycle<'_> {
             lines(&workdir, keyed),
             (1..=LINES).map(|k| format!("line {k}")).collect::<Vec<_>>()
         );
-        false
     }
 }
 
-/// How long one uninterrupted run takes here, so kills spread over all of it.
-fn full_run_time(root: &Path, keyed: bool) -> Duration {
+/// The times of one uninterrupted run here, so kills spread over all of it.
+#[derive(Clone, Copy, Debug)]
+struct Probe {
+    /// When the ledger had its first line (the run was stored before).
+    first_line: Duration,
+    /// When it had all of them.
+    last_line: Duration,
+    /// When the process exited.
+    span: Duration,
+}
+
+fn probe_run(root: &Path, keyed: bool) -> Probe {
     let dir = root.join(format!("probe-{keyed}"));
     std::fs::create_dir_all(&dir).unwrap();
     task(&dir, keyed);
+    let workdir = root.join(format!("probe-work-{keyed}"));
     let started = Instant::now();
-    let out = run_cmd(
+    let mut child = run_cmd(
         &dir,
         &root.join(format!("probe-{keyed}.db")),
-        &root.join(format!("probe-work-{keyed}")),
+        &workdir,
         "probe",
         "strict",
     )
-    .output()
+    .stdout(std::process::Stdio::null())
+    .spawn()
     .unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", json_of(&out));
-    started.elapsed()
+    let (mut first_line, mut last_line) = (None, None);
+    while child.try_wait().unwrap().is_none() {
+        let n = lines(&workdir, keyed).len();
+        if n >= 1 {
+            first_line.get_or_insert(started.elapsed());
+        }
+        if n >= LINES {
+            last_line.get_or_insert(started.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let span = started.elapsed();
+    assert!(child.wait().unwrap().success(), "the probe run failed");
+    Probe {
+        first_line: first_line.unwrap(),
+        last_line: last_line.unwrap(),
+        span,
+    }
 }
 
-fn kill_points(n: usize, span: Duration) -> Vec<Duration> {
-    // Evenly spread over the run (plus a little past its end), each shifted by
-    // a random fraction of its slot: every kill lands at a different moment.
-    let slot = span.mul_f64(1.1) / n as u32;
-    (0..n)
-        .map(|i| slot * i as u32 + slot.mul_f64(fastrand::f64()))
+/// `n` kill points: four in five over the run's calls (its first line to
+/// its last), the rest over its start-up (some before there is a run to
+/// resume) and its end (some after it is done). Each is shifted by a random
+/// fraction of its slot: every kill lands at a different moment.
+fn kill_points(n: usize, probe: Probe) -> Vec<Duration> {
+    let edges = n / 5;
+    let start = edges / 2;
+    let mut points = spread(Duration::ZERO, probe.first_line, start);
+    points.extend(spread(probe.first_line, probe.last_line, n - edges));
+    points.extend(spread(
+        probe.last_line,
+        probe.span.mul_f64(1.1),
+        edges - start,
+    ));
+    points
+}
+
+/// `k` moments evenly spread over `from..to`, each at a random place in its slot.
+fn spread(from: Duration, to: Duration, k: usize) -> Vec<Duration> {
+    let slot = to.saturating_sub(from) / k.max(1) as u32;
+    (0..k)
+        .map(|i| from + slot * i as u32 + slot.mul_f64(fastrand::f64()))
         .collect()
 }
 
 #[test]
 fn irreversible_appends_survive_sigkill_at_50_points() {
     let root = tempfile::tempdir().unwrap();
-    let span = full_run_time(root.path(), false);
-    let mut parks = 0;
-    for (i, at) in kill_points(50, span).into_iter().enumerate() {
-        if cycle(root.path(), i, false, at, "strict") {
-            parks += 1;
-        }
+    let probe = probe_run(root.path(), false);
+    let mut tally = Tally::default();
+    for (i, at) in kill_points(50, probe).into_iter().enumerate() {
+        tally.add(cycle(root.path(), i, false, at, "strict"));
     }
+    tally.assert_mostly_mid_run(probe);
     // Kills inside a call's window leave it unknown; some must have landed there.
-    assert!(parks > 0, "no kill interrupted a call (span {span:?})");
+    assert!(tally.parked > 0, "no kill interrupted a call: {tally:?}");
 }
 
 #[test]
 fn keyed_appends_rerun_and_dedupe_after_sigkill() {
     let root = tempfile::tempdir().unwrap();
-    let span = full_run_time(root.path(), true);
-    for (i, at) in kill_points(20, span).into_iter().enumerate() {
-        cycle(root.path(), 100 + i, true, at, "strict");
+    let probe = probe_run(root.path(), true);
+    let mut tally = Tally::default();
+    for (i, at) in kill_points(20, probe).into_iter().enumerate() {
+        tally.add(cycle(root.path(), 100 + i, true, at, "strict"));
     }
+    tally.assert_mostly_mid_run(probe);
 }
 
 /// The same with grouped commits: steps that only did re-runnable work may be
@@ -362,8 +446,10 @@ fn keyed_appends_rerun_and_dedupe_after_sigkill() {
 #[test]
 fn grouped_commits_never_repeat_an_irreversible_append() {
     let root = tempfile::tempdir().unwrap();
-    let span = full_run_time(root.path(), false);
-    for (i, at) in kill_points(20, span).into_iter().enumerate() {
-        cycle(root.path(), 200 + i, false, at, "grouped");
+    let probe = probe_run(root.path(), false);
+    let mut tally = Tally::default();
+    for (i, at) in kill_points(20, probe).into_iter().enumerate() {
+        tally.add(cycle(root.path(), 200 + i, false, at, "grouped"));
     }
+    tally.assert_mostly_mid_run(probe);
 }

@@ -13,6 +13,16 @@ fn sample(text: &str, series: &str) -> Option<f64> {
     })
 }
 
+/// Every sample line of the metric `name`, whatever its labels.
+fn series<'t>(text: &'t str, name: &str) -> Vec<&'t str> {
+    text.lines()
+        .filter(|line| {
+            line.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with(['{', ' ']))
+        })
+        .collect()
+}
+
 fn with_metrics(f: impl FnOnce()) -> String {
     let metrics = Metrics::new();
     let subscriber = tracing_subscriber::registry().with(metrics.layer());
@@ -143,7 +153,7 @@ fn gauges_follow_a_runs_status_until_its_span_closes() {
     let text = metrics.encode();
     assert_eq!(sample(&text, "agentry_runs_live"), Some(0.0));
     assert_eq!(sample(&text, "agentry_runs_paused"), Some(0.0));
-    assert_eq!(sample(&text, "agentry_runs_total"), None, "{text}");
+    assert_eq!(series(&text, "agentry_runs_total"), Vec::<&str>::new());
 }
 
 #[test]
@@ -285,10 +295,30 @@ fn model_requests_count_by_status_with_ttft_and_tokens() {
 
 #[test]
 fn other_spans_and_targets_are_not_counted() {
-    let text = with_metrics(|| {
-        let _other = tracing::info_span!(target: "elsewhere", "invoke_agent").entered();
-        let _log = tracing::info_span!(target: "agentry::gen_ai", "something").entered();
+    let metrics = Metrics::new();
+    let subscriber = tracing_subscriber::registry().with(metrics.layer());
+    tracing::subscriber::with_default(subscriber, || {
+        // Shaped as a run's span in every way but its target.
+        let other = tracing::info_span!(
+            target: "elsewhere",
+            "invoke_agent",
+            gen_ai.agent.id = "foreign",
+            agentry.stop_reason = "done",
+            agentry.steps = 3_i64,
+        );
+        let log =
+            tracing::info_span!(target: "agentry::gen_ai", "something", gen_ai.agent.id = "x");
+        let (_other, _log) = (other.enter(), log.enter());
+        status("foreign", "paused");
+        // Read while they are open: a counted span would be live now (and
+        // gone again once it closed).
+        let text = metrics.encode();
+        assert_eq!(sample(&text, "agentry_runs_live"), Some(0.0), "{text}");
+        assert_eq!(sample(&text, "agentry_runs_paused"), Some(0.0), "{text}");
     });
+    // Closed with a stop reason: a counted span would have a series now.
+    let text = metrics.encode();
+    assert_eq!(series(&text, "agentry_runs_total"), Vec::<&str>::new());
     assert_eq!(sample(&text, "agentry_runs_live"), Some(0.0));
 }
 

@@ -84,3 +84,50 @@ pub fn alive_in_group(pgid: i32) -> Vec<i32> {
     }
     found
 }
+
+/// Sleeps that prove they ran: each writes its own pid to a file and then
+/// becomes `sleep SECS` in the same process (`exec`), so a test that finds no
+/// such sleep alive afterwards also shows that it lived.
+pub struct Sleepers {
+    dir: tempfile::TempDir,
+}
+
+impl Sleepers {
+    /// A directory holding the sleeper script and, later, the pidfiles.
+    pub fn new() -> std::io::Result<Sleepers> {
+        let dir = tempfile::tempdir()?;
+        // Written under another name and moved, so a reader sees the whole pid.
+        std::fs::write(
+            dir.path().join("sleeper.sh"),
+            "echo $$ > \"$1.tmp\" && mv \"$1.tmp\" \"$1\" && exec sleep \"$2\"\n",
+        )?;
+        Ok(Sleepers { dir })
+    }
+
+    /// Shell words that start sleeper `name` for `secs` (a [`unique_secs`]).
+    pub fn start(&self, name: &str, secs: &str) -> String {
+        let dir = self.dir.path().display();
+        format!("sh {dir}/sleeper.sh {dir}/{name}.pid {secs}")
+    }
+
+    /// Shell text that returns once every sleeper in `names` has written its
+    /// pid (or after about 5 s, when one never ran), so the command that
+    /// started them cannot end before they run.
+    pub fn wait_for(&self, names: &[&str]) -> String {
+        let dir = self.dir.path().display();
+        let tests: Vec<String> = names
+            .iter()
+            .map(|name| format!("[ -s {dir}/{name}.pid ]"))
+            .collect();
+        format!(
+            "n=0; until {} || [ $n -ge 500 ]; do n=$((n+1)); sleep 0.01; done",
+            tests.join(" && ")
+        )
+    }
+
+    /// The pid sleeper `name` wrote, if it ever ran.
+    pub fn pid(&self, name: &str) -> Option<i32> {
+        let path = self.dir.path().join(format!("{name}.pid"));
+        std::fs::read_to_string(path).ok()?.trim().parse().ok()
+    }
+}

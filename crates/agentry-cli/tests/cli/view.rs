@@ -89,6 +89,21 @@ fn rendered_rows(browser: &mut Browser) -> Vec<String> {
     serde_json::from_value(rows).unwrap()
 }
 
+/// Clicks step `step`'s row, waits until the detail panel shows that step
+/// (not one shown before the click), and returns the panel's text.
+fn click_step(browser: &mut Browser, step: &str) -> String {
+    browser.click(&format!("#list .row[data-step='{step}']"));
+    browser.wait_for(
+        &format!("document.getElementById('detail').dataset.step === '{step}'"),
+        LOAD,
+    );
+    browser
+        .eval("document.getElementById('detail').textContent")
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
 /// A tree run (the CLI writes the root's trace; its children are drawn from
 /// the root's agent.spawn and agent.wait results): a lane per agent, children
 /// after their parent with their budgets, the stop reason, and a click on a
@@ -236,17 +251,17 @@ fn approvals_and_inputs_are_marked_where_they_were_applied() {
         "{chips}"
     );
 
-    let first_step = expected
+    // The first row is selected on load: a later step first, then back.
+    let steps: Vec<&str> = expected
         .iter()
-        .position(|r| r.starts_with("step:"))
-        .unwrap();
-    browser.click(&format!(
-        "#list .row[data-step='{}']",
-        &expected[first_step][5..]
-    ));
-    let detail = browser
-        .eval("document.getElementById('detail').textContent")
-        .to_string();
+        .filter_map(|r| r.strip_prefix("step:"))
+        .collect();
+    let detail = click_step(&mut browser, steps[1]);
+    assert!(
+        detail.contains("fs.read") && detail.contains("missing.txt"),
+        "{detail}"
+    );
+    let detail = click_step(&mut browser, steps[0]);
     assert!(
         detail.contains("pay") && detail.contains("fetch"),
         "{detail}"

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use agentry_test_support::procs::{alive_with_cmdline, unique_secs};
+use agentry_test_support::procs::{Sleepers, alive_with_cmdline, unique_secs};
 use serde_json::Value;
 
 /// Most a run here may take; a hung CLI (the bug) is killed and fails the test.
@@ -268,23 +268,33 @@ fn assert_none_alive(argvs: &[&[&str]]) {
 #[test]
 fn processes_that_leave_the_group_do_not_outlive_the_run() {
     let (tool, a, b) = (unique_secs(7222), unique_secs(7277), unique_secs(7278));
+    let s = Sleepers::new().unwrap();
+    let command = format!(
+        "{} & setsid {} & {}; exit 0",
+        s.start("a", &a),
+        s.start("b", &b),
+        s.wait_for(&["a", "b"])
+    );
     let toml = format!(
         r#"
 goal = "leave processes behind"
 [tools]
 grant = ["proc.run"]
 [[accept]]
-command = "sleep {a} & setsid sleep {b} & exit 0"
+command = "{command}"
 timeout = "60s"
 "#
     );
-    let script = format!(
-        r#"{{"turns": [
-        {{"tool_calls": [{{"id": "p", "name": "proc.run", "arguments": {{"argv": ["sh", "-c", "setsid sleep {tool} &"]}}}}]}},
-        {{"tool_calls": [{{"id": "finish", "name": "task.finish", "arguments": {{"answer": "done"}}}}]}}
-    ]}}"#
+    let call = format!(
+        "setsid {} & {}",
+        s.start("tool", &tool),
+        s.wait_for(&["tool"])
     );
-    let task = task_dir(&toml, &script);
+    let script = serde_json::json!({"turns": [
+        {"tool_calls": [{"id": "p", "name": "proc.run", "arguments": {"argv": ["sh", "-c", call]}}]},
+        {"tool_calls": [{"id": "finish", "name": "task.finish", "arguments": {"answer": "done"}}]}
+    ]});
+    let task = task_dir(&toml, &script.to_string());
     let tmp = tempfile::tempdir().unwrap();
     let started = Instant::now();
 
@@ -297,5 +307,9 @@ timeout = "60s"
         "{:?}",
         started.elapsed()
     );
+    // Each ran (wrote its pid), so that none alive proves they were killed.
+    for name in ["tool", "a", "b"] {
+        assert!(s.pid(name).is_some(), "{name} never ran");
+    }
     assert_none_alive(&[&["sleep", &tool], &["sleep", &a], &["sleep", &b]]);
 }

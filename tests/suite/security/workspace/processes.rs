@@ -1,7 +1,7 @@
 //! Processes that try to outlive their call or their acceptance check, and
 //! acceptance commands' output.
 
-use agentry_test_support::procs::{alive_with_cmdline, unique_secs};
+use agentry_test_support::procs::{Sleepers, alive_with_cmdline, unique_secs};
 
 use super::*;
 
@@ -36,30 +36,45 @@ async fn assert_none_alive(argvs: &[&[&str]]) -> Result<(), TestError> {
     }
 }
 
+/// Fails unless every sleeper in `names` wrote its pid: one that never ran
+/// would pass [`assert_none_alive`] without proving anything.
+fn assert_all_ran(sleepers: &Sleepers, names: &[&str]) -> Result<(), TestError> {
+    let missing: Vec<&&str> = names
+        .iter()
+        .filter(|name| sleepers.pid(name).is_none())
+        .collect();
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("never ran (no pidfile): {missing:?}").into())
+    }
+}
+
 /// Issue 16, item 6: a tool's process that leaves the group (`setsid`) dies
 /// with the call, even after its leader exited.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tool_process_that_left_the_group_dies_with_the_call() -> Result<(), TestError> {
     reap_orphans_here()?;
     let (a, b, c) = (unique_secs(7122), unique_secs(7123), unique_secs(7124));
+    let s = Sleepers::new()?;
     let task = TestTask::new("escape the group", &[])?.grant(&["proc.run"]);
+    let p1 = format!("setsid {} & {}", s.start("a", &a), s.wait_for(&["a"]));
+    let p2 = format!(
+        "setsid sh -c '{} & exec {}' & {}",
+        s.start("c", &c),
+        s.start("b", &b),
+        s.wait_for(&["b", "c"])
+    );
     let policy = ScriptBuilder::new()
-        .call(
-            "p1",
-            "proc.run",
-            json!({"argv": ["sh", "-c", format!("setsid sleep {a} &")]}),
-        )
-        .call(
-            "p2",
-            "proc.run",
-            json!({"argv": ["sh", "-c", format!("setsid sh -c 'sleep {c} & exec sleep {b}' & sleep 0.2")]}),
-        )
+        .call("p1", "proc.run", json!({"argv": ["sh", "-c", p1]}))
+        .call("p2", "proc.run", json!({"argv": ["sh", "-c", p2]}))
         .finish("done")
         .policy();
 
     let outcome = Runtime::with_builtins()?.run(task.config(), policy).await?;
 
     assert_eq!(outcome.stop_reason, StopReason::Done, "{}", outcome.detail);
+    assert_all_ran(&s, &["a", "b", "c"])?;
     assert_none_alive(&[&["sleep", &a], &["sleep", &b], &["sleep", &c]]).await
 }
 
@@ -70,17 +85,20 @@ async fn a_tool_process_that_left_the_group_dies_with_the_call() -> Result<(), T
 async fn an_acceptance_commands_processes_die_with_the_check() -> Result<(), TestError> {
     reap_orphans_here()?;
     let (a, b) = (unique_secs(7177), unique_secs(7178));
+    let s = Sleepers::new()?;
+    let in_group = format!("{} & {}; exit 0", s.start("a", &a), s.wait_for(&["a"]));
+    let escaped = format!(
+        "setsid {} & {}; exit 0",
+        s.start("b", &b),
+        s.wait_for(&["b"])
+    );
     let task = TestTask::new("check", &[])?
         .accept(AcceptCheck::Command {
-            argv: vec!["sh".into(), "-c".into(), format!("sleep {a} & exit 0")],
+            argv: vec!["sh".into(), "-c".into(), in_group],
             timeout_ms: 60_000,
         })
         .accept(AcceptCheck::Command {
-            argv: vec![
-                "sh".into(),
-                "-c".into(),
-                format!("setsid sleep {b} & exit 0"),
-            ],
+            argv: vec!["sh".into(), "-c".into(), escaped],
             timeout_ms: 60_000,
         });
     let started = Instant::now();
@@ -100,6 +118,7 @@ async fn an_acceptance_commands_processes_die_with_the_check() -> Result<(), Tes
         "{:?}",
         started.elapsed()
     );
+    assert_all_ran(&s, &["a", "b"])?;
     assert_none_alive(&[&["sleep", &a], &["sleep", &b]]).await
 }
 

@@ -118,19 +118,41 @@ async fn leftovers_die_when_the_leader_exits() {
     assert_eq!(group_members(pgid), vec![]);
 }
 
+/// Kills the process whose pid is in a file when dropped: the escaped sleep
+/// below, which nothing else can find, so a test leaves nothing behind.
+struct KillOnDrop(std::path::PathBuf);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if let Ok(text) = std::fs::read_to_string(&self.0)
+            && let Ok(pid) = text.trim().parse::<i32>()
+        {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
+}
+
+/// The escaped process holds stdout open for a minute; the call ends about
+/// `DRAIN_AFTER_EXIT` (1 s) after its leader (0.2 s), well inside the bound,
+/// which only tells a cut pipe from one read to the escaped process's end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn output_held_open_by_an_escaped_process_is_cut_and_reported() {
     let dir = tempfile::tempdir().unwrap();
+    let _escaped = KillOnDrop(dir.path().join("escaped.pid"));
     let started = Instant::now();
     // `setsid` leaves the group and `env -i` drops the marks the stray sweep
     // goes by: nothing can find it for us, and it keeps stdout open.
     let out = run_ok(
-        json!({"argv": ["sh", "-c", "echo before; env -i setsid sleep 3 & sleep 0.2"]}),
+        json!({"argv": ["sh", "-c",
+            "echo before; env -i setsid sh -c 'echo $$ > escaped.pid; exec sleep 60' & sleep 0.2"]}),
         &ctx(dir.path()),
     )
     .await;
     let took = started.elapsed();
-    assert!(took < Duration::from_millis(2500), "{took:?}");
+    assert!(took < Duration::from_secs(10), "{took:?}");
     assert_eq!(out.data["stdout"], "before\n");
     let problems = out.data["problems"].as_array().unwrap();
     assert_eq!(problems.len(), 1, "{problems:?}");
@@ -138,6 +160,7 @@ async fn output_held_open_by_an_escaped_process_is_cut_and_reported() {
         problems[0].as_str().unwrap().contains("still open"),
         "{problems:?}"
     );
+    assert!(dir.path().join("escaped.pid").exists(), "it never escaped");
 }
 
 /// A sweep that is still making out an unreadable child (here one that cleared
