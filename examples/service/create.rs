@@ -16,6 +16,7 @@
 
 use std::path::{Component, Path};
 
+use agentry::protocol::stored_policy::{RootSpec, StoredPolicy};
 use agentry::{RunConfig, Script, TaskError, TaskSpec};
 use axum::http::HeaderMap;
 use serde_json::Value;
@@ -100,7 +101,10 @@ pub fn prepare(body: &[u8]) -> Result<NewRun, ApiError> {
     let mut config = spec.run_config(path);
     config.task_id = TASK_ID.to_string();
     // With a store, a restarted service rebuilds the policy from this.
-    config.policy_spec = Some(serde_json::json!({ "script": script_json }).to_string());
+    config.policy_spec = Some(StoredPolicy::Root(RootSpec {
+        script: Some(script_json),
+        ..RootSpec::default()
+    }));
     Ok(NewRun {
         config,
         script,

@@ -50,7 +50,11 @@ pub(super) async fn create_record(
         created_at_ms: now,
         deadline_at_ms: config.limits.deadline_ms.map(|ms| now.saturating_add(ms)),
         config: config_json,
-        policy: config.policy_spec.clone().unwrap_or_default(),
+        policy: config
+            .policy_spec
+            .as_ref()
+            .map(ToString::to_string)
+            .unwrap_or_default(),
     };
     log.commit(vec![Write::CreateRun(record), claim.write(None)])
         .await?;
