@@ -187,14 +187,14 @@ pub(crate) async fn model_policy(
     base_url: Option<&str>,
     options: ModelOptions<'_>,
 ) -> Result<LoadedPolicy, RunError> {
-    let (primary, window) = chain_model(provider, model, base_url, &options)?;
+    let primary = chain_model(provider, model, base_url, &options)?;
     eprintln!(
-        "agentry: context window: {window}; {} reserved for output",
-        primary.config.max_output_tokens
+        "agentry: context window: {}; {} reserved for output",
+        primary.window, primary.model.config.max_output_tokens
     );
-    let mut chain = vec![primary];
+    let mut chain = vec![primary.model];
     for f in options.fallback {
-        chain.push(chain_model(f.provider, &f.model, f.base_url.as_deref(), &options)?.0);
+        chain.push(chain_model(f.provider, &f.model, f.base_url.as_deref(), &options)?.model);
     }
     let children = agentry_models::chain_policy_factory(chain.clone()).map_err(RunError::Model)?;
     let connected = agentry_models::connect_chain(chain)
@@ -211,6 +211,12 @@ pub(crate) async fn model_policy(
     })
 }
 
+/// One model of a chain and the context window it fits requests to.
+pub(crate) struct FittedModel {
+    pub(crate) model: ChainModel,
+    pub(crate) window: ContextWindow,
+}
+
 /// One model as `options` configure it (key from its provider's variable, the
 /// prompt cache, the CA file, the context settings), and the window it fits
 /// requests to; a window not above the reserved output is an error.
@@ -219,7 +225,7 @@ pub(crate) fn chain_model(
     model: &str,
     base_url: Option<&str>,
     options: &ModelOptions<'_>,
-) -> Result<(ChainModel, ContextWindow), RunError> {
+) -> Result<FittedModel, RunError> {
     let mut config = ModelConfig::from_env(provider, model, base_url)
         .map_err(RunError::Model)?
         .prompt_cache(options.prompt_cache);
@@ -230,7 +236,10 @@ pub(crate) fn chain_model(
     let window = config
         .window(options.context.set_by)
         .map_err(RunError::Model)?;
-    Ok((ChainModel::new(provider, config), window))
+    Ok(FittedModel {
+        model: ChainModel::new(provider, config),
+        window,
+    })
 }
 
 /// The task's `[policy] compaction` as the adapters take it.

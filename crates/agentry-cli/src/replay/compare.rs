@@ -142,24 +142,40 @@ pub(crate) fn judge(recorded: &Recorded, replayed: &Recorded, rules: &Rules) -> 
 /// directory, its own run id, its children's (in spawn order), each replaced
 /// by the same placeholder on both sides.
 struct Workdirs {
-    recorded: Vec<(String, String)>,
-    replayed: Vec<(String, String)>,
+    recorded: Vec<Placeholder>,
+    replayed: Vec<Placeholder>,
 }
 
-fn placeholders(run: &Recorded) -> Vec<(String, String)> {
+/// A text that differs by nature between two runs, and what stands for it in
+/// both.
+pub(crate) struct Placeholder {
+    pub(crate) text: String,
+    pub(crate) shown_as: String,
+}
+
+impl Placeholder {
+    fn new(text: String, shown_as: impl Into<String>) -> Placeholder {
+        Placeholder {
+            text,
+            shown_as: shown_as.into(),
+        }
+    }
+}
+
+fn placeholders(run: &Recorded) -> Vec<Placeholder> {
     let workdir = run.origin.as_ref().and_then(|o| o.workdir.clone());
-    let workdir = workdir.map(|w| (w, "<workdir>".to_string()));
-    let own = (run.run_id.clone(), "<run>".to_string());
+    let workdir = workdir.map(|w| Placeholder::new(w, "<workdir>"));
+    let own = Placeholder::new(run.run_id.clone(), "<run>");
     let children = run
         .children
         .iter()
         .enumerate()
-        .map(|(i, id)| (id.clone(), format!("<child {}>", i + 1)));
+        .map(|(i, id)| Placeholder::new(id.clone(), format!("<child {}>", i + 1)));
     workdir
         .into_iter()
         .chain(std::iter::once(own))
         .chain(children)
-        .filter(|(from, _)| !from.is_empty())
+        .filter(|p| !p.text.is_empty())
         .collect()
 }
 
@@ -184,12 +200,12 @@ fn step_verdict(
         let b = b.map(|v| normalize(v, volatile, &workdirs.replayed));
         let mut found = Vec::new();
         diff_values("", a.as_ref(), b.as_ref(), &mut found);
-        diffs.extend(found.into_iter().map(|(path, recorded, replayed)| Diff {
+        diffs.extend(found.into_iter().map(|leaf| Diff {
             call_id: call_id.clone(),
             tool: tool.clone(),
-            path,
-            recorded,
-            replayed,
+            path: leaf.path,
+            recorded: leaf.recorded,
+            replayed: leaf.replayed,
         }));
     }
     let status = if diffs.is_empty() && refused.is_empty() {
@@ -245,7 +261,7 @@ fn refusal(recorded: Option<&Value>, replayed: &Value) -> Option<Refusal> {
 pub(crate) fn normalize(
     envelope: &Value,
     volatile: &[String],
-    placeholders: &[(String, String)],
+    placeholders: &[Placeholder],
 ) -> Value {
     let mut v = envelope.clone();
     if let Some(obj) = v.as_object_mut() {
@@ -260,8 +276,8 @@ pub(crate) fn normalize(
             }
         }
     }
-    for (from, to) in placeholders {
-        replace_strings(&mut v, from, to);
+    for p in placeholders {
+        replace_strings(&mut v, &p.text, &p.shown_as);
     }
     v
 }
@@ -316,14 +332,15 @@ fn replace_strings(v: &mut Value, from: &str, to: &str) {
     }
 }
 
-/// Every leaf where `a` and `b` differ: (path, a's value, b's value), `null`
-/// standing for absent.
-fn diff_values(
-    path: &str,
-    a: Option<&Value>,
-    b: Option<&Value>,
-    out: &mut Vec<(String, Value, Value)>,
-) {
+/// A leaf where two values differ, `null` standing for absent.
+struct LeafDiff {
+    path: String,
+    recorded: Value,
+    replayed: Value,
+}
+
+/// Every leaf where `a` (recorded) and `b` (replayed) differ.
+fn diff_values(path: &str, a: Option<&Value>, b: Option<&Value>, out: &mut Vec<LeafDiff>) {
     match (a, b) {
         (Some(Value::Object(x)), Some(Value::Object(y))) => {
             let keys: std::collections::BTreeSet<&String> = x.keys().chain(y.keys()).collect();
@@ -336,11 +353,11 @@ fn diff_values(
                 diff_values(&format!("{path}[{i}]"), Some(p), Some(q), out);
             }
         }
-        (a, b) if a != b => out.push((
-            path.to_string(),
-            a.cloned().unwrap_or(Value::Null),
-            b.cloned().unwrap_or(Value::Null),
-        )),
+        (a, b) if a != b => out.push(LeafDiff {
+            path: path.to_string(),
+            recorded: a.cloned().unwrap_or(Value::Null),
+            replayed: b.cloned().unwrap_or(Value::Null),
+        }),
         (_, _) => {}
     }
 }

@@ -12,7 +12,7 @@ use agentry::protocol::trace::{RunInput, TraceOrigin};
 use agentry::{Grants, Policy, RunHandle, RunOutcome, Runtime, TaskSpec};
 
 use super::error::ReplayError;
-use super::recorded::Recorded;
+use super::recorded::{Recorded, RecordedInput};
 use crate::args::{PolicyArg, absolute};
 use crate::policy::{ContextSettings, LoadedPolicy, ModelOptions, model_policy};
 use crate::run::FreshWorkdir;
@@ -163,11 +163,11 @@ async fn answer(handle: &RunHandle, recorded: &Recorded, call_id: &str) -> Resul
 /// the drift report shows what it changed.
 fn send_due<'a>(
     handle: &RunHandle,
-    messages: &mut std::iter::Peekable<impl Iterator<Item = &'a (u64, RunInput)>>,
+    messages: &mut std::iter::Peekable<impl Iterator<Item = &'a RecordedInput>>,
     steps: u64,
 ) {
-    while let Some((_, input)) = messages.next_if(|(after, _)| *after <= steps) {
-        let sent = match input {
+    while let Some(due) = messages.next_if(|m| m.after_steps <= steps) {
+        let sent = match &due.input {
             RunInput::Message { text } => handle.send_message(text.clone()),
             RunInput::Event { name, payload } => handle.inject(name.clone(), payload.clone()),
             RunInput::Interrupt { .. }
