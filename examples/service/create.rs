@@ -75,9 +75,13 @@ pub fn prepare(body: &[u8]) -> Result<NewRun, ApiError> {
         .map_err(|e| ApiError::internal(format!("cannot create a working directory: {e}")))?;
     // Parsed against the fresh, still empty directory, so nothing from the
     // service's own current directory (a script.json, a workspace/) is picked up.
+    // `TaskError` is non_exhaustive: any other kind is the service's fault.
+    #[allow(clippy::wildcard_enum_match_arm)]
     let spec = TaskSpec::parse(&text, workdir.path()).map_err(|e| match e {
         TaskError::Invalid { message, .. } => ApiError::bad_request(message),
-        other => ApiError::internal(other.to_string()),
+        other @ (TaskError::Workdir { .. } | TaskError::Runtime(_) | TaskError::Mcp { .. } | _) => {
+            ApiError::internal(other.to_string())
+        }
     })?;
     let script = match script {
         None => {

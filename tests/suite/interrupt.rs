@@ -110,9 +110,12 @@ async fn an_interrupt_kills_the_running_process_tree_and_the_run_goes_on() -> Re
 
     let sent = Instant::now();
     handle.interrupt(REDIRECT)?;
-    let cut = next_event(&mut events, Duration::from_secs(10), |e| match e {
-        RunEvent::StepInterrupted { step, interrupted } => Some((*step, interrupted.clone())),
-        _ => None,
+    let cut = next_event(&mut events, Duration::from_secs(10), |e| {
+        if let RunEvent::StepInterrupted { step, interrupted } = e {
+            Some((*step, interrupted.clone()))
+        } else {
+            None
+        }
     })
     .await?;
     let took = sent.elapsed();
@@ -205,9 +208,12 @@ async fn calls_not_started_never_start_and_finished_ones_keep_their_results()
     assert_eq!(results[0].1.tool_call_id, "r1");
     interrupted_error(&results[1].1)?;
     interrupted_error(&results[2].1)?;
-    let cut = events.iter().find_map(|e| match &e.event {
-        RunEvent::StepInterrupted { interrupted, .. } => Some(interrupted.calls.clone()),
-        _ => None,
+    let cut = events.iter().find_map(|e| {
+        if let RunEvent::StepInterrupted { interrupted, .. } = &e.event {
+            Some(interrupted.calls.clone())
+        } else {
+            None
+        }
     });
     assert_eq!(cut, Some(vec!["h1".to_string(), "l1".to_string()]));
     Ok(())

@@ -387,10 +387,11 @@ mod tests {
     fn run_args(args: &[&str]) -> RunArgs {
         let mut all = vec!["agentry", "run", "examples/sum"];
         all.extend(args);
-        match Cli::parse_from(all).command {
-            Command::Run(args) => args,
-            other => panic!("{other:?}"),
-        }
+        let command = Cli::parse_from(all).command;
+        let Command::Run(args) = command else {
+            panic!("{command:?}")
+        };
+        args
     }
 
     fn task(policy: &str) -> TaskSpec {
