@@ -55,6 +55,14 @@ async fn read_pgid(workdir: &Path) -> Result<i32, TestError> {
     Err("the command never wrote its pgid".into())
 }
 
+/// A `step_interrupted` event's step and what it cut.
+fn step_interrupted(e: &RunEvent) -> Option<(u64, StepInterrupt)> {
+    let RunEvent::StepInterrupted { step, interrupted } = e else {
+        return None;
+    };
+    Some((*step, interrupted.clone()))
+}
+
 fn interrupted_error(result: &ResultEnvelope) -> Result<&agentry::ToolError, TestError> {
     let error = result.error.as_ref().ok_or("the call did not fail")?;
     assert_eq!(error.code, ErrorCode::Ecanceled, "{error:?}");
@@ -110,14 +118,7 @@ async fn an_interrupt_kills_the_running_process_tree_and_the_run_goes_on() -> Re
 
     let sent = Instant::now();
     handle.interrupt(REDIRECT)?;
-    let cut = next_event(&mut events, Duration::from_secs(10), |e| {
-        if let RunEvent::StepInterrupted { step, interrupted } = e {
-            Some((*step, interrupted.clone()))
-        } else {
-            None
-        }
-    })
-    .await?;
+    let cut = next_event(&mut events, Duration::from_secs(10), step_interrupted).await?;
     let took = sent.elapsed();
     let outcome = tokio::time::timeout(Duration::from_secs(10), handle.wait()).await??;
 

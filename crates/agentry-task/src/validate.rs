@@ -431,30 +431,25 @@ fn fallback_list(v: Option<Value>) -> Result<Vec<FallbackSpec>, FieldError> {
         .enumerate()
         .map(|(i, item)| {
             let at = format!("policy.fallback[{i}]");
-            match item {
-                Value::Table(_) => {
-                    let raw = section::<RawFallback>(&at, item)?;
-                    let model = raw.model.ok_or_else(|| {
-                        field_error!("{at}.model: missing; e.g. model = \"anthropic:MODEL\"")
-                    })?;
-                    Ok(FallbackSpec {
-                        model: model_spec(&format!("{at}.model"), &model)?,
-                        base_url: raw
-                            .base_url
-                            .map(|u| server_url(&format!("{at}.base_url"), u))
-                            .transpose()?,
-                    })
-                }
-                other @ (Value::String(_)
-                | Value::Integer(_)
-                | Value::Float(_)
-                | Value::Boolean(_)
-                | Value::Datetime(_)
-                | Value::Array(_)) => Ok(FallbackSpec {
-                    model: model_spec(&at, &other)?,
+            // A table is { model, base_url }; anything else is the model's name.
+            if !item.is_table() {
+                let model = model_spec(&at, &item)?;
+                return Ok(FallbackSpec {
+                    model,
                     base_url: None,
-                }),
+                });
             }
+            let raw = section::<RawFallback>(&at, item)?;
+            let model = raw.model.ok_or_else(|| {
+                field_error!("{at}.model: missing; e.g. model = \"anthropic:MODEL\"")
+            })?;
+            Ok(FallbackSpec {
+                model: model_spec(&format!("{at}.model"), &model)?,
+                base_url: raw
+                    .base_url
+                    .map(|u| server_url(&format!("{at}.base_url"), u))
+                    .transpose()?,
+            })
         })
         .collect()
 }
@@ -581,19 +576,11 @@ fn finish_tree(mut tree: TreeLimits, share: Option<Value>) -> Result<TreeLimits,
 
 /// `tree.child_share`: a fraction in (0, 1].
 fn child_share(v: &Value) -> Result<ChildShare, FieldError> {
-    let share = match v {
-        Value::Float(f) => *f,
-        Value::Integer(i) => *i as f64,
-        other @ (Value::String(_)
-        | Value::Boolean(_)
-        | Value::Datetime(_)
-        | Value::Array(_)
-        | Value::Table(_)) => {
-            return Err(field_error!(
-                "tree.child_share: expected a fraction such as 0.5, found {}",
-                describe(other)
-            ));
-        }
+    let Some(share) = v.as_float().or_else(|| v.as_integer().map(|i| i as f64)) else {
+        return Err(field_error!(
+            "tree.child_share: expected a fraction such as 0.5, found {}",
+            describe(v)
+        ));
     };
     if !(share > 0.0 && share <= 1.0) {
         return Err(field_error!(
