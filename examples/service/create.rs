@@ -16,6 +16,7 @@
 
 use std::path::{Component, Path};
 
+use agentry::protocol::stored_policy::{RootSpec, StoredPolicy};
 use agentry::{RunConfig, Script, TaskError, TaskSpec};
 use axum::http::HeaderMap;
 use serde_json::Value;
@@ -74,9 +75,13 @@ pub fn prepare(body: &[u8]) -> Result<NewRun, ApiError> {
         .map_err(|e| ApiError::internal(format!("cannot create a working directory: {e}")))?;
     // Parsed against the fresh, still empty directory, so nothing from the
     // service's own current directory (a script.json, a workspace/) is picked up.
+    // `TaskError` is non_exhaustive: any other kind is the service's fault.
+    #[allow(clippy::wildcard_enum_match_arm)]
     let spec = TaskSpec::parse(&text, workdir.path()).map_err(|e| match e {
         TaskError::Invalid { message, .. } => ApiError::bad_request(message),
-        other => ApiError::internal(other.to_string()),
+        other @ (TaskError::Workdir { .. } | TaskError::Runtime(_) | TaskError::Mcp { .. } | _) => {
+            ApiError::internal(other.to_string())
+        }
     })?;
     let script = match script {
         None => {
@@ -100,7 +105,10 @@ pub fn prepare(body: &[u8]) -> Result<NewRun, ApiError> {
     let mut config = spec.run_config(path);
     config.task_id = TASK_ID.to_string();
     // With a store, a restarted service rebuilds the policy from this.
-    config.policy_spec = Some(serde_json::json!({ "script": script_json }).to_string());
+    config.policy_spec = Some(StoredPolicy::Root(RootSpec {
+        script: Some(script_json),
+        ..RootSpec::default()
+    }));
     Ok(NewRun {
         config,
         script,

@@ -39,6 +39,8 @@ impl ApiError {
 
     /// An input refused by the runtime: 409 when the run has stopped, 429 with
     /// `Retry-After` when its inbox is full.
+    // `RuntimeError` is non_exhaustive: any other kind is the service's fault.
+    #[allow(clippy::wildcard_enum_match_arm)]
     pub(super) fn from_runtime(e: RuntimeError) -> Self {
         match e {
             RuntimeError::Stopped { .. } => ApiError::new(StatusCode::CONFLICT, e.to_string()),
@@ -49,7 +51,24 @@ impl ApiError {
             RuntimeError::NoPendingApproval { .. } | RuntimeError::NoPendingDecision { .. } => {
                 ApiError::new(StatusCode::NOT_FOUND, e.to_string())
             }
-            other => ApiError::internal(other.to_string()),
+            other @ (RuntimeError::InvalidTask { .. }
+            | RuntimeError::InvalidTool { .. }
+            | RuntimeError::Workdir { .. }
+            | RuntimeError::Redaction(_)
+            | RuntimeError::Trace { .. }
+            | RuntimeError::Spawn { .. }
+            | RuntimeError::ChildRefused { .. }
+            | RuntimeError::Store(_)
+            | RuntimeError::NoStore
+            | RuntimeError::NoSuchRun { .. }
+            | RuntimeError::AlreadyStopped { .. }
+            | RuntimeError::NotResumable { .. }
+            | RuntimeError::ProcessesAlive(_)
+            | RuntimeError::Owned { .. }
+            | RuntimeError::UnsafePath { .. }
+            | RuntimeError::InvalidRunId { .. }
+            | RuntimeError::Lost { .. }
+            | _) => ApiError::internal(other.to_string()),
         }
     }
 }

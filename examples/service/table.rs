@@ -6,9 +6,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use agentry::protocol::event::EventRecord;
+use agentry::protocol::stored_policy::{RootSpec, StoredPolicy};
 use agentry::{RunHandle, RunOutcome, Runtime, RuntimeError};
 use axum::http::StatusCode;
-use serde_json::Value;
 use tempfile::TempDir;
 use tokio::sync::broadcast;
 
@@ -123,11 +123,14 @@ impl App {
         let mut resumed = Vec::new();
         for run in self.runtime.unfinished_runs().await? {
             let config = self.runtime.stored_config(&run.run_id).await?;
-            let script = config
-                .policy_spec
-                .as_deref()
-                .and_then(|s| serde_json::from_str::<Value>(s).ok())
-                .and_then(|v| agentry::Script::from_value(&v["script"]).ok());
+            let script = match &config.policy_spec {
+                Some(StoredPolicy::Root(RootSpec {
+                    script: Some(script),
+                    ..
+                })) => agentry::Script::from_value(script).ok(),
+                Some(StoredPolicy::Root(_) | StoredPolicy::Child(_) | StoredPolicy::Text(_))
+                | None => None,
+            };
             let Some(script) = script else {
                 tracing::warn!(run_id = %run.run_id, "not resumed: no script stored with it");
                 continue;

@@ -122,10 +122,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut events = parent.subscribe();
     let mut results = Vec::new();
     while let Ok(record) = events.recv().await {
-        match record.event {
-            RunEvent::ToolCallFinished { result, .. } => results.push((*result).clone()),
-            RunEvent::RunStopped { .. } => break,
-            _ => {}
+        if let RunEvent::ToolCallFinished { result, .. } = &record.event {
+            results.push((**result).clone());
+        }
+        if matches!(record.event, RunEvent::RunStopped { .. }) {
+            break;
         }
     }
     let outcome = parent.wait().await?;

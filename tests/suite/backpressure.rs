@@ -21,9 +21,12 @@ fn resident_bytes() -> Result<u64, TestError> {
 fn messages(session: &[SessionEntry]) -> Vec<String> {
     session
         .iter()
-        .filter_map(|e| match e {
-            SessionEntry::User { text } => Some(text.clone()),
-            _ => None,
+        .filter_map(|e| {
+            if let SessionEntry::User { text } = e {
+                Some(text.clone())
+            } else {
+                None
+            }
         })
         .collect()
 }

@@ -160,9 +160,12 @@ async fn step_max_plus_one_is_refused_never_run() -> Result<(), TestError> {
     assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 5);
     let started: Vec<u64> = events
         .iter()
-        .filter_map(|e| match e.event {
-            agentry::protocol::event::RunEvent::StepStarted { step } => Some(step),
-            _ => None,
+        .filter_map(|e| {
+            if let agentry::protocol::event::RunEvent::StepStarted { step } = e.event {
+                Some(step)
+            } else {
+                None
+            }
         })
         .collect();
     assert_eq!(

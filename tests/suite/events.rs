@@ -64,18 +64,24 @@ async fn a_subscriber_sees_every_event_of_the_run_in_sequence() -> Result<(), Te
     }
     let steps: Vec<u64> = events
         .iter()
-        .filter_map(|e| match e.event {
-            RunEvent::StepStarted { step } => Some(step),
-            _ => None,
+        .filter_map(|e| {
+            if let RunEvent::StepStarted { step } = e.event {
+                Some(step)
+            } else {
+                None
+            }
         })
         .collect();
     assert_eq!(steps, [1, 2, 3]);
     // One state update per step, each with a higher version.
     let versions: Vec<u64> = events
         .iter()
-        .filter_map(|e| match e.event {
-            RunEvent::StateUpdated { version } => Some(version),
-            _ => None,
+        .filter_map(|e| {
+            if let RunEvent::StateUpdated { version } = e.event {
+                Some(version)
+            } else {
+                None
+            }
         })
         .collect();
     assert_eq!(versions.len(), 3);
@@ -110,13 +116,17 @@ async fn refused_calls_never_report_started() -> Result<(), TestError> {
 
     let started: Vec<&str> = events
         .iter()
-        .filter_map(|e| match &e.event {
-            RunEvent::ToolCallStarted {
+        .filter_map(|e| {
+            if let RunEvent::ToolCallStarted {
                 step: 1,
                 tool_call_id,
                 ..
-            } => Some(tool_call_id.as_str()),
-            _ => None,
+            } = &e.event
+            {
+                Some(tool_call_id.as_str())
+            } else {
+                None
+            }
         })
         .collect();
     assert_eq!(started, ["runs"]);

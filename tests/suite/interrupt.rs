@@ -55,6 +55,14 @@ async fn read_pgid(workdir: &Path) -> Result<i32, TestError> {
     Err("the command never wrote its pgid".into())
 }
 
+/// A `step_interrupted` event's step and what it cut.
+fn step_interrupted(e: &RunEvent) -> Option<(u64, StepInterrupt)> {
+    let RunEvent::StepInterrupted { step, interrupted } = e else {
+        return None;
+    };
+    Some((*step, interrupted.clone()))
+}
+
 fn interrupted_error(result: &ResultEnvelope) -> Result<&agentry::ToolError, TestError> {
     let error = result.error.as_ref().ok_or("the call did not fail")?;
     assert_eq!(error.code, ErrorCode::Ecanceled, "{error:?}");
@@ -110,11 +118,7 @@ async fn an_interrupt_kills_the_running_process_tree_and_the_run_goes_on() -> Re
 
     let sent = Instant::now();
     handle.interrupt(REDIRECT)?;
-    let cut = next_event(&mut events, Duration::from_secs(10), |e| match e {
-        RunEvent::StepInterrupted { step, interrupted } => Some((*step, interrupted.clone())),
-        _ => None,
-    })
-    .await?;
+    let cut = next_event(&mut events, Duration::from_secs(10), step_interrupted).await?;
     let took = sent.elapsed();
     let outcome = tokio::time::timeout(Duration::from_secs(10), handle.wait()).await??;
 
@@ -205,9 +209,12 @@ async fn calls_not_started_never_start_and_finished_ones_keep_their_results()
     assert_eq!(results[0].1.tool_call_id, "r1");
     interrupted_error(&results[1].1)?;
     interrupted_error(&results[2].1)?;
-    let cut = events.iter().find_map(|e| match &e.event {
-        RunEvent::StepInterrupted { interrupted, .. } => Some(interrupted.calls.clone()),
-        _ => None,
+    let cut = events.iter().find_map(|e| {
+        if let RunEvent::StepInterrupted { interrupted, .. } = &e.event {
+            Some(interrupted.calls.clone())
+        } else {
+            None
+        }
     });
     assert_eq!(cut, Some(vec!["h1".to_string(), "l1".to_string()]));
     Ok(())

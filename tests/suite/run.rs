@@ -48,14 +48,20 @@ async fn sum_task_finishes_done_in_three_steps_and_writes_the_file() -> Result<(
 async fn a_policy_computes_the_sum_from_the_observation_it_was_shown() -> Result<(), TestError> {
     let task = TestTask::sum()?;
     let policy = FnPolicy::new(|ctx| {
-        let read = ctx.session.iter().find_map(|e| match e {
-            SessionEntry::Tool { result } if result.tool == "fs.read" && result.ok => result
-                .data
-                .as_ref()?
-                .get("content")?
-                .as_str()
-                .map(str::to_string),
-            _ => None,
+        let read = ctx.session.iter().find_map(|e| {
+            if let SessionEntry::Tool { result } = e
+                && result.tool == "fs.read"
+                && result.ok
+            {
+                result
+                    .data
+                    .as_ref()?
+                    .get("content")?
+                    .as_str()
+                    .map(str::to_string)
+            } else {
+                None
+            }
         });
         match (ctx.step, read) {
             (1, _) => Decision::ToolCalls {

@@ -218,15 +218,15 @@ async fn two_spawns_in_one_step_get_the_same_answers_every_time() -> Result<(), 
 /// `v` without its null fields, as one line.
 fn compact(v: &Value) -> String {
     fn strip(v: &Value) -> Value {
-        match v {
-            Value::Object(o) => Value::Object(
-                o.iter()
-                    .filter(|(_, v)| !v.is_null())
-                    .map(|(k, v)| (k.clone(), strip(v)))
-                    .collect(),
-            ),
-            other => other.clone(),
-        }
+        let Value::Object(o) = v else {
+            return v.clone();
+        };
+        Value::Object(
+            o.iter()
+                .filter(|(_, v)| !v.is_null())
+                .map(|(k, v)| (k.clone(), strip(v)))
+                .collect(),
+        )
     }
     strip(v).to_string()
 }

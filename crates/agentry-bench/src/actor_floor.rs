@@ -356,7 +356,9 @@ impl ActorAgent {
     pub async fn run(&self, m: u64) -> BenchResult<Result<(), String>> {
         let out = match self.conductor.call(ConductorMsg::Run, None).await? {
             ractor::rpc::CallResult::Success(out) => out,
-            _ => return Ok(Err("the conductor did not answer".into())),
+            ractor::rpc::CallResult::Timeout | ractor::rpc::CallResult::SenderError => {
+                return Ok(Err("the conductor did not answer".into()));
+            }
         };
         Ok(out.and_then(|messages| check(&messages, m.max(1))))
     }
@@ -374,7 +376,7 @@ fn check(messages: &[Message], m: u64) -> Result<(), String> {
         .iter()
         .filter_map(|msg| match msg {
             Message::Result { content, .. } => Some(content.as_str()),
-            _ => None,
+            Message::Call { .. } | Message::Final(_) => None,
         })
         .collect();
     let want_final = format!("done:{}", m - 1);

@@ -127,20 +127,22 @@ impl Args {
         let m_default = match self.workload {
             Workload::W2 | Workload::DurableW2 | Workload::ActorFloorW2 => 20,
             Workload::Durable => 2_000,
-            _ => 10_000,
+            Workload::W1
+            | Workload::W3
+            | Workload::W4
+            | Workload::Floor
+            | Workload::ActorFloor
+            | Workload::Cancel
+            | Workload::Parallel => 10_000,
         };
-        let n_default = match self.workload {
-            Workload::DurableW2 => 100,
-            _ => 1_000,
+        let n_default = if self.workload == Workload::DurableW2 {
+            100
+        } else {
+            1_000
         };
-        let runs_default = match self.workload {
-            Workload::Cancel => 100,
-            _ => 10,
-        };
-        let deadline_default = match self.workload {
-            Workload::Cancel => 100,
-            _ => 200,
-        };
+        let cancel = self.workload == Workload::Cancel;
+        let runs_default = if cancel { 100 } else { 10 };
+        let deadline_default = if cancel { 100 } else { 200 };
         Options {
             m: self.m.unwrap_or(m_default).max(1),
             n: self.n.unwrap_or(n_default).max(1),

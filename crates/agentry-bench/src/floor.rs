@@ -129,7 +129,7 @@ async fn executor(mut calls: mpsc::UnboundedReceiver<Turn>, state: mpsc::Unbound
                     content,
                 }
             }
-            other => other,
+            other @ (Turn::Result { .. } | Turn::Final(_)) => other,
         };
         if state.send(out).is_err() {
             return;

@@ -268,7 +268,13 @@ impl EchoModel {
             let at = 1 + (s as usize - 1) * per_step;
             match &session[at] {
                 SessionEntry::Assistant { step, .. } if *step == s => {}
-                other => return Err(format!("entry {at} is {other:?}, expected step {s}")),
+                other @ (SessionEntry::Assistant { .. }
+                | SessionEntry::User { .. }
+                | SessionEntry::Tool { .. }
+                | SessionEntry::Event { .. }
+                | SessionEntry::Note { .. }) => {
+                    return Err(format!("entry {at} is {other:?}, expected step {s}"));
+                }
             }
             self.check_results(s, &session[at + 1..at + per_step])?;
         }

@@ -62,6 +62,6 @@ fn model_factory(
         ca_cert: task.ca_cert.as_deref(),
         context: *context,
     };
-    let (model, _window) = chain_model(provider, &model, base_url, &options)?;
-    agentry_models::chain_policy_factory(vec![model]).map_err(RunError::Model)
+    let fitted = chain_model(provider, &model, base_url, &options)?;
+    agentry_models::chain_policy_factory(vec![fitted.model]).map_err(RunError::Model)
 }

@@ -49,10 +49,12 @@ pub(crate) async fn drive(
             outcome = &mut wait => return finished(handle, outcome).await,
             event = events.recv() => {
                 let call = match event {
-                    Ok(record) => match record.event {
-                        RunEvent::AwaitingDecision { call, .. } => call,
-                        _ => continue,
-                    },
+                    Ok(record) => {
+                        let RunEvent::AwaitingDecision { call, .. } = record.event else {
+                            continue;
+                        };
+                        call
+                    }
                     // Lagged: check the state itself below.
                     Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
                         match handle.pending_decisions().await.into_iter().next() {

@@ -1,10 +1,11 @@
 //! Which policy a run gets: a script or a model, from the flags or the task,
-//! checked before anything runs; and the JSON a run stores so that `resume`
-//! can rebuild the same policy (written by [`describe_policy`], read by
+//! checked before anything runs; and the description a run stores so that
+//! `resume` can rebuild the same policy (written by [`describe_policy`], read by
 //! [`stored_policy`] and [`stored_task_dir`]).
 
 use std::path::{Path, PathBuf};
 
+use agentry::protocol::stored_policy::{RootSpec, StoredFallback, StoredPolicy};
 use agentry::task::Compaction;
 use agentry::{ChildPolicyFactory, Policy, RunConfig, RuntimeError, Script, TaskSpec};
 use agentry_models::{
@@ -186,14 +187,14 @@ pub(crate) async fn model_policy(
     base_url: Option<&str>,
     options: ModelOptions<'_>,
 ) -> Result<LoadedPolicy, RunError> {
-    let (primary, window) = chain_model(provider, model, base_url, &options)?;
+    let primary = chain_model(provider, model, base_url, &options)?;
     eprintln!(
-        "agentry: context window: {window}; {} reserved for output",
-        primary.config.max_output_tokens
+        "agentry: context window: {}; {} reserved for output",
+        primary.window, primary.model.config.max_output_tokens
     );
-    let mut chain = vec![primary];
+    let mut chain = vec![primary.model];
     for f in options.fallback {
-        chain.push(chain_model(f.provider, &f.model, f.base_url.as_deref(), &options)?.0);
+        chain.push(chain_model(f.provider, &f.model, f.base_url.as_deref(), &options)?.model);
     }
     let children = agentry_models::chain_policy_factory(chain.clone()).map_err(RunError::Model)?;
     let connected = agentry_models::connect_chain(chain)
@@ -210,6 +211,12 @@ pub(crate) async fn model_policy(
     })
 }
 
+/// One model of a chain and the context window it fits requests to.
+pub(crate) struct FittedModel {
+    pub(crate) model: ChainModel,
+    pub(crate) window: ContextWindow,
+}
+
 /// One model as `options` configure it (key from its provider's variable, the
 /// prompt cache, the CA file, the context settings), and the window it fits
 /// requests to; a window not above the reserved output is an error.
@@ -218,7 +225,7 @@ pub(crate) fn chain_model(
     model: &str,
     base_url: Option<&str>,
     options: &ModelOptions<'_>,
-) -> Result<(ChainModel, ContextWindow), RunError> {
+) -> Result<FittedModel, RunError> {
     let mut config = ModelConfig::from_env(provider, model, base_url)
         .map_err(RunError::Model)?
         .prompt_cache(options.prompt_cache);
@@ -229,7 +236,10 @@ pub(crate) fn chain_model(
     let window = config
         .window(options.context.set_by)
         .map_err(RunError::Model)?;
-    Ok((ChainModel::new(provider, config), window))
+    Ok(FittedModel {
+        model: ChainModel::new(provider, config),
+        window,
+    })
 }
 
 /// The task's `[policy] compaction` as the adapters take it.
@@ -241,8 +251,8 @@ pub(crate) fn compaction_mode(c: Compaction) -> CompactionMode {
 }
 
 /// How `agentry resume` rebuilds the policy: the `--policy` flag (script paths
-/// made absolute) or the task's, and the model server, as JSON.
-pub(crate) fn describe_policy(args: &RunArgs, task: &TaskSpec) -> String {
+/// made absolute) or the task's, the model server and the fallback chain.
+pub(crate) fn describe_policy(args: &RunArgs, task: &TaskSpec) -> StoredPolicy {
     let policy = match (&args.policy, &task.model) {
         (Some(PolicyArg::Script(file)), _) => format!("script:{}", absolute(file).display()),
         (Some(PolicyArg::Model { provider, model }), _) => {
@@ -258,32 +268,36 @@ pub(crate) fn describe_policy(args: &RunArgs, task: &TaskSpec) -> String {
     let base_url = args.base_url.as_deref().or(task.base_url.as_deref());
     // The chain as the run uses it: the flags', else the task's (a script
     // policy has none).
-    let fallback: Vec<serde_json::Value> = match (&args.policy, args.fallback.is_empty()) {
+    let fallback: Vec<StoredFallback> = match (&args.policy, args.fallback.is_empty()) {
         (Some(PolicyArg::Script(_)), _) => Vec::new(),
         (_, false) => args
             .fallback
             .iter()
-            .map(|f| {
-                serde_json::json!({"model": format!("{}:{}", provider_prefix(f.provider), f.model),
-                    "base_url": f.base_url})
+            .map(|f| StoredFallback {
+                model: format!("{}:{}", provider_prefix(f.provider), f.model),
+                base_url: f.base_url.clone(),
             })
             .collect(),
         (_, true) => task
             .fallback
             .iter()
-            .map(|f| serde_json::json!({"model": f.model, "base_url": f.base_url}))
+            .map(|f| StoredFallback {
+                model: f.model.clone(),
+                base_url: f.base_url.clone(),
+            })
             .collect(),
     };
-    serde_json::json!({
-        "policy": policy,
-        "base_url": base_url,
-        "fallback": fallback,
-        "prompt_cache": task.prompt_cache,
-        "task_dir": absolute(&task.dir),
-        "ca_cert": task.ca_cert.as_deref().map(absolute),
-        "context_tokens": args.context_tokens.or(task.context_tokens),
+    let text = |path: &Path| absolute(path).display().to_string();
+    StoredPolicy::Root(RootSpec {
+        policy,
+        base_url: base_url.map(str::to_string),
+        fallback,
+        prompt_cache: Some(task.prompt_cache),
+        task_dir: Some(text(&task.dir)),
+        ca_cert: task.ca_cert.as_deref().map(text),
+        context_tokens: args.context_tokens.or(task.context_tokens),
+        ..RootSpec::default()
     })
-    .to_string()
 }
 
 fn provider_prefix(provider: Provider) -> &'static str {
@@ -293,88 +307,72 @@ fn provider_prefix(provider: Provider) -> &'static str {
     }
 }
 
-/// The policy a stored run was started with (`run` records it as JSON).
-pub(crate) fn stored_policy(spec: Option<&str>, run_id: &str) -> Result<PolicyChoice, RunError> {
-    let missing = || {
+/// The policy a stored run was started with (`run` records it: a
+/// [`RootSpec`]).
+pub(crate) fn stored_policy(
+    spec: Option<&StoredPolicy>,
+    run_id: &str,
+) -> Result<PolicyChoice, RunError> {
+    let refused = |message: String| {
         RunError::BadInput(RuntimeError::NotResumable {
             run_id: run_id.to_string(),
-            message: "the store does not say which policy it ran with; pass --policy".into(),
+            message,
         })
     };
-    let value: serde_json::Value = spec
-        .and_then(|s| serde_json::from_str(s).ok())
-        .ok_or_else(missing)?;
-    let policy = value
-        .get("policy")
-        .and_then(|p| p.as_str())
-        .filter(|p| !p.is_empty())
-        .ok_or_else(missing)?;
-    let policy = parse_policy(policy).map_err(|m| {
-        RunError::BadInput(RuntimeError::NotResumable {
-            run_id: run_id.to_string(),
-            message: format!("its stored policy {policy:?} is unusable ({m}); pass --policy"),
-        })
+    let missing =
+        || refused("the store does not say which policy it ran with; pass --policy".into());
+    let Some(StoredPolicy::Root(root)) = spec else {
+        return Err(missing());
+    };
+    if root.policy.is_empty() {
+        return Err(missing());
+    }
+    let policy = parse_policy(&root.policy).map_err(|m| {
+        refused(format!(
+            "its stored policy {:?} is unusable ({m}); pass --policy",
+            root.policy
+        ))
     })?;
-    let base_url = value
-        .get("base_url")
-        .and_then(|b| b.as_str())
-        .map(str::to_string);
-    let fallback = stored_fallback(&value).map_err(|m| {
-        RunError::BadInput(RuntimeError::NotResumable {
-            run_id: run_id.to_string(),
-            message: format!("its stored fallback models are unusable ({m}); pass --policy"),
-        })
-    })?;
-    let ca_cert = value
-        .get("ca_cert")
-        .and_then(|c| c.as_str())
-        .map(PathBuf::from);
-    let context_tokens = value.get("context_tokens").and_then(|n| n.as_u64());
+    let fallback = root
+        .fallback
+        .iter()
+        .map(|f| fallback_model(&f.model, f.base_url.clone()))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|m| {
+            refused(format!(
+                "its stored fallback models are unusable ({m}); pass --policy"
+            ))
+        })?;
     Ok(PolicyChoice {
         policy,
-        base_url,
+        base_url: root.base_url.clone(),
         fallback,
-        ca_cert,
-        context_tokens,
+        ca_cert: root.ca_cert.as_deref().map(PathBuf::from),
+        context_tokens: root.context_tokens,
     })
 }
 
-/// The stored `fallback` list (absent in runs stored before fallbacks existed).
-fn stored_fallback(value: &serde_json::Value) -> Result<Vec<FallbackArg>, String> {
-    let Some(items) = value.get("fallback").and_then(|f| f.as_array()) else {
-        return Ok(Vec::new());
-    };
-    items
-        .iter()
-        .map(|f| {
-            let model = f.get("model").and_then(|m| m.as_str()).unwrap_or_default();
-            let base_url = f
-                .get("base_url")
-                .and_then(|b| b.as_str())
-                .map(str::to_string);
-            fallback_model(model, base_url)
-        })
-        .collect()
+/// The root description a run stored, if the CLI (or the service) stored one.
+fn stored_root(config: &RunConfig) -> Option<&RootSpec> {
+    match config.policy_spec.as_ref()? {
+        StoredPolicy::Root(root) => Some(root),
+        StoredPolicy::Child(_) | StoredPolicy::Text(_) => None,
+    }
 }
 
 /// Whether a stored run marks requests for the prompt cache (on unless its
 /// task turned it off).
 pub(crate) fn stored_prompt_cache(config: &RunConfig) -> bool {
-    config
-        .policy_spec
-        .as_deref()
-        .and_then(|s| serde_json::from_str::<serde_json::Value>(s).ok())
-        .and_then(|v| v.get("prompt_cache")?.as_bool())
+    stored_root(config)
+        .and_then(|root| root.prompt_cache)
         .unwrap_or(true)
 }
 
 /// The task directory a stored run came from, if the CLI started it.
 pub(crate) fn stored_task_dir(config: &RunConfig) -> Option<PathBuf> {
-    config
-        .policy_spec
-        .as_deref()
-        .and_then(|s| serde_json::from_str::<serde_json::Value>(s).ok())
-        .and_then(|v| v.get("task_dir")?.as_str().map(PathBuf::from))
+    stored_root(config)
+        .and_then(|root| root.task_dir.as_deref())
+        .map(PathBuf::from)
         .filter(|d| d.join("task.toml").is_file())
 }
 
@@ -389,10 +387,11 @@ mod tests {
     fn run_args(args: &[&str]) -> RunArgs {
         let mut all = vec!["agentry", "run", "examples/sum"];
         all.extend(args);
-        match Cli::parse_from(all).command {
-            Command::Run(args) => args,
-            other => panic!("{other:?}"),
-        }
+        let command = Cli::parse_from(all).command;
+        let Command::Run(args) = command else {
+            panic!("{command:?}")
+        };
+        args
     }
 
     fn task(policy: &str) -> TaskSpec {
@@ -433,9 +432,45 @@ mod tests {
         assert_eq!(choice.fallback, flags.fallback);
 
         // Runs stored before fallbacks existed: no chain, cache marks on.
-        let old = r#"{"policy": "openai:a", "base_url": null}"#;
-        assert!(stored_policy(Some(old), "r").unwrap().fallback.is_empty());
-        config.policy_spec = Some(old.into());
+        let old = StoredPolicy::parse(r#"{"policy": "openai:a", "base_url": null}"#);
+        assert!(stored_policy(Some(&old), "r").unwrap().fallback.is_empty());
+        config.policy_spec = Some(old);
         assert!(stored_prompt_cache(&config));
+    }
+
+    /// A run stored by an `agentry` before the description was typed (the
+    /// text inside `policy_spec`, nulls and all) resumes with what it stored.
+    #[test]
+    fn a_description_stored_before_it_was_typed_is_read_for_resume() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("task.toml"), "goal = \"g\"\n").unwrap();
+        let text = format!(
+            r#"{{"base_url":"http://127.0.0.1:9/v1","ca_cert":null,"context_tokens":9000,"fallback":[{{"base_url":null,"model":"anthropic:b"}}],"policy":"openai:a","prompt_cache":false,"task_dir":{:?}}}"#,
+            dir.path().display().to_string()
+        );
+        // The configuration as the store keeps it: `policy_spec` a JSON string.
+        let mut stored = serde_json::to_value(RunConfig::new("g", "/nowhere/w")).unwrap();
+        stored["policy_spec"] = serde_json::Value::String(text);
+        let config: RunConfig = serde_json::from_value(stored).unwrap();
+        let choice = stored_policy(config.policy_spec.as_ref(), "r").unwrap();
+        assert_eq!(
+            choice.policy,
+            PolicyArg::Model {
+                provider: Provider::OpenAi,
+                model: "a".into()
+            }
+        );
+        assert_eq!(choice.base_url.as_deref(), Some("http://127.0.0.1:9/v1"));
+        assert_eq!(
+            choice.fallback,
+            [FallbackArg {
+                provider: Provider::Anthropic,
+                model: "b".into(),
+                base_url: None,
+            }]
+        );
+        assert_eq!((choice.ca_cert, choice.context_tokens), (None, Some(9000)));
+        assert!(!stored_prompt_cache(&config));
+        assert_eq!(stored_task_dir(&config).as_deref(), Some(dir.path()));
     }
 }

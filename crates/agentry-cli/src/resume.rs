@@ -105,7 +105,7 @@ fn stored_compaction(config: &RunConfig) -> CompactionMode {
 /// `--policy` (and `--base-url`, `--fallback`), else the policy the run was
 /// started with.
 async fn policy_for(args: &ResumeArgs, config: &RunConfig) -> Result<LoadedPolicy, RunError> {
-    let stored = stored_policy(config.policy_spec.as_deref(), &args.run_id);
+    let stored = stored_policy(config.policy_spec.as_ref(), &args.run_id);
     // The window and the CA file the run was started with hold whichever
     // policy resumes it.
     let stored_window = stored.as_ref().ok().and_then(|c| c.context_tokens);

@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use agentry::protocol::stored_policy::StoredPolicy;
 use agentry::store::RunSummary;
 use agentry::{RunTree, RuntimeError, SqliteStore, Store};
 
@@ -171,13 +172,8 @@ fn stored_tree(
     })
 }
 
-/// A stored policy as a model name: the CLI stores a root's as JSON
-/// (`{"policy": "script:…", …}`), a child's as its policy's name.
+/// A stored policy as a model name: a root's or a child's `policy`, else the
+/// embedder's text.
 fn model_of(policy: &str) -> String {
-    // A child's spec is `child:` and its request, which names its model.
-    let spec = policy.strip_prefix("child:").unwrap_or(policy);
-    serde_json::from_str::<serde_json::Value>(spec)
-        .ok()
-        .and_then(|v| v["policy"].as_str().map(str::to_string))
-        .unwrap_or_else(|| policy.to_string())
+    StoredPolicy::parse(policy).policy_name().to_string()
 }

@@ -54,13 +54,18 @@ pub(crate) fn to_output(
 }
 
 /// The text blocks, joined.
+// rmcp's `ContentBlock` is non_exhaustive: kinds it adds are not text.
+#[allow(clippy::wildcard_enum_match_arm)]
 fn texts(content: &[ContentBlock]) -> String {
     content
         .iter()
         .filter_map(|b| match b {
             ContentBlock::Text(t) => Some(t.text.as_str()),
-            // rmcp's enum is non-exhaustive: kinds it adds are not text.
-            _ => None,
+            ContentBlock::Image(_)
+            | ContentBlock::Audio(_)
+            | ContentBlock::Resource(_)
+            | ContentBlock::ResourceLink(_)
+            | _ => None,
         })
         .collect::<Vec<_>>()
         .join("\n")

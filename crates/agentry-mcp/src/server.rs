@@ -201,7 +201,7 @@ impl McpServer {
         let arguments = match args {
             Value::Object(map) => Some(map),
             Value::Null => None,
-            other => {
+            other @ (Value::Bool(_) | Value::Number(_) | Value::String(_) | Value::Array(_)) => {
                 return Err(ToolError::new(
                     ErrorCode::Einval,
                     format!("{shown} takes an object of arguments, not {other}"),
@@ -258,18 +258,47 @@ impl McpServer {
             ready.note(&e);
             service_error(&self.config.name, shown, e)
         })?;
-        match response {
-            ServerResult::CallToolResult(result) => to_output(shown, result, ctx),
-            ServerResult::InputRequiredResult(_) => Err(ToolError::new(
-                ErrorCode::Eperm,
-                format!("{shown}: the server asked for input (input_required), which agentry does not answer"),
-            )
-            .retryable(false)),
-            _ => Err(ToolError::new(
-                ErrorCode::Einternal,
-                format!("{shown}: the server answered tools/call with something else"),
-            )),
-        }
+        call_result(shown, response, ctx)
+    }
+}
+
+/// What a `tools/call` answer means for the call.
+// rmcp's `ServerResult` is non_exhaustive: a kind it adds is not a call's answer.
+#[allow(clippy::wildcard_enum_match_arm)]
+fn call_result(
+    shown: &str,
+    response: ServerResult,
+    ctx: &ToolContext,
+) -> Result<ToolOutput, ToolError> {
+    match response {
+        ServerResult::CallToolResult(result) => to_output(shown, result, ctx),
+        ServerResult::InputRequiredResult(_) => Err(ToolError::new(
+            ErrorCode::Eperm,
+            format!("{shown}: the server asked for input (input_required), which agentry does not answer"),
+        )
+        .retryable(false)),
+        ServerResult::DiscoverResult(_)
+        | ServerResult::InitializeResult(_)
+        | ServerResult::CompleteResult(_)
+        | ServerResult::GetPromptResult(_)
+        | ServerResult::ListPromptsResult(_)
+        | ServerResult::ListResourcesResult(_)
+        | ServerResult::ListResourceTemplatesResult(_)
+        | ServerResult::ReadResourceResult(_)
+        | ServerResult::SubscriptionsListenResult(_)
+        | ServerResult::ListToolsResult(_)
+        | ServerResult::ListSkillsResult(_)
+        | ServerResult::GetSkillResult(_)
+        | ServerResult::ElicitResult(_)
+        | ServerResult::CreateTaskResult(_)
+        | ServerResult::GetTaskResult(_)
+        | ServerResult::TaskAckResult(_)
+        | ServerResult::EmptyResult(_)
+        | ServerResult::CustomResult(_)
+        | _ => Err(ToolError::new(
+            ErrorCode::Einternal,
+            format!("{shown}: the server answered tools/call with something else"),
+        )),
     }
 }
 
@@ -303,6 +332,8 @@ fn cancelled(shown: &str, notified: bool) -> ToolError {
 }
 
 /// A failed request as the call's error.
+// rmcp's `ServiceError` is non_exhaustive: a kind it adds is an internal error.
+#[allow(clippy::wildcard_enum_match_arm)]
 fn service_error(server: &str, shown: &str, e: ServiceError) -> ToolError {
     match e {
         ServiceError::TransportClosed | ServiceError::TransportSend(_) => ToolError::new(
@@ -333,7 +364,11 @@ fn service_error(server: &str, shown: &str, e: ServiceError) -> ToolError {
             ErrorCode::Etimedout,
             format!("{shown}: no answer within {} ms", timeout.as_millis()),
         ),
-        other => ToolError::new(ErrorCode::Einternal, format!("{shown}: {other}")),
+        other @ (ServiceError::UnexpectedResponse
+        | ServiceError::SubscriptionLagged { .. }
+        | ServiceError::Cancelled { .. }
+        | ServiceError::InputRequiredRoundsExceeded { .. }
+        | _) => ToolError::new(ErrorCode::Einternal, format!("{shown}: {other}")),
     }
 }
 

@@ -152,13 +152,14 @@ mod tests {
     }
 
     fn fatal(out: &PolicyOutput) -> &str {
-        match &out.decision {
-            Decision::Failed {
-                message,
-                fatal: true,
-            } => message,
-            other => panic!("expected a fatal failure, got {other:?}"),
-        }
+        let Decision::Failed {
+            message,
+            fatal: true,
+        } = &out.decision
+        else {
+            panic!("expected a fatal failure, got {:?}", out.decision)
+        };
+        message
     }
 
     #[test]

@@ -36,3 +36,23 @@ pub struct CheckOutcome {
     /// Why it failed (or a short confirmation).
     pub detail: String,
 }
+
+impl CheckOutcome {
+    /// `check` passed; `detail` confirms it briefly.
+    pub fn pass(check: &AcceptCheck, detail: impl Into<String>) -> CheckOutcome {
+        CheckOutcome {
+            check: check.clone(),
+            passed: true,
+            detail: detail.into(),
+        }
+    }
+
+    /// `check` failed; `detail` says why.
+    pub fn fail(check: &AcceptCheck, detail: impl Into<String>) -> CheckOutcome {
+        CheckOutcome {
+            check: check.clone(),
+            passed: false,
+            detail: detail.into(),
+        }
+    }
+}

@@ -11,6 +11,7 @@
 //! - [`budget`]: the budget vector, limits, spends and snapshots.
 //! - [`child`]: what a model asks for when it delegates to a child agent.
 //! - [`stop`]: stop reasons.
+//! - [`stored_policy`]: how a stored run's policy is rebuilt when it is resumed.
 //! - [`state`]: the four state layers (world, task, session, control).
 //! - [`decision`]: what a policy proposes.
 //! - [`trace`]: one JSONL record per step, and the closing record.
@@ -33,6 +34,7 @@ pub mod event;
 pub mod fingerprint;
 pub mod state;
 pub mod stop;
+pub mod stored_policy;
 pub mod tool;
 pub mod trace;
 
@@ -47,6 +49,7 @@ pub use state::{
     WorldChange, WorldState,
 };
 pub use stop::StopReason;
+pub use stored_policy::{ChildSpec, RootSpec, StoredFallback, StoredPolicy};
 pub use tool::{
     Effect, Idempotency, ProcessGroupRecord, ToolArguments, ToolCall, ToolContract, ToolSpec,
 };

@@ -30,21 +30,20 @@ pub const MAX_ACCEPT_FILE_BYTES: u64 = 16 * 1024 * 1024;
 pub async fn run_checks(checks: &[AcceptCheck], ctx: &ToolContext) -> Vec<CheckOutcome> {
     let mut out = Vec::with_capacity(checks.len());
     for (index, check) in checks.iter().enumerate() {
-        let (passed, detail) = tokio::select! {
+        out.push(tokio::select! {
             biased;
-            () = ctx.cancel.cancelled() => (false, "cancelled before the check finished".to_string()),
-            r = run_check(check, index, ctx) => r,
-        };
-        out.push(CheckOutcome {
-            check: check.clone(),
-            passed,
-            detail,
+            () = ctx.cancel.cancelled() => CheckOutcome::fail(check, CANCELLED),
+            outcome = run_check(check, index, ctx) => outcome,
         });
     }
     out
 }
 
-async fn run_check(check: &AcceptCheck, index: usize, ctx: &ToolContext) -> (bool, String) {
+/// The detail of a check the run's cancellation cut short.
+const CANCELLED: &str = "cancelled before the check finished";
+
+async fn run_check(check: &AcceptCheck, index: usize, ctx: &ToolContext) -> CheckOutcome {
+    let fail = |detail: String| CheckOutcome::fail(check, detail);
     match check {
         AcceptCheck::File {
             file,
@@ -53,29 +52,26 @@ async fn run_check(check: &AcceptCheck, index: usize, ctx: &ToolContext) -> (boo
         } => {
             let content = match read_checked_file(ctx, file).await {
                 Ok(content) => content,
-                Err(detail) => return (false, detail),
+                Err(detail) => return fail(detail),
             };
             if let Some(want) = equals
                 && content.trim() != want.trim()
             {
-                return (
-                    false,
-                    format!(
-                        "{file}: expected {:?}, found {:?}",
-                        want.trim(),
-                        truncate(content.trim())
-                    ),
-                );
+                return fail(format!(
+                    "{file}: expected {:?}, found {:?}",
+                    want.trim(),
+                    truncate(content.trim())
+                ));
             }
             if let Some(want) = contains
                 && !content.contains(want.as_str())
             {
-                return (false, format!("{file}: does not contain {want:?}"));
+                return fail(format!("{file}: does not contain {want:?}"));
             }
-            (true, format!("{file}: ok"))
+            CheckOutcome::pass(check, format!("{file}: ok"))
         }
         AcceptCheck::Command { argv, timeout_ms } => {
-            run_command_check(argv, *timeout_ms, index, ctx).await
+            run_command_check(check, argv, *timeout_ms, index, ctx).await
         }
     }
 }
@@ -101,13 +97,15 @@ async fn read_checked_file(ctx: &ToolContext, file: &str) -> Result<String, Stri
 }
 
 async fn run_command_check(
+    check: &AcceptCheck,
     argv: &[String],
     timeout_ms: u64,
     index: usize,
     ctx: &ToolContext,
-) -> (bool, String) {
+) -> CheckOutcome {
+    let fail = |detail: String| CheckOutcome::fail(check, detail);
     let Some(program) = argv.first() else {
-        return (false, "empty command".to_string());
+        return fail("empty command".to_string());
     };
     let token = ctx.cancel.child_token();
     let check_ctx = ToolContext {
@@ -131,7 +129,7 @@ async fn run_command_check(
         Ok(output) => {
             let exit = output.data["exit_code"].as_i64();
             if exit == Some(0) {
-                return (true, "command exited 0".to_string());
+                return CheckOutcome::pass(check, "command exited 0");
             }
             let status = match (exit, output.data["signal"].as_i64()) {
                 (Some(code), _) => format!("exit status: {code}"),
@@ -139,16 +137,14 @@ async fn run_command_check(
                 (None, None) => "no exit status".to_string(),
             };
             let stderr = output.data["stderr"].as_str().unwrap_or_default();
-            (
-                false,
-                format!("command failed ({status}): {}", truncate(stderr.trim())),
-            )
+            fail(format!(
+                "command failed ({status}): {}",
+                truncate(stderr.trim())
+            ))
         }
-        Err(_) if timed_out => (false, format!("command timed out after {timeout_ms} ms")),
-        Err(e) if e.code == ErrorCode::Ecanceled => {
-            (false, "cancelled before the check finished".to_string())
-        }
-        Err(e) => (false, format!("{program}: {}", e.message)),
+        Err(_) if timed_out => fail(format!("command timed out after {timeout_ms} ms")),
+        Err(e) if e.code == ErrorCode::Ecanceled => fail(CANCELLED.to_string()),
+        Err(e) => fail(format!("{program}: {}", e.message)),
     }
 }
 

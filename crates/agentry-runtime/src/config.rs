@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use agentry_protocol::accept::AcceptCheck;
 use agentry_protocol::budget::BudgetLimits;
+use agentry_protocol::stored_policy::StoredPolicy;
 use serde::{Deserialize, Serialize};
 
 use crate::registry::Grants;
@@ -202,11 +203,13 @@ pub struct RunConfig {
     /// Depth and fan-out limits of the agent tree this run roots (ignored for a
     /// child, which inherits its root's).
     pub tree: TreeLimits,
-    /// How to rebuild this run's policy when it is resumed from a store (e.g.
-    /// `script:/abs/path/script.json`); kept with the run, read by whoever resumes
-    /// it (the CLI does). Not used by the runtime itself.
+    /// How to rebuild this run's policy when it is resumed from a store: the
+    /// CLI's description ([`StoredPolicy::Root`]), an embedder's own text
+    /// (e.g. `script:/abs/path/script.json`), or, for a child, what the
+    /// runtime stores itself; kept with the run, read by whoever resumes it.
+    /// Stored as the same text it always was.
     #[serde(default)]
-    pub policy_spec: Option<String>,
+    pub policy_spec: Option<StoredPolicy>,
     /// How many messages, custom events and fired timers the run holds that no
     /// decision has taken yet (a paused run holds all it is sent): past it
     /// `send_message`, `inject` and `interrupt` with a message are refused with

@@ -90,7 +90,16 @@ impl Backlog {
                     _ => Kept::BudgetBoxed(budget),
                 }
             }
-            other => Kept::Other(Box::new(other)),
+            other @ (RunEvent::TokenDelta { .. }
+            | RunEvent::ToolCallStarted { .. }
+            | RunEvent::ToolProgress { .. }
+            | RunEvent::InputApplied { .. }
+            | RunEvent::AwaitingApproval { .. }
+            | RunEvent::AwaitingDecision { .. }
+            | RunEvent::StepInterrupted { .. }
+            | RunEvent::TickSkipped { .. }
+            | RunEvent::RunStopped { .. }
+            | _) => Kept::Other(Box::new(other)),
         };
         self.kept.push(kept);
     }

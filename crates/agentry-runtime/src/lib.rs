@@ -32,8 +32,6 @@
 //! # Ok(()) }
 //! ```
 
-#![deny(clippy::wildcard_enum_match_arm)]
-
 pub(crate) mod accept;
 mod ask;
 pub(crate) mod budget;

@@ -197,6 +197,15 @@ pub struct TimerRecord {
     pub payload: Value,
 }
 
+/// An input a run accepted but has not applied yet: one entry of its inbox.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InboxRecord {
+    /// Position in the run's inbox, increasing.
+    pub seq: u64,
+    /// The input, as the runtime serialized it (opaque here).
+    pub input: Value,
+}
+
 /// One write of a batch.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Write {
@@ -321,8 +330,8 @@ pub struct StoredRun {
     pub ledger: Vec<LedgerEntry>,
     /// Timers not yet fired, ordered by due time.
     pub timers: Vec<TimerRecord>,
-    /// Inputs accepted but not applied, in order: (position, input).
-    pub inbox: Vec<(u64, Value)>,
+    /// Inputs accepted but not applied, in order.
+    pub inbox: Vec<InboxRecord>,
     /// The process that claimed the run last, unless it released it.
     pub owner: Option<RunOwner>,
 }

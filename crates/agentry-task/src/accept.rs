@@ -60,15 +60,21 @@ fn command_check(at: &str, command: Value, raw: RawAccept) -> Result<AcceptCheck
         Value::Array(items) if !items.is_empty() => items
             .iter()
             .enumerate()
-            .map(|(i, v)| match v {
-                Value::String(s) if !s.is_empty() => Ok(s.clone()),
-                v => Err(field_error!(
+            .map(|(i, v)| match v.as_str() {
+                Some(s) if !s.is_empty() => Ok(s.to_string()),
+                Some(_) | None => Err(field_error!(
                     "{at}.command[{i}]: expected a non-empty string, found {}",
                     describe(v)
                 )),
             })
             .collect::<Result<_, _>>()?,
-        v => {
+        v @ (Value::String(_)
+        | Value::Array(_)
+        | Value::Integer(_)
+        | Value::Float(_)
+        | Value::Boolean(_)
+        | Value::Datetime(_)
+        | Value::Table(_)) => {
             return Err(field_error!(
                 "{at}.command: expected a non-empty string (run with sh -c) or a non-empty array of strings (argv), found {}",
                 describe(&v)

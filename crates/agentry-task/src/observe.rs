@@ -50,13 +50,13 @@ fn redact_patterns(v: Value) -> Result<Vec<String>, FieldError> {
     };
     let mut out = Vec::with_capacity(items.len());
     for (i, item) in items.into_iter().enumerate() {
-        match item {
+        match item.as_str() {
             // An empty pattern matches nothing worth hiding: surely a slip.
-            Value::String(p) if !p.is_empty() => out.push(p),
-            other => {
+            Some(p) if !p.is_empty() => out.push(p.to_string()),
+            Some(_) | None => {
                 return Err(field_error!(
                     "{at}[{i}]: expected a non-empty regular expression, found {}",
-                    describe(&other)
+                    describe(&item)
                 ));
             }
         }
@@ -99,7 +99,11 @@ fn sample(v: &Value) -> Result<f64, FieldError> {
     let share = match v {
         Value::Float(f) => *f,
         Value::Integer(i) => *i as f64,
-        other => {
+        other @ (Value::String(_)
+        | Value::Boolean(_)
+        | Value::Datetime(_)
+        | Value::Array(_)
+        | Value::Table(_)) => {
             return Err(field_error!(
                 "trace.sample: expected a share of runs from 0.0 to 1.0, found {}",
                 describe(other)

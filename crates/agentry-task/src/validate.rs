@@ -392,11 +392,11 @@ fn child_models(
 
 /// A model server's URL (`http://` or `https://`).
 fn server_url(at: &str, v: Value) -> Result<String, FieldError> {
-    match v {
-        Value::String(u) if u.starts_with("http://") || u.starts_with("https://") => Ok(u),
-        other => Err(field_error!(
+    match v.as_str() {
+        Some(u) if u.starts_with("http://") || u.starts_with("https://") => Ok(u.to_string()),
+        Some(_) | None => Err(field_error!(
             "{at}: expected an http:// or https:// URL, found {}",
-            describe(&other)
+            describe(&v)
         )),
     }
 }
@@ -431,25 +431,25 @@ fn fallback_list(v: Option<Value>) -> Result<Vec<FallbackSpec>, FieldError> {
         .enumerate()
         .map(|(i, item)| {
             let at = format!("policy.fallback[{i}]");
-            match item {
-                Value::Table(_) => {
-                    let raw = section::<RawFallback>(&at, item)?;
-                    let model = raw.model.ok_or_else(|| {
-                        field_error!("{at}.model: missing; e.g. model = \"anthropic:MODEL\"")
-                    })?;
-                    Ok(FallbackSpec {
-                        model: model_spec(&format!("{at}.model"), &model)?,
-                        base_url: raw
-                            .base_url
-                            .map(|u| server_url(&format!("{at}.base_url"), u))
-                            .transpose()?,
-                    })
-                }
-                other => Ok(FallbackSpec {
-                    model: model_spec(&at, &other)?,
+            // A table is { model, base_url }; anything else is the model's name.
+            if !item.is_table() {
+                let model = model_spec(&at, &item)?;
+                return Ok(FallbackSpec {
+                    model,
                     base_url: None,
-                }),
+                });
             }
+            let raw = section::<RawFallback>(&at, item)?;
+            let model = raw.model.ok_or_else(|| {
+                field_error!("{at}.model: missing; e.g. model = \"anthropic:MODEL\"")
+            })?;
+            Ok(FallbackSpec {
+                model: model_spec(&format!("{at}.model"), &model)?,
+                base_url: raw
+                    .base_url
+                    .map(|u| server_url(&format!("{at}.base_url"), u))
+                    .transpose()?,
+            })
         })
         .collect()
 }
@@ -458,12 +458,12 @@ fn fallback_list(v: Option<Value>) -> Result<Vec<FallbackSpec>, FieldError> {
 /// relative to the task directory (or absolute), which must exist now; the
 /// model adapter checks that it is PEM when it builds its client.
 fn ca_cert(v: &Value, dir: &Path) -> Result<PathBuf, FieldError> {
-    let path = match v {
-        Value::String(s) if !s.trim().is_empty() => dir.join(s),
-        other => {
+    let path = match v.as_str() {
+        Some(s) if !s.trim().is_empty() => dir.join(s),
+        Some(_) | None => {
             return Err(field_error!(
                 "policy.ca_cert: expected the path of a PEM file, found {}",
-                describe(other)
+                describe(v)
             ));
         }
     };
@@ -479,17 +479,17 @@ fn ca_cert(v: &Value, dir: &Path) -> Result<PathBuf, FieldError> {
 
 /// `provider:model` with a provider agentry speaks.
 fn model_spec(at: &str, v: &Value) -> Result<String, FieldError> {
-    match v {
-        Value::String(s)
+    match v.as_str() {
+        Some(s)
             if s.split_once(':').is_some_and(|(p, m)| {
                 (p == "openai" || p == "anthropic") && !m.trim().is_empty()
             }) =>
         {
-            Ok(s.clone())
+            Ok(s.to_string())
         }
-        other => Err(field_error!(
+        Some(_) | None => Err(field_error!(
             "{at}: expected \"openai:MODEL\" or \"anthropic:MODEL\", found {}",
-            describe(other)
+            describe(v)
         )),
     }
 }
@@ -576,15 +576,11 @@ fn finish_tree(mut tree: TreeLimits, share: Option<Value>) -> Result<TreeLimits,
 
 /// `tree.child_share`: a fraction in (0, 1].
 fn child_share(v: &Value) -> Result<ChildShare, FieldError> {
-    let share = match v {
-        Value::Float(f) => *f,
-        Value::Integer(i) => *i as f64,
-        other => {
-            return Err(field_error!(
-                "tree.child_share: expected a fraction such as 0.5, found {}",
-                describe(other)
-            ));
-        }
+    let Some(share) = v.as_float().or_else(|| v.as_integer().map(|i| i as f64)) else {
+        return Err(field_error!(
+            "tree.child_share: expected a fraction such as 0.5, found {}",
+            describe(v)
+        ));
     };
     if !(share > 0.0 && share <= 1.0) {
         return Err(field_error!(

@@ -93,9 +93,9 @@ pub(crate) fn patterns(field: &str, value: Value) -> Result<Vec<String>, FieldEr
 
 /// A positive integer, at most [`MAX_COUNT`].
 pub(crate) fn positive(at: &str, v: &Value) -> Result<u64, FieldError> {
-    match v {
-        Value::Integer(n) if *n > 0 => bounded_count(at, *n),
-        v => Err(field_error!(
+    match v.as_integer() {
+        Some(n) if n > 0 => bounded_count(at, n),
+        Some(_) | None => Err(field_error!(
             "{at}: expected a positive integer, found {}",
             describe(v)
         )),
@@ -104,9 +104,9 @@ pub(crate) fn positive(at: &str, v: &Value) -> Result<u64, FieldError> {
 
 /// A non-negative integer (0 disables), at most [`MAX_COUNT`].
 pub(crate) fn non_negative(at: &str, v: &Value) -> Result<u64, FieldError> {
-    match v {
-        Value::Integer(n) if *n >= 0 => bounded_count(at, *n),
-        v => Err(field_error!(
+    match v.as_integer() {
+        Some(n) if n >= 0 => bounded_count(at, n),
+        Some(_) | None => Err(field_error!(
             "{at}: expected a non-negative integer (0 disables), found {}",
             describe(v)
         )),
@@ -126,7 +126,11 @@ pub(crate) fn money(at: &str, v: &Value) -> Result<u64, FieldError> {
     let amount = match v {
         Value::Float(f) => *f,
         Value::Integer(n) => *n as f64,
-        v => {
+        Value::String(_)
+        | Value::Boolean(_)
+        | Value::Datetime(_)
+        | Value::Array(_)
+        | Value::Table(_) => {
             return Err(field_error!(
                 "{at}: expected a positive number, found {}",
                 describe(v)

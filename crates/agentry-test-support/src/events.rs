@@ -132,9 +132,12 @@ pub async fn collect_until_stopped_within(
 pub fn tool_results(events: &[EventRecord]) -> Vec<(u64, ResultEnvelope)> {
     events
         .iter()
-        .filter_map(|e| match &e.event {
-            RunEvent::ToolCallFinished { step, result } => Some((*step, (**result).clone())),
-            _ => None,
+        .filter_map(|e| {
+            if let RunEvent::ToolCallFinished { step, result } = &e.event {
+                Some((*step, (**result).clone()))
+            } else {
+                None
+            }
         })
         .collect()
 }

@@ -78,7 +78,9 @@ pub use agentry_mcp as mcp;
 pub use agentry_metrics as metrics;
 /// The policy seam and the scripted policy.
 pub use agentry_policy as policy;
-/// The runtime crate, for actor-level access (message enums, actors).
+/// The runtime crate: `Runtime`, `RunHandle`, `RunConfig`, the registry and
+/// grants. Its actors and their message enums are private; `RunActors` gives
+/// their cells, to watch or to stop, never to send to.
 pub use agentry_runtime as runtime;
 /// The store crate: the `Store` trait, its records, the SQLite store (feature `sqlite`).
 pub use agentry_store as store;

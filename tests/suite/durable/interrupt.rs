@@ -35,7 +35,7 @@ async fn an_interrupted_irreversible_call_stays_parked_across_a_crash() -> Resul
     );
     let stored = stored_until(&db, &run_id, |r| !r.inbox.is_empty()).await?;
     assert_eq!(
-        stored.inbox[0].1,
+        stored.inbox[0].input,
         json!({"type": "interrupt", "text": "wrong account, do not pay"})
     );
     crash(&first.handle).await;

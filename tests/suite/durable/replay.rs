@@ -59,9 +59,12 @@ async fn recorded_outcomes_replay_and_safe_calls_rerun() -> Result<(), TestError
     let results: Vec<_> = stored
         .session
         .iter()
-        .filter_map(|e| match e {
-            SessionEntry::Tool { result } => Some(result),
-            _ => None,
+        .filter_map(|e| {
+            if let SessionEntry::Tool { result } = e {
+                Some(result)
+            } else {
+                None
+            }
         })
         .collect();
     let a1 = results

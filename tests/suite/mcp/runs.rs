@@ -200,14 +200,19 @@ async fn progress_notifications_become_tool_progress_events() -> Result<(), Test
     assert_eq!(outcome.stop_reason, StopReason::Done, "{}", outcome.detail);
     let progress: Vec<(f64, Option<f64>)> = events
         .iter()
-        .filter_map(|e| match &e.event {
-            RunEvent::ToolProgress {
+        .filter_map(|e| {
+            if let RunEvent::ToolProgress {
                 tool_call_id,
                 progress,
                 total,
                 ..
-            } if tool_call_id == "p" => Some((*progress, *total)),
-            _ => None,
+            } = &e.event
+                && tool_call_id == "p"
+            {
+                Some((*progress, *total))
+            } else {
+                None
+            }
         })
         .collect();
     // rmcp hands each notification to a task of its own, so one may arrive

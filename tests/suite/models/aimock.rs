@@ -187,7 +187,9 @@ async fn rate_limits_from_aimock_are_retried_after_retry_after_then_given_up()
                 "{message}"
             );
         }
-        other => return Err(format!("expected Failed, got {other:?}").into()),
+        other @ (agentry::Decision::ToolCalls { .. } | agentry::Decision::Final { .. }) => {
+            return Err(format!("expected Failed, got {other:?}").into());
+        }
     }
     Ok(())
 }

@@ -123,9 +123,12 @@ async fn an_interrupt_drops_a_streaming_answer_and_the_next_request_carries_the_
     })
     .await?;
     handle.interrupt("make it one line")?;
-    let cut = next_event(&mut events, Duration::from_secs(10), |e| match e {
-        RunEvent::StepInterrupted { step, interrupted } => Some((*step, interrupted.clone())),
-        _ => None,
+    let cut = next_event(&mut events, Duration::from_secs(10), |e| {
+        if let RunEvent::StepInterrupted { step, interrupted } = e {
+            Some((*step, interrupted.clone()))
+        } else {
+            None
+        }
     })
     .await?;
     let rest = collect_until_stopped(events).await?;

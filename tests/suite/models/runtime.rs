@@ -152,9 +152,12 @@ async fn streamed_text_is_published_as_token_deltas() -> Result<(), TestError> {
     assert_eq!(outcome.stop_reason, StopReason::Done, "{}", outcome.detail);
     let late: Vec<&str> = rest
         .iter()
-        .filter_map(|e| match &e.event {
-            RunEvent::TokenDelta { step: 1, text } => Some(text.as_str()),
-            _ => None,
+        .filter_map(|e| {
+            if let RunEvent::TokenDelta { step: 1, text } = &e.event {
+                Some(text.as_str())
+            } else {
+                None
+            }
         })
         .collect();
     assert_eq!(late, ["done, ", "and ", "checked"]);

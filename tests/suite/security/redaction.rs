@@ -297,9 +297,12 @@ fn leaks_in(written: &Written) -> Result<Vec<String>, TestError> {
     let deltas: String = written
         .events
         .iter()
-        .filter_map(|e| match &e.event {
-            agentry::protocol::event::RunEvent::TokenDelta { text, .. } => Some(text.as_str()),
-            _ => None,
+        .filter_map(|e| {
+            if let agentry::protocol::event::RunEvent::TokenDelta { text, .. } = &e.event {
+                Some(text.as_str())
+            } else {
+                None
+            }
         })
         .collect();
     if deltas != "the key is sk-ant-…[redacted:anthropic_key] and more" {

@@ -9,6 +9,7 @@ use agentry::StopReason;
 use serde::Serialize;
 use serde_json::Value;
 
+use super::normalize::{Placeholder, normalize, placeholders};
 use super::recorded::{Recorded, RecordedStep};
 
 /// What is compared and what is not.
@@ -142,25 +143,8 @@ pub(crate) fn judge(recorded: &Recorded, replayed: &Recorded, rules: &Rules) -> 
 /// directory, its own run id, its children's (in spawn order), each replaced
 /// by the same placeholder on both sides.
 struct Workdirs {
-    recorded: Vec<(String, String)>,
-    replayed: Vec<(String, String)>,
-}
-
-fn placeholders(run: &Recorded) -> Vec<(String, String)> {
-    let workdir = run.origin.as_ref().and_then(|o| o.workdir.clone());
-    let workdir = workdir.map(|w| (w, "<workdir>".to_string()));
-    let own = (run.run_id.clone(), "<run>".to_string());
-    let children = run
-        .children
-        .iter()
-        .enumerate()
-        .map(|(i, id)| (id.clone(), format!("<child {}>", i + 1)));
-    workdir
-        .into_iter()
-        .chain(std::iter::once(own))
-        .chain(children)
-        .filter(|(from, _)| !from.is_empty())
-        .collect()
+    recorded: Vec<Placeholder>,
+    replayed: Vec<Placeholder>,
 }
 
 fn step_verdict(
@@ -184,12 +168,12 @@ fn step_verdict(
         let b = b.map(|v| normalize(v, volatile, &workdirs.replayed));
         let mut found = Vec::new();
         diff_values("", a.as_ref(), b.as_ref(), &mut found);
-        diffs.extend(found.into_iter().map(|(path, recorded, replayed)| Diff {
+        diffs.extend(found.into_iter().map(|leaf| Diff {
             call_id: call_id.clone(),
             tool: tool.clone(),
-            path,
-            recorded,
-            replayed,
+            path: leaf.path,
+            recorded: leaf.recorded,
+            replayed: leaf.replayed,
         }));
     }
     let status = if diffs.is_empty() && refused.is_empty() {
@@ -239,91 +223,15 @@ fn refusal(recorded: Option<&Value>, replayed: &Value) -> Option<Refusal> {
     })
 }
 
-/// The envelope without what differs by nature: when it was observed, how
-/// long it took, the volatile fields of its data (JSON text in it read as
-/// JSON first), its run's working directory and run ids (`placeholders`).
-pub(crate) fn normalize(
-    envelope: &Value,
-    volatile: &[String],
-    placeholders: &[(String, String)],
-) -> Value {
-    let mut v = envelope.clone();
-    if let Some(obj) = v.as_object_mut() {
-        obj.remove("observed_at");
-        if let Some(cost) = obj.get_mut("cost").and_then(Value::as_object_mut) {
-            cost.remove("latency_ms");
-        }
-        if let Some(data) = obj.get_mut("data") {
-            expand_json_text(data);
-            for name in volatile {
-                drop_volatile(data, name);
-            }
-        }
-    }
-    for (from, to) in placeholders {
-        replace_strings(&mut v, from, to);
-    }
-    v
+/// A leaf where two values differ, `null` standing for absent.
+struct LeafDiff {
+    path: String,
+    recorded: Value,
+    replayed: Value,
 }
 
-/// A string holding a JSON object or array (a command tool's stdout) is
-/// compared as that JSON: a difference is named by its path inside, and
-/// volatile names reach into it.
-fn expand_json_text(v: &mut Value) {
-    match v {
-        Value::String(s) if s.trim_start().starts_with(['{', '[']) => {
-            if let Ok(parsed @ (Value::Object(_) | Value::Array(_))) = serde_json::from_str(s) {
-                *v = parsed;
-            }
-        }
-        Value::Object(obj) => obj.values_mut().for_each(expand_json_text),
-        Value::Array(items) => items.iter_mut().for_each(expand_json_text),
-        Value::Null | Value::Bool(_) | Value::Number(_) | Value::String(_) => {}
-    }
-}
-
-/// Removes a volatile field: a dotted path from the data's root, or a plain
-/// name at any depth.
-fn drop_volatile(data: &mut Value, name: &str) {
-    match name.rsplit_once('.') {
-        Some((parent, last)) => {
-            let pointer = format!("/{}", parent.replace('.', "/"));
-            if let Some(obj) = data.pointer_mut(&pointer).and_then(Value::as_object_mut) {
-                obj.remove(last);
-            }
-        }
-        None => drop_everywhere(data, name),
-    }
-}
-
-fn drop_everywhere(v: &mut Value, name: &str) {
-    match v {
-        Value::Object(obj) => {
-            obj.remove(name);
-            obj.values_mut().for_each(|c| drop_everywhere(c, name));
-        }
-        Value::Array(items) => items.iter_mut().for_each(|c| drop_everywhere(c, name)),
-        Value::Null | Value::Bool(_) | Value::Number(_) | Value::String(_) => {}
-    }
-}
-
-fn replace_strings(v: &mut Value, from: &str, to: &str) {
-    match v {
-        Value::String(s) if s.contains(from) => *s = s.replace(from, to),
-        Value::Object(obj) => obj.values_mut().for_each(|c| replace_strings(c, from, to)),
-        Value::Array(items) => items.iter_mut().for_each(|c| replace_strings(c, from, to)),
-        Value::Null | Value::Bool(_) | Value::Number(_) | Value::String(_) => {}
-    }
-}
-
-/// Every leaf where `a` and `b` differ: (path, a's value, b's value), `null`
-/// standing for absent.
-fn diff_values(
-    path: &str,
-    a: Option<&Value>,
-    b: Option<&Value>,
-    out: &mut Vec<(String, Value, Value)>,
-) {
+/// Every leaf where `a` (recorded) and `b` (replayed) differ.
+fn diff_values(path: &str, a: Option<&Value>, b: Option<&Value>, out: &mut Vec<LeafDiff>) {
     match (a, b) {
         (Some(Value::Object(x)), Some(Value::Object(y))) => {
             let keys: std::collections::BTreeSet<&String> = x.keys().chain(y.keys()).collect();
@@ -336,11 +244,11 @@ fn diff_values(
                 diff_values(&format!("{path}[{i}]"), Some(p), Some(q), out);
             }
         }
-        (a, b) if a != b => out.push((
-            path.to_string(),
-            a.cloned().unwrap_or(Value::Null),
-            b.cloned().unwrap_or(Value::Null),
-        )),
+        (a, b) if a != b => out.push(LeafDiff {
+            path: path.to_string(),
+            recorded: a.cloned().unwrap_or(Value::Null),
+            replayed: b.cloned().unwrap_or(Value::Null),
+        }),
         (_, _) => {}
     }
 }

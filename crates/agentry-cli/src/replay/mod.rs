@@ -10,10 +10,12 @@
 //! trace): the recorded run, its trace and its store are only read.
 //!
 //! Files, in import order: `error`, `recorded` (trace or store → what was
-//! recorded), `compare` (the verdict), `start` (the replay's run), `report`.
+//! recorded), `normalize` (what differs by nature taken out), `compare` (the
+//! verdict), `start` (the replay's run), `report`.
 
 mod compare;
 mod error;
+mod normalize;
 mod recorded;
 mod report;
 mod start;

@@ -42,6 +42,15 @@ pub(crate) struct RecordedApproval {
     pub(crate) reason: Option<String>,
 }
 
+/// A message or event as recorded, and when to send it again.
+#[derive(Debug, Clone)]
+pub(crate) struct RecordedInput {
+    /// The steps recorded before it was applied: it is sent once the replay
+    /// has decided that many.
+    pub(crate) after_steps: u64,
+    pub(crate) input: RunInput,
+}
+
 /// A run, as recorded.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Recorded {
@@ -51,9 +60,8 @@ pub(crate) struct Recorded {
     pub(crate) steps: Vec<RecordedStep>,
     /// Approvals and denials, by call id.
     pub(crate) approvals: BTreeMap<String, RecordedApproval>,
-    /// Messages and events, each with the number of steps recorded before it
-    /// was applied (it is sent once the replay has taken that many).
-    pub(crate) messages: Vec<(u64, RunInput)>,
+    /// Messages and events, in the order they were applied.
+    pub(crate) messages: Vec<RecordedInput>,
     pub(crate) stop: Option<RecordedStop>,
     /// The child runs it spawned, in spawn order.
     pub(crate) children: Vec<String>,
@@ -157,7 +165,10 @@ fn fold(lines: &[TraceLine], run_id: &str) -> Recorded {
                         );
                     }
                     RunInput::Message { .. } | RunInput::Event { .. } => {
-                        recorded.messages.push((taken, i.input.clone()));
+                        recorded.messages.push(RecordedInput {
+                            after_steps: taken,
+                            input: i.input.clone(),
+                        });
                     }
                     // Ticks, pauses, interrupts and settlements are the
                     // run's own or a crash's: not re-applied.

@@ -12,7 +12,7 @@ use agentry::protocol::trace::{RunInput, TraceOrigin};
 use agentry::{Grants, Policy, RunHandle, RunOutcome, Runtime, TaskSpec};
 
 use super::error::ReplayError;
-use super::recorded::Recorded;
+use super::recorded::{Recorded, RecordedInput};
 use crate::args::{PolicyArg, absolute};
 use crate::policy::{ContextSettings, LoadedPolicy, ModelOptions, model_policy};
 use crate::run::FreshWorkdir;
@@ -122,15 +122,7 @@ async fn drive(handle: &RunHandle, recorded: &Recorded) -> Result<RunOutcome, Re
         tokio::select! {
             outcome = &mut wait => return Ok(outcome?),
             event = events.recv() => match event {
-                Ok(record) => match record.event {
-                    RunEvent::AwaitingApproval { call, .. } => {
-                        answer(handle, recorded, &call.id).await?;
-                    }
-                    // Sent while step N acts, a message is in the session
-                    // before step N + 1 decides, as it was recorded.
-                    RunEvent::DecisionMade { step, .. } => send_due(handle, &mut messages, step),
-                    _ => {}
-                },
+                Ok(record) => on_event(handle, recorded, &mut messages, record.event).await?,
                 Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
                     for pending in handle.pending_approvals().await {
                         answer(handle, recorded, &pending.call.id).await?;
@@ -140,6 +132,38 @@ async fn drive(handle: &RunHandle, recorded: &Recorded) -> Result<RunOutcome, Re
             },
         }
     }
+}
+
+/// What the replay does on an event: answer an approval as recorded, send
+/// the messages due after a decision.
+// `RunEvent` is non_exhaustive (agentry-protocol): other events need nothing.
+#[allow(clippy::wildcard_enum_match_arm)]
+async fn on_event<'a>(
+    handle: &RunHandle,
+    recorded: &Recorded,
+    messages: &mut std::iter::Peekable<impl Iterator<Item = &'a RecordedInput>>,
+    event: RunEvent,
+) -> Result<(), ReplayError> {
+    match event {
+        RunEvent::AwaitingApproval { call, .. } => answer(handle, recorded, &call.id).await?,
+        // Sent while step N acts, a message is in the session before step
+        // N + 1 decides, as it was recorded.
+        RunEvent::DecisionMade { step, .. } => send_due(handle, messages, step),
+        RunEvent::StepStarted { .. }
+        | RunEvent::TokenDelta { .. }
+        | RunEvent::ToolCallStarted { .. }
+        | RunEvent::ToolProgress { .. }
+        | RunEvent::ToolCallFinished { .. }
+        | RunEvent::StateUpdated { .. }
+        | RunEvent::BudgetSpent { .. }
+        | RunEvent::InputApplied { .. }
+        | RunEvent::AwaitingDecision { .. }
+        | RunEvent::StepInterrupted { .. }
+        | RunEvent::TickSkipped { .. }
+        | RunEvent::RunStopped { .. }
+        | _ => {}
+    }
+    Ok(())
 }
 
 async fn answer(handle: &RunHandle, recorded: &Recorded, call_id: &str) -> Result<(), ReplayError> {
@@ -163,11 +187,11 @@ async fn answer(handle: &RunHandle, recorded: &Recorded, call_id: &str) -> Resul
 /// the drift report shows what it changed.
 fn send_due<'a>(
     handle: &RunHandle,
-    messages: &mut std::iter::Peekable<impl Iterator<Item = &'a (u64, RunInput)>>,
+    messages: &mut std::iter::Peekable<impl Iterator<Item = &'a RecordedInput>>,
     steps: u64,
 ) {
-    while let Some((_, input)) = messages.next_if(|(after, _)| *after <= steps) {
-        let sent = match input {
+    while let Some(due) = messages.next_if(|m| m.after_steps <= steps) {
+        let sent = match &due.input {
             RunInput::Message { text } => handle.send_message(text.clone()),
             RunInput::Event { name, payload } => handle.inject(name.clone(), payload.clone()),
             RunInput::Interrupt { .. }

@@ -40,7 +40,12 @@ fn walk(value: &Value, path: String, skip: &[&str], out: &mut BTreeMap<String, V
                 walk(v, sub, skip, out);
             }
         }
-        leaf => {
+        leaf @ (Value::Object(_)
+        | Value::Null
+        | Value::Bool(_)
+        | Value::Number(_)
+        | Value::String(_)
+        | Value::Array(_)) => {
             out.insert(path, leaf.clone());
         }
     }

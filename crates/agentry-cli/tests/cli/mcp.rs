@@ -68,10 +68,10 @@ async fn stdio_client(tmp: &Path) -> (Client, mpsc::UnboundedReceiver<ProgressNo
 }
 
 fn args(value: Value) -> serde_json::Map<String, Value> {
-    match value {
-        Value::Object(map) => map,
-        other => panic!("{other}"),
-    }
+    let Value::Object(map) = value else {
+        panic!("{value}")
+    };
+    map
 }
 
 /// Calls a tool, within the bound, and returns its result.

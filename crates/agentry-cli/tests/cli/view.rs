@@ -365,16 +365,24 @@ fn a_ten_thousand_step_trace_loads_without_errors_and_renders_only_visible_rows(
 fn write_long_trace(real: &[TraceLine], n: u64, path: &Path) {
     let step = real
         .iter()
-        .find_map(|l| match l {
-            TraceLine::Step(s) if s.results.iter().any(|r| r.tool == "fs.write") => Some(s.clone()),
-            _ => None,
+        .find_map(|l| {
+            if let TraceLine::Step(s) = l
+                && s.results.iter().any(|r| r.tool == "fs.write")
+            {
+                Some(s.clone())
+            } else {
+                None
+            }
         })
         .unwrap();
     let mut end = real
         .iter()
-        .find_map(|l| match l {
-            TraceLine::Stop(e) => Some(e.clone()),
-            _ => None,
+        .find_map(|l| {
+            if let TraceLine::Stop(e) = l {
+                Some(e.clone())
+            } else {
+                None
+            }
         })
         .unwrap();
     let start = step.at - step.budget_before.elapsed_ms;

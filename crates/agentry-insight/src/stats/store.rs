@@ -2,6 +2,7 @@
 //! session (the results of its calls) and its record (task, model, start).
 
 use agentry_protocol::state::{RunStatus, SessionEntry};
+use agentry_protocol::stored_policy::StoredPolicy;
 use agentry_store::{Store, StoredRun};
 
 use super::facts::{CallFact, RunFacts, Runs, StatsError};
@@ -64,23 +65,19 @@ fn facts(stored: &StoredRun, stopped_at_ms: u64) -> Option<RunFacts> {
     })
 }
 
-/// The model named by a stored policy description, as the trace names it. The
-/// CLI stores a root's as JSON (`{"policy": "openai:gpt-4o", ...}`), a child's
-/// as `child:` and its request (`"policy"` being the model's name); a script
-/// (`script:FILE`) is the model `script`, as its trace lines say. An
-/// embedder's free text is taken as is.
+/// The model named by a stored policy description ([`StoredPolicy`]), as the
+/// trace names it: a root's or a child's `policy`; a script (`script:FILE`)
+/// is the model `script`, as its trace lines say. An embedder's free text is
+/// taken as is.
 fn model_of(policy: &str) -> String {
-    let spec = policy.strip_prefix("child:").unwrap_or(policy);
-    let named = serde_json::from_str::<serde_json::Value>(spec)
-        .ok()
-        .and_then(|v| v["policy"].as_str().map(str::to_string))
-        .unwrap_or_else(|| policy.to_string());
+    let stored = StoredPolicy::parse(policy);
+    let named = stored.policy_name();
     if named.is_empty() {
         "unknown".to_string()
     } else if named == "script" || named.starts_with("script:") {
         "script".to_string()
     } else {
-        named
+        named.to_string()
     }
 }
 

@@ -62,7 +62,7 @@ fn calls_and_results(entries: &[SessionEntry]) -> (HashSet<String>, HashSet<Stri
             SessionEntry::Tool { result } => {
                 results.insert(result.tool_call_id.clone());
             }
-            _ => {}
+            SessionEntry::User { .. } | SessionEntry::Event { .. } | SessionEntry::Note { .. } => {}
         }
     }
     (calls, results)

@@ -240,7 +240,9 @@ async fn overloaded_then_success_is_retried_and_403_is_fatal() -> Result<(), Tes
             assert!(fatal);
             assert!(message.contains("ANTHROPIC_API_KEY"), "{message}");
         }
-        other => return Err(format!("expected Failed, got {other:?}").into()),
+        other @ (Decision::ToolCalls { .. } | Decision::Final { .. }) => {
+            return Err(format!("expected Failed, got {other:?}").into());
+        }
     }
     Ok(())
 }

@@ -85,7 +85,9 @@ async fn a_400_or_a_401_does_not_fall_through() -> Result<(), TestError> {
                 assert_eq!(f, fatal, "{message}");
                 assert!(!message.contains("fallback chain"), "{message}");
             }
-            other => return Err(format!("expected a failed turn, got {other:?}").into()),
+            other @ (Decision::ToolCalls { .. } | Decision::Final { .. }) => {
+                return Err(format!("expected a failed turn, got {other:?}").into());
+            }
         }
     }
     assert!(fallback.received().is_empty());
@@ -111,7 +113,9 @@ async fn when_every_model_is_unavailable_the_last_failure_is_the_turns() -> Resu
                 "{message}"
             );
         }
-        other => return Err(format!("expected a failed turn, got {other:?}").into()),
+        other @ (Decision::ToolCalls { .. } | Decision::Final { .. }) => {
+            return Err(format!("expected a failed turn, got {other:?}").into());
+        }
     }
     Ok(())
 }

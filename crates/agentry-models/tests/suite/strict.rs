@@ -238,7 +238,7 @@ fn anthropic_system(system: &Value) -> Result<usize, Invalid> {
     let blocks = match system {
         Value::Null | Value::String(_) => return Ok(0),
         Value::Array(b) if !b.is_empty() => b,
-        _ => {
+        Value::Array(_) | Value::Bool(_) | Value::Number(_) | Value::Object(_) => {
             return Err(invalid(
                 "system",
                 "system must be a string or a non-empty array of text blocks",
@@ -264,7 +264,9 @@ fn anthropic_tools(tools: &Value) -> Result<usize, Invalid> {
     let tools = match tools {
         Value::Null => return Ok(0),
         Value::Array(t) => t,
-        _ => return Err(invalid("tools", "tools must be an array")),
+        Value::Bool(_) | Value::Number(_) | Value::String(_) | Value::Object(_) => {
+            return Err(invalid("tools", "tools must be an array"));
+        }
     };
     let mut marks = 0;
     for (k, t) in tools.iter().enumerate() {
@@ -292,7 +294,7 @@ fn anthropic_blocks(m: &Value, at: &dyn Fn(&str) -> String) -> Result<Vec<Value>
         Value::String(s) => vec![json!({"type": "text", "text": s})],
         Value::Array(b) if b.is_empty() => return Err(empty()),
         Value::Array(b) => b.clone(),
-        _ => {
+        Value::Null | Value::Bool(_) | Value::Number(_) | Value::Object(_) => {
             return Err(invalid(
                 at(".content"),
                 "content must be a string or an array",

@@ -127,7 +127,9 @@ async fn a_certificate_that_stops_verifying_mid_run_is_fatal_and_not_retried()
                     "{message}"
                 );
             }
-            other => return Err(format!("{provider:?}: {other:?}").into()),
+            other @ (Decision::ToolCalls { .. } | Decision::Final { .. }) => {
+                return Err(format!("{provider:?}: {other:?}").into());
+            }
         }
         assert_eq!(tls.connections(), before + 1, "{provider:?}: retried");
         assert_eq!(server.received().len(), 1, "{provider:?}");

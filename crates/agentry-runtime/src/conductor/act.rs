@@ -30,7 +30,7 @@ impl ConductorState {
     /// run's redactor, before the decision is recorded or published anywhere
     /// (right after the policy answers).
     pub(super) fn register_secret_arguments(&self, decision: &Decision) {
-        self.events.redaction().register_arguments(decision);
+        self.wiring.events.redaction().register_arguments(decision);
     }
 
     /// Step 3, act: publish the decision, act on it (fills `r.acted`), publish
@@ -69,7 +69,7 @@ impl ConductorState {
     /// model's turn, calls): kept for the trace and published.
     fn note_interrupt(&self, r: &mut StepResult) {
         let mut cut = r.acted.interrupted.take().unwrap_or_default();
-        if !is_cut(&self.step_cut, &self.run_token) {
+        if !is_cut(&self.step_cut, &self.wiring.run_token) {
             return;
         }
         // The user spoke before the run ended: an answer of this step does
@@ -77,7 +77,7 @@ impl ConductorState {
         if r.acted
             .answer
             .as_ref()
-            .is_some_and(|a| a.ends_run(self.config.driver))
+            .is_some_and(|a| a.ends_run(self.wiring.config.driver))
         {
             r.acted.answer = None;
         }
@@ -95,7 +95,7 @@ impl ConductorState {
     /// Keeps the run of `EPERM` results going or breaks it (any other result).
     fn count_denials(&mut self, results: &[Arc<ResultEnvelope>]) {
         // Off: nothing reads the row, so it is not kept (it would only grow).
-        if self.config.max_denied == 0 {
+        if self.wiring.config.max_denied == 0 {
             return;
         }
         for result in results {
@@ -122,7 +122,7 @@ impl ConductorState {
         // Taken from what is left in one atomic step shared with the supervisor,
         // which books them (this conductor is the only spender of its run's own
         // tool calls): check-before-spend without a round trip.
-        let granted = if self.run_token.is_cancelled() {
+        let granted = if self.wiring.run_token.is_cancelled() {
             0
         } else {
             self.allowance.take_up_to(n)
@@ -135,12 +135,12 @@ impl ConductorState {
             cut: self.step_cut.clone(),
             reply,
         });
-        let token = self.run_token.clone();
+        let token = self.wiring.run_token.clone();
         let executed = tokio::select! {
             // An executor that died mid-call cannot say what happened: the calls
             // are reported as lost (its supervisor, this conductor, restarts it).
             r = run => r.unwrap_or_else(|e| {
-                self.executor_lost = true;
+                self.phase.executor_lost();
                 lost_calls(calls, &e.to_string())
             }),
             // The executor answers cancelled calls itself; if it cannot within the
@@ -149,7 +149,7 @@ impl ConductorState {
                 cancelled_results(calls)
             }
         };
-        let stop = if self.run_token.is_cancelled() {
+        let stop = if self.wiring.run_token.is_cancelled() {
             Some(self.cancelled_stop("tools were running").await)
         } else {
             refused(step, n, granted)

@@ -42,7 +42,7 @@ impl ConductorState {
         myself: &ActorRef<ConductorMsg>,
         event: SupervisionEvent,
     ) {
-        if self.stopped {
+        if self.phase.is_stopped() {
             return;
         }
         let Some(ChildExit { who, detail }) = ChildExit::of(event) else {
@@ -56,7 +56,7 @@ impl ConductorState {
         } else {
             Stop::new(StopReason::UnrecoverableError, detail)
         };
-        self.run_token.cancel();
+        self.wiring.run_token.cancel();
         self.finish(myself, stop.reason, stop.detail, stop.checks)
             .await;
     }
@@ -69,13 +69,12 @@ impl ConductorState {
         myself: &ActorRef<ConductorMsg>,
         detail: String,
     ) -> Result<(), Stop> {
-        tracing::warn!(run_id = %self.run_id, %detail, "restarting the tool executor");
+        tracing::warn!(run_id = %self.wiring.run_id, %detail, "restarting the tool executor");
         let args = self.children.executor_args.clone();
         match Actor::spawn_linked(None, ToolExecutor, args, myself.get_cell()).await {
             Ok((executor, _)) => {
                 self.children.executor = executor;
-                self.executor_lost = false;
-                if std::mem::take(&mut self.step_after_restart) {
+                if self.phase.executor_restarted() {
                     let _ = myself.cast(ConductorMsg::Step);
                 }
                 Ok(())

@@ -38,7 +38,7 @@ impl ConductorState {
     /// Stopped from outside: cancel every call in flight, then finish.
     pub(super) async fn abort(&mut self, myself: &ActorRef<ConductorMsg>, reason: StopReason) {
         let _ = self.children.budget.cast(BudgetMsg::CancelAll(reason));
-        self.run_token.cancel();
+        self.wiring.run_token.cancel();
         self.finish(
             myself,
             reason,
@@ -58,7 +58,7 @@ impl ConductorState {
         {
             return cause;
         }
-        if let Some(parent) = &self.parent_budget
+        if let Some(parent) = &self.wiring.parent_budget
             && let Some(cause) = ask(parent, BudgetMsg::StopCause).await.ok().flatten()
         {
             return cause;
@@ -96,12 +96,12 @@ impl ConductorState {
         detail: String,
         checks: Vec<CheckOutcome>,
     ) {
-        self.stopped = true;
+        self.phase.stop();
         if let Some(ticker) = self.ticks.take() {
             ticker.stop();
         }
         // Nothing of this run may outlive it.
-        self.run_token.cancel();
+        self.wiring.run_token.cancel();
         let budget = ask(&self.children.budget, BudgetMsg::Snapshot)
             .await
             .unwrap_or_default();
@@ -114,7 +114,7 @@ impl ConductorState {
             .close_trace(reason, &detail, budget, state_version, &state)
             .await;
         super::span::record_end(
-            &self.span,
+            &self.wiring.span,
             reason,
             self.steps,
             self.allowance.own_calls(),
@@ -122,15 +122,18 @@ impl ConductorState {
         );
         // Closed before the outcome is published: whoever waits for the run
         // (and then flushes the exporter) finds its span ended.
-        drop(std::mem::replace(&mut self.span, tracing::Span::none()));
+        drop(std::mem::replace(
+            &mut self.wiring.span,
+            tracing::Span::none(),
+        ));
         self.children.executor_args.span = tracing::Span::none();
         self.emit(|| RunEvent::RunStopped {
             stop_reason: reason,
         });
-        tracing::info!(run_id = %self.run_id, %reason, steps = self.steps, "run stopped");
+        tracing::info!(run_id = %self.wiring.run_id, %reason, steps = self.steps, "run stopped");
         let outcome = RunOutcome {
-            run_id: self.run_id.to_string(),
-            task_id: self.config.task_id.clone(),
+            run_id: self.wiring.run_id.to_string(),
+            task_id: self.wiring.config.task_id.clone(),
             stop_reason: reason,
             detail,
             answer: state.task.answer.clone(),
@@ -139,19 +142,19 @@ impl ConductorState {
             budget,
             checks,
             state,
-            workdir: self.config.workdir.clone(),
+            workdir: self.wiring.config.workdir.clone(),
             trace: trace.path,
             trace_error: trace.error,
         };
         // What this run did not use of its allowance returns to its parent (its
         // budget supervisor also says so when it stops; a second release is a no-op).
-        if let Some(parent) = &self.parent_budget {
+        if let Some(parent) = &self.wiring.parent_budget {
             let _ = parent.cast(BudgetMsg::Release {
-                child_id: self.run_id.to_string(),
+                child_id: self.wiring.run_id.to_string(),
             });
         }
-        drop(self.claim.take());
-        self.outcome.send_replace(Some(outcome));
+        drop(self.wiring.claim.take());
+        self.wiring.outcome.send_replace(Some(outcome));
         self.stop_children(myself);
     }
 
@@ -164,7 +167,7 @@ impl ConductorState {
         {
             Ok(a) => Some(a.at.state_version),
             Err(ApplyError::Store(e)) => {
-                tracing::error!(run_id = %self.run_id, error = %e, "the run's stop could not be stored");
+                tracing::error!(run_id = %self.wiring.run_id, error = %e, "the run's stop could not be stored");
                 None
             }
             Err(ApplyError::Actor(_)) => None,
@@ -180,7 +183,7 @@ impl ConductorState {
         state_version: u64,
         state: &RunSnapshot,
     ) -> TraceClosed {
-        let Some(trace) = self.trace.take() else {
+        let Some(trace) = self.wiring.trace.take() else {
             return TraceClosed::default();
         };
         let children = ask(&self.children.budget, BudgetMsg::Children)
@@ -190,11 +193,11 @@ impl ConductorState {
         // (said before the final record, which releases what was held).
         trace.keep_steps(reason != StopReason::Done);
         trace.write(TraceLine::Stop(Box::new(TraceEnd {
-            run_id: self.run_id.to_string(),
-            parent_id: self.parent_id.as_deref().map(str::to_string),
-            traceparent: self.traceparent.to_string(),
+            run_id: self.wiring.run_id.to_string(),
+            parent_id: self.wiring.parent_id.as_deref().map(str::to_string),
+            traceparent: self.wiring.traceparent.to_string(),
             children,
-            task_id: self.config.task_id.clone(),
+            task_id: self.wiring.config.task_id.clone(),
             steps: self.steps,
             tool_calls: self.allowance.own_calls(),
             stop_reason: reason,
@@ -204,12 +207,12 @@ impl ConductorState {
             state_version,
             world: state.world.clone(),
             at: agentry_protocol::now_millis(),
-            origin: self.config.origin.clone(),
+            origin: self.wiring.config.origin.clone(),
         })));
         let path = trace.path().to_path_buf();
         let mut error = None;
         if let Err(e) = trace.finish().await {
-            tracing::error!(run_id = %self.run_id, error = %e, "trace could not be written completely");
+            tracing::error!(run_id = %self.wiring.run_id, error = %e, "trace could not be written completely");
             error = Some(e.to_string());
         }
         TraceClosed {

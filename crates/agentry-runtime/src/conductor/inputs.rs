@@ -32,7 +32,7 @@ impl ConductorState {
                 detail,
                 checks,
             }) => self.finish(myself, reason, detail, checks).await,
-            Flow::Continue => match self.config.driver {
+            Flow::Continue => match self.wiring.config.driver {
                 Driver::Pull => {
                     let _ = myself.cast(ConductorMsg::Step);
                 }
@@ -54,33 +54,26 @@ impl ConductorState {
     ) {
         match input {
             RunInput::Pause => {
-                if !self.paused {
-                    self.paused = true;
+                if self.phase.pause() {
                     self.record_input_from(RunInput::Pause, source).await;
                 } else {
                     self.discard(source).await;
                 }
             }
-            RunInput::Resume => {
-                if self.paused {
-                    self.paused = false;
+            RunInput::Resume => match self.phase.resume() {
+                Some(step_due) => {
                     self.record_input_from(RunInput::Resume, source).await;
-                    if std::mem::take(&mut self.step_due) {
+                    if step_due {
                         self.wake(myself);
                     }
-                } else {
-                    self.discard(source).await;
                 }
-            }
+                None => self.discard(source).await,
+            },
             RunInput::Interrupt { text } => self.on_interrupt(myself, text, source).await,
             RunInput::Message { .. } | RunInput::Event { .. } => {
                 self.record_input_from(input, source).await;
-                if self.config.driver == Driver::Events {
-                    if self.paused {
-                        self.step_due = true;
-                    } else {
-                        self.wake(myself);
-                    }
+                if self.wiring.config.driver == Driver::Events {
+                    self.want_step(myself);
                 }
             }
             // Ticks come from the run's own timer and approvals from the state
@@ -104,22 +97,18 @@ impl ConductorState {
         source: Option<InputSource>,
     ) {
         let hold = text.is_none();
-        if hold && self.paused {
+        if hold && self.phase.is_paused() {
             self.discard(source).await;
         } else {
             self.record_input_from(RunInput::Interrupt { text }, source)
                 .await;
             if hold {
-                self.paused = true;
-            } else if self.config.driver == Driver::Events {
-                if self.paused {
-                    self.step_due = true;
-                } else {
-                    self.wake(myself);
-                }
+                self.phase.pause();
+            } else if self.wiring.config.driver == Driver::Events {
+                self.want_step(myself);
             }
         }
-        self.cut.applied();
+        self.wiring.cut.applied();
     }
 
     /// Timer tick `n` is due: spend a tick, wake one step, schedule the next tick.
@@ -127,7 +116,7 @@ impl ConductorState {
         let Some(ticker) = self.ticks.as_mut() else {
             return;
         };
-        if self.paused {
+        if self.phase.is_paused() {
             ticker.carry += 1;
             self.skip_ticks(n, n + 1).await;
             self.schedule_tick(myself, n + 1);
@@ -201,6 +190,14 @@ impl ConductorState {
         }
     }
 
+    /// An input wants a step: queued now, or taken once the run is no
+    /// longer held (paused, or waiting for its executor's restart).
+    fn want_step(&mut self, myself: &ActorRef<ConductorMsg>) {
+        if self.phase.take_step() {
+            self.wake(myself);
+        }
+    }
+
     /// Queues one wake-up step unless one is already queued.
     fn wake(&mut self, myself: &ActorRef<ConductorMsg>) {
         if !self.wake_pending {
@@ -230,7 +227,7 @@ impl ConductorState {
 
     /// The entries the next decision is shown; their inbox slots are free again.
     pub(super) fn take_pending(&mut self) -> Vec<SessionEntry> {
-        self.gauge.release(std::mem::take(&mut self.unseen));
+        self.wiring.gauge.release(std::mem::take(&mut self.unseen));
         std::mem::take(&mut self.pending)
     }
 
@@ -249,12 +246,12 @@ impl ConductorState {
         let applied = match self.apply_state(update).await {
             Ok(applied) => applied,
             Err(ApplyError::Store(e)) => {
-                tracing::error!(run_id = %self.run_id, error = %e, "an input could not be stored");
-                self.gauge.release(usize::from(slot));
+                tracing::error!(run_id = %self.wiring.run_id, error = %e, "an input could not be stored");
+                self.wiring.gauge.release(usize::from(slot));
                 return;
             }
             Err(ApplyError::Actor(_)) => {
-                self.gauge.release(usize::from(slot));
+                self.wiring.gauge.release(usize::from(slot));
                 return;
             }
         };
@@ -269,9 +266,9 @@ impl ConductorState {
 
     /// Writes an input's trace line.
     pub(super) fn trace_input(&self, at: AppliedAt, input: &RunInput) {
-        if let Some(t) = &self.trace {
+        if let Some(t) = &self.wiring.trace {
             t.write(TraceLine::Input(Box::new(TraceInput {
-                run_id: self.run_id.to_string(),
+                run_id: self.wiring.run_id.to_string(),
                 seq: at.input_seq,
                 state_version: at.state_version,
                 input: input.clone(),

@@ -12,7 +12,7 @@
 //! message) yields a decided step; `act` runs it into a step result; `record`
 //! hands the step's update and trace record to the state keeper; `check_end`
 //! says whether the run goes on. Files, each importing only from those before
-//! it: `msg`, `lineage`, `span`, `outcome`, `args`, `step_result`, `ticker`, `state`,
+//! it: `msg`, `lineage`, `span`, `outcome`, `args`, `step_result`, `ticker`, `phase`, `state`,
 //! then the stages and handlers, each adding methods to the conductor's state:
 //! `start`, `step`, `act`, `progress`, `record`, `finish`, `children`, `inputs`.
 
@@ -24,6 +24,7 @@ mod inputs;
 mod lineage;
 mod msg;
 mod outcome;
+mod phase;
 mod progress;
 mod record;
 mod span;
@@ -85,7 +86,7 @@ impl Actor for Conductor {
         message: ConductorMsg,
         st: &mut ConductorState,
     ) -> Result<(), ActorProcessingErr> {
-        if st.stopped {
+        if st.phase.is_stopped() {
             return Ok(());
         }
         match message {
@@ -93,12 +94,7 @@ impl Actor for Conductor {
             // handler future it polls; a pointer is cheap to move.
             ConductorMsg::Step => {
                 st.wake_pending = false;
-                if st.paused {
-                    st.step_due = true;
-                    return Ok(());
-                }
-                if st.executor_lost {
-                    st.step_after_restart = true;
+                if !st.phase.take_step() {
                     return Ok(());
                 }
                 // Checked before taken: a resumed run's leftovers are large, and

@@ -22,13 +22,13 @@ impl ConductorState {
             return Flow::Stop(stop);
         }
         if let Some(answer) = r.acted.answer.take()
-            && answer.ends_run(self.config.driver)
+            && answer.ends_run(self.wiring.config.driver)
         {
             // Boxed: the last step only; unboxed, the checks' future would be
             // copied with this one on every step.
             return Box::pin(self.verify(answer.into_text())).await;
         }
-        let max_denied = self.config.max_denied;
+        let max_denied = self.wiring.config.max_denied;
         if max_denied > 0 && self.denied.len() >= max_denied {
             return Flow::stop(
                 StopReason::PermissionDenied,
@@ -40,7 +40,7 @@ impl ConductorState {
             );
         }
         if self.progress_stalled(r.fingerprint) {
-            let window = self.config.progress_window;
+            let window = self.wiring.config.progress_window;
             return Flow::stop(
                 StopReason::NoProgress,
                 format!(
@@ -53,14 +53,14 @@ impl ConductorState {
 
     /// Runs the task's acceptance checks on the model's answer.
     pub(super) async fn verify(&mut self, answer: String) -> Flow {
-        if self.config.accept.is_empty() {
+        if self.wiring.config.accept.is_empty() {
             return Flow::stop(
                 StopReason::Done,
                 "the model finished; the task declares no acceptance checks",
             );
         }
-        let checks = self.config.accept.clone();
-        let token = self.run_token.clone();
+        let checks = self.wiring.config.accept.clone();
+        let token = self.wiring.run_token.clone();
         let outcomes = tokio::select! {
             biased;
             _ = token.cancelled() => {
@@ -102,7 +102,7 @@ impl ConductorState {
 
     /// Whether the last `progress_window` steps all had fingerprint `fp`.
     fn progress_stalled(&mut self, fp: u64) -> bool {
-        let window = self.config.progress_window;
+        let window = self.wiring.config.progress_window;
         if window < 2 {
             return false;
         }

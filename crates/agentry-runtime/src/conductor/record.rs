@@ -64,6 +64,7 @@ impl ConductorState {
         // trace needs no round trip (every other trace line is written after one,
         // so lines stay in order).
         let traced = self
+            .wiring
             .trace
             .as_ref()
             .map(|t| (t.sender(), self.trace_record(r)));
@@ -82,7 +83,7 @@ impl ConductorState {
             },
             None => StateMsg::Apply(update, reply),
         };
-        if !(self.durable || self.events.listening() || world_may_change) {
+        if !(self.wiring.durable || self.wiring.events.listening() || world_may_change) {
             let _ = self.children.state.cast(apply(None));
             return Ok(());
         }
@@ -136,7 +137,7 @@ impl ConductorState {
             retries,
             ..Usage::default()
         });
-        BudgetSnapshot::new(self.config.limits, spent, self.clock.elapsed_ms())
+        BudgetSnapshot::new(self.wiring.config.limits, spent, self.clock.elapsed_ms())
     }
 
     /// The step's trace record, but for the state's version and key fields (the
@@ -144,10 +145,10 @@ impl ConductorState {
     /// out of the result: nothing after the trace reads them.
     fn trace_record(&self, r: &mut StepResult) -> Box<TraceStep> {
         Box::new(TraceStep {
-            run_id: Arc::clone(&self.run_id),
+            run_id: Arc::clone(&self.wiring.run_id),
             task_id: Arc::clone(&self.task_id),
-            parent_id: self.parent_id.clone(),
-            traceparent: Arc::clone(&self.traceparent),
+            parent_id: self.wiring.parent_id.clone(),
+            traceparent: Arc::clone(&self.wiring.traceparent),
             step: r.step,
             attempt: 1,
             model: if r.turn.model.is_empty() {
@@ -191,7 +192,7 @@ impl ConductorState {
     /// What ends the run, should the process die before the stop is on disk
     /// (durable runs only).
     fn ending_of(&self, acted: &Acted) -> Option<Ending> {
-        if !self.durable {
+        if !self.wiring.durable {
             return None;
         }
         match (&acted.stop, &acted.answer) {
@@ -199,9 +200,11 @@ impl ConductorState {
                 reason: stop.reason,
                 detail: stop.detail.clone(),
             }),
-            (None, Some(answer)) if answer.ends_run(self.config.driver) => Some(Ending::Verify {
-                answer: answer.text().to_string(),
-            }),
+            (None, Some(answer)) if answer.ends_run(self.wiring.config.driver) => {
+                Some(Ending::Verify {
+                    answer: answer.text().to_string(),
+                })
+            }
             (None, Some(_) | None) => None,
         }
     }

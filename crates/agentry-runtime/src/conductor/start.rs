@@ -8,24 +8,19 @@ use std::sync::Arc;
 
 use agentry_protocol::state::{RunStatus, SessionEntry};
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, SpawnErr};
-use tokio::sync::watch;
-use tokio_util::sync::CancellationToken;
 
-use super::args::{ConductorArgs, Restore};
-use super::lineage::Lineage;
-use super::msg::{ConductorMsg, ConductorPost, Posted};
-use super::outcome::RunOutcome;
-use super::state::{Children, ConductorState};
+use super::args::ConductorArgs;
+use super::msg::{ConductorMsg, ConductorPost};
+use super::phase::Phase;
+use super::state::{Children, ConductorState, Wiring};
 use super::ticker::Ticker;
 use crate::budget::{BudgetArgs, BudgetMsg, BudgetSupervisor, ParentLink, ToolCallAllowance};
 use crate::clock::RunClock;
-use crate::config::{Driver, RunConfig};
-use crate::durable::{Progress, RunLog};
-use crate::events::EventSink;
+use crate::config::Driver;
+use crate::durable::Progress;
 use crate::executor::{ExecutorArgs, ToolExecutor};
 use crate::policy::{PolicyActor, PolicyArgs, SpanContent};
 use crate::state::{RunState, StateKeeper, StateMsg};
-use crate::trace::TraceWriter;
 
 /// Spawns the run's actors and builds the conductor's state (its `pre_start`).
 pub(super) async fn start(
@@ -48,10 +43,7 @@ pub(super) async fn start(
     let budget_args = budget_args(&args, clock, allowance.clone());
     let budget = spawn_child(BudgetSupervisor, budget_args, &cell).await?;
     let resumed = args.restore.is_some();
-    let mut initial = initial_state(args.restore.take(), &args.config, args.log.as_ref());
-    if !args.span.is_disabled() {
-        initial = initial.observed_as(Arc::clone(&args.run_id));
-    }
+    let initial = initial_state(&mut args);
     let resumption = Resumption::new(&initial, resumed);
     let state = spawn_child(StateKeeper, initial, &cell).await?;
     let traceparent = super::span::run_traceparent(&args.span, &args.lineage, &args.run_id);
@@ -88,7 +80,7 @@ pub(super) async fn start(
     if let Some(tx) = args.actors.take() {
         let _ = tx.send(children.actors());
     }
-    let kept = Kept {
+    let wiring = Wiring {
         durable: args.log.is_some(),
         run_id: args.run_id,
         config: args.config,
@@ -97,7 +89,8 @@ pub(super) async fn start(
         outcome: args.outcome,
         events: args.events,
         trace: args.trace,
-        lineage: args.lineage,
+        parent_id: args.lineage.parent.as_ref().map(|p| Arc::clone(&p.run_id)),
+        parent_budget: args.lineage.parent.map(|p| p.budget),
         posted: args.posted,
         gauge: args.gauge,
         cut: args.cut,
@@ -105,7 +98,7 @@ pub(super) async fn start(
         span: args.span,
     };
     Ok(ConductorState::new(
-        kept, children, model, clock, resumption, allowance,
+        wiring, children, model, clock, resumption, allowance,
     ))
 }
 
@@ -152,15 +145,21 @@ fn budget_args(args: &ConductorArgs, clock: RunClock, allowance: ToolCallAllowan
     }
 }
 
-/// The state keeper's state: a resumed run's, or a fresh one.
-fn initial_state(restore: Option<Restore>, config: &RunConfig, log: Option<&RunLog>) -> RunState {
-    let initial = match restore {
+/// The state keeper's state: a resumed run's (taken from `args`), or a fresh
+/// one; with its store, and watched when the run's span is on.
+fn initial_state(args: &mut ConductorArgs) -> RunState {
+    let initial = match args.restore.take() {
         Some(r) => r.state,
-        None => RunState::initial(config),
+        None => RunState::initial(&args.config),
     };
-    match log {
+    let initial = match &args.log {
         Some(log) => initial.with_log(log.clone()),
         None => initial,
+    };
+    if args.span.is_disabled() {
+        initial
+    } else {
+        initial.observed_as(Arc::clone(&args.run_id))
     }
 }
 
@@ -237,28 +236,9 @@ impl Resumption {
     }
 }
 
-/// What the conductor keeps of its start-up arguments (the rest went to its
-/// children).
-struct Kept {
-    run_id: Arc<str>,
-    config: RunConfig,
-    run_token: CancellationToken,
-    claim: Option<crate::owner::Claim>,
-    outcome: watch::Sender<Option<RunOutcome>>,
-    events: EventSink,
-    trace: Option<TraceWriter>,
-    lineage: Lineage,
-    posted: Posted,
-    gauge: Arc<crate::inbox::InboxGauge>,
-    cut: crate::interrupt::StepCut,
-    durable: bool,
-    traceparent: Arc<str>,
-    span: tracing::Span,
-}
-
 impl ConductorState {
     fn new(
-        kept: Kept,
+        wiring: Wiring,
         children: Children,
         model: Arc<str>,
         clock: RunClock,
@@ -271,7 +251,7 @@ impl ConductorState {
             pending,
             world_digest,
         } = resumption;
-        let window = kept.config.progress_window;
+        let window = wiring.config.progress_window;
         let fingerprints: VecDeque<u64> = progress
             .fingerprints
             .iter()
@@ -281,43 +261,25 @@ impl ConductorState {
             .copied()
             .collect();
         ConductorState {
-            task_id: kept.config.task_id.as_str().into(),
-            traceparent: kept.traceparent,
-            span: kept.span,
-            parent_id: kept.lineage.parent.as_ref().map(|p| Arc::clone(&p.run_id)),
-            parent_budget: kept.lineage.parent.map(|p| p.budget),
-            run_id: kept.run_id,
-            config: kept.config,
+            task_id: wiring.config.task_id.as_str().into(),
+            step_cut: wiring.cut.token(),
+            wiring,
             model,
             children,
-            run_token: kept.run_token,
-            claim: kept.claim,
-            outcome: kept.outcome,
-            events: kept.events,
-            trace: kept.trace,
             pending,
             fingerprints,
             world_digest,
             clock,
             steps: progress.steps,
-            stopped: false,
-            paused,
-            durable: kept.durable,
+            phase: Phase::starting(paused),
             in_flight: progress.in_flight,
             ending: progress.ending,
             allowance,
-            posted: kept.posted,
-            gauge: kept.gauge,
             unseen: 0,
-            step_cut: kept.cut.token(),
             delegated: agentry_protocol::budget::Usage::default(),
-            cut: kept.cut,
             handled: 0,
-            executor_lost: false,
-            step_after_restart: false,
             turn_open: false,
             denied: Vec::new(),
-            step_due: false,
             wake_pending: false,
             ticks: None,
         }
@@ -330,23 +292,23 @@ impl ConductorState {
         myself: &ActorRef<ConductorMsg>,
     ) -> Result<(), ActorProcessingErr> {
         // A cancellation while no step runs (paused, sleeping) must still stop the run.
-        let token = self.run_token.clone();
-        let me = ConductorPost::new(myself.clone(), self.posted.clone());
+        let token = self.wiring.run_token.clone();
+        let me = ConductorPost::new(myself.clone(), self.wiring.posted.clone());
         tokio::spawn(async move {
             token.cancelled().await;
             let _ = me.cast(ConductorMsg::TokenCancelled);
         });
-        if let Some(every) = self.config.tick_every {
+        if let Some(every) = self.wiring.config.tick_every {
             // Ticks make the agent time-driven: it steps on ticks, not in a loop.
-            self.config.driver = Driver::Events;
+            self.wiring.config.driver = Driver::Events;
             self.ticks = Some(Ticker::start(myself, every));
         }
-        if self.paused {
+        if self.phase.is_paused() {
             // Resumed while paused: the step (or the decided one) runs on resume.
-            self.step_due = true;
+            self.phase.take_step();
             return Ok(());
         }
-        match self.config.driver {
+        match self.wiring.config.driver {
             // Its first step was cast as it started (see `Conductor::pre_start`).
             Driver::Pull | Driver::Events if self.resumes_a_step() => {}
             Driver::Pull => myself.cast(ConductorMsg::Step)?,
@@ -359,6 +321,6 @@ impl ConductorState {
     /// A resumed run that first finishes the step it had decided (or the end
     /// it had reached), unless it is paused.
     pub(super) fn resumes_a_step(&self) -> bool {
-        !self.paused && (self.in_flight.is_some() || self.ending.is_some())
+        !self.phase.is_paused() && (self.in_flight.is_some() || self.ending.is_some())
     }
 }

@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::msg::Posted;
 use super::outcome::{ActorRefs, RunOutcome};
+use super::phase::Phase;
 use super::ticker::Ticker;
 use crate::budget::{BudgetMsg, ToolCallAllowance};
 use crate::clock::RunClock;
@@ -55,14 +56,11 @@ impl Children {
     }
 }
 
-/// Conductor state.
-pub struct ConductorState {
+/// What the conductor is wired to for the whole run: kept whole from its
+/// start-up arguments (the rest went to its children).
+pub(super) struct Wiring {
     pub(super) run_id: Arc<str>,
     pub(super) config: RunConfig,
-    /// Shared by every trace record of the run, as are the ids below.
-    pub(super) model: Arc<str>,
-    pub(super) task_id: Arc<str>,
-    pub(super) children: Children,
     pub(super) run_token: CancellationToken,
     /// This process's claim on a durable run: let go before the outcome is
     /// published (and, declared first, dropped before it if the conductor dies),
@@ -71,6 +69,34 @@ pub struct ConductorState {
     pub(super) outcome: watch::Sender<Option<RunOutcome>>,
     pub(super) events: EventSink,
     pub(super) trace: Option<TraceWriter>,
+    /// Parent run id, for the trace.
+    pub(super) parent_id: Option<Arc<str>>,
+    /// The parent's budget supervisor, for a child (to learn why it was cancelled).
+    pub(super) parent_budget: Option<ActorRef<BudgetMsg>>,
+    /// Messages posted from outside (see [`Posted`]).
+    pub(super) posted: Posted,
+    /// The run's inbox bound: the slots of inputs in `pending` (`unseen` of
+    /// them) are given back when a decision takes them.
+    pub(super) gauge: Arc<crate::inbox::InboxGauge>,
+    /// What a user's interrupt cuts: each step runs under its token.
+    pub(super) cut: crate::interrupt::StepCut,
+    /// A durable run records each decision before acting on it.
+    pub(super) durable: bool,
+    /// W3C traceparent of this run.
+    pub(super) traceparent: Arc<str>,
+    /// The run's `invoke_agent` span, closed as the run finishes.
+    pub(super) span: tracing::Span,
+}
+
+/// Conductor state.
+pub struct ConductorState {
+    /// Declared first: its claim is dropped before anything else if the
+    /// conductor dies.
+    pub(super) wiring: Wiring,
+    /// Shared by every trace record of the run, as are the ids of `wiring`.
+    pub(super) model: Arc<str>,
+    pub(super) task_id: Arc<str>,
+    pub(super) children: Children,
     /// Session entries applied since the policy last decided.
     pub(super) pending: Vec<SessionEntry>,
     pub(super) fingerprints: VecDeque<u64>,
@@ -79,25 +105,13 @@ pub struct ConductorState {
     /// When the run started and its deadline (the budget supervisor's clock).
     pub(super) clock: RunClock,
     pub(super) steps: u64,
-    pub(super) stopped: bool,
-    /// Paused by the user: no new step starts until `resume`.
-    pub(super) paused: bool,
-    /// A step was wanted while paused; it runs on resume.
-    pub(super) step_due: bool,
+    /// Whether a step may start: running, paused, waiting for the executor's
+    /// restart, stopped.
+    pub(super) phase: Phase,
     /// A wake-up `Step` is already in the mailbox (event-driven agents).
     pub(super) wake_pending: bool,
     /// Timer state of a time-driven agent.
     pub(super) ticks: Option<Ticker>,
-    /// Parent run id, for the trace.
-    pub(super) parent_id: Option<Arc<str>>,
-    /// W3C traceparent of this run.
-    pub(super) traceparent: Arc<str>,
-    /// The run's `invoke_agent` span, closed as the run finishes.
-    pub(super) span: tracing::Span,
-    /// The parent's budget supervisor, for a child (to learn why it was cancelled).
-    pub(super) parent_budget: Option<ActorRef<BudgetMsg>>,
-    /// A durable run records each decision before acting on it.
-    pub(super) durable: bool,
     /// A resumed run's decided-but-unapplied step, acted on again first.
     pub(super) in_flight: Option<InFlight>,
     /// A resumed run whose last step ended it: finish that, take no new step.
@@ -105,27 +119,15 @@ pub struct ConductorState {
     /// Where this run takes its tool calls from, and how many it took (see
     /// [`ToolCallAllowance`]).
     pub(super) allowance: ToolCallAllowance,
-    /// Messages posted from outside, and how many of them were handled.
-    pub(super) posted: Posted,
+    /// How many of the messages posted from outside were handled.
     pub(super) handled: u64,
-    /// The run's inbox bound: the slots of inputs in `pending` (`unseen` of
-    /// them) are given back when a decision takes them.
-    pub(super) gauge: Arc<crate::inbox::InboxGauge>,
+    /// Inputs in `pending` holding an inbox slot.
     pub(super) unseen: usize,
-    /// What a user's interrupt cuts: each step runs under its token.
-    pub(super) cut: crate::interrupt::StepCut,
     /// Of the budget spent, what children spent, as the last step's grant
     /// said (kept with the step: see `ControlState::delegated`).
     pub(super) delegated: agentry_protocol::budget::Usage,
     /// The token of the step in progress (taken from `cut` as it starts).
     pub(super) step_cut: CancellationToken,
-    /// The executor died under a step and is not restarted yet. Its reply port
-    /// closes before ractor tells its supervisor (this conductor), so the next
-    /// step waits for the supervision event and the restart instead of sending
-    /// its calls to the dead executor.
-    pub(super) executor_lost: bool,
-    /// A step was due while the executor was lost: taken once it is restarted.
-    pub(super) step_after_restart: bool,
     /// The last step's decision called tools: the model's turn is not over, so
     /// an event-driven run asks it again at once instead of sleeping (not after
     /// a tick's step: a tick wakes one decision).
@@ -139,6 +141,6 @@ impl ConductorState {
     /// Publishes an event; `event` is only built when someone listens.
     #[inline]
     pub(super) fn emit(&self, event: impl FnOnce() -> RunEvent) {
-        self.events.emit(event);
+        self.wiring.events.emit(event);
     }
 }

@@ -34,10 +34,9 @@ impl ConductorState {
             let flow = self.run_step().await;
             taken += 1;
             let more = matches!(flow, Flow::Continue)
-                && self.config.driver == Driver::Pull
-                && !self.paused
-                && self.posted.count() == self.handled
-                && !self.executor_lost
+                && self.wiring.config.driver == Driver::Pull
+                && self.phase.is_running()
+                && self.wiring.posted.count() == self.handled
                 && self.children.all_running()
                 && taken < STEP_BATCH
                 && began.elapsed() < STEP_BATCH_TIME;
@@ -50,10 +49,10 @@ impl ConductorState {
     /// One step: decide, record the decision (durable runs), act on it, record
     /// the step, check whether the run ends.
     pub(super) async fn run_step(&mut self) -> Flow {
-        self.step_cut = self.cut.token();
+        self.step_cut = self.wiring.cut.token();
         // Cut before it began: the interrupt's input is still in the mailbox
         // (see `StepCut`) and goes first; the step is taken after it.
-        if is_cut(&self.step_cut, &self.run_token) {
+        if is_cut(&self.step_cut, &self.wiring.run_token) {
             return Flow::Continue;
         }
         let decided = match self.decide().await {
@@ -61,7 +60,7 @@ impl ConductorState {
             Err(stop) => return Flow::Stop(stop),
         };
         self.register_secret_arguments(&decided.output.decision);
-        if self.durable
+        if self.wiring.durable
             && let Err(stop) = self.record_decision(&decided).await
         {
             return Flow::Stop(stop);
@@ -79,7 +78,7 @@ impl ConductorState {
     /// tokens and its tool calls are spent again here, exactly once.
     pub(super) async fn act_again(&mut self, in_flight: InFlight) -> Flow {
         let InFlight { step, output, .. } = in_flight;
-        self.step_cut = self.cut.token();
+        self.step_cut = self.wiring.cut.token();
         let before = match self.spend_step(step, "when the run resumed").await {
             Ok(before) => before,
             Err(stop) => return Flow::Stop(stop),
@@ -112,7 +111,7 @@ impl ConductorState {
             step,
             new_entries: self.take_pending(),
             policy: self.children.policy.clone(),
-            events: self.events.clone(),
+            events: self.wiring.events.clone(),
             cut: self.step_cut.clone(),
             decided: decided_tx.into(),
         };
@@ -128,7 +127,7 @@ impl ConductorState {
         }
         let decided = tokio::select! {
             biased;
-            _ = self.run_token.cancelled() => None,
+            _ = self.wiring.run_token.cancelled() => None,
             r = decided_rx => Some(r),
         };
         // The supervisor answers `granted` before it asks the policy, and never

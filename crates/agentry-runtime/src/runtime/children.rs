@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use agentry_protocol::envelope::{ErrorCode, ToolError};
 use agentry_protocol::stop::StopReason;
+use agentry_protocol::stored_policy::{ChildSpec, StoredPolicy};
 use agentry_tools::agents::{AgentDesk, ChildRequest, WaitMode};
 use async_trait::async_trait;
 use futures::future::{select_all, try_join_all};
@@ -193,7 +194,11 @@ impl AgentDesk for RunChildren {
         };
         // What rebuilds its policy should it be resumed after a crash, and the
         // spawn it came from (a re-run of that spawn gets this child).
-        config.policy_spec = Some(child_spec(&request, operation_id, &policy.name()));
+        config.policy_spec = Some(StoredPolicy::Child(ChildSpec::new(
+            &request,
+            operation_id,
+            &policy.name(),
+        )));
         // Stored with a durable child: regrown after a restart, it rejoins the
         // trace under the span that spawned it (this call's).
         config.traceparent = agentry_telemetry::traceparent(&tracing::Span::current());
@@ -400,57 +405,24 @@ fn child_policy(runtime: &Runtime, request: &ChildRequest) -> Result<Box<dyn Pol
     factory(request).ok_or_else(|| ToolError::new(ErrorCode::Einval, "no policy for this child"))
 }
 
-/// A child's request as its record keeps it (`policy_spec`), to rebuild its
-/// policy when its tree is resumed: `child:` and the request as JSON.
-fn child_spec(request: &ChildRequest, operation_id: &str, model: &str) -> String {
-    let spec = json!({
-        "policy": model,
-        "operation_id": operation_id,
-        "goal": request.goal,
-        "name": request.name,
-        "script": request.script,
-        "model": request.model,
-        "grants": request.grants,
-    });
-    format!("{CHILD_SPEC}{spec}")
-}
-
-/// How a child's `policy_spec` starts.
-pub(crate) const CHILD_SPEC: &str = "child:";
-
 impl RunChildren {
-    /// The policy of a stored child, from its `policy_spec`
-    /// ([`child_spec`]): its script, or the named (or default) child model.
+    /// The policy of a stored child, from its record's policy text (a
+    /// [`ChildSpec`]): its script, or the named (or default) child model.
     pub(crate) fn policy_of_spec(
         runtime: &Runtime,
         run_id: &str,
-        spec: &str,
+        spec: &StoredPolicy,
     ) -> Result<Box<dyn Policy>, RuntimeError> {
         let refused = |message: String| RuntimeError::NotResumable {
             run_id: run_id.to_string(),
             message,
         };
-        let json = spec
-            .strip_prefix(CHILD_SPEC)
-            .ok_or_else(|| refused(format!("its policy is not a child's: {spec:?}")))?;
-        let v: Value =
-            serde_json::from_str(json).map_err(|e| refused(format!("its request: {e}")))?;
-        let request = ChildRequest {
-            goal: v["goal"].as_str().unwrap_or_default().to_string(),
-            limits: Default::default(),
-            grants: serde_json::from_value(v["grants"].clone()).unwrap_or(None),
-            script: v.get("script").filter(|s| !s.is_null()).cloned(),
-            name: v["name"].as_str().map(str::to_string),
-            model: v["model"].as_str().map(str::to_string),
+        let StoredPolicy::Child(child) = spec else {
+            return Err(refused(format!(
+                "its policy is not a child's: {:?}",
+                spec.to_string()
+            )));
         };
-        child_policy(runtime, &request).map_err(|e| refused(e.message))
+        child_policy(runtime, &child.request()).map_err(|e| refused(e.message))
     }
-}
-
-/// The operation id of the `agent.spawn` that started a stored child, from
-/// its `policy_spec`.
-pub(crate) fn spawn_of_spec(spec: &str) -> Option<String> {
-    let json = spec.strip_prefix(CHILD_SPEC)?;
-    let v: Value = serde_json::from_str(json).ok()?;
-    v["operation_id"].as_str().map(str::to_string)
 }

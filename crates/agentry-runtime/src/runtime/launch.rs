@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
 use agentry_protocol::trace::RunInput;
-use agentry_store::TimerRecord;
+use agentry_store::{InboxRecord, TimerRecord};
 use ractor::{Actor, ActorRef};
 use tokio::sync::{oneshot, watch};
 use tokio_util::sync::CancellationToken;
@@ -105,7 +105,7 @@ struct Stored {
     restore: Option<Restore>,
     timers: Vec<TimerRecord>,
     /// Inputs accepted but not applied before the restart: (position, input).
-    inbox: Vec<(u64, serde_json::Value)>,
+    inbox: Vec<InboxRecord>,
     claim: Option<Claim>,
 }
 
@@ -133,7 +133,7 @@ impl Stored {
 
     /// The next free inbox position: after every stored one.
     fn next_inbox(&self) -> Arc<AtomicU64> {
-        let next = self.inbox.iter().map(|(seq, _)| seq + 1).max().unwrap_or(1);
+        let next = self.inbox.iter().map(|e| e.seq + 1).max().unwrap_or(1);
         Arc::new(AtomicU64::new(next))
     }
 }
@@ -508,12 +508,8 @@ async fn spawn_conductor(
 
 /// A resumed run's inputs accepted before the restart but never applied, in
 /// their order, then its timers not yet fired.
-fn deliver_stored(
-    handle: &RunHandle,
-    inbox: Vec<(u64, serde_json::Value)>,
-    timers: Vec<TimerRecord>,
-) {
-    for (seq, input) in inbox {
+fn deliver_stored(handle: &RunHandle, inbox: Vec<InboxRecord>, timers: Vec<TimerRecord>) {
+    for InboxRecord { seq, input } in inbox {
         match serde_json::from_value::<RunInput>(input) {
             Ok(input) => {
                 // Accepted before the restart: held even past the bound.

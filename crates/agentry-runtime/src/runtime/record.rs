@@ -1,7 +1,7 @@
 //! A durable run's record: written before a new run's handle is returned, read
 //! back (with its checkpoint, timers and inbox) to resume it.
 
-use agentry_store::{RunRecord, TimerRecord, Write};
+use agentry_store::{InboxRecord, RunRecord, TimerRecord, Write};
 
 use crate::conductor::Restore;
 use crate::config::RunConfig;
@@ -13,8 +13,8 @@ use crate::owner::Claim;
 pub(crate) struct Resumed {
     pub(crate) restore: Restore,
     pub(crate) timers: Vec<TimerRecord>,
-    /// Inputs accepted but not applied before the restart: (position, input).
-    pub(crate) inbox: Vec<(u64, serde_json::Value)>,
+    /// Inputs accepted but not applied before the restart.
+    pub(crate) inbox: Vec<InboxRecord>,
     /// This process's claim on the run, committed.
     pub(crate) claim: Claim,
     /// It has stored children, which are adopted once it runs: its
@@ -50,7 +50,11 @@ pub(super) async fn create_record(
         created_at_ms: now,
         deadline_at_ms: config.limits.deadline_ms.map(|ms| now.saturating_add(ms)),
         config: config_json,
-        policy: config.policy_spec.clone().unwrap_or_default(),
+        policy: config
+            .policy_spec
+            .as_ref()
+            .map(ToString::to_string)
+            .unwrap_or_default(),
     };
     log.commit(vec![Write::CreateRun(record), claim.write(None)])
         .await?;

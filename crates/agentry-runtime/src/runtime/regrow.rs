@@ -11,10 +11,11 @@
 use agentry_protocol::budget::{BudgetSnapshot, Usage};
 use agentry_protocol::state::RunStatus;
 use agentry_protocol::stop::StopReason;
+use agentry_protocol::stored_policy::{ChildSpec, StoredPolicy};
 use agentry_store::{Store, StoredRun};
 
 use super::Runtime;
-use super::children::{ChildRef, RunChildren, spawn_of_spec};
+use super::children::{ChildRef, RunChildren};
 use super::handle::{ChildEntry, RunHandle};
 use super::launch::{Launched, recorded_at_stop};
 use super::record::config_of;
@@ -141,8 +142,11 @@ impl Runtime {
     ) -> Result<(), RuntimeError> {
         for child in children {
             let id = child.run.record.run_id.clone();
-            if let Some(spawn) = spawn_of_spec(&child.run.record.policy) {
-                launched.desk.remember_spawn(&spawn, &id);
+            let spec = StoredPolicy::parse(&child.run.record.policy);
+            if let StoredPolicy::Child(ChildSpec { operation_id, .. }) = &spec
+                && !operation_id.is_empty()
+            {
+                launched.desk.remember_spawn(operation_id, &id);
             }
             let name = Some(child.run.record.task_id.clone())
                 .filter(|n| !n.ends_with("/child") && n != &id);
@@ -152,7 +156,7 @@ impl Runtime {
                 launched.desk.adopt(&id, name.as_deref(), adopted);
                 continue;
             }
-            let policy = RunChildren::policy_of_spec(self, &id, &child.run.record.policy)?;
+            let policy = RunChildren::policy_of_spec(self, &id, &spec)?;
             let resumed = Box::pin(self.resume_tree(child, Some(&launched.handle), policy)).await;
             let handle = match resumed {
                 Ok(handle) => handle,

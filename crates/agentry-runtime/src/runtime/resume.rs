@@ -292,7 +292,7 @@ fn restored_state(
 
 /// A claim the store refused because another process claimed the run first is
 /// [`RuntimeError::Owned`]; every other store error passes through.
-// `StoreError` is `#[non_exhaustive]`: a catch-all is required, and right.
+// `StoreError` is `#[non_exhaustive]`: a kind it adds passes through too.
 #[allow(clippy::wildcard_enum_match_arm)]
 fn claim_refused(run_id: &str, e: agentry_store::StoreError) -> RuntimeError {
     match e {
@@ -300,6 +300,13 @@ fn claim_refused(run_id: &str, e: agentry_store::StoreError) -> RuntimeError {
             run_id: run_id.to_string(),
             owner: "another process that took it over a moment ago".to_string(),
         },
-        other => other.into(),
+        other @ (agentry_store::StoreError::Open { .. }
+        | agentry_store::StoreError::Corrupt { .. }
+        | agentry_store::StoreError::NewerSchema { .. }
+        | agentry_store::StoreError::Full { .. }
+        | agentry_store::StoreError::Conflict { .. }
+        | agentry_store::StoreError::NoRun { .. }
+        | agentry_store::StoreError::Io { .. }
+        | _) => other.into(),
     }
 }

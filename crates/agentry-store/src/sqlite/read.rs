@@ -9,7 +9,8 @@ use serde_json::Value;
 use super::error::{decode_error, sql_error};
 use super::write::BLOB_KEY;
 use crate::{
-    Checkpoint, LedgerEntry, RunOwner, RunRecord, RunSummary, StoreError, StoredRun, TimerRecord,
+    Checkpoint, InboxRecord, LedgerEntry, RunOwner, RunRecord, RunSummary, StoreError, StoredRun,
+    TimerRecord,
 };
 
 /// Reads SQLite's signed integer back into the `u64` it was written from.
@@ -148,7 +149,7 @@ fn timers(conn: &Connection, path: &str, run_id: &str) -> Result<Vec<TimerRecord
 }
 
 /// The run's inbox: inputs accepted but not applied yet, by sequence number.
-fn inbox(conn: &Connection, path: &str, run_id: &str) -> Result<Vec<(u64, Value)>, StoreError> {
+fn inbox(conn: &Connection, path: &str, run_id: &str) -> Result<Vec<InboxRecord>, StoreError> {
     let sql = |e| sql_error(path, e);
     let mut stmt = conn
         .prepare_cached("SELECT seq, input FROM inbox WHERE run_id = ?1 ORDER BY seq")
@@ -161,7 +162,10 @@ fn inbox(conn: &Connection, path: &str, run_id: &str) -> Result<Vec<(u64, Value)
     let mut inbox = Vec::new();
     for row in rows {
         let (seq, input) = row.map_err(sql)?;
-        inbox.push((uint(seq), parse(path, &what("inbox", run_id), &input)?));
+        inbox.push(InboxRecord {
+            seq: uint(seq),
+            input: parse(path, &what("inbox", run_id), &input)?,
+        });
     }
     Ok(inbox)
 }

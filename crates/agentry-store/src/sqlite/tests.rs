@@ -10,7 +10,9 @@ use agentry_protocol::tool::ToolCall;
 use serde_json::json;
 
 use super::*;
-use crate::{Checkpoint, INLINE_LIMIT, LedgerEntry, LedgerState, RunRecord, TimerRecord};
+use crate::{
+    Checkpoint, INLINE_LIMIT, InboxRecord, LedgerEntry, LedgerState, RunRecord, TimerRecord,
+};
 
 fn db_path(dir: &tempfile::TempDir) -> PathBuf {
     dir.path().join("store.db")

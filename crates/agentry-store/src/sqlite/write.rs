@@ -43,7 +43,17 @@ pub(super) fn apply(tx: &Transaction<'_>, path: &str, writes: &[Write]) -> Resul
             Write::Ledger { run_id, entry } => {
                 last_row.insert((run_id, &entry.call_id), i);
             }
-            _ => {}
+            // Only checkpoints and ledger rows supersede earlier ones.
+            Write::CreateRun(_)
+            | Write::AppendSession { .. }
+            | Write::LedgerProcess { .. }
+            | Write::SetTimer { .. }
+            | Write::ClearTimer { .. }
+            | Write::Enqueue { .. }
+            | Write::Dequeue { .. }
+            | Write::Claim { .. }
+            | Write::Heartbeat { .. }
+            | Write::Release { .. } => {}
         }
     }
     for (i, w) in writes.iter().enumerate() {
@@ -52,7 +62,16 @@ pub(super) fn apply(tx: &Transaction<'_>, path: &str, writes: &[Write]) -> Resul
             Write::Ledger { run_id, entry } => {
                 last_row.get(&(run_id.as_str(), entry.call_id.as_str())) != Some(&i)
             }
-            _ => false,
+            Write::CreateRun(_)
+            | Write::AppendSession { .. }
+            | Write::LedgerProcess { .. }
+            | Write::SetTimer { .. }
+            | Write::ClearTimer { .. }
+            | Write::Enqueue { .. }
+            | Write::Dequeue { .. }
+            | Write::Claim { .. }
+            | Write::Heartbeat { .. }
+            | Write::Release { .. } => false,
         };
         if superseded {
             // Still an error for a run the store does not hold.
@@ -220,7 +239,17 @@ impl<'a> Batch<'a, '_> {
     fn check_run(&mut self, w: &'a Write) -> Result<(), StoreError> {
         match w {
             Write::Checkpoint { run_id, .. } | Write::Ledger { run_id, .. } => self.touch(run_id),
-            _ => Ok(()),
+            // Never superseded, so never checked here.
+            Write::CreateRun(_)
+            | Write::AppendSession { .. }
+            | Write::LedgerProcess { .. }
+            | Write::SetTimer { .. }
+            | Write::ClearTimer { .. }
+            | Write::Enqueue { .. }
+            | Write::Dequeue { .. }
+            | Write::Claim { .. }
+            | Write::Heartbeat { .. }
+            | Write::Release { .. } => Ok(()),
         }
     }
 
@@ -322,7 +351,11 @@ impl<'a> Batch<'a, '_> {
                 SessionEntry::Tool { result } if result.data.is_some() => {
                     self.by_reference(entry, "result")?
                 }
-                _ => serde_json::to_string(entry)
+                SessionEntry::Tool { .. }
+                | SessionEntry::User { .. }
+                | SessionEntry::Assistant { .. }
+                | SessionEntry::Event { .. }
+                | SessionEntry::Note { .. } => serde_json::to_string(entry)
                     .map_err(|e| encode_error(self.path, "a session entry", e))?,
             };
             stmt.execute(params![run_id, int(i), json])

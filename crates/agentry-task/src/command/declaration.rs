@@ -171,17 +171,16 @@ fn contract_options(
         contract.auth_scope = scope;
     }
     if let Some(v) = raw.max_retries.take() {
-        contract.max_retries = match v {
-            Value::Integer(n) => u32::try_from(n).ok(),
-            _ => None,
-        }
-        .ok_or_else(|| {
-            field_error!(
-                "{at}.max_retries: expected a non-negative integer, found {} (at most {})",
-                describe(&v),
-                u32::MAX
-            )
-        })?;
+        contract.max_retries = v
+            .as_integer()
+            .and_then(|n| u32::try_from(n).ok())
+            .ok_or_else(|| {
+                field_error!(
+                    "{at}.max_retries: expected a non-negative integer, found {} (at most {})",
+                    describe(&v),
+                    u32::MAX
+                )
+            })?;
     }
     if let Some(v) = raw.parallel_safe.take() {
         let Value::Boolean(b) = v else {
@@ -205,6 +204,8 @@ fn contract_options(
 }
 
 /// A build error of the tool, named by the element at fault.
+// `CommandToolError` is non_exhaustive (agentry-tools): a later kind reads as is.
+#[allow(clippy::wildcard_enum_match_arm)]
 fn build_error_at(at: &str, decl: &CommandToolDecl, e: CommandToolError) -> FieldError {
     match e {
         CommandToolError::ProgramPlaceholder { element, .. } => {
@@ -229,7 +230,6 @@ fn build_error_at(at: &str, decl: &CommandToolDecl, e: CommandToolError) -> Fiel
             }
         }
         e @ CommandToolError::EmptyArgv { .. } => field_error!("{at}: {e}"),
-        // `CommandToolError` is non-exhaustive (agentry-tools): a later kind reads as is.
         e => field_error!("{at}: {e}"),
     }
 }

@@ -38,9 +38,9 @@ pub(crate) fn tool_name(at: &str, v: &Value) -> Result<String, FieldError> {
 }
 
 pub(crate) fn non_empty(at: &str, v: &Value) -> Result<String, FieldError> {
-    match v {
-        Value::String(s) if !s.trim().is_empty() => Ok(s.clone()),
-        v => Err(field_error!(
+    match v.as_str() {
+        Some(s) if !s.trim().is_empty() => Ok(s.to_string()),
+        Some(_) | None => Err(field_error!(
             "{at}: expected a non-empty string, found {}",
             describe(v)
         )),
@@ -55,7 +55,12 @@ pub(crate) fn argv(at: &str, v: Value) -> Result<Vec<String>, FieldError> {
                 "{at}: must not be empty; give the program first"
             ));
         }
-        v => {
+        v @ (Value::String(_)
+        | Value::Integer(_)
+        | Value::Float(_)
+        | Value::Boolean(_)
+        | Value::Datetime(_)
+        | Value::Table(_)) => {
             return Err(field_error!(
                 "{at}: expected a non-empty array of strings (the program, then its arguments), found {}",
                 describe(&v)
@@ -175,11 +180,11 @@ pub(crate) fn to_json(at: &str, v: Value) -> Result<Json, FieldError> {
 }
 
 pub(crate) fn effect(at: &str, v: &Value) -> Result<Effect, FieldError> {
-    match v {
-        Value::String(s) if s == "read_only" => Ok(Effect::ReadOnly),
-        Value::String(s) if s == "reversible" => Ok(Effect::Reversible),
-        Value::String(s) if s == "irreversible_external" => Ok(Effect::IrreversibleExternal),
-        v => Err(field_error!(
+    match v.as_str() {
+        Some("read_only") => Ok(Effect::ReadOnly),
+        Some("reversible") => Ok(Effect::Reversible),
+        Some("irreversible_external") => Ok(Effect::IrreversibleExternal),
+        Some(_) | None => Err(field_error!(
             "{at}: expected \"read_only\", \"reversible\" or \"irreversible_external\", found {}",
             describe(v)
         )),
@@ -187,11 +192,11 @@ pub(crate) fn effect(at: &str, v: &Value) -> Result<Effect, FieldError> {
 }
 
 pub(crate) fn idempotency(at: &str, v: &Value) -> Result<Idempotency, FieldError> {
-    match v {
-        Value::String(s) if s == "idempotent" => Ok(Idempotency::Idempotent),
-        Value::String(s) if s == "required_key" => Ok(Idempotency::RequiredKey),
-        Value::String(s) if s == "none" => Ok(Idempotency::None),
-        v => Err(field_error!(
+    match v.as_str() {
+        Some("idempotent") => Ok(Idempotency::Idempotent),
+        Some("required_key") => Ok(Idempotency::RequiredKey),
+        Some("none") => Ok(Idempotency::None),
+        Some(_) | None => Err(field_error!(
             "{at}: expected \"idempotent\", \"required_key\" or \"none\", found {}",
             describe(v)
         )),
@@ -220,14 +225,14 @@ pub(crate) fn env(at: &str, v: Value) -> Result<BTreeMap<String, String>, FieldE
                 HOST_ENV.join(", ")
             ));
         }
-        match value {
-            Value::String(s) if !s.contains('\0') => {
-                out.insert(name, s);
+        match value.as_str() {
+            Some(s) if !s.contains('\0') => {
+                out.insert(name, s.to_string());
             }
-            v => {
+            Some(_) | None => {
                 return Err(field_error!(
                     "{field}: expected a string without NUL bytes, found {}",
-                    describe(&v)
+                    describe(&value)
                 ));
             }
         }
@@ -258,16 +263,16 @@ fn field_names(at: &str, v: Value, example: &str) -> Result<Vec<String>, FieldEr
     };
     let mut out: Vec<String> = Vec::with_capacity(items.len());
     for (i, item) in items.into_iter().enumerate() {
-        match item {
-            Value::String(name) if !name.trim().is_empty() => {
-                if !out.contains(&name) {
-                    out.push(name);
+        match item.as_str() {
+            Some(name) if !name.trim().is_empty() => {
+                if !out.iter().any(|n| n == name) {
+                    out.push(name.to_string());
                 }
             }
-            other => {
+            Some(_) | None => {
                 return Err(field_error!(
                     "{at}[{i}]: expected a field name, found {}",
-                    describe(&other)
+                    describe(&item)
                 ));
             }
         }

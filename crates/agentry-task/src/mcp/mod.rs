@@ -178,14 +178,14 @@ fn transport(
 }
 
 fn http_url(at: &str, v: &Value) -> Result<String, FieldError> {
-    match v {
-        Value::String(s)
+    match v.as_str() {
+        Some(s)
             if (s.starts_with("http://") || s.starts_with("https://"))
                 && !s.chars().any(char::is_whitespace) =>
         {
-            Ok(s.clone())
+            Ok(s.to_string())
         }
-        v => Err(field_error!(
+        Some(_) | None => Err(field_error!(
             "{at}: expected an http:// or https:// URL, found {}",
             describe(v)
         )),
@@ -210,14 +210,14 @@ fn header_table(at: &str, v: Value) -> Result<BTreeMap<String, String>, FieldErr
         if !token {
             return Err(field_error!("{field}: not an HTTP header name"));
         }
-        match value {
-            Value::String(s) if !s.contains(['\r', '\n', '\0']) => {
-                out.insert(name, s);
+        match value.as_str() {
+            Some(s) if !s.contains(['\r', '\n', '\0']) => {
+                out.insert(name, s.to_string());
             }
-            v => {
+            Some(_) | None => {
                 return Err(field_error!(
                     "{field}: expected a string on one line, found {}",
-                    describe(&v)
+                    describe(&value)
                 ));
             }
         }

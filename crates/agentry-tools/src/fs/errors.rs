@@ -23,6 +23,8 @@ pub(super) fn escapes(rel: &str) -> ToolError {
 }
 
 /// Maps an I/O error met while `doing` something with `rel` to a [`ToolError`].
+// `io::ErrorKind` is non_exhaustive: every kind not listed is an internal error.
+#[allow(clippy::wildcard_enum_match_arm)]
 pub(super) fn io_error(doing: &str, rel: &str, e: &io::Error) -> ToolError {
     match e.kind() {
         io::ErrorKind::NotFound => ToolError::new(

@@ -26,7 +26,10 @@ pub(super) fn display_rel(rel: &str) -> String {
         .components()
         .filter_map(|c| match c {
             Component::Normal(name) => Some(name.to_string_lossy().into_owned()),
-            _ => None,
+            Component::Prefix(_)
+            | Component::RootDir
+            | Component::CurDir
+            | Component::ParentDir => None,
         })
         .collect();
     if parts.is_empty() {

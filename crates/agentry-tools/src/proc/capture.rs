@@ -154,7 +154,22 @@ impl Capture {
             .map_err(std::io::Error::other)?
             .map_err(|e| match e {
                 PathError::Io(e) => e,
-                other => std::io::Error::other(other),
+                other @ (PathError::Empty
+                | PathError::Nul
+                | PathError::Absolute
+                | PathError::ParentDir
+                | PathError::Escapes
+                | PathError::DanglingLink
+                | PathError::TooManyLinks
+                | PathError::NotFound
+                | PathError::NotADirectory
+                | PathError::IsADirectory
+                | PathError::IsALink
+                | PathError::NotRegular { .. }
+                | PathError::TooLarge { .. }
+                | PathError::Protected
+                | PathError::IsRoot
+                | PathError::Changed) => std::io::Error::other(other),
             })?;
         let mut file = tokio::fs::File::from_std(file);
         file.write_all(&self.head).await?;

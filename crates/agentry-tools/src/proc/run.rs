@@ -282,6 +282,8 @@ fn spawn(invocation: &Invocation, mark: strays::Mark) -> Result<ProcessGroup, To
     })
 }
 
+// `io::ErrorKind` is non_exhaustive: every kind not listed is a bad program.
+#[allow(clippy::wildcard_enum_match_arm)]
 fn spawn_error(program: &str, e: &std::io::Error) -> ToolError {
     use std::io::ErrorKind;
     match e.kind() {

@@ -208,7 +208,22 @@ fn read_error(reference: &str, e: PathError) -> ToolError {
             format!("no saved result {reference}: give the ref a cut result names"),
         )
         .retryable(false),
-        other => ToolError::new(
+        other @ (PathError::Empty
+        | PathError::Nul
+        | PathError::Absolute
+        | PathError::ParentDir
+        | PathError::Escapes
+        | PathError::DanglingLink
+        | PathError::TooManyLinks
+        | PathError::NotADirectory
+        | PathError::IsADirectory
+        | PathError::IsALink
+        | PathError::NotRegular { .. }
+        | PathError::TooLarge { .. }
+        | PathError::Protected
+        | PathError::IsRoot
+        | PathError::Changed
+        | PathError::Io(_)) => ToolError::new(
             ErrorCode::Eunavail,
             format!("cannot read the saved result {reference}: {other}"),
         ),

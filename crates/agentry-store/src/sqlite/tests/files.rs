@@ -160,9 +160,11 @@ fn a_torn_wal_frame_loses_only_the_uncommitted_batch() {
     let texts: Vec<_> = run
         .session
         .iter()
-        .map(|e| match e {
-            SessionEntry::User { text } => text.as_str(),
-            other => panic!("{other:?}"),
+        .map(|e| {
+            let SessionEntry::User { text } = e else {
+                panic!("{e:?}")
+            };
+            text.as_str()
         })
         .collect();
     assert_eq!(texts, ["batch 0", "batch 1", "batch 2", "batch 3"]);

@@ -173,8 +173,14 @@ fn every_write_kind_round_trips_and_survives_reopen() {
         ledger: vec![c0, c1, denied],
         timers: vec![timer("t-early", 100), timer("t-late", 900)],
         inbox: vec![
-            (1, json!({"kind": "message", "text": "first"})),
-            (2, json!({"kind": "message", "text": "second"})),
+            InboxRecord {
+                seq: 1,
+                input: json!({"kind": "message", "text": "first"}),
+            },
+            InboxRecord {
+                seq: 2,
+                input: json!({"kind": "message", "text": "second"}),
+            },
         ],
         owner: None,
     };

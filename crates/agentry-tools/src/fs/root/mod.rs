@@ -240,7 +240,14 @@ impl WorkRoot {
                     FileType::Directory => return Err(PathError::IsADirectory),
                     // Became a link after the walk: walk again.
                     FileType::Symlink => continue,
-                    _ => Some(Mode::from_raw_mode(stat.st_mode) & Mode::from_bits_truncate(0o7777)),
+                    FileType::RegularFile
+                    | FileType::Fifo
+                    | FileType::Socket
+                    | FileType::CharacterDevice
+                    | FileType::BlockDevice
+                    | FileType::Unknown => {
+                        Some(Mode::from_raw_mode(stat.st_mode) & Mode::from_bits_truncate(0o7777))
+                    }
                 },
                 Err(Errno::NOENT) if resolved.final_from_link => {
                     return Err(PathError::DanglingLink);

@@ -115,7 +115,12 @@ pub fn regular_size(fd: &OwnedFd) -> Result<u64, PathError> {
     match FileType::from_raw_mode(stat.st_mode) {
         FileType::RegularFile => Ok(u64::try_from(stat.st_size).unwrap_or(0)),
         FileType::Directory => Err(PathError::IsADirectory),
-        other => Err(PathError::NotRegular {
+        other @ (FileType::Symlink
+        | FileType::Fifo
+        | FileType::Socket
+        | FileType::CharacterDevice
+        | FileType::BlockDevice
+        | FileType::Unknown) => Err(PathError::NotRegular {
             kind: kind_name(other),
         }),
     }

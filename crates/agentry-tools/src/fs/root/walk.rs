@@ -176,8 +176,18 @@ impl Walker<'_> {
                 }
                 self.stack.push((fd, step.name));
             }
-            _ if last => return resolved(self.root, self.stack.split_off(0), step).map(Some),
-            _ => return Err(PathError::NotADirectory),
+            // Anything else ends the path: it must be its last component.
+            FileType::RegularFile
+            | FileType::Fifo
+            | FileType::Socket
+            | FileType::CharacterDevice
+            | FileType::BlockDevice
+            | FileType::Unknown => {
+                if !last {
+                    return Err(PathError::NotADirectory);
+                }
+                return resolved(self.root, self.stack.split_off(0), step).map(Some);
+            }
         }
         Ok(None)
     }
