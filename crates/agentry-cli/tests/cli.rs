@@ -24,6 +24,8 @@ mod cli {
     mod mcp_http;
     #[cfg(target_os = "linux")]
     mod mcp_resume;
+    #[cfg(unix)]
+    mod mcp_stop;
     mod mcp_trace;
     mod model;
     mod proxy;
