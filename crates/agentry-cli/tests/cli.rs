@@ -26,6 +26,7 @@ mod cli {
     mod mcp_resume;
     #[cfg(unix)]
     mod mcp_stop;
+    mod mcp_tls;
     mod mcp_trace;
     mod model;
     mod proxy;

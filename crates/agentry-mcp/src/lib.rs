@@ -14,7 +14,10 @@
 //! new server), in the run's working directory, its stderr kept (the last
 //! [`StartOptions::stderr_cap`] bytes) for error messages. A **streamable
 //! HTTP** server is reached at its URL, `${VAR}` in header values read from
-//! the environment at start (`https` through rustls with ring).
+//! the environment at start; `https` through rustls with ring, trusting the
+//! system's CAs plus those of `SSL_CERT_FILE` and the declaration's `ca_cert`
+//! (the model adapters' rules), a failed handshake an [`McpError::Tls`]
+//! saying how to trust the server's CA.
 //!
 //! Start runs `initialize` (protocol 2025-11-25) and `tools/list` within the
 //! declaration's `startup_timeout`, or fails with an [`McpError`] naming the
@@ -69,6 +72,7 @@ mod handler;
 mod options;
 mod server;
 mod session;
+mod tls;
 
 pub use config::{
     ContractOverride, DEFAULT_STARTUP_TIMEOUT, DEFAULT_TIMEOUT, McpServerConfig, McpTransport,
