@@ -69,5 +69,5 @@ pub use durable::owner;
 pub use error::{ChildRefusal, RuntimeError};
 pub use grants::Grants;
 pub use policy::{Policy, PolicyContext};
-pub use registry::ToolRegistry;
+pub use registry::{LiveRegistry, ToolRegistry, WeakLiveRegistry};
 pub use runtime::{InboxUsage, RunHandle, RunTree, Runtime};

@@ -7,8 +7,10 @@
 //! `.ci/run` installs it, sets `MCP_EVERYTHING_DIR` and runs these with
 //! `--ignored`; with the variable unset or unusable they fail saying so.
 //! `lifecycle`: start failures, restarts and approvals, with servers that
-//! need nothing installed.
+//! need nothing installed. `changes`: a server whose tools change during a
+//! run (`tools/list_changed`, a restart listing another schema).
 
+mod changes;
 mod everything;
 mod lifecycle;
 mod runs;

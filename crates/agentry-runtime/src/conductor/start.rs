@@ -24,6 +24,7 @@ use crate::durable::{Progress, RunLog};
 use crate::events::EventSink;
 use crate::executor::{ExecutorArgs, ToolExecutor};
 use crate::policy::{PolicyActor, PolicyArgs, SpanContent};
+use crate::registry::VisibleTools;
 use crate::state::{RunState, StateKeeper, StateMsg};
 use crate::trace::TraceWriter;
 
@@ -66,9 +67,7 @@ pub(super) async fn start(
     let model: Arc<str> = args.policy.name().into();
     let content = super::span::content_redactor(&args.config, &args.span, args.events.redactor());
     let policy_args = PolicyArgs {
-        tools: args
-            .registry
-            .visible_specs(|contract| args.config.grants.allows(contract)),
+        tools: VisibleTools::new(args.registry.clone(), args.config.grants.clone()),
         policy: args.policy,
         run_id: Arc::clone(&args.run_id),
         goal: args.config.goal.clone(),
@@ -190,7 +189,7 @@ fn executor_args(
     Ok(ExecutorArgs {
         root,
         run_id: Arc::clone(&args.run_id),
-        registry: Arc::clone(&args.registry),
+        registry: args.registry.clone(),
         grants: config.grants.clone(),
         artifacts: Arc::from(
             config
