@@ -4,7 +4,6 @@
 //! rmcp server on stdio): its `retool` changes the tools it lists and sends
 //! `tools/list_changed`.
 
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use agentry::protocol::ErrorCode;
@@ -16,17 +15,7 @@ use agentry_test_support::{
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
-use super::task_dir;
-
-/// agentry-mcp's test server, beside this test binary's profile directory.
-fn test_server() -> Result<PathBuf, TestError> {
-    let exe = std::env::current_exe()?;
-    let profile = exe
-        .parent()
-        .and_then(Path::parent)
-        .ok_or("no target directory")?;
-    agentry_test_support::peers::mcp_test_server(profile)
-}
+use super::{task_dir, test_server};
 
 /// Before deciding step `step`, waits (bounded) for the server's tools to
 /// have changed: the change a tool call of the step before caused.

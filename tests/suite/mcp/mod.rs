@@ -83,6 +83,16 @@ impl Drop for EverythingHttp {
     }
 }
 
+/// agentry-mcp's test server, beside this test binary's profile directory.
+pub(crate) fn test_server() -> Result<PathBuf, TestError> {
+    let exe = std::env::current_exe()?;
+    let profile = exe
+        .parent()
+        .and_then(Path::parent)
+        .ok_or("no target directory")?;
+    agentry_test_support::peers::mcp_test_server(profile)
+}
+
 /// Writes a task directory: `task.toml` from `toml`, with an empty workspace.
 pub(crate) fn task_dir(root: &Path, toml: &str) -> Result<PathBuf, TestError> {
     let dir = root.join("task");
