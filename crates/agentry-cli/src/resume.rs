@@ -80,7 +80,7 @@ async fn runtime_for(config: &RunConfig) -> Result<Rebuilt, RunError> {
             let task = TaskSpec::load(&dir)?;
             let context = ContextSettings::of_task(&task);
             let mcp = task.start_mcp(&config.workdir).await?;
-            let runtime = Runtime::new(task.registry_with(&mcp)?);
+            let runtime = task.runtime_with(&mcp)?;
             Ok(Rebuilt {
                 runtime: with_child_models(runtime, &task, context)?,
                 mcp,

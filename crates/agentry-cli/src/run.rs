@@ -87,7 +87,7 @@ pub(crate) async fn prepare(args: &RunArgs) -> Result<Prepared, RunError> {
     // leaves nothing behind.
     let fresh = FreshWorkdir::prepare(&task, args.workdir.as_deref())?;
     let mcp = task.start_mcp(&fresh.path).await?;
-    let Stored { runtime, path } = open_store(args, Runtime::new(task.registry_with(&mcp)?))?;
+    let Stored { runtime, path } = open_store(args, task.runtime_with(&mcp)?)?;
     let runtime = with_child_models(runtime, &task, ContextSettings::of_run(args, &task))?;
     refuse_taken_run_id(&runtime, path.as_deref(), args.run_id.as_deref()).await?;
     let mut config = task.run_config(fresh.keep());

@@ -25,6 +25,9 @@ mod cli {
     mod mcp_http;
     #[cfg(target_os = "linux")]
     mod mcp_resume;
+    #[cfg(unix)]
+    mod mcp_stop;
+    mod mcp_tls;
     mod mcp_trace;
     mod model;
     mod proxy;

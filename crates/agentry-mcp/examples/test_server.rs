@@ -17,12 +17,19 @@
 //! - `spawn`: starts `sleep 600` in the server's process group, returns its pid;
 //! - `env`: the value of the variable named `name`, or "(unset)";
 //! - `meta`: the request's `_meta` as structured content (what the client sent
-//!   besides the arguments: its progress token, trace context).
+//!   besides the arguments: its progress token, trace context);
+//! - `retool`: `{remove: [names], add: [names]}` changes the tools it lists
+//!   (an added tool echoes like `read`, read-only), sends
+//!   `notifications/tools/list_changed`, then answers "retooled".
 //!
+//! With `TEST_SCHEMA_FILE` set to a file that exists when the server starts,
+//! `read` requires its `text` (a restarted server listing another schema).
 //! `test_server silent` prints "oops: not speaking MCP" on stderr and never
 //! answers. With `TEST_REFUSE_FILE` set, a start while that file exists prints
 //! "refusing to start" on stderr and exits 1 (a restart that fails).
 
+use std::collections::BTreeSet;
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use rmcp::model::{
@@ -38,13 +45,78 @@ use serde_json::{Value, json};
 const PNG: &str =
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAQAAAC1HAwCAAAAC0lEQVR42mNkYAAAAAYAAjCB0C8AAAAASUVORK5CYII=";
 
-struct TestServer;
+/// The tools `retool` took away and added.
+#[derive(Default)]
+struct TestServer {
+    retooled: Mutex<Retooled>,
+}
+
+#[derive(Default)]
+struct Retooled {
+    removed: BTreeSet<String>,
+    added: Vec<String>,
+}
+
+impl TestServer {
+    /// The tools listed now.
+    fn listed(&self) -> Vec<Tool> {
+        let retooled = self.retooled.lock().unwrap_or_else(PoisonError::into_inner);
+        let added = retooled.added.iter().filter_map(|name| {
+            serde_json::from_value(json!({"name": name, "description": "Echo (added).",
+                "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}},
+                "annotations": {"readOnlyHint": true}}))
+            .ok()
+        });
+        tools()
+            .into_iter()
+            .filter(|t| !retooled.removed.contains(t.name.as_ref()))
+            .chain(added)
+            .collect()
+    }
+
+    fn lists(&self, name: &str) -> bool {
+        self.listed().iter().any(|t| t.name == name)
+    }
+
+    async fn retool(
+        &self,
+        request: &CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let names = |field: &str| -> Vec<String> {
+            arg(request, field)
+                .and_then(Value::as_array)
+                .map(|a| {
+                    a.iter()
+                        .filter_map(Value::as_str)
+                        .map(str::to_string)
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        {
+            let mut retooled = self.retooled.lock().unwrap_or_else(PoisonError::into_inner);
+            retooled.removed.extend(names("remove"));
+            retooled.added.extend(names("add"));
+        }
+        // Before the answer, as a server whose call changed its tools would.
+        let _ = context.peer.notify_tool_list_changed().await;
+        text("retooled")
+    }
+}
 
 fn tools() -> Vec<Tool> {
+    let read_schema = if std::env::var_os("TEST_SCHEMA_FILE")
+        .is_some_and(|f| std::path::Path::new(&f).exists())
+    {
+        json!({"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]})
+    } else {
+        json!({"type": "object", "properties": {"text": {"type": "string"}}})
+    };
     let text_schema = json!({"type": "object", "properties": {"text": {"type": "string"}}});
     let empty = json!({"type": "object", "properties": {}});
     let defs = [
-        json!({"name": "read", "description": "Echo (read-only).", "inputSchema": text_schema,
+        json!({"name": "read", "description": "Echo (read-only).", "inputSchema": read_schema,
                "annotations": {"readOnlyHint": true, "idempotentHint": true}}),
         json!({"name": "write", "description": "Echo (unannotated).", "inputSchema": text_schema}),
         json!({"name": "undoable", "description": "Echo (not destructive).", "inputSchema": text_schema,
@@ -70,6 +142,11 @@ fn tools() -> Vec<Tool> {
                "annotations": {"readOnlyHint": true}}),
         json!({"name": "meta", "description": "Echoes the request's _meta.", "inputSchema": empty,
                "annotations": {"readOnlyHint": true}}),
+        json!({"name": "retool", "description": "Changes the tools listed.",
+               "inputSchema": {"type": "object", "properties": {
+                   "remove": {"type": "array", "items": {"type": "string"}},
+                   "add": {"type": "array", "items": {"type": "string"}}}},
+               "annotations": {"destructiveHint": false}}),
     ];
     defs.into_iter()
         .filter_map(|d| serde_json::from_value(d).ok())
@@ -152,7 +229,12 @@ impl TestServer {
 
 impl ServerHandler for TestServer {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tool_list_changed()
+                .build(),
+        )
     }
 
     async fn list_tools(
@@ -160,7 +242,7 @@ impl ServerHandler for TestServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        Ok(ListToolsResult::with_all_items(tools()))
+        Ok(ListToolsResult::with_all_items(self.listed()))
     }
 
     async fn call_tool(
@@ -168,6 +250,22 @@ impl ServerHandler for TestServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        if !self.lists(&request.name) {
+            return Err(ErrorData::invalid_params(
+                format!("no tool {}", request.name),
+                None,
+            ));
+        }
+        let added = self
+            .retooled
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .added
+            .contains(&request.name.to_string());
+        if added {
+            let t = arg(&request, "text").and_then(Value::as_str).unwrap_or("");
+            return text(format!("{}: {t}", request.name));
+        }
         match request.name.as_ref() {
             "read" | "write" | "undoable" => {
                 let t = arg(&request, "text").and_then(Value::as_str).unwrap_or("");
@@ -212,6 +310,7 @@ impl ServerHandler for TestServer {
                 result(json!({"content": [{"type": "text", "text": meta.to_string()}],
                               "structuredContent": {"meta": meta}}))
             }
+            "retool" => self.retool(&request, context).await,
             other => Err(ErrorData::invalid_params(format!("no tool {other}"), None)),
         }
     }
@@ -230,7 +329,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         tokio::time::sleep(Duration::from_secs(600)).await;
         return Ok(());
     }
-    let service = TestServer.serve(rmcp::transport::stdio()).await?;
+    let service = TestServer::default()
+        .serve(rmcp::transport::stdio())
+        .await?;
     service.waiting().await?;
     Ok(())
 }

@@ -2,6 +2,7 @@
 //! or the same built in code by an embedding service).
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use agentry_protocol::tool::{Effect, Idempotency};
@@ -73,6 +74,10 @@ pub enum McpTransport {
         /// the environment when the server is started.
         #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
         headers: BTreeMap<String, String>,
+        /// A PEM file of CAs to trust for an `https` server, besides the
+        /// system's and `SSL_CERT_FILE`'s (as a model's `ca_cert`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        ca_cert: Option<PathBuf>,
     },
 }
 

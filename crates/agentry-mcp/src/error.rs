@@ -88,6 +88,32 @@ pub enum McpError {
         /// The variable.
         var: String,
     },
+    /// A CA file (`SSL_CERT_FILE`, or the declaration's `ca_cert`) is
+    /// missing, not PEM, or holds an unusable certificate.
+    #[error("MCP server {server}: the CA file {} ({field}) is unusable: {reason}", path.display())]
+    CaCert {
+        /// The server's name.
+        server: String,
+        /// Where the path came from: `SSL_CERT_FILE` or `ca_cert`.
+        field: &'static str,
+        /// The file.
+        path: std::path::PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The HTTPS handshake failed (most often: the server's certificate is
+    /// not signed by a trusted CA), or the HTTPS client could not be set up.
+    #[error(
+        "MCP server {server}: TLS failed at {url}: {reason}; if the server's certificate comes from a private or corporate CA, trust that CA with SSL_CERT_FILE or the server's ca_cert (a PEM file)"
+    )]
+    Tls {
+        /// The server's name.
+        server: String,
+        /// Its URL.
+        url: String,
+        /// The TLS library's words (e.g. "invalid peer certificate: UnknownIssuer").
+        reason: String,
+    },
     /// A header name or value is not valid HTTP.
     #[error("MCP server {server}: header {header} is not valid: {reason}")]
     BadHeader {

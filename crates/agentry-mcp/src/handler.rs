@@ -1,5 +1,6 @@
 //! The client side of the session: what agentry answers when the server asks
-//! something (sampling, elicitation), and where its progress notifications go.
+//! something (sampling, elicitation), and where its progress and
+//! `tools/list_changed` notifications go.
 
 // Sampling is deprecated by the newest MCP spec (SEP-2577) but servers on
 // 2025-11-25 still send it: refusing it needs its types.
@@ -140,6 +141,9 @@ pub(crate) struct Client {
     pub(crate) sampling: Option<Arc<dyn SamplingHandler>>,
     pub(crate) elicitation: Option<Arc<dyn ElicitationHandler>>,
     pub(crate) progress: ProgressRoutes,
+    /// Where `notifications/tools/list_changed` goes: the server re-lists
+    /// its tools (on a task of its own, not the notification's).
+    pub(crate) list_changed: tokio::sync::mpsc::UnboundedSender<()>,
 }
 
 impl Client {
@@ -198,6 +202,11 @@ impl ClientHandler for Client {
         _context: NotificationContext<RoleClient>,
     ) {
         self.progress.deliver(params);
+    }
+
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        // The receiver is gone only with the server.
+        let _ = self.list_changed.send(());
     }
 
     fn get_info(&self) -> ClientConfig {

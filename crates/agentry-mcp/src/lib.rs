@@ -32,7 +32,10 @@
 //! new server), in the run's working directory, its stderr kept (the last
 //! [`StartOptions::stderr_cap`] bytes) for error messages. A **streamable
 //! HTTP** server is reached at its URL, `${VAR}` in header values read from
-//! the environment at start (`https` through rustls with ring).
+//! the environment at start; `https` through rustls with ring, trusting the
+//! system's CAs plus those of `SSL_CERT_FILE` and the declaration's `ca_cert`
+//! (the model adapters' rules), a failed handshake an [`McpError::Tls`]
+//! saying how to trust the server's CA.
 //!
 //! Start runs `initialize` (protocol 2025-11-25) and `tools/list` within the
 //! declaration's `startup_timeout`, or fails with an [`McpError`] naming the
@@ -75,18 +78,28 @@
 //!   SIGKILLs it.
 //! - **Server requests.** Sampling and elicitation are refused with an error
 //!   naming the server unless [`StartOptions`] carries a [`SamplingHandler`]
-//!   or [`ElicitationHandler`]. Notifications interleaved with replies
-//!   (`tools/list_changed`) are tolerated; the tool list is the one read at
-//!   start.
+//!   or [`ElicitationHandler`].
+//! - **Changing tools.** On `notifications/tools/list_changed` the server's
+//!   tools are listed again; a restarted server's listing is compared too. A
+//!   tool the server dropped is no longer offered (a call through an earlier
+//!   handle answers `ENOTOOL` naming it), a new one is offered if the
+//!   allow-list lets it through, and a tool whose schema or annotations
+//!   changed is logged (a warning naming it) and offered with the new ones.
+//!   [`McpServers::on_tools_changed`] lets the embedder put a registry with
+//!   the new tools in place (agentry-task does, for the runtime's
+//!   `LiveRegistry`); the run's grants still decide what its model sees.
 
 mod config;
 mod content;
 mod contract;
 mod error;
 mod handler;
+mod listing;
 mod options;
 mod server;
+mod servers;
 mod session;
+mod tls;
 
 pub use config::{
     ContractOverride, DEFAULT_STARTUP_TIMEOUT, DEFAULT_TIMEOUT, McpServerConfig, McpTransport,
@@ -95,4 +108,5 @@ pub use content::MCP_ARTIFACTS_DIR;
 pub use error::McpError;
 pub use handler::{ElicitationHandler, HandlerRefusal, SamplingHandler};
 pub use options::{DEFAULT_STDERR_CAP, StartOptions};
-pub use server::{McpServer, McpServers, SHUTDOWN_GRACE};
+pub use server::{McpServer, SHUTDOWN_GRACE};
+pub use servers::McpServers;

@@ -1,9 +1,8 @@
-//! [`McpServer`]: a started server, its offered tools, restart and shutdown;
-//! [`McpServers`]: several started together.
+//! [`McpServer`]: a started server, its offered tools (and their changes),
+//! restart and shutdown.
 
-use std::collections::BTreeSet;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
 use std::time::Duration;
 
 use agentry_protocol::ErrorCode;
@@ -17,14 +16,19 @@ use rmcp::model::{
 };
 use rmcp::service::{PeerRequestOptions, ServiceError};
 use serde_json::Value;
+use tokio::sync::{mpsc, watch};
 
 use crate::config::McpServerConfig;
 use crate::content::to_output;
 use crate::contract::contract_for;
 use crate::error::McpError;
 use crate::handler::{Client, ProgressRoutes};
+use crate::listing::{Changes, Relisted, allowed, offered_at_start};
 use crate::options::StartOptions;
 use crate::session::{Session, connect};
+
+/// Called after a server's offered tools changed ([`crate::McpServers::on_tools_changed`]).
+pub(crate) type Hook = Arc<dyn Fn() + Send + Sync>;
 
 /// Time between SIGTERM and SIGKILL when a stdio server is shut down.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
@@ -53,8 +57,15 @@ pub struct McpServer {
     config: McpServerConfig,
     options: StartOptions,
     client: Client,
-    /// The tools offered (the allow-list applied), as listed at start.
-    offered: Vec<McpTool>,
+    /// The tools offered now (the allow-list applied): as listed at start,
+    /// then as each later listing changed them (see `listing.rs`).
+    offered: RwLock<Vec<McpTool>>,
+    /// One re-listing at a time: an older listing never replaces a newer one.
+    relisting: tokio::sync::Mutex<()>,
+    /// Bumped after each change of `offered`, once the hooks have run.
+    changes: watch::Sender<u64>,
+    /// Run after each change of `offered` (a registry to rebuild).
+    hooks: Mutex<Vec<Hook>>,
     /// The live session; `None` after a failed restart or shutdown. The lock
     /// is also the one permit to restart.
     session: tokio::sync::Mutex<Option<Session>>,
@@ -80,14 +91,16 @@ impl McpServer {
         options: StartOptions,
     ) -> Result<Arc<McpServer>, McpError> {
         check_config(&config)?;
+        let (list_changed, notices) = mpsc::unbounded_channel();
         let client = Client {
             server: Arc::from(config.name.as_str()),
             sampling: options.sampling.clone(),
             elicitation: options.elicitation.clone(),
             progress: ProgressRoutes::default(),
+            list_changed,
         };
         let (session, listed) = connect(&config, &options, client.clone()).await?;
-        let offered = match offered(&config, listed) {
+        let offered = match offered_at_start(&config, listed) {
             Ok(offered) => offered,
             Err(e) => {
                 session.close(SHUTDOWN_GRACE).await;
@@ -95,15 +108,20 @@ impl McpServer {
             }
         };
         let pid = session.pid().unwrap_or(0);
-        Ok(Arc::new(McpServer {
+        let server = Arc::new(McpServer {
             config,
             options,
             client,
-            offered,
+            offered: RwLock::new(offered),
+            relisting: tokio::sync::Mutex::new(()),
+            changes: watch::Sender::new(0),
+            hooks: Mutex::new(Vec::new()),
             session: tokio::sync::Mutex::new(Some(session)),
             shut: AtomicBool::new(false),
             pid: AtomicU32::new(pid),
-        }))
+        });
+        tokio::spawn(follow_list_changes(Arc::downgrade(&server), notices));
+        Ok(server)
     }
 
     /// The declaration it was started from.
@@ -113,8 +131,13 @@ impl McpServer {
 
     /// Its tools, named `<server>.<tool>`, the allow-list applied, with
     /// contracts from their annotations and the overrides.
+    ///
+    /// These are the tools offered now: after `tools/list_changed` or a
+    /// restart they may differ (see [`McpServer::tools_changed`]). A tool
+    /// taken from an earlier list whose server no longer lists it answers
+    /// `ENOTOOL` naming it.
     pub fn tools(self: &Arc<Self>) -> Vec<Arc<dyn Tool>> {
-        self.offered
+        self.read_offered()
             .iter()
             .map(|tool| {
                 Arc::new(McpServerTool {
@@ -124,6 +147,89 @@ impl McpServer {
                 }) as Arc<dyn Tool>
             })
             .collect()
+    }
+
+    /// Changes each time the offered tools change (a `tools/list_changed`
+    /// re-listed, a restarted server listing others), after the hooks of
+    /// [`crate::McpServers::on_tools_changed`] have run.
+    pub fn tools_changed(&self) -> watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
+    fn read_offered(&self) -> std::sync::RwLockReadGuard<'_, Vec<McpTool>> {
+        self.offered.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(crate) fn add_hook(&self, hook: Hook) {
+        self.hooks
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(hook);
+    }
+
+    /// Lists the tools again (the server said they changed) and applies the
+    /// listing. A failed listing keeps the tools as they were.
+    async fn relist(&self) {
+        let _one = self.relisting.lock().await;
+        let peer = match self.session.lock().await.as_ref() {
+            Some(session) if !self.shut.load(Ordering::SeqCst) => session.service.peer().clone(),
+            Some(_) | None => return,
+        };
+        match peer.list_all_tools().await {
+            Ok(listed) => self.apply(listed, Relisted::ListChanged),
+            Err(e) => tracing::warn!(
+                server = %self.config.name,
+                error = %e,
+                "MCP server {} sent tools/list_changed but tools/list failed; its tools stay as they were",
+                self.config.name
+            ),
+        }
+    }
+
+    /// Offers `listed` (the allow-list applied) from now on, if it changes
+    /// anything: logged, the hooks run, then `tools_changed` moves.
+    fn apply(&self, listed: Vec<McpTool>, why: Relisted) {
+        let now = allowed(&self.config, listed);
+        let changes = {
+            let mut offered = self.offered.write().unwrap_or_else(PoisonError::into_inner);
+            let changes = Changes::between(&self.config, &offered, &now);
+            if changes.is_empty() {
+                return;
+            }
+            *offered = now;
+            changes
+        };
+        changes.log(&self.config.name, why);
+        let hooks = self
+            .hooks
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        for hook in hooks {
+            hook();
+        }
+        self.changes.send_modify(|n| *n += 1);
+    }
+
+    /// The error of a call to a tool the server no longer lists.
+    fn not_offered(&self, tool: &str, shown: &str) -> ToolError {
+        let listed: Vec<String> = self
+            .read_offered()
+            .iter()
+            .map(|t| self.config.tool_name(&t.name))
+            .collect();
+        ToolError::new(
+            ErrorCode::Enotool,
+            format!(
+                "{shown}: MCP server {} no longer lists tool {tool} (its tool list changed during the run)",
+                self.config.name
+            ),
+        )
+        .with_action(format!(
+            "call one of its tools offered now: {}",
+            listed.join(", ")
+        ))
+        .retryable(false)
     }
 
     /// The stdio server's current process (group leader); `None` for HTTP,
@@ -137,6 +243,10 @@ impl McpServer {
     /// non-retryable `EUNAVAIL`. Dropping the server SIGKILLs the group too.
     pub async fn shutdown(&self) {
         self.shut.store(true, Ordering::SeqCst);
+        self.hooks
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
         let session = self.session.lock().await.take();
         if let Some(session) = session {
             session.close(SHUTDOWN_GRACE).await;
@@ -162,7 +272,7 @@ impl McpServer {
             }
             self.pid.store(0, Ordering::SeqCst);
             tracing::warn!(server = %self.config.name, %stderr, "MCP server is gone; restarting it");
-            let (session, _) = connect(&self.config, &self.options, self.client.clone())
+            let (session, listed) = connect(&self.config, &self.options, self.client.clone())
                 .await
                 .map_err(|e| {
                     ToolError::new(
@@ -176,6 +286,8 @@ impl McpServer {
                 })?;
             self.pid.store(session.pid().unwrap_or(0), Ordering::SeqCst);
             *guard = Some(session);
+            // The new process may list other tools, or other schemas.
+            self.apply(listed, Relisted::Restarted);
         }
         let session = guard.as_ref().ok_or_else(|| {
             ToolError::new(
@@ -396,38 +508,6 @@ fn check_config(config: &McpServerConfig) -> Result<(), McpError> {
     Ok(())
 }
 
-/// The listed tools the declaration offers; an allow-list entry or override
-/// naming a tool not offered is an error naming it and what is.
-fn offered(config: &McpServerConfig, listed: Vec<McpTool>) -> Result<Vec<McpTool>, McpError> {
-    let names: Vec<String> = listed.iter().map(|t| t.name.to_string()).collect();
-    let offered: Vec<McpTool> = match &config.tools {
-        None => listed,
-        Some(allowed) => {
-            if let Some(missing) = allowed.iter().find(|a| !names.contains(a)) {
-                return Err(McpError::UnknownTool {
-                    server: config.name.clone(),
-                    tool: missing.clone(),
-                    listed: names,
-                });
-            }
-            let allowed: BTreeSet<&str> = allowed.iter().map(String::as_str).collect();
-            listed
-                .into_iter()
-                .filter(|t| allowed.contains(t.name.as_ref()))
-                .collect()
-        }
-    };
-    let offered_names: Vec<String> = offered.iter().map(|t| t.name.to_string()).collect();
-    if let Some(tool) = config.overrides.keys().find(|k| !offered_names.contains(k)) {
-        return Err(McpError::UnknownOverride {
-            server: config.name.clone(),
-            tool: tool.clone(),
-            listed: offered_names,
-        });
-    }
-    Ok(offered)
-}
-
 /// One offered tool: calls go through its server.
 struct McpServerTool {
     server: Arc<McpServer>,
@@ -443,6 +523,10 @@ impl Tool for McpServerTool {
     }
 
     async fn call(&self, args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        // A registry built before the server's list changed still holds it.
+        if !self.server.offers(&self.name) {
+            return Err(self.server.not_offered(&self.name, &self.contract.name));
+        }
         self.server
             .call(&self.name, &self.contract.name, args, ctx)
             .await
@@ -454,65 +538,21 @@ impl Tool for McpServerTool {
     }
 }
 
-/// Several servers, started concurrently.
-#[derive(Debug, Default)]
-pub struct McpServers {
-    servers: Vec<Arc<McpServer>>,
+impl McpServer {
+    /// Whether the server offers its tool `tool` now.
+    fn offers(&self, tool: &str) -> bool {
+        self.read_offered().iter().any(|t| t.name == tool)
+    }
 }
 
-impl McpServers {
-    /// Starts every server at once; if any fails, those started are shut
-    /// down and the first failure (in declaration order) is returned.
-    pub async fn start_all(
-        configs: Vec<McpServerConfig>,
-        options: StartOptions,
-    ) -> Result<McpServers, McpError> {
-        let mut seen = BTreeSet::new();
-        for config in &configs {
-            if !seen.insert(config.name.clone()) {
-                return Err(McpError::Duplicate {
-                    server: config.name.clone(),
-                });
-            }
-        }
-        let results = futures::future::join_all(
-            configs
-                .into_iter()
-                .map(|config| McpServer::start(config, options.clone())),
-        )
-        .await;
-        let mut servers = Vec::new();
-        let mut failure = None;
-        for result in results {
-            match result {
-                Ok(server) => servers.push(server),
-                Err(e) => {
-                    failure.get_or_insert(e);
-                }
-            }
-        }
-        let started = McpServers { servers };
-        match failure {
-            Some(e) => {
-                started.shutdown().await;
-                Err(e)
-            }
-            None => Ok(started),
-        }
-    }
-
-    /// Every server's tools.
-    pub fn tools(&self) -> Vec<Arc<dyn Tool>> {
-        self.servers.iter().flat_map(McpServer::tools).collect()
-    }
-
-    /// The servers, in declaration order.
-    pub fn iter(&self) -> impl Iterator<Item = &Arc<McpServer>> {
-        self.servers.iter()
-    }
-
-    /// Shuts every server down (concurrently).
-    pub async fn shutdown(&self) {
-        futures::future::join_all(self.servers.iter().map(|s| s.shutdown())).await;
+/// Re-lists `server`'s tools at each `tools/list_changed` (a burst is one
+/// re-listing), until the server is gone.
+async fn follow_list_changes(server: Weak<McpServer>, mut notices: mpsc::UnboundedReceiver<()>) {
+    while notices.recv().await.is_some() {
+        while notices.try_recv().is_ok() {}
+        let Some(server) = server.upgrade() else {
+            return;
+        };
+        server.relist().await;
     }
 }

@@ -5,6 +5,7 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::ffi::OsString;
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -13,7 +14,7 @@ use agentry_protocol::ProcessGroupRecord;
 use agentry_tools::proc::ServerProcess;
 use reqwest::header::{HeaderName, HeaderValue};
 use rmcp::model::Tool as McpTool;
-use rmcp::service::{RoleClient, RunningService, serve_client};
+use rmcp::service::{ClientInitializeError, RoleClient, RunningService, serve_client};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use tokio::io::AsyncReadExt;
@@ -23,6 +24,7 @@ use crate::config::{McpServerConfig, McpTransport};
 use crate::error::McpError;
 use crate::handler::Client;
 use crate::options::StartOptions;
+use crate::tls;
 
 /// How long a closing session waits for the rmcp task to stop.
 const CLOSE_WAIT: Duration = Duration::from_millis(500);
@@ -141,8 +143,12 @@ pub(crate) async fn connect(
         McpTransport::Stdio { command, env } => {
             connect_stdio(config, options, client, command, env).await
         }
-        McpTransport::Http { url, headers } => {
-            let transport = http_transport(config, url, headers)?;
+        McpTransport::Http {
+            url,
+            headers,
+            ca_cert,
+        } => {
+            let transport = http_transport(config, url, headers, ca_cert.as_deref())?;
             let timeout = config.startup_timeout;
             match tokio::time::timeout(timeout, handshake(client, transport)).await {
                 Ok(result) => result.map_err(|f| f.into_error(config, String::new())),
@@ -260,21 +266,16 @@ fn spawn(
     })
 }
 
-/// The streamable-HTTP transport, headers expanded.
+/// The streamable-HTTP transport, headers expanded, trusting the OS roots,
+/// `SSL_CERT_FILE`'s and `ca_cert`'s CAs.
 fn http_transport(
     config: &McpServerConfig,
     url: &str,
     headers: &BTreeMap<String, String>,
+    ca_cert: Option<&Path>,
 ) -> Result<StreamableHttpClientTransport<reqwest::Client>, McpError> {
     let headers = expand_headers(&config.name, headers, |var| std::env::var(var).ok())?;
-    agentry_models_free_tls::install_crypto_provider();
-    let http = reqwest::Client::builder()
-        .build()
-        .or_else(|_| reqwest::Client::builder().tls_certs_only([]).build())
-        .map_err(|e| McpError::Config {
-            server: config.name.clone(),
-            reason: format!("cannot build an HTTP client: {e}"),
-        })?;
+    let http = tls::http_client(&config.name, url, ca_cert)?;
     let transport = StreamableHttpClientTransport::with_client(
         http,
         StreamableHttpClientTransportConfig::with_uri(url.to_string()).custom_headers(headers),
@@ -286,6 +287,8 @@ fn http_transport(
 enum Failure {
     Initialize(String),
     List(String),
+    /// The HTTPS handshake under `initialize` failed: the TLS library's words.
+    Tls(String),
 }
 
 impl Failure {
@@ -293,6 +296,17 @@ impl Failure {
         let (stage, reason) = match self {
             Failure::Initialize(r) => ("initialize", r),
             Failure::List(r) => ("tools/list", r),
+            Failure::Tls(reason) => {
+                let url = match &config.transport {
+                    McpTransport::Http { url, .. } => url.clone(),
+                    McpTransport::Stdio { .. } => String::new(),
+                };
+                return McpError::Tls {
+                    server: config.name.clone(),
+                    url,
+                    reason,
+                };
+            }
         };
         McpError::Handshake {
             server: config.name.clone(),
@@ -307,9 +321,15 @@ async fn handshake(
     client: Client,
     transport: StreamableHttpClientTransport<reqwest::Client>,
 ) -> Result<(Session, Vec<McpTool>), Failure> {
-    let service = serve_client(client, transport)
-        .await
-        .map_err(|e| Failure::Initialize(e.to_string()))?;
+    let service = serve_client(client, transport).await.map_err(|e| {
+        // Only a transport error can be a refused handshake.
+        let tls = if let ClientInitializeError::TransportError { error, .. } = &e {
+            tls::tls_failure(error)
+        } else {
+            None
+        };
+        tls.map_or_else(|| Failure::Initialize(e.to_string()), Failure::Tls)
+    })?;
     let tools = list_tools(&service).await?;
     Ok((Session::new(service, None, None), tools))
 }
@@ -372,17 +392,6 @@ fn expand(template: &str, lookup: &impl Fn(&str) -> Option<String>) -> Result<St
 
 pub(crate) fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
-/// ring as rustls' provider, as agentry-models installs it (this crate does
-/// not depend on the model adapters).
-mod agentry_models_free_tls {
-    pub(super) fn install_crypto_provider() {
-        if rustls::crypto::CryptoProvider::get_default().is_none() {
-            // Losing a race to another installer is fine: a provider is in place.
-            let _ = rustls::crypto::ring::default_provider().install_default();
-        }
-    }
 }
 
 #[cfg(test)]

@@ -201,6 +201,7 @@ async fn server_everything_over_streamable_http() {
         McpTransport::Http {
             url: format!("http://127.0.0.1:{}/mcp", http.port),
             headers,
+            ca_cert: None,
         },
     );
     let server = McpServer::start(config, StartOptions::new(run.workdir()))
@@ -223,6 +224,7 @@ async fn an_http_server_that_went_away_is_reconnected_at_the_next_call() {
         McpTransport::Http {
             url: format!("http://127.0.0.1:{port}/mcp"),
             headers: Default::default(),
+            ca_cert: None,
         },
     );
     let server = McpServer::start(config, StartOptions::new(run.workdir()))

@@ -5,6 +5,7 @@
 
 mod support;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -50,7 +51,7 @@ async fn contracts_come_from_annotations_and_overrides() {
     assert_eq!(contract("read").timeout_ms, 4321);
     assert_eq!(contract("read").auth_scope, "t");
     assert_eq!(contract("sum").input_schema["required"], json!(["a", "b"]));
-    assert_eq!(server.tools().len(), 14);
+    assert_eq!(server.tools().len(), 15);
     server.shutdown().await;
 }
 
@@ -186,29 +187,51 @@ async fn a_call_carries_the_trace_context_in_meta() {
     server.shutdown().await;
 }
 
+/// The server's whole environment, as the kernel holds it: each allowlisted
+/// variable the host has (with the host's value), then the declaration's
+/// `env` over it, and the spawn id the host sets; nothing else (no run id: a
+/// resumed run's fence must not kill the new server; no forged host id).
 #[tokio::test]
 async fn the_server_gets_only_the_allowlist_and_its_env() {
     let run = Run::new();
-    let declared = with_env(config("t", &[]), "GREETING", "hello");
-    let server = McpServer::start(declared, StartOptions::new(run.workdir()))
-        .await
-        .unwrap();
-    let env = tool(&server, "env");
-    let ctx = run.ctx("c1", CancellationToken::new());
-    let read = |name: &'static str| {
-        let env = env.clone();
-        let ctx = ctx.clone();
-        async move { env.call(json!({"name": name}), &ctx).await.unwrap().data }
-    };
-    assert_eq!(read("GREETING").await, json!("hello"));
-    assert_ne!(read("PATH").await, json!("(unset)"));
+    let mut declared = with_env(config("t", &[]), "GREETING", "hello");
+    // A declared value wins over the host's allowlisted one; a host-owned
+    // name cannot be declared.
+    declared = with_env(declared, "HOME", "/declared/home");
+    declared = with_env(declared, "AGENTRY_RUN_ID", "forged");
+    let options = StartOptions::new(run.workdir());
+    let server = McpServer::start(declared, options.clone()).await.unwrap();
     // Cargo sets it for this test process; the server must not inherit it.
     assert!(std::env::var("CARGO_MANIFEST_DIR").is_ok());
-    assert_eq!(read("CARGO_MANIFEST_DIR").await, json!("(unset)"));
-    // No run id: a resumed run's fence must not kill the new server.
-    assert_eq!(read("AGENTRY_RUN_ID").await, json!("(unset)"));
-    assert_ne!(read("AGENTRY_SPAWN_ID").await, json!("(unset)"));
+
+    let environ = std::fs::read(format!("/proc/{}/environ", server.pid().unwrap())).unwrap();
+    let mut actual: BTreeMap<String, String> = environ
+        .split(|b| *b == 0)
+        .filter(|entry| !entry.is_empty())
+        .map(|entry| {
+            let text = String::from_utf8_lossy(entry);
+            let (name, value) = text.split_once('=').unwrap();
+            (name.to_string(), value.to_string())
+        })
+        .collect();
+    let spawn_id = actual.remove("AGENTRY_SPAWN_ID").expect("the spawn id");
+    assert!(!spawn_id.is_empty());
+    let mut expected: BTreeMap<String, String> = options
+        .env_allowlist
+        .iter()
+        .filter_map(|name| Some((name.clone(), std::env::var(name).ok()?)))
+        .collect();
+    expected.insert("GREETING".into(), "hello".into());
+    expected.insert("HOME".into(), "/declared/home".into());
+    assert_eq!(actual, expected);
+
     // Each call records the server's group for the fence.
+    let ctx = run.ctx("c1", CancellationToken::new());
+    let out = tool(&server, "env")
+        .call(json!({"name": "GREETING"}), &ctx)
+        .await
+        .unwrap();
+    assert_eq!(out.data, json!("hello"));
     let groups = run.groups.0.lock().unwrap().clone();
     assert!(!groups.is_empty());
     assert!(groups.iter().all(|g| Some(g.pgid as u32) == server.pid()));

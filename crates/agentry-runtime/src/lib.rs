@@ -67,5 +67,5 @@ pub use durable::owner;
 pub use error::{ChildRefusal, RuntimeError};
 pub use grants::Grants;
 pub use policy::{Policy, PolicyContext};
-pub use registry::ToolRegistry;
+pub use registry::{LiveRegistry, ToolRegistry, WeakLiveRegistry};
 pub use runtime::{InboxUsage, Interrupted, RunHandle, RunTree, Runtime};

@@ -13,10 +13,10 @@ use agentry_protocol::budget::BudgetSnapshot;
 use agentry_protocol::decision::{Decision, PolicyOutput};
 use agentry_protocol::event::RunEvent;
 use agentry_protocol::state::SessionEntry;
-use agentry_protocol::tool::ToolSpec;
 
 use crate::budget::OnStepGranted;
 use crate::events::EventSink;
+use crate::registry::VisibleTools;
 use agentry_redact::StreamHoldback;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use tokio_util::sync::CancellationToken;
@@ -185,8 +185,8 @@ pub(crate) struct PolicyArgs {
     pub run_id: Arc<str>,
     /// Goal.
     pub goal: String,
-    /// Tools visible to the model.
-    pub tools: Arc<[ToolSpec]>,
+    /// Tools visible to the model, as the live registry has them at each step.
+    pub tools: VisibleTools,
     /// The run's events (for streamed token deltas).
     pub events: EventSink,
     /// The run's W3C traceparent, handed to the policy with each decision.
@@ -239,13 +239,14 @@ impl Actor for PolicyActor {
                 reply,
             } => {
                 state.transcript.extend(new_entries);
+                let tools = state.args.tools.current();
                 let deltas = StepDeltas::new(state.args.events.clone(), step);
                 let ctx = PolicyContext {
                     deltas: Some(&deltas),
                     run_id: &state.args.run_id,
                     step,
                     goal: &state.args.goal,
-                    tools: &state.args.tools,
+                    tools: &tools,
                     session: &state.transcript,
                     budget: &budget,
                     traceparent: Some(&state.args.traceparent),

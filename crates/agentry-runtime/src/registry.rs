@@ -1,9 +1,14 @@
 //! The tool registry: contracts and compiled schemas (grants: [`crate::grants`]).
 //!
 //! Built once and shared (`Arc`) by every run, so schemas are compiled once.
+//! A runtime holds it in a [`LiveRegistry`]: a tool source whose set changes
+//! while runs go (an MCP server's `tools/list_changed`) has a new registry
+//! built and put in its place; each run reads the one in place at each step
+//! (`VisibleTools` for what the model is shown, the executor per batch).
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
 
 use agentry_protocol::tool::{ToolContract, ToolSpec};
 use agentry_tools::Tool;
@@ -190,6 +195,124 @@ impl ToolRegistry {
     }
 }
 
+/// A runtime's registry, replaceable while its runs go. Cheap to clone;
+/// clones share it.
+///
+/// A replacement is seen by every run from its next step: the tools shown to
+/// the model (filtered by the run's grants, as at its start) and the ones its
+/// calls find. A call already checked against the registry it replaced runs
+/// on the tool it found there.
+#[derive(Clone)]
+pub struct LiveRegistry {
+    inner: Arc<Live>,
+}
+
+struct Live {
+    current: RwLock<Arc<ToolRegistry>>,
+    /// Bumped by each replacement, so a run recomputes its visible tools only
+    /// when they may have changed.
+    generation: AtomicU64,
+}
+
+impl LiveRegistry {
+    /// A live registry holding `registry`.
+    pub fn new(registry: ToolRegistry) -> Self {
+        LiveRegistry {
+            inner: Arc::new(Live {
+                current: RwLock::new(Arc::new(registry)),
+                generation: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    /// The registry in place now.
+    pub fn current(&self) -> Arc<ToolRegistry> {
+        let current = self
+            .inner
+            .current
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        Arc::clone(&current)
+    }
+
+    /// How many times it was replaced.
+    pub fn generation(&self) -> u64 {
+        self.inner.generation.load(Ordering::Acquire)
+    }
+
+    /// Puts `registry` in place: runs see it from their next step.
+    pub fn replace(&self, registry: ToolRegistry) {
+        let mut current = self
+            .inner
+            .current
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        *current = Arc::new(registry);
+        // Under the lock: a reader that sees the new generation finds the
+        // new registry.
+        self.inner.generation.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// A handle that does not keep the registry (and its tools) alive: what
+    /// a watcher that replaces it holds, so that it ends with the runtime.
+    pub fn downgrade(&self) -> WeakLiveRegistry {
+        WeakLiveRegistry(Arc::downgrade(&self.inner))
+    }
+}
+
+impl std::fmt::Debug for LiveRegistry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LiveRegistry")
+            .field("generation", &self.generation())
+            .field("current", &self.current())
+            .finish()
+    }
+}
+
+/// A [`LiveRegistry`] that may be gone ([`LiveRegistry::downgrade`]).
+#[derive(Clone, Debug)]
+pub struct WeakLiveRegistry(Weak<Live>);
+
+impl WeakLiveRegistry {
+    /// The registry, if a runtime still holds it.
+    pub fn upgrade(&self) -> Option<LiveRegistry> {
+        self.0.upgrade().map(|inner| LiveRegistry { inner })
+    }
+}
+
+/// The tool specs one run shows its model: the live registry's, filtered by
+/// the run's grants, recomputed only after a replacement.
+pub(crate) struct VisibleTools {
+    live: LiveRegistry,
+    grants: crate::grants::Grants,
+    generation: u64,
+    specs: Arc<[ToolSpec]>,
+}
+
+impl VisibleTools {
+    pub(crate) fn new(live: LiveRegistry, grants: crate::grants::Grants) -> Self {
+        let generation = live.generation();
+        let specs = live.current().visible_specs(|c| grants.allows(c));
+        VisibleTools {
+            live,
+            grants,
+            generation,
+            specs,
+        }
+    }
+
+    /// The specs for the step about to be decided.
+    pub(crate) fn current(&mut self) -> Arc<[ToolSpec]> {
+        let generation = self.live.generation();
+        if generation != self.generation {
+            let grants = &self.grants;
+            self.specs = self.live.current().visible_specs(|c| grants.allows(c));
+            self.generation = generation;
+        }
+        Arc::clone(&self.specs)
+    }
+}
+
 /// Checks that a JSON Schema compiles, with the same compiler the registry
 /// uses, so a task file's declared tool is refused at load time for exactly
 /// what [`ToolRegistry::register`] would refuse it for.
@@ -246,6 +369,40 @@ mod tests {
         registry.register(Arc::new(ListTool)).unwrap();
         let all = registry.visible_specs(|c| Grants::all().allows(c));
         assert_eq!(names(&all), ["fs.read", "fs.write", "fs.list"]);
+    }
+
+    /// A replacement is what a run's next step sees, through its grants;
+    /// nothing is recomputed while none happens.
+    #[test]
+    fn a_replaced_registry_is_what_the_next_step_sees_through_its_grants() {
+        use agentry_tools::fs::{ListTool, ReadTool, WriteTool};
+        let names = |specs: &[ToolSpec]| specs.iter().map(|s| s.name.clone()).collect::<Vec<_>>();
+        let mut first = ToolRegistry::new();
+        first.register(Arc::new(ReadTool)).unwrap();
+        first.register(Arc::new(WriteTool)).unwrap();
+        let live = LiveRegistry::new(first);
+        let mut visible = VisibleTools::new(live.clone(), Grants::new(["fs.read", "fs.list"]));
+        let before = visible.current();
+        assert_eq!(names(&before), ["fs.read"]);
+        assert!(Arc::ptr_eq(&before, &visible.current()), "not recomputed");
+
+        let mut second = ToolRegistry::new();
+        second.register(Arc::new(ListTool)).unwrap();
+        second.register(Arc::new(WriteTool)).unwrap();
+        live.replace(second);
+        assert_eq!(live.generation(), 1);
+        // fs.read is gone, fs.list granted and new, fs.write not granted.
+        assert_eq!(names(&visible.current()), ["fs.list"]);
+        assert!(live.current().get("fs.read").is_none());
+        assert!(live.current().get("fs.list").is_some());
+
+        let weak = live.downgrade();
+        assert!(weak.upgrade().is_some());
+        drop((live, visible));
+        assert!(
+            weak.upgrade().is_none(),
+            "a weak handle keeps nothing alive"
+        );
     }
 
     #[test]

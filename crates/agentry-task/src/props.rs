@@ -87,6 +87,7 @@ const TABLES: &[(&str, &[&str])] = &[
             "env",
             "url",
             "headers",
+            "ca_cert",
             "tools",
             "timeout",
             "startup_timeout",

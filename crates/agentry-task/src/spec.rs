@@ -8,7 +8,8 @@ use std::time::Duration;
 use agentry_protocol::accept::AcceptCheck;
 use agentry_protocol::budget::BudgetLimits;
 use agentry_runtime::{
-    ApprovalConfig, Driver, Grants, ObserveConfig, RunConfig, Runtime, ToolRegistry, TreeLimits,
+    ApprovalConfig, Driver, Grants, LiveRegistry, ObserveConfig, RunConfig, Runtime, ToolRegistry,
+    TreeLimits,
 };
 use toml::Value;
 
@@ -214,6 +215,40 @@ impl TaskSpec {
             registry.register(Arc::new(tool)).map_err(|e| invalid(&e))?;
         }
         Ok(registry)
+    }
+
+    /// A runtime on this task's tools and its started MCP servers' (see
+    /// [`TaskSpec::registry_with`]), kept in step with the servers' tools by
+    /// [`TaskSpec::follow_mcp`].
+    pub fn runtime_with(&self, mcp: &McpServers) -> Result<Runtime, TaskError> {
+        let runtime = Runtime::new(self.registry_with(mcp)?);
+        self.follow_mcp(mcp, runtime.live_registry());
+        Ok(runtime)
+    }
+
+    /// Keeps `live` in step with the servers' tools: each time one's offered
+    /// tools change (`tools/list_changed`, a restart listing others), a
+    /// registry with the task's tools and the servers' new ones is put in
+    /// place, so every run sees it from its next step (its grants still
+    /// decide what its model is shown). A registry that cannot be built (a
+    /// new tool's name taken) is logged and the runs keep the one they had.
+    /// Holds neither the servers nor the registry: it ends with them.
+    pub fn follow_mcp(&self, mcp: &McpServers, live: &LiveRegistry) {
+        let task = self.clone();
+        let live = live.downgrade();
+        mcp.on_tools_changed(move |servers| {
+            let Some(live) = live.upgrade() else {
+                return;
+            };
+            match task.registry_with(servers) {
+                Ok(registry) => live.replace(registry),
+                Err(e) => tracing::warn!(
+                    task = %task.task_id,
+                    error = %e,
+                    "the MCP servers' tools changed but cannot be registered; runs keep the tools they had"
+                ),
+            }
+        });
     }
 
     /// A runtime on this task's tools: `Runtime::new(self.registry()?)`.

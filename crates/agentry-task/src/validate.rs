@@ -22,8 +22,8 @@ use crate::raw::{
 };
 use crate::spec::{ChildModelSpec, Compaction, FallbackSpec, TaskSpec};
 use crate::values::{
-    FieldError, describe, duration, field_error, millis, money, non_negative, patterns, positive,
-    relative_path, section, task_id,
+    FieldError, ca_file, describe, duration, field_error, millis, money, non_negative, patterns,
+    positive, relative_path, section, task_id,
 };
 use crate::{DEFAULT_GRANTS, DEFAULT_SCRIPT, MAX_RESULT_CAP, MIN_RESULT_CAP, WORKSPACE_DIR};
 use agentry_mcp::McpServerConfig;
@@ -66,7 +66,7 @@ impl TaskSpec {
             command_tools,
             mcp_servers,
             approval,
-        } = tools_table(raw.tools)?;
+        } = tools_table(raw.tools, dir)?;
         let DriverTable { driver, tick_every } = driver_table(raw.driver)?;
         let accept = accept_table(raw.accept)?;
         let PolicyTable {
@@ -170,7 +170,7 @@ fn budget(raw: RawBudget) -> Result<BudgetLimits, FieldError> {
 }
 
 /// `[tools]`: grants (default [`DEFAULT_GRANTS`]), approvals, command tools.
-fn tools_table(v: Option<Value>) -> Result<ToolsTable, FieldError> {
+fn tools_table(v: Option<Value>, dir: &Path) -> Result<ToolsTable, FieldError> {
     let Some(v) = v else {
         return Ok(ToolsTable {
             grants: Grants::new(DEFAULT_GRANTS.iter().copied()),
@@ -192,7 +192,7 @@ fn tools_table(v: Option<Value>) -> Result<ToolsTable, FieldError> {
         None => Vec::new(),
     };
     let mcp_servers = match tools.mcp {
-        Some(v) => mcp_servers(v)?,
+        Some(v) => mcp_servers(v, dir)?,
         None => Vec::new(),
     };
     apply_approvals(&mcp_servers, &mut approval);
@@ -315,23 +315,16 @@ fn policy_table(v: Option<Value>, dir: &Path) -> Result<PolicyTable, FieldError>
         Some(s) => Some(dir.join(relative_path("policy.script", &s)?)),
         None => default_script(),
     };
-    let ca_cert = policy.ca_cert.map(|c| ca_cert(&c, dir)).transpose()?;
+    let ca_cert = policy
+        .ca_cert
+        .map(|c| ca_file("policy.ca_cert", &c, dir))
+        .transpose()?;
     let context_tokens = policy
         .context_tokens
         .map(|v| positive("policy.context_tokens", &v))
         .transpose()?;
     let result_cap = policy.result_cap.map(|v| result_cap(&v)).transpose()?;
-    let compaction = match policy.compaction {
-        None => Compaction::Elide,
-        Some(Value::String(c)) if c == "elide" => Compaction::Elide,
-        Some(Value::String(c)) if c == "summarize" => Compaction::Summarize,
-        Some(other) => {
-            return Err(field_error!(
-                "policy.compaction: expected \"elide\" or \"summarize\", found {}",
-                describe(&other)
-            ));
-        }
-    };
+    let compaction = compaction(policy.compaction)?;
     Ok(PolicyTable {
         script,
         model,
@@ -344,6 +337,19 @@ fn policy_table(v: Option<Value>, dir: &Path) -> Result<PolicyTable, FieldError>
         compaction,
         child_models: child_models(policy.models, dir)?,
     })
+}
+
+/// `policy.compaction`: `elide` (the default) or `summarize`.
+fn compaction(v: Option<Value>) -> Result<Compaction, FieldError> {
+    match v {
+        None => Ok(Compaction::Elide),
+        Some(Value::String(c)) if c == "elide" => Ok(Compaction::Elide),
+        Some(Value::String(c)) if c == "summarize" => Ok(Compaction::Summarize),
+        Some(other) => Err(field_error!(
+            "policy.compaction: expected \"elide\" or \"summarize\", found {}",
+            describe(&other)
+        )),
+    }
 }
 
 /// `[policy.models.NAME]`: each a `model` (with an optional `base_url`) or a
@@ -452,29 +458,6 @@ fn fallback_list(v: Option<Value>) -> Result<Vec<FallbackSpec>, FieldError> {
             })
         })
         .collect()
-}
-
-/// `[policy] ca_cert`: a file of CA certificates the model client trusts,
-/// relative to the task directory (or absolute), which must exist now; the
-/// model adapter checks that it is PEM when it builds its client.
-fn ca_cert(v: &Value, dir: &Path) -> Result<PathBuf, FieldError> {
-    let path = match v.as_str() {
-        Some(s) if !s.trim().is_empty() => dir.join(s),
-        Some(_) | None => {
-            return Err(field_error!(
-                "policy.ca_cert: expected the path of a PEM file, found {}",
-                describe(v)
-            ));
-        }
-    };
-    if path.is_file() {
-        Ok(path)
-    } else {
-        Err(field_error!(
-            "policy.ca_cert: {} does not exist or is not a file (a relative path is taken from the task directory)",
-            path.display()
-        ))
-    }
 }
 
 /// `provider:model` with a provider agentry speaks.

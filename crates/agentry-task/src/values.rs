@@ -3,7 +3,7 @@
 //! was found (`budget.max_steps: expected a positive integer, found "ten"`).
 
 use std::fmt;
-use std::path::{Component, Path};
+use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
 use serde::de::DeserializeOwned;
@@ -226,5 +226,29 @@ pub(crate) fn describe(v: &Value) -> String {
         Value::Datetime(d) => format!("the date-time {d}"),
         Value::Array(_) => "an array".to_string(),
         Value::Table(_) => "a table".to_string(),
+    }
+}
+
+/// A file of CA certificates (`policy.ca_cert` for the model client,
+/// `tools.mcp[i].ca_cert` for an MCP server's), relative to the task
+/// directory `dir` (or absolute), which must exist now; the client that
+/// trusts it checks that it is PEM when it is built.
+pub(crate) fn ca_file(at: &str, v: &Value, dir: &Path) -> Result<PathBuf, FieldError> {
+    let path = match v.as_str() {
+        Some(s) if !s.trim().is_empty() => dir.join(s),
+        Some(_) | None => {
+            return Err(field_error!(
+                "{at}: expected the path of a PEM file, found {}",
+                describe(v)
+            ));
+        }
+    };
+    if path.is_file() {
+        Ok(path)
+    } else {
+        Err(field_error!(
+            "{at}: {} does not exist or is not a file (a relative path is taken from the task directory)",
+            path.display()
+        ))
     }
 }

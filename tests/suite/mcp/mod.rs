@@ -7,8 +7,10 @@
 //! `.ci/run` installs it, sets `MCP_EVERYTHING_DIR` and runs these with
 //! `--ignored`; with the variable unset or unusable they fail saying so.
 //! `lifecycle`: start failures, restarts and approvals, with servers that
-//! need nothing installed.
+//! need nothing installed. `changes`: a server whose tools change during a
+//! run (`tools/list_changed`, a restart listing another schema).
 
+mod changes;
 mod everything;
 mod lifecycle;
 mod runs;
@@ -79,6 +81,16 @@ impl Drop for EverythingHttp {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// agentry-mcp's test server, beside this test binary's profile directory.
+pub(crate) fn test_server() -> Result<PathBuf, TestError> {
+    let exe = std::env::current_exe()?;
+    let profile = exe
+        .parent()
+        .and_then(Path::parent)
+        .ok_or("no target directory")?;
+    agentry_test_support::peers::mcp_test_server(profile)
 }
 
 /// Writes a task directory: `task.toml` from `toml`, with an empty workspace.

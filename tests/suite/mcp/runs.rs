@@ -14,17 +14,7 @@ use agentry_test_support::{
 };
 use serde_json::json;
 
-use super::task_dir;
-
-/// agentry-mcp's test server, beside this test binary's profile directory.
-fn test_server() -> Result<PathBuf, TestError> {
-    let exe = std::env::current_exe()?;
-    let profile = exe
-        .parent()
-        .and_then(Path::parent)
-        .ok_or("no target directory")?;
-    agentry_test_support::peers::mcp_test_server(profile)
-}
+use super::{task_dir, test_server};
 
 fn task_toml(extra: &str) -> Result<String, TestError> {
     Ok(format!(

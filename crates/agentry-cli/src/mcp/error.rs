@@ -3,12 +3,16 @@
 
 use std::path::PathBuf;
 
+use super::args::ShapeError;
 use super::inline::InlineError;
 use super::runs::StartError;
 
 /// Why a tool call's arguments cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum ArgError {
+    /// An argument of the wrong type, or one the schema does not have.
+    #[error(transparent)]
+    Shape(#[from] ShapeError),
     /// Both or neither of `task_dir` and `task`.
     #[error("give exactly one of task_dir (a task directory) and task (inline task.toml fields)")]
     TaskSource,

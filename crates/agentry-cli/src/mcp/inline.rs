@@ -4,8 +4,10 @@
 //! integer, found "ten"`), as `examples/service` does for its JSON tasks.
 //!
 //! The directory (`<tmp>/agentry/inline/<random>/inline/`: task.toml, the
-//! script as script.json, the files under workspace/) is kept like the
-//! working directories are: a stored run names it, and so does its resume.
+//! script as script.json, the files under workspace/) lives as long as its
+//! run: removed when the run ends (its record is in the store, its files in
+//! its working directory) or does not start. A run left unfinished by a
+//! killed server keeps it: `agentry resume` reloads the task from it.
 
 use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
@@ -80,8 +82,8 @@ pub(crate) fn write_task_dir(inline: InlineTask) -> Result<PathBuf, InlineError>
     Ok(dir)
 }
 
-/// Removes an inline task's directory (and the one holding it): its task
-/// did not load, or the run did not start.
+/// Removes an inline task's directory (and the one holding it): its run
+/// ended, or did not start.
 pub(crate) fn discard(dir: &Path) {
     if let Some(holder) = dir.parent()
         && let Err(e) = std::fs::remove_dir_all(holder)

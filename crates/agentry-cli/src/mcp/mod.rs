@@ -10,10 +10,12 @@
 //! run tasks (and their commands) as this user, so only local clients may
 //! reach them, and rmcp's Host check refuses DNS-rebound names.
 //!
-//! When the client goes away (stdin closes) or on ctrl-c, every run still
-//! going is aborted (`user_abort`) and waited for, so no tool process and no
-//! unfinished store record is left behind by the server's own exit.
+//! When the client goes away (stdin closes), on ctrl-c (SIGINT) or on SIGTERM
+//! (systemd, `docker stop`), every run still going is aborted (`user_abort`)
+//! and waited for, so no tool process and no unfinished store record is left
+//! behind by the server's own exit.
 
+mod args;
 mod error;
 mod inline;
 mod runs;
@@ -26,6 +28,7 @@ use std::sync::Arc;
 use rmcp::ServiceExt;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
+use tokio::io::AsyncWriteExt;
 use tokio_util::sync::CancellationToken;
 
 use crate::args::McpArgs;
@@ -58,13 +61,19 @@ pub(crate) enum ServeError {
     Session(String),
 }
 
-/// Serves until the client goes away (stdio) or ctrl-c (both).
+/// Serves until the client goes away (stdio), or SIGINT or SIGTERM (both).
 pub(crate) async fn serve(args: McpArgs) -> Result<(), ServeError> {
     check_store(&args)?;
+    // Installed before anything is served: from here on neither signal can
+    // kill the process before its runs record their stop.
+    let stop = StopSignals::listen().map_err(|source| ServeError::Io {
+        what: "cannot listen for SIGINT and SIGTERM".into(),
+        source,
+    })?;
     let runs = Arc::new(ServerRuns::new(&args));
     let served = match args.http {
-        Some(addr) => serve_http(addr, runs.clone()).await,
-        None => serve_stdio(runs.clone()).await,
+        Some(addr) => serve_http(addr, runs.clone(), stop).await,
+        None => serve_stdio(runs.clone(), stop).await,
     };
     runs.abort_all().await;
     served
@@ -83,24 +92,32 @@ fn check_store(args: &McpArgs) -> Result<(), ServeError> {
     Ok(())
 }
 
-async fn serve_stdio(runs: Arc<ServerRuns>) -> Result<(), ServeError> {
+async fn serve_stdio(runs: Arc<ServerRuns>, mut stop: StopSignals) -> Result<(), ServeError> {
     let server = AgentryServer::new(runs);
+    let stdin = detached_stdin().map_err(|source| ServeError::Io {
+        what: "cannot read stdin".into(),
+        source,
+    })?;
     let service = server
-        .serve(rmcp::transport::stdio())
+        .serve((stdin, tokio::io::stdout()))
         .await
         .map_err(|e| ServeError::Session(e.to_string()))?;
     tokio::select! {
         ended = service.waiting() => {
             ended.map_err(|e| ServeError::Session(e.to_string()))?;
         }
-        _ = tokio::signal::ctrl_c() => {
-            eprintln!("agentry: mcp: interrupted; aborting the runs still going");
+        signal = stop.next() => {
+            eprintln!("agentry: mcp: {signal}; aborting the runs still going");
         }
     }
     Ok(())
 }
 
-async fn serve_http(addr: SocketAddr, runs: Arc<ServerRuns>) -> Result<(), ServeError> {
+async fn serve_http(
+    addr: SocketAddr,
+    runs: Arc<ServerRuns>,
+    mut signals: StopSignals,
+) -> Result<(), ServeError> {
     if !addr.ip().is_loopback() {
         return Err(ServeError::NotLoopback(addr));
     }
@@ -131,9 +148,8 @@ async fn serve_http(addr: SocketAddr, runs: Arc<ServerRuns>) -> Result<(), Serve
     eprintln!("agentry: mcp: listening on http://{bound}/mcp");
     let shutdown = stop.clone();
     tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            eprintln!("agentry: mcp: interrupted; aborting the runs still going");
-        }
+        let signal = signals.next().await;
+        eprintln!("agentry: mcp: {signal}; aborting the runs still going");
         shutdown.cancel();
     });
     axum::serve(listener, router)
@@ -143,4 +159,83 @@ async fn serve_http(addr: SocketAddr, runs: Arc<ServerRuns>) -> Result<(), Serve
             what: format!("--http {bound}"),
             source,
         })
+}
+
+/// Standard input, read on a thread of its own. A read on tokio's stdin runs
+/// on the blocking pool and cannot be cancelled: stopped by a signal while
+/// the client still holds stdin open, the server would wait for that read
+/// forever when the runtime shuts down. This thread is simply left behind
+/// when the process exits.
+fn detached_stdin() -> std::io::Result<tokio::io::DuplexStream> {
+    let (reader, mut writer) = tokio::io::duplex(STDIN_BUFFER);
+    let runtime = tokio::runtime::Handle::current();
+    std::thread::Builder::new()
+        .name("agentry-mcp-stdin".into())
+        .spawn(move || {
+            let mut stdin = std::io::stdin().lock();
+            let mut chunk = vec![0u8; STDIN_BUFFER];
+            loop {
+                let n = match std::io::Read::read(&mut stdin, &mut chunk) {
+                    Ok(0) => break,
+                    Ok(n) => n,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "stdin failed; ending the session");
+                        break;
+                    }
+                };
+                // The session is gone once the reader is dropped.
+                if runtime.block_on(writer.write_all(&chunk[..n])).is_err() {
+                    break;
+                }
+            }
+            // Dropping the writer is the session's end of input.
+        })?;
+    Ok(reader)
+}
+
+/// Bytes of stdin in flight between its thread and the session.
+const STDIN_BUFFER: usize = 64 * 1024;
+
+/// SIGINT (ctrl-c) and SIGTERM (systemd, `docker stop`, `kill`): either stops
+/// the server the same graceful way. The handlers are installed by
+/// [`StopSignals::listen`] itself, not when first polled.
+struct StopSignals {
+    #[cfg(unix)]
+    interrupt: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    terminate: tokio::signal::unix::Signal,
+}
+
+impl StopSignals {
+    fn listen() -> std::io::Result<StopSignals> {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            Ok(StopSignals {
+                interrupt: signal(SignalKind::interrupt())?,
+                terminate: signal(SignalKind::terminate())?,
+            })
+        }
+        #[cfg(not(unix))]
+        {
+            Ok(StopSignals {})
+        }
+    }
+
+    /// Waits for the first of the two; says which, for the notice.
+    async fn next(&mut self) -> &'static str {
+        #[cfg(unix)]
+        {
+            tokio::select! {
+                _ = self.interrupt.recv() => "interrupted",
+                _ = self.terminate.recv() => "terminated (SIGTERM)",
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+            "interrupted"
+        }
+    }
 }

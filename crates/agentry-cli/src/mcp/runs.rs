@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use agentry::{RunHandle, RunOutcome, RunTree};
 use serde_json::{Value, json};
+use tokio::task::JoinHandle;
 
 use crate::args::{DurabilityArg, McpArgs, PolicyArg, RunArgs, parse_policy};
 use crate::drive::{Finished, drive};
@@ -17,8 +18,14 @@ use crate::error::RunError;
 use crate::run::{Prepared, prepare};
 use crate::store::{existing, store_or_default};
 
+use super::inline::discard;
+
 /// How long a stopping server waits for each aborted run to record its stop.
 const ABORT_GRACE: Duration = Duration::from_secs(30);
+
+/// How long a stopping server waits for an ended run's MCP servers to shut
+/// down and its inline task directory to go.
+const ENDING_GRACE: Duration = Duration::from_secs(5);
 
 /// What `run_task` asks for, its arguments checked.
 pub(crate) struct StartRequest {
@@ -33,6 +40,9 @@ pub(crate) struct StartRequest {
     /// The caller's W3C trace context (`_meta.traceparent`): the run joins
     /// that trace.
     pub(crate) traceparent: Option<String>,
+    /// `task_dir` was written for this run (an inline task): it is removed
+    /// when the run ends.
+    pub(crate) inline: bool,
 }
 
 /// Why a run did not start. Each says what is wrong in the caller's terms.
@@ -57,6 +67,9 @@ pub(crate) struct ServerRuns {
     no_store: bool,
     durability: DurabilityArg,
     live: Mutex<HashMap<String, RunHandle>>,
+    /// Each run's ending (its MCP servers shut down, its inline task
+    /// directory removed), awaited before the server exits.
+    endings: Mutex<Vec<JoinHandle<()>>>,
 }
 
 impl ServerRuns {
@@ -67,6 +80,7 @@ impl ServerRuns {
             no_store: args.no_store,
             durability: args.durability,
             live: Mutex::new(HashMap::new()),
+            endings: Mutex::new(Vec::new()),
         }
     }
 
@@ -80,6 +94,7 @@ impl ServerRuns {
             })?),
             None => None,
         };
+        let inline = request.inline.then(|| request.task_dir.clone());
         let args = self.run_args(
             request.task_dir,
             policy,
@@ -100,12 +115,26 @@ impl ServerRuns {
             .start_boxed(config, policy)
             .await
             .map_err(|e| StartError::Run(e.to_string()))?;
-        // The task's MCP servers live as long as its run.
+        // The task's MCP servers, and an inline task's directory, live as
+        // long as its run: the run's record is in the store, its files in its
+        // working directory. (A server killed before its run ended leaves the
+        // directory for `agentry resume`.)
         let ended = handle.clone();
-        tokio::spawn(async move {
+        let ending = tokio::spawn(async move {
             let _ = ended.wait().await;
             mcp.shutdown().await;
+            if let Some(dir) = inline {
+                let _ = tokio::task::spawn_blocking(move || discard(&dir)).await;
+            }
         });
+        let mut endings = self
+            .endings
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // A long-lived server keeps only the endings still to come.
+        endings.retain(|e| !e.is_finished());
+        endings.push(ending);
+        drop(endings);
         if let Some(path) = store {
             eprintln!(
                 "agentry: mcp: run {} is stored in {}",
@@ -168,7 +197,9 @@ impl ServerRuns {
             .and_then(|p| existing(p).ok())
     }
 
-    /// Aborts every run still going and waits (bounded) for each to stop.
+    /// Aborts every run still going and waits (bounded) for each to stop,
+    /// then for their endings (MCP servers shut down, inline task
+    /// directories removed).
     pub(crate) async fn abort_all(&self) {
         let going: Vec<RunHandle> = self
             .all()
@@ -187,6 +218,18 @@ impl ServerRuns {
                     "agentry: mcp: run {} did not stop within {ABORT_GRACE:?} of its abort",
                     handle.run_id()
                 );
+            }
+        }
+        let endings = std::mem::take(
+            &mut *self
+                .endings
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        for ending in endings {
+            // A run that did not stop has not ended: its ending is dropped.
+            if tokio::time::timeout(ENDING_GRACE, ending).await.is_err() {
+                tracing::debug!("a run's ending did not finish before the server exits");
             }
         }
     }

@@ -6,7 +6,6 @@
 //! them); a run that stops other than `done` is a normal result carrying its
 //! stop reason, as `agentry run --json` reports it.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -15,53 +14,20 @@ use agentry::protocol::decision::Decision;
 use agentry::protocol::event::RunEvent;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
-use rmcp::model::{CallToolResult, ContentBlock, ProgressNotificationParam, ProgressToken};
+use rmcp::model::{
+    CallToolResult, ContentBlock, JsonObject, ProgressNotificationParam, ProgressToken,
+};
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, Peer, RoleServer, ServerHandler, tool, tool_handler, tool_router};
 use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
+use super::args::RunTaskArgs;
 use super::error::ArgError;
 use super::inline::{InlineTask, discard, write_task_dir};
 use super::runs::{self, ServerRuns, StartError, StartRequest};
 use super::stored;
-
-/// `run_task`'s arguments.
-#[derive(Debug, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RunTaskArgs {
-    /// A task directory (task.toml, script.json, workspace/), relative to the
-    /// server's current directory. Give this or `task`.
-    #[serde(default)]
-    pub(crate) task_dir: Option<String>,
-    /// An inline task: the fields of task.toml as a JSON object, e.g.
-    /// {"goal": "...", "budget": {"max_steps": 8}, "tools": {"grant": ["fs.read"]},
-    /// "accept": [{"file": "sum.txt", "equals": "23"}]}. Give this or `task_dir`.
-    #[serde(default)]
-    pub(crate) task: Option<Map<String, Value>>,
-    /// Inline task only: the scripted policy, {"turns": [...]}, as script.json.
-    #[serde(default)]
-    pub(crate) script: Option<Value>,
-    /// Inline task only: the working directory's initial files, relative path → content.
-    #[serde(default)]
-    pub(crate) files: Option<BTreeMap<String, String>>,
-    /// The policy, as `agentry run --policy`: `script:FILE` (relative to the
-    /// server's current directory), `openai:MODEL` or `anthropic:MODEL`.
-    /// Default: the task's own (its `[policy]`, else its script.json).
-    #[serde(default)]
-    pub(crate) policy: Option<String>,
-    /// Override the task's step budget (as `--max-steps`).
-    #[serde(default)]
-    pub(crate) max_steps: Option<u64>,
-    /// Override the task's wall-clock deadline, e.g. "30s" (as `--deadline`).
-    #[serde(default)]
-    pub(crate) deadline: Option<String>,
-    /// Wait for the outcome (default true). false: return the run id at once;
-    /// follow it with get_run.
-    #[serde(default)]
-    pub(crate) wait: Option<bool>,
-}
 
 /// `get_run`'s and `cancel_run`'s argument.
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -99,6 +65,8 @@ impl AgentryServer {
 
     #[tool(
         description = "Run an agentry task: a task directory (task_dir) or inline task.toml fields (task, with script and files). Waits for the outcome (run_id, stop_reason, detail, answer, steps, tool_calls, checks, budget: the fields of `agentry run --json`) unless wait is false, which returns the run id at once. Sends a progress notification per step when the request has a progressToken.",
+        // Read by `RunTaskArgs::parse`, so a mistyped field is named.
+        input_schema = RunTaskArgs::schema(),
         annotations(
             title = "Run an agentry task",
             read_only_hint = false,
@@ -109,9 +77,13 @@ impl AgentryServer {
     )]
     async fn run_task(
         &self,
-        Parameters(args): Parameters<RunTaskArgs>,
+        arguments: JsonObject,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
+        let args = match RunTaskArgs::parse(arguments) {
+            Ok(args) => args,
+            Err(e) => return Ok(tool_error(&ArgError::Shape(e))),
+        };
         let wait = args.wait.unwrap_or(true);
         // The caller's trace context (`_meta.traceparent`, MCP's SEP-414 key):
         // the run joins that trace; the runtime ignores an invalid value.
@@ -260,6 +232,7 @@ impl AgentryServer {
             max_steps: args.max_steps,
             deadline: args.deadline,
             traceparent,
+            inline,
         };
         let started = self.start_in(task_dir.clone(), overrides).await;
         if inline && started.is_err() {
@@ -279,6 +252,7 @@ impl AgentryServer {
             max_steps,
             deadline,
             traceparent,
+            inline,
         } = overrides;
         let max_steps = match max_steps {
             Some(n) if n == 0 || n > agentry::task::MAX_COUNT => {
@@ -303,6 +277,7 @@ impl AgentryServer {
             max_steps,
             deadline,
             traceparent,
+            inline,
         };
         Ok(self.runs.start(request).await?)
     }
@@ -315,6 +290,8 @@ struct Overrides {
     deadline: Option<String>,
     /// From the request's `_meta.traceparent`.
     traceparent: Option<String>,
+    /// The task directory was written for this run.
+    inline: bool,
 }
 
 /// Where a waiting `run_task`'s progress notifications go.

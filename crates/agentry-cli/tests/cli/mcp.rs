@@ -144,13 +144,7 @@ async fn mcp_serves_four_tools_and_runs_the_sum_example_with_progress() {
     assert_eq!(hints(1).read_only_hint, Some(true), "get_run");
     assert_eq!(hints(2).read_only_hint, Some(true), "list_runs");
     assert_eq!(hints(3).read_only_hint, Some(false), "run_task");
-    let run_task = Value::Object((*tools[3].input_schema).clone());
-    for field in ["task_dir", "task", "script", "files", "policy", "wait"] {
-        assert!(
-            run_task["properties"][field].is_object(),
-            "{field}: {run_task}"
-        );
-    }
+    assert_plain_field_types(&tools[3]);
     assert_eq!(tools[1].input_schema["required"], json!(["run_id"]));
 
     // rmcp's client puts a progress token of its own on every request; the
@@ -171,7 +165,10 @@ async fn mcp_serves_four_tools_and_runs_the_sum_example_with_progress() {
     let text = result.content[0].as_text().unwrap().text.clone();
     assert!(text.contains("stopped done"), "{text}");
 
-    // One notification per step, in order, each naming what the step did.
+    // One notification per step, each naming what the step did. The server
+    // sends them in order, but rmcp's client handles each notification on a
+    // task of its own, so they may reach this test in any order: compare the
+    // set, sorted by step.
     let mut seen = Vec::new();
     while seen.len() < 3 {
         let p = tokio::time::timeout(CALL_BOUND, progress.recv())
@@ -180,6 +177,7 @@ async fn mcp_serves_four_tools_and_runs_the_sum_example_with_progress() {
             .unwrap();
         seen.push(p);
     }
+    seen.sort_by(|a, b| a.progress.total_cmp(&b.progress));
     let steps: Vec<f64> = seen.iter().map(|p| p.progress).collect();
     assert_eq!(steps, [1.0, 2.0, 3.0]);
     assert!(seen.iter().all(|p| p.total == Some(8.0)), "{seen:?}");
@@ -188,12 +186,42 @@ async fn mcp_serves_four_tools_and_runs_the_sum_example_with_progress() {
             .all(|p| p.progress_token == seen[0].progress_token),
         "{seen:?}"
     );
-    assert_eq!(seen[0].message.as_deref(), Some("step 1: called fs.read"));
+    let messages: Vec<&str> = seen.iter().filter_map(|p| p.message.as_deref()).collect();
     assert_eq!(
-        seen[2].message.as_deref(),
-        Some("step 3: called task.finish")
+        messages,
+        [
+            "step 1: called fs.read",
+            "step 2: called fs.write",
+            "step 3: called task.finish"
+        ]
     );
     client.cancel().await.unwrap();
+}
+
+/// Each of run_task's fields has its one plain type: "integer or null" made
+/// the MCP Inspector send a typed number as a string.
+fn assert_plain_field_types(tool: &rmcp::model::Tool) {
+    let run_task = Value::Object((*tool.input_schema).clone());
+    let types: Vec<(&str, &Value)> = run_task["properties"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(name, p)| (name.as_str(), &p["type"]))
+        .collect();
+    assert_eq!(
+        types,
+        [
+            ("deadline", &json!("string")),
+            ("files", &json!("object")),
+            ("max_steps", &json!("integer")),
+            ("policy", &json!("string")),
+            ("script", &json!("object")),
+            ("task", &json!("object")),
+            ("task_dir", &json!("string")),
+            ("wait", &json!("boolean")),
+        ],
+        "{run_task}"
+    );
 }
 
 /// wait=false returns the run id at once; get_run follows it to its outcome,
@@ -370,7 +398,86 @@ fn long_task(secs: &str) -> Value {
 async fn mcp_bad_arguments_are_clear_errors() {
     let tmp = tempfile::tempdir().unwrap();
     let (client, _progress) = stdio_client(tmp.path()).await;
-    let cases = [
+    for (arguments, expected) in bad_run_task_arguments() {
+        let result = call(&client, "run_task", arguments.clone()).await;
+        let text = error_text(&result);
+        assert!(
+            text.contains(expected),
+            "{arguments}: {text:?} lacks {expected:?}"
+        );
+    }
+    for tool in ["get_run", "cancel_run"] {
+        let result = call(&client, tool, json!({"run_id": "nope"})).await;
+        let text = error_text(&result);
+        assert!(text.contains("no run \"nope\""), "{tool}: {text}");
+    }
+    // No inline task of a refused call is left behind.
+    let inline = tmp.path().join("agentry/inline");
+    let left: Vec<_> = std::fs::read_dir(&inline)
+        .map(|d| d.map(|e| e.unwrap().path()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "{left:?}");
+    client.cancel().await.unwrap();
+}
+
+/// The inline task directories under `tmp`'s `agentry/inline/`.
+fn inline_dirs(tmp: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(tmp.join("agentry/inline"))
+        .map(|d| d.map(|e| e.unwrap().path()).collect())
+        .unwrap_or_default()
+}
+
+/// Polls until no inline task directory is left (bounded).
+async fn until_no_inline_dirs(tmp: &Path) {
+    let deadline = Instant::now() + CALL_BOUND;
+    loop {
+        let left = inline_dirs(tmp);
+        if left.is_empty() {
+            return;
+        }
+        assert!(Instant::now() < deadline, "left behind: {left:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// An inline task's directory lives as long as its run: there while it
+/// runs, gone once it ends, whether it finished or was cancelled.
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_an_inline_tasks_directory_goes_with_its_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (client, _progress) = stdio_client(tmp.path()).await;
+    let finished = call(
+        &client,
+        "run_task",
+        json!({
+            "task": {"goal": "answer at once"},
+            "script": {"turns": [
+                {"tool_calls": [{"id": "f", "name": "task.finish", "arguments": {"answer": "ok"}}]},
+            ]},
+        }),
+    )
+    .await;
+    assert_eq!(structured(&finished)["stop_reason"], "done", "{finished:?}");
+    until_no_inline_dirs(tmp.path()).await;
+
+    let started = call(&client, "run_task", long_task("321")).await;
+    let run_id = structured(&started)["run_id"].as_str().unwrap().to_string();
+    tokio::task::spawn_blocking(|| wait_for_sleepers("321", true))
+        .await
+        .unwrap();
+    let going = inline_dirs(tmp.path());
+    assert_eq!(going.len(), 1, "{going:?}");
+    assert!(going[0].join("inline/task.toml").is_file(), "{going:?}");
+    let cancelled = call(&client, "cancel_run", json!({"run_id": run_id})).await;
+    assert_eq!(structured(&cancelled)["stop_reason"], "user_abort");
+    until_no_inline_dirs(tmp.path()).await;
+    client.cancel().await.unwrap();
+}
+
+/// run_task arguments that are refused, and what the error says.
+fn bad_run_task_arguments() -> Vec<(Value, &'static str)> {
+    vec![
         (json!({}), "give exactly one of task_dir"),
         (
             json!({"task_dir": "examples/sum", "task": {"goal": "g"}}),
@@ -412,36 +519,19 @@ async fn mcp_bad_arguments_are_clear_errors() {
             json!({"task_dir": "examples/sum", "max_steps": 0}),
             "max_steps: expected 1 to",
         ),
-    ];
-    for (arguments, expected) in cases {
-        let result = call(&client, "run_task", arguments.clone()).await;
-        let text = error_text(&result);
-        assert!(
-            text.contains(expected),
-            "{arguments}: {text:?} lacks {expected:?}"
-        );
-    }
-    // An argument the schema does not have (rmcp's own check), named.
-    let result = call(
-        &client,
-        "run_task",
-        json!({"task_dir": "examples/sum", "bogus": 1}),
-    )
-    .await;
-    assert!(
-        error_text(&result).contains("unknown field `bogus`"),
-        "{result:?}"
-    );
-    for tool in ["get_run", "cancel_run"] {
-        let result = call(&client, tool, json!({"run_id": "nope"})).await;
-        let text = error_text(&result);
-        assert!(text.contains("no run \"nope\""), "{tool}: {text}");
-    }
-    // No inline task of a refused call is left behind.
-    let inline = tmp.path().join("agentry/inline");
-    let left: Vec<_> = std::fs::read_dir(&inline)
-        .map(|d| d.map(|e| e.unwrap().path()).collect())
-        .unwrap_or_default();
-    assert!(left.is_empty(), "{left:?}");
-    client.cancel().await.unwrap();
+        // What a form-based client (the MCP Inspector) sends for a typed
+        // number or a ticked box: named, with what was expected.
+        (
+            json!({"task_dir": "examples/sum", "max_steps": "10"}),
+            "max_steps: expected a non-negative integer, got a string (\"10\")",
+        ),
+        (
+            json!({"task_dir": "examples/sum", "wait": "false"}),
+            "wait: expected true or false, got a string (\"false\")",
+        ),
+        (
+            json!({"task_dir": "examples/sum", "bogus": 1}),
+            "bogus: not an argument of run_task; its arguments are: task_dir,",
+        ),
+    ]
 }

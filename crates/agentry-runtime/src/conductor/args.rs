@@ -13,7 +13,7 @@ use crate::config::RunConfig;
 use crate::durable::RunLog;
 use crate::events::EventSink;
 use crate::policy::Policy;
-use crate::registry::ToolRegistry;
+use crate::registry::LiveRegistry;
 use crate::state::RunState;
 use crate::trace::TraceWriter;
 
@@ -24,7 +24,7 @@ pub struct ConductorArgs {
     /// Configuration.
     pub config: RunConfig,
     /// Tools.
-    pub registry: Arc<ToolRegistry>,
+    pub registry: LiveRegistry,
     /// The policy.
     pub policy: Box<dyn Policy>,
     /// The run's token (a child of the runtime's).

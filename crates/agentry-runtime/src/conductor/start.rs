@@ -20,6 +20,7 @@ use crate::config::Driver;
 use crate::durable::Progress;
 use crate::executor::{ExecutorArgs, ToolExecutor};
 use crate::policy::{PolicyActor, PolicyArgs, SpanContent};
+use crate::registry::VisibleTools;
 use crate::state::{RunState, StateKeeper, StateMsg};
 
 /// Spawns the run's actors and builds the conductor's state (its `pre_start`).
@@ -58,9 +59,7 @@ pub(super) async fn start(
     let model: Arc<str> = args.policy.name().into();
     let content = super::span::content_redactor(&args.config, &args.span, args.events.redactor());
     let policy_args = PolicyArgs {
-        tools: args
-            .registry
-            .visible_specs(|contract| args.config.grants.allows(contract)),
+        tools: VisibleTools::new(args.registry.clone(), args.config.grants.clone()),
         policy: args.policy,
         run_id: Arc::clone(&args.run_id),
         goal: args.config.goal.clone(),
@@ -189,7 +188,7 @@ fn executor_args(
     Ok(ExecutorArgs {
         root,
         run_id: Arc::clone(&args.run_id),
-        registry: Arc::clone(&args.registry),
+        registry: args.registry.clone(),
         grants: config.grants.clone(),
         artifacts: Arc::from(
             config

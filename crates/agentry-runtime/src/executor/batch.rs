@@ -69,7 +69,7 @@ impl ExecutorState {
         granted: usize,
         again: bool,
     ) -> Executed {
-        let registry = Arc::clone(&self.args.registry);
+        let registry = self.args.registry.current();
         let mut prepared = self.prepare_all(&registry, calls, granted, again);
         let side_effects = prepared
             .iter()

@@ -16,7 +16,7 @@ use crate::budget::BudgetMsg;
 use crate::config::{ApprovalConfig, RetryPolicy};
 use crate::durable::RunLog;
 use crate::events::EventSink;
-use crate::registry::{Grants, ToolRegistry};
+use crate::registry::{Grants, LiveRegistry};
 use crate::state::{AppliedAt, StateMsg};
 
 /// An input the state keeper applied while a call waited for it (a human's
@@ -86,8 +86,8 @@ pub enum ExecutorMsg {
 pub struct ExecutorArgs {
     /// Run id.
     pub run_id: Arc<str>,
-    /// Tools.
-    pub registry: Arc<ToolRegistry>,
+    /// Tools: the registry in place when a batch starts is the batch's.
+    pub registry: LiveRegistry,
     /// What this run may call.
     pub grants: Grants,
     /// Working directory.

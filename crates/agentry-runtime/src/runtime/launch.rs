@@ -296,7 +296,8 @@ impl Runtime {
             parent_redaction,
         } = launch;
         let run_id = checked_run_id(&config)?;
-        let redaction = RunRedaction::for_run(&config, parent_redaction.as_ref(), &self.registry)?;
+        let redaction =
+            RunRedaction::for_run(&config, parent_redaction.as_ref(), &self.registry.current())?;
         // Before the handle is made: an exported span's trace id becomes the run's.
         let span = run_span(&config, &mut lineage, &run_id, &*policy, &redaction);
         let (log, new_claim) = self
@@ -321,7 +322,7 @@ impl Runtime {
         let args = ConductorArgs {
             run_id: Arc::clone(&run_id),
             config,
-            registry: Arc::clone(&self.registry),
+            registry: self.registry.clone(),
             policy,
             run_token: run_token.clone(),
             outcome: outcome_tx,

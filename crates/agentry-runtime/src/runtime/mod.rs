@@ -29,7 +29,7 @@ use crate::config::RunConfig;
 use crate::durable::{Durability, StoreWriter};
 use crate::error::RuntimeError;
 use crate::policy::Policy;
-use crate::registry::ToolRegistry;
+use crate::registry::{LiveRegistry, ToolRegistry};
 
 pub use handle::{InboxUsage, Interrupted, RunHandle};
 pub use tree::RunTree;
@@ -37,7 +37,7 @@ pub use tree::RunTree;
 /// Starts runs. Cheap to clone; clones share the tool registry and the shutdown token.
 #[derive(Clone)]
 pub struct Runtime {
-    registry: Arc<ToolRegistry>,
+    registry: LiveRegistry,
     root: CancellationToken,
     child_policy: Option<ChildPolicyFactory>,
     /// Named models children may ask for (`agent.spawn {"model": NAME}`).
@@ -59,7 +59,7 @@ impl Runtime {
     /// A runtime with these tools.
     pub fn new(registry: ToolRegistry) -> Self {
         Runtime {
-            registry: Arc::new(registry),
+            registry: LiveRegistry::new(registry),
             root: CancellationToken::new(),
             child_policy: None,
             child_models: Arc::default(),
@@ -105,8 +105,15 @@ impl Runtime {
         self.root.child_token()
     }
 
-    /// The tool registry.
-    pub fn registry(&self) -> &ToolRegistry {
+    /// The tool registry in place now.
+    pub fn registry(&self) -> Arc<ToolRegistry> {
+        self.registry.current()
+    }
+
+    /// The registry as runs read it: [`LiveRegistry::replace`] puts a new
+    /// one in place for every run's next step (a tool source whose tools
+    /// changed, e.g. an MCP server's `tools/list_changed`).
+    pub fn live_registry(&self) -> &LiveRegistry {
         &self.registry
     }
 

@@ -4,6 +4,7 @@
 //! error names the field (`tools.mcp[0].command: ...`).
 
 use std::collections::BTreeMap;
+use std::path::Path;
 
 use agentry_mcp::{
     ContractOverride, DEFAULT_STARTUP_TIMEOUT, DEFAULT_TIMEOUT, McpServerConfig, McpTransport,
@@ -13,7 +14,7 @@ use serde::Deserialize;
 use toml::Value;
 
 use crate::command::fields::{argv, effect, env, idempotency, redact_fields, tool_name};
-use crate::values::{FieldError, describe, duration, field_error, section};
+use crate::values::{FieldError, ca_file, describe, duration, field_error, section};
 
 #[cfg(test)]
 mod tests;
@@ -26,6 +27,7 @@ struct RawServer {
     env: Option<Value>,
     url: Option<Value>,
     headers: Option<Value>,
+    ca_cert: Option<Value>,
     tools: Option<Value>,
     timeout: Option<Value>,
     startup_timeout: Option<Value>,
@@ -41,8 +43,9 @@ struct RawOverride {
     redact: Option<Value>,
 }
 
-/// Parses `tools.mcp`: an array of tables, in file order, names unique.
-pub(crate) fn mcp_servers(value: Value) -> Result<Vec<McpServerConfig>, FieldError> {
+/// Parses `tools.mcp`: an array of tables, in file order, names unique; a
+/// `ca_cert` is taken from the task directory `dir`.
+pub(crate) fn mcp_servers(value: Value, dir: &Path) -> Result<Vec<McpServerConfig>, FieldError> {
     let Value::Array(items) = value else {
         return Err(field_error!(
             "tools.mcp: expected an array of tables ([[tools.mcp]]), found {}",
@@ -52,7 +55,7 @@ pub(crate) fn mcp_servers(value: Value) -> Result<Vec<McpServerConfig>, FieldErr
     let mut out: Vec<McpServerConfig> = Vec::with_capacity(items.len());
     for (i, item) in items.into_iter().enumerate() {
         let at = format!("tools.mcp[{i}]");
-        let server = server(&at, section(&at, item)?)?;
+        let server = server(&at, section(&at, item)?, dir)?;
         if let Some(j) = out.iter().position(|s| s.name == server.name) {
             return Err(field_error!(
                 "{at}.name: {:?} is also the name of tools.mcp[{j}]; each server needs its own",
@@ -83,7 +86,7 @@ pub(crate) fn apply_approvals(servers: &[McpServerConfig], approval: &mut Approv
 }
 
 /// One table; `at` names it (`tools.mcp[0]`).
-fn server(at: &str, raw: RawServer) -> Result<McpServerConfig, FieldError> {
+fn server(at: &str, raw: RawServer, dir: &Path) -> Result<McpServerConfig, FieldError> {
     let name = match raw.name {
         None => {
             return Err(field_error!(
@@ -92,7 +95,17 @@ fn server(at: &str, raw: RawServer) -> Result<McpServerConfig, FieldError> {
         }
         Some(v) => server_name(&format!("{at}.name"), &v)?,
     };
-    let transport = transport(at, raw.command, raw.env, raw.url, raw.headers)?;
+    let transport = transport(
+        at,
+        RawTransport {
+            command: raw.command,
+            env: raw.env,
+            url: raw.url,
+            headers: raw.headers,
+            ca_cert: raw.ca_cert,
+        },
+        dir,
+    )?;
     let tools = match raw.tools {
         None => None,
         Some(v) => Some(tool_list(&format!("{at}.tools"), v)?),
@@ -131,14 +144,24 @@ fn server_name(at: &str, v: &Value) -> Result<String, FieldError> {
     Ok(name)
 }
 
-/// `command` (+ `env`) or `url` (+ `headers`), exactly one of the two.
-fn transport(
-    at: &str,
+/// How a server is reached, as the table gives it.
+struct RawTransport {
     command: Option<Value>,
-    env_table: Option<Value>,
+    env: Option<Value>,
     url: Option<Value>,
     headers: Option<Value>,
-) -> Result<McpTransport, FieldError> {
+    ca_cert: Option<Value>,
+}
+
+/// `command` (+ `env`) or `url` (+ `headers`, `ca_cert`), exactly one of the two.
+fn transport(at: &str, raw: RawTransport, dir: &Path) -> Result<McpTransport, FieldError> {
+    let RawTransport {
+        command,
+        env: env_table,
+        url,
+        headers,
+        ca_cert,
+    } = raw;
     match (command, url) {
         (Some(_), Some(_)) => Err(field_error!(
             "{at}: both command and url; give command for a stdio server or url for streamable HTTP"
@@ -147,10 +170,15 @@ fn transport(
             "{at}: neither command nor url; e.g. command = [\"npx\", \"-y\", \"@modelcontextprotocol/server-everything\"] or url = \"http://127.0.0.1:3001/mcp\""
         )),
         (Some(command), None) => {
-            if headers.is_some() {
-                return Err(field_error!(
-                    "{at}.headers: only for a server reached by url"
-                ));
+            for (field, given) in [
+                ("headers", headers.is_some()),
+                ("ca_cert", ca_cert.is_some()),
+            ] {
+                if given {
+                    return Err(field_error!(
+                        "{at}.{field}: only for a server reached by url"
+                    ));
+                }
             }
             Ok(McpTransport::Stdio {
                 command: argv(&format!("{at}.command"), command)?,
@@ -172,6 +200,9 @@ fn transport(
                     None => BTreeMap::new(),
                     Some(v) => header_table(&format!("{at}.headers"), v)?,
                 },
+                ca_cert: ca_cert
+                    .map(|v| ca_file(&format!("{at}.ca_cert"), &v, dir))
+                    .transpose()?,
             })
         }
     }

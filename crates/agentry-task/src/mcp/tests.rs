@@ -87,6 +87,7 @@ fn the_issue_example_parses_into_two_servers() {
                 "Authorization".to_string(),
                 "Bearer ${MCP_TOKEN}".to_string()
             )]),
+            ca_cert: None,
         }
     );
     assert_eq!(second.timeout, Duration::from_secs(5));
@@ -218,5 +219,60 @@ fn redact_overrides_parse_and_bad_ones_and_a_reserved_env_are_named() {
             message.contains(expected),
             "for {tail:?}: expected {expected:?} in {message:?}"
         );
+    }
+}
+
+/// `ca_cert` is taken from the task directory and must exist at load, as
+/// `[policy] ca_cert`; it is for a server reached by url only.
+#[test]
+fn a_servers_ca_cert_is_resolved_against_the_task_dir() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::create_dir(tmp.path().join("certs")).unwrap();
+    std::fs::write(tmp.path().join("certs/ca.pem"), "pem").unwrap();
+    let text = "goal = \"g\"\n[[tools.mcp]]\nname = \"r\"\nurl = \"https://127.0.0.1:1/mcp\"\nca_cert = \"certs/ca.pem\"";
+    let spec = TaskSpec::parse(text, tmp.path()).unwrap();
+    let McpTransport::Http { ca_cert, .. } = &spec.mcp_servers[0].transport else {
+        panic!("{:?}", spec.mcp_servers[0].transport)
+    };
+    assert_eq!(
+        ca_cert.as_deref(),
+        Some(tmp.path().join("certs/ca.pem").as_path())
+    );
+    let cases: &[(&str, &str)] = &[
+        (
+            "url = \"https://h/mcp\"\nca_cert = \"certs/absent.pem\"",
+            "tools.mcp[0].ca_cert: ",
+        ),
+        (
+            "url = \"https://h/mcp\"\nca_cert = 3",
+            "tools.mcp[0].ca_cert: expected the path of a PEM file",
+        ),
+        (
+            "command = [\"x\"]\nca_cert = \"certs/ca.pem\"",
+            "tools.mcp[0].ca_cert: only for a server reached by url",
+        ),
+    ];
+    for (tail, expected) in cases {
+        let message = parse_err_in(tmp.path(), tail);
+        assert!(
+            message.contains(expected),
+            "for {tail:?}: expected {expected:?} in {message:?}"
+        );
+    }
+    let absent = parse_err_in(
+        tmp.path(),
+        "url = \"https://h/mcp\"\nca_cert = \"certs/absent.pem\"",
+    );
+    assert!(
+        absent.contains("does not exist or is not a file"),
+        "{absent}"
+    );
+}
+
+fn parse_err_in(dir: &Path, tail: &str) -> String {
+    let text = format!("goal = \"g\"\n[[tools.mcp]]\nname = \"r\"\n{tail}");
+    match TaskSpec::parse(&text, dir) {
+        Err(TaskError::Invalid { message, .. }) => message,
+        other => panic!("expected Invalid, got {other:?}"),
     }
 }
