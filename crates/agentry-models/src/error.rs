@@ -119,15 +119,5 @@ pub enum ModelError {
 /// An error and its sources, joined with ": " (reqwest's own text says only
 /// "builder error" or "error sending request"; the cause is further down).
 pub(crate) fn chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut next = error.source();
-    while let Some(e) = next {
-        let part = e.to_string();
-        if !text.contains(&part) {
-            text.push_str(": ");
-            text.push_str(&part);
-        }
-        next = e.source();
-    }
-    text
+    agentry_tls::error_chain(error)
 }

@@ -91,6 +91,7 @@ pub mod window;
 mod wire;
 
 pub use agentry_policy::Policy;
+pub use agentry_tls::install_crypto_provider;
 pub use anthropic::{AnthropicPolicy, build_anthropic_request};
 pub use chain::{ChainModel, FallbackPolicy};
 pub use compaction::SUMMARIZE_AT_PERCENT;
@@ -101,5 +102,4 @@ pub use openai::{OpenAiPolicy, build_openai_messages};
 pub use provider::{
     ConnectedChain, chain_policy_factory, child_policy_factory, connect, connect_chain,
 };
-pub use tls::install_crypto_provider;
 pub use window::{ContextWindow, WindowSource};
