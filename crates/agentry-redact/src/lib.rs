@@ -8,6 +8,13 @@
 //! the rest becomes a marker (`sk-…[redacted:openai_key]`). Redacting twice
 //! changes nothing. Text without any anchor or literal costs one scan and no
 //! allocation.
+//!
+//! Building a redactor compiles nothing twice in a process: the built-in
+//! detectors are compiled once, and the env values' automata and the task
+//! patterns once per distinct set, shared by every redactor built from the
+//! same ones. The process environment is read once, by the first redactor
+//! built without [`RedactorBuilder::env`]; every later one redacts the values
+//! read then.
 
 mod builtin;
 mod error;
@@ -15,6 +22,7 @@ mod json;
 mod literals;
 mod redactor;
 mod scan;
+mod shared;
 mod stream;
 mod task;
 mod writer;
