@@ -30,8 +30,8 @@ use crate::trace::TraceWriter;
 /// Spawns the run's actors and builds the conductor's state (its `pre_start`).
 pub(super) async fn start(
     myself: ActorRef<ConductorMsg>,
-    mut args: ConductorArgs,
-) -> Result<ConductorState, ActorProcessingErr> {
+    mut args: Box<ConductorArgs>,
+) -> Result<Box<ConductorState>, ActorProcessingErr> {
     let cell = myself.get_cell();
     // The run's clock, once: the supervisor's alarm and the executor's
     // `ETIMEDOUT` read the same deadline.
@@ -53,7 +53,7 @@ pub(super) async fn start(
         initial = initial.observed_as(Arc::clone(&args.run_id));
     }
     let resumption = Resumption::new(&initial, resumed);
-    let state = spawn_child(StateKeeper, initial, &cell).await?;
+    let state = spawn_child(StateKeeper, Box::new(initial), &cell).await?;
     let traceparent = super::span::run_traceparent(&args.span, &args.lineage, &args.run_id);
     let links = ExecutorLinks {
         deadline: clock.deadline_at,
@@ -104,9 +104,9 @@ pub(super) async fn start(
         traceparent,
         span: args.span,
     };
-    Ok(ConductorState::new(
+    Ok(Box::new(ConductorState::new(
         kept, children, model, clock, resumption, allowance,
-    ))
+    )))
 }
 
 /// Spawns a child linked to the conductor. Boxed: nested inline, the four spawn

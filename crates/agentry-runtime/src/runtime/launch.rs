@@ -318,7 +318,9 @@ impl Runtime {
         let posted = Posted::default();
         let gauge = Arc::new(InboxGauge::new(config.inbox_capacity));
         let cut = StepCut::new(&run_token);
-        let args = ConductorArgs {
+        // Boxed: ~2.5 KB that ractor's spawn would otherwise move at every
+        // level down to the conductor's `pre_start`.
+        let args = Box::new(ConductorArgs {
             run_id: Arc::clone(&run_id),
             config,
             registry: Arc::clone(&self.registry),
@@ -337,7 +339,7 @@ impl Runtime {
             gauge: Arc::clone(&gauge),
             claim: stored.claim,
             cut: cut.clone(),
-        };
+        });
         let (conductor, actors) = spawn_conductor(&run_id, args, actors_rx).await?;
         let handle = RunHandle {
             run_id,
@@ -486,7 +488,7 @@ async fn admit_child(parent: &RunHandle, config: &RunConfig) -> Result<u32, Runt
 /// Spawns the conductor and waits for the addresses of the actors it spawned.
 async fn spawn_conductor(
     run_id: &str,
-    args: ConductorArgs,
+    args: Box<ConductorArgs>,
     actors: oneshot::Receiver<ActorRefs>,
 ) -> Result<(ActorRef<ConductorMsg>, ActorRefs), RuntimeError> {
     let (conductor, _) =
