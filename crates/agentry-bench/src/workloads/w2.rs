@@ -4,11 +4,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use agentry::{RunConfig, RunHandle, Runtime};
+use agentry::{RunConfig, RunHandle, RunOutcome, Runtime};
 
 use crate::alloc_count;
 use crate::harness::{BenchResult, Options, check_add, config, warm_up, workdir};
-use crate::model::AddModel;
+use crate::model::{AddModel, Probe};
 use crate::procfs::{cpu_time, peak_rss_mib, rss_mib};
 use crate::report::{ManyFigures, Report};
 use crate::tools;
@@ -110,18 +110,24 @@ pub async fn w2(opts: &Options) -> BenchResult<Report> {
         ));
     }
     measure_floors(&mut report, started, m, elapsed, start).await?;
+    check_all(&mut report, &outcomes, &probes, m);
+    Ok(report)
+}
+
+/// W1's check on every agent's outcome; the report fails naming the first.
+fn check_all(report: &mut Report, outcomes: &[RunOutcome], probes: &[Arc<Probe>], m: u64) {
     let mut failed = 0;
     let mut first = None;
-    for (outcome, probe) in outcomes.iter().zip(&probes) {
+    for (outcome, probe) in outcomes.iter().zip(probes) {
         if let Err(e) = check_add(outcome, probe, m) {
             failed += 1;
             first.get_or_insert(e);
         }
     }
     if let Some(e) = first {
+        let started = outcomes.len();
         report.fail(format!("{failed} of {started} agents failed; first: {e}"));
     }
-    Ok(report)
 }
 
 /// Starts one run per model into `handles`; stops starting (and aborts them all) once RSS

@@ -318,8 +318,7 @@ impl Runtime {
         let posted = Posted::default();
         let gauge = Arc::new(InboxGauge::new(config.inbox_capacity));
         let cut = StepCut::new(&run_token);
-        // Boxed: ~2.5 KB that ractor's spawn would otherwise move at every
-        // level down to the conductor's `pre_start`.
+        // Boxed: ractor's spawn moves its arguments at every level (~2.5 KB).
         let args = Box::new(ConductorArgs {
             run_id: Arc::clone(&run_id),
             config,
