@@ -17,7 +17,8 @@
 //! - [`floor`]: W1's step on bare tokio channels.
 //! - [`actor_floor`]: W1's step in agentry's actor shape on bare ractor actors.
 //! - [`workloads`]: one function per workload, each returning a [`report::Report`].
-//! - [`procfs`]: process and memory readings from `/proc`.
+//! - [`procfs`]: process and memory readings from `/proc`; [`alloc_count`]: the
+//!   counting allocator of the `count-alloc` build.
 //! - [`otlp`]: `w1 --otlp`'s local OTLP receiver and exporting subscriber.
 //!
 //! ```
@@ -28,6 +29,7 @@
 //! ```
 
 pub mod actor_floor;
+pub mod alloc_count;
 pub mod cli;
 pub mod floor;
 pub mod harness;

@@ -8,18 +8,26 @@ use agentry_bench::cli::Args;
 use agentry_bench::report::Report;
 use clap::Parser;
 
-#[cfg(feature = "mimalloc")]
+#[cfg(all(feature = "mimalloc", not(feature = "count-alloc")))]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+#[cfg(feature = "count-alloc")]
+#[global_allocator]
+static ALLOCATOR: agentry_bench::alloc_count::Counting = agentry_bench::alloc_count::Counting;
+
 /// Which global allocator this build uses (reported with every figure).
-const ALLOCATOR_NAME: &str = if cfg!(feature = "mimalloc") {
+const ALLOCATOR_NAME: &str = if cfg!(feature = "count-alloc") {
+    "system, counted"
+} else if cfg!(feature = "mimalloc") {
     "mimalloc"
 } else {
     "system"
 };
 
 fn main() -> ExitCode {
+    #[cfg(feature = "count-alloc")]
+    ALLOCATOR.installed();
     let args = Args::parse();
     let opts = args.options();
     let mut report = agentry_bench::cli::run(args.workload, &opts).unwrap_or_else(|e| {

@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use crate::alloc_count::AllocCounts;
+
 /// What [`Report::many_figures`] reports.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ManyFigures {
@@ -96,6 +98,36 @@ impl Report {
                 (f.peak_rss_mib - f.rss_before_mib) * 1024.0 / f.agents.max(1) as f64,
                 2,
             )
+    }
+
+    /// What a `count-alloc` build counted over W2's timed region `before` →
+    /// `after`, per agent: `alloc_bytes_per_agent`, `allocs_per_agent`,
+    /// `live_peak_kib_per_agent` (the peak of live bytes above those live at
+    /// the start), `live_done_kib_per_agent` (live at the end, every run
+    /// stopped and its handle still held).
+    pub fn alloc_figures(
+        &mut self,
+        agents: usize,
+        before: AllocCounts,
+        after: AllocCounts,
+    ) -> &mut Self {
+        let per = |n: u64| n as f64 / agents.max(1) as f64;
+        self.metric_f(
+            "alloc_bytes_per_agent",
+            per(after.allocated - before.allocated),
+            0,
+        )
+        .metric_f("allocs_per_agent", per(after.blocks - before.blocks), 1)
+        .metric_f(
+            "live_peak_kib_per_agent",
+            per(after.peak.saturating_sub(before.live)) / 1024.0,
+            2,
+        )
+        .metric_f(
+            "live_done_kib_per_agent",
+            per(after.live.saturating_sub(before.live)) / 1024.0,
+            2,
+        )
     }
 
     /// Records a failed check: `ok` becomes false and the note is prefixed

@@ -9,6 +9,13 @@
 //! changes nothing. Text without any anchor or literal costs one scan and no
 //! allocation.
 //!
+//! Building a redactor compiles nothing twice in a process: the built-in
+//! detectors are compiled once, and the env values' automata and the task
+//! patterns once per distinct set, shared by every redactor built from the
+//! same ones. The process environment is read once, by the first redactor
+//! built without [`RedactorBuilder::env`]; every later one redacts the values
+//! read then.
+//!
 //! # Layout
 //! - `redactor.rs`: [`Redactor`] and [`RedactorBuilder`], the entry points.
 //! - `builtin.rs`: the built-in detectors (provider keys, tokens, JWTs,
@@ -21,6 +28,8 @@
 //! - `stream.rs`: [`StreamHoldback`], streamed deltas (a secret split across
 //!   two deltas is still caught).
 //! - `writer.rs`: [`RedactingMakeWriter`], the backstop for log lines.
+//! - `shared.rs`: what is compiled once per process and shared by every
+//!   redactor built from the same values or patterns.
 //! - `error.rs`: [`RedactError`], the crate's one error.
 
 mod builtin;
@@ -29,6 +38,7 @@ mod json;
 mod literals;
 mod redactor;
 mod scan;
+mod shared;
 mod stream;
 mod task;
 mod writer;

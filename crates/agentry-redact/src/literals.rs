@@ -35,6 +35,7 @@ pub(crate) struct Literals {
     pub(crate) prefilter: AhoCorasick,
 }
 
+#[derive(Clone, PartialEq, Eq)]
 pub(crate) struct Entry {
     pub(crate) value: String,
     pub(crate) marker: String,

@@ -10,6 +10,7 @@ use crate::error::RedactError;
 use crate::json;
 use crate::literals::{self, LiteralKind, Literals};
 use crate::scan;
+use crate::shared;
 use crate::task::TaskPatterns;
 
 /// Builds a [`Redactor`]: task patterns and (for tests) the environment.
@@ -50,27 +51,27 @@ impl RedactorBuilder {
         self
     }
 
-    /// Compiles the redactor; a bad task pattern is [`RedactError::BadPattern`] with its index.
+    /// The redactor; a bad task pattern is [`RedactError::BadPattern`] with
+    /// its index. What it compiles (the env values' automata, the task
+    /// patterns) is shared with every redactor of the process built from the
+    /// same values and patterns, so only the first of them compiles it; the
+    /// process environment is read once, by the first build that reads it.
     pub fn build(self) -> Result<Redactor, RedactError> {
-        let task = TaskPatterns::compile(&self.patterns)?;
-        let vars = match self.env {
-            Some(vars) => vars,
-            // Non-UTF-8 values cannot appear in our UTF-8 writes.
-            None => std::env::vars_os()
-                .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
-                .collect(),
+        let task = shared::task_patterns(&self.patterns)?;
+        let literals = match self.env {
+            Some(vars) => shared::literals(&literals::env_entries(vars))?,
+            None => shared::literals(shared::process_env())?,
         };
-        let literals = Literals::build(literals::env_entries(vars))?;
         Ok(Redactor {
             task,
-            literals: RwLock::new(Arc::new(literals)),
+            literals: RwLock::new(literals),
         })
     }
 }
 
 /// Replaces secrets in text, JSON and serializable values. Cheap to share (`Arc`).
 pub struct Redactor {
-    pub(crate) task: Option<TaskPatterns>,
+    pub(crate) task: Option<Arc<TaskPatterns>>,
     literals: RwLock<Arc<Literals>>,
 }
 
@@ -108,7 +109,7 @@ impl Redactor {
 
     /// Whether `text` may hold something to redact (one prefilter scan, no allocation).
     pub(crate) fn may_match(&self, literals: &Literals, text: &str) -> bool {
-        literals.prefilter.is_match(text) || self.task.as_ref().is_some_and(|t| t.is_match(text))
+        literals.prefilter.is_match(text) || self.task.as_deref().is_some_and(|t| t.is_match(text))
     }
 
     /// `text` with every secret replaced; `Borrowed` when nothing matched.
@@ -117,7 +118,7 @@ impl Redactor {
         if !self.may_match(&literals, text) {
             return Cow::Borrowed(text);
         }
-        let hits = scan::hits(text, &literals, self.task.as_ref());
+        let hits = scan::hits(text, &literals, self.task.as_deref());
         scan::apply(text, &hits)
     }
 
@@ -125,7 +126,7 @@ impl Redactor {
     /// unescaped text; the output stays valid JSON. Returns whether it changed.
     pub fn redact_json(&self, buf: &mut Vec<u8>) -> bool {
         let literals = self.snapshot();
-        json::redact(&literals, self.task.as_ref(), buf)
+        json::redact(&literals, self.task.as_deref(), buf)
     }
 
     /// Redacts every string inside `value` by a round trip through JSON.

@@ -82,7 +82,7 @@ fn safe_cut(redactor: &Redactor, literals: &Literals, pending: &str) -> usize {
     }
     if cut > 0 && redactor.may_match(literals, pending) {
         // Never cut inside a match; moving the cut back can only shrink the head.
-        for hit in scan::hits(pending, literals, redactor.task.as_ref())
+        for hit in scan::hits(pending, literals, redactor.task.as_deref())
             .iter()
             .rev()
         {

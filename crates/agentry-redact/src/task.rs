@@ -7,6 +7,8 @@ use crate::error::RedactError;
 /// The task's patterns: one regex, each pattern in its own capture group.
 #[derive(Debug, Clone)]
 pub(crate) struct TaskPatterns {
+    /// The patterns as written (what a compiled set is found by).
+    patterns: Vec<String>,
     regex: Regex,
     /// Capture-group index of pattern i.
     groups: Vec<usize>,
@@ -31,7 +33,15 @@ impl TaskPatterns {
         }
         let joined: Vec<String> = patterns.iter().map(|p| format!("({p})")).collect();
         let regex = Regex::new(&joined.join("|")).map_err(RedactError::PatternsTooLarge)?;
-        Ok(Some(TaskPatterns { regex, groups }))
+        Ok(Some(TaskPatterns {
+            patterns: patterns.to_vec(),
+            regex,
+            groups,
+        }))
+    }
+
+    pub(crate) fn patterns(&self) -> &[String] {
+        &self.patterns
     }
 
     pub(crate) fn is_match(&self, text: &str) -> bool {

@@ -123,6 +123,39 @@ fn env_values_of_secret_names_are_redacted() {
 }
 
 #[test]
+fn redactors_of_the_same_values_share_what_they_compiled_and_nothing_registered() {
+    let build = || {
+        Redactor::builder()
+            .env([("MY_API_TOKEN", "tok-3f9a8b7c6d")])
+            .patterns([r"card-\d{4}"])
+            .build()
+            .unwrap_or_else(|e| panic!("build: {e}"))
+    };
+    let (a, b) = (build(), build());
+    assert!(std::sync::Arc::ptr_eq(&a.snapshot(), &b.snapshot()));
+    let task = |r: &Redactor| r.task.clone().unwrap_or_else(|| panic!("no task patterns"));
+    assert!(std::sync::Arc::ptr_eq(&task(&a), &task(&b)));
+    // A value registered with one redactor stays with it.
+    a.add_literal("open sesame", LiteralKind::Field("password".into()))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let text = "open sesame tok-3f9a8b7c6d card-1234";
+    let both = "[redacted:env:MY_API_TOKEN] [redacted:pattern:0]";
+    assert_eq!(
+        a.redact_str(text),
+        format!("[redacted:field:password] {both}")
+    );
+    assert_eq!(b.redact_str(text), format!("open sesame {both}"));
+    assert_eq!(build().redact_str(text), format!("open sesame {both}"));
+    // The process environment is read once and its compiled values shared.
+    let env = || {
+        Redactor::builder()
+            .build()
+            .unwrap_or_else(|e| panic!("{e}"))
+    };
+    assert!(std::sync::Arc::ptr_eq(&env().snapshot(), &env().snapshot()));
+}
+
+#[test]
 fn literals_match_on_token_boundaries_only() {
     let r = redactor();
     r.add_literal("4321", LiteralKind::Field("cvv".into()))

@@ -11,9 +11,13 @@
 //! nobody watches then builds no events at all (a subscriber that comes later
 //! sees events from then on).
 //!
-//! Every event passes the run's redactor as it is built for a listener (live
-//! or backlog), so a subscriber (and the service's SSE stream fed by it) never
-//! sees a secret; a run nobody watches builds, and so redacts, nothing.
+//! Every event passes the run's redactor before a subscriber gets it, so a
+//! subscriber (and the service's SSE stream fed by it) never sees a secret: a
+//! live event as it is built, a backlog's events when they are handed to the
+//! first subscriber (by the redactor as it is then, which holds every field
+//! value registered so far: never less than it held when the event was built).
+//! A run nobody watches redacts nothing, and builds nothing unless it keeps a
+//! backlog.
 
 use std::sync::{Arc, Mutex};
 
@@ -208,14 +212,17 @@ impl EventSink {
             .clone();
         let rx = tx.subscribe();
         // Under the lock, so nothing is emitted between the backlog and the live
-        // events: the receiver sees one gapless, ordered stream.
+        // events: the receiver sees one ordered stream (with a gap only where
+        // an event could not be redacted, as a live one).
         for record in inner
             .backlog
             .take()
             .unwrap_or_default()
             .into_records(&self.run_id)
         {
-            let _ = tx.send(record);
+            if let Some(event) = self.redacted(record.event) {
+                let _ = tx.send(EventRecord { event, ..record });
+            }
         }
         Some(rx)
     }
@@ -257,12 +264,9 @@ impl EventSink {
         }
         let full = match inner.backlog.as_mut() {
             Some(backlog) if backlog.len() < EVENT_BUFFER => {
-                match self.redacted(event()) {
-                    Some(event) => backlog.push(event),
-                    // The backlog numbers its events by position: keep the
-                    // sequence, drop the rest of it.
-                    None => inner.seq -= 1,
-                }
+                // Redacted when handed to the first subscriber: a run nobody
+                // comes for pays nothing for it.
+                backlog.push(event());
                 false
             }
             Some(_) => true,
@@ -378,6 +382,42 @@ mod tests {
         let next = drain(&mut late_rx);
         assert_eq!(next.len(), 1);
         assert_eq!(next[0].seq, want.len() as u64 + 1);
+    }
+
+    #[test]
+    fn the_backlog_is_redacted_when_handed_over_with_every_value_registered_by_then() {
+        let redaction = test_redaction();
+        let sink = EventSink::new(Arc::from("run-3"), true, Arc::clone(&redaction));
+        let field = || agentry_redact::LiteralKind::Field("password".into());
+        let key = "sk-proj-AbCdEfGhIjKlMnOpQrStUvWx12";
+        redaction
+            .redactor
+            .add_literal("open-sesame-1", field())
+            .unwrap();
+        sink.emit(|| RunEvent::DecisionMade {
+            step: 1,
+            decision: Arc::new(Decision::Final {
+                answer: format!("open-sesame-1 open-sesame-2 {key}"),
+            }),
+        });
+        // Registered after the event was kept, before anyone subscribed.
+        redaction
+            .redactor
+            .add_literal("open-sesame-2", field())
+            .unwrap();
+        let mut rx = sink.subscribe().unwrap();
+        let got = drain(&mut rx);
+        assert_eq!(got.len(), 1);
+        let RunEvent::DecisionMade { decision, .. } = &got[0].event else {
+            panic!("{got:?}");
+        };
+        let Decision::Final { answer } = decision.as_ref() else {
+            panic!("{decision:?}");
+        };
+        assert_eq!(
+            answer,
+            "[redacted:field:password] [redacted:field:password] sk-…[redacted:openai_key]"
+        );
     }
 
     #[test]

@@ -3,10 +3,14 @@
 //!
 //! What it replaces: the built-in detectors of `agentry-redact` (compiled once
 //! per process), the values of environment variables whose names contain KEY,
-//! TOKEN, SECRET or PASSWORD (read when the redactor is built), the run's
+//! TOKEN, SECRET or PASSWORD (the environment is read once per process, when
+//! the first redactor is built), the run's
 //! `RunConfig.observe.redact_patterns`, and the values of the fields its tools
 //! declare secret (`ToolContract.redact`), registered as calls are decided and
-//! results arrive.
+//! results arrive. Building it per run compiles nothing: the env values'
+//! automata and each distinct pattern list are compiled once per process and
+//! shared (`agentry-redact`); only a run that registers a field value gets
+//! automata of its own.
 //!
 //! Where it sits (each write redacts on the writer's side, so a run nobody
 //! traces, stores or watches pays nothing):
@@ -77,13 +81,7 @@ impl RunRedaction {
         }
         let redactor = Redactor::builder().patterns(patterns.clone()).build()?;
         let fields = registry
-            .names()
-            .iter()
-            .any(|n| {
-                registry
-                    .get(n)
-                    .is_some_and(|t| !t.contract.redact.is_empty())
-            })
+            .declares_secret_fields()
             .then(|| Arc::clone(registry));
         Ok(Arc::new(RunRedaction {
             redactor: Arc::new(redactor),

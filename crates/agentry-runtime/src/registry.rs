@@ -83,6 +83,8 @@ pub struct ToolRegistry {
     /// runs of one runtime mostly hold the same grants, and a spec's schema is a
     /// JSON tree too costly to copy for every run.
     visible: Mutex<HashMap<Vec<bool>, Arc<[ToolSpec]>>>,
+    /// Whether a tool declares secret fields (`ToolContract::redact`).
+    secret_fields: bool,
 }
 
 impl ToolRegistry {
@@ -139,6 +141,7 @@ impl ToolRegistry {
             visible.clear();
         }
         let cancel_grace = tool.cancel_grace();
+        self.secret_fields |= !contract.redact.is_empty();
         self.index.insert(name, self.tools.len());
         self.tools.push(RegisteredTool {
             tool,
@@ -180,6 +183,12 @@ impl ToolRegistry {
             }
             Err(_) => build(),
         }
+    }
+
+    /// Whether any tool declares secret fields (`ToolContract::redact`),
+    /// whose values a run must register with its redactor.
+    pub fn declares_secret_fields(&self) -> bool {
+        self.secret_fields
     }
 
     /// The model-facing specs, in registration order.

@@ -4,10 +4,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use agentry::{RunConfig, RunHandle, Runtime};
+use agentry::{RunConfig, RunHandle, RunOutcome, Runtime};
 
+use crate::alloc_count;
 use crate::harness::{BenchResult, Options, check_add, config, warm_up, workdir};
-use crate::model::AddModel;
+use crate::model::{AddModel, Probe};
 use crate::procfs::{cpu_time, peak_rss_mib, rss_mib};
 use crate::report::{ManyFigures, Report};
 use crate::tools;
@@ -52,6 +53,8 @@ pub async fn w2(opts: &Options) -> BenchResult<Report> {
         opts.max_rss_mib,
         Duration::from_secs(opts.timeout_s),
     );
+    alloc_count::reset_peak();
+    let alloc0 = alloc_count::counts();
     let cpu0 = cpu_time();
     let t0 = Instant::now();
     start_all(
@@ -71,6 +74,7 @@ pub async fn w2(opts: &Options) -> BenchResult<Report> {
     }
     let elapsed = t0.elapsed();
     let cpu = cpu_time().saturating_sub(cpu0);
+    let allocs = alloc0.zip(alloc_count::counts());
     let peak = peak_rss_mib();
     let rss_done = rss_mib();
     drop(handles);
@@ -96,25 +100,34 @@ pub async fn w2(opts: &Options) -> BenchResult<Report> {
         })
         .metric_f("rss_all_done_mib", rss_done, 1)
         .metric_f("rss_handles_dropped_mib", rss_dropped, 1);
+    if let Some((before, after)) = allocs {
+        report.alloc_figures(started, before, after);
+    }
     if guard.load(Ordering::SeqCst) {
         report.fail(format!(
             "aborted: RSS passed {} MiB or {} s passed after {started} of {n} agents started",
             opts.max_rss_mib, opts.timeout_s
         ));
     }
-    measure_floors(&mut report, started, m, elapsed.as_secs_f64()).await?;
+    measure_floors(&mut report, started, m, elapsed, start).await?;
+    check_all(&mut report, &outcomes, &probes, m);
+    Ok(report)
+}
+
+/// W1's check on every agent's outcome; the report fails naming the first.
+fn check_all(report: &mut Report, outcomes: &[RunOutcome], probes: &[Arc<Probe>], m: u64) {
     let mut failed = 0;
     let mut first = None;
-    for (outcome, probe) in outcomes.iter().zip(&probes) {
+    for (outcome, probe) in outcomes.iter().zip(probes) {
         if let Err(e) = check_add(outcome, probe, m) {
             failed += 1;
             first.get_or_insert(e);
         }
     }
     if let Some(e) = first {
+        let started = outcomes.len();
         report.fail(format!("{failed} of {started} agents failed; first: {e}"));
     }
-    Ok(report)
 }
 
 /// Starts one run per model into `handles`; stops starting (and aborts them all) once RSS
@@ -140,17 +153,28 @@ async fn start_all(
 
 /// The floors, run after agentry's run (its peak RSS is already read) and after
 /// its handles are dropped, on the same runtime: the same N × M on bare tokio
-/// channels, and on bare actors in agentry's shape; `wall` is agentry's.
-async fn measure_floors(report: &mut Report, agents: usize, m: u64, wall: f64) -> BenchResult<()> {
+/// channels, and on bare actors in agentry's shape; `wall` and `start` are
+/// agentry's.
+async fn measure_floors(
+    report: &mut Report,
+    agents: usize,
+    m: u64,
+    wall: Duration,
+    start: Duration,
+) -> BenchResult<()> {
     let (floor_wall, _, floor_checked) = floor::run_many(agents, m).await?;
     let actor = actor_floor::run_many(agents, m).await?;
+    let (wall, start) = (wall.as_secs_f64(), start.as_secs_f64());
     let floor_s = floor_wall.as_secs_f64();
     let actor_s = actor.wall.as_secs_f64();
+    let actor_start_s = actor.start.as_secs_f64();
     report
         .metric_f("floor_wall_s", floor_s, 6)
         .metric_f("ratio_vs_floor", wall / floor_s, 2)
         .metric_f("actor_floor_wall_s", actor_s, 6)
-        .metric_f("ratio_vs_actor_floor", wall / actor_s, 2);
+        .metric_f("ratio_vs_actor_floor", wall / actor_s, 2)
+        .metric_f("actor_floor_start_s", actor_start_s, 6)
+        .metric_f("ratio_start_vs_actor_floor", start / actor_start_s, 2);
     for checked in [floor_checked, actor.checked] {
         if let Err(e) = checked {
             report.fail(e);

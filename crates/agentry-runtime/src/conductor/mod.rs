@@ -54,14 +54,16 @@ pub struct Conductor;
 
 impl Actor for Conductor {
     type Msg = ConductorMsg;
-    type State = ConductorState;
-    type Arguments = ConductorArgs;
+    // Both boxed: ractor moves its arguments and state through every level of
+    // its spawn and into the actor's task; a pointer is cheap to move.
+    type State = Box<ConductorState>;
+    type Arguments = Box<ConductorArgs>;
 
     async fn pre_start(
         &self,
         myself: ActorRef<ConductorMsg>,
-        args: ConductorArgs,
-    ) -> Result<ConductorState, ActorProcessingErr> {
+        args: Box<ConductorArgs>,
+    ) -> Result<Box<ConductorState>, ActorProcessingErr> {
         let st = start::start(myself.clone(), args).await?;
         // A resumed run's decided step is taken first, ahead of the stored
         // inputs the handle delivers as it is made: they came during that
@@ -75,7 +77,7 @@ impl Actor for Conductor {
     async fn post_start(
         &self,
         myself: ActorRef<ConductorMsg>,
-        st: &mut ConductorState,
+        st: &mut Box<ConductorState>,
     ) -> Result<(), ActorProcessingErr> {
         st.arm(&myself).await
     }
@@ -84,7 +86,7 @@ impl Actor for Conductor {
         &self,
         myself: ActorRef<ConductorMsg>,
         message: ConductorMsg,
-        st: &mut ConductorState,
+        st: &mut Box<ConductorState>,
     ) -> Result<(), ActorProcessingErr> {
         if st.phase.is_stopped() {
             return Ok(());
@@ -137,7 +139,7 @@ impl Actor for Conductor {
         &self,
         myself: ActorRef<ConductorMsg>,
         event: SupervisionEvent,
-        st: &mut ConductorState,
+        st: &mut Box<ConductorState>,
     ) -> Result<(), ActorProcessingErr> {
         Box::pin(st.on_child_exit(&myself, event)).await;
         Ok(())

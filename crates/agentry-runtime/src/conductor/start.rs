@@ -26,8 +26,8 @@ use crate::state::{RunState, StateKeeper, StateMsg};
 /// Spawns the run's actors and builds the conductor's state (its `pre_start`).
 pub(super) async fn start(
     myself: ActorRef<ConductorMsg>,
-    mut args: ConductorArgs,
-) -> Result<ConductorState, ActorProcessingErr> {
+    mut args: Box<ConductorArgs>,
+) -> Result<Box<ConductorState>, ActorProcessingErr> {
     let cell = myself.get_cell();
     // The run's clock, once: the supervisor's alarm and the executor's
     // `ETIMEDOUT` read the same deadline.
@@ -46,7 +46,7 @@ pub(super) async fn start(
     let resumed = args.restore.is_some();
     let initial = initial_state(&mut args);
     let resumption = Resumption::new(&initial, resumed);
-    let state = spawn_child(StateKeeper, initial, &cell).await?;
+    let state = spawn_child(StateKeeper, Box::new(initial), &cell).await?;
     let traceparent = super::span::run_traceparent(&args.span, &args.lineage, &args.run_id);
     let links = ExecutorLinks {
         deadline: clock.deadline_at,
@@ -96,9 +96,9 @@ pub(super) async fn start(
         traceparent,
         span: args.span,
     };
-    Ok(ConductorState::new(
+    Ok(Box::new(ConductorState::new(
         wiring, children, model, clock, resumption, allowance,
-    ))
+    )))
 }
 
 /// Spawns a child linked to the conductor. Boxed: nested inline, the four spawn

@@ -319,7 +319,8 @@ impl Runtime {
         let posted = Posted::default();
         let gauge = Arc::new(InboxGauge::new(config.inbox_capacity));
         let cut = StepCut::new(&run_token);
-        let args = ConductorArgs {
+        // Boxed: ractor's spawn moves its arguments at every level (~2.5 KB).
+        let args = Box::new(ConductorArgs {
             run_id: Arc::clone(&run_id),
             config,
             registry: self.registry.clone(),
@@ -338,7 +339,7 @@ impl Runtime {
             gauge: Arc::clone(&gauge),
             claim: stored.claim,
             cut: cut.clone(),
-        };
+        });
         let (conductor, actors) = spawn_conductor(&run_id, args, actors_rx).await?;
         let handle = RunHandle {
             run_id,
@@ -487,7 +488,7 @@ async fn admit_child(parent: &RunHandle, config: &RunConfig) -> Result<u32, Runt
 /// Spawns the conductor and waits for the addresses of the actors it spawned.
 async fn spawn_conductor(
     run_id: &str,
-    args: ConductorArgs,
+    args: Box<ConductorArgs>,
     actors: oneshot::Receiver<ActorRefs>,
 ) -> Result<(ActorRef<ConductorMsg>, ActorRefs), RuntimeError> {
     let (conductor, _) =

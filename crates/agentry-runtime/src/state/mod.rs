@@ -34,14 +34,16 @@ pub struct StateKeeper;
 
 impl Actor for StateKeeper {
     type Msg = StateMsg;
-    type State = RunState;
-    type Arguments = RunState;
+    // Boxed: ractor moves its arguments and state through every level of its
+    // spawn and into the actor's task; a pointer is cheap to move.
+    type State = Box<RunState>;
+    type Arguments = Box<RunState>;
 
     async fn pre_start(
         &self,
         _myself: ActorRef<StateMsg>,
-        initial: RunState,
-    ) -> Result<RunState, ActorProcessingErr> {
+        initial: Box<RunState>,
+    ) -> Result<Box<RunState>, ActorProcessingErr> {
         // A resumed run may start paused or sleeping.
         observe::status(&initial, None);
         Ok(initial)
@@ -51,7 +53,7 @@ impl Actor for StateKeeper {
         &self,
         _myself: ActorRef<StateMsg>,
         message: StateMsg,
-        state: &mut RunState,
+        state: &mut Box<RunState>,
     ) -> Result<(), ActorProcessingErr> {
         let before = state.status;
         match message {

@@ -56,7 +56,9 @@ async fn write_all(keeper: ActorRef<StateMsg>, writer: usize) -> Vec<AppliedAt> 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_updates_are_applied_one_at_a_time_and_none_is_lost() {
-    let (keeper, keeper_task) = Actor::spawn(None, StateKeeper, initial()).await.unwrap();
+    let (keeper, keeper_task) = Actor::spawn(None, StateKeeper, Box::new(initial()))
+        .await
+        .unwrap();
 
     let writers: Vec<_> = (0..WRITERS)
         .map(|w| tokio::spawn(write_all(keeper.clone(), w)))
@@ -127,7 +129,9 @@ fn inputs_are_numbered_and_join_the_session_in_order() {
 /// what it was expected to wait for (the run handle shows this text).
 #[tokio::test]
 async fn an_answer_for_no_parked_call_is_refused_by_name() {
-    let (keeper, keeper_task) = Actor::spawn(None, StateKeeper, initial()).await.unwrap();
+    let (keeper, keeper_task) = Actor::spawn(None, StateKeeper, Box::new(initial()))
+        .await
+        .unwrap();
     let decision = ApprovalDecision {
         approved: true,
         reason: None,
