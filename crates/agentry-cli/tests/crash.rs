@@ -12,6 +12,8 @@
 mod support;
 use support::{json_of, killed_after};
 
+use std::process::Stdio;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
@@ -194,7 +196,7 @@ impl Tally {
 }
 
 /// One crash-and-recover cycle.
-fn cycle(root: &Path, i: usize, keyed: bool, kill_at: Duration, mode: &str) -> Ended {
+fn cycle(root: &Path, i: usize, keyed: bool, kill_at: KillAt, mode: &str) -> Ended {
     let task_dir = root.join(format!("task{i}"));
     std::fs::create_dir_all(&task_dir).unwrap();
     task(&task_dir, keyed);
@@ -219,7 +221,7 @@ struct Cycle<'a> {
     root: &'a Path,
     i: usize,
     keyed: bool,
-    kill_at: Duration,
+    kill_at: KillAt,
     mode: &'a str,
     task_dir: PathBuf,
     store: PathBuf,
@@ -239,7 +241,7 @@ impl Cycle<'_> {
             &self.run_id,
             self.mode,
         );
-        killed_after(cmd, self.kill_at);
+        killed_at(cmd, self.kill_at, workdir, self.keyed);
         wait_for_stragglers(workdir, &self.store);
         assert_no_duplicates(&lines(workdir, self.keyed), &self.context);
     }
@@ -254,7 +256,10 @@ impl Cycle<'_> {
         for round in 0..20 {
             // Every fifth iteration also crashes the first resume.
             if round == 0 && i.is_multiple_of(5) {
-                killed_after(resume(store, run_id, &decisions, mode), self.kill_at / 2);
+                killed_after(
+                    resume(store, run_id, &decisions, mode),
+                    self.kill_at.delay() / 2,
+                );
                 wait_for_stragglers(&workdir, store);
                 assert_no_duplicates(&lines(&workdir, keyed), context);
             }
@@ -392,20 +397,70 @@ fn probe_run(root: &Path, keyed: bool) -> Probe {
     }
 }
 
+/// When a cycle's run is killed: a time after it was spawned (its start-up),
+/// or a time after the ledger's first line appeared. Aimed by the run's own
+/// progress, a kill lands where it was meant to whatever the machine's load
+/// does to the start-up between the probe and the cycle.
+#[derive(Clone, Copy, Debug)]
+enum KillAt {
+    Spawned(Duration),
+    FirstLine(Duration),
+}
+
+impl KillAt {
+    fn delay(self) -> Duration {
+        match self {
+            KillAt::Spawned(d) | KillAt::FirstLine(d) => d,
+        }
+    }
+}
+
+/// Spawns `cmd` and SIGKILLs it at `at`; whether it was still running.
+fn killed_at(mut cmd: Command, at: KillAt, workdir: &Path, keyed: bool) -> bool {
+    let mut child = cmd
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    if let KillAt::FirstLine(_) = at {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while lines(workdir, keyed).is_empty()
+            && matches!(child.try_wait(), Ok(None))
+            && Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    std::thread::sleep(at.delay());
+    let running = matches!(child.try_wait(), Ok(None));
+    let _ = child.kill();
+    let _ = child.wait();
+    running
+}
+
 /// `n` kill points: four in five over the run's calls (its first line to
 /// its last), the rest over its start-up (some before there is a run to
 /// resume) and its end (some after it is done). Each is shifted by a random
 /// fraction of its slot: every kill lands at a different moment.
-fn kill_points(n: usize, probe: Probe) -> Vec<Duration> {
+fn kill_points(n: usize, probe: Probe) -> Vec<KillAt> {
     let edges = n / 5;
     let start = edges / 2;
-    let mut points = spread(Duration::ZERO, probe.first_line, start);
-    points.extend(spread(probe.first_line, probe.last_line, n - edges));
-    points.extend(spread(
-        probe.last_line,
-        probe.span.mul_f64(1.1),
-        edges - start,
-    ));
+    let calls = probe.last_line.saturating_sub(probe.first_line);
+    let tail = probe.span.saturating_sub(probe.first_line).mul_f64(1.1);
+    let mut points: Vec<KillAt> = spread(Duration::ZERO, probe.first_line, start)
+        .into_iter()
+        .map(KillAt::Spawned)
+        .collect();
+    points.extend(
+        spread(Duration::ZERO, calls, n - edges)
+            .into_iter()
+            .map(KillAt::FirstLine),
+    );
+    points.extend(
+        spread(calls, tail, edges - start)
+            .into_iter()
+            .map(KillAt::FirstLine),
+    );
     points
 }
 

@@ -114,8 +114,9 @@ pub(crate) enum PolicyMsg {
         step: u64,
         /// New session entries.
         new_entries: Vec<SessionEntry>,
-        /// Budget at the start of the step.
-        budget: BudgetSnapshot,
+        /// Budget at the start of the step. Boxed: the actor's handler future
+        /// holds the message for the run's life (see `PolicyActor::handle`).
+        budget: Box<BudgetSnapshot>,
         /// The step's token: when it fires the turn is dropped (a streaming
         /// model request with it) and the decision says the user interrupted.
         cut: CancellationToken,
@@ -159,7 +160,7 @@ impl OnStepGranted for DecideRelay {
         let _ = policy.cast(PolicyMsg::Decide {
             step,
             new_entries,
-            budget: before,
+            budget: Box::new(before),
             cut,
             reply: decided,
         });

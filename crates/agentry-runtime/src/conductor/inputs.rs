@@ -39,7 +39,10 @@ impl ConductorState {
                 // The model called tools: it sees their results now, not at
                 // the next event (each such step spends the step budget).
                 Driver::Events if self.turn_open => self.wake(myself),
-                Driver::Events if !self.wake_pending => self.set_status(RunStatus::Sleeping).await,
+                // Boxed: see `Conductor::handle`, whose future holds this one.
+                Driver::Events if !self.wake_pending => {
+                    Box::pin(self.set_status(RunStatus::Sleeping)).await
+                }
                 Driver::Events => {}
             },
         }

@@ -45,9 +45,6 @@ pub use state::ConductorState;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};
 
-use crate::durable::Ending;
-use step_result::Flow;
-
 /// The conductor actor.
 #[derive(Debug, Default)]
 pub struct Conductor;
@@ -91,9 +88,11 @@ impl Actor for Conductor {
         if st.phase.is_stopped() {
             return Ok(());
         }
+        // Every await below is on a boxed future or a small one: ractor keeps
+        // this handler's future inline in the actor's task (twice over) for as
+        // long as the run lives, so its size is paid per run whether or not a
+        // message ever takes the path.
         match message {
-            // Boxed: the step's state machine is large, and ractor moves each
-            // handler future it polls; a pointer is cheap to move.
             ConductorMsg::Step => {
                 st.wake_pending = false;
                 if !st.phase.take_step() {
@@ -104,12 +103,7 @@ impl Actor for Conductor {
                 let flow = if st.ending.is_none() && st.in_flight.is_none() {
                     Box::pin(st.run_steps()).await
                 } else {
-                    match (st.ending.take(), st.in_flight.take()) {
-                        (Some(Ending::Verify { answer }), _) => Box::pin(st.verify(answer)).await,
-                        (Some(Ending::Stop { reason, detail }), _) => Flow::stop(reason, detail),
-                        (None, Some(in_flight)) => Box::pin(st.act_again(in_flight)).await,
-                        (None, None) => Box::pin(st.run_steps()).await,
-                    }
+                    Box::pin(st.resumed_step()).await
                 };
                 st.after_step(&myself, flow).await;
             }
@@ -125,11 +119,11 @@ impl Actor for Conductor {
             ConductorMsg::Tick(n) => Box::pin(st.on_tick(&myself, n)).await,
             ConductorMsg::TokenCancelled => {
                 st.handled += 1;
-                st.on_token_cancelled(&myself).await;
+                Box::pin(st.on_token_cancelled(&myself)).await;
             }
             ConductorMsg::Abort(reason) => {
                 st.handled += 1;
-                st.abort(&myself, reason).await;
+                Box::pin(st.abort(&myself, reason)).await;
             }
         }
         Ok(())

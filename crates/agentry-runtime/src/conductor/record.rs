@@ -175,7 +175,7 @@ impl ConductorState {
     /// The step's state update. Its results move into it: the session and the
     /// trace record already hold their own references.
     fn step_update(&self, r: &mut StepResult) -> StateUpdate {
-        StateUpdate::Step(StepUpdate {
+        StateUpdate::Step(Box::new(StepUpdate {
             step: r.step,
             decision: Arc::clone(&r.decision),
             results: std::mem::take(&mut r.acted.results),
@@ -186,7 +186,7 @@ impl ConductorState {
             fingerprint: r.fingerprint,
             side_effects: r.acted.side_effects,
             ending: self.ending_of(&r.acted),
-        })
+        }))
     }
 
     /// What ends the run, should the process die before the stop is on disk

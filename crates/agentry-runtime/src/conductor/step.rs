@@ -13,7 +13,7 @@ use super::step_result::{Decided, Flow, StepResult, Stop};
 use crate::ask::{AskError, ask};
 use crate::budget::{BudgetMsg, SpendReply};
 use crate::config::Driver;
-use crate::durable::InFlight;
+use crate::durable::{Ending, InFlight};
 use crate::interrupt::is_cut;
 use crate::policy::DecideRelay;
 use crate::state::StateUpdate;
@@ -71,6 +71,17 @@ impl ConductorState {
             return Flow::Stop(stop);
         }
         self.check_end(&mut r).await
+    }
+
+    /// A resumed run's first step: the step it decided but did not apply, or
+    /// the ending it recorded but did not finish (else an ordinary step).
+    pub(super) async fn resumed_step(&mut self) -> Flow {
+        match (self.ending.take(), self.in_flight.take()) {
+            (Some(Ending::Verify { answer }), _) => self.verify(answer).await,
+            (Some(Ending::Stop { reason, detail }), _) => Flow::stop(reason, detail),
+            (None, Some(in_flight)) => self.act_again(in_flight).await,
+            (None, None) => self.run_steps().await,
+        }
     }
 
     /// Acts on a resumed run's decided step again, without asking the policy.

@@ -39,6 +39,7 @@ use agentry_store::{Store, StoreError, Write};
 use serde::{Deserialize, Serialize};
 
 pub use self::progress::{Ending, InFlight, KEPT_FINGERPRINTS, Progress};
+pub(crate) use self::writer::Committing;
 pub use self::writer::StoreWriter;
 
 /// When a state update counts as acknowledged.
@@ -103,6 +104,12 @@ impl RunLog {
     /// Commits a batch, redacted on the writer thread, and waits until it is on disk.
     pub(crate) async fn commit(&self, writes: Vec<Write>) -> Result<(), StoreError> {
         self.writer.commit(writes, Some(&self.redactor)).await
+    }
+
+    /// Queues a batch, redacted on the writer thread, for a commit the caller
+    /// waits for (the [`Committing`] is ready once it is on disk).
+    pub(crate) fn begin_commit(&self, writes: Vec<Write>) -> Result<Committing, StoreError> {
+        self.writer.begin_commit(writes, Some(&self.redactor))
     }
 
     /// Queues a batch, redacted on the writer thread, without waiting.

@@ -1,7 +1,10 @@
 //! The store's writer thread: batches in, one transaction per group out.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use agentry_redact::Redactor;
@@ -101,13 +104,26 @@ impl StoreWriter {
         writes: Vec<Write>,
         redactor: Option<&Arc<Redactor>>,
     ) -> Result<(), StoreError> {
+        self.begin_commit(writes, redactor)?.await
+    }
+
+    /// Queues a batch (redacted by `redactor` first) for a commit someone
+    /// waits for: the [`Committing`] is ready once it is on disk.
+    pub(super) fn begin_commit(
+        &self,
+        writes: Vec<Write>,
+        redactor: Option<&Arc<Redactor>>,
+    ) -> Result<Committing, StoreError> {
         let (done, rx) = oneshot::channel();
         self.send(Job {
             writes,
             redactor: redactor.cloned(),
             done: Some(done),
         })?;
-        rx.await.unwrap_or_else(|_| Err(self.gone()))
+        Ok(Committing {
+            rx,
+            writer: self.clone(),
+        })
     }
 
     /// Queues a batch (redacted by `redactor` first) without waiting. A failure
@@ -133,6 +149,26 @@ impl StoreWriter {
             path: self.store.location(),
             message: "the store writer thread stopped".into(),
         }
+    }
+}
+
+/// A batch queued for a commit that someone waits for: ready once the batch
+/// is on disk (or failed). Queued apart from the wait, so a caller does its
+/// own work between the two, and a future of its own (not an `async fn`'s),
+/// so whoever awaits it holds no more than the receiver and the writer.
+pub(crate) struct Committing {
+    rx: oneshot::Receiver<Result<(), StoreError>>,
+    writer: StoreWriter,
+}
+
+impl Future for Committing {
+    type Output = Result<(), StoreError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        Pin::new(&mut this.rx)
+            .poll(cx)
+            .map(|done| done.unwrap_or_else(|_| Err(this.writer.gone())))
     }
 }
 

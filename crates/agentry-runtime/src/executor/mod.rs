@@ -93,8 +93,13 @@ impl Actor for ToolExecutor {
                 let _ = reply.send(executed);
             }
             ExecutorMsg::Verify { checks, reply } => {
-                let ctx = state.check_context();
-                let outcomes = Box::pin(accept::run_checks(&checks, &ctx)).await;
+                // The context inside the box too: this handler's future is kept
+                // for the run's life, so it holds nothing large across an await.
+                let outcomes = Box::pin(async {
+                    let ctx = state.check_context();
+                    accept::run_checks(&checks, &ctx).await
+                })
+                .await;
                 let _ = reply.send(outcomes);
             }
         }

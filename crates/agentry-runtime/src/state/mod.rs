@@ -22,6 +22,8 @@ mod tests;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 
+use self::persist::Applying;
+
 pub use self::msg::{
     Applied, AppliedAt, AppliedPort, ApprovalDecision, HumanInputError, InputSource, Settled,
     StateMsg, StateUpdate, StepUpdate,
@@ -55,10 +57,14 @@ impl Actor for StateKeeper {
         message: StateMsg,
         state: &mut Box<RunState>,
     ) -> Result<(), ActorProcessingErr> {
+        // Only a durable run's commit is awaited here, and a human's answer
+        // (boxed, being rare): ractor keeps this handler's future inline in the
+        // actor's task for the run's life, so it is kept small.
         let before = state.status;
         match message {
             StateMsg::Apply(update, reply) => {
-                let committed = state.apply_committed(update).await;
+                let Applying { applied, commit } = state.apply_committed(update);
+                let committed = commit.await.map(|()| applied);
                 if let Some(reply) = reply {
                     // The requester may have gone away (run stopping); nothing to do then.
                     let _ = reply.send(committed);
@@ -70,7 +76,13 @@ impl Actor for StateKeeper {
                 trace,
                 reply,
             } => {
-                let committed = state.apply_traced(update, record, &trace).await;
+                let Applying { applied, commit } = state.apply_committed(update);
+                let committed = commit.await.map(|()| applied);
+                // A step that could not be committed gets no record: the run
+                // stops on it and the stop line says why.
+                if let Ok(applied) = &committed {
+                    state.trace_step(record, applied, &trace);
+                }
                 if let Some(reply) = reply {
                     let _ = reply.send(committed);
                 }
@@ -80,29 +92,32 @@ impl Actor for StateKeeper {
                 parked,
                 decision,
             } => {
-                let _ = parked.send(state.await_decision(pending, decision).await);
+                let _ = parked.send(Box::pin(state.await_decision(pending, decision)).await);
             }
             StateMsg::Settle {
                 tool_call_id,
                 settlement,
                 reply,
             } => {
-                let _ = reply.send(state.settle_call(&tool_call_id, settlement).await);
+                let settled = Box::pin(state.settle_call(&tool_call_id, settlement)).await;
+                let _ = reply.send(settled);
             }
             StateMsg::Snapshot(reply) => {
                 let _ = reply.send(state.snapshot());
             }
             StateMsg::AwaitApproval(pending, port) => {
                 state.park(pending, port);
-                // The park itself is re-created when the step is acted on again.
-                let _ = state.persist(false).await;
+                // The park itself is re-created when the step is acted on again,
+                // so it is queued, not waited for (a queued commit is done).
+                drop(state.persist(false));
             }
             StateMsg::Resolve {
                 tool_call_id,
                 decision,
                 reply,
             } => {
-                let _ = reply.send(state.resolve(&tool_call_id, decision).await);
+                let resolved = Box::pin(state.resolve(&tool_call_id, decision)).await;
+                let _ = reply.send(resolved);
             }
             StateMsg::Withdraw(tool_call_id) => {
                 state.unpark(&tool_call_id);

@@ -40,8 +40,10 @@ pub enum StateUpdate {
     /// A step was decided and is about to act (recorded only for durable runs, so
     /// a resumed run acts on the same decision instead of asking the policy again).
     Decided(Box<InFlight>),
-    /// A whole step: the decision, its results, and the spend, applied atomically.
-    Step(StepUpdate),
+    /// A whole step: the decision, its results, and the spend, applied
+    /// atomically. Boxed: it is four times the size of any other update, and
+    /// every future that holds a state message is as large as the largest.
+    Step(Box<StepUpdate>),
     /// The run stopped.
     Stopped {
         /// Why.

@@ -1,14 +1,57 @@
 //! How a durable run's state reaches the store, and which updates must be on
 //! disk before they are acknowledged.
 
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
 use agentry_protocol::state::RunStatus;
 use agentry_protocol::trace::{TraceLine, TraceStep};
 use agentry_store::{Checkpoint, StoreError, Write};
 
 use super::msg::{Applied, InputSource, StateUpdate};
 use super::run_state::RunState;
-use crate::durable::Durability;
+use crate::durable::{Committing, Durability};
 use crate::trace::TraceSender;
+
+/// The store's side of a state change, ready once the change is
+/// acknowledged: at once for a run in memory or writes queued without
+/// waiting, once on disk for a commit waited for. A value rather than a
+/// future the handler awaits around the change itself: the state keeper's
+/// handler future is kept for the run's life, so what it holds across its
+/// await is all it costs.
+pub(super) enum Commit {
+    Done,
+    Waiting(Committing),
+    Failed(StoreError),
+}
+
+impl Future for Commit {
+    type Output = Result<(), StoreError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        match std::mem::replace(this, Commit::Done) {
+            Commit::Done => Poll::Ready(Ok(())),
+            Commit::Failed(e) => Poll::Ready(Err(e)),
+            Commit::Waiting(mut committing) => {
+                let polled = Pin::new(&mut committing).poll(cx);
+                if polled.is_pending() {
+                    *this = Commit::Waiting(committing);
+                }
+                polled
+            }
+        }
+    }
+}
+
+/// An update applied, and its writes on their way to the store.
+pub(super) struct Applying {
+    pub(super) applied: Applied,
+    /// Ready once the update is acknowledged (for a durable run that must
+    /// wait, committed).
+    pub(super) commit: Commit,
+}
 
 impl RunState {
     /// The writes that bring the store up to this state: new session entries and
@@ -54,49 +97,44 @@ impl RunState {
         writes
     }
 
-    /// Hands the state to the store (durable runs only): waits for the commit when
-    /// `wait`, else queues it behind everything queued before.
-    pub(super) async fn persist(&mut self, wait: bool) -> Result<(), StoreError> {
+    /// Hands the state to the store (durable runs only): a commit to wait for
+    /// when `wait`, else queued behind everything queued before.
+    pub(super) fn persist(&mut self, wait: bool) -> Commit {
         let Some(log) = self.log.clone() else {
-            return Ok(());
+            return Commit::Done;
         };
         let writes = self.writes(&log.run_id);
-        if wait {
-            log.commit(writes).await
-        } else {
+        if !wait {
             log.submit(writes);
-            Ok(())
+            return Commit::Done;
+        }
+        match log.begin_commit(writes) {
+            Ok(committing) => Commit::Waiting(committing),
+            Err(e) => Commit::Failed(e),
         }
     }
 
-    /// Applies an update and hands it to the store (durable runs), waiting for
-    /// the commit when the update must be on disk before it is acknowledged.
-    pub(super) async fn apply_committed(
-        &mut self,
-        update: StateUpdate,
-    ) -> Result<Applied, StoreError> {
+    /// Applies an update and hands it to the store (durable runs).
+    pub(super) fn apply_committed(&mut self, update: StateUpdate) -> Applying {
         let wait = self.log.is_some() && self.must_wait(&update);
         let applied = self.apply(update);
-        self.persist(wait).await.map(|()| applied)
+        Applying {
+            applied,
+            commit: self.persist(wait),
+        }
     }
 
-    /// [`RunState::apply_committed`] of a step, whose trace record is completed
-    /// with the state after the update and queued on the trace.
-    pub(super) async fn apply_traced(
+    /// Completes a step's trace record with the state after its update
+    /// (applied and, where it must be, committed) and queues it on the trace.
+    pub(super) fn trace_step(
         &mut self,
-        update: StateUpdate,
         mut record: Box<TraceStep>,
+        applied: &Applied,
         trace: &TraceSender,
-    ) -> Result<Applied, StoreError> {
-        let committed = self.apply_committed(update).await;
-        // A step that could not be committed gets no record: the run
-        // stops on it and the stop line says why.
-        if let Ok(applied) = &committed {
-            record.state_version = applied.at.state_version;
-            record.state = self.trace_snapshot();
-            trace.write(TraceLine::Step(record));
-        }
-        committed
+    ) {
+        record.state_version = applied.at.state_version;
+        record.state = self.trace_snapshot();
+        trace.write(TraceLine::Step(record));
     }
 
     /// Whether an update must be on disk before it is acknowledged.

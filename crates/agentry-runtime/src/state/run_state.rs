@@ -169,7 +169,7 @@ impl RunState {
                 self.progress.steps = in_flight.step;
                 self.progress.in_flight = Some(*in_flight);
             }
-            StateUpdate::Step(step) => self.apply_step(step),
+            StateUpdate::Step(step) => self.apply_step(*step),
             StateUpdate::Stopped { reason, spent } => self.apply_stopped(reason, spent),
         }
         self.version += 1;
