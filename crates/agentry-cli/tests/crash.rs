@@ -398,22 +398,26 @@ fn probe_run(root: &Path, keyed: bool) -> Probe {
 }
 
 /// When a cycle's run is killed: a time after it was spawned (its start-up),
-/// or a time after the ledger's first line appeared. Aimed by the run's own
+/// or a time after the ledger's `k`-th line appeared. Aimed by the run's own
 /// progress, a kill lands where it was meant to whatever the machine's load
-/// does to the start-up between the probe and the cycle.
+/// does to the run between the probe and the cycle.
 #[derive(Clone, Copy, Debug)]
 enum KillAt {
     Spawned(Duration),
-    FirstLine(Duration),
+    AfterLine(usize, Duration),
 }
 
 impl KillAt {
     fn delay(self) -> Duration {
         match self {
-            KillAt::Spawned(d) | KillAt::FirstLine(d) => d,
+            KillAt::Spawned(d) | KillAt::AfterLine(_, d) => d,
         }
     }
 }
+
+/// Each call sleeps this long around its write (see [`task`]): after the
+/// `k`-th line, at least `CALL_SLEEPS × (LINES − k)` of the run is left.
+const CALL_SLEEPS: Duration = Duration::from_millis(20);
 
 /// Spawns `cmd` and SIGKILLs it at `at`; whether it was still running.
 fn killed_at(mut cmd: Command, at: KillAt, workdir: &Path, keyed: bool) -> bool {
@@ -422,9 +426,9 @@ fn killed_at(mut cmd: Command, at: KillAt, workdir: &Path, keyed: bool) -> bool 
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    if let KillAt::FirstLine(_) = at {
+    if let KillAt::AfterLine(k, _) = at {
         let deadline = Instant::now() + Duration::from_secs(30);
-        while lines(workdir, keyed).is_empty()
+        while lines(workdir, keyed).len() < k
             && matches!(child.try_wait(), Ok(None))
             && Instant::now() < deadline
         {
@@ -438,28 +442,30 @@ fn killed_at(mut cmd: Command, at: KillAt, workdir: &Path, keyed: bool) -> bool 
     running
 }
 
-/// `n` kill points: four in five over the run's calls (its first line to
-/// its last), the rest over its start-up (some before there is a run to
-/// resume) and its end (some after it is done). Each is shifted by a random
-/// fraction of its slot: every kill lands at a different moment.
+/// `n` kill points: four in five over the run's calls, the rest over its
+/// start-up (some before there is a run to resume) and its end (some after
+/// it is done). A kill over the calls comes after line `k` (1 to `LINES` − 1
+/// in turn), within the probe's gap between lines but before the calls left
+/// could have finished, so it always lands mid-run. Each is shifted by a
+/// random fraction of its slot: every kill lands at a different moment.
 fn kill_points(n: usize, probe: Probe) -> Vec<KillAt> {
     let edges = n / 5;
     let start = edges / 2;
-    let calls = probe.last_line.saturating_sub(probe.first_line);
-    let tail = probe.span.saturating_sub(probe.first_line).mul_f64(1.1);
+    let gap = probe.last_line.saturating_sub(probe.first_line) / (LINES as u32 - 1);
     let mut points: Vec<KillAt> = spread(Duration::ZERO, probe.first_line, start)
         .into_iter()
         .map(KillAt::Spawned)
         .collect();
+    points.extend((0..n - edges).map(|i| {
+        let k = 1 + i % (LINES - 1);
+        let window = gap.min(CALL_SLEEPS * (LINES - k) as u32);
+        KillAt::AfterLine(k, window.mul_f64(fastrand::f64()))
+    }));
+    let tail = probe.span.saturating_sub(probe.last_line).mul_f64(1.2);
     points.extend(
-        spread(Duration::ZERO, calls, n - edges)
+        spread(Duration::ZERO, tail, edges - start)
             .into_iter()
-            .map(KillAt::FirstLine),
-    );
-    points.extend(
-        spread(calls, tail, edges - start)
-            .into_iter()
-            .map(KillAt::FirstLine),
+            .map(|d| KillAt::AfterLine(LINES, d)),
     );
     points
 }
