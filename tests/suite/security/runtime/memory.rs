@@ -12,9 +12,14 @@ use std::process::Command;
 use std::sync::{Arc, Mutex};
 
 use agentry::protocol::decision::Decision;
-use agentry::{Durability, SqliteStore, StopReason, Store, ToolCall};
+use agentry::{
+    Durability, ErrorCode, SqliteStore, StopReason, Store, Tool, ToolCall, ToolContext,
+    ToolContract, ToolError, ToolOutput, async_trait,
+};
 use agentry_protocol::fingerprint::sha256_hex;
-use agentry_test_support::{FnPolicy, TestError, TestTask, runtime_with};
+use agentry_test_support::{
+    FnPolicy, ScriptBuilder, TestError, TestTask, run_with_events, runtime_with, tool_results,
+};
 use serde_json::{Value, json};
 
 /// Set in the child process that does the measured run.
@@ -200,5 +205,48 @@ async fn two_hundred_mib_of_results_leave_a_live_run_small() -> Result<(), TestE
     assert!(out.status.success(), "the run in the child process failed");
     // The child really ran the test (a filter matching nothing also succeeds).
     assert!(stdout.contains("1 passed"), "{stdout}");
+    Ok(())
+}
+
+/// Fails with a 1 MiB message.
+#[derive(Debug)]
+struct LoudFailure;
+
+#[async_trait]
+impl Tool for LoudFailure {
+    fn contract(&self) -> ToolContract {
+        ToolContract::new("loud", "Fails at length.", json!({"type": "object"}))
+    }
+
+    async fn call(&self, _args: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        Err(ToolError::new(ErrorCode::Eunavail, "no ".repeat(350_000)).retryable(false))
+    }
+}
+
+/// A tool's error message is cut to the cap too, saying how long it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_error_message_past_the_cap_is_cut() -> Result<(), TestError> {
+    let task = TestTask::new("fail loudly", &[])?.grant(&["loud"]);
+    let policy = ScriptBuilder::new()
+        .call("l1", "loud", json!({}))
+        .finish("failed")
+        .policy();
+    let runtime = runtime_with(vec![Arc::new(LoudFailure)])?;
+
+    let (outcome, events) = run_with_events(&runtime, task.config(), policy).await?;
+
+    assert_eq!(outcome.stop_reason, StopReason::Done, "{}", outcome.detail);
+    let (_, loud) = tool_results(&events)
+        .into_iter()
+        .next()
+        .ok_or("no result")?;
+    let message = &loud.error.as_ref().ok_or("no error")?.message;
+    assert!(message.len() < CAP + 64, "{}", message.len());
+    assert!(message.starts_with("no no "), "{message:.20}");
+    assert!(
+        message.ends_with("(cut: the message is 1050000 bytes)"),
+        "{}",
+        &message[message.len() - 60..]
+    );
     Ok(())
 }
