@@ -176,7 +176,9 @@ async fn huge_output_is_capped_and_referenced() -> Result<(), TestError> {
 
     assert_eq!(outcome.stop_reason, StopReason::Done, "{}", outcome.detail);
     let result = &tool_results(&events)[0].1;
-    let data = result.data.clone().unwrap_or_default();
+    // Its head is inline; the whole (the output's own head) was saved.
+    assert!(result.cut.is_some(), "{result:?}");
+    let data = task.whole_data(result)?;
     assert_eq!(data["stdout_truncated"], true);
     assert_eq!(data["stdout_bytes"], 20_000_000);
     assert!(data["stdout"].as_str().map_or(0, str::len) <= 16 * 1024);

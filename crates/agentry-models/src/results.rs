@@ -2,9 +2,10 @@
 //! per-result cap, else cut. A cut result shows the head of its `data` (as JSON
 //! text), how long the whole is, and where to read the rest: the runtime saved
 //! the whole `data` when it was larger than the run's cap
-//! ([`ResultEnvelope::saved`]), and `result.read {ref, offset, limit}` reads it
-//! back in parts from the offset the head ends at. The session keeps the whole
-//! envelope; only what a request carries is cut.
+//! ([`ResultEnvelope::saved`]) and kept only its head in the envelope
+//! ([`ResultEnvelope::cut`]); `result.read {ref, offset, limit}` reads it back
+//! in parts from the offset the head ends at. A request may cut a result
+//! further (a smaller cap when the newest turn does not fit otherwise).
 
 use agentry_protocol::envelope::ResultEnvelope;
 use serde_json::{Value, json};
@@ -17,25 +18,34 @@ pub(crate) const MIN_RESULT_CAP: usize = 256;
 const READ_TOOL: &str = "result.read";
 
 /// The envelope as the model sees it: its JSON, or its cut form when that is
-/// longer than `cap` bytes.
+/// longer than `cap` bytes or the runtime already cut its data.
 pub(crate) fn result_text(envelope: &ResultEnvelope, cap: usize) -> String {
-    let whole = serde_json::to_string(envelope).unwrap_or_default();
-    if whole.len() <= cap {
-        return whole;
+    if envelope.cut.is_none() {
+        let whole = serde_json::to_string(envelope).unwrap_or_default();
+        if whole.len() <= cap {
+            return whole;
+        }
     }
     let mut shown = json!({
         "tool_call_id": envelope.tool_call_id,
         "tool": envelope.tool,
         "ok": envelope.ok,
     });
-    if let Some(data) = &envelope.data {
-        let text = serde_json::to_string(data).unwrap_or_default();
-        let head = head(&text, cap);
+    let whole;
+    let data = match (&envelope.data, &envelope.cut) {
+        (Some(data), _) => {
+            whole = serde_json::to_string(data).unwrap_or_default();
+            Some((whole.as_str(), whole.len() as u64))
+        }
+        (None, Some(cut)) => Some((cut.head.as_str(), cut.bytes)),
+        (None, None) => None,
+    };
+    if let Some((text, bytes)) = data {
+        let head = head(text, cap);
         shown["data_head"] = Value::String(head.to_string());
-        shown["data_bytes"] = json!(text.len());
+        shown["data_bytes"] = json!(bytes);
         shown["truncated"] = json!(format!(
-            "data is {} bytes of JSON text; the first {} are shown",
-            text.len(),
+            "data is {bytes} bytes of JSON text; the first {} are shown",
             head.len()
         ));
         shown["rest"] = match envelope.saved.as_ref().and_then(|r| file_name(&r.path)) {
@@ -75,7 +85,7 @@ fn file_name(path: &str) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use agentry_protocol::envelope::ResourceRef;
+    use agentry_protocol::envelope::{CutData, ResourceRef};
 
     fn big(saved: bool) -> ResultEnvelope {
         let mut env = ResultEnvelope::success(
@@ -117,5 +127,25 @@ mod tests {
         );
         let unsaved: Value = serde_json::from_str(&result_text(&big(false), 1000)).unwrap();
         assert!(unsaved["rest"].as_str().unwrap().starts_with("not saved"));
+    }
+
+    #[test]
+    fn a_result_the_runtime_cut_shows_its_kept_head_and_whole_length() {
+        let whole = serde_json::to_string(&big(true).data).unwrap();
+        let mut env = big(true);
+        env.data = None;
+        env.cut = Some(CutData::of(&whole, 600));
+        // The request's cap is above the head kept: the head is shown whole.
+        let shown: Value = serde_json::from_str(&result_text(&env, 16 * 1024)).unwrap();
+        let head = shown["data_head"].as_str().unwrap();
+        assert_eq!(head, env.cut.as_ref().unwrap().head);
+        assert_eq!(shown["data_bytes"], whole.len());
+        assert_eq!(shown["rest"]["ref"], "ab.json");
+        assert_eq!(shown["rest"]["offset"], head.len());
+        // Below it, the head is cut further and the rest read from there.
+        let shown: Value = serde_json::from_str(&result_text(&env, 300)).unwrap();
+        let head = shown["data_head"].as_str().unwrap();
+        assert!(head.len() <= 300 && whole.starts_with(head));
+        assert_eq!(shown["rest"]["offset"], head.len());
     }
 }

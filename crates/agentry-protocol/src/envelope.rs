@@ -125,8 +125,55 @@ pub struct ResourceRef {
 }
 
 /// The default per-result cap, in bytes: a result whose `data` is larger as JSON
-/// is saved whole and shown to the model as its head and a ref to read back.
+/// is saved whole; the envelope keeps only its head ([`CutData`]) and the ref,
+/// which is what the model is shown, to read the rest back.
 pub const DEFAULT_RESULT_CAP: usize = 16 * 1024;
+
+/// How far back from the cap the end of a kept head looks for a token boundary.
+const HEAD_BOUNDARY_WINDOW: usize = 256;
+
+/// What a result whose `data` is longer than the run's result cap (as JSON)
+/// keeps of it in memory, in the store and in the trace: the whole is in the
+/// file the envelope's `saved` names.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CutData {
+    /// The first bytes of `data`'s JSON text: at most the cap (see [`cut_head`]).
+    pub head: String,
+    /// Length of the whole JSON text, in bytes.
+    pub bytes: u64,
+}
+
+impl CutData {
+    /// What a result keeps of `text` (its data's JSON text) cut at `cap` bytes.
+    pub fn of(text: &str, cap: usize) -> CutData {
+        CutData {
+            head: cut_head(text, cap).to_string(),
+            bytes: text.len() as u64,
+        }
+    }
+}
+
+/// The head of `text` a result cut at `cap` keeps: at most `cap` bytes, ending
+/// before the last whitespace, quote, backslash or JSON punctuation of its last
+/// 256 bytes (or half) when there is one, else on a character boundary. A token (and so a
+/// secret a sink's redactor matches as a whole) is not split by the cut: it is
+/// in the head whole, or not at all.
+pub fn cut_head(text: &str, cap: usize) -> &str {
+    if text.len() <= cap {
+        return text;
+    }
+    let mut end = cap;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    // Never more than half the head is given up for a boundary.
+    let from = end - HEAD_BOUNDARY_WINDOW.min(end / 2);
+    let token_start = text.as_bytes()[from..=end]
+        .iter()
+        .rposition(|b| b.is_ascii_whitespace() || b"\"'\\,;()[]{}<>".contains(b))
+        .map(|i| from + i);
+    &text[..token_start.unwrap_or(end)]
+}
 
 /// What one call cost.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -150,9 +197,14 @@ pub struct ResultEnvelope {
     pub tool: String,
     /// Whether the call succeeded.
     pub ok: bool,
-    /// The tool's output, when `ok`.
+    /// The tool's output, when `ok`; `None` when it was cut (`cut`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data: Option<Value>,
+    /// When `ok` and `data` was longer than the run's result cap as JSON: the
+    /// head of `data`, kept instead of it (the whole is in the file `saved`
+    /// names, if it could be saved).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cut: Option<CutData>,
     /// The error, when not `ok`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<ToolError>,
@@ -160,8 +212,8 @@ pub struct ResultEnvelope {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub refs: Vec<ResourceRef>,
     /// Where the host saved `data` (as JSON text) because it is larger than the
-    /// run's result cap: the model sees its head and reads the rest back in parts
-    /// (`result.read`). Not part of the observation: the data is.
+    /// run's result cap: the envelope keeps its head (`cut`), the model reads
+    /// the rest back in parts (`result.read`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub saved: Option<ResourceRef>,
     /// What the call cost.
@@ -188,6 +240,7 @@ impl ResultEnvelope {
             tool: tool.to_string(),
             ok: true,
             data: Some(data),
+            cut: None,
             error: None,
             refs,
             saved: None,
@@ -205,6 +258,7 @@ impl ResultEnvelope {
             tool: tool.to_string(),
             ok: false,
             data: None,
+            cut: None,
             error: Some(error),
             refs: Vec::new(),
             saved: None,
@@ -226,6 +280,12 @@ impl ResultEnvelope {
         if let Some(data) = &self.data {
             f.value(data);
         }
+        if let Some(cut) = &self.cut {
+            f.str(&cut.head).u64(cut.bytes);
+        }
+        if let Some(saved) = &self.saved {
+            f.str(&saved.sha256);
+        }
         if let Some(e) = &self.error {
             f.str(e.code.as_str()).str(&e.message);
         }
@@ -242,6 +302,7 @@ impl ResultEnvelope {
             "tool": self.tool,
             "ok": self.ok,
             "data": self.data,
+            "cut": self.cut,
             "error": self.error,
             "refs": self.refs,
         })
@@ -269,6 +330,33 @@ mod tests {
         assert!(v.get("replayed").is_none());
         let back: ResultEnvelope = serde_json::from_value(v).unwrap();
         assert_eq!(back, env);
+    }
+
+    #[test]
+    fn a_cut_result_keeps_a_head_that_splits_no_token() {
+        let text = format!(
+            "{{\"content\":\"{} sk-secret-{}\"}}",
+            "a".repeat(1000),
+            "b".repeat(500)
+        );
+        let mut env =
+            ResultEnvelope::success("c", "t", serde_json::from_str(&text).unwrap(), Vec::new());
+        let cut = CutData::of(&text, 1100);
+        env.data = None;
+        env.cut = Some(cut.clone());
+        assert_eq!(env.data, None);
+        assert_eq!(cut.bytes, text.len() as u64);
+        // The cap falls inside the last word: the head ends before its space.
+        assert_eq!(cut.head, format!("{{\"content\":\"{}", "a".repeat(1000)));
+        let v = serde_json::to_value(&env).unwrap();
+        assert_eq!(v["cut"]["bytes"], text.len());
+        assert_eq!(serde_json::from_value::<ResultEnvelope>(v).unwrap(), env);
+        // No boundary near the cap: cut at the cap, on a character boundary.
+        let wide = "é".repeat(1000);
+        assert_eq!(cut_head(&wide, 1001).len(), 1000);
+        assert_eq!(cut_head("short", 1000), "short");
+        // Never more than half the head for a boundary.
+        assert_eq!(cut_head(&format!(" {}", "x".repeat(100)), 50).len(), 50);
     }
 
     #[test]

@@ -42,7 +42,7 @@ pub use accept::AcceptCheck;
 pub use budget::{BudgetLimits, BudgetSnapshot, Usage};
 pub use child::ChildRequest;
 pub use decision::{Compaction, Decision, PolicyOutput, TokenUsage};
-pub use envelope::{CallCost, ErrorCode, ResourceRef, ResultEnvelope, ToolError};
+pub use envelope::{CallCost, CutData, ErrorCode, ResourceRef, ResultEnvelope, ToolError};
 pub use event::RunEvent;
 pub use state::{
     ControlState, PendingApproval, RunSnapshot, RunStatus, SessionEntry, Settlement, TaskState,

@@ -176,10 +176,12 @@ pub struct RunConfig {
     /// Where tools keep large artifacts (full process output); default
     /// `<workdir>/.agentry`, readable by the model through `fs.read`.
     pub artifacts: Option<PathBuf>,
-    /// A result whose `data` is longer than this as JSON (bytes) is also saved
+    /// A result whose `data` is longer than this as JSON (bytes) is saved
     /// whole in the artifact directory (`results/<sha256>.json`, referenced by
     /// the envelope's `saved`), for the model to read back in parts with
-    /// `result.read`; the envelope keeps the whole data. Default
+    /// `result.read`; the envelope keeps only its head (`cut`), so the run's
+    /// memory, its store and its trace do not grow with what tools return
+    /// (an error message past it is cut too). Default
     /// [`DEFAULT_RESULT_CAP`](agentry_protocol::envelope::DEFAULT_RESULT_CAP).
     #[serde(default = "default_result_cap")]
     pub result_cap: usize,

@@ -14,6 +14,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use agentry::protocol::accept::AcceptCheck;
+use agentry::protocol::envelope::ResultEnvelope;
+use agentry::protocol::fingerprint::sha256_hex;
 use agentry::{Grants, RunConfig, Runtime, RuntimeError, Tool, ToolRegistry};
 use serde_json::Value;
 use tempfile::TempDir;
@@ -178,6 +180,23 @@ impl TestTask {
     /// The trace records, parsed.
     pub fn read_trace(&self) -> io::Result<Vec<Value>> {
         read_trace(&self.trace_path())
+    }
+
+    /// A result's whole data: its `data`, or, when the runtime kept only its
+    /// head (`cut`), the saved file it names, checked against its hash.
+    pub fn whole_data(&self, result: &ResultEnvelope) -> Result<Value, crate::TestError> {
+        if let Some(data) = &result.data {
+            return Ok(data.clone());
+        }
+        let saved = result.saved.as_ref().ok_or(format!(
+            "{}: no data and nothing saved",
+            result.tool_call_id
+        ))?;
+        let bytes = std::fs::read(self.config.workdir.join(&saved.path))?;
+        if sha256_hex(&bytes) != saved.sha256 {
+            return Err(format!("{}: the saved file changed", saved.path).into());
+        }
+        Ok(serde_json::from_slice(&bytes)?)
     }
 }
 

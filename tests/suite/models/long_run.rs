@@ -137,22 +137,34 @@ fn assert_read_back(task: &TestTask, sent: &[Received]) -> Result<(), TestError>
     Ok(())
 }
 
-/// Bytes of every decision and result the run recorded, from its trace; each
-/// part read is recorded whole (only requests carry it cut), and saved.
-fn raw_session_bytes(trace: &str) -> Result<u64, TestError> {
+/// Bytes of every decision and result the run recorded, from its trace, a
+/// cut result counted whole; each part read is recorded as its head and the
+/// ref to the saved file holding it whole (only that file has it all).
+fn raw_session_bytes(task: &TestTask, trace: &str) -> Result<u64, TestError> {
     let mut bytes = 0u64;
     for line in trace.lines() {
         let line: Value = serde_json::from_str(line)?;
-        for key in ["decision", "results"] {
-            if let Some(v) = line.get(key) {
-                bytes += serde_json::to_vec(v)?.len() as u64;
+        if let Some(v) = line.get("decision") {
+            bytes += serde_json::to_vec(v)?.len() as u64;
+        }
+        for r in line["results"].as_array().into_iter().flatten() {
+            bytes += serde_json::to_vec(r)?.len() as u64;
+            if let Some(whole) = r["cut"]["bytes"].as_u64() {
+                bytes += whole;
             }
         }
         let results = line["results"].as_array().into_iter().flatten();
         for r in results.filter(|r| r["tool"] == "fs.read") {
-            let content = r["data"]["content"].as_str().ok_or("content")?;
+            assert_eq!(r.get("data"), None, "{r}");
+            let head = r["cut"]["head"].as_str().ok_or("no head")?;
+            assert!(head.len() <= CAP, "{}", head.len());
+            let saved = task
+                .workdir()
+                .join(r["saved"]["path"].as_str().ok_or("no saved path")?);
+            let whole: Value = serde_json::from_slice(&std::fs::read(saved)?)?;
+            let content = whole["content"].as_str().ok_or("content")?;
             assert_eq!(content.len() as u64, PART);
-            assert!(r["saved"]["path"].is_string(), "{r}");
+            assert_eq!(r["cut"]["bytes"], serde_json::to_vec(&whole)?.len());
         }
     }
     Ok(bytes)
@@ -189,8 +201,8 @@ async fn a_200_step_run_ten_times_its_window_fits_every_request_and_ends_done()
     assert_eq!(sent.len() as u64, STEPS + 3);
     assert_every_request_fits(&sent)?;
     assert_read_back(&task, &sent)?;
-    // The session the run kept is whole: ~10 times what any request carried.
-    let raw = raw_session_bytes(&std::fs::read_to_string(task.trace_path())?)?;
+    // The session the run stands for: ~10 times what any request carried.
+    let raw = raw_session_bytes(&task, &std::fs::read_to_string(task.trace_path())?)?;
     assert!(raw / 4 >= 9 * WINDOW, "raw session {} tokens", raw / 4);
     assert_eq!(outcome.state.session_len, 1 + 2 * (STEPS + 3));
     // Later requests elided the old turns, with one note saying so.

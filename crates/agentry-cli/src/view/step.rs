@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use agentry::protocol::budget::{BudgetLimits, Remaining, Usage};
 use agentry::protocol::decision::{Compaction, Decision, TokenUsage};
-use agentry::protocol::envelope::{ErrorCode, ResourceRef, ResultEnvelope, ToolError};
+use agentry::protocol::envelope::{CutData, ErrorCode, ResourceRef, ResultEnvelope, ToolError};
 use agentry::protocol::trace::{AttemptRecord, StepInterrupt, TraceStep};
 use serde::Serialize;
 use serde_json::Value;
@@ -59,6 +59,8 @@ struct ResultView {
     #[serde(skip_serializing_if = "Option::is_none")]
     data: Option<Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    cut: Option<CutData>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<ToolError>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     refs: Vec<ResourceRef>,
@@ -73,6 +75,7 @@ impl ResultView {
         ResultView {
             ok: result.ok,
             data: result.data.clone(),
+            cut: result.cut.clone(),
             error: result.error.clone(),
             refs: result
                 .refs

@@ -6,7 +6,7 @@
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
-use agentry_protocol::envelope::{ErrorCode, ResultEnvelope, ToolError};
+use agentry_protocol::envelope::{CutData, ErrorCode, ResultEnvelope, ToolError, cut_head};
 use agentry_protocol::tool::ToolCall;
 use agentry_tools::{ProcessLog, ToolContext};
 use futures::FutureExt;
@@ -114,29 +114,48 @@ impl ExecutorState {
             Ok(out) => ResultEnvelope::success(&call.id, &call.name, out.data, out.refs),
             Err(e) => fail(call, e),
         };
-        self.save_if_large(&mut env).await;
+        self.save_if_large(&mut env, tool).await;
         env.cost.latency_ms = started.elapsed().as_millis() as u64;
         tracing::debug!(run_id = %self.args.run_id, step, call_id = %call.id, tool = %call.name, attempt, ok = env.ok, "tool call finished");
         env
     }
 
-    /// Saves the data of a result longer than the run's cap, for the model to
-    /// read back in parts (`result.read`); the envelope keeps the whole data.
-    /// A result that cannot be saved is only logged: the model then sees its
-    /// head and is told the rest was not saved.
-    async fn save_if_large(&self, env: &mut ResultEnvelope) {
-        let Some(data) = &env.data else { return };
-        if !longer_than(data, self.args.result_cap) {
-            return;
+    /// A result longer than the run's cap keeps only its head: its data is
+    /// saved whole for the model to read back in parts (`result.read`), the
+    /// envelope keeps the head and the ref, so no holder of the result (the
+    /// session, the policy, events, the ledger, the store, the trace) holds
+    /// what a tool returned past the cap. A result that cannot be saved is
+    /// cut all the same and logged: the model is told the rest was not saved.
+    /// `task.finish` keeps its data: the host reads the answer from it, and
+    /// it is the model's own output, held in its decision already.
+    async fn save_if_large(&self, env: &mut ResultEnvelope, tool: &RegisteredTool) {
+        let cap = self.args.result_cap;
+        if let Some(error) = &mut env.error
+            && error.message.len() > cap
+        {
+            cut_message(&mut error.message, cap);
         }
-        let Ok(text) = serde_json::to_vec(data) else {
+        let Some(data) = &env.data else { return };
+        if longer_than(data, cap) {
+            // Boxed: the rare path; unboxed, its locals would be in every call's future.
+            Box::pin(self.save_large(env, tool)).await;
+        }
+    }
+
+    /// Saves the data of a result longer than the cap, then cuts it.
+    async fn save_large(&self, env: &mut ResultEnvelope, tool: &RegisteredTool) {
+        let cap = self.args.result_cap;
+        let Some(Ok(text)) = env.data.as_ref().map(serde_json::to_string) else {
             return;
         };
+        // Secret fields anywhere in the data, before the data is gone.
+        crate::redaction::register_result(self.args.events.redactor(), &tool.contract, env);
+        let cut = CutData::of(&text, cap);
         let root = Arc::clone(&self.args.root);
         let workdir = Arc::clone(&self.args.workdir);
         let artifacts = Arc::clone(&self.args.artifacts);
         let saved = tokio::task::spawn_blocking(move || {
-            agentry_tools::save_result(&root, &workdir, &artifacts, &text)
+            agentry_tools::save_result(&root, &workdir, &artifacts, text.as_bytes())
         })
         .await;
         match saved {
@@ -147,6 +166,10 @@ impl ExecutorState {
             Err(e) => {
                 tracing::warn!(run_id = %self.args.run_id, call_id = %env.tool_call_id, error = %e, "a large result could not be saved");
             }
+        }
+        if tool.contract.name != agentry_tools::FINISH_TOOL {
+            env.data = None;
+            env.cut = Some(cut);
         }
     }
 
@@ -232,6 +255,15 @@ fn longer_than(value: &Value, cap: usize) -> bool {
         }
     }
     serde_json::to_writer(&mut Counter { left: cap }, value).is_err()
+}
+
+/// An error message longer than `cap` bytes keeps its head and says how long
+/// it was (the model is shown at most the cap of it anyway).
+fn cut_message(message: &mut String, cap: usize) {
+    let len = message.len();
+    let head = cut_head(message, cap).len();
+    message.truncate(head);
+    message.push_str(&format!(" … (cut: the message is {len} bytes)"));
 }
 
 fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {

@@ -68,7 +68,12 @@ impl ExecutorState {
         span::record_content(&span, content, "gen_ai.tool.call.arguments", Some(&args));
         let outcome = self.attempts(job, args, &span).await;
         let env = &outcome.envelope;
-        span::record_content(&span, content, "gen_ai.tool.call.result", env.data.as_ref());
+        // A cut result's head, as every other sink records it.
+        let head = (content.is_some() && env.data.is_none())
+            .then(|| env.cut.as_ref().map(|c| Value::String(c.head.clone())))
+            .flatten();
+        let result = env.data.as_ref().or(head.as_ref());
+        span::record_content(&span, content, "gen_ai.tool.call.result", result);
         // What the call's row in a durable run's ledger says now (a call the
         // run's cancellation cut short keeps its intent; see `record_last`).
         let ledger = self.args.log.as_ref().map(|_| {

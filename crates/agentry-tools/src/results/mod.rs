@@ -1,6 +1,7 @@
 //! Results larger than a run's result cap, saved whole for the model to read
-//! back in parts: [`save_result`] (the executor calls it) and `result.read`
-//! ([`ResultReadTool`]).
+//! back in parts: [`save_result`] (the executor calls it, then keeps only the
+//! result's head and the ref in the envelope; the saved file is the only copy
+//! of the whole) and `result.read` ([`ResultReadTool`]).
 //!
 //! A saved result is the `data` of an envelope as JSON text, in
 //! `<artifacts>/results/<sha256>.json`, created like every artifact (its

@@ -366,4 +366,5 @@ async fn the_trace_writes_only_the_refs_each_step_changed() -> Result<(), TestEr
 }
 
 // Issue 16 item 7: a run resumed while it still runs.
+mod memory;
 mod ownership;

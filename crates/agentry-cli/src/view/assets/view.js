@@ -441,7 +441,7 @@
       var results = el("div", { cls: "results" });
       s.results.forEach(function (r, k) {
         var c = s.calls[k] || { tool: "?", id: "?" };
-        var body = json(r.ok ? r.data : r.error);
+        var body = r.cut ? r.cut.head + "\n… (cut: " + num(r.cut.bytes) + " bytes" + (r.saved ? ", whole in " + r.saved.path : "") + ")" : json(r.ok ? r.data : r.error);
         results.appendChild(el("details", body.length < 1500 ? { open: "" } : null, el("summary", { cls: "mono", text: c.tool + " " + c.id + (r.ok ? " ok" : " error") + (r.replayed ? " (replayed)" : "") }), el("pre", { text: body })));
       });
       box.appendChild(results);
