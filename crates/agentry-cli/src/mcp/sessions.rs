@@ -75,15 +75,32 @@ impl IdleSessions {
         let idle: Vec<SessionId> = self
             .lock()
             .iter()
-            .filter(|(_, a)| a.busy == 0 && a.last.elapsed() >= self.idle_timeout)
+            .filter(|(_, a)| self.is_idle(a))
             .map(|(id, _)| id.clone())
             .collect();
         for id in idle {
+            // Looked at again, and forgotten in the same breath: a request
+            // that came meanwhile keeps its session.
+            let still_idle = {
+                let mut activity = self.lock();
+                let idle = activity.get(&id).is_some_and(|a| self.is_idle(a));
+                if idle {
+                    activity.remove(&id);
+                }
+                idle
+            };
+            if !still_idle {
+                continue;
+            }
             tracing::debug!(session = %id, "closing an idle MCP session");
-            if let Err(e) = self.close_session(&id).await {
+            if let Err(e) = self.inner.close_session(&id).await {
                 tracing::debug!(session = %id, error = %e, "an idle MCP session did not close cleanly");
             }
         }
+    }
+
+    fn is_idle(&self, activity: &Activity) -> bool {
+        activity.busy == 0 && activity.last.elapsed() >= self.idle_timeout
     }
 
     /// A request came: the session's idle time starts again.
