@@ -29,7 +29,6 @@ mod tools;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-
 use std::time::Duration;
 
 use rmcp::ServiceExt;
