@@ -160,9 +160,36 @@ pub(crate) struct ViewArgs {
 pub(crate) struct McpArgs {
     /// Serve streamable HTTP at ADDR (path /mcp) instead of stdio. Loopback
     /// addresses only, e.g. 127.0.0.1:8080; port 0 picks a free port. The
-    /// bound address is printed on stderr.
+    /// bound address is printed on stderr. Every request must carry
+    /// `Authorization: Bearer TOKEN` (--token-file or $AGENTRY_TOKEN): loopback
+    /// is open to every user of the machine.
     #[arg(long, value_name = "ADDR")]
     pub(crate) http: Option<std::net::SocketAddr>,
+    /// With --http: the bearer token clients must send, read from this file
+    /// (one line; a trailing newline is dropped; readable by its owner only).
+    /// Default: $AGENTRY_TOKEN.
+    #[arg(
+        long,
+        value_name = "PATH",
+        requires = "http",
+        conflicts_with = "no_auth"
+    )]
+    pub(crate) token_file: Option<PathBuf>,
+    /// With --http: serve without a token. Any local user can then run tasks,
+    /// and their commands, as you: only where every user of the machine is
+    /// trusted.
+    #[arg(long, requires = "http")]
+    pub(crate) no_auth: bool,
+    /// With --http: close a session after this long without a request in
+    /// flight; its client must initialize again.
+    #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = parse_deadline, requires = "http")]
+    pub(crate) session_idle_timeout: Duration,
+    /// At most N runs at once; past it run_task is refused (a tool error)
+    /// until one ends. Default: from the soft open-file limit (`ulimit -n`),
+    /// 64 files kept for the server and 16 per run: (limit - 64) / 16, at
+    /// least 1, at most 256 (60 runs under the usual 1024).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) max_runs: Option<u32>,
     /// Commit the runs to this SQLite store (created if missing). Default:
     /// $AGENTRY_STORE, else $XDG_STATE_HOME/agentry/runs.db
     /// (~/.local/state/agentry/runs.db).

@@ -22,7 +22,9 @@ mod cli {
     #[cfg(unix)]
     mod interrupt;
     mod mcp;
+    mod mcp_auth;
     mod mcp_http;
+    mod mcp_limits;
     #[cfg(target_os = "linux")]
     mod mcp_resume;
     #[cfg(unix)]

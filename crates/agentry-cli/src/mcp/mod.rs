@@ -5,10 +5,13 @@
 //! directories (`inline.rs`).
 //!
 //! Over stdio (the default) stdout is the protocol channel: nothing else may
-//! print there, so logs and notices go to stderr. `--http ADDR` serves
-//! streamable HTTP at `/mcp` instead, on a loopback address only: the tools
-//! run tasks (and their commands) as this user, so only local clients may
-//! reach them, and rmcp's Host check refuses DNS-rebound names.
+//! print there, so logs and notices go to stderr; the parent process owns the
+//! pipe, and with it the server. `--http ADDR` serves streamable HTTP at
+//! `/mcp` instead, on a loopback address only, rmcp's Host check refusing
+//! DNS-rebound names. The tools run tasks (and their commands) as this user
+//! and loopback is open to every user of the machine, so every request must
+//! carry the bearer token (`auth.rs`); sessions idle too long are closed
+//! (`sessions.rs`).
 //!
 //! When the client goes away (stdin closes), on ctrl-c (SIGINT) or on SIGTERM
 //! (systemd, `docker stop`), every run still going is aborted (`user_abort`)
@@ -16,23 +19,28 @@
 //! behind by the server's own exit.
 
 mod args;
+mod auth;
 mod error;
 mod inline;
 mod runs;
+mod sessions;
 mod stored;
 mod tools;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use rmcp::ServiceExt;
-use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio::io::AsyncWriteExt;
 use tokio_util::sync::CancellationToken;
 
 use crate::args::McpArgs;
 use crate::store::{default_store, open_sqlite};
+
+use self::auth::{AuthError, Token, require_token};
+use self::sessions::IdleSessions;
 
 pub(crate) use runs::ServerRuns;
 pub(crate) use tools::AgentryServer;
@@ -48,6 +56,9 @@ pub(crate) enum ServeError {
         "--http {0}: only a loopback address (127.0.0.1, [::1]) is served: the tools run tasks as this user"
     )]
     NotLoopback(SocketAddr),
+    /// `--http` without a usable token and without `--no-auth` (exit 2).
+    #[error(transparent)]
+    Auth(#[from] AuthError),
     /// Binding, accepting or the stdio transport failed.
     #[error("{what}: {source}")]
     Io {
@@ -64,6 +75,16 @@ pub(crate) enum ServeError {
 /// Serves until the client goes away (stdio), or SIGINT or SIGTERM (both).
 pub(crate) async fn serve(args: McpArgs) -> Result<(), ServeError> {
     check_store(&args)?;
+    let http = match args.http {
+        // Refused first: no token makes another address safe.
+        Some(addr) if !addr.ip().is_loopback() => return Err(ServeError::NotLoopback(addr)),
+        Some(addr) => Some(HttpServing {
+            addr,
+            token: Token::for_http(&args)?,
+            idle_timeout: args.session_idle_timeout,
+        }),
+        None => None,
+    };
     // Installed before anything is served: from here on neither signal can
     // kill the process before its runs record their stop.
     let stop = StopSignals::listen().map_err(|source| ServeError::Io {
@@ -71,8 +92,8 @@ pub(crate) async fn serve(args: McpArgs) -> Result<(), ServeError> {
         source,
     })?;
     let runs = Arc::new(ServerRuns::new(&args));
-    let served = match args.http {
-        Some(addr) => serve_http(addr, runs.clone(), stop).await,
+    let served = match http {
+        Some(http) => serve_http(http, runs.clone(), stop).await,
         None => serve_stdio(runs.clone(), stop).await,
     };
     runs.abort_all().await;
@@ -113,14 +134,25 @@ async fn serve_stdio(runs: Arc<ServerRuns>, mut stop: StopSignals) -> Result<(),
     Ok(())
 }
 
-async fn serve_http(
+/// What `--http` serves with.
+struct HttpServing {
     addr: SocketAddr,
+    /// `None` under `--no-auth`.
+    token: Option<Token>,
+    /// `--session-idle-timeout`.
+    idle_timeout: Duration,
+}
+
+async fn serve_http(
+    http: HttpServing,
     runs: Arc<ServerRuns>,
     mut signals: StopSignals,
 ) -> Result<(), ServeError> {
-    if !addr.ip().is_loopback() {
-        return Err(ServeError::NotLoopback(addr));
-    }
+    let HttpServing {
+        addr,
+        token,
+        idle_timeout,
+    } = http;
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|source| ServeError::Io {
@@ -137,13 +169,24 @@ async fn serve_http(
     let config = StreamableHttpServerConfig::default()
         .with_cancellation_token(stop.child_token())
         .enforce_origin_validation();
-    let service: StreamableHttpService<AgentryServer, LocalSessionManager> =
-        StreamableHttpService::new(
-            move || Ok(AgentryServer::new(runs.clone())),
-            Default::default(),
-            config,
-        );
-    let router = axum::Router::new().nest_service("/mcp", service);
+    let sessions = Arc::new(IdleSessions::new(idle_timeout));
+    tokio::spawn(sessions.clone().sweep(stop.child_token()));
+    let service: StreamableHttpService<AgentryServer, IdleSessions> = StreamableHttpService::new(
+        move || Ok(AgentryServer::new(runs.clone())),
+        sessions,
+        config,
+    );
+    let mut router = axum::Router::new().nest_service("/mcp", service);
+    // Outermost: a request without the token is answered from its headers,
+    // before rmcp reads or parses anything.
+    match token {
+        Some(token) => {
+            router = router.layer(axum::middleware::from_fn_with_state(token, require_token));
+        }
+        None => eprintln!(
+            "agentry: mcp: --no-auth: any local user can run tasks, and their commands, as this user"
+        ),
+    }
     // Tests and scripts read the address (a port 0 was just picked) here.
     eprintln!("agentry: mcp: listening on http://{bound}/mcp");
     let shutdown = stop.clone();

@@ -2,10 +2,17 @@
 //! starts them (the same task loading, policy, store and working directory),
 //! kept by run id so `get_run` and `cancel_run` find them, and aborted when
 //! the server stops.
+//!
+//! At most `--max-runs` run at once: each holds open files (its store
+//! connection, its tools' pipes, its MCP servers), and past the process's
+//! open-file limit every part of the server would fail with "Too many open
+//! files". A run holds its [`RunSlot`] from before its task is loaded until
+//! its ending is done (MCP servers shut down, inline task directory removed).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agentry::{RunHandle, RunOutcome, RunTree};
@@ -59,6 +66,14 @@ pub(crate) enum StartError {
     /// The task, its script or model, the store or the working directory is unusable.
     #[error("{0}")]
     Run(String),
+    /// `--max-runs` runs are going.
+    #[error(
+        "{max} runs already running, the most this server allows (--max-runs {max}); wait for one to end, or cancel_run one"
+    )]
+    Busy {
+        /// `--max-runs`.
+        max: usize,
+    },
 }
 
 /// The runs of this server and the store it commits them to.
@@ -66,6 +81,10 @@ pub(crate) struct ServerRuns {
     store: Option<PathBuf>,
     no_store: bool,
     durability: DurabilityArg,
+    /// At most this many runs at once (`--max-runs`).
+    max_runs: usize,
+    /// The runs holding a slot: started and not yet ended.
+    running: Arc<AtomicUsize>,
     live: Mutex<HashMap<String, RunHandle>>,
     /// Each run's ending (its MCP servers shut down, its inline task
     /// directory removed), awaited before the server exits.
@@ -79,6 +98,8 @@ impl ServerRuns {
             store: args.store.clone(),
             no_store: args.no_store,
             durability: args.durability,
+            max_runs: args.max_runs.map_or_else(default_max_runs, |n| n as usize),
+            running: Arc::default(),
             live: Mutex::new(HashMap::new()),
             endings: Mutex::new(Vec::new()),
         }
@@ -87,6 +108,8 @@ impl ServerRuns {
     /// Loads the task and starts its run, as `agentry run` does (minus the
     /// terminal: no ctrl-c prompt, stdin is not the user's here).
     pub(crate) async fn start(&self, request: StartRequest) -> Result<RunHandle, StartError> {
+        // Taken before anything is opened; given back if the start fails.
+        let slot = self.reserve()?;
         let policy = match request.policy {
             Some(value) => Some(parse_policy(&value).map_err(|why| StartError::Policy {
                 value: value.clone(),
@@ -126,6 +149,8 @@ impl ServerRuns {
             if let Some(dir) = inline {
                 let _ = tokio::task::spawn_blocking(move || discard(&dir)).await;
             }
+            // Its files are closed: another run may start.
+            drop(slot);
         });
         let mut endings = self
             .endings
@@ -145,6 +170,16 @@ impl ServerRuns {
         self.lock()
             .insert(handle.run_id().to_string(), handle.clone());
         Ok(handle)
+    }
+
+    /// A slot for one more run, unless `--max-runs` are going.
+    fn reserve(&self) -> Result<RunSlot, StartError> {
+        self.running
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < self.max_runs).then_some(n + 1)
+            })
+            .map_err(|_| StartError::Busy { max: self.max_runs })?;
+        Ok(RunSlot(self.running.clone()))
     }
 
     /// `agentry run TASK_DIR` with this server's store flags.
@@ -240,6 +275,39 @@ impl ServerRuns {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
+}
+
+/// One of the `--max-runs` slots, given back when dropped.
+struct RunSlot(Arc<AtomicUsize>);
+
+impl Drop for RunSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Open files the server keeps for itself: its listener, store, logs and
+/// client connections.
+const RESERVED_FILES: u64 = 64;
+
+/// Open files one run may hold: its store connection (database, journal),
+/// its working directory, its tools' pipes and its MCP servers' pipes.
+const FILES_PER_RUN: u64 = 16;
+
+/// The most runs the default allows, however high the open-file limit.
+const MAX_DEFAULT_RUNS: u64 = 256;
+
+/// `--max-runs`' default: (the soft open-file limit − [`RESERVED_FILES`]) /
+/// [`FILES_PER_RUN`], between 1 and [`MAX_DEFAULT_RUNS`].
+fn default_max_runs() -> usize {
+    #[cfg(unix)]
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile)
+        .current
+        .unwrap_or(u64::MAX);
+    #[cfg(not(unix))]
+    let limit = u64::MAX;
+    let runs = limit.saturating_sub(RESERVED_FILES) / FILES_PER_RUN;
+    usize::try_from(runs.clamp(1, MAX_DEFAULT_RUNS)).unwrap_or(1)
 }
 
 /// Waits for the run's outcome (and its tree, if it started children) and

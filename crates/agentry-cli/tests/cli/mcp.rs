@@ -377,7 +377,7 @@ async fn mcp_a_cancelled_request_aborts_its_run() {
 
 /// An inline task (task.toml fields, script, files) whose one call sleeps
 /// `secs` seconds, not waited for.
-fn long_task(secs: &str) -> Value {
+pub(super) fn long_task(secs: &str) -> Value {
     json!({
         "task": {
             "goal": "wait a long while",
@@ -421,14 +421,14 @@ async fn mcp_bad_arguments_are_clear_errors() {
 }
 
 /// The inline task directories under `tmp`'s `agentry/inline/`.
-fn inline_dirs(tmp: &Path) -> Vec<PathBuf> {
+pub(super) fn inline_dirs(tmp: &Path) -> Vec<PathBuf> {
     std::fs::read_dir(tmp.join("agentry/inline"))
         .map(|d| d.map(|e| e.unwrap().path()).collect())
         .unwrap_or_default()
 }
 
 /// Polls until no inline task directory is left (bounded).
-async fn until_no_inline_dirs(tmp: &Path) {
+pub(super) async fn until_no_inline_dirs(tmp: &Path) {
     let deadline = Instant::now() + CALL_BOUND;
     loop {
         let left = inline_dirs(tmp);

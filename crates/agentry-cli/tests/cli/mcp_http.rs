@@ -1,32 +1,72 @@
 //! `agentry mcp --http 127.0.0.1:0`: the real binary serving streamable HTTP,
-//! driven by rmcp's HTTP client over real TCP.
+//! driven by rmcp's HTTP client over real TCP, with a bearer token.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rmcp::ServiceExt;
 use rmcp::model::CallToolRequestParams;
 use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use serde_json::json;
 
 use crate::*;
 
+/// The token the servers of these tests require.
+pub(super) const TOKEN: &str = "t0ken-for-the-tests";
+
 /// Kills the server when the test ends, passed or not.
-struct Server(Child);
+pub(super) struct Server {
+    child: Child,
+    /// Everything it printed on stderr so far.
+    pub(super) log: Arc<Mutex<String>>,
+}
 
 impl Drop for Server {
     fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
-/// Starts `agentry mcp --http 127.0.0.1:0` and reads the URL it prints on
-/// stderr (bounded: 60 s).
+/// A token file holding `token` and a newline, readable by its owner only.
+pub(super) fn token_file(dir: &Path, token: &str) -> PathBuf {
+    let path = dir.join("token");
+    std::fs::write(&path, format!("{token}\n")).unwrap();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    path
+}
+
+/// Starts `agentry mcp --http 127.0.0.1:0 --store STORE --token-file ...`
+/// (the token [`TOKEN`]) and reads the URL it prints on stderr (bounded: 60 s).
 fn start_http(store: &Path) -> (Server, String) {
+    let tokens = token_file(store.parent().unwrap(), TOKEN);
+    start_http_with(
+        &[
+            "--store",
+            path_str(store),
+            "--token-file",
+            path_str(&tokens),
+        ],
+        &[],
+    )
+}
+
+/// Starts `agentry mcp --http 127.0.0.1:0 ARGS` with `ENV` (and no
+/// `AGENTRY_TOKEN` unless `env` sets it) and reads the URL it prints on
+/// stderr (bounded: 60 s).
+pub(super) fn start_http_with(args: &[&str], env: &[(&str, &str)]) -> (Server, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_agentry"))
-        .args(["mcp", "--http", "127.0.0.1:0", "--store", path_str(store)])
+        .args(["mcp", "--http", "127.0.0.1:0"])
+        .args(args)
+        .env_remove("AGENTRY_TOKEN")
+        .envs(env.iter().copied())
         .current_dir(root())
         .env_remove("RUST_LOG")
         .stdin(Stdio::null())
@@ -35,12 +75,17 @@ fn start_http(store: &Path) -> (Server, String) {
         .spawn()
         .unwrap();
     let stderr = child.stderr.take().unwrap();
-    let server = Server(child);
+    let server = Server {
+        child,
+        log: Arc::default(),
+    };
+    let log = server.log.clone();
     let (tx, rx) = std::sync::mpsc::channel();
     // The rest of stderr is drained (and shown) so the server never blocks on it.
     std::thread::spawn(move || {
         for line in BufReader::new(stderr).lines().map_while(Result::ok) {
             eprintln!("server: {line}");
+            log.lock().unwrap().push_str(&format!("{line}\n"));
             if let Some(url) = line.strip_prefix("agentry: mcp: listening on ") {
                 let _ = tx.send(url.to_string());
             }
@@ -52,6 +97,13 @@ fn start_http(store: &Path) -> (Server, String) {
     (server, url)
 }
 
+/// rmcp's HTTP client for `url`, sending `token`.
+pub(super) fn transport(url: &str, token: &str) -> StreamableHttpClientTransport<reqwest::Client> {
+    StreamableHttpClientTransport::from_config(
+        StreamableHttpClientTransportConfig::with_uri(url).auth_header(token),
+    )
+}
+
 /// run_task on examples/sum end to end over streamable HTTP.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mcp_over_streamable_http_runs_the_sum_example() {
@@ -59,9 +111,8 @@ async fn mcp_over_streamable_http_runs_the_sum_example() {
     let tmp = tempfile::tempdir().unwrap();
     let (_server, url) = start_http(&tmp.path().join("runs.db"));
     assert!(url.starts_with("http://127.0.0.1:"), "{url}");
-    let transport = StreamableHttpClientTransport::from_uri(url);
     let bound = Duration::from_secs(60);
-    let client = tokio::time::timeout(bound, ().serve(transport))
+    let client = tokio::time::timeout(bound, ().serve(transport(&url, TOKEN)))
         .await
         .expect("initialize within the bound")
         .unwrap();
@@ -123,6 +174,7 @@ async fn mcp_http_refuses_a_cross_site_origin_and_a_rebound_host() {
             .post(&url)
             .header("content-type", "application/json")
             .header("accept", "application/json, text/event-stream")
+            .bearer_auth(TOKEN)
             .header(extra.0, extra.1)
             .body(initialize.to_string())
             .send()
