@@ -1,6 +1,5 @@
 //! The one error of this crate: a script that cannot be read or does not parse.
 
-use std::io;
 use std::path::PathBuf;
 
 /// Why a script was refused. Each message names the file (when there is one)
@@ -22,9 +21,9 @@ pub enum ScriptError {
     Unreadable {
         /// The file.
         path: PathBuf,
-        /// The I/O error.
+        /// Why: missing, not a regular file, over the script cap.
         #[source]
-        source: io::Error,
+        source: agentry_files::FileProblem,
     },
     /// The script file does not hold a valid script.
     #[error("{path}: {message}", path = path.display())]

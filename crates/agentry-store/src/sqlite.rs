@@ -79,6 +79,11 @@ impl SqliteStore {
         };
         match std::fs::metadata(path) {
             Ok(meta) if meta.is_dir() => return Err(open_error("it is a directory".into())),
+            // A FIFO or a device named as the store: reading its header (and
+            // SQLite's own open) would wait on the FIFO forever.
+            Ok(meta) if !meta.is_file() => {
+                return Err(open_error("it is not a regular file".into()));
+            }
             Ok(_) => check_existing(path, &shown)?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 // SQLite would only say "unable to open database file".

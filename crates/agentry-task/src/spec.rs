@@ -137,8 +137,12 @@ impl TaskSpec {
             ));
         }
         let file = dir.join(TASK_FILE);
-        let text = std::fs::read_to_string(&file)
-            .map_err(|e| TaskError::invalid(&file, format!("cannot read task file: {e}")))?;
+        // Read as every named file is: a FIFO or /dev/zero there is refused at
+        // once, a file past the cap before it is read.
+        let text = agentry_files::read_to_string(&file, agentry_files::FileKind::TASK_FILE)
+            .map_err(|e| {
+                TaskError::invalid(&file, format!("cannot read task file: {}", e.problem))
+            })?;
         TaskSpec::parse(&text, dir)
     }
 

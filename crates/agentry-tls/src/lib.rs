@@ -4,9 +4,11 @@
 //! rustls through reqwest, with ring as the crypto provider. Trusted roots:
 //! the operating system's (rustls-platform-verifier), plus the CAs of the PEM
 //! files named by `SSL_CERT_FILE` and by the caller's `ca_cert` (a model's
-//! `[policy] ca_cert`, an MCP server's `[[tools.mcp]] ca_cert`). A CA file that
-//! cannot be read, holds no certificate or an unusable one is a
-//! [`TlsError::CaCert`] naming the file and where its path came from. Proxies
+//! `[policy] ca_cert`, an MCP server's `[[tools.mcp]] ca_cert`), each read as
+//! every named file is (`agentry_files`: no blocking open, regular files only,
+//! at most the CA file cap). A CA file that cannot be read, holds no
+//! certificate or an unusable one is a [`TlsError::CaCert`] naming the file and
+//! where its path came from. Proxies
 //! come from `HTTPS_PROXY` / `HTTP_PROXY` / `ALL_PROXY` / `NO_PROXY` (reqwest
 //! reads them when the client is built).
 //!
@@ -131,7 +133,10 @@ fn read_cas(file: CaFile<'_>) -> Result<Vec<reqwest::Certificate>, TlsError> {
         path: PathBuf::from(file.path),
         reason,
     };
-    let pem = std::fs::read(file.path).map_err(|e| bad(format!("cannot read it: {e}")))?;
+    // Read as every named file is: a FIFO there is refused at once (it hung
+    // the start), a bundle past the cap before it is read.
+    let pem = agentry_files::read(file.path, agentry_files::FileKind::CA_FILE)
+        .map_err(|e| bad(format!("cannot read it: {}", e.problem)))?;
     let ders = CertificateDer::pem_slice_iter(&pem)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| bad(format!("not a PEM file: {e}")))?;

@@ -13,6 +13,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use agentry_files::{FileKind, FileProblem};
 use axum::extract::{Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
@@ -23,9 +24,6 @@ use crate::args::McpArgs;
 
 /// The environment variable a token may come from (after `--token-file`).
 pub(crate) const TOKEN_ENV: &str = "AGENTRY_TOKEN";
-
-/// A token file longer than this is not a token (and is not read whole).
-const MAX_TOKEN_FILE: u64 = 4096;
 
 /// Why the server has no usable token.
 #[derive(Debug, thiserror::Error)]
@@ -41,11 +39,25 @@ pub(crate) enum AuthError {
         /// As given.
         path: PathBuf,
         /// Why not.
-        why: String,
+        why: TokenFileProblem,
     },
     /// `$AGENTRY_TOKEN` is set but unusable.
     #[error("{TOKEN_ENV}: {0}")]
     Env(&'static str),
+}
+
+/// Why a token file cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum TokenFileProblem {
+    /// Not readable as a token file (missing, not regular, too large, not text).
+    #[error(transparent)]
+    File(#[from] FileProblem),
+    /// Other users may read or write it.
+    #[error("readable or writable by other users; make it the owner's only (chmod 600)")]
+    Shared,
+    /// What it holds is not a token.
+    #[error("{0}")]
+    NotAToken(&'static str),
 }
 
 /// The bearer token clients must send. Its `Debug` does not show it.
@@ -73,7 +85,7 @@ impl Token {
                 .map(Some)
                 .map_err(|why| AuthError::File {
                     path: path.clone(),
-                    why: why.into(),
+                    why: TokenFileProblem::NotAToken(why),
                 });
         }
         match std::env::var_os(TOKEN_ENV) {
@@ -125,38 +137,35 @@ fn bearer(value: &[u8]) -> Option<&[u8]> {
 }
 
 /// The token file: a regular file (a FIFO or a device is refused, and its
-/// open never blocks), readable by its owner only, at most
-/// [`MAX_TOKEN_FILE`] bytes.
-fn read_token_file(path: &Path) -> Result<String, String> {
-    let mut options = std::fs::OpenOptions::new();
-    options.read(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        options.custom_flags(rustix::fs::OFlags::NONBLOCK.bits().cast_signed());
-    }
-    let file = options.open(path).map_err(|e| e.to_string())?;
-    let meta = file.metadata().map_err(|e| e.to_string())?;
-    if !meta.is_file() {
-        return Err("not a regular file".into());
-    }
+/// open never blocks: `agentry_files`), readable by its owner only, at most
+/// [`FileKind::TOKEN_FILE`]'s cap.
+fn read_token_file(path: &Path) -> Result<String, TokenFileProblem> {
+    let kind = FileKind::TOKEN_FILE;
+    let (file, len) = agentry_files::open_regular(path)?;
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
+        let meta = file.metadata().map_err(FileProblem::Read)?;
         if meta.permissions().mode() & 0o077 != 0 {
-            return Err(
-                "readable or writable by other users; make it the owner's only (chmod 600)".into(),
-            );
+            return Err(TokenFileProblem::Shared);
         }
     }
-    let mut text = String::new();
-    file.take(MAX_TOKEN_FILE + 1)
-        .read_to_string(&mut text)
-        .map_err(|e| e.to_string())?;
-    if text.len() as u64 > MAX_TOKEN_FILE {
-        return Err(format!("over {MAX_TOKEN_FILE} bytes: not a token"));
+    let too_large = |bytes| FileProblem::TooLarge {
+        kind: kind.name(),
+        bytes,
+        cap: kind.cap(),
+    };
+    if len > kind.cap() {
+        return Err(too_large(len).into());
     }
-    Ok(text)
+    let mut bytes = Vec::new();
+    file.take(kind.cap() + 1)
+        .read_to_end(&mut bytes)
+        .map_err(FileProblem::Read)?;
+    if bytes.len() as u64 > kind.cap() {
+        return Err(too_large(bytes.len() as u64).into());
+    }
+    String::from_utf8(bytes).map_err(|e| FileProblem::NotUtf8(e.utf8_error()).into())
 }
 
 /// Axum middleware: 401 with `WWW-Authenticate: Bearer` unless the request

@@ -14,7 +14,7 @@ pub(crate) enum ReplayError {
     #[error("cannot read the trace {path}: {source}")]
     Unreadable {
         path: PathBuf,
-        source: std::io::Error,
+        source: agentry_files::FileProblem,
     },
     /// A line of the trace is not a trace record.
     #[error("{path}:{line}: not a trace record: {message}")]

@@ -9,7 +9,7 @@ pub(crate) enum ViewError {
     #[error("cannot read the trace {}: {source}", path.display())]
     Read {
         path: PathBuf,
-        source: std::io::Error,
+        source: agentry_files::FileProblem,
     },
     /// A line is not a trace record.
     #[error("{}:{line}: not a trace line: {source}", path.display())]

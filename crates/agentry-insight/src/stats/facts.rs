@@ -93,8 +93,8 @@ pub enum StatsError {
     TraceRead {
         /// The file.
         path: PathBuf,
-        /// What failed.
-        source: std::io::Error,
+        /// What failed: missing, not a regular file, a line over the cap.
+        source: agentry_files::FileProblem,
     },
     /// A line of a trace file is not a trace record.
     #[error("{}:{line}: not an agentry trace line: {source}", path.display())]

@@ -12,10 +12,15 @@ use crate::error::ScriptError;
 impl Script {
     /// Loads and validates a script file. Errors name the file and the field.
     pub fn load(path: &Path) -> Result<Script, ScriptError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ScriptError::Unreadable {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        // Whoever names the file (a flag, an `agentry mcp` client) may name a
+        // FIFO or /dev/zero: read as every named file is, capped.
+        let text =
+            agentry_files::read_to_string(path, agentry_files::FileKind::SCRIPT).map_err(|e| {
+                ScriptError::Unreadable {
+                    path: path.to_path_buf(),
+                    source: e.problem,
+                }
+            })?;
         Script::parse(&text).map_err(|e| ScriptError::InvalidFile {
             path: path.to_path_buf(),
             message: e.to_string(),

@@ -14,6 +14,37 @@ fn a_missing_directory_is_an_open_error_naming_the_path() {
     assert!(!path.parent().unwrap().exists());
 }
 
+/// Issue 33, item 1: a FIFO named as the store was waited on forever (the
+/// header read), `/dev/zero` handed to SQLite; both are refused by what they are.
+#[test]
+fn a_fifo_or_a_device_is_refused_not_opened() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("fifo.db");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    for path in [fifo, PathBuf::from("/dev/zero")] {
+        // On a thread: a hang (the bug) fails the test instead of holding it.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let opening = path.clone();
+        std::thread::spawn(move || tx.send(SqliteStore::open(&opening).map(|_| ())));
+        let err = rx
+            .recv_timeout(std::time::Duration::from_secs(30))
+            .expect("open returns")
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            StoreError::Open {
+                path: path.display().to_string(),
+                message: "it is not a regular file".into()
+            }
+            .to_string()
+        );
+    }
+}
+
 /// Files in `dir` other than `keep`.
 fn others(dir: &Path, keep: &Path) -> Vec<PathBuf> {
     std::fs::read_dir(dir)

@@ -4,7 +4,7 @@
 
 use std::ffi::{OsStr, OsString};
 use std::io::{self, Write};
-use std::os::fd::{BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Component, Path};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -109,20 +109,21 @@ pub fn create_exclusive(dir: BorrowedFd<'_>, name: &OsStr) -> Result<std::fs::Fi
     Err(PathError::Changed)
 }
 
-/// The length of the regular file open at `fd`; anything else is refused.
+/// The length of the regular file open at `fd`; anything else is refused
+/// (the test every named file gets, `agentry_files::regular_len`).
 pub fn regular_size(fd: &OwnedFd) -> Result<u64, PathError> {
-    let stat = rustix::fs::fstat(fd)?;
-    match FileType::from_raw_mode(stat.st_mode) {
-        FileType::RegularFile => Ok(u64::try_from(stat.st_size).unwrap_or(0)),
-        FileType::Directory => Err(PathError::IsADirectory),
-        other @ (FileType::Symlink
-        | FileType::Fifo
-        | FileType::Socket
-        | FileType::CharacterDevice
-        | FileType::BlockDevice
-        | FileType::Unknown) => Err(PathError::NotRegular {
-            kind: kind_name(other),
-        }),
+    use agentry_files::NonRegular;
+    match agentry_files::regular_len(fd.as_fd())? {
+        Ok(len) => Ok(len),
+        Err(NonRegular::Directory) => Err(PathError::IsADirectory),
+        Err(
+            other @ (NonRegular::Fifo
+            | NonRegular::Socket
+            | NonRegular::CharacterDevice
+            | NonRegular::BlockDevice
+            | NonRegular::Symlink
+            | NonRegular::Unknown),
+        ) => Err(PathError::NotRegular { kind: other.name() }),
     }
 }
 
@@ -273,19 +274,6 @@ pub(super) fn join(parts: &[OsString]) -> OsString {
         joined.extend_from_slice(part.as_bytes());
     }
     OsString::from_vec(joined)
-}
-
-pub(super) fn kind_name(kind: FileType) -> &'static str {
-    match kind {
-        FileType::Fifo => "FIFO",
-        FileType::Socket => "socket",
-        FileType::CharacterDevice => "character device",
-        FileType::BlockDevice => "block device",
-        FileType::Symlink => "symbolic link",
-        FileType::Directory => "directory",
-        FileType::RegularFile => "regular file",
-        FileType::Unknown => "special file",
-    }
 }
 
 /// Distinguishes temp files of concurrent writes in one process.
