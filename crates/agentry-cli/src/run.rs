@@ -277,5 +277,7 @@ fn check_trace_file(path: &Path) -> Result<(), RuntimeError> {
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent).map_err(err)?;
     }
-    std::fs::File::create(path).map(drop).map_err(err)
+    agentry_files::create_output(path, false)
+        .map(drop)
+        .map_err(err)
 }

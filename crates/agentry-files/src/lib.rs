@@ -36,6 +36,8 @@
 //! - `kind.rs`: [`FileKind`] and [`LineKind`], each with its name and cap; the
 //!   kinds agentry reads ([`FileKind::TASK_FILE`], [`FileKind::SCRIPT`],
 //!   [`FileKind::CA_FILE`], [`FileKind::TOKEN_FILE`], [`LineKind::TRACE`]).
+//! - `output.rs`: [`create_output`], a named output (a trace) opened without
+//!   waiting for a FIFO's reader.
 //! - `open.rs`: [`open_regular`] and [`regular_len`] (also the acceptance
 //!   check's and `result.read`'s test of what an open handle is).
 //! - `read.rs`: [`read`] and [`read_to_string`], a whole file under its cap.
@@ -47,6 +49,7 @@ mod error;
 mod kind;
 mod lines;
 mod open;
+mod output;
 mod read;
 
 #[cfg(test)]
@@ -56,4 +59,5 @@ pub use error::{FileError, FileProblem, NonRegular};
 pub use kind::{FileKind, LineKind};
 pub use lines::Lines;
 pub use open::{open_regular, regular_len};
+pub use output::create_output;
 pub use read::{read, read_to_string};

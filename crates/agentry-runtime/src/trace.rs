@@ -212,15 +212,8 @@ impl TraceWriter {
         if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
             std::fs::create_dir_all(parent).map_err(trace_err)?;
         }
-        let file = if append {
-            std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(path)
-        } else {
-            File::create(path)
-        }
-        .map_err(trace_err)?;
+        // Never blocks on a FIFO nobody reads (the run would hang before it starts).
+        let file = agentry_files::create_output(path, append).map_err(trace_err)?;
         let queue = Arc::new(Queue::default());
         let (done_tx, done) = oneshot::channel();
         let q = Arc::clone(&queue);

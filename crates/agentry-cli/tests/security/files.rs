@@ -467,3 +467,32 @@ fn mcp_run_task_refuses_hostile_script_and_task_files_at_once() {
         );
     }
 }
+
+/// `agentry run --trace FIFO` with nobody reading the FIFO: refused at once,
+/// naming the file, rather than hanging before the run starts.
+#[test]
+fn run_refuses_a_trace_fifo_nobody_reads_at_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let task = task_dir(tmp.path(), "");
+    let trace = Hostile::Fifo.named(tmp.path(), "trace.jsonl");
+
+    let ran = run_limited(
+        &[
+            os("run"),
+            task.as_os_str(),
+            os("--no-store"),
+            os("--trace"),
+            trace.as_os_str(),
+        ],
+        &[],
+        tmp.path(),
+    );
+
+    assert_eq!(ran.code, Some(2), "{ran:?}");
+    let last = ran.stderr.lines().last().unwrap_or_default();
+    assert!(
+        last.contains(&trace.display().to_string()) && last.contains("nobody is reading"),
+        "{ran:?}"
+    );
+    assert!(ran.took < PROMPTLY, "took {:?}: {ran:?}", ran.took);
+}
