@@ -33,12 +33,26 @@ pub(crate) enum FormKind {
     Encoded,
 }
 
-/// Every form of `value`, first the value itself; none repeats another
-/// (ASCII case aside).
-pub(crate) fn forms(value: &str) -> Vec<(String, FormKind)> {
-    let mut out: Vec<(String, FormKind)> = Vec::new();
+/// One searched form of a value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Form {
+    pub(crate) text: String,
+    /// Index of the value in its set (`Literals::entries`).
+    pub(crate) entry: usize,
+    pub(crate) kind: FormKind,
+}
+
+/// Every form of `value` (the set's `entry`th), first the value itself; none
+/// repeats another (ASCII case aside).
+pub(crate) fn forms(value: &str, entry: usize) -> Vec<Form> {
+    let mut out: Vec<Form> = Vec::new();
+    let mut push = |text: String, kind: FormKind| {
+        if !text.is_empty() && !out.iter().any(|f| f.text.eq_ignore_ascii_case(&text)) {
+            out.push(Form { text, entry, kind });
+        }
+    };
     for text in [value.to_owned(), value.to_uppercase(), value.to_lowercase()] {
-        push_new(&mut out, text, FormKind::Text);
+        push(text, FormKind::Text);
     }
     if value.len() >= MIN_ENCODED {
         let encoded = percent_forms(value)
@@ -46,16 +60,10 @@ pub(crate) fn forms(value: &str) -> Vec<(String, FormKind)> {
             .chain(base64_forms(value.as_bytes()))
             .chain([hex(value.as_bytes())]);
         for text in encoded {
-            push_new(&mut out, text, FormKind::Encoded);
+            push(text, FormKind::Encoded);
         }
     }
     out
-}
-
-fn push_new(out: &mut Vec<(String, FormKind)>, text: String, kind: FormKind) {
-    if !text.is_empty() && !out.iter().any(|(t, _)| t.eq_ignore_ascii_case(&text)) {
-        out.push((text, kind));
-    }
 }
 
 /// Characters RFC 3986 never percent-encodes.
@@ -269,7 +277,12 @@ mod tests {
 
     #[test]
     fn short_values_have_no_encoded_forms() {
-        let forms = forms("4321");
-        assert_eq!(forms, vec![("4321".to_owned(), FormKind::Text)]);
+        let forms = forms("4321", 3);
+        let want = Form {
+            text: "4321".to_owned(),
+            entry: 3,
+            kind: FormKind::Text,
+        };
+        assert_eq!(forms, vec![want]);
     }
 }

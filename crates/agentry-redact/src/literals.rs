@@ -5,7 +5,7 @@ use aho_corasick::{AhoCorasick, AhoCorasickBuilder};
 
 use crate::builtin::ANCHORS;
 use crate::error::RedactError;
-use crate::forms::{self, FormKind};
+use crate::forms::{self, Form, FormKind};
 
 /// Where a literal value came from; it names the marker that replaces it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -49,26 +49,15 @@ pub(crate) struct Entry {
     pub(crate) marker: String,
 }
 
-/// One searched form of an entry's value.
-pub(crate) struct Form {
-    pub(crate) text: String,
-    /// Index into `Literals::entries`.
-    pub(crate) entry: usize,
-    pub(crate) kind: FormKind,
-}
-
 impl Literals {
     /// Computes every form of every value and compiles the matchers: done
     /// once per distinct set (see `shared.rs`), never per write.
     pub(crate) fn build(entries: Vec<Entry>) -> Result<Self, RedactError> {
-        let mut forms: Vec<Form> = Vec::new();
-        for (entry, e) in entries.iter().enumerate() {
-            forms.extend(forms::forms(&e.value).into_iter().map(|(text, kind)| Form {
-                text,
-                entry,
-                kind,
-            }));
-        }
+        let forms: Vec<Form> = entries
+            .iter()
+            .enumerate()
+            .flat_map(|(entry, e)| forms::forms(&e.value, entry))
+            .collect();
         let exact = if forms.is_empty() {
             None
         } else {

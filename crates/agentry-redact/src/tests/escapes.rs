@@ -243,7 +243,7 @@ fn base64_hex_percent_and_case_forms_of_a_secret_are_redacted() {
         (ODD, ODD_MARKER),
         (LONG, LONG_MARKER),
     ] {
-        let searched = forms(secret);
+        let searched = forms(secret, 0);
         for (data, textual) in contexts(secret) {
             for (name, text) in encodings(&data, textual) {
                 let out = r.redact_str(&text).into_owned();
@@ -251,7 +251,7 @@ fn base64_hex_percent_and_case_forms_of_a_secret_are_redacted() {
                 let lower = joined.to_lowercase();
                 let left: Vec<&str> = searched
                     .iter()
-                    .map(|(f, _)| f.as_str())
+                    .map(|f| f.text.as_str())
                     .filter(|f| lower.contains(&f.to_lowercase()))
                     .collect();
                 if !out.contains(marker) || !left.is_empty() {
