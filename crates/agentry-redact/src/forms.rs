@@ -9,6 +9,8 @@
 //! form still contains, and pieces of an encoded form that survive its output
 //! being wrapped into lines (`base64` wraps at 76 columns).
 
+use crate::views::MAX_LEVELS;
+
 /// Encodings are searched only for values this long: shorter ones encode to
 /// too few characters to be told from chance (8 bytes give 10 base64
 /// characters at every alignment, 16 hex digits).
@@ -173,22 +175,27 @@ fn escapable(c: char) -> bool {
 /// What the prefilter looks for to catch `form`: the form, and, when JSON may
 /// write it escaped, its longest run no encoder escapes (present however it
 /// is escaped, and at every nesting) or, when that run is short, its escaped
-/// spellings one and two levels deep; for an encoded form, pieces that
-/// survive its being wrapped into lines.
+/// spellings at every nesting the views decode (and the longest run of its
+/// ASCII-only spelling); for an encoded form, pieces that survive its being
+/// wrapped into lines.
 pub(crate) fn needles(form: &str, kind: FormKind) -> Vec<String> {
     let mut out = vec![form.to_owned()];
     if form.chars().any(escapable) {
-        let longest = form
-            .split(escapable)
-            .max_by_key(|piece| piece.len())
-            .unwrap_or_default();
+        let longest = longest_plain(form);
         if longest.len() >= MIN_PIECE {
             out.push(longest.to_owned());
         } else {
             for escape in [serde_escape, ascii_escape] {
-                let once = escape(form);
-                out.push(escape(&once));
-                out.push(once);
+                let mut spelled = form.to_owned();
+                for _ in 0..MAX_LEVELS {
+                    spelled = escape(&spelled);
+                    out.push(spelled.clone());
+                }
+            }
+            let ascii = ascii_escape(form);
+            let longest = longest_plain(&ascii);
+            if longest.len() >= MIN_PIECE {
+                out.push(longest.to_owned());
             }
         }
     }
@@ -204,6 +211,13 @@ pub(crate) fn needles(form: &str, kind: FormKind) -> Vec<String> {
         }
     }
     out
+}
+
+/// The longest run of `text` no JSON encoder escapes.
+fn longest_plain(text: &str) -> &str {
+    text.split(escapable)
+        .max_by_key(|piece| piece.len())
+        .unwrap_or_default()
 }
 
 /// `text` inside a JSON string as serde_json writes it.

@@ -12,7 +12,7 @@
 //! covers go with it, the ones around it stay.
 
 /// JSON nested deeper than this inside strings is not unescaped further.
-const MAX_LEVELS: usize = 4;
+pub(crate) const MAX_LEVELS: usize = 4;
 
 /// One decoded text and where each of its bytes came from.
 #[derive(Debug)]
