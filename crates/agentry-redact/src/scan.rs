@@ -53,9 +53,9 @@ pub(crate) fn hits(text: &str, literals: &Literals, task: Option<&TaskPatterns>)
     literal_hits(text, literals, &mut found);
     // The views cost a copy each: only for a text the prefilter (whose
     // needles survive escaping and wrapping) or a task pattern may match.
-    let wrapped = literals.encoded && text.contains(['\n', '\r']);
-    let worth = task.is_some() || literals.prefilter.is_match(text);
-    if (text.contains('\\') || wrapped) && worth {
+    let wrapped = || literals.encoded && text.contains(['\n', '\r']);
+    let worth = || task.is_some() || literals.prefilter.is_match(text);
+    if (text.contains('\\') || wrapped()) && worth() {
         for view in views::views(text, literals.encoded) {
             let first = found.len();
             // Lines are joined for the encodings; the detectors and task
