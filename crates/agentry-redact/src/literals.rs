@@ -5,6 +5,7 @@ use aho_corasick::{AhoCorasick, AhoCorasickBuilder};
 
 use crate::builtin::ANCHORS;
 use crate::error::RedactError;
+use crate::forms::{self, Form, FormKind};
 
 /// Where a literal value came from; it names the marker that replaces it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -26,13 +27,20 @@ impl LiteralKind {
 
 /// One immutable snapshot; `add_literal` swaps in a new one.
 pub(crate) struct Literals {
-    /// Values and their markers, in the order of `exact`'s pattern ids.
+    /// Values and their markers.
     pub(crate) entries: Vec<Entry>,
-    /// Exact matcher over the values (standard semantics, searched overlapping
-    /// so a value rejected for its neighbours cannot hide another), `None` when empty.
+    /// Every form of every value (see `forms.rs`), in the order of `exact`'s
+    /// pattern ids.
+    pub(crate) forms: Vec<Form>,
+    /// Matcher over the forms, ASCII case ignored (standard semantics,
+    /// searched overlapping so a form rejected for its neighbours cannot hide
+    /// another), `None` when empty.
     pub(crate) exact: Option<AhoCorasick>,
-    /// One scan for "could anything match": anchors, values, JSON-escaped values.
+    /// One scan for "could anything match": anchors, and what every form
+    /// keeps however JSON escapes or lines wrap it.
     pub(crate) prefilter: AhoCorasick,
+    /// Some value has an encoded form (worth a view without line breaks).
+    pub(crate) encoded: bool,
 }
 
 #[derive(Clone, PartialEq, Eq)]
@@ -42,25 +50,29 @@ pub(crate) struct Entry {
 }
 
 impl Literals {
+    /// Computes every form of every value and compiles the matchers: done
+    /// once per distinct set (see `shared.rs`), never per write.
     pub(crate) fn build(entries: Vec<Entry>) -> Result<Self, RedactError> {
-        let exact = if entries.is_empty() {
+        let forms: Vec<Form> = entries
+            .iter()
+            .enumerate()
+            .flat_map(|(entry, e)| forms::forms(&e.value, entry))
+            .collect();
+        let exact = if forms.is_empty() {
             None
         } else {
-            let values = entries.iter().map(|e| e.value.as_str());
             Some(
                 AhoCorasickBuilder::new()
-                    .build(values)
+                    .ascii_case_insensitive(true)
+                    .build(forms.iter().map(|f| f.text.as_str()))
                     .map_err(RedactError::Literals)?,
             )
         };
         let mut needles: Vec<String> = ANCHORS.iter().map(|a| (*a).to_owned()).collect();
-        for entry in &entries {
-            needles.push(entry.value.clone());
-            // A value holding `"`, `\` or control bytes appears escaped in JSON.
-            if let Ok(quoted) = serde_json::to_string(&entry.value) {
-                let inner = &quoted[1..quoted.len() - 1];
-                if inner != entry.value {
-                    needles.push(inner.to_owned());
+        for form in &forms {
+            for needle in forms::needles(&form.text, form.kind) {
+                if !needles.contains(&needle) {
+                    needles.push(needle);
                 }
             }
         }
@@ -68,10 +80,13 @@ impl Literals {
             .ascii_case_insensitive(true)
             .build(&needles)
             .map_err(RedactError::Literals)?;
+        let encoded = forms.iter().any(|f| f.kind == FormKind::Encoded);
         Ok(Literals {
             entries,
+            forms,
             exact,
             prefilter,
+            encoded,
         })
     }
 

@@ -107,9 +107,15 @@ impl Redactor {
         Ok(())
     }
 
-    /// Whether `text` may hold something to redact (one prefilter scan, no allocation).
+    /// Whether `text` may hold something to redact (one prefilter scan, no
+    /// allocation). A task pattern may match only once escapes are decoded
+    /// (its `\b` after a `\n`), so with task patterns an escape says maybe.
     pub(crate) fn may_match(&self, literals: &Literals, text: &str) -> bool {
-        literals.prefilter.is_match(text) || self.task.as_deref().is_some_and(|t| t.is_match(text))
+        literals.prefilter.is_match(text)
+            || self
+                .task
+                .as_deref()
+                .is_some_and(|t| text.contains('\\') || t.is_match(text))
     }
 
     /// `text` with every secret replaced; `Borrowed` when nothing matched.

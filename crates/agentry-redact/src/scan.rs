@@ -6,8 +6,10 @@ use std::sync::LazyLock;
 use regex::Regex;
 
 use crate::builtin::DETECTORS;
+use crate::forms::FormKind;
 use crate::literals::Literals;
 use crate::task::TaskPatterns;
+use crate::views::{self, View};
 
 /// Markers already in the text are kept as they are, so redacting twice
 /// changes nothing even when a literal or task pattern would match inside one.
@@ -35,7 +37,8 @@ enum Replacement {
     Marker(String),
 }
 
-/// All non-overlapping hits in `text`, ordered by start.
+/// All non-overlapping hits in `text`, ordered by start: found in the text
+/// itself and in its views (see `views.rs`), each mapped back to the text.
 pub(crate) fn hits(text: &str, literals: &Literals, task: Option<&TaskPatterns>) -> Vec<Hit> {
     let mut found = Vec::new();
     if let Some(marker) = MARKER.as_ref() {
@@ -46,6 +49,42 @@ pub(crate) fn hits(text: &str, literals: &Literals, task: Option<&TaskPatterns>)
             replacement: Replacement::Keep,
         }));
     }
+    patterns(text, task, &mut found);
+    literal_hits(text, literals, &mut found);
+    // The views cost a copy each: only for a text the prefilter (whose
+    // needles survive escaping and wrapping) or a task pattern may match.
+    let wrapped = || literals.encoded && text.contains(['\n', '\r']);
+    let worth = || task.is_some() || literals.prefilter.is_match(text);
+    if (text.contains('\\') || wrapped()) && worth() {
+        for view in views::views(text, literals.encoded) {
+            let first = found.len();
+            // Lines are joined for the encodings; the detectors and task
+            // patterns keep their own idea of lines.
+            if !view.unwrapped {
+                patterns(&view.text, task, &mut found);
+            }
+            literal_hits(&view.text, literals, &mut found);
+            for hit in &mut found[first..] {
+                hit.map_back(&view);
+            }
+        }
+    }
+    resolve(found)
+}
+
+impl Hit {
+    /// From a view's offsets to its original text's.
+    fn map_back(&mut self, view: &View) {
+        self.start = view.source(self.start);
+        self.end = view.source(self.end);
+        if let Replacement::Shaped { anchor_end, .. } = &mut self.replacement {
+            *anchor_end = view.source(*anchor_end);
+        }
+    }
+}
+
+/// The built-in detectors' and the task patterns' hits in `text`.
+fn patterns(text: &str, task: Option<&TaskPatterns>, found: &mut Vec<Hit>) {
     for (i, det) in DETECTORS.iter().enumerate() {
         for caps in det.regex.captures_iter(text) {
             let (Some(whole), Some(anchor)) = (caps.get(0), caps.iter().skip(1).flatten().next())
@@ -71,8 +110,6 @@ pub(crate) fn hits(text: &str, literals: &Literals, task: Option<&TaskPatterns>)
             replacement: Replacement::Marker(format!("[redacted:pattern:{index}]")),
         }));
     }
-    literal_hits(text, literals, &mut found);
-    resolve(found)
 }
 
 fn literal_hits(text: &str, literals: &Literals, found: &mut Vec<Hit>) {
@@ -80,23 +117,39 @@ fn literal_hits(text: &str, literals: &Literals, found: &mut Vec<Hit>) {
         return;
     };
     let bytes = text.as_bytes();
-    // Overlapping search: a value rejected for its neighbours must not hide a
-    // shorter value at the same place.
+    // Overlapping search: a form rejected for its neighbours must not hide a
+    // shorter one at the same place.
     for m in exact.find_overlapping_iter(text) {
-        let before = m.start().checked_sub(1).map(|i| bytes[i]);
-        let after = bytes.get(m.end()).copied();
+        let Some(form) = literals.forms.get(m.pattern().as_usize()) else {
+            continue;
+        };
         let boundary = |b: Option<u8>| b.is_none_or(|b| !b.is_ascii_alphanumeric());
-        if boundary(before) && boundary(after) {
+        let placed = match form.kind {
+            FormKind::Encoded => true,
+            FormKind::Text => {
+                (boundary(m.start().checked_sub(1).map(|i| bytes[i]))
+                    || after_percent_escape(bytes, m.start()))
+                    && boundary(bytes.get(m.end()).copied())
+            }
+        };
+        if placed {
             found.push(Hit {
                 start: m.start(),
                 end: m.end(),
                 priority: 200,
-                replacement: Replacement::Marker(
-                    literals.entries[m.pattern().as_usize()].marker.clone(),
-                ),
+                replacement: Replacement::Marker(literals.entries[form.entry].marker.clone()),
             });
         }
     }
+}
+
+/// Whether `bytes[..at]` ends with a percent escape (`NAME%3Dvalue`): the
+/// byte it stands for, not its last hex digit, is the neighbour.
+fn after_percent_escape(bytes: &[u8], at: usize) -> bool {
+    at >= 3
+        && bytes[at - 3] == b'%'
+        && bytes[at - 2].is_ascii_hexdigit()
+        && bytes[at - 1].is_ascii_hexdigit()
 }
 
 /// Sorts by (start, priority, longest) and merges overlaps: a hit starting inside

@@ -77,8 +77,8 @@ fn safe_cut(redactor: &Redactor, literals: &Literals, pending: &str) -> usize {
             cut = begin;
         }
     }
-    for entry in &literals.entries {
-        cut = cut.min(literal_prefix_start(pending, &entry.value));
+    for form in &literals.forms {
+        cut = cut.min(literal_prefix_start(pending, &form.text));
     }
     if cut > 0 && redactor.may_match(literals, pending) {
         // Never cut inside a match; moving the cut back can only shrink the head.
@@ -109,11 +109,17 @@ fn auth_word_start(head: &str) -> usize {
     head.len()
 }
 
-/// Start of the longest proper prefix of `value` that `pending` ends with.
+/// Start of the longest proper prefix of `value` that `pending` ends with
+/// (ASCII case ignored, as the matcher does).
 fn literal_prefix_start(pending: &str, value: &str) -> usize {
+    let (pending_bytes, value_bytes) = (pending.as_bytes(), value.as_bytes());
     let longest = value.len().saturating_sub(1).min(pending.len());
     for k in (1..=longest).rev() {
-        if value.is_char_boundary(k) && pending.ends_with(&value[..k]) {
+        let tail = &pending_bytes[pending.len() - k..];
+        if value.is_char_boundary(k)
+            && pending.is_char_boundary(pending.len() - k)
+            && tail.eq_ignore_ascii_case(&value_bytes[..k])
+        {
             return pending.len() - k;
         }
     }

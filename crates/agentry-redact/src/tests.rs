@@ -7,6 +7,7 @@ use proptest::prelude::*;
 use crate::{LiteralKind, RedactError, Redactor, StreamHoldback};
 
 mod alloc_count;
+mod escapes;
 
 const OPENAI: &str = "sk-proj-AbCdEfGhIjKlMnOpQrStUvWx12";
 const ANTHROPIC: &str = "sk-ant-api03-AbCdEfGhIjKlMnOpQrStUv";

@@ -209,9 +209,18 @@ impl<E: SpanExporter> SpanExporter for GuardedExporter<E> {
     }
 }
 
+/// Every text a span carries to the collector: its name (a run's span is
+/// named after what the model chose, `invoke_agent <child name>`), its
+/// attributes, its events' names and attributes, its status.
 fn redact_span(redactor: &Redactor, span: &mut SpanData) {
+    if let std::borrow::Cow::Owned(clean) = redactor.redact_str(&span.name) {
+        span.name = clean.into();
+    }
     redact_attributes(redactor, &mut span.attributes);
     for event in span.events.events.iter_mut() {
+        if let std::borrow::Cow::Owned(clean) = redactor.redact_str(&event.name) {
+            event.name = clean.into();
+        }
         redact_attributes(redactor, &mut event.attributes);
     }
     if let opentelemetry::trace::Status::Error { description } = &mut span.status
@@ -246,6 +255,9 @@ mod tests {
             KeyValue::new("b", "the token is hunter2hunter2"),
             KeyValue::new("c", "nothing"),
             KeyValue::new("d", 3i64),
+            // JSON text (a call's arguments): the escape before the value
+            // is no letter next to it.
+            KeyValue::new("e", r#"{"cmd":"line1\nhunter2hunter2"}"#),
         ];
         redact_attributes(&redactor, &mut attrs);
         let text: Vec<String> = attrs
@@ -257,5 +269,6 @@ mod tests {
         assert!(!text[1].contains("hunter2hunter2"), "{}", text[1]);
         assert_eq!(text[2], "nothing");
         assert_eq!(attrs[3].value, Value::I64(3));
+        assert_eq!(text[4], r#"{"cmd":"line1\n[redacted:env:MY_TOKEN]"}"#);
     }
 }

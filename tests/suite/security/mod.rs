@@ -3,6 +3,7 @@
 //! the real service over HTTP. Every test here failed before its defence landed.
 
 mod redaction;
+mod redaction_escapes;
 mod runtime;
 mod service;
 mod workspace;
