@@ -137,6 +137,20 @@ pub(crate) struct ReplayArgs {
     /// a new directory under the system temp dir.
     #[arg(long, value_name = "DIR")]
     pub(crate) workdir: Option<PathBuf>,
+    /// Run the listed calls: a replay that would run anything but read-only
+    /// calls (or acceptance commands, or MCP servers) asks first at a
+    /// terminal, and exits 2 without running anything elsewhere.
+    #[arg(long, conflicts_with = "dry_run")]
+    pub(crate) yes: bool,
+    /// Only list the task directory and the calls the replay would run,
+    /// with their effects; run nothing (exit 0).
+    #[arg(long)]
+    pub(crate) dry_run: bool,
+    /// Replay a trace whose records contradict each other (a result that
+    /// answers another call, an approval its step shows was not given):
+    /// approvals then still come from its step records alone.
+    #[arg(long)]
+    pub(crate) force: bool,
     /// Print exactly one JSON object on stdout instead of the table.
     #[arg(long)]
     pub(crate) json: bool,

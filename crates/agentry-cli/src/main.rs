@@ -14,6 +14,7 @@
 //! agentry stats [--store FILE | --trace FILE...] [--by task|model|tool] [--since 24h] [--json]
 //! agentry replay [TRACE.jsonl] [--store FILE --run-id ID] [--task DIR] [--until STEP]
 //!                      [--fork-at STEP --policy ...] [--out FILE] [--json]
+//!                      [--yes | --dry-run] [--force]
 //! agentry view TRACE.jsonl... [-o run.html]
 //! ```
 //!
@@ -148,7 +149,8 @@ fn command(command: Command, runtime: &tokio::runtime::Runtime) -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => fail(&e, EXIT_BAD_INPUT, args.json),
         },
-        // Exit 0: no drift; 1: drift; 2: the replay could not be judged.
+        // Exit 0: no drift (or a dry run); 1: drift; 2: the replay could not
+        // be judged or did not run (no --yes, a self-contradicting trace).
         Command::Replay(args) => match runtime.block_on(replay::replay(&args)) {
             Ok(false) => ExitCode::SUCCESS,
             Ok(true) => ExitCode::from(EXIT_NOT_DONE),

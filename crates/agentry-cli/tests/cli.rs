@@ -34,6 +34,7 @@ mod cli {
     mod model;
     mod proxy;
     mod replay;
+    mod replay_trust;
     mod run;
     mod runs;
     mod stats;

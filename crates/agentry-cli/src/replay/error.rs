@@ -5,7 +5,28 @@ use std::path::PathBuf;
 use agentry::RuntimeError;
 use agentry_models::ModelError;
 
+use serde::Serialize;
+
 use crate::error::RunError;
+
+/// One place where a recording contradicts itself (`check.rs`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub(crate) struct Contradiction {
+    pub(crate) step: u64,
+    /// The call concerned, when it is one call.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) call_id: Option<String>,
+    pub(crate) problem: String,
+}
+
+impl std::fmt::Display for Contradiction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.call_id {
+            Some(id) => write!(f, "step {}, call {id:?}: {}", self.step, self.problem),
+            None => write!(f, "step {}: {}", self.step, self.problem),
+        }
+    }
+}
 
 /// Why a replay produced no report (exit 2, like the other commands' bad input).
 #[derive(Debug, thiserror::Error)]
@@ -50,6 +71,26 @@ pub(crate) enum ReplayError {
     /// The replay's own trace could not be written completely: nothing to judge.
     #[error("the replay's trace {path} could not be written completely: {message}")]
     TraceLost { path: PathBuf, message: String },
+    /// The trace's records contradict each other; `--force` replays it anyway.
+    #[error(
+        "the recording contradicts itself, so replay refuses it (--force replays it anyway, approvals still from its step records alone): {}",
+        contradictions.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
+    )]
+    Contradicts { contradictions: Vec<Contradiction> },
+    /// The replay would run calls that are not read-only and nobody said yes.
+    #[error(
+        "this replay runs calls that are not read-only in the task directory {task_dir} (listed above); pass --yes to run them, or --dry-run to only list them"
+    )]
+    NotConfirmed { task_dir: String },
+    /// The person at the terminal did not say yes.
+    #[error("not replayed: the calls listed above were not confirmed")]
+    Declined,
+    /// The question at the terminal could not be asked or answered.
+    #[error("cannot ask at the terminal whether to run the listed calls: {0}")]
+    Prompt(std::io::Error),
+    /// The dry run's listing could not be written.
+    #[error("cannot write the list of calls: {0}")]
+    Listing(std::io::Error),
     /// The store, the task, or the run could not be used or started.
     #[error(transparent)]
     Runtime(#[from] RuntimeError),

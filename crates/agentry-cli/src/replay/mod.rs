@@ -9,23 +9,33 @@
 //! of the run. The replay is a new run (new id, kept in memory only, its own
 //! trace): the recorded run, its trace and its store are only read.
 //!
+//! A trace is code: before anything runs, a recording whose records
+//! contradict each other is refused (`--force` overrides), and a replay that
+//! would run more than read-only calls lists them with the task directory
+//! and waits for a yes (`--yes`, or an answer at a terminal; `--dry-run`
+//! only lists). Approvals come from the step records alone.
+//!
 //! Files, in import order: `error`, `recorded` (trace or store → what was
-//! recorded), `normalize` (what differs by nature taken out), `compare` (the
-//! verdict), `start` (the replay's run), `report`.
+//! recorded), `check` (whether it agrees with itself), `preview` (what it
+//! will run, and the yes), `normalize` (what differs by nature taken out),
+//! `compare` (the verdict), `start` (the replay's run), `report`.
 
+mod check;
 mod compare;
 mod error;
 mod normalize;
+mod preview;
 mod recorded;
 mod report;
 mod start;
 
 use std::path::{Path, PathBuf};
 
-use agentry::RunConfig;
+use agentry::{RunConfig, TaskSpec};
 
 use self::compare::{Rules, judge};
 pub(crate) use self::error::ReplayError;
+use self::preview::{Preview, Scope, TaskFrom};
 use self::recorded::Recorded;
 use self::report::{Fork, Outcome, Report};
 use self::start::{Plan, Replayed};
@@ -33,24 +43,16 @@ use crate::args::{PolicyArg, ReplayArgs, absolute};
 use crate::policy::stored_task_dir;
 use crate::store::{existing, open_sqlite};
 
-/// Replays and prints the report; `Ok(true)` when something drifted.
+/// Replays and prints the report; `Ok(true)` when something drifted. With
+/// `--dry-run`, prints what it would run and runs nothing (`Ok(false)`).
 pub(crate) async fn replay(args: &ReplayArgs) -> Result<bool, ReplayError> {
     let (recorded, stored) = recording(args)?;
-    let task_dir = args
-        .task
-        .clone()
-        .or_else(|| {
-            recorded
-                .origin
-                .as_ref()?
-                .task_dir
-                .as_ref()
-                .map(PathBuf::from)
-        })
-        .or_else(|| stored.as_ref().and_then(stored_task_dir))
-        .ok_or_else(|| ReplayError::NoTask {
-            run_id: recorded.run_id.clone(),
-        })?;
+    let source = task_source(args, &recorded, stored.as_ref())?;
+    let task = TaskSpec::load(&source.dir)?;
+    if !cleared(args, &recorded, &task, &source)? {
+        return Ok(false);
+    }
+    let task_dir = source.dir;
     // The replay's own trace: kept with --out, else in a scratch directory.
     let scratch = tempfile::tempdir().map_err(ReplayError::Scratch)?;
     let trace = match &args.out {
@@ -62,7 +64,7 @@ pub(crate) async fn replay(args: &ReplayArgs) -> Result<bool, ReplayError> {
         .zip(args.policy.as_ref())
         .map(|(at, policy)| (at, policy, args.base_url.as_deref()));
     let plan = Plan {
-        task_dir: &task_dir,
+        task: &task,
         until: args.until,
         fork,
         trace: trace.clone(),
@@ -102,6 +104,88 @@ pub(crate) async fn replay(args: &ReplayArgs) -> Result<bool, ReplayError> {
         eprintln!("agentry: cannot write the report: {e}");
     }
     Ok(verdict.drifted)
+}
+
+/// Whether the replay may run: a recording that contradicts itself is
+/// refused (unless `--force`), and what it runs is shown and, unless all
+/// read-only, confirmed. `Ok(false)`: a dry run, listed and done.
+fn cleared(
+    args: &ReplayArgs,
+    recorded: &Recorded,
+    task: &TaskSpec,
+    source: &TaskSource,
+) -> Result<bool, ReplayError> {
+    let contradictions = check::contradictions(recorded);
+    let scope = Scope {
+        task_dir: absolute(&source.dir).display().to_string(),
+        task_from: source.from,
+        last: args.until.or(args.fork_at.map(|at| at.saturating_sub(1))),
+        fork: args
+            .fork_at
+            .zip(args.policy.as_ref())
+            .map(|(at, p)| (at, describe(p))),
+        contradictions: &contradictions,
+    };
+    let preview = Preview::of(recorded, task, scope)?;
+    if args.dry_run {
+        preview::print(&preview, args.json)?;
+        return Ok(false);
+    }
+    if !contradictions.is_empty() {
+        if !args.force {
+            return Err(ReplayError::Contradicts {
+                contradictions: contradictions.clone(),
+            });
+        }
+        for c in &contradictions {
+            eprintln!("agentry: warning: --force: the recording contradicts itself: {c}");
+        }
+    }
+    preview::consent(&preview, args.yes)?;
+    Ok(true)
+}
+
+/// The task directory to replay against, and who named it.
+struct TaskSource {
+    dir: PathBuf,
+    from: TaskFrom,
+}
+
+/// `--task`, else the trace's stop line, else the store's record of the run.
+fn task_source(
+    args: &ReplayArgs,
+    recorded: &Recorded,
+    stored: Option<&RunConfig>,
+) -> Result<TaskSource, ReplayError> {
+    // Without a trace, the recording's origin is the store's.
+    let origin_from = if args.trace.is_some() {
+        TaskFrom::Trace
+    } else {
+        TaskFrom::Store
+    };
+    let from_trace = || {
+        let dir = recorded.origin.as_ref()?.task_dir.as_ref()?;
+        Some(TaskSource {
+            dir: PathBuf::from(dir),
+            from: origin_from,
+        })
+    };
+    let from_store = || {
+        Some(TaskSource {
+            dir: stored_task_dir(stored?)?,
+            from: TaskFrom::Store,
+        })
+    };
+    let given = args.task.clone().map(|dir| TaskSource {
+        dir,
+        from: TaskFrom::Flag,
+    });
+    given
+        .or_else(from_trace)
+        .or_else(from_store)
+        .ok_or_else(|| ReplayError::NoTask {
+            run_id: recorded.run_id.clone(),
+        })
 }
 
 /// The recorded run, and the store's configuration of it when it came from

@@ -75,6 +75,86 @@ impl Recorded {
     pub(crate) fn decisions(&self) -> impl Iterator<Item = (u64, PolicyOutput)> + '_ {
         self.steps.iter().map(|s| (s.step, s.output.clone()))
     }
+
+    /// The recorded result of call `call_id`: its first, the one that ran (a
+    /// later step repeating the id gets it back `replayed`).
+    pub(crate) fn result_of(&self, call_id: &str) -> Option<&Value> {
+        self.steps
+            .iter()
+            .flat_map(|s| &s.results)
+            .find(|r| r.get("tool_call_id").and_then(Value::as_str) == Some(call_id))
+    }
+
+    /// How a replay answers call `call_id` when it waits for approval: as its
+    /// step record shows it was answered. Approved only when its recorded
+    /// result got past approval (it ran, or failed running) and no recorded
+    /// human denied it; never from the stop line's `origin.approved`, which
+    /// nothing checks against the steps.
+    pub(crate) fn answer(&self, call_id: &str) -> RecordedApproval {
+        let denied = |reason: String| RecordedApproval {
+            approved: false,
+            reason: Some(reason),
+        };
+        match (self.approvals.get(call_id), self.result_of(call_id)) {
+            (Some(human), _) if !human.approved => human.clone(),
+            (_, Some(result)) if got_past_approval(result) => RecordedApproval {
+                approved: true,
+                reason: None,
+            },
+            (_, Some(result)) => denied(format!(
+                "replay: the recording shows this call refused ({})",
+                error_of(result)
+            )),
+            (_, None) => denied("replay: the recorded run has no approval for this call".into()),
+        }
+    }
+}
+
+/// What the runtime's refusals before a call runs begin with: a grant, a
+/// human's denial, nobody answering (`agentry-runtime/src/executor/`
+/// `pipeline.rs`, `approval.rs`). An `EPERM` saying anything else is the
+/// tool's own, given after approval.
+const REFUSED_BEFORE_RUNNING: [&str; 3] = [
+    "this run is not granted tool",
+    "a human denied this call",
+    "no human approved this call",
+];
+
+/// Whether a recorded result shows its call got past approval: it ran, or
+/// failed while running. A call refused, cancelled, over budget or never
+/// valid did not, whatever else the trace says.
+pub(crate) fn got_past_approval(result: &Value) -> bool {
+    if result.get("ok") == Some(&Value::Bool(true)) {
+        return true;
+    }
+    let code = result.pointer("/error/code").and_then(Value::as_str);
+    match code {
+        None | Some("ENOTOOL" | "EINVAL" | "EBUDGET" | "ECANCELED") => false,
+        Some("EPERM") => !refused_by_approval(result) && !refused_by_grant(result),
+        Some(_) => true,
+    }
+}
+
+/// Whether a recorded result is a refusal by approval: a human denied the
+/// call, or nobody answered in time.
+pub(crate) fn refused_by_approval(result: &Value) -> bool {
+    eperm_starting(result, &REFUSED_BEFORE_RUNNING[1..])
+}
+
+fn refused_by_grant(result: &Value) -> bool {
+    eperm_starting(result, &REFUSED_BEFORE_RUNNING[..1])
+}
+
+fn eperm_starting(result: &Value, prefixes: &[&str]) -> bool {
+    let message = result.pointer("/error/message").and_then(Value::as_str);
+    result.pointer("/error/code").and_then(Value::as_str) == Some("EPERM")
+        && message.is_some_and(|m| prefixes.iter().any(|p| m.starts_with(p)))
+}
+
+/// `CODE: message` of a failed result, as recorded.
+pub(crate) fn error_of(result: &Value) -> String {
+    let text = |p: &str| result.pointer(p).and_then(Value::as_str).unwrap_or("");
+    format!("{}: {}", text("/error/code"), text("/error/message"))
 }
 
 /// Reads `path` and keeps the lines of run `run_id`, else of its one root run.

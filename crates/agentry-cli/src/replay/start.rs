@@ -1,7 +1,8 @@
 //! Running the replay: the task's real tools in a fresh working directory,
-//! the recorded decisions as the policy (and a fork's policy after them), the
-//! recorded approvals and messages applied again, a new run id, no store, and
-//! its own trace to be judged from.
+//! the recorded decisions as the policy (and a fork's policy after them), each
+//! call that waits for approval answered as its step record shows
+//! (`Recorded::answer`; nothing approved up front), the recorded messages
+//! sent again, a new run id, no store, and its own trace to be judged from.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -9,7 +10,7 @@ use std::path::{Path, PathBuf};
 use agentry::policy::ReplayPolicy;
 use agentry::protocol::event::RunEvent;
 use agentry::protocol::trace::{RunInput, TraceOrigin};
-use agentry::{Grants, Policy, RunHandle, RunOutcome, Runtime, TaskSpec};
+use agentry::{Policy, RunHandle, RunOutcome, Runtime, TaskSpec};
 
 use super::error::ReplayError;
 use super::recorded::{Recorded, RecordedInput};
@@ -19,7 +20,8 @@ use crate::run::FreshWorkdir;
 
 /// What the replay is told besides the recording.
 pub(crate) struct Plan<'a> {
-    pub(crate) task_dir: &'a Path,
+    /// The task, loaded from its directory.
+    pub(crate) task: &'a TaskSpec,
     pub(crate) until: Option<u64>,
     /// `--fork-at STEP --policy ...` (and the model server for a model policy).
     pub(crate) fork: Option<(u64, &'a PolicyArg, Option<&'a str>)>,
@@ -37,7 +39,7 @@ pub(crate) struct Replayed {
 
 /// Starts the replay and waits for it to stop.
 pub(crate) async fn replay(recorded: &Recorded, plan: Plan<'_>) -> Result<Replayed, ReplayError> {
-    let mut task = TaskSpec::load(plan.task_dir)?;
+    let mut task = plan.task.clone();
     if let Some(limits) = recorded.limits {
         // The limits the recorded run had, `--max-steps` and `--deadline` included.
         task.limits = limits;
@@ -54,22 +56,13 @@ pub(crate) async fn replay(recorded: &Recorded, plan: Plan<'_>) -> Result<Replay
         .map(|tool| (tool.contract.name.clone(), tool.contract.volatile.clone()))
         .collect();
     let runtime = Runtime::new(registry);
-    let approved = recorded
-        .origin
-        .as_ref()
-        .map(|o| o.approved.clone())
-        .unwrap_or_default();
     let mut config = task.run_config(fresh.keep());
     config.trace = Some(plan.trace.clone());
     config.origin = Some(TraceOrigin {
         task_dir: Some(absolute(&task.dir).display().to_string()),
         workdir: Some(config.workdir.display().to_string()),
-        approved: approved.clone(),
+        approved: Vec::new(),
     });
-    if !approved.is_empty() {
-        let entries = config.approval.pre_approved.entries().iter();
-        config.approval.pre_approved = Grants::new(entries.chain(&approved).cloned());
-    }
     let handle = runtime.start_boxed(config, policy).await?;
     let outcome = drive(&handle, recorded).await;
     mcp.shutdown().await;
@@ -108,8 +101,8 @@ async fn policy(
 }
 
 /// Waits for the replay to stop, answering each call that waits for approval
-/// as the recording did (a call the recording has no answer for is denied,
-/// saying so) and sending each recorded message or event once the replay has
+/// as its step record shows (a call the recording shows refused, or has no
+/// result for, is denied, saying so) and sending each recorded message or event once the replay has
 /// decided as many steps as the recording had taken before it (best effort:
 /// the runtime places it at its next safe point).
 async fn drive(handle: &RunHandle, recorded: &Recorded) -> Result<RunOutcome, ReplayError> {
@@ -167,18 +160,12 @@ async fn on_event<'a>(
 }
 
 async fn answer(handle: &RunHandle, recorded: &Recorded, call_id: &str) -> Result<(), ReplayError> {
-    match recorded.approvals.get(call_id) {
-        Some(a) if a.approved => handle.approve(call_id).await?,
-        Some(a) => handle.deny(call_id, a.reason.clone()).await?,
-        None => {
-            handle
-                .deny(
-                    call_id,
-                    Some("replay: the recorded run has no approval for this call".into()),
-                )
-                .await?
-        }
-    };
+    let answer = recorded.answer(call_id);
+    if answer.approved {
+        handle.approve(call_id).await?;
+    } else {
+        handle.deny(call_id, answer.reason).await?;
+    }
     Ok(())
 }
 

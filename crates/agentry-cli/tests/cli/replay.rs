@@ -24,7 +24,7 @@ fn copy_task(from: &Path) -> tempfile::TempDir {
 }
 
 /// Records a run of `task` into `trace` (kept in memory only): it stops done.
-fn record(task: &Path, trace: &Path) -> Value {
+pub(super) fn record(task: &Path, trace: &Path) -> Value {
     let (code, run) = agentry_json(&[
         "run",
         path_str(task),
@@ -36,13 +36,15 @@ fn record(task: &Path, trace: &Path) -> Value {
     run
 }
 
-fn replay(args: &[&str]) -> (i32, Value) {
+/// `agentry replay ARGS --yes --json`: the calls it lists may run.
+pub(super) fn replay(args: &[&str]) -> (i32, Value) {
     let mut all = vec!["replay"];
     all.extend(args);
+    all.push("--yes");
     agentry_json(&all)
 }
 
-fn statuses(report: &Value) -> Vec<(u64, String)> {
+pub(super) fn statuses(report: &Value) -> Vec<(u64, String)> {
     report["steps"]
         .as_array()
         .unwrap()
@@ -56,7 +58,7 @@ fn statuses(report: &Value) -> Vec<(u64, String)> {
         .collect()
 }
 
-fn same(n: u64) -> Vec<(u64, String)> {
+pub(super) fn same(n: u64) -> Vec<(u64, String)> {
     (1..=n).map(|i| (i, "same".to_string())).collect()
 }
 
@@ -70,7 +72,7 @@ fn a_recorded_run_replays_without_drift() {
     let run = record(&root().join("examples/sum"), &trace);
     let before = std::fs::read(&trace).unwrap();
 
-    let out = agentry(&["replay", path_str(&trace)]);
+    let out = agentry(&["replay", path_str(&trace), "--yes"]);
     let text = String::from_utf8(out.stdout.clone()).unwrap();
     assert_eq!(out.status.code(), Some(0), "{text}{}", stderr(&out));
     assert!(text.contains("no drift (3 steps compared)"), "{text}");
@@ -125,7 +127,7 @@ fn a_changed_tool_output_names_the_step_and_the_path() {
     assert_eq!(content["recorded"], "3\n5\n7\n8\n");
     assert_eq!(content["replayed"], "9\n9\n");
 
-    let out = agentry(&["replay", path_str(&trace)]);
+    let out = agentry(&["replay", path_str(&trace), "--yes"]);
     let text = String::from_utf8(out.stdout.clone()).unwrap();
     assert_eq!(out.status.code(), Some(1), "{text}");
     assert!(text.contains("1     drifted"), "{text}");
@@ -214,7 +216,7 @@ fn a_call_now_refused_is_reported_as_refused() {
     assert_ne!(report["stop"]["replayed"], "done");
     assert_eq!(report["stop"]["same"], false);
 
-    let out = agentry(&["replay", path_str(&trace)]);
+    let out = agentry(&["replay", path_str(&trace), "--yes"]);
     let text = String::from_utf8(out.stdout.clone()).unwrap();
     assert!(text.contains("2     refused"), "{text}");
     assert!(
@@ -288,6 +290,7 @@ fn fork_at_continues_with_another_policy_and_leaves_the_recording_untouched() {
     let out = agentry(&[
         "replay",
         path_str(&trace),
+        "--yes",
         "--fork-at",
         "2",
         "--policy",
@@ -388,34 +391,46 @@ fn bad_traces_are_named() {
 
 /// A trace recorded with `--approve fs.write` rewritten as if no operator
 /// had approved up front: with `answer`, a human's approval line for call
-/// `write` before step 2 (as an embedder's run writes it).
-fn as_if_answered(text: &str, run_id: &Value, answer: Option<bool>) -> String {
+/// `write` before step 2 (as an embedder's run writes it); with `refused`,
+/// step 2's result for it as a human's denial leaves it.
+fn as_if_answered(text: &str, run_id: &Value, answer: Option<bool>, refused: bool) -> String {
     let mut lines: Vec<String> = Vec::new();
     for line in text.lines() {
         let mut v: Value = serde_json::from_str(line).unwrap();
         if v["kind"] == "stop" {
             v["origin"].as_object_mut().unwrap().remove("approved");
         }
-        if let Some(approved) = answer
-            && v["kind"] == "step"
-            && v["step"] == 2
-        {
-            let input = serde_json::json!({"kind": "input", "run_id": run_id, "seq": 1,
-                "state_version": 2, "at": 0, "input": {"type": "approval",
-                "tool_call_id": "write", "approved": approved, "reason": "not on fridays"}});
-            lines.push(input.to_string());
+        if v["kind"] == "step" && v["step"] == 2 {
+            if let Some(approved) = answer {
+                let input = serde_json::json!({"kind": "input", "run_id": run_id, "seq": 1,
+                    "state_version": 2, "at": 0, "input": {"type": "approval",
+                    "tool_call_id": "write", "approved": approved, "reason": "not on fridays"}});
+                lines.push(input.to_string());
+            }
+            if refused {
+                let result = &mut v["results"][0];
+                assert_eq!(result["tool_call_id"], "write");
+                result["ok"] = false.into();
+                result.as_object_mut().unwrap().remove("data");
+                result.as_object_mut().unwrap().remove("refs");
+                result["error"] = serde_json::json!({"code": "EPERM",
+                    "message": "a human denied this call: not on fridays", "retryable": false,
+                    "suggested_action": "do not repeat it; choose another way or finish"});
+            }
         }
         lines.push(v.to_string());
     }
     lines.join("\n")
 }
 
-/// Calls that wait for approval (`[tools] approve`): a run recorded with
-/// `--approve fs.write` replays with it (the stop line's `origin.approved`);
-/// a recording whose human approved the call (an `approval` input line, as
-/// an embedder's run writes it) is approved again for that call id, and one
-/// whose human denied it is denied again, with the recorded reason; a call
-/// nobody answered in the recording is denied, and shows as refused.
+/// Calls that wait for approval (`[tools] approve`) are answered as their
+/// step records show, never from the stop line's `origin.approved`: a run
+/// recorded with `--approve fs.write` replays approved because its step shows
+/// the call ran, also with `origin.approved` removed and no approval line;
+/// a call a human approved (an `approval` input line, as an embedder's run
+/// writes it) is approved again; one a human denied (its result says so) is
+/// denied again, with the recorded reason; an approval line that its step's
+/// result contradicts is refused unless `--force`, and then the denial holds.
 #[test]
 fn recorded_approvals_are_answered_again() {
     let task = copy_task(&root().join("examples/sum"));
@@ -441,22 +456,40 @@ fn recorded_approvals_are_answered_again() {
     assert_eq!(code, 0, "{report}");
     assert_eq!(statuses(&report), same(3));
 
-    // The same run as if a human had answered: no `--approve` in its origin,
-    // an approval line for the call instead.
     let text = std::fs::read_to_string(&trace).unwrap();
-    let answered = |approved: bool| {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("answered.jsonl");
-        std::fs::write(&path, as_if_answered(&text, &run["run_id"], Some(approved))).unwrap();
-        (dir, path)
+    let variant = |name: &str, answer: Option<bool>, refused: bool| {
+        let path = task.path().join(name);
+        let edited = as_if_answered(&text, &run["run_id"], answer, refused);
+        std::fs::write(&path, edited).unwrap();
+        path
     };
-    let (_dir, approved) = answered(true);
+    // No `--approve` in its origin and nobody's answer: the step shows the
+    // call ran, so it was approved.
+    let unanswered = variant("unanswered.jsonl", None, false);
+    let (code, report) = replay(&[path_str(&unanswered)]);
+    assert_eq!(code, 0, "{report}");
+    assert_eq!(statuses(&report), same(3));
+
+    let approved = variant("approved.jsonl", Some(true), false);
     let (code, report) = replay(&[path_str(&approved)]);
     assert_eq!(code, 0, "{report}");
     assert_eq!(statuses(&report), same(3));
 
-    let (_dir, denied) = answered(false);
+    // A human denied it and the step shows the denial: denied again, with
+    // the recorded reason (then the acceptance check fails, as it would).
+    let denied = variant("denied.jsonl", Some(false), true);
     let (code, report) = replay(&[path_str(&denied)]);
+    assert_eq!(code, 1, "{report}");
+    assert_eq!(report["steps"][1]["status"], "same", "{report}");
+    assert_ne!(report["stop"]["replayed"], "done", "{report}");
+
+    // A denial line for a call its step shows ran: a contradiction.
+    let contradicted = variant("contradicted.jsonl", Some(false), false);
+    let out = agentry(&["replay", path_str(&contradicted), "--yes"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains(r#"step 2, call "write""#), "{err}");
+    let (code, report) = replay(&[path_str(&contradicted), "--force"]);
     assert_eq!(code, 1, "{report}");
     let refused = &report["steps"][1]["refused"][0];
     assert_eq!(
@@ -470,16 +503,6 @@ fn recorded_approvals_are_answered_again() {
             .contains("not on fridays"),
         "{report}"
     );
-
-    // Nobody answered in the recording: denied, saying so.
-    let unanswered = task.path().join("unanswered.jsonl");
-    std::fs::write(&unanswered, as_if_answered(&text, &run["run_id"], None)).unwrap();
-    let (code, report) = replay(&[path_str(&unanswered)]);
-    assert_eq!(code, 1, "{report}");
-    let message = report["steps"][1]["refused"][0]["message"]
-        .as_str()
-        .unwrap();
-    assert!(message.contains("no approval"), "{report}");
 }
 
 /// `--until` at or past the recording's last step is a whole replay: the
