@@ -24,6 +24,13 @@ pub const ENV_OPERATION_ID: &str = "AGENTRY_OPERATION_ID";
 /// first spawn must never touch the second.
 pub const ENV_SPAWN_ID: &str = "AGENTRY_SPAWN_ID";
 
+/// Set on every child of a durable run to the run's fence mark
+/// ([`ProcessLog::run_mark`](crate::ProcessLog::run_mark)): unique to the run
+/// across stores (a run id is unique within one store only) and the same for
+/// every attempt of it, so a resume finds what an earlier attempt left by it
+/// and never touches a same-named run of another store.
+pub const ENV_RUN_MARK: &str = "AGENTRY_RUN_MARK";
+
 /// Set on every child of a call that has one to
 /// [`ToolContext::traceparent`](crate::ToolContext::traceparent), the W3C trace
 /// context (`00-<trace id>-<span id>-<flags>`) a traced program continues.
@@ -32,10 +39,11 @@ pub const ENV_SPAWN_ID: &str = "AGENTRY_SPAWN_ID";
 /// only join the trace of the call that started it.
 pub const ENV_TRACEPARENT: &str = "TRACEPARENT";
 
-/// The variables the host sets on every child (the trace context when the
-/// call has one); nobody else may set them.
-pub const HOST_ENV: [&str; 5] = [
+/// The variables the host sets on every child (the run mark and the trace
+/// context when the call has them); nobody else may set them.
+pub const HOST_ENV: [&str; 6] = [
     ENV_RUN_ID,
+    ENV_RUN_MARK,
     ENV_CALL_ID,
     ENV_OPERATION_ID,
     ENV_SPAWN_ID,
