@@ -54,7 +54,11 @@ fn host_ids(stdout: &str) -> Vec<String> {
         .filter(|l| HOST_ENV.iter().any(|n| l.starts_with(&format!("{n}="))))
         .map(|l| match l.strip_prefix(&format!("{ENV_SPAWN_ID}=")) {
             Some(id) => {
-                let host = format!("{}-", std::process::id());
+                // The host's pid and start time: a later host given the
+                // same pid (after this one died) has other spawn ids.
+                let pid = std::process::id();
+                let start = super::super::warden::start_time(pid as i32).unwrap();
+                let host = format!("{pid}-{start}-");
                 assert!(id.starts_with(&host), "spawn id {id} is not this host's");
                 assert!(id[host.len()..].parse::<u64>().is_ok(), "spawn id {id}");
                 format!("{ENV_SPAWN_ID}=*")
