@@ -83,6 +83,15 @@ pub trait ProgressSink: Send + Sync {
 pub trait ProcessLog: Send + Sync {
     /// A group started (its leader spawned). Called before the tool waits for it.
     fn started(&self, group: agentry_protocol::ProcessGroupRecord);
+
+    /// The run's fence mark, set on every process it starts as
+    /// `AGENTRY_RUN_MARK` (see [`crate::proc::ENV_RUN_MARK`]): unique to the
+    /// run across stores and the same for all its attempts, so a resume finds
+    /// the processes the log never recorded (started in the instant before a
+    /// crash, or escaped from their group) by it. `None` (the default): no mark.
+    fn run_mark(&self) -> Option<&str> {
+        None
+    }
 }
 
 impl std::fmt::Debug for ToolContext {

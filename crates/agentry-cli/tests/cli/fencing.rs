@@ -170,3 +170,107 @@ fn a_resume_kills_what_the_crashed_attempt_left_before_it_settles() {
         "the resume fenced the survivors before it parked"
     );
 }
+
+/// One `proc.run` call whose tree leaves its group (`setsid`) and stays in it,
+/// both sleeping `secs`, then finish.
+fn escaping_nap_task(secs: &str) -> tempfile::TempDir {
+    let turns = serde_json::json!([
+        {"tool_calls": [{"id": "nap", "name": "proc.run",
+            "arguments": {"argv": ["sh", "-c", format!("setsid sleep {secs} & sleep {secs}")]}}]},
+        {"tool_calls": [{"id": "fin", "name": "task.finish", "arguments": {"answer": "ok"}}]},
+    ]);
+    task_dir(
+        "goal = \"nap\"\n[budget]\nmax_steps = 10\ndeadline = \"120s\"\n[tools]\ngrant = [\"proc.run\"]\n",
+        &serde_json::json!({ "turns": turns }).to_string(),
+    )
+}
+
+/// Waits until exactly `n` processes run `sleep secs`.
+fn wait_for_count(secs: &str, n: usize) {
+    let deadline = Instant::now() + WAIT;
+    while alive_with_cmdline(&["sleep", secs]).len() != n {
+        assert!(
+            Instant::now() < deadline,
+            "sleep {secs}: {} alive, not {n}, after {WAIT:?}",
+            alive_with_cmdline(&["sleep", secs]).len()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The `AGENTRY_RUN_MARK` in process `pid`'s environment.
+fn run_mark_of(pid: i32) -> Option<String> {
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    environ.split(|b| *b == 0).find_map(|entry| {
+        let entry = std::str::from_utf8(entry).ok()?;
+        entry.strip_prefix("AGENTRY_RUN_MARK=").map(str::to_string)
+    })
+}
+
+/// The fence mark the store keeps for run `fenced`.
+fn stored_mark(store: &Path) -> String {
+    use agentry::Store as _;
+    let run = agentry::SqliteStore::open(store)
+        .unwrap()
+        .load("fenced")
+        .unwrap()
+        .unwrap();
+    run.record.config["run_mark"].as_str().unwrap().to_string()
+}
+
+/// Run ids are unique within a store only. Two stores each hold a run
+/// `fenced`: store A's runs live, store B's crashed with its warden gone
+/// (one sleeper left its group). Resuming B kills B's survivors and never
+/// A's: the fence finds a run's processes by a mark unique to the run
+/// across stores, not by its id.
+#[test]
+fn a_resume_spares_the_tools_of_a_same_named_run_of_another_store() {
+    let (secs_a, secs_b) = (unique_secs(53), unique_secs(59));
+    let (task_a, task_b) = (nap_task(&secs_a), escaping_nap_task(&secs_b));
+    let tmp = tempfile::tempdir().unwrap();
+    let (store_a, store_b) = (tmp.path().join("a.db"), tmp.path().join("b.db"));
+    let mut run_a = spawn_run(task_a.path(), &store_a, &tmp.path().join("wa"));
+    let mut run_b = spawn_run(task_b.path(), &store_b, &tmp.path().join("wb"));
+    wait_for_count(&secs_a, 2);
+    wait_for_count(&secs_b, 2);
+    let deadline = Instant::now() + WAIT;
+    while recorded_groups(&store_b).is_empty() {
+        assert!(Instant::now() < deadline, "no group recorded in B");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // Every tool process carries its run's mark, the one its store keeps;
+    // the two runs' marks differ though their ids are the same.
+    let (mark_a, mark_b) = (stored_mark(&store_a), stored_mark(&store_b));
+    assert_ne!(mark_a, mark_b);
+    for (secs, mark) in [(&secs_a, &mark_a), (&secs_b, &mark_b)] {
+        for pid in alive_with_cmdline(&["sleep", secs]) {
+            assert_eq!(run_mark_of(pid).as_ref(), Some(mark), "sleeper {pid}");
+        }
+    }
+    kill9(warden_of(run_b.id()).expect("run B's warden"));
+    run_b.kill().unwrap();
+    run_b.wait().unwrap();
+    assert_eq!(alive_with_cmdline(&["sleep", &secs_b]).len(), 2);
+
+    let out = Command::new(env!("CARGO_BIN_EXE_agentry"))
+        .args(["resume", "fenced", "--json", "--store", path_str(&store_b)])
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+
+    assert!(
+        alive_with_cmdline(&["sleep", &secs_b]).is_empty(),
+        "B's resume fenced B's survivors, the one that left its group too"
+    );
+    assert_eq!(
+        alive_with_cmdline(&["sleep", &secs_a]).len(),
+        2,
+        "B's resume killed the tools of store A's run of the same id: {err}"
+    );
+    assert!(run_a.try_wait().unwrap().is_none(), "run A still runs");
+    run_a.kill().unwrap();
+    run_a.wait().unwrap();
+    wait_for_sleepers(&secs_a, false);
+}

@@ -80,16 +80,21 @@ pub struct RunLog {
     pub mode: Durability,
     /// The token of this process's claim on the run, released with its stop.
     pub owner_token: Arc<str>,
+    /// The run's fence mark: kept in its record, set on every process its
+    /// tools start (`AGENTRY_RUN_MARK`), what a resume fences by.
+    pub mark: Arc<str>,
     redactor: Arc<Redactor>,
 }
 
 impl RunLog {
-    /// Run `run_id`'s view of `writer`, redacting with `redactor`.
+    /// Run `run_id`'s view of `writer`, redacting with `redactor`; `mark` is
+    /// the run's fence mark.
     pub(crate) fn new(
         run_id: Arc<str>,
         writer: StoreWriter,
         mode: Durability,
         owner_token: Arc<str>,
+        mark: Arc<str>,
         redactor: Arc<Redactor>,
     ) -> RunLog {
         RunLog {
@@ -97,6 +102,7 @@ impl RunLog {
             writer,
             mode,
             owner_token,
+            mark,
             redactor,
         }
     }

@@ -169,4 +169,20 @@ impl agentry_tools::ProcessLog for LedgerProcesses {
             group,
         }]);
     }
+
+    fn run_mark(&self) -> Option<&str> {
+        Some(&self.log.mark)
+    }
+}
+
+/// A durable run's acceptance checks: no ledger row holds their groups, so
+/// the run's fence mark alone finds what a crash left of them.
+pub(super) struct MarkedChecks(pub(super) Arc<str>);
+
+impl agentry_tools::ProcessLog for MarkedChecks {
+    fn started(&self, _group: agentry_protocol::ProcessGroupRecord) {}
+
+    fn run_mark(&self) -> Option<&str> {
+        Some(&self.0)
+    }
 }

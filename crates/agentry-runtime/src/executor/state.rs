@@ -5,10 +5,10 @@ use std::sync::Arc;
 
 use agentry_protocol::envelope::{ErrorCode, ResultEnvelope, ToolError};
 use agentry_store::{LedgerState, Write};
-use agentry_tools::ToolContext;
+use agentry_tools::{ProcessLog, ToolContext};
 use ractor::ActorProcessingErr;
 
-use super::ledger::{self, Ledger};
+use super::ledger::{self, Ledger, MarkedChecks};
 use super::msg::ExecutorArgs;
 use super::prepared::Job;
 
@@ -54,7 +54,11 @@ impl ExecutorState {
             attempt: 1,
             operation_id: Arc::from("accept"),
             agents: None,
-            processes: None,
+            processes: self
+                .args
+                .log
+                .as_ref()
+                .map(|log| Arc::new(MarkedChecks(Arc::clone(&log.mark))) as Arc<dyn ProcessLog>),
             progress: None,
             traceparent: Some(Arc::clone(&self.args.traceparent)),
         }

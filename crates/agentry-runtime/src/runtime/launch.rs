@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use super::Runtime;
 use super::children::RunChildren;
 use super::handle::{ChildEntry, ChildList, RunAbout, RunHandle};
-use super::record::{Resumed, create_record};
+use super::record::{Resumed, create_record, fresh_mark};
 use crate::ask::ask;
 use crate::budget::BudgetMsg;
 use crate::conductor::{
@@ -396,12 +396,20 @@ impl Runtime {
         let Some(writer) = &self.store else {
             return (None, None);
         };
-        let (token, claim) = match durable {
+        let (token, mark, claim) = match durable {
             Durable::No => return (None, None),
-            Durable::Resume(r) => (Arc::from(r.claim.owner.token.as_str()), None),
+            Durable::Resume(r) => (
+                Arc::from(r.claim.owner.token.as_str()),
+                Arc::clone(&r.mark),
+                None,
+            ),
             Durable::New => {
                 let claim = Claim::new(run_id, writer.key());
-                (Arc::from(claim.owner.token.as_str()), Some(claim))
+                (
+                    Arc::from(claim.owner.token.as_str()),
+                    fresh_mark(),
+                    Some(claim),
+                )
             }
         };
         let log = RunLog::new(
@@ -409,6 +417,7 @@ impl Runtime {
             writer.clone(),
             self.durability,
             token,
+            mark,
             Arc::clone(redactor),
         );
         (Some(log), claim)

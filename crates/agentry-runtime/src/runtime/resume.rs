@@ -12,7 +12,7 @@ use tokio::time::Duration;
 use super::Runtime;
 use super::handle::RunHandle;
 use super::launch::{Durable, Launch};
-use super::record::{Resumed, config_of};
+use super::record::{Resumed, config_of, mark_of};
 use super::regrow::{Place, StoredTree};
 use crate::conductor::{Lineage, Restore};
 use crate::config::RunConfig;
@@ -183,7 +183,8 @@ impl Runtime {
             .claim(&claim, run.owner.as_ref())
             .await
             .map_err(|e| claim_refused(run_id, e))?;
-        let fenced = fence(run_id, &run.ledger).await?;
+        let mark = mark_of(&run.record);
+        let fenced = fence(run_id, &mark, &run.ledger).await?;
         tracing::info!(run_id, steps = state.progress().steps, "resuming run");
         let launched = self
             .launch_run(Launch {
@@ -204,6 +205,7 @@ impl Runtime {
                     inbox: run.inbox,
                     claim,
                     adopting: !children.is_empty(),
+                    mark,
                 })),
             })
             .await?;
@@ -221,11 +223,13 @@ const FENCE_WAIT: Duration = Duration::from_secs(5);
 
 /// Fencing (claimed, so no other live process runs the run): kills whatever
 /// processes the run's earlier attempts left (recorded groups, and every
-/// process marked with the run's id or a recorded spawn) and waits until they
-/// are gone, before any call is run again, settled or reported. What it
+/// process marked with the run's fence `mark` or a recorded spawn; never by
+/// the run's id, which a run of another store may share) and waits until
+/// they are gone, before any call is run again, settled or reported. What it
 /// killed is the handle's [`RunHandle::fenced`].
 async fn fence(
     run_id: &str,
+    mark: &Arc<str>,
     ledger: &[agentry_store::LedgerEntry],
 ) -> Result<Fenced, RuntimeError> {
     let groups: Vec<agentry_protocol::ProcessGroupRecord> = ledger
@@ -233,13 +237,15 @@ async fn fence(
         .flat_map(|row| row.processes.iter().cloned())
         .collect();
     let id = run_id.to_string();
-    let fenced =
-        tokio::task::spawn_blocking(move || agentry_tools::proc::fence(&id, &groups, FENCE_WAIT))
-            .await
-            .map_err(|e| RuntimeError::NotResumable {
-                run_id: run_id.to_string(),
-                message: format!("fencing its processes failed: {e}"),
-            })??;
+    let mark = Arc::clone(mark);
+    let fenced = tokio::task::spawn_blocking(move || {
+        agentry_tools::proc::fence(&id, &mark, &groups, FENCE_WAIT)
+    })
+    .await
+    .map_err(|e| RuntimeError::NotResumable {
+        run_id: run_id.to_string(),
+        message: format!("fencing its processes failed: {e}"),
+    })??;
     if !fenced.is_empty() {
         tracing::warn!(run_id, groups = ?fenced.groups, processes = ?fenced.processes, "killed processes an earlier attempt of the run left running");
     }

@@ -4,10 +4,15 @@
 //! The resumer (which has claimed the run, so no other live process runs it)
 //! SIGKILLs each process group recorded in the run's ledger whose leader is
 //! still the process that was started (same start time: a reused pid is never
-//! signalled), and every process whose environment carries the run's id
-//! (`AGENTRY_RUN_ID`) or a recorded spawn mark (`AGENTRY_SPAWN_ID`), which
-//! finds those that left their group and those started just before a crash
-//! whose group was never recorded. Then it waits until they are gone.
+//! signalled), and every process whose environment carries the run's fence
+//! mark (`AGENTRY_RUN_MARK`) or a recorded spawn mark (`AGENTRY_SPAWN_ID`),
+//! which finds those that left their group and those started just before a
+//! crash whose group was never recorded. Then it waits until they are gone.
+//!
+//! Never by the run's id (`AGENTRY_RUN_ID`): a run id is unique within one
+//! store only, and a same-named run of another store (another checkout,
+//! test or service of the same user) must keep its processes. The mark is
+//! unique to the run across stores and the same for all its attempts.
 
 use std::time::{Duration, Instant};
 
@@ -15,7 +20,7 @@ use agentry_protocol::ProcessGroupRecord;
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
 
-use super::env::{ENV_RUN_ID, ENV_SPAWN_ID};
+use super::env::{ENV_RUN_MARK, ENV_SPAWN_ID};
 use super::warden::start_time;
 
 /// What fencing a run did.
@@ -49,11 +54,13 @@ pub struct FenceError {
     pub waited_ms: u64,
 }
 
-/// Kills every process of run `run_id` an earlier process left behind, and
-/// waits up to `wait` until they are gone. Blocking (reads `/proc`, polls):
-/// call it off the async threads.
+/// Kills every process of run `run_id` an earlier process left behind (its
+/// recorded `groups`, and the processes carrying its fence mark `run_mark` or a
+/// recorded spawn id), and waits up to `wait` until they are gone. Blocking
+/// (reads `/proc`, polls): call it off the async threads.
 pub fn fence(
     run_id: &str,
+    run_mark: &str,
     groups: &[ProcessGroupRecord],
     wait: Duration,
 ) -> Result<Fenced, FenceError> {
@@ -65,7 +72,7 @@ pub fn fence(
             fenced.groups.push(group.pgid);
         }
     }
-    let marks = Marks::of(run_id, groups);
+    let marks = Marks::of(run_mark, groups);
     let me = std::process::id();
     for pid in marks.alive() {
         if u32::try_from(pid).ok() != Some(me) {
@@ -108,8 +115,8 @@ pub fn fence(
 struct Marks(Vec<Vec<u8>>);
 
 impl Marks {
-    fn of(run_id: &str, groups: &[ProcessGroupRecord]) -> Self {
-        let mut marks = vec![format!("{ENV_RUN_ID}={run_id}").into_bytes()];
+    fn of(run_mark: &str, groups: &[ProcessGroupRecord]) -> Self {
+        let mut marks = vec![format!("{ENV_RUN_MARK}={run_mark}").into_bytes()];
         marks.extend(
             groups
                 .iter()

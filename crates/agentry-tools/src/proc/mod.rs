@@ -9,8 +9,9 @@
 //!   variable is `EPERM`. On top of that the host always sets [`ENV_RUN_ID`],
 //!   [`ENV_CALL_ID`] and [`ENV_OPERATION_ID`] (`AGENTRY_RUN_ID`,
 //!   `AGENTRY_CALL_ID`, `AGENTRY_OPERATION_ID`) from the [`ToolContext`], and
-//!   [`ENV_SPAWN_ID`] (`AGENTRY_SPAWN_ID`, unique to the spawn), overriding any
-//!   value of the same name: the operation id is the same for every attempt of
+//!   [`ENV_SPAWN_ID`] (`AGENTRY_SPAWN_ID`, unique to the spawn), and, when the
+//!   call's process log has one, the run's fence mark [`ENV_RUN_MARK`]
+//!   (`AGENTRY_RUN_MARK`, see [`fence`]), overriding any value of the same name: the operation id is the same for every attempt of
 //!   an action, so a command can drop a duplicate
 //!   (`grep -qx "$AGENTRY_OPERATION_ID" done.txt || ...`). When the call has a
 //!   trace context ([`ToolContext::traceparent`], set for every call of a run)
@@ -149,7 +150,10 @@ mod warden;
 
 pub use command::{CommandTool, CommandToolError};
 pub use config::{DEFAULT_ENV_ALLOWLIST, DEFAULT_MAX_INLINE, DEFAULT_TERM_GRACE, ProcConfig};
-pub use env::{ENV_CALL_ID, ENV_OPERATION_ID, ENV_RUN_ID, ENV_SPAWN_ID, ENV_TRACEPARENT, HOST_ENV};
+pub use env::{
+    ENV_CALL_ID, ENV_OPERATION_ID, ENV_RUN_ID, ENV_RUN_MARK, ENV_SPAWN_ID, ENV_TRACEPARENT,
+    HOST_ENV,
+};
 pub use fence::{FenceError, Fenced, fence};
 pub use run::{reap_orphans_here, run_command, survive_file_size_limit};
 pub use server::ServerProcess;

@@ -17,8 +17,8 @@ use tokio::process::{ChildStdin, Command};
 use super::capture::{Artifact, Capture, Captured};
 use super::config::ProcConfig;
 use super::env::{
-    ENV_CALL_ID, ENV_OPERATION_ID, ENV_RUN_ID, ENV_SPAWN_ID, ENV_TRACEPARENT, HOST_ENV, host_env,
-    next_spawn_id,
+    ENV_CALL_ID, ENV_OPERATION_ID, ENV_RUN_ID, ENV_RUN_MARK, ENV_SPAWN_ID, ENV_TRACEPARENT,
+    HOST_ENV, host_env, next_spawn_id,
 };
 use super::group::ProcessGroup;
 use super::strays;
@@ -108,7 +108,8 @@ enum Event {
 /// Sets the host's variables in `env` (dropping any value of theirs already
 /// there) and returns the spawn id. Done in [`run`], the one path every
 /// process tool takes, and last, so neither an allowlisted host value nor a
-/// fixed or model-given one can forge the ids or the trace context.
+/// fixed or model-given one can forge the ids, the run's fence mark or the
+/// trace context.
 fn set_host_env(env: &mut Vec<(String, OsString)>, ctx: &ToolContext) -> String {
     env.retain(|(name, _)| !HOST_ENV.contains(&name.as_str()));
     let spawn_id = next_spawn_id();
@@ -121,6 +122,9 @@ fn set_host_env(env: &mut Vec<(String, OsString)>, ctx: &ToolContext) -> String 
         ),
         (ENV_SPAWN_ID.to_string(), OsString::from(&spawn_id)),
     ]);
+    if let Some(mark) = ctx.processes.as_ref().and_then(|log| log.run_mark()) {
+        env.push((ENV_RUN_MARK.to_string(), OsString::from(mark)));
+    }
     if let Some(traceparent) = &ctx.traceparent {
         env.push((ENV_TRACEPARENT.to_string(), OsString::from(&**traceparent)));
     }

@@ -54,7 +54,11 @@ fn host_ids(stdout: &str) -> Vec<String> {
         .filter(|l| HOST_ENV.iter().any(|n| l.starts_with(&format!("{n}="))))
         .map(|l| match l.strip_prefix(&format!("{ENV_SPAWN_ID}=")) {
             Some(id) => {
-                let host = format!("{}-", std::process::id());
+                // The host's pid and start time: a later host given the
+                // same pid (after this one died) has other spawn ids.
+                let pid = std::process::id();
+                let start = super::super::warden::start_time(pid as i32).unwrap();
+                let host = format!("{pid}-{start}-");
                 assert!(id.starts_with(&host), "spawn id {id} is not this host's");
                 assert!(id[host.len()..].parse::<u64>().is_ok(), "spawn id {id}");
                 format!("{ENV_SPAWN_ID}=*")
@@ -157,6 +161,58 @@ async fn the_trace_context_reaches_every_child_and_cannot_be_forged() {
     assert!(traceparents(out.data["stdout"].as_str().unwrap()).is_empty());
     let out = command.call(json!({}), &c).await.unwrap();
     assert!(traceparents(out.data["stdout"].as_str().unwrap()).is_empty());
+}
+
+/// Records nothing; carries a run's fence mark.
+struct Marked;
+
+impl crate::ProcessLog for Marked {
+    fn started(&self, _group: agentry_protocol::ProcessGroupRecord) {}
+
+    fn run_mark(&self) -> Option<&str> {
+        Some("mark-of-the-run")
+    }
+}
+
+/// The `AGENTRY_RUN_MARK` lines of `env` output.
+fn run_marks(stdout: &str) -> Vec<&str> {
+    stdout
+        .lines()
+        .filter(|l| l.starts_with(&format!("{ENV_RUN_MARK}=")))
+        .collect()
+}
+
+/// The run's fence mark (from the context's process log) reaches `proc.run`
+/// and a command tool; an allowlisted, model-given or fixed value never does
+/// (it would let a tool make another run's resume kill it, or hide from its
+/// own), and without a mark none is set.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_run_mark_reaches_every_child_and_cannot_be_forged() {
+    let dir = tempfile::tempdir().unwrap();
+    let want = format!("{ENV_RUN_MARK}=mark-of-the-run");
+    let mut c = ctx(dir.path());
+    c.processes = Some(Arc::new(Marked));
+    let mut config = ProcConfig::default();
+    config.env_allowlist.push(ENV_RUN_MARK.to_string());
+    let proc_run = ProcTool::new(config);
+    let forge = json!({"argv": ["env"], "env": {"AGENTRY_RUN_MARK": "forged"}});
+    let out = proc_run.call(forge.clone(), &c).await.unwrap();
+    assert_eq!(run_marks(out.data["stdout"].as_str().unwrap()), [&*want]);
+
+    let command = CommandTool::new(
+        ToolContract::new("env", "print the environment", json!({"type": "object"})),
+        ["env"],
+    )
+    .unwrap()
+    .with_env(ENV_RUN_MARK, "forged");
+    let out = command.call(json!({}), &c).await.unwrap();
+    assert_eq!(run_marks(out.data["stdout"].as_str().unwrap()), [&*want]);
+
+    c.processes = None;
+    let out = proc_run.call(forge, &c).await.unwrap();
+    assert!(run_marks(out.data["stdout"].as_str().unwrap()).is_empty());
+    let out = command.call(json!({}), &c).await.unwrap();
+    assert!(run_marks(out.data["stdout"].as_str().unwrap()).is_empty());
 }
 
 /// The point of the operation id: a `required_key` command that records the ids

@@ -1,6 +1,7 @@
 //! Fencing a run before a resume: recorded groups whose leader is still the
 //! process that was started, and every process carrying the run's marks, are
-//! killed; a group id now used by another process is not touched.
+//! killed; a group id now used by another process, and the processes of a
+//! same-named run of another store, are not touched.
 
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command};
@@ -56,7 +57,8 @@ fn wait_members(pgid: i32, n: usize) {
 fn a_recorded_group_and_processes_marked_with_the_run_are_killed() {
     let run_id = format!("fence-{}-{}", std::process::id(), line!());
     let mut recorded = tree(&[]);
-    let mut marked = tree(&[(ENV_RUN_ID, &run_id)]);
+    let mark = format!("mark-{run_id}");
+    let mut marked = tree(&[(ENV_RUN_ID, &run_id), (ENV_RUN_MARK, &mark)]);
     let (g1, g2) = (recorded.id() as i32, marked.id() as i32);
     wait_members(g1, 3);
     wait_members(g2, 3);
@@ -66,7 +68,7 @@ fn a_recorded_group_and_processes_marked_with_the_run_are_killed() {
         spawn_id: "none-such".into(),
     };
 
-    let fenced = fence(&run_id, &[record], Duration::from_secs(5)).expect("fenced");
+    let fenced = fence(&run_id, &mark, &[record], Duration::from_secs(5)).expect("fenced");
 
     assert_eq!(fenced.groups, [g1]);
     assert_eq!(members(g1), 0);
@@ -89,7 +91,13 @@ fn a_group_id_now_held_by_another_process_is_spared() {
         spawn_id: "none-such".into(),
     };
 
-    let fenced = fence("fence-spare", &[record], Duration::from_secs(1)).expect("fenced");
+    let fenced = fence(
+        "fence-spare",
+        "mark-spare",
+        &[record],
+        Duration::from_secs(1),
+    )
+    .expect("fenced");
 
     assert!(fenced.is_empty(), "{fenced:?}");
     assert_eq!(members(pgid), 3);
@@ -98,4 +106,29 @@ fn a_group_id_now_held_by_another_process_is_spared() {
         nix::sys::signal::Signal::SIGKILL,
     );
     let _ = other.wait();
+}
+
+/// A run id is unique within one store only: a process of another store's run
+/// of the same id (its own mark) is spared; one with this run's mark, whatever
+/// its run id says, is killed.
+#[test]
+fn a_same_named_run_of_another_store_is_spared() {
+    let run_id = format!("fence-{}-{}", std::process::id(), line!());
+    let mut other = tree(&[(ENV_RUN_ID, &run_id), (ENV_RUN_MARK, "mark-of-store-a")]);
+    let mut ours = tree(&[(ENV_RUN_MARK, "mark-of-store-b")]);
+    let (g1, g2) = (other.id() as i32, ours.id() as i32);
+    wait_members(g1, 3);
+    wait_members(g2, 3);
+
+    let fenced = fence(&run_id, "mark-of-store-b", &[], Duration::from_secs(5)).expect("fenced");
+
+    assert_eq!(fenced.processes.len(), 3, "{fenced:?}");
+    assert_eq!(members(g2), 0);
+    assert_eq!(members(g1), 3, "the other store's run keeps its processes");
+    let _ = nix::sys::signal::killpg(
+        nix::unistd::Pid::from_raw(g1),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+    let _ = other.wait();
+    let _ = ours.wait();
 }
