@@ -64,6 +64,16 @@ pub(super) fn io_error(doing: &str, rel: &str, e: &io::Error) -> ToolError {
     }
 }
 
+/// The start of a path too long to repeat whole.
+fn head(rel: &str) -> String {
+    const SHOWN: usize = 200;
+    if rel.len() <= SHOWN {
+        return rel.to_string();
+    }
+    let cut: String = rel.chars().take(SHOWN).collect();
+    format!("{cut}… ({} bytes)", rel.len())
+}
+
 pub(super) fn too_large(rel: &str, bytes: u64, cap: u64) -> ToolError {
     let error = ToolError::new(
         ErrorCode::Einval,
@@ -166,6 +176,18 @@ pub(super) fn path_error(e: PathError, op: Op, rel: &str) -> ToolError {
             format!("cannot write to the working directory itself: {rel}"),
         )
         .with_action("give a file path, e.g. \"notes.txt\""),
+        PathError::TooLong { bytes, max } => ToolError::new(
+            ErrorCode::Einval,
+            format!("path too long (ENAMETOOLONG): {bytes} bytes, the system allows at most {max} (PATH_MAX)"),
+        )
+        .retryable(false)
+        .with_action("use a shorter path"),
+        PathError::TooDeep { max } => ToolError::new(
+            ErrorCode::Einval,
+            format!("path too deep: more than {max} directories: {}", head(rel)),
+        )
+        .retryable(false)
+        .with_action(format!("use a path at most {max} directories deep")),
         PathError::Changed => ToolError::new(
             ErrorCode::Eunavail,
             format!("the path kept changing while it was being opened: {rel}"),

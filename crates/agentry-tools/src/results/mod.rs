@@ -222,6 +222,8 @@ fn read_error(reference: &str, e: PathError) -> ToolError {
         | PathError::TooLarge { .. }
         | PathError::Protected
         | PathError::IsRoot
+        | PathError::TooLong { .. }
+        | PathError::TooDeep { .. }
         | PathError::Changed
         | PathError::Io(_)) => ToolError::new(
             ErrorCode::Eunavail,
