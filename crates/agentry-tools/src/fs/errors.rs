@@ -109,6 +109,7 @@ impl Op {
 
 /// Maps a [`PathError`] met by `op` on `rel` to the model-facing [`ToolError`].
 pub(super) fn path_error(e: PathError, op: Op, rel: &str) -> ToolError {
+    // Size: one arm per `PathError` variant, each the model's words for it.
     match e {
         PathError::Empty => ToolError::new(ErrorCode::Einval, "path is empty")
             .with_action("give a relative path inside the working directory, e.g. \"notes.txt\""),
