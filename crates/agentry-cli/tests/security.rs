@@ -6,5 +6,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 mod security {
     mod cli;
+    mod terminal;
     mod workspace;
 }
