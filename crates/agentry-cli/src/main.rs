@@ -205,7 +205,11 @@ fn finish(result: Result<Finished, RunError>, json: bool) -> ExitCode {
 /// Reports an error on stderr (and, with `--json`, as the one JSON object on
 /// stdout, so a script reading stdout always gets one) and exits with `code`.
 fn fail(e: &dyn std::fmt::Display, code: u8, json: bool) -> ExitCode {
-    eprintln!("agentry: {e}");
+    // An error may quote a model, a tool, a server or a file: escaped.
+    eprintln!(
+        "agentry: {}",
+        agentry::protocol::terminal::escape_text(&e.to_string())
+    );
     if json && let Err(e) = report::print_error(&e.to_string(), code) {
         eprintln!("agentry: cannot write the report: {e}");
     }

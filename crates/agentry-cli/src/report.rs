@@ -1,5 +1,10 @@
 //! The run's report on stdout: a human summary, or exactly one JSON object.
 //!
+//! The summary shows what the model and the tools wrote (the answer, the
+//! stop's detail, a check's output) with their control characters escaped
+//! (`agentry::protocol::terminal`): an answer holding `ESC [2J` must not clear
+//! the user's terminal. The JSON carries every string exactly.
+//!
 //! The JSON shape is a public interface of the CLI, so it is spelled out here
 //! rather than borrowed from `RunOutcome`'s serialization: a field added to the
 //! runtime's outcome does not silently change what scripts parse.
@@ -8,6 +13,7 @@ use std::io::Write;
 
 use agentry::protocol::accept::{AcceptCheck, CheckOutcome};
 use agentry::protocol::budget::BudgetSnapshot;
+use agentry::protocol::terminal::{escape_line, escape_text};
 use agentry::{RunOutcome, RunTree};
 use serde::Serialize;
 
@@ -47,7 +53,7 @@ pub(crate) fn print(
     } else {
         write!(out, "{}", summary(outcome))?;
         if let Some(tree) = tree {
-            write!(out, "tree\n{}", tree.render())?;
+            write!(out, "tree\n{}", escape_text(&tree.render()))?;
         }
     }
     out.flush()
@@ -123,7 +129,7 @@ pub(crate) fn print_parked(parked: &crate::drive::Parked, json: bool) -> std::io
         writeln!(out)?;
         return out.flush();
     }
-    writeln!(out, "{:<12} {}", "run", parked.run_id)?;
+    writeln!(out, "{:<12} {}", "run", escape_line(&parked.run_id))?;
     writeln!(
         out,
         "{:<12} awaiting_decision: the run was interrupted during these calls, which must not run again unasked",
@@ -134,38 +140,49 @@ pub(crate) fn print_parked(parked: &crate::drive::Parked, json: bool) -> std::io
             out,
             "{:<12} {} {} {} (step {})",
             "call",
-            p.call.id,
-            p.call.name,
-            p.call
-                .arguments
-                .to_value()
-                .map(|v| v.to_string())
-                .unwrap_or_default(),
+            escape_line(&p.call.id),
+            escape_line(&p.call.name),
+            escape_line(
+                &p.call
+                    .arguments
+                    .to_value()
+                    .map(|v| v.to_string())
+                    .unwrap_or_default()
+            ),
             p.step
         )?;
     }
     let ids: Vec<String> = parked
         .pending
         .iter()
-        .map(|p| format!("--decide {}=happened|retry|skip", p.call.id))
+        .map(|p| format!("--decide {}=happened|retry|skip", escape_line(&p.call.id)))
         .collect();
     writeln!(
         out,
         "{:<12} agentry resume {} --store {} {}",
         "continue",
-        parked.run_id,
+        escape_line(&parked.run_id),
         store,
         ids.join(" ")
     )?;
     out.flush()
 }
 
+/// The human summary: one `key value` line each, every value escaped (the
+/// answer, the detail and the checks' output keep their line breaks).
 fn summary(o: &RunOutcome) -> String {
     let mut s = String::new();
     let mut line = |key: &str, value: &str| {
-        s.push_str(&format!("{key:<12} {value}\n"));
+        s.push_str(&format!("{key:<12} {}\n", escape_text(value)));
     };
-    line("run", &format!("{} (task {})", o.run_id, o.task_id));
+    line(
+        "run",
+        &format!(
+            "{} (task {})",
+            escape_line(&o.run_id),
+            escape_line(&o.task_id)
+        ),
+    );
     line("stop_reason", o.stop_reason.as_str());
     line("detail", &o.detail);
     line("answer", o.answer.as_deref().unwrap_or("(none)"));

@@ -2,6 +2,7 @@
 //! (`agentry::insight::stats`), as aligned tables or one JSON object.
 
 use agentry::insight::stats::{Figures, Group, Report, StatsError, StatsOptions};
+use agentry::protocol::terminal::escape_line;
 use agentry::{RuntimeError, SqliteStore};
 
 use crate::args::StatsArgs;
@@ -80,7 +81,8 @@ const FIGURE_HEADER: [&str; 10] = [
 ];
 
 fn render_group(by: &str, group: &Group) -> String {
-    let mut out = format!("{by} {}\n", group.key);
+    // Keys and tool names come from the runs' records: shown escaped.
+    let mut out = format!("{by} {}\n", escape_line(&group.key));
     let rows = std::iter::once(("all", &group.all))
         .chain(group.by_stop_reason.iter().map(|(r, f)| (r.as_str(), f)))
         .map(|(reason, f)| figure_row(reason, f))
@@ -95,7 +97,7 @@ fn render_group(by: &str, group: &Group) -> String {
         for (reason, t) in std::iter::once(("all", all)).chain(splits) {
             let codes: Vec<String> = t.by_code.iter().map(|(c, n)| format!("{c}={n}")).collect();
             tool_rows.push(vec![
-                tool.clone(),
+                escape_line(tool).into_owned(),
                 reason.to_string(),
                 t.calls.to_string(),
                 t.errors.to_string(),

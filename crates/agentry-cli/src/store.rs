@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use agentry::protocol::stored_policy::StoredPolicy;
+use agentry::protocol::terminal::{escape_line, escape_text};
 use agentry::store::RunSummary;
 use agentry::{RunTree, RuntimeError, SqliteStore, Store};
 
@@ -94,7 +95,7 @@ pub(crate) fn list(args: &RunsArgs) -> Result<(), RuntimeError> {
         if args.json {
             println!("{}", serde_json::to_string(&tree).unwrap_or_default());
         } else {
-            print!("{}", tree.render());
+            print!("{}", escape_text(&tree.render()));
         }
         return Ok(());
     }
@@ -111,13 +112,20 @@ pub(crate) fn list(args: &RunsArgs) -> Result<(), RuntimeError> {
         println!("{}", serde_json::to_string(&runs).unwrap_or_default());
         return Ok(());
     }
+    // Ids and task names are the store's: a hand-edited one is shown escaped.
     for r in &runs {
         let status = serde_json::to_value(r.status)
             .ok()
             .and_then(|v| v.as_str().map(str::to_string))
             .unwrap_or_default();
         let reason = r.stop_reason.map(|s| s.to_string()).unwrap_or_default();
-        println!("{}  {:<18} {:<22} {}", r.run_id, status, reason, r.task_id);
+        println!(
+            "{}  {:<18} {:<22} {}",
+            escape_line(&r.run_id),
+            status,
+            reason,
+            escape_line(&r.task_id)
+        );
     }
     Ok(())
 }

@@ -9,6 +9,7 @@ use std::io::Write;
 use std::path::Path;
 
 use agentry::TaskSpec;
+use agentry::protocol::terminal::escape_line;
 use agentry::protocol::tool::{Effect, Idempotency, ToolContract};
 use serde::Serialize;
 
@@ -84,25 +85,36 @@ fn source(task: &TaskSpec, name: &str) -> String {
     }
 }
 
-/// Aligned columns, one tool per line, the description last.
+/// Aligned columns, one tool per line, the description last. Names and
+/// descriptions come from MCP servers too: their control characters are
+/// escaped (the JSON has them exactly).
 fn table(rows: &[ToolRow]) -> String {
-    let name_w = rows.iter().map(|r| r.name.len()).max().unwrap_or(4).max(4);
-    let source_w = rows
+    let shown: Vec<(String, String)> = rows
         .iter()
-        .map(|r| r.source.len())
-        .max()
-        .unwrap_or(6)
-        .max(6);
+        .map(|r| {
+            (
+                escape_line(&r.name).into_owned(),
+                escape_line(&r.source).into_owned(),
+            )
+        })
+        .collect();
+    let width = |cells: &mut dyn Iterator<Item = &String>, least: usize| {
+        cells
+            .map(|c| c.chars().count())
+            .max()
+            .unwrap_or(least)
+            .max(least)
+    };
+    let name_w = width(&mut shown.iter().map(|(n, _)| n), 4);
+    let source_w = width(&mut shown.iter().map(|(_, s)| s), 6);
     let mut out = format!(
         "{:name_w$}  {:source_w$}  {:21}  {:12}  {:8}  {:7}  DESCRIPTION",
         "TOOL", "SOURCE", "EFFECT", "IDEMPOTENCY", "APPROVAL", "GRANTED"
     );
-    for r in rows {
+    for (r, (name, source)) in rows.iter().zip(&shown) {
         let first_line = short(&r.description);
         out.push_str(&format!(
-            "\n{:name_w$}  {:source_w$}  {:21}  {:12}  {:8}  {:7}  {first_line}",
-            r.name,
-            r.source,
+            "\n{name:name_w$}  {source:source_w$}  {:21}  {:12}  {:8}  {:7}  {first_line}",
             r.effect.as_str(),
             r.idempotency.as_str(),
             yes_no(r.approval),
@@ -112,12 +124,12 @@ fn table(rows: &[ToolRow]) -> String {
     out
 }
 
-/// The description's first line, cut to [`DESCRIPTION_CHARS`] (the JSON
-/// has it whole).
+/// The description's first line, escaped, cut to [`DESCRIPTION_CHARS`] (the
+/// JSON has it whole).
 fn short(description: &str) -> String {
-    let line = description.lines().next().unwrap_or("");
+    let line = escape_line(description.lines().next().unwrap_or(""));
     if line.chars().count() <= DESCRIPTION_CHARS {
-        return line.to_string();
+        return line.into_owned();
     }
     let cut: String = line.chars().take(DESCRIPTION_CHARS - 1).collect();
     format!("{}…", cut.trim_end())

@@ -7,5 +7,6 @@
 mod security {
     mod cli;
     mod files;
+    mod terminal;
     mod workspace;
 }

@@ -22,6 +22,14 @@
 //!   (an added tool echoes like `read`, read-only), sends
 //!   `notifications/tools/list_changed`, then answers "retooled".
 //!
+//! - `big`: a text reply of `bytes` bytes (default 17 MiB: past the 16 MiB a
+//!   client takes in one message).
+//!
+//! With `TEST_MANY_TOOLS=N` it also lists `many00000`… (N read-only echo
+//! tools), in pages of 1,000 (`tools/list`'s cursor is the next index). With
+//! `TEST_HOSTILE_NAMES` set it also lists tools whose names break MCP's rule:
+//! with ESC and BEL, with U+202E, with a space, 129 characters long.
+//!
 //! With `TEST_SCHEMA_FILE` set to a file that exists when the server starts,
 //! `read` requires its `text` (a restarted server listing another schema).
 //! `test_server silent` prints "oops: not speaking MCP" on stderr and never
@@ -142,15 +150,55 @@ fn tools() -> Vec<Tool> {
                "annotations": {"readOnlyHint": true}}),
         json!({"name": "meta", "description": "Echoes the request's _meta.", "inputSchema": empty,
                "annotations": {"readOnlyHint": true}}),
+        json!({"name": "big", "description": "A large reply.",
+               "inputSchema": {"type": "object", "properties": {"bytes": {"type": "number"}}},
+               "annotations": {"readOnlyHint": true}}),
         json!({"name": "retool", "description": "Changes the tools listed.",
                "inputSchema": {"type": "object", "properties": {
                    "remove": {"type": "array", "items": {"type": "string"}},
                    "add": {"type": "array", "items": {"type": "string"}}}},
                "annotations": {"destructiveHint": false}}),
     ];
+    let hostile = std::env::var_os("TEST_HOSTILE_NAMES").map(|_| {
+        [
+            "bell\x07\x1b[2Jclear",
+            "evil\u{202e}txt.exe",
+            "with space",
+            &"x".repeat(129),
+        ]
+        .map(|name| json!({"name": name, "description": "Badly named.", "inputSchema": empty}))
+    });
     defs.into_iter()
+        .chain(hostile.into_iter().flatten())
         .filter_map(|d| serde_json::from_value(d).ok())
         .collect()
+}
+
+/// `TEST_MANY_TOOLS`: how many extra tools to list.
+fn many() -> usize {
+    std::env::var("TEST_MANY_TOOLS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// One page of the listing: the fixed tools first, then 1,000 of the many.
+fn page(listed: Vec<Tool>, cursor: Option<&str>) -> ListToolsResult {
+    const PAGE: usize = 1_000;
+    let from: usize = cursor.and_then(|c| c.parse().ok()).unwrap_or(0);
+    let first = if from == 0 { listed } else { Vec::new() };
+    let to = (from + PAGE).min(many());
+    let extra = (from..to).filter_map(|i| {
+        serde_json::from_value(
+            json!({"name": format!("many{i:05}"), "description": "Echo (many).",
+            "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}},
+            "annotations": {"readOnlyHint": true}}),
+        )
+        .ok()
+    });
+    let mut result = ListToolsResult::with_all_items(first.into_iter().chain(extra).collect());
+    result.next_cursor = (to < many()).then(|| to.to_string());
+    result
 }
 
 fn result(value: Value) -> Result<CallToolResponse, ErrorData> {
@@ -239,10 +287,11 @@ impl ServerHandler for TestServer {
 
     async fn list_tools(
         &self,
-        _request: Option<PaginatedRequestParams>,
+        request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        Ok(ListToolsResult::with_all_items(self.listed()))
+        let cursor = request.and_then(|r| r.cursor);
+        Ok(page(self.listed(), cursor.as_deref()))
     }
 
     async fn call_tool(
@@ -311,6 +360,12 @@ impl ServerHandler for TestServer {
                               "structuredContent": {"meta": meta}}))
             }
             "retool" => self.retool(&request, context).await,
+            "big" => {
+                let bytes = arg(&request, "bytes")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(17 << 20);
+                text("x".repeat(usize::try_from(bytes).unwrap_or(0)))
+            }
             other => Err(ErrorData::invalid_params(format!("no tool {other}"), None)),
         }
     }

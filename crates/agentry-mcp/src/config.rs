@@ -10,8 +10,13 @@ use serde::{Deserialize, Serialize};
 
 /// Per-call timeout when the declaration gives none.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
-/// Time for `initialize` + `tools/list` when the declaration gives none.
+/// Time for the whole start (spawn or connect, `initialize`, every page of
+/// `tools/list`, checking what it lists) when the declaration gives none.
 pub const DEFAULT_STARTUP_TIMEOUT: Duration = Duration::from_secs(20);
+/// Most tools a server may list when the declaration gives no `max_tools`.
+/// Model APIs take a few hundred tools a request at most; past this a
+/// listing is a runaway (or hostile) server, not a toolbox.
+pub const DEFAULT_MAX_TOOLS: usize = 1_000;
 
 /// One MCP server a run's tools come from.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -26,9 +31,14 @@ pub struct McpServerConfig {
     /// Per call.
     #[serde(with = "millis", default = "default_timeout")]
     pub timeout: Duration,
-    /// For `initialize` + `tools/list`.
+    /// For the whole start: `initialize`, every page of `tools/list`, and
+    /// checking what it lists (a restart's, and a re-listing's, too).
     #[serde(with = "millis", default = "default_startup_timeout")]
     pub startup_timeout: Duration,
+    /// Most tools the server may list (over all pages, before `tools`
+    /// filters them); a start past it fails naming the server and the cap.
+    #[serde(default = "default_max_tools")]
+    pub max_tools: usize,
     /// Contract fields the task sets for a tool (by the server's tool name),
     /// over what its annotations say.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -44,6 +54,7 @@ impl McpServerConfig {
             tools: None,
             timeout: DEFAULT_TIMEOUT,
             startup_timeout: DEFAULT_STARTUP_TIMEOUT,
+            max_tools: DEFAULT_MAX_TOOLS,
             overrides: BTreeMap::new(),
         }
     }
@@ -106,6 +117,10 @@ fn default_timeout() -> Duration {
 
 fn default_startup_timeout() -> Duration {
     DEFAULT_STARTUP_TIMEOUT
+}
+
+fn default_max_tools() -> usize {
+    DEFAULT_MAX_TOOLS
 }
 
 /// Durations as whole milliseconds (a stored run's configuration).

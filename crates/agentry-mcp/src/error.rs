@@ -29,9 +29,10 @@ pub enum McpError {
         /// Why.
         source: std::io::Error,
     },
-    /// `initialize` + `tools/list` did not finish in time.
+    /// The start (`initialize`, `tools/list`'s pages, checking what it
+    /// lists) did not finish in time.
     #[error(
-        "MCP server {server} did not finish initialize and tools/list within {timeout_ms} ms{}",
+        "MCP server {server} did not finish its start (initialize, tools/list, checking its tools) within {timeout_ms} ms (startup_timeout){}",
         stderr_note(stderr)
     )]
     StartupTimeout {
@@ -54,6 +55,18 @@ pub enum McpError {
         reason: String,
         /// What it printed on stderr (the last bytes).
         stderr: String,
+    },
+    /// The server lists more tools than the declaration's `max_tools`.
+    #[error(
+        "MCP server {server} lists more than {cap} tools (at least {listed}; max_tools is {cap}); if that many are meant, raise max_tools in its [[tools.mcp]] declaration"
+    )]
+    TooManyTools {
+        /// The server's name.
+        server: String,
+        /// How many it had listed when the listing was stopped.
+        listed: usize,
+        /// The declaration's `max_tools`.
+        cap: usize,
     },
     /// The declaration's `tools` names a tool the server does not list.
     #[error("MCP server {server} does not list tool {tool} (named in `tools`); it lists: {}", listed.join(", "))]

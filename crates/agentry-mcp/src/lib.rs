@@ -11,6 +11,8 @@
 //!   allowlist, the stderr cap, the handlers); a leaf read by the others.
 //! - `session.rs`: one connection: a stdio child in its own process group with
 //!   its captured stderr, or a streamable-HTTP session.
+//! - `framing.rs`: a stdio server's output on its way to rmcp; a reply over
+//!   16 MiB becomes an error of the call it answers.
 //! - `handler.rs`: the client side of a session: the server's sampling and
 //!   elicitation requests ([`SamplingHandler`], [`ElicitationHandler`]) and
 //!   its progress notifications.
@@ -37,11 +39,15 @@
 //! (the model adapters' rules), a failed handshake an [`McpError::Tls`]
 //! saying how to trust the server's CA.
 //!
-//! Start runs `initialize` (protocol 2025-11-25) and `tools/list` within the
-//! declaration's `startup_timeout`, or fails with an [`McpError`] naming the
-//! server and what it printed on stderr. An allow-list (`tools`) or override
-//! naming a tool the server does not offer is a start error naming it and
-//! what is offered.
+//! Start runs `initialize` (protocol 2025-11-25), every page of `tools/list`
+//! and the checks of what it lists within the declaration's
+//! `startup_timeout`, or fails with an [`McpError`] naming the server and what
+//! it printed on stderr. A server listing more than the declaration's
+//! `max_tools` ([`DEFAULT_MAX_TOOLS`]) fails the start naming the cap (the
+//! listing stops at the first page past it). A tool whose name breaks MCP's
+//! rule (1–128 of `A-Z a-z 0-9 _ - .`) is skipped with a warning naming it
+//! escaped. An allow-list (`tools`) or override naming a tool the server does
+//! not offer is a start error naming it and what is offered.
 //!
 //! # Tools and contracts
 //!
@@ -93,6 +99,7 @@ mod config;
 mod content;
 mod contract;
 mod error;
+mod framing;
 mod handler;
 mod listing;
 mod options;
@@ -102,7 +109,8 @@ mod session;
 mod tls;
 
 pub use config::{
-    ContractOverride, DEFAULT_STARTUP_TIMEOUT, DEFAULT_TIMEOUT, McpServerConfig, McpTransport,
+    ContractOverride, DEFAULT_MAX_TOOLS, DEFAULT_STARTUP_TIMEOUT, DEFAULT_TIMEOUT, McpServerConfig,
+    McpTransport,
 };
 pub use content::MCP_ARTIFACTS_DIR;
 pub use error::McpError;

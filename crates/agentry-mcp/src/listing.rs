@@ -8,14 +8,53 @@
 //! the allow-list (when there is one) names it. A tool whose contract (input
 //! schema, effect, idempotency) differs from the one offered before is logged
 //! (a warning naming it) and offered with the new one.
+//!
+//! Whenever it lists, a tool whose name is not 1–128 of `A-Z a-z 0-9 _ - .`
+//! (the MCP specification's tool-name rule) is skipped with a warning naming
+//! the server and the name escaped: such a name could carry terminal controls
+//! or bidi overrides to every place a tool name is shown. The server's other
+//! tools are offered.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 
+use agentry_protocol::terminal::escape_line;
 use rmcp::model::Tool as McpTool;
 
 use crate::config::McpServerConfig;
 use crate::contract::contract_for;
 use crate::error::McpError;
+
+/// Longest tool name MCP allows.
+const MAX_NAME_CHARS: usize = 128;
+
+/// Whether `name` follows MCP's tool-name rule: 1–128 characters of ASCII
+/// letters, digits, `_`, `-` and `.`.
+pub(crate) fn sane_name(name: &str) -> bool {
+    (1..=MAX_NAME_CHARS).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+}
+
+/// The listed tools with a sane name; each other one is skipped with a
+/// warning naming the server and the name, escaped.
+fn sane(server: &str, listed: Vec<McpTool>) -> Vec<McpTool> {
+    listed
+        .into_iter()
+        .filter(|tool| {
+            let ok = sane_name(&tool.name);
+            if !ok {
+                let shown = escape_line(&tool.name);
+                tracing::warn!(
+                    server,
+                    tool = %shown,
+                    "MCP server {server} lists a tool named \"{shown}\", which is not 1-128 of A-Z a-z 0-9 _ - . (MCP's rule for tool names); it is skipped"
+                );
+            }
+            ok
+        })
+        .collect()
+}
 
 /// The listed tools the declaration offers at start; an allow-list entry or
 /// override naming a tool not offered is an error naming it and what is.
@@ -23,24 +62,40 @@ pub(crate) fn offered_at_start(
     config: &McpServerConfig,
     listed: Vec<McpTool>,
 ) -> Result<Vec<McpTool>, McpError> {
-    let names: Vec<String> = listed.iter().map(|t| t.name.to_string()).collect();
-    if let Some(missing) = config.tools.iter().flatten().find(|a| !names.contains(a)) {
+    let listed = sane(&config.name, listed);
+    let names: BTreeSet<&str> = listed.iter().map(|t| t.name.as_ref()).collect();
+    if let Some(missing) = config
+        .tools
+        .iter()
+        .flatten()
+        .find(|a| !names.contains(a.as_str()))
+    {
         return Err(McpError::UnknownTool {
             server: config.name.clone(),
             tool: missing.clone(),
-            listed: names,
+            listed: listed.iter().map(|t| t.name.to_string()).collect(),
         });
     }
     let offered = allowed(config, listed);
-    let offered_names: Vec<String> = offered.iter().map(|t| t.name.to_string()).collect();
-    if let Some(tool) = config.overrides.keys().find(|k| !offered_names.contains(k)) {
+    let offered_names: BTreeSet<&str> = offered.iter().map(|t| t.name.as_ref()).collect();
+    if let Some(tool) = config
+        .overrides
+        .keys()
+        .find(|k| !offered_names.contains(k.as_str()))
+    {
         return Err(McpError::UnknownOverride {
             server: config.name.clone(),
             tool: tool.clone(),
-            listed: offered_names,
+            listed: offered.iter().map(|t| t.name.to_string()).collect(),
         });
     }
     Ok(offered)
+}
+
+/// What a later listing offers: the tools with a sane name that the
+/// allow-list lets through.
+pub(crate) fn offered_later(config: &McpServerConfig, listed: Vec<McpTool>) -> Vec<McpTool> {
+    allowed(config, sane(&config.name, listed))
 }
 
 /// The listed tools the allow-list lets through (all without one).
@@ -55,6 +110,15 @@ pub(crate) fn allowed(config: &McpServerConfig, listed: Vec<McpTool>) -> Vec<Mcp
                 .collect()
         }
     }
+}
+
+/// Each tool's position by its name.
+fn by_name(tools: &[McpTool]) -> HashMap<&str, usize> {
+    tools
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.name.as_ref(), i))
+        .collect()
 }
 
 /// Why the tools were listed again.
@@ -87,13 +151,14 @@ pub(crate) struct Changes {
 
 impl Changes {
     /// `new` against `old`, both offered by `config`'s server.
+    /// Linear in the two listings (a server may list thousands of tools).
     pub(crate) fn between(config: &McpServerConfig, old: &[McpTool], new: &[McpTool]) -> Changes {
-        let find = |tools: &[McpTool], name: &str| tools.iter().position(|t| t.name == name);
+        let (old_index, new_index) = (by_name(old), by_name(new));
         let mut changes = Changes::default();
         for tool in new {
-            match find(old, &tool.name) {
+            match old_index.get(tool.name.as_ref()) {
                 None => changes.added.push(tool.name.to_string()),
-                Some(i) => {
+                Some(&i) => {
                     let (before, now) = (contract_for(config, &old[i]), contract_for(config, tool));
                     if before.input_schema != now.input_schema
                         || before.effect != now.effect
@@ -106,7 +171,7 @@ impl Changes {
         }
         changes.removed = old
             .iter()
-            .filter(|t| find(new, &t.name).is_none())
+            .filter(|t| !new_index.contains_key(t.name.as_ref()))
             .map(|t| t.name.to_string())
             .collect();
         changes

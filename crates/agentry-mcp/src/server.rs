@@ -23,9 +23,9 @@ use crate::content::to_output;
 use crate::contract::contract_for;
 use crate::error::McpError;
 use crate::handler::{Client, ProgressRoutes};
-use crate::listing::{Changes, Relisted, allowed, offered_at_start};
+use crate::listing::{Changes, Relisted, offered_at_start, offered_later};
 use crate::options::StartOptions;
-use crate::session::{Session, connect};
+use crate::session::{Session, connect, list_tools, timed_out};
 
 /// Called after a server's offered tools changed ([`crate::McpServers::on_tools_changed`]).
 pub(crate) type Hook = Arc<dyn Fn() + Send + Sync>;
@@ -84,12 +84,14 @@ impl std::fmt::Debug for McpServer {
 
 impl McpServer {
     /// Starts the server: spawns it (stdio) or connects (HTTP), runs
-    /// `initialize` and `tools/list` within `startup_timeout`, and checks the
-    /// allow-list and overrides against what it lists.
+    /// `initialize` and every page of `tools/list` (at most `max_tools`
+    /// tools), and checks what it lists (names, the allow-list, overrides),
+    /// all within `startup_timeout`.
     pub async fn start(
         config: McpServerConfig,
         options: StartOptions,
     ) -> Result<Arc<McpServer>, McpError> {
+        let deadline = tokio::time::Instant::now() + config.startup_timeout;
         check_config(&config)?;
         let (list_changed, notices) = mpsc::unbounded_channel();
         let client = Client {
@@ -99,8 +101,16 @@ impl McpServer {
             progress: ProgressRoutes::default(),
             list_changed,
         };
-        let (session, listed) = connect(&config, &options, client.clone()).await?;
-        let offered = match offered_at_start(&config, listed) {
+        let (session, listed) = connect(&config, &options, client.clone(), deadline).await?;
+        // Checking the listing is part of the start: it too must end in time.
+        let offered = offered_at_start(&config, listed).and_then(|offered| {
+            if tokio::time::Instant::now() > deadline {
+                Err(timed_out(&config, session.stderr()))
+            } else {
+                Ok(offered)
+            }
+        });
+        let offered = match offered {
             Ok(offered) => offered,
             Err(e) => {
                 session.close(SHUTDOWN_GRACE).await;
@@ -168,14 +178,24 @@ impl McpServer {
     }
 
     /// Lists the tools again (the server said they changed) and applies the
-    /// listing. A failed listing keeps the tools as they were.
+    /// listing. A failed listing (an error, more than `max_tools`, longer
+    /// than `startup_timeout`) keeps the tools as they were.
     async fn relist(&self) {
         let _one = self.relisting.lock().await;
         let peer = match self.session.lock().await.as_ref() {
             Some(session) if !self.shut.load(Ordering::SeqCst) => session.service.peer().clone(),
             Some(_) | None => return,
         };
-        match peer.list_all_tools().await {
+        let listing = list_tools(&peer, self.config.max_tools);
+        let listed = tokio::time::timeout(self.config.startup_timeout, listing)
+            .await
+            .unwrap_or_else(|_| {
+                Err(crate::session::ListFailure::Request(format!(
+                    "no full listing within {} ms (startup_timeout)",
+                    self.config.startup_timeout.as_millis()
+                )))
+            });
+        match listed {
             Ok(listed) => self.apply(listed, Relisted::ListChanged),
             Err(e) => tracing::warn!(
                 server = %self.config.name,
@@ -189,7 +209,7 @@ impl McpServer {
     /// Offers `listed` (the allow-list applied) from now on, if it changes
     /// anything: logged, the hooks run, then `tools_changed` moves.
     fn apply(&self, listed: Vec<McpTool>, why: Relisted) {
-        let now = allowed(&self.config, listed);
+        let now = offered_later(&self.config, listed);
         let changes = {
             let mut offered = self.offered.write().unwrap_or_else(PoisonError::into_inner);
             let changes = Changes::between(&self.config, &offered, &now);
@@ -272,18 +292,20 @@ impl McpServer {
             }
             self.pid.store(0, Ordering::SeqCst);
             tracing::warn!(server = %self.config.name, %stderr, "MCP server is gone; restarting it");
-            let (session, listed) = connect(&self.config, &self.options, self.client.clone())
-                .await
-                .map_err(|e| {
-                    ToolError::new(
-                        ErrorCode::Eunavail,
-                        format!(
-                            "MCP server {} stopped and could not be restarted: {e}",
-                            self.config.name
-                        ),
-                    )
-                    .retryable(true)
-                })?;
+            let deadline = tokio::time::Instant::now() + self.config.startup_timeout;
+            let (session, listed) =
+                connect(&self.config, &self.options, self.client.clone(), deadline)
+                    .await
+                    .map_err(|e| {
+                        ToolError::new(
+                            ErrorCode::Eunavail,
+                            format!(
+                                "MCP server {} stopped and could not be restarted: {e}",
+                                self.config.name
+                            ),
+                        )
+                        .retryable(true)
+                    })?;
             self.pid.store(session.pid().unwrap_or(0), Ordering::SeqCst);
             *guard = Some(session);
             // The new process may list other tools, or other schemas.
@@ -457,6 +479,15 @@ fn service_error(server: &str, shown: &str, e: ServiceError) -> ToolError {
             ),
         )
         .retryable(true),
+        ServiceError::McpError(data) if crate::framing::too_large(&data) => ToolError::new(
+            ErrorCode::Eunavail,
+            format!(
+                "{shown}: MCP server {server}'s reply is over {} MiB, more than an MCP client takes in one message; it was dropped",
+                crate::framing::MAX_LINE >> 20
+            ),
+        )
+        .with_action("ask for less at a time (a narrower query, a smaller page)")
+        .retryable(false),
         ServiceError::McpError(data) => {
             let code = if data.code == rmcp::model::ErrorCode::INVALID_PARAMS {
                 ErrorCode::Einval

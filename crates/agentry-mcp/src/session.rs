@@ -1,7 +1,7 @@
 //! One connection to a server: for stdio the child (in its own process group)
 //! and its captured stderr, the rmcp session over its pipes; for HTTP the
-//! streamable-HTTP session. Made by [`connect`], bounded by the startup
-//! timeout.
+//! streamable-HTTP session. Made by [`connect`], bounded by the start's
+//! deadline (the declaration's `startup_timeout`).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::ffi::OsString;
@@ -13,15 +13,17 @@ use std::time::Duration;
 use agentry_protocol::ProcessGroupRecord;
 use agentry_tools::proc::ServerProcess;
 use reqwest::header::{HeaderName, HeaderValue};
-use rmcp::model::Tool as McpTool;
-use rmcp::service::{ClientInitializeError, RoleClient, RunningService, serve_client};
+use rmcp::model::{PaginatedRequestParams, Tool as McpTool};
+use rmcp::service::{ClientInitializeError, Peer, RoleClient, RunningService, serve_client};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use tokio::io::AsyncReadExt;
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 
 use crate::config::{McpServerConfig, McpTransport};
 use crate::error::McpError;
+use crate::framing::ReplyGuard;
 use crate::handler::Client;
 use crate::options::StartOptions;
 use crate::tls;
@@ -132,16 +134,17 @@ struct Spawned {
     reader: JoinHandle<()>,
 }
 
-/// Connects to `config`'s server and lists its tools, all within the startup
-/// timeout. On failure nothing is left running.
+/// Connects to `config`'s server and lists its tools (every page, at most
+/// `max_tools`), all before `deadline`. On failure nothing is left running.
 pub(crate) async fn connect(
     config: &McpServerConfig,
     options: &StartOptions,
     client: Client,
+    deadline: Instant,
 ) -> Result<(Session, Vec<McpTool>), McpError> {
     match &config.transport {
         McpTransport::Stdio { command, env } => {
-            connect_stdio(config, options, client, command, env).await
+            connect_stdio(config, options, client, command, env, deadline).await
         }
         McpTransport::Http {
             url,
@@ -149,16 +152,21 @@ pub(crate) async fn connect(
             ca_cert,
         } => {
             let transport = http_transport(config, url, headers, ca_cert.as_deref())?;
-            let timeout = config.startup_timeout;
-            match tokio::time::timeout(timeout, handshake(client, transport)).await {
+            let up = handshake(client, transport, config.max_tools);
+            match tokio::time::timeout_at(deadline, up).await {
                 Ok(result) => result.map_err(|f| f.into_error(config, String::new())),
-                Err(_) => Err(McpError::StartupTimeout {
-                    server: config.name.clone(),
-                    timeout_ms: millis(timeout),
-                    stderr: String::new(),
-                }),
+                Err(_) => Err(timed_out(config, String::new())),
             }
         }
+    }
+}
+
+/// The start did not finish within `config`'s `startup_timeout`.
+pub(crate) fn timed_out(config: &McpServerConfig, stderr: String) -> McpError {
+    McpError::StartupTimeout {
+        server: config.name.clone(),
+        timeout_ms: millis(config.startup_timeout),
+        stderr,
     }
 }
 
@@ -168,6 +176,7 @@ async fn connect_stdio(
     client: Client,
     command: &[String],
     env: &BTreeMap<String, String>,
+    deadline: Instant,
 ) -> Result<(Session, Vec<McpTool>), McpError> {
     let mut spawned = spawn(config, options, command, env)?;
     let (Some(stdout), Some(stdin)) = (spawned.process.take_stdout(), spawned.process.take_stdin())
@@ -178,13 +187,16 @@ async fn connect_stdio(
         });
     };
     let up = async {
+        let stdout = ReplyGuard::new(stdout, Arc::clone(&client.server));
         let service = serve_client(client, (stdout, stdin))
             .await
             .map_err(|e| Failure::Initialize(e.to_string()))?;
-        let tools = list_tools(&service).await?;
+        let tools = list_tools(service.peer(), config.max_tools)
+            .await
+            .map_err(Failure::List)?;
         Ok::<_, Failure>((service, tools))
     };
-    let outcome = tokio::time::timeout(config.startup_timeout, up).await;
+    let outcome = tokio::time::timeout_at(deadline, up).await;
     match outcome {
         Ok(Ok((service, tools))) => Ok((
             Session::new(
@@ -200,11 +212,7 @@ async fn connect_stdio(
         }
         Err(_) => {
             let stderr = spawned.fail().await;
-            Err(McpError::StartupTimeout {
-                server: config.name.clone(),
-                timeout_ms: millis(config.startup_timeout),
-                stderr,
-            })
+            Err(timed_out(config, stderr))
         }
     }
 }
@@ -286,7 +294,7 @@ fn http_transport(
 /// Why a started server did not get through the handshake.
 enum Failure {
     Initialize(String),
-    List(String),
+    List(ListFailure),
     /// The HTTPS handshake under `initialize` failed: the TLS library's words.
     Tls(String),
 }
@@ -295,7 +303,14 @@ impl Failure {
     fn into_error(self, config: &McpServerConfig, stderr: String) -> McpError {
         let (stage, reason) = match self {
             Failure::Initialize(r) => ("initialize", r),
-            Failure::List(r) => ("tools/list", r),
+            Failure::List(ListFailure::Request(r)) => ("tools/list", r),
+            Failure::List(ListFailure::TooMany { listed }) => {
+                return McpError::TooManyTools {
+                    server: config.name.clone(),
+                    listed,
+                    cap: config.max_tools,
+                };
+            }
             Failure::Tls(reason) => {
                 let url = match &config.transport {
                     McpTransport::Http { url, .. } => url.clone(),
@@ -320,6 +335,7 @@ impl Failure {
 async fn handshake(
     client: Client,
     transport: StreamableHttpClientTransport<reqwest::Client>,
+    max_tools: usize,
 ) -> Result<(Session, Vec<McpTool>), Failure> {
     let service = serve_client(client, transport).await.map_err(|e| {
         // Only a transport error can be a refused handshake.
@@ -330,16 +346,59 @@ async fn handshake(
         };
         tls.map_or_else(|| Failure::Initialize(e.to_string()), Failure::Tls)
     })?;
-    let tools = list_tools(&service).await?;
+    let tools = list_tools(service.peer(), max_tools)
+        .await
+        .map_err(Failure::List)?;
     Ok((Session::new(service, None, None), tools))
 }
 
-async fn list_tools(service: &RunningService<RoleClient, Client>) -> Result<Vec<McpTool>, Failure> {
-    service
-        .peer()
-        .list_all_tools()
-        .await
-        .map_err(|e| Failure::List(e.to_string()))
+/// Why `tools/list` gave no listing.
+pub(crate) enum ListFailure {
+    /// A page's request failed.
+    Request(String),
+    /// More than `max_tools` tools were listed: the listing stopped there.
+    TooMany {
+        /// How many had been listed.
+        listed: usize,
+    },
+}
+
+impl std::fmt::Display for ListFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ListFailure::Request(reason) => write!(f, "{reason}"),
+            ListFailure::TooMany { listed } => {
+                write!(f, "it listed {listed} tools, more than max_tools")
+            }
+        }
+    }
+}
+
+/// Every page of `tools/list`, stopping at the first page that takes the
+/// count past `max_tools` (each page is at most one message: 16 MiB).
+pub(crate) async fn list_tools(
+    peer: &Peer<RoleClient>,
+    max_tools: usize,
+) -> Result<Vec<McpTool>, ListFailure> {
+    let mut tools = Vec::new();
+    let mut cursor = None;
+    loop {
+        let params = PaginatedRequestParams::default().with_cursor(cursor);
+        let page = peer
+            .list_tools(Some(params))
+            .await
+            .map_err(|e| ListFailure::Request(e.to_string()))?;
+        tools.extend(page.tools);
+        if tools.len() > max_tools {
+            return Err(ListFailure::TooMany {
+                listed: tools.len(),
+            });
+        }
+        cursor = page.next_cursor;
+        if cursor.is_none() {
+            return Ok(tools);
+        }
+    }
 }
 
 /// Header values with each `${VAR}` replaced by the variable's value

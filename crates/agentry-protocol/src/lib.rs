@@ -18,6 +18,7 @@
 //! - [`event`]: past-tense run events for subscribers.
 //! - [`accept`]: acceptance checks that decide `done`.
 //! - [`fingerprint`]: canonical hashing for no-progress detection and idempotency.
+//! - [`terminal`]: untrusted text escaped for a terminal (controls, bidi overrides).
 //!
 //! ```
 //! use agentry_protocol::envelope::{ErrorCode, ToolError};
@@ -35,6 +36,7 @@ pub mod fingerprint;
 pub mod state;
 pub mod stop;
 pub mod stored_policy;
+pub mod terminal;
 pub mod tool;
 pub mod trace;
 

@@ -78,6 +78,10 @@ pub struct ToolRegistry {
     tools: Vec<RegisteredTool>,
     /// Name → position in `tools` and `specs`.
     index: HashMap<String, usize>,
+    /// Wire name (what a model API sees) → name: a collision is found in one
+    /// lookup, so registering n tools is linear (an MCP server may list
+    /// thousands).
+    wires: HashMap<String, String>,
     specs: Vec<ToolSpec>,
     /// The specs a run sees, per set of visible tools (registration positions):
     /// runs of one runtime mostly hold the same grants, and a spec's schema is a
@@ -129,7 +133,7 @@ impl ToolRegistry {
                 "name is longer than 64 characters, too long for model APIs".into(),
             ));
         }
-        if let Some(other) = self.index.keys().find(|n| wire_name(n) == wire) {
+        if let Some(other) = self.wires.get(&wire) {
             return Err(invalid(format!(
                 "collides with tool {other:?}: both are {wire:?} for a model API"
             )));
@@ -142,6 +146,7 @@ impl ToolRegistry {
         }
         let cancel_grace = tool.cancel_grace();
         self.secret_fields |= !contract.redact.is_empty();
+        self.wires.insert(wire, name.clone());
         self.index.insert(name, self.tools.len());
         self.tools.push(RegisteredTool {
             tool,

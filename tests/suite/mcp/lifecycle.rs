@@ -73,3 +73,30 @@ async fn a_missing_program_is_named() -> Result<(), TestError> {
     assert!(message.contains("/nonexistent/mcp-server"), "{message}");
     Ok(())
 }
+
+/// A server listing 20,016 tools in 21 pages, with `max_tools` above that:
+/// it starts and every tool is registered in the runtime's registry. This
+/// used to take minutes (each registration compared the new name with every
+/// one before it, as a model API would see it); now it is linear. The bound
+/// is generous, for a debug build on a busy machine.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twenty_thousand_tools_start_and_register_in_linear_time() -> Result<(), TestError> {
+    let tmp = tempfile::tempdir()?;
+    let toml = format!(
+        "goal = \"g\"\n[tools]\ngrant = [\"many.*\"]\n\
+         [[tools.mcp]]\nname = \"many\"\ncommand = [{:?}]\nmax_tools = 25000\n\
+         startup_timeout = \"60s\"\nenv = {{ TEST_MANY_TOOLS = \"20000\" }}\n",
+        super::test_server()?.display().to_string()
+    );
+    let task = TaskSpec::load(&task_dir(tmp.path(), &toml)?)?;
+    let started = Instant::now();
+    let mcp = task.start_mcp(tmp.path()).await?;
+    let registry = task.registry_with(&mcp);
+    mcp.shutdown().await;
+    let took = started.elapsed();
+    let registry = registry?;
+    assert!(registry.get("many.many19999").is_some());
+    assert!(registry.get("many.read").is_some());
+    assert!(took < Duration::from_secs(60), "took {took:?}");
+    Ok(())
+}

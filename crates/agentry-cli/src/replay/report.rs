@@ -70,7 +70,9 @@ pub(crate) fn print(report: &Report<'_>, recorded: &Recorded, json: bool) -> std
         serde_json::to_writer(&mut out, report)?;
         writeln!(out)?;
     } else {
-        write!(out, "{}", table(report, recorded))?;
+        // The recording's strings (tool names, answers): escaped for a terminal.
+        let table = table(report, recorded);
+        write!(out, "{}", agentry::protocol::terminal::escape_text(&table))?;
     }
     out.flush()
 }

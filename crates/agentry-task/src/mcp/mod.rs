@@ -7,14 +7,15 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use agentry_mcp::{
-    ContractOverride, DEFAULT_STARTUP_TIMEOUT, DEFAULT_TIMEOUT, McpServerConfig, McpTransport,
+    ContractOverride, DEFAULT_MAX_TOOLS, DEFAULT_STARTUP_TIMEOUT, DEFAULT_TIMEOUT, McpServerConfig,
+    McpTransport,
 };
 use agentry_runtime::ApprovalConfig;
 use serde::Deserialize;
 use toml::Value;
 
 use crate::command::fields::{argv, effect, env, idempotency, redact_fields, tool_name};
-use crate::values::{FieldError, ca_file, describe, duration, field_error, section};
+use crate::values::{FieldError, ca_file, describe, duration, field_error, positive, section};
 
 #[cfg(test)]
 mod tests;
@@ -31,6 +32,7 @@ struct RawServer {
     tools: Option<Value>,
     timeout: Option<Value>,
     startup_timeout: Option<Value>,
+    max_tools: Option<Value>,
     overrides: Option<Value>,
 }
 
@@ -118,6 +120,14 @@ fn server(at: &str, raw: RawServer, dir: &Path) -> Result<McpServerConfig, Field
         None => DEFAULT_STARTUP_TIMEOUT,
         Some(v) => duration(&format!("{at}.startup_timeout"), &v)?,
     };
+    let max_tools = match raw.max_tools {
+        None => DEFAULT_MAX_TOOLS,
+        Some(v) => {
+            let at = format!("{at}.max_tools");
+            usize::try_from(positive(&at, &v)?)
+                .map_err(|_| field_error!("{at}: too large for this machine"))?
+        }
+    };
     let overrides = match raw.overrides {
         None => BTreeMap::new(),
         Some(v) => overrides(&format!("{at}.overrides"), v, tools.as_deref())?,
@@ -128,6 +138,7 @@ fn server(at: &str, raw: RawServer, dir: &Path) -> Result<McpServerConfig, Field
         tools,
         timeout,
         startup_timeout,
+        max_tools,
         overrides,
     })
 }

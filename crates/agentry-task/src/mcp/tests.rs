@@ -96,6 +96,25 @@ fn the_issue_example_parses_into_two_servers() {
 }
 
 #[test]
+fn max_tools_is_a_positive_count_defaulting_to_a_thousand() {
+    let server = |extra: &str| {
+        format!("goal = \"g\"\n[[tools.mcp]]\nname = \"s\"\ncommand = [\"x\"]\n{extra}")
+    };
+    assert_eq!(parse(&server("")).mcp_servers[0].max_tools, 1_000);
+    assert_eq!(
+        parse(&server("max_tools = 20000")).mcp_servers[0].max_tools,
+        20_000
+    );
+    for bad in ["max_tools = 0", "max_tools = \"many\""] {
+        let err = parse_err(&server(bad));
+        assert!(
+            err.contains("tools.mcp[0].max_tools: expected a positive integer"),
+            "{err}"
+        );
+    }
+}
+
+#[test]
 fn approve_overrides_reach_the_run_approvals() {
     let spec = parse(EVERYTHING);
     let contract = |name: &str| {

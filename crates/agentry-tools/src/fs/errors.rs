@@ -64,6 +64,16 @@ pub(super) fn io_error(doing: &str, rel: &str, e: &io::Error) -> ToolError {
     }
 }
 
+/// The start of a path too long to repeat whole.
+fn head(rel: &str) -> String {
+    const SHOWN: usize = 200;
+    if rel.len() <= SHOWN {
+        return rel.to_string();
+    }
+    let cut: String = rel.chars().take(SHOWN).collect();
+    format!("{cut}… ({} bytes)", rel.len())
+}
+
 pub(super) fn too_large(rel: &str, bytes: u64, cap: u64) -> ToolError {
     let error = ToolError::new(
         ErrorCode::Einval,
@@ -99,6 +109,7 @@ impl Op {
 
 /// Maps a [`PathError`] met by `op` on `rel` to the model-facing [`ToolError`].
 pub(super) fn path_error(e: PathError, op: Op, rel: &str) -> ToolError {
+    // Size: one arm per `PathError` variant, each the model's words for it.
     match e {
         PathError::Empty => ToolError::new(ErrorCode::Einval, "path is empty")
             .with_action("give a relative path inside the working directory, e.g. \"notes.txt\""),
@@ -166,6 +177,18 @@ pub(super) fn path_error(e: PathError, op: Op, rel: &str) -> ToolError {
             format!("cannot write to the working directory itself: {rel}"),
         )
         .with_action("give a file path, e.g. \"notes.txt\""),
+        PathError::TooLong { bytes, max } => ToolError::new(
+            ErrorCode::Einval,
+            format!("path too long (ENAMETOOLONG): {bytes} bytes, the system allows at most {max} (PATH_MAX)"),
+        )
+        .retryable(false)
+        .with_action("use a shorter path"),
+        PathError::TooDeep { max } => ToolError::new(
+            ErrorCode::Einval,
+            format!("path too deep: more than {max} directories: {}", head(rel)),
+        )
+        .retryable(false)
+        .with_action(format!("use a path at most {max} directories deep")),
         PathError::Changed => ToolError::new(
             ErrorCode::Eunavail,
             format!("the path kept changing while it was being opened: {rel}"),

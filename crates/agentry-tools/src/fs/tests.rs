@@ -109,6 +109,42 @@ async fn write_creates_nested_directories() {
     );
 }
 
+/// A path too long or too deep for the system is refused for what it is,
+/// not as a tree that "kept changing" (retryable): a 3,000-level path used to
+/// be.
+#[tokio::test]
+async fn a_path_too_long_or_too_deep_is_refused_for_that_and_not_retryable() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = ctx(dir.path());
+    let write = |path: String| {
+        let c = &c;
+        async move {
+            WriteTool
+                .call(json!({"path": path, "content": "x"}), c)
+                .await
+        }
+    };
+    let err = write(format!("{}f", "a/".repeat(3_000))).await.unwrap_err();
+    assert_eq!(err.code, ErrorCode::Einval, "{err}");
+    assert!(!err.retryable, "{err}");
+    assert!(
+        err.message.contains("ENAMETOOLONG") && err.message.contains("4095"),
+        "{err}"
+    );
+    // Within PATH_MAX, but deeper than a walk may hold handles for.
+    let err = write(format!("{}f", "a/".repeat(300))).await.unwrap_err();
+    assert_eq!(err.code, ErrorCode::Einval, "{err}");
+    assert!(!err.retryable, "{err}");
+    assert!(err.message.contains("more than 256 directories"), "{err}");
+    // Deep, but within both limits: every directory is made.
+    let deep = format!("{}f", "d/".repeat(256));
+    write(deep.clone()).await.unwrap();
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join(&deep)).unwrap(),
+        "x"
+    );
+}
+
 #[tokio::test]
 async fn list_is_sorted_with_kinds_and_sizes() {
     let dir = tempfile::tempdir().unwrap();

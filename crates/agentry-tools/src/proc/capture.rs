@@ -169,6 +169,8 @@ impl Capture {
                 | PathError::TooLarge { .. }
                 | PathError::Protected
                 | PathError::IsRoot
+                | PathError::TooLong { .. }
+                | PathError::TooDeep { .. }
                 | PathError::Changed) => std::io::Error::other(other),
             })?;
         let mut file = tokio::fs::File::from_std(file);

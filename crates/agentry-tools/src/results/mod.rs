@@ -223,6 +223,8 @@ fn read_error(reference: &str, e: PathError) -> ToolError {
         | PathError::TooLarge { .. }
         | PathError::Protected
         | PathError::IsRoot
+        | PathError::TooLong { .. }
+        | PathError::TooDeep { .. }
         | PathError::Changed
         | PathError::Io(_)) => ToolError::new(
             ErrorCode::Eunavail,

@@ -15,6 +15,15 @@ use rustix::io::Errno;
 /// How often a resolution is retried when the tree changed under it.
 pub(super) const MAX_TRIES: usize = 4;
 
+/// Longest path a tool may give, in bytes: the kernel's `PATH_MAX` (4096)
+/// less its NUL. A longer one could not be named to any process either.
+pub const MAX_PATH_BYTES: usize = 4095;
+
+/// Most directories a resolution enters. The walk holds a handle on each (to
+/// go back up through `..`), so an unbounded depth would run out of file
+/// descriptors; a real tree is far shallower.
+pub const MAX_DEPTH: usize = 256;
+
 /// What went wrong resolving or using a path beneath the root.
 #[derive(Debug, thiserror::Error)]
 pub enum PathError {
@@ -71,6 +80,20 @@ pub enum PathError {
     /// The working directory itself, where a file was expected.
     #[error("the working directory itself")]
     IsRoot,
+    /// Longer than [`MAX_PATH_BYTES`] (`ENAMETOOLONG`).
+    #[error("path is {bytes} bytes long, longer than the system allows ({max} bytes, PATH_MAX)")]
+    TooLong {
+        /// Its length.
+        bytes: usize,
+        /// [`MAX_PATH_BYTES`].
+        max: usize,
+    },
+    /// More than [`MAX_DEPTH`] directories deep.
+    #[error("path is more than {max} directories deep")]
+    TooDeep {
+        /// [`MAX_DEPTH`].
+        max: usize,
+    },
     /// The tree kept changing while the path was resolved.
     #[error("the path kept changing while it was being opened")]
     Changed,
@@ -215,13 +238,21 @@ pub fn open_dir_nofollow(dir: BorrowedFd<'_>, name: &OsStr) -> Result<OwnedFd, P
 }
 
 /// Checks `rel` lexically and returns its normal components: absolute paths,
-/// `..`, an empty path and NUL bytes are refused; `.` components are dropped.
+/// `..`, an empty path, NUL bytes, a path longer than [`MAX_PATH_BYTES`] and
+/// one of more than [`MAX_DEPTH`] components are refused; `.` components are
+/// dropped.
 pub fn components(rel: &str) -> Result<Vec<OsString>, PathError> {
     if rel.trim().is_empty() {
         return Err(PathError::Empty);
     }
     if rel.contains('\0') {
         return Err(PathError::Nul);
+    }
+    if rel.len() > MAX_PATH_BYTES {
+        return Err(PathError::TooLong {
+            bytes: rel.len(),
+            max: MAX_PATH_BYTES,
+        });
     }
     let path = Path::new(rel);
     if path.is_absolute() || path.has_root() {
@@ -235,6 +266,10 @@ pub fn components(rel: &str) -> Result<Vec<OsString>, PathError> {
             Component::ParentDir => return Err(PathError::ParentDir),
             Component::RootDir | Component::Prefix(_) => return Err(PathError::Absolute),
         }
+    }
+    // The final component is a file or a directory; those before it are entered.
+    if out.len() > MAX_DEPTH + 1 {
+        return Err(PathError::TooDeep { max: MAX_DEPTH });
     }
     Ok(out)
 }

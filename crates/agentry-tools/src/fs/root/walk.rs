@@ -10,20 +10,29 @@ use std::path::{Component, Path, PathBuf};
 use rustix::fs::{FileType, Mode, OFlags};
 use rustix::io::Errno;
 
-use super::ops::{PathError, guard, names};
+use super::ops::{MAX_DEPTH, MAX_TRIES, PathError, guard, names};
 
 /// Most symbolic links one resolution follows (the kernel's own limit).
 const MAX_LINKS: usize = 40;
-
-/// Most directories one write may create (a path has at most this many parts
-/// that matter; past it, someone keeps removing what was created).
-const MAX_CREATES: usize = 256;
 
 /// One component still to resolve.
 struct Step {
     name: OsString,
     /// Came from a link's target (a missing one is a dangling link).
     from_link: bool,
+    /// How often this walk created it: missing again after
+    /// [`MAX_TRIES`] creates, someone keeps removing it (`Changed`).
+    created: usize,
+}
+
+impl Step {
+    fn new(name: OsString, from_link: bool) -> Step {
+        Step {
+            name,
+            from_link,
+            created: 0,
+        }
+    }
 }
 
 /// How [`walk`] treats the final component and missing directories.
@@ -58,7 +67,6 @@ struct Walker<'r> {
     stack: Vec<(OwnedFd, OsString)>,
     queue: VecDeque<Step>,
     links: usize,
-    creates: usize,
 }
 
 /// The directory the next component is opened in: the last entered, or the root.
@@ -83,13 +91,9 @@ pub(super) fn walk(
         stack: Vec::new(),
         queue: parts
             .iter()
-            .map(|name| Step {
-                name: name.clone(),
-                from_link: false,
-            })
+            .map(|name| Step::new(name.clone(), false))
             .collect(),
         links: 0,
-        creates: 0,
     };
     while let Some(step) = walker.queue.pop_front() {
         if step.name.is_empty() || step.name == "." {
@@ -108,14 +112,7 @@ pub(super) fn walk(
     }
     // Ended on a directory: its parent and its name, or the root itself.
     match walker.stack.pop() {
-        Some((_, name)) => resolved(
-            root,
-            walker.stack,
-            Step {
-                name,
-                from_link: false,
-            },
-        ),
+        Some((_, name)) => resolved(root, walker.stack, Step::new(name, false)),
         None => Ok(Resolved {
             parent: root.try_clone()?,
             name: None,
@@ -145,8 +142,7 @@ impl Walker<'_> {
             }
             Err(Errno::NOENT) if step.from_link => return Err(PathError::DanglingLink),
             Err(Errno::NOENT) if how.create_dirs => {
-                self.creates += 1;
-                if self.creates > MAX_CREATES {
+                if step.created >= MAX_TRIES {
                     return Err(PathError::Changed);
                 }
                 guard(&names(&self.stack), &step.name, how.protected)?;
@@ -155,7 +151,11 @@ impl Walker<'_> {
                     Ok(()) | Err(Errno::EXIST) => {}
                     Err(e) => return Err(e.into()),
                 }
-                self.queue.push_front(step); // open what was just made, as any other
+                // Open what was just made, as any other.
+                self.queue.push_front(Step {
+                    created: step.created + 1,
+                    ..step
+                });
                 return Ok(None);
             }
             Err(Errno::NOENT) => return Err(PathError::NotFound),
@@ -171,6 +171,10 @@ impl Walker<'_> {
                 self.expand(&target.into_bytes())?;
             }
             FileType::Directory => {
+                // Links may lead deeper than the path's own components.
+                if self.stack.len() >= MAX_DEPTH {
+                    return Err(PathError::TooDeep { max: MAX_DEPTH });
+                }
                 if how.create_dirs {
                     guard(&names(&self.stack), &step.name, how.protected)?;
                 }
@@ -213,10 +217,7 @@ impl Walker<'_> {
                 Component::CurDir => continue,
                 Component::RootDir | Component::Prefix(_) => return Err(PathError::Escapes),
             };
-            self.queue.push_front(Step {
-                name,
-                from_link: true,
-            });
+            self.queue.push_front(Step::new(name, true));
         }
         Ok(())
     }
