@@ -22,6 +22,7 @@ mod cli {
     #[cfg(unix)]
     mod interrupt;
     mod mcp;
+    mod mcp_endpoints;
     mod mcp_http;
     #[cfg(target_os = "linux")]
     mod mcp_resume;

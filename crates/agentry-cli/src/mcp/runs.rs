@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use agentry::{RunHandle, RunOutcome, RunTree};
+use agentry::{RunHandle, RunOutcome, RunTree, TaskSpec};
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 
@@ -56,6 +56,11 @@ pub(crate) enum StartError {
         /// Why not (`parse_policy`'s words).
         why: String,
     },
+    /// An inline task names where this server's keys would go
+    /// (`policy.base_url`, `tools.mcp[0].url`, ...) and the operator did not
+    /// allow it.
+    #[error("{0} (the server's operator allows it with `agentry mcp --allow-client-endpoints`)")]
+    ClientEndpoint(agentry::TaskError),
     /// The task, its script or model, the store or the working directory is unusable.
     #[error("{0}")]
     Run(String),
@@ -66,6 +71,9 @@ pub(crate) struct ServerRuns {
     store: Option<PathBuf>,
     no_store: bool,
     durability: DurabilityArg,
+    /// `--allow-client-endpoints`: inline tasks may name model and MCP
+    /// servers by URL.
+    allow_client_endpoints: bool,
     live: Mutex<HashMap<String, RunHandle>>,
     /// Each run's ending (its MCP servers shut down, its inline task
     /// directory removed), awaited before the server exits.
@@ -79,6 +87,7 @@ impl ServerRuns {
             store: args.store.clone(),
             no_store: args.no_store,
             durability: args.durability,
+            allow_client_endpoints: args.allow_client_endpoints,
             live: Mutex::new(HashMap::new()),
             endings: Mutex::new(Vec::new()),
         }
@@ -94,6 +103,9 @@ impl ServerRuns {
             })?),
             None => None,
         };
+        if request.inline && !self.allow_client_endpoints {
+            refuse_client_endpoints(&request.task_dir)?;
+        }
         let inline = request.inline.then(|| request.task_dir.clone());
         let args = self.run_args(
             request.task_dir,
@@ -239,6 +251,19 @@ impl ServerRuns {
         self.live
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// An inline task is the client's: it may not choose where this server's
+/// keys and headers go. Checked before anything is built from the task, so
+/// no request reaches the client's server. A task that does not load is left
+/// to `prepare`, which says why.
+fn refuse_client_endpoints(task_dir: &std::path::Path) -> Result<(), StartError> {
+    match TaskSpec::load(task_dir) {
+        Ok(task) => task
+            .check_client_supplied()
+            .map_err(StartError::ClientEndpoint),
+        Err(_) => Ok(()),
     }
 }
 
