@@ -20,6 +20,7 @@ mod answers;
 mod connections;
 mod memory;
 mod origins;
+mod streams;
 mod workdirs;
 
 /// Bound on any single wait for the service (what is expected takes well under
