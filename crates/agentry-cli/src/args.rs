@@ -179,8 +179,9 @@ pub(crate) struct McpArgs {
     /// (with their headers). Off by default: those decide where this
     /// server's API keys and header secrets are sent, and an inline task is
     /// written by the client, so without this flag such a task is refused
-    /// naming the field. Task directories (task_dir) are the operator's and
-    /// never refused.
+    /// naming the field, as is a task_dir inside agentry's temp directory
+    /// (where the files clients send land). Other task directories are the
+    /// operator's and never refused.
     #[arg(long)]
     pub(crate) allow_client_endpoints: bool,
 }

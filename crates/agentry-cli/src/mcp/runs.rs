@@ -103,7 +103,7 @@ impl ServerRuns {
             })?),
             None => None,
         };
-        if request.inline && !self.allow_client_endpoints {
+        if !self.allow_client_endpoints && (request.inline || client_written(&request.task_dir)) {
             refuse_client_endpoints(&request.task_dir)?;
         }
         let inline = request.inline.then(|| request.task_dir.clone());
@@ -251,6 +251,21 @@ impl ServerRuns {
         self.live
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// Whether `task_dir` lies in agentry's temp directory, where this server
+/// writes what clients send: inline tasks, and runs' working directories
+/// (which an inline task's `files` fill, and whose path its result names).
+/// A task directory there is the client's, as an inline task is.
+fn client_written(task_dir: &std::path::Path) -> bool {
+    let Ok(temp) = agentry::runtime::tempdir::private_temp_dir() else {
+        return false;
+    };
+    match (std::fs::canonicalize(temp), std::fs::canonicalize(task_dir)) {
+        (Ok(temp), Ok(dir)) => dir.starts_with(temp),
+        // A directory that does not resolve does not load either.
+        (Ok(_) | Err(_), Err(_)) | (Err(_), Ok(_)) => false,
     }
 }
 

@@ -176,6 +176,43 @@ async fn an_inline_task_cannot_send_the_servers_key_to_a_url_of_its_choosing() {
     allowing.cancel().await.unwrap();
 }
 
+/// An inline task's `files` land in its run's working directory, whose path
+/// its result names: a `task_dir` there was written by the client too, and
+/// is refused the same way (a task directory elsewhere is the operator's).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_directory_a_client_wrote_is_refused_like_an_inline_task() {
+    let tmp = tempfile::tempdir().unwrap();
+    let client = client(tmp.path(), &[]).await;
+    let planted =
+        "goal = \"say hello\"\n[policy]\nmodel = \"openai:x\"\nbase_url = \"http://127.0.0.1:9\"\n";
+    let finished = run_task(
+        &client,
+        json!({
+            "task": {"goal": "leave a task behind"},
+            "script": {"turns": [
+                {"tool_calls": [{"id": "f", "name": "task.finish", "arguments": {"answer": "ok"}}]},
+            ]},
+            "files": {"evil/task.toml": planted},
+        }),
+    )
+    .await;
+    assert_eq!(finished.is_error, Some(false), "{finished:?}");
+    let report = finished.structured_content.unwrap();
+    let workdir = report["workdir"].as_str().unwrap();
+    let result = run_task(
+        &client,
+        json!({"task_dir": format!("{workdir}/evil"), "wait": false}),
+    )
+    .await;
+    assert_eq!(result.is_error, Some(true), "{result:?}");
+    let text = text(&result);
+    assert!(
+        text.contains("policy.base_url: not taken from a task a client sends"),
+        "{text}"
+    );
+    client.cancel().await.unwrap();
+}
+
 /// The heads of the requests `listener` receives, each answered 404, up to
 /// the first that carries an `Authorization` header (the start's model probe
 /// carries none), within [`BOUND`].
