@@ -25,6 +25,7 @@
 //! error.rs    ApiError, the JSON error answer
 //! body.rs     reading a JSON request body
 //! allowed.rs  --allow-host and --allow-origin values
+//! streams.rs  open event streams, bounded per run and in total
 //! events.rs   a run's event log and its SSE stream
 //! serve.rs    accepting and bounding connections
 //! config.rs   ServiceConfig and Limits
@@ -56,6 +57,8 @@ mod inputs;
 mod routes;
 #[path = "serve.rs"]
 mod serve;
+#[path = "streams.rs"]
+mod streams;
 #[path = "table.rs"]
 mod table;
 
@@ -65,4 +68,5 @@ pub use {
     allowed::{AllowedHost, AllowedOrigin},
     config::{Limits, ServiceConfig},
     events::ReplayLimits,
+    streams::StreamLimits,
 };

@@ -5,6 +5,7 @@ use std::time::Duration;
 use super::allowed::{AllowedHost, AllowedOrigin};
 use super::events::ReplayLimits;
 use super::serve;
+use super::streams::StreamLimits;
 
 const KIB: usize = 1024;
 const MIB: usize = 1024 * KIB;
@@ -43,6 +44,9 @@ pub struct Limits {
     pub header_timeout: Duration,
     /// Open connections.
     pub max_connections: usize,
+    /// Open event streams, per run and in total; the total stays below
+    /// `max_connections`, so short requests always find a connection.
+    pub streams: StreamLimits,
     /// Each run's event history kept for late clients, in bytes.
     pub replay: ReplayLimits,
     /// Stopped runs kept; past this, the oldest is forgotten (404 afterwards,
@@ -60,6 +64,7 @@ impl Default for Limits {
             body_timeout: Duration::from_secs(30),
             header_timeout: Duration::from_secs(10),
             max_connections: serve::default_max_connections(),
+            streams: StreamLimits::for_connections(serve::default_max_connections()),
             replay: ReplayLimits {
                 live_bytes: 8 * MIB,
                 stopped_bytes: 256 * KIB,

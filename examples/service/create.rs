@@ -14,6 +14,8 @@
 //! the directory, writing the files), so the service calls [`prepare`] on the
 //! blocking pool, never on the async workers that serve every other request.
 
+use std::io::Write as _;
+use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _, PermissionsExt as _};
 use std::path::{Component, Path};
 
 use agentry::protocol::stored_policy::{RootSpec, StoredPolicy};
@@ -50,29 +52,33 @@ pub fn prepare(body: &[u8]) -> Result<NewRun, ApiError> {
     // Taken out first: neither is a task.toml field.
     let script = task.remove("script");
     let files = task.remove("files");
+    // The tables that could name where the service's keys and headers go
+    // (`TaskSpec::client_endpoints`: model servers, CA certificates, MCP
+    // servers by URL) are `policy` and `tools.mcp`, and both are refused
+    // here outright: the service runs scripts and its built-in tools only.
     if task.contains_key("policy") {
         return Err(ApiError::bad_request(
             "policy: not accepted here; pass the script inline as \"script\"",
         ));
     }
-    if task
-        .get("tools")
-        .and_then(Value::as_object)
-        .is_some_and(|tools| tools.contains_key("command"))
-    {
-        // The runtime serves built-in tools only; silently dropping the field
+    if let Some(tools) = task.get("tools").and_then(Value::as_object) {
+        // The runtime serves built-in tools only; silently dropping a field
         // would leave a task that "worked" without the tools it declared.
-        return Err(ApiError::bad_request(
-            "tools.command: command tools are not accepted by the service (each runs its own program as the service's user); grant built-in tools in tools.grant instead",
-        ));
+        if tools.contains_key("command") {
+            return Err(ApiError::bad_request(
+                "tools.command: command tools are not accepted by the service (each runs its own program as the service's user); grant built-in tools in tools.grant instead",
+            ));
+        }
+        if tools.contains_key("mcp") {
+            return Err(ApiError::bad_request(
+                "tools.mcp: MCP servers are not accepted by the service (it offers its built-in tools only, and a server the client names would get the service's header secrets); grant built-in tools in tools.grant instead",
+            ));
+        }
     }
 
     let text = agentry::task::task_toml_from_json(task)
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
-    let workdir = tempfile::Builder::new()
-        .prefix("agentry-service-")
-        .tempdir()
-        .map_err(|e| ApiError::internal(format!("cannot create a working directory: {e}")))?;
+    let workdir = private_workdir()?;
     // Parsed against the fresh, still empty directory, so nothing from the
     // service's own current directory (a script.json, a workspace/) is picked up.
     // `TaskError` is non_exhaustive: any other kind is the service's fault.
@@ -116,8 +122,32 @@ pub fn prepare(body: &[u8]) -> Result<NewRun, ApiError> {
     })
 }
 
-/// Writes `files` (relative path → content) into `dir`. Paths must stay inside:
-/// no absolute paths, no `..`.
+/// A fresh working directory only this user can enter: `0700`, in
+/// `<tmp>/agentry/service/` (`0700`, this user's and no link, as the CLI's
+/// `<tmp>/agentry` is), so other users of the machine never see a run's files.
+fn private_workdir() -> Result<TempDir, ApiError> {
+    let unusable = |e: &dyn std::fmt::Display| {
+        ApiError::internal(format!("cannot create a working directory: {e}"))
+    };
+    let parent = agentry::runtime::tempdir::private_temp_dir()
+        .map_err(|e| unusable(&e))?
+        .join("service");
+    agentry::runtime::tempdir::private_dir(&parent, "set TMPDIR").map_err(|e| unusable(&e))?;
+    tempfile::Builder::new()
+        .prefix("run-")
+        .permissions(std::fs::Permissions::from_mode(PRIVATE_DIR))
+        .tempdir_in(&parent)
+        .map_err(|e| unusable(&e))
+}
+
+/// Directories of a run's working directory, its own and `files`' (the
+/// files are [`PRIVATE_FILE`]).
+const PRIVATE_DIR: u32 = 0o700;
+/// The request's `files`, as written.
+const PRIVATE_FILE: u32 = 0o600;
+
+/// Writes `files` (relative path → content) into `dir`, private like it.
+/// Paths must stay inside: no absolute paths, no `..`.
 fn write_files(dir: &Path, files: Value) -> Result<(), ApiError> {
     let Value::Object(files) = files else {
         return Err(ApiError::bad_request(
@@ -142,10 +172,21 @@ fn write_files(dir: &Path, files: Value) -> Result<(), ApiError> {
         };
         let path = dir.join(&name);
         let written = match path.parent() {
-            Some(parent) => std::fs::create_dir_all(parent),
+            Some(parent) => std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(PRIVATE_DIR)
+                .create(parent),
             None => Ok(()),
         }
-        .and_then(|()| std::fs::write(&path, content));
+        .and_then(|()| {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(PRIVATE_FILE)
+                .open(&path)
+        })
+        .and_then(|mut file| file.write_all(content.as_bytes()));
         written.map_err(|e| ApiError::bad_request(format!("{at}: cannot write: {e}")))?;
     }
     Ok(())

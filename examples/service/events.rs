@@ -24,6 +24,8 @@ use axum::response::sse::Event;
 use futures::Stream;
 use tokio::sync::{broadcast, watch};
 
+use super::streams::StreamSlot;
+
 /// Events kept per run, whatever their size.
 pub const REPLAY_LIMIT: usize = 10_000;
 
@@ -167,14 +169,19 @@ impl EventLog {
     }
 
     /// The log as SSE events, from the first kept event; the stream ends after
-    /// `run_stopped` (or when the log closes without one).
-    pub fn stream(self: Arc<Self>) -> impl Stream<Item = Result<Event, Infallible>> {
+    /// `run_stopped` (or when the log closes without one), or when `slot` is
+    /// ended to make room for a newer stream (`streams.rs`).
+    pub fn stream(
+        self: Arc<Self>,
+        slot: StreamSlot,
+    ) -> impl Stream<Item = Result<Event, Infallible>> {
         let reader = Reader {
             changes: self.changed.subscribe(),
             log: self,
             last_seq: 0,
             pending: VecDeque::new(),
             done: false,
+            slot,
         };
         futures::stream::unfold(reader, |mut reader| async move {
             let record = reader.next().await?;
@@ -190,11 +197,16 @@ struct Reader {
     last_seq: u64,
     pending: VecDeque<Arc<Logged>>,
     done: bool,
+    /// Its place among the open streams, and whether it was ended.
+    slot: StreamSlot,
 }
 
 impl Reader {
     async fn next(&mut self) -> Option<Arc<Logged>> {
         loop {
+            if self.slot.signals.is_ended() {
+                return None;
+            }
             if let Some(record) = self.pending.pop_front() {
                 self.last_seq = record.seq;
                 self.done = record.last;
@@ -216,7 +228,13 @@ impl Reader {
             }
             // The sender lives in the log we hold, so this cannot fail; if it
             // somehow did, the next pass reads the log and ends on `closed`.
-            if self.changes.changed().await.is_err() {
+            self.slot.signals.set_caught_up(true);
+            let changed = tokio::select! {
+                changed = self.changes.changed() => changed.is_ok(),
+                () = self.slot.signals.ended() => return None,
+            };
+            self.slot.signals.set_caught_up(false);
+            if !changed {
                 self.done = true;
             }
         }

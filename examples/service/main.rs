@@ -67,6 +67,16 @@ struct Args {
     /// make room [default: a quarter of the open-file limit, 16 to 1,024].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     max_connections: Option<u32>,
+    /// Open event streams (GET /runs/{id}/events) at most; past it the oldest
+    /// stream that is caught up with its run (else the oldest) is ended to
+    /// make room. Must be below --max-connections: the rest are kept for
+    /// short requests [default: half of --max-connections].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    max_streams: Option<u32>,
+    /// Open event streams of one run at most; past it that run's oldest
+    /// caught-up stream (else its oldest) is ended [default: 16].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    max_streams_per_run: Option<u32>,
     /// Event history kept per live run for late clients, in bytes [default: 8 MiB].
     #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u64).range(1..))]
     replay_bytes: Option<u64>,
@@ -83,12 +93,45 @@ struct Args {
     otlp: Option<String>,
 }
 
+/// Why the flags do not make a service.
+#[derive(Debug, thiserror::Error)]
+enum FlagError {
+    /// Streams could take every connection.
+    #[error(
+        "--max-streams {streams} must be below --max-connections ({connections}): the connections beyond the streams are kept for short requests"
+    )]
+    StreamsTakeEveryConnection {
+        /// The streams asked for.
+        streams: usize,
+        /// The connection limit.
+        connections: usize,
+    },
+}
+
 impl Args {
-    fn config(&self, metrics: agentry::metrics::Metrics) -> app::ServiceConfig {
+    fn config(&self, metrics: agentry::metrics::Metrics) -> Result<app::ServiceConfig, FlagError> {
         let d = app::Limits::default();
         let bytes = |flag: Option<u64>, default: usize| {
             flag.map_or(default, |n| usize::try_from(n).unwrap_or(usize::MAX))
         };
+        let max_connections = self
+            .max_connections
+            .map_or(d.max_connections, |n| n as usize);
+        let defaults = app::StreamLimits::for_connections(max_connections);
+        let streams = app::StreamLimits {
+            per_run: self
+                .max_streams_per_run
+                .map_or(defaults.per_run, |n| n as usize),
+            total: self.max_streams.map_or(defaults.total, |n| n as usize),
+        };
+        // The default is always below the limit but for `--max-connections
+        // 1`, whose one connection serves a stream or a request.
+        if self.max_streams.is_some() && streams.total >= max_connections {
+            return Err(FlagError::StreamsTakeEveryConnection {
+                streams: streams.total,
+                connections: max_connections,
+            });
+        }
         let limits = app::Limits {
             message_bytes: bytes(self.max_message_bytes, d.message_bytes),
             create_bytes: bytes(self.max_create_bytes, d.create_bytes),
@@ -96,21 +139,20 @@ impl Args {
             inbox_capacity: bytes(self.inbox_capacity, d.inbox_capacity),
             body_timeout: self.body_timeout.unwrap_or(d.body_timeout),
             header_timeout: self.header_timeout.unwrap_or(d.header_timeout),
-            max_connections: self
-                .max_connections
-                .map_or(d.max_connections, |n| n as usize),
+            max_connections,
+            streams,
             replay: app::ReplayLimits {
                 live_bytes: bytes(self.replay_bytes, d.replay.live_bytes),
                 stopped_bytes: bytes(self.stopped_replay_bytes, d.replay.stopped_bytes),
             },
             keep_stopped: self.keep_stopped.unwrap_or(d.keep_stopped),
         };
-        app::ServiceConfig {
+        Ok(app::ServiceConfig {
             allow_hosts: self.allow_host.clone(),
             allow_origins: self.allow_origin.clone(),
             limits,
             metrics: Some(metrics),
-        }
+        })
     }
 }
 
@@ -118,6 +160,13 @@ impl Args {
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
     let metrics = agentry::metrics::Metrics::new();
+    let config = match args.config(metrics.clone()) {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("service: {e}");
+            std::process::exit(2);
+        }
+    };
     let telemetry = init_logging(args.otlp.as_deref(), &metrics)?;
     // Process tools kill whole process groups; grandchildren orphaned by a kill
     // are re-parented to us (not init) so they are reaped, never left as zombies.
@@ -136,7 +185,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let store = std::sync::Arc::new(agentry::SqliteStore::open(path)?);
         runtime = runtime.with_store(store, agentry::Durability::Strict)?;
     }
-    let app = app::App::with_config(runtime.clone(), args.config(metrics));
+    let app = app::App::with_config(runtime.clone(), config);
     if args.store.is_some() {
         let resumed = app.resume_unfinished().await?;
         tracing::info!(count = resumed.len(), "resumed unfinished runs");

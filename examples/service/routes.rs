@@ -179,7 +179,8 @@ async fn stream_events(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let run = app.run(&id)?;
-    let stream = Arc::clone(&run.log).stream();
+    let slot = app.streams.admit(&id);
+    let stream = Arc::clone(&run.log).stream(slot);
     // Comments every 15 s keep idle connections open through proxies.
     Ok(Sse::new(stream)
         .keep_alive(KeepAlive::default())

@@ -14,6 +14,10 @@
 //!   moment the connection waits for it, so the same bound closes a kept-alive
 //!   connection that stays idle between requests (hyper's header-read timer);
 //! - its body must arrive within `--body-timeout` (`guard.rs`).
+//!
+//! A connection serving an event stream is busy for as long as its run lives;
+//! `streams.rs` keeps the number of streams below `--max-connections`, so the
+//! rest stay free for short requests.
 
 use std::collections::BTreeMap;
 use std::future::Future;

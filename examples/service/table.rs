@@ -15,6 +15,7 @@ use tokio::sync::broadcast;
 use super::config::ServiceConfig;
 use super::error::ApiError;
 use super::events::{self, EventLog};
+use super::streams::Streams;
 
 /// The service's state: one runtime, and every run it started. Cheap to clone.
 #[derive(Debug, Clone)]
@@ -24,6 +25,8 @@ pub struct App {
     runs: Arc<RwLock<HashMap<String, Arc<RunEntry>>>>,
     /// Ids of stopped runs, in the order they stopped (see `Limits::keep_stopped`).
     stopped: Arc<Mutex<VecDeque<String>>>,
+    /// The open event streams (see `Limits::streams`).
+    pub(super) streams: Arc<Streams>,
 }
 
 /// One run: its handle while it runs, its event log, and the working directory
@@ -111,6 +114,7 @@ impl App {
     pub fn with_config(runtime: Runtime, config: ServiceConfig) -> Self {
         App {
             runtime,
+            streams: Streams::new(config.limits.streams),
             config: Arc::new(config),
             runs: Arc::default(),
             stopped: Arc::default(),

@@ -215,6 +215,16 @@ pub(crate) struct McpArgs {
     /// When a step counts as done, as for `run`.
     #[arg(long, value_enum, default_value_t = DurabilityArg::Strict)]
     pub(crate) durability: DurabilityArg,
+    /// Let an inline task (run_task's `task`) name its own model server,
+    /// fallback or child model servers, CA certificate and MCP servers by URL
+    /// (with their headers). Off by default: those decide where this
+    /// server's API keys and header secrets are sent, and an inline task is
+    /// written by the client, so without this flag such a task is refused
+    /// naming the field, as is a task_dir inside agentry's temp directory
+    /// (where the files clients send land). Other task directories are the
+    /// operator's and never refused.
+    #[arg(long)]
+    pub(crate) allow_client_endpoints: bool,
 }
 
 #[derive(Debug, Args)]

@@ -23,6 +23,7 @@ mod cli {
     mod interrupt;
     mod mcp;
     mod mcp_auth;
+    mod mcp_endpoints;
     mod mcp_http;
     mod mcp_limits;
     #[cfg(target_os = "linux")]

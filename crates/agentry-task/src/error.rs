@@ -42,6 +42,15 @@ pub enum TaskError {
         #[source]
         source: Box<agentry_mcp::McpError>,
     },
+    /// A task a client sent names where this host's keys, headers or trust
+    /// go ([`TaskSpec::check_client_supplied`](crate::TaskSpec::check_client_supplied)).
+    #[error("{file}: {}", client_endpoint_message(fields), file = file.display())]
+    ClientEndpoint {
+        /// The task file the client's task was written as.
+        file: PathBuf,
+        /// Every such field, in file order (`policy.base_url`, `tools.mcp[0].url`).
+        fields: Vec<String>,
+    },
 }
 
 impl TaskError {
@@ -67,6 +76,18 @@ impl From<TaskError> for RuntimeError {
                 file,
                 message: source.to_string(),
             },
+            TaskError::ClientEndpoint { file, fields } => RuntimeError::InvalidTask {
+                file,
+                message: client_endpoint_message(&fields),
+            },
         }
     }
+}
+
+/// What [`TaskError::ClientEndpoint`] says after the file.
+fn client_endpoint_message(fields: &[String]) -> String {
+    format!(
+        "{}: not taken from a task a client sends: it would choose where this host's API keys and header secrets are sent (model and MCP server URLs, CA certificates); only the operator configures those",
+        fields.join(", ")
+    )
 }

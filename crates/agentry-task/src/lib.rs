@@ -25,7 +25,8 @@
 //! keys), [`command`] (`[[tools.command]]`), `accept` (`[[accept]]`), `mcp`
 //! (`[[tools.mcp]]`), `observe` (`[redact]`, `[trace]`), `validate`
 //! (every table), [`spec`] ([`TaskSpec`]: load, parse, what it builds), `workdir`
-//! ([`TaskSpec::prepare_workdir`]), [`error`] ([`TaskError`]).
+//! ([`TaskSpec::prepare_workdir`]), `client` (what a task a client sends may
+//! not say: [`TaskSpec::check_client_supplied`]), [`error`] ([`TaskError`]).
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -42,6 +43,7 @@
 use std::time::Duration;
 
 mod accept;
+mod client;
 pub mod command;
 pub mod error;
 mod json;

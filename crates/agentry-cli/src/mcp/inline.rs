@@ -8,6 +8,11 @@
 //! run: removed when the run ends (its record is in the store, its files in
 //! its working directory) or does not start. A run left unfinished by a
 //! killed server keeps it: `agentry resume` reloads the task from it.
+//!
+//! An inline task is the client's, so it may not choose where this server's
+//! keys and headers go: `runs.rs` refuses one that names a model or MCP
+//! server by URL (`TaskSpec::check_client_supplied`) unless the operator gave
+//! `--allow-client-endpoints`.
 
 use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};

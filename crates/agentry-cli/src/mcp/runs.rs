@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agentry::{RunHandle, RunOutcome, RunTree};
+use agentry::{RunHandle, RunOutcome, RunTree, TaskSpec};
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 
@@ -63,6 +63,11 @@ pub(crate) enum StartError {
         /// Why not (`parse_policy`'s words).
         why: String,
     },
+    /// An inline task names where this server's keys would go
+    /// (`policy.base_url`, `tools.mcp[0].url`, ...) and the operator did not
+    /// allow it.
+    #[error("{0} (the server's operator allows it with `agentry mcp --allow-client-endpoints`)")]
+    ClientEndpoint(agentry::TaskError),
     /// The task, its script or model, the store or the working directory is unusable.
     #[error("{0}")]
     Run(String),
@@ -85,6 +90,9 @@ pub(crate) struct ServerRuns {
     max_runs: usize,
     /// The runs holding a slot: started and not yet ended.
     running: Arc<AtomicUsize>,
+    /// `--allow-client-endpoints`: inline tasks may name model and MCP
+    /// servers by URL.
+    allow_client_endpoints: bool,
     live: Mutex<HashMap<String, RunHandle>>,
     /// Each run's ending (its MCP servers shut down, its inline task
     /// directory removed), awaited before the server exits.
@@ -100,6 +108,7 @@ impl ServerRuns {
             durability: args.durability,
             max_runs: args.max_runs.map_or_else(default_max_runs, |n| n as usize),
             running: Arc::default(),
+            allow_client_endpoints: args.allow_client_endpoints,
             live: Mutex::new(HashMap::new()),
             endings: Mutex::new(Vec::new()),
         }
@@ -117,6 +126,9 @@ impl ServerRuns {
             })?),
             None => None,
         };
+        if !self.allow_client_endpoints && (request.inline || client_written(&request.task_dir)) {
+            refuse_client_endpoints(&request.task_dir)?;
+        }
         let inline = request.inline.then(|| request.task_dir.clone());
         let args = self.run_args(
             request.task_dir,
@@ -308,6 +320,34 @@ fn default_max_runs() -> usize {
     let limit = u64::MAX;
     let runs = limit.saturating_sub(RESERVED_FILES) / FILES_PER_RUN;
     usize::try_from(runs.clamp(1, MAX_DEFAULT_RUNS)).unwrap_or(1)
+}
+
+/// Whether `task_dir` lies in agentry's temp directory, where this server
+/// writes what clients send: inline tasks, and runs' working directories
+/// (which an inline task's `files` fill, and whose path its result names).
+/// A task directory there is the client's, as an inline task is.
+fn client_written(task_dir: &std::path::Path) -> bool {
+    let Ok(temp) = agentry::runtime::tempdir::private_temp_dir() else {
+        return false;
+    };
+    match (std::fs::canonicalize(temp), std::fs::canonicalize(task_dir)) {
+        (Ok(temp), Ok(dir)) => dir.starts_with(temp),
+        // A directory that does not resolve does not load either.
+        (Ok(_) | Err(_), Err(_)) | (Err(_), Ok(_)) => false,
+    }
+}
+
+/// An inline task is the client's: it may not choose where this server's
+/// keys and headers go. Checked before anything is built from the task, so
+/// no request reaches the client's server. A task that does not load is left
+/// to `prepare`, which says why.
+fn refuse_client_endpoints(task_dir: &std::path::Path) -> Result<(), StartError> {
+    match TaskSpec::load(task_dir) {
+        Ok(task) => task
+            .check_client_supplied()
+            .map_err(StartError::ClientEndpoint),
+        Err(_) => Ok(()),
+    }
 }
 
 /// Waits for the run's outcome (and its tree, if it started children) and

@@ -85,3 +85,55 @@ async fn a_posted_command_tool_is_refused() -> Result<(), TestError> {
     assert!(error.starts_with("tools.command:"), "{error}");
     Ok(())
 }
+
+/// A posted `tools.mcp` used to be dropped without a word (the run started,
+/// and its calls got `ENOTOOL`); a server by URL names where the service's
+/// header secrets would go. Both kinds are refused naming the field, as is a
+/// `policy` naming its own model server, and the client's server (a real
+/// listener here) is never contacted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_posted_mcp_server_or_model_server_is_refused() -> Result<(), TestError> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    listener.set_nonblocking(true)?;
+    let url = format!("http://{}", listener.local_addr()?);
+    let service = Service::launch(Launch {
+        env: vec![("OPENAI_API_KEY", "sk-service-key-93b1".into())],
+        ..Launch::default()
+    })?;
+    let with = |key: &str, value: Value| {
+        let mut task = json!({"goal": "g", "script": {"turns": [finish("ok")]}});
+        task[key] = value;
+        task
+    };
+    let cases = [
+        (
+            with(
+                "tools",
+                json!({"mcp": [{"name": "remote", "url": format!("{url}/mcp"),
+                    "headers": {"Authorization": "Bearer ${OPENAI_API_KEY}"}}]}),
+            ),
+            "tools.mcp:",
+        ),
+        (
+            with(
+                "tools",
+                json!({"grant": ["local.*"], "mcp": [{"name": "local", "command": ["true"]}]}),
+            ),
+            "tools.mcp:",
+        ),
+        (
+            with("policy", json!({"model": "openai:x", "base_url": url})),
+            "policy:",
+        ),
+    ];
+    for (task, field) in cases {
+        let (status, body) = service.post("/runs", &task).await?;
+        assert_eq!(status, 400, "{task}: {body}");
+        let error = body["error"].as_str().unwrap_or_default();
+        assert!(error.starts_with(field), "{task}: {error}");
+    }
+    match listener.accept() {
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(()),
+        other => Err(format!("the client's server was reached: {other:?}").into()),
+    }
+}

@@ -183,7 +183,9 @@ async fn a_large_create_does_not_hold_up_other_requests() -> Result<(), TestErro
     // Progress: the working directory exists and holds a first file.
     let deadline = Instant::now() + WAIT;
     let workdir = loop {
-        let found = std::fs::read_dir(tmp.path())?
+        let found = std::fs::read_dir(run_dirs(tmp.path()))
+            .into_iter()
+            .flatten()
             .filter_map(Result::ok)
             .map(|e| e.path())
             .find(|p| std::fs::read_dir(p).is_ok_and(|mut d| d.next().is_some()));

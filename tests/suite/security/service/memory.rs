@@ -132,7 +132,7 @@ async fn the_oldest_stopped_runs_are_forgotten() -> Result<(), TestError> {
         assert_eq!(service.get(&format!("/runs/{id}")).await?.0, 200);
     }
     // One directory per run still kept: the live one and two stopped ones.
-    while std::fs::read_dir(tmp.path())?.count() != 3 {
+    while std::fs::read_dir(run_dirs(tmp.path()))?.count() != 3 {
         assert!(
             Instant::now() < deadline,
             "the forgotten run's directory is still there"

