@@ -80,18 +80,18 @@ pub enum PathError {
     /// The working directory itself, where a file was expected.
     #[error("the working directory itself")]
     IsRoot,
-    /// Longer than [`MAX_PATH_BYTES`] (`ENAMETOOLONG`).
+    /// Longer than `MAX_PATH_BYTES` (`ENAMETOOLONG`).
     #[error("path is {bytes} bytes long, longer than the system allows ({max} bytes, PATH_MAX)")]
     TooLong {
         /// Its length.
         bytes: usize,
-        /// [`MAX_PATH_BYTES`].
+        /// `MAX_PATH_BYTES`.
         max: usize,
     },
-    /// More than [`MAX_DEPTH`] directories deep.
+    /// More than `MAX_DEPTH` directories deep.
     #[error("path is more than {max} directories deep")]
     TooDeep {
-        /// [`MAX_DEPTH`].
+        /// `MAX_DEPTH`.
         max: usize,
     },
     /// The tree kept changing while the path was resolved.
@@ -238,8 +238,8 @@ pub fn open_dir_nofollow(dir: BorrowedFd<'_>, name: &OsStr) -> Result<OwnedFd, P
 }
 
 /// Checks `rel` lexically and returns its normal components: absolute paths,
-/// `..`, an empty path, NUL bytes, a path longer than [`MAX_PATH_BYTES`] and
-/// one of more than [`MAX_DEPTH`] components are refused; `.` components are
+/// `..`, an empty path, NUL bytes, a path longer than `MAX_PATH_BYTES` and
+/// one of more than `MAX_DEPTH` components are refused; `.` components are
 /// dropped.
 pub fn components(rel: &str) -> Result<Vec<OsString>, PathError> {
     if rel.trim().is_empty() {
