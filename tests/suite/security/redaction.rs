@@ -162,7 +162,7 @@ fn policy(seen: Seen) -> FnPolicy {
 
 /// A writer the log subscriber appends to.
 #[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
+pub(super) struct Captured(pub(super) Arc<Mutex<Vec<u8>>>);
 
 impl std::io::Write for Captured {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
@@ -189,7 +189,9 @@ fn leaks(what: &str, bytes: &[u8]) -> Vec<String> {
 /// returned buffer, and the real OTLP exporter (with span content on) sending
 /// to `receiver` — the backstop redactor it builds knows the built-in
 /// detectors and the environment's secrets, not the task's patterns.
-fn capture_logs_and_spans(receiver: &Receiver) -> Result<(Captured, TelemetryGuard), TestError> {
+pub(super) fn capture_logs_and_spans(
+    receiver: &Receiver,
+) -> Result<(Captured, TelemetryGuard), TestError> {
     let logs = Captured::default();
     let sink = logs.clone();
     let log_layer = tracing_subscriber::fmt::layer()

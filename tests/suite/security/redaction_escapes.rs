@@ -17,7 +17,7 @@
 
 use std::io::Write as _;
 use std::process::Command;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use agentry::protocol::decision::Decision;
 use agentry::tools::proc::CommandTool;
@@ -26,14 +26,12 @@ use agentry::{
     ToolOutput, async_trait,
 };
 use agentry_models::OpenAiPolicy;
-use agentry_telemetry::otlp::{self, OtlpOptions, TelemetryGuard};
+use agentry_telemetry::otlp::TelemetryGuard;
 use agentry_test_support::{FnPolicy, TestError, TestTask, collect_until_stopped, runtime_with};
 use opentelemetry_proto::tonic::trace::v1::Span as OtlpSpan;
 use serde_json::{Value, json};
-use tracing_subscriber::Layer as _;
-use tracing_subscriber::layer::SubscriberExt as _;
-use tracing_subscriber::util::SubscriberInitExt as _;
 
+use super::redaction::capture_logs_and_spans;
 use crate::suite::models::server::{MockServer, Reply};
 use crate::suite::models::sse::{calls_turn, config as model_config};
 use crate::suite::otlp_receiver::{Receiver, texts};
@@ -179,43 +177,6 @@ async fn model() -> Result<MockServer, TestError> {
         )])),
     ])
     .await
-}
-
-/// A writer the log subscriber appends to.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        if let Ok(mut v) = self.0.lock() {
-            v.extend_from_slice(buf);
-        }
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-/// The process's subscriber: logs (DEBUG and up) into the returned buffer,
-/// and the real OTLP exporter sending to `receiver`.
-fn capture_logs_and_spans(receiver: &Receiver) -> Result<(Captured, TelemetryGuard), TestError> {
-    let logs = Captured::default();
-    let sink = logs.clone();
-    let log_layer = tracing_subscriber::fmt::layer()
-        .with_writer(move || sink.clone())
-        .with_ansi(false)
-        .with_filter(tracing_subscriber::filter::LevelFilter::DEBUG);
-    let (otlp_layer, guard) = otlp::init(OtlpOptions {
-        endpoint: Some(receiver.url.clone()),
-        ..OtlpOptions::default()
-    })?;
-    tracing_subscriber::registry()
-        .with(log_layer)
-        .with(otlp_layer)
-        .try_init()
-        .map_err(|e| e.to_string())?;
-    Ok((logs, guard))
 }
 
 /// Flushes the exporter until the receiver holds a span `done` accepts.
