@@ -22,10 +22,12 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 /// Kills (of a process still running) to reach, and the most cycles to
-/// reach them in (about 70 here: some kill points come after the process
-/// exited and do not count).
+/// reach them in: about 70 on a quiet machine, but under load (the load
+/// check runs two other suites beside it) nearly half the kill points come
+/// after the process exited and do not count, so the bound leaves room for
+/// that; it only stops a test that can no longer land kills at all.
 const KILLS: usize = 100;
-const MAX_CYCLES: usize = 100;
+const MAX_CYCLES: usize = 250;
 /// Calls per kind.
 const ROUNDS: usize = 1;
 
