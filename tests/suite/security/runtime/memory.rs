@@ -169,6 +169,9 @@ async fn measured_run() -> Result<(), TestError> {
     );
     assert_eq!(outcome.stop_reason, StopReason::Done, "{}", outcome.detail);
     assert_eq!(outcome.steps, CALLS + 1);
+    // A trace cut short (e.g. the disk filled up) is said here, not later as
+    // a line that does not parse.
+    assert_eq!(outcome.trace_error, None, "the trace was not written whole");
     assert!(
         live.saturating_sub(before) < BOUND,
         "the live run grew by {} MiB for {CALLS} MiB of results",
