@@ -155,6 +155,8 @@ impl ConductorState {
         }
         drop(self.wiring.claim.take());
         self.wiring.outcome.send_replace(Some(outcome));
+        // After the outcome: a handle that finds no actors finds the outcome.
+        self.wiring.live.release();
         self.stop_children(myself);
     }
 

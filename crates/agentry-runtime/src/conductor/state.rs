@@ -11,7 +11,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::msg::Posted;
-use super::outcome::{ActorRefs, RunOutcome};
+use super::outcome::{ActorRefs, LiveActors, RunOutcome};
 use super::phase::Phase;
 use super::ticker::Ticker;
 use crate::budget::{BudgetMsg, ToolCallAllowance};
@@ -75,6 +75,8 @@ pub(super) struct Wiring {
     pub(super) parent_budget: Option<ActorRef<BudgetMsg>>,
     /// Messages posted from outside (see [`Posted`]).
     pub(super) posted: Posted,
+    /// Where the run's handles find its actors (emptied when it stops).
+    pub(super) live: LiveActors,
     /// The run's inbox bound: the slots of inputs in `pending` (`unseen` of
     /// them) are given back when a decision takes them.
     pub(super) gauge: Arc<crate::inbox::InboxGauge>,

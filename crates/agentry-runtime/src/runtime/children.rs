@@ -178,9 +178,11 @@ impl AgentDesk for RunChildren {
         // is reserved (same sender, so in that order; see `HoldRelease`).
         let id = uuid::Uuid::now_v7().to_string();
         config.run_id = Some(id.clone());
-        let _ = parent.actors.budget.cast(BudgetMsg::HoldRelease {
-            child_id: id.clone(),
-        });
+        if let Some(budget) = parent.live.budget() {
+            let _ = budget.cast(BudgetMsg::HoldRelease {
+                child_id: id.clone(),
+            });
+        }
         config.task_id = request
             .name
             .clone()
@@ -305,8 +307,10 @@ impl RunChildren {
     /// returns to this run now (sent before `left_to_delegate` is asked, from
     /// the same task, so counted in it).
     fn collect(&self, child_id: &str) {
-        if let Some(parent) = self.parent.borrow().as_ref() {
-            let _ = parent.actors.budget.cast(BudgetMsg::Collect {
+        if let Some(parent) = self.parent.borrow().as_ref()
+            && let Some(budget) = parent.live.budget()
+        {
+            let _ = budget.cast(BudgetMsg::Collect {
                 child_id: child_id.to_string(),
             });
         }
