@@ -30,7 +30,7 @@ pub struct ConductorArgs {
     /// The run's token (a child of the runtime's).
     pub run_token: CancellationToken,
     /// Where the outcome is published.
-    pub outcome: watch::Sender<Option<RunOutcome>>,
+    pub outcome: watch::Sender<Option<Box<RunOutcome>>>,
     /// Where events are published.
     pub events: EventSink,
     /// The trace writer, opened before the run starts so a bad path is an error

@@ -30,8 +30,9 @@ pub(crate) struct RunChildren {
     runtime: Runtime,
     workdir: std::path::PathBuf,
     /// The run's own handle; set right after the run starts, which can be after
-    /// its first step has begun.
-    parent: tokio::sync::watch::Sender<Option<RunHandle>>,
+    /// its first step has begun. Boxed: the channel is allocated for every
+    /// run, children or not.
+    parent: tokio::sync::watch::Sender<Option<Box<RunHandle>>>,
     /// By id and by name.
     children: Mutex<HashMap<String, ChildRef>>,
     /// The child each `agent.spawn` (by its operation id) started.
@@ -128,7 +129,7 @@ impl RunChildren {
 
     /// Called once the run's handle exists.
     pub(crate) fn set_parent(&self, handle: RunHandle) {
-        self.parent.send_replace(Some(handle));
+        self.parent.send_replace(Some(Box::new(handle)));
     }
 }
 
