@@ -124,8 +124,9 @@ impl LiveActors {
 /// The run's four actors, as spawned. For embedders that want actor-level
 /// access (supervision, diagnostics, killing one to test a crash); their
 /// message types stay private, so a cell can be watched or stopped but not
-/// sent to. The executor may be replaced by a restart later; the others live
-/// as long as the run.
+/// sent to. The executor may be replaced by a restart later (a handle's next
+/// `actors()` gives the new one); the others live as long as the run. Cells
+/// kept after the run stopped keep their mailboxes allocated: drop them.
 #[derive(Debug, Clone)]
 pub struct RunActors {
     /// The policy actor.
