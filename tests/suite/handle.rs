@@ -162,6 +162,64 @@ async fn an_unwritable_trace_path_is_a_trace_error() -> Result<(), TestError> {
     Ok(())
 }
 
+/// A run's handles reach its actors while it runs; once it has stopped, none
+/// of them holds an actor's address (each keeps its mailboxes allocated), and
+/// what a handle answers comes from the outcome: every clone at once, as the
+/// outcome is published.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_runs_handles_let_its_actors_go() -> Result<(), TestError> {
+    let (gate, mut held) = GateTool::new("gate");
+    let runtime = runtime_with(vec![Arc::new(gate)])?;
+    let task = TestTask::new("wait at the gate", &[])?.grant(&["gate"]);
+    let policy = ScriptBuilder::new()
+        .call("g1", "gate", json!({}))
+        .finish("through")
+        .policy();
+
+    let handle = runtime.start(task.config(), policy).await?;
+    let clone = handle.clone();
+    let call = held.next_call(WAIT).await?;
+    let running = handle.actors().ok_or("no actors while the run runs")?;
+    let budget_while_running = handle.budget().await;
+    call.release(json!("open"));
+    let outcome = clone.wait().await?;
+    assert_eq!(outcome.stop_reason, StopReason::Done, "{}", outcome.detail);
+    assert!(budget_while_running.is_some());
+
+    for h in [&handle, &clone] {
+        assert!(
+            h.actors().is_none(),
+            "a stopped run's handle holds its actors"
+        );
+        assert_eq!(h.budget().await, None);
+        assert_eq!(h.snapshot().await, Some(outcome.state.clone()));
+        assert!(matches!(
+            h.send_message("too late"),
+            Err(RuntimeError::Stopped { .. })
+        ));
+    }
+    // The cells taken while it ran are the embedder's own; the actors behind
+    // them have stopped.
+    for cell in [
+        running.policy,
+        running.executor,
+        running.state,
+        running.budget,
+    ] {
+        cell.wait(Some(WAIT))
+            .await
+            .map_err(|_| "an actor of a stopped run did not stop")?;
+    }
+    // A run that stops before it takes a step lets its actors go too.
+    runtime.shutdown();
+    let idle = runtime
+        .start(task.config(), ScriptBuilder::new().finish("no").policy())
+        .await?;
+    idle.wait().await?;
+    assert!(idle.actors().is_none());
+    Ok(())
+}
+
 /// After `shutdown`, the runtime starts no more work: a new run stops at once.
 #[tokio::test]
 async fn a_run_started_after_shutdown_stops_without_running() -> Result<(), TestError> {

@@ -218,7 +218,11 @@ async fn a_dead_executor_is_restarted_and_its_call_reported() -> Result<(), Test
     let handle = runtime.start(task.config(), policy).await?;
     let events = handle.subscribe();
     let _pending = calls.next_call(std::time::Duration::from_secs(5)).await?;
-    handle.actors().executor.kill();
+    handle
+        .actors()
+        .expect("the run is in a call")
+        .executor
+        .kill();
     let events = agentry_test_support::collect_until_stopped(events).await?;
     let outcome = handle.wait().await?;
 

@@ -21,13 +21,14 @@
 
 use std::sync::{Arc, Mutex};
 
-use agentry_protocol::budget::{BudgetLimits, BudgetSnapshot, Usage};
-use agentry_protocol::decision::Decision;
-use agentry_protocol::envelope::ResultEnvelope;
 use agentry_protocol::event::{EventRecord, RunEvent};
 use tokio::sync::broadcast;
 
 use crate::redaction::RunRedaction;
+
+mod backlog;
+
+use backlog::Backlog;
 
 /// Events buffered per subscriber before the slowest one starts missing some.
 const EVENT_BUFFER: usize = 1024;
@@ -38,109 +39,6 @@ struct SinkInner {
     tx: Option<broadcast::Sender<EventRecord>>,
     /// Events kept for the first subscriber (`events_from_start`), until it comes.
     backlog: Option<Backlog>,
-}
-
-/// One event of the backlog, without its run id (the sink's) and sequence
-/// number (the backlog holds events 1..=n, in order). A run nobody watches yet
-/// keeps ~6 events a step until somebody subscribes, so the common ones are
-/// stored by their parts (24 bytes instead of a 120-byte [`EventRecord`]) and a
-/// step's budget snapshot by what was spent (its limits are the run's, kept
-/// once); anything else is boxed.
-#[derive(Debug)]
-enum Kept {
-    StepStarted(u64),
-    Decision(u64, Arc<Decision>),
-    Finished(u64, Arc<ResultEnvelope>),
-    StateUpdated(u64),
-    /// A snapshot equal to `BudgetSnapshot::new(limits, spent, elapsed_ms)` with
-    /// the backlog's limits: its index in [`Backlog::spends`].
-    Budget(u32),
-    /// A snapshot with other limits (not emitted today, kept exactly all the same).
-    BudgetBoxed(Box<BudgetSnapshot>),
-    Other(Box<RunEvent>),
-}
-
-#[derive(Debug, Default)]
-struct Backlog {
-    kept: Vec<Kept>,
-    /// (spent, elapsed ms) of the kept budget snapshots.
-    spends: Vec<(Usage, u64)>,
-    /// The limits of the first budget snapshot kept.
-    limits: Option<BudgetLimits>,
-}
-
-impl Backlog {
-    fn len(&self) -> usize {
-        self.kept.len()
-    }
-
-    fn push(&mut self, event: RunEvent) {
-        // `RunEvent` is `#[non_exhaustive]`: every other event, known or new,
-        // is kept whole.
-        #[allow(clippy::wildcard_enum_match_arm)]
-        let kept = match event {
-            RunEvent::StepStarted { step } => Kept::StepStarted(step),
-            RunEvent::DecisionMade { step, decision } => Kept::Decision(step, decision),
-            RunEvent::ToolCallFinished { step, result } => Kept::Finished(step, result),
-            RunEvent::StateUpdated { version } => Kept::StateUpdated(version),
-            RunEvent::BudgetSpent { budget } => {
-                let limits = *self.limits.get_or_insert(budget.limits);
-                let rebuilt = BudgetSnapshot::new(limits, budget.spent, budget.elapsed_ms);
-                match u32::try_from(self.spends.len()) {
-                    Ok(i) if rebuilt == *budget => {
-                        self.spends.push((budget.spent, budget.elapsed_ms));
-                        Kept::Budget(i)
-                    }
-                    _ => Kept::BudgetBoxed(budget),
-                }
-            }
-            other @ (RunEvent::TokenDelta { .. }
-            | RunEvent::ToolCallStarted { .. }
-            | RunEvent::ToolProgress { .. }
-            | RunEvent::InputApplied { .. }
-            | RunEvent::AwaitingApproval { .. }
-            | RunEvent::AwaitingDecision { .. }
-            | RunEvent::StepInterrupted { .. }
-            | RunEvent::TickSkipped { .. }
-            | RunEvent::RunStopped { .. }
-            | _) => Kept::Other(Box::new(other)),
-        };
-        self.kept.push(kept);
-    }
-
-    /// The kept events as the records a live subscriber would have received.
-    fn into_records(self, run_id: &Arc<str>) -> impl Iterator<Item = EventRecord> + '_ {
-        let Backlog {
-            kept,
-            spends,
-            limits,
-        } = self;
-        kept.into_iter().zip(1u64..).map(move |(kept, seq)| {
-            let event = match kept {
-                Kept::StepStarted(step) => RunEvent::StepStarted { step },
-                Kept::Decision(step, decision) => RunEvent::DecisionMade { step, decision },
-                Kept::Finished(step, result) => RunEvent::ToolCallFinished { step, result },
-                Kept::StateUpdated(version) => RunEvent::StateUpdated { version },
-                Kept::Budget(i) => {
-                    let (spent, elapsed_ms) = spends[i as usize];
-                    RunEvent::BudgetSpent {
-                        budget: Box::new(BudgetSnapshot::new(
-                            limits.unwrap_or_default(),
-                            spent,
-                            elapsed_ms,
-                        )),
-                    }
-                }
-                Kept::BudgetBoxed(budget) => RunEvent::BudgetSpent { budget },
-                Kept::Other(event) => *event,
-            };
-            EventRecord {
-                run_id: Arc::clone(run_id),
-                seq,
-                event,
-            }
-        })
-    }
 }
 
 /// A tool's progress report becomes a `tool_progress` event.
@@ -282,6 +180,9 @@ impl EventSink {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use agentry_protocol::budget::{BudgetLimits, BudgetSnapshot, Usage};
+    use agentry_protocol::decision::Decision;
+    use agentry_protocol::envelope::ResultEnvelope;
     use agentry_protocol::stop::StopReason;
     use agentry_protocol::trace::RunInput;
 
@@ -289,8 +190,18 @@ mod tests {
         RunRedaction::for_tests()
     }
 
+    fn result(id: &str) -> Arc<ResultEnvelope> {
+        Arc::new(ResultEnvelope::success(
+            id,
+            "add",
+            serde_json::json!(2),
+            Vec::new(),
+        ))
+    }
+
     /// Every kind of event, the budget snapshots among them consistent with the
-    /// run's limits, tampered with, and under other limits.
+    /// run's limits, tampered with, and under other limits; then those past
+    /// what the backlog packs small.
     fn events() -> Vec<RunEvent> {
         let limits = BudgetLimits {
             max_steps: Some(10),
@@ -303,7 +214,7 @@ mod tests {
             max_steps: Some(20),
             ..limits
         };
-        vec![
+        let mut all = vec![
             RunEvent::StepStarted { step: 1 },
             RunEvent::DecisionMade {
                 step: 1,
@@ -319,12 +230,7 @@ mod tests {
             },
             RunEvent::ToolCallFinished {
                 step: 1,
-                result: Arc::new(ResultEnvelope::success(
-                    "c1",
-                    "add",
-                    serde_json::json!(2),
-                    Vec::new(),
-                )),
+                result: result("c1"),
             },
             RunEvent::StateUpdated { version: 1 },
             RunEvent::BudgetSpent {
@@ -339,6 +245,9 @@ mod tests {
             RunEvent::BudgetSpent {
                 budget: Box::new(BudgetSnapshot::new(other_limits, spent, 7)),
             },
+        ];
+        all.extend(past_packing(limits));
+        all.extend([
             RunEvent::TokenDelta {
                 step: 2,
                 text: "he".into(),
@@ -349,6 +258,45 @@ mod tests {
             },
             RunEvent::RunStopped {
                 stop_reason: StopReason::Done,
+            },
+        ]);
+        all
+    }
+
+    /// Spends past `u32`, a step past it (the backlog keeps steps as `u32`),
+    /// a long non-ASCII call id and an empty tool name.
+    fn past_packing(limits: BudgetLimits) -> Vec<RunEvent> {
+        let huge = Usage {
+            steps: u64::MAX,
+            tool_calls: 1 << 35,
+            tokens_in: 300,
+            tokens_out: 127,
+            cost_micros: 128,
+            retries: 2,
+            ticks: 3,
+            cache_read_tokens: u64::MAX - 1,
+            cache_write_tokens: 9,
+        };
+        let late = u64::from(u32::MAX) + 1;
+        vec![
+            RunEvent::BudgetSpent {
+                budget: Box::new(BudgetSnapshot::new(limits, huge, u64::MAX)),
+            },
+            RunEvent::ToolCallStarted {
+                step: late,
+                tool_call_id: "c-ünï-☃".repeat(40),
+                tool: String::new(),
+                attempt: u32::MAX,
+            },
+            RunEvent::DecisionMade {
+                step: late,
+                decision: Arc::new(Decision::Final {
+                    answer: "late".into(),
+                }),
+            },
+            RunEvent::ToolCallFinished {
+                step: late,
+                result: result("c-late"),
             },
         ]
     }

@@ -77,8 +77,12 @@ async fn process_exit(process: Watched, handle: RunHandle) -> Result<(), TestErr
 /// nothing the run does from here on, its stop included, is committed), then
 /// the executor, whose call in flight is dropped without an outcome.
 async fn crash(handle: &RunHandle) {
-    let _ = handle.actors().state.kill_and_wait(Some(WAIT)).await;
-    handle.actors().executor.kill();
+    // Taken once: a run whose state keeper is gone stops, and its handle
+    // then lets its actors go (a run already stopped has none to kill).
+    if let Some(actors) = handle.actors() {
+        let _ = actors.state.kill_and_wait(Some(WAIT)).await;
+        actors.executor.kill();
+    }
     let _ = tokio::time::timeout(WAIT, handle.wait()).await;
 }
 

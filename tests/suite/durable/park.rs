@@ -82,7 +82,8 @@ async fn a_parked_call_stays_parked_when_its_process_goes_away() -> Result<(), T
     // committed through it) and the cancellation reaches the parked call.
     let mut second = resume_parked(&db, &run_id, &script).await?;
     let mut events = second.handle.subscribe();
-    let _ = second.handle.actors().state.kill_and_wait(Some(WAIT)).await;
+    let actors = second.handle.actors().expect("the resumed run is parked");
+    let _ = actors.state.kill_and_wait(Some(WAIT)).await;
     second.handle.abort();
     executor_answered(&mut events, "p1").await?;
     crash(&second.handle).await;
@@ -118,7 +119,8 @@ async fn a_call_cut_short_by_cancellation_keeps_its_intent() -> Result<(), TestE
     let mut events = first.handle.subscribe();
     // The state keeper goes first (nothing more is committed through it), then
     // the cancellation reaches the call in flight.
-    let _ = first.handle.actors().state.kill_and_wait(Some(WAIT)).await;
+    let actors = first.handle.actors().expect("the run is in a call");
+    let _ = actors.state.kill_and_wait(Some(WAIT)).await;
     first.handle.abort();
     assert!(
         first.call.abandoned(WAIT).await,
@@ -203,7 +205,11 @@ async fn a_call_lost_with_its_executor_is_not_rerun_silently() -> Result<(), Tes
         .await?;
     let mut events = handle.subscribe();
     let _call = held.next_call(WAIT).await?;
-    handle.actors().executor.kill();
+    handle
+        .actors()
+        .expect("the run is in a call")
+        .executor
+        .kill();
     wait_for_event(
         &mut events,
         |e| matches!(&e.event, RunEvent::AwaitingDecision { call, .. } if call.id == "p1"),

@@ -8,7 +8,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::lineage::Lineage;
 use super::msg::Posted;
-use super::outcome::{ActorRefs, RunOutcome};
+use super::outcome::{LiveActors, RunOutcome};
 use crate::config::RunConfig;
 use crate::durable::RunLog;
 use crate::events::EventSink;
@@ -30,15 +30,16 @@ pub struct ConductorArgs {
     /// The run's token (a child of the runtime's).
     pub run_token: CancellationToken,
     /// Where the outcome is published.
-    pub outcome: watch::Sender<Option<RunOutcome>>,
+    pub outcome: watch::Sender<Option<Box<RunOutcome>>>,
     /// Where events are published.
     pub events: EventSink,
     /// The trace writer, opened before the run starts so a bad path is an error
     /// for the caller, not a failed actor.
     pub trace: Option<TraceWriter>,
-    /// Receives the four actors' addresses once they run, so a handle can read
-    /// state without waiting for the conductor's step to end.
-    pub actors: Option<tokio::sync::oneshot::Sender<ActorRefs>>,
+    /// Where the run's handles find its actors: filled as they start (so a
+    /// handle can read state without waiting for the conductor's step to
+    /// end), emptied when the run stops.
+    pub(crate) live: LiveActors,
     /// Where this run sits in an agent tree.
     pub lineage: Lineage,
     /// The run's `invoke_agent` span (disabled when nobody wants spans).

@@ -73,6 +73,7 @@ impl ConductorState {
         let args = self.children.executor_args.clone();
         match Actor::spawn_linked(None, ToolExecutor, args, myself.get_cell()).await {
             Ok((executor, _)) => {
+                self.wiring.live.replace_executor(&executor);
                 self.children.executor = executor;
                 if self.phase.executor_restarted() {
                     let _ = myself.cast(ConductorMsg::Step);

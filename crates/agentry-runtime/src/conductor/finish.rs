@@ -154,7 +154,9 @@ impl ConductorState {
             });
         }
         drop(self.wiring.claim.take());
-        self.wiring.outcome.send_replace(Some(outcome));
+        self.wiring.outcome.send_replace(Some(Box::new(outcome)));
+        // After the outcome: a handle that finds no actors finds the outcome.
+        self.wiring.live.release();
         self.stop_children(myself);
     }
 

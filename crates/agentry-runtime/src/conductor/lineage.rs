@@ -14,8 +14,9 @@ use crate::budget::BudgetMsg;
 pub struct ParentRun {
     /// The parent's run id.
     pub run_id: Arc<str>,
-    /// The parent's budget supervisor.
-    pub budget: ActorRef<BudgetMsg>,
+    /// The parent's budget supervisor; `None` when the parent had stopped
+    /// before this child was regrown under it (nothing is charged up then).
+    pub budget: Option<ActorRef<BudgetMsg>>,
     /// The tree's root run id (`gen_ai.conversation.id` of every run in it).
     pub root_id: Arc<str>,
     /// The span the child's `invoke_agent` span nests under: the parent's

@@ -36,9 +36,8 @@ mod ticker;
 
 pub use args::{ConductorArgs, Restore};
 pub use lineage::{Lineage, ParentRun};
-pub(crate) use msg::ConductorPost;
 pub use msg::{ConductorMsg, Posted};
-pub(crate) use outcome::ActorRefs;
+pub(crate) use outcome::LiveActors;
 pub use outcome::{RunActors, RunOutcome};
 pub(crate) use span::run_span;
 pub use state::ConductorState;

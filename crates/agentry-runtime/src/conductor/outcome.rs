@@ -1,6 +1,7 @@
 //! What an embedder gets back from a run: its outcome, and its actors' addresses.
 
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 
 use agentry_protocol::accept::CheckOutcome;
 use agentry_protocol::budget::BudgetSnapshot;
@@ -9,6 +10,7 @@ use agentry_protocol::stop::StopReason;
 use ractor::{ActorCell, ActorRef};
 use serde::Serialize;
 
+use super::msg::ConductorPost;
 use crate::budget::BudgetMsg;
 use crate::executor::ExecutorMsg;
 use crate::policy::PolicyMsg;
@@ -56,11 +58,75 @@ pub(crate) struct ActorRefs {
     pub(crate) budget: ActorRef<BudgetMsg>,
 }
 
+/// The run's actors as its handles reach them while it runs: one slot shared
+/// by every clone of its handles, filled by the conductor as it starts and
+/// emptied once the outcome is published. A stopped run's actors have ended,
+/// but each address keeps its actor's four mailboxes allocated (~4.7 KB): a
+/// handle kept for the outcome must not keep them (~23 KB per run).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct LiveActors(Arc<Mutex<Option<Live>>>);
+
+/// The addresses [`LiveActors`] holds while the run runs.
+#[derive(Debug, Clone)]
+pub(crate) struct Live {
+    /// Every message to the conductor is counted (see `Posted`).
+    pub(crate) conductor: ConductorPost,
+    /// The state is read from the state keeper directly (it never blocks),
+    /// not through the conductor, which may be mid-step.
+    pub(crate) actors: ActorRefs,
+}
+
+impl LiveActors {
+    /// Fills the slot.
+    pub(crate) fn set(&self, live: Live) {
+        if let Ok(mut slot) = self.0.lock() {
+            *slot = Some(live);
+        }
+    }
+
+    /// A restarted executor's address replaces the dead one's.
+    pub(crate) fn replace_executor(&self, executor: &ActorRef<ExecutorMsg>) {
+        if let Ok(mut slot) = self.0.lock()
+            && let Some(live) = slot.as_mut()
+        {
+            live.actors.executor = executor.clone();
+        }
+    }
+
+    /// Empties the slot: the run has stopped.
+    pub(crate) fn release(&self) {
+        let taken = self.0.lock().ok().and_then(|mut slot| slot.take());
+        // Dropped outside the lock: the last address frees the mailboxes.
+        drop(taken);
+    }
+
+    /// `f` on the addresses, or `None` once the run has stopped.
+    pub(crate) fn with<R>(&self, f: impl FnOnce(&Live) -> R) -> Option<R> {
+        self.0.lock().ok()?.as_ref().map(f)
+    }
+
+    /// The conductor, while the run runs.
+    pub(crate) fn conductor(&self) -> Option<ConductorPost> {
+        self.with(|l| l.conductor.clone())
+    }
+
+    /// The state keeper, while the run runs.
+    pub(crate) fn state(&self) -> Option<ActorRef<StateMsg>> {
+        self.with(|l| l.actors.state.clone())
+    }
+
+    /// The budget supervisor, while the run runs.
+    pub(crate) fn budget(&self) -> Option<ActorRef<BudgetMsg>> {
+        self.with(|l| l.actors.budget.clone())
+    }
+}
+
 /// The run's four actors, as spawned. For embedders that want actor-level
 /// access (supervision, diagnostics, killing one to test a crash); their
 /// message types stay private, so a cell can be watched or stopped but not
-/// sent to. The executor may be replaced by a restart later; the others live
-/// as long as the run.
+/// sent to. The executor may be replaced by a restart later (a handle's next
+/// `actors()` gives the new one); the others live as long as the run. Cells
+/// kept after the run stopped keep their mailboxes allocated: drop them.
 #[derive(Debug, Clone)]
 pub struct RunActors {
     /// The policy actor.

@@ -11,6 +11,7 @@ use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, SpawnErr};
 
 use super::args::ConductorArgs;
 use super::msg::{ConductorMsg, ConductorPost};
+use super::outcome::Live;
 use super::phase::Phase;
 use super::state::{Children, ConductorState, Wiring};
 use super::ticker::Ticker;
@@ -76,9 +77,10 @@ pub(super) async fn start(
         state,
         budget,
     };
-    if let Some(tx) = args.actors.take() {
-        let _ = tx.send(children.actors());
-    }
+    args.live.set(Live {
+        conductor: ConductorPost::new(myself.clone(), args.posted.clone()),
+        actors: children.actors(),
+    });
     let wiring = Wiring {
         durable: args.log.is_some(),
         run_id: args.run_id,
@@ -89,8 +91,9 @@ pub(super) async fn start(
         events: args.events,
         trace: args.trace,
         parent_id: args.lineage.parent.as_ref().map(|p| Arc::clone(&p.run_id)),
-        parent_budget: args.lineage.parent.map(|p| p.budget),
+        parent_budget: args.lineage.parent.and_then(|p| p.budget),
         posted: args.posted,
+        live: args.live,
         gauge: args.gauge,
         cut: args.cut,
         traceparent,
@@ -125,10 +128,15 @@ fn budget_args(args: &ConductorArgs, clock: RunClock, allowance: ToolCallAllowan
             .unwrap_or_default(),
         run_token: args.run_token.clone(),
         clock,
-        parent: args.lineage.parent.as_ref().map(|p| ParentLink {
-            budget: p.budget.clone(),
-            child_id: args.run_id.to_string(),
-        }),
+        parent: args
+            .lineage
+            .parent
+            .as_ref()
+            .and_then(|p| p.budget.clone())
+            .map(|budget| ParentLink {
+                budget,
+                child_id: args.run_id.to_string(),
+            }),
         allowance,
         tree: args.config.tree,
         delegated: args

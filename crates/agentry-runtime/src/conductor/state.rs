@@ -11,7 +11,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::msg::Posted;
-use super::outcome::{ActorRefs, RunOutcome};
+use super::outcome::{ActorRefs, LiveActors, RunOutcome};
 use super::phase::Phase;
 use super::ticker::Ticker;
 use crate::budget::{BudgetMsg, ToolCallAllowance};
@@ -66,7 +66,7 @@ pub(super) struct Wiring {
     /// published (and, declared first, dropped before it if the conductor dies),
     /// so whoever sees the run end here can resume it in this process.
     pub(super) claim: Option<crate::owner::Claim>,
-    pub(super) outcome: watch::Sender<Option<RunOutcome>>,
+    pub(super) outcome: watch::Sender<Option<Box<RunOutcome>>>,
     pub(super) events: EventSink,
     pub(super) trace: Option<TraceWriter>,
     /// Parent run id, for the trace.
@@ -75,6 +75,8 @@ pub(super) struct Wiring {
     pub(super) parent_budget: Option<ActorRef<BudgetMsg>>,
     /// Messages posted from outside (see [`Posted`]).
     pub(super) posted: Posted,
+    /// Where the run's handles find its actors (emptied when it stops).
+    pub(super) live: LiveActors,
     /// The run's inbox bound: the slots of inputs in `pending` (`unseen` of
     /// them) are given back when a decision takes them.
     pub(super) gauge: Arc<crate::inbox::InboxGauge>,
@@ -112,8 +114,9 @@ pub struct ConductorState {
     pub(super) wake_pending: bool,
     /// Timer state of a time-driven agent.
     pub(super) ticks: Option<Ticker>,
-    /// A resumed run's decided-but-unapplied step, acted on again first.
-    pub(super) in_flight: Option<InFlight>,
+    /// A resumed run's decided-but-unapplied step, acted on again first
+    /// (boxed: ~470 bytes, and only a resumed run has one).
+    pub(super) in_flight: Option<Box<InFlight>>,
     /// A resumed run whose last step ended it: finish that, take no new step.
     pub(super) ending: Option<Ending>,
     /// Where this run takes its tool calls from, and how many it took (see

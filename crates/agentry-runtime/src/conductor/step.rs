@@ -79,7 +79,7 @@ impl ConductorState {
         match (self.ending.take(), self.in_flight.take()) {
             (Some(Ending::Verify { answer }), _) => self.verify(answer).await,
             (Some(Ending::Stop { reason, detail }), _) => Flow::stop(reason, detail),
-            (None, Some(in_flight)) => self.act_again(in_flight).await,
+            (None, Some(in_flight)) => self.act_again(*in_flight).await,
             (None, None) => self.run_steps().await,
         }
     }

@@ -27,8 +27,9 @@ pub struct Progress {
     pub tool_calls: u64,
     /// The most recent step fingerprints (no-progress window), oldest first.
     pub fingerprints: Vec<u64>,
-    /// A decided step not yet applied.
-    pub in_flight: Option<InFlight>,
+    /// A decided step not yet applied. Boxed: set only between a step's
+    /// decision and its record, and ~470 bytes inline in every run's state.
+    pub in_flight: Option<Box<InFlight>>,
     /// The last applied step ends the run (an answer to verify, or a stop already
     /// decided) but the stop is not on disk yet: a resumed run does only that.
     #[serde(default)]

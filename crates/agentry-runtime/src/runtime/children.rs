@@ -30,8 +30,9 @@ pub(crate) struct RunChildren {
     runtime: Runtime,
     workdir: std::path::PathBuf,
     /// The run's own handle; set right after the run starts, which can be after
-    /// its first step has begun.
-    parent: tokio::sync::watch::Sender<Option<RunHandle>>,
+    /// its first step has begun. Boxed: the channel is allocated for every
+    /// run, children or not.
+    parent: tokio::sync::watch::Sender<Option<Box<RunHandle>>>,
     /// By id and by name.
     children: Mutex<HashMap<String, ChildRef>>,
     /// The child each `agent.spawn` (by its operation id) started.
@@ -128,7 +129,7 @@ impl RunChildren {
 
     /// Called once the run's handle exists.
     pub(crate) fn set_parent(&self, handle: RunHandle) {
-        self.parent.send_replace(Some(handle));
+        self.parent.send_replace(Some(Box::new(handle)));
     }
 }
 
@@ -178,9 +179,11 @@ impl AgentDesk for RunChildren {
         // is reserved (same sender, so in that order; see `HoldRelease`).
         let id = uuid::Uuid::now_v7().to_string();
         config.run_id = Some(id.clone());
-        let _ = parent.actors.budget.cast(BudgetMsg::HoldRelease {
-            child_id: id.clone(),
-        });
+        if let Some(budget) = parent.live.budget() {
+            let _ = budget.cast(BudgetMsg::HoldRelease {
+                child_id: id.clone(),
+            });
+        }
         config.task_id = request
             .name
             .clone()
@@ -305,8 +308,10 @@ impl RunChildren {
     /// returns to this run now (sent before `left_to_delegate` is asked, from
     /// the same task, so counted in it).
     fn collect(&self, child_id: &str) {
-        if let Some(parent) = self.parent.borrow().as_ref() {
-            let _ = parent.actors.budget.cast(BudgetMsg::Collect {
+        if let Some(parent) = self.parent.borrow().as_ref()
+            && let Some(budget) = parent.live.budget()
+        {
+            let _ = budget.cast(BudgetMsg::Collect {
                 child_id: child_id.to_string(),
             });
         }

@@ -7,8 +7,8 @@ use std::sync::atomic::AtomicU64;
 
 use agentry_protocol::trace::RunInput;
 use agentry_store::{InboxRecord, TimerRecord};
-use ractor::{Actor, ActorRef};
-use tokio::sync::{oneshot, watch};
+use ractor::Actor;
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::Runtime;
@@ -18,8 +18,8 @@ use super::record::{Resumed, create_record, fresh_mark};
 use crate::ask::ask;
 use crate::budget::BudgetMsg;
 use crate::conductor::{
-    ActorRefs, Conductor, ConductorArgs, ConductorMsg, ConductorPost, Lineage, ParentRun, Posted,
-    Restore, run_span,
+    Conductor, ConductorArgs, ConductorMsg, Lineage, LiveActors, ParentRun, Posted, Restore,
+    run_span,
 };
 use crate::config::{RunConfig, TreeLimits};
 use crate::durable::RunLog;
@@ -219,7 +219,11 @@ impl Runtime {
             .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
         let child_id = run_id.clone();
         let request = config.limits;
-        let grant = ask(&parent.actors.budget, |reply| BudgetMsg::Reserve {
+        let parent_budget = parent
+            .live
+            .budget()
+            .ok_or_else(|| refuse(parent, ChildRefusal::ParentStopped))?;
+        let grant = ask(&parent_budget, |reply| BudgetMsg::Reserve {
             child_id,
             request,
             reply,
@@ -232,7 +236,7 @@ impl Runtime {
         let lineage = Lineage {
             parent: Some(ParentRun {
                 run_id: Arc::clone(&parent.run_id),
-                budget: parent.actors.budget.clone(),
+                budget: Some(parent_budget.clone()),
                 root_id: root_of(parent),
                 span,
             }),
@@ -266,10 +270,7 @@ impl Runtime {
             }),
             // Nothing runs: the reservation goes back.
             Err(_) => {
-                let _ = parent
-                    .actors
-                    .budget
-                    .cast(BudgetMsg::Release { child_id: run_id });
+                let _ = parent_budget.cast(BudgetMsg::Release { child_id: run_id });
             }
         }
         started
@@ -316,7 +317,7 @@ impl Runtime {
             config.workdir.clone(),
             !adopting,
         ));
-        let (actors_tx, actors_rx) = oneshot::channel();
+        let live = LiveActors::default();
         let posted = Posted::default();
         let gauge = Arc::new(InboxGauge::new(config.inbox_capacity));
         let cut = StepCut::new(&run_token);
@@ -330,22 +331,21 @@ impl Runtime {
             outcome: outcome_tx,
             events: events.clone(),
             trace,
-            actors: Some(actors_tx),
+            live: live.clone(),
             lineage: lineage.clone(),
             span,
             agents: Arc::clone(&children) as Arc<dyn agentry_tools::agents::AgentDesk>,
             log: log.clone(),
             restore: stored.restore,
-            posted: posted.clone(),
+            posted,
             gauge: Arc::clone(&gauge),
             claim: stored.claim,
             cut: cut.clone(),
         });
-        let (conductor, actors) = spawn_conductor(&run_id, args, actors_rx).await?;
+        spawn_conductor(&run_id, args).await?;
         let handle = RunHandle {
             run_id,
-            conductor: ConductorPost::new(conductor, posted),
-            actors,
+            live,
             run_token,
             cut,
             outcome: outcome_rx,
@@ -472,7 +472,11 @@ async fn admit_child(parent: &RunHandle, config: &RunConfig) -> Result<u32, Runt
             },
         ));
     }
-    let live = ask(&parent.actors.budget, BudgetMsg::LiveChildren)
+    let budget = parent
+        .live
+        .budget()
+        .ok_or_else(|| refuse(parent, ChildRefusal::ParentStopped))?;
+    let live = ask(&budget, BudgetMsg::LiveChildren)
         .await
         .map_err(|e| refuse(parent, ChildRefusal::ParentGone(e)))?;
     if live >= parent.tree.max_children {
@@ -495,27 +499,17 @@ async fn admit_child(parent: &RunHandle, config: &RunConfig) -> Result<u32, Runt
     Ok(depth)
 }
 
-/// Spawns the conductor and waits for the addresses of the actors it spawned.
-async fn spawn_conductor(
-    run_id: &str,
-    args: Box<ConductorArgs>,
-    actors: oneshot::Receiver<ActorRefs>,
-) -> Result<(ActorRef<ConductorMsg>, ActorRefs), RuntimeError> {
-    let (conductor, _) =
-        Actor::spawn(None, Conductor, args)
-            .await
-            .map_err(|e| RuntimeError::Spawn {
-                run_id: run_id.to_string(),
-                actor: "conductor",
-                message: e.to_string(),
-            })?;
-    // The conductor's pre_start has run, so the address is there already.
-    let actors = actors.await.map_err(|_| RuntimeError::Spawn {
-        run_id: run_id.to_string(),
-        actor: "conductor",
-        message: "the conductor did not report its actors".to_string(),
-    })?;
-    Ok((conductor, actors))
+/// Spawns the conductor. Its `pre_start` has spawned the other actors and
+/// put every address in the run's [`LiveActors`] when this returns.
+async fn spawn_conductor(run_id: &str, args: Box<ConductorArgs>) -> Result<(), RuntimeError> {
+    Actor::spawn(None, Conductor, args)
+        .await
+        .map_err(|e| RuntimeError::Spawn {
+            run_id: run_id.to_string(),
+            actor: "conductor",
+            message: e.to_string(),
+        })?;
+    Ok(())
 }
 
 /// A resumed run's inputs accepted before the restart but never applied, in
@@ -528,10 +522,12 @@ fn deliver_stored(handle: &RunHandle, inbox: Vec<InboxRecord>, timers: Vec<Timer
                 if crate::inbox::takes_slot(&input) {
                     handle.gauge.force_take();
                 }
-                let _ = handle.conductor.cast(ConductorMsg::StoredInput {
-                    source: crate::state::InputSource::Inbox(seq),
-                    input,
-                });
+                if let Some(conductor) = handle.live.conductor() {
+                    let _ = conductor.cast(ConductorMsg::StoredInput {
+                        source: crate::state::InputSource::Inbox(seq),
+                        input,
+                    });
+                }
             }
             Err(e) => {
                 tracing::warn!(run_id = %handle.run_id, seq, error = %e, "an inbox entry does not parse; dropped");

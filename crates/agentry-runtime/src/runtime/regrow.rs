@@ -113,7 +113,7 @@ impl Place {
         let lineage = Lineage {
             parent: Some(ParentRun {
                 run_id: std::sync::Arc::clone(&parent.run_id),
-                budget: parent.actors.budget.clone(),
+                budget: parent.live.budget(),
                 root_id: super::launch::root_of(parent),
                 // The spawning span is gone: the child rejoins its trace
                 // through the traceparent stored in its configuration.

@@ -167,7 +167,7 @@ impl RunState {
             StateUpdate::TicksSkipped(n) => self.ticks_skipped += n,
             StateUpdate::Decided(in_flight) => {
                 self.progress.steps = in_flight.step;
-                self.progress.in_flight = Some(*in_flight);
+                self.progress.in_flight = Some(in_flight);
             }
             StateUpdate::Step(step) => self.apply_step(*step),
             StateUpdate::Stopped { reason, spent } => self.apply_stopped(reason, spent),
