@@ -140,6 +140,7 @@ mod config;
 mod env;
 mod exits;
 mod fence;
+mod refusal;
 mod group;
 mod run;
 mod server;
