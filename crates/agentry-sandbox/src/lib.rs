@@ -1,0 +1,48 @@
+//! A kernel sandbox around every process a model can drive.
+//!
+//! A task asks for a [`SandboxSpec`] (`[sandbox]` in task.toml); the host says
+//! where things are ([`SandboxPlaces`]); [`Sandbox::prepare`] checks that the
+//! kernel can enforce it (never a silent downgrade: [`SandboxError::Unsupported`])
+//! and builds everything that allocates — the seccomp filter, the path strings
+//! — once. [`Sandbox::call`] makes the call's private `TMPDIR` and its Landlock
+//! ruleset; [`CallSandbox::apply`] registers the `pre_exec` step that, between
+//! fork and exec, only makes syscalls on that prepared data.
+//!
+//! In the child (Linux): a user, mount and PID namespace; empty read-only
+//! mounts over denied directories and `/dev/null` over denied files; `.git/`
+//! and `.agentry/` read-only; a fork so the command is pid 1 of its own PID
+//! namespace (when it exits the kernel kills everything it started, `setsid`
+//! or not) while the process the host spawned waits and passes its status on;
+//! rlimits, `no_new_privs`, capabilities dropped, the Landlock ruleset, and
+//! the seccomp filter last.
+//!
+//! `mode = "off"` needs nothing from the kernel: the call still gets its
+//! private `TMPDIR` (made and removed the same way), and nothing else changes.
+//!
+//! Layout: `spec` (what a task asks, serde), `places`, `probe`, `sandbox`
+//! (prepare/call/apply), `enforce` (the parent-side building: Landlock,
+//! seccomp, mount plan) and `child` (the `unsafe` syscalls after fork).
+//!
+//! ```
+//! use agentry_sandbox::{Mode, SandboxSpec};
+//! let spec: SandboxSpec = serde_json::from_str(r#"{"network": ["example.org:443"], "memory": "1GiB"}"#).unwrap();
+//! assert_eq!(spec.mode, Mode::WorkspaceWrite);
+//! assert_eq!(spec.limits().memory.0, 1 << 30);
+//! ```
+
+mod enforce;
+mod error;
+mod places;
+mod probe;
+mod sandbox;
+mod spec;
+
+pub use error::SandboxError;
+pub use places::{SandboxPlaces, default_read_deny};
+pub use probe::{KernelSupport, probe};
+pub use sandbox::{CallSandbox, Sandbox};
+pub use spec::{
+    ByteSize, DEFAULT_CPU_TIME, DEFAULT_FILE_SIZE, DEFAULT_MEMORY, DEFAULT_PROCESSES, HostPort,
+    Limits, Mode, NETWORK_BY_PORT_NOTE, Network, SandboxOverride, SandboxSpec, SandboxSummary,
+    parse_duration,
+};
