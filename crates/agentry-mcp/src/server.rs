@@ -534,6 +534,11 @@ fn check_config(config: &McpServerConfig) -> Result<(), McpError> {
             if !(url.starts_with("http://") || url.starts_with("https://")) {
                 return Err(bad(&format!("the url {url} is not http:// or https://")));
             }
+            if config.sandbox.is_some() {
+                return Err(bad(
+                    "sandbox is only for a stdio server (agentry starts no process for a url)",
+                ));
+            }
         }
     }
     Ok(())
@@ -551,6 +556,17 @@ struct McpServerTool {
 impl Tool for McpServerTool {
     fn contract(&self) -> ToolContract {
         self.contract.clone()
+    }
+
+    /// A stdio server's tools run in its process, under its sandbox.
+    fn sandbox(&self) -> Option<agentry_sandbox::SandboxOverride> {
+        let config = self.server.config();
+        match &config.transport {
+            crate::config::McpTransport::Stdio { .. } => {
+                Some(config.sandbox.clone().unwrap_or_default())
+            }
+            crate::config::McpTransport::Http { .. } => None,
+        }
     }
 
     async fn call(&self, args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {

@@ -141,6 +141,7 @@ mod env;
 mod exits;
 mod fence;
 mod refusal;
+mod sandbox;
 mod group;
 mod run;
 mod server;
@@ -157,6 +158,7 @@ pub use env::{
 };
 pub use fence::{FenceError, Fenced, fence};
 pub use run::{reap_orphans_here, run_command, survive_file_size_limit};
+pub use sandbox::RunSandboxes;
 pub use server::ServerProcess;
 pub use warden::{WARDEN_NAME, warden_pid};
 
@@ -219,6 +221,10 @@ impl Tool for ProcTool {
         self.config.term_grace + std::time::Duration::from_millis(25)
     }
 
+    fn sandbox(&self) -> Option<agentry_sandbox::SandboxOverride> {
+        Some(agentry_sandbox::SandboxOverride::default())
+    }
+
     fn contract(&self) -> ToolContract {
         ToolContract::new(
             RUN_TOOL,
@@ -263,6 +269,7 @@ impl Tool for ProcTool {
             stdin: args.stdin,
             cwd,
             env,
+            sandbox: agentry_sandbox::SandboxOverride::default(),
         };
         run(invocation, &self.config, ctx).await
     }

@@ -80,7 +80,8 @@ impl Refusal {
     pub(crate) fn to_error(&self, data: &serde_json::Value) -> ToolError {
         let (what, action) = self.words();
         let message = format!(
-            "the sandbox refused {what}; the process's result: {}",
+            "the sandbox refused {what} (task.toml `[sandbox] {}`); the process's result: {}",
+            self.key(),
             serde_json::to_string(data).unwrap_or_default()
         );
         ToolError::new(ErrorCode::Esandbox, message)
@@ -334,7 +335,9 @@ fn absolute(cwd: &Path, path: &str) -> PathBuf {
 
 fn path_refusal(marker: Marker, path: &Path, c: &Confinement) -> Option<Refusal> {
     let under = |roots: &[PathBuf]| roots.iter().any(|r| path.starts_with(r));
-    if under(&c.hidden) {
+    // A hidden root may hold this run's working directory (the runs root)
+    // or its TMPDIR: those stay visible.
+    if under(&c.hidden) && !path.starts_with(&c.workdir) && !under(&c.writable) {
         // A hidden file the host has: the process could not see it.
         return (path.exists() && marker != Marker::Family).then(|| Refusal::Read(path.into()));
     }
