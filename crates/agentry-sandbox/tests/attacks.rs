@@ -298,7 +298,7 @@ fn signal_the_host_and_another_process() {
 #[test]
 fn escape_through_a_new_user_namespace() {
     attack(&default(), |fixture, spec| {
-        let outcome = fixture.run(spec, "unshare -Ur true");
+        let outcome = fixture.run(spec, "unshare -U true");
         (outcome.ok(), outcome)
     });
 }
