@@ -30,16 +30,19 @@
 //! assert_eq!(spec.limits().memory.0, 1 << 30);
 //! ```
 
+mod child;
 mod enforce;
 mod error;
 mod places;
+mod plan;
 mod probe;
 mod sandbox;
 mod spec;
 
+pub use enforce::probe;
 pub use error::SandboxError;
 pub use places::{SandboxPlaces, default_read_deny};
-pub use probe::{KernelSupport, probe};
+pub use probe::{KernelSupport, REQUIRED_LANDLOCK_ABI};
 pub use sandbox::{CallSandbox, Sandbox};
 pub use spec::{
     ByteSize, DEFAULT_CPU_TIME, DEFAULT_FILE_SIZE, DEFAULT_MEMORY, DEFAULT_PROCESSES, HostPort,

@@ -4,6 +4,10 @@ use std::fmt;
 
 use serde::Serialize;
 
+/// Landlock ABI the sandbox needs: 6 has the signal and abstract-socket scopes
+/// (4 the TCP rules, 3 truncate, 2 link/rename across directories).
+pub const REQUIRED_LANDLOCK_ABI: u32 = 6;
+
 /// What this kernel offers the sandbox.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct KernelSupport {
@@ -15,16 +19,18 @@ pub struct KernelSupport {
     pub seccomp: bool,
     /// An unprivileged process can make user, mount and PID namespaces (tried in a child).
     pub namespaces: bool,
+    /// A `/proc` of the call's own PID namespace can be mounted (hides other processes).
+    pub fresh_proc: bool,
     /// Agentry runs as uid 0, for which the kernel never enforces `RLIMIT_NPROC`.
     pub running_as_root: bool,
+    /// Running as root: a writable pids cgroup bounds each call's processes instead.
+    pub pids_cgroup: bool,
 }
 
 impl KernelSupport {
     /// Everything the default sandbox needs is present.
     pub fn enforces_default(&self) -> bool {
-        self.landlock_abi >= crate::enforce::REQUIRED_LANDLOCK_ABI
-            && self.seccomp
-            && self.namespaces
+        self.landlock_abi >= REQUIRED_LANDLOCK_ABI && self.seccomp && self.namespaces
     }
 }
 
@@ -34,17 +40,19 @@ impl fmt::Display for KernelSupport {
         writeln!(f, "landlock ABI: {}", self.landlock_abi)?;
         writeln!(f, "seccomp filters: {}", yes_no(self.seccomp))?;
         writeln!(f, "user+mount+pid namespaces: {}", yes_no(self.namespaces))?;
+        writeln!(f, "fresh /proc per call: {}", yes_no(self.fresh_proc))?;
         writeln!(f, "running as root: {}", yes_no(self.running_as_root))?;
+        if self.running_as_root {
+            writeln!(
+                f,
+                "pids cgroup for the process limit: {}",
+                yes_no(self.pids_cgroup)
+            )?;
+        }
         write!(
             f,
             "default sandbox enforceable: {}",
             yes_no(self.enforces_default())
         )
     }
-}
-
-/// Probes this kernel: the Landlock ABI, seccomp, and namespaces (by trying
-/// them in a short-lived child process).
-pub fn probe() -> KernelSupport {
-    crate::enforce::probe()
 }
