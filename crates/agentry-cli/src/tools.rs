@@ -117,7 +117,10 @@ fn table(rows: &[ToolRow]) -> String {
     };
     let name_w = width(&mut shown.iter().map(|(n, _)| n), 4);
     let source_w = width(&mut shown.iter().map(|(_, s)| s), 6);
-    let sandboxes: Vec<String> = rows.iter().map(|r| sandbox_cell(r.sandbox.as_ref())).collect();
+    let sandboxes: Vec<String> = rows
+        .iter()
+        .map(|r| sandbox_cell(r.sandbox.as_ref()))
+        .collect();
     let sandbox_w = width(&mut sandboxes.iter(), 7);
     let mut out = format!(
         "{:name_w$}  {:source_w$}  {:21}  {:12}  {:8}  {:7}  {:sandbox_w$}  DESCRIPTION",

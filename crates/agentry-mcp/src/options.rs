@@ -58,7 +58,10 @@ impl std::fmt::Debug for StartOptions {
             .field("stderr_cap", &self.stderr_cap)
             .field("sampling", &self.sampling.is_some())
             .field("elicitation", &self.elicitation.is_some())
-            .field("sandbox", &self.sandbox.as_ref().map(|s| s.spec().summary()))
+            .field(
+                "sandbox",
+                &self.sandbox.as_ref().map(|s| s.spec().summary()),
+            )
             .finish()
     }
 }

@@ -72,12 +72,8 @@ pub fn prepare_sandboxes(
     registry: Option<&ToolRegistry>,
 ) -> Result<Arc<RunSandboxes>, RuntimeError> {
     let places = sandbox_places(workdir, host)?;
-    let sandboxes = RunSandboxes::prepare(spec.clone(), places).map_err(|source| {
-        RuntimeError::Sandbox {
-            tool: None,
-            source,
-        }
-    })?;
+    let sandboxes = RunSandboxes::prepare(spec.clone(), places)
+        .map_err(|source| RuntimeError::Sandbox { tool: None, source })?;
     for tool in registry.iter().flat_map(|r| r.tools()) {
         if let Some(over) = tool.tool.sandbox() {
             sandboxes

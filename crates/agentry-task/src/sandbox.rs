@@ -44,15 +44,24 @@ fn settings(at: &str, v: Value) -> Result<SandboxOverride, FieldError> {
     let key = |name: &str| format!("{at}.{name}");
     Ok(SandboxOverride {
         mode: raw.mode.map(|v| mode(&key("mode"), &v)).transpose()?,
-        network: raw.network.map(|v| network(&key("network"), v)).transpose()?,
+        network: raw
+            .network
+            .map(|v| network(&key("network"), v))
+            .transpose()?,
         write: raw.write.map(|v| paths(&key("write"), v)).transpose()?,
-        read_deny: raw.read_deny.map(|v| paths(&key("read_deny"), v)).transpose()?,
+        read_deny: raw
+            .read_deny
+            .map(|v| paths(&key("read_deny"), v))
+            .transpose()?,
         memory: raw.memory.map(|v| size(&key("memory"), &v)).transpose()?,
         processes: raw
             .processes
             .map(|v| positive(&key("processes"), &v))
             .transpose()?,
-        file_size: raw.file_size.map(|v| size(&key("file_size"), &v)).transpose()?,
+        file_size: raw
+            .file_size
+            .map(|v| size(&key("file_size"), &v))
+            .transpose()?,
         cpu_time: raw
             .cpu_time
             .map(|v| crate::values::duration(&key("cpu_time"), &v))
@@ -209,16 +218,46 @@ cpu_time = "30s"
     #[test]
     fn each_error_names_its_key() {
         for (text, expected) in [
-            ("[sandbox]\nmode = \"none\"", "sandbox.mode: expected \"workspace-write\", \"read-only\" or \"off\", found \"none\""),
-            ("[sandbox]\nnetwork = \"yes\"", "sandbox.network: expected false, true or an array"),
-            ("[sandbox]\nnetwork = [\"localhost\"]", "sandbox.network[0]: \"localhost\": expected \"host:port\""),
-            ("[sandbox]\nnetwork = [\"127.0.0.1:1\", 8080]", "sandbox.network[1]: expected a \"host:port\" string, found 8080"),
-            ("[sandbox]\nwrite = [\"cache\"]", "sandbox.write[0]: expected an absolute path, found \"cache\""),
-            ("[sandbox]\nread_deny = \"/x\"", "sandbox.read_deny: expected an array of absolute paths"),
-            ("[sandbox]\nmemory = \"lots\"", "sandbox.memory: expected a size such as \"2GiB\""),
-            ("[sandbox]\nprocesses = 0", "sandbox.processes: expected a positive integer, found 0"),
-            ("[sandbox]\ncpu_time = \"soon\"", "sandbox.cpu_time: expected a duration"),
-            ("[sandbox]\nnetwrok = true", "sandbox: unknown field `netwrok`"),
+            (
+                "[sandbox]\nmode = \"none\"",
+                "sandbox.mode: expected \"workspace-write\", \"read-only\" or \"off\", found \"none\"",
+            ),
+            (
+                "[sandbox]\nnetwork = \"yes\"",
+                "sandbox.network: expected false, true or an array",
+            ),
+            (
+                "[sandbox]\nnetwork = [\"localhost\"]",
+                "sandbox.network[0]: \"localhost\": expected \"host:port\"",
+            ),
+            (
+                "[sandbox]\nnetwork = [\"127.0.0.1:1\", 8080]",
+                "sandbox.network[1]: expected a \"host:port\" string, found 8080",
+            ),
+            (
+                "[sandbox]\nwrite = [\"cache\"]",
+                "sandbox.write[0]: expected an absolute path, found \"cache\"",
+            ),
+            (
+                "[sandbox]\nread_deny = \"/x\"",
+                "sandbox.read_deny: expected an array of absolute paths",
+            ),
+            (
+                "[sandbox]\nmemory = \"lots\"",
+                "sandbox.memory: expected a size such as \"2GiB\"",
+            ),
+            (
+                "[sandbox]\nprocesses = 0",
+                "sandbox.processes: expected a positive integer, found 0",
+            ),
+            (
+                "[sandbox]\ncpu_time = \"soon\"",
+                "sandbox.cpu_time: expected a duration",
+            ),
+            (
+                "[sandbox]\nnetwrok = true",
+                "sandbox: unknown field `netwrok`",
+            ),
             ("sandbox = 1", "sandbox: expected a table, found 1"),
         ] {
             let err = parse(text).unwrap_err();

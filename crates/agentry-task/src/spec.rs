@@ -220,10 +220,10 @@ impl TaskSpec {
         options.sandbox = Some(Arc::clone(sandboxes));
         McpServers::start_all(self.mcp_servers.clone(), options)
             .await
-        .map_err(|e| TaskError::Mcp {
-            file: self.dir.join(TASK_FILE),
-            source: Box::new(e),
-        })
+            .map_err(|e| TaskError::Mcp {
+                file: self.dir.join(TASK_FILE),
+                source: Box::new(e),
+            })
     }
 
     /// [`TaskSpec::registry`] plus the tools of started MCP servers (after the

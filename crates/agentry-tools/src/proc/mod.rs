@@ -140,10 +140,10 @@ mod config;
 mod env;
 mod exits;
 mod fence;
-mod refusal;
-mod sandbox;
 mod group;
+mod refusal;
 mod run;
+mod sandbox;
 mod server;
 mod strays;
 #[cfg(test)]

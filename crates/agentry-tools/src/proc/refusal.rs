@@ -391,7 +391,13 @@ mod tests {
         let home = tmp.path().join("home");
         let workdir = tmp.path().join("work");
         let tmpdir = tmp.path().join("calltmp");
-        for d in [&home, &workdir, &tmpdir, &home.join(".ssh"), &workdir.join(".git")] {
+        for d in [
+            &home,
+            &workdir,
+            &tmpdir,
+            &home.join(".ssh"),
+            &workdir.join(".git"),
+        ] {
             std::fs::create_dir_all(d).unwrap();
         }
         std::fs::write(home.join(".ssh/id_ed25519"), "key").unwrap();
@@ -420,8 +426,14 @@ mod tests {
         let s = setup(NetworkAccess::Off);
         let bashrc = s.home.join(".bashrc");
         for stderr in [
-            format!("sh: 1: cannot create {}: Permission denied", bashrc.display()),
-            format!("touch: cannot touch '{}': Permission denied", bashrc.display()),
+            format!(
+                "sh: 1: cannot create {}: Permission denied",
+                bashrc.display()
+            ),
+            format!(
+                "touch: cannot touch '{}': Permission denied",
+                bashrc.display()
+            ),
             format!(
                 "Traceback (most recent call last):\nPermissionError: [Errno 13] Permission denied: '{}'",
                 bashrc.display()
@@ -430,7 +442,11 @@ mod tests {
             "sh: 1: cannot create ../home/.bashrc: Permission denied".to_string(),
         ] {
             let refusal = judge(&s, &stderr);
-            assert_eq!(refusal, Some(Refusal::WriteOutside(bashrc.clone())), "{stderr}");
+            assert_eq!(
+                refusal,
+                Some(Refusal::WriteOutside(bashrc.clone())),
+                "{stderr}"
+            );
             assert_eq!(refusal.unwrap().key(), "write");
         }
     }
@@ -439,17 +455,32 @@ mod tests {
     fn a_failure_inside_what_the_sandbox_allows_is_not_a_refusal() {
         let s = setup(NetworkAccess::Off);
         let inside = s.workdir.join("out.txt");
-        let stderr = format!("sh: 1: cannot create {}: Permission denied", inside.display());
+        let stderr = format!(
+            "sh: 1: cannot create {}: Permission denied",
+            inside.display()
+        );
         assert_eq!(judge(&s, &stderr), None);
         // Exit 0: whatever it printed, nothing was refused.
-        let outside = format!("cannot create {}: Permission denied", s.home.join("x").display());
-        assert_eq!(classify(Some(0), &outside, &s.workdir, &s.confinement), None);
+        let outside = format!(
+            "cannot create {}: Permission denied",
+            s.home.join("x").display()
+        );
+        assert_eq!(
+            classify(Some(0), &outside, &s.workdir, &s.confinement),
+            None
+        );
         // No path, no network words: nothing to name.
-        assert_eq!(judge(&s, "make: *** [all] Error 1: Permission denied"), None);
+        assert_eq!(
+            judge(&s, "make: *** [all] Error 1: Permission denied"),
+            None
+        );
         // With the sandbox off there is no confinement to ask: the caller
         // never classifies (see `run.rs`); a missing file outside hidden
         // roots is an ordinary error.
-        let missing = format!("cat: {}: No such file or directory", s.home.join("nope").display());
+        let missing = format!(
+            "cat: {}: No such file or directory",
+            s.home.join("nope").display()
+        );
         assert_eq!(judge(&s, &missing), None);
     }
 
@@ -482,7 +513,8 @@ mod tests {
     fn connections_are_refusals_when_the_network_does_not_allow_them() {
         let bash = "bash: connect: Permission denied\nbash: line 1: /dev/tcp/127.0.0.1/8080: Permission denied";
         let python = "Traceback (most recent call last):\n  File \"<string>\", line 1, in <module>\n    s.connect(('127.0.0.1', 8080))\nPermissionError: [Errno 13] Permission denied";
-        let curl = "curl: (7) Failed to connect to 127.0.0.1 port 8080 after 0 ms: Permission denied";
+        let curl =
+            "curl: (7) Failed to connect to 127.0.0.1 port 8080 after 0 ms: Permission denied";
         let off = setup(NetworkAccess::Off);
         for stderr in [bash, python, curl] {
             let refusal = judge(&off, stderr);
@@ -511,7 +543,10 @@ mod tests {
         assert_eq!(judge(&other, "connect: Permission denied"), None);
         // An ordinary refused connection is the peer's answer, not ours.
         assert_eq!(
-            judge(&off, "curl: (7) Failed to connect to 127.0.0.1 port 8080: Connection refused"),
+            judge(
+                &off,
+                "curl: (7) Failed to connect to 127.0.0.1 port 8080: Connection refused"
+            ),
             None
         );
     }
@@ -520,9 +555,14 @@ mod tests {
     fn read_only_mode_names_the_mode_key_for_the_working_directory() {
         let mut s = setup(NetworkAccess::Off);
         s.confinement.workspace_writable = false;
-        s.confinement.writable.retain(|p| !p.starts_with(&s.workdir));
+        s.confinement
+            .writable
+            .retain(|p| !p.starts_with(&s.workdir));
         let out = s.workdir.join("out.txt");
-        let stderr = format!("sh: 1: cannot create {}: Read-only file system", out.display());
+        let stderr = format!(
+            "sh: 1: cannot create {}: Read-only file system",
+            out.display()
+        );
         let refusal = judge(&s, &stderr);
         assert_eq!(refusal, Some(Refusal::WriteInReadOnlyMode(out)));
         assert_eq!(refusal.unwrap().key(), "mode");
@@ -534,7 +574,11 @@ mod tests {
         let e = Refusal::WriteOutside(PathBuf::from("/h/.bashrc")).to_error(&data);
         assert_eq!(e.code, ErrorCode::Esandbox);
         assert!(e.message.contains("/h/.bashrc"), "{}", e.message);
-        assert!(e.message.contains("\"stdout\":\"partial\""), "{}", e.message);
+        assert!(
+            e.message.contains("\"stdout\":\"partial\""),
+            "{}",
+            e.message
+        );
         assert!(e.message.contains("\"exit_code\":2"), "{}", e.message);
         assert!(
             e.suggested_action.unwrap().contains("[sandbox] write"),

@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use agentry_protocol::ErrorCode;
 use agentry_protocol::envelope::ToolError;
 use agentry_sandbox::{
-    CallSandbox, Mode, Network, Sandbox, SandboxError, SandboxOverride, SandboxPlaces,
-    SandboxSpec, SandboxSummary,
+    CallSandbox, Mode, Network, Sandbox, SandboxError, SandboxOverride, SandboxPlaces, SandboxSpec,
+    SandboxSummary,
 };
 
 use super::refusal::{Confinement, NetworkAccess};
@@ -80,10 +80,7 @@ impl RunSandboxes {
     /// The prepared sandbox for a tool with `over` (prepared on first use).
     pub fn sandbox(&self, over: &SandboxOverride) -> Result<Arc<Sandbox>, SandboxError> {
         let spec = self.effective(over);
-        let mut prepared = self
-            .prepared
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut prepared = self.prepared.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(p) = prepared.iter().find(|p| p.spec == spec) {
             return Ok(Arc::clone(&p.sandbox));
         }
