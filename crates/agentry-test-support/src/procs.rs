@@ -125,6 +125,12 @@ impl Sleepers {
         )
     }
 
+    /// The directory the pidfiles go to (a sandboxed command needs it
+    /// writable: `SandboxSpec::write`).
+    pub fn dir(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+
     /// The pid sleeper `name` wrote, if it ever ran.
     pub fn pid(&self, name: &str) -> Option<i32> {
         let path = self.dir.path().join(format!("{name}.pid"));
