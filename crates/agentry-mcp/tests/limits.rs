@@ -90,7 +90,7 @@ async fn tools_named_outside_mcps_rule_are_skipped_with_an_escaped_warning() {
         .await
         .unwrap();
     let names: Vec<String> = server.tools().iter().map(|t| t.contract().name).collect();
-    assert_eq!(names.len(), 16, "{names:?}");
+    assert_eq!(names.len(), 17, "{names:?}");
     assert!(
         names.iter().all(|n| n
             .bytes()
