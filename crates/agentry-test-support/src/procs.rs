@@ -62,6 +62,31 @@ pub fn child_named(ppid: u32, name: &str) -> Option<i32> {
     None
 }
 
+/// A descendant of process `ancestor` one of whose arguments is `name`, if
+/// one runs now: a sandboxed program is the grandchild of the process that
+/// spawned it (the sandbox's leader waits for it in between).
+pub fn descendant_named(ancestor: u32, name: &str) -> Option<i32> {
+    let parent_of = |pid: u32| -> Option<u32> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        stat.rsplit_once(')')?
+            .1
+            .split_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()
+    };
+    alive_with_cmdline(&[name]).into_iter().find(|&pid| {
+        let mut at = u32::try_from(pid).ok();
+        while let Some(p) = at.and_then(parent_of) {
+            if p == ancestor {
+                return true;
+            }
+            at = (p > 1).then_some(p);
+        }
+        false
+    })
+}
+
 /// Alive (not zombie) processes in process group `pgid`.
 pub fn alive_in_group(pgid: i32) -> Vec<i32> {
     let mut found = Vec::new();
