@@ -19,9 +19,14 @@
 //! `mode = "off"` needs nothing from the kernel: the call still gets its
 //! private `TMPDIR` (made and removed the same way), and nothing else changes.
 //!
-//! Layout: `spec` (what a task asks, serde), `places`, `probe`, `sandbox`
-//! (prepare/call/apply), `enforce` (the parent-side building: Landlock,
-//! seccomp, mount plan) and `child` (the `unsafe` syscalls after fork).
+//! Layout: `spec` (what a task asks, serde), `places`, `probe`
+//! (`KernelSupport`), `sandbox` (prepare/call/apply), `enforce/` (the
+//! parent-side building: `kernel` probe and limits, `ruleset` Landlock,
+//! `filter` seccomp, `mounts` the mount plan, `cgroup` the pids cgroup as
+//! root), `plan` (the prepared data) and `child/` (the `unsafe` syscalls
+//! after fork: `sys` wrappers, `mounts`, `trial` for the probe). Off Linux,
+//! `unsupported.rs` stands in for `enforce/`: every mode but `off` is
+//! `Unsupported`.
 //!
 //! ```
 //! use agentry_sandbox::{Mode, SandboxSpec};
@@ -30,10 +35,16 @@
 //! assert_eq!(spec.limits().memory.0, 1 << 30);
 //! ```
 
+#[cfg(target_os = "linux")]
 mod child;
+#[cfg(target_os = "linux")]
+mod enforce;
+#[cfg(not(target_os = "linux"))]
+#[path = "unsupported.rs"]
 mod enforce;
 mod error;
 mod places;
+#[cfg(target_os = "linux")]
 mod plan;
 mod probe;
 mod sandbox;

@@ -9,7 +9,6 @@ mod ruleset;
 
 use std::ffi::CString;
 use std::net::ToSocketAddrs;
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -20,7 +19,7 @@ use seccompiler::BpfProgram;
 use crate::child;
 use crate::error::SandboxError;
 use crate::places::SandboxPlaces;
-use crate::plan::{ChildPlan, Rlimit};
+use crate::plan::{ChildPlan, Rlimit, path_cstring};
 use crate::spec::{Mode, Network, SandboxSpec};
 
 pub use kernel::probe;
@@ -201,15 +200,5 @@ fn id_map(id: u32) -> Result<CString, SandboxError> {
         key: "id map",
         value: id.to_string(),
         reason: "not a valid map line".to_owned(),
-    })
-}
-
-pub(crate) fn path_cstring(path: &Path) -> Result<CString, SandboxError> {
-    CString::new(path.as_os_str().as_bytes()).map_err(|_| SandboxError::Path {
-        path: path.to_path_buf(),
-        source: std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            "the path holds a NUL byte",
-        ),
     })
 }

@@ -4,9 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::error::SandboxError;
-use crate::plan::{Keep, MAX_KEEPS, MountStep};
-
-use super::path_cstring;
+use crate::plan::{Keep, MAX_KEEPS, MountStep, path_cstring};
 
 /// `deny` and `keeps` are canonical. Covers go shallowest first so a denied
 /// place inside a kept one is covered on the kept tree.
