@@ -104,6 +104,21 @@ fn read_and_write_the_store() {
 }
 
 #[test]
+fn read_a_denied_place_inside_the_workdir() {
+    attack(&default(), |fixture, spec| {
+        let state = fixture.workdir.join(".agentry/state.db");
+        fs::write(&state, STORE).unwrap();
+        let spec = SandboxSpec {
+            read_deny: vec![fixture.workdir.join(".agentry")],
+            ..spec.clone()
+        };
+        let outcome = fixture.run(&spec, "cat own.txt && cat .agentry/state.db");
+        assert!(outcome.stdout.contains("own notes"), "{outcome:#?}");
+        (outcome.stdout.contains(STORE), outcome)
+    });
+}
+
+#[test]
 fn read_another_runs_workdir_while_this_one_works() {
     attack(&default(), |fixture, spec| {
         let outcome = fixture.run(
@@ -166,11 +181,20 @@ fn udp_send_is_refused_whatever_the_network_setting() {
     });
 }
 
+/// Raw sockets any user may open (netlink), and, as root, a raw IP socket.
+fn raw_script() -> &'static str {
+    // SAFETY: geteuid always succeeds.
+    if unsafe { libc::geteuid() } == 0 {
+        "\"$PY\" -c \"import socket; socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0); socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)\""
+    } else {
+        "\"$PY\" -c \"import socket; socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0)\""
+    }
+}
+
 #[test]
 fn raw_socket_is_refused_whatever_the_network_setting() {
-    let raw = "\"$PY\" -c \"import socket; socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)\"";
-    let opened = move |fixture: &Fixture, spec: &SandboxSpec| {
-        let outcome = fixture.run(spec, raw);
+    let opened = |fixture: &Fixture, spec: &SandboxSpec| {
+        let outcome = fixture.run(spec, raw_script());
         (outcome.ok(), outcome)
     };
     attack(&default(), opened);
