@@ -52,7 +52,7 @@ mod spec;
 
 pub use enforce::probe;
 pub use error::SandboxError;
-pub use places::{SandboxPlaces, default_read_deny};
+pub use places::{SandboxPlaces, default_read_deny, host_sockets};
 pub use probe::{KernelSupport, REQUIRED_LANDLOCK_ABI};
 pub use sandbox::{CallSandbox, Sandbox};
 pub use spec::{

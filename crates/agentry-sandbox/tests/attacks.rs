@@ -133,6 +133,26 @@ fn read_another_runs_workdir_while_this_one_works() {
     });
 }
 
+#[test]
+fn connect_to_a_unix_socket_the_host_hides() {
+    // What `host_sockets` (an ssh agent, a session bus, docker.sock) relies on.
+    attack(&default(), |fixture, spec| {
+        let path = fixture.root.join("agent.sock");
+        let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let spec = SandboxSpec {
+            read_deny: vec![path.clone()],
+            ..spec.clone()
+        };
+        let script = format!(
+            "\"$PY\" -c \"import socket; socket.socket(socket.AF_UNIX).connect('{}')\"",
+            path.display()
+        );
+        let outcome = fixture.run(&spec, &script);
+        (listener.accept().is_ok(), outcome)
+    });
+}
+
 /// The Python line that connects to `port` on 127.0.0.1 and sends a byte.
 fn connect_script(port: u16) -> String {
     format!(

@@ -18,7 +18,7 @@ use seccompiler::BpfProgram;
 
 use crate::child;
 use crate::error::SandboxError;
-use crate::places::SandboxPlaces;
+use crate::places::{SandboxPlaces, host_sockets};
 use crate::plan::{ChildPlan, Rlimit, path_cstring};
 use crate::spec::{Mode, Network, SandboxSpec};
 
@@ -70,7 +70,13 @@ impl Prepared {
             ports: resolve_ports(&spec.network)?,
             workdir: canonical(&places.workdir)?,
             write: existing(&spec.write),
-            deny: existing(places.deny.iter().chain(&spec.read_deny)),
+            deny: existing(
+                places
+                    .deny
+                    .iter()
+                    .chain(&spec.read_deny)
+                    .chain(&host_sockets()),
+            ),
             uid_map: id_map(kernel::euid())?,
             gid_map: id_map(kernel::egid())?,
             rlimits: kernel::rlimits(&limits, support.running_as_root),
