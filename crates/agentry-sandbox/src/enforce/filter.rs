@@ -77,7 +77,7 @@ pub(super) fn programs(network_off: bool) -> Result<Arc<[BpfProgram]>, SandboxEr
 
 fn build(network_off: bool) -> Result<Arc<[BpfProgram]>, BackendError> {
     let arch = TargetArch::try_from(std::env::consts::ARCH)?;
-    let clone3: Rules = BTreeMap::from([(libc::SYS_clone3, Vec::new())]);
+    let clone3 = with_x32_numbers(BTreeMap::from([(libc::SYS_clone3, Vec::new())]));
     let enosys = compile(clone3, libc::ENOSYS, arch)?;
     let mut refused: Rules = REFUSED
         .iter()
@@ -90,7 +90,7 @@ fn build(network_off: bool) -> Result<Arc<[BpfProgram]>, BackendError> {
         libc::SYS_personality,
         vec![rule(vec![arg(0, SeccompCmpOp::Ne, PERSONALITY_QUERY)?])?],
     );
-    let eperm = compile(refused, libc::EPERM, arch)?;
+    let eperm = compile(with_x32_numbers(refused), libc::EPERM, arch)?;
     Ok(Arc::from(vec![enosys, eperm]))
 }
 
@@ -134,6 +134,21 @@ const NOT_STREAM: [libc::c_int; 6] = [
     // SOCK_PACKET, deprecated: its value, refused like the rest.
     10,
 ];
+
+/// On x86_64 a kernel built with the x32 ABI takes the same calls under
+/// their number with bit 30 set, and the architecture the filter checks is
+/// still x86_64: each refusal is repeated under that number.
+fn with_x32_numbers(rules: Rules) -> Rules {
+    if !cfg!(target_arch = "x86_64") {
+        return rules;
+    }
+    const X32_SYSCALL_BIT: i64 = 0x4000_0000;
+    let x32: Vec<(i64, Vec<SeccompRule>)> = rules
+        .iter()
+        .map(|(number, chain)| (number | X32_SYSCALL_BIT, chain.clone()))
+        .collect();
+    rules.into_iter().chain(x32).collect()
+}
 
 fn clone_rules() -> Result<Vec<SeccompRule>, BackendError> {
     CLONE_NAMESPACES
