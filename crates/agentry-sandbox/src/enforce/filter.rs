@@ -137,17 +137,29 @@ const NOT_STREAM: [libc::c_int; 6] = [
 
 /// On x86_64 a kernel built with the x32 ABI takes the same calls under
 /// their number with bit 30 set, and the architecture the filter checks is
-/// still x86_64: each refusal is repeated under that number.
+/// still x86_64: each refusal is repeated under that number. Only when the
+/// kernel takes x32 calls: the filter's length is paid at every install.
 fn with_x32_numbers(rules: Rules) -> Rules {
-    if !cfg!(target_arch = "x86_64") {
+    if !x32_calls_accepted() {
         return rules;
     }
-    const X32_SYSCALL_BIT: i64 = 0x4000_0000;
     let x32: Vec<(i64, Vec<SeccompRule>)> = rules
         .iter()
         .map(|(number, chain)| (number | X32_SYSCALL_BIT, chain.clone()))
         .collect();
     rules.into_iter().chain(x32).collect()
+}
+
+const X32_SYSCALL_BIT: i64 = 0x4000_0000;
+
+/// Whether this kernel runs x32 system calls: x32 `getpid` is ENOSYS when not.
+fn x32_calls_accepted() -> bool {
+    if !cfg!(target_arch = "x86_64") {
+        return false;
+    }
+    // SAFETY: getpid under its x32 number: no arguments, no effect.
+    let result = unsafe { libc::syscall(X32_SYSCALL_BIT | libc::SYS_getpid) };
+    result >= 0
 }
 
 fn clone_rules() -> Result<Vec<SeccompRule>, BackendError> {
