@@ -17,7 +17,7 @@ pub(crate) const MAX_KEEPS: usize = 16;
 
 /// Everything one call's child does, in order.
 pub(crate) struct ChildPlan {
-    /// Running as root: the call's pids cgroup (`…/cgroup.procs`), joined first.
+    /// Running as root: the call's pids cgroup (`…/cgroup.procs`), joined by the command.
     pub(crate) cgroup_procs: Option<CString>,
     /// `/proc/self/uid_map` content: the same id inside as outside.
     pub(crate) uid_map: CString,

@@ -2,10 +2,9 @@
 //! data prepared in the parent ([`ChildPlan`]). Nothing here allocates.
 //!
 //! Three processes per call. The **leader** (the process std spawned, so the
-//! one the host waits for and signals) joins the pids cgroup (root only),
-//! makes the user and PID namespaces and forks the call's **init** (pid 1 of
+//! one the host waits for and signals) makes the user and PID namespaces and forks the call's **init** (pid 1 of
 //! the new PID namespace), which makes the mount namespace and the mounts
-//! and forks the **command** (pid 2): rlimits, `no_new_privs`, capabilities
+//! and forks the **command** (pid 2): the pids cgroup (root only), rlimits, `no_new_privs`, capabilities
 //! dropped, Landlock, seccomp last, then std execs it. The command is not
 //! pid 1, so its signals behave as usual (`kill -TERM $$` kills it). Init
 //! reaps; when the command exits it kills and reaps everything left in the
@@ -43,9 +42,6 @@ struct Pipes {
 /// The `pre_exec` body. Returns only in the command process (std then execs
 /// it); the leader and init never return.
 pub(crate) fn enter(plan: &ChildPlan) -> SysResult {
-    if let Some(procs) = &plan.cgroup_procs {
-        write_file(procs, b"0\n")?;
-    }
     enter_namespaces(plan)?;
     let pipes = Pipes {
         alive: pipe()?,
@@ -122,6 +118,11 @@ fn init(plan: &ChildPlan, pipes: Pipes, saved: &libc::sigset_t) -> SysResult {
         0 => {
             close(pipes.status.1);
             restore_signals(saved);
+            // Only the command's tree is in the call's cgroup: it is empty
+            // once init has reaped it, before the leader exits.
+            if let Some(procs) = &plan.cgroup_procs {
+                write_file(procs, b"0\n")?;
+            }
             confine(plan)
         }
         command => reap(command, pipes.status.1),

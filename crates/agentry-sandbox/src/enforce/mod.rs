@@ -147,9 +147,8 @@ impl CallPlan {
 
 impl Drop for CallPlan {
     fn drop(&mut self) {
-        if let Some(dir) = &self.cgroup {
-            // Empty once the call's leader has been reaped (its namespace died first).
-            let _ = std::fs::remove_dir(dir);
+        if let Some(dir) = self.cgroup.take() {
+            cgroup::remove(dir);
         }
     }
 }
