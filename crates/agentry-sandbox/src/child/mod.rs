@@ -1,10 +1,11 @@
 //! The child side, between fork and exec: only async-signal-safe syscalls on
 //! data prepared in the parent ([`ChildPlan`]). Nothing here allocates.
 //!
-//! Three processes per call. The **leader** (the process std spawned, so the
-//! one the host waits for and signals) makes the user and PID namespaces and forks the call's **init** (pid 1 of
-//! the new PID namespace), which makes the mount namespace and the mounts
-//! and forks the **command** (pid 2): the pids cgroup (root only), rlimits, `no_new_privs`, capabilities
+//! Three processes per call. The **leader** (the process std spawned, so
+//! the one the host waits for and signals) makes the user and PID namespaces
+//! and forks the call's **init** (pid 1 of the new PID namespace), which
+//! makes the mount namespace and the mounts and forks the **command** (pid
+//! 2): the pids cgroup (root only), rlimits, `no_new_privs`, capabilities
 //! dropped, Landlock, seccomp last, then std execs it. The command is not
 //! pid 1, so its signals behave as usual (`kill -TERM $$` kills it). Init
 //! reaps; when the command exits it kills and reaps everything left in the
