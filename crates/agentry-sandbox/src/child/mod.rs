@@ -183,6 +183,7 @@ fn drop_capabilities() -> SysResult {
 /// command's status to the leader and exit.
 fn reap(command: libc::pid_t, status_write: libc::c_int) -> ! {
     settle(&[status_write]);
+    name_self(c"sandbox-init");
     let status = loop {
         let mut status = 0;
         // SAFETY: `status` is a valid out-pointer.
@@ -209,6 +210,7 @@ fn reap(command: libc::pid_t, status_write: libc::c_int) -> ! {
 /// a report, the way init did.
 fn lead(init_pid: libc::pid_t, pipes: Pipes) -> ! {
     settle(&[pipes.alive.1, pipes.status.0]);
+    name_self(c"sandbox-leader");
     let mut bytes = [0u8; 4];
     loop {
         // SAFETY: `bytes` is valid for its length; the fd is open.
@@ -248,6 +250,12 @@ fn settle(keep: &[libc::c_int]) {
     // SAFETY: as above.
     unsafe { libc::close_range(first, libc::c_uint::MAX, 0) };
     restore_signals(&empty_sigset());
+}
+
+/// A name `ps` shows instead of the host's (both are copies of it).
+fn name_self(name: &std::ffi::CStr) {
+    // SAFETY: a NUL-terminated name of at most 15 bytes.
+    unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr(), 0, 0, 0) };
 }
 
 fn wait_for(pid: libc::pid_t) -> libc::c_int {
