@@ -195,10 +195,17 @@ fn reap(command: libc::pid_t, status_write: libc::c_int) -> ! {
             exit(127);
         }
     };
-    // SAFETY: from init, -1 is every other process of the call's namespace.
-    unsafe { libc::kill(-1, libc::SIGKILL) };
-    // SAFETY: a null status pointer is allowed; ends at ECHILD.
-    while unsafe { libc::waitpid(-1, std::ptr::null_mut(), 0) } > 0 || errno() == libc::EINTR {}
+    // Everything left in the namespace descends from init now (orphans are
+    // re-parented here), so no child means nothing left: kill(-1) walks every
+    // process of the machine, skip it then.
+    // SAFETY: a null status pointer is allowed; WNOHANG never blocks.
+    let left = unsafe { libc::waitpid(-1, std::ptr::null_mut(), libc::WNOHANG) };
+    if left >= 0 || errno() != libc::ECHILD {
+        // SAFETY: from init, -1 is every other process of the call's namespace.
+        unsafe { libc::kill(-1, libc::SIGKILL) };
+        // SAFETY: a null status pointer is allowed; ends at ECHILD.
+        while unsafe { libc::waitpid(-1, std::ptr::null_mut(), 0) } > 0 || errno() == libc::EINTR {}
+    }
     let bytes = status.to_ne_bytes();
     // SAFETY: `bytes` is valid for its length; the fd is open.
     unsafe { libc::write(status_write, bytes.as_ptr().cast(), bytes.len()) };
