@@ -3,9 +3,13 @@
 
 use std::ffi::CString;
 use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
 use std::sync::Arc;
 
 use seccompiler::BpfProgram;
+
+use crate::error::SandboxError;
 
 /// Most kept places one covered directory can hold (the workdir, the call's
 /// TMPDIR, `write` roots); the child keeps their handles on its stack.
@@ -13,7 +17,7 @@ pub(crate) const MAX_KEEPS: usize = 16;
 
 /// Everything one call's child does, in order.
 pub(crate) struct ChildPlan {
-    /// Running as root: the call's pids cgroup (`…/cgroup.procs`), joined first.
+    /// Running as root: the call's pids cgroup (`…/cgroup.procs`), joined by the command.
     pub(crate) cgroup_procs: Option<CString>,
     /// `/proc/self/uid_map` content: the same id inside as outside.
     pub(crate) uid_map: CString,
@@ -86,4 +90,15 @@ pub(crate) struct Keep {
     pub(crate) path: CString,
     /// The directories to make inside the cover, shallowest first, ending with `path`.
     pub(crate) mkdirs: Vec<CString>,
+}
+
+/// A path as the C string a syscall takes.
+pub(crate) fn path_cstring(path: &Path) -> Result<CString, SandboxError> {
+    CString::new(path.as_os_str().as_bytes()).map_err(|_| SandboxError::Path {
+        path: path.to_path_buf(),
+        source: std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "the path holds a NUL byte",
+        ),
+    })
 }

@@ -132,3 +132,16 @@ fn make_private_dir(parent: &Path) -> Result<PathBuf, SandboxError> {
 fn fastrand_name() -> String {
     (0..12).map(|_| fastrand::alphanumeric()).collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shared_across_tasks<T: Send + Sync>() {}
+
+    #[test]
+    fn a_sandbox_and_a_call_can_cross_threads() {
+        shared_across_tasks::<Sandbox>();
+        shared_across_tasks::<CallSandbox>();
+    }
+}

@@ -524,5 +524,20 @@ mod tests {
                 .unwrap()
                 .contains("by port")
         );
+        assert_eq!(
+            spec.summary().to_string(),
+            "read-only, network example.org:443 [::1]:8080 (by port), memory 1GiB, processes 16, file size 1GiB, cpu 30s"
+        );
+        let off = SandboxSpec {
+            mode: Mode::Off,
+            ..SandboxSpec::default()
+        };
+        assert_eq!(off.summary().to_string(), "off");
+        assert!(
+            serde_json::to_value(off.summary())
+                .unwrap()
+                .get("limits")
+                .is_none()
+        );
     }
 }

@@ -104,6 +104,21 @@ fn read_and_write_the_store() {
 }
 
 #[test]
+fn read_a_denied_place_inside_the_workdir() {
+    attack(&default(), |fixture, spec| {
+        let state = fixture.workdir.join(".agentry/state.db");
+        fs::write(&state, STORE).unwrap();
+        let spec = SandboxSpec {
+            read_deny: vec![fixture.workdir.join(".agentry")],
+            ..spec.clone()
+        };
+        let outcome = fixture.run(&spec, "cat own.txt && cat .agentry/state.db");
+        assert!(outcome.stdout.contains("own notes"), "{outcome:#?}");
+        (outcome.stdout.contains(STORE), outcome)
+    });
+}
+
+#[test]
 fn read_another_runs_workdir_while_this_one_works() {
     attack(&default(), |fixture, spec| {
         let outcome = fixture.run(
@@ -115,6 +130,26 @@ fn read_another_runs_workdir_while_this_one_works() {
             outcome.stdout.contains(OTHER_RUN) || outcome.stdout.contains("run-b"),
             outcome,
         )
+    });
+}
+
+#[test]
+fn connect_to_a_unix_socket_the_host_hides() {
+    // What `host_sockets` (an ssh agent, a session bus, docker.sock) relies on.
+    attack(&default(), |fixture, spec| {
+        let path = fixture.root.join("agent.sock");
+        let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let spec = SandboxSpec {
+            read_deny: vec![path.clone()],
+            ..spec.clone()
+        };
+        let script = format!(
+            "\"$PY\" -c \"import socket; socket.socket(socket.AF_UNIX).connect('{}')\"",
+            path.display()
+        );
+        let outcome = fixture.run(&spec, &script);
+        (listener.accept().is_ok(), outcome)
     });
 }
 
@@ -166,11 +201,20 @@ fn udp_send_is_refused_whatever_the_network_setting() {
     });
 }
 
+/// Raw sockets any user may open (netlink), and, as root, a raw IP socket.
+fn raw_script() -> &'static str {
+    // SAFETY: geteuid always succeeds.
+    if unsafe { libc::geteuid() } == 0 {
+        "\"$PY\" -c \"import socket; socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0); socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)\""
+    } else {
+        "\"$PY\" -c \"import socket; socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0)\""
+    }
+}
+
 #[test]
 fn raw_socket_is_refused_whatever_the_network_setting() {
-    let raw = "\"$PY\" -c \"import socket; socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)\"";
-    let opened = move |fixture: &Fixture, spec: &SandboxSpec| {
-        let outcome = fixture.run(spec, raw);
+    let opened = |fixture: &Fixture, spec: &SandboxSpec| {
+        let outcome = fixture.run(spec, raw_script());
         (outcome.ok(), outcome)
     };
     attack(&default(), opened);

@@ -1,18 +1,19 @@
 //! The child side, between fork and exec: only async-signal-safe syscalls on
 //! data prepared in the parent ([`ChildPlan`]). Nothing here allocates.
 //!
-//! Three processes per call. The **leader** (the process std spawned, so the
-//! one the host waits for and signals) joins the pids cgroup (root only),
-//! makes the user, mount and PID namespaces, the mounts, and forks the
-//! call's **init** (pid 1 of the new PID namespace), which forks the
-//! **command** (pid 2): rlimits, `no_new_privs`, capabilities dropped,
-//! Landlock, seccomp last, then std execs it. The command is not pid 1, so
-//! its signals behave as usual (`kill -TERM $$` kills it). Init reaps, and
-//! when the command exits it passes the wait status to the leader and exits;
-//! the kernel then kills everything left in the namespace (`setsid` or not).
-//! The leader exits the same way as the command (dies of the same signal).
-//! If the leader dies first (killed by the host), init gets SIGKILL from the
-//! parent-death signal and the namespace dies with it.
+//! Three processes per call. The **leader** (the process std spawned, so
+//! the one the host waits for and signals) makes the user and PID namespaces
+//! and forks the call's **init** (pid 1 of the new PID namespace), which
+//! makes the mount namespace and the mounts and forks the **command** (pid
+//! 2): the pids cgroup (root only), rlimits, `no_new_privs`, capabilities
+//! dropped, Landlock, seccomp last, then std execs it. The command is not
+//! pid 1, so its signals behave as usual (`kill -TERM $$` kills it). Init
+//! reaps; when the command exits it kills and reaps everything left in the
+//! namespace (`setsid` or not), passes the command's wait status to the
+//! leader and exits. The leader exits the same way as the command (dies of
+//! the same signal) without waiting for the namespaces' teardown. If the
+//! leader dies first (killed by the host), init gets SIGKILL from the
+//! parent-death signal and the kernel kills the namespace with it.
 
 mod mounts;
 mod sys;
@@ -42,14 +43,7 @@ struct Pipes {
 /// The `pre_exec` body. Returns only in the command process (std then execs
 /// it); the leader and init never return.
 pub(crate) fn enter(plan: &ChildPlan) -> SysResult {
-    if let Some(procs) = &plan.cgroup_procs {
-        write_file(procs, b"0\n")?;
-    }
     enter_namespaces(plan)?;
-    for step in &plan.mounts {
-        mounts::mount_step(step)?;
-    }
-    reenter_cwd()?;
     let pipes = Pipes {
         alive: pipe()?,
         status: pipe()?,
@@ -69,13 +63,30 @@ pub(crate) fn enter(plan: &ChildPlan) -> SysResult {
     }
 }
 
+/// The user and PID namespaces, in the leader. The mount namespace is
+/// init's alone, so tearing it down is not on the way to the leader's exit.
 fn enter_namespaces(plan: &ChildPlan) -> SysResult {
     // SAFETY: plain syscall, no memory arguments.
-    check(unsafe { libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWPID) })?;
+    check(unsafe { libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWPID) })?;
     write_file(c"/proc/self/setgroups", b"deny")?;
     write_file(c"/proc/self/uid_map", plan.uid_map.to_bytes())?;
-    write_file(c"/proc/self/gid_map", plan.gid_map.to_bytes())?;
-    mount(None, c"/", None, libc::MS_REC | libc::MS_PRIVATE, None)
+    write_file(c"/proc/self/gid_map", plan.gid_map.to_bytes())
+}
+
+/// In init: the mount namespace and the call's mounts.
+fn make_mounts(plan: &ChildPlan) -> SysResult {
+    // SAFETY: plain syscall; init holds every capability in the call's user namespace.
+    check(unsafe { libc::unshare(libc::CLONE_NEWNS) })?;
+    mount(None, c"/", None, libc::MS_REC | libc::MS_PRIVATE, None)?;
+    for step in &plan.mounts {
+        mounts::mount_step(step)?;
+    }
+    reenter_cwd()?;
+    if plan.fresh_proc {
+        let flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
+        mount(Some(c"proc"), c"/proc", Some(c"proc"), flags, None)?;
+    }
+    Ok(())
 }
 
 /// std set the working directory before `pre_exec`: it still points at the
@@ -103,14 +114,16 @@ fn init(plan: &ChildPlan, pipes: Pipes, saved: &libc::sigset_t) -> SysResult {
         exit(1);
     }
     close(pipes.alive.0);
-    if plan.fresh_proc {
-        let flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
-        mount(Some(c"proc"), c"/proc", Some(c"proc"), flags, None)?;
-    }
+    make_mounts(plan)?;
     match fork()? {
         0 => {
             close(pipes.status.1);
             restore_signals(saved);
+            // Only the command's tree is in the call's cgroup: it is empty
+            // once init has reaped it, before the leader exits.
+            if let Some(procs) = &plan.cgroup_procs {
+                write_file(procs, b"0\n")?;
+            }
             confine(plan)
         }
         command => reap(command, pipes.status.1),
@@ -166,35 +179,54 @@ fn drop_capabilities() -> SysResult {
 }
 
 /// Init's loop: reap every child (orphans land here) until the command
-/// exits, hand its status to the leader, exit (which ends the namespace).
+/// exits; then kill and reap everything left in the namespace, hand the
+/// command's status to the leader and exit.
 fn reap(command: libc::pid_t, status_write: libc::c_int) -> ! {
     settle(&[status_write]);
-    loop {
+    name_self(c"sandbox-init");
+    let status = loop {
         let mut status = 0;
         // SAFETY: `status` is a valid out-pointer.
         let pid = unsafe { libc::waitpid(-1, &mut status, 0) };
         if pid == command {
-            let bytes = status.to_ne_bytes();
-            // SAFETY: `bytes` is valid for its length; the fd is open.
-            unsafe { libc::write(status_write, bytes.as_ptr().cast(), bytes.len()) };
-            exit(0);
+            break status;
         }
         if pid == -1 && errno() != libc::EINTR {
             exit(127);
         }
+    };
+    // Everything left in the namespace descends from init now (orphans are
+    // re-parented here), so no child means nothing left: kill(-1) walks every
+    // process of the machine, skip it then.
+    // SAFETY: a null status pointer is allowed; WNOHANG never blocks.
+    let left = unsafe { libc::waitpid(-1, std::ptr::null_mut(), libc::WNOHANG) };
+    if left >= 0 || errno() != libc::ECHILD {
+        // SAFETY: from init, -1 is every other process of the call's namespace.
+        unsafe { libc::kill(-1, libc::SIGKILL) };
+        // SAFETY: a null status pointer is allowed; ends at ECHILD.
+        while unsafe { libc::waitpid(-1, std::ptr::null_mut(), 0) } > 0 || errno() == libc::EINTR {}
     }
+    let bytes = status.to_ne_bytes();
+    // SAFETY: `bytes` is valid for its length; the fd is open.
+    unsafe { libc::write(status_write, bytes.as_ptr().cast(), bytes.len()) };
+    exit(0)
 }
 
-/// The leader: wait for init, then exit the way the command did.
+/// The leader: exit the way the command did as soon as init reports it
+/// (everything else in the namespace is gone by then); if init died without
+/// a report, the way init did.
 fn lead(init_pid: libc::pid_t, pipes: Pipes) -> ! {
     settle(&[pipes.alive.1, pipes.status.0]);
-    let init_status = wait_for(init_pid);
+    name_self(c"sandbox-leader");
     let mut bytes = [0u8; 4];
-    // SAFETY: `bytes` is valid for its length; init's end is closed by now.
-    let read = unsafe { libc::read(pipes.status.0, bytes.as_mut_ptr().cast(), bytes.len()) };
-    match read {
-        4 => exit_like(libc::c_int::from_ne_bytes(bytes)),
-        _ => exit_like(init_status),
+    loop {
+        // SAFETY: `bytes` is valid for its length; the fd is open.
+        let read = unsafe { libc::read(pipes.status.0, bytes.as_mut_ptr().cast(), bytes.len()) };
+        match read {
+            4 => exit_like(libc::c_int::from_ne_bytes(bytes)),
+            -1 if errno() == libc::EINTR => continue,
+            _ => exit_like(wait_for(init_pid)),
+        }
     }
 }
 
@@ -225,6 +257,12 @@ fn settle(keep: &[libc::c_int]) {
     // SAFETY: as above.
     unsafe { libc::close_range(first, libc::c_uint::MAX, 0) };
     restore_signals(&empty_sigset());
+}
+
+/// A name `ps` shows instead of the host's (both are copies of it).
+fn name_self(name: &std::ffi::CStr) {
+    // SAFETY: a NUL-terminated name of at most 15 bytes.
+    unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr(), 0, 0, 0) };
 }
 
 fn wait_for(pid: libc::pid_t) -> libc::c_int {

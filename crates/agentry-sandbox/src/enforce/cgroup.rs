@@ -1,6 +1,7 @@
 //! Running as root, the kernel never applies `RLIMIT_NPROC` (uid 0 is exempt),
-//! so each call gets a pids cgroup of its own: joined by the leader before it
-//! makes its namespaces, removed when the call ends.
+//! so each call gets a pids cgroup of its own: joined by the command (its
+//! tree only, so it is empty once init has reaped it), removed when the call
+//! ends.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -57,7 +58,7 @@ fn v2_dir(mounts: &str, membership: &str) -> Option<PathBuf> {
         .then_some(dir)
 }
 
-/// Makes the call's cgroup with room for `processes` plus the leader.
+/// Makes the call's cgroup with room for `processes` (the command's tree).
 pub(super) fn make_call_cgroup(parent: &Path, processes: u64) -> Result<PathBuf, SandboxError> {
     let name: String = (0..12).map(|_| fastrand::alphanumeric()).collect();
     let dir = parent.join(format!("agentry-call-{name}"));
@@ -67,9 +68,33 @@ pub(super) fn make_call_cgroup(parent: &Path, processes: u64) -> Result<PathBuf,
     };
     fs::create_dir(&dir).map_err(path_error(&dir))?;
     let max = dir.join("pids.max");
-    if let Err(error) = fs::write(&max, (processes + 1).to_string()) {
+    if let Err(error) = fs::write(&max, processes.to_string()) {
         let _ = fs::remove_dir(&dir);
         return Err(path_error(&max)(error));
     }
     Ok(dir)
+}
+
+/// How often, and how far apart, removing a cgroup whose last processes are
+/// still exiting is tried again.
+const REMOVE_TRIES: u32 = 100;
+const REMOVE_PAUSE: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// Removes the call's cgroup: at once when it is empty (the usual case: the
+/// host reaped the call's group first), else from a short-lived thread that
+/// tries again while its last processes finish exiting.
+pub(super) fn remove(dir: PathBuf) {
+    if fs::remove_dir(&dir).is_ok() {
+        return;
+    }
+    let _ = std::thread::Builder::new()
+        .name("agentry-sandbox-cgroup".to_owned())
+        .spawn(move || {
+            for _ in 0..REMOVE_TRIES {
+                std::thread::sleep(REMOVE_PAUSE);
+                if fs::remove_dir(&dir).is_ok() || !dir.exists() {
+                    return;
+                }
+            }
+        });
 }

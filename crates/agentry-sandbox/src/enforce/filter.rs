@@ -77,7 +77,7 @@ pub(super) fn programs(network_off: bool) -> Result<Arc<[BpfProgram]>, SandboxEr
 
 fn build(network_off: bool) -> Result<Arc<[BpfProgram]>, BackendError> {
     let arch = TargetArch::try_from(std::env::consts::ARCH)?;
-    let clone3: Rules = BTreeMap::from([(libc::SYS_clone3, Vec::new())]);
+    let clone3 = with_x32_numbers(BTreeMap::from([(libc::SYS_clone3, Vec::new())]));
     let enosys = compile(clone3, libc::ENOSYS, arch)?;
     let mut refused: Rules = REFUSED
         .iter()
@@ -90,7 +90,7 @@ fn build(network_off: bool) -> Result<Arc<[BpfProgram]>, BackendError> {
         libc::SYS_personality,
         vec![rule(vec![arg(0, SeccompCmpOp::Ne, PERSONALITY_QUERY)?])?],
     );
-    let eperm = compile(refused, libc::EPERM, arch)?;
+    let eperm = compile(with_x32_numbers(refused), libc::EPERM, arch)?;
     Ok(Arc::from(vec![enosys, eperm]))
 }
 
@@ -134,6 +134,33 @@ const NOT_STREAM: [libc::c_int; 6] = [
     // SOCK_PACKET, deprecated: its value, refused like the rest.
     10,
 ];
+
+/// On x86_64 a kernel built with the x32 ABI takes the same calls under
+/// their number with bit 30 set, and the architecture the filter checks is
+/// still x86_64: each refusal is repeated under that number. Only when the
+/// kernel takes x32 calls: the filter's length is paid at every install.
+fn with_x32_numbers(rules: Rules) -> Rules {
+    if !x32_calls_accepted() {
+        return rules;
+    }
+    let x32: Vec<(i64, Vec<SeccompRule>)> = rules
+        .iter()
+        .map(|(number, chain)| (number | X32_SYSCALL_BIT, chain.clone()))
+        .collect();
+    rules.into_iter().chain(x32).collect()
+}
+
+const X32_SYSCALL_BIT: i64 = 0x4000_0000;
+
+/// Whether this kernel runs x32 system calls: x32 `getpid` is ENOSYS when not.
+fn x32_calls_accepted() -> bool {
+    if !cfg!(target_arch = "x86_64") {
+        return false;
+    }
+    // SAFETY: getpid under its x32 number: no arguments, no effect.
+    let result = unsafe { libc::syscall(X32_SYSCALL_BIT | libc::SYS_getpid) };
+    result >= 0
+}
 
 fn clone_rules() -> Result<Vec<SeccompRule>, BackendError> {
     CLONE_NAMESPACES

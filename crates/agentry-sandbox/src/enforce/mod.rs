@@ -9,7 +9,6 @@ mod ruleset;
 
 use std::ffi::CString;
 use std::net::ToSocketAddrs;
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -19,8 +18,8 @@ use seccompiler::BpfProgram;
 
 use crate::child;
 use crate::error::SandboxError;
-use crate::places::SandboxPlaces;
-use crate::plan::{ChildPlan, Rlimit};
+use crate::places::{SandboxPlaces, host_sockets};
+use crate::plan::{ChildPlan, Rlimit, path_cstring};
 use crate::spec::{Mode, Network, SandboxSpec};
 
 pub use kernel::probe;
@@ -71,7 +70,13 @@ impl Prepared {
             ports: resolve_ports(&spec.network)?,
             workdir: canonical(&places.workdir)?,
             write: existing(&spec.write),
-            deny: existing(places.deny.iter().chain(&spec.read_deny)),
+            deny: existing(
+                places
+                    .deny
+                    .iter()
+                    .chain(&spec.read_deny)
+                    .chain(&host_sockets()),
+            ),
             uid_map: id_map(kernel::euid())?,
             gid_map: id_map(kernel::egid())?,
             rlimits: kernel::rlimits(&limits, support.running_as_root),
@@ -142,9 +147,8 @@ impl CallPlan {
 
 impl Drop for CallPlan {
     fn drop(&mut self) {
-        if let Some(dir) = &self.cgroup {
-            // Empty once the call's leader has been reaped (its namespace died first).
-            let _ = std::fs::remove_dir(dir);
+        if let Some(dir) = self.cgroup.take() {
+            cgroup::remove(dir);
         }
     }
 }
@@ -201,15 +205,5 @@ fn id_map(id: u32) -> Result<CString, SandboxError> {
         key: "id map",
         value: id.to_string(),
         reason: "not a valid map line".to_owned(),
-    })
-}
-
-pub(crate) fn path_cstring(path: &Path) -> Result<CString, SandboxError> {
-    CString::new(path.as_os_str().as_bytes()).map_err(|_| SandboxError::Path {
-        path: path.to_path_buf(),
-        source: std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            "the path holds a NUL byte",
-        ),
     })
 }

@@ -4,9 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::error::SandboxError;
-use crate::plan::{Keep, MAX_KEEPS, MountStep};
-
-use super::path_cstring;
+use crate::plan::{Keep, MAX_KEEPS, MountStep, path_cstring};
 
 /// `deny` and `keeps` are canonical. Covers go shallowest first so a denied
 /// place inside a kept one is covered on the kept tree.
@@ -40,8 +38,9 @@ fn deny_step(path: &Path, keeps: &[&Path]) -> Result<Option<MountStep>, SandboxE
             file: path_cstring(path)?,
         }));
     }
-    // A kept place that is the denied one, or holds it, wins: the call needs it.
-    if keeps.iter().any(|keep| path.starts_with(keep)) {
+    // A kept place that is the denied one wins: the call needs it. (A denied
+    // place inside a kept one is covered: the deny is the narrower word.)
+    if keeps.contains(&path) {
         return Ok(None);
     }
     let inside = outermost_inside(path, keeps);
@@ -138,4 +137,75 @@ fn locked_flags(path: &std::ffi::CStr) -> std::io::Result<libc::c_ulong> {
         (false, false) => libc::MS_STRICTATIME,
     };
     Ok(flags)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::ffi::CString;
+
+    use super::*;
+
+    fn text(path: &Path) -> CString {
+        path_cstring(path).unwrap()
+    }
+
+    #[test]
+    fn a_kept_place_inside_a_denied_directory_is_mounted_back_through_its_parents() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        let runs = root.join("runs");
+        let work = runs.join("run-a/work");
+        let tmp = runs.join("run-a/work/tmp");
+        std::fs::create_dir_all(&tmp).unwrap();
+        std::fs::write(root.join("secret"), "x").unwrap();
+        let steps = plan(&[runs.clone(), root.join("secret")], &[&work, &tmp], &[]).unwrap();
+        let [
+            MountStep::Cover { dir, keeps },
+            MountStep::HideFile { file },
+        ] = steps.as_slice()
+        else {
+            panic!("{steps:?}");
+        };
+        assert_eq!(dir, &text(&runs));
+        assert_eq!(file, &text(&root.join("secret")));
+        // The TMPDIR inside the workdir comes back with it: one keep.
+        assert_eq!(keeps.len(), 1);
+        assert_eq!(keeps[0].path, text(&work));
+        assert_eq!(
+            keeps[0].mkdirs,
+            vec![text(&runs.join("run-a")), text(&work)]
+        );
+    }
+
+    #[test]
+    fn a_denied_directory_that_is_or_holds_a_kept_place_is_not_covered_and_missing_ones_are_skipped()
+     {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        let work = root.join("work");
+        std::fs::create_dir_all(work.join("secrets")).unwrap();
+        let deny = [
+            root.clone(),
+            work.clone(),
+            work.join("secrets"),
+            root.join("missing"),
+        ];
+        let steps = plan(&deny, &[&work], &[]).unwrap();
+        let [
+            MountStep::Cover { dir: outer, keeps },
+            MountStep::Cover {
+                dir: inner,
+                keeps: none,
+            },
+        ] = steps.as_slice()
+        else {
+            panic!("{steps:?}");
+        };
+        assert_eq!(outer, &text(&root));
+        assert_eq!(keeps[0].path, text(&work));
+        assert_eq!(inner, &text(&work.join("secrets")));
+        assert!(none.is_empty());
+    }
 }
