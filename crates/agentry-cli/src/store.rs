@@ -62,10 +62,10 @@ pub(crate) fn sandbox_host(store: Option<&Path>) -> agentry::runtime::sandbox::S
     if let Some(dir) = store.map(absolute_parent) {
         deny.push(dir);
     }
-    if let Ok(dir) = state_dir() {
-        if !deny.contains(&dir) {
-            deny.push(dir);
-        }
+    if let Ok(dir) = state_dir()
+        && !deny.contains(&dir)
+    {
+        deny.push(dir);
     }
     agentry::runtime::sandbox::SandboxHost { home: None, deny }
 }

@@ -216,6 +216,26 @@ fn text(t: impl Into<String>) -> Result<CallToolResponse, ErrorData> {
     result(json!({"content": [{"type": "text", "text": t.into()}]}))
 }
 
+/// `sh -c command`, its exit code and output as JSON text.
+fn sh(command: &str) -> Result<CallToolResponse, ErrorData> {
+    match std::process::Command::new("sh")
+        .arg("-c")
+        .arg(command)
+        .stdin(std::process::Stdio::null())
+        .output()
+    {
+        Ok(out) => text(
+            json!({
+                "exit_code": out.status.code(),
+                "stdout": String::from_utf8_lossy(&out.stdout),
+                "stderr": String::from_utf8_lossy(&out.stderr),
+            })
+            .to_string(),
+        ),
+        Err(e) => Err(ErrorData::internal_error(e.to_string(), None)),
+    }
+}
+
 fn arg<'a>(request: &'a CallToolRequestParams, name: &str) -> Option<&'a Value> {
     request.arguments.as_ref().and_then(|a| a.get(name))
 }
@@ -365,25 +385,7 @@ impl ServerHandler for TestServer {
                               "structuredContent": {"meta": meta}}))
             }
             "retool" => self.retool(&request, context).await,
-            "sh" => {
-                let command = arg(&request, "command").and_then(Value::as_str).unwrap_or("");
-                match std::process::Command::new("sh")
-                    .arg("-c")
-                    .arg(command)
-                    .stdin(std::process::Stdio::null())
-                    .output()
-                {
-                    Ok(out) => text(
-                        json!({
-                            "exit_code": out.status.code(),
-                            "stdout": String::from_utf8_lossy(&out.stdout),
-                            "stderr": String::from_utf8_lossy(&out.stderr),
-                        })
-                        .to_string(),
-                    ),
-                    Err(e) => Err(ErrorData::internal_error(e.to_string(), None)),
-                }
-            }
+            "sh" => sh(arg(&request, "command").and_then(Value::as_str).unwrap_or("")),
             "big" => {
                 let bytes = arg(&request, "bytes")
                     .and_then(Value::as_u64)

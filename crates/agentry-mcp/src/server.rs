@@ -535,9 +535,7 @@ fn check_config(config: &McpServerConfig) -> Result<(), McpError> {
                 return Err(bad(&format!("the url {url} is not http:// or https://")));
             }
             if config.sandbox.is_some() {
-                return Err(bad(
-                    "sandbox is only for a stdio server (agentry starts no process for a url)",
-                ));
+                return Err(bad("sandbox: for a stdio server only"));
             }
         }
     }
@@ -561,12 +559,8 @@ impl Tool for McpServerTool {
     /// A stdio server's tools run in its process, under its sandbox.
     fn sandbox(&self) -> Option<agentry_sandbox::SandboxOverride> {
         let config = self.server.config();
-        match &config.transport {
-            crate::config::McpTransport::Stdio { .. } => {
-                Some(config.sandbox.clone().unwrap_or_default())
-            }
-            crate::config::McpTransport::Http { .. } => None,
-        }
+        let stdio = matches!(config.transport, crate::config::McpTransport::Stdio { .. });
+        stdio.then(|| config.sandbox.clone().unwrap_or_default())
     }
 
     async fn call(&self, args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {

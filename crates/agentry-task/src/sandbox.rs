@@ -278,4 +278,43 @@ cpu_time = "30s"
         assert_eq!(o.network, Some(Network::On));
         assert_eq!(o.mode, None);
     }
+
+    #[test]
+    fn a_tools_sandbox_overrides_the_tasks_and_an_http_server_may_not_have_one() {
+        let text = "goal = \"g\"\n[sandbox]\nmode = \"read-only\"\n\
+        [[tools.command]]\nname = \"fetch\"\ndescription = \"d\"\nargv = [\"curl\", \"-s\", \"http://127.0.0.1:8080\"]\n\
+        sandbox = { network = [\"127.0.0.1:8080\"] }\n\
+        [[tools.mcp]]\nname = \"local\"\ncommand = [\"server\"]\nsandbox = { network = true }\n";
+        let spec = crate::TaskSpec::parse(text, std::path::Path::new("/nowhere/t")).unwrap();
+        assert_eq!(spec.sandbox.mode, Mode::ReadOnly);
+        let over = spec.command_tools[0].sandbox.clone().unwrap();
+        assert_eq!(over.mode, None);
+        let effective = spec.sandbox.with_override(&over);
+        assert_eq!(effective.mode, Mode::ReadOnly);
+        assert_eq!(effective.network.clone(), over.network.unwrap());
+        assert_eq!(
+            spec.mcp_servers[0]
+                .sandbox
+                .as_ref()
+                .and_then(|s| s.network.clone()),
+            Some(Network::On)
+        );
+
+        let http = "goal = \"g\"\n[[tools.mcp]]\nname = \"remote\"\nurl = \"http://127.0.0.1:1/mcp\"\nsandbox = { network = true }\n";
+        let err = crate::TaskSpec::parse(http, std::path::Path::new("/nowhere/t"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("tools.mcp[0].sandbox: only for a server agentry starts (command)"),
+            "{err}"
+        );
+        let bad = "goal = \"g\"\n[[tools.command]]\nname = \"x\"\ndescription = \"d\"\nargv = [\"true\"]\nsandbox = { mode = \"open\" }\n";
+        let err = crate::TaskSpec::parse(bad, std::path::Path::new("/nowhere/t"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("tools.command[0].sandbox.mode: expected"),
+            "{err}"
+        );
+    }
 }

@@ -105,45 +105,6 @@ fn a_good_file_parses() {
 }
 
 #[test]
-fn a_tools_sandbox_overrides_the_tasks_and_an_http_server_may_not_have_one() {
-    let text = "goal = \"g\"\n[sandbox]\nmode = \"read-only\"\n\
-        [[tools.command]]\nname = \"fetch\"\ndescription = \"d\"\nargv = [\"curl\", \"-s\", \"http://127.0.0.1:8080\"]\n\
-        sandbox = { network = [\"127.0.0.1:8080\"] }\n\
-        [[tools.mcp]]\nname = \"local\"\ncommand = [\"server\"]\nsandbox = { network = true }\n";
-    let spec = TaskSpec::parse(text, Path::new("/nowhere/t")).unwrap();
-    assert_eq!(spec.sandbox.mode, agentry_sandbox::Mode::ReadOnly);
-    let over = spec.command_tools[0].sandbox.clone().unwrap();
-    assert_eq!(over.mode, None);
-    let effective = spec.sandbox.with_override(&over);
-    assert_eq!(effective.mode, agentry_sandbox::Mode::ReadOnly);
-    assert_eq!(effective.network.clone(), over.network.unwrap());
-    assert_eq!(
-        spec.mcp_servers[0]
-            .sandbox
-            .as_ref()
-            .and_then(|s| s.network.clone()),
-        Some(agentry_sandbox::Network::On)
-    );
-
-    let http = "goal = \"g\"\n[[tools.mcp]]\nname = \"remote\"\nurl = \"http://127.0.0.1:1/mcp\"\nsandbox = { network = true }\n";
-    let err = TaskSpec::parse(http, Path::new("/nowhere/t"))
-        .unwrap_err()
-        .to_string();
-    assert!(
-        err.contains("tools.mcp[0].sandbox: only for a server agentry starts (command)"),
-        "{err}"
-    );
-    let bad = "goal = \"g\"\n[[tools.command]]\nname = \"x\"\ndescription = \"d\"\nargv = [\"true\"]\nsandbox = { mode = \"open\" }\n";
-    let err = TaskSpec::parse(bad, Path::new("/nowhere/t"))
-        .unwrap_err()
-        .to_string();
-    assert!(
-        err.contains("tools.command[0].sandbox.mode: expected"),
-        "{err}"
-    );
-}
-
-#[test]
 fn child_models_name_a_model_or_a_script_and_bad_ones_name_the_field() {
     let text = "goal = \"g\"\n[policy.models.big]\nmodel = \"anthropic:claude\"\n[policy.models.small]\nmodel = \"openai:qwen\"\nbase_url = \"http://127.0.0.1:9/v1\"\n[policy.models.fake]\nscript = \"worker.json\"";
     let models = TaskSpec::parse(text, Path::new("/nowhere/t"))

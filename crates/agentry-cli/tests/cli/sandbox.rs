@@ -93,10 +93,9 @@ impl World {
             ),
             attack(
                 "setsid",
-                format!(
-                    "env -i setsid sh -c 'sleep 2; printf alive > '\"$PWD\"'/evidence-setsid' \
-                     </dev/null >/dev/null 2>&1 & sleep 0.5; printf started > started-setsid; true"
-                ),
+                "env -i setsid sh -c 'sleep 2; printf alive > '\"$PWD\"'/evidence-setsid' \
+                 </dev/null >/dev/null 2>&1 & sleep 0.5; printf started > started-setsid; true"
+                    .to_string(),
             ),
         ]
     }

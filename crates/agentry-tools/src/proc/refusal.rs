@@ -273,17 +273,17 @@ fn address_in(line: &str) -> Option<Address> {
     }
     let words: Vec<&str> = line.split_whitespace().collect();
     for pair in words.windows(3) {
-        if pair[1] == "port" {
-            if let Some(a) = make(pair[0], pair[2]) {
-                return Some(a);
-            }
+        if pair[1] == "port"
+            && let Some(a) = make(pair[0], pair[2])
+        {
+            return Some(a);
         }
     }
     for w in words.windows(2) {
-        if let (Some(at), true) = (w[0].rfind("('"), w[0].ends_with("',")) {
-            if let Some(a) = make(&w[0][at..], w[1]) {
-                return Some(a);
-            }
+        if let (Some(at), true) = (w[0].rfind("('"), w[0].ends_with("',"))
+            && let Some(a) = make(&w[0][at..], w[1])
+        {
+            return Some(a);
         }
     }
     words.iter().find_map(|w| {

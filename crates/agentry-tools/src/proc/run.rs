@@ -211,13 +211,25 @@ pub(super) async fn run(
     let err = err.finish(&ctx.workdir).await;
     let output = output(status, out, err, problems);
     let confinement = sandboxed.as_ref().and_then(|s| s.confinement.as_ref());
-    if let Some(confinement) = confinement {
-        let stderr = output.data["stderr"].as_str().unwrap_or_default();
-        if let Some(refusal) = classify(status.code(), stderr, &invocation.cwd, confinement) {
-            return Err(refusal.to_error(&output.data));
-        }
+    refused_or(output, status, &invocation.cwd, confinement)
+}
+
+/// `ESANDBOX` when the sandbox refused what made the process fail (see
+/// `refusal.rs`), else the output as it is.
+fn refused_or(
+    output: ToolOutput,
+    status: ExitStatus,
+    cwd: &std::path::Path,
+    confinement: Option<&super::refusal::Confinement>,
+) -> Result<ToolOutput, ToolError> {
+    let Some(confinement) = confinement else {
+        return Ok(output);
+    };
+    let stderr = output.data["stderr"].as_str().unwrap_or_default();
+    match classify(status.code(), stderr, cwd, confinement) {
+        Some(refusal) => Err(refusal.to_error(&output.data)),
+        None => Ok(output),
     }
-    Ok(output)
 }
 
 /// Why [`supervise`] returned without an exit status.
