@@ -133,7 +133,7 @@ async fn a_restarted_servers_new_schema_checks_the_next_calls() -> Result<(), Te
         "goal = \"use the server\"\n[budget]\nmax_steps = 10\n[tools]\n\
          grant = [\"srv.read\", \"server.kill\"]\n\
          [[tools.command]]\nname = \"server.kill\"\ndescription = \"d\"\neffect = \"reversible\"\n\
-         argv = [\"sh\", \"-c\", \"touch new-schema; kill -9 $(cat server.pid)\"]\n\
+         argv = [\"sh\", \"-c\", \"touch new-schema; kill -9 -$(cat server.pid)\"]\n\
          sandbox = {{ mode = \"off\" }}\n\
          [[tools.mcp]]\nname = \"srv\"\ncommand = [{:?}]\nenv = {{ TEST_SCHEMA_FILE = {:?} }}\n",
         test_server()?.display().to_string(),

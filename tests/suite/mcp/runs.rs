@@ -99,11 +99,12 @@ async fn a_server_killed_mid_run_is_restarted_and_the_run_goes_on() -> Result<()
     let kill_tool = r#"
 [[tools.command]]
 name = "server.kill"
-description = "SIGKILL the process whose pid is in server.pid"
-argv = ["sh", "-c", "kill -9 $(cat server.pid)"]
+description = "SIGKILL the process group whose id is in server.pid"
+argv = ["sh", "-c", "kill -9 -$(cat server.pid)"]
 effect = "reversible"
 # It signals a process outside its own sandbox (the server), which no sandbox
-# allows: this one tool runs unconfined.
+# allows: this one tool runs unconfined. The whole group: the server runs in
+# its own sandbox, under a leader that passes its status on.
 sandbox = { mode = "off" }
 "#;
     let tmp = tempfile::tempdir()?;
