@@ -11,9 +11,11 @@
 //! makes every run's working directory (this run's stays visible).
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
-use agentry_sandbox::{SandboxPlaces, SandboxSpec, default_read_deny};
+use agentry_sandbox::{
+    Mode, Network, Sandbox, SandboxError, SandboxPlaces, SandboxSpec, default_read_deny,
+};
 use agentry_tools::proc::RunSandboxes;
 use serde::{Deserialize, Serialize};
 
@@ -61,28 +63,81 @@ pub fn sandbox_places(workdir: &Path, host: &SandboxHost) -> Result<SandboxPlace
     })
 }
 
-/// The run's sandboxes: `spec` prepared for `workdir` (a kernel that cannot
-/// enforce it is [`RuntimeError::Sandbox`] naming what is missing), and
-/// every override the tools of `registry` ask for, so that no process starts
-/// under a spec the kernel cannot enforce.
+/// The run's sandboxes: `spec` for `workdir` (a kernel that cannot enforce
+/// it is [`RuntimeError::Sandbox`] naming what is missing), and every
+/// override the tools of `registry` ask for, so that no process starts under
+/// a spec the kernel cannot enforce.
+///
+/// A spec that asks nothing of the host beyond the default (no network
+/// grant, no extra roots) on a kernel known to enforce the default (checked
+/// once per process, [`default_enforceable`]) is prepared at its first spawn:
+/// a start pays nothing for it (runs that start no process are most runs).
+/// Any other is prepared now, so a bad grant or root fails the start.
 pub fn prepare_sandboxes(
     spec: &SandboxSpec,
     workdir: &Path,
     host: &SandboxHost,
     registry: Option<&ToolRegistry>,
 ) -> Result<Arc<RunSandboxes>, RuntimeError> {
-    let places = sandbox_places(workdir, host)?;
-    let sandboxes = RunSandboxes::prepare(spec.clone(), places)
-        .map_err(|source| RuntimeError::Sandbox { tool: None, source })?;
+    let sandbox_error =
+        |tool: Option<String>| move |source: SandboxError| RuntimeError::Sandbox { tool, source };
+    let sandboxes = if vouched_for(spec) {
+        let (workdir, host) = (workdir.to_path_buf(), host.clone());
+        RunSandboxes::lazy(
+            spec.clone(),
+            Box::new(move || {
+                sandbox_places(&workdir, &host).map_err(|e| SandboxError::Path {
+                    path: workdir.clone(),
+                    source: std::io::Error::other(e.to_string()),
+                })
+            }),
+        )
+    } else {
+        let places = sandbox_places(workdir, host)?;
+        RunSandboxes::prepare(spec.clone(), places).map_err(sandbox_error(None))?
+    };
     for tool in registry.iter().flat_map(|r| r.tools()) {
-        if let Some(over) = tool.tool.sandbox() {
-            sandboxes
-                .check(&over)
-                .map_err(|source| RuntimeError::Sandbox {
-                    tool: Some(tool.contract.name.clone()),
-                    source,
-                })?;
+        if let Some(over) = tool.tool.sandbox()
+            && !vouched_for(&sandboxes.effective(&over))
+        {
+            let name = tool.contract.name.clone();
+            sandboxes.check(&over).map_err(sandbox_error(Some(name)))?;
         }
     }
     Ok(Arc::new(sandboxes))
+}
+
+/// Whether `spec` can be left to its first spawn: it is off, or it asks no
+/// more than the default of the host (no network grant, no extra roots) and
+/// the kernel enforces the default.
+fn vouched_for(spec: &SandboxSpec) -> bool {
+    match spec.mode {
+        Mode::Off => true,
+        Mode::WorkspaceWrite | Mode::ReadOnly => {
+            matches!(spec.network, Network::Off)
+                && spec.write.is_empty()
+                && spec.read_deny.is_empty()
+                && default_enforceable()
+        }
+    }
+}
+
+/// Whether this kernel enforces the default sandbox: the default prepared
+/// for real in a scratch directory, once per process (the answer does not
+/// change while it runs).
+pub fn default_enforceable() -> bool {
+    static ENFORCEABLE: OnceLock<bool> = OnceLock::new();
+    *ENFORCEABLE.get_or_init(|| {
+        let Ok(scratch) = tempfile::tempdir() else {
+            return false;
+        };
+        let places = SandboxPlaces {
+            workdir: scratch.path().to_path_buf(),
+            temp_parent: scratch.path().join("tmp"),
+            deny: Vec::new(),
+        };
+        Sandbox::prepare(&SandboxSpec::default(), &places)
+            .and_then(|sandbox| sandbox.call())
+            .is_ok()
+    })
 }

@@ -3,7 +3,7 @@
 //! tool override's) — and what a call's refusal is judged against.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use agentry_protocol::ErrorCode;
 use agentry_protocol::envelope::ToolError;
@@ -19,14 +19,28 @@ use super::refusal::{Confinement, NetworkAccess};
 /// shared by its calls through [`ToolContext::sandbox`](crate::ToolContext::sandbox).
 ///
 /// [`RunSandboxes::prepare`] prepares the run's own spec at once, so a kernel
-/// that cannot enforce it fails the start; an override's spec is prepared
-/// the first time it is asked for ([`RunSandboxes::check`] does it up front
-/// for the tools a run has). The temp parent is removed when this is dropped.
-#[derive(Debug)]
+/// that cannot enforce it fails the start; [`RunSandboxes::lazy`] leaves
+/// the places and the preparing to the first spawn (a start that runs no
+/// process pays nothing; the host checks the kernel first). An override's
+/// spec is prepared the first time it is asked for ([`RunSandboxes::check`]
+/// does it up front). The temp parent is removed when this is dropped.
 pub struct RunSandboxes {
     spec: SandboxSpec,
-    places: SandboxPlaces,
+    places: OnceLock<SandboxPlaces>,
+    make_places: Option<Box<PlacesFn>>,
     prepared: Mutex<Vec<Prepared>>,
+}
+
+/// Makes a run's places on first use.
+pub type PlacesFn = dyn Fn() -> Result<SandboxPlaces, SandboxError> + Send + Sync;
+
+impl std::fmt::Debug for RunSandboxes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunSandboxes")
+            .field("spec", &self.spec)
+            .field("places", &self.places.get())
+            .finish_non_exhaustive()
+    }
 }
 
 /// One effective spec and its prepared sandbox.
@@ -47,8 +61,21 @@ impl RunSandboxes {
                 sandbox,
             }]),
             spec,
-            places,
+            places: OnceLock::from(places),
+            make_places: None,
         })
+    }
+
+    /// `spec`, its places made by `make_places` and the sandbox prepared at
+    /// the first spawn (an error then fails that call). For a host that has
+    /// checked the kernel can enforce `spec` already.
+    pub fn lazy(spec: SandboxSpec, make_places: Box<PlacesFn>) -> RunSandboxes {
+        RunSandboxes {
+            spec,
+            places: OnceLock::new(),
+            make_places: Some(make_places),
+            prepared: Mutex::new(Vec::new()),
+        }
     }
 
     /// The run's spec (before any tool's override).
@@ -56,9 +83,26 @@ impl RunSandboxes {
         &self.spec
     }
 
-    /// Where things are.
-    pub fn places(&self) -> &SandboxPlaces {
-        &self.places
+    /// Where things are (made now if they were not yet).
+    pub fn places(&self) -> Result<&SandboxPlaces, SandboxError> {
+        if let Some(places) = self.places.get() {
+            return Ok(places);
+        }
+        let made = match &self.make_places {
+            Some(make) => make()?,
+            None => {
+                return Err(SandboxError::Path {
+                    path: PathBuf::new(),
+                    source: std::io::Error::other("no places"),
+                });
+            }
+        };
+        // A racing call may have set them first: theirs are kept.
+        let _ = self.places.set(made);
+        self.places.get().ok_or_else(|| SandboxError::Path {
+            path: PathBuf::new(),
+            source: std::io::Error::other("no places"),
+        })
     }
 
     /// The spec a tool with `over` runs under.
@@ -84,7 +128,7 @@ impl RunSandboxes {
         if let Some(p) = prepared.iter().find(|p| p.spec == spec) {
             return Ok(Arc::clone(&p.sandbox));
         }
-        let sandbox = Arc::new(Sandbox::prepare(&spec, &self.places)?);
+        let sandbox = Arc::new(Sandbox::prepare(&spec, self.places()?)?);
         prepared.push(Prepared {
             spec,
             sandbox: Arc::clone(&sandbox),
@@ -96,18 +140,20 @@ impl RunSandboxes {
     /// (removed when it is dropped) and what [`CallSandbox::apply`] enforces.
     pub(crate) fn call(&self, over: &SandboxOverride) -> Result<SandboxedCall, ToolError> {
         let spec = self.effective(over);
+        let unusable = |e: SandboxError| {
+            ToolError::new(
+                ErrorCode::Einternal,
+                format!("cannot set up the call's sandbox: {e}"),
+            )
+        };
         let call = self
             .sandbox(over)
             .and_then(|sandbox| sandbox.call())
-            .map_err(|e| {
-                ToolError::new(
-                    ErrorCode::Einternal,
-                    format!("cannot set up the call's sandbox: {e}"),
-                )
-            })?;
+            .map_err(unusable)?;
+        let places = self.places().map_err(unusable)?;
         Ok(SandboxedCall {
             confinement: (spec.mode != Mode::Off)
-                .then(|| confinement(&spec, &self.places, call.tmpdir())),
+                .then(|| confinement(&spec, places, call.tmpdir())),
             call,
         })
     }
@@ -116,7 +162,9 @@ impl RunSandboxes {
 impl Drop for RunSandboxes {
     fn drop(&mut self) {
         // The calls' directories went with them; what is left is the parent.
-        let _ = std::fs::remove_dir_all(&self.places.temp_parent);
+        if let Some(places) = self.places.get() {
+            let _ = std::fs::remove_dir_all(&places.temp_parent);
+        }
     }
 }
 
