@@ -31,6 +31,7 @@ configs=(
   "parallel"
   "durable"
   "durable-w2"
+  "sandbox"
 )
 for ((r = 1; r <= reps; r++)); do
   for c in "${configs[@]}"; do

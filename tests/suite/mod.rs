@@ -19,6 +19,7 @@ mod policy;
 mod process;
 mod retries;
 mod run;
+mod sandbox;
 mod security;
 mod service;
 mod service_bin;

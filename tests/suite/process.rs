@@ -44,16 +44,36 @@ fn group_members(pgid: i32) -> Vec<(i32, char)> {
     found
 }
 
+/// The host's id of the call's process group, once the shell wrote its `$$`
+/// (which under the sandbox is its pid in the call's own PID namespace, not
+/// the host's): the group leader whose working directory is the run's.
 async fn read_pgid(workdir: &Path) -> Result<i32, TestError> {
     for _ in 0..500 {
         if let Ok(text) = std::fs::read_to_string(workdir.join("pgid"))
-            && let Ok(pid) = text.trim().parse()
+            && text.trim().parse::<i32>().is_ok()
         {
-            return Ok(pid);
+            return host_group_leader_in(workdir)
+                .ok_or_else(|| "no group leader runs in the working directory".into());
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     Err("the command never wrote its pgid".into())
+}
+
+/// A process leading its own group whose working directory is `workdir`.
+fn host_group_leader_in(workdir: &Path) -> Option<i32> {
+    let workdir = std::fs::canonicalize(workdir).ok()?;
+    std::fs::read_dir("/proc")
+        .ok()?
+        .flatten()
+        .find_map(|entry| {
+            let pid: i32 = entry.file_name().to_string_lossy().parse().ok()?;
+            let cwd = std::fs::read_link(entry.path().join("cwd")).ok()?;
+            let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
+            let rest = stat.rsplit_once(')')?.1.to_string();
+            let pgrp: i32 = rest.split_whitespace().nth(2)?.parse().ok()?;
+            (cwd == workdir && pgrp == pid).then_some(pid)
+        })
 }
 
 /// Polls until the group is gone (the kill and the reaping run concurrently with
@@ -87,7 +107,12 @@ async fn the_deadline_kills_the_whole_process_group() -> Result<(), TestError> {
     // deadline cuts it (300 ms failed so in a loaded run).
     let task = forker_task("fork and hang")?.deadline_ms(2_000);
 
-    let (outcome, events) = run_with_events(&runtime, task.config(), forker_policy()).await?;
+    // The group is found while it runs (its leader is gone after the kill).
+    let (ran, pgid) = tokio::join!(
+        run_with_events(&runtime, task.config(), forker_policy()),
+        read_pgid(task.workdir())
+    );
+    let (outcome, events) = ran?;
 
     assert_eq!(
         outcome.stop_reason,
@@ -103,7 +128,7 @@ async fn the_deadline_kills_the_whole_process_group() -> Result<(), TestError> {
         ),
         "{result:?}"
     );
-    assert_group_gone(read_pgid(task.workdir()).await?).await
+    assert_group_gone(pgid?).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -135,6 +135,7 @@ fn trace_step() -> TraceLine {
         }
         .into(),
         results: vec![add_result(5000).into()],
+        sandboxes: Vec::new(),
         attempts: Vec::new(),
         interrupted: None,
         budget_before: BudgetSnapshot::new(limits, spent, 20),

@@ -39,6 +39,8 @@ pub enum Workload {
     /// N agents × M steps at once (100 × 20), the same three ways.
     #[value(name = "durable-w2")]
     DurableW2,
+    /// Spawn-to-exit of `true` with the sandbox off and on (issue 34), over R runs (200).
+    Sandbox,
 }
 
 impl Workload {
@@ -71,7 +73,7 @@ pub struct Args {
     /// Parallel steps (W3: 5).
     #[arg(long)]
     pub steps: Option<u64>,
-    /// Repetitions (cancel: 100, parallel: 10).
+    /// Repetitions (cancel: 100, parallel: 10, sandbox: 200).
     #[arg(long)]
     pub runs: Option<u64>,
     /// Write W1's JSONL trace to this file.
@@ -133,7 +135,8 @@ impl Args {
             | Workload::Floor
             | Workload::ActorFloor
             | Workload::Cancel
-            | Workload::Parallel => 10_000,
+            | Workload::Parallel
+            | Workload::Sandbox => 10_000,
         };
         let n_default = if self.workload == Workload::DurableW2 {
             100
@@ -141,7 +144,20 @@ impl Args {
             1_000
         };
         let cancel = self.workload == Workload::Cancel;
-        let runs_default = if cancel { 100 } else { 10 };
+        let runs_default = match self.workload {
+            Workload::Cancel => 100,
+            Workload::Sandbox => 200,
+            Workload::W1
+            | Workload::W2
+            | Workload::W3
+            | Workload::W4
+            | Workload::Floor
+            | Workload::ActorFloor
+            | Workload::ActorFloorW2
+            | Workload::Parallel
+            | Workload::Durable
+            | Workload::DurableW2 => 10,
+        };
         let deadline_default = if cancel { 100 } else { 200 };
         Options {
             m: self.m.unwrap_or(m_default).max(1),
@@ -185,6 +201,7 @@ pub fn run(workload: Workload, opts: &Options) -> BenchResult<Report> {
             Workload::Parallel => workloads::parallel(opts).await,
             Workload::Durable => workloads::durable(opts).await,
             Workload::DurableW2 => workloads::durable_w2(opts).await,
+            Workload::Sandbox => workloads::sandbox(opts).await,
         }
     })
 }

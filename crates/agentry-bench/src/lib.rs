@@ -1,6 +1,7 @@
 //! agentry's benchmarks: the scripted-agent workload of WORKLOAD.md (W1–W4),
 //! the bare-channel floor, issue 3's cancellation and parallel-call figures, and
-//! the cost of durable runs (W1 and W2 on a SQLite store against in memory).
+//! the cost of durable runs (W1 and W2 on a SQLite store against in memory),
+//! and the kernel sandbox's cost per process start.
 //!
 //! Everything runs through agentry's public embedding API — [`agentry::Runtime`],
 //! [`agentry::RunConfig`], a [`agentry::Policy`] for the scripted model and

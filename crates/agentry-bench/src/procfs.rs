@@ -160,11 +160,21 @@ pub fn peak_rss_mib() -> f64 {
 /// included, exited ones too (`getrusage(RUSAGE_SELF)`). Unlike wall time it
 /// hardly moves when other processes load the machine.
 pub fn cpu_time() -> Duration {
+    rusage_cpu(libc::RUSAGE_SELF)
+}
+
+/// CPU time (user + system) of this process's children and their
+/// descendants that have exited and been waited for (`RUSAGE_CHILDREN`).
+pub fn children_cpu_time() -> Duration {
+    rusage_cpu(libc::RUSAGE_CHILDREN)
+}
+
+fn rusage_cpu(who: libc::c_int) -> Duration {
     // SAFETY: `getrusage` only writes the struct it is given, which is a
     // zero-initialised plain C struct owned by this frame.
     let usage = unsafe {
         let mut usage: libc::rusage = std::mem::zeroed();
-        if libc::getrusage(libc::RUSAGE_SELF, &mut usage) != 0 {
+        if libc::getrusage(who, &mut usage) != 0 {
             return Duration::ZERO;
         }
         usage

@@ -228,3 +228,21 @@ fn durable_w2_small() {
     );
     assert!(v["metrics"]["ratio_grouped"].as_f64().unwrap() > 0.0, "{v}");
 }
+
+#[test]
+fn sandbox_off_and_default_small() {
+    let v = bench(&["sandbox", "--runs", "5"]);
+    assert_eq!(v["workload"], "sandbox");
+    assert_eq!(v["params"]["runs"], 5);
+    let m = &v["metrics"];
+    for key in [
+        "off_us_p50",
+        "default_us_p50",
+        "off_us_p90",
+        "default_us_p90",
+        "ratio_p50",
+    ] {
+        assert!(m[key].as_f64().unwrap() > 0.0, "{key}: {v}");
+    }
+    assert!(m["added_us_p50"].is_number(), "{v}");
+}

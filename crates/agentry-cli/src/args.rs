@@ -48,6 +48,22 @@ pub(crate) enum Command {
     /// Write one self-contained HTML page (no network: open it from disk) that
     /// shows a JSONL trace as a timeline you can click through.
     View(ViewArgs),
+    /// Print what this kernel can enforce of the sandbox around the processes
+    /// a model drives (Landlock ABI, seccomp, user/PID/mount namespaces).
+    ///
+    /// Exit codes: 0 when the default sandbox (`mode = "workspace-write"`,
+    /// `network = false`) can be enforced here; 1 when it cannot (what is
+    /// missing is printed; runs must then say `[sandbox] mode = "off"`);
+    /// 2 for bad flags.
+    SandboxCheck(SandboxCheckArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct SandboxCheckArgs {
+    /// One JSON object on stdout: `{"enforceable": bool, "missing": [...],
+    /// "kernel": {...}}`.
+    #[arg(long)]
+    pub(crate) json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -291,7 +307,7 @@ pub(crate) struct ToolsArgs {
     /// The task directory.
     pub(crate) task_dir: PathBuf,
     /// One JSON array on stdout: `{name, source, effect, idempotency,
-    /// approval, granted, description}` per tool.
+    /// approval, granted, sandbox, description}` per tool.
     #[arg(long)]
     pub(crate) json: bool,
 }

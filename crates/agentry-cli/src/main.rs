@@ -16,6 +16,7 @@
 //!                      [--fork-at STEP --policy ...] [--out FILE] [--json]
 //!                      [--yes | --dry-run] [--force]
 //! agentry view TRACE.jsonl... [-o run.html]
+//! agentry sandbox-check [--json]
 //! ```
 //!
 //! Runs are durable by default: committed to `$AGENTRY_STORE`, else
@@ -45,7 +46,7 @@
 //! - `run`, `resume`: the two commands that run a task.
 //! - `tools`: `agentry tools`; `stats`: `agentry stats` (after `store`).
 //! - `mcp`: agentry as an MCP server; `replay`: `agentry replay`; `view`:
-//!   `agentry view`'s page.
+//!   `agentry view`'s page; `sandbox_check`: `agentry sandbox-check`.
 
 mod args;
 mod child_models;
@@ -57,6 +58,7 @@ mod replay;
 mod report;
 mod resume;
 mod run;
+mod sandbox_check;
 mod signals;
 mod stats;
 mod store;
@@ -161,6 +163,18 @@ fn command(command: Command, runtime: &tokio::runtime::Runtime) -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => fail(&e, EXIT_BAD_INPUT, false),
         },
+        // Exit 0: the default sandbox can be enforced here; 1: it cannot.
+        Command::SandboxCheck(args) => {
+            let check = sandbox_check::check();
+            if let Err(e) = sandbox_check::print(&check, args.json) {
+                eprintln!("agentry: cannot write the check: {e}");
+            }
+            if check.enforceable {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(EXIT_NOT_DONE)
+            }
+        }
         Command::View(args) => match view::write(&args) {
             Ok(path) => {
                 println!("{}", path.display());

@@ -79,7 +79,8 @@ async fn runtime_for(config: &RunConfig) -> Result<Rebuilt, RunError> {
         Some(dir) => {
             let task = TaskSpec::load(&dir)?;
             let context = ContextSettings::of_task(&task);
-            let mcp = task.start_mcp(&config.workdir).await?;
+            let sandboxes = task.sandboxes(&config.workdir, &config.sandbox_host)?;
+            let mcp = task.start_mcp(&config.workdir, &sandboxes).await?;
             let runtime = task.runtime_with(&mcp)?;
             Ok(Rebuilt {
                 runtime: with_child_models(runtime, &task, context)?,

@@ -86,11 +86,15 @@ pub(crate) async fn prepare(args: &RunArgs) -> Result<Prepared, RunError> {
     // directory) and removed again if anything after it fails, so bad input
     // leaves nothing behind.
     let fresh = FreshWorkdir::prepare(&task, args.workdir.as_deref())?;
-    let mcp = task.start_mcp(&fresh.path).await?;
+    let store_file = crate::store::store_of(args.store.as_ref(), args.no_store);
+    let sandbox_host = crate::store::sandbox_host(store_file.as_deref());
+    let sandboxes = task.sandboxes(&fresh.path, &sandbox_host)?;
+    let mcp = task.start_mcp(&fresh.path, &sandboxes).await?;
     let Stored { runtime, path } = open_store(args, task.runtime_with(&mcp)?)?;
     let runtime = with_child_models(runtime, &task, ContextSettings::of_run(args, &task))?;
     refuse_taken_run_id(&runtime, path.as_deref(), args.run_id.as_deref()).await?;
     let mut config = task.run_config(fresh.keep());
+    config.sandbox_host = sandbox_host;
     config.trace = trace;
     config.run_id = args.run_id.clone();
     config.policy_spec = Some(policy_spec);

@@ -54,6 +54,38 @@ fn state_dir() -> Result<PathBuf, RuntimeError> {
     }
 }
 
+/// What a run's sandboxed processes must not read besides the defaults: the
+/// store file's directory (`store`, when the run has one) and agentry's
+/// state directory (where the default store and its siblings live).
+pub(crate) fn sandbox_host(store: Option<&Path>) -> agentry::runtime::sandbox::SandboxHost {
+    let mut deny: Vec<PathBuf> = Vec::new();
+    if let Some(dir) = store.map(absolute_parent) {
+        deny.push(dir);
+    }
+    if let Ok(dir) = state_dir()
+        && !deny.contains(&dir)
+    {
+        deny.push(dir);
+    }
+    agentry::runtime::sandbox::SandboxHost { home: None, deny }
+}
+
+/// The directory a (possibly relative) file is in, made absolute.
+fn absolute_parent(file: &Path) -> PathBuf {
+    let file = std::path::absolute(file).unwrap_or_else(|_| file.to_path_buf());
+    file.parent().map_or(file.clone(), Path::to_path_buf)
+}
+
+/// The store a run started with these flags would use, for its sandbox
+/// (`None` with `--no-store` or when the default cannot be used).
+pub(crate) fn store_of(store: Option<&PathBuf>, no_store: bool) -> Option<PathBuf> {
+    match (store, no_store) {
+        (_, true) => None,
+        (Some(path), false) => Some(path.clone()),
+        (None, false) => default_store().ok(),
+    }
+}
+
 /// `--store FILE`, else the default store.
 pub(crate) fn store_or_default(store: Option<&PathBuf>) -> Result<PathBuf, RuntimeError> {
     match store {

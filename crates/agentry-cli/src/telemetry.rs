@@ -26,7 +26,8 @@ pub(crate) fn otlp_of(command: &Command) -> Option<Option<String>> {
         | Command::Mcp(_)
         | Command::Stats(_)
         | Command::Replay(_)
-        | Command::View(_) => return None,
+        | Command::View(_)
+        | Command::SandboxCheck(_) => return None,
     };
     match flag {
         Some(url) if url.is_empty() => Some(None),

@@ -11,6 +11,7 @@ use std::path::Path;
 use agentry::TaskSpec;
 use agentry::protocol::terminal::escape_line;
 use agentry::protocol::tool::{Effect, Idempotency, ToolContract};
+use agentry::sandbox::{Mode, Network, SandboxSummary};
 use serde::Serialize;
 
 use crate::error::RunError;
@@ -28,6 +29,9 @@ pub(crate) struct ToolRow {
     approval: bool,
     /// Whether the task grants it (the model sees only granted tools).
     granted: bool,
+    /// The kernel sandbox its processes run under (mode, network, limits);
+    /// `null` for a tool that starts no process.
+    sandbox: Option<SandboxSummary>,
     description: String,
 }
 
@@ -36,7 +40,9 @@ pub(crate) struct ToolRow {
 pub(crate) async fn list(task_dir: &Path) -> Result<Vec<ToolRow>, RunError> {
     let task = TaskSpec::load(task_dir)?;
     let scratch = FreshWorkdir::prepare(&task, None)?;
-    let mcp = task.start_mcp(&scratch.path).await?;
+    let host = crate::store::sandbox_host(None);
+    let sandboxes = task.sandboxes(&scratch.path, &host)?;
+    let mcp = task.start_mcp(&scratch.path, &sandboxes).await?;
     let registry = task.registry_with(&mcp);
     mcp.shutdown().await;
     drop(scratch);
@@ -45,7 +51,10 @@ pub(crate) async fn list(task_dir: &Path) -> Result<Vec<ToolRow>, RunError> {
         .specs()
         .iter()
         .filter_map(|spec| registry.get(&spec.name))
-        .map(|tool| row(&task, &tool.contract))
+        .map(|tool| {
+            let sandbox = tool.tool.sandbox().map(|over| sandboxes.summary(&over));
+            row(&task, &tool.contract, sandbox)
+        })
         .collect())
 }
 
@@ -60,8 +69,9 @@ pub(crate) fn print(rows: &[ToolRow], json: bool) -> std::io::Result<()> {
     }
 }
 
-fn row(task: &TaskSpec, contract: &ToolContract) -> ToolRow {
+fn row(task: &TaskSpec, contract: &ToolContract, sandbox: Option<SandboxSummary>) -> ToolRow {
     ToolRow {
+        sandbox,
         name: contract.name.clone(),
         source: source(task, &contract.name),
         effect: contract.effect,
@@ -107,14 +117,19 @@ fn table(rows: &[ToolRow]) -> String {
     };
     let name_w = width(&mut shown.iter().map(|(n, _)| n), 4);
     let source_w = width(&mut shown.iter().map(|(_, s)| s), 6);
+    let sandboxes: Vec<String> = rows
+        .iter()
+        .map(|r| sandbox_cell(r.sandbox.as_ref()))
+        .collect();
+    let sandbox_w = width(&mut sandboxes.iter(), 7);
     let mut out = format!(
-        "{:name_w$}  {:source_w$}  {:21}  {:12}  {:8}  {:7}  DESCRIPTION",
-        "TOOL", "SOURCE", "EFFECT", "IDEMPOTENCY", "APPROVAL", "GRANTED"
+        "{:name_w$}  {:source_w$}  {:21}  {:12}  {:8}  {:7}  {:sandbox_w$}  DESCRIPTION",
+        "TOOL", "SOURCE", "EFFECT", "IDEMPOTENCY", "APPROVAL", "GRANTED", "SANDBOX"
     );
-    for (r, (name, source)) in rows.iter().zip(&shown) {
+    for ((r, (name, source)), sandbox) in rows.iter().zip(&shown).zip(&sandboxes) {
         let first_line = short(&r.description);
         out.push_str(&format!(
-            "\n{name:name_w$}  {source:source_w$}  {:21}  {:12}  {:8}  {:7}  {first_line}",
+            "\n{name:name_w$}  {source:source_w$}  {:21}  {:12}  {:8}  {:7}  {sandbox:sandbox_w$}  {first_line}",
             r.effect.as_str(),
             r.idempotency.as_str(),
             yes_no(r.approval),
@@ -122,6 +137,30 @@ fn table(rows: &[ToolRow]) -> String {
         ));
     }
     out
+}
+
+/// The sandbox column: `-` for a tool that starts no process; the mode and
+/// network; and `mode = "off"` said loudly (the `--json` rows have the limits).
+fn sandbox_cell(sandbox: Option<&SandboxSummary>) -> String {
+    let Some(summary) = sandbox else {
+        return "-".to_string();
+    };
+    let network = match &summary.network {
+        Network::Off => "no network".to_string(),
+        Network::On => "network".to_string(),
+        Network::Allow(grants) => format!(
+            "ports {}",
+            grants
+                .iter()
+                .map(|g| g.port.to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        ),
+    };
+    match summary.mode {
+        Mode::Off => "OFF (no sandbox: full reach)".to_string(),
+        Mode::WorkspaceWrite | Mode::ReadOnly => format!("{}, {network}", summary.mode.as_str()),
+    }
 }
 
 /// The description's first line, escaped, cut to [`DESCRIPTION_CHARS`] (the

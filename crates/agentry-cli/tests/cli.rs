@@ -38,6 +38,8 @@ mod cli {
     mod replay_trust;
     mod run;
     mod runs;
+    #[cfg(target_os = "linux")]
+    mod sandbox;
     mod stats;
     mod tls_resume;
     mod tools_cmd;

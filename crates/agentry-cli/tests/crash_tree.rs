@@ -56,7 +56,13 @@ argv = {mark}
 input_schema = {{ type = "object", properties = {{ child = {{ type = "string" }} }}, required = ["child"] }}
 effect = "reversible"
 idempotency = "idempotent"
-"#
+# The marks are outside the working directory: granted, nothing more.
+sandbox = {{ write = [{marks_dir:?}] }}
+"#,
+        marks_dir = marks
+            .parent()
+            .map(|d| d.display().to_string())
+            .unwrap_or_default()
     );
     std::fs::write(dir.join("task.toml"), toml).unwrap();
     let child = |k: usize| {
@@ -139,7 +145,10 @@ fn cycle(root: &Path, i: usize, after: Duration) -> Cycled {
     let nap = format!("0.{}", 150 + i);
     let task = root.join(format!("task{i}"));
     std::fs::create_dir_all(&task).unwrap();
-    let marks = root.join(format!("marks{i}.txt"));
+    // A directory of their own: the sandbox grants the mark tool exactly
+    // that (the store's directory, `root`, stays hidden).
+    let marks = root.join(format!("marks{i}")).join("marks.txt");
+    std::fs::create_dir_all(root.join(format!("marks{i}"))).unwrap();
     write_task(&task, &nap, &marks);
     let store = root.join(format!("s{i}.db"));
     let run_id = format!("tree-{i}");

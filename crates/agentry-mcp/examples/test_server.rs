@@ -22,6 +22,9 @@
 //!   (an added tool echoes like `read`, read-only), sends
 //!   `notifications/tools/list_changed`, then answers "retooled".
 //!
+//! - `sh`: runs `sh -c <command>` in the server's working directory and
+//!   answers `{"exit_code", "stdout", "stderr"}` as JSON text (what a server
+//!   that runs commands can do: the sandbox tests' attacks);
 //! - `big`: a text reply of `bytes` bytes (default 17 MiB: past the 16 MiB a
 //!   client takes in one message).
 //!
@@ -150,6 +153,8 @@ fn tools() -> Vec<Tool> {
                "annotations": {"readOnlyHint": true}}),
         json!({"name": "meta", "description": "Echoes the request's _meta.", "inputSchema": empty,
                "annotations": {"readOnlyHint": true}}),
+        json!({"name": "sh", "description": "Runs a shell command.",
+               "inputSchema": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}),
         json!({"name": "big", "description": "A large reply.",
                "inputSchema": {"type": "object", "properties": {"bytes": {"type": "number"}}},
                "annotations": {"readOnlyHint": true}}),
@@ -209,6 +214,26 @@ fn result(value: Value) -> Result<CallToolResponse, ErrorData> {
 
 fn text(t: impl Into<String>) -> Result<CallToolResponse, ErrorData> {
     result(json!({"content": [{"type": "text", "text": t.into()}]}))
+}
+
+/// `sh -c command`, its exit code and output as JSON text.
+fn sh(command: &str) -> Result<CallToolResponse, ErrorData> {
+    match std::process::Command::new("sh")
+        .arg("-c")
+        .arg(command)
+        .stdin(std::process::Stdio::null())
+        .output()
+    {
+        Ok(out) => text(
+            json!({
+                "exit_code": out.status.code(),
+                "stdout": String::from_utf8_lossy(&out.stdout),
+                "stderr": String::from_utf8_lossy(&out.stderr),
+            })
+            .to_string(),
+        ),
+        Err(e) => Err(ErrorData::internal_error(e.to_string(), None)),
+    }
 }
 
 fn arg<'a>(request: &'a CallToolRequestParams, name: &str) -> Option<&'a Value> {
@@ -360,6 +385,7 @@ impl ServerHandler for TestServer {
                               "structuredContent": {"meta": meta}}))
             }
             "retool" => self.retool(&request, context).await,
+            "sh" => sh(arg(&request, "command").and_then(Value::as_str).unwrap_or("")),
             "big" => {
                 let bytes = arg(&request, "bytes")
                     .and_then(Value::as_u64)

@@ -43,6 +43,11 @@ pub struct McpServerConfig {
     /// over what its annotations say.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub overrides: BTreeMap<String, ContractOverride>,
+    /// A stdio server's override of the run's `[sandbox]` (task.toml:
+    /// `sandbox = { network = true }`); `None`: the run's. An HTTP server
+    /// with one is refused: agentry starts no process for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<agentry_sandbox::SandboxOverride>,
 }
 
 impl McpServerConfig {
@@ -56,6 +61,7 @@ impl McpServerConfig {
             startup_timeout: DEFAULT_STARTUP_TIMEOUT,
             max_tools: DEFAULT_MAX_TOOLS,
             overrides: BTreeMap::new(),
+            sandbox: None,
         }
     }
 

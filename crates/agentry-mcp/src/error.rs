@@ -29,6 +29,15 @@ pub enum McpError {
         /// Why.
         source: std::io::Error,
     },
+    /// The server's sandbox could not be prepared (a kernel that cannot
+    /// enforce its spec names what is missing).
+    #[error("MCP server {server}: {source}")]
+    Sandbox {
+        /// The server's name.
+        server: String,
+        /// Why.
+        source: agentry_sandbox::SandboxError,
+    },
     /// The start (`initialize`, `tools/list`'s pages, checking what it
     /// lists) did not finish in time.
     #[error(

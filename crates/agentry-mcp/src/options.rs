@@ -26,6 +26,11 @@ pub struct StartOptions {
     /// Answers the servers' elicitation requests; `None`: refused (see
     /// [`ElicitationHandler`]).
     pub elicitation: Option<Arc<dyn ElicitationHandler>>,
+    /// The run's kernel sandboxes: a stdio server runs under the one for its
+    /// declaration's `sandbox` override, for its whole life. `None`: servers
+    /// run with the operator's full reach (a host that sandboxes nothing;
+    /// `TaskSpec::start_mcp` always gives the run's).
+    pub sandbox: Option<Arc<agentry_tools::proc::RunSandboxes>>,
 }
 
 impl StartOptions {
@@ -40,6 +45,7 @@ impl StartOptions {
             stderr_cap: DEFAULT_STDERR_CAP,
             sampling: None,
             elicitation: None,
+            sandbox: None,
         }
     }
 }
@@ -52,6 +58,10 @@ impl std::fmt::Debug for StartOptions {
             .field("stderr_cap", &self.stderr_cap)
             .field("sampling", &self.sampling.is_some())
             .field("elicitation", &self.elicitation.is_some())
+            .field(
+                "sandbox",
+                &self.sandbox.as_ref().map(|s| s.spec().summary()),
+            )
             .finish()
     }
 }

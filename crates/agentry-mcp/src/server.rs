@@ -534,6 +534,9 @@ fn check_config(config: &McpServerConfig) -> Result<(), McpError> {
             if !(url.starts_with("http://") || url.starts_with("https://")) {
                 return Err(bad(&format!("the url {url} is not http:// or https://")));
             }
+            if config.sandbox.is_some() {
+                return Err(bad("sandbox: for a stdio server only"));
+            }
         }
     }
     Ok(())
@@ -551,6 +554,13 @@ struct McpServerTool {
 impl Tool for McpServerTool {
     fn contract(&self) -> ToolContract {
         self.contract.clone()
+    }
+
+    /// A stdio server's tools run in its process, under its sandbox.
+    fn sandbox(&self) -> Option<agentry_sandbox::SandboxOverride> {
+        let config = self.server.config();
+        let stdio = matches!(config.transport, crate::config::McpTransport::Stdio { .. });
+        stdio.then(|| config.sandbox.clone().unwrap_or_default())
     }
 
     async fn call(&self, args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {

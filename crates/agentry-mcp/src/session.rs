@@ -244,13 +244,26 @@ fn spawn(
         .filter_map(|name| std::env::var_os(name).map(|v| (name.clone(), v)))
         .collect();
     vars.extend(env.iter().map(|(k, v)| (k.clone(), OsString::from(v))));
-    let mut process = ServerProcess::spawn(command, vars, &options.workdir).map_err(|source| {
-        McpError::Spawn {
-            server: config.name.clone(),
-            program,
-            source,
-        }
-    })?;
+    let sandbox = match &options.sandbox {
+        Some(sandboxes) => Some(
+            sandboxes
+                .sandbox(&config.sandbox.clone().unwrap_or_default())
+                .and_then(|sandbox| sandbox.call())
+                .map_err(|source| McpError::Sandbox {
+                    server: config.name.clone(),
+                    source,
+                })?,
+        ),
+        None => None,
+    };
+    let mut process =
+        ServerProcess::spawn(command, vars, &options.workdir, sandbox).map_err(|source| {
+            McpError::Spawn {
+                server: config.name.clone(),
+                program,
+                source,
+            }
+        })?;
     let tail = StderrTail::new(options.stderr_cap);
     let reader = match process.take_stderr() {
         Some(mut pipe) => {

@@ -112,7 +112,7 @@ async fn list_changed_relists_the_tools() {
 }
 
 /// The test server's tools before any `retool` (the hook's view leaves them out).
-const TEST_TOOLS: [&str; 16] = [
+const TEST_TOOLS: [&str; 17] = [
     "t.read",
     "t.write",
     "t.undoable",
@@ -127,6 +127,7 @@ const TEST_TOOLS: [&str; 16] = [
     "t.spawn",
     "t.env",
     "t.meta",
+    "t.sh",
     "t.big",
     "t.retool",
 ];

@@ -51,7 +51,7 @@ async fn contracts_come_from_annotations_and_overrides() {
     assert_eq!(contract("read").timeout_ms, 4321);
     assert_eq!(contract("read").auth_scope, "t");
     assert_eq!(contract("sum").input_schema["required"], json!(["a", "b"]));
-    assert_eq!(server.tools().len(), 16);
+    assert_eq!(server.tools().len(), 17);
     server.shutdown().await;
 }
 

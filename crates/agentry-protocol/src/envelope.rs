@@ -36,6 +36,12 @@ pub enum ErrorCode {
     /// The tool failed unexpectedly (it panicked, or broke its own contract).
     #[serde(rename = "EINTERNAL")]
     Einternal,
+    /// The process a tool ran failed in a way the kernel sandbox caused: it was
+    /// refused a write, a read or a connection the task's `[sandbox]` does not
+    /// allow. The message names the path or address where it is known, the
+    /// suggested action the `[sandbox]` key that would allow it.
+    #[serde(rename = "ESANDBOX")]
+    Esandbox,
 }
 
 impl ErrorCode {
@@ -51,6 +57,7 @@ impl ErrorCode {
             ErrorCode::Eunavail => "EUNAVAIL",
             ErrorCode::Ebudget => "EBUDGET",
             ErrorCode::Einternal => "EINTERNAL",
+            ErrorCode::Esandbox => "ESANDBOX",
         }
     }
 

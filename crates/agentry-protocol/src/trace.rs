@@ -43,6 +43,10 @@ pub struct TraceStep {
     pub decision: Arc<Decision>,
     /// One envelope per call, in request order (the session's, shared).
     pub results: Vec<Arc<ResultEnvelope>>,
+    /// The kernel sandbox each process tool's call of this step ran under
+    /// (in the order of `results`); empty when no call started a process.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sandboxes: Vec<CallSandbox>,
     /// Every execution attempt of the step's calls, retries included.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub attempts: Vec<AttemptRecord>,
@@ -105,6 +109,16 @@ pub struct AttemptRecord {
     pub backoff_ms: Option<u64>,
 }
 
+/// The kernel sandbox one call's processes ran under, as the trace records it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CallSandbox {
+    /// The call.
+    pub tool_call_id: String,
+    /// `agentry_sandbox::SandboxSummary` as JSON: `mode`, `network` and (unless
+    /// the mode is `off`) `limits`.
+    pub sandbox: serde_json::Value,
+}
+
 /// The last record of a run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TraceEnd {
@@ -144,6 +158,10 @@ pub struct TraceEnd {
     /// `agentry replay` needs to run it again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub origin: Option<TraceOrigin>,
+    /// The run's kernel sandbox (`agentry_sandbox::SandboxSummary` as JSON:
+    /// `mode`, `network`, `limits`): a run with `mode = "off"` says so here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<serde_json::Value>,
 }
 
 /// Where a run came from: set by whoever starts it (`RunConfig::origin`),

@@ -235,6 +235,18 @@ pub struct RunConfig {
     /// replay`. Not used by the runtime itself.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub origin: Option<agentry_protocol::trace::TraceOrigin>,
+    /// The kernel sandbox every process the run starts runs under (task.toml
+    /// `[sandbox]`). Default: workspace-write, no network — on unless set to
+    /// `mode = "off"`; a kernel that cannot enforce it fails the start
+    /// ([`RuntimeError::Sandbox`](crate::RuntimeError::Sandbox)). A child
+    /// inherits its parent's.
+    #[serde(default)]
+    pub sandbox: agentry_sandbox::SandboxSpec,
+    /// What the host hides from sandboxed processes besides the defaults
+    /// (its store's and state directories; the home directory whose
+    /// secrets are hidden).
+    #[serde(default)]
+    pub sandbox_host: crate::sandbox::SandboxHost,
 }
 
 /// What a run writes about itself, and what it keeps out of what it writes.
@@ -302,6 +314,8 @@ impl RunConfig {
             traceparent: None,
             observe: ObserveConfig::default(),
             origin: None,
+            sandbox: agentry_sandbox::SandboxSpec::default(),
+            sandbox_host: crate::sandbox::SandboxHost::default(),
         }
     }
 }

@@ -156,6 +156,16 @@ pub enum RuntimeError {
         /// What is wrong with it.
         message: String,
     },
+    /// The run's sandbox cannot be prepared: the kernel cannot enforce what
+    /// `[sandbox]` (or a tool's override, `tool`) asks, naming what is
+    /// missing, or a setting or place is unusable.
+    #[error("{}{source}", tool.as_ref().map(|t| format!("tool {t}: ")).unwrap_or_default())]
+    Sandbox {
+        /// The tool whose override it is; `None`: the run's own spec.
+        tool: Option<String>,
+        /// Why.
+        source: agentry_sandbox::SandboxError,
+    },
     /// A run id given by the caller is unusable.
     #[error(
         "run id {run_id:?} is not usable: {message}; pick a short id without whitespace, '/' or '\\'"

@@ -49,6 +49,7 @@ pub mod policy;
 pub(crate) mod redaction;
 pub mod registry;
 pub mod runtime;
+pub mod sandbox;
 pub(crate) mod state;
 pub mod tempdir;
 pub(crate) mod trace;

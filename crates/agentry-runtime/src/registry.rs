@@ -201,6 +201,11 @@ impl ToolRegistry {
         &self.specs
     }
 
+    /// The registered tools, in registration order.
+    pub fn tools(&self) -> impl Iterator<Item = &RegisteredTool> {
+        self.tools.iter()
+    }
+
     /// Registered names, sorted (for error messages).
     pub fn names(&self) -> Vec<&str> {
         let mut names: Vec<&str> = self.index.keys().map(String::as_str).collect();

@@ -351,6 +351,7 @@ mod tests {
                 compaction: None,
                 decision: Arc::clone(&decision),
                 results: Vec::new(),
+                sandboxes: Vec::new(),
                 attempts: Vec::new(),
                 interrupted: None,
                 budget_before: BudgetSnapshot::default(),

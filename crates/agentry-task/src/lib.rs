@@ -52,6 +52,7 @@ mod observe;
 #[cfg(test)]
 mod props;
 mod raw;
+mod sandbox;
 pub mod spec;
 #[cfg(test)]
 mod tests;

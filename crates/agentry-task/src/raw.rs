@@ -19,6 +19,7 @@ pub(crate) struct RawTask {
     pub(crate) tree: Option<Value>,
     pub(crate) redact: Option<Value>,
     pub(crate) trace: Option<Value>,
+    pub(crate) sandbox: Option<Value>,
 }
 
 #[derive(Deserialize)]
@@ -147,4 +148,5 @@ pub(crate) struct RawCommandTool {
     pub(crate) version: Option<Value>,
     pub(crate) redact: Option<Value>,
     pub(crate) volatile: Option<Value>,
+    pub(crate) sandbox: Option<Value>,
 }

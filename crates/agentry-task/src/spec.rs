@@ -19,6 +19,8 @@ use crate::error::TaskError;
 use crate::raw::RawTask;
 use crate::values::syntax_error;
 use agentry_mcp::{McpServerConfig, McpServers, StartOptions};
+use agentry_runtime::sandbox::{SandboxHost, prepare_sandboxes};
+use agentry_tools::proc::RunSandboxes;
 
 /// A loaded, validated task directory.
 #[derive(Debug, Clone, PartialEq)]
@@ -91,6 +93,9 @@ pub struct TaskSpec {
     /// Trace sampling, content in spans, and redaction patterns (`[trace]`,
     /// `[redact]`).
     pub observe: ObserveConfig,
+    /// The kernel sandbox every process of the run starts under
+    /// (`[sandbox]`; default workspace-write, no network).
+    pub sandbox: agentry_sandbox::SandboxSpec,
 }
 
 /// One `[policy.models.NAME]`: a model behind a provider's API, or a script.
@@ -173,23 +178,52 @@ impl TaskSpec {
         self.registry_with(&McpServers::default())
     }
 
+    /// The task's `[sandbox]` prepared for a run in `workdir`, with what
+    /// `host` hides besides the defaults, for [`TaskSpec::start_mcp`] (the
+    /// runtime prepares the run's own at its start). A kernel that cannot
+    /// enforce it, or a stdio server's override, is an error naming what is
+    /// missing.
+    pub fn sandboxes(
+        &self,
+        workdir: &Path,
+        host: &SandboxHost,
+    ) -> Result<Arc<RunSandboxes>, TaskError> {
+        let sandboxes = prepare_sandboxes(&self.sandbox, workdir, host, None)?;
+        for server in &self.mcp_servers {
+            if let Some(over) = &server.sandbox {
+                sandboxes
+                    .check(over)
+                    .map_err(|source| agentry_runtime::RuntimeError::Sandbox {
+                        tool: Some(format!("{} (tools.mcp)", server.name)),
+                        source,
+                    })?;
+            }
+        }
+        Ok(sandboxes)
+    }
+
     /// Starts the task's MCP servers (`[[tools.mcp]]`) for a run in `workdir`
     /// (a stdio server's working directory), all at once, each within its
-    /// `startup_timeout`; their tools go to [`TaskSpec::registry_with`]. The
-    /// servers live until [`McpServers::shutdown`] or until dropped.
-    pub async fn start_mcp(&self, workdir: &Path) -> Result<McpServers, TaskError> {
+    /// `startup_timeout`, each stdio server under `sandboxes` (its override
+    /// of the task's `[sandbox]`: see [`TaskSpec::sandboxes`]); their tools go
+    /// to [`TaskSpec::registry_with`]. The servers live until
+    /// [`McpServers::shutdown`] or until dropped.
+    pub async fn start_mcp(
+        &self,
+        workdir: &Path,
+        sandboxes: &Arc<RunSandboxes>,
+    ) -> Result<McpServers, TaskError> {
         if self.mcp_servers.is_empty() {
             return Ok(McpServers::default());
         }
-        McpServers::start_all(
-            self.mcp_servers.clone(),
-            StartOptions::new(workdir.to_path_buf()),
-        )
-        .await
-        .map_err(|e| TaskError::Mcp {
-            file: self.dir.join(TASK_FILE),
-            source: Box::new(e),
-        })
+        let mut options = StartOptions::new(workdir.to_path_buf());
+        options.sandbox = Some(Arc::clone(sandboxes));
+        McpServers::start_all(self.mcp_servers.clone(), options)
+            .await
+            .map_err(|e| TaskError::Mcp {
+                file: self.dir.join(TASK_FILE),
+                source: Box::new(e),
+            })
     }
 
     /// [`TaskSpec::registry`] plus the tools of started MCP servers (after the
@@ -274,6 +308,7 @@ impl TaskSpec {
         config.tick_every = self.tick_every;
         config.tree = self.tree;
         config.observe = self.observe.clone();
+        config.sandbox = self.sandbox.clone();
         if let Some(cap) = self.result_cap {
             config.result_cap = cap;
         }

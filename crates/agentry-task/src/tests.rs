@@ -99,6 +99,7 @@ fn a_good_file_parses() {
             compaction: Compaction::Elide,
             child_models: Default::default(),
             observe: Default::default(),
+            sandbox: agentry_sandbox::SandboxSpec::default(),
         }
     );
 }

@@ -87,6 +87,7 @@ impl TaskSpec {
         } = progress_table(raw.progress)?;
         let tree = tree_table(raw.tree)?;
         let observe = observe_tables(raw.redact, raw.trace)?;
+        let sandbox = crate::sandbox::sandbox_table(raw.sandbox)?;
         let workspace = Some(dir.join(WORKSPACE_DIR)).filter(|p| p.is_dir());
         Ok(TaskSpec {
             dir: dir.to_path_buf(),
@@ -115,6 +116,7 @@ impl TaskSpec {
             compaction,
             child_models,
             observe,
+            sandbox,
         })
     }
 }

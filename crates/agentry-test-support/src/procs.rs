@@ -62,6 +62,31 @@ pub fn child_named(ppid: u32, name: &str) -> Option<i32> {
     None
 }
 
+/// A descendant of process `ancestor` one of whose arguments is `name`, if
+/// one runs now: a sandboxed program is the grandchild of the process that
+/// spawned it (the sandbox's leader waits for it in between).
+pub fn descendant_named(ancestor: u32, name: &str) -> Option<i32> {
+    let parent_of = |pid: u32| -> Option<u32> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        stat.rsplit_once(')')?
+            .1
+            .split_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()
+    };
+    alive_with_cmdline(&[name]).into_iter().find(|&pid| {
+        let mut at = u32::try_from(pid).ok();
+        while let Some(p) = at.and_then(parent_of) {
+            if p == ancestor {
+                return true;
+            }
+            at = (p > 1).then_some(p);
+        }
+        false
+    })
+}
+
 /// Alive (not zombie) processes in process group `pgid`.
 pub fn alive_in_group(pgid: i32) -> Vec<i32> {
     let mut found = Vec::new();
@@ -123,6 +148,12 @@ impl Sleepers {
             "n=0; until {} || [ $n -ge 500 ]; do n=$((n+1)); sleep 0.01; done",
             tests.join(" && ")
         )
+    }
+
+    /// The directory the pidfiles go to (a sandboxed command needs it
+    /// writable: `SandboxSpec::write`).
+    pub fn dir(&self) -> &std::path::Path {
+        self.dir.path()
     }
 
     /// The pid sleeper `name` wrote, if it ever ran.

@@ -56,6 +56,12 @@ pub struct ToolContext {
     /// are exported, else the run's), passed on to what the tool calls: process
     /// tools get it as `TRACEPARENT`, MCP calls in `_meta`. `None` outside a run.
     pub traceparent: Option<Arc<str>>,
+    /// The run's kernel sandboxes: every process a tool starts runs under
+    /// the one for its override ([`Tool::sandbox`]). `None` only where no run
+    /// set one (a tool called outside the runtime): processes then run with
+    /// the operator's full reach. The runtime always sets it (the default
+    /// spec is workspace-write, no network).
+    pub sandbox: Option<Arc<crate::proc::RunSandboxes>>,
 }
 
 /// How far a running call has got, as a tool reports it (an MCP server's
@@ -142,6 +148,15 @@ pub trait Tool: Send + Sync + 'static {
 
     /// Runs the call.
     async fn call(&self, args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError>;
+
+    /// `Some` for a tool that runs processes: the override of the run's
+    /// `[sandbox]` they run under (the default override: the run's own spec).
+    /// `None` (the default): the tool starts no process. Read for spans,
+    /// traces, `agentry tools`, and to prepare every spec a run needs before
+    /// it starts.
+    fn sandbox(&self) -> Option<agentry_sandbox::SandboxOverride> {
+        None
+    }
 
     /// How long the executor keeps polling a cancelled call so it can release what
     /// it holds outside its future (a process group: SIGTERM, wait, SIGKILL, reap)

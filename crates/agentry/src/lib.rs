@@ -20,6 +20,8 @@
 //! - [`tools`] (`agentry-tools`): the [`Tool`] trait and the built-in tools.
 //! - [`store`] (`agentry-store`): the [`Store`] trait, and `SqliteStore`.
 //! - [`insight`] (`agentry-insight`): statistics over stores and traces.
+//! - [`sandbox`] (`agentry-sandbox`): the kernel sandbox around every process
+//!   a model can drive (`RunConfig::sandbox`, `[sandbox]` in task.toml).
 //! - `task` and `mcp` (`agentry-task`, `agentry-mcp`; feature `task`): task
 //!   directories and MCP servers' tools.
 //! - `metrics` (`agentry-metrics`; feature `metrics`): Prometheus metrics.
@@ -82,6 +84,9 @@ pub use agentry_policy as policy;
 /// grants. Its actors and their message enums are private; `RunActors` gives
 /// their cells, to watch or to stop, never to send to.
 pub use agentry_runtime as runtime;
+/// The kernel sandbox: `SandboxSpec` (what `RunConfig::sandbox` asks),
+/// `probe()` (what this kernel can enforce).
+pub use agentry_sandbox as sandbox;
 /// The store crate: the `Store` trait, its records, the SQLite store (feature `sqlite`).
 pub use agentry_store as store;
 /// Task directories: `task.toml`, command tools, the workspace copy.

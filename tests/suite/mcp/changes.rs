@@ -73,7 +73,7 @@ async fn a_changed_tool_list_reaches_the_next_steps_through_the_grants() -> Resu
     );
     let task = TaskSpec::load(&task_dir(tmp.path(), &toml)?)?;
     let workdir = task.prepare_workdir(Some(&tmp.path().join("run")))?;
-    let mcp = task.start_mcp(&workdir).await?;
+    let mcp = super::start_mcp(&task, &workdir).await?;
     let runtime = task.runtime_with(&mcp)?;
     let changes = mcp.iter().next().ok_or("no server")?.tools_changed();
     let script = ScriptBuilder::new()
@@ -133,14 +133,15 @@ async fn a_restarted_servers_new_schema_checks_the_next_calls() -> Result<(), Te
         "goal = \"use the server\"\n[budget]\nmax_steps = 10\n[tools]\n\
          grant = [\"srv.read\", \"server.kill\"]\n\
          [[tools.command]]\nname = \"server.kill\"\ndescription = \"d\"\neffect = \"reversible\"\n\
-         argv = [\"sh\", \"-c\", \"touch new-schema; kill -9 $(cat server.pid)\"]\n\
+         argv = [\"sh\", \"-c\", \"touch new-schema; kill -9 -$(cat server.pid)\"]\n\
+         sandbox = {{ mode = \"off\" }}\n\
          [[tools.mcp]]\nname = \"srv\"\ncommand = [{:?}]\nenv = {{ TEST_SCHEMA_FILE = {:?} }}\n",
         test_server()?.display().to_string(),
         marker.display().to_string()
     );
     let task = TaskSpec::load(&task_dir(tmp.path(), &toml)?)?;
     let workdir = task.prepare_workdir(Some(&workdir))?;
-    let mcp = task.start_mcp(&workdir).await?;
+    let mcp = super::start_mcp(&task, &workdir).await?;
     let pid = mcp.iter().find_map(|s| s.pid()).ok_or("no server pid")?;
     std::fs::write(workdir.join("server.pid"), pid.to_string())?;
     let runtime = task.runtime_with(&mcp)?;

@@ -34,7 +34,7 @@ async fn lists_and_calls(block: &str) -> Result<(), TestError> {
     let tmp = tempfile::tempdir()?;
     let task = TaskSpec::load(&task_dir(tmp.path(), &task_toml(block, "max_steps = 10"))?)?;
     let workdir = task.prepare_workdir(Some(&tmp.path().join("run")))?;
-    let mcp = task.start_mcp(&workdir).await?;
+    let mcp = super::start_mcp(&task, &workdir).await?;
     let registry = task.registry_with(&mcp)?;
     for name in [
         "echo",
@@ -113,7 +113,7 @@ async fn past_the_deadline(block: &str, tmp: &Path) -> Result<McpServers, TestEr
     let toml = task_toml(block, "max_steps = 5\ndeadline = \"3s\"");
     let task = TaskSpec::load(&task_dir(tmp, &toml)?)?;
     let workdir = task.prepare_workdir(Some(&tmp.join("run")))?;
-    let mcp = task.start_mcp(&workdir).await?;
+    let mcp = super::start_mcp(&task, &workdir).await?;
     let runtime = Runtime::new(task.registry_with(&mcp)?);
     let policy = ScriptBuilder::new()
         .call(

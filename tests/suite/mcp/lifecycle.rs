@@ -21,7 +21,7 @@ fn server_task(command: &str, startup_timeout: &str) -> String {
 async fn start_error(toml: &str) -> Result<String, TestError> {
     let tmp = tempfile::tempdir()?;
     let task = TaskSpec::load(&task_dir(tmp.path(), toml)?)?;
-    match task.start_mcp(tmp.path()).await {
+    match super::start_mcp(&task, tmp.path()).await {
         Ok(_) => Err("the server started".into()),
         Err(e @ TaskError::Mcp { .. }) => Ok(e.to_string()),
         Err(other) => Err(format!("expected TaskError::Mcp, got {other:?}").into()),
@@ -74,7 +74,7 @@ async fn a_missing_program_is_named() -> Result<(), TestError> {
     Ok(())
 }
 
-/// A server listing 20,016 tools in 21 pages, with `max_tools` above that:
+/// A server listing 20,017 tools in 21 pages, with `max_tools` above that:
 /// it starts and every tool is registered in the runtime's registry. This
 /// used to take minutes (each registration compared the new name with every
 /// one before it, as a model API would see it); now it is linear. The bound
@@ -90,7 +90,7 @@ async fn twenty_thousand_tools_start_and_register_in_linear_time() -> Result<(),
     );
     let task = TaskSpec::load(&task_dir(tmp.path(), &toml)?)?;
     let started = Instant::now();
-    let mcp = task.start_mcp(tmp.path()).await?;
+    let mcp = super::start_mcp(&task, tmp.path()).await?;
     let registry = task.registry_with(&mcp);
     mcp.shutdown().await;
     let took = started.elapsed();

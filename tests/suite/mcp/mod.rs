@@ -93,6 +93,17 @@ pub(crate) fn test_server() -> Result<PathBuf, TestError> {
     agentry_test_support::peers::mcp_test_server(profile)
 }
 
+/// Starts the task's MCP servers for a run in `workdir` under the task's
+/// sandbox (the default unless its `[sandbox]` says otherwise), as the CLI does.
+pub(crate) async fn start_mcp(
+    task: &agentry::TaskSpec,
+    workdir: &Path,
+) -> Result<agentry::mcp::McpServers, agentry::TaskError> {
+    let host = agentry::runtime::sandbox::SandboxHost::default();
+    let sandboxes = task.sandboxes(workdir, &host)?;
+    task.start_mcp(workdir, &sandboxes).await
+}
+
 /// Writes a task directory: `task.toml` from `toml`, with an empty workspace.
 pub(crate) fn task_dir(root: &Path, toml: &str) -> Result<PathBuf, TestError> {
     let dir = root.join("task");

@@ -36,7 +36,7 @@ struct Started {
 async fn start(tmp: &Path, extra: &str) -> Result<Started, TestError> {
     let task = TaskSpec::load(&task_dir(tmp, &task_toml(extra)?)?)?;
     let workdir = task.prepare_workdir(Some(&tmp.join("run")))?;
-    let mcp = task.start_mcp(&workdir).await?;
+    let mcp = super::start_mcp(&task, &workdir).await?;
     let runtime = Runtime::new(task.registry_with(&mcp)?);
     Ok(Started {
         task,
@@ -99,9 +99,13 @@ async fn a_server_killed_mid_run_is_restarted_and_the_run_goes_on() -> Result<()
     let kill_tool = r#"
 [[tools.command]]
 name = "server.kill"
-description = "SIGKILL the process whose pid is in server.pid"
-argv = ["sh", "-c", "kill -9 $(cat server.pid)"]
+description = "SIGKILL the process group whose id is in server.pid"
+argv = ["sh", "-c", "kill -9 -$(cat server.pid)"]
 effect = "reversible"
+# It signals a process outside its own sandbox (the server), which no sandbox
+# allows: this one tool runs unconfined. The whole group: the server runs in
+# its own sandbox, under a leader that passes its status on.
+sandbox = { mode = "off" }
 "#;
     let tmp = tempfile::tempdir()?;
     let Started {
@@ -154,7 +158,7 @@ async fn a_name_taken_by_a_command_tool_is_refused_naming_both() -> Result<(), T
         );
         let tmp = tempfile::tempdir()?;
         let task = TaskSpec::load(&task_dir(tmp.path(), &task_toml(&command_tool)?)?)?;
-        let mcp = task.start_mcp(tmp.path()).await?;
+        let mcp = super::start_mcp(&task, tmp.path()).await?;
         let message = match task.registry_with(&mcp) {
             Ok(_) => return Err(format!("{taken}: the registry took both").into()),
             Err(e) => e.to_string(),

@@ -20,7 +20,7 @@ use std::process::Command;
 use std::sync::Arc;
 
 use agentry::protocol::decision::Decision;
-use agentry::tools::proc::CommandTool;
+use agentry::tools::proc::{CommandTool, DEFAULT_ENV_ALLOWLIST, ProcConfig};
 use agentry::{
     Durability, SqliteStore, StopReason, Tool, ToolCall, ToolContext, ToolContract, ToolError,
     ToolOutput, async_trait,
@@ -91,10 +91,13 @@ impl Tool for NoteTool {
     }
 }
 
-/// Prints this process's secrets (`NAME=value\0` as in `/proc/<pid>/environ`)
-/// in the encodings a tool may use, the encodings separated by `--` lines.
+/// Prints the secrets (`NAME=value\0` as in `/proc/<pid>/environ`) in the
+/// encodings a tool may use, the encodings separated by `--` lines. The
+/// sandbox hides agentry's own `/proc/<pid>/environ` from a tool, so the
+/// secrets reach it the one way left: allowlisted by the operator
+/// ([`dump_tool`]).
 const DUMP: &str = r#"set -e
-grep -z AGENTRY_ESCAPES /proc/$PPID/environ > env.bin
+grep -z AGENTRY_ESCAPES /proc/self/environ > env.bin
 base64 env.bin; echo --
 (printf a; cat env.bin) | base64 -w0; echo; echo --
 (printf ab; cat env.bin) | base64 -w0 | tr '+/' '-_' | tr -d =; echo; echo --
@@ -112,7 +115,15 @@ fn dump_tool() -> Result<CommandTool, TestError> {
             json!({"type": "object"}),
         ),
         ["sh", "-c", DUMP],
-    )?)
+    )?
+    .with_config(ProcConfig {
+        env_allowlist: DEFAULT_ENV_ALLOWLIST
+            .iter()
+            .chain(&[PLAIN_NAME, ODD_NAME])
+            .map(|s| s.to_string())
+            .collect(),
+        ..ProcConfig::default()
+    }))
 }
 
 /// `text` as serde_json writes it inside a string.

@@ -46,7 +46,9 @@ pub(crate) async fn replay(recorded: &Recorded, plan: Plan<'_>) -> Result<Replay
     }
     let policy = policy(recorded, &plan, &task).await?;
     let fresh = FreshWorkdir::prepare(&task, plan.workdir)?;
-    let mcp = task.start_mcp(&fresh.path).await?;
+    let sandbox_host = crate::store::sandbox_host(None);
+    let sandboxes = task.sandboxes(&fresh.path, &sandbox_host)?;
+    let mcp = task.start_mcp(&fresh.path, &sandboxes).await?;
     let registry = task.registry_with(&mcp)?;
     let volatile = registry
         .specs()
@@ -57,6 +59,7 @@ pub(crate) async fn replay(recorded: &Recorded, plan: Plan<'_>) -> Result<Replay
         .collect();
     let runtime = Runtime::new(registry);
     let mut config = task.run_config(fresh.keep());
+    config.sandbox_host = sandbox_host;
     config.trace = Some(plan.trace.clone());
     config.origin = Some(TraceOrigin {
         task_dir: Some(absolute(&task.dir).display().to_string()),

@@ -185,7 +185,9 @@ impl Outcome {
             return (Outcome::Failed, None);
         };
         let outcome = match code {
-            ErrorCode::Eperm | ErrorCode::Ebudget | ErrorCode::Enotool => Outcome::Refused,
+            ErrorCode::Eperm | ErrorCode::Ebudget | ErrorCode::Enotool | ErrorCode::Esandbox => {
+                Outcome::Refused
+            }
             ErrorCode::Ecanceled => Outcome::Cancelled,
             ErrorCode::Einval | ErrorCode::Eprecond => Outcome::BadCall,
             ErrorCode::Etimedout | ErrorCode::Eunavail => Outcome::Transient,

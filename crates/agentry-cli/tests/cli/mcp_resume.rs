@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use agentry_test_support::procs::child_named;
+use agentry_test_support::procs::{child_named, descendant_named};
 use serde_json::Value;
 
 use super::super::{path_str, task_dir};
@@ -65,13 +65,19 @@ fn resume(store: &Path, extra: &[&str]) -> (i32, Value) {
 #[test]
 fn a_resume_fences_a_surviving_mcp_server_and_starts_the_servers_again() {
     let tmp = tempfile::tempdir().unwrap();
-    let marks = tmp.path().join("slow.txt");
+    // The server writes its marks outside the run's working directory: the
+    // sandbox grants it exactly that directory.
+    let marks_dir = tmp.path().join("marks");
+    std::fs::create_dir(&marks_dir).unwrap();
+    let marks = marks_dir.join("slow.txt");
     let server = test_server();
     let toml = format!(
         "goal = \"wait\"\n[budget]\nmax_steps = 10\n[tools]\ngrant = [\"srv.*\"]\n\
-         [[tools.mcp]]\nname = \"srv\"\ncommand = [{:?}]\nenv = {{ TEST_CANCEL_FILE = {:?} }}\n",
+         [[tools.mcp]]\nname = \"srv\"\ncommand = [{:?}]\nenv = {{ TEST_CANCEL_FILE = {:?} }}\n\
+         sandbox = {{ write = [{:?}] }}\n",
         server.display().to_string(),
-        marks.display().to_string()
+        marks.display().to_string(),
+        marks_dir.display().to_string()
     );
     let script = r#"{"turns":[
         {"tool_calls":[{"id":"s","name":"srv.slow","arguments":{"seconds":600}}]},
@@ -102,7 +108,7 @@ fn a_resume_fences_a_surviving_mcp_server_and_starts_the_servers_again() {
     poll("the server's group is recorded", || {
         recorded_groups(&store) > 0
     });
-    let server_pid = child_named(run.id(), path_str(&server)).expect("the MCP server");
+    let server_pid = descendant_named(run.id(), path_str(&server)).expect("the MCP server");
     let warden = child_named(run.id(), agentry::tools::proc::WARDEN_NAME).expect("the warden");
     // The warden first, so the server outlives agentry: only the fence can stop it.
     assert!(

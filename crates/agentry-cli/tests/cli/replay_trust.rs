@@ -42,6 +42,15 @@ fn edited(trace: &Path, to: &Path, edit: impl Fn(&mut Value)) {
 #[test]
 fn an_edited_argv_is_shown_and_runs_only_with_yes() {
     let task = proc_task(&["true"], false);
+    // The marker is in the task directory, outside the working directory:
+    // the sandbox grants exactly that, so `--yes` can be seen to run it.
+    let toml = task.path().join("task.toml");
+    let granted = format!(
+        "{}[sandbox]\nwrite = [{:?}]\n",
+        std::fs::read_to_string(&toml).unwrap(),
+        path_str(task.path())
+    );
+    std::fs::write(&toml, granted).unwrap();
     let trace = task.path().join("t.jsonl");
     record(task.path(), &trace);
     let marker = task.path().join("marker");

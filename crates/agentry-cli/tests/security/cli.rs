@@ -258,7 +258,7 @@ grant = ["ledger.append"]
 [[tools.command]]
 name = "ledger.append"
 description = "Append a line to ledger.txt, then hold"
-argv = ["sh", "-c", "printf '%s\n' \"$1\" >> ledger.txt; while [ ! -e go ] && kill -0 $PPID 2>/dev/null; do sleep 0.02; done", "sh", "{line}"]
+argv = ["sh", "-c", "printf '%s\n' \"$1\" >> ledger.txt; i=0; while [ ! -e go ] && [ $i -lt 5000 ]; do sleep 0.02; i=$((i+1)); done", "sh", "{line}"]
 input_schema = { type = "object", properties = { line = { type = "string" } }, required = ["line"] }
 timeout = "100s"
 [[accept]]

@@ -159,6 +159,9 @@ fn hostile_files_at_acceptance_paths_fail_their_checks_and_the_cli_exits() {
 goal = "leave hostile files behind"
 [tools]
 grant = ["proc.run"]
+# Past the sandbox's default 1 GiB file size: that much is granted.
+[sandbox]
+file_size = "2GiB"
 [[accept]]
 file = "fifo.txt"
 equals = "x"
@@ -280,10 +283,14 @@ fn processes_that_leave_the_group_do_not_outlive_the_run() {
 goal = "leave processes behind"
 [tools]
 grant = ["proc.run"]
+# The pidfiles are outside the working directory: granted, nothing more.
+[sandbox]
+write = [{dir:?}]
 [[accept]]
 command = "{command}"
 timeout = "60s"
-"#
+"#,
+        dir = s.dir().display().to_string()
     );
     let call = format!(
         "setsid {} & {}",

@@ -58,6 +58,8 @@ pub struct ConductorArgs {
     pub(crate) cut: crate::interrupt::StepCut,
     /// A durable run: this process's claim on it, held while the run runs.
     pub(crate) claim: Option<crate::owner::Claim>,
+    /// The run's kernel sandboxes, prepared before it started.
+    pub(crate) sandboxes: Arc<agentry_tools::proc::RunSandboxes>,
 }
 
 /// What a resumed run continues from.

@@ -210,6 +210,7 @@ impl ConductorState {
             world: state.world.clone(),
             at: agentry_protocol::now_millis(),
             origin: self.wiring.config.origin.clone(),
+            sandbox: serde_json::to_value(self.wiring.config.sandbox.summary()).ok(),
         })));
         let path = trace.path().to_path_buf();
         let mut error = None;

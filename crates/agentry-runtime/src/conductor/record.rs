@@ -160,6 +160,7 @@ impl ConductorState {
             usage: r.turn.usage,
             compaction: r.turn.compaction.take(),
             decision: Arc::clone(&r.decision),
+            sandboxes: self.call_sandboxes(&r.acted.results),
             results: r.acted.results.clone(),
             attempts: std::mem::take(&mut r.acted.attempts),
             interrupted: r.acted.interrupted.take(),
@@ -170,6 +171,25 @@ impl ConductorState {
             state: RunSnapshot::default(),
             at: agentry_protocol::now_millis(),
         })
+    }
+
+    /// The sandbox each process tool's call ran under, for the step's record.
+    fn call_sandboxes(
+        &self,
+        results: &[Arc<agentry_protocol::envelope::ResultEnvelope>],
+    ) -> Vec<agentry_protocol::trace::CallSandbox> {
+        let args = &self.children.executor_args;
+        let registry = args.registry.current();
+        results
+            .iter()
+            .filter_map(|result| {
+                let over = registry.get(&result.tool)?.tool.sandbox()?;
+                Some(agentry_protocol::trace::CallSandbox {
+                    tool_call_id: result.tool_call_id.clone(),
+                    sandbox: serde_json::to_value(args.sandbox.summary(&over)).ok()?,
+                })
+            })
+            .collect()
     }
 
     /// The step's state update. Its results move into it: the session and the

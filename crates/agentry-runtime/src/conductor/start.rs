@@ -220,6 +220,7 @@ fn executor_args(
         traceparent: Arc::clone(traceparent),
         span: args.span.clone(),
         content: super::span::content_redactor(config, &args.span, args.events.redactor()),
+        sandbox: Arc::clone(&args.sandboxes),
     })
 }
 

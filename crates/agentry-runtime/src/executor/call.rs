@@ -198,6 +198,7 @@ impl ExecutorState {
                 .map(|log| Arc::new(LedgerProcesses::new(log, &call.id)) as Arc<dyn ProcessLog>),
             progress: Some(Arc::clone(&self.progress)),
             traceparent: Some(Arc::clone(&self.args.traceparent)),
+            sandbox: Some(Arc::clone(&self.args.sandbox)),
         }
     }
 

@@ -127,6 +127,9 @@ pub struct ExecutorArgs {
     /// With `RunConfig::observe.content`: the redactor tool arguments and
     /// results pass before they become span attributes (`None`: no content).
     pub content: Option<Arc<agentry_redact::Redactor>>,
+    /// The run's kernel sandboxes: every process a call or an acceptance
+    /// check starts runs under them.
+    pub sandbox: Arc<agentry_tools::proc::RunSandboxes>,
 }
 
 /// How one call ended: its envelope, a record of every attempt when it was

@@ -64,6 +64,7 @@ impl ExecutorState {
     /// run's retry allowance, in its `execute_tool` span.
     pub(super) async fn run_with_retries(&self, job: Job<'_>, args: Value) -> CallOutcome {
         let span = span::tool_span(&self.args.span, job.call, &job.tool.contract);
+        span::record_sandbox(&span, job.tool.tool.as_ref(), &self.args.sandbox);
         let content = self.args.content.as_deref();
         span::record_content(&span, content, "gen_ai.tool.call.arguments", Some(&args));
         let outcome = self.attempts(job, args, &span).await;

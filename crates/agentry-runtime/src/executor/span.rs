@@ -26,6 +26,9 @@ pub(super) fn tool_span(run: &Span, call: &ToolCall, contract: &ToolContract) ->
         agentry.effect = contract.effect.as_str(),
         agentry.idempotency = contract.idempotency.as_str(),
         agentry.operation_id = Empty,
+        agentry.sandbox.mode = Empty,
+        agentry.sandbox.network = Empty,
+        agentry.sandbox.limits = Empty,
         agentry.attempt = Empty,
         agentry.approval_wait_ms = Empty,
         agentry.ledger_state = Empty,
@@ -34,6 +37,33 @@ pub(super) fn tool_span(run: &Span, call: &ToolCall, contract: &ToolContract) ->
         gen_ai.tool.call.arguments = Empty,
         gen_ai.tool.call.result = Empty,
     )
+}
+
+/// The sandbox a process tool's call runs under (mode, network, limits), on
+/// its span; nothing for a tool that starts no process, nor on a disabled span.
+pub(super) fn record_sandbox(
+    span: &Span,
+    tool: &dyn agentry_tools::Tool,
+    sandboxes: &agentry_tools::proc::RunSandboxes,
+) {
+    if span.is_disabled() {
+        return;
+    }
+    let Some(over) = tool.sandbox() else {
+        return;
+    };
+    let summary = sandboxes.summary(&over);
+    let network = serde_json::to_string(&summary.network).unwrap_or_default();
+    let limits = summary
+        .limits
+        .as_ref()
+        .map(|l| serde_json::to_string(l).unwrap_or_default());
+    tracing::record_all!(
+        span,
+        agentry.sandbox.mode = summary.mode.as_str(),
+        agentry.sandbox.network = network.as_str(),
+        agentry.sandbox.limits = limits.as_deref().unwrap_or("none (mode off)"),
+    );
 }
 
 /// A failed attempt that will be tried again, as an event on the call's span.

@@ -61,6 +61,7 @@ impl ExecutorState {
                 .map(|log| Arc::new(MarkedChecks(Arc::clone(&log.mark))) as Arc<dyn ProcessLog>),
             progress: None,
             traceparent: Some(Arc::clone(&self.args.traceparent)),
+            sandbox: Some(Arc::clone(&self.args.sandbox)),
         }
     }
 

@@ -29,6 +29,10 @@ use crate::registry::Grants;
 pub(crate) struct RunChildren {
     runtime: Runtime,
     workdir: std::path::PathBuf,
+    /// The parent's sandbox and host places: a child's processes run under
+    /// the same.
+    sandbox: agentry_sandbox::SandboxSpec,
+    sandbox_host: crate::sandbox::SandboxHost,
     /// The run's own handle; set right after the run starts, which can be after
     /// its first step has begun. Boxed: the channel is allocated for every
     /// run, children or not.
@@ -71,10 +75,12 @@ impl ChildRef {
 impl RunChildren {
     /// `ready`: false for a resumed run whose stored children are adopted
     /// after it starts ([`RunChildren::adopt`], then [`RunChildren::open`]).
-    pub(crate) fn new(runtime: Runtime, workdir: std::path::PathBuf, ready: bool) -> Self {
+    pub(crate) fn new(runtime: Runtime, config: &crate::RunConfig, ready: bool) -> Self {
         RunChildren {
             runtime,
-            workdir,
+            workdir: config.workdir.clone(),
+            sandbox: config.sandbox.clone(),
+            sandbox_host: config.sandbox_host.clone(),
             parent: tokio::sync::watch::channel(None).0,
             children: Mutex::new(HashMap::new()),
             spawns: Mutex::new(HashMap::new()),
@@ -175,6 +181,8 @@ impl AgentDesk for RunChildren {
             .with_action("pick another name"));
         }
         let mut config = crate::RunConfig::new(request.goal.clone(), self.workdir.clone());
+        config.sandbox = self.sandbox.clone();
+        config.sandbox_host = self.sandbox_host.clone();
         // Its id is chosen here so that its parent holds its release before it
         // is reserved (same sender, so in that order; see `HoldRelease`).
         let id = uuid::Uuid::now_v7().to_string();

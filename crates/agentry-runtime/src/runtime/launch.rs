@@ -298,6 +298,17 @@ impl Runtime {
             parent_redaction,
         } = launch;
         let run_id = checked_run_id(&config)?;
+        // Before anything is recorded: a kernel that cannot enforce the
+        // sandbox (or a tool's override of it) fails the start.
+        let sandboxes = crate::sandbox::prepare_sandboxes(
+            &config.sandbox,
+            &config.workdir,
+            &config.sandbox_host,
+            Some(&self.registry.current()),
+        )?;
+        if config.sandbox.mode == agentry_sandbox::Mode::Off {
+            tracing::warn!(run_id = %run_id, "[sandbox] mode = \"off\": this run's processes run with the operator's full reach");
+        }
         let redaction =
             RunRedaction::for_run(&config, parent_redaction.as_ref(), &self.registry.current())?;
         // Before the handle is made: an exported span's trace id becomes the run's.
@@ -312,11 +323,7 @@ impl Runtime {
         let trace = open_trace(&config, &stored, &lineage, &redaction.redactor)?;
         let events = EventSink::new(Arc::clone(&run_id), config.events_from_start, redaction);
         let about = Arc::new(RunAbout::of(&config, policy.as_ref()));
-        let children = Arc::new(RunChildren::new(
-            self.clone(),
-            config.workdir.clone(),
-            !adopting,
-        ));
+        let children = Arc::new(RunChildren::new(self.clone(), &config, !adopting));
         let live = LiveActors::default();
         let posted = Posted::default();
         let gauge = Arc::new(InboxGauge::new(config.inbox_capacity));
@@ -341,6 +348,7 @@ impl Runtime {
             gauge: Arc::clone(&gauge),
             claim: stored.claim,
             cut: cut.clone(),
+            sandboxes,
         });
         spawn_conductor(&run_id, args).await?;
         let handle = RunHandle {

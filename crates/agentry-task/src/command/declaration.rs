@@ -33,6 +33,8 @@ pub struct CommandToolDecl {
     pub stdin: Option<String>,
     /// Fixed environment variables (`env`), set for every call.
     pub env: BTreeMap<String, String>,
+    /// Its override of the task's `[sandbox]` (`sandbox = { network = true }`).
+    pub sandbox: Option<agentry_sandbox::SandboxOverride>,
 }
 
 impl CommandToolDecl {
@@ -46,6 +48,9 @@ impl CommandToolDecl {
         }
         for (name, value) in &self.env {
             tool = tool.with_env(name, value);
+        }
+        if let Some(over) = &self.sandbox {
+            tool = tool.with_sandbox(over.clone());
         }
         Ok(tool)
     }
@@ -86,11 +91,17 @@ pub(crate) fn declaration(
         None => BTreeMap::new(),
         Some(v) => env(&format!("{at}.env"), v)?,
     };
+    let sandbox = raw
+        .sandbox
+        .take()
+        .map(|v| crate::sandbox::sandbox_override(&format!("{at}.sandbox"), v))
+        .transpose()?;
     let decl = CommandToolDecl {
         contract,
         argv,
         stdin,
         env,
+        sandbox,
     };
     // The same checks the tool makes, mapped back to the element at fault.
     match decl.build() {

@@ -97,6 +97,7 @@ fn every_field_parses() {
                 ("LANG".to_string(), "C".to_string()),
                 ("LEDGER".to_string(), "main".to_string()),
             ]),
+            sandbox: None,
         }
     );
     // Defaults: reversible, not idempotent, scope = name, the contract's
@@ -112,6 +113,7 @@ fn every_field_parses() {
             argv: vec!["cat".into(), "ledger.txt".into()],
             stdin: None,
             env: BTreeMap::new(),
+            sandbox: None,
         }
     );
 }

@@ -34,6 +34,7 @@ struct RawServer {
     startup_timeout: Option<Value>,
     max_tools: Option<Value>,
     overrides: Option<Value>,
+    sandbox: Option<Value>,
 }
 
 #[derive(Deserialize)]
@@ -132,6 +133,18 @@ fn server(at: &str, raw: RawServer, dir: &Path) -> Result<McpServerConfig, Field
         None => BTreeMap::new(),
         Some(v) => overrides(&format!("{at}.overrides"), v, tools.as_deref())?,
     };
+    let sandbox = match (raw.sandbox, &transport) {
+        (None, _) => None,
+        (Some(v), McpTransport::Stdio { .. }) => Some(crate::sandbox::sandbox_override(
+            &format!("{at}.sandbox"),
+            v,
+        )?),
+        (Some(_), McpTransport::Http { .. }) => {
+            return Err(field_error!(
+                "{at}.sandbox: only for a server agentry starts (command); {name:?} is reached by url, so no process of ours runs it"
+            ));
+        }
+    };
     Ok(McpServerConfig {
         name,
         transport,
@@ -140,6 +153,7 @@ fn server(at: &str, raw: RawServer, dir: &Path) -> Result<McpServerConfig, Field
         startup_timeout,
         max_tools,
         overrides,
+        sandbox,
     })
 }
 

@@ -32,6 +32,7 @@ fn ctx(workdir: &Path) -> ToolContext {
         processes: None,
         progress: None,
         traceparent: None,
+        sandbox: None,
     }
 }
 

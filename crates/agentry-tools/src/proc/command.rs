@@ -110,6 +110,7 @@ pub struct CommandTool {
     stdin_field: Option<String>,
     env: Vec<(String, String)>,
     config: ProcConfig,
+    sandbox: agentry_sandbox::SandboxOverride,
 }
 
 impl CommandTool {
@@ -156,6 +157,7 @@ impl CommandTool {
             stdin_field: None,
             env: Vec::new(),
             config: ProcConfig::default(),
+            sandbox: agentry_sandbox::SandboxOverride::default(),
         })
     }
 
@@ -174,6 +176,13 @@ impl CommandTool {
     /// set after it and win.
     pub fn with_env(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
         self.env.push((name.into(), value.into()));
+        self
+    }
+
+    /// Runs the tool's processes under the run's `[sandbox]` with these
+    /// settings replacing the run's (task.toml: `sandbox = { network = true }`).
+    pub fn with_sandbox(mut self, over: agentry_sandbox::SandboxOverride) -> Self {
+        self.sandbox = over;
         self
     }
 
@@ -262,6 +271,10 @@ impl Tool for CommandTool {
         self.contract.clone()
     }
 
+    fn sandbox(&self) -> Option<agentry_sandbox::SandboxOverride> {
+        Some(self.sandbox.clone())
+    }
+
     async fn call(&self, args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let argv = self.render(&args)?;
         let stdin = self.stdin(&args)?;
@@ -275,6 +288,7 @@ impl Tool for CommandTool {
             stdin,
             cwd: ctx.workdir.to_path_buf(),
             env,
+            sandbox: self.sandbox.clone(),
         };
         run(invocation, &self.config, ctx).await
     }

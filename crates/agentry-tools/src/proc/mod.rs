@@ -141,7 +141,9 @@ mod env;
 mod exits;
 mod fence;
 mod group;
+mod refusal;
 mod run;
+mod sandbox;
 mod server;
 mod strays;
 #[cfg(test)]
@@ -156,6 +158,7 @@ pub use env::{
 };
 pub use fence::{FenceError, Fenced, fence};
 pub use run::{reap_orphans_here, run_command, survive_file_size_limit};
+pub use sandbox::RunSandboxes;
 pub use server::ServerProcess;
 pub use warden::{WARDEN_NAME, warden_pid};
 
@@ -218,6 +221,10 @@ impl Tool for ProcTool {
         self.config.term_grace + std::time::Duration::from_millis(25)
     }
 
+    fn sandbox(&self) -> Option<agentry_sandbox::SandboxOverride> {
+        Some(agentry_sandbox::SandboxOverride::default())
+    }
+
     fn contract(&self) -> ToolContract {
         ToolContract::new(
             RUN_TOOL,
@@ -262,6 +269,7 @@ impl Tool for ProcTool {
             stdin: args.stdin,
             cwd,
             env,
+            sandbox: agentry_sandbox::SandboxOverride::default(),
         };
         run(invocation, &self.config, ctx).await
     }

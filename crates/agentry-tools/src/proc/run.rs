@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use agentry_protocol::envelope::ToolError;
 use agentry_protocol::{ErrorCode, ProcessGroupRecord};
+use agentry_sandbox::{CallSandbox, SandboxOverride};
 use serde_json::json;
 use tokio::io::AsyncWriteExt;
 use tokio::process::{ChildStdin, Command};
@@ -21,6 +22,7 @@ use super::env::{
     HOST_ENV, host_env, next_spawn_id,
 };
 use super::group::ProcessGroup;
+use super::refusal::classify;
 use super::strays;
 use super::warden;
 use crate::tool::{ToolContext, ToolOutput};
@@ -84,6 +86,7 @@ pub async fn run_command(
         stdin: None,
         cwd: ctx.workdir.to_path_buf(),
         env: host_env(&config.env_allowlist),
+        sandbox: SandboxOverride::default(),
     };
     run(invocation, config, ctx).await
 }
@@ -94,8 +97,11 @@ pub(super) struct Invocation {
     pub(super) argv: Vec<String>,
     pub(super) stdin: Option<String>,
     pub(super) cwd: PathBuf,
-    /// The child's complete environment.
+    /// The child's complete environment (`TMPDIR` is replaced by the call's
+    /// own under a sandbox).
     pub(super) env: Vec<(String, OsString)>,
+    /// The tool's override of the run's sandbox.
+    pub(super) sandbox: SandboxOverride,
 }
 
 /// What ended the wait for the leader.
@@ -145,7 +151,16 @@ pub(super) async fn run(
             "cancelled before the process was started",
         ));
     }
-    let mut group = spawn(&invocation, strays::Mark::new(&spawn_id))?;
+    // Held until the process is gone: its drop removes the call's TMPDIR.
+    let sandboxed = match &ctx.sandbox {
+        Some(sandboxes) => Some(sandboxes.call(&invocation.sandbox)?),
+        None => None,
+    };
+    let mut group = spawn(
+        &invocation,
+        strays::Mark::new(&spawn_id),
+        sandboxed.as_ref().map(|s| &s.call),
+    )?;
     let record = ProcessGroupRecord {
         pgid: group.pgid(),
         leader_start: warden::start_time(group.pgid()),
@@ -194,7 +209,27 @@ pub(super) async fn run(
 
     let out = out.finish(&ctx.workdir).await;
     let err = err.finish(&ctx.workdir).await;
-    Ok(output(status, out, err, problems))
+    let output = output(status, out, err, problems);
+    let confinement = sandboxed.as_ref().and_then(|s| s.confinement.as_ref());
+    refused_or(output, status, &invocation.cwd, confinement)
+}
+
+/// `ESANDBOX` when the sandbox refused what made the process fail (see
+/// `refusal.rs`), else the output as it is.
+fn refused_or(
+    output: ToolOutput,
+    status: ExitStatus,
+    cwd: &std::path::Path,
+    confinement: Option<&super::refusal::Confinement>,
+) -> Result<ToolOutput, ToolError> {
+    let Some(confinement) = confinement else {
+        return Ok(output);
+    };
+    let stderr = output.data["stderr"].as_str().unwrap_or_default();
+    match classify(status.code(), stderr, cwd, confinement) {
+        Some(refusal) => Err(refusal.to_error(&output.data)),
+        None => Ok(output),
+    }
 }
 
 /// Why [`supervise`] returned without an exit status.
@@ -247,8 +282,13 @@ async fn supervise<F: Future>(
     Ok((status, problems))
 }
 
-/// Spawns the leader in a new process group.
-fn spawn(invocation: &Invocation, mark: strays::Mark) -> Result<ProcessGroup, ToolError> {
+/// Spawns the leader in a new process group, under the call's sandbox if any
+/// (its `TMPDIR` replaces any other).
+fn spawn(
+    invocation: &Invocation,
+    mark: strays::Mark,
+    sandbox: Option<&CallSandbox>,
+) -> Result<ProcessGroup, ToolError> {
     let Some(program) = invocation.argv.first() else {
         return Err(ToolError::new(ErrorCode::Einval, "argv is empty")
             .with_action("give the program and its arguments, e.g. [\"ls\", \"-la\"]"));
@@ -277,6 +317,9 @@ fn spawn(invocation: &Invocation, mark: strays::Mark) -> Result<ProcessGroup, To
         })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
+    if let Some(sandbox) = sandbox {
+        sandbox.apply(command.as_std_mut());
+    }
     let child = command.spawn().map_err(|e| spawn_error(program, &e))?;
     ProcessGroup::new(child, mark).ok_or_else(|| {
         ToolError::new(

@@ -8,6 +8,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use agentry_protocol::ProcessGroupRecord;
+use agentry_sandbox::CallSandbox;
 use tokio::process::{ChildStderr, ChildStdin, ChildStdout, Command};
 
 use super::env::{ENV_SPAWN_ID, HOST_ENV, next_spawn_id};
@@ -29,15 +30,22 @@ use super::warden;
 pub struct ServerProcess {
     group: ProcessGroup,
     record: ProcessGroupRecord,
+    /// After the group: dropped once it is killed, removing the server's
+    /// `TMPDIR`.
+    _sandbox: Option<CallSandbox>,
 }
 
 impl ServerProcess {
     /// Starts `argv` in `cwd` with exactly `env` (the host's ids are removed
-    /// from it; the spawn mark is added).
+    /// from it; the spawn mark is added), under `sandbox` when given (a
+    /// call of the run's [`RunSandboxes`](super::RunSandboxes) held for the
+    /// server's life: its `TMPDIR` replaces any other and is removed when
+    /// the server is gone).
     pub fn spawn(
         argv: &[String],
         env: Vec<(String, OsString)>,
         cwd: &Path,
+        sandbox: Option<CallSandbox>,
     ) -> std::io::Result<ServerProcess> {
         let Some(program) = argv.first().filter(|p| !p.is_empty()) else {
             return Err(std::io::Error::new(
@@ -60,6 +68,9 @@ impl ServerProcess {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
+        if let Some(sandbox) = &sandbox {
+            sandbox.apply(command.as_std_mut());
+        }
         let child = command.spawn()?;
         let group = ProcessGroup::new(child, strays::Mark::new(&spawn_id)).ok_or_else(|| {
             std::io::Error::other(format!("{program} was spawned but has no pid"))
@@ -70,7 +81,11 @@ impl ServerProcess {
             spawn_id,
         };
         warden::watch(record.pgid, record.leader_start, &record.spawn_id);
-        Ok(ServerProcess { group, record })
+        Ok(ServerProcess {
+            group,
+            record,
+            _sandbox: sandbox,
+        })
     }
 
     /// The group as a call records it, so a resume's fence kills a survivor.

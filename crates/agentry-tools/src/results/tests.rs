@@ -22,6 +22,7 @@ fn ctx(workdir: &Path, artifacts: &Path) -> ToolContext {
         processes: None,
         progress: None,
         traceparent: None,
+        sandbox: None,
     }
 }
 

@@ -6,6 +6,15 @@ use super::*;
 /// A task whose model runs `setup` with `proc.run`, then finishes, and whose
 /// only check is `check`.
 async fn finish_after(setup: &str, check: AcceptCheck) -> Result<agentry::RunOutcome, TestError> {
+    finish_after_with(setup, check, None).await
+}
+
+/// [`finish_after`] with a larger `[sandbox] file_size` when given.
+async fn finish_after_with(
+    setup: &str,
+    check: AcceptCheck,
+    file_size: Option<agentry::sandbox::ByteSize>,
+) -> Result<agentry::RunOutcome, TestError> {
     let task = TestTask::new("set up, then finish", &[])?
         .grant(&["proc.run"])
         .accept(check);
@@ -15,7 +24,11 @@ async fn finish_after(setup: &str, check: AcceptCheck) -> Result<agentry::RunOut
         .policy();
     // Bounded: a check that blocks the host (the bug) fails here, it does not hang.
     let runtime = Runtime::with_builtins()?;
-    let run = runtime.run(task.config(), policy);
+    let mut config = task.config();
+    if file_size.is_some() {
+        config.sandbox.file_size = file_size;
+    }
+    let run = runtime.run(config, policy);
     let outcome = tokio::time::timeout(Duration::from_secs(60), run).await;
     if outcome.is_err() {
         // Unblock a reader stuck on the FIFO, so the test process can exit.
@@ -55,7 +68,13 @@ async fn a_fifo_at_an_acceptance_path_fails_the_check() -> Result<(), TestError>
 /// A 1.5 GB sparse file fails the check by its size, unread.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_huge_sparse_file_at_an_acceptance_path_fails_unread() -> Result<(), TestError> {
-    let outcome = finish_after("truncate -s 1500M out.txt", file_check("out.txt")).await?;
+    // Past the sandbox's default 1 GiB file size: that much is granted.
+    let outcome = finish_after_with(
+        "truncate -s 1500M out.txt",
+        file_check("out.txt"),
+        Some(agentry::sandbox::ByteSize(2 << 30)),
+    )
+    .await?;
     assert_eq!(
         outcome.stop_reason,
         StopReason::VerificationMissing,

@@ -71,7 +71,10 @@ async fn a_tool_process_that_left_the_group_dies_with_the_call() -> Result<(), T
         .finish("done")
         .policy();
 
-    let outcome = Runtime::with_builtins()?.run(task.config(), policy).await?;
+    // The pidfiles are outside the working directory: granted, nothing more.
+    let mut config = task.config();
+    config.sandbox.write = vec![s.dir().to_path_buf()];
+    let outcome = Runtime::with_builtins()?.run(config, policy).await?;
 
     assert_eq!(outcome.stop_reason, StopReason::Done, "{}", outcome.detail);
     assert_all_ran(&s, &["a", "b", "c"])?;
@@ -102,9 +105,12 @@ async fn an_acceptance_commands_processes_die_with_the_check() -> Result<(), Tes
             timeout_ms: 60_000,
         });
     let started = Instant::now();
+    // The pidfiles are outside the working directory: granted, nothing more.
+    let mut config = task.config();
+    config.sandbox.write = vec![s.dir().to_path_buf()];
 
     let outcome = Runtime::with_builtins()?
-        .run(task.config(), ScriptBuilder::new().finish("done").policy())
+        .run(config, ScriptBuilder::new().finish("done").policy())
         .await?;
 
     assert_eq!(

@@ -37,6 +37,7 @@ fn ctx(workdir: &Path) -> ToolContext {
         processes: None,
         progress: None,
         traceparent: None,
+        sandbox: None,
     }
 }
 

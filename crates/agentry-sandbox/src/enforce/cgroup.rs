@@ -1,0 +1,100 @@
+//! Running as root, the kernel never applies `RLIMIT_NPROC` (uid 0 is exempt),
+//! so each call gets a pids cgroup of its own: joined by the command (its
+//! tree only, so it is empty once init has reaped it), removed when the call
+//! ends.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use crate::error::SandboxError;
+
+/// This process's pids cgroup directory, when it is writable: cgroup v1's
+/// `pids` hierarchy, or v2 where `pids` is enabled for children.
+pub(super) fn pids_parent() -> Option<PathBuf> {
+    let mounts = fs::read_to_string("/proc/self/mounts").ok()?;
+    let membership = fs::read_to_string("/proc/self/cgroup").ok()?;
+    let dir = v1_dir(&mounts, &membership).or_else(|| v2_dir(&mounts, &membership))?;
+    let probe = dir.join(format!("agentry-probe-{}", std::process::id()));
+    fs::create_dir(&probe).ok()?;
+    let usable = probe.join("pids.max").exists() && probe.join("cgroup.procs").exists();
+    let _ = fs::remove_dir(&probe);
+    usable.then_some(dir)
+}
+
+fn v1_dir(mounts: &str, membership: &str) -> Option<PathBuf> {
+    let mount_point = mounts.lines().find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        match fields.as_slice() {
+            [_, point, "cgroup", options, ..] if options.split(',').any(|o| o == "pids") => {
+                Some(*point)
+            }
+            _ => None,
+        }
+    })?;
+    let relative = membership.lines().find_map(|line| {
+        let mut parts = line.splitn(3, ':');
+        let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+        controllers.split(',').any(|c| c == "pids").then_some(path)
+    })?;
+    Some(Path::new(mount_point).join(relative.trim_start_matches('/')))
+}
+
+fn v2_dir(mounts: &str, membership: &str) -> Option<PathBuf> {
+    let mount_point = mounts.lines().find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        match fields.as_slice() {
+            [_, point, "cgroup2", ..] => Some(*point),
+            _ => None,
+        }
+    })?;
+    let relative = membership
+        .lines()
+        .find_map(|line| line.strip_prefix("0::"))?;
+    let dir = Path::new(mount_point).join(relative.trim_start_matches('/'));
+    let enabled = fs::read_to_string(dir.join("cgroup.subtree_control")).ok()?;
+    enabled
+        .split_whitespace()
+        .any(|c| c == "pids")
+        .then_some(dir)
+}
+
+/// Makes the call's cgroup with room for `processes` (the command's tree).
+pub(super) fn make_call_cgroup(parent: &Path, processes: u64) -> Result<PathBuf, SandboxError> {
+    let name: String = (0..12).map(|_| fastrand::alphanumeric()).collect();
+    let dir = parent.join(format!("agentry-call-{name}"));
+    let path_error = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| SandboxError::Path { path, source }
+    };
+    fs::create_dir(&dir).map_err(path_error(&dir))?;
+    let max = dir.join("pids.max");
+    if let Err(error) = fs::write(&max, processes.to_string()) {
+        let _ = fs::remove_dir(&dir);
+        return Err(path_error(&max)(error));
+    }
+    Ok(dir)
+}
+
+/// How often, and how far apart, removing a cgroup whose last processes are
+/// still exiting is tried again.
+const REMOVE_TRIES: u32 = 100;
+const REMOVE_PAUSE: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// Removes the call's cgroup: at once when it is empty (the usual case: the
+/// host reaped the call's group first), else from a short-lived thread that
+/// tries again while its last processes finish exiting.
+pub(super) fn remove(dir: PathBuf) {
+    if fs::remove_dir(&dir).is_ok() {
+        return;
+    }
+    let _ = std::thread::Builder::new()
+        .name("agentry-sandbox-cgroup".to_owned())
+        .spawn(move || {
+            for _ in 0..REMOVE_TRIES {
+                std::thread::sleep(REMOVE_PAUSE);
+                if fs::remove_dir(&dir).is_ok() || !dir.exists() {
+                    return;
+                }
+            }
+        });
+}

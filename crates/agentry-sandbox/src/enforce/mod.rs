@@ -1,0 +1,209 @@
+//! The parent-side building: everything that allocates, resolves, opens or
+//! compiles happens here, before fork; `child` only acts on the result.
+
+mod cgroup;
+mod filter;
+mod kernel;
+mod mounts;
+mod ruleset;
+
+use std::ffi::CString;
+use std::net::ToSocketAddrs;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+
+use seccompiler::BpfProgram;
+
+use crate::child;
+use crate::error::SandboxError;
+use crate::places::{SandboxPlaces, host_sockets};
+use crate::plan::{ChildPlan, Rlimit, path_cstring};
+use crate::spec::{Mode, Network, SandboxSpec};
+
+pub use kernel::probe;
+
+/// What every call of one sandbox shares.
+pub(crate) struct Prepared {
+    mode: Mode,
+    /// `None`: TCP not handled (network on); else the ports connect may reach.
+    ports: Option<Vec<u16>>,
+    workdir: PathBuf,
+    write: Vec<PathBuf>,
+    deny: Vec<PathBuf>,
+    uid_map: CString,
+    gid_map: CString,
+    rlimits: Vec<Rlimit>,
+    /// Running as root: the pids cgroup under which each call gets its own.
+    pids_parent: Option<PathBuf>,
+    processes: u64,
+    fresh_proc: bool,
+    filters: Arc<[BpfProgram]>,
+}
+
+impl std::fmt::Debug for Prepared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Prepared")
+            .field("mode", &self.mode)
+            .field("ports", &self.ports)
+            .field("workdir", &self.workdir)
+            .field("write", &self.write)
+            .field("deny", &self.deny)
+            .field("pids_parent", &self.pids_parent)
+            .field("fresh_proc", &self.fresh_proc)
+            .field("filters", &self.filters.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Prepared {
+    pub(crate) fn new(spec: &SandboxSpec, places: &SandboxPlaces) -> Result<Self, SandboxError> {
+        let support = kernel::require(spec)?;
+        let limits = spec.limits();
+        let pids_parent = match support.running_as_root {
+            true => cgroup::pids_parent(),
+            false => None,
+        };
+        Ok(Prepared {
+            mode: spec.mode,
+            ports: resolve_ports(&spec.network)?,
+            workdir: canonical(&places.workdir)?,
+            write: existing(&spec.write),
+            deny: existing(
+                places
+                    .deny
+                    .iter()
+                    .chain(&spec.read_deny)
+                    .chain(&host_sockets()),
+            ),
+            uid_map: id_map(kernel::euid())?,
+            gid_map: id_map(kernel::egid())?,
+            rlimits: kernel::rlimits(&limits, support.running_as_root),
+            pids_parent,
+            processes: limits.processes,
+            fresh_proc: support.fresh_proc,
+            filters: filter::programs(matches!(spec.network, Network::Off))?,
+        })
+    }
+
+    /// The places writable under this mode (besides the call's TMPDIR and devices).
+    fn write_roots(&self) -> Vec<&Path> {
+        match self.mode {
+            Mode::WorkspaceWrite => std::iter::once(self.workdir.as_path())
+                .chain(self.write.iter().map(PathBuf::as_path))
+                .collect(),
+            Mode::ReadOnly | Mode::Off => Vec::new(),
+        }
+    }
+}
+
+/// One call's prepared child data, and its pids cgroup (removed on drop).
+#[derive(Debug)]
+pub(crate) struct CallPlan {
+    child: ChildPlan,
+    cgroup: Option<PathBuf>,
+}
+
+impl CallPlan {
+    pub(crate) fn new(prepared: &Prepared, tmpdir: &Path) -> Result<Self, SandboxError> {
+        let tmpdir = canonical(tmpdir)?;
+        let mut writable = prepared.write_roots();
+        writable.push(&tmpdir);
+        let landlock = ruleset::build(&writable, prepared.ports.as_deref())?;
+        let keeps: Vec<&Path> = std::iter::once(prepared.workdir.as_path())
+            .chain(prepared.write.iter().map(PathBuf::as_path))
+            .chain(std::iter::once(tmpdir.as_path()))
+            .collect();
+        let read_only = match prepared.mode {
+            Mode::WorkspaceWrite => vec![
+                prepared.workdir.join(".git"),
+                prepared.workdir.join(".agentry"),
+            ],
+            Mode::ReadOnly | Mode::Off => Vec::new(),
+        };
+        let mounts = mounts::plan(&prepared.deny, &keeps, &read_only)?;
+        let cgroup = match &prepared.pids_parent {
+            Some(parent) => Some(cgroup::make_call_cgroup(parent, prepared.processes)?),
+            None => None,
+        };
+        let cgroup_procs = match &cgroup {
+            Some(dir) => Some(path_cstring(&dir.join("cgroup.procs"))?),
+            None => None,
+        };
+        let child = ChildPlan {
+            cgroup_procs,
+            uid_map: prepared.uid_map.clone(),
+            gid_map: prepared.gid_map.clone(),
+            mounts,
+            fresh_proc: prepared.fresh_proc,
+            rlimits: prepared.rlimits.clone(),
+            landlock,
+            filters: Arc::clone(&prepared.filters),
+        };
+        Ok(CallPlan { child, cgroup })
+    }
+}
+
+impl Drop for CallPlan {
+    fn drop(&mut self) {
+        if let Some(dir) = self.cgroup.take() {
+            cgroup::remove(dir);
+        }
+    }
+}
+
+/// Registers the child's steps on `command`.
+pub(crate) fn register(plan: &Arc<CallPlan>, command: &mut Command) {
+    let plan = Arc::clone(plan);
+    // SAFETY: the closure runs between fork and exec and only makes
+    // async-signal-safe syscalls on data prepared before the fork (child.rs).
+    unsafe {
+        command.pre_exec(move || child::enter(&plan.child));
+    }
+}
+
+fn resolve_ports(network: &Network) -> Result<Option<Vec<u16>>, SandboxError> {
+    match network {
+        Network::On => Ok(None),
+        Network::Off => Ok(Some(Vec::new())),
+        Network::Allow(grants) => {
+            for grant in grants {
+                // Resolved to fail early on a typo; Landlock enforces the port only.
+                (grant.host.as_str(), grant.port)
+                    .to_socket_addrs()
+                    .map_err(|source| SandboxError::Resolve {
+                        grant: grant.to_string(),
+                        source,
+                    })?;
+            }
+            Ok(Some(grants.iter().map(|grant| grant.port).collect()))
+        }
+    }
+}
+
+fn canonical(path: &Path) -> Result<PathBuf, SandboxError> {
+    path.canonicalize().map_err(|source| SandboxError::Path {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// The paths that exist, canonical; a missing one has nothing to protect or grant.
+fn existing<'a>(paths: impl IntoIterator<Item = &'a PathBuf>) -> Vec<PathBuf> {
+    let mut found: Vec<PathBuf> = paths
+        .into_iter()
+        .filter_map(|path| path.canonicalize().ok())
+        .collect();
+    found.sort();
+    found.dedup();
+    found
+}
+
+fn id_map(id: u32) -> Result<CString, SandboxError> {
+    CString::new(format!("{id} {id} 1\n")).map_err(|_| SandboxError::InvalidSetting {
+        key: "id map",
+        value: id.to_string(),
+        reason: "not a valid map line".to_owned(),
+    })
+}
