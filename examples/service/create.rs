@@ -41,6 +41,19 @@ pub struct NewRun {
     pub workdir: TempDir,
 }
 
+/// A client may narrow the sandbox of the built-in process tools, never
+/// loosen it (`TaskSpec::check_client_sandbox`).
+fn refuse_a_wider_sandbox(spec: &TaskSpec) -> Result<(), ApiError> {
+    let widened = spec.client_sandbox_widenings();
+    if widened.is_empty() {
+        return Ok(());
+    }
+    Err(ApiError::bad_request(format!(
+        "{}: a client's task may only narrow the kernel sandbox (mode off, network, extra writable roots and limits above the defaults are the operator's to grant)",
+        widened.join(", ")
+    )))
+}
+
 /// Validates the body and prepares the working directory with the initial files.
 /// Blocking: see the module docs.
 pub fn prepare(body: &[u8]) -> Result<NewRun, ApiError> {
@@ -89,6 +102,7 @@ pub fn prepare(body: &[u8]) -> Result<NewRun, ApiError> {
             ApiError::internal(other.to_string())
         }
     })?;
+    refuse_a_wider_sandbox(&spec)?;
     let script = match script {
         None => {
             return Err(ApiError::bad_request(

@@ -1,6 +1,9 @@
 //! What a task asks of the sandbox: `[sandbox]` in task.toml, per-tool
 //! overrides, and the summary spans and traces carry.
 
+// Size: the spec with its units (sizes, durations, host:port), its merge
+// rule and its widenings, and their tests, read as one unit.
+
 use std::fmt;
 use std::path::PathBuf;
 use std::str::FromStr;
@@ -342,6 +345,39 @@ impl SandboxSpec {
         }
     }
 
+    /// The keys of this spec that reach past the default sandbox (mode off,
+    /// any network, extra writable roots, limits above the defaults), in
+    /// file order: what a task a client sends may not set. Narrowing
+    /// (read-only, more `read_deny`, lower limits) is not listed.
+    pub fn widenings(&self) -> Vec<&'static str> {
+        let mut keys = Vec::new();
+        match self.mode {
+            Mode::Off => keys.push("mode"),
+            Mode::WorkspaceWrite | Mode::ReadOnly => {}
+        }
+        match self.network {
+            Network::Off => {}
+            Network::On | Network::Allow(_) => keys.push("network"),
+        }
+        if !self.write.is_empty() {
+            keys.push("write");
+        }
+        let limits = self.limits();
+        if limits.memory.0 > DEFAULT_MEMORY.0 {
+            keys.push("memory");
+        }
+        if limits.processes > DEFAULT_PROCESSES {
+            keys.push("processes");
+        }
+        if limits.file_size.0 > DEFAULT_FILE_SIZE.0 {
+            keys.push("file_size");
+        }
+        if limits.cpu_time > DEFAULT_CPU_TIME {
+            keys.push("cpu_time");
+        }
+        keys
+    }
+
     /// The limits in force (defaults filled in).
     pub fn limits(&self) -> Limits {
         Limits {
@@ -482,6 +518,32 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(error.contains("netwrk"), "{error}");
+    }
+
+    #[test]
+    fn widenings_name_what_reaches_past_the_default_and_not_what_narrows() {
+        let narrow: SandboxSpec = toml::from_str(
+            "mode = \"read-only\"\nread_deny = [\"/srv\"]\nmemory = \"1GiB\"\nprocesses = 16",
+        )
+        .unwrap();
+        assert!(narrow.widenings().is_empty(), "{:?}", narrow.widenings());
+        assert!(SandboxSpec::default().widenings().is_empty());
+        let wide: SandboxSpec = toml::from_str(
+            "mode = \"off\"\nnetwork = [\"127.0.0.1:80\"]\nwrite = [\"/srv\"]\nmemory = \"4GiB\"\nprocesses = 1000\nfile_size = \"2GiB\"\ncpu_time = \"1h\"",
+        )
+        .unwrap();
+        assert_eq!(
+            wide.widenings(),
+            [
+                "mode",
+                "network",
+                "write",
+                "memory",
+                "processes",
+                "file_size",
+                "cpu_time"
+            ]
+        );
     }
 
     #[test]

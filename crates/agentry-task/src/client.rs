@@ -71,6 +71,56 @@ impl TaskSpec {
     }
 }
 
+impl TaskSpec {
+    /// The `[sandbox]` keys of this task, and of its tools' overrides, that
+    /// reach past the default sandbox (`sandbox.mode`,
+    /// `tools.command[0].sandbox.network`, ...; see
+    /// [`agentry_sandbox::SandboxSpec::widenings`]), in file order.
+    pub fn client_sandbox_widenings(&self) -> Vec<String> {
+        let mut fields: Vec<String> = self
+            .sandbox
+            .widenings()
+            .into_iter()
+            .map(|key| format!("sandbox.{key}"))
+            .collect();
+        let tools = self
+            .command_tools
+            .iter()
+            .enumerate()
+            .filter_map(|(i, tool)| Some((format!("tools.command[{i}]"), tool.sandbox.as_ref()?)));
+        let servers = self
+            .mcp_servers
+            .iter()
+            .enumerate()
+            .filter_map(|(i, server)| Some((format!("tools.mcp[{i}]"), server.sandbox.as_ref()?)));
+        for (at, over) in tools.chain(servers) {
+            let effective = self.sandbox.with_override(over);
+            fields.extend(
+                effective
+                    .widenings()
+                    .into_iter()
+                    .map(|key| format!("{at}.sandbox.{key}")),
+            );
+        }
+        fields
+    }
+
+    /// Refuses a task a client sent that loosens the kernel sandbox
+    /// ([`TaskSpec::client_sandbox_widenings`]): [`TaskError::ClientSandbox`],
+    /// naming every such field. Narrowing is allowed. No opt-in: only the
+    /// operator's own tasks widen the sandbox.
+    pub fn check_client_sandbox(&self) -> Result<(), TaskError> {
+        let fields = self.client_sandbox_widenings();
+        if fields.is_empty() {
+            return Ok(());
+        }
+        Err(TaskError::ClientSandbox {
+            file: self.dir.join(TASK_FILE),
+            fields,
+        })
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
@@ -80,6 +130,33 @@ mod tests {
 
     fn spec(text: &str) -> TaskSpec {
         TaskSpec::parse(text, Path::new("/nowhere/inline")).unwrap()
+    }
+
+    #[test]
+    fn a_clients_task_may_narrow_the_sandbox_but_not_loosen_it() {
+        let narrow = spec(
+            "goal = \"g\"\n[sandbox]\nmode = \"read-only\"\nprocesses = 8\n[[tools.command]]\nname = \"t\"\ndescription = \"d\"\nargv = [\"true\"]\nsandbox = { memory = \"1GiB\" }\n",
+        );
+        assert!(narrow.check_client_sandbox().is_ok());
+        let wide = spec(
+            "goal = \"g\"\n[sandbox]\nmode = \"off\"\n[[tools.command]]\nname = \"t\"\ndescription = \"d\"\nargv = [\"true\"]\nsandbox = { network = true }\n",
+        );
+        assert_eq!(
+            wide.client_sandbox_widenings(),
+            [
+                "sandbox.mode",
+                "tools.command[0].sandbox.mode",
+                "tools.command[0].sandbox.network"
+            ]
+        );
+        match wide.check_client_sandbox() {
+            Err(e @ TaskError::ClientSandbox { .. }) => {
+                let text = e.to_string();
+                assert!(text.contains("sandbox.mode, tools.command[0]"), "{text}");
+                assert!(text.contains("may only narrow"), "{text}");
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

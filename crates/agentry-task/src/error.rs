@@ -51,6 +51,15 @@ pub enum TaskError {
         /// Every such field, in file order (`policy.base_url`, `tools.mcp[0].url`).
         fields: Vec<String>,
     },
+    /// A task a client sent loosens the kernel sandbox (see
+    /// [`TaskSpec::check_client_sandbox`](crate::TaskSpec::check_client_sandbox)).
+    #[error("{}: {}", file.display(), client_sandbox_message(fields))]
+    ClientSandbox {
+        /// The task file the client's task was written as.
+        file: PathBuf,
+        /// Every such field, in file order (`sandbox.mode`, `tools.command[0].sandbox.network`).
+        fields: Vec<String>,
+    },
 }
 
 impl TaskError {
@@ -80,8 +89,20 @@ impl From<TaskError> for RuntimeError {
                 file,
                 message: client_endpoint_message(&fields),
             },
+            TaskError::ClientSandbox { file, fields } => RuntimeError::InvalidTask {
+                file,
+                message: client_sandbox_message(&fields),
+            },
         }
     }
+}
+
+/// What [`TaskError::ClientSandbox`] says after the file.
+fn client_sandbox_message(fields: &[String]) -> String {
+    format!(
+        "{}: not taken from a task a client sends: it would loosen the kernel sandbox its processes run under (mode off, network, extra writable roots, limits above the defaults); a client's task may only narrow it, and only the operator widens it",
+        fields.join(", ")
+    )
 }
 
 /// What [`TaskError::ClientEndpoint`] says after the file.

@@ -68,6 +68,10 @@ pub(crate) enum StartError {
     /// allow it.
     #[error("{0} (the server's operator allows it with `agentry mcp --allow-client-endpoints`)")]
     ClientEndpoint(agentry::TaskError),
+    /// An inline task loosens the kernel sandbox (no opt-in: only the
+    /// operator's own tasks widen it).
+    #[error("{0}")]
+    ClientSandbox(agentry::TaskError),
     /// The task, its script or model, the store or the working directory is unusable.
     #[error("{0}")]
     Run(String),
@@ -126,8 +130,8 @@ impl ServerRuns {
             })?),
             None => None,
         };
-        if !self.allow_client_endpoints && (request.inline || client_written(&request.task_dir)) {
-            refuse_client_endpoints(&request.task_dir)?;
+        if request.inline || client_written(&request.task_dir) {
+            refuse_client_choices(&request.task_dir, self.allow_client_endpoints)?;
         }
         let inline = request.inline.then(|| request.task_dir.clone());
         let args = self.run_args(
@@ -338,16 +342,23 @@ fn client_written(task_dir: &std::path::Path) -> bool {
 }
 
 /// An inline task is the client's: it may not choose where this server's
-/// keys and headers go. Checked before anything is built from the task, so
-/// no request reaches the client's server. A task that does not load is left
-/// to `prepare`, which says why.
-fn refuse_client_endpoints(task_dir: &std::path::Path) -> Result<(), StartError> {
-    match TaskSpec::load(task_dir) {
-        Ok(task) => task
-            .check_client_supplied()
-            .map_err(StartError::ClientEndpoint),
-        Err(_) => Ok(()),
+/// keys and headers go (unless the operator allowed client endpoints), nor
+/// loosen the kernel sandbox (no opt-in). Checked before anything is built
+/// from the task, so no request reaches the client's server. A task that
+/// does not load is left to `prepare`, which says why.
+fn refuse_client_choices(
+    task_dir: &std::path::Path,
+    allow_endpoints: bool,
+) -> Result<(), StartError> {
+    let Ok(task) = TaskSpec::load(task_dir) else {
+        return Ok(());
+    };
+    if !allow_endpoints {
+        task.check_client_supplied()
+            .map_err(StartError::ClientEndpoint)?;
     }
+    task.check_client_sandbox()
+        .map_err(StartError::ClientSandbox)
 }
 
 /// Waits for the run's outcome (and its tree, if it started children) and

@@ -125,6 +125,16 @@ async fn a_posted_mcp_server_or_model_server_is_refused() -> Result<(), TestErro
             with("policy", json!({"model": "openai:x", "base_url": url})),
             "policy:",
         ),
+        // A client's task may narrow the kernel sandbox, never loosen it.
+        (with("sandbox", json!({"mode": "off"})), "sandbox.mode"),
+        (
+            with("sandbox", json!({"network": true, "write": ["/"]})),
+            "sandbox.network, sandbox.write",
+        ),
+        (
+            with("sandbox", json!({"processes": 100000})),
+            "sandbox.processes",
+        ),
     ];
     for (task, field) in cases {
         let (status, body) = service.post("/runs", &task).await?;

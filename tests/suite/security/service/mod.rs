@@ -269,14 +269,26 @@ fn finish(answer: &str) -> Value {
 }
 
 /// What a hostile page posts: a task whose acceptance check runs `id` and
-/// writes it to `marker`, as the service's user.
+/// writes it to `marker`, as the service's user. (Under the default sandbox
+/// the write outside the run's directory would be refused anyway, and a
+/// client may not grant it: the refused status is the guard there.)
 fn command_task(marker: &Path) -> Value {
     json!({
         "goal": "g",
         "budget": {"max_steps": 3, "deadline": "20s"},
         "accept": [{"command": format!("id > '{}'", marker.display())}],
-        // The marker is outside the run's working directory: granted, nothing more.
-        "sandbox": {"write": [marker.parent().map(|d| d.display().to_string())]},
+        "script": {"turns": [finish("ok")]}
+    })
+}
+
+/// The same command posted from an allowed page: it writes `id` inside its
+/// working directory, and the run is `done` only if the file then says
+/// `uid=` (so the command ran).
+fn control_task() -> Value {
+    json!({
+        "goal": "g",
+        "budget": {"max_steps": 3, "deadline": "20s"},
+        "accept": [{"command": "id > control.txt"}, {"file": "control.txt", "contains": "uid="}],
         "script": {"turns": [finish("ok")]}
     })
 }
