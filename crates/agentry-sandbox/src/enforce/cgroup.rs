@@ -18,8 +18,41 @@ pub(super) fn pids_parent() -> Option<PathBuf> {
     fs::create_dir(&probe).ok()?;
     let usable = probe.join("pids.max").exists() && probe.join("cgroup.procs").exists();
     let _ = fs::remove_dir(&probe);
+    if usable {
+        static SWEPT: std::sync::Once = std::sync::Once::new();
+        SWEPT.call_once(|| sweep_dead_hosts(&dir));
+    }
     usable.then_some(dir)
 }
+
+/// Removes the empty call cgroups left by host processes that are gone (a
+/// cgroup still busy when its host exited is removed by no one else). Each
+/// name carries its host's pid; a live host's, or a reused pid's, is left.
+fn sweep_dead_hosts(parent: &Path) {
+    let Ok(entries) = fs::read_dir(parent) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(CALL_PREFIX))
+            .and_then(|rest| rest.split_once('-'))
+            .and_then(|(pid, _)| pid.parse::<libc::pid_t>().ok())
+        else {
+            continue;
+        };
+        // SAFETY: kill with signal 0 only checks that the pid exists.
+        let gone = unsafe { libc::kill(pid, 0) } != 0
+            && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+        if gone {
+            let _ = fs::remove_dir(entry.path());
+        }
+    }
+}
+
+/// Call cgroups are named `agentry-call-<host pid>-<random>`.
+const CALL_PREFIX: &str = "agentry-call-";
 
 fn v1_dir(mounts: &str, membership: &str) -> Option<PathBuf> {
     let mount_point = mounts.lines().find_map(|line| {
@@ -61,7 +94,7 @@ fn v2_dir(mounts: &str, membership: &str) -> Option<PathBuf> {
 /// Makes the call's cgroup with room for `processes` (the command's tree).
 pub(super) fn make_call_cgroup(parent: &Path, processes: u64) -> Result<PathBuf, SandboxError> {
     let name: String = (0..12).map(|_| fastrand::alphanumeric()).collect();
-    let dir = parent.join(format!("agentry-call-{name}"));
+    let dir = parent.join(format!("{CALL_PREFIX}{}-{name}", std::process::id()));
     let path_error = |path: &Path| {
         let path = path.to_path_buf();
         move |source| SandboxError::Path { path, source }
@@ -97,4 +130,33 @@ pub(super) fn remove(dir: PathBuf) {
                 }
             }
         });
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_sweep_removes_dead_hosts_call_dirs_and_keeps_live_and_foreign_ones() {
+        let parent = tempfile::tempdir().unwrap();
+        let mut exited = std::process::Command::new("true").spawn().unwrap();
+        let dead = exited.id();
+        exited.wait().unwrap();
+        let names = [
+            format!("{CALL_PREFIX}{dead}-aaaa"),
+            format!("{CALL_PREFIX}{}-bbbb", std::process::id()),
+            format!("{CALL_PREFIX}cccc"),
+            "other".to_string(),
+        ];
+        for name in &names {
+            fs::create_dir(parent.path().join(name)).unwrap();
+        }
+        sweep_dead_hosts(parent.path());
+        let left: Vec<bool> = names
+            .iter()
+            .map(|n| parent.path().join(n).exists())
+            .collect();
+        assert_eq!(left, [false, true, true, true]);
+    }
 }
