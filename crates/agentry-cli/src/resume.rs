@@ -77,7 +77,10 @@ struct Rebuilt {
 async fn runtime_for(config: &RunConfig) -> Result<Rebuilt, RunError> {
     match stored_task_dir(config) {
         Some(dir) => {
-            let task = TaskSpec::load(&dir)?;
+            let mut task = TaskSpec::load(&dir)?;
+            // The run's stored sandbox, not the task file's current one: its
+            // MCP servers run under what its processes run under.
+            task.sandbox = config.sandbox.clone();
             let context = ContextSettings::of_task(&task);
             let sandboxes = task.sandboxes(&config.workdir, &config.sandbox_host)?;
             let mcp = task.start_mcp(&config.workdir, &sandboxes).await?;

@@ -22,7 +22,8 @@
 //! `mode = "off"` needs nothing from the kernel: the call still gets its
 //! private `TMPDIR` (made and removed the same way), and nothing else changes.
 //!
-//! Layout: `spec` (what a task asks, serde), `places`, `probe`
+//! Layout: `spec` (what a task asks, serde), `duration` (its `"10m"`
+//! form), `places`, `probe`
 //! (`KernelSupport`), `sandbox` (prepare/call/apply), `enforce/` (the
 //! parent-side building: `kernel` probe and limits, `ruleset` Landlock,
 //! `filter` seccomp, `mounts` the mount plan, `cgroup` the pids cgroup as
@@ -40,6 +41,7 @@
 
 #[cfg(target_os = "linux")]
 mod child;
+mod duration;
 #[cfg(target_os = "linux")]
 mod enforce;
 #[cfg(not(target_os = "linux"))]
@@ -53,6 +55,7 @@ mod probe;
 mod sandbox;
 mod spec;
 
+pub use duration::parse_duration;
 pub use enforce::probe;
 pub use error::SandboxError;
 pub use places::{SandboxPlaces, default_read_deny, host_sockets};
@@ -61,5 +64,4 @@ pub use sandbox::{CallSandbox, Sandbox};
 pub use spec::{
     ByteSize, DEFAULT_CPU_TIME, DEFAULT_FILE_SIZE, DEFAULT_MEMORY, DEFAULT_PROCESSES, HostPort,
     Limits, Mode, NETWORK_BY_PORT_NOTE, Network, SandboxOverride, SandboxSpec, SandboxSummary,
-    parse_duration,
 };

@@ -273,15 +273,6 @@ mod opt_size {
     }
 }
 
-/// Parses a duration the way task.toml writes it (`"10m"`, `"30s"`, `"1h 30m"`).
-pub fn parse_duration(text: &str) -> Result<Duration, SandboxError> {
-    humantime::parse_duration(text).map_err(|error| SandboxError::InvalidSetting {
-        key: "cpu_time",
-        value: text.to_owned(),
-        reason: format!("{error} (expected a duration such as \"10m\" or \"30s\")"),
-    })
-}
-
 mod opt_duration {
     use std::time::Duration;
 
@@ -289,14 +280,14 @@ mod opt_duration {
 
     pub fn serialize<S: Serializer>(value: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
         match value {
-            Some(duration) => s.collect_str(&humantime::format_duration(*duration)),
+            Some(duration) => s.collect_str(&crate::duration::format_duration(*duration)),
             None => s.serialize_none(),
         }
     }
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
         Option::<String>::deserialize(d)?
-            .map(|text| super::parse_duration(&text).map_err(serde::de::Error::custom))
+            .map(|text| crate::duration::parse_duration(&text).map_err(serde::de::Error::custom))
             .transpose()
     }
 }
@@ -419,22 +410,22 @@ pub struct Limits {
     /// `RLIMIT_FSIZE`.
     pub file_size: ByteSize,
     /// `RLIMIT_CPU`.
-    #[serde(with = "humantime_duration")]
+    #[serde(with = "text_duration")]
     pub cpu_time: Duration,
 }
 
-mod humantime_duration {
+mod text_duration {
     use std::time::Duration;
 
     use serde::{Deserialize, Deserializer, Serializer};
 
     pub fn serialize<S: Serializer>(value: &Duration, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(&humantime::format_duration(*value))
+        s.collect_str(&crate::duration::format_duration(*value))
     }
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
         let text = String::deserialize(d)?;
-        super::parse_duration(&text).map_err(serde::de::Error::custom)
+        crate::duration::parse_duration(&text).map_err(serde::de::Error::custom)
     }
 }
 
@@ -474,7 +465,7 @@ impl fmt::Display for SandboxSummary {
                 limits.memory,
                 limits.processes,
                 limits.file_size,
-                humantime::format_duration(limits.cpu_time)
+                crate::duration::format_duration(limits.cpu_time)
             )?;
         }
         Ok(())
@@ -493,7 +484,10 @@ mod tests {
         assert_eq!("4096".parse::<ByteSize>().unwrap(), ByteSize(4096));
         assert_eq!(ByteSize(2 << 30).to_string(), "2GiB");
         assert_eq!(ByteSize(1000).to_string(), "1000B");
-        assert_eq!(parse_duration("10m").unwrap(), Duration::from_secs(600));
+        assert_eq!(
+            crate::parse_duration("10m").unwrap(),
+            Duration::from_secs(600)
+        );
     }
 
     #[test]
