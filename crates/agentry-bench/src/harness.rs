@@ -100,6 +100,11 @@ pub fn config(workdir: &Path, max_steps: u64) -> RunConfig {
     config.task_id = "bench".to_string();
     config.grants = Grants::new([SCOPE]);
     config.limits.max_steps = Some(max_steps);
+    // The bench tools start no process, so no sandbox is ever applied; off
+    // also lets the start run under valgrind (the perf guard), which does not
+    // know Landlock's system calls, where the default's kernel check would
+    // refuse the start. The sandbox's own cost is the `sandbox` workload's.
+    config.sandbox.mode = agentry::sandbox::Mode::Off;
     config
 }
 
