@@ -337,20 +337,28 @@ async fn reading_another_runs_working_directory_fails_under_the_default() -> Res
 
 /// The model is told what the sandbox refused, where, and which `[sandbox]`
 /// key would allow it; the process's own output is kept in the message.
+/// The result of one `proc.run` of `argv` in `world`'s run.
+async fn one_proc_run(
+    world: &World,
+    argv: serde_json::Value,
+) -> Result<agentry::protocol::ResultEnvelope, TestError> {
+    let mut config = world.config();
+    config.grants = agentry::Grants::new(["proc.run"]);
+    let policy = ScriptBuilder::new()
+        .call("a", "proc.run", json!({ "argv": argv }))
+        .finish("done")
+        .policy();
+    let (_, events) = run_with_events(&Runtime::with_builtins()?, config, policy).await?;
+    Ok(tool_results(&events)[0].1.clone())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_write_is_esandbox_naming_the_path_and_the_key() -> Result<(), TestError> {
     reap_orphans_here()?;
     let world = World::new(Mode::WorkspaceWrite)?;
-    let mut config = world.config();
-    config.grants = agentry::Grants::new(["proc.run"]);
     let target = world.home.join(".bashrc");
     let command = format!("echo before; printf x > '{}'", target.display());
-    let policy = ScriptBuilder::new()
-        .call("a", "proc.run", json!({"argv": ["sh", "-c", command]}))
-        .finish("done")
-        .policy();
-    let (_, events) = run_with_events(&Runtime::with_builtins()?, config, policy).await?;
-    let result = &tool_results(&events)[0].1;
+    let result = &one_proc_run(&world, json!(["sh", "-c", command])).await?;
     assert_eq!(result.error_code(), Some(ErrorCode::Esandbox), "{result:?}");
     let error = result.error.as_ref().ok_or("no error")?;
     assert!(
@@ -375,15 +383,8 @@ async fn a_refused_write_is_esandbox_naming_the_path_and_the_key() -> Result<(),
     let listener = TcpListener::bind("127.0.0.1:0")?;
     let port = listener.local_addr()?.port();
     let world = World::new(Mode::WorkspaceWrite)?;
-    let mut config = world.config();
-    config.grants = agentry::Grants::new(["proc.run"]);
     let command = format!("exec 3<>/dev/tcp/127.0.0.1/{port}");
-    let policy = ScriptBuilder::new()
-        .call("a", "proc.run", json!({"argv": ["bash", "-c", command]}))
-        .finish("done")
-        .policy();
-    let (_, events) = run_with_events(&Runtime::with_builtins()?, config, policy).await?;
-    let result = &tool_results(&events)[0].1;
+    let result = &one_proc_run(&world, json!(["bash", "-c", command])).await?;
     assert_eq!(result.error_code(), Some(ErrorCode::Esandbox), "{result:?}");
     let error = result.error.as_ref().ok_or("no error")?;
     assert!(
