@@ -154,9 +154,10 @@ impl ConductorState {
             });
         }
         drop(self.wiring.claim.take());
-        self.wiring.outcome.send_replace(Some(Box::new(outcome)));
-        // After the outcome: a handle that finds no actors finds the outcome.
-        self.wiring.live.release();
+        let published = &self.wiring.outcome;
+        self.wiring
+            .live
+            .release_with(|| drop(published.send_replace(Some(Box::new(outcome)))));
         self.stop_children(myself);
     }
 

@@ -93,9 +93,21 @@ impl LiveActors {
         }
     }
 
-    /// Empties the slot: the run has stopped.
-    pub(crate) fn release(&self) {
-        let taken = self.0.lock().ok().and_then(|mut slot| slot.take());
+    /// Empties the slot and runs `publish` (the outcome's) before anyone can
+    /// look again: whoever finds no actors finds the outcome, and whoever sees
+    /// the outcome finds no actors.
+    pub(crate) fn release_with(&self, publish: impl FnOnce()) {
+        let taken = match self.0.lock() {
+            Ok(mut slot) => {
+                let taken = slot.take();
+                publish();
+                taken
+            }
+            Err(_) => {
+                publish();
+                None
+            }
+        };
         // Dropped outside the lock: the last address frees the mailboxes.
         drop(taken);
     }
