@@ -1,10 +1,13 @@
 //! Running as root, the kernel never applies `RLIMIT_NPROC` (uid 0 is exempt),
 //! so each call gets a pids cgroup of its own: joined by the command (its
-//! tree only, so it is empty once init has reaped it), removed when the call
-//! ends.
+//! tree only, so it is empty once init has reaped it). An empty one is kept
+//! for the sandbox's next call (making and removing a cgroup costs more than
+//! the rest of a call's set-up); a busy one, or one past the pool's size, is
+//! removed.
 
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
 
 use crate::error::SandboxError;
 
@@ -91,8 +94,69 @@ fn v2_dir(mounts: &str, membership: &str) -> Option<PathBuf> {
         .then_some(dir)
 }
 
+/// Most empty call cgroups one sandbox keeps (about as many as calls run at once).
+const MAX_IDLE: usize = 32;
+
+/// One sandbox's call cgroups, each with room for `processes`.
+#[derive(Debug)]
+pub(super) struct CgroupPool {
+    parent: PathBuf,
+    processes: u64,
+    /// Empty cgroups, `pids.max` set, no process in them.
+    idle: Mutex<Vec<PathBuf>>,
+}
+
+impl CgroupPool {
+    pub(super) fn new(parent: PathBuf, processes: u64) -> Self {
+        CgroupPool {
+            parent,
+            processes,
+            idle: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// An empty cgroup for one call.
+    pub(super) fn take(&self) -> Result<PathBuf, SandboxError> {
+        let idle = self
+            .idle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop();
+        match idle {
+            Some(dir) => Ok(dir),
+            None => make_call_cgroup(&self.parent, self.processes),
+        }
+    }
+
+    /// The call is over: keep its cgroup if no process is left in it (none
+    /// can join an empty one: only the call's command wrote itself in).
+    pub(super) fn give_back(&self, dir: PathBuf) {
+        if is_empty(&dir) {
+            let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+            if idle.len() < MAX_IDLE {
+                idle.push(dir);
+                return;
+            }
+        }
+        remove(dir);
+    }
+}
+
+impl Drop for CgroupPool {
+    fn drop(&mut self) {
+        let idle = self.idle.get_mut().unwrap_or_else(PoisonError::into_inner);
+        for dir in idle.drain(..) {
+            remove(dir);
+        }
+    }
+}
+
+fn is_empty(dir: &Path) -> bool {
+    fs::read_to_string(dir.join("cgroup.procs")).is_ok_and(|procs| procs.trim().is_empty())
+}
+
 /// Makes the call's cgroup with room for `processes` (the command's tree).
-pub(super) fn make_call_cgroup(parent: &Path, processes: u64) -> Result<PathBuf, SandboxError> {
+fn make_call_cgroup(parent: &Path, processes: u64) -> Result<PathBuf, SandboxError> {
     let name: String = (0..12).map(|_| fastrand::alphanumeric()).collect();
     let dir = parent.join(format!("{CALL_PREFIX}{}-{name}", std::process::id()));
     let path_error = |path: &Path| {
@@ -116,7 +180,7 @@ const REMOVE_PAUSE: std::time::Duration = std::time::Duration::from_millis(20);
 /// Removes the call's cgroup: at once when it is empty (the usual case: the
 /// host reaped the call's group first), else from a short-lived thread that
 /// tries again while its last processes finish exiting.
-pub(super) fn remove(dir: PathBuf) {
+fn remove(dir: PathBuf) {
     if fs::remove_dir(&dir).is_ok() {
         return;
     }

@@ -35,9 +35,8 @@ pub(crate) struct Prepared {
     uid_map: CString,
     gid_map: CString,
     rlimits: Vec<Rlimit>,
-    /// Running as root: the pids cgroup under which each call gets its own.
-    pids_parent: Option<PathBuf>,
-    processes: u64,
+    /// Running as root: the call cgroups, made under this process's pids cgroup.
+    cgroups: Option<Arc<cgroup::CgroupPool>>,
     fresh_proc: bool,
     filters: Arc<[BpfProgram]>,
 }
@@ -50,7 +49,7 @@ impl std::fmt::Debug for Prepared {
             .field("workdir", &self.workdir)
             .field("write", &self.write)
             .field("deny", &self.deny)
-            .field("pids_parent", &self.pids_parent)
+            .field("cgroups", &self.cgroups)
             .field("fresh_proc", &self.fresh_proc)
             .field("filters", &self.filters.len())
             .finish_non_exhaustive()
@@ -61,8 +60,9 @@ impl Prepared {
     pub(crate) fn new(spec: &SandboxSpec, places: &SandboxPlaces) -> Result<Self, SandboxError> {
         let support = kernel::require(spec)?;
         let limits = spec.limits();
-        let pids_parent = match support.running_as_root {
-            true => cgroup::pids_parent(),
+        let cgroups = match support.running_as_root {
+            true => cgroup::pids_parent()
+                .map(|parent| Arc::new(cgroup::CgroupPool::new(parent, limits.processes))),
             false => None,
         };
         Ok(Prepared {
@@ -80,8 +80,7 @@ impl Prepared {
             uid_map: id_map(kernel::euid())?,
             gid_map: id_map(kernel::egid())?,
             rlimits: kernel::rlimits(&limits, support.running_as_root),
-            pids_parent,
-            processes: limits.processes,
+            cgroups,
             fresh_proc: support.fresh_proc,
             filters: filter::programs(matches!(spec.network, Network::Off))?,
         })
@@ -98,11 +97,11 @@ impl Prepared {
     }
 }
 
-/// One call's prepared child data, and its pids cgroup (removed on drop).
+/// One call's prepared child data, and its pids cgroup (given back on drop).
 #[derive(Debug)]
 pub(crate) struct CallPlan {
     child: ChildPlan,
-    cgroup: Option<PathBuf>,
+    cgroup: Option<(Arc<cgroup::CgroupPool>, PathBuf)>,
 }
 
 impl CallPlan {
@@ -123,12 +122,12 @@ impl CallPlan {
             Mode::ReadOnly | Mode::Off => Vec::new(),
         };
         let mounts = mounts::plan(&prepared.deny, &keeps, &read_only)?;
-        let cgroup = match &prepared.pids_parent {
-            Some(parent) => Some(cgroup::make_call_cgroup(parent, prepared.processes)?),
+        let cgroup = match &prepared.cgroups {
+            Some(pool) => Some((Arc::clone(pool), pool.take()?)),
             None => None,
         };
         let cgroup_procs = match &cgroup {
-            Some(dir) => Some(path_cstring(&dir.join("cgroup.procs"))?),
+            Some((_, dir)) => Some(path_cstring(&dir.join("cgroup.procs"))?),
             None => None,
         };
         let child = ChildPlan {
@@ -147,8 +146,8 @@ impl CallPlan {
 
 impl Drop for CallPlan {
     fn drop(&mut self) {
-        if let Some(dir) = self.cgroup.take() {
-            cgroup::remove(dir);
+        if let Some((pool, dir)) = self.cgroup.take() {
+            pool.give_back(dir);
         }
     }
 }
