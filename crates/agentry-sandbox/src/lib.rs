@@ -63,5 +63,5 @@ pub use probe::{KernelSupport, REQUIRED_LANDLOCK_ABI};
 pub use sandbox::{CallSandbox, Sandbox};
 pub use spec::{
     ByteSize, DEFAULT_CPU_TIME, DEFAULT_FILE_SIZE, DEFAULT_MEMORY, DEFAULT_PROCESSES, HostPort,
-    Limits, Mode, NETWORK_BY_PORT_NOTE, Network, SandboxOverride, SandboxSpec, SandboxSummary,
+    Limits, Mode, NETWORK_GRANTS_NOTE, Network, SandboxOverride, SandboxSpec, SandboxSummary,
 };

@@ -2,6 +2,7 @@
 //! in the parent, only read after fork.
 
 use std::ffi::CString;
+use std::net::SocketAddr;
 use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
@@ -33,6 +34,17 @@ pub(crate) struct ChildPlan {
     pub(crate) landlock: OwnedFd,
     /// Seccomp programs, installed in this order, last of all.
     pub(crate) filters: Arc<[BpfProgram]>,
+    /// With `host:port` grants: the command's connects are init's to answer.
+    pub(crate) connect: Option<ConnectGuard>,
+}
+
+/// `host:port` grants as init enforces them (`child/connect.rs`).
+#[derive(Debug, Clone)]
+pub(crate) struct ConnectGuard {
+    /// Sends every `connect` to init (a seccomp user notification).
+    pub(crate) program: Arc<BpfProgram>,
+    /// The granted addresses, resolved when the sandbox was prepared.
+    pub(crate) allowed: Arc<[SocketAddr]>,
 }
 
 impl std::fmt::Debug for ChildPlan {
@@ -44,6 +56,7 @@ impl std::fmt::Debug for ChildPlan {
             .field("rlimits", &self.rlimits)
             .field("landlock", &self.landlock)
             .field("filters", &self.filters.len())
+            .field("connect", &self.connect.as_ref().map(|c| &c.allowed))
             .finish_non_exhaustive()
     }
 }
@@ -101,4 +114,55 @@ pub(crate) fn path_cstring(path: &Path) -> Result<CString, SandboxError> {
             "the path holds a NUL byte",
         ),
     })
+}
+
+/// The command's program, arguments and environment, ready for `execve`:
+/// the sandbox's command execs itself (std's exec runs in the process std
+/// forked, which is the call's leader, not the command).
+pub(crate) struct ExecPlan {
+    /// The paths to try in order (`PATH`'s entries joined with the program,
+    /// or the program alone when it holds a `/`).
+    pub(crate) candidates: Vec<CString>,
+    /// Owns what `argv` points into.
+    _args: Vec<CString>,
+    /// Owns what `envp` points into.
+    _env: Vec<CString>,
+    /// Null-terminated.
+    pub(crate) argv: Vec<*const libc::c_char>,
+    /// Null-terminated.
+    pub(crate) envp: Vec<*const libc::c_char>,
+}
+
+// SAFETY: the pointers point into the `CString`s the plan owns, which are
+// never changed or moved (their heap buffers stay put) while it lives.
+unsafe impl Send for ExecPlan {}
+// SAFETY: as above; the plan is only read.
+unsafe impl Sync for ExecPlan {}
+
+impl ExecPlan {
+    pub(crate) fn new(candidates: Vec<CString>, args: Vec<CString>, env: Vec<CString>) -> Self {
+        let pointers = |strings: &[CString]| {
+            strings
+                .iter()
+                .map(|s| s.as_ptr())
+                .chain(std::iter::once(std::ptr::null()))
+                .collect()
+        };
+        ExecPlan {
+            argv: pointers(&args),
+            envp: pointers(&env),
+            candidates,
+            _args: args,
+            _env: env,
+        }
+    }
+}
+
+impl std::fmt::Debug for ExecPlan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExecPlan")
+            .field("candidates", &self.candidates)
+            .field("args", &self._args)
+            .finish_non_exhaustive()
+    }
 }

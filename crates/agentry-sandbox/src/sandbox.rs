@@ -87,6 +87,12 @@ impl CallSandbox {
     /// (an `env_clear` after it would drop `TMPDIR`). For a
     /// `tokio::process::Command`, pass `command.as_std_mut()`.
     ///
+    /// Confined, the process gets exactly the variables set on `command`, as
+    /// after `env_clear` (the host's own environment never reaches it
+    /// implicitly), and a program without a `/` is looked up on the `PATH`
+    /// set there (`/bin:/usr/bin` without one), as `execvp` does, except
+    /// that a file without `#!` is not run through `sh`.
+    ///
     /// The spawned process is then the sandbox's leader: it waits for the
     /// command (pid 1 of its own PID namespace) and exits with its status, or
     /// dies of the same signal.

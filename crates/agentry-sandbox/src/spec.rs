@@ -29,7 +29,7 @@ pub const DEFAULT_CPU_TIME: Duration = Duration::from_secs(600);
 pub struct SandboxSpec {
     /// What the process may write.
     pub mode: Mode,
-    /// Outbound TCP: none, any, or the listed `host:port`s (by port; see [`Network`]).
+    /// Outbound TCP: none, any, or the listed `host:port`s (see [`Network`]).
     pub network: Network,
     /// Extra writable roots (workspace-write only).
     pub write: Vec<PathBuf>,
@@ -89,9 +89,10 @@ impl Mode {
 
 /// Outbound network. In task.toml: `false`, `true` or `["host:port", ...]`.
 ///
-/// A grant is enforced **by port**: Landlock filters TCP connect by port, not
-/// by address, so `["example.org:443"]` lets the process connect to port 443
-/// of any host. UDP and raw sockets are refused whatever the setting.
+/// A grant's host is resolved when the sandbox is prepared; the process may
+/// then connect over TCP to those addresses at that port only (Landlock
+/// limits the ports, the call's init checks every connect's address). UDP
+/// and raw sockets are refused whatever the setting.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Network {
     /// No outbound TCP; only `AF_UNIX` sockets.
@@ -389,7 +390,7 @@ impl SandboxSpec {
             mode: self.mode,
             network: self.network.clone(),
             network_note: match self.network {
-                Network::Allow(_) => Some(NETWORK_BY_PORT_NOTE.to_owned()),
+                Network::Allow(_) => Some(NETWORK_GRANTS_NOTE.to_owned()),
                 Network::Off | Network::On => None,
             },
             limits,
@@ -398,7 +399,7 @@ impl SandboxSpec {
 }
 
 /// What a grant list means, said wherever the list is shown.
-pub const NETWORK_BY_PORT_NOTE: &str = "TCP connect allowed by port only (Landlock cannot filter by host); UDP and raw sockets refused";
+pub const NETWORK_GRANTS_NOTE: &str = "TCP connect only to the granted hosts' addresses (resolved at start) and ports; UDP and raw sockets refused";
 
 /// The resource limits in force.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -455,7 +456,7 @@ impl fmt::Display for SandboxSummary {
             Network::On => f.write_str(", network")?,
             Network::Allow(grants) => {
                 let ports: Vec<String> = grants.iter().map(ToString::to_string).collect();
-                write!(f, ", network {} (by port)", ports.join(" "))?;
+                write!(f, ", network {} (TCP)", ports.join(" "))?;
             }
         }
         if let Some(limits) = &self.limits {
@@ -578,11 +579,11 @@ mod tests {
             summary["network_note"]
                 .as_str()
                 .unwrap()
-                .contains("by port")
+                .contains("granted hosts")
         );
         assert_eq!(
             spec.summary().to_string(),
-            "read-only, network example.org:443 [::1]:8080 (by port), memory 1GiB, processes 16, file size 1GiB, cpu 30s"
+            "read-only, network example.org:443 [::1]:8080 (TCP), memory 1GiB, processes 16, file size 1GiB, cpu 30s"
         );
         let off = SandboxSpec {
             mode: Mode::Off,

@@ -253,6 +253,87 @@ fn a_granted_port_is_reachable_and_another_refused() {
     assert!(unsandboxed.ok() && accepted(&other), "{unsandboxed:#?}");
 }
 
+fn granting(port: u16) -> SandboxSpec {
+    SandboxSpec {
+        network: Network::Allow(vec![HostPort {
+            host: "127.0.0.1".into(),
+            port,
+        }]),
+        ..default()
+    }
+}
+
+/// The grant names a host, not only a port: the granted port at another
+/// address is refused before any packet leaves (`EACCES`), where without the
+/// sandbox the connection is attempted (and refused by the peer: nothing
+/// listens at 127.0.0.2).
+#[test]
+fn a_granted_port_at_another_address_is_refused() {
+    let fixture = Fixture::new();
+    let granted = TcpListener::bind("127.0.0.1:0").unwrap();
+    let spec = granting(granted.local_addr().unwrap().port());
+    let script = format!(
+        "\"$PY\" -c \"import socket; socket.create_connection(('127.0.0.2', {}), timeout=10)\"",
+        granted.local_addr().unwrap().port()
+    );
+    let sandboxed = fixture.run(&spec, &script);
+    assert!(!sandboxed.ok(), "{sandboxed:#?}");
+    assert!(
+        sandboxed.stderr.contains("Permission denied"),
+        "{sandboxed:#?}"
+    );
+    let unsandboxed = fixture.run(&off(&spec), &script);
+    assert!(
+        unsandboxed.stderr.contains("Connection refused"),
+        "{unsandboxed:#?}"
+    );
+}
+
+/// TCP Fast Open connects from `sendto`: refused under a grant list, where
+/// without the sandbox it reaches a port not granted.
+#[test]
+fn tcp_fast_open_to_a_port_not_granted_is_refused() {
+    attack(&granting(1), |fixture, spec| {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let outcome = fixture.run(
+            spec,
+            &format!(
+                "\"$PY\" -c \"import socket; s = socket.socket(); s.sendto(b'x', socket.MSG_FASTOPEN, ('127.0.0.1', {port}))\""
+            ),
+        );
+        (outcome.ok() && accepted(&listener), outcome)
+    });
+}
+
+/// Init connects the caller's own socket: a non-blocking connect to a
+/// granted host goes on in the background as usual, and a Unix socket
+/// connects in the caller.
+#[test]
+fn non_blocking_and_unix_connects_work_under_a_grant() {
+    let fixture = Fixture::new();
+    let granted = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = granted.local_addr().unwrap().port();
+    let unix = std::os::unix::net::UnixListener::bind(fixture.workdir.join("s.sock")).unwrap();
+    let outcome = fixture.run(
+        &granting(port),
+        &format!(
+            "\"$PY\" -c \"
+import errno, select, socket
+s = socket.socket(); s.setblocking(False)
+assert s.connect_ex(('127.0.0.1', {port})) in (0, errno.EINPROGRESS)
+select.select([], [s], [], 10)
+assert s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0
+u = socket.socket(socket.AF_UNIX); u.connect('s.sock')
+\""
+        ),
+    );
+    assert!(outcome.ok(), "{outcome:#?}");
+    assert!(accepted(&granted));
+    unix.set_nonblocking(true).unwrap();
+    assert!(unix.accept().is_ok(), "the Unix socket was not connected");
+}
+
 #[test]
 fn network_true_allows_tcp() {
     let fixture = Fixture::new();

@@ -7,6 +7,7 @@
 mod support;
 
 use std::fs;
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::ExitStatusExt;
 use std::process::Command;
 
@@ -154,6 +155,41 @@ fn a_program_that_does_not_exist_is_a_spawn_error() {
     call.apply(&mut command);
     let error = command.spawn().unwrap_err();
     assert_eq!(error.kind(), std::io::ErrorKind::NotFound);
+}
+
+/// The confined command execs itself: with exactly the variables the
+/// command sets (none of the host's) and its program found on that `PATH`.
+#[test]
+fn the_command_gets_only_the_set_variables_and_is_found_on_their_path() {
+    let fixture = Fixture::new();
+    let bin = fixture.workdir.join("bin");
+    fs::create_dir(&bin).unwrap();
+    fs::write(bin.join("mytool"), "#!/bin/sh\necho \"found $1\"; env\n").unwrap();
+    fs::set_permissions(bin.join("mytool"), fs::Permissions::from_mode(0o755)).unwrap();
+    let host_only = std::env::vars()
+        .map(|(key, _)| key)
+        .find(|key| key != "PATH")
+        .expect("the test process has a variable besides PATH");
+    let sandbox = fixture.sandbox(&default());
+    let call = sandbox.call().unwrap();
+    let mut command = Command::new("mytool");
+    command
+        .arg("it")
+        .current_dir(&fixture.workdir)
+        .env_clear()
+        .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+        .env("SET_HERE", "1");
+    call.apply(&mut command);
+    let output = command.output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{output:?}");
+    assert!(stdout.starts_with("found it\n"), "{stdout}");
+    assert!(stdout.contains("\nSET_HERE=1\n"), "{stdout}");
+    assert!(stdout.contains("\nTMPDIR="), "{stdout}");
+    assert!(
+        !stdout.contains(&format!("\n{host_only}=")),
+        "{host_only} leaked: {stdout}"
+    );
 }
 
 #[test]

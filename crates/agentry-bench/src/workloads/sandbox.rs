@@ -88,6 +88,9 @@ async fn start_true(sandbox: &Sandbox, workdir: &std::path::Path) -> BenchResult
     let mut command = tokio::process::Command::new("true");
     command
         .current_dir(workdir)
+        // As agentry's process tools spawn: only the variables set here.
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
         .process_group(0)
         .kill_on_drop(true)
         .stdin(Stdio::null())

@@ -43,13 +43,6 @@ pub(crate) fn write_file(path: &CStr, bytes: &[u8]) -> SysResult {
     Ok(())
 }
 
-pub(crate) fn pipe() -> io::Result<(libc::c_int, libc::c_int)> {
-    let mut fds = [-1; 2];
-    // SAFETY: `fds` has room for two descriptors.
-    check(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) })?;
-    Ok((fds[0], fds[1]))
-}
-
 pub(crate) fn peer_gone(alive_read: libc::c_int) -> bool {
     let mut poll = libc::pollfd {
         fd: alive_read,

@@ -70,9 +70,7 @@ const PERSONALITY_QUERY: u64 = 0xffff_ffff;
 /// The programs in installation order: `clone3` → ENOSYS (so libc falls back
 /// to `clone`, whose flags the second can see), then the EPERM refusals.
 pub(super) fn programs(network_off: bool) -> Result<Arc<[BpfProgram]>, SandboxError> {
-    build(network_off).map_err(|error| SandboxError::Seccomp {
-        detail: error.to_string(),
-    })
+    build(network_off).map_err(seccomp_error)
 }
 
 fn build(network_off: bool) -> Result<Arc<[BpfProgram]>, BackendError> {
@@ -85,6 +83,10 @@ fn build(network_off: bool) -> Result<Arc<[BpfProgram]>, BackendError> {
         .map(|syscall| (*syscall, Vec::new()))
         .collect();
     refused.insert(libc::SYS_socket, socket_rules(network_off)?);
+    // TCP Fast Open connects from `sendto`/`sendmsg`, past `connect`'s checks.
+    refused.insert(libc::SYS_sendto, vec![fast_open(3)?]);
+    refused.insert(libc::SYS_sendmsg, vec![fast_open(2)?]);
+    refused.insert(libc::SYS_sendmmsg, vec![fast_open(3)?]);
     refused.insert(libc::SYS_clone, clone_rules()?);
     refused.insert(
         libc::SYS_personality,
@@ -92,6 +94,46 @@ fn build(network_off: bool) -> Result<Arc<[BpfProgram]>, BackendError> {
     );
     let eperm = compile(with_x32_numbers(refused), libc::EPERM, arch)?;
     Ok(Arc::from(vec![enosys, eperm]))
+}
+
+/// The call's flags argument (at `index`) holds `MSG_FASTOPEN`.
+fn fast_open(index: u8) -> Result<SeccompRule, BackendError> {
+    let flag = libc::MSG_FASTOPEN as u64;
+    rule(vec![arg(index, SeccompCmpOp::MaskedEq(flag), flag)?])
+}
+
+/// With `host:port` grants: every `connect` goes to the call's init, which
+/// checks the address and connects the socket itself (`child/connect.rs`).
+/// seccompiler has no user-notification action: the program is compiled
+/// with `Trace` and its return value switched to `SECCOMP_RET_USER_NOTIF`.
+pub(super) fn connect_program() -> Result<BpfProgram, SandboxError> {
+    let arch = TargetArch::try_from(std::env::consts::ARCH).map_err(seccomp_error)?;
+    let rules = with_x32_numbers(BTreeMap::from([(libc::SYS_connect, Vec::new())]));
+    let filter = SeccompFilter::new(rules, SeccompAction::Allow, SeccompAction::Trace(0), arch)
+        .map_err(seccomp_error)?;
+    let mut program = BpfProgram::try_from(filter).map_err(seccomp_error)?;
+    let mut switched = 0;
+    for instruction in &mut program {
+        if instruction.code == RET_CONSTANT && instruction.k == libc::SECCOMP_RET_TRACE {
+            instruction.k = libc::SECCOMP_RET_USER_NOTIF;
+            switched += 1;
+        }
+    }
+    if switched == 0 {
+        return Err(SandboxError::Seccomp {
+            detail: "the connect program has no trace return to switch".to_owned(),
+        });
+    }
+    Ok(program)
+}
+
+/// `BPF_RET | BPF_K`.
+const RET_CONSTANT: u16 = 0x06;
+
+fn seccomp_error(error: BackendError) -> SandboxError {
+    SandboxError::Seccomp {
+        detail: error.to_string(),
+    }
 }
 
 /// Network off: only `AF_UNIX`. Network on or granted: besides `AF_UNIX`,

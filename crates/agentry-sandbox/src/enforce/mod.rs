@@ -2,6 +2,7 @@
 //! compiles happens here, before fork; `child` only acts on the result.
 
 mod cgroup;
+mod exec;
 mod filter;
 mod kernel;
 mod mounts;
@@ -19,7 +20,7 @@ use seccompiler::BpfProgram;
 use crate::child;
 use crate::error::SandboxError;
 use crate::places::{SandboxPlaces, host_sockets};
-use crate::plan::{ChildPlan, Rlimit, path_cstring};
+use crate::plan::{ChildPlan, ConnectGuard, Rlimit, path_cstring};
 use crate::spec::{Mode, Network, SandboxSpec};
 
 pub use kernel::probe;
@@ -29,6 +30,8 @@ pub(crate) struct Prepared {
     mode: Mode,
     /// `None`: TCP not handled (network on); else the ports connect may reach.
     ports: Option<Vec<u16>>,
+    /// With `host:port` grants: init's check of every connect.
+    connect: Option<ConnectGuard>,
     workdir: PathBuf,
     write: Vec<PathBuf>,
     deny: Vec<PathBuf>,
@@ -65,9 +68,11 @@ impl Prepared {
                 .map(|parent| Arc::new(cgroup::CgroupPool::new(parent, limits.processes))),
             false => None,
         };
+        let network = resolve_network(&spec.network)?;
         Ok(Prepared {
             mode: spec.mode,
-            ports: resolve_ports(&spec.network)?,
+            ports: network.ports,
+            connect: network.connect,
             workdir: canonical(&places.workdir)?,
             write: existing(&spec.write),
             deny: existing(
@@ -101,7 +106,7 @@ impl Prepared {
 #[derive(Debug)]
 pub(crate) struct CallPlan {
     child: ChildPlan,
-    cgroup: Option<(Arc<cgroup::CgroupPool>, PathBuf)>,
+    cgroup: Option<CallCgroup>,
 }
 
 impl CallPlan {
@@ -123,11 +128,14 @@ impl CallPlan {
         };
         let mounts = mounts::plan(&prepared.deny, &keeps, &read_only)?;
         let cgroup = match &prepared.cgroups {
-            Some(pool) => Some((Arc::clone(pool), pool.take()?)),
+            Some(pool) => Some(CallCgroup {
+                dir: pool.take()?,
+                pool: Arc::clone(pool),
+            }),
             None => None,
         };
         let cgroup_procs = match &cgroup {
-            Some((_, dir)) => Some(path_cstring(&dir.join("cgroup.procs"))?),
+            Some(cgroup) => Some(path_cstring(&cgroup.dir.join("cgroup.procs"))?),
             None => None,
         };
         let child = ChildPlan {
@@ -139,44 +147,89 @@ impl CallPlan {
             rlimits: prepared.rlimits.clone(),
             landlock,
             filters: Arc::clone(&prepared.filters),
+            connect: prepared.connect.clone(),
         };
         Ok(CallPlan { child, cgroup })
     }
 }
 
+/// A call's pids cgroup and the pool it goes back to.
+#[derive(Debug)]
+struct CallCgroup {
+    pool: Arc<cgroup::CgroupPool>,
+    dir: PathBuf,
+}
+
 impl Drop for CallPlan {
     fn drop(&mut self) {
-        if let Some((pool, dir)) = self.cgroup.take() {
-            pool.give_back(dir);
+        if let Some(cgroup) = self.cgroup.take() {
+            cgroup.pool.give_back(cgroup.dir);
         }
     }
 }
 
-/// Registers the child's steps on `command`.
+/// Registers the child's steps on `command`, whose environment must be
+/// exactly the variables it sets (`env_clear` first): the confined command
+/// execs itself with them.
 pub(crate) fn register(plan: &Arc<CallPlan>, command: &mut Command) {
     let plan = Arc::clone(plan);
+    let Some(exec) = exec::plan(command) else {
+        // SAFETY: the closure makes no call at all.
+        unsafe {
+            command.pre_exec(|| {
+                Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    "the program, an argument or the environment holds a NUL byte",
+                ))
+            });
+        }
+        return;
+    };
     // SAFETY: the closure runs between fork and exec and only makes
     // async-signal-safe syscalls on data prepared before the fork (child.rs).
     unsafe {
-        command.pre_exec(move || child::enter(&plan.child));
+        command.pre_exec(move || child::enter(&plan.child, &exec));
     }
 }
 
-fn resolve_ports(network: &Network) -> Result<Option<Vec<u16>>, SandboxError> {
+/// What a spec's `network` asks of Landlock and of init.
+struct NetworkPlan {
+    /// `None`: TCP not handled (network on); else the ports connect may reach.
+    ports: Option<Vec<u16>>,
+    /// With grants: the addresses init lets connects through to.
+    connect: Option<ConnectGuard>,
+}
+
+fn resolve_network(network: &Network) -> Result<NetworkPlan, SandboxError> {
     match network {
-        Network::On => Ok(None),
-        Network::Off => Ok(Some(Vec::new())),
+        Network::On => Ok(NetworkPlan {
+            ports: None,
+            connect: None,
+        }),
+        Network::Off => Ok(NetworkPlan {
+            ports: Some(Vec::new()),
+            connect: None,
+        }),
         Network::Allow(grants) => {
+            let mut allowed = Vec::new();
             for grant in grants {
-                // Resolved to fail early on a typo; Landlock enforces the port only.
-                (grant.host.as_str(), grant.port)
+                let addresses = (grant.host.as_str(), grant.port)
                     .to_socket_addrs()
                     .map_err(|source| SandboxError::Resolve {
                         grant: grant.to_string(),
                         source,
                     })?;
+                allowed.extend(addresses);
             }
-            Ok(Some(grants.iter().map(|grant| grant.port).collect()))
+            allowed.sort();
+            allowed.dedup();
+            Ok(NetworkPlan {
+                ports: Some(grants.iter().map(|grant| grant.port).collect()),
+                connect: Some(ConnectGuard {
+                    program: Arc::new(filter::connect_program()?),
+                    allowed: Arc::from(allowed),
+                }),
+            })
         }
     }
 }

@@ -118,6 +118,9 @@ impl Fixture {
             .arg("-c")
             .arg(script)
             .current_dir(&self.workdir)
+            // As agentry's tools do: only what is set here reaches the process.
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
             .env("HOME", &self.home)
             .env("ROOT", &self.root)
             .env("PY", python())

@@ -39,8 +39,8 @@ pub(crate) enum NetworkAccess {
     Off,
     /// Any (`network = true`).
     All,
-    /// To these ports only (`network = ["host:port", ...]`: Landlock filters
-    /// by port, not host).
+    /// To these ports only (`network = ["host:port", ...]`; the hosts are
+    /// checked by the call's init, a refused one is `EACCES` as a port is).
     Ports(Vec<u16>),
 }
 
