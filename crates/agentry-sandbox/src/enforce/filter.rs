@@ -10,6 +10,7 @@ use seccompiler::{
 };
 
 use crate::error::SandboxError;
+use crate::spec::Network;
 
 type Rules = BTreeMap<i64, Vec<SeccompRule>>;
 
@@ -69,11 +70,11 @@ const PERSONALITY_QUERY: u64 = 0xffff_ffff;
 
 /// The programs in installation order: `clone3` → ENOSYS (so libc falls back
 /// to `clone`, whose flags the second can see), then the EPERM refusals.
-pub(super) fn programs(network_off: bool) -> Result<Arc<[BpfProgram]>, SandboxError> {
-    build(network_off).map_err(seccomp_error)
+pub(super) fn programs(network: &Network) -> Result<Arc<[BpfProgram]>, SandboxError> {
+    build(network).map_err(seccomp_error)
 }
 
-fn build(network_off: bool) -> Result<Arc<[BpfProgram]>, BackendError> {
+fn build(network: &Network) -> Result<Arc<[BpfProgram]>, BackendError> {
     let arch = TargetArch::try_from(std::env::consts::ARCH)?;
     let clone3 = with_x32_numbers(BTreeMap::from([(libc::SYS_clone3, Vec::new())]));
     let enosys = compile(clone3, libc::ENOSYS, arch)?;
@@ -82,11 +83,20 @@ fn build(network_off: bool) -> Result<Arc<[BpfProgram]>, BackendError> {
         .chain(&MODULES)
         .map(|syscall| (*syscall, Vec::new()))
         .collect();
-    refused.insert(libc::SYS_socket, socket_rules(network_off)?);
-    // TCP Fast Open connects from `sendto`/`sendmsg`, past `connect`'s checks.
-    refused.insert(libc::SYS_sendto, vec![fast_open(3)?]);
-    refused.insert(libc::SYS_sendmsg, vec![fast_open(2)?]);
-    refused.insert(libc::SYS_sendmmsg, vec![fast_open(3)?]);
+    refused.insert(
+        libc::SYS_socket,
+        socket_rules(matches!(network, Network::Off))?,
+    );
+    match network {
+        Network::On | Network::Off => {}
+        // TCP Fast Open connects from `sendto`/`sendmsg`, past `connect`'s
+        // checks (with the network off there is no TCP socket to use it on).
+        Network::Allow(_) => {
+            refused.insert(libc::SYS_sendto, vec![fast_open(3)?]);
+            refused.insert(libc::SYS_sendmsg, vec![fast_open(2)?]);
+            refused.insert(libc::SYS_sendmmsg, vec![fast_open(3)?]);
+        }
+    }
     refused.insert(libc::SYS_clone, clone_rules()?);
     refused.insert(
         libc::SYS_personality,

@@ -87,7 +87,7 @@ impl Prepared {
             rlimits: kernel::rlimits(&limits, support.running_as_root),
             cgroups,
             fresh_proc: support.fresh_proc,
-            filters: filter::programs(matches!(spec.network, Network::Off))?,
+            filters: filter::programs(&spec.network)?,
         })
     }
 
