@@ -47,7 +47,10 @@ pub fn default_read_deny(home: &Path) -> Vec<PathBuf> {
 /// Landlock (before ABI 9) can refuse, so they are hidden instead. The agent
 /// named by `$SSH_AUTH_SOCK`, the session's runtime directory
 /// (`$XDG_RUNTIME_DIR`, `/run/user/<uid>`: the session bus, gpg-agent,
-/// rootless container sockets), and the container engines' sockets.
+/// rootless container sockets), the container engines' sockets, and local
+/// databases' socket directories (PostgreSQL, MySQL/MariaDB, Redis; a
+/// PostgreSQL socket in `/tmp` too): loopback is not special, and neither is
+/// a database's Unix socket.
 /// [`Sandbox::prepare`](crate::Sandbox::prepare) adds them to every sandbox.
 pub fn host_sockets() -> Vec<PathBuf> {
     let mut found: Vec<PathBuf> = [
@@ -56,10 +59,17 @@ pub fn host_sockets() -> Vec<PathBuf> {
         "/run/containerd/containerd.sock",
         "/run/podman/podman.sock",
         "/var/run/crio/crio.sock",
+        "/run/postgresql",
+        "/var/run/postgresql",
+        "/run/mysqld",
+        "/var/run/mysqld",
+        "/run/redis",
+        "/var/run/redis",
     ]
     .iter()
     .map(PathBuf::from)
     .collect();
+    found.extend(postgres_sockets_in(Path::new("/tmp")));
     for variable in ["SSH_AUTH_SOCK", "XDG_RUNTIME_DIR"] {
         if let Some(path) = std::env::var_os(variable).filter(|value| !value.is_empty()) {
             found.push(PathBuf::from(path));
@@ -69,4 +79,38 @@ pub fn host_sockets() -> Vec<PathBuf> {
     let uid = unsafe { libc::geteuid() };
     found.push(PathBuf::from(format!("/run/user/{uid}")));
     found
+}
+
+/// PostgreSQL's sockets and lock files in `dir` (`.s.PGSQL.<port>` and
+/// `.s.PGSQL.<port>.lock`), where a server started with its default socket
+/// directory `/tmp` puts them.
+fn postgres_sockets_in(dir: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter(|entry| entry.file_name().to_string_lossy().starts_with(".s.PGSQL."))
+        .map(|entry| entry.path())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn database_sockets_are_hidden_too() {
+        let dir = std::env::temp_dir().join(format!("agentry-pg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(dir.join(".s.PGSQL.5432.lock"), "").unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(dir.join("other"), "").unwrap_or_else(|e| panic!("{e}"));
+        let found = postgres_sockets_in(&dir);
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(found, vec![dir.join(".s.PGSQL.5432.lock")]);
+        let all = host_sockets();
+        for path in ["/run/postgresql", "/var/run/mysqld", "/run/redis"] {
+            assert!(all.contains(&PathBuf::from(path)), "{path} missing");
+        }
+    }
 }

@@ -8,6 +8,7 @@ mod support;
 use std::fs;
 use std::io::ErrorKind;
 use std::net::{TcpListener, UdpSocket};
+use std::path::PathBuf;
 use std::process::Command;
 
 use agentry_sandbox::{ByteSize, HostPort, Network, SandboxSpec};
@@ -150,6 +151,29 @@ fn connect_to_a_unix_socket_the_host_hides() {
         );
         let outcome = fixture.run(&spec, &script);
         (listener.accept().is_ok(), outcome)
+    });
+}
+
+/// A local PostgreSQL's socket in `/tmp` (its default directory) is hidden
+/// by the defaults alone, like the database's TCP port.
+#[test]
+fn connect_to_a_local_databases_unix_socket() {
+    attack(&default(), |fixture, spec| {
+        let path = PathBuf::from(format!(
+            "/tmp/.s.PGSQL.{}",
+            40_000 + std::process::id() % 20_000
+        ));
+        let _ = fs::remove_file(&path);
+        let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let script = format!(
+            "\"$PY\" -c \"import socket; socket.socket(socket.AF_UNIX).connect('{}')\"",
+            path.display()
+        );
+        let outcome = fixture.run(spec, &script);
+        let reached = listener.accept().is_ok();
+        let _ = fs::remove_file(&path);
+        (reached, outcome)
     });
 }
 
