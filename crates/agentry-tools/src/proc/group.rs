@@ -6,6 +6,10 @@
 //! environment mark once it is re-parented here, and every path below (exit,
 //! cancel, drop) sweeps for it after the group.
 //!
+//! Listing. [`ProcessGroup::spawn`], the one way a group starts, tells the
+//! warden (`warden.rs`) the spawn's mark before the spawn and the group after
+//! it; the group tells it when it is gone (every member reaped).
+//!
 //! Reaping. The leader is our child and is reaped by tokio (`Child::wait`). The
 //! other members are the leader's descendants; once their parents die they are
 //! re-parented to the nearest child subreaper, which is this process only after
@@ -26,15 +30,17 @@
 use std::process::ExitStatus;
 use std::time::Duration;
 
+use agentry_protocol::ProcessGroupRecord;
 use nix::errno::Errno;
 use nix::sys::signal::{Signal, killpg};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
-use tokio::process::Child;
+use tokio::process::{Child, Command};
 use tokio::time::Instant;
 
 use super::exits::ChildExits;
 use super::strays::{self, Mark};
+use super::warden::{Line, Listing, Tell, start_time};
 
 /// How long the cancel path waits for the leader to die after SIGKILL before
 /// leaving it to the drop guard. SIGKILL is not catchable, so this only runs out
@@ -68,6 +74,10 @@ pub(super) struct ProcessGroup {
     /// child handle is dropped into tokio's orphan queue.
     pub(super) child: Child,
     pgid: Pid,
+    /// What the ledger and a resume's fence know the group by.
+    record: ProcessGroupRecord,
+    /// The warden the group is listed with, told when it is gone.
+    warden: &'static dyn Tell,
     leader_reaped: bool,
     /// Leader reaped and the member loop saw `ECHILD`: nothing left to kill, and
     /// the id may be recycled, so the guard must not signal it any more.
@@ -79,17 +89,37 @@ pub(super) struct ProcessGroup {
 }
 
 impl ProcessGroup {
-    /// Wraps a child spawned with `process_group(0)`. `None` if tokio no longer
-    /// knows its pid (it has already been reaped), which cannot happen right after
-    /// `spawn`.
-    pub(super) fn new(child: Child, mark: Mark) -> Option<Self> {
-        let pid = i32::try_from(child.id()?).ok()?;
-        Some(ProcessGroup {
+    /// Spawns `command`, set up with `process_group(0)` and `spawn_id` as its
+    /// `AGENTRY_SPAWN_ID`, listed with `warden`: the mark before the spawn,
+    /// so that a host dying before the group is listed still has the spawn's
+    /// processes killed, and the group once it exists (see `warden.rs`).
+    pub(super) fn spawn(
+        command: &mut Command,
+        spawn_id: String,
+        warden: &'static dyn Tell,
+    ) -> std::io::Result<ProcessGroup> {
+        let listing = Listing::before_spawn(warden, &spawn_id);
+        let child = command.spawn()?;
+        // No pid only once tokio has reaped the child, never right after
+        // `spawn`.
+        let pid = child
+            .id()
+            .and_then(|id| i32::try_from(id).ok())
+            .ok_or_else(|| std::io::Error::other("spawned but has no pid"))?;
+        let leader_start = start_time(pid);
+        listing.group_started(pid, leader_start);
+        Ok(ProcessGroup {
             child,
             pgid: Pid::from_raw(pid),
+            mark: Mark::new(&spawn_id),
+            record: ProcessGroupRecord {
+                pgid: pid,
+                leader_start,
+                spawn_id,
+            },
+            warden,
             leader_reaped: false,
             clean: false,
-            mark,
             swept: false,
         })
     }
@@ -97,6 +127,11 @@ impl ProcessGroup {
     /// The group id (the leader's pid).
     pub(super) fn pgid(&self) -> i32 {
         self.pgid.as_raw()
+    }
+
+    /// The group as the ledger records it.
+    pub(super) fn record(&self) -> &ProcessGroupRecord {
+        &self.record
     }
 
     /// Waits for the leader to exit; cancel safe (tokio's `Child::wait` is).
@@ -181,7 +216,9 @@ impl ProcessGroup {
         loop {
             if self.reap_ready_members() == Reaped::All {
                 self.clean = true;
-                super::warden::forget(self.pgid.as_raw());
+                self.warden.tell(Line::Gone {
+                    pgid: self.pgid.as_raw(),
+                });
                 return;
             }
             if Instant::now() >= deadline {
@@ -213,7 +250,7 @@ impl Drop for ProcessGroup {
             return;
         }
         let _ = killpg(self.pgid, Signal::SIGKILL);
-        spawn_background_reaper(self.pgid);
+        spawn_background_reaper(self.pgid, self.warden);
         // `self.child` is dropped next: tokio reaps the leader from its orphan
         // queue, unless the reaper thread got to it first (harmless, see module docs).
     }
@@ -244,7 +281,7 @@ fn reap_ready(pgid: Pid) -> Reaped {
 
 /// Reaps the group's members from a plain thread, so it works even when no tokio
 /// runtime is left (the drop may happen during runtime shutdown).
-fn spawn_background_reaper(pgid: Pid) {
+fn spawn_background_reaper(pgid: Pid, warden: &'static dyn Tell) {
     let spawned = std::thread::Builder::new()
         .name(format!("agentry-reap-{}", pgid.as_raw()))
         .spawn(move || {
@@ -255,7 +292,9 @@ fn spawn_background_reaper(pgid: Pid) {
                 pause = (pause * 2).min(Duration::from_millis(50));
             }
             if reap_ready(pgid) == Reaped::All {
-                super::warden::forget(pgid.as_raw());
+                warden.tell(Line::Gone {
+                    pgid: pgid.as_raw(),
+                });
             }
         });
     // Without a thread the group is still SIGKILLed; only the zombies of

@@ -117,6 +117,7 @@
 //! - `command.rs`: [`CommandTool`] and its argv template;
 //! - `server.rs`: [`ServerProcess`], a long-lived child (an MCP server) in its own group;
 //! - `group.rs`: the process group (spawn, terminate, reap, drop guard);
+//! - `warden.rs`: the process that kills what the host started when the host dies;
 //! - `strays.rs`: processes that left the group, found by their marks;
 //! - `exits.rs`: the wake-up on a child's exit both of those wait on;
 //! - `capture.rs`: bounded capture of one output stream.

@@ -8,8 +8,8 @@ use std::process::{ExitStatus, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
+use agentry_protocol::ErrorCode;
 use agentry_protocol::envelope::ToolError;
-use agentry_protocol::{ErrorCode, ProcessGroupRecord};
 use agentry_sandbox::{CallSandbox, SandboxOverride};
 use serde_json::json;
 use tokio::io::AsyncWriteExt;
@@ -23,8 +23,7 @@ use super::env::{
 };
 use super::group::ProcessGroup;
 use super::refusal::classify;
-use super::strays;
-use super::warden;
+use super::warden::HOST_WARDEN;
 use crate::tool::{ToolContext, ToolOutput};
 
 /// How long output is still read after the leader exited and its group was
@@ -156,21 +155,12 @@ pub(super) async fn run(
         Some(sandboxes) => Some(sandboxes.call(&invocation.sandbox)?),
         None => None,
     };
-    let mut group = spawn(
-        &invocation,
-        strays::Mark::new(&spawn_id),
-        sandboxed.as_ref().map(|s| &s.call),
-    )?;
-    let record = ProcessGroupRecord {
-        pgid: group.pgid(),
-        leader_start: warden::start_time(group.pgid()),
-        spawn_id,
-    };
-    // Listed before anything is waited for: if this process dies from here
-    // on, the warden kills the group, and a resume finds it in the ledger.
-    warden::watch(record.pgid, record.leader_start, &record.spawn_id);
+    // Listed with the warden as it is spawned (its mark before, its group
+    // after): if this process dies from here on, the warden kills what it
+    // started, and a resume finds the group in the ledger.
+    let mut group = spawn(&invocation, spawn_id, sandboxed.as_ref().map(|s| &s.call))?;
     if let Some(log) = &ctx.processes {
-        log.started(record);
+        log.started(group.record().clone());
     }
     let stdin = group.child.stdin.take();
     let stdout = group.child.stdout.take();
@@ -282,11 +272,11 @@ async fn supervise<F: Future>(
     Ok((status, problems))
 }
 
-/// Spawns the leader in a new process group, under the call's sandbox if any
-/// (its `TMPDIR` replaces any other).
+/// Spawns the leader in a new process group listed with the warden, under
+/// the call's sandbox if any (its `TMPDIR` replaces any other).
 fn spawn(
     invocation: &Invocation,
-    mark: strays::Mark,
+    spawn_id: String,
     sandbox: Option<&CallSandbox>,
 ) -> Result<ProcessGroup, ToolError> {
     let Some(program) = invocation.argv.first() else {
@@ -320,13 +310,7 @@ fn spawn(
     if let Some(sandbox) = sandbox {
         sandbox.apply(command.as_std_mut());
     }
-    let child = command.spawn().map_err(|e| spawn_error(program, &e))?;
-    ProcessGroup::new(child, mark).ok_or_else(|| {
-        ToolError::new(
-            ErrorCode::Einternal,
-            format!("{program} was spawned but has no pid"),
-        )
-    })
+    ProcessGroup::spawn(&mut command, spawn_id, &HOST_WARDEN).map_err(|e| spawn_error(program, &e))
 }
 
 // `io::ErrorKind` is non_exhaustive: every kind not listed is a bad program.

@@ -13,8 +13,7 @@ use tokio::process::{ChildStderr, ChildStdin, ChildStdout, Command};
 
 use super::env::{ENV_SPAWN_ID, HOST_ENV, next_spawn_id};
 use super::group::ProcessGroup;
-use super::strays;
-use super::warden;
+use super::warden::HOST_WARDEN;
 
 /// A program started in its own process group with piped stdin, stdout and
 /// stderr, listed with the warden (so it dies with the host process), and
@@ -29,7 +28,6 @@ use super::warden;
 #[derive(Debug)]
 pub struct ServerProcess {
     group: ProcessGroup,
-    record: ProcessGroupRecord,
     /// After the group: dropped once it is killed, removing the server's
     /// `TMPDIR`.
     _sandbox: Option<CallSandbox>,
@@ -71,31 +69,21 @@ impl ServerProcess {
         if let Some(sandbox) = &sandbox {
             sandbox.apply(command.as_std_mut());
         }
-        let child = command.spawn()?;
-        let group = ProcessGroup::new(child, strays::Mark::new(&spawn_id)).ok_or_else(|| {
-            std::io::Error::other(format!("{program} was spawned but has no pid"))
-        })?;
-        let record = ProcessGroupRecord {
-            pgid: group.pgid(),
-            leader_start: warden::start_time(group.pgid()),
-            spawn_id,
-        };
-        warden::watch(record.pgid, record.leader_start, &record.spawn_id);
+        let group = ProcessGroup::spawn(&mut command, spawn_id, &HOST_WARDEN)?;
         Ok(ServerProcess {
             group,
-            record,
             _sandbox: sandbox,
         })
     }
 
     /// The group as a call records it, so a resume's fence kills a survivor.
     pub fn record(&self) -> &ProcessGroupRecord {
-        &self.record
+        self.group.record()
     }
 
     /// The leader's pid (the group id).
     pub fn pid(&self) -> u32 {
-        self.record.pgid.unsigned_abs()
+        self.group.pgid().unsigned_abs()
     }
 
     /// The leader's standard input (once).

@@ -17,6 +17,7 @@ mod command;
 mod fence;
 mod group;
 mod run;
+mod warden;
 
 /// A context with a run id no other test of this process uses: after each call
 /// the stray sweep kills this process's children carrying the call's run and
