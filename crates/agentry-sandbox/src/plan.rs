@@ -36,6 +36,18 @@ pub(crate) struct ChildPlan {
     pub(crate) filters: Arc<[BpfProgram]>,
     /// With `host:port` grants: the command's connects are init's to answer.
     pub(crate) connect: Option<ConnectGuard>,
+    /// A private tmpfs over `/dev/shm`, writable by the command.
+    pub(crate) shm: Option<PrivateShm>,
+}
+
+/// The call's own `/dev/shm` (POSIX shared memory and semaphores: Python's
+/// `multiprocessing` locks, for one), gone with its mount namespace.
+#[derive(Debug, Clone)]
+pub(crate) struct PrivateShm {
+    /// The tmpfs's mount options (mode, size).
+    pub(crate) options: CString,
+    /// The Landlock rights beneath it (the writable places' own).
+    pub(crate) rights: u64,
 }
 
 /// `host:port` grants as init enforces them (`child/connect.rs`).
@@ -57,6 +69,7 @@ impl std::fmt::Debug for ChildPlan {
             .field("landlock", &self.landlock)
             .field("filters", &self.filters.len())
             .field("connect", &self.connect.as_ref().map(|c| &c.allowed))
+            .field("shm", &self.shm)
             .finish_non_exhaustive()
     }
 }

@@ -192,6 +192,24 @@ fn the_command_gets_only_the_set_variables_and_is_found_on_their_path() {
     );
 }
 
+/// POSIX shared memory works (Python's `multiprocessing` locks are
+/// semaphores in `/dev/shm`), in a `/dev/shm` of the call's own: what it
+/// writes there never reaches the host's.
+#[test]
+fn python_multiprocessing_locks_work_in_a_private_dev_shm() {
+    let fixture = Fixture::new();
+    let name = format!("agentry-shm-{}", std::process::id());
+    let outcome = fixture.run(
+        &default(),
+        &format!(
+            "\"$PY\" -c \"import multiprocessing as m; l = m.Lock(); l.acquire(); l.release()\" && echo x > /dev/shm/{name} && cat /dev/shm/{name}"
+        ),
+    );
+    assert!(outcome.ok(), "{outcome:#?}");
+    assert_eq!(outcome.stdout, "x\n");
+    assert!(!std::path::Path::new("/dev/shm").join(&name).exists());
+}
+
 #[test]
 fn read_only_mode_writes_only_tmpdir() {
     let fixture = Fixture::new();

@@ -155,6 +155,9 @@ fn make_mounts(plan: &ChildPlan) -> SysResult {
         mounts::mount_step(step)?;
     }
     reenter_cwd()?;
+    if let Some(shm) = &plan.shm {
+        mounts::private_shm(shm, plan.landlock.as_raw_fd())?;
+    }
     if plan.fresh_proc {
         let flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
         mount(Some(c"proc"), c"/proc", Some(c"proc"), flags, None)?;

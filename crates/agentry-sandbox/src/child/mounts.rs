@@ -3,7 +3,7 @@
 use std::ffi::CStr;
 use std::io;
 
-use crate::plan::{Keep, MAX_KEEPS, MountStep};
+use crate::plan::{Keep, MAX_KEEPS, MountStep, PrivateShm};
 
 use super::sys::{SysResult, check, close, errno, mount, skip_missing, skip_missing_fd};
 
@@ -87,4 +87,53 @@ fn move_mount(tree: libc::c_int, target: &CStr) -> SysResult {
         )
     };
     check(result as libc::c_int)
+}
+
+/// `struct landlock_path_beneath_attr` (packed, as the kernel's).
+#[repr(C, packed)]
+struct PathBeneathAttr {
+    allowed_access: u64,
+    parent_fd: i32,
+}
+
+/// `LANDLOCK_RULE_PATH_BENEATH`.
+const RULE_PATH_BENEATH: libc::c_int = 1;
+
+/// A fresh tmpfs over `/dev/shm`, and a rule in the call's ruleset (not yet
+/// enforced: the command restricts itself later) letting the command write
+/// beneath it. No `/dev/shm`: nothing to do.
+pub(super) fn private_shm(shm: &PrivateShm, ruleset: libc::c_int) -> SysResult {
+    let flags = libc::MS_NOSUID | libc::MS_NODEV;
+    let mounted = mount(
+        Some(c"tmpfs"),
+        c"/dev/shm",
+        Some(c"tmpfs"),
+        flags,
+        Some(&shm.options),
+    );
+    if let Err(error) = &mounted
+        && error.raw_os_error() == Some(libc::ENOENT)
+    {
+        return Ok(());
+    }
+    mounted?;
+    // SAFETY: a NUL-terminated path; O_PATH opens no content.
+    let dir = unsafe { libc::open(c"/dev/shm".as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
+    check(dir)?;
+    let rule = PathBeneathAttr {
+        allowed_access: shm.rights,
+        parent_fd: dir,
+    };
+    // SAFETY: a valid rule for the ruleset descriptor the plan owns; flags 0.
+    let added = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_add_rule,
+            ruleset,
+            RULE_PATH_BENEATH,
+            std::ptr::from_ref(&rule),
+            0,
+        )
+    };
+    close(dir);
+    check(added as libc::c_int)
 }

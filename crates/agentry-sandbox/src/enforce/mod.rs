@@ -20,7 +20,7 @@ use seccompiler::BpfProgram;
 use crate::child;
 use crate::error::SandboxError;
 use crate::places::{SandboxPlaces, host_sockets};
-use crate::plan::{ChildPlan, ConnectGuard, Rlimit, path_cstring};
+use crate::plan::{ChildPlan, ConnectGuard, PrivateShm, Rlimit, path_cstring};
 use crate::spec::{Mode, Network, SandboxSpec};
 
 pub use kernel::probe;
@@ -38,6 +38,8 @@ pub(crate) struct Prepared {
     uid_map: CString,
     gid_map: CString,
     rlimits: Vec<Rlimit>,
+    /// The address-space limit, also the call's `/dev/shm` size.
+    memory: u64,
     /// Running as root: the call cgroups, made under this process's pids cgroup.
     cgroups: Option<Arc<cgroup::CgroupPool>>,
     fresh_proc: bool,
@@ -85,6 +87,7 @@ impl Prepared {
             uid_map: id_map(kernel::euid())?,
             gid_map: id_map(kernel::egid())?,
             rlimits: kernel::rlimits(&limits, support.running_as_root),
+            memory: limits.memory.0,
             cgroups,
             fresh_proc: support.fresh_proc,
             filters: filter::programs(&spec.network)?,
@@ -127,6 +130,14 @@ impl CallPlan {
             Mode::ReadOnly | Mode::Off => Vec::new(),
         };
         let mounts = mounts::plan(&prepared.deny, &keeps, &read_only)?;
+        // Not over a place the call needs (a workdir under /dev/shm).
+        let shm = match keeps.iter().any(|keep| keep.starts_with(SHM)) {
+            true => None,
+            false => Some(PrivateShm {
+                options: shm_options(prepared.memory)?,
+                rights: ruleset::write_rights(),
+            }),
+        };
         let cgroup = match &prepared.cgroups {
             Some(pool) => Some(CallCgroup {
                 dir: pool.take()?,
@@ -148,6 +159,7 @@ impl CallPlan {
             landlock,
             filters: Arc::clone(&prepared.filters),
             connect: prepared.connect.clone(),
+            shm,
         };
         Ok(CallPlan { child, cgroup })
     }
@@ -232,6 +244,20 @@ fn resolve_network(network: &Network) -> Result<NetworkPlan, SandboxError> {
             })
         }
     }
+}
+
+/// Where POSIX shared memory lives.
+const SHM: &str = "/dev/shm";
+
+/// The call's `/dev/shm`: sticky and world-writable as the host's, at most
+/// the call's memory limit.
+fn shm_options(memory: u64) -> Result<CString, SandboxError> {
+    let options = format!("mode=1777,size={memory}");
+    CString::new(options.clone()).map_err(|_| SandboxError::InvalidSetting {
+        key: "memory",
+        value: options,
+        reason: "not valid tmpfs options".to_owned(),
+    })
 }
 
 fn canonical(path: &Path) -> Result<PathBuf, SandboxError> {

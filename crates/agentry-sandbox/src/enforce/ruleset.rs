@@ -58,6 +58,12 @@ fn build_ruleset(
     Ok(Option::<OwnedFd>::from(created))
 }
 
+/// The rights granted beneath a writable place, as the kernel's bit mask
+/// (for a place init mounts after the ruleset was built: its `/dev/shm`).
+pub(super) fn write_rights() -> u64 {
+    AccessFs::from_write(ABI_HANDLED).bits()
+}
+
 fn device_rules() -> impl Iterator<Item = Result<PathBeneath<PathFd>, RulesetError>> {
     let rights: BitFlags<AccessFs> = AccessFs::WriteFile | AccessFs::Truncate | AccessFs::IoctlDev;
     DEVICES
