@@ -232,6 +232,10 @@ pub struct ModelConfig {
     /// What happens to older turns that no longer fit: elided (the default) or
     /// summarized by the model (see the crate's `compaction` module).
     pub compaction: CompactionMode,
+    /// Limits shared with every other run on the same named model (requests
+    /// in flight, per-minute budgets, a provider's `Retry-After` holding all
+    /// of them back); `None`: this run's requests alone.
+    pub gate: Option<std::sync::Arc<crate::ModelGate>>,
 }
 
 impl ModelConfig {
@@ -254,6 +258,7 @@ impl ModelConfig {
             ca_cert: None,
             result_cap: agentry_protocol::envelope::DEFAULT_RESULT_CAP,
             compaction: CompactionMode::default(),
+            gate: None,
         }
     }
 

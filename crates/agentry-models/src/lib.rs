@@ -40,6 +40,7 @@
 //! - `openai`, `anthropic`: each provider's wire: request projection (pure,
 //!   unit-tested) and stream assembly; the public adapters over `turn`.
 //! - `openai_wire`: the OpenAI-compatible reply and chunk shapes.
+//! - `gate`: [`ModelGate`], limits shared by every run on one named model.
 //! - `chain`: [`FallbackPolicy`], models tried in order when a server is unavailable.
 //! - `provider`: [`connect`], [`connect_chain`] and the child factories, which pick the adapter.
 //! - `tls`: the HTTP client (roots, extra CAs) and TLS failure detection.
@@ -74,6 +75,7 @@ mod config;
 pub mod context;
 mod conversation;
 mod error;
+mod gate;
 mod ids;
 mod names;
 mod openai;
@@ -97,6 +99,7 @@ pub use chain::{ChainModel, FallbackPolicy};
 pub use compaction::SUMMARIZE_AT_PERCENT;
 pub use config::{CompactionMode, ModelConfig, Prices, Provider, RetryConfig, TextReply};
 pub use error::ModelError;
+pub use gate::{GateLimits, GateUsage, ModelGate};
 pub use names::ToolNameMap;
 pub use openai::{OpenAiPolicy, build_openai_messages};
 pub use provider::{

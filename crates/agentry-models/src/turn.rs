@@ -260,10 +260,17 @@ impl<W: Wire> ModelAdapter<W> {
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .body(body.to_vec());
         let request = W::headers(&self.config, request);
+        // Held until the reply has been read: a streamed reply is in flight
+        // until its last byte.
+        let _pass = match &self.config.gate {
+            Some(gate) => Some(gate.enter().await),
+            None => None,
+        };
         let sent = transport::request_clock();
         let provider = W::PROVIDER;
-        let response =
-            transport::send(request, provider.name(), provider.key_var(), traceparent).await?;
+        let response = transport::send(request, provider.name(), provider.key_var(), traceparent)
+            .await
+            .inspect_err(|error| self.hold_back(error))?;
         let reading = Reading {
             streamed,
             stall: self.config.stall_timeout,
@@ -271,10 +278,28 @@ impl<W: Wire> ModelAdapter<W> {
             deltas,
         };
         let reply = self.wire.read(response, reading).await?;
+        if let Some(gate) = &self.config.gate {
+            gate.charge(reply.usage.tokens_in + reply.usage.tokens_out);
+        }
         Ok(Answer {
             reply,
             prompt_hash: transport::prompt_hash(body),
         })
+    }
+
+    /// A server that said when to come back holds back every run on this
+    /// named model, not only this one.
+    fn hold_back(&self, error: &AttemptError) {
+        if let (
+            Some(gate),
+            AttemptError::Retryable {
+                retry_after: Some(after),
+                ..
+            },
+        ) = (&self.config.gate, error)
+        {
+            gate.hold_back(*after);
+        }
     }
 
     /// Asks the model for a summary of older turns, without tools.

@@ -1,6 +1,7 @@
 mod anthropic;
 mod fallback;
 mod fits;
+mod gate;
 mod openai;
 // Shared by path with the workspace suite's models tests (tests/suite/models),
 // which use the rest of them.

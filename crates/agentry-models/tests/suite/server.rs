@@ -9,6 +9,7 @@
 #![allow(clippy::unwrap_used)]
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -141,6 +142,8 @@ pub struct Received {
     pub path: String,
     pub headers: HeaderMap,
     pub body: Value,
+    /// When it arrived.
+    pub at: tokio::time::Instant,
 }
 
 #[derive(Clone, Default)]
@@ -148,6 +151,31 @@ struct Shared {
     replies: Arc<Mutex<VecDeque<Reply>>>,
     received: Arc<Mutex<Vec<Received>>>,
     rejected: Arc<Mutex<Vec<Invalid>>>,
+    in_flight: InFlight,
+}
+
+/// Requests whose reply is still being sent, and the most there ever were.
+#[derive(Clone, Default)]
+struct InFlight {
+    now: Arc<AtomicUsize>,
+    most: Arc<AtomicUsize>,
+}
+
+/// One request in flight, until its reply's stream is dropped.
+struct Flying(InFlight);
+
+impl InFlight {
+    fn start(&self) -> Flying {
+        let now = self.now.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most.fetch_max(now, Ordering::SeqCst);
+        Flying(self.clone())
+    }
+}
+
+impl Drop for Flying {
+    fn drop(&mut self) {
+        self.0.now.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// The running server.
@@ -203,6 +231,16 @@ impl MockServer {
         self.shared.received.lock().unwrap().clone()
     }
 
+    /// Requests whose reply is being sent now.
+    pub fn in_flight(&self) -> usize {
+        self.shared.in_flight.now.load(Ordering::SeqCst)
+    }
+
+    /// The most requests that were ever in flight at once.
+    pub fn most_in_flight(&self) -> usize {
+        self.shared.in_flight.most.load(Ordering::SeqCst)
+    }
+
     /// Every request refused by the provider's rules so far, in order.
     pub fn rejected(&self) -> Vec<Invalid> {
         self.shared.rejected.lock().unwrap().clone()
@@ -225,6 +263,7 @@ async fn handle(
         path: uri.path().to_string(),
         headers,
         body: body.clone(),
+        at: tokio::time::Instant::now(),
     });
     if let Some((invalid, shape)) = refused {
         shared.rejected.lock().unwrap().push(invalid);
@@ -246,8 +285,9 @@ async fn handle(
     };
     let stall_after = reply.stall_after;
     let hold = reply.hold;
+    let flying = shared.in_flight.start();
     let chunks: Vec<Vec<u8>> = reply.chunks.iter().map(|c| chunk_bytes(c)).collect();
-    let stream = futures::stream::unfold((chunks, 0usize), move |(chunks, i)| {
+    let stream = futures::stream::unfold((chunks, 0usize, flying), move |(chunks, i, flying)| {
         let hold = hold.clone();
         async move {
             if let Some((_, go)) = hold.filter(|(n, _)| *n == i) {
@@ -264,7 +304,7 @@ async fn handle(
             tokio::time::sleep(Duration::from_millis(2)).await;
             Some((
                 Ok::<_, std::convert::Infallible>(Bytes::from(chunk)),
-                (chunks, i + 1),
+                (chunks, i + 1, flying),
             ))
         }
     });
