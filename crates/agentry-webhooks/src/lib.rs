@@ -1,0 +1,21 @@
+//! Completion webhooks for `agentry serve`: when a run created with a
+//! `webhook` URL stops, one POST, signed per the Standard Webhooks
+//! specification (`webhook-id`, `webhook-timestamp`, `webhook-signature`:
+//! `v1,` and the base64 HMAC-SHA256 of `{id}.{timestamp}.{body}`), delivered
+//! at least once with a stable `webhook-id`.
+//!
+//! - `sign`: [`Secret`] (`whsec_…`) and the signature.
+//! - `outbox`: [`Outbox`], one row per webhook in the store's SQLite file
+//!   (its own table), so what was not delivered survives a restart.
+//! - `deliver`: [`Deliverer`], which POSTs what is due and retries a failure
+//!   on a [`Schedule`] (by default eight attempts within an hour).
+
+mod deliver;
+mod error;
+mod outbox;
+mod sign;
+
+pub use deliver::{Deliverer, Schedule};
+pub use error::WebhookError;
+pub use outbox::{Outbox, Pending, State, Status, Webhook};
+pub use sign::Secret;

@@ -1,0 +1,206 @@
+//! The durable outbox: one row per webhook, in the store's SQLite file (its
+//! own table, beside the store's), so a delivery survives a restart.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rusqlite::{Connection, OptionalExtension, params};
+
+use crate::error::WebhookError;
+
+/// One webhook to deliver.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Webhook {
+    /// The `webhook-id`: the same on every attempt (receivers deduplicate on it).
+    pub id: String,
+    /// Where it is POSTed.
+    pub url: String,
+    /// The JSON body, exactly as signed and sent.
+    pub body: String,
+}
+
+/// A webhook waiting for its next attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pending {
+    /// The webhook.
+    pub webhook: Webhook,
+    /// Attempts made so far.
+    pub attempts: u32,
+    /// When it was enqueued (milliseconds since the epoch).
+    pub created_ms: u64,
+}
+
+/// Where a webhook stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    /// Waiting for an attempt.
+    Pending,
+    /// A receiver answered 2xx.
+    Delivered,
+    /// Every attempt the schedule allows failed.
+    GaveUp,
+}
+
+/// A webhook's state and the attempts it took.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Status {
+    /// Where it stands.
+    pub state: State,
+    /// Attempts made.
+    pub attempts: u32,
+}
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS agentry_webhooks (
+    id TEXT PRIMARY KEY,
+    url TEXT NOT NULL,
+    body TEXT NOT NULL,
+    state TEXT NOT NULL DEFAULT 'pending',
+    attempts INTEGER NOT NULL DEFAULT 0,
+    created_ms INTEGER NOT NULL,
+    next_ms INTEGER NOT NULL,
+    last_error TEXT
+);
+CREATE INDEX IF NOT EXISTS agentry_webhooks_due ON agentry_webhooks (state, next_ms);
+";
+
+/// The outbox table of one SQLite file.
+#[derive(Debug)]
+pub struct Outbox {
+    path: PathBuf,
+    conn: Mutex<Connection>,
+}
+
+impl Outbox {
+    /// Opens (and if needed makes) the outbox in `path`, typically the store's file.
+    pub fn open(path: &Path) -> Result<Outbox, WebhookError> {
+        let fail = |source| WebhookError::Outbox {
+            path: path.to_path_buf(),
+            source,
+        };
+        let conn = Connection::open(path).map_err(fail)?;
+        conn.busy_timeout(Duration::from_secs(5)).map_err(fail)?;
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(fail)?;
+        conn.pragma_update(None, "synchronous", "FULL")
+            .map_err(fail)?;
+        conn.execute_batch(SCHEMA).map_err(fail)?;
+        Ok(Outbox {
+            path: path.to_path_buf(),
+            conn: Mutex::new(conn),
+        })
+    }
+
+    /// Enqueues `webhook` for an attempt now; one already enqueued under the
+    /// same id is left as it is (at least once, never twice for one id).
+    pub fn enqueue(&self, webhook: &Webhook) -> Result<(), WebhookError> {
+        let now = now_ms();
+        self.with(|conn| {
+            conn.execute(
+                "INSERT OR IGNORE INTO agentry_webhooks (id, url, body, created_ms, next_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?4)",
+                params![webhook.id, webhook.url, webhook.body, now as i64],
+            )
+            .map(|_| ())
+        })
+    }
+
+    /// The pending webhooks due by now, oldest first, at most `limit`.
+    pub fn due(&self, limit: usize) -> Result<Vec<Pending>, WebhookError> {
+        let now = now_ms() as i64;
+        self.with(|conn| {
+            let mut query = conn.prepare_cached(
+                "SELECT id, url, body, attempts, created_ms FROM agentry_webhooks
+                 WHERE state = 'pending' AND next_ms <= ?1 ORDER BY next_ms LIMIT ?2",
+            )?;
+            let rows = query.query_map(params![now, limit as i64], |row| {
+                Ok(Pending {
+                    webhook: Webhook {
+                        id: row.get(0)?,
+                        url: row.get(1)?,
+                        body: row.get(2)?,
+                    },
+                    attempts: row.get(3)?,
+                    created_ms: row.get::<_, i64>(4)? as u64,
+                })
+            })?;
+            rows.collect()
+        })
+    }
+
+    /// When the earliest pending webhook is due (milliseconds since the epoch).
+    pub fn next_due_ms(&self) -> Result<Option<u64>, WebhookError> {
+        self.with(|conn| {
+            conn.query_row(
+                "SELECT MIN(next_ms) FROM agentry_webhooks WHERE state = 'pending'",
+                [],
+                |row| row.get::<_, Option<i64>>(0),
+            )
+            .map(|next| next.map(|ms| ms as u64))
+        })
+    }
+
+    /// Records an attempt: delivered, failed with a next attempt after
+    /// `retry_in`, or failed for the last time (`retry_in` `None`).
+    pub fn record(
+        &self,
+        id: &str,
+        outcome: Result<(), &str>,
+        retry_in: Option<Duration>,
+    ) -> Result<(), WebhookError> {
+        let now = now_ms();
+        let (state, next, error) = match (outcome, retry_in) {
+            (Ok(()), _) => ("delivered", now, None),
+            (Err(error), Some(after)) => ("pending", now + after.as_millis() as u64, Some(error)),
+            (Err(error), None) => ("gave_up", now, Some(error)),
+        };
+        self.with(|conn| {
+            conn.execute(
+                "UPDATE agentry_webhooks SET state = ?2, attempts = attempts + 1, next_ms = ?3,
+                 last_error = ?4 WHERE id = ?1",
+                params![id, state, next as i64, error],
+            )
+            .map(|_| ())
+        })
+    }
+
+    /// Where webhook `id` stands, if it is known.
+    pub fn status(&self, id: &str) -> Result<Option<Status>, WebhookError> {
+        self.with(|conn| {
+            conn.query_row(
+                "SELECT state, attempts FROM agentry_webhooks WHERE id = ?1",
+                params![id],
+                |row| {
+                    let state = match row.get::<_, String>(0)?.as_str() {
+                        "delivered" => State::Delivered,
+                        "gave_up" => State::GaveUp,
+                        _ => State::Pending,
+                    };
+                    Ok(Status {
+                        state,
+                        attempts: row.get(1)?,
+                    })
+                },
+            )
+            .optional()
+        })
+    }
+
+    fn with<T>(
+        &self,
+        f: impl FnOnce(&Connection) -> rusqlite::Result<T>,
+    ) -> Result<T, WebhookError> {
+        let conn = self.conn.lock().unwrap_or_else(PoisonError::into_inner);
+        f(&conn).map_err(|source| WebhookError::Outbox {
+            path: self.path.clone(),
+            source,
+        })
+    }
+}
+
+pub(crate) fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
