@@ -313,6 +313,31 @@ async fn an_event_driven_agent_sleeps_until_an_event() -> Result<(), TestError> 
     Ok(())
 }
 
+/// The same reply to each new message is an answer, not a loop: with the
+/// default progress window (3), five messages answered "ok" one by one leave
+/// the agent asleep, not stopped as `no_progress`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_reply_to_new_messages_is_not_no_progress() -> Result<(), TestError> {
+    let runtime = Runtime::with_builtins()?;
+    let task = TestTask::new("reply to everything", &[])?;
+    let mut config = task.config();
+    config.driver = Driver::Events;
+    assert_eq!(config.progress_window, 3, "the default window");
+    let handle = runtime.start(config, replier()).await?;
+    for n in 1..=5u64 {
+        handle.send_message(format!("message {n}"))?;
+        snapshot_until(&handle, |s| {
+            s.control.spent.steps >= n && s.status == RunStatus::Sleeping
+        })
+        .await?;
+    }
+    handle.send_message("stop")?;
+    let outcome = handle.wait().await?;
+    assert_eq!(outcome.stop_reason, StopReason::Done, "{}", outcome.detail);
+    assert_eq!(outcome.steps, 6);
+    Ok(())
+}
+
 fn pay_task(timeout: Option<Duration>) -> Result<(TestTask, agentry::RunConfig), TestError> {
     let task = TestTask::new("pay the invoice", &[])?.grant(&["pay"]);
     let mut config = task.config();

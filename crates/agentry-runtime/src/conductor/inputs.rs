@@ -261,6 +261,7 @@ impl ConductorState {
         if let Some(entry) = session_entry(&input) {
             self.pending.push(entry);
         }
+        self.inputs_applied += 1;
         self.unseen += usize::from(slot);
         self.trace_input(applied.at, &input);
         let seq = applied.at.input_seq;

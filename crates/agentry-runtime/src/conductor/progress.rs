@@ -115,15 +115,18 @@ impl ConductorState {
     }
 }
 
-/// hash(action, observation, world version). Call ids and timings are left out so
-/// a model that repeats itself under fresh ids is still seen repeating. Raw
-/// argument strings are hashed as sent (not re-parsed): a looping model repeats
-/// them byte for byte.
+/// hash(action, observation, world version, inputs applied). Call ids and
+/// timings are left out so a model that repeats itself under fresh ids is
+/// still seen repeating. Raw argument strings are hashed as sent (not
+/// re-parsed): a looping model repeats them byte for byte. The count of
+/// inputs applied so far is in: the same reply to a new message (an
+/// event-driven agent's "ok") is an answer, not a loop.
 #[inline]
 pub(super) fn step_fingerprint(
     decision: &Decision,
     results: &[Arc<ResultEnvelope>],
     world: &str,
+    inputs_applied: u64,
 ) -> u64 {
     let mut f = Fingerprinter::new();
     match decision {
@@ -146,6 +149,6 @@ pub(super) fn step_fingerprint(
     for r in results {
         r.fingerprint_observation(&mut f);
     }
-    f.str(world);
+    f.str(world).u64(inputs_applied);
     (f.finish_u128() >> 64) as u64
 }

@@ -47,7 +47,12 @@ impl ConductorState {
     /// it is in the observation (refs).
     pub(super) async fn record(&mut self, r: &mut StepResult) -> Result<(), Stop> {
         r.after = self.after_snapshot(r);
-        r.fingerprint = step_fingerprint(&r.decision, &r.acted.results, &self.world_digest);
+        r.fingerprint = step_fingerprint(
+            &r.decision,
+            &r.acted.results,
+            &self.world_digest,
+            self.inputs_applied,
+        );
         self.pending.push(SessionEntry::Assistant {
             step: r.step,
             decision: Arc::clone(&r.decision),

@@ -276,6 +276,7 @@ impl ConductorState {
             children,
             pending,
             fingerprints,
+            inputs_applied: 0,
             world_digest,
             clock,
             steps: progress.steps,

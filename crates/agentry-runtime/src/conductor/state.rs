@@ -102,6 +102,9 @@ pub struct ConductorState {
     /// Session entries applied since the policy last decided.
     pub(super) pending: Vec<SessionEntry>,
     pub(super) fingerprints: VecDeque<u64>,
+    /// Inputs this conductor applied: part of each step's fingerprint, so a
+    /// step woken by a new message or event is never a repeat of the last.
+    pub(super) inputs_applied: u64,
     /// Content digest of the world as of the last applied update.
     pub(super) world_digest: Arc<str>,
     /// When the run started and its deadline (the budget supervisor's clock).
