@@ -89,7 +89,7 @@ impl ApiError {
     /// `Retry-After` when its inbox is full.
     // `RuntimeError` is non_exhaustive: any other kind is the service's fault.
     #[allow(clippy::wildcard_enum_match_arm)]
-    pub(super) fn from_runtime(e: RuntimeError) -> Self {
+    pub fn from_runtime(e: RuntimeError) -> Self {
         match e {
             RuntimeError::Stopped { .. } => ApiError::new(StatusCode::CONFLICT, e.to_string()),
             RuntimeError::InboxFull { .. } => ApiError {

@@ -113,6 +113,11 @@ impl App {
         App::with_config(runtime, ServiceConfig::default())
     }
 
+    /// The runtime inline tasks run on (on the service's store, if it has one).
+    pub fn runtime(&self) -> &Runtime {
+        &self.runtime
+    }
+
     /// A service starting runs on `runtime`, taking what `config` allows.
     pub fn with_config(runtime: Runtime, config: ServiceConfig) -> Self {
         App {
