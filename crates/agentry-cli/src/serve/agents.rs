@@ -13,6 +13,7 @@ use agentry::protocol::stored_policy::StoredPolicy;
 use agentry_serve::{AgentRun, Agents, ApiError, Launched, RunMeta, ServeFile};
 use axum::http::StatusCode;
 
+use super::error::ServeCliError;
 use crate::args::{DurabilityArg, RunArgs};
 use crate::error::RunError;
 use crate::policy::{describe_policy, load_policy};
@@ -39,21 +40,19 @@ impl ServeAgents {
         file: Arc<ServeFile>,
         config: &std::path::Path,
         store: PathBuf,
-    ) -> Result<Self, super::ServeCliError> {
+    ) -> Result<Self, ServeCliError> {
         let mut agents = BTreeMap::new();
         for (name, entry) in &file.agents {
-            let task = TaskSpec::load(&entry.task).map_err(|e| super::ServeCliError::Agent {
+            let task = TaskSpec::load(&entry.task).map_err(|e| ServeCliError::Agent {
                 config: config.to_path_buf(),
                 key: format!("agents.{name}.task"),
                 message: e.to_string(),
             })?;
             if let Some(model) = &entry.model {
-                super::models::check_keys(&file, model).map_err(|e| {
-                    super::ServeCliError::Agent {
-                        config: config.to_path_buf(),
-                        key: format!("agents.{name}.model"),
-                        message: e.to_string(),
-                    }
+                super::models::check_keys(&file, model).map_err(|e| ServeCliError::Agent {
+                    config: config.to_path_buf(),
+                    key: format!("agents.{name}.model"),
+                    message: e.to_string(),
                 })?;
             }
             agents.insert(

@@ -5,19 +5,23 @@
 //! store's unfinished runs, and serves until ctrl-c or SIGTERM, leaving
 //! running runs in the store for the next start.
 //!
+//! - `error`: `ServeCliError`, why it does not serve.
 //! - `models`: a `[models.NAME]` chain as a run's policy.
 //! - `agents`: `[agents.NAME]`, started as `agentry run` starts a task.
 //! - `resume`: the agents' unfinished runs, resumed as `agentry resume` does.
 
 mod agents;
+mod error;
 mod models;
 mod resume;
+
+pub(crate) use error::ServeCliError;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use agentry::{Durability, Runtime, RuntimeError};
+use agentry::{Durability, Runtime};
 use agentry_serve::{App, DEFAULT_TENANT, ServeError, ServeFile, ServiceConfig, Tokens};
 
 use crate::args::ServeArgs;
@@ -28,43 +32,6 @@ const DEFAULT_ADDR: &str = "127.0.0.1:8080";
 
 /// The environment variable a token (for the tenant `default`) may come from.
 const TOKEN_ENV: &str = "AGENTRY_TOKEN";
-
-/// Why `agentry serve` does not serve (exit 2).
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum ServeCliError {
-    /// serve.toml, the tokens file or `AGENTRY_TOKEN` is unusable.
-    #[error(transparent)]
-    Setup(#[from] ServeError),
-    /// No token and no `--no-auth`.
-    #[error(
-        "no bearer token is configured: set [auth] tokens_file in serve.toml (TENANT SHA256-HEX per line) or AGENTRY_TOKEN, or pass --no-auth to serve every caller of a loopback address"
-    )]
-    NoToken,
-    /// `--no-auth` on an address other machines reach.
-    #[error("--no-auth serves a loopback address only, not {0}")]
-    NotLoopback(SocketAddr),
-    /// An agent of serve.toml cannot run.
-    #[error("{}: {key}: {message}", .config.display())]
-    Agent {
-        /// serve.toml.
-        config: PathBuf,
-        /// The key at fault (`agents.NAME.task`).
-        key: String,
-        /// Why.
-        message: String,
-    },
-    /// The store cannot be used.
-    #[error("{0}")]
-    Store(RuntimeError),
-    /// The address cannot be bound.
-    #[error("cannot listen on {addr}: {source}")]
-    Listen {
-        /// The address.
-        addr: SocketAddr,
-        /// Why.
-        source: std::io::Error,
-    },
-}
 
 /// Serves until ctrl-c or SIGTERM.
 pub(crate) async fn serve(args: ServeArgs) -> Result<(), ServeCliError> {

@@ -217,3 +217,41 @@ fn a_bad_serve_toml_is_exit_2_naming_the_key() {
         assert!(stderr(&out).contains(key), "{text}: {}", stderr(&out));
     }
 }
+
+/// A named agent's run killed with its server resumes on the next start as
+/// `agentry resume` resumes it: same id, same agent, and it takes input.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_named_agents_run_resumes_after_the_server_is_killed() {
+    let dir = tempfile::tempdir().unwrap();
+    reader_task(dir.path());
+    let config = "[agents.reader]\ntask = \"tasks/reader\"\n";
+    let served = start(dir.path(), config, &[]);
+    let body = json!({"agent": "reader", "input": "read it", "files": {"note.txt": "first"}});
+    let id = served.create(TOKEN, &body).await;
+    served.events_until(TOKEN, &id, "tool_call_finished").await;
+    served.wait_status(TOKEN, &id, "sleeping").await;
+    served.kill();
+    let again = start(dir.path(), config, &[]);
+    let run = again.wait_status(TOKEN, &id, "sleeping").await;
+    assert_eq!(run["agent"], "reader", "{run:?}");
+    let sent = again
+        .send(
+            "POST",
+            &format!("/runs/{id}/messages"),
+            Some(TOKEN),
+            Some(&json!({"text": "again"})),
+        )
+        .await;
+    assert_eq!(sent.status, 202, "{:?}", sent.body);
+    let deadline = std::time::Instant::now() + super::serve::WAIT;
+    loop {
+        let run = again
+            .send("GET", &format!("/runs/{id}"), Some(TOKEN), None)
+            .await;
+        if run.body["inputs"] == 2 && run.body["status"] == "sleeping" {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{:?}", run.body);
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
