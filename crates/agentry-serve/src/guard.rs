@@ -11,12 +11,14 @@
 //! 2. `Origin`, when present, must be one given with `--allow-origin` (none by
 //!    default): a cross-site page is answered 403. Allowed origins get CORS
 //!    answers, so that a page of theirs can send JSON at all.
-//! 3. A request with a body must say `Content-Type: application/json` (415):
-//!    that is what a page cannot send cross-site without a CORS preflight.
-//! 4. With tokens configured, every route but `GET /healthz` needs
+//! 3. With tokens configured, every route but `GET /healthz` needs
 //!    `Authorization: Bearer TOKEN` (401 otherwise, from the headers alone:
 //!    the body of a refused request is never read, logged or stored); the
-//!    tenant the token stands for goes with the request to its route.
+//!    tenant the token stands for goes with the request to its route. (An
+//!    allowed origin's CORS preflight, which carries no token, is answered
+//!    before this.)
+//! 4. A request with a body must say `Content-Type: application/json` (415):
+//!    that is what a page cannot send cross-site without a CORS preflight.
 //! 5. The URI and the body are bounded (414, 413), and the body must arrive
 //!    within `--body-timeout` (408).
 //!
@@ -204,7 +206,10 @@ pub async fn check(State(guard): State<Arc<Guard>>, request: Request, next: Next
     {
         return preflight(origin);
     }
-    let tenant = match guard.authenticate(&request) {
+    let tenant = match guard
+        .authenticate(&request)
+        .and_then(|tenant| check_shape(&request).map(|()| tenant))
+    {
         Ok(tenant) => tenant,
         Err(e) => return closing(e.into_response()),
     };
@@ -228,10 +233,15 @@ pub async fn check(State(guard): State<Arc<Guard>>, request: Request, next: Next
     }
 }
 
-/// Host, origin, URI length, content type; the allowed origin, if one was sent.
+/// Host and origin; the allowed origin, if one was sent.
 fn admit(guard: &Guard, request: &Request) -> Result<Option<HeaderValue>, ApiError> {
     guard.check_host(request)?;
-    let origin = guard.check_origin(request.headers())?;
+    guard.check_origin(request.headers())
+}
+
+/// URI length and content type: checked once the caller is known, so a
+/// caller without a token learns nothing of them.
+fn check_shape(request: &Request) -> Result<(), ApiError> {
     let uri_len = request
         .uri()
         .path_and_query()
@@ -252,7 +262,7 @@ fn admit(guard: &Guard, request: &Request) -> Result<Option<HeaderValue>, ApiErr
             ));
         }
     }
-    Ok(origin)
+    Ok(())
 }
 
 /// An allowed origin's CORS preflight: JSON may be posted from its pages.

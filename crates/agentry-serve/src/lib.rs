@@ -28,6 +28,17 @@
 //! Bearer TOKEN`; a run belongs to the tenant that created it, and any other
 //! tenant gets the 404 of a run that does not exist.
 //!
+//! ```no_run
+//! # async fn serve() -> Result<(), Box<dyn std::error::Error>> {
+//! // Inline scripted tasks for anyone who reaches loopback; `agentry serve`
+//! // adds tokens (`ServiceConfig::tokens`) and named agents (`Agents`).
+//! let app = agentry_serve::App::new(agentry::Runtime::with_builtins()?);
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
+//! app.serve(listener, std::future::pending()).await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! Layout, leaves first (each file names only files above it):
 //!
 //! ```text
@@ -70,7 +81,7 @@ pub use agents::{AgentRun, Agents, Launched, RunMeta};
 pub use allowed::{AllowError, AllowedHost, AllowedOrigin};
 pub use config::{Limits, ServiceConfig};
 pub use create::write_files;
-pub use error::{ApiError, ServeError};
+pub use error::{ApiError, ServeError, code_of};
 pub use events::ReplayLimits;
 pub use file::{AgentEntry, AuthSection, ModelEntry, ServeFile, ServeSection};
 pub use narrow::narrow;
