@@ -46,6 +46,21 @@ fn serve_without_a_token_refuses_to_start() {
     assert!(stderr(&out).contains("loopback"), "{}", stderr(&out));
 }
 
+/// `--no-auth` on loopback serves every caller, with no token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_auth_serves_loopback_to_anyone() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("runs.db");
+    let served = Served::start(&["--no-auth", "--store", path_str(&store)], &[]);
+    let reply = served
+        .send("POST", "/runs", None, Some(&listener_task()))
+        .await;
+    assert_eq!(reply.status, 201, "{:?}", reply.body);
+    let id = reply.body["run_id"].as_str().unwrap();
+    let listed = served.send("GET", "/runs", None, None).await;
+    assert_eq!(listed.body["runs"][0]["run_id"], id, "{:?}", listed.body);
+}
+
 /// Every route, with a body where it takes one.
 fn routes(id: &str) -> Vec<(&'static str, String, Option<Value>)> {
     vec![
