@@ -1,14 +1,17 @@
-//! agentry as an HTTP service: one runtime, many runs, driven over HTTP.
+//! Embedding the HTTP service (`agentry-serve`) in a program of your own: one
+//! runtime, many runs, driven over HTTP, with its limits as flags and no
+//! tokens (loopback use; `agentry serve` is the product, with serve.toml's
+//! agents, models and tenants).
 //!
 //! `cargo run --release --example service -- --addr 127.0.0.1:8080`
 //!
 //! Runs use the scripted policy (the script comes inline with each request); see
-//! `docs/src/service.md` for the routes, the flags and curl examples. This file only
-//! parses arguments, sets up logging (with the metrics of `GET /metrics`, and
-//! `--otlp` span export), and turns ctrl-c (or SIGTERM) into a
-//! graceful shutdown; the service itself is in `app.rs`.
+//! `docs/src/service.md` for the routes. This file only parses arguments, sets
+//! up logging (with the metrics of `GET /metrics`, and `--otlp` span export),
+//! and turns ctrl-c (or SIGTERM) into a graceful shutdown; the service itself
+//! is the `agentry_serve` crate.
 
-mod app;
+use agentry_serve as app;
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -152,6 +155,9 @@ impl Args {
             allow_origins: self.allow_origin.clone(),
             limits,
             metrics: Some(metrics),
+            // Inline scripted tasks only, for anyone who can reach loopback.
+            tokens: None,
+            agents: None,
         })
     }
 }

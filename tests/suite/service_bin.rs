@@ -27,8 +27,18 @@ pub(super) fn binary() -> Result<PathBuf, TestError> {
                 binary.display()
             )
         })?;
-    let sources = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/service");
-    for entry in std::fs::read_dir(&sources)? {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let sources = [
+        root.join("examples/service"),
+        root.join("crates/agentry-serve/src"),
+    ];
+    for entry in sources
+        .iter()
+        .map(std::fs::read_dir)
+        .collect::<Result<Vec<_>, _>>()?
+        .into_iter()
+        .flatten()
+    {
         let entry = entry?;
         if entry.metadata()?.modified()? > built {
             return Err(format!(

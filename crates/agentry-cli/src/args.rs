@@ -34,6 +34,10 @@ pub(crate) enum Command {
     /// MCP servers' tools, which it starts) with effect, idempotency, approval
     /// and whether the task grants it.
     Tools(ToolsArgs),
+    /// Serve agents over HTTP: the operator's agents of serve.toml and inline
+    /// scripted tasks, runs durable in the store, every route but /healthz
+    /// behind a bearer token (see docs/src/service.md).
+    Serve(ServeArgs),
     /// Serve agentry as an MCP server (tools run_task, get_run, list_runs,
     /// cancel_run) over stdio, or streamable HTTP with --http.
     Mcp(McpArgs),
@@ -185,6 +189,28 @@ pub(crate) struct ViewArgs {
     /// its extension (run.jsonl -> run.html). Written whole or not at all.
     #[arg(short, long, value_name = "FILE")]
     pub(crate) output: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ServeArgs {
+    /// serve.toml: `[serve] addr`, `[auth] tokens_file`, `[agents.NAME]`,
+    /// `[models.NAME]`. Without it: inline scripted tasks only.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) config: Option<PathBuf>,
+    /// The address to listen on. Default: serve.toml's `[serve] addr`, else
+    /// 127.0.0.1:8080. Port 0 picks a free port; the bound address is printed.
+    #[arg(long, value_name = "ADDR")]
+    pub(crate) addr: Option<std::net::SocketAddr>,
+    /// Commit every run to this SQLite store (created if missing); on start,
+    /// the runs it holds unfinished resume. Default: $AGENTRY_STORE, else
+    /// $XDG_STATE_HOME/agentry/runs.db (~/.local/state/agentry/runs.db).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) store: Option<PathBuf>,
+    /// Serve without tokens (when neither `[auth] tokens_file` nor
+    /// $AGENTRY_TOKEN gives one): every caller is trusted, so only a
+    /// loopback address is taken.
+    #[arg(long)]
+    pub(crate) no_auth: bool,
 }
 
 #[derive(Debug, Args)]

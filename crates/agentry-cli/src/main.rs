@@ -10,6 +10,7 @@
 //!                      [--policy ...] [--base-url URL] [--json] [--durability ...]
 //! agentry runs [--store FILE] [--all] [--json]
 //! agentry tools TASK_DIR [--json]
+//! agentry serve [--config serve.toml] [--addr ADDR] [--store FILE] [--no-auth]
 //! agentry mcp [--http ADDR] [--store FILE | --no-store] [--durability strict|grouped]
 //! agentry stats [--store FILE | --trace FILE...] [--by task|model|tool] [--since 24h] [--json]
 //! agentry replay [TRACE.jsonl] [--store FILE --run-id ID] [--task DIR] [--until STEP]
@@ -45,6 +46,7 @@
 //! - `drive`: a run until it stops or parks; `report`: what stdout shows.
 //! - `run`, `resume`: the two commands that run a task.
 //! - `tools`: `agentry tools`; `stats`: `agentry stats` (after `store`).
+//! - `serve`: `agentry serve`, the HTTP service with serve.toml's agents.
 //! - `mcp`: agentry as an MCP server; `replay`: `agentry replay`; `view`:
 //!   `agentry view`'s page; `sandbox_check`: `agentry sandbox-check`.
 
@@ -59,6 +61,7 @@ mod report;
 mod resume;
 mod run;
 mod sandbox_check;
+mod serve;
 mod signals;
 mod stats;
 mod store;
@@ -157,6 +160,10 @@ fn command(command: Command, runtime: &tokio::runtime::Runtime) -> ExitCode {
             Ok(false) => ExitCode::SUCCESS,
             Ok(true) => ExitCode::from(EXIT_NOT_DONE),
             Err(e) => fail(&e, EXIT_BAD_INPUT, args.json),
+        },
+        Command::Serve(args) => match runtime.block_on(serve::serve(args)) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => fail(&e, EXIT_BAD_INPUT, false),
         },
         // Stdout is the protocol channel (stdio): errors go to stderr only.
         Command::Mcp(args) => match runtime.block_on(mcp::serve(args)) {

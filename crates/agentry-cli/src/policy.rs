@@ -77,7 +77,7 @@ pub(crate) struct ContextSettings {
 
 impl ContextSettings {
     /// Sets the window, the per-result cap and the compaction on `config`.
-    fn apply(&self, config: &mut ModelConfig) {
+    pub(crate) fn apply(&self, config: &mut ModelConfig) {
         config.context_tokens = self.context_tokens;
         if let Some(cap) = self.result_cap {
             config.result_cap = cap;
@@ -196,6 +196,12 @@ pub(crate) async fn model_policy(
     for f in options.fallback {
         chain.push(chain_model(f.provider, &f.model, f.base_url.as_deref(), &options)?.model);
     }
+    chain_policy(chain).await
+}
+
+/// A chain of models as a run's policy, checked (at least one server
+/// answers), and its children's factory (the same chain).
+pub(crate) async fn chain_policy(chain: Vec<ChainModel>) -> Result<LoadedPolicy, RunError> {
     let children = agentry_models::chain_policy_factory(chain.clone()).map_err(RunError::Model)?;
     let connected = agentry_models::connect_chain(chain)
         .await
@@ -300,7 +306,7 @@ pub(crate) fn describe_policy(args: &RunArgs, task: &TaskSpec) -> StoredPolicy {
     })
 }
 
-fn provider_prefix(provider: Provider) -> &'static str {
+pub(crate) fn provider_prefix(provider: Provider) -> &'static str {
     match provider {
         Provider::OpenAi => "openai",
         Provider::Anthropic => "anthropic",

@@ -65,16 +65,16 @@ fn report_fenced(run_id: &str, fenced: &agentry::tools::proc::Fenced) {
 }
 
 /// A stored run's runtime and the MCP servers its tools come from.
-struct Rebuilt {
-    runtime: Runtime,
-    mcp: McpServers,
+pub(crate) struct Rebuilt {
+    pub(crate) runtime: Runtime,
+    pub(crate) mcp: McpServers,
 }
 
 /// The task's own command and MCP tools are part of the stored
 /// configuration's world: rebuild the registry (and the named child models)
 /// from the task directory the run was started from, its MCP servers started
 /// again in the run's working directory.
-async fn runtime_for(config: &RunConfig) -> Result<Rebuilt, RunError> {
+pub(crate) async fn runtime_for(config: &RunConfig) -> Result<Rebuilt, RunError> {
     match stored_task_dir(config) {
         Some(dir) => {
             let mut task = TaskSpec::load(&dir)?;
@@ -108,7 +108,10 @@ fn stored_compaction(config: &RunConfig) -> CompactionMode {
 
 /// `--policy` (and `--base-url`, `--fallback`), else the policy the run was
 /// started with.
-async fn policy_for(args: &ResumeArgs, config: &RunConfig) -> Result<LoadedPolicy, RunError> {
+pub(crate) async fn policy_for(
+    args: &ResumeArgs,
+    config: &RunConfig,
+) -> Result<LoadedPolicy, RunError> {
     let stored = stored_policy(config.policy_spec.as_ref(), &args.run_id);
     // The window and the CA file the run was started with hold whichever
     // policy resumes it.

@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use agentry::mcp::McpServers;
+use agentry::protocol::stored_policy::StoredPolicy;
 use agentry::{Grants, Policy, RunConfig, RunHandle, Runtime, RuntimeError, TaskSpec};
 
 use crate::args::{RunArgs, absolute};
@@ -74,9 +75,21 @@ pub(crate) async fn run(args: RunArgs) -> Result<Finished, RunError> {
 /// Loads the task and its policy and puts the runtime on its store. Bad input
 /// is found before anything is created; the working directory comes last.
 pub(crate) async fn prepare(args: &RunArgs) -> Result<Prepared, RunError> {
-    let mut task = TaskSpec::load(&args.task_dir)?;
-    let LoadedPolicy { policy, children } = load_policy(args, &task).await?;
+    let task = TaskSpec::load(&args.task_dir)?;
+    let loaded = load_policy(args, &task).await?;
     let policy_spec = describe_policy(args, &task);
+    prepare_with(args, task, loaded, policy_spec).await
+}
+
+/// [`prepare`] with the task loaded and its policy chosen (`agentry serve`
+/// chooses a named model's).
+pub(crate) async fn prepare_with(
+    args: &RunArgs,
+    mut task: TaskSpec,
+    loaded: LoadedPolicy,
+    policy_spec: StoredPolicy,
+) -> Result<Prepared, RunError> {
+    let LoadedPolicy { policy, children } = loaded;
     override_limits(args, &mut task);
     let trace = args.trace.as_deref().map(absolute);
     if let Some(path) = &trace {

@@ -24,6 +24,7 @@ pub(crate) fn otlp_of(command: &Command) -> Option<Option<String>> {
         Command::Runs(_)
         | Command::Tools(_)
         | Command::Mcp(_)
+        | Command::Serve(_)
         | Command::Stats(_)
         | Command::Replay(_)
         | Command::View(_)

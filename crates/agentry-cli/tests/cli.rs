@@ -40,6 +40,9 @@ mod cli {
     mod runs;
     #[cfg(target_os = "linux")]
     mod sandbox;
+    mod serve;
+    mod serve_agents;
+    mod serve_auth;
     mod stats;
     mod tls_resume;
     mod tools_cmd;

@@ -1,4 +1,4 @@
-//! Bad requests: each gets a 4xx and `{"error": ...}` naming the problem.
+//! Bad requests: each gets a 4xx and `{"error": {"code", "message"}}` naming the problem.
 
 use super::*;
 
@@ -186,7 +186,12 @@ async fn bad_requests_get_json_errors_naming_the_problem() -> Result<(), TestErr
             want,
         } = case;
         let reply = service.send(method, &path, body.clone()).await?;
-        let error = reply.body["error"].as_str().unwrap_or_default();
+        let error = reply.body["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            reply.body["error"]["code"].is_string(),
+            "{method} {path}: {:?}",
+            reply.body
+        );
         assert_eq!(
             reply.status, status,
             "{method} {path} {body:?}: {:?}",

@@ -56,7 +56,7 @@ async fn late_inputs_are_refused(service: &Service, run_path: &str) -> Result<()
         let late = service.post(&format!("{run_path}/{path}"), body).await?;
         assert_eq!(late.status, 409, "{path}: {:?}", late.body);
         assert!(
-            late.body["error"]
+            late.body["error"]["message"]
                 .as_str()
                 .unwrap_or_default()
                 .contains("stopped"),
@@ -263,7 +263,7 @@ async fn assert_busy(service: &Service, messages: &str, run_id: &str) -> Result<
         .parse::<u64>()?;
     assert!(retry_after >= 1, "Retry-After: {retry_after}");
     let body: Value = busy.json().await?;
-    let error = body["error"].as_str().unwrap_or_default();
+    let error = body["error"]["message"].as_str().unwrap_or_default();
     assert!(
         error.contains(run_id) && error.contains("busy") && error.contains("3"),
         "{body:?}"

@@ -148,7 +148,7 @@ async fn an_app_without_metrics_answers_404() -> Result<(), TestError> {
     let reply = service.get("/metrics").await?;
     assert_eq!(reply.status, 404, "{:?}", reply.body);
     assert_eq!(
-        reply.body["error"],
+        reply.body["error"]["message"],
         "metrics are not collected by this service"
     );
     Ok(())

@@ -1,11 +1,8 @@
-//! The HTTP service example (`examples/service`), driven over real HTTP: its very
-//! router runs on a 127.0.0.1 listener and a real client talks to it, Server-Sent
+//! The HTTP service (`agentry-serve`), driven over real HTTP: its very router
+//! runs on a 127.0.0.1 listener and a real client talks to it, Server-Sent
 //! Events included.
 
-// Examples cannot be imported, so the test compiles the example's service module
-// itself; `main.rs` adds only arguments, logging and signals.
-#[path = "../../../examples/service/app.rs"]
-mod app;
+use agentry_serve as app;
 
 mod errors;
 mod inputs;

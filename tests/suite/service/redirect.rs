@@ -145,7 +145,9 @@ async fn a_redirect_without_a_message_is_refused() -> Result<(), TestError> {
     ] {
         let refused = service.post(&path, body.clone()).await?;
         assert_eq!(refused.status, 400, "{body}: {:?}", refused.body);
-        let error = refused.body["error"].as_str().unwrap_or_default();
+        let error = refused.body["error"]["message"]
+            .as_str()
+            .unwrap_or_default();
         assert!(error.contains(want), "{body}: {error}");
     }
     let run = service.get(&format!("/runs/{run_id}")).await?;

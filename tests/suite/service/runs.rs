@@ -97,7 +97,7 @@ async fn an_approved_call_runs() -> Result<(), TestError> {
         .await?;
     assert_eq!(unknown.status, 404, "{:?}", unknown.body);
     assert!(
-        unknown.body["error"]
+        unknown.body["error"]["message"]
             .as_str()
             .unwrap_or_default()
             .contains("nope"),

@@ -58,7 +58,7 @@ async fn a_service_on_a_store_resumes_its_runs_after_a_restart() -> Result<(), T
         .await?;
     assert_eq!(settle.status, 400, "{:?}", settle.body);
     assert!(
-        settle.body["error"]
+        settle.body["error"]["message"]
             .as_str()
             .unwrap_or_default()
             .contains("happened, retry or skip"),

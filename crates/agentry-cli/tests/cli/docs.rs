@@ -6,6 +6,8 @@
 //!   registry built. A block without a top-level `goal` is a fragment, wrapped
 //!   the same way every time: `goal = "..."` put in front. Files it names with
 //!   `script = "..."` are written as a minimal script.
+//! - ```` ```toml,serve ````: a serve.toml, parsed and checked by
+//!   `agentry_serve::ServeFile::parse` (its task directories need not exist).
 //! - ```` ```json ````: parses; a script (it has `turns`) loads with `Script::parse`.
 //! - ```` ```sh ```` (`bash`, `console`): every `agentry` command (also as
 //!   `cargo run -p agentry-cli -- ...`) is parsed by the CLI's own clap
@@ -54,7 +56,7 @@ fn every_task_toml_in_the_docs_loads() {
     let blocks = all_blocks(&root());
     let tomls: Vec<&Block> = blocks
         .iter()
-        .filter(|b| b.lang == "toml" && !b.has("ignore"))
+        .filter(|b| b.lang == "toml" && !b.has("ignore") && !b.has("serve"))
         .collect();
     assert!(tomls.len() >= 10, "only {} toml blocks found", tomls.len());
     let failures: Vec<String> = tomls
@@ -62,6 +64,25 @@ fn every_task_toml_in_the_docs_loads() {
         .filter_map(|b| load_task(b).err().map(|e| format!("{}: {e}", b.at())))
         .collect();
     assert_none("task.toml blocks that do not load", &failures);
+}
+
+#[test]
+fn every_serve_toml_in_the_docs_parses() {
+    let blocks = all_blocks(&root());
+    let serves: Vec<&Block> = blocks
+        .iter()
+        .filter(|b| b.lang == "toml" && b.has("serve"))
+        .collect();
+    assert!(!serves.is_empty(), "no serve.toml blocks found");
+    let failures: Vec<String> = serves
+        .iter()
+        .filter_map(|b| {
+            agentry_serve::ServeFile::parse(&b.body, Path::new("/srv"))
+                .err()
+                .map(|(key, message)| format!("{}: {key}: {message}", b.at()))
+        })
+        .collect();
+    assert_none("serve.toml blocks that do not parse", &failures);
 }
 
 fn load_task(block: &Block) -> Result<(), String> {

@@ -2,7 +2,7 @@
 
 use super::*;
 
-/// Every error the service answers is `{"error": "..."}` as JSON: axum's own
+/// Every error the service answers is `{"error": {"code", "message"}}` as JSON: axum's own
 /// rejections (bad UTF-8 in the path), bare statuses (404, 405), and the
 /// guard's (413, 414, 415), as well as the routes' own 400s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -81,7 +81,7 @@ async fn a_posted_command_tool_is_refused() -> Result<(), TestError> {
     });
     let (status, body) = service.post("/runs", &task).await?;
     assert_eq!(status, 400, "{body}");
-    let error = body["error"].as_str().unwrap_or_default();
+    let error = body["error"]["message"].as_str().unwrap_or_default();
     assert!(error.starts_with("tools.command:"), "{error}");
     Ok(())
 }
@@ -139,7 +139,7 @@ async fn a_posted_mcp_server_or_model_server_is_refused() -> Result<(), TestErro
     for (task, field) in cases {
         let (status, body) = service.post("/runs", &task).await?;
         assert_eq!(status, 400, "{task}: {body}");
-        let error = body["error"].as_str().unwrap_or_default();
+        let error = body["error"]["message"].as_str().unwrap_or_default();
         assert!(error.starts_with(field), "{task}: {error}");
     }
     match listener.accept() {

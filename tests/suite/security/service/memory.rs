@@ -170,7 +170,7 @@ async fn a_paused_run_takes_bounded_input() -> Result<(), TestError> {
         .await?;
     assert_eq!(status, 413, "{body}");
     assert!(
-        body["error"]
+        body["error"]["message"]
             .as_str()
             .unwrap_or_default()
             .contains("--max-message-bytes")
@@ -192,7 +192,7 @@ async fn a_paused_run_takes_bounded_input() -> Result<(), TestError> {
         );
     };
     assert_eq!(accepted, RUN / size);
-    let error = refused["error"].as_str().unwrap_or_default();
+    let error = refused["error"]["message"].as_str().unwrap_or_default();
     assert!(error.contains("--max-run-input-bytes"), "{error}");
     assert!(error.contains(&id), "{error}");
     Ok(())

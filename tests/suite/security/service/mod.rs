@@ -181,7 +181,8 @@ impl Raw {
         })
     }
 
-    /// The `{"error": ...}` message; fails unless the answer is exactly that, as JSON.
+    /// The `{"error": {"code", "message", "field"?}}` message; fails unless
+    /// the answer is exactly that shape, as JSON.
     fn error(&self) -> Result<String, TestError> {
         let content_type = self.header("content-type").unwrap_or_default();
         if !content_type.starts_with("application/json") {
@@ -192,8 +193,17 @@ impl Raw {
             .into());
         }
         let body: Value = serde_json::from_slice(&self.body)?;
-        let message = body["error"].as_str().ok_or("no error field")?;
-        if message.is_empty() || body.as_object().map(|o| o.len()) != Some(1) {
+        let message = body["error"]["message"].as_str().ok_or("no error field")?;
+        let code = body["error"]["code"].as_str().unwrap_or_default();
+        let only_known = body["error"].as_object().is_some_and(|o| {
+            o.keys()
+                .all(|k| ["code", "message", "field"].contains(&k.as_str()))
+        });
+        if message.is_empty()
+            || code.is_empty()
+            || !only_known
+            || body.as_object().map(|o| o.len()) != Some(1)
+        {
             return Err(format!("not the error shape: {body}").into());
         }
         Ok(message.to_string())

@@ -24,6 +24,7 @@ use axum::http::HeaderMap;
 use serde_json::Value;
 use tempfile::TempDir;
 
+use super::agents::AgentRun;
 use super::error::ApiError;
 
 /// Task id of every run the service starts (task.toml takes it from the task
@@ -41,6 +42,55 @@ pub struct NewRun {
     pub workdir: TempDir,
 }
 
+/// What a `POST /runs` body asks for.
+#[derive(Debug)]
+pub enum Prepared {
+    /// An inline task with its script.
+    Inline(Box<NewRun>),
+    /// A run of a named agent (the tenant, traceparent and inbox capacity
+    /// are the route's to fill in).
+    Agent(AgentRun),
+}
+
+/// The fields of a named agent's request.
+const AGENT_FIELDS: &[&str] = &["agent", "input", "files", "budget", "tools"];
+
+/// A named agent's request, checked for its shape.
+fn agent_request(mut fields: serde_json::Map<String, Value>) -> Result<AgentRun, ApiError> {
+    if let Some(unknown) = fields.keys().find(|k| !AGENT_FIELDS.contains(&k.as_str())) {
+        return Err(ApiError::bad_field(
+            unknown.clone(),
+            format!(
+                "not a field of an agent's run; expected one of {} (the task is the operator's)",
+                AGENT_FIELDS.join(", ")
+            ),
+        ));
+    }
+    let agent = super::body::string_field(&fields, "agent", true)?.unwrap_or_default();
+    let input = super::body::string_field(&fields, "input", false)?;
+    let object = |fields: &mut serde_json::Map<String, Value>, name: &str| match fields.remove(name)
+    {
+        None => Ok(None),
+        Some(Value::Object(map)) => Ok(Some(map)),
+        Some(other) => Err(ApiError::bad_field(
+            name,
+            format!("expected an object, found {other}"),
+        )),
+    };
+    let budget = object(&mut fields, "budget")?;
+    let tools = object(&mut fields, "tools")?;
+    Ok(AgentRun {
+        agent,
+        input,
+        files: fields.remove("files"),
+        budget,
+        tools,
+        tenant: super::tenants::Tenant::anyone(),
+        traceparent: None,
+        inbox_capacity: agentry::DEFAULT_INBOX_CAPACITY,
+    })
+}
+
 /// A client may narrow the sandbox of the built-in process tools, never
 /// loosen it (`TaskSpec::check_client_sandbox`).
 fn refuse_a_wider_sandbox(spec: &TaskSpec) -> Result<(), ApiError> {
@@ -54,14 +104,23 @@ fn refuse_a_wider_sandbox(spec: &TaskSpec) -> Result<(), ApiError> {
     )))
 }
 
-/// Validates the body and prepares the working directory with the initial files.
-/// Blocking: see the module docs.
-pub fn prepare(body: &[u8]) -> Result<NewRun, ApiError> {
-    let Value::Object(mut task) = super::body::parse_json(body)? else {
+/// Validates the body: a named agent's request, or an inline task whose
+/// working directory is prepared with its initial files. Blocking: see the
+/// module docs.
+pub fn prepare(body: &[u8]) -> Result<Prepared, ApiError> {
+    let Value::Object(task) = super::body::parse_json(body)? else {
         return Err(ApiError::bad_request(
-            "the body must be a JSON object of task fields (goal, budget, tools, accept, progress, driver, tree, redact, trace) plus script and files",
+            "the body must be a JSON object: {\"agent\", \"input\", ...} for a named agent, or task fields (goal, budget, tools, accept, progress, driver, tree, redact, trace) plus script and files",
         ));
     };
+    if task.contains_key("agent") {
+        return agent_request(task).map(Prepared::Agent);
+    }
+    inline(task).map(|run| Prepared::Inline(Box::new(run)))
+}
+
+/// An inline task: validated, its working directory made and its files written.
+fn inline(mut task: serde_json::Map<String, Value>) -> Result<NewRun, ApiError> {
     // Taken out first: neither is a task.toml field.
     let script = task.remove("script");
     let files = task.remove("files");
@@ -161,8 +220,8 @@ const PRIVATE_DIR: u32 = 0o700;
 const PRIVATE_FILE: u32 = 0o600;
 
 /// Writes `files` (relative path → content) into `dir`, private like it.
-/// Paths must stay inside: no absolute paths, no `..`.
-fn write_files(dir: &Path, files: Value) -> Result<(), ApiError> {
+/// Paths must stay inside: no absolute paths, no `..`. Blocking.
+pub fn write_files(dir: &Path, files: Value) -> Result<(), ApiError> {
     let Value::Object(files) = files else {
         return Err(ApiError::bad_request(
             "files: expected an object of relative path → file content",

@@ -8,11 +8,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agentry::protocol::state::RunSnapshot;
+use agentry::protocol::stored_policy::StoredPolicy;
 use agentry::{RunOutcome, RunStatus};
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::extract::{DefaultBodyLimit, Extension, Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware;
 use axum::response::sse::{KeepAlive, Sse};
@@ -21,10 +22,12 @@ use axum::routing::{get, post};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 
+use super::agents::RunMeta;
 use super::body::body_bytes;
 use super::error::ApiError;
 use super::inputs::{decide, inject_event, interrupt, send_message, settle};
 use super::table::{App, Run};
+use super::tenants::Tenant;
 use super::{create, guard, serve};
 
 impl App {
@@ -51,9 +54,11 @@ impl App {
             self.config.allow_hosts.clone(),
             self.config.allow_origins.clone(),
             self.config.limits,
+            self.config.tokens.clone(),
         );
         Router::new()
-            .route("/runs", post(create_run))
+            .route(guard::HEALTH_PATH, get(health))
+            .route("/runs", post(create_run).get(list_runs))
             .route("/runs/{id}", get(show_run))
             .route("/runs/{id}/messages", post(send_message))
             .route("/runs/{id}/events", post(inject_event).get(stream_events))
@@ -77,23 +82,81 @@ impl App {
     }
 }
 
+/// `GET /healthz`: the service answers (no token needed).
+async fn health() -> Response {
+    axum::Json(json!({ "status": "ok" })).into_response()
+}
+
 async fn create_run(
     State(app): State<App>,
+    Extension(tenant): Extension<Tenant>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let bytes = body_bytes(body)?;
     // Parsing, creating the directory and writing the files all block.
-    let run = tokio::task::spawn_blocking(move || create::prepare(&bytes))
+    let prepared = tokio::task::spawn_blocking(move || create::prepare(&bytes))
         .await
         .map_err(|e| ApiError::internal(format!("preparing the run failed: {e}")))??;
+    let traceparent = create::traceparent(&headers);
+    let (handle, meta) = match prepared {
+        create::Prepared::Inline(run) => {
+            return start_inline(&app, tenant, *run, traceparent).await;
+        }
+        create::Prepared::Agent(mut run) => {
+            let Some(agents) = app.config.agents.as_ref().filter(|a| a.has(&run.agent)) else {
+                return Err(ApiError::bad_field(
+                    "agent",
+                    format!("no agent named {:?} is configured", run.agent),
+                ));
+            };
+            run.tenant = tenant;
+            run.traceparent = traceparent;
+            run.inbox_capacity = app.config.limits.inbox_capacity;
+            let launched = agents.launch(run).await?;
+            let meta = launched.meta.clone();
+            let handle = launched.handle.clone();
+            app.adopt(launched);
+            (handle, meta)
+        }
+    };
+    tracing::info!(
+        run_id = handle.run_id(),
+        agent = meta.agent.as_deref(),
+        "run started"
+    );
+    Ok(created(handle.run_id(), &handle.traceparent()))
+}
+
+/// 201 with the new run's id and trace.
+fn created(run_id: &str, traceparent: &str) -> Response {
+    let location = format!("/runs/{run_id}");
+    (
+        StatusCode::CREATED,
+        [(header::LOCATION, location)],
+        axum::Json(json!({ "run_id": run_id, "traceparent": traceparent })),
+    )
+        .into_response()
+}
+
+/// Starts an inline task's run for `tenant`.
+async fn start_inline(
+    app: &App,
+    tenant: Tenant,
+    run: create::NewRun,
+    traceparent: Option<String>,
+) -> Result<Response, ApiError> {
     let create::NewRun {
         mut config,
         script,
         workdir,
     } = run;
+    let meta = RunMeta::of_tenant(&tenant);
+    if let Some(StoredPolicy::Root(root)) = &mut config.policy_spec {
+        meta.store_in(root);
+    }
     config.inbox_capacity = app.config.limits.inbox_capacity;
-    config.traceparent = create::traceparent(&headers);
+    config.traceparent = traceparent;
     let handle = match app.runtime.start(config, script.into_policy()).await {
         Ok(handle) => handle,
         Err(e) => {
@@ -112,21 +175,51 @@ async fn create_run(
         }
         None => Some(workdir),
     };
-    app.follow(handle, workdir);
-    let location = format!("/runs/{run_id}");
-    Ok((
-        StatusCode::CREATED,
-        [(header::LOCATION, location)],
-        axum::Json(json!({ "run_id": run_id, "traceparent": traceparent })),
-    )
-        .into_response())
+    app.follow(handle, workdir, meta);
+    Ok(created(&run_id, &traceparent))
 }
 
-async fn show_run(State(app): State<App>, Path(id): Path<String>) -> Result<Response, ApiError> {
-    let entry = app.run(&id)?;
+/// `GET /runs`: the caller's runs, by id, with their status.
+async fn list_runs(
+    State(app): State<App>,
+    Extension(tenant): Extension<Tenant>,
+) -> Result<Response, ApiError> {
+    let runs: Vec<Value> = app
+        .runs_of(&tenant)
+        .into_iter()
+        .map(|(id, entry)| {
+            let status = match entry.current() {
+                Run::Live(handle) if handle.outcome().is_none() => "running",
+                Run::Live(_) | Run::Stopped(_) => "stopped",
+            };
+            let mut row = json!({ "run_id": id, "status": status });
+            meta_fields(&mut row, &entry.meta);
+            row
+        })
+        .collect();
+    Ok(axum::Json(json!({ "runs": runs })).into_response())
+}
+
+/// A named agent's run shows its agent and model.
+fn meta_fields(view: &mut Value, meta: &RunMeta) {
+    if let Some(agent) = &meta.agent {
+        view["agent"] = json!(agent);
+    }
+    if let Some(model) = &meta.model {
+        view["model"] = json!(model);
+    }
+}
+
+async fn show_run(
+    State(app): State<App>,
+    Extension(tenant): Extension<Tenant>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let entry = app.run(&tenant, &id)?;
     let view = |snapshot: &RunSnapshot, outcome: Option<&RunOutcome>| {
         let mut view = run_view(&id, snapshot, outcome);
         view["traceparent"] = json!(entry.traceparent);
+        meta_fields(&mut view, &entry.meta);
         axum::Json(view).into_response()
     };
     let handle = match entry.current() {
@@ -176,9 +269,10 @@ fn run_view(id: &str, snapshot: &RunSnapshot, outcome: Option<&RunOutcome>) -> V
 
 async fn stream_events(
     State(app): State<App>,
+    Extension(tenant): Extension<Tenant>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let run = app.run(&id)?;
+    let run = app.run(&tenant, &id)?;
     let slot = app.streams.admit(&id);
     let stream = Arc::clone(&run.log).stream(slot);
     // Comments every 15 s keep idle connections open through proxies.

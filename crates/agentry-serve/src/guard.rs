@@ -11,13 +11,20 @@
 //! 2. `Origin`, when present, must be one given with `--allow-origin` (none by
 //!    default): a cross-site page is answered 403. Allowed origins get CORS
 //!    answers, so that a page of theirs can send JSON at all.
-//! 3. A request with a body must say `Content-Type: application/json` (415):
+//! 3. With tokens configured, every route but `GET /healthz` needs
+//!    `Authorization: Bearer TOKEN` (401 otherwise, from the headers alone:
+//!    the body of a refused request is never read, logged or stored); the
+//!    tenant the token stands for goes with the request to its route. (An
+//!    allowed origin's CORS preflight, which carries no token, is answered
+//!    before this.)
+//! 4. A request with a body must say `Content-Type: application/json` (415):
 //!    that is what a page cannot send cross-site without a CORS preflight.
-//! 4. The URI and the body are bounded (414, 413), and the body must arrive
+//! 5. The URI and the body are bounded (414, 413), and the body must arrive
 //!    within `--body-timeout` (408).
 //!
 //! [`json_errors`] is the outermost layer: any error answer that is not JSON yet
-//! (axum's own rejections among them) is rewritten as `{"error": "..."}`.
+//! (axum's own rejections among them) is rewritten as `{"error": {"code",
+//! "message"}}`.
 
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
@@ -37,8 +44,12 @@ use http_body::{Frame, SizeHint};
 
 use super::allowed::{AllowedHost, AllowedOrigin};
 use super::config::Limits;
-use super::error::ApiError;
+use super::error::{ApiError, error_body};
 use super::serve::{Activity, Busy};
+use super::tenants::{Tenant, Tokens};
+
+/// The one route answered without a token.
+pub const HEALTH_PATH: &str = "/healthz";
 
 /// Longest path and query taken, in bytes. Run and call ids are short; this
 /// stays well below hyper's own limit (64 KiB), past which hyper answers itself.
@@ -54,6 +65,7 @@ pub struct Guard {
     hosts: Vec<AllowedHost>,
     origins: Vec<AllowedOrigin>,
     limits: Limits,
+    tokens: Option<Tokens>,
 }
 
 impl Guard {
@@ -63,13 +75,33 @@ impl Guard {
         hosts: Vec<AllowedHost>,
         origins: Vec<AllowedOrigin>,
         limits: Limits,
+        tokens: Option<Tokens>,
     ) -> Arc<Guard> {
         Arc::new(Guard {
             bound,
             hosts,
             origins,
             limits,
+            tokens,
         })
+    }
+
+    /// The tenant the request acts for: anyone without tokens; else the one
+    /// its bearer token stands for, or 401. `/healthz` needs no token.
+    fn authenticate(&self, request: &Request) -> Result<Tenant, ApiError> {
+        let Some(tokens) = &self.tokens else {
+            return Ok(Tenant::anyone());
+        };
+        if request.uri().path() == HEALTH_PATH && request.method() == Method::GET {
+            return Ok(Tenant::anyone());
+        }
+        let presented = request
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| bearer(v.as_bytes()));
+        presented
+            .and_then(|token| tokens.tenant_of(token))
+            .ok_or_else(ApiError::unauthorized)
     }
 
     /// Whether `authority` (a `Host` header) names this service.
@@ -174,6 +206,15 @@ pub async fn check(State(guard): State<Arc<Guard>>, request: Request, next: Next
     {
         return preflight(origin);
     }
+    let tenant = match guard
+        .authenticate(&request)
+        .and_then(|tenant| check_shape(&request).map(|()| tenant))
+    {
+        Ok(tenant) => tenant,
+        Err(e) => return closing(e.into_response()),
+    };
+    let mut request = request;
+    request.extensions_mut().insert(tenant);
     let activity = request.extensions().get::<Arc<Activity>>().cloned();
     let request = match read_body(&guard, request).await {
         Ok(request) => request,
@@ -192,10 +233,15 @@ pub async fn check(State(guard): State<Arc<Guard>>, request: Request, next: Next
     }
 }
 
-/// Host, origin, URI length, content type; the allowed origin, if one was sent.
+/// Host and origin; the allowed origin, if one was sent.
 fn admit(guard: &Guard, request: &Request) -> Result<Option<HeaderValue>, ApiError> {
     guard.check_host(request)?;
-    let origin = guard.check_origin(request.headers())?;
+    guard.check_origin(request.headers())
+}
+
+/// URI length and content type: checked once the caller is known, so a
+/// caller without a token learns nothing of them.
+fn check_shape(request: &Request) -> Result<(), ApiError> {
     let uri_len = request
         .uri()
         .path_and_query()
@@ -216,7 +262,7 @@ fn admit(guard: &Guard, request: &Request) -> Result<Option<HeaderValue>, ApiErr
             ));
         }
     }
-    Ok(origin)
+    Ok(())
 }
 
 /// An allowed origin's CORS preflight: JSON may be posted from its pages.
@@ -231,12 +277,22 @@ fn preflight(origin: &HeaderValue) -> Response {
             ),
             (
                 header::ACCESS_CONTROL_ALLOW_HEADERS,
-                HeaderValue::from_static("content-type"),
+                HeaderValue::from_static("authorization, content-type"),
             ),
             (header::VARY, HeaderValue::from_static("origin")),
         ],
     )
         .into_response()
+}
+
+/// The token of an `Authorization: Bearer TOKEN` header value.
+fn bearer(value: &[u8]) -> Option<&[u8]> {
+    let scheme = value.get(..7)?;
+    if !scheme.eq_ignore_ascii_case(b"bearer ") {
+        return None;
+    }
+    let token = value.get(7..)?.trim_ascii();
+    (!token.is_empty()).then_some(token)
 }
 
 fn has_body(headers: &HeaderMap) -> bool {
@@ -343,7 +399,8 @@ impl HttpBody for Working {
 }
 
 /// Rewrites every error answer that is not JSON yet (a rejection from axum's
-/// extractors, a bare status) as `{"error": "..."}`, keeping status and headers.
+/// extractors, a bare status) as `{"error": {"code", "message"}}`, keeping
+/// status and headers.
 pub async fn json_errors(response: Response) -> Response {
     let status = response.status();
     let is_error = status.is_client_error() || status.is_server_error();
@@ -369,5 +426,5 @@ pub async fn json_errors(response: Response) -> Response {
     };
     parts.headers.remove(header::CONTENT_LENGTH);
     parts.headers.remove(header::CONTENT_TYPE);
-    (parts, axum::Json(serde_json::json!({ "error": message }))).into_response()
+    (parts, axum::Json(error_body(status, &message, None))).into_response()
 }

@@ -2,16 +2,20 @@
 
 use std::time::Duration;
 
+use std::sync::Arc;
+
+use super::agents::Agents;
 use super::allowed::{AllowedHost, AllowedOrigin};
 use super::events::ReplayLimits;
 use super::serve;
 use super::streams::StreamLimits;
+use super::tenants::Tokens;
 
 const KIB: usize = 1024;
 const MIB: usize = 1024 * KIB;
 
 /// Who may call the service, and how much it takes in. The default suits a
-/// service on localhost; `main.rs` sets the fields from its flags.
+/// service on localhost without tokens; the embedder sets the fields.
 #[derive(Debug, Clone, Default)]
 pub struct ServiceConfig {
     /// Host names answered besides the bound address (`--allow-host`).
@@ -23,6 +27,13 @@ pub struct ServiceConfig {
     /// What `GET /metrics` serves: the metrics whose layer is in the process's
     /// subscriber (`main.rs` installs it); `None` answers 404.
     pub metrics: Option<agentry::metrics::Metrics>,
+    /// The bearer tokens every route but `/healthz` needs, and the tenants
+    /// they stand for; `None`: no token is asked for and every caller is
+    /// anyone (`--no-auth`, loopback only).
+    pub tokens: Option<Tokens>,
+    /// The operator's named agents (`POST /runs {"agent": ...}`); `None`:
+    /// inline tasks only.
+    pub agents: Option<Arc<dyn Agents>>,
 }
 
 /// What the service holds for its clients, at most (each has a flag, see `main.rs`).

@@ -14,21 +14,13 @@ pub struct AllowedHost {
 }
 
 /// Why an `--allow-host` or `--allow-origin` value was refused.
-#[derive(Debug, thiserror::Error)]
-pub enum AllowError {
-    /// Not `NAME` or `NAME:PORT`.
-    #[error("{0:?}: expected a host name, or NAME:PORT")]
-    Host(String),
-    /// Not `scheme://host[:port]`.
-    #[error("{0:?}: expected an origin, scheme://host or scheme://host:port (no path)")]
-    Origin(String),
-}
+pub type AllowError = super::error::ServeError;
 
 impl FromStr for AllowedHost {
     type Err = AllowError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let refused = || AllowError::Host(s.to_string());
+        let refused = || AllowError::AllowHost(s.to_string());
         let authority: Authority = s.parse().map_err(|_| refused())?;
         if authority.as_str().contains('@') || authority.host().is_empty() {
             return Err(refused());
@@ -48,7 +40,7 @@ impl FromStr for AllowedOrigin {
     type Err = AllowError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let refused = || AllowError::Origin(s.to_string());
+        let refused = || AllowError::AllowOrigin(s.to_string());
         let trimmed = s.strip_suffix('/').unwrap_or(s);
         let uri: axum::http::Uri = trimmed.parse().map_err(|_| refused())?;
         let plain = matches!(uri.scheme_str(), Some("http" | "https"))

@@ -12,10 +12,12 @@ use axum::http::StatusCode;
 use tempfile::TempDir;
 use tokio::sync::broadcast;
 
+use super::agents::{Launched, RunMeta};
 use super::config::ServiceConfig;
 use super::error::ApiError;
 use super::events::{self, EventLog};
 use super::streams::Streams;
+use super::tenants::Tenant;
 
 /// The service's state: one runtime, and every run it started. Cheap to clone.
 #[derive(Debug, Clone)]
@@ -40,6 +42,8 @@ pub(super) struct RunEntry {
     /// The run's W3C traceparent (its trace id joins the request's
     /// `traceparent` header when that was valid), shown by `GET /runs/{id}`.
     pub(super) traceparent: String,
+    /// Whose run it is, of which agent, on which model.
+    pub(super) meta: RunMeta,
     /// Held only so the directory outlives the run (dropping it deletes it).
     /// `None` for a durable run: its directory must outlive the process too.
     _workdir: Option<TempDir>,
@@ -105,9 +109,13 @@ pub(super) fn live(id: &str, run: Run) -> Result<RunHandle, ApiError> {
 
 impl App {
     /// A service starting runs on `runtime`, with the default [`ServiceConfig`].
-    #[allow(dead_code)] // main.rs always passes its flags; the tests use this
     pub fn new(runtime: Runtime) -> Self {
         App::with_config(runtime, ServiceConfig::default())
+    }
+
+    /// The runtime inline tasks run on (on the service's store, if it has one).
+    pub fn runtime(&self) -> &Runtime {
+        &self.runtime
     }
 
     /// A service starting runs on `runtime`, taking what `config` allows.
@@ -121,12 +129,18 @@ impl App {
         }
     }
 
-    /// A service with a store: resumes every unfinished run of it (their policy
-    /// is the inline script each was created with). Returns the resumed ids.
+    /// A service with a store: resumes every unfinished run of it that was
+    /// an inline task (its policy is the script it was created with).
+    /// Returns the resumed ids; runs of named agents are left to the
+    /// embedder (`agentry serve` resumes them as `agentry resume` does).
     pub async fn resume_unfinished(&self) -> Result<Vec<String>, agentry::RuntimeError> {
         let mut resumed = Vec::new();
         for run in self.runtime.unfinished_runs().await? {
             let config = self.runtime.stored_config(&run.run_id).await?;
+            let meta = RunMeta::stored(&config);
+            if meta.agent.is_some() {
+                continue;
+            }
             let script = match &config.policy_spec {
                 Some(StoredPolicy::Root(RootSpec {
                     script: Some(script),
@@ -147,15 +161,22 @@ impl App {
                 }
             };
             tracing::info!(run_id = %run.run_id, "run resumed");
-            self.follow(handle, None);
+            self.follow(handle, None, meta);
             resumed.push(run.run_id);
         }
         Ok(resumed)
     }
 
+    /// Enters a run the embedder started or resumed (a named agent's) in the
+    /// table, as its own runs are: shown, streamed and taking input for the
+    /// tenant in its meta only.
+    pub fn adopt(&self, launched: Launched) {
+        self.follow(launched.handle, None, launched.meta);
+    }
+
     /// Enters a just-started run in the table and copies its events into its log
     /// until it stops; then only its outcome is kept.
-    pub(super) fn follow(&self, handle: RunHandle, workdir: Option<TempDir>) {
+    pub(super) fn follow(&self, handle: RunHandle, workdir: Option<TempDir>, meta: RunMeta) {
         // The first subscription sees every event from the start of the run.
         let events = handle.subscribe();
         let log = EventLog::new(self.config.limits.replay);
@@ -165,6 +186,7 @@ impl App {
             log: Arc::clone(&log),
             input_bytes: AtomicU64::new(0),
             traceparent: handle.traceparent(),
+            meta,
             _workdir: workdir,
         };
         self.runs
@@ -192,7 +214,7 @@ impl App {
     /// The run stopped: keep its outcome, drop its handle; forget the oldest
     /// stopped runs past `keep_stopped`.
     fn retire(&self, id: &str, outcome: RunOutcome) {
-        let Ok(entry) = self.run(id) else {
+        let Some(entry) = self.entry(id) else {
             return;
         };
         *entry.run.lock().unwrap_or_else(PoisonError::into_inner) = Run::Stopped(Arc::new(outcome));
@@ -216,11 +238,29 @@ impl App {
         }
     }
 
-    pub(super) fn run(&self, id: &str) -> Result<Arc<RunEntry>, ApiError> {
+    fn entry(&self, id: &str) -> Option<Arc<RunEntry>> {
         // Entries are only ever inserted whole, so a poisoned table is still consistent.
         let runs = self.runs.read().unwrap_or_else(PoisonError::into_inner);
-        runs.get(id)
-            .cloned()
-            .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, format!("no run with id {id:?}")))
+        runs.get(id).cloned()
+    }
+
+    /// The run `id` of `tenant`; another tenant's run is the same 404 as a
+    /// run that does not exist (same body, and found the same way).
+    pub(super) fn run(&self, tenant: &Tenant, id: &str) -> Result<Arc<RunEntry>, ApiError> {
+        self.entry(id)
+            .filter(|entry| entry.meta.tenant() == *tenant)
+            .ok_or_else(|| ApiError::no_such_run(id))
+    }
+
+    /// The runs of `tenant`, by id.
+    pub(super) fn runs_of(&self, tenant: &Tenant) -> Vec<(String, Arc<RunEntry>)> {
+        let runs = self.runs.read().unwrap_or_else(PoisonError::into_inner);
+        let mut mine: Vec<(String, Arc<RunEntry>)> = runs
+            .iter()
+            .filter(|(_, entry)| entry.meta.tenant() == *tenant)
+            .map(|(id, entry)| (id.clone(), Arc::clone(entry)))
+            .collect();
+        mine.sort_by(|a, b| a.0.cmp(&b.0));
+        mine
     }
 }

@@ -3,7 +3,7 @@
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{Path, State};
+use axum::extract::{Extension, Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 use super::body::{body_bytes, object, string_field};
 use super::error::ApiError;
 use super::table::{App, RunEntry, live};
+use super::tenants::Tenant;
 
 fn accepted(id: &str) -> Response {
     (
@@ -35,10 +36,11 @@ fn refused(
 
 pub(super) async fn send_message(
     State(app): State<App>,
+    Extension(tenant): Extension<Tenant>,
     Path(id): Path<String>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let run = app.run(&id)?;
+    let run = app.run(&tenant, &id)?;
     let bytes = body_bytes(body)?;
     let fields = object(&bytes, &["text"])?;
     let text = string_field(&fields, "text", true)?.unwrap_or_default();
@@ -51,10 +53,11 @@ pub(super) async fn send_message(
 
 pub(super) async fn inject_event(
     State(app): State<App>,
+    Extension(tenant): Extension<Tenant>,
     Path(id): Path<String>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let run = app.run(&id)?;
+    let run = app.run(&tenant, &id)?;
     let bytes = body_bytes(body)?;
     let mut fields = object(&bytes, &["name", "payload"])?;
     let name = string_field(&fields, "name", true)?.unwrap_or_default();
@@ -95,10 +98,11 @@ impl Action {
 /// (an input like a message, so it counts against the run's input limit).
 pub(super) async fn interrupt(
     State(app): State<App>,
+    Extension(tenant): Extension<Tenant>,
     Path(id): Path<String>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let run = app.run(&id)?;
+    let run = app.run(&tenant, &id)?;
     let bytes = body_bytes(body)?;
     let fields = object(&bytes, &["action", "message"])?;
     let name = string_field(&fields, "action", true)?.unwrap_or_default();
@@ -133,10 +137,11 @@ pub(super) async fn interrupt(
 
 pub(super) async fn decide(
     State(app): State<App>,
+    Extension(tenant): Extension<Tenant>,
     Path((id, call_id)): Path<(String, String)>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let run = app.run(&id)?;
+    let run = app.run(&tenant, &id)?;
     let fields = object(&body_bytes(body)?, &["decision", "reason"])?;
     let decision = string_field(&fields, "decision", true)?.unwrap_or_default();
     let reason = string_field(&fields, "reason", false)?;
@@ -169,10 +174,11 @@ fn decided(id: &str, call_id: &str, decision: &str, seq: u64) -> Response {
 /// "retry" | "skip"}`.
 pub(super) async fn settle(
     State(app): State<App>,
+    Extension(tenant): Extension<Tenant>,
     Path((id, call_id)): Path<(String, String)>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let run = app.run(&id)?;
+    let run = app.run(&tenant, &id)?;
     let fields = object(&body_bytes(body)?, &["decision"])?;
     let decision = string_field(&fields, "decision", true)?.unwrap_or_default();
     let settlement: agentry::Settlement = decision

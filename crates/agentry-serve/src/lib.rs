@@ -1,13 +1,17 @@
-//! The HTTP service: routes, the table of runs, and JSON errors.
+//! agentry as an HTTP service: routes, the table of runs, tenants, and JSON
+//! errors — the library behind `agentry serve` (the CLI adds serve.toml's
+//! agents and models, the store, logging and signals; `examples/service`
+//! embeds it with flags).
 //!
-//! Kept apart from `main.rs` (arguments, logging, signals) so the integration test
-//! (`tests/suite/service/`) runs this very router on a real TCP listener.
 //! Every request first passes `guard.rs` (who may call, what it may send);
 //! connections are accepted and bounded by `serve.rs`; a stopped run keeps its
 //! outcome and a bounded history (`events.rs`) only.
 //!
 //! ```text
+//! GET  /healthz                       200 {"status": "ok"} (no token needed)
 //! POST /runs                          task fields + script + files → 201 {"run_id"}
+//!                                     or {"agent", "input", "files", "budget", "tools"}
+//! GET  /runs                          the caller's runs
 //! GET  /runs/{id}                     status, steps, pending approvals, outcome
 //! POST /runs/{id}/messages            {"text"}                     → 202
 //! POST /runs/{id}/events              {"name", "payload"}          → 202
@@ -19,54 +23,68 @@
 //! GET  /metrics                       Prometheus metrics (OpenMetrics text)
 //! ```
 //!
+//! Every error is `{"error": {"code", "message", "field"?}}`. With tokens
+//! configured ([`Tokens`]) every route but `/healthz` needs `Authorization:
+//! Bearer TOKEN`; a run belongs to the tenant that created it, and any other
+//! tenant gets the 404 of a run that does not exist.
+//!
+//! ```no_run
+//! # async fn serve() -> Result<(), Box<dyn std::error::Error>> {
+//! // Inline scripted tasks for anyone who reaches loopback; `agentry serve`
+//! // adds tokens (`ServiceConfig::tokens`) and named agents (`Agents`).
+//! let app = agentry_serve::App::new(agentry::Runtime::with_builtins()?);
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
+//! app.serve(listener, std::future::pending()).await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! Layout, leaves first (each file names only files above it):
 //!
 //! ```text
 //! error.rs    ApiError, the JSON error answer
+//! tenants.rs  bearer tokens and the tenant a request acts for
 //! body.rs     reading a JSON request body
+//! narrow.rs   an agent request's budget and grants, narrowed never widened
 //! allowed.rs  --allow-host and --allow-origin values
 //! streams.rs  open event streams, bounded per run and in total
 //! events.rs   a run's event log and its SSE stream
 //! serve.rs    accepting and bounding connections
 //! config.rs   ServiceConfig and Limits
 //! create.rs   a POST /runs body → task, script and working directory
+//! agents.rs   the operator's named agents (`Agents`, implemented by the CLI)
+//! file.rs     serve.toml, parsed and checked
 //! guard.rs    what every request passes before its route
 //! table.rs    App: the table of runs, following each until it stops
 //! inputs.rs   the routes a live run takes input by
 //! routes.rs   the router, App::serve, and the routes that start and show runs
 //! ```
 
-// Paths relative to this file, so the test can include it with `#[path]` too.
-#[path = "allowed.rs"]
+mod agents;
 mod allowed;
-#[path = "body.rs"]
 mod body;
-#[path = "config.rs"]
 mod config;
-#[path = "create.rs"]
 mod create;
-#[path = "error.rs"]
 mod error;
-#[path = "events.rs"]
 mod events;
-#[path = "guard.rs"]
+mod file;
 mod guard;
-#[path = "inputs.rs"]
 mod inputs;
-#[path = "routes.rs"]
+mod narrow;
 mod routes;
-#[path = "serve.rs"]
 mod serve;
-#[path = "streams.rs"]
 mod streams;
-#[path = "table.rs"]
 mod table;
+mod tenants;
 
+pub use agents::{AgentRun, Agents, Launched, RunMeta};
+pub use allowed::{AllowError, AllowedHost, AllowedOrigin};
+pub use config::{Limits, ServiceConfig};
+pub use create::write_files;
+pub use error::{ApiError, ServeError, code_of};
+pub use events::ReplayLimits;
+pub use file::{AgentEntry, AuthSection, ModelEntry, ServeFile, ServeSection};
+pub use narrow::narrow;
+pub use streams::StreamLimits;
 pub use table::App;
-#[allow(unused_imports)] // main.rs names these; the test including this file only `App`
-pub use {
-    allowed::{AllowedHost, AllowedOrigin},
-    config::{Limits, ServiceConfig},
-    events::ReplayLimits,
-    streams::StreamLimits,
-};
+pub use tenants::{DEFAULT_TENANT, Tenant, Tokens};

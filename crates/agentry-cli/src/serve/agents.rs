@@ -1,0 +1,211 @@
+//! serve.toml's `[agents.NAME]`: each a task directory the operator trusts
+//! (command tools, MCP servers, acceptance), run exactly as `agentry run`
+//! runs it (`run::prepare_with`), on its named model or its own `[policy]`.
+//! A request brings the first user message and files, and may narrow the
+//! budget and grants (`agentry_serve::narrow`); the goal stays the task's.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use agentry::TaskSpec;
+use agentry::protocol::stored_policy::StoredPolicy;
+use agentry_serve::{AgentRun, Agents, ApiError, Launched, RunMeta, ServeFile};
+use axum::http::StatusCode;
+
+use super::error::ServeCliError;
+use crate::args::{DurabilityArg, RunArgs};
+use crate::error::RunError;
+use crate::policy::{describe_policy, load_policy};
+use crate::run::{Prepared, prepare_with};
+
+/// One configured agent: its task, loaded and checked at start.
+#[derive(Debug)]
+struct Agent {
+    task: TaskSpec,
+    model: Option<String>,
+}
+
+/// The operator's agents, and what starting one needs.
+#[derive(Debug)]
+pub(crate) struct ServeAgents {
+    agents: BTreeMap<String, Agent>,
+    file: Arc<ServeFile>,
+    store: PathBuf,
+}
+
+impl ServeAgents {
+    /// Loads every agent's task directory; an error names the agent's key.
+    pub(crate) fn load(
+        file: Arc<ServeFile>,
+        config: &std::path::Path,
+        store: PathBuf,
+    ) -> Result<Self, ServeCliError> {
+        let mut agents = BTreeMap::new();
+        for (name, entry) in &file.agents {
+            let task = TaskSpec::load(&entry.task).map_err(|e| ServeCliError::Agent {
+                config: config.to_path_buf(),
+                key: format!("agents.{name}.task"),
+                message: e.to_string(),
+            })?;
+            if let Some(model) = &entry.model {
+                super::models::check_keys(&file, model).map_err(|e| ServeCliError::Agent {
+                    config: config.to_path_buf(),
+                    key: format!("agents.{name}.model"),
+                    message: e.to_string(),
+                })?;
+            }
+            agents.insert(
+                name.clone(),
+                Agent {
+                    task,
+                    model: entry.model.clone(),
+                },
+            );
+        }
+        Ok(ServeAgents {
+            agents,
+            file,
+            store,
+        })
+    }
+
+    /// `agentry run TASK_DIR --store STORE`, as the service runs it.
+    fn run_args(&self, task: &TaskSpec) -> RunArgs {
+        RunArgs {
+            task_dir: task.dir.clone(),
+            policy: None,
+            base_url: None,
+            fallback: Vec::new(),
+            trace: None,
+            otlp: None,
+            json: true,
+            context_tokens: None,
+            max_steps: None,
+            deadline: None,
+            workdir: None,
+            store: Some(self.store.clone()),
+            no_store: false,
+            durability: DurabilityArg::Strict,
+            run_id: None,
+            approve: Vec::new(),
+        }
+    }
+
+    /// The run's policy and what it stores: the named model's, else the
+    /// task's own.
+    async fn policy(
+        &self,
+        agent: &Agent,
+        args: &RunArgs,
+        meta: &RunMeta,
+    ) -> Result<(crate::policy::LoadedPolicy, StoredPolicy), RunError> {
+        let (loaded, mut root) = match &agent.model {
+            Some(model) => (
+                super::models::named_policy(&self.file, model, &agent.task).await?,
+                super::models::describe(&self.file, model, &agent.task),
+            ),
+            None => {
+                let loaded = load_policy(args, &agent.task).await?;
+                let root = match describe_policy(args, &agent.task) {
+                    StoredPolicy::Root(root) => root,
+                    StoredPolicy::Child(_) | StoredPolicy::Text(_) => Default::default(),
+                };
+                (loaded, root)
+            }
+        };
+        meta.store_in(&mut root);
+        Ok((loaded, StoredPolicy::Root(root)))
+    }
+}
+
+/// A run that could not start: the operator's setup, not the client's request.
+fn not_started(e: &RunError) -> ApiError {
+    let why = match e {
+        RunError::BadInput(e) | RunError::Lost(e) => e.to_string(),
+        RunError::Model(e) => e.to_string(),
+    };
+    ApiError::new(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        format!("the agent's run could not start: {why}"),
+    )
+}
+
+#[async_trait::async_trait]
+impl Agents for ServeAgents {
+    fn has(&self, name: &str) -> bool {
+        self.agents.contains_key(name)
+    }
+
+    async fn launch(&self, run: AgentRun) -> Result<Launched, ApiError> {
+        let Some(agent) = self.agents.get(&run.agent) else {
+            return Err(ApiError::bad_field(
+                "agent",
+                format!("no agent named {:?}", run.agent),
+            ));
+        };
+        // Checked before anything is made: a refused request leaves nothing.
+        let mut probe = agent.task.run_config(PathBuf::new());
+        agentry_serve::narrow(&mut probe, run.budget.as_ref(), run.tools.as_ref())?;
+        let meta = RunMeta {
+            agent: Some(run.agent.clone()),
+            model: agent.model.clone(),
+            ..RunMeta::of_tenant(&run.tenant)
+        };
+        let args = self.run_args(&agent.task);
+        let (loaded, spec) = self
+            .policy(agent, &args, &meta)
+            .await
+            .map_err(|e| not_started(&e))?;
+        let Prepared {
+            runtime,
+            mut config,
+            policy,
+            mcp,
+            ..
+        } = prepare_with(&args, agent.task.clone(), loaded, spec)
+            .await
+            .map_err(|e| not_started(&e))?;
+        agentry_serve::narrow(&mut config, run.budget.as_ref(), run.tools.as_ref())?;
+        config.traceparent = run.traceparent;
+        config.inbox_capacity = run.inbox_capacity;
+        let dir = config.workdir.clone();
+        let started = match write(run.files, dir.clone()).await {
+            Ok(()) => runtime
+                .start_boxed(config, policy)
+                .await
+                .map_err(|e| ApiError::internal(format!("the agent's run could not start: {e}"))),
+            Err(e) => Err(e),
+        };
+        let handle = match started {
+            Ok(handle) => handle,
+            Err(e) => {
+                // Nothing ran: nothing of the request is left behind.
+                mcp.shutdown().await;
+                let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(dir)).await;
+                return Err(e);
+            }
+        };
+        if let Some(input) = run.input {
+            // The first user message; the run's inbox is empty, so it is taken.
+            handle.send_message(input).map_err(ApiError::from_runtime)?;
+        }
+        // The task's MCP servers live as long as its run.
+        let ended = handle.clone();
+        tokio::spawn(async move {
+            let _ = ended.wait().await;
+            mcp.shutdown().await;
+        });
+        Ok(Launched { handle, meta })
+    }
+}
+
+/// Writes a request's files into the run's working directory (blocking).
+async fn write(files: Option<serde_json::Value>, dir: PathBuf) -> Result<(), ApiError> {
+    let Some(files) = files else {
+        return Ok(());
+    };
+    tokio::task::spawn_blocking(move || agentry_serve::write_files(&dir, files))
+        .await
+        .map_err(|e| ApiError::internal(format!("writing the files failed: {e}")))?
+}

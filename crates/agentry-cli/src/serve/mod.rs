@@ -1,0 +1,144 @@
+//! `agentry serve`: the HTTP service (`agentry-serve`) as a product. It reads
+//! serve.toml (the operator's agents and models, the tokens file), refuses
+//! to start without a token unless `--no-auth` (then loopback only), puts
+//! every run in the store (the default one unless `--store`), resumes the
+//! store's unfinished runs, and serves until ctrl-c or SIGTERM, leaving
+//! running runs in the store for the next start.
+//!
+//! - `error`: `ServeCliError`, why it does not serve.
+//! - `models`: a `[models.NAME]` chain as a run's policy.
+//! - `agents`: `[agents.NAME]`, started as `agentry run` starts a task.
+//! - `resume`: the agents' unfinished runs, resumed as `agentry resume` does.
+
+mod agents;
+mod error;
+mod models;
+mod resume;
+
+pub(crate) use error::ServeCliError;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use agentry::{Durability, Runtime};
+use agentry_serve::{App, DEFAULT_TENANT, ServeError, ServeFile, ServiceConfig, Tokens};
+
+use crate::args::ServeArgs;
+use crate::store::{default_store, open_sqlite};
+
+/// The address served when neither `--addr` nor `[serve] addr` names one.
+const DEFAULT_ADDR: &str = "127.0.0.1:8080";
+
+/// The environment variable a token (for the tenant `default`) may come from.
+const TOKEN_ENV: &str = "AGENTRY_TOKEN";
+
+/// Serves until ctrl-c or SIGTERM.
+pub(crate) async fn serve(args: ServeArgs) -> Result<(), ServeCliError> {
+    let (file, config_path) = match &args.config {
+        Some(path) => (ServeFile::load(path)?, path.clone()),
+        None => (ServeFile::default(), PathBuf::from("serve.toml")),
+    };
+    let file = Arc::new(file);
+    let tokens = tokens(&file)?;
+    let addr = args.addr.or(file.serve.addr).unwrap_or_else(|| {
+        DEFAULT_ADDR
+            .parse()
+            .unwrap_or(SocketAddr::from(([127, 0, 0, 1], 8080)))
+    });
+    match (&tokens, args.no_auth) {
+        (None, false) => return Err(ServeCliError::NoToken),
+        (None, true) if !addr.ip().is_loopback() => return Err(ServeCliError::NotLoopback(addr)),
+        (Some(_), _) | (None, true) => {}
+    }
+    let store = store_path(args.store.as_ref())?;
+    let agents = agents::ServeAgents::load(Arc::clone(&file), &config_path, store.clone())?;
+    let runtime = Runtime::with_builtins()
+        .and_then(|rt| rt.with_store(open_sqlite(&store)?, Durability::Strict))
+        .map_err(ServeCliError::Store)?;
+    eprintln!("agentry: serve: runs are stored in {}", store.display());
+    let app = App::with_config(
+        runtime,
+        ServiceConfig {
+            tokens,
+            agents: Some(Arc::new(agents)),
+            ..ServiceConfig::default()
+        },
+    );
+    let inline = app
+        .resume_unfinished()
+        .await
+        .map_err(ServeCliError::Store)?;
+    let named = resume::resume_agents(&app, &file, &store).await;
+    if inline.len() + named > 0 {
+        eprintln!(
+            "agentry: serve: resumed {} unfinished runs",
+            inline.len() + named
+        );
+    }
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| ServeCliError::Listen { addr, source })?;
+    let bound = listener
+        .local_addr()
+        .map_err(|source| ServeCliError::Listen { addr, source })?;
+    eprintln!("agentry: serve: listening on http://{bound}");
+    let stop = shutdown_signal();
+    // Durable runs are left as they are: the next start resumes them.
+    if let Err(e) = app.serve(listener, stop).await {
+        eprintln!("agentry: serve: {e}");
+    }
+    Ok(())
+}
+
+/// The tokens of `[auth] tokens_file` and `AGENTRY_TOKEN`; `None` when
+/// neither gives one.
+fn tokens(file: &ServeFile) -> Result<Option<Tokens>, ServeError> {
+    let mut tokens = match &file.auth.tokens_file {
+        Some(path) => Tokens::load(path)?,
+        None => Tokens::default(),
+    };
+    if let Some(token) = std::env::var_os(TOKEN_ENV) {
+        let token = token
+            .into_string()
+            .map_err(|_| ServeError::TokenEnv("not UTF-8"))?;
+        tokens = tokens.with_token(DEFAULT_TENANT, &token)?;
+    }
+    Ok((!tokens.is_empty()).then_some(tokens))
+}
+
+/// `--store`, else the default store (its directory made, private).
+fn store_path(store: Option<&PathBuf>) -> Result<PathBuf, ServeCliError> {
+    let path = match store {
+        Some(path) => path.clone(),
+        None => default_store().map_err(ServeCliError::Store)?,
+    };
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).map_err(|e| {
+            ServeCliError::Store(
+                agentry::store::StoreError::Open {
+                    path: path.display().to_string(),
+                    message: e.to_string(),
+                }
+                .into(),
+            )
+        })?;
+    }
+    Ok(std::path::absolute(&path).unwrap_or(path))
+}
+
+/// Ctrl-c or SIGTERM (what service managers and containers send).
+async fn shutdown_signal() {
+    let term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate());
+    match term {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}

@@ -1,0 +1,114 @@
+//! On start, the named agents' unfinished runs resume as `agentry resume`
+//! resumes a run (its task's runtime and MCP servers rebuilt, the processes
+//! an earlier attempt left fenced, its policy rebuilt: a named model from
+//! serve.toml by name, else the policy it stored); inline tasks' runs are
+//! `agentry_serve::App::resume_unfinished`'s.
+
+use std::path::Path;
+
+use agentry::{RunConfig, TaskSpec};
+use agentry_serve::{App, Launched, RunMeta, ServeFile};
+
+use crate::args::{DurabilityArg, ResumeArgs};
+use crate::error::RunError;
+use crate::policy::LoadedPolicy;
+use crate::resume::{Rebuilt, policy_for, runtime_for};
+use crate::store::open_sqlite;
+
+/// Resumes every unfinished run of a named agent in `app`'s store; a run that
+/// cannot resume is reported and left in the store. Returns how many resumed.
+pub(crate) async fn resume_agents(app: &App, file: &ServeFile, store: &Path) -> usize {
+    let runs = match app.runtime().unfinished_runs().await {
+        Ok(runs) => runs,
+        Err(e) => {
+            eprintln!("agentry: serve: cannot list the unfinished runs: {e}");
+            return 0;
+        }
+    };
+    let mut resumed = 0;
+    for run in runs {
+        let Ok(config) = app.runtime().stored_config(&run.run_id).await else {
+            continue;
+        };
+        let meta = RunMeta::stored(&config);
+        if meta.agent.is_none() {
+            continue;
+        }
+        match resume_one(file, store, &run.run_id, &config, &meta).await {
+            Ok(launched) => {
+                eprintln!("agentry: serve: resumed run {}", run.run_id);
+                app.adopt(launched);
+                resumed += 1;
+            }
+            Err(e) => {
+                let why = match e {
+                    RunError::BadInput(e) | RunError::Lost(e) => e.to_string(),
+                    RunError::Model(e) => e.to_string(),
+                };
+                eprintln!("agentry: serve: run {} not resumed: {why}", run.run_id);
+            }
+        }
+    }
+    resumed
+}
+
+async fn resume_one(
+    file: &ServeFile,
+    store: &Path,
+    run_id: &str,
+    config: &RunConfig,
+    meta: &RunMeta,
+) -> Result<Launched, RunError> {
+    let Rebuilt { runtime, mcp } = runtime_for(config).await?;
+    let runtime = runtime
+        .with_store(
+            open_sqlite(store).map_err(RunError::BadInput)?,
+            agentry::Durability::Strict,
+        )
+        .map_err(RunError::BadInput)?;
+    let LoadedPolicy { policy, children } = match &meta.model {
+        Some(name) if file.models.contains_key(name) => {
+            let dir = crate::policy::stored_task_dir(config).ok_or_else(|| {
+                RunError::BadInput(agentry::RuntimeError::NotResumable {
+                    run_id: run_id.to_string(),
+                    message: "its task directory is gone".into(),
+                })
+            })?;
+            let task = TaskSpec::load(&dir)?;
+            super::models::named_policy(file, name, &task).await?
+        }
+        Some(_) | None => policy_for(&resume_args(run_id, store), config).await?,
+    };
+    let runtime = match children {
+        Some(factory) => runtime.with_child_policy(factory),
+        None => runtime,
+    };
+    let handle = runtime
+        .resume_boxed(run_id, policy)
+        .await
+        .map_err(RunError::BadInput)?;
+    let ended = handle.clone();
+    tokio::spawn(async move {
+        let _ = ended.wait().await;
+        mcp.shutdown().await;
+    });
+    Ok(Launched {
+        handle,
+        meta: meta.clone(),
+    })
+}
+
+/// `agentry resume RUN_ID --store STORE`, with the stored policy.
+fn resume_args(run_id: &str, store: &Path) -> ResumeArgs {
+    ResumeArgs {
+        run_id: run_id.to_string(),
+        store: Some(store.to_path_buf()),
+        decide: Vec::new(),
+        policy: None,
+        base_url: None,
+        fallback: Vec::new(),
+        otlp: None,
+        json: true,
+        durability: DurabilityArg::Strict,
+    }
+}

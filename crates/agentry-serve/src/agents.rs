@@ -1,0 +1,114 @@
+//! The operator's named agents: `POST /runs {"agent": NAME, ...}` starts one
+//! through an [`Agents`] the embedder gives (`agentry serve` builds its
+//! agents from serve.toml's task directories and models); and [`RunMeta`],
+//! what the service keeps with a run in the store (its tenant, agent and
+//! model), so that a restarted service knows whose run it is.
+
+use agentry::protocol::stored_policy::{RootSpec, StoredPolicy};
+use agentry::{RunConfig, RunHandle};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use super::error::ApiError;
+use super::tenants::Tenant;
+
+/// The key of [`RootSpec::other`] the service's [`RunMeta`] is stored under.
+const META_KEY: &str = "serve";
+
+/// What the service keeps with each run: who created it, of which agent, on
+/// which named model.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunMeta {
+    /// The tenant that created the run (none without tokens).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
+    /// The named agent the run is of (none for an inline task).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+    /// The named model the run is on (none for a scripted policy).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+}
+
+impl RunMeta {
+    /// The meta a run of `tenant` starts with.
+    pub fn of_tenant(tenant: &Tenant) -> RunMeta {
+        RunMeta {
+            tenant: tenant.name().map(str::to_string),
+            ..RunMeta::default()
+        }
+    }
+
+    /// The tenant the run belongs to.
+    pub fn tenant(&self) -> Tenant {
+        match &self.tenant {
+            Some(name) => Tenant::named(name),
+            None => Tenant::anyone(),
+        }
+    }
+
+    /// Writes this meta into the run's stored policy description.
+    pub fn store_in(&self, spec: &mut RootSpec) {
+        if let Ok(value) = serde_json::to_value(self) {
+            spec.other.insert(META_KEY.to_string(), value);
+        }
+    }
+
+    /// The meta a stored run carries (empty for a run stored without one).
+    pub fn stored(config: &RunConfig) -> RunMeta {
+        match &config.policy_spec {
+            Some(StoredPolicy::Root(root)) => root
+                .other
+                .get(META_KEY)
+                .and_then(|v| serde_json::from_value(v.clone()).ok())
+                .unwrap_or_default(),
+            Some(StoredPolicy::Child(_) | StoredPolicy::Text(_)) | None => RunMeta::default(),
+        }
+    }
+}
+
+/// A request to start a run of a named agent, checked for its shape only:
+/// the [`Agents`] narrows the agent's budget and grants with it
+/// ([`narrow`](crate::narrow)) and writes its files
+/// ([`write_files`](crate::write_files)).
+#[derive(Debug, Clone)]
+pub struct AgentRun {
+    /// The agent's name.
+    pub agent: String,
+    /// The first user message.
+    pub input: Option<String>,
+    /// Files for the working directory: relative path → content.
+    pub files: Option<Value>,
+    /// Budget limits, each at most the agent's.
+    pub budget: Option<Map<String, Value>>,
+    /// `{"grant": [...]}`, a subset of the agent's grants.
+    pub tools: Option<Map<String, Value>>,
+    /// Who asks.
+    pub tenant: Tenant,
+    /// The request's valid W3C `traceparent`, if any.
+    pub traceparent: Option<String>,
+    /// The inbox capacity the service gives every run.
+    pub inbox_capacity: usize,
+}
+
+/// A started run of a named agent.
+#[derive(Debug)]
+pub struct Launched {
+    /// The run.
+    pub handle: RunHandle,
+    /// What the service shows and keeps of it.
+    pub meta: RunMeta,
+}
+
+/// The operator's named agents.
+#[async_trait::async_trait]
+pub trait Agents: Send + Sync + std::fmt::Debug {
+    /// Whether an agent of this name exists.
+    fn has(&self, name: &str) -> bool;
+
+    /// Starts a run of `run.agent`: 400 (naming the field) for a request
+    /// that would widen the agent's budget or grants, 500 when the run cannot
+    /// start. The run's working directory outlives the process (the run is
+    /// durable).
+    async fn launch(&self, run: AgentRun) -> Result<Launched, ApiError>;
+}
