@@ -97,6 +97,30 @@ pub struct ModelEntry {
 /// The providers a model may name.
 pub const PROVIDERS: &[&str] = &["openai", "anthropic"];
 
+/// A serve.toml key that is wrong, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BadKey {
+    /// The key (`agents.x.model`), or `(file)` when none can be named.
+    pub key: String,
+    /// What is wrong with it.
+    pub message: String,
+}
+
+impl BadKey {
+    fn new(key: impl Into<String>, message: impl Into<String>) -> BadKey {
+        BadKey {
+            key: key.into(),
+            message: message.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for BadKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.key, self.message)
+    }
+}
+
 impl ServeFile {
     /// Reads and checks serve.toml.
     pub fn load(path: &Path) -> Result<ServeFile, ServeError> {
@@ -105,22 +129,22 @@ impl ServeFile {
             source,
         })?;
         let dir = path.parent().unwrap_or(Path::new("."));
-        ServeFile::parse(&text, dir).map_err(|(key, message)| ServeError::Config {
+        ServeFile::parse(&text, dir).map_err(|bad| ServeError::Config {
             path: path.to_path_buf(),
-            key,
-            message,
+            key: bad.key,
+            message: bad.message,
         })
     }
 
-    /// serve.toml's text; relative paths are joined to `dir`. An error is the
-    /// key at fault and what is wrong.
-    pub fn parse(text: &str, dir: &Path) -> Result<ServeFile, (String, String)> {
+    /// serve.toml's text; relative paths are joined to `dir`. An error names
+    /// the key at fault and what is wrong.
+    pub fn parse(text: &str, dir: &Path) -> Result<ServeFile, BadKey> {
         let raw: RawFile = toml::from_str(text).map_err(|e| {
             let key = e.span().map_or_else(
                 || "(file)".to_string(),
                 |span| key_at(text, span.start, e.message()),
             );
-            (key, e.message().trim().to_string())
+            BadKey::new(key, e.message().trim())
         })?;
         let mut file = ServeFile {
             serve: raw.serve,
@@ -135,19 +159,19 @@ impl ServeFile {
 
     /// What serde cannot say: names that must name something, values that
     /// must be in range.
-    fn check(&self) -> Result<(), (String, String)> {
+    fn check(&self) -> Result<(), BadKey> {
         let names = self.agents.keys().map(|n| format!("agents.{n}"));
         let names = names.chain(self.models.keys().map(|n| format!("models.{n}")));
         for key in names {
             if !key.split_once('.').is_some_and(|(_, n)| valid_name(n)) {
-                return Err((key, "a name is letters, digits, '-' and '_'".into()));
+                return Err(BadKey::new(key, "a name is letters, digits, '-' and '_'"));
             }
         }
         for (name, agent) in &self.agents {
             if let Some(model) = &agent.model
                 && !self.models.contains_key(model)
             {
-                return Err((
+                return Err(BadKey::new(
                     format!("agents.{name}.model"),
                     format!("{model:?} is not a [models.*] table of this file"),
                 ));
@@ -156,7 +180,7 @@ impl ServeFile {
         for (name, model) in &self.models {
             let key = |field: &str| format!("models.{name}.{field}");
             if !PROVIDERS.contains(&model.provider.as_str()) {
-                return Err((
+                return Err(BadKey::new(
                     key("provider"),
                     format!(
                         "{:?}: expected one of {}",
@@ -166,24 +190,24 @@ impl ServeFile {
                 ));
             }
             if model.model.trim().is_empty() {
-                return Err((key("model"), "must not be empty".into()));
+                return Err(BadKey::new(key("model"), "must not be empty"));
             }
             if model.context_tokens == Some(0) {
-                return Err((key("context_tokens"), "must be positive".into()));
+                return Err(BadKey::new(key("context_tokens"), "must be positive"));
             }
             if model
                 .api_key_env
                 .as_deref()
                 .is_some_and(|v| v.trim().is_empty())
             {
-                return Err((
+                return Err(BadKey::new(
                     key("api_key_env"),
-                    "must name an environment variable".into(),
+                    "must name an environment variable",
                 ));
             }
             for other in &model.fallback {
                 if other == name || !self.models.contains_key(other) {
-                    return Err((
+                    return Err(BadKey::new(
                         key("fallback"),
                         format!("{other:?} is not another [models.*] table of this file"),
                     ));
@@ -354,8 +378,8 @@ model = "n"
             ),
             ("[serve\n", "(file)"),
         ] {
-            let (got, message) = ServeFile::parse(text, Path::new("/d")).unwrap_err();
-            assert_eq!(got, key, "{text}: {message}");
+            let bad = ServeFile::parse(text, Path::new("/d")).unwrap_err();
+            assert_eq!(bad.key, key, "{text}: {}", bad.message);
         }
     }
 }

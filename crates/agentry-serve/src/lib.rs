@@ -83,7 +83,7 @@ pub use config::{Limits, ServiceConfig};
 pub use create::write_files;
 pub use error::{ApiError, ServeError, code_of};
 pub use events::ReplayLimits;
-pub use file::{AgentEntry, AuthSection, ModelEntry, ServeFile, ServeSection};
+pub use file::{AgentEntry, AuthSection, BadKey, ModelEntry, ServeFile, ServeSection};
 pub use narrow::narrow;
 pub use streams::StreamLimits;
 pub use table::App;

@@ -75,15 +75,15 @@ impl Tokens {
             line: 0,
             message: e.to_string(),
         })?;
-        Tokens::parse(&text).map_err(|(line, message)| ServeError::Tokens {
+        Tokens::parse(&text).map_err(|bad| ServeError::Tokens {
             path: path.to_path_buf(),
-            line,
-            message,
+            line: bad.line,
+            message: bad.message,
         })
     }
 
-    /// A tokens file's text; an error is the 1-based line and what is wrong.
-    fn parse(text: &str) -> Result<Tokens, (usize, String)> {
+    /// A tokens file's text.
+    fn parse(text: &str) -> Result<Tokens, BadLine> {
         let mut entries = Vec::new();
         for (i, line) in text.lines().enumerate() {
             let line = line.trim();
@@ -93,19 +93,19 @@ impl Tokens {
             let mut words = line.split_whitespace();
             let (Some(tenant), Some(hex_digest), None) = (words.next(), words.next(), words.next())
             else {
-                return Err((i + 1, "expected `TENANT SHA256-HEX`".into()));
+                return Err(BadLine::new(i, "expected `TENANT SHA256-HEX`"));
             };
             if !valid_tenant(tenant) {
-                return Err((
-                    i + 1,
+                return Err(BadLine::new(
+                    i,
                     format!("tenant {tenant:?}: expected letters, digits, '-', '_' or '.'"),
                 ));
             }
             let mut digest = [0u8; 32];
             hex::decode_to_slice(hex_digest, &mut digest).map_err(|_| {
-                (
-                    i + 1,
-                    "expected the token's SHA-256 digest as 64 hex digits (sha256sum of the token), not the token".to_string(),
+                BadLine::new(
+                    i,
+                    "expected the token's SHA-256 digest as 64 hex digits (sha256sum of the token), not the token",
                 )
             })?;
             entries.push(Entry {
@@ -169,6 +169,24 @@ impl Tokens {
     }
 }
 
+/// A tokens file line that does not parse.
+#[derive(Debug)]
+struct BadLine {
+    /// 1-based.
+    line: usize,
+    message: String,
+}
+
+impl BadLine {
+    /// The line at 0-based `index`.
+    fn new(index: usize, message: impl Into<String>) -> BadLine {
+        BadLine {
+            line: index + 1,
+            message: message.into(),
+        }
+    }
+}
+
 fn valid_tenant(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 64
@@ -221,14 +239,14 @@ mod tests {
         let e = Tokens::parse(&format!("acme {}\nglobex plain-token\n", digest("a")))
             .err()
             .unwrap();
-        assert_eq!(e.0, 2);
-        assert!(e.1.contains("SHA-256"), "{}", e.1);
-        assert_eq!(Tokens::parse("acme\n").err().unwrap().0, 1);
+        assert_eq!(e.line, 2);
+        assert!(e.message.contains("SHA-256"), "{}", e.message);
+        assert_eq!(Tokens::parse("acme\n").err().unwrap().line, 1);
         assert_eq!(
             Tokens::parse(&format!("a/b {}\n", digest("a")))
                 .err()
                 .unwrap()
-                .0,
+                .line,
             1
         );
     }

@@ -79,7 +79,7 @@ fn every_serve_toml_in_the_docs_parses() {
         .filter_map(|b| {
             agentry_serve::ServeFile::parse(&b.body, Path::new("/srv"))
                 .err()
-                .map(|(key, message)| format!("{}: {key}: {message}", b.at()))
+                .map(|bad| format!("{}: {bad}", b.at()))
         })
         .collect();
     assert_none("serve.toml blocks that do not parse", &failures);
