@@ -10,17 +10,6 @@ use serde_json::{Map, Value};
 
 use super::error::ApiError;
 
-/// Budget fields a request may set, as task.toml names them.
-const BUDGET_FIELDS: &[&str] = &[
-    "max_steps",
-    "max_tool_calls",
-    "max_tokens",
-    "max_cost",
-    "deadline",
-    "max_retries",
-    "max_ticks",
-];
-
 /// Narrows `config` (the agent's run) by a request's `budget` and `tools`.
 pub fn narrow(
     config: &mut RunConfig,
@@ -36,60 +25,49 @@ pub fn narrow(
     Ok(())
 }
 
+/// Each field is read as task.toml reads `[budget]` (the same names, units
+/// and messages), one at a time so that a refusal names its own field.
 fn narrow_budget(limits: &mut BudgetLimits, budget: &Map<String, Value>) -> Result<(), ApiError> {
     for (name, value) in budget {
         let field = format!("budget.{name}");
-        let slot = match name.as_str() {
-            "max_steps" => &mut limits.max_steps,
-            "max_tool_calls" => &mut limits.max_tool_calls,
-            "max_tokens" => &mut limits.max_tokens,
-            "max_cost" => &mut limits.max_cost_micros,
-            "deadline" => &mut limits.deadline_ms,
-            "max_retries" => &mut limits.max_retries,
-            "max_ticks" => &mut limits.max_ticks,
-            _ => {
-                return Err(ApiError::bad_field(
-                    field,
-                    format!("unknown; expected one of {}", BUDGET_FIELDS.join(", ")),
-                ));
+        let one = Map::from_iter([(name.clone(), value.clone())]);
+        let asked = agentry::task::budget_from_json(one)
+            .map_err(|error| ApiError::bad_field(&field, error.to_string()))?;
+        let slots = [
+            ("max_steps", asked.max_steps, &mut limits.max_steps),
+            (
+                "max_tool_calls",
+                asked.max_tool_calls,
+                &mut limits.max_tool_calls,
+            ),
+            ("max_tokens", asked.max_tokens, &mut limits.max_tokens),
+            (
+                "max_cost",
+                asked.max_cost_micros,
+                &mut limits.max_cost_micros,
+            ),
+            ("deadline", asked.deadline_ms, &mut limits.deadline_ms),
+            ("max_retries", asked.max_retries, &mut limits.max_retries),
+            ("max_ticks", asked.max_ticks, &mut limits.max_ticks),
+        ];
+        for (name, asked, slot) in slots {
+            let Some(asked) = asked else { continue };
+            match *slot {
+                Some(allowed) if asked > allowed => {
+                    return Err(ApiError::bad_field(
+                        field,
+                        format!(
+                            "{} is above the agent's {}; a request may only narrow the budget",
+                            shown(name, asked),
+                            shown(name, allowed)
+                        ),
+                    ));
+                }
+                Some(_) | None => *slot = Some(asked),
             }
-        };
-        let asked = amount(name, value).map_err(|why| ApiError::bad_field(&field, why))?;
-        match *slot {
-            Some(allowed) if asked > allowed => {
-                return Err(ApiError::bad_field(
-                    field,
-                    format!(
-                        "{} is above the agent's {}; a request may only narrow the budget",
-                        shown(name, asked),
-                        shown(name, allowed)
-                    ),
-                ));
-            }
-            Some(_) | None => *slot = Some(asked),
         }
     }
     Ok(())
-}
-
-/// A budget value in the unit the limits keep: a count, micro-units of
-/// money (`max_cost` in units, as task.toml), or milliseconds (`deadline`
-/// as "30s").
-fn amount(name: &str, value: &Value) -> Result<u64, String> {
-    match (name, value) {
-        ("deadline", Value::String(text)) => humantime::parse_duration(text)
-            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-            .map_err(|e| format!("expected a duration such as \"30s\": {e}")),
-        ("max_cost", Value::Number(n)) => match n.as_f64() {
-            Some(x) if x.is_finite() && x >= 0.0 => Ok((x * 1_000_000.0).round() as u64),
-            Some(_) | None => Err(format!("expected a non-negative amount, found {n}")),
-        },
-        (_, Value::Number(n)) => n
-            .as_u64()
-            .filter(|n| *n > 0 || name == "max_retries")
-            .ok_or_else(|| format!("expected a positive integer, found {n}")),
-        (_, other) => Err(format!("expected a number, found {other}")),
-    }
 }
 
 /// A budget value as a request gives it.

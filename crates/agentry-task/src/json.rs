@@ -15,6 +15,9 @@ pub enum JsonTaskError {
         /// What is wrong.
         why: String,
     },
+    /// A value task.toml's checks refuse (the message names the field).
+    #[error("{0}")]
+    Invalid(String),
     /// The task as a whole cannot be written as TOML.
     #[error("the task cannot be written as task.toml: {0}")]
     Toml(#[from] toml::ser::Error),
@@ -29,6 +32,15 @@ pub fn task_toml_from_json(task: Map<String, Value>) -> Result<String, JsonTaskE
         table.insert(key, converted);
     }
     Ok(toml::to_string(&table)?)
+}
+
+/// A `[budget]` table given as JSON (a service request's), checked exactly
+/// as task.toml's is: the same fields, units and messages.
+pub fn budget_from_json(
+    budget: Map<String, Value>,
+) -> Result<agentry_protocol::budget::BudgetLimits, JsonTaskError> {
+    let table = to_toml("budget", Value::Object(budget))?;
+    crate::validate::budget_alone(table).map_err(|e| JsonTaskError::Invalid(e.0))
 }
 
 fn to_toml(at: &str, value: Value) -> Result<toml::Value, JsonTaskError> {

@@ -62,7 +62,7 @@ mod workdir;
 
 pub use command::CommandToolDecl;
 pub use error::TaskError;
-pub use json::{JsonTaskError, task_toml_from_json};
+pub use json::{JsonTaskError, budget_from_json, task_toml_from_json};
 pub use spec::{ChildModelSpec, Compaction, FallbackSpec, TaskSpec};
 
 /// The task file inside a task directory.

@@ -146,6 +146,11 @@ fn budget_table(v: Option<Value>) -> Result<BudgetLimits, FieldError> {
     })
 }
 
+/// A `[budget]` table alone (a service request's, see `json::budget_from_json`).
+pub(crate) fn budget_alone(v: Value) -> Result<BudgetLimits, FieldError> {
+    budget(section("budget", v)?)
+}
+
 fn budget(raw: RawBudget) -> Result<BudgetLimits, FieldError> {
     let opt = |name: &str, v: Option<Value>| {
         v.map(|v| positive(&format!("budget.{name}"), &v))
