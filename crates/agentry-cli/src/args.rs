@@ -431,6 +431,32 @@ pub(crate) struct RunArgs {
     pub(crate) approve: Vec<String>,
 }
 
+impl RunArgs {
+    /// `agentry run TASK_DIR --json` as a server runs a task for a client
+    /// (`agentry mcp`, `agentry serve`): no trace, flags or overrides; the
+    /// caller sets what it decides (store, policy, limits).
+    pub(crate) fn served(task_dir: PathBuf) -> RunArgs {
+        RunArgs {
+            task_dir,
+            policy: None,
+            base_url: None,
+            fallback: Vec::new(),
+            trace: None,
+            otlp: None,
+            json: true,
+            context_tokens: None,
+            max_steps: None,
+            deadline: None,
+            workdir: None,
+            store: None,
+            no_store: false,
+            durability: DurabilityArg::Strict,
+            run_id: None,
+            approve: Vec::new(),
+        }
+    }
+}
+
 /// The parsed `--policy` flag.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum PolicyArg {

@@ -207,22 +207,13 @@ impl ServerRuns {
         deadline: Option<Duration>,
     ) -> RunArgs {
         RunArgs {
-            task_dir,
             policy,
-            base_url: None,
-            fallback: Vec::new(),
-            trace: None,
-            otlp: None,
-            json: true,
-            context_tokens: None,
             max_steps,
             deadline,
-            workdir: None,
             store: self.store.clone(),
             no_store: self.no_store,
             durability: self.durability,
-            run_id: None,
-            approve: Vec::new(),
+            ..RunArgs::served(task_dir)
         }
     }
 

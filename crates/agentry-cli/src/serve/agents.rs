@@ -14,7 +14,7 @@ use agentry_serve::{AgentRun, Agents, ApiError, Launched, RunMeta, ServeFile};
 use axum::http::StatusCode;
 
 use super::error::ServeCliError;
-use crate::args::{DurabilityArg, RunArgs};
+use crate::args::RunArgs;
 use crate::error::RunError;
 use crate::policy::{describe_policy, load_policy};
 use crate::run::{Prepared, prepare_with};
@@ -73,22 +73,8 @@ impl ServeAgents {
     /// `agentry run TASK_DIR --store STORE`, as the service runs it.
     fn run_args(&self, task: &TaskSpec) -> RunArgs {
         RunArgs {
-            task_dir: task.dir.clone(),
-            policy: None,
-            base_url: None,
-            fallback: Vec::new(),
-            trace: None,
-            otlp: None,
-            json: true,
-            context_tokens: None,
-            max_steps: None,
-            deadline: None,
-            workdir: None,
             store: Some(self.store.clone()),
-            no_store: false,
-            durability: DurabilityArg::Strict,
-            run_id: None,
-            approve: Vec::new(),
+            ..RunArgs::served(task.dir.clone())
         }
     }
 
