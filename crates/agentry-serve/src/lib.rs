@@ -21,6 +21,7 @@
 //! POST /runs/{id}/approvals/{call_id} {"decision": approve|deny, "reason"} → 200 {"seq"}
 //! POST /runs/{id}/decisions/{call_id} {"decision": happened|retry|skip} → 200 {"seq"}
 //! GET  /metrics                       Prometheus metrics (OpenMetrics text)
+//! GET  /openapi.json                  this API's OpenAPI 3.1 document
 //! ```
 //!
 //! Every error is `{"error": {"code", "message", "field"?}}`. With tokens
@@ -46,6 +47,7 @@
 //! tenants.rs  bearer tokens and the tenant a request acts for
 //! body.rs     reading a JSON request body
 //! narrow.rs   an agent request's budget and grants, narrowed never widened
+//! openapi.rs  the OpenAPI 3.1 document: body types and one path per route
 //! allowed.rs  --allow-host and --allow-origin values
 //! streams.rs  open event streams, bounded per run and in total
 //! events.rs   a run's event log and its SSE stream
@@ -71,6 +73,7 @@ mod file;
 mod guard;
 mod inputs;
 mod narrow;
+pub mod openapi;
 mod routes;
 mod serve;
 mod streams;

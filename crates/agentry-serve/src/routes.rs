@@ -66,6 +66,7 @@ impl App {
             .route("/runs/{id}/approvals/{call_id}", post(decide))
             .route("/runs/{id}/decisions/{call_id}", post(settle))
             .route("/metrics", get(show_metrics))
+            .route(super::openapi::OPENAPI_PATH, get(show_openapi))
             .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such route") })
             .method_not_allowed_fallback(|| async {
                 ApiError::new(
@@ -297,4 +298,13 @@ async fn show_metrics(State(app): State<App>) -> Result<Response, ApiError> {
         metrics.encode(),
     )
         .into_response())
+}
+
+/// `GET /openapi.json`: the routes' OpenAPI 3.1 document (`openapi.rs`).
+async fn show_openapi() -> Response {
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        super::openapi::document_json(),
+    )
+        .into_response()
 }
