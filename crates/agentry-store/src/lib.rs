@@ -21,6 +21,11 @@
 //! [`Write::Release`]. Whether an owner is still alive is the runtime's call;
 //! the store only makes the claim atomic.
 //!
+//! For a service (schema version 4): [`Store::list`] pages through the root
+//! runs of one tenant newest first ([`RunQuery`]), [`Store::stopped_before`]
+//! finds the runs a retention period has passed, and [`Store::delete_run`]
+//! removes a run and its children, every table's rows, in one transaction.
+//!
 //! # Layout
 //! - `lib.rs`: the [`Store`] trait and its data: [`RunRecord`],
 //!   [`Checkpoint`], [`LedgerEntry`] and [`LedgerState`], [`RunOwner`],
@@ -47,7 +52,7 @@ pub use sqlite::{SqliteOptions, SqliteStore};
 
 /// The schema version this build reads and writes. A store file with a higher
 /// version is refused ([`StoreError::NewerSchema`]), never modified.
-pub const SCHEMA_VERSION: u32 = 3;
+pub const SCHEMA_VERSION: u32 = 4;
 
 /// An envelope's `data` larger than this (serialized JSON bytes) is stored by
 /// reference (sha256 of the bytes) instead of inline.
@@ -364,6 +369,114 @@ impl RunSummary {
     }
 }
 
+/// The tenant and agent of a run an `agentry serve` started, as it keeps
+/// them in the run's policy description (`{"serve": {"tenant", "agent"}}`,
+/// see `agentry_serve::RunMeta`): the keys [`RunQuery`] filters on.
+pub const SERVE_META_KEY: &str = "serve";
+
+/// Which runs [`Store::list`] returns: root runs only (a child is listed with
+/// its tree's root, never on its own), newest first (`created_at_ms`, then
+/// `run_id`, both descending), at most `limit`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RunQuery {
+    /// Whose runs: every root run, or one tenant's ([`SERVE_META_KEY`]'s
+    /// `tenant`; `None` for runs stored without one).
+    pub tenant: TenantFilter,
+    /// Only runs of this named agent.
+    pub agent: Option<String>,
+    /// Only stopped, or only unfinished, runs.
+    pub status: Option<StatusFilter>,
+    /// Only runs listed after this one (the last of the previous page).
+    pub after: Option<RunKey>,
+    /// At most this many.
+    pub limit: usize,
+}
+
+/// Whose runs a [`RunQuery`] lists.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum TenantFilter {
+    /// Every root run.
+    #[default]
+    Any,
+    /// The runs of one tenant (`None`: runs stored without a tenant).
+    Of(Option<String>),
+}
+
+/// Stopped or unfinished.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StatusFilter {
+    /// Runs that have not stopped.
+    Unfinished,
+    /// Runs that stopped.
+    Stopped,
+}
+
+/// Where a run stands in a listing: its creation time, then its id.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct RunKey {
+    /// Created (Unix ms).
+    pub created_at_ms: u64,
+    /// Run id.
+    pub run_id: String,
+}
+
+/// One run of a [`Store::list`] page.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ListedRun {
+    /// Its summary.
+    pub summary: RunSummary,
+    /// Its record's policy description (where a service keeps what it knows
+    /// of the run, [`SERVE_META_KEY`]).
+    pub policy: String,
+}
+
+impl ListedRun {
+    /// Where the run stands in a listing.
+    pub fn key(&self) -> RunKey {
+        RunKey {
+            created_at_ms: self.summary.created_at_ms,
+            run_id: self.summary.run_id.clone(),
+        }
+    }
+
+    /// The string at `field` of the policy description's [`SERVE_META_KEY`]
+    /// object, if there is one.
+    pub fn serve_field(&self, field: &str) -> Option<String> {
+        serve_field(&self.policy, field)
+    }
+}
+
+/// The string at `field` of `policy`'s [`SERVE_META_KEY`] object.
+fn serve_field(policy: &str, field: &str) -> Option<String> {
+    let value: Value = serde_json::from_str(policy).ok()?;
+    value
+        .get(SERVE_META_KEY)?
+        .get(field)?
+        .as_str()
+        .map(str::to_string)
+}
+
+impl RunQuery {
+    /// Whether `run` (a root run) is one this query lists, but for `after`
+    /// and `limit`: the filter of the default [`Store::list`].
+    fn admits(&self, summary: &RunSummary, policy: &str) -> bool {
+        let tenant = match &self.tenant {
+            TenantFilter::Any => true,
+            TenantFilter::Of(tenant) => serve_field(policy, "tenant") == *tenant,
+        };
+        let agent = self
+            .agent
+            .as_ref()
+            .is_none_or(|agent| serve_field(policy, "agent").as_ref() == Some(agent));
+        let status = match self.status {
+            None => true,
+            Some(StatusFilter::Stopped) => !summary.unfinished(),
+            Some(StatusFilter::Unfinished) => summary.unfinished(),
+        };
+        tenant && agent && status
+    }
+}
+
 /// Why a store operation failed. Every variant names the store (its path) and
 /// says what is wrong in words a user can act on.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -455,4 +568,54 @@ pub trait Store: Send + Sync + 'static {
 
     /// Where the store lives, for messages (a path, a URL).
     fn location(&self) -> String;
+
+    /// One page of root runs ([`RunQuery`]). The default reads every run;
+    /// `SqliteStore` answers from an index.
+    fn list(&self, query: &RunQuery) -> Result<Vec<ListedRun>, StoreError> {
+        let mut page = Vec::new();
+        for summary in self.runs()? {
+            if summary.parent_id.is_some() {
+                continue;
+            }
+            let Some(run) = self.load(&summary.run_id)? else {
+                continue;
+            };
+            if query.admits(&summary, &run.record.policy) {
+                page.push(ListedRun {
+                    summary,
+                    policy: run.record.policy,
+                });
+            }
+        }
+        page.sort_by_key(|run| std::cmp::Reverse(run.key()));
+        if let Some(after) = &query.after {
+            page.retain(|run| run.key() < *after);
+        }
+        page.truncate(query.limit);
+        Ok(page)
+    }
+
+    /// Root runs that stopped (their last commit) before `before_ms`, oldest
+    /// first, at most `limit`: what a retention period removes.
+    fn stopped_before(&self, before_ms: u64, limit: usize) -> Result<Vec<RunSummary>, StoreError> {
+        let mut runs: Vec<RunSummary> = self
+            .runs()?
+            .into_iter()
+            .filter(|r| r.parent_id.is_none() && !r.unfinished() && r.updated_at_ms < before_ms)
+            .collect();
+        runs.sort_by_key(|r| r.updated_at_ms);
+        runs.truncate(limit);
+        Ok(runs)
+    }
+
+    /// Removes `run_id` and its children (their children too), every row of
+    /// every table, atomically: all of it or nothing. Returns the records
+    /// removed (the run's first), empty when there was no such run. The
+    /// default refuses: a store must say how it deletes.
+    fn delete_run(&self, run_id: &str) -> Result<Vec<RunRecord>, StoreError> {
+        Err(StoreError::Io {
+            path: self.location(),
+            message: format!("this store cannot delete runs (run {run_id:?} is kept)"),
+        })
+    }
 }
