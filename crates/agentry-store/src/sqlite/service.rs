@@ -175,9 +175,10 @@ fn blob_refs(text: &str) -> Vec<String> {
         match value {
             serde_json::Value::Object(map) => {
                 for (key, inner) in map {
-                    match inner {
-                        serde_json::Value::String(sha) if key == BLOB_KEY => out.push(sha.clone()),
-                        other => walk(other, out),
+                    if let (true, Some(sha)) = (key == BLOB_KEY, inner.as_str()) {
+                        out.push(sha.to_string());
+                    } else {
+                        walk(inner, out);
                     }
                 }
             }
