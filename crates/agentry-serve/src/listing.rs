@@ -252,7 +252,13 @@ pub(super) async fn list_runs(
         .flatten();
     rows.truncate(limit);
     let runs: Vec<Value> = rows.iter().map(Row::view).collect();
-    Ok(axum::Json(json!({ "runs": runs, "next_cursor": next_cursor })).into_response())
+    // `next_cursor` only when there is a next page: an answer that fits one
+    // page keeps the shape clients of earlier versions compare.
+    let mut answer = json!({ "runs": runs });
+    if let Some(cursor) = next_cursor {
+        answer["next_cursor"] = json!(cursor);
+    }
+    Ok(axum::Json(answer).into_response())
 }
 
 #[cfg(test)]
