@@ -5,9 +5,9 @@ use std::time::Duration;
 use std::sync::Arc;
 
 use super::agents::Agents;
-use super::hooks::Webhooks;
 use super::allowed::{AllowedHost, AllowedOrigin};
 use super::events::ReplayLimits;
+use super::hooks::Webhooks;
 use super::serve;
 use super::streams::StreamLimits;
 use super::tenants::Tokens;

@@ -69,7 +69,12 @@ impl Webhooks {
         let hosts = WebhookHosts::new(hosts).map_err(|refused| WebhookError::Hosts {
             reason: refused.to_string(),
         })?;
-        Webhooks::new(store_file, hosts, Secret::parse(secret)?, Schedule::default())
+        Webhooks::new(
+            store_file,
+            hosts,
+            Secret::parse(secret)?,
+            Schedule::default(),
+        )
     }
 
     /// The outbox (to see where a webhook stands).

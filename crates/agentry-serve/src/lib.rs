@@ -85,16 +85,16 @@ mod streams;
 mod table;
 mod tenants;
 
+pub use agentry_webhooks::WebhookError;
 pub use agents::{AgentRun, Agents, Launched, RunMeta};
 pub use allowed::{AllowError, AllowedHost, AllowedOrigin};
 pub use config::{Limits, ServiceConfig};
 pub use create::write_files;
 pub use error::{ApiError, ServeError, code_of};
 pub use events::ReplayLimits;
-pub use agentry_webhooks::WebhookError;
+pub use file::{AgentEntry, AuthSection, BadKey, ModelEntry, ServeFile, ServeSection};
 pub use hooks::{Webhooks, webhook_id};
 pub use listing::{DEFAULT_LIMIT, MAX_LIMIT};
-pub use file::{AgentEntry, AuthSection, BadKey, ModelEntry, ServeFile, ServeSection};
 pub use narrow::narrow;
 pub use streams::StreamLimits;
 pub use table::App;

@@ -53,7 +53,9 @@ struct Cursor {
 
 /// A tag standing for `tenant` in its cursors.
 fn tenant_tag(tenant: &Tenant) -> String {
-    let name = tenant.name().map_or_else(|| "\0anyone".to_string(), str::to_string);
+    let name = tenant
+        .name()
+        .map_or_else(|| "\0anyone".to_string(), str::to_string);
     hex::encode(&Sha256::digest(name.as_bytes())[..12])
 }
 
@@ -226,18 +228,20 @@ pub(super) async fn list_runs(
             .await
             .map_err(|e| ApiError::internal(format!("listing the runs failed: {e}")))?
             .map_err(|e| ApiError::internal(format!("listing the runs failed: {e}")))?;
-        rows.extend(page.into_iter().map(|listed| Row {
-            key: listed.key(),
-            status: if listed.summary.unfinished() {
-                "running"
-            } else {
-                "stopped"
-            },
-            stop_reason: listed
-                .summary
-                .stop_reason
-                .and_then(|r| serde_json::to_value(r).ok()),
-            meta: RunMeta::of_policy(&listed.policy.into()),
+        rows.extend(page.into_iter().map(|listed| {
+            Row {
+                key: listed.key(),
+                status: if listed.summary.unfinished() {
+                    "running"
+                } else {
+                    "stopped"
+                },
+                stop_reason: listed
+                    .summary
+                    .stop_reason
+                    .and_then(|r| serde_json::to_value(r).ok()),
+                meta: RunMeta::of_policy(&listed.policy.into()),
+            }
         }));
     }
     rows.extend(
@@ -248,7 +252,10 @@ pub(super) async fn list_runs(
     );
     rows.sort_by(|a, b| b.key.cmp(&a.key));
     let next_cursor = (rows.len() > limit)
-        .then(|| rows.get(limit - 1).map(|row| encode_cursor(&tenant, &row.key)))
+        .then(|| {
+            rows.get(limit - 1)
+                .map(|row| encode_cursor(&tenant, &row.key))
+        })
         .flatten();
     rows.truncate(limit);
     let runs: Vec<Value> = rows.iter().map(Row::view).collect();

@@ -103,7 +103,10 @@ impl App {
 /// `<tmp>/agentry/runs` (agents' task copies). Any other directory (one an
 /// embedder named) is left alone.
 fn remove_workdir(workdir: Option<&serde_json::Value>) {
-    let Some(dir) = workdir.and_then(serde_json::Value::as_str).map(PathBuf::from) else {
+    let Some(dir) = workdir
+        .and_then(serde_json::Value::as_str)
+        .map(PathBuf::from)
+    else {
         return;
     };
     if !made_by_the_service(&dir) {
@@ -121,11 +124,16 @@ fn made_by_the_service(dir: &Path) -> bool {
         return false;
     };
     let root = std::fs::canonicalize(&root).unwrap_or(root);
-    let parent = dir.parent().map(|p| std::fs::canonicalize(p).unwrap_or(p.to_path_buf()));
+    let parent = dir
+        .parent()
+        .map(|p| std::fs::canonicalize(p).unwrap_or(p.to_path_buf()));
     let named = dir
         .file_name()
         .is_some_and(|n| n != "." && n != ".." && !n.is_empty());
-    named && [root.join("service"), root.join("runs")].iter().any(|r| Some(r) == parent.as_ref())
+    named
+        && [root.join("service"), root.join("runs")]
+            .iter()
+            .any(|r| Some(r) == parent.as_ref())
 }
 
 #[cfg(test)]
@@ -136,7 +144,10 @@ mod tests {
     fn the_sweep_runs_every_half_retention_within_a_second_and_a_minute() {
         assert_eq!(period(Duration::from_secs(2)), Duration::from_secs(1));
         assert_eq!(period(Duration::from_millis(10)), Duration::from_secs(1));
-        assert_eq!(period(Duration::from_secs(7 * 86_400)), Duration::from_secs(60));
+        assert_eq!(
+            period(Duration::from_secs(7 * 86_400)),
+            Duration::from_secs(60)
+        );
     }
 
     #[test]

@@ -13,8 +13,7 @@ use rusqlite::config::DbConfig;
 use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 
 use crate::{
-    ListedRun, RunQuery, RunRecord, RunSummary, SCHEMA_VERSION, Store, StoreError, StoredRun,
-    Write,
+    ListedRun, RunQuery, RunRecord, RunSummary, SCHEMA_VERSION, Store, StoreError, StoredRun, Write,
 };
 
 mod error;

@@ -75,8 +75,8 @@ mod tests {
 
     #[test]
     fn only_http_urls_to_listed_hosts_pass() {
-        let hosts =
-            WebhookHosts::new(&["127.0.0.1".into(), "Hooks.Example.com:8443".into()]).unwrap_or_default();
+        let hosts = WebhookHosts::new(&["127.0.0.1".into(), "Hooks.Example.com:8443".into()])
+            .unwrap_or_default();
         assert!(hosts.check("http://127.0.0.1:9/hook").is_ok());
         assert!(hosts.check("https://hooks.example.com:8443/x").is_ok());
         for bad in [

@@ -22,9 +22,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use agentry::{Durability, Runtime};
-use agentry_serve::{
-    App, DEFAULT_TENANT, ServeError, ServeFile, ServiceConfig, Tokens, Webhooks,
-};
+use agentry_serve::{App, DEFAULT_TENANT, ServeError, ServeFile, ServiceConfig, Tokens, Webhooks};
 
 use crate::args::ServeArgs;
 use crate::store::{default_store, open_sqlite};
@@ -84,7 +82,9 @@ pub(crate) async fn serve(args: ServeArgs) -> Result<(), ServeCliError> {
     if let Some(hooks) = webhooks {
         match app.ready_stopped_webhooks().await {
             Ok(0) => {}
-            Ok(n) => eprintln!("agentry: serve: {n} webhooks of runs stopped before this start are due"),
+            Ok(n) => {
+                eprintln!("agentry: serve: {n} webhooks of runs stopped before this start are due")
+            }
             Err(e) => eprintln!("agentry: serve: {e}"),
         }
         tokio::spawn(hooks.deliver(std::future::pending()));
@@ -139,7 +139,10 @@ fn webhooks(
     };
     let key = "serve.webhook_secret_env";
     let Some(var) = &file.serve.webhook_secret_env else {
-        return Err(fail(key, "must name the variable holding the signing secret".into()));
+        return Err(fail(
+            key,
+            "must name the variable holding the signing secret".into(),
+        ));
     };
     let secret = std::env::var(var)
         .map_err(|_| fail(key, format!("${var} is not set (or not UTF-8): the webhooks' signing secret (whsec_ and base64) comes from it")))?;
@@ -149,7 +152,9 @@ fn webhooks(
             agentry_serve::WebhookError::Secret { .. } => fail(key, format!("${var}: {e}")),
             other @ (agentry_serve::WebhookError::Hosts { .. }
             | agentry_serve::WebhookError::Outbox { .. }
-            | agentry_serve::WebhookError::Client { .. }) => fail("serve.webhook_hosts", other.to_string()),
+            | agentry_serve::WebhookError::Client { .. }) => {
+                fail("serve.webhook_hosts", other.to_string())
+            }
         })
 }
 

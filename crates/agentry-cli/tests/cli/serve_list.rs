@@ -57,6 +57,7 @@ async fn field_of_400(served: &Served, token: &str, path: &str) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tenants_runs_are_listed_newest_first_in_pages_filtered_and_after_a_restart() {
+    // Size: one server and one set of runs for every listing check, then the same after a restart.
     let dir = tempfile::tempdir().unwrap();
     quick_agent(dir.path());
     let tokens = tokens_file(dir.path(), &[("acme", ACME), ("globex", GLOBEX)]);
@@ -84,7 +85,11 @@ async fn a_tenants_runs_are_listed_newest_first_in_pages_filtered_and_after_a_re
             _ => (GLOBEX, quick_task("g")),
         };
         let id = served.create(token, &body).await;
-        if token == ACME { acme.push(id) } else { globex.push(id) }
+        if token == ACME {
+            acme.push(id)
+        } else {
+            globex.push(id)
+        }
         // Distinct creation times: the expected order is the creation order.
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
@@ -100,7 +105,11 @@ async fn a_tenants_runs_are_listed_newest_first_in_pages_filtered_and_after_a_re
     let rows = all.body["runs"].as_array().unwrap().clone();
     let ids: Vec<&str> = rows.iter().map(|r| r["run_id"].as_str().unwrap()).collect();
     assert_eq!(ids, newest_first, "{:?}", all.body);
-    assert!(all.body.get("next_cursor").is_none(), "one page: {:?}", all.body);
+    assert!(
+        all.body.get("next_cursor").is_none(),
+        "one page: {:?}",
+        all.body
+    );
     assert!(rows.iter().all(|r| r["created_at_ms"].as_u64().is_some()));
     assert_eq!(rows[1]["agent"], "quick", "{:?}", rows[1]);
     assert_eq!(rows[0]["stop_reason"], "done", "{:?}", rows[0]);
@@ -108,10 +117,23 @@ async fn a_tenants_runs_are_listed_newest_first_in_pages_filtered_and_after_a_re
     let paged = pages(&served, ACME, "", 2).await;
     assert_eq!(paged.len(), 3, "{paged:?}");
     assert_eq!(paged.concat(), newest_first);
-    assert_eq!(pages(&served, ACME, "status=running", 2).await.concat(), [acme[2].clone()]);
-    let stopped: Vec<String> = newest_first.iter().filter(|id| **id != acme[2]).cloned().collect();
-    assert_eq!(pages(&served, ACME, "status=stopped", 3).await.concat(), stopped);
-    assert_eq!(pages(&served, ACME, "agent=quick", 2).await.concat(), [acme[3].clone()]);
+    assert_eq!(
+        pages(&served, ACME, "status=running", 2).await.concat(),
+        [acme[2].clone()]
+    );
+    let stopped: Vec<String> = newest_first
+        .iter()
+        .filter(|id| **id != acme[2])
+        .cloned()
+        .collect();
+    assert_eq!(
+        pages(&served, ACME, "status=stopped", 3).await.concat(),
+        stopped
+    );
+    assert_eq!(
+        pages(&served, ACME, "agent=quick", 2).await.concat(),
+        [acme[3].clone()]
+    );
     assert_eq!(
         pages(&served, GLOBEX, "", 1).await.concat(),
         globex.iter().rev().cloned().collect::<Vec<_>>()
@@ -129,7 +151,9 @@ async fn a_tenants_runs_are_listed_newest_first_in_pages_filtered_and_after_a_re
         assert_eq!(field_of_400(&served, ACME, path).await, field, "{path}");
     }
     // Globex's cursor is not acme's.
-    let theirs = served.send("GET", "/runs?limit=1", Some(GLOBEX), None).await;
+    let theirs = served
+        .send("GET", "/runs?limit=1", Some(GLOBEX), None)
+        .await;
     let their_cursor = theirs.body["next_cursor"].as_str().unwrap();
     let path = format!("/runs?cursor={their_cursor}");
     assert_eq!(field_of_400(&served, ACME, &path).await, "cursor");
@@ -146,7 +170,10 @@ async fn a_tenants_runs_are_listed_newest_first_in_pages_filtered_and_after_a_re
         .await;
     assert_eq!(reply.status, 200, "{:?}", reply.body);
     let text = reply.body.to_string();
-    assert!(globex.iter().all(|id| !text.contains(id.as_str())), "{text}");
+    assert!(
+        globex.iter().all(|id| !text.contains(id.as_str())),
+        "{text}"
+    );
     assert_eq!(reply.body["runs"].as_array().unwrap().len(), acme.len());
 
     // After a restart, the same list: the stopped runs from the store, the
@@ -155,7 +182,10 @@ async fn a_tenants_runs_are_listed_newest_first_in_pages_filtered_and_after_a_re
     let again = Served::start(&args, &[]);
     again.wait_status(ACME, &acme[2], "sleeping").await;
     assert_eq!(pages(&again, ACME, "", 2).await.concat(), newest_first);
-    assert_eq!(pages(&again, ACME, "status=running", 10).await.concat(), [acme[2].clone()]);
+    assert_eq!(
+        pages(&again, ACME, "status=running", 10).await.concat(),
+        [acme[2].clone()]
+    );
     assert_eq!(pages(&again, GLOBEX, "", 10).await.concat().len(), 2);
 }
 
@@ -171,7 +201,11 @@ fn stored_rows(store: &Path, id: &str) -> Value {
         .args(["-c", script, path_str(store), id])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
@@ -231,7 +265,11 @@ async fn retention_removes_old_stopped_runs_records_workdirs_and_webhooks_only()
         "every row of the run is gone: {after}"
     );
     let dirs = service_dirs(&tmp);
-    assert_eq!(dirs.len(), 1, "only the live run's directory stays: {dirs:?}");
+    assert_eq!(
+        dirs.len(),
+        1,
+        "only the live run's directory stays: {dirs:?}"
+    );
     let listed = served.send("GET", "/runs", Some(TOKEN), None).await;
     let ids: Vec<&str> = listed.body["runs"]
         .as_array()

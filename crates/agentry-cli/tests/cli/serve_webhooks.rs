@@ -56,7 +56,11 @@ impl Receiver {
                 };
                 let answered = {
                     let mut script = script.lock().unwrap();
-                    if script.len() > 1 { script.remove(0) } else { script[0] }
+                    if script.len() > 1 {
+                        script.remove(0)
+                    } else {
+                        script[0]
+                    }
                 };
                 seen.lock().unwrap().push(Delivery {
                     id: header("webhook-id"),
@@ -160,7 +164,13 @@ fn standardwebhooks() -> PathBuf {
     let _once = INSTALL.lock().unwrap();
     if !dir.join("standardwebhooks").is_dir() {
         let out = std::process::Command::new("python3")
-            .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"])
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+            ])
             .args(["--target", path_str(&dir), "standardwebhooks==1.1.0"])
             .output()
             .expect("python3 runs");
@@ -220,11 +230,18 @@ async fn a_webhook_is_signed_verifiably_retried_after_a_500_and_delivered_once()
     quick_agent(dir.path());
     // The first attempt of each webhook gets a 500, every later one a 200.
     let receiver = Receiver::start(&[500, 500, 200]).await;
-    let config = format!("{}[agents.quick]\ntask = \"tasks/quick\"\n", hooks_section());
+    let config = format!(
+        "{}[agents.quick]\ntask = \"tasks/quick\"\n",
+        hooks_section()
+    );
     let served = start(dir.path(), &config, &[]);
 
     // A URL serve.toml does not allow, or no URL at all, is 400 naming it.
-    for url in [json!("http://10.0.0.1/hook"), json!("file:///etc/passwd"), json!(3)] {
+    for url in [
+        json!("http://10.0.0.1/hook"),
+        json!("file:///etc/passwd"),
+        json!(3),
+    ] {
         let mut body = quick_task("x");
         body["webhook"] = url.clone();
         let reply = served.send("POST", "/runs", Some(TOKEN), Some(&body)).await;
@@ -255,7 +272,11 @@ async fn a_webhook_is_signed_verifiably_retried_after_a_500_and_delivered_once()
             .collect();
         assert_eq!(all.len(), tries.len(), "{all:?}");
         let answers: Vec<u16> = all.iter().map(|d| d.answered).collect();
-        assert_eq!(answers.iter().filter(|a| **a < 300).count(), 1, "{answers:?}");
+        assert_eq!(
+            answers.iter().filter(|a| **a < 300).count(),
+            1,
+            "{answers:?}"
+        );
         assert_eq!(answers.last(), Some(&200), "{answers:?}");
         assert!(answers.len() >= 2, "retried after the 500: {answers:?}");
         // Every attempt, the failed one too, verifies independently.
@@ -283,8 +304,7 @@ async fn a_webhook_is_signed_verifiably_retried_after_a_500_and_delivered_once()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_webhook_not_delivered_before_a_kill_is_delivered_after_the_restart_with_the_same_id()
-{
+async fn a_webhook_not_delivered_before_a_kill_is_delivered_after_the_restart_with_the_same_id() {
     let dir = tempfile::tempdir().unwrap();
     let receiver = Receiver::start(&[503]).await;
     let config = hooks_section();
@@ -299,7 +319,11 @@ async fn a_webhook_not_delivered_before_a_kill_is_delivered_after_the_restart_wi
     let late = served.create(TOKEN, &sleeps).await;
     served.wait_status(TOKEN, &late, "sleeping").await;
     let deadline = std::time::Instant::now() + WAIT;
-    while !receiver.deliveries().iter().any(|d| d.id == format!("msg_{early}")) {
+    while !receiver
+        .deliveries()
+        .iter()
+        .any(|d| d.id == format!("msg_{early}"))
+    {
         assert!(std::time::Instant::now() < deadline, "never attempted");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -315,7 +339,10 @@ async fn a_webhook_not_delivered_before_a_kill_is_delivered_after_the_restart_wi
     let served = start(dir.path(), &config, &[]);
     let after = receiver.delivered(&format!("msg_{early}")).await;
     assert!(after.len() >= 2, "{after:?}");
-    assert!(after.iter().all(|d| d.body == after[0].body), "one webhook, one body");
+    assert!(
+        after.iter().all(|d| d.body == after[0].body),
+        "one webhook, one body"
+    );
     verify_independently(&after);
 
     // The run resumed after the restart keeps its webhook when it stops.
@@ -338,7 +365,12 @@ async fn a_webhook_not_delivered_before_a_kill_is_delivered_after_the_restart_wi
         .iter()
         .filter(|d| d.answered < 300)
         .count();
-    assert_eq!(total, 2, "one delivery per run: {:?}", receiver.deliveries());
+    assert_eq!(
+        total,
+        2,
+        "one delivery per run: {:?}",
+        receiver.deliveries()
+    );
 }
 
 #[test]

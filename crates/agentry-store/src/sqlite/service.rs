@@ -12,9 +12,7 @@ use super::error::sql_error;
 use super::read::{RUN_SUMMARY_COLUMNS, run_summary};
 use super::schema::{agent_expr, tenant_expr};
 use super::write::{BLOB_KEY, int};
-use crate::{
-    ListedRun, RunQuery, RunRecord, RunSummary, StatusFilter, StoreError, TenantFilter,
-};
+use crate::{ListedRun, RunQuery, RunRecord, RunSummary, StatusFilter, StoreError, TenantFilter};
 
 /// One page of root runs, newest first. The tenant and agent are compared
 /// with the expressions of the indexes, so SQLite walks `runs_by_tenant`

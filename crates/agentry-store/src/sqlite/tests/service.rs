@@ -31,13 +31,19 @@ fn ids(page: &[crate::ListedRun]) -> Vec<&str> {
 
 #[test]
 fn a_tenants_runs_are_paged_newest_first_on_an_index() {
+    // Size: one store for the pages, the filters, the default listing and the query plan.
     let dir = tempfile::tempdir().unwrap();
     let store = open(&db_path(&dir));
     let mut writes = Vec::new();
     for i in 0..7u64 {
         let tenant = if i % 2 == 0 { "a" } else { "b" };
         let agent = if i < 4 { "x" } else { "y" };
-        writes.push(served(&format!("r{i}"), 1_000 + i, Some(tenant), Some(agent)));
+        writes.push(served(
+            &format!("r{i}"),
+            1_000 + i,
+            Some(tenant),
+            Some(agent),
+        ));
     }
     // Two runs created in the same millisecond are ordered by id.
     writes.push(served("r6b", 1_006, Some("a"), Some("y")));
@@ -128,7 +134,8 @@ fn a_tenants_runs_are_paged_newest_first_on_an_index() {
             .collect()
     };
     assert!(
-        plan.iter().any(|step| step.contains("runs_by_tenant")) && !plan.iter().any(|s| s.contains("TEMP B-TREE")),
+        plan.iter().any(|step| step.contains("runs_by_tenant"))
+            && !plan.iter().any(|s| s.contains("TEMP B-TREE")),
         "{plan:?}"
     );
 }
@@ -137,7 +144,12 @@ fn a_tenants_runs_are_paged_newest_first_on_an_index() {
 fn deleting_a_run_removes_its_tree_and_only_its_blobs() {
     let dir = tempfile::tempdir().unwrap();
     let store = open(&db_path(&dir));
-    let big = |tag: &str| result("c1", json!({"content": format!("{tag}{}", "x".repeat(INLINE_LIMIT))}));
+    let big = |tag: &str| {
+        result(
+            "c1",
+            json!({"content": format!("{tag}{}", "x".repeat(INLINE_LIMIT))}),
+        )
+    };
     let mut kid = record("kid", 1_001);
     kid.parent_id = Some("root".into());
     let mut grandkid = record("grandkid", 1_002);
@@ -150,10 +162,34 @@ fn deleting_a_run_removes_its_tree_and_only_its_blobs() {
             Write::CreateRun(kid),
             Write::CreateRun(grandkid),
             Write::CreateRun(record("other", 1_003)),
-            append("root", 0, vec![user("goal"), SessionEntry::Tool { result: big("shared").into() }]),
-            append("grandkid", 0, vec![SessionEntry::Tool { result: big("own").into() }]),
-            append("other", 0, vec![SessionEntry::Tool { result: big("shared").into() }]),
-            Write::Ledger { run_id: "kid".into(), entry: row },
+            append(
+                "root",
+                0,
+                vec![
+                    user("goal"),
+                    SessionEntry::Tool {
+                        result: big("shared").into(),
+                    },
+                ],
+            ),
+            append(
+                "grandkid",
+                0,
+                vec![SessionEntry::Tool {
+                    result: big("own").into(),
+                }],
+            ),
+            append(
+                "other",
+                0,
+                vec![SessionEntry::Tool {
+                    result: big("shared").into(),
+                }],
+            ),
+            Write::Ledger {
+                run_id: "kid".into(),
+                entry: row,
+            },
             Write::SetTimer {
                 run_id: "root".into(),
                 timer: crate::TimerRecord {
@@ -163,7 +199,11 @@ fn deleting_a_run_removes_its_tree_and_only_its_blobs() {
                     payload: json!({}),
                 },
             },
-            Write::Enqueue { run_id: "kid".into(), seq: 1, input: json!({"m": 1}) },
+            Write::Enqueue {
+                run_id: "kid".into(),
+                seq: 1,
+                input: json!({"m": 1}),
+            },
             stop("root"),
         ])
         .unwrap();
@@ -174,7 +214,10 @@ fn deleting_a_run_removes_its_tree_and_only_its_blobs() {
     assert_eq!(removed, ["root", "kid", "grandkid"]);
     for table in ["runs", "session", "ledger", "timers", "inbox", "owners"] {
         assert_eq!(
-            count(&store, &format!("SELECT count(*) FROM {table} WHERE run_id <> 'other'")),
+            count(
+                &store,
+                &format!("SELECT count(*) FROM {table} WHERE run_id <> 'other'")
+            ),
             0,
             "{table}"
         );
