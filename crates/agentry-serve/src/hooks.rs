@@ -280,3 +280,71 @@ impl App {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::ServiceConfig;
+    use agentry::protocol::stored_policy::StoredPolicy;
+
+    /// A run that stopped while its webhook was still only reserved (its
+    /// server died in between) is found at the next start and made due,
+    /// once, with what its stored state says.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_stopped_runs_waiting_webhook_is_made_ready_at_start()
+    -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let file = dir.path().join("store.db");
+        let store = Arc::new(agentry::SqliteStore::open(&file)?);
+        let runtime =
+            agentry::Runtime::with_builtins()?.with_store(store, agentry::Durability::Strict)?;
+        let hooks = Webhooks::configure(
+            &file,
+            &["127.0.0.1".to_string()],
+            "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+        )?;
+        let hooks = Arc::new(hooks);
+        let app = App::with_config(
+            runtime,
+            ServiceConfig {
+                webhooks: Some(Arc::clone(&hooks)),
+                ..ServiceConfig::default()
+            },
+        );
+        let body = json!({"goal": "answer", "script": {"turns": [{"final": "42"}]}});
+        let crate::create::Prepared::Inline(run) =
+            crate::create::prepare(body.to_string().as_bytes()).map_err(|e| format!("{e:?}"))?
+        else {
+            return Err("not an inline task".into());
+        };
+        let crate::create::NewRun {
+            mut config, script, ..
+        } = *run;
+        let url = "http://127.0.0.1:9/hook";
+        let meta = RunMeta {
+            webhook: Some(url.to_string()),
+            ..RunMeta::default()
+        };
+        if let Some(StoredPolicy::Root(root)) = &mut config.policy_spec {
+            meta.store_in(root);
+        }
+        // Started outside the table, as a server that died before following it.
+        let handle = app.runtime().start(config, script.into_policy()).await?;
+        let id = handle.run_id().to_string();
+        hooks.outbox.reserve(&webhook_id(&id), url)?;
+        handle.wait().await?;
+
+        assert_eq!(app.ready_stopped_webhooks().await?, 1);
+        assert_eq!(app.ready_stopped_webhooks().await?, 0, "made due once");
+        let due = hooks.outbox.due(10)?;
+        assert_eq!(due.len(), 1);
+        assert_eq!(due[0].webhook.id, format!("msg_{id}"));
+        assert_eq!(due[0].webhook.url, url);
+        let sent: Value = serde_json::from_str(&due[0].webhook.body)?;
+        assert_eq!(sent["type"], "run.stopped");
+        assert_eq!(sent["data"]["run_id"], json!(id));
+        assert_eq!(sent["data"]["stop_reason"], "done");
+        assert_eq!(sent["data"]["answer"], "42");
+        Ok(())
+    }
+}

@@ -274,3 +274,51 @@ pub(crate) fn now_ms() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A run's webhook: reserved at its start (never due), ready at its stop
+    /// (due, once: a second `ready` or `reserve` changes nothing), removed
+    /// only once finished.
+    #[test]
+    fn a_reserved_webhook_waits_for_its_body_and_is_ready_once()
+    -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let outbox = Outbox::open(&dir.path().join("store.db"))?;
+        outbox.reserve("msg_r1", "http://127.0.0.1:9/h")?;
+        outbox.reserve("msg_r1", "http://elsewhere/")?;
+        assert_eq!(
+            outbox.status("msg_r1")?.map(|s| s.state),
+            Some(State::Waiting)
+        );
+        assert!(
+            outbox.due(10)?.is_empty(),
+            "a waiting webhook is never attempted"
+        );
+        let waiting = outbox.waiting(10)?;
+        assert_eq!(waiting.len(), 1);
+        assert_eq!(waiting[0].url, "http://127.0.0.1:9/h");
+        assert!(!outbox.remove_finished("msg_r1")?, "not finished yet");
+
+        let ready = Webhook {
+            id: "msg_r1".into(),
+            url: "http://127.0.0.1:9/h".into(),
+            body: "{\"type\":\"run.stopped\"}".into(),
+        };
+        outbox.ready(&ready)?;
+        outbox.ready(&Webhook {
+            body: "{\"second\":true}".into(),
+            ..ready.clone()
+        })?;
+        let due = outbox.due(10)?;
+        assert_eq!(due.len(), 1);
+        assert_eq!(due[0].webhook, ready, "the first body stays");
+        assert!(outbox.waiting(10)?.is_empty());
+        outbox.record("msg_r1", Ok(()), None)?;
+        assert!(outbox.remove_finished("msg_r1")?);
+        assert_eq!(outbox.status("msg_r1")?, None);
+        Ok(())
+    }
+}
