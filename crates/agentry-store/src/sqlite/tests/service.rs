@@ -142,6 +142,7 @@ fn a_tenants_runs_are_paged_newest_first_on_an_index() {
 
 #[test]
 fn deleting_a_run_removes_its_tree_and_only_its_blobs() {
+    // Size: a tree with a row in every table, then what is left of each.
     let dir = tempfile::tempdir().unwrap();
     let store = open(&db_path(&dir));
     let big = |tag: &str| {
