@@ -11,7 +11,9 @@
 //! GET  /healthz                       200 {"status": "ok"} (no token needed)
 //! POST /runs                          task fields + script + files → 201 {"run_id"}
 //!                                     or {"agent", "input", "files", "budget", "tools"}
-//! GET  /runs                          the caller's runs
+//! GET  /runs                          the caller's runs, newest first:
+//!                                     ?status=running|stopped&agent=&limit=&cursor=
+//!                                     → {"runs", "next_cursor"}
 //! GET  /runs/{id}                     status, steps, pending approvals, outcome
 //! POST /runs/{id}/messages            {"text"}                     → 202
 //! POST /runs/{id}/events              {"name", "payload"}          → 202
@@ -58,6 +60,9 @@
 //! file.rs     serve.toml, parsed and checked
 //! guard.rs    what every request passes before its route
 //! table.rs    App: the table of runs, following each until it stops
+//! hooks.rs    completion webhooks: reserved at start, ready at the stop
+//! listing.rs  GET /runs: filters, the cursor, store and table merged
+//! retention.rs  stopped runs removed after [serve] retention
 //! inputs.rs   the routes a live run takes input by
 //! routes.rs   the router, App::serve, and the routes that start and show runs
 //! ```
@@ -71,15 +76,19 @@ mod error;
 mod events;
 mod file;
 mod guard;
+mod hooks;
 mod inputs;
+mod listing;
 mod narrow;
 pub mod openapi;
+mod retention;
 mod routes;
 mod serve;
 mod streams;
 mod table;
 mod tenants;
 
+pub use agentry_webhooks::WebhookError;
 pub use agents::{AgentRun, Agents, Launched, RunMeta};
 pub use allowed::{AllowError, AllowedHost, AllowedOrigin};
 pub use config::{Limits, ServiceConfig};
@@ -87,6 +96,8 @@ pub use create::write_files;
 pub use error::{ApiError, ServeError, code_of};
 pub use events::ReplayLimits;
 pub use file::{AgentEntry, AuthSection, BadKey, ModelEntry, ServeFile, ServeSection};
+pub use hooks::{Webhooks, webhook_id};
+pub use listing::{DEFAULT_LIMIT, MAX_LIMIT};
 pub use narrow::narrow;
 pub use streams::StreamLimits;
 pub use table::App;
