@@ -43,8 +43,8 @@ mod cli {
     mod serve;
     mod serve_agents;
     mod serve_auth;
-    mod serve_openapi;
     mod serve_list;
+    mod serve_openapi;
     mod serve_webhooks;
     mod stats;
     mod tls_resume;

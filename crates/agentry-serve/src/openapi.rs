@@ -125,6 +125,10 @@ pub struct AgentRunRequest {
     /// Grants narrower than the agent's (`[tools]`'s fields); a tool the agent lacks is 400.
     #[schema(nullable = false)]
     pub tools: Option<BTreeMap<String, Value>>,
+    /// A URL (its host in `[serve] webhook_hosts`) that gets one signed POST
+    /// (Standard Webhooks) when the run stops.
+    #[schema(nullable = false)]
+    pub webhook: Option<String>,
 }
 
 /// `POST /runs` for an inline task: task.toml's fields as JSON, a scripted
@@ -165,6 +169,10 @@ pub struct InlineRunRequest {
     /// `[trace]`.
     #[schema(nullable = false)]
     pub trace: Option<BTreeMap<String, Value>>,
+    /// A URL (its host in `[serve] webhook_hosts`) that gets one signed POST
+    /// (Standard Webhooks) when the run stops.
+    #[schema(nullable = false)]
+    pub webhook: Option<String>,
 }
 
 /// What `POST /runs` takes.
@@ -219,14 +227,32 @@ pub struct RunRow {
     /// The named model it runs on, if any.
     #[schema(nullable = false)]
     pub model: Option<String>,
+    /// When it was created (Unix ms).
+    pub created_at_ms: u64,
+    /// Why it stopped, once it has.
+    #[schema(nullable = false)]
+    pub stop_reason: Option<String>,
+}
+
+/// `GET /runs?status=`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ListStatus {
+    /// Not stopped yet.
+    Running,
+    /// Stopped.
+    Stopped,
 }
 
 /// `GET /runs`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RunList {
-    /// The caller's runs.
+    /// The caller's runs, newest first.
     pub runs: Vec<RunRow>,
+    /// Pass as `cursor` for the next page; absent on the last page.
+    #[schema(nullable = false)]
+    pub next_cursor: Option<String>,
 }
 
 /// How a run ended.
@@ -417,10 +443,16 @@ fn openapi_json() {}
 #[allow(dead_code)] // documents its route; never called
 fn create_run() {}
 
-/// The caller's runs.
+/// The caller's runs, newest first, in pages.
 #[utoipa::path(get, path = "/runs", operation_id = "listRuns",
+    params(
+        ("status" = Option<ListStatus>, Query, description = "Only runs still running (any status but stopped), or only stopped ones"),
+        ("agent" = Option<String>, Query, description = "Only runs of this agent"),
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 500, description = "Runs per page (default 50)"),
+        ("cursor" = Option<String>, Query, description = "`next_cursor` of the page before")),
     responses(
         (status = 200, description = "The caller's runs", body = RunList),
+        (status = 400, description = "A parameter is wrong (named in `field`)", body = ErrorBody),
         (status = 401, description = "No or a wrong token", body = ErrorBody)))]
 #[allow(dead_code)] // documents its route; never called
 fn list_runs() {}
