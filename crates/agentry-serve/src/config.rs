@@ -7,6 +7,7 @@ use std::sync::Arc;
 use super::agents::Agents;
 use super::allowed::{AllowedHost, AllowedOrigin};
 use super::events::ReplayLimits;
+use super::limits::RunLimits;
 use super::serve;
 use super::streams::StreamLimits;
 use super::tenants::Tokens;
@@ -34,6 +35,8 @@ pub struct ServiceConfig {
     /// The operator's named agents (`POST /runs {"agent": ...}`); `None`:
     /// inline tasks only.
     pub agents: Option<Arc<dyn Agents>>,
+    /// Runs holding a slot and waiting for one, and each tenant's limits.
+    pub run_limits: RunLimits,
 }
 
 /// What the service holds for its clients, at most (each has a flag, see `main.rs`).

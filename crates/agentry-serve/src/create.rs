@@ -49,7 +49,7 @@ pub enum Prepared {
     Inline(Box<NewRun>),
     /// A run of a named agent (the tenant, traceparent and inbox capacity
     /// are the route's to fill in).
-    Agent(AgentRun),
+    Agent(Box<AgentRun>),
 }
 
 /// The fields of a named agent's request.
@@ -88,6 +88,8 @@ fn agent_request(mut fields: serde_json::Map<String, Value>) -> Result<AgentRun,
         tenant: super::tenants::Tenant::anyone(),
         traceparent: None,
         inbox_capacity: agentry::DEFAULT_INBOX_CAPACITY,
+        run_id: None,
+        cost_cap_micros: None,
     })
 }
 
@@ -114,7 +116,7 @@ pub fn prepare(body: &[u8]) -> Result<Prepared, ApiError> {
         ));
     };
     if task.contains_key("agent") {
-        return agent_request(task).map(Prepared::Agent);
+        return agent_request(task).map(|run| Prepared::Agent(Box::new(run)));
     }
     inline(task).map(|run| Prepared::Inline(Box::new(run)))
 }

@@ -58,8 +58,13 @@
 //! table.rs    App: the table of runs, following each until it stops
 //! inputs.rs   the routes a live run takes input by
 //! routes.rs   the router, App::serve, and the routes that start and show runs
+//! limits.rs   slots, the queue and each tenant's day, as bookkeeping
+//! queue.rs    the queue and the day's spend in the store's SQLite file
+//! admit.rs    POST /runs through the limits: start, queue or 429
+//! gauges.rs   the service's gauges in GET /metrics
 //! ```
 
+mod admit;
 mod agents;
 mod allowed;
 mod body;
@@ -68,22 +73,29 @@ mod create;
 mod error;
 mod events;
 mod file;
+mod gauges;
 mod guard;
 mod inputs;
+mod limits;
 mod narrow;
+mod queue;
 mod routes;
 mod serve;
 mod streams;
 mod table;
 mod tenants;
 
-pub use agents::{AgentRun, Agents, Launched, RunMeta};
+pub use admit::cap_cost;
+pub use agents::{AgentRun, Agents, Launched, ModelLoad, RunMeta};
 pub use allowed::{AllowError, AllowedHost, AllowedOrigin};
 pub use config::{Limits, ServiceConfig};
 pub use create::write_files;
 pub use error::{ApiError, ServeError, code_of};
 pub use events::ReplayLimits;
-pub use file::{AgentEntry, AuthSection, BadKey, ModelEntry, ServeFile, ServeSection};
+pub use file::{
+    AgentEntry, AuthSection, BadKey, ModelEntry, ServeFile, ServeSection, TenantEntry, micros_of,
+};
+pub use limits::{DEFAULT_MAX_QUEUED, RunLimits, TenantLimits};
 pub use narrow::narrow;
 pub use streams::StreamLimits;
 pub use table::App;

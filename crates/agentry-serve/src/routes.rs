@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agentry::protocol::state::RunSnapshot;
-use agentry::protocol::stored_policy::StoredPolicy;
 use agentry::{RunOutcome, RunStatus};
 use axum::Router;
 use axum::body::Bytes;
@@ -94,42 +93,14 @@ async fn create_run(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let bytes = body_bytes(body)?;
-    // Parsing, creating the directory and writing the files all block.
-    let prepared = tokio::task::spawn_blocking(move || create::prepare(&bytes))
-        .await
-        .map_err(|e| ApiError::internal(format!("preparing the run failed: {e}")))??;
     let traceparent = create::traceparent(&headers);
-    let (handle, meta) = match prepared {
-        create::Prepared::Inline(run) => {
-            return start_inline(&app, tenant, *run, traceparent).await;
-        }
-        create::Prepared::Agent(mut run) => {
-            let Some(agents) = app.config.agents.as_ref().filter(|a| a.has(&run.agent)) else {
-                return Err(ApiError::bad_field(
-                    "agent",
-                    format!("no agent named {:?} is configured", run.agent),
-                ));
-            };
-            run.tenant = tenant;
-            run.traceparent = traceparent;
-            run.inbox_capacity = app.config.limits.inbox_capacity;
-            let launched = agents.launch(run).await?;
-            let meta = launched.meta.clone();
-            let handle = launched.handle.clone();
-            app.adopt(launched);
-            (handle, meta)
-        }
-    };
-    tracing::info!(
-        run_id = handle.run_id(),
-        agent = meta.agent.as_deref(),
-        "run started"
-    );
-    Ok(created(handle.run_id(), &handle.traceparent()))
+    // Checked whole before it is started or queued (`admit.rs`).
+    let request = app.request_of(&tenant, bytes.clone(), traceparent).await?;
+    app.admit(tenant, request, bytes).await
 }
 
 /// 201 with the new run's id and trace.
-fn created(run_id: &str, traceparent: &str) -> Response {
+pub(super) fn created(run_id: &str, traceparent: &str) -> Response {
     let location = format!("/runs/{run_id}");
     (
         StatusCode::CREATED,
@@ -137,46 +108,6 @@ fn created(run_id: &str, traceparent: &str) -> Response {
         axum::Json(json!({ "run_id": run_id, "traceparent": traceparent })),
     )
         .into_response()
-}
-
-/// Starts an inline task's run for `tenant`.
-async fn start_inline(
-    app: &App,
-    tenant: Tenant,
-    run: create::NewRun,
-    traceparent: Option<String>,
-) -> Result<Response, ApiError> {
-    let create::NewRun {
-        mut config,
-        script,
-        workdir,
-    } = run;
-    let meta = RunMeta::of_tenant(&tenant);
-    if let Some(StoredPolicy::Root(root)) = &mut config.policy_spec {
-        meta.store_in(root);
-    }
-    config.inbox_capacity = app.config.limits.inbox_capacity;
-    config.traceparent = traceparent;
-    let handle = match app.runtime.start(config, script.into_policy()).await {
-        Ok(handle) => handle,
-        Err(e) => {
-            tokio::task::spawn_blocking(move || drop(workdir));
-            return Err(ApiError::internal(e.to_string()));
-        }
-    };
-    let run_id = handle.run_id().to_string();
-    let traceparent = handle.traceparent();
-    tracing::info!(run_id, traceparent, workdir = %workdir.path().display(), "run started");
-    // A durable run's directory must survive the process: it is kept.
-    let workdir = match app.runtime.store() {
-        Some(_) => {
-            let _ = workdir.keep();
-            None
-        }
-        None => Some(workdir),
-    };
-    app.follow(handle, workdir, meta);
-    Ok(created(&run_id, &traceparent))
 }
 
 /// `GET /runs`: the caller's runs, by id, with their status.
@@ -191,6 +122,7 @@ async fn list_runs(
             let status = match entry.current() {
                 Run::Live(handle) if handle.outcome().is_none() => "running",
                 Run::Live(_) | Run::Stopped(_) => "stopped",
+                Run::Queued => "queued",
             };
             let mut row = json!({ "run_id": id, "status": status });
             meta_fields(&mut row, &entry.meta);
@@ -225,6 +157,14 @@ async fn show_run(
     let handle = match entry.current() {
         Run::Live(handle) => *handle,
         Run::Stopped(outcome) => return Ok(view(&outcome.state, Some(&outcome))),
+        Run::Queued => {
+            let mut view = json!({ "run_id": id, "status": "queued" });
+            if let Some(position) = app.admission.position(&id) {
+                view["position"] = json!(position);
+            }
+            meta_fields(&mut view, &entry.meta);
+            return Ok(axum::Json(view).into_response());
+        }
     };
     let snapshot = handle
         .snapshot()
@@ -286,7 +226,7 @@ async fn stream_events(
 /// as every route (Host, Origin): a scraper on another host needs
 /// `--allow-host`.
 async fn show_metrics(State(app): State<App>) -> Result<Response, ApiError> {
-    let Some(metrics) = &app.config.metrics else {
+    let Some(metrics) = &app.metrics else {
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,
             "metrics are not collected by this service",
@@ -294,7 +234,7 @@ async fn show_metrics(State(app): State<App>) -> Result<Response, ApiError> {
     };
     Ok((
         [(header::CONTENT_TYPE, agentry::metrics::CONTENT_TYPE)],
-        metrics.encode(),
+        super::gauges::encode(metrics),
     )
         .into_response())
 }
