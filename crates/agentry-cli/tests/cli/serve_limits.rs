@@ -104,6 +104,8 @@ async fn status(served: &Served, token: &str, id: &str) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn max_running_queues_in_order_past_max_queued_is_429_and_the_queue_survives_a_restart() {
+    // Size: one queue followed through its 429, a start in order and a
+    // restart; halves would each rebuild the same queue.
     let dir = tempfile::tempdir().unwrap();
     let config = "[serve]\nmax_running = 1\nmax_queued = 2\nmetrics = true\n";
     let env = [("AGENTRY_TOKEN", TOKEN)];
