@@ -158,6 +158,8 @@ impl Args {
             // Inline scripted tasks only, for anyone who can reach loopback.
             tokens: None,
             agents: None,
+            // No shared limits: every run starts at once.
+            run_limits: app::RunLimits::default(),
         })
     }
 }

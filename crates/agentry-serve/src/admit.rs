@@ -162,26 +162,33 @@ impl App {
                     body: body.to_vec(),
                 };
                 if let Err(e) = keep(self.admission.table(), move |t| t.push(&row)).await {
-                    tracing::error!(run_id, error = %e, "the queued run is not kept: a restart would lose it");
+                    // A queued run is a promise that outlives a restart:
+                    // one that cannot be kept is not queued.
+                    tracing::error!(run_id, error = %e, "a queued run cannot be kept");
+                    if let Some(waiting) = self.admission.slots().cancel(&run_id) {
+                        tokio::task::spawn_blocking(move || drop(waiting));
+                        self.end_unstarted(
+                            &run_id,
+                            StopReason::UnrecoverableError,
+                            format!("could not be queued: {e}"),
+                        );
+                        return Err(ApiError::internal(format!(
+                            "the run could not be queued: {e}"
+                        )));
+                    }
                 }
                 tracing::info!(run_id, position, "run queued");
+                // It may have queued behind runs a freed slot is about to take.
+                self.dispatch();
                 Ok(queued(&run_id, position))
             }
             Admit::Full(request) => {
                 // An inline task's directory goes with it, off the workers.
                 tokio::task::spawn_blocking(move || drop(request));
-                let limits = self.admission.slots().limits().clone();
+                let max_queued = self.admission.slots().limits().max_queued;
                 Err(too_many(
                     format!(
-                        "the queue is full: {} runs wait for one of {} slots ([serve] max_queued = {}, max_running = {}); try again later",
-                        limits.max_queued,
-                        limits
-                            .max_running
-                            .map_or("unlimited".to_string(), |m| m.to_string()),
-                        limits.max_queued,
-                        limits
-                            .max_running
-                            .map_or("unset".to_string(), |m| m.to_string()),
+                        "the queue is full: {max_queued} runs already wait for a slot ([serve] max_queued); try again later"
                     ),
                     QUEUE_FULL_RETRY_SECONDS,
                 ))
@@ -222,6 +229,13 @@ impl App {
             .slots()
             .cost_left(tenant, SystemTime::now())
             .map(|c| c.left);
+        if cap == Some(0) {
+            // Queued before its tenant's day ran out.
+            return Err(too_many(
+                "its tenant has spent its max_cost_per_day for today".to_string(),
+                UtcDay::seconds_left(SystemTime::now()),
+            ));
+        }
         match request.pending {
             Pending::Inline(run) => {
                 let mut run = *run;

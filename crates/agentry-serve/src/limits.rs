@@ -182,12 +182,12 @@ impl<T> Slots<T> {
         total && own
     }
 
-    /// A new run: a slot now, a place in the queue, or refused (full).
-    /// Nothing queued can start while a slot is free (every change is
-    /// followed by [`Slots::next`] until it has nothing), so a run that
-    /// finds room jumps no one of its own tenant.
+    /// A new run: a slot now, a place in the queue, or refused (full). It
+    /// never passes a queued run that could start (a slot freed and the
+    /// queue not yet dispatched): it queues behind it.
     pub(super) fn admit(&mut self, run_id: &str, tenant: &Tenant, request: T) -> Admit<T> {
-        if self.has_room(tenant) {
+        let queued_could_start = self.queue.iter().any(|w| self.has_room(&w.tenant));
+        if self.has_room(tenant) && !queued_could_start {
             self.hold(run_id, tenant);
             self.fresh.insert(run_id.to_string());
             return Admit::Start(request);
@@ -402,6 +402,8 @@ mod tests {
         assert!(matches!(slots.admit("r4", &anyone, 4), Admit::Full(4)));
         assert!(slots.next().is_none(), "no slot is free");
         slots.release("r1");
+        // A slot is free but the queue not yet dispatched: a newcomer queues.
+        assert!(matches!(slots.admit("r5", &anyone, 5), Admit::Full(5)));
         assert_eq!(slots.next().unwrap().request, 2);
         assert!(slots.next().is_none());
         slots.release("r2");
