@@ -158,7 +158,9 @@ impl Args {
             // Inline scripted tasks only, for anyone who can reach loopback.
             tokens: None,
             agents: None,
-            // No webhooks or retention: the example keeps runs as the flags say.
+            // No shared limits: every run starts at once. No webhooks or
+            // retention: the example keeps runs as the flags say.
+            run_limits: app::RunLimits::default(),
             ..app::ServiceConfig::default()
         })
     }

@@ -193,8 +193,9 @@ pub(crate) struct ViewArgs {
 
 #[derive(Debug, Args)]
 pub(crate) struct ServeArgs {
-    /// serve.toml: `[serve] addr`, `[auth] tokens_file`, `[agents.NAME]`,
-    /// `[models.NAME]`. Without it: inline scripted tasks only.
+    /// serve.toml: `[serve] addr` and limits, `[auth] tokens_file`,
+    /// `[agents.NAME]`, `[models.NAME]`, `[tenants.NAME]`. Without it:
+    /// inline scripted tasks only.
     #[arg(long, value_name = "FILE")]
     pub(crate) config: Option<PathBuf>,
     /// The address to listen on. Default: serve.toml's `[serve] addr`, else

@@ -90,7 +90,8 @@ const EXIT_TRACE_LOST: u8 = 4;
 fn main() -> ExitCode {
     // clap prints usage errors itself and exits 2.
     let cli = Cli::parse();
-    let telemetry = match telemetry::init(telemetry::otlp_of(&cli.command)) {
+    let metrics = serve::metrics_of(&cli.command);
+    let telemetry = match telemetry::init(telemetry::otlp_of(&cli.command), metrics.as_ref()) {
         Ok(guard) => guard,
         Err(e) => {
             eprintln!("agentry: --otlp: {e}");
@@ -117,7 +118,7 @@ fn main() -> ExitCode {
     if let Err(e) = runtime.block_on(async { agentry::tools::proc::survive_file_size_limit() }) {
         tracing::warn!(error = %e, "cannot catch SIGXFSZ; a write past the file-size limit kills the process");
     }
-    let code = command(cli.command, &runtime);
+    let code = command(cli.command, &runtime, metrics);
     // The run's actors end with the runtime, closing their spans; then the
     // export is flushed.
     drop(runtime);
@@ -125,7 +126,11 @@ fn main() -> ExitCode {
     code
 }
 
-fn command(command: Command, runtime: &tokio::runtime::Runtime) -> ExitCode {
+fn command(
+    command: Command,
+    runtime: &tokio::runtime::Runtime,
+    metrics: Option<agentry::metrics::Metrics>,
+) -> ExitCode {
     match command {
         Command::Run(args) => {
             let json = args.json;
@@ -161,7 +166,7 @@ fn command(command: Command, runtime: &tokio::runtime::Runtime) -> ExitCode {
             Ok(true) => ExitCode::from(EXIT_NOT_DONE),
             Err(e) => fail(&e, EXIT_BAD_INPUT, args.json),
         },
-        Command::Serve(args) => match runtime.block_on(serve::serve(args)) {
+        Command::Serve(args) => match runtime.block_on(serve::serve(args, metrics)) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => fail(&e, EXIT_BAD_INPUT, false),
         },

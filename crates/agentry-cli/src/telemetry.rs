@@ -38,9 +38,13 @@ pub(crate) fn otlp_of(command: &Command) -> Option<Option<String>> {
     }
 }
 
-/// Installs the process's subscriber; the export guard when spans are
+/// Installs the process's subscriber, with `metrics`' layer when given
+/// (`agentry serve`'s `GET /metrics`); the export guard when spans are
 /// exported (flushed and shut down when dropped).
-pub(crate) fn init(otlp: Option<Option<String>>) -> Result<Option<TelemetryGuard>, TelemetryError> {
+pub(crate) fn init(
+    otlp: Option<Option<String>>,
+    metrics: Option<&agentry::metrics::Metrics>,
+) -> Result<Option<TelemetryGuard>, TelemetryError> {
     // Logs go to stderr so that `--json` output on stdout stays one JSON object.
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn"));
     // Built-in detectors and the environment's secret values: a model server's
@@ -53,7 +57,9 @@ pub(crate) fn init(otlp: Option<Option<String>>) -> Result<Option<TelemetryGuard
         ))
         .with_ansi(std::io::stderr().is_terminal())
         .with_filter(filter);
-    let registry = tracing_subscriber::registry().with(fmt);
+    let registry = tracing_subscriber::registry()
+        .with(fmt)
+        .with(metrics.map(agentry::metrics::Metrics::layer));
     let Some(endpoint) = otlp else {
         registry.init();
         return Ok(None);

@@ -104,6 +104,24 @@ pub struct AgentRun {
     /// The completion webhook's URL, checked against the allowed hosts; the
     /// [`Agents`] keeps it in the run's [`RunMeta`].
     pub webhook: Option<String>,
+    /// The run's id, chosen by the service (a queued run's was given to its
+    /// client before it started); `None`: the runtime's.
+    pub run_id: Option<String>,
+    /// The most the run may spend, in millionths: what is left of its
+    /// tenant's `max_cost_per_day` (apply with [`cap_cost`](crate::cap_cost)).
+    pub cost_cap_micros: Option<u64>,
+}
+
+/// A named model's requests now, over every run on it (its shared gate).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelLoad {
+    /// The model's name in serve.toml.
+    pub model: String,
+    /// Requests in flight.
+    pub in_flight: usize,
+    /// Requests held back by its limits (`max_concurrent`, per-minute
+    /// budgets, a provider's `Retry-After`).
+    pub throttled: usize,
 }
 
 /// A started run of a named agent.
@@ -126,4 +144,18 @@ pub trait Agents: Send + Sync + std::fmt::Debug {
     /// start. The run's working directory outlives the process (the run is
     /// durable).
     async fn launch(&self, run: AgentRun) -> Result<Launched, ApiError>;
+
+    /// Checks a request before it is queued (400 naming the field, as
+    /// [`Agents::launch`] would) and says what the run will show.
+    fn check(&self, run: &AgentRun) -> Result<RunMeta, ApiError> {
+        Ok(RunMeta {
+            agent: Some(run.agent.clone()),
+            ..RunMeta::of_tenant(&run.tenant)
+        })
+    }
+
+    /// Each named model's requests now, for `/metrics`.
+    fn model_loads(&self) -> Vec<ModelLoad> {
+        Vec::new()
+    }
 }

@@ -7,10 +7,11 @@ use std::sync::Arc;
 use super::agents::Agents;
 use super::allowed::{AllowedHost, AllowedOrigin};
 use super::events::ReplayLimits;
-use super::hooks::Webhooks;
+use super::limits::RunLimits;
 use super::serve;
 use super::streams::StreamLimits;
 use super::tenants::Tokens;
+use super::webhooks::Webhooks;
 
 const KIB: usize = 1024;
 const MIB: usize = 1024 * KIB;
@@ -41,6 +42,8 @@ pub struct ServiceConfig {
     /// Stopped runs older than this are removed, records, working directory
     /// and delivered webhook (`[serve] retention`); `None`: kept.
     pub retention: Option<Duration>,
+    /// Runs holding a slot and waiting for one, and each tenant's limits.
+    pub run_limits: RunLimits,
 }
 
 /// What the service holds for its clients, at most (each has a flag, see `main.rs`).

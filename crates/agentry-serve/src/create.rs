@@ -70,7 +70,7 @@ fn agent_request(mut fields: serde_json::Map<String, Value>) -> Result<AgentRun,
     }
     let agent = super::body::string_field(&fields, "agent", true)?.unwrap_or_default();
     let input = super::body::string_field(&fields, "input", false)?;
-    let webhook = super::hooks::field(&fields)?;
+    let webhook = super::webhooks::field(&fields)?;
     let object = |fields: &mut serde_json::Map<String, Value>, name: &str| match fields.remove(name)
     {
         None => Ok(None),
@@ -92,6 +92,8 @@ fn agent_request(mut fields: serde_json::Map<String, Value>) -> Result<AgentRun,
         traceparent: None,
         inbox_capacity: agentry::DEFAULT_INBOX_CAPACITY,
         webhook,
+        run_id: None,
+        cost_cap_micros: None,
     })
 }
 
@@ -128,8 +130,8 @@ fn inline(mut task: serde_json::Map<String, Value>) -> Result<NewRun, ApiError> 
     // Taken out first: neither is a task.toml field.
     let script = task.remove("script");
     let files = task.remove("files");
-    let webhook = super::hooks::field(&task)?;
-    task.remove(super::hooks::FIELD);
+    let webhook = super::webhooks::field(&task)?;
+    task.remove(super::webhooks::FIELD);
     // The tables that could name where the service's keys and headers go
     // (`TaskSpec::client_endpoints`: model servers, CA certificates, MCP
     // servers by URL) are `policy` and `tools.mcp`, and both are refused

@@ -70,6 +70,12 @@ impl ApiError {
         ApiError::new(StatusCode::NOT_FOUND, format!("no run with id {id:?}"))
     }
 
+    /// With a `Retry-After` header of `seconds`.
+    pub fn retry_after(mut self, seconds: u64) -> Self {
+        self.retry_after = Some(seconds);
+        self
+    }
+
     /// The status.
     pub fn status(&self) -> StatusCode {
         self.status
@@ -210,4 +216,12 @@ pub enum ServeError {
     /// An `--allow-origin` value is not `scheme://host[:port]`.
     #[error("{0:?}: expected an origin, scheme://host or scheme://host:port (no path)")]
     AllowOrigin(String),
+    /// The queue's tables in the store's file cannot be used.
+    #[error("{}: the queue of runs: {message}", .path.display())]
+    Queue {
+        /// The file.
+        path: PathBuf,
+        /// What SQLite said.
+        message: String,
+    },
 }

@@ -150,7 +150,7 @@ impl EventLog {
     }
 
     /// No more events: the log shrinks to what a stopped run keeps.
-    fn close(&self) {
+    pub(super) fn close(&self) {
         self.update(|state| state.close(self.limits.stopped_bytes));
     }
 

@@ -25,7 +25,19 @@
 //! ca_cert = "ca.pem"
 //! context_tokens = 32768
 //! fallback = ["hosted"]           # other [models.*], tried in order
+//! max_concurrent = 4              # limits shared by every run on the model
+//! requests_per_minute = 60
+//! tokens_per_minute = 100000
+//! input_price = 0.15              # per million tokens, in max_cost's unit
+//! output_price = 0.6
+//!
+//! [tenants.acme]                  # a tenant of the tokens file
+//! max_running = 2
+//! max_cost_per_day = 5.0          # in max_cost's unit, per UTC day
 //! ```
+//!
+//! `[serve]` also takes `max_running`, `max_queued` and `metrics` (see
+//! `docs/src/serve.md`, "Limits").
 //!
 //! Relative paths are relative to the directory of serve.toml.
 
@@ -48,6 +60,8 @@ pub struct ServeFile {
     pub agents: BTreeMap<String, AgentEntry>,
     /// `[models.NAME]`, by name.
     pub models: BTreeMap<String, ModelEntry>,
+    /// `[tenants.NAME]`, by tenant name (as in the tokens file).
+    pub tenants: BTreeMap<String, TenantEntry>,
 }
 
 /// `[serve]`.
@@ -66,6 +80,14 @@ pub struct ServeSection {
     /// Stopped runs older than this are removed (humantime: `"7d"`, `"12h"`).
     #[serde(default, deserialize_with = "duration")]
     pub retention: Option<std::time::Duration>,
+    /// Runs holding a slot (started and not stopped) at once; past it new
+    /// runs wait in a FIFO queue. Default: no limit.
+    pub max_running: Option<u32>,
+    /// Runs waiting for a slot; past it `POST /runs` is 429. Default 100.
+    pub max_queued: Option<u32>,
+    /// Serve `GET /metrics`. Default: off (404).
+    #[serde(default)]
+    pub metrics: bool,
 }
 
 /// A humantime duration (`"7d"`), positive.
@@ -119,6 +141,35 @@ pub struct ModelEntry {
     /// Other models tried in order when this one is unavailable.
     #[serde(default)]
     pub fallback: Vec<String>,
+    /// Requests in flight at once, over every run on this model.
+    pub max_concurrent: Option<u32>,
+    /// Requests started per minute, over every run on this model.
+    pub requests_per_minute: Option<u32>,
+    /// Tokens (in and out) per minute, over every run on this model.
+    pub tokens_per_minute: Option<u64>,
+    /// Price of a million input tokens, in the unit of `budget.max_cost`.
+    pub input_price: Option<f64>,
+    /// Price of a million output tokens, in the unit of `budget.max_cost`.
+    pub output_price: Option<f64>,
+}
+
+/// `[tenants.NAME]`: one tenant's limits.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TenantEntry {
+    /// The tenant's runs holding a slot at once; past it its new runs queue
+    /// (other tenants' runs go on).
+    pub max_running: Option<u32>,
+    /// Money its runs may spend per UTC day, in the unit of `budget.max_cost`.
+    pub max_cost_per_day: Option<f64>,
+}
+
+/// Money in millionths, as budgets count it (`budget.max_cost = 0.5` is
+/// 500000); `None` for a value that is not a finite number from 0 up to
+/// what a `u64` of millionths holds.
+pub fn micros_of(value: f64) -> Option<u64> {
+    let micros = (value * 1_000_000.0).round();
+    (value.is_finite() && value >= 0.0 && micros < u64::MAX as f64).then_some(micros as u64)
 }
 
 /// The providers a model may name.
@@ -178,6 +229,7 @@ impl ServeFile {
             auth: raw.auth,
             agents: raw.agents,
             models: raw.models,
+            tenants: raw.tenants,
         };
         file.check()?;
         file.resolve(dir);
@@ -241,6 +293,7 @@ impl ServeFile {
                     "must name an environment variable",
                 ));
             }
+            check_model_limits(model, &key)?;
             for other in &model.fallback {
                 if other == name || !self.models.contains_key(other) {
                     return Err(BadKey::new(
@@ -248,6 +301,31 @@ impl ServeFile {
                         format!("{other:?} is not another [models.*] table of this file"),
                     ));
                 }
+            }
+        }
+        self.check_limits()
+    }
+
+    /// `[serve]`'s and `[tenants.*]`'s limits: positive counts, money a
+    /// budget can hold.
+    fn check_limits(&self) -> Result<(), BadKey> {
+        positive("serve.max_running", self.serve.max_running)?;
+        positive("serve.max_queued", self.serve.max_queued)?;
+        for (name, tenant) in &self.tenants {
+            if !valid_tenant_name(name) {
+                return Err(BadKey::new(
+                    format!("tenants.{name}"),
+                    "a tenant name is letters, digits, '-', '_' and '.' (as in the tokens file)",
+                ));
+            }
+            positive(&format!("tenants.{name}.max_running"), tenant.max_running)?;
+            if let Some(cost) = tenant.max_cost_per_day
+                && micros_of(cost).is_none_or(|m| m == 0)
+            {
+                return Err(BadKey::new(
+                    format!("tenants.{name}.max_cost_per_day"),
+                    format!("expected a positive amount of money, found {cost}"),
+                ));
             }
         }
         Ok(())
@@ -285,6 +363,8 @@ struct RawFile {
     agents: BTreeMap<String, AgentEntry>,
     #[serde(default)]
     models: BTreeMap<String, ModelEntry>,
+    #[serde(default)]
+    tenants: BTreeMap<String, TenantEntry>,
 }
 
 /// The dotted key a parse error at byte `at` is about: the table header
@@ -332,6 +412,44 @@ fn key_at(text: &str, at: usize, message: &str) -> String {
     }
 }
 
+/// A model's shared limits are positive; its prices are money.
+fn check_model_limits(model: &ModelEntry, key: &dyn Fn(&str) -> String) -> Result<(), BadKey> {
+    positive(&key("max_concurrent"), model.max_concurrent)?;
+    positive(&key("requests_per_minute"), model.requests_per_minute)?;
+    positive(&key("tokens_per_minute"), model.tokens_per_minute)?;
+    for (field, price) in [
+        ("input_price", model.input_price),
+        ("output_price", model.output_price),
+    ] {
+        if let Some(price) = price
+            && micros_of(price).is_none()
+        {
+            return Err(BadKey::new(
+                key(field),
+                format!("expected a price of zero or more, found {price}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A count that must be at least 1 when given.
+fn positive<N: Copy + Into<u64>>(key: &str, value: Option<N>) -> Result<(), BadKey> {
+    match value.map(Into::into) {
+        Some(0) => Err(BadKey::new(key, "expected a positive integer, found 0")),
+        Some(_) | None => Ok(()),
+    }
+}
+
+/// A tenant's name, as the tokens file takes it.
+fn valid_tenant_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
 fn valid_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 64
@@ -348,6 +466,12 @@ mod tests {
     const GOOD: &str = r#"
 [serve]
 addr = "127.0.0.1:9000"
+max_running = 3
+max_queued = 10
+metrics = true
+[tenants."acme.eu"]
+max_running = 1
+max_cost_per_day = 2.5
 [auth]
 tokens_file = "tokens"
 [agents.support]
@@ -362,6 +486,11 @@ base_url = "http://127.0.0.1:9/v1"
 api_key_env = "LOCAL_KEY"
 context_tokens = 8192
 fallback = ["other"]
+max_concurrent = 2
+requests_per_minute = 60
+tokens_per_minute = 10000
+input_price = 0.15
+output_price = 0.6
 [models.other]
 provider = "anthropic"
 model = "n"
@@ -381,6 +510,10 @@ model = "n"
         );
         assert_eq!(file.agents["sum"].task, PathBuf::from("/abs/sum"));
         assert_eq!(file.models["local"].fallback, ["other"]);
+        assert_eq!(file.models["local"].max_concurrent, Some(2));
+        assert_eq!(file.serve.max_running, Some(3));
+        assert_eq!(file.tenants["acme.eu"].max_cost_per_day, Some(2.5));
+        assert_eq!(micros_of(2.5), Some(2_500_000));
     }
 
     #[test]
@@ -411,6 +544,35 @@ model = "n"
             (
                 "[models.m]\nprovider = \"openai\"\nmodel = \"a\"\ncontext_tokens = 0\n",
                 "models.m.context_tokens",
+            ),
+            ("[serve]\nmax_running = 0\n", "serve.max_running"),
+            ("[serve]\nmax_queued = -1\n", "serve.max_queued"),
+            ("[serve]\nmax_queue = 1\n", "serve.max_queue"),
+            (
+                "[tenants.acme]\nmax_running = 0\n",
+                "tenants.acme.max_running",
+            ),
+            (
+                "[tenants.acme]\nmax_cost_per_day = 0\n",
+                "tenants.acme.max_cost_per_day",
+            ),
+            ("[tenants.acme]\nmax_runs = 1\n", "tenants.acme.max_runs"),
+            ("[tenants.\"a b\"]\nmax_running = 1\n", "tenants.a b"),
+            (
+                "[models.m]\nprovider = \"openai\"\nmodel = \"a\"\nmax_concurrent = 0\n",
+                "models.m.max_concurrent",
+            ),
+            (
+                "[models.m]\nprovider = \"openai\"\nmodel = \"a\"\ntokens_per_minute = 0\n",
+                "models.m.tokens_per_minute",
+            ),
+            (
+                "[models.m]\nprovider = \"openai\"\nmodel = \"a\"\nrequests_per_minute = \"5\"\n",
+                "models.m.requests_per_minute",
+            ),
+            (
+                "[models.m]\nprovider = \"openai\"\nmodel = \"a\"\ninput_price = -1.0\n",
+                "models.m.input_price",
             ),
             ("[serve\n", "(file)"),
             ("[serve]\nretention = \"soon\"\n", "serve.retention"),

@@ -114,6 +114,9 @@ pub(super) async fn interrupt(
             "message: only the \"redirect\" action takes a message, not {name:?}"
         )));
     }
+    if action == Action::Abort && app.cancel_queued(&id).await {
+        return Ok(accepted(&id));
+    }
     let handle = live(&id, run.current());
     match action {
         Action::Redirect => {

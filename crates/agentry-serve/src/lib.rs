@@ -45,28 +45,37 @@
 //! Layout, leaves first (each file names only files above it):
 //!
 //! ```text
-//! error.rs    ApiError, the JSON error answer
-//! tenants.rs  bearer tokens and the tenant a request acts for
-//! body.rs     reading a JSON request body
-//! narrow.rs   an agent request's budget and grants, narrowed never widened
-//! openapi.rs  the OpenAPI 3.1 document: body types and one path per route
-//! allowed.rs  --allow-host and --allow-origin values
-//! streams.rs  open event streams, bounded per run and in total
-//! events.rs   a run's event log and its SSE stream
-//! serve.rs    accepting and bounding connections
-//! config.rs   ServiceConfig and Limits
-//! create.rs   a POST /runs body → task, script and working directory
-//! agents.rs   the operator's named agents (`Agents`, implemented by the CLI)
-//! file.rs     serve.toml, parsed and checked
-//! guard.rs    what every request passes before its route
-//! table.rs    App: the table of runs, following each until it stops
-//! hooks.rs    completion webhooks: reserved at start, ready at the stop
-//! listing.rs  GET /runs: filters, the cursor, store and table merged
+//! error.rs      ApiError, the JSON error answer
+//! tenants.rs    bearer tokens and the tenant a request acts for
+//! body.rs       reading a JSON request body
+//! narrow.rs     an agent request's budget and grants, narrowed never widened
+//! openapi/      the OpenAPI 3.1 document: body types and one path per route
+//! allowed.rs    --allow-host and --allow-origin values
+//! streams.rs    open event streams, bounded per run and in total
+//! events.rs     a run's event log and its SSE stream
+//! serve.rs      accepting and bounding connections
+//! agents.rs     the operator's named agents (`Agents`, implemented by the CLI)
+//! views.rs      answers several routes give (a started run's 201, agent and model)
+//! webhooks.rs   completion webhooks: the allowed hosts, the outbox, the body
+//! limits.rs     slots, the queue and each tenant's day, as bookkeeping
+//! queue.rs      the queue and the day's spend in the store's SQLite file
+//! config.rs     ServiceConfig and Limits
+//! create.rs     a POST /runs body → task, script and working directory
+//! admission.rs  the limits' state over the requests they hold
+//! gauges.rs     the service's gauges in GET /metrics
+//! file.rs       serve.toml, parsed and checked
+//! guard.rs      what every request passes before its route
+//! table.rs      App: the table of runs, following each until it stops
+//! hooks.rs      a run's webhook reserved as it enters the table, ready at its stop
+//! admit.rs      POST /runs through the limits: start, queue or 429
+//! listing.rs    GET /runs: filters, the cursor, store and table merged
 //! retention.rs  stopped runs removed after [serve] retention
-//! inputs.rs   the routes a live run takes input by
-//! routes.rs   the router, App::serve, and the routes that start and show runs
+//! inputs.rs     the routes a live run takes input by
+//! routes.rs     the router, App::serve, and the routes that start and show runs
 //! ```
 
+mod admission;
+mod admit;
 mod agents;
 mod allowed;
 mod body;
@@ -75,30 +84,39 @@ mod create;
 mod error;
 mod events;
 mod file;
+mod gauges;
 mod guard;
 mod hooks;
 mod inputs;
+mod limits;
 mod listing;
 mod narrow;
 pub mod openapi;
+mod queue;
 mod retention;
 mod routes;
 mod serve;
 mod streams;
 mod table;
 mod tenants;
+mod views;
+mod webhooks;
 
+pub use admit::cap_cost;
 pub use agentry_webhooks::WebhookError;
-pub use agents::{AgentRun, Agents, Launched, RunMeta};
+pub use agents::{AgentRun, Agents, Launched, ModelLoad, RunMeta};
 pub use allowed::{AllowError, AllowedHost, AllowedOrigin};
 pub use config::{Limits, ServiceConfig};
 pub use create::write_files;
 pub use error::{ApiError, ServeError, code_of};
 pub use events::ReplayLimits;
-pub use file::{AgentEntry, AuthSection, BadKey, ModelEntry, ServeFile, ServeSection};
-pub use hooks::{Webhooks, webhook_id};
+pub use file::{
+    AgentEntry, AuthSection, BadKey, ModelEntry, ServeFile, ServeSection, TenantEntry, micros_of,
+};
+pub use limits::{DEFAULT_MAX_QUEUED, RunLimits, TenantLimits};
 pub use listing::{DEFAULT_LIMIT, MAX_LIMIT};
 pub use narrow::narrow;
 pub use streams::StreamLimits;
 pub use table::App;
 pub use tenants::{DEFAULT_TENANT, Tenant, Tokens};
+pub use webhooks::{Webhooks, webhook_id};

@@ -169,7 +169,7 @@ impl Row {
             "status": self.status,
             "created_at_ms": self.key.created_at_ms,
         });
-        super::routes::meta_fields(&mut row, &self.meta);
+        super::views::meta_fields(&mut row, &self.meta);
         if let Some(reason) = &self.stop_reason {
             row["stop_reason"] = reason.clone();
         }
@@ -187,6 +187,7 @@ fn table_row(id: String, entry: &RunEntry, filters: &Filters) -> Option<Row> {
         Run::Live(handle) if handle.outcome().is_none() => ("running", None),
         Run::Live(handle) => ("stopped", handle.outcome().map(|o| o.stop_reason)),
         Run::Stopped(outcome) => ("stopped", Some(outcome.stop_reason)),
+        Run::Queued => ("queued", None),
     };
     let kept = filters.after.as_ref().is_none_or(|after| key < *after)
         && filters
@@ -196,7 +197,8 @@ fn table_row(id: String, entry: &RunEntry, filters: &Filters) -> Option<Row> {
         && match filters.status {
             None => true,
             Some(StatusFilter::Stopped) => status == "stopped",
-            Some(StatusFilter::Unfinished) => status == "running",
+            // A queued run has not finished either.
+            Some(StatusFilter::Unfinished) => status != "stopped",
         };
     kept.then(|| Row {
         key,

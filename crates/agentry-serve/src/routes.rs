@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agentry::protocol::state::RunSnapshot;
-use agentry::protocol::stored_policy::StoredPolicy;
 use agentry::{RunOutcome, RunStatus};
 use axum::Router;
 use axum::body::Bytes;
@@ -22,12 +21,12 @@ use axum::routing::{get, post};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 
-use super::agents::RunMeta;
 use super::body::body_bytes;
 use super::error::ApiError;
 use super::inputs::{decide, inject_event, interrupt, send_message, settle};
 use super::table::{App, Run};
 use super::tenants::Tenant;
+use super::views::meta_fields;
 use super::{create, guard, serve};
 
 impl App {
@@ -95,111 +94,10 @@ async fn create_run(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let bytes = body_bytes(body)?;
-    // Parsing, creating the directory and writing the files all block.
-    let prepared = tokio::task::spawn_blocking(move || create::prepare(&bytes))
-        .await
-        .map_err(|e| ApiError::internal(format!("preparing the run failed: {e}")))??;
     let traceparent = create::traceparent(&headers);
-    let (handle, meta) = match prepared {
-        create::Prepared::Inline(mut run) => {
-            match app.check_webhook(run.webhook.take()) {
-                Ok(url) => run.webhook = url,
-                Err(e) => {
-                    tokio::task::spawn_blocking(move || drop(run));
-                    return Err(e);
-                }
-            }
-            return start_inline(&app, tenant, *run, traceparent).await;
-        }
-        create::Prepared::Agent(mut run) => {
-            run.webhook = app.check_webhook(run.webhook.take())?;
-            let Some(agents) = app.config.agents.as_ref().filter(|a| a.has(&run.agent)) else {
-                return Err(ApiError::bad_field(
-                    "agent",
-                    format!("no agent named {:?} is configured", run.agent),
-                ));
-            };
-            run.tenant = tenant;
-            run.traceparent = traceparent;
-            run.inbox_capacity = app.config.limits.inbox_capacity;
-            let launched = agents.launch(*run).await?;
-            let meta = launched.meta.clone();
-            let handle = launched.handle.clone();
-            app.adopt(launched);
-            (handle, meta)
-        }
-    };
-    tracing::info!(
-        run_id = handle.run_id(),
-        agent = meta.agent.as_deref(),
-        "run started"
-    );
-    Ok(created(handle.run_id(), &handle.traceparent()))
-}
-
-/// 201 with the new run's id and trace.
-fn created(run_id: &str, traceparent: &str) -> Response {
-    let location = format!("/runs/{run_id}");
-    (
-        StatusCode::CREATED,
-        [(header::LOCATION, location)],
-        axum::Json(json!({ "run_id": run_id, "traceparent": traceparent })),
-    )
-        .into_response()
-}
-
-/// Starts an inline task's run for `tenant`.
-async fn start_inline(
-    app: &App,
-    tenant: Tenant,
-    run: create::NewRun,
-    traceparent: Option<String>,
-) -> Result<Response, ApiError> {
-    let create::NewRun {
-        mut config,
-        script,
-        workdir,
-        webhook,
-    } = run;
-    let meta = RunMeta {
-        webhook,
-        ..RunMeta::of_tenant(&tenant)
-    };
-    if let Some(StoredPolicy::Root(root)) = &mut config.policy_spec {
-        meta.store_in(root);
-    }
-    config.inbox_capacity = app.config.limits.inbox_capacity;
-    config.traceparent = traceparent;
-    let handle = match app.runtime.start(config, script.into_policy()).await {
-        Ok(handle) => handle,
-        Err(e) => {
-            tokio::task::spawn_blocking(move || drop(workdir));
-            return Err(ApiError::internal(e.to_string()));
-        }
-    };
-    let run_id = handle.run_id().to_string();
-    let traceparent = handle.traceparent();
-    tracing::info!(run_id, traceparent, workdir = %workdir.path().display(), "run started");
-    // A durable run's directory must survive the process: it is kept.
-    let workdir = match app.runtime.store() {
-        Some(_) => {
-            let _ = workdir.keep();
-            None
-        }
-        None => Some(workdir),
-    };
-    app.follow(handle, workdir, meta);
-    Ok(created(&run_id, &traceparent))
-}
-
-/// A named agent's run shows its agent and model.
-pub(super) fn meta_fields(view: &mut Value, meta: &RunMeta) {
-    if let Some(agent) = &meta.agent {
-        view["agent"] = json!(agent);
-    }
-    if let Some(model) = &meta.model {
-        view["model"] = json!(model);
-    }
+    // Checked whole before it is started or queued (`admit.rs`).
+    let request = app.request_of(&tenant, bytes.clone(), traceparent).await?;
+    app.admit(tenant, request, bytes).await
 }
 
 async fn show_run(
@@ -217,6 +115,14 @@ async fn show_run(
     let handle = match entry.current() {
         Run::Live(handle) => *handle,
         Run::Stopped(outcome) => return Ok(view(&outcome.state, Some(&outcome))),
+        Run::Queued => {
+            let mut view = json!({ "run_id": id, "status": "queued" });
+            if let Some(position) = app.admission.position(&id) {
+                view["position"] = json!(position);
+            }
+            meta_fields(&mut view, &entry.meta);
+            return Ok(axum::Json(view).into_response());
+        }
     };
     let snapshot = handle
         .snapshot()
@@ -278,7 +184,7 @@ async fn stream_events(
 /// as every route (Host, Origin): a scraper on another host needs
 /// `--allow-host`.
 async fn show_metrics(State(app): State<App>) -> Result<Response, ApiError> {
-    let Some(metrics) = &app.config.metrics else {
+    let Some(metrics) = &app.metrics else {
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,
             "metrics are not collected by this service",
@@ -286,7 +192,7 @@ async fn show_metrics(State(app): State<App>) -> Result<Response, ApiError> {
     };
     Ok((
         [(header::CONTENT_TYPE, agentry::metrics::CONTENT_TYPE)],
-        metrics.encode(),
+        super::gauges::encode(metrics),
     )
         .into_response())
 }

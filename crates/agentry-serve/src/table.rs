@@ -12,6 +12,7 @@ use axum::http::StatusCode;
 use tempfile::TempDir;
 use tokio::sync::broadcast;
 
+use super::admission::Admission;
 use super::agents::{Launched, RunMeta};
 use super::config::ServiceConfig;
 use super::error::ApiError;
@@ -29,6 +30,11 @@ pub struct App {
     stopped: Arc<Mutex<VecDeque<String>>>,
     /// The open event streams (see `Limits::streams`).
     pub(super) streams: Arc<Streams>,
+    /// Slots, the queue and each tenant's day (`admit.rs`).
+    pub(super) admission: Arc<Admission>,
+    /// What `GET /metrics` encodes: agentry's families and the service's
+    /// gauges; `None` without [`ServiceConfig::metrics`].
+    pub(super) metrics: Option<Arc<prometheus_client::registry::Registry>>,
 }
 
 /// One run: its handle while it runs, its event log, and the working directory
@@ -64,6 +70,8 @@ pub(super) enum Run {
     /// Stopped: only the outcome is kept. The handle went, and with it the
     /// run's event channel and everything the runtime kept for it.
     Stopped(Arc<RunOutcome>),
+    /// Waiting for a slot (`admit.rs`): nothing of it runs yet.
+    Queued,
 }
 
 impl RunEntry {
@@ -111,6 +119,12 @@ pub(super) fn live(id: &str, run: Run) -> Result<RunHandle, ApiError> {
         Run::Live(_) | Run::Stopped(_) => Err(ApiError::from_runtime(RuntimeError::Stopped {
             run_id: id.to_string(),
         })),
+        Run::Queued => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            format!(
+                "run {id} is queued: it takes input once it starts (abort it with {{\"action\": \"abort\"}})"
+            ),
+        )),
     }
 }
 
@@ -127,12 +141,26 @@ impl App {
 
     /// A service starting runs on `runtime`, taking what `config` allows.
     pub fn with_config(runtime: Runtime, config: ServiceConfig) -> Self {
+        let admission = Arc::new(Admission::new(
+            config.run_limits.clone(),
+            config
+                .tokens
+                .as_ref()
+                .map(super::tenants::Tokens::tenant_names)
+                .unwrap_or_default(),
+        ));
+        let metrics = config
+            .metrics
+            .as_ref()
+            .map(|metrics| super::gauges::registry(metrics, &admission, config.agents.clone()));
         App {
             runtime,
             streams: Streams::new(config.limits.streams),
             config: Arc::new(config),
             runs: Arc::default(),
             stopped: Arc::default(),
+            admission,
+            metrics,
         }
     }
 
@@ -186,8 +214,16 @@ impl App {
     pub(super) fn follow(&self, handle: RunHandle, workdir: Option<TempDir>, meta: RunMeta) {
         // The first subscription sees every event from the start of the run.
         let events = handle.subscribe();
-        let log = EventLog::new(self.config.limits.replay);
         let id = handle.run_id().to_string();
+        // A queued run's clients may already follow its (empty) log.
+        let log = self
+            .entry(&id)
+            .filter(|entry| matches!(entry.current(), Run::Queued))
+            .map_or_else(
+                || EventLog::new(self.config.limits.replay),
+                |entry| Arc::clone(&entry.log),
+            );
+        self.track(&handle, &meta);
         let entry = RunEntry {
             run: Mutex::new(Run::Live(Box::new(handle.clone()))),
             log: Arc::clone(&log),
@@ -226,7 +262,7 @@ impl App {
                 if let Some(meta) = meta.filter(|m| m.webhook.is_some()) {
                     let app = self.clone();
                     let _ = tokio::task::spawn_blocking(move || {
-                        app.webhook_ready(&super::hooks::Stopped::of_outcome(&meta, &outcome));
+                        app.webhook_ready(&super::webhooks::Stopped::of_outcome(&meta, &outcome));
                     })
                     .await;
                 }
@@ -237,12 +273,33 @@ impl App {
         }
     }
 
+    /// A queued run's entry: shown and aborted like a run, taking no input.
+    pub(super) fn enter_queued(&self, id: &str, meta: RunMeta) {
+        let entry = RunEntry {
+            run: Mutex::new(Run::Queued),
+            log: EventLog::new(self.config.limits.replay),
+            input_bytes: AtomicU64::new(0),
+            traceparent: String::new(),
+            meta,
+            created_ms: agentry::protocol::now_millis(),
+            stopped_ms: AtomicU64::new(0),
+            stored: false,
+            _workdir: None,
+        };
+        self.runs
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(id.to_string(), Arc::new(entry));
+    }
+
     /// The run stopped: keep its outcome, drop its handle; forget the oldest
-    /// stopped runs past `keep_stopped`.
-    fn retire(&self, id: &str, outcome: Arc<RunOutcome>) {
+    /// stopped runs past `keep_stopped`; its slot goes to the next.
+    pub(super) fn retire(&self, id: &str, outcome: Arc<RunOutcome>) {
         let Some(entry) = self.entry(id) else {
             return;
         };
+        self.finished(&outcome, &entry.meta.tenant());
+        entry.log.close();
         *entry.run.lock().unwrap_or_else(PoisonError::into_inner) = Run::Stopped(outcome);
         entry
             .stopped_ms
@@ -294,7 +351,7 @@ impl App {
             .collect()
     }
 
-    fn entry(&self, id: &str) -> Option<Arc<RunEntry>> {
+    pub(super) fn entry(&self, id: &str) -> Option<Arc<RunEntry>> {
         // Entries are only ever inserted whole, so a poisoned table is still consistent.
         let runs = self.runs.read().unwrap_or_else(PoisonError::into_inner);
         runs.get(id).cloned()

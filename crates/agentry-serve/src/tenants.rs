@@ -143,6 +143,18 @@ impl Tokens {
         })
     }
 
+    /// The tenants the tokens stand for, each once.
+    pub fn tenant_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .entries
+            .iter()
+            .filter_map(|e| e.tenant.name().map(str::to_string))
+            .collect();
+        names.sort();
+        names.dedup();
+        names
+    }
+
     /// Whether no token is configured.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()

@@ -39,8 +39,7 @@
 //!   [`StoreError`]).
 
 use agentry_protocol::envelope::ResultEnvelope;
-use agentry_protocol::state::{RunSnapshot, RunStatus, SessionEntry};
-use agentry_protocol::stop::StopReason;
+use agentry_protocol::state::{RunSnapshot, SessionEntry};
 use agentry_protocol::tool::ToolCall;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -49,7 +48,9 @@ mod query;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 
-pub use query::{ListedRun, RunKey, RunQuery, SERVE_META_KEY, StatusFilter, TenantFilter};
+pub use query::{
+    ListedRun, RunKey, RunQuery, RunSummary, SERVE_META_KEY, StatusFilter, TenantFilter,
+};
 
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteOptions, SqliteStore};
@@ -343,34 +344,6 @@ pub struct StoredRun {
     pub inbox: Vec<InboxRecord>,
     /// The process that claimed the run last, unless it released it.
     pub owner: Option<RunOwner>,
-}
-
-/// One line of a store's run list.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RunSummary {
-    /// Run id.
-    pub run_id: String,
-    /// Task id.
-    pub task_id: String,
-    /// Parent run.
-    pub parent_id: Option<String>,
-    /// Status at the last checkpoint (`running` before the first).
-    pub status: RunStatus,
-    /// Why it stopped, if it did.
-    pub stop_reason: Option<StopReason>,
-    /// State version at the last checkpoint.
-    pub version: u64,
-    /// Created (Unix ms).
-    pub created_at_ms: u64,
-    /// Last commit (Unix ms).
-    pub updated_at_ms: u64,
-}
-
-impl RunSummary {
-    /// True until the run stopped.
-    pub fn unfinished(&self) -> bool {
-        self.status != RunStatus::Stopped
-    }
 }
 
 /// Why a store operation failed. Every variant names the store (its path) and

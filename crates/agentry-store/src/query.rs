@@ -1,10 +1,10 @@
-//! What [`Store::list`](crate::Store::list) takes and gives: a page of one
-//! tenant's root runs.
+//! What [`Store::runs`](crate::Store::runs) and [`Store::list`](crate::Store::list)
+//! give and take: a run's summary, and a page of one tenant's root runs.
 
+use agentry_protocol::state::RunStatus;
+use agentry_protocol::stop::StopReason;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-
-use crate::RunSummary;
 
 /// The tenant and agent of a run an `agentry serve` started, as it keeps
 /// them in the run's policy description (`{"serve": {"tenant", "agent"}}`,
@@ -111,5 +111,33 @@ impl RunQuery {
             Some(StatusFilter::Unfinished) => summary.unfinished(),
         };
         tenant && agent && status
+    }
+}
+
+/// One line of a store's run list.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunSummary {
+    /// Run id.
+    pub run_id: String,
+    /// Task id.
+    pub task_id: String,
+    /// Parent run.
+    pub parent_id: Option<String>,
+    /// Status at the last checkpoint (`running` before the first).
+    pub status: RunStatus,
+    /// Why it stopped, if it did.
+    pub stop_reason: Option<StopReason>,
+    /// State version at the last checkpoint.
+    pub version: u64,
+    /// Created (Unix ms).
+    pub created_at_ms: u64,
+    /// Last commit (Unix ms).
+    pub updated_at_ms: u64,
+}
+
+impl RunSummary {
+    /// True until the run stopped.
+    pub fn unfinished(&self) -> bool {
+        self.status != RunStatus::Stopped
     }
 }

@@ -14,6 +14,7 @@ use agentry_serve::{AgentRun, Agents, ApiError, Launched, RunMeta, ServeFile};
 use axum::http::StatusCode;
 
 use super::error::ServeCliError;
+use super::models::Gates;
 use crate::args::RunArgs;
 use crate::error::RunError;
 use crate::policy::{describe_policy, load_policy};
@@ -32,6 +33,8 @@ pub(crate) struct ServeAgents {
     agents: BTreeMap<String, Agent>,
     file: Arc<ServeFile>,
     store: PathBuf,
+    /// Each named model's shared limits.
+    gates: Arc<Gates>,
 }
 
 impl ServeAgents {
@@ -40,6 +43,7 @@ impl ServeAgents {
         file: Arc<ServeFile>,
         config: &std::path::Path,
         store: PathBuf,
+        gates: Arc<Gates>,
     ) -> Result<Self, ServeCliError> {
         let mut agents = BTreeMap::new();
         for (name, entry) in &file.agents {
@@ -67,6 +71,7 @@ impl ServeAgents {
             agents,
             file,
             store,
+            gates,
         })
     }
 
@@ -88,7 +93,7 @@ impl ServeAgents {
     ) -> Result<(crate::policy::LoadedPolicy, StoredPolicy), RunError> {
         let (loaded, mut root) = match &agent.model {
             Some(model) => (
-                super::models::named_policy(&self.file, model, &agent.task).await?,
+                super::models::named_policy(&self.file, &self.gates, model, &agent.task).await?,
                 super::models::describe(&self.file, model, &agent.task),
             ),
             None => {
@@ -121,6 +126,26 @@ fn not_started(e: &RunError) -> ApiError {
 impl Agents for ServeAgents {
     fn has(&self, name: &str) -> bool {
         self.agents.contains_key(name)
+    }
+
+    fn check(&self, run: &AgentRun) -> Result<RunMeta, ApiError> {
+        let Some(agent) = self.agents.get(&run.agent) else {
+            return Err(ApiError::bad_field(
+                "agent",
+                format!("no agent named {:?}", run.agent),
+            ));
+        };
+        let mut probe = agent.task.run_config(PathBuf::new());
+        agentry_serve::narrow(&mut probe, run.budget.as_ref(), run.tools.as_ref())?;
+        Ok(RunMeta {
+            agent: Some(run.agent.clone()),
+            model: agent.model.clone(),
+            ..RunMeta::of_tenant(&run.tenant)
+        })
+    }
+
+    fn model_loads(&self) -> Vec<agentry_serve::ModelLoad> {
+        self.gates.loads()
     }
 
     async fn launch(&self, run: AgentRun) -> Result<Launched, ApiError> {
@@ -156,6 +181,10 @@ impl Agents for ServeAgents {
         agentry_serve::narrow(&mut config, run.budget.as_ref(), run.tools.as_ref())?;
         config.traceparent = run.traceparent;
         config.inbox_capacity = run.inbox_capacity;
+        if run.run_id.is_some() {
+            config.run_id = run.run_id;
+        }
+        agentry_serve::cap_cost(&mut config, run.cost_cap_micros);
         let dir = config.workdir.clone();
         let started = match write(run.files, dir.clone()).await {
             Ok(()) => runtime

@@ -22,9 +22,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use agentry::{Durability, Runtime};
-use agentry_serve::{App, DEFAULT_TENANT, ServeError, ServeFile, ServiceConfig, Tokens, Webhooks};
+use agentry_serve::{
+    App, DEFAULT_MAX_QUEUED, DEFAULT_TENANT, RunLimits, ServeError, ServeFile, ServiceConfig,
+    TenantLimits, Tokens, Webhooks, micros_of,
+};
 
-use crate::args::ServeArgs;
+use crate::args::{Command, ServeArgs};
 use crate::store::{default_store, open_sqlite};
 
 /// The address served when neither `--addr` nor `[serve] addr` names one.
@@ -33,8 +36,68 @@ const DEFAULT_ADDR: &str = "127.0.0.1:8080";
 /// The environment variable a token (for the tenant `default`) may come from.
 const TOKEN_ENV: &str = "AGENTRY_TOKEN";
 
+/// The metrics `GET /metrics` serves, when serve.toml's `[serve] metrics` is
+/// on: made before the process's subscriber, which must count into them. A
+/// serve.toml that does not load is `serve`'s to report.
+pub(crate) fn metrics_of(command: &Command) -> Option<agentry::metrics::Metrics> {
+    let Command::Serve(args) = command else {
+        return None;
+    };
+    let file = ServeFile::load(args.config.as_ref()?).ok()?;
+    file.serve.metrics.then(agentry::metrics::Metrics::new)
+}
+
+/// `[serve]`'s and `[tenants.*]`'s limits; the queue is kept in the store's file.
+fn run_limits(file: &ServeFile, store: &std::path::Path) -> RunLimits {
+    let count = |n: Option<u32>| n.map(|n| n as usize);
+    RunLimits {
+        max_running: count(file.serve.max_running),
+        max_queued: count(file.serve.max_queued).unwrap_or(DEFAULT_MAX_QUEUED),
+        tenants: file
+            .tenants
+            .iter()
+            .map(|(name, entry)| {
+                let limits = TenantLimits {
+                    max_running: count(entry.max_running),
+                    max_cost_per_day_micros: entry.max_cost_per_day.and_then(micros_of),
+                };
+                (name.clone(), limits)
+            })
+            .collect(),
+        queue_file: Some(store.to_path_buf()),
+    }
+}
+
+/// Every `[tenants.NAME]` names a tenant a token stands for: a misspelt
+/// name would leave the real tenant without its limits.
+fn check_tenants(
+    file: &ServeFile,
+    tokens: Option<&Tokens>,
+    config: &std::path::Path,
+) -> Result<(), ServeError> {
+    let known = tokens.map(Tokens::tenant_names).unwrap_or_default();
+    match file.tenants.keys().find(|name| !known.contains(name)) {
+        Some(name) => Err(ServeError::Config {
+            path: config.to_path_buf(),
+            key: format!("tenants.{name}"),
+            message: format!(
+                "no token stands for tenant {name:?} (tenants: {}); name a tenant of [auth] tokens_file, or \"default\" for AGENTRY_TOKEN",
+                if known.is_empty() {
+                    "none".to_string()
+                } else {
+                    known.join(", ")
+                }
+            ),
+        }),
+        None => Ok(()),
+    }
+}
+
 /// Serves until ctrl-c or SIGTERM.
-pub(crate) async fn serve(args: ServeArgs) -> Result<(), ServeCliError> {
+pub(crate) async fn serve(
+    args: ServeArgs,
+    metrics: Option<agentry::metrics::Metrics>,
+) -> Result<(), ServeCliError> {
     let (file, config_path) = match &args.config {
         Some(path) => (ServeFile::load(path)?, path.clone()),
         None => (ServeFile::default(), PathBuf::from("serve.toml")),
@@ -51,8 +114,15 @@ pub(crate) async fn serve(args: ServeArgs) -> Result<(), ServeCliError> {
         (None, true) if !addr.ip().is_loopback() => return Err(ServeCliError::NotLoopback(addr)),
         (Some(_), _) | (None, true) => {}
     }
+    check_tenants(&file, tokens.as_ref(), &config_path)?;
     let store = store_path(args.store.as_ref())?;
-    let agents = agents::ServeAgents::load(Arc::clone(&file), &config_path, store.clone())?;
+    let gates = Arc::new(models::Gates::of(&file));
+    let agents = agents::ServeAgents::load(
+        Arc::clone(&file),
+        &config_path,
+        store.clone(),
+        Arc::clone(&gates),
+    )?;
     let runtime = Runtime::with_builtins()
         .and_then(|rt| rt.with_store(open_sqlite(&store)?, Durability::Strict))
         .map_err(ServeCliError::Store)?;
@@ -65,31 +135,12 @@ pub(crate) async fn serve(args: ServeArgs) -> Result<(), ServeCliError> {
             agents: Some(Arc::new(agents)),
             webhooks: webhooks.clone(),
             retention: file.serve.retention,
+            metrics,
+            run_limits: run_limits(&file, &store),
             ..ServiceConfig::default()
         },
     );
-    let inline = app
-        .resume_unfinished()
-        .await
-        .map_err(ServeCliError::Store)?;
-    let named = resume::resume_agents(&app, &file, &store).await;
-    if inline.len() + named > 0 {
-        eprintln!(
-            "agentry: serve: resumed {} unfinished runs",
-            inline.len() + named
-        );
-    }
-    if let Some(hooks) = webhooks {
-        match app.ready_stopped_webhooks().await {
-            Ok(0) => {}
-            Ok(n) => {
-                eprintln!("agentry: serve: {n} webhooks of runs stopped before this start are due")
-            }
-            Err(e) => eprintln!("agentry: serve: {e}"),
-        }
-        tokio::spawn(hooks.deliver(std::future::pending()));
-    }
-    tokio::spawn(app.clone().keep_retention(std::future::pending()));
+    bring_back(&app, &file, &gates, &store, webhooks).await?;
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|source| ServeCliError::Listen { addr, source })?;
@@ -102,6 +153,47 @@ pub(crate) async fn serve(args: ServeArgs) -> Result<(), ServeCliError> {
     if let Err(e) = app.serve(listener, stop).await {
         eprintln!("agentry: serve: {e}");
     }
+    Ok(())
+}
+
+/// What the store holds for this service, brought back before it listens:
+/// the unfinished runs resumed, the queue behind them, the webhooks of runs
+/// that stopped while no server held them; then the deliverer and the
+/// retention sweep, running until the process ends.
+async fn bring_back(
+    app: &App,
+    file: &ServeFile,
+    gates: &models::Gates,
+    store: &std::path::Path,
+    webhooks: Option<Arc<Webhooks>>,
+) -> Result<(), ServeCliError> {
+    let inline = app
+        .resume_unfinished()
+        .await
+        .map_err(ServeCliError::Store)?;
+    let named = resume::resume_agents(app, file, gates, store).await;
+    if inline.len() + named > 0 {
+        eprintln!(
+            "agentry: serve: resumed {} unfinished runs",
+            inline.len() + named
+        );
+    }
+    // After the resumed runs took their slots: the queue waits behind them.
+    let queued = app.restore_queue().await?;
+    if queued > 0 {
+        eprintln!("agentry: serve: {queued} queued runs wait for a slot");
+    }
+    if let Some(hooks) = webhooks {
+        match app.ready_stopped_webhooks().await {
+            Ok(0) => {}
+            Ok(n) => {
+                eprintln!("agentry: serve: {n} webhooks of runs stopped before this start are due")
+            }
+            Err(e) => eprintln!("agentry: serve: {e}"),
+        }
+        tokio::spawn(hooks.deliver(std::future::pending()));
+    }
+    tokio::spawn(app.clone().keep_retention(std::future::pending()));
     Ok(())
 }
 

@@ -2,11 +2,22 @@
 //! model and its `fallback` models in order, each with its key read only
 //! from the server's environment (`api_key_env`), built with the same
 //! adapters, context settings and checks as `agentry run`'s model policy.
+//!
+//! Each named model has one [`ModelGate`] for the life of the server
+//! ([`Gates`]): every run on the model shares it, also a run that reaches it
+//! as another model's fallback, so `max_concurrent`, the per-minute budgets
+//! and a provider's `Retry-After` hold across runs. `input_price` and
+//! `output_price` charge each turn's money to the run's budget.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use agentry::TaskSpec;
 use agentry::protocol::stored_policy::{RootSpec, StoredFallback};
-use agentry_models::{ChainModel, ModelConfig, ModelError, Provider};
-use agentry_serve::{ModelEntry, ServeFile};
+use agentry_models::{
+    ChainModel, GateLimits, ModelConfig, ModelError, ModelGate, Prices, Provider,
+};
+use agentry_serve::{ModelEntry, ModelLoad, ServeFile, micros_of};
 
 use crate::error::RunError;
 use crate::policy::{ContextSettings, LoadedPolicy, chain_policy, provider_prefix};
@@ -57,8 +68,68 @@ pub(crate) fn check_keys(file: &ServeFile, name: &str) -> Result<(), ModelError>
     Ok(())
 }
 
+/// One shared gate per named model, made once when the server starts.
+#[derive(Debug, Default)]
+pub(crate) struct Gates(BTreeMap<String, Arc<ModelGate>>);
+
+impl Gates {
+    /// A gate for every `[models.NAME]`, with its limits.
+    pub(crate) fn of(file: &ServeFile) -> Gates {
+        Gates(
+            file.models
+                .iter()
+                .map(|(name, entry)| {
+                    let limits = GateLimits {
+                        max_concurrent: entry.max_concurrent,
+                        requests_per_minute: entry.requests_per_minute,
+                        tokens_per_minute: entry.tokens_per_minute,
+                    };
+                    (name.clone(), ModelGate::new(limits))
+                })
+                .collect(),
+        )
+    }
+
+    fn get(&self, name: &str) -> Option<Arc<ModelGate>> {
+        self.0.get(name).cloned()
+    }
+
+    /// Each model's requests in flight and held back now.
+    pub(crate) fn loads(&self) -> Vec<ModelLoad> {
+        self.0
+            .iter()
+            .map(|(name, gate)| {
+                let usage = gate.usage();
+                ModelLoad {
+                    model: name.clone(),
+                    in_flight: usage.in_flight,
+                    throttled: usage.waiting,
+                }
+            })
+            .collect()
+    }
+}
+
+/// A million tokens' price as the adapters take it (millionths).
+fn prices(entry: &ModelEntry) -> Option<Prices> {
+    if entry.input_price.is_none() && entry.output_price.is_none() {
+        return None;
+    }
+    let micros = |price: Option<f64>| price.and_then(micros_of).unwrap_or(0);
+    Some(Prices {
+        input_micros_per_mtok: micros(entry.input_price),
+        output_micros_per_mtok: micros(entry.output_price),
+        ..Prices::default()
+    })
+}
+
 /// One model of the chain, configured as `agentry run` configures its models.
-fn chain_model(name: &str, entry: &ModelEntry, task: &TaskSpec) -> Result<ChainModel, RunError> {
+fn chain_model(
+    name: &str,
+    entry: &ModelEntry,
+    task: &TaskSpec,
+    gates: &Gates,
+) -> Result<ChainModel, RunError> {
     let provider = provider(entry);
     let base = entry
         .base_url
@@ -71,6 +142,10 @@ fn chain_model(name: &str, entry: &ModelEntry, task: &TaskSpec) -> Result<ChainM
     if let Some(path) = &entry.ca_cert {
         config = config.ca_cert(path);
     }
+    if let Some(prices) = prices(entry) {
+        config = config.prices(prices);
+    }
+    config.gate = gates.get(name);
     let mut context = ContextSettings::of_task(task);
     if entry.context_tokens.is_some() {
         context.context_tokens = entry.context_tokens;
@@ -84,12 +159,13 @@ fn chain_model(name: &str, entry: &ModelEntry, task: &TaskSpec) -> Result<ChainM
 /// The named model's chain as a run's policy.
 pub(crate) async fn named_policy(
     file: &ServeFile,
+    gates: &Gates,
     name: &str,
     task: &TaskSpec,
 ) -> Result<LoadedPolicy, RunError> {
     let chain = chain_names(file, name)
         .into_iter()
-        .map(|(n, entry)| chain_model(n, entry, task))
+        .map(|(n, entry)| chain_model(n, entry, task, gates))
         .collect::<Result<Vec<_>, _>>()?;
     chain_policy(chain).await
 }

@@ -9,6 +9,7 @@ use std::path::Path;
 use agentry::{RunConfig, TaskSpec};
 use agentry_serve::{App, Launched, RunMeta, ServeFile};
 
+use super::models::Gates;
 use crate::args::{DurabilityArg, ResumeArgs};
 use crate::error::RunError;
 use crate::policy::LoadedPolicy;
@@ -17,7 +18,12 @@ use crate::store::open_sqlite;
 
 /// Resumes every unfinished run of a named agent in `app`'s store; a run that
 /// cannot resume is reported and left in the store. Returns how many resumed.
-pub(crate) async fn resume_agents(app: &App, file: &ServeFile, store: &Path) -> usize {
+pub(crate) async fn resume_agents(
+    app: &App,
+    file: &ServeFile,
+    gates: &Gates,
+    store: &Path,
+) -> usize {
     let runs = match app.runtime().unfinished_runs().await {
         Ok(runs) => runs,
         Err(e) => {
@@ -34,7 +40,7 @@ pub(crate) async fn resume_agents(app: &App, file: &ServeFile, store: &Path) -> 
         if meta.agent.is_none() {
             continue;
         }
-        match resume_one(file, store, &run.run_id, &config, &meta).await {
+        match resume_one(file, gates, store, &run.run_id, &config, &meta).await {
             Ok(launched) => {
                 eprintln!("agentry: serve: resumed run {}", run.run_id);
                 app.adopt(launched);
@@ -54,6 +60,7 @@ pub(crate) async fn resume_agents(app: &App, file: &ServeFile, store: &Path) -> 
 
 async fn resume_one(
     file: &ServeFile,
+    gates: &Gates,
     store: &Path,
     run_id: &str,
     config: &RunConfig,
@@ -75,7 +82,7 @@ async fn resume_one(
                 })
             })?;
             let task = TaskSpec::load(&dir)?;
-            super::models::named_policy(file, name, &task).await?
+            super::models::named_policy(file, gates, name, &task).await?
         }
         Some(_) | None => policy_for(&resume_args(run_id, store), config).await?,
     };

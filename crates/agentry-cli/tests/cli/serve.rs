@@ -1,7 +1,8 @@
 //! `agentry serve`: the real binary on 127.0.0.1:0, driven over real HTTP,
 //! its store a real SQLite file. Shared here: starting it, a client, the
-//! tasks; the tests are in `serve_auth.rs` (tokens and tenants) and
-//! `serve_agents.rs` (named agents, models, serve.toml).
+//! tasks; the tests are in `serve_auth.rs` (tokens and tenants),
+//! `serve_agents.rs` (named agents, models, serve.toml) and
+//! `serve_limits.rs` (limits shared across runs).
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Stdio};
@@ -36,6 +37,9 @@ impl Drop for Served {
 pub(super) struct Reply {
     pub(super) status: u16,
     pub(super) body: Value,
+    /// The headers, and the body as text (`/metrics`).
+    pub(super) headers: reqwest::header::HeaderMap,
+    pub(super) text: String,
 }
 
 /// `agentry serve ARGS --addr 127.0.0.1:0` with `env` (nothing of the
@@ -132,10 +136,13 @@ impl Served {
         }
         let response = request.send().await.unwrap();
         let status = response.status().as_u16();
+        let headers = response.headers().clone();
         let text = response.text().await.unwrap();
         Reply {
             status,
             body: serde_json::from_str(&text).unwrap_or(Value::Null),
+            headers,
+            text,
         }
     }
 

@@ -247,3 +247,56 @@ async fn every_route_of_the_document_is_served(served: &Served, doc: &Value, id:
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queued_runs_and_a_full_queue_answer_as_the_document_says() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("runs.db");
+    tokens_file(dir.path(), &[("ops", TOKEN)]);
+    let config = dir.path().join("serve.toml");
+    std::fs::write(
+        &config,
+        "[serve]\nmax_running = 1\nmax_queued = 1\n\n[auth]\ntokens_file = \"tokens\"\n",
+    )
+    .unwrap();
+    let served = Served::start(
+        &["--config", path_str(&config), "--store", path_str(&store)],
+        &[],
+    );
+    let doc = served
+        .send("GET", "/openapi.json", Some(TOKEN), None)
+        .await
+        .body;
+    let first = served.create(TOKEN, &listener_task()).await;
+    served.wait_status(TOKEN, &first, "sleeping").await;
+    let queued = served
+        .send("POST", "/runs", Some(TOKEN), Some(&listener_task()))
+        .await;
+    assert_eq!(queued.body["status"], "queued", "{:?}", queued.body);
+    conforms(&doc, "POST", "/runs", queued.status, &queued.body);
+    let full = served
+        .send("POST", "/runs", Some(TOKEN), Some(&listener_task()))
+        .await;
+    assert_eq!(full.status, 429, "{:?}", full.body);
+    conforms(&doc, "POST", "/runs", full.status, &full.body);
+    let id = queued.body["run_id"].as_str().unwrap();
+    for (method, path, body) in [
+        ("GET", format!("/runs/{id}"), None),
+        ("GET", "/runs".to_string(), None),
+        ("GET", "/runs?status=running&limit=1".to_string(), None),
+        (
+            "POST",
+            format!("/runs/{id}/messages"),
+            Some(json!({"text": "early"})),
+        ),
+        (
+            "POST",
+            format!("/runs/{id}/interrupt"),
+            Some(json!({"action": "abort"})),
+        ),
+        ("GET", format!("/runs/{id}"), None),
+    ] {
+        let reply = served.send(method, &path, Some(TOKEN), body.as_ref()).await;
+        conforms(&doc, method, &path, reply.status, &reply.body);
+    }
+}
