@@ -90,7 +90,8 @@ const EXIT_TRACE_LOST: u8 = 4;
 fn main() -> ExitCode {
     // clap prints usage errors itself and exits 2.
     let cli = Cli::parse();
-    let telemetry = match telemetry::init(telemetry::otlp_of(&cli.command)) {
+    let log = telemetry::log_of(&cli.command);
+    let telemetry = match telemetry::init(telemetry::otlp_of(&cli.command), log) {
         Ok(guard) => guard,
         Err(e) => {
             eprintln!("agentry: --otlp: {e}");

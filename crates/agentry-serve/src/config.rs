@@ -34,6 +34,10 @@ pub struct ServiceConfig {
     /// The operator's named agents (`POST /runs {"agent": ...}`); `None`:
     /// inline tasks only.
     pub agents: Option<Arc<dyn Agents>>,
+    /// The store's file, when it is one: `GET /healthz` answers 503 once it
+    /// is removed or replaced (the service would write to a file no later
+    /// start reads).
+    pub store_file: Option<std::path::PathBuf>,
 }
 
 /// What the service holds for its clients, at most (each has a flag, see `main.rs`).

@@ -6,6 +6,7 @@
 //! ```toml
 //! [serve]
 //! addr = "127.0.0.1:8080"
+//! drain_timeout = "30s"           # on SIGTERM, for running steps to finish
 //!
 //! [auth]
 //! tokens_file = "tokens"          # TENANT SHA256-HEX per line
@@ -22,6 +23,9 @@
 //! ca_cert = "ca.pem"
 //! context_tokens = 32768
 //! fallback = ["hosted"]           # other [models.*], tried in order
+//!
+//! [telemetry]
+//! otlp = "http://127.0.0.1:4318"  # span export (OTLP/HTTP)
 //! ```
 //!
 //! Relative paths are relative to the directory of serve.toml.
@@ -29,6 +33,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde::Deserialize;
 
@@ -45,6 +50,8 @@ pub struct ServeFile {
     pub agents: BTreeMap<String, AgentEntry>,
     /// `[models.NAME]`, by name.
     pub models: BTreeMap<String, ModelEntry>,
+    /// `[telemetry]`.
+    pub telemetry: TelemetrySection,
 }
 
 /// `[serve]`.
@@ -53,6 +60,31 @@ pub struct ServeFile {
 pub struct ServeSection {
     /// The address to listen on (`--addr` wins).
     pub addr: Option<SocketAddr>,
+    /// On SIGTERM, how long running steps may take to finish before what is
+    /// left is stopped as a crash would stop it (`"30s"`; default
+    /// [`DEFAULT_DRAIN_TIMEOUT`]).
+    #[serde(default, deserialize_with = "duration")]
+    pub drain_timeout: Option<Duration>,
+}
+
+/// How long a drain waits for running steps when serve.toml does not say.
+pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// `[telemetry]`.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TelemetrySection {
+    /// Export spans over OTLP/HTTP to this collector (as `agentry run
+    /// --otlp URL`).
+    pub otlp: Option<String>,
+}
+
+/// A humantime duration (`"30s"`, `"2m"`).
+fn duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    let text = String::deserialize(d)?;
+    humantime::parse_duration(&text)
+        .map(Some)
+        .map_err(|e| serde::de::Error::custom(format!("{text:?}: {e} (a duration: \"30s\", \"2m\")")))
 }
 
 /// `[auth]`.
@@ -151,6 +183,7 @@ impl ServeFile {
             auth: raw.auth,
             agents: raw.agents,
             models: raw.models,
+            telemetry: raw.telemetry,
         };
         file.check()?;
         file.resolve(dir);
@@ -249,6 +282,8 @@ struct RawFile {
     agents: BTreeMap<String, AgentEntry>,
     #[serde(default)]
     models: BTreeMap<String, ModelEntry>,
+    #[serde(default)]
+    telemetry: TelemetrySection,
 }
 
 /// The dotted key a parse error at byte `at` is about: the table header
@@ -312,6 +347,7 @@ mod tests {
     const GOOD: &str = r#"
 [serve]
 addr = "127.0.0.1:9000"
+drain_timeout = "5s"
 [auth]
 tokens_file = "tokens"
 [agents.support]
@@ -329,6 +365,8 @@ fallback = ["other"]
 [models.other]
 provider = "anthropic"
 model = "n"
+[telemetry]
+otlp = "http://127.0.0.1:4318"
 "#;
 
     #[test]
@@ -345,6 +383,11 @@ model = "n"
         );
         assert_eq!(file.agents["sum"].task, PathBuf::from("/abs/sum"));
         assert_eq!(file.models["local"].fallback, ["other"]);
+        assert_eq!(file.serve.drain_timeout, Some(Duration::from_secs(5)));
+        assert_eq!(
+            file.telemetry.otlp.as_deref(),
+            Some("http://127.0.0.1:4318")
+        );
     }
 
     #[test]
@@ -377,6 +420,8 @@ model = "n"
                 "models.m.context_tokens",
             ),
             ("[serve\n", "(file)"),
+            ("[serve]\ndrain_timeout = \"soon\"\n", "serve.drain_timeout"),
+            ("[telemetry]\notel = \"x\"\n", "telemetry.otel"),
         ] {
             let bad = ServeFile::parse(text, Path::new("/d")).unwrap_err();
             assert_eq!(bad.key, key, "{text}: {}", bad.message);

@@ -8,7 +8,8 @@
 //! outcome and a bounded history (`events.rs`) only.
 //!
 //! ```text
-//! GET  /healthz                       200 {"status": "ok"} (no token needed)
+//! GET  /healthz                       200 {"status": "ok", "store": "ok"} (no token needed);
+//!                                     503 when the store does not answer or the service drains
 //! POST /runs                          task fields + script + files → 201 {"run_id"}
 //!                                     or {"agent", "input", "files", "budget", "tools"}
 //! GET  /runs                          the caller's runs
@@ -56,6 +57,7 @@
 //! file.rs     serve.toml, parsed and checked
 //! guard.rs    what every request passes before its route
 //! table.rs    App: the table of runs, following each until it stops
+//! ops.rs      /healthz and the drain on SIGTERM
 //! inputs.rs   the routes a live run takes input by
 //! routes.rs   the router, App::serve, and the routes that start and show runs
 //! ```
@@ -71,6 +73,7 @@ mod file;
 mod guard;
 mod inputs;
 mod narrow;
+mod ops;
 mod routes;
 mod serve;
 mod streams;
@@ -83,8 +86,12 @@ pub use config::{Limits, ServiceConfig};
 pub use create::write_files;
 pub use error::{ApiError, ServeError, code_of};
 pub use events::ReplayLimits;
-pub use file::{AgentEntry, AuthSection, BadKey, ModelEntry, ServeFile, ServeSection};
+pub use file::{
+    AgentEntry, AuthSection, BadKey, DEFAULT_DRAIN_TIMEOUT, ModelEntry, ServeFile, ServeSection,
+    TelemetrySection,
+};
 pub use narrow::narrow;
+pub use ops::{DRAIN_RETRY_AFTER_SECONDS, Drained};
 pub use streams::StreamLimits;
 pub use table::App;
 pub use tenants::{DEFAULT_TENANT, Tenant, Tokens};

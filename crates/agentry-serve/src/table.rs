@@ -16,6 +16,7 @@ use super::agents::{Launched, RunMeta};
 use super::config::ServiceConfig;
 use super::error::ApiError;
 use super::events::{self, EventLog};
+use super::ops::Ops;
 use super::streams::Streams;
 use super::tenants::Tenant;
 
@@ -29,6 +30,8 @@ pub struct App {
     stopped: Arc<Mutex<VecDeque<String>>>,
     /// The open event streams (see `Limits::streams`).
     pub(super) streams: Arc<Streams>,
+    /// Draining, and what `/healthz` checks (`ops.rs`).
+    pub(super) ops: Arc<Ops>,
 }
 
 /// One run: its handle while it runs, its event log, and the working directory
@@ -123,6 +126,7 @@ impl App {
         App {
             runtime,
             streams: Streams::new(config.limits.streams),
+            ops: Arc::new(Ops::new(config.store_file.as_deref())),
             config: Arc::new(config),
             runs: Arc::default(),
             stopped: Arc::default(),
@@ -262,5 +266,16 @@ impl App {
             .collect();
         mine.sort_by(|a, b| a.0.cmp(&b.0));
         mine
+    }
+
+    /// The handles of every run still running.
+    pub(super) fn live_handles(&self) -> Vec<RunHandle> {
+        let runs = self.runs.read().unwrap_or_else(PoisonError::into_inner);
+        runs.values()
+            .filter_map(|entry| match entry.current() {
+                Run::Live(handle) if handle.outcome().is_none() => Some(*handle),
+                Run::Live(_) | Run::Stopped(_) => None,
+            })
+            .collect()
     }
 }

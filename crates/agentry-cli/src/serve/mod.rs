@@ -2,18 +2,21 @@
 //! serve.toml (the operator's agents and models, the tokens file), refuses
 //! to start without a token unless `--no-auth` (then loopback only), puts
 //! every run in the store (the default one unless `--store`), resumes the
-//! store's unfinished runs, and serves until ctrl-c or SIGTERM, leaving
-//! running runs in the store for the next start.
+//! store's unfinished runs, and serves until ctrl-c or SIGTERM, then
+//! drains: running steps finish, every run is left in the store for the
+//! next start.
 //!
 //! - `error`: `ServeCliError`, why it does not serve.
 //! - `models`: a `[models.NAME]` chain as a run's policy.
 //! - `agents`: `[agents.NAME]`, started as `agentry run` starts a task.
 //! - `resume`: the agents' unfinished runs, resumed as `agentry resume` does.
+//! - `stop`: the signals, and the drain they start.
 
 mod agents;
 mod error;
 mod models;
 mod resume;
+mod stop;
 
 pub(crate) use error::ServeCliError;
 
@@ -22,7 +25,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use agentry::{Durability, Runtime};
-use agentry_serve::{App, DEFAULT_TENANT, ServeError, ServeFile, ServiceConfig, Tokens};
+use agentry_serve::{
+    App, DEFAULT_DRAIN_TIMEOUT, DEFAULT_TENANT, ServeError, ServeFile, ServiceConfig, Tokens,
+};
 
 use crate::args::ServeArgs;
 use crate::store::{default_store, open_sqlite};
@@ -62,6 +67,7 @@ pub(crate) async fn serve(args: ServeArgs) -> Result<(), ServeCliError> {
         ServiceConfig {
             tokens,
             agents: Some(Arc::new(agents)),
+            store_file: Some(store.clone()),
             ..ServiceConfig::default()
         },
     );
@@ -82,12 +88,12 @@ pub(crate) async fn serve(args: ServeArgs) -> Result<(), ServeCliError> {
     let bound = listener
         .local_addr()
         .map_err(|source| ServeCliError::Listen { addr, source })?;
+    // Listened for before the address is printed: whoever sends SIGTERM
+    // once it knows the address gets a drain.
+    let signals = stop::StopSignals::new();
     eprintln!("agentry: serve: listening on http://{bound}");
-    let stop = shutdown_signal();
-    // Durable runs are left as they are: the next start resumes them.
-    if let Err(e) = app.serve(listener, stop).await {
-        eprintln!("agentry: serve: {e}");
-    }
+    let drain_timeout = file.serve.drain_timeout.unwrap_or(DEFAULT_DRAIN_TIMEOUT);
+    stop::serve_until_stopped(app, listener, signals, drain_timeout).await;
     Ok(())
 }
 
@@ -125,20 +131,4 @@ fn store_path(store: Option<&PathBuf>) -> Result<PathBuf, ServeCliError> {
         })?;
     }
     Ok(std::path::absolute(&path).unwrap_or(path))
-}
-
-/// Ctrl-c or SIGTERM (what service managers and containers send).
-async fn shutdown_signal() {
-    let term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate());
-    match term {
-        Ok(mut term) => {
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term.recv() => {}
-            }
-        }
-        Err(_) => {
-            let _ = tokio::signal::ctrl_c().await;
-        }
-    }
 }
