@@ -25,7 +25,7 @@
 //! fallback = ["hosted"]           # other [models.*], tried in order
 //!
 //! [telemetry]
-//! otlp = "http://127.0.0.1:4318"  # span export (OTLP/HTTP)
+//! otlp = "http://127.0.0.1:4318/v1/traces"  # span export (OTLP/HTTP)
 //! ```
 //!
 //! Relative paths are relative to the directory of serve.toml.
@@ -366,7 +366,7 @@ fallback = ["other"]
 provider = "anthropic"
 model = "n"
 [telemetry]
-otlp = "http://127.0.0.1:4318"
+otlp = "http://127.0.0.1:4318/v1/traces"
 "#;
 
     #[test]
@@ -386,7 +386,7 @@ otlp = "http://127.0.0.1:4318"
         assert_eq!(file.serve.drain_timeout, Some(Duration::from_secs(5)));
         assert_eq!(
             file.telemetry.otlp.as_deref(),
-            Some("http://127.0.0.1:4318")
+            Some("http://127.0.0.1:4318/v1/traces")
         );
     }
 
