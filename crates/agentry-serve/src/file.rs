@@ -82,9 +82,9 @@ pub struct TelemetrySection {
 /// A humantime duration (`"30s"`, `"2m"`).
 fn duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
     let text = String::deserialize(d)?;
-    humantime::parse_duration(&text)
-        .map(Some)
-        .map_err(|e| serde::de::Error::custom(format!("{text:?}: {e} (a duration: \"30s\", \"2m\")")))
+    humantime::parse_duration(&text).map(Some).map_err(|e| {
+        serde::de::Error::custom(format!("{text:?}: {e} (a duration: \"30s\", \"2m\")"))
+    })
 }
 
 /// `[auth]`.

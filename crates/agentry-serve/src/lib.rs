@@ -51,6 +51,7 @@
 //! streams.rs  open event streams, bounded per run and in total
 //! events.rs   a run's event log and its SSE stream
 //! serve.rs    accepting and bounding connections
+//! status.rs   draining, and the store file /healthz checks
 //! config.rs   ServiceConfig and Limits
 //! create.rs   a POST /runs body → task, script and working directory
 //! agents.rs   the operator's named agents (`Agents`, implemented by the CLI)
@@ -76,6 +77,7 @@ mod narrow;
 mod ops;
 mod routes;
 mod serve;
+mod status;
 mod streams;
 mod table;
 mod tenants;

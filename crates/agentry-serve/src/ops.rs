@@ -10,9 +10,6 @@
 //! resumes by the resume rules (a call with no recorded outcome runs again
 //! when its contract says that is safe, else waits for a human).
 
-use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use agentry::{RunHandle, RunStatus};
@@ -24,6 +21,7 @@ use serde_json::json;
 
 use super::error::{ApiError, error_body};
 use super::guard::HEALTH_PATH;
+use super::status::StoreProblem;
 use super::table::App;
 
 /// What a 503 of a draining service asks a client to wait, in seconds: by
@@ -40,40 +38,6 @@ const HUMAN_POLL: Duration = Duration::from_millis(50);
 /// store's file and finds nothing.
 const PROBE_RUN_ID: &str = "agentry-healthz-probe";
 
-/// The service's operational state, shared by every clone of the [`App`].
-#[derive(Debug, Default)]
-pub(super) struct Ops {
-    draining: AtomicBool,
-    /// The store's file and the identity it had when the service started.
-    store_file: Option<StoreFile>,
-}
-
-/// A file and its device and inode numbers.
-#[derive(Debug)]
-struct StoreFile {
-    path: PathBuf,
-    dev: u64,
-    ino: u64,
-}
-
-impl Ops {
-    /// For a service whose store lives in `store_file` (as it is now).
-    pub(super) fn new(store_file: Option<&Path>) -> Ops {
-        let store_file = store_file.and_then(|path| {
-            let meta = std::fs::metadata(path).ok()?;
-            Some(StoreFile {
-                path: path.to_path_buf(),
-                dev: meta.dev(),
-                ino: meta.ino(),
-            })
-        });
-        Ops {
-            draining: AtomicBool::new(false),
-            store_file,
-        }
-    }
-}
-
 /// What a drain did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Drained {
@@ -89,12 +53,12 @@ impl App {
     /// From now on every request but `GET /healthz` is answered 503 with
     /// `Retry-After`, and `/healthz` says the service is draining.
     pub fn stop_taking_work(&self) {
-        self.ops.draining.store(true, Ordering::SeqCst);
+        self.ops.set_draining();
     }
 
     /// Whether [`App::stop_taking_work`] was called.
     pub fn is_draining(&self) -> bool {
-        self.ops.draining.load(Ordering::SeqCst)
+        self.ops.draining()
     }
 
     /// Drains the service (see the module docs): stops taking work, lets
@@ -142,41 +106,25 @@ impl App {
 
     /// The store's state: `Ok` when its writer takes writes and a read of
     /// its file answers, in time; else what is wrong.
-    async fn store_state(&self) -> Result<(), String> {
+    async fn store_state(&self) -> Result<(), StoreProblem> {
         let Some(store) = self.runtime.store().cloned() else {
             return Ok(());
         };
-        if let Some(file) = &self.ops.store_file {
-            check_identity(file)?;
-        }
+        self.ops.check_store_file()?;
         let flushed = tokio::time::timeout(STORE_ANSWER, self.runtime.flush()).await;
-        match flushed {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => return Err(format!("the store takes no writes: {e}")),
-            Err(_) => return Err(format!("the store's writer did not answer in {STORE_ANSWER:?}")),
-        }
+        let silent = |what| StoreProblem::Silent {
+            what,
+            within: STORE_ANSWER,
+        };
+        flushed
+            .map_err(|_| silent("a flush"))?
+            .map_err(StoreProblem::NoWrites)?;
         let read = tokio::task::spawn_blocking(move || store.load(PROBE_RUN_ID).map(|_| ()));
-        match tokio::time::timeout(STORE_ANSWER, read).await {
-            Ok(Ok(Ok(()))) => Ok(()),
-            Ok(Ok(Err(e))) => Err(format!("the store cannot be read: {e}")),
-            Ok(Err(e)) => Err(format!("the store's read failed: {e}")),
-            Err(_) => Err(format!("the store did not answer a read in {STORE_ANSWER:?}")),
-        }
-    }
-}
-
-/// The store's file must still be the one the service opened: removed or
-/// replaced, every commit goes to a file no later start will see.
-fn check_identity(file: &StoreFile) -> Result<(), String> {
-    let path = file.path.display();
-    match std::fs::metadata(&file.path) {
-        Ok(meta) if meta.dev() == file.dev && meta.ino() == file.ino => Ok(()),
-        Ok(_) => Err(format!(
-            "the store file {path} was replaced: this service writes to a file no later start will read"
-        )),
-        Err(e) => Err(format!(
-            "the store file {path} is gone ({e}): this service writes to a file no later start will read"
-        )),
+        tokio::time::timeout(STORE_ANSWER, read)
+            .await
+            .map_err(|_| silent("a read"))?
+            .map_err(StoreProblem::ReadFailed)?
+            .map_err(StoreProblem::Unreadable)
     }
 }
 
@@ -205,20 +153,24 @@ pub(super) async fn health(State(app): State<App>) -> Response {
         (Ok(()), false) => {
             return axum::Json(json!({ "status": "ok", "store": "ok" })).into_response();
         }
-        (_, true) => ("draining", "the service is stopping; send new work elsewhere".to_string()),
-        (Err(problem), false) => ("unavailable", problem.clone()),
+        (_, true) => (
+            "draining",
+            "the service is stopping; send new work elsewhere".to_string(),
+        ),
+        (Err(problem), false) => ("unavailable", problem.to_string()),
     };
     let mut body = error_body(StatusCode::SERVICE_UNAVAILABLE, &message, None);
     body["status"] = json!(status);
     body["store"] = json!(if store.is_ok() { "ok" } else { "unavailable" });
     if let Err(problem) = &store {
-        tracing::warn!(problem, "health: the store does not answer");
+        tracing::warn!(%problem, "health: the store does not answer");
     }
     let mut response = (StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response();
     if draining {
-        response
-            .headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from(DRAIN_RETRY_AFTER_SECONDS));
+        response.headers_mut().insert(
+            header::RETRY_AFTER,
+            HeaderValue::from(DRAIN_RETRY_AFTER_SECONDS),
+        );
     }
     response
 }
@@ -239,7 +191,10 @@ pub(super) async fn refuse_while_draining(
     )
     .into_response();
     let headers = response.headers_mut();
-    headers.insert(header::RETRY_AFTER, HeaderValue::from(DRAIN_RETRY_AFTER_SECONDS));
+    headers.insert(
+        header::RETRY_AFTER,
+        HeaderValue::from(DRAIN_RETRY_AFTER_SECONDS),
+    );
     headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
     response
 }

@@ -16,7 +16,7 @@ use super::agents::{Launched, RunMeta};
 use super::config::ServiceConfig;
 use super::error::ApiError;
 use super::events::{self, EventLog};
-use super::ops::Ops;
+use super::status::Ops;
 use super::streams::Streams;
 use super::tenants::Tenant;
 

@@ -27,7 +27,10 @@ async fn a_drained_run_finishes_its_step_and_resumes_elsewhere_without_running_i
     tokio::time::timeout(WAIT, drained)
         .await
         .map_err(|_| "the drain did not end with the step")??;
-    assert!(first.handle.outcome().is_none(), "a drained run is not stopped");
+    assert!(
+        first.handle.outcome().is_none(),
+        "a drained run is not stopped"
+    );
     assert_eq!(
         ledger_row(&db, &run_id, "p1")?.state,
         LedgerState::Outcome,

@@ -127,7 +127,11 @@ async fn sigterm_drains_the_running_step_and_the_run_resumes_after_a_restart() {
     assert_eq!(health.body["status"], "draining", "{:?}", health.body);
     assert_eq!(health.body["store"], "ok", "{:?}", health.body);
     for (method, path, body) in [
-        ("POST", "/runs".to_string(), Some(json!({"agent": "slow", "input": "more"}))),
+        (
+            "POST",
+            "/runs".to_string(),
+            Some(json!({"agent": "slow", "input": "more"})),
+        ),
         ("GET", format!("/runs/{id}"), None),
         ("GET", "/runs".to_string(), None),
     ] {
@@ -259,8 +263,8 @@ async fn json_logs_carry_the_run_id_and_nothing_of_a_refused_request() {
         if line.starts_with("agentry: ") {
             continue;
         }
-        let value: Value = serde_json::from_str(line)
-            .unwrap_or_else(|e| panic!("not a JSON line ({e}): {line}"));
+        let value: Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("not a JSON line ({e}): {line}"));
         assert!(value["level"].is_string(), "{line}");
         if value["fields"]["message"] == "run started" {
             assert_eq!(value["fields"]["run_id"], id.as_str(), "{line}");
@@ -342,5 +346,9 @@ async fn telemetry_otlp_in_serve_toml_exports_the_runs_spans() {
     let exported = bodies
         .iter()
         .any(|b| b.windows(12).any(|w| w == b"invoke_agent"));
-    assert!(exported, "no invoke_agent span among {} exports", bodies.len());
+    assert!(
+        exported,
+        "no invoke_agent span among {} exports",
+        bodies.len()
+    );
 }
