@@ -5,7 +5,8 @@
 //! `Retry-After` (a load balancer sends it elsewhere); each live run finishes
 //! the step in progress and starts no other (`RunHandle::drain`), within the
 //! drain's time; the store is flushed; then the runtime lets go of every run
-//! as a crash would (`Runtime::abandon`): a run that finished its step
+//! as a crash would (`Runtime::abandon`), its event streams ended first
+//! (without a `run_stopped`: the run is not over): a run that finished its step
 //! resumes in the next process at its next step, one still in its step
 //! resumes by the resume rules (a call with no recorded outcome runs again
 //! when its contract says that is safe, else waits for a human).
@@ -22,7 +23,7 @@ use serde_json::json;
 use super::error::{ApiError, error_body};
 use super::guard::HEALTH_PATH;
 use super::status::StoreProblem;
-use super::table::App;
+use super::table::{App, LiveRun};
 
 /// What a 503 of a draining service asks a client to wait, in seconds: by
 /// then another instance (or this one, restarted) takes the request.
@@ -67,11 +68,13 @@ impl App {
     /// run. The runtime is unusable afterwards: the process exits next.
     pub async fn drain(&self, timeout: Duration, now: impl Future<Output = ()>) -> Drained {
         self.stop_taking_work();
-        let live = self.live_handles();
+        let live = self.live_runs();
         let total = live.len();
         let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
         let mut steps = tokio::task::JoinSet::new();
-        for handle in live {
+        let mut logs = Vec::with_capacity(total);
+        for LiveRun { handle, log } in live {
+            logs.push(log);
             let done = done_tx.clone();
             steps.spawn(async move {
                 tokio::select! {
@@ -94,6 +97,11 @@ impl App {
             () = now => {}
         }
         steps.abort_all();
+        // The streams end here, without a `run_stopped`: the runs go on in
+        // the next process, where a client follows them again.
+        for log in logs {
+            log.close();
+        }
         if let Err(e) = self.runtime.flush().await {
             tracing::error!(error = %e, "the store could not be flushed");
         }

@@ -268,14 +268,23 @@ impl App {
         mine
     }
 
-    /// The handles of every run still running.
-    pub(super) fn live_handles(&self) -> Vec<RunHandle> {
+    /// Every run still running: its handle and its event log.
+    pub(super) fn live_runs(&self) -> Vec<LiveRun> {
         let runs = self.runs.read().unwrap_or_else(PoisonError::into_inner);
         runs.values()
             .filter_map(|entry| match entry.current() {
-                Run::Live(handle) if handle.outcome().is_none() => Some(*handle),
+                Run::Live(handle) if handle.outcome().is_none() => Some(LiveRun {
+                    handle: *handle,
+                    log: Arc::clone(&entry.log),
+                }),
                 Run::Live(_) | Run::Stopped(_) => None,
             })
             .collect()
     }
+}
+
+/// A run still running, as a drain sees it.
+pub(super) struct LiveRun {
+    pub(super) handle: RunHandle,
+    pub(super) log: Arc<EventLog>,
 }

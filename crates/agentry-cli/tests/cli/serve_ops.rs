@@ -92,6 +92,35 @@ async fn raw(served: &Served, method: &str, path: &str, body: Option<&Value>) ->
     }
 }
 
+/// The run's event stream, open.
+async fn open_stream(base: &str, id: &str) -> reqwest::Response {
+    let client = reqwest::Client::builder().no_proxy().build().unwrap();
+    let response = client
+        .get(format!("{base}/runs/{id}/events"))
+        .header("authorization", format!("Bearer {TOKEN}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    response
+}
+
+/// The stream's text, until the server ends it (bounded); panics if the
+/// connection was cut instead of the stream ended.
+async fn stream_to_end(mut response: reqwest::Response) -> String {
+    let mut text = String::new();
+    loop {
+        let chunk = tokio::time::timeout(WAIT, response.chunk())
+            .await
+            .expect("the stream did not end");
+        match chunk {
+            Ok(Some(bytes)) => text.push_str(&String::from_utf8_lossy(&bytes)),
+            Ok(None) => return text,
+            Err(e) => panic!("the stream was cut, not ended ({e}), after: {text}"),
+        }
+    }
+}
+
 /// Polls until the server's log holds `text` (bounded).
 fn wait_log(served: &Served, text: &str) {
     let deadline = std::time::Instant::now() + WAIT;
@@ -119,6 +148,7 @@ async fn sigterm_drains_the_running_step_and_the_run_resumes_after_a_restart() {
         .create(TOKEN, &json!({"agent": "slow", "input": "go"}))
         .await;
     served.events_until(TOKEN, &id, "tool_call_started").await;
+    let stream = tokio::spawn(stream_to_end(open_stream(&served.base, &id).await));
     served.terminate();
     wait_log(&served, "agentry: serve: draining");
 
@@ -154,6 +184,11 @@ async fn sigterm_drains_the_running_step_and_the_run_resumes_after_a_restart() {
         served.log.lock().unwrap()
     );
     drop(served);
+    // The stream was ended (not cut) by the drain, and never said the run
+    // stopped: it goes on after the restart.
+    let streamed = stream.await.unwrap();
+    assert!(streamed.contains("event: tool_call_finished"), "{streamed}");
+    assert!(!streamed.contains("run_stopped"), "{streamed}");
 
     let again = start(dir.path(), config, &[], &[]);
     let run = again.wait_status(TOKEN, &id, "stopped").await;
