@@ -91,7 +91,8 @@ fn main() -> ExitCode {
     // clap prints usage errors itself and exits 2.
     let cli = Cli::parse();
     let log = telemetry::log_of(&cli.command);
-    let telemetry = match telemetry::init(telemetry::otlp_of(&cli.command), log) {
+    let metrics = telemetry::metrics_of(&cli.command);
+    let telemetry = match telemetry::init(telemetry::otlp_of(&cli.command), log, metrics.as_ref()) {
         Ok(guard) => guard,
         Err(e) => {
             eprintln!("agentry: --otlp: {e}");
@@ -118,7 +119,7 @@ fn main() -> ExitCode {
     if let Err(e) = runtime.block_on(async { agentry::tools::proc::survive_file_size_limit() }) {
         tracing::warn!(error = %e, "cannot catch SIGXFSZ; a write past the file-size limit kills the process");
     }
-    let code = command(cli.command, &runtime);
+    let code = command(cli.command, &runtime, metrics);
     // The run's actors end with the runtime, closing their spans; then the
     // export is flushed.
     drop(runtime);
@@ -126,7 +127,11 @@ fn main() -> ExitCode {
     code
 }
 
-fn command(command: Command, runtime: &tokio::runtime::Runtime) -> ExitCode {
+fn command(
+    command: Command,
+    runtime: &tokio::runtime::Runtime,
+    metrics: Option<agentry::metrics::Metrics>,
+) -> ExitCode {
     match command {
         Command::Run(args) => {
             let json = args.json;
@@ -162,7 +167,7 @@ fn command(command: Command, runtime: &tokio::runtime::Runtime) -> ExitCode {
             Ok(true) => ExitCode::from(EXIT_NOT_DONE),
             Err(e) => fail(&e, EXIT_BAD_INPUT, args.json),
         },
-        Command::Serve(args) => match runtime.block_on(serve::serve(args)) {
+        Command::Serve(args) => match runtime.block_on(serve::serve(args, metrics)) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => fail(&e, EXIT_BAD_INPUT, false),
         },

@@ -30,6 +30,17 @@ const QUIET: &str = "warn";
 /// A service's log also says which runs start, resume and stop.
 const SERVICE: &str = "warn,agentry_serve=info";
 
+/// The metrics `agentry serve` serves at `GET /metrics`, when serve.toml's
+/// `[telemetry] metrics` asks for them: counted by a layer of the process's
+/// subscriber, so made before it.
+pub(crate) fn metrics_of(command: &Command) -> Option<agentry::metrics::Metrics> {
+    let Command::Serve(args) = command else {
+        return None;
+    };
+    let file = agentry_serve::ServeFile::load(args.config.as_ref()?).ok()?;
+    file.telemetry.metrics.then(agentry::metrics::Metrics::new)
+}
+
 /// How `command` logs.
 pub(crate) fn log_of(command: &Command) -> LogSetup {
     match command {
@@ -89,6 +100,7 @@ pub(crate) fn otlp_of(command: &Command) -> Option<Option<String>> {
 pub(crate) fn init(
     otlp: Option<Option<String>>,
     log: LogSetup,
+    metrics: Option<&agentry::metrics::Metrics>,
 ) -> Result<Option<TelemetryGuard>, TelemetryError> {
     // Logs go to stderr so that `--json` output on stdout stays one JSON object.
     let filter =
@@ -110,7 +122,9 @@ pub(crate) fn init(
             .with_filter(filter)
             .boxed(),
     };
-    let registry = tracing_subscriber::registry().with(fmt);
+    let registry = tracing_subscriber::registry()
+        .with(fmt)
+        .with(metrics.map(agentry::metrics::Metrics::layer));
     let Some(endpoint) = otlp else {
         registry.init();
         return Ok(None);

@@ -26,6 +26,7 @@
 //!
 //! [telemetry]
 //! otlp = "http://127.0.0.1:4318/v1/traces"  # span export (OTLP/HTTP)
+//! metrics = true                  # GET /metrics
 //! ```
 //!
 //! Relative paths are relative to the directory of serve.toml.
@@ -77,6 +78,9 @@ pub struct TelemetrySection {
     /// Export spans over OTLP/HTTP to this collector (as `agentry run
     /// --otlp URL`).
     pub otlp: Option<String>,
+    /// Serve `GET /metrics` (Prometheus, counted from the runs' spans).
+    #[serde(default)]
+    pub metrics: bool,
 }
 
 /// A humantime duration (`"30s"`, `"2m"`).
@@ -367,6 +371,7 @@ provider = "anthropic"
 model = "n"
 [telemetry]
 otlp = "http://127.0.0.1:4318/v1/traces"
+metrics = true
 "#;
 
     #[test]
@@ -388,6 +393,7 @@ otlp = "http://127.0.0.1:4318/v1/traces"
             file.telemetry.otlp.as_deref(),
             Some("http://127.0.0.1:4318/v1/traces")
         );
+        assert!(file.telemetry.metrics);
     }
 
     #[test]

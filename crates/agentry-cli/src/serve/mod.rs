@@ -38,8 +38,12 @@ const DEFAULT_ADDR: &str = "127.0.0.1:8080";
 /// The environment variable a token (for the tenant `default`) may come from.
 const TOKEN_ENV: &str = "AGENTRY_TOKEN";
 
-/// Serves until ctrl-c or SIGTERM.
-pub(crate) async fn serve(args: ServeArgs) -> Result<(), ServeCliError> {
+/// Serves until ctrl-c or SIGTERM; `GET /metrics` serves `metrics` (counted
+/// by the process's subscriber) when given.
+pub(crate) async fn serve(
+    args: ServeArgs,
+    metrics: Option<agentry::metrics::Metrics>,
+) -> Result<(), ServeCliError> {
     let (file, config_path) = match &args.config {
         Some(path) => (ServeFile::load(path)?, path.clone()),
         None => (ServeFile::default(), PathBuf::from("serve.toml")),
@@ -68,6 +72,7 @@ pub(crate) async fn serve(args: ServeArgs) -> Result<(), ServeCliError> {
             tokens,
             agents: Some(Arc::new(agents)),
             store_file: Some(store.clone()),
+            metrics,
             ..ServiceConfig::default()
         },
     );

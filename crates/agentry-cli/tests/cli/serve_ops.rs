@@ -4,7 +4,7 @@
 //! drain's timeout cuts the step as a crash would, and the run still
 //! resumes); `/healthz` reports the store; `--log-format json` lines carry
 //! the run id and nothing of a refused request; `[telemetry] otlp` exports
-//! the runs' spans.
+//! the runs' spans and `[telemetry] metrics` serves `GET /metrics`.
 
 use std::io::Read;
 use std::sync::{Arc, Mutex};
@@ -386,4 +386,41 @@ async fn telemetry_otlp_in_serve_toml_exports_the_runs_spans() {
         "no invoke_agent span among {} exports",
         bodies.len()
     );
+}
+
+/// `[telemetry] metrics = true`: `GET /metrics` (with a token) counts the
+/// runs; without it the route is 404.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn telemetry_metrics_in_serve_toml_serves_get_metrics() {
+    let body = json!({
+        "goal": "say hi",
+        "budget": {"max_steps": 3},
+        "script": {"turns": [{"tool_calls": [{"id": "f", "name": "task.finish", "arguments": {"answer": "hi"}}]}]}
+    });
+    for on in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let config = format!("[telemetry]\nmetrics = {on}\n");
+        let served = start(dir.path(), &config, &[], &[]);
+        let id = served.create(TOKEN, &body).await;
+        served.wait_status(TOKEN, &id, "stopped").await;
+        let client = reqwest::Client::builder().no_proxy().build().unwrap();
+        let response = client
+            .get(format!("{}/metrics", served.base))
+            .header("authorization", format!("Bearer {TOKEN}"))
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        let text = response.text().await.unwrap();
+        if !on {
+            assert_eq!(status, 404, "{text}");
+            continue;
+        }
+        assert_eq!(status, 200, "{text}");
+        let done = text
+            .lines()
+            .find(|l| l.starts_with("agentry_runs_total{stop_reason=\"done\"}"))
+            .unwrap_or_else(|| panic!("no count of done runs: {text}"));
+        assert!(done.ends_with(" 1"), "{done}");
+    }
 }
