@@ -102,7 +102,9 @@ impl App {
         for log in logs {
             log.close();
         }
-        if let Err(e) = self.runtime.flush().await {
+        if self.runtime.store().is_some()
+            && let Err(e) = self.runtime.flush().await
+        {
             tracing::error!(error = %e, "the store could not be flushed");
         }
         self.runtime.abandon().await;
