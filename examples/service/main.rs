@@ -157,6 +157,7 @@ impl Args {
             // Inline scripted tasks only, for anyone who can reach loopback.
             tokens: None,
             agents: None,
+            // No webhooks or retention: the example keeps runs as the flags say.
             ..app::ServiceConfig::default()
         })
     }

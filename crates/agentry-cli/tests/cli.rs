@@ -43,7 +43,10 @@ mod cli {
     mod serve;
     mod serve_agents;
     mod serve_auth;
+    mod serve_list;
+    mod serve_openapi;
     mod serve_ops;
+    mod serve_webhooks;
     mod stats;
     mod tls_resume;
     mod tools_cmd;

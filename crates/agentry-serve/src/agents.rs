@@ -13,7 +13,7 @@ use super::error::ApiError;
 use super::tenants::Tenant;
 
 /// The key of [`RootSpec::other`] the service's [`RunMeta`] is stored under.
-const META_KEY: &str = "serve";
+const META_KEY: &str = agentry::store::SERVE_META_KEY;
 
 /// What the service keeps with each run: who created it, of which agent, on
 /// which named model.
@@ -28,6 +28,10 @@ pub struct RunMeta {
     /// The named model the run is on (none for a scripted policy).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
+    /// Where the run's completion webhook goes (kept with the run, so a run
+    /// that stops after a restart still gets its delivery).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub webhook: Option<String>,
 }
 
 impl RunMeta {
@@ -57,12 +61,20 @@ impl RunMeta {
     /// The meta a stored run carries (empty for a run stored without one).
     pub fn stored(config: &RunConfig) -> RunMeta {
         match &config.policy_spec {
-            Some(StoredPolicy::Root(root)) => root
+            Some(policy) => RunMeta::of_policy(policy),
+            None => RunMeta::default(),
+        }
+    }
+
+    /// The meta a stored policy description carries.
+    pub fn of_policy(policy: &StoredPolicy) -> RunMeta {
+        match policy {
+            StoredPolicy::Root(root) => root
                 .other
                 .get(META_KEY)
                 .and_then(|v| serde_json::from_value(v.clone()).ok())
                 .unwrap_or_default(),
-            Some(StoredPolicy::Child(_) | StoredPolicy::Text(_)) | None => RunMeta::default(),
+            StoredPolicy::Child(_) | StoredPolicy::Text(_) => RunMeta::default(),
         }
     }
 }
@@ -89,6 +101,9 @@ pub struct AgentRun {
     pub traceparent: Option<String>,
     /// The inbox capacity the service gives every run.
     pub inbox_capacity: usize,
+    /// The completion webhook's URL, checked against the allowed hosts; the
+    /// [`Agents`] keeps it in the run's [`RunMeta`].
+    pub webhook: Option<String>,
 }
 
 /// A started run of a named agent.

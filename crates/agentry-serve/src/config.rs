@@ -7,6 +7,7 @@ use std::sync::Arc;
 use super::agents::Agents;
 use super::allowed::{AllowedHost, AllowedOrigin};
 use super::events::ReplayLimits;
+use super::hooks::Webhooks;
 use super::serve;
 use super::streams::StreamLimits;
 use super::tenants::Tokens;
@@ -34,6 +35,12 @@ pub struct ServiceConfig {
     /// The operator's named agents (`POST /runs {"agent": ...}`); `None`:
     /// inline tasks only.
     pub agents: Option<Arc<dyn Agents>>,
+    /// Completion webhooks (`[serve] webhook_hosts`); `None`: a request
+    /// naming a webhook is refused.
+    pub webhooks: Option<Arc<Webhooks>>,
+    /// Stopped runs older than this are removed, records, working directory
+    /// and delivered webhook (`[serve] retention`); `None`: kept.
+    pub retention: Option<Duration>,
     /// The store's file, when it is one: `GET /healthz` answers 503 once it
     /// is removed or replaced (the service would write to a file no later
     /// start reads).

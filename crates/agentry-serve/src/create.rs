@@ -40,6 +40,8 @@ pub struct NewRun {
     pub script: Script,
     /// The working directory; removed when dropped, so it lives as long as the run's entry.
     pub workdir: TempDir,
+    /// The completion webhook's URL, not yet checked against the allowed hosts.
+    pub webhook: Option<String>,
 }
 
 /// What a `POST /runs` body asks for.
@@ -49,11 +51,11 @@ pub enum Prepared {
     Inline(Box<NewRun>),
     /// A run of a named agent (the tenant, traceparent and inbox capacity
     /// are the route's to fill in).
-    Agent(AgentRun),
+    Agent(Box<AgentRun>),
 }
 
 /// The fields of a named agent's request.
-const AGENT_FIELDS: &[&str] = &["agent", "input", "files", "budget", "tools"];
+const AGENT_FIELDS: &[&str] = &["agent", "input", "files", "budget", "tools", "webhook"];
 
 /// A named agent's request, checked for its shape.
 fn agent_request(mut fields: serde_json::Map<String, Value>) -> Result<AgentRun, ApiError> {
@@ -68,6 +70,7 @@ fn agent_request(mut fields: serde_json::Map<String, Value>) -> Result<AgentRun,
     }
     let agent = super::body::string_field(&fields, "agent", true)?.unwrap_or_default();
     let input = super::body::string_field(&fields, "input", false)?;
+    let webhook = super::hooks::field(&fields)?;
     let object = |fields: &mut serde_json::Map<String, Value>, name: &str| match fields.remove(name)
     {
         None => Ok(None),
@@ -88,6 +91,7 @@ fn agent_request(mut fields: serde_json::Map<String, Value>) -> Result<AgentRun,
         tenant: super::tenants::Tenant::anyone(),
         traceparent: None,
         inbox_capacity: agentry::DEFAULT_INBOX_CAPACITY,
+        webhook,
     })
 }
 
@@ -114,7 +118,7 @@ pub fn prepare(body: &[u8]) -> Result<Prepared, ApiError> {
         ));
     };
     if task.contains_key("agent") {
-        return agent_request(task).map(Prepared::Agent);
+        return agent_request(task).map(|run| Prepared::Agent(Box::new(run)));
     }
     inline(task).map(|run| Prepared::Inline(Box::new(run)))
 }
@@ -124,6 +128,8 @@ fn inline(mut task: serde_json::Map<String, Value>) -> Result<NewRun, ApiError> 
     // Taken out first: neither is a task.toml field.
     let script = task.remove("script");
     let files = task.remove("files");
+    let webhook = super::hooks::field(&task)?;
+    task.remove(super::hooks::FIELD);
     // The tables that could name where the service's keys and headers go
     // (`TaskSpec::client_endpoints`: model servers, CA certificates, MCP
     // servers by URL) are `policy` and `tools.mcp`, and both are refused
@@ -192,6 +198,7 @@ fn inline(mut task: serde_json::Map<String, Value>) -> Result<NewRun, ApiError> 
         config,
         script,
         workdir,
+        webhook,
     })
 }
 

@@ -16,7 +16,7 @@ use serde_json::json;
 pub struct ApiError {
     status: StatusCode,
     message: String,
-    field: Option<String>,
+    pub(super) field: Option<String>,
     /// Seconds for a `Retry-After` header (a busy run).
     retry_after: Option<u64>,
     /// A `WWW-Authenticate: Bearer` header (a missing or wrong token).

@@ -6,6 +6,9 @@
 //! ```toml
 //! [serve]
 //! addr = "127.0.0.1:8080"
+//! webhook_hosts = ["hooks.example.com"]   # where a run's "webhook" may point
+//! webhook_secret_env = "AGENTRY_WEBHOOK_SECRET"  # whsec_… signing secret
+//! retention = "7d"                # stopped runs removed after this
 //! drain_timeout = "30s"           # on SIGTERM, for running steps to finish
 //!
 //! [auth]
@@ -61,6 +64,16 @@ pub struct ServeFile {
 pub struct ServeSection {
     /// The address to listen on (`--addr` wins).
     pub addr: Option<SocketAddr>,
+    /// Hosts a run's `webhook` URL may name (`host` or `host:port`); none:
+    /// a request with a webhook is refused.
+    #[serde(default)]
+    pub webhook_hosts: Vec<String>,
+    /// The environment variable holding the webhooks' signing secret
+    /// (`whsec_…`); needed when `webhook_hosts` is set.
+    pub webhook_secret_env: Option<String>,
+    /// Stopped runs older than this are removed (humantime: `"7d"`, `"12h"`).
+    #[serde(default, deserialize_with = "duration")]
+    pub retention: Option<Duration>,
     /// On SIGTERM, how long running steps may take to finish before what is
     /// left is stopped as a crash would stop it (`"30s"`; default
     /// [`DEFAULT_DRAIN_TIMEOUT`]).
@@ -83,12 +96,18 @@ pub struct TelemetrySection {
     pub metrics: bool,
 }
 
-/// A humantime duration (`"30s"`, `"2m"`).
-fn duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+/// A humantime duration (`"7d"`), positive.
+fn duration<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<Duration>, D::Error> {
     let text = String::deserialize(d)?;
-    humantime::parse_duration(&text).map(Some).map_err(|e| {
-        serde::de::Error::custom(format!("{text:?}: {e} (a duration: \"30s\", \"2m\")"))
-    })
+    match humantime::parse_duration(&text) {
+        Ok(value) if !value.is_zero() => Ok(Some(value)),
+        Ok(_) => Err(serde::de::Error::custom("must be longer than zero")),
+        Err(e) => Err(serde::de::Error::custom(format!(
+            "{text:?}: expected a duration such as \"7d\" or \"12h\" ({e})"
+        ))),
+    }
 }
 
 /// `[auth]`.
@@ -203,6 +222,15 @@ impl ServeFile {
             if !key.split_once('.').is_some_and(|(_, n)| valid_name(n)) {
                 return Err(BadKey::new(key, "a name is letters, digits, '-' and '_'"));
             }
+        }
+        if !self.serve.webhook_hosts.is_empty() && self.serve.webhook_secret_env.is_none() {
+            return Err(BadKey::new(
+                "serve.webhook_secret_env",
+                "must name the environment variable holding the webhooks' signing secret when webhook_hosts is set",
+            ));
+        }
+        if let Err(e) = agentry_webhooks::WebhookHosts::new(&self.serve.webhook_hosts) {
+            return Err(BadKey::new("serve.webhook_hosts", e.to_string()));
         }
         for (name, agent) in &self.agents {
             if let Some(model) = &agent.model
@@ -426,6 +454,16 @@ metrics = true
                 "models.m.context_tokens",
             ),
             ("[serve\n", "(file)"),
+            ("[serve]\nretention = \"soon\"\n", "serve.retention"),
+            ("[serve]\nretention = \"0s\"\n", "serve.retention"),
+            (
+                "[serve]\nwebhook_hosts = [\"127.0.0.1\"]\n",
+                "serve.webhook_secret_env",
+            ),
+            (
+                "[serve]\nwebhook_hosts = [\"http://x/\"]\nwebhook_secret_env = \"S\"\n",
+                "serve.webhook_hosts",
+            ),
             ("[serve]\ndrain_timeout = \"soon\"\n", "serve.drain_timeout"),
             ("[telemetry]\notel = \"x\"\n", "telemetry.otel"),
         ] {

@@ -12,7 +12,9 @@
 //!                                     503 when the store does not answer or the service drains
 //! POST /runs                          task fields + script + files → 201 {"run_id"}
 //!                                     or {"agent", "input", "files", "budget", "tools"}
-//! GET  /runs                          the caller's runs
+//! GET  /runs                          the caller's runs, newest first:
+//!                                     ?status=running|stopped&agent=&limit=&cursor=
+//!                                     → {"runs", "next_cursor"}
 //! GET  /runs/{id}                     status, steps, pending approvals, outcome
 //! POST /runs/{id}/messages            {"text"}                     → 202
 //! POST /runs/{id}/events              {"name", "payload"}          → 202
@@ -22,6 +24,7 @@
 //! POST /runs/{id}/approvals/{call_id} {"decision": approve|deny, "reason"} → 200 {"seq"}
 //! POST /runs/{id}/decisions/{call_id} {"decision": happened|retry|skip} → 200 {"seq"}
 //! GET  /metrics                       Prometheus metrics (OpenMetrics text)
+//! GET  /openapi.json                  this API's OpenAPI 3.1 document
 //! ```
 //!
 //! Every error is `{"error": {"code", "message", "field"?}}`. With tokens
@@ -47,6 +50,7 @@
 //! tenants.rs  bearer tokens and the tenant a request acts for
 //! body.rs     reading a JSON request body
 //! narrow.rs   an agent request's budget and grants, narrowed never widened
+//! openapi.rs  the OpenAPI 3.1 document: body types and one path per route
 //! allowed.rs  --allow-host and --allow-origin values
 //! streams.rs  open event streams, bounded per run and in total
 //! events.rs   a run's event log and its SSE stream
@@ -58,6 +62,9 @@
 //! file.rs     serve.toml, parsed and checked
 //! guard.rs    what every request passes before its route
 //! table.rs    App: the table of runs, following each until it stops
+//! hooks.rs    completion webhooks: reserved at start, ready at the stop
+//! listing.rs  GET /runs: filters, the cursor, store and table merged
+//! retention.rs  stopped runs removed after [serve] retention
 //! ops.rs      /healthz and the drain on SIGTERM
 //! inputs.rs   the routes a live run takes input by
 //! routes.rs   the router, App::serve, and the routes that start and show runs
@@ -72,9 +79,13 @@ mod error;
 mod events;
 mod file;
 mod guard;
+mod hooks;
 mod inputs;
+mod listing;
 mod narrow;
+pub mod openapi;
 mod ops;
+mod retention;
 mod routes;
 mod serve;
 mod status;
@@ -82,6 +93,7 @@ mod streams;
 mod table;
 mod tenants;
 
+pub use agentry_webhooks::WebhookError;
 pub use agents::{AgentRun, Agents, Launched, RunMeta};
 pub use allowed::{AllowError, AllowedHost, AllowedOrigin};
 pub use config::{Limits, ServiceConfig};
@@ -92,6 +104,8 @@ pub use file::{
     AgentEntry, AuthSection, BadKey, DEFAULT_DRAIN_TIMEOUT, ModelEntry, ServeFile, ServeSection,
     TelemetrySection,
 };
+pub use hooks::{Webhooks, webhook_id};
+pub use listing::{DEFAULT_LIMIT, MAX_LIMIT};
 pub use narrow::narrow;
 pub use ops::{DRAIN_RETRY_AFTER_SECONDS, Drained};
 pub use streams::StreamLimits;

@@ -58,7 +58,7 @@ impl App {
         );
         Router::new()
             .route(guard::HEALTH_PATH, get(ops::health))
-            .route("/runs", post(create_run).get(list_runs))
+            .route("/runs", post(create_run).get(super::listing::list_runs))
             .route("/runs/{id}", get(show_run))
             .route("/runs/{id}/messages", post(send_message))
             .route("/runs/{id}/events", post(inject_event).get(stream_events))
@@ -66,6 +66,7 @@ impl App {
             .route("/runs/{id}/approvals/{call_id}", post(decide))
             .route("/runs/{id}/decisions/{call_id}", post(settle))
             .route("/metrics", get(show_metrics))
+            .route(super::openapi::OPENAPI_PATH, get(show_openapi))
             .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such route") })
             .method_not_allowed_fallback(|| async {
                 ApiError::new(
@@ -99,10 +100,18 @@ async fn create_run(
         .map_err(|e| ApiError::internal(format!("preparing the run failed: {e}")))??;
     let traceparent = create::traceparent(&headers);
     let (handle, meta) = match prepared {
-        create::Prepared::Inline(run) => {
+        create::Prepared::Inline(mut run) => {
+            match app.check_webhook(run.webhook.take()) {
+                Ok(url) => run.webhook = url,
+                Err(e) => {
+                    tokio::task::spawn_blocking(move || drop(run));
+                    return Err(e);
+                }
+            }
             return start_inline(&app, tenant, *run, traceparent).await;
         }
         create::Prepared::Agent(mut run) => {
+            run.webhook = app.check_webhook(run.webhook.take())?;
             let Some(agents) = app.config.agents.as_ref().filter(|a| a.has(&run.agent)) else {
                 return Err(ApiError::bad_field(
                     "agent",
@@ -112,7 +121,7 @@ async fn create_run(
             run.tenant = tenant;
             run.traceparent = traceparent;
             run.inbox_capacity = app.config.limits.inbox_capacity;
-            let launched = agents.launch(run).await?;
+            let launched = agents.launch(*run).await?;
             let meta = launched.meta.clone();
             let handle = launched.handle.clone();
             app.adopt(launched);
@@ -149,8 +158,12 @@ async fn start_inline(
         mut config,
         script,
         workdir,
+        webhook,
     } = run;
-    let meta = RunMeta::of_tenant(&tenant);
+    let meta = RunMeta {
+        webhook,
+        ..RunMeta::of_tenant(&tenant)
+    };
     if let Some(StoredPolicy::Root(root)) = &mut config.policy_spec {
         meta.store_in(root);
     }
@@ -178,29 +191,8 @@ async fn start_inline(
     Ok(created(&run_id, &traceparent))
 }
 
-/// `GET /runs`: the caller's runs, by id, with their status.
-async fn list_runs(
-    State(app): State<App>,
-    Extension(tenant): Extension<Tenant>,
-) -> Result<Response, ApiError> {
-    let runs: Vec<Value> = app
-        .runs_of(&tenant)
-        .into_iter()
-        .map(|(id, entry)| {
-            let status = match entry.current() {
-                Run::Live(handle) if handle.outcome().is_none() => "running",
-                Run::Live(_) | Run::Stopped(_) => "stopped",
-            };
-            let mut row = json!({ "run_id": id, "status": status });
-            meta_fields(&mut row, &entry.meta);
-            row
-        })
-        .collect();
-    Ok(axum::Json(json!({ "runs": runs })).into_response())
-}
-
 /// A named agent's run shows its agent and model.
-fn meta_fields(view: &mut Value, meta: &RunMeta) {
+pub(super) fn meta_fields(view: &mut Value, meta: &RunMeta) {
     if let Some(agent) = &meta.agent {
         view["agent"] = json!(agent);
     }
@@ -296,4 +288,13 @@ async fn show_metrics(State(app): State<App>) -> Result<Response, ApiError> {
         metrics.encode(),
     )
         .into_response())
+}
+
+/// `GET /openapi.json`: the routes' OpenAPI 3.1 document (`openapi.rs`).
+async fn show_openapi() -> Response {
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        super::openapi::document_json(),
+    )
+        .into_response()
 }

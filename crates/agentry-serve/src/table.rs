@@ -47,6 +47,13 @@ pub(super) struct RunEntry {
     pub(super) traceparent: String,
     /// Whose run it is, of which agent, on which model.
     pub(super) meta: RunMeta,
+    /// When it entered the table (Unix ms): its place in `GET /runs` when
+    /// the store does not hold it.
+    pub(super) created_ms: u64,
+    /// When it stopped (Unix ms), 0 while it runs: its age for retention.
+    pub(super) stopped_ms: AtomicU64,
+    /// The store holds it (`GET /runs` lists it from there).
+    pub(super) stored: bool,
     /// Held only so the directory outlives the run (dropping it deletes it).
     /// `None` for a durable run: its directory must outlive the process too.
     _workdir: Option<TempDir>,
@@ -191,6 +198,9 @@ impl App {
             input_bytes: AtomicU64::new(0),
             traceparent: handle.traceparent(),
             meta,
+            created_ms: agentry::protocol::now_millis(),
+            stopped_ms: AtomicU64::new(0),
+            stored: self.runtime.store().is_some(),
             _workdir: workdir,
         };
         self.runs
@@ -206,9 +216,25 @@ impl App {
         events: broadcast::Receiver<EventRecord>,
         log: Arc<EventLog>,
     ) {
+        let id = handle.run_id().to_string();
+        let meta = self.entry(&id).map(|entry| entry.meta.clone());
+        if let Some(meta) = meta.clone().filter(|m| m.webhook.is_some()) {
+            let (app, id) = (self.clone(), id.clone());
+            let _ = tokio::task::spawn_blocking(move || app.reserve_webhook(&id, &meta)).await;
+        }
         events::forward(&handle, events, &log).await;
         match handle.wait().await {
-            Ok(outcome) => self.retire(handle.run_id(), outcome),
+            Ok(outcome) => {
+                let outcome = Arc::new(outcome);
+                self.retire(&id, Arc::clone(&outcome));
+                if let Some(meta) = meta.filter(|m| m.webhook.is_some()) {
+                    let app = self.clone();
+                    let _ = tokio::task::spawn_blocking(move || {
+                        app.webhook_ready(&super::hooks::Stopped::of_outcome(&meta, &outcome));
+                    })
+                    .await;
+                }
+            }
             Err(e) => {
                 tracing::warn!(run_id = handle.run_id(), error = %e, "run lost; its handle is kept")
             }
@@ -217,11 +243,14 @@ impl App {
 
     /// The run stopped: keep its outcome, drop its handle; forget the oldest
     /// stopped runs past `keep_stopped`.
-    fn retire(&self, id: &str, outcome: RunOutcome) {
+    fn retire(&self, id: &str, outcome: Arc<RunOutcome>) {
         let Some(entry) = self.entry(id) else {
             return;
         };
-        *entry.run.lock().unwrap_or_else(PoisonError::into_inner) = Run::Stopped(Arc::new(outcome));
+        *entry.run.lock().unwrap_or_else(PoisonError::into_inner) = Run::Stopped(outcome);
+        entry
+            .stopped_ms
+            .store(agentry::protocol::now_millis().max(1), Ordering::SeqCst);
         drop(entry);
         let forgotten: Vec<String> = {
             let mut stopped = self.stopped.lock().unwrap_or_else(PoisonError::into_inner);
@@ -240,6 +269,33 @@ impl App {
             // Removing a working directory blocks: not on an async worker.
             tokio::task::spawn_blocking(move || drop(removed));
         }
+    }
+
+    /// Whether run `id` is in the table and has not stopped.
+    pub(super) fn is_live(&self, id: &str) -> bool {
+        self.entry(id)
+            .is_some_and(|entry| entry.stopped_ms.load(Ordering::SeqCst) == 0)
+    }
+
+    /// Takes run `id` out of the table (retention); its working directory,
+    /// if the entry holds it, goes with it.
+    pub(super) fn forget(&self, id: &str) -> Option<Arc<RunEntry>> {
+        self.runs
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(id)
+    }
+
+    /// Stopped runs of the table that stopped before `before_ms`.
+    pub(super) fn stopped_before(&self, before_ms: u64) -> Vec<String> {
+        let runs = self.runs.read().unwrap_or_else(PoisonError::into_inner);
+        runs.iter()
+            .filter(|(_, entry)| {
+                let at = entry.stopped_ms.load(Ordering::SeqCst);
+                at != 0 && at < before_ms
+            })
+            .map(|(id, _)| id.clone())
+            .collect()
     }
 
     fn entry(&self, id: &str) -> Option<Arc<RunEntry>> {

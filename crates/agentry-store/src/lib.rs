@@ -21,11 +21,17 @@
 //! [`Write::Release`]. Whether an owner is still alive is the runtime's call;
 //! the store only makes the claim atomic.
 //!
+//! For a service (schema version 4): [`Store::list`] pages through the root
+//! runs of one tenant newest first ([`RunQuery`]), [`Store::stopped_before`]
+//! finds the runs a retention period has passed, and [`Store::delete_run`]
+//! removes a run and its children, every table's rows, in one transaction.
+//!
 //! # Layout
 //! - `lib.rs`: the [`Store`] trait and its data: [`RunRecord`],
 //!   [`Checkpoint`], [`LedgerEntry`] and [`LedgerState`], [`RunOwner`],
 //!   [`TimerRecord`], the [`Write`]s of a batch, what is read back
 //!   ([`StoredRun`], [`RunSummary`]) and [`StoreError`], the crate's one error.
+//! - `query.rs`: what [`Store::list`] takes and gives ([`RunQuery`], [`ListedRun`]).
 //! - `sqlite.rs` (feature `sqlite`): `SqliteStore`, opening a file carefully;
 //!   beneath it `sqlite/schema.rs` (the schema and its migrations),
 //!   `sqlite/write.rs` (applying a batch in one transaction), `sqlite/read.rs`
@@ -39,15 +45,18 @@ use agentry_protocol::tool::ToolCall;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+mod query;
 #[cfg(feature = "sqlite")]
 mod sqlite;
+
+pub use query::{ListedRun, RunKey, RunQuery, SERVE_META_KEY, StatusFilter, TenantFilter};
 
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteOptions, SqliteStore};
 
 /// The schema version this build reads and writes. A store file with a higher
 /// version is refused ([`StoreError::NewerSchema`]), never modified.
-pub const SCHEMA_VERSION: u32 = 3;
+pub const SCHEMA_VERSION: u32 = 4;
 
 /// An envelope's `data` larger than this (serialized JSON bytes) is stored by
 /// reference (sha256 of the bytes) instead of inline.
@@ -455,4 +464,54 @@ pub trait Store: Send + Sync + 'static {
 
     /// Where the store lives, for messages (a path, a URL).
     fn location(&self) -> String;
+
+    /// One page of root runs ([`RunQuery`]). The default reads every run;
+    /// `SqliteStore` answers from an index.
+    fn list(&self, query: &RunQuery) -> Result<Vec<ListedRun>, StoreError> {
+        let mut page = Vec::new();
+        for summary in self.runs()? {
+            if summary.parent_id.is_some() {
+                continue;
+            }
+            let Some(run) = self.load(&summary.run_id)? else {
+                continue;
+            };
+            if query.admits(&summary, &run.record.policy) {
+                page.push(ListedRun {
+                    summary,
+                    policy: run.record.policy,
+                });
+            }
+        }
+        page.sort_by_key(|run| std::cmp::Reverse(run.key()));
+        if let Some(after) = &query.after {
+            page.retain(|run| run.key() < *after);
+        }
+        page.truncate(query.limit);
+        Ok(page)
+    }
+
+    /// Root runs that stopped (their last commit) before `before_ms`, oldest
+    /// first, at most `limit`: what a retention period removes.
+    fn stopped_before(&self, before_ms: u64, limit: usize) -> Result<Vec<RunSummary>, StoreError> {
+        let mut runs: Vec<RunSummary> = self
+            .runs()?
+            .into_iter()
+            .filter(|r| r.parent_id.is_none() && !r.unfinished() && r.updated_at_ms < before_ms)
+            .collect();
+        runs.sort_by_key(|r| r.updated_at_ms);
+        runs.truncate(limit);
+        Ok(runs)
+    }
+
+    /// Removes `run_id` and its children (their children too), every row of
+    /// every table, atomically: all of it or nothing. Returns the records
+    /// removed (the run's first), empty when there was no such run. The
+    /// default refuses: a store must say how it deletes.
+    fn delete_run(&self, run_id: &str) -> Result<Vec<RunRecord>, StoreError> {
+        Err(StoreError::Io {
+            path: self.location(),
+            message: format!("this store cannot delete runs (run {run_id:?} is kept)"),
+        })
+    }
 }

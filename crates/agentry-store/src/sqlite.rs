@@ -12,11 +12,14 @@ use std::time::Duration;
 use rusqlite::config::DbConfig;
 use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 
-use crate::{RunSummary, SCHEMA_VERSION, Store, StoreError, StoredRun, Write};
+use crate::{
+    ListedRun, RunQuery, RunRecord, RunSummary, SCHEMA_VERSION, Store, StoreError, StoredRun, Write,
+};
 
 mod error;
 mod read;
 mod schema;
+mod service;
 mod write;
 
 #[cfg(test)]
@@ -312,5 +315,24 @@ impl Store for SqliteStore {
 
     fn location(&self) -> String {
         self.path.clone()
+    }
+
+    fn list(&self, query: &RunQuery) -> Result<Vec<ListedRun>, StoreError> {
+        service::list(&self.conn(), &self.path, query)
+    }
+
+    fn stopped_before(&self, before_ms: u64, limit: usize) -> Result<Vec<RunSummary>, StoreError> {
+        service::stopped_before(&self.conn(), &self.path, before_ms, limit)
+    }
+
+    fn delete_run(&self, run_id: &str) -> Result<Vec<RunRecord>, StoreError> {
+        let mut conn = self.conn();
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(|e| sql_error(&self.path, e))?;
+        let removed = service::delete_run(&tx, &self.path, run_id)?;
+        // On any error above, dropping `tx` keeps every row.
+        tx.commit().map_err(|e| sql_error(&self.path, e))?;
+        Ok(removed)
     }
 }

@@ -105,6 +105,14 @@ impl Deliverer {
         Ok(())
     }
 
+    /// Makes a reserved webhook ready ([`Outbox::ready`]) and wakes the
+    /// deliverer for it.
+    pub fn enqueue_ready(&self, webhook: &crate::Webhook) -> Result<(), WebhookError> {
+        self.outbox.ready(webhook)?;
+        self.wake.notify_one();
+        Ok(())
+    }
+
     /// Delivers until `stop` resolves: each pass takes what is due, then
     /// sleeps until the next one is due or something is enqueued.
     pub async fn run(self, stop: impl std::future::Future<Output = ()>) {

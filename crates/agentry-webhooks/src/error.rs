@@ -19,6 +19,12 @@ pub enum WebhookError {
         /// What SQLite said.
         source: rusqlite::Error,
     },
+    /// A host webhooks may go to is not one.
+    #[error("webhook_hosts: {reason}")]
+    Hosts {
+        /// Why.
+        reason: String,
+    },
     /// The HTTP client could not be built.
     #[error("the webhook client: {reason}")]
     Client {

@@ -5,17 +5,21 @@
 //! at least once with a stable `webhook-id`.
 //!
 //! - `sign`: [`Secret`] (`whsec_…`) and the signature.
+//! - `hosts`: [`WebhookHosts`], where a client's webhook URL may point.
 //! - `outbox`: [`Outbox`], one row per webhook in the store's SQLite file
-//!   (its own table), so what was not delivered survives a restart.
+//!   (its own table), so what was not delivered survives a restart; a run's
+//!   row is reserved when it starts and made ready when it stops.
 //! - `deliver`: [`Deliverer`], which POSTs what is due and retries a failure
 //!   on a [`Schedule`] (by default eight attempts within an hour).
 
 mod deliver;
 mod error;
+mod hosts;
 mod outbox;
 mod sign;
 
 pub use deliver::{Deliverer, Schedule};
 pub use error::WebhookError;
+pub use hosts::{UrlRefused, WebhookHosts};
 pub use outbox::{Outbox, Pending, State, Status, Webhook};
 pub use sign::Secret;

@@ -34,6 +34,9 @@ pub struct Pending {
 /// Where a webhook stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum State {
+    /// Reserved for a run that has not stopped yet ([`Outbox::reserve`]):
+    /// never attempted until [`Outbox::ready`] gives it its body.
+    Waiting,
     /// Waiting for an attempt.
     Pending,
     /// A receiver answered 2xx.
@@ -106,6 +109,72 @@ impl Outbox {
         })
     }
 
+    /// Reserves webhook `id` to `url` for a run that has not stopped: kept
+    /// across restarts, never attempted until [`Outbox::ready`]. Reserving
+    /// an id again changes nothing.
+    pub fn reserve(&self, id: &str, url: &str) -> Result<(), WebhookError> {
+        let now = now_ms();
+        self.with(|conn| {
+            conn.execute(
+                "INSERT OR IGNORE INTO agentry_webhooks (id, url, body, state, created_ms, next_ms)
+                 VALUES (?1, ?2, '', 'waiting', ?3, ?3)",
+                params![id, url, now as i64],
+            )
+            .map(|_| ())
+        })
+    }
+
+    /// Gives a reserved webhook its body and makes it due now (its hour of
+    /// retries starts here); one never reserved is enqueued. A webhook
+    /// already due, delivered or given up is left as it is: one run, one
+    /// delivery.
+    pub fn ready(&self, webhook: &Webhook) -> Result<(), WebhookError> {
+        let now = now_ms() as i64;
+        self.with(|conn| {
+            conn.execute(
+                "INSERT OR IGNORE INTO agentry_webhooks (id, url, body, created_ms, next_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?4)",
+                params![webhook.id, webhook.url, webhook.body, now],
+            )?;
+            conn.execute(
+                "UPDATE agentry_webhooks SET body = ?2, state = 'pending', created_ms = ?3,
+                 next_ms = ?3 WHERE id = ?1 AND state = 'waiting'",
+                params![webhook.id, webhook.body, now],
+            )
+            .map(|_| ())
+        })
+    }
+
+    /// The reserved webhooks (their body empty), at most `limit`: after a
+    /// restart, those whose run stopped meanwhile are made [`Outbox::ready`].
+    pub fn waiting(&self, limit: usize) -> Result<Vec<Webhook>, WebhookError> {
+        self.with(|conn| {
+            let mut query = conn.prepare_cached(
+                "SELECT id, url FROM agentry_webhooks WHERE state = 'waiting' LIMIT ?1",
+            )?;
+            let rows = query.query_map(params![limit as i64], |row| {
+                Ok(Webhook {
+                    id: row.get(0)?,
+                    url: row.get(1)?,
+                    body: String::new(),
+                })
+            })?;
+            rows.collect()
+        })
+    }
+
+    /// Removes webhook `id` if it is finished (delivered or given up), as
+    /// its run's records go; true if it was removed.
+    pub fn remove_finished(&self, id: &str) -> Result<bool, WebhookError> {
+        self.with(|conn| {
+            conn.execute(
+                "DELETE FROM agentry_webhooks WHERE id = ?1 AND state IN ('delivered', 'gave_up')",
+                params![id],
+            )
+            .map(|removed| removed > 0)
+        })
+    }
+
     /// The pending webhooks due by now, oldest first, at most `limit`.
     pub fn due(&self, limit: usize) -> Result<Vec<Pending>, WebhookError> {
         let now = now_ms() as i64;
@@ -175,6 +244,7 @@ impl Outbox {
                     let state = match row.get::<_, String>(0)?.as_str() {
                         "delivered" => State::Delivered,
                         "gave_up" => State::GaveUp,
+                        "waiting" => State::Waiting,
                         _ => State::Pending,
                     };
                     Ok(Status {
@@ -203,4 +273,52 @@ pub(crate) fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A run's webhook: reserved at its start (never due), ready at its stop
+    /// (due, once: a second `ready` or `reserve` changes nothing), removed
+    /// only once finished.
+    #[test]
+    fn a_reserved_webhook_waits_for_its_body_and_is_ready_once()
+    -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let outbox = Outbox::open(&dir.path().join("store.db"))?;
+        outbox.reserve("msg_r1", "http://127.0.0.1:9/h")?;
+        outbox.reserve("msg_r1", "http://elsewhere/")?;
+        assert_eq!(
+            outbox.status("msg_r1")?.map(|s| s.state),
+            Some(State::Waiting)
+        );
+        assert!(
+            outbox.due(10)?.is_empty(),
+            "a waiting webhook is never attempted"
+        );
+        let waiting = outbox.waiting(10)?;
+        assert_eq!(waiting.len(), 1);
+        assert_eq!(waiting[0].url, "http://127.0.0.1:9/h");
+        assert!(!outbox.remove_finished("msg_r1")?, "not finished yet");
+
+        let ready = Webhook {
+            id: "msg_r1".into(),
+            url: "http://127.0.0.1:9/h".into(),
+            body: "{\"type\":\"run.stopped\"}".into(),
+        };
+        outbox.ready(&ready)?;
+        outbox.ready(&Webhook {
+            body: "{\"second\":true}".into(),
+            ..ready.clone()
+        })?;
+        let due = outbox.due(10)?;
+        assert_eq!(due.len(), 1);
+        assert_eq!(due[0].webhook, ready, "the first body stays");
+        assert!(outbox.waiting(10)?.is_empty());
+        outbox.record("msg_r1", Ok(()), None)?;
+        assert!(outbox.remove_finished("msg_r1")?);
+        assert_eq!(outbox.status("msg_r1")?, None);
+        Ok(())
+    }
 }

@@ -136,6 +136,7 @@ impl Agents for ServeAgents {
         let meta = RunMeta {
             agent: Some(run.agent.clone()),
             model: agent.model.clone(),
+            webhook: run.webhook.clone(),
             ..RunMeta::of_tenant(&run.tenant)
         };
         let args = self.run_args(&agent.task);

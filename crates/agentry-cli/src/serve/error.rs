@@ -30,6 +30,17 @@ pub(crate) enum ServeCliError {
         /// Why.
         message: String,
     },
+    /// Webhooks are configured but cannot be sent (the secret's variable
+    /// is missing or unusable, the outbox cannot be opened).
+    #[error("{}: {key}: {message}", .config.display())]
+    Webhooks {
+        /// serve.toml.
+        config: PathBuf,
+        /// The key at fault (`serve.webhook_secret_env`).
+        key: String,
+        /// Why.
+        message: String,
+    },
     /// The store cannot be used.
     #[error("{0}")]
     Store(RuntimeError),

@@ -27,6 +27,7 @@ use std::sync::Arc;
 use agentry::{Durability, Runtime};
 use agentry_serve::{
     App, DEFAULT_DRAIN_TIMEOUT, DEFAULT_TENANT, ServeError, ServeFile, ServiceConfig, Tokens,
+    Webhooks,
 };
 
 use crate::args::ServeArgs;
@@ -66,11 +67,14 @@ pub(crate) async fn serve(
         .and_then(|rt| rt.with_store(open_sqlite(&store)?, Durability::Strict))
         .map_err(ServeCliError::Store)?;
     eprintln!("agentry: serve: runs are stored in {}", store.display());
+    let webhooks = webhooks(&file, &config_path, &store)?;
     let app = App::with_config(
         runtime,
         ServiceConfig {
             tokens,
             agents: Some(Arc::new(agents)),
+            webhooks: webhooks.clone(),
+            retention: file.serve.retention,
             store_file: Some(store.clone()),
             metrics,
             ..ServiceConfig::default()
@@ -87,6 +91,17 @@ pub(crate) async fn serve(
             inline.len() + named
         );
     }
+    if let Some(hooks) = webhooks {
+        match app.ready_stopped_webhooks().await {
+            Ok(0) => {}
+            Ok(n) => {
+                eprintln!("agentry: serve: {n} webhooks of runs stopped before this start are due")
+            }
+            Err(e) => eprintln!("agentry: serve: {e}"),
+        }
+        tokio::spawn(hooks.deliver(std::future::pending()));
+    }
+    tokio::spawn(app.clone().keep_retention(std::future::pending()));
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|source| ServeCliError::Listen { addr, source })?;
@@ -116,6 +131,43 @@ fn tokens(file: &ServeFile) -> Result<Option<Tokens>, ServeError> {
         tokens = tokens.with_token(DEFAULT_TENANT, &token)?;
     }
     Ok((!tokens.is_empty()).then_some(tokens))
+}
+
+/// `[serve] webhook_hosts` with the secret of `webhook_secret_env`: `None`
+/// without hosts; an error naming the key when the secret is missing or
+/// unusable (its value is never shown).
+fn webhooks(
+    file: &ServeFile,
+    config: &std::path::Path,
+    store: &std::path::Path,
+) -> Result<Option<Arc<Webhooks>>, ServeCliError> {
+    if file.serve.webhook_hosts.is_empty() {
+        return Ok(None);
+    }
+    let fail = |key: &str, message: String| ServeCliError::Webhooks {
+        config: config.to_path_buf(),
+        key: key.to_string(),
+        message,
+    };
+    let key = "serve.webhook_secret_env";
+    let Some(var) = &file.serve.webhook_secret_env else {
+        return Err(fail(
+            key,
+            "must name the variable holding the signing secret".into(),
+        ));
+    };
+    let secret = std::env::var(var)
+        .map_err(|_| fail(key, format!("${var} is not set (or not UTF-8): the webhooks' signing secret (whsec_ and base64) comes from it")))?;
+    Webhooks::configure(store, &file.serve.webhook_hosts, &secret)
+        .map(|hooks| Some(Arc::new(hooks)))
+        .map_err(|e| match e {
+            agentry_serve::WebhookError::Secret { .. } => fail(key, format!("${var}: {e}")),
+            other @ (agentry_serve::WebhookError::Hosts { .. }
+            | agentry_serve::WebhookError::Outbox { .. }
+            | agentry_serve::WebhookError::Client { .. }) => {
+                fail("serve.webhook_hosts", other.to_string())
+            }
+        })
 }
 
 /// `--store`, else the default store (its directory made, private).

@@ -94,6 +94,7 @@ fn routes(id: &str) -> Vec<(&'static str, String, Option<Value>)> {
             Some(json!({"decision": "skip"})),
         ),
         ("GET", "/metrics".into(), None),
+        ("GET", "/openapi.json".into(), None),
     ]
 }
 

@@ -193,48 +193,69 @@ fn owner(conn: &Connection, path: &str, run_id: &str) -> Result<Option<RunOwner>
     .map_err(|e| sql_error(path, e))
 }
 
+/// The columns [`run_summary`] reads, in its order.
+pub(super) const RUN_SUMMARY_COLUMNS: &str =
+    "run_id, task_id, parent_id, status, stop_reason, version, created_at_ms, updated_at_ms";
+
+/// A `runs` row's summary columns as stored, before their names are parsed.
+pub(super) struct RawSummary {
+    run_id: String,
+    task_id: String,
+    parent_id: Option<String>,
+    status: String,
+    stop_reason: Option<String>,
+    version: i64,
+    created: i64,
+    updated: i64,
+}
+
+/// Reads [`RUN_SUMMARY_COLUMNS`] (the row's first eight columns).
+pub(super) fn run_summary(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawSummary> {
+    Ok(RawSummary {
+        run_id: r.get(0)?,
+        task_id: r.get(1)?,
+        parent_id: r.get(2)?,
+        status: r.get(3)?,
+        stop_reason: r.get(4)?,
+        version: r.get(5)?,
+        created: r.get(6)?,
+        updated: r.get(7)?,
+    })
+}
+
+impl RawSummary {
+    /// The summary, its status and stop reason parsed.
+    pub(super) fn parse(self, path: &str) -> Result<RunSummary, StoreError> {
+        let status: RunStatus = from_name(path, &self.run_id, "status", self.status)?;
+        let stop_reason: Option<StopReason> = self
+            .stop_reason
+            .map(|s| from_name(path, &self.run_id, "stop reason", s))
+            .transpose()?;
+        Ok(RunSummary {
+            run_id: self.run_id,
+            task_id: self.task_id,
+            parent_id: self.parent_id,
+            status,
+            stop_reason,
+            version: uint(self.version),
+            created_at_ms: uint(self.created),
+            updated_at_ms: uint(self.updated),
+        })
+    }
+}
+
 /// Every run, newest first.
 pub(super) fn runs(conn: &Connection, path: &str) -> Result<Vec<RunSummary>, StoreError> {
     let sql = |e| sql_error(path, e);
     let mut stmt = conn
-        .prepare_cached(
-            "SELECT run_id, task_id, parent_id, status, stop_reason, version, created_at_ms,
-                updated_at_ms
-             FROM runs ORDER BY created_at_ms DESC, run_id",
-        )
+        .prepare_cached(&format!(
+            "SELECT {RUN_SUMMARY_COLUMNS} FROM runs ORDER BY created_at_ms DESC, run_id"
+        ))
         .map_err(sql)?;
-    let rows = stmt
-        .query_map([], |r| {
-            Ok((
-                r.get::<_, String>(0)?,
-                r.get::<_, String>(1)?,
-                r.get::<_, Option<String>>(2)?,
-                r.get::<_, String>(3)?,
-                r.get::<_, Option<String>>(4)?,
-                r.get::<_, i64>(5)?,
-                r.get::<_, i64>(6)?,
-                r.get::<_, i64>(7)?,
-            ))
-        })
-        .map_err(sql)?;
+    let rows = stmt.query_map([], run_summary).map_err(sql)?;
     let mut out = Vec::new();
     for row in rows {
-        let (run_id, task_id, parent_id, status, stop_reason, version, created, updated) =
-            row.map_err(sql)?;
-        let status: RunStatus = from_name(path, &run_id, "status", status)?;
-        let stop_reason: Option<StopReason> = stop_reason
-            .map(|s| from_name(path, &run_id, "stop reason", s))
-            .transpose()?;
-        out.push(RunSummary {
-            run_id,
-            task_id,
-            parent_id,
-            status,
-            stop_reason,
-            version: uint(version),
-            created_at_ms: uint(created),
-            updated_at_ms: uint(updated),
-        });
+        out.push(row.map_err(sql)?.parse(path)?);
     }
     Ok(out)
 }

@@ -7,6 +7,23 @@
 
 use rusqlite::{Connection, TransactionBehavior};
 
+/// The tenant a service keeps in a run's policy description (NULL for a
+/// description that is not JSON, e.g. `script:/abs/path`).
+macro_rules! tenant_expr {
+    () => {
+        "json_extract(CASE WHEN json_valid(policy) THEN policy END, '$.serve.tenant')"
+    };
+}
+
+/// The named agent a service keeps in a run's policy description.
+macro_rules! agent_expr {
+    () => {
+        "json_extract(CASE WHEN json_valid(policy) THEN policy END, '$.serve.agent')"
+    };
+}
+
+pub(super) use {agent_expr, tenant_expr};
+
 use super::error::sql_error;
 use crate::{SCHEMA_VERSION, StoreError};
 
@@ -94,7 +111,27 @@ CREATE TABLE owners (
 );
 ";
 
-pub(super) const MIGRATIONS: &[&str] = &[V1, V2, V3];
+/// Version 4: listing a service's runs by tenant and agent, newest first
+/// (expression indexes on the policy description's `serve` object, the
+/// expressions exactly those of `service.rs`'s queries: SQLite uses an
+/// expression index only for the same expression), finding the runs a
+/// retention period has passed, and a run's children for deleting a tree.
+const V4: &str = concat!(
+    "CREATE INDEX runs_by_tenant ON runs (",
+    tenant_expr!(),
+    ", created_at_ms DESC, run_id DESC) WHERE parent_id IS NULL;
+CREATE INDEX runs_by_tenant_agent ON runs (",
+    tenant_expr!(),
+    ", ",
+    agent_expr!(),
+    ", created_at_ms DESC, run_id DESC) WHERE parent_id IS NULL;
+CREATE INDEX runs_by_root_created ON runs (created_at_ms DESC, run_id DESC) WHERE parent_id IS NULL;
+CREATE INDEX runs_by_stop ON runs (status, updated_at_ms) WHERE parent_id IS NULL;
+CREATE INDEX runs_by_parent ON runs (parent_id) WHERE parent_id IS NOT NULL;
+"
+);
+
+pub(super) const MIGRATIONS: &[&str] = &[V1, V2, V3, V4];
 
 // The list and the declared version must move together.
 const _: () = assert!(MIGRATIONS.len() == SCHEMA_VERSION as usize);

@@ -90,4 +90,5 @@ fn count(store: &SqliteStore, sql: &str) -> i64 {
 mod files;
 mod processes;
 mod rows;
+mod service;
 mod writes;
