@@ -97,9 +97,7 @@ pub struct TelemetrySection {
 }
 
 /// A humantime duration (`"7d"`), positive.
-fn duration<'de, D: serde::Deserializer<'de>>(
-    d: D,
-) -> Result<Option<Duration>, D::Error> {
+fn duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
     let text = String::deserialize(d)?;
     match humantime::parse_duration(&text) {
         Ok(value) if !value.is_zero() => Ok(Some(value)),
