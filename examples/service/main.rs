@@ -6,10 +6,11 @@
 //! `cargo run --release --example service -- --addr 127.0.0.1:8080`
 //!
 //! Runs use the scripted policy (the script comes inline with each request); see
-//! `docs/src/service.md` for the routes. This file only parses arguments, sets
-//! up logging (with the metrics of `GET /metrics`, and `--otlp` span export),
-//! and turns ctrl-c (or SIGTERM) into a graceful shutdown; the service itself
-//! is the `agentry_serve` crate.
+//! `docs/src/service.md` for the routes. This file only parses arguments (the
+//! limits the service's security tests set), sets up logging (with the
+//! metrics of `GET /metrics`), and turns ctrl-c (or SIGTERM) into a stop:
+//! with a store, the drain of `agentry serve` (`App::drain`); without one,
+//! every run aborted. The service itself is the `agentry_serve` crate.
 
 use agentry_serve as app;
 
@@ -23,6 +24,9 @@ use tracing_subscriber::EnvFilter;
 /// How long, after a shutdown signal, open connections (SSE streams of runs that
 /// are stopping) get to finish before the process exits anyway.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// With a store: how long running steps get to finish on a shutdown signal.
+const DRAIN: Duration = Duration::from_secs(30);
 
 #[derive(Debug, Parser)]
 #[command(name = "service", about = "An HTTP service running agentry tasks.")]
@@ -89,11 +93,6 @@ struct Args {
     /// Stopped runs kept; the oldest beyond this are forgotten [default: 1000].
     #[arg(long, value_name = "N")]
     keep_stopped: Option<usize>,
-    /// Export every run's OpenTelemetry spans over OTLP/HTTP to URL (e.g.
-    /// http://127.0.0.1:4318/v1/traces); without URL, to the endpoint the
-    /// OTEL_EXPORTER_OTLP_* variables name. On when either variable is set.
-    #[arg(long, value_name = "URL", num_args = 0..=1, default_missing_value = "")]
-    otlp: Option<String>,
 }
 
 /// Why the flags do not make a service.
@@ -177,7 +176,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             std::process::exit(2);
         }
     };
-    let telemetry = init_logging(args.otlp.as_deref(), &metrics)?;
+    init_logging(&metrics)?;
     // Process tools kill whole process groups; grandchildren orphaned by a kill
     // are re-parented to us (not init) so they are reaped, never left as zombies.
     if let Err(e) = agentry::tools::proc::reap_orphans_here() {
@@ -204,46 +203,34 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     tracing::info!(addr = %listener.local_addr()?, "listening");
 
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(app.serve(listener, async {
+    let server = tokio::spawn(app.clone().serve(listener, async {
         let _ = stop_rx.await;
     }));
 
     shutdown_signal().await?;
     if args.store.is_some() {
-        // Durable runs are left as they are: the next start resumes them.
-        tracing::info!("shutting down: runs stay in the store to be resumed");
-        let _ = stop_tx.send(());
-        server.abort();
-        return Ok(());
+        // Running steps finish; every run stays in the store to be resumed.
+        let drained = app.drain(DRAIN, std::future::pending()).await;
+        tracing::info!(parked = drained.parked, cut = drained.cut, "drained");
+    } else {
+        tracing::info!("shutting down: aborting every run");
+        // Every run stops `user_abort`; each SSE stream then ends after its
+        // `run_stopped`, which lets the graceful shutdown below complete.
+        runtime.shutdown();
     }
-    tracing::info!("shutting down: aborting every run");
-    // Every run stops `user_abort`; each SSE stream then ends after its
-    // `run_stopped`, which lets the graceful shutdown below complete.
-    runtime.shutdown();
     let _ = stop_tx.send(());
     match tokio::time::timeout(SHUTDOWN_GRACE, server).await {
         Ok(served) => served??,
         Err(_) => tracing::warn!("connections still open after {SHUTDOWN_GRACE:?}; exiting anyway"),
     }
     tracing::info!("stopped");
-    if let Some(guard) = telemetry {
-        let dropped = guard.shutdown();
-        if dropped > 0 {
-            tracing::warn!(dropped, "spans could not be exported");
-        }
-    }
     Ok(())
 }
 
 /// Logs on stderr (`RUST_LOG`, default `info`), written through a redactor
 /// (built-in detectors and the environment's secrets); `metrics` counted from
-/// agentry's spans (`GET /metrics`), whatever `RUST_LOG` says; with `--otlp`
-/// or an OTLP endpoint variable, spans exported too, under their own filter.
-fn init_logging(
-    otlp: Option<&str>,
-    metrics: &agentry::metrics::Metrics,
-) -> Result<Option<agentry_telemetry::otlp::TelemetryGuard>, Box<dyn std::error::Error>> {
-    use agentry_telemetry::otlp;
+/// agentry's spans (`GET /metrics`), whatever `RUST_LOG` says.
+fn init_logging(metrics: &agentry::metrics::Metrics) -> Result<(), Box<dyn std::error::Error>> {
     use tracing_subscriber::Layer;
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
@@ -252,29 +239,14 @@ fn init_logging(
     let fmt = tracing_subscriber::fmt::layer()
         .with_writer(agentry_redact::RedactingMakeWriter::new(
             std::io::stderr,
-            std::sync::Arc::clone(&redactor),
+            redactor,
         ))
         .with_filter(filter);
-    let registry = tracing_subscriber::registry()
+    tracing_subscriber::registry()
         .with(fmt)
-        .with(metrics.layer());
-    let endpoint = match otlp {
-        Some("") => Some(None),
-        Some(url) => Some(Some(url.to_string())),
-        None if otlp::endpoint_from_env() => Some(None),
-        None => None,
-    };
-    let Some(endpoint) = endpoint else {
-        registry.init();
-        return Ok(None);
-    };
-    let (layer, guard) = otlp::init(otlp::OtlpOptions {
-        endpoint,
-        service_name: Some("agentry-service".to_string()),
-        redactor: Some(redactor),
-    })?;
-    registry.with(layer).init();
-    Ok(Some(guard))
+        .with(metrics.layer())
+        .init();
+    Ok(())
 }
 
 /// Why a duration flag was refused.

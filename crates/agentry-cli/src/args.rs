@@ -212,6 +212,20 @@ pub(crate) struct ServeArgs {
     /// loopback address is taken.
     #[arg(long)]
     pub(crate) no_auth: bool,
+    /// The log's format on stderr: `text`, or `json` (one JSON object a
+    /// line, for a log collector). `RUST_LOG` filters it (default: warnings,
+    /// and the service's own run starts and stops).
+    #[arg(long, value_enum, default_value_t = LogFormat::Text, value_name = "FORMAT")]
+    pub(crate) log_format: LogFormat,
+}
+
+/// The log's line format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object a line (timestamp, level, fields, spans).
+    Json,
 }
 
 #[derive(Debug, Args)]

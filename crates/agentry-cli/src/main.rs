@@ -90,8 +90,9 @@ const EXIT_TRACE_LOST: u8 = 4;
 fn main() -> ExitCode {
     // clap prints usage errors itself and exits 2.
     let cli = Cli::parse();
-    let metrics = serve::metrics_of(&cli.command);
-    let telemetry = match telemetry::init(telemetry::otlp_of(&cli.command), metrics.as_ref()) {
+    let log = telemetry::log_of(&cli.command);
+    let metrics = telemetry::metrics_of(&cli.command);
+    let telemetry = match telemetry::init(telemetry::otlp_of(&cli.command), log, metrics.as_ref()) {
         Ok(guard) => guard,
         Err(e) => {
             eprintln!("agentry: --otlp: {e}");

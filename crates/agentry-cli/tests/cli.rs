@@ -46,6 +46,7 @@ mod cli {
     mod serve_limits;
     mod serve_list;
     mod serve_openapi;
+    mod serve_ops;
     mod serve_webhooks;
     mod stats;
     mod tls_resume;

@@ -241,6 +241,11 @@ impl App {
         let app = self.clone();
         tokio::spawn(async move {
             loop {
+                // A draining service starts nothing: the queue waits in the
+                // store for the next start.
+                if app.ops.draining() {
+                    break;
+                }
                 let next = app.admission.slots().next();
                 let Some(Waiting {
                     run_id,

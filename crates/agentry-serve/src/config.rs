@@ -44,6 +44,10 @@ pub struct ServiceConfig {
     pub retention: Option<Duration>,
     /// Runs holding a slot and waiting for one, and each tenant's limits.
     pub run_limits: RunLimits,
+    /// The store's file, when it is one: `GET /healthz` answers 503 once it
+    /// is removed or replaced (the service would write to a file no later
+    /// start reads).
+    pub store_file: Option<std::path::PathBuf>,
 }
 
 /// What the service holds for its clients, at most (each has a flag, see `main.rs`).

@@ -135,6 +135,11 @@ impl EventLog {
         let logged = Logged::new(record);
         let last = logged.last;
         self.update(|state| {
+            // Closed by a drain (`ops.rs`): what a run let go of says after
+            // that (its cancellation) is not its story, and is not told.
+            if state.closed {
+                return;
+            }
             // Room is made first, so the newest event is always there for the
             // clients following the run, even one larger than the whole bound.
             state.shrink_to(
@@ -149,7 +154,8 @@ impl EventLog {
         });
     }
 
-    /// No more events: the log shrinks to what a stopped run keeps.
+    /// No more events: the log shrinks to what a stopped run keeps, and its
+    /// streams end after what it holds.
     pub(super) fn close(&self) {
         self.update(|state| state.close(self.limits.stopped_bytes));
     }

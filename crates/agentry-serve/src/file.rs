@@ -9,6 +9,7 @@
 //! webhook_hosts = ["hooks.example.com"]   # where a run's "webhook" may point
 //! webhook_secret_env = "AGENTRY_WEBHOOK_SECRET"  # whsec_… signing secret
 //! retention = "7d"                # stopped runs removed after this
+//! drain_timeout = "30s"           # on SIGTERM, for running steps to finish
 //!
 //! [auth]
 //! tokens_file = "tokens"          # TENANT SHA256-HEX per line
@@ -34,9 +35,13 @@
 //! [tenants.acme]                  # a tenant of the tokens file
 //! max_running = 2
 //! max_cost_per_day = 5.0          # in max_cost's unit, per UTC day
+//!
+//! [telemetry]
+//! otlp = "http://127.0.0.1:4318/v1/traces"  # span export (OTLP/HTTP)
+//! metrics = true                  # GET /metrics
 //! ```
 //!
-//! `[serve]` also takes `max_running`, `max_queued` and `metrics` (see
+//! `[serve]` also takes `max_running` and `max_queued` (see
 //! `docs/src/serve.md`, "Limits").
 //!
 //! Relative paths are relative to the directory of serve.toml.
@@ -44,6 +49,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde::Deserialize;
 
@@ -62,6 +68,8 @@ pub struct ServeFile {
     pub models: BTreeMap<String, ModelEntry>,
     /// `[tenants.NAME]`, by tenant name (as in the tokens file).
     pub tenants: BTreeMap<String, TenantEntry>,
+    /// `[telemetry]`.
+    pub telemetry: TelemetrySection,
 }
 
 /// `[serve]`.
@@ -79,21 +87,36 @@ pub struct ServeSection {
     pub webhook_secret_env: Option<String>,
     /// Stopped runs older than this are removed (humantime: `"7d"`, `"12h"`).
     #[serde(default, deserialize_with = "duration")]
-    pub retention: Option<std::time::Duration>,
+    pub retention: Option<Duration>,
+    /// On SIGTERM, how long running steps may take to finish before what is
+    /// left is stopped as a crash would stop it (`"30s"`; default
+    /// [`DEFAULT_DRAIN_TIMEOUT`]).
+    #[serde(default, deserialize_with = "duration")]
+    pub drain_timeout: Option<Duration>,
     /// Runs holding a slot (started and not stopped) at once; past it new
     /// runs wait in a FIFO queue. Default: no limit.
     pub max_running: Option<u32>,
     /// Runs waiting for a slot; past it `POST /runs` is 429. Default 100.
     pub max_queued: Option<u32>,
-    /// Serve `GET /metrics`. Default: off (404).
+}
+
+/// How long a drain waits for running steps when serve.toml does not say.
+pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// `[telemetry]`.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TelemetrySection {
+    /// Export spans over OTLP/HTTP to this collector (as `agentry run
+    /// --otlp URL`).
+    pub otlp: Option<String>,
+    /// Serve `GET /metrics` (Prometheus, counted from the runs' spans).
     #[serde(default)]
     pub metrics: bool,
 }
 
 /// A humantime duration (`"7d"`), positive.
-fn duration<'de, D: serde::Deserializer<'de>>(
-    d: D,
-) -> Result<Option<std::time::Duration>, D::Error> {
+fn duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
     let text = String::deserialize(d)?;
     match humantime::parse_duration(&text) {
         Ok(value) if !value.is_zero() => Ok(Some(value)),
@@ -230,6 +253,7 @@ impl ServeFile {
             agents: raw.agents,
             models: raw.models,
             tenants: raw.tenants,
+            telemetry: raw.telemetry,
         };
         file.check()?;
         file.resolve(dir);
@@ -365,6 +389,8 @@ struct RawFile {
     models: BTreeMap<String, ModelEntry>,
     #[serde(default)]
     tenants: BTreeMap<String, TenantEntry>,
+    #[serde(default)]
+    telemetry: TelemetrySection,
 }
 
 /// The dotted key a parse error at byte `at` is about: the table header
@@ -459,135 +485,4 @@ fn valid_name(name: &str) -> bool {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
-mod tests {
-    use super::*;
-
-    const GOOD: &str = r#"
-[serve]
-addr = "127.0.0.1:9000"
-max_running = 3
-max_queued = 10
-metrics = true
-[tenants."acme.eu"]
-max_running = 1
-max_cost_per_day = 2.5
-[auth]
-tokens_file = "tokens"
-[agents.support]
-task = "tasks/support"
-model = "local"
-[agents.sum]
-task = "/abs/sum"
-[models.local]
-provider = "openai"
-model = "m"
-base_url = "http://127.0.0.1:9/v1"
-api_key_env = "LOCAL_KEY"
-context_tokens = 8192
-fallback = ["other"]
-max_concurrent = 2
-requests_per_minute = 60
-tokens_per_minute = 10000
-input_price = 0.15
-output_price = 0.6
-[models.other]
-provider = "anthropic"
-model = "n"
-"#;
-
-    #[test]
-    fn a_good_file_parses_with_paths_relative_to_it() {
-        let file = ServeFile::parse(GOOD, Path::new("/etc/agentry")).unwrap();
-        assert_eq!(file.serve.addr, Some("127.0.0.1:9000".parse().unwrap()));
-        assert_eq!(
-            file.auth.tokens_file,
-            Some(PathBuf::from("/etc/agentry/tokens"))
-        );
-        assert_eq!(
-            file.agents["support"].task,
-            PathBuf::from("/etc/agentry/tasks/support")
-        );
-        assert_eq!(file.agents["sum"].task, PathBuf::from("/abs/sum"));
-        assert_eq!(file.models["local"].fallback, ["other"]);
-        assert_eq!(file.models["local"].max_concurrent, Some(2));
-        assert_eq!(file.serve.max_running, Some(3));
-        assert_eq!(file.tenants["acme.eu"].max_cost_per_day, Some(2.5));
-        assert_eq!(micros_of(2.5), Some(2_500_000));
-    }
-
-    #[test]
-    fn every_error_names_its_key() {
-        for (text, key) in [
-            ("[serve]\nport = 1\n", "serve.port"),
-            ("[serve]\naddr = \"nowhere\"\n", "serve.addr"),
-            ("[listen]\n", "listen"),
-            ("[agents.x]\nmodel = \"m\"\n", "agents.x.task"),
-            ("[agents.x]\ntask = \"t\"\ntools = []\n", "agents.x.tools"),
-            (
-                "[agents.x]\ntask = \"t\"\nmodel = \"m\"\n",
-                "agents.x.model",
-            ),
-            ("[agents.x]\ntask = 3\n", "agents.x.task"),
-            (
-                "[models.m]\nprovider = \"acme\"\nmodel = \"a\"\n",
-                "models.m.provider",
-            ),
-            (
-                "[models.m]\nprovider = \"openai\"\nmodel = \"a\"\nfallback = [\"m\"]\n",
-                "models.m.fallback",
-            ),
-            (
-                "[models.m]\nprovider = \"openai\"\nmodel = \"a\"\napi_key = \"sk-1\"\n",
-                "models.m.api_key",
-            ),
-            (
-                "[models.m]\nprovider = \"openai\"\nmodel = \"a\"\ncontext_tokens = 0\n",
-                "models.m.context_tokens",
-            ),
-            ("[serve]\nmax_running = 0\n", "serve.max_running"),
-            ("[serve]\nmax_queued = -1\n", "serve.max_queued"),
-            ("[serve]\nmax_queue = 1\n", "serve.max_queue"),
-            (
-                "[tenants.acme]\nmax_running = 0\n",
-                "tenants.acme.max_running",
-            ),
-            (
-                "[tenants.acme]\nmax_cost_per_day = 0\n",
-                "tenants.acme.max_cost_per_day",
-            ),
-            ("[tenants.acme]\nmax_runs = 1\n", "tenants.acme.max_runs"),
-            ("[tenants.\"a b\"]\nmax_running = 1\n", "tenants.a b"),
-            (
-                "[models.m]\nprovider = \"openai\"\nmodel = \"a\"\nmax_concurrent = 0\n",
-                "models.m.max_concurrent",
-            ),
-            (
-                "[models.m]\nprovider = \"openai\"\nmodel = \"a\"\ntokens_per_minute = 0\n",
-                "models.m.tokens_per_minute",
-            ),
-            (
-                "[models.m]\nprovider = \"openai\"\nmodel = \"a\"\nrequests_per_minute = \"5\"\n",
-                "models.m.requests_per_minute",
-            ),
-            (
-                "[models.m]\nprovider = \"openai\"\nmodel = \"a\"\ninput_price = -1.0\n",
-                "models.m.input_price",
-            ),
-            ("[serve\n", "(file)"),
-            ("[serve]\nretention = \"soon\"\n", "serve.retention"),
-            ("[serve]\nretention = \"0s\"\n", "serve.retention"),
-            (
-                "[serve]\nwebhook_hosts = [\"127.0.0.1\"]\n",
-                "serve.webhook_secret_env",
-            ),
-            (
-                "[serve]\nwebhook_hosts = [\"http://x/\"]\nwebhook_secret_env = \"S\"\n",
-                "serve.webhook_hosts",
-            ),
-        ] {
-            let bad = ServeFile::parse(text, Path::new("/d")).unwrap_err();
-            assert_eq!(bad.key, key, "{text}: {}", bad.message);
-        }
-    }
-}
+mod tests;

@@ -8,7 +8,8 @@
 //! outcome and a bounded history (`events.rs`) only.
 //!
 //! ```text
-//! GET  /healthz                       200 {"status": "ok"} (no token needed)
+//! GET  /healthz                       200 {"status": "ok", "store": "ok"} (no token needed);
+//!                                     503 when the store does not answer or the service drains
 //! POST /runs                          task fields + script + files → 201 {"run_id"}
 //!                                     or {"agent", "input", "files", "budget", "tools"}
 //! GET  /runs                          the caller's runs, newest first:
@@ -54,6 +55,7 @@
 //! streams.rs    open event streams, bounded per run and in total
 //! events.rs     a run's event log and its SSE stream
 //! serve.rs      accepting and bounding connections
+//! status.rs     draining, and the store file /healthz checks
 //! agents.rs     the operator's named agents (`Agents`, implemented by the CLI)
 //! views.rs      answers several routes give (a started run's 201, agent and model)
 //! webhooks.rs   completion webhooks: the allowed hosts, the outbox, the body
@@ -70,6 +72,7 @@
 //! admit.rs      POST /runs through the limits: start, queue or 429
 //! listing.rs    GET /runs: filters, the cursor, store and table merged
 //! retention.rs  stopped runs removed after [serve] retention
+//! ops.rs        /healthz and the drain on SIGTERM
 //! inputs.rs     the routes a live run takes input by
 //! routes.rs     the router, App::serve, and the routes that start and show runs
 //! ```
@@ -92,10 +95,12 @@ mod limits;
 mod listing;
 mod narrow;
 pub mod openapi;
+mod ops;
 mod queue;
 mod retention;
 mod routes;
 mod serve;
+mod status;
 mod streams;
 mod table;
 mod tenants;
@@ -111,11 +116,13 @@ pub use create::write_files;
 pub use error::{ApiError, ServeError, code_of};
 pub use events::ReplayLimits;
 pub use file::{
-    AgentEntry, AuthSection, BadKey, ModelEntry, ServeFile, ServeSection, TenantEntry, micros_of,
+    AgentEntry, AuthSection, BadKey, DEFAULT_DRAIN_TIMEOUT, ModelEntry, ServeFile, ServeSection,
+    TelemetrySection, TenantEntry, micros_of,
 };
 pub use limits::{DEFAULT_MAX_QUEUED, RunLimits, TenantLimits};
 pub use listing::{DEFAULT_LIMIT, MAX_LIMIT};
 pub use narrow::narrow;
+pub use ops::{DRAIN_RETRY_AFTER_SECONDS, Drained};
 pub use streams::StreamLimits;
 pub use table::App;
 pub use tenants::{DEFAULT_TENANT, Tenant, Tokens};

@@ -27,7 +27,7 @@ use super::inputs::{decide, inject_event, interrupt, send_message, settle};
 use super::table::{App, Run};
 use super::tenants::Tenant;
 use super::views::meta_fields;
-use super::{create, guard, serve};
+use super::{create, guard, ops, serve};
 
 impl App {
     /// Serves the routes on `listener` until `shutdown` completes (see `serve.rs`).
@@ -56,7 +56,7 @@ impl App {
             self.config.tokens.clone(),
         );
         Router::new()
-            .route(guard::HEALTH_PATH, get(health))
+            .route(guard::HEALTH_PATH, get(ops::health))
             .route("/runs", post(create_run).get(super::listing::list_runs))
             .route("/runs/{id}", get(show_run))
             .route("/runs/{id}/messages", post(send_message))
@@ -77,14 +77,13 @@ impl App {
             // extractor's own default (2 MB) would cut a large create short.
             .layer(DefaultBodyLimit::disable())
             .layer(middleware::from_fn_with_state(guard, guard::check))
+            .layer(middleware::from_fn_with_state(
+                self.clone(),
+                ops::refuse_while_draining,
+            ))
             .layer(middleware::map_response(guard::json_errors))
             .with_state(self.clone())
     }
-}
-
-/// `GET /healthz`: the service answers (no token needed).
-async fn health() -> Response {
-    axum::Json(json!({ "status": "ok" })).into_response()
 }
 
 async fn create_run(

@@ -17,6 +17,7 @@ use super::agents::{Launched, RunMeta};
 use super::config::ServiceConfig;
 use super::error::ApiError;
 use super::events::{self, EventLog};
+use super::status::Ops;
 use super::streams::Streams;
 use super::tenants::Tenant;
 
@@ -35,6 +36,8 @@ pub struct App {
     /// What `GET /metrics` encodes: agentry's families and the service's
     /// gauges; `None` without [`ServiceConfig::metrics`].
     pub(super) metrics: Option<Arc<prometheus_client::registry::Registry>>,
+    /// Draining, and what `/healthz` checks (`ops.rs`).
+    pub(super) ops: Arc<Ops>,
 }
 
 /// One run: its handle while it runs, its event log, and the working directory
@@ -156,6 +159,7 @@ impl App {
         App {
             runtime,
             streams: Streams::new(config.limits.streams),
+            ops: Arc::new(Ops::new(config.store_file.as_deref())),
             config: Arc::new(config),
             runs: Arc::default(),
             stopped: Arc::default(),
@@ -376,4 +380,26 @@ impl App {
         mine.sort_by(|a, b| a.0.cmp(&b.0));
         mine
     }
+
+    /// Every run still running: its handle and its event log.
+    pub(super) fn live_runs(&self) -> Vec<LiveRun> {
+        let runs = self.runs.read().unwrap_or_else(PoisonError::into_inner);
+        runs.values()
+            .filter_map(|entry| match entry.current() {
+                Run::Live(handle) if handle.outcome().is_none() => Some(LiveRun {
+                    handle: *handle,
+                    log: Arc::clone(&entry.log),
+                }),
+                // A queued run is in the store's queue table: the next start
+                // restores it.
+                Run::Live(_) | Run::Stopped(_) | Run::Queued => None,
+            })
+            .collect()
+    }
+}
+
+/// A run still running, as a drain sees it.
+pub(super) struct LiveRun {
+    pub(super) handle: RunHandle,
+    pub(super) log: Arc<EventLog>,
 }

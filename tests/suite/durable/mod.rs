@@ -22,6 +22,7 @@ use agentry_test_support::{
 };
 use serde_json::json;
 
+mod drain;
 mod full_store;
 mod interrupt;
 mod park;

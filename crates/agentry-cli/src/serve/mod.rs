@@ -2,18 +2,21 @@
 //! serve.toml (the operator's agents and models, the tokens file), refuses
 //! to start without a token unless `--no-auth` (then loopback only), puts
 //! every run in the store (the default one unless `--store`), resumes the
-//! store's unfinished runs, and serves until ctrl-c or SIGTERM, leaving
-//! running runs in the store for the next start.
+//! store's unfinished runs, and serves until ctrl-c or SIGTERM, then
+//! drains: running steps finish, every run is left in the store for the
+//! next start.
 //!
 //! - `error`: `ServeCliError`, why it does not serve.
 //! - `models`: a `[models.NAME]` chain as a run's policy.
 //! - `agents`: `[agents.NAME]`, started as `agentry run` starts a task.
 //! - `resume`: the agents' unfinished runs, resumed as `agentry resume` does.
+//! - `stop`: the signals, and the drain they start.
 
 mod agents;
 mod error;
 mod models;
 mod resume;
+mod stop;
 
 pub(crate) use error::ServeCliError;
 
@@ -23,11 +26,11 @@ use std::sync::Arc;
 
 use agentry::{Durability, Runtime};
 use agentry_serve::{
-    App, DEFAULT_MAX_QUEUED, DEFAULT_TENANT, RunLimits, ServeError, ServeFile, ServiceConfig,
-    TenantLimits, Tokens, Webhooks, micros_of,
+    App, DEFAULT_DRAIN_TIMEOUT, DEFAULT_MAX_QUEUED, DEFAULT_TENANT, RunLimits, ServeError,
+    ServeFile, ServiceConfig, TenantLimits, Tokens, Webhooks, micros_of,
 };
 
-use crate::args::{Command, ServeArgs};
+use crate::args::ServeArgs;
 use crate::store::{default_store, open_sqlite};
 
 /// The address served when neither `--addr` nor `[serve] addr` names one.
@@ -35,17 +38,6 @@ const DEFAULT_ADDR: &str = "127.0.0.1:8080";
 
 /// The environment variable a token (for the tenant `default`) may come from.
 const TOKEN_ENV: &str = "AGENTRY_TOKEN";
-
-/// The metrics `GET /metrics` serves, when serve.toml's `[serve] metrics` is
-/// on: made before the process's subscriber, which must count into them. A
-/// serve.toml that does not load is `serve`'s to report.
-pub(crate) fn metrics_of(command: &Command) -> Option<agentry::metrics::Metrics> {
-    let Command::Serve(args) = command else {
-        return None;
-    };
-    let file = ServeFile::load(args.config.as_ref()?).ok()?;
-    file.serve.metrics.then(agentry::metrics::Metrics::new)
-}
 
 /// `[serve]`'s and `[tenants.*]`'s limits; the queue is kept in the store's file.
 fn run_limits(file: &ServeFile, store: &std::path::Path) -> RunLimits {
@@ -93,7 +85,8 @@ fn check_tenants(
     }
 }
 
-/// Serves until ctrl-c or SIGTERM.
+/// Serves until ctrl-c or SIGTERM; `GET /metrics` serves `metrics` (counted
+/// by the process's subscriber) when given.
 pub(crate) async fn serve(
     args: ServeArgs,
     metrics: Option<agentry::metrics::Metrics>,
@@ -135,6 +128,7 @@ pub(crate) async fn serve(
             agents: Some(Arc::new(agents)),
             webhooks: webhooks.clone(),
             retention: file.serve.retention,
+            store_file: Some(store.clone()),
             metrics,
             run_limits: run_limits(&file, &store),
             ..ServiceConfig::default()
@@ -147,12 +141,12 @@ pub(crate) async fn serve(
     let bound = listener
         .local_addr()
         .map_err(|source| ServeCliError::Listen { addr, source })?;
+    // Listened for before the address is printed: whoever sends SIGTERM
+    // once it knows the address gets a drain.
+    let signals = stop::StopSignals::new();
     eprintln!("agentry: serve: listening on http://{bound}");
-    let stop = shutdown_signal();
-    // Durable runs are left as they are: the next start resumes them.
-    if let Err(e) = app.serve(listener, stop).await {
-        eprintln!("agentry: serve: {e}");
-    }
+    let drain_timeout = file.serve.drain_timeout.unwrap_or(DEFAULT_DRAIN_TIMEOUT);
+    stop::serve_until_stopped(app, listener, signals, drain_timeout).await;
     Ok(())
 }
 
@@ -268,20 +262,4 @@ fn store_path(store: Option<&PathBuf>) -> Result<PathBuf, ServeCliError> {
         })?;
     }
     Ok(std::path::absolute(&path).unwrap_or(path))
-}
-
-/// Ctrl-c or SIGTERM (what service managers and containers send).
-async fn shutdown_signal() {
-    let term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate());
-    match term {
-        Ok(mut term) => {
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term.recv() => {}
-            }
-        }
-        Err(_) => {
-            let _ = tokio::signal::ctrl_c().await;
-        }
-    }
 }

@@ -1,8 +1,9 @@
 //! `agentry serve`: the real binary on 127.0.0.1:0, driven over real HTTP,
 //! its store a real SQLite file. Shared here: starting it, a client, the
 //! tasks; the tests are in `serve_auth.rs` (tokens and tenants),
-//! `serve_agents.rs` (named agents, models, serve.toml) and
-//! `serve_limits.rs` (limits shared across runs).
+//! `serve_agents.rs` (named agents, models, serve.toml), `serve_limits.rs`
+//! (limits shared across runs) and `serve_ops.rs` (the drain on SIGTERM,
+//! `/healthz`, logs and span export).
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Stdio};
@@ -114,6 +115,31 @@ impl Served {
     pub(super) fn kill(mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+
+    /// Sends SIGTERM (what a service manager sends to stop it).
+    pub(super) fn terminate(&self) {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill -TERM failed");
+    }
+
+    /// Waits (bounded) for the process to exit by itself.
+    pub(super) fn exit_status(&mut self) -> std::process::ExitStatus {
+        let deadline = std::time::Instant::now() + WAIT;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the server did not exit: {}",
+                self.log.lock().unwrap()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// `METHOD PATH` with `token` (none: no Authorization header) and a JSON body.

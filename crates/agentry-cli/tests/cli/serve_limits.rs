@@ -107,7 +107,7 @@ async fn max_running_queues_in_order_past_max_queued_is_429_and_the_queue_surviv
     // Size: one queue followed through its 429, a start in order and a
     // restart; halves would each rebuild the same queue.
     let dir = tempfile::tempdir().unwrap();
-    let config = "[serve]\nmax_running = 1\nmax_queued = 2\nmetrics = true\n";
+    let config = "[serve]\nmax_running = 1\nmax_queued = 2\n[telemetry]\nmetrics = true\n";
     let env = [("AGENTRY_TOKEN", TOKEN)];
     let served = start(dir.path(), config, &env);
     // Event-driven listeners: each holds its slot until it is aborted.
@@ -240,7 +240,7 @@ async fn a_models_max_concurrent_holds_across_runs_and_fallbacks_measured_at_the
     // `front` is down: its runs reach `local` as its fallback, through the
     // same gate as the runs on `local` itself.
     let config = format!(
-        "[serve]\nmetrics = true\n\
+        "[telemetry]\nmetrics = true\n\
          [agents.direct]\ntask = \"tasks/answer\"\nmodel = \"local\"\n\
          [agents.via]\ntask = \"tasks/answer\"\nmodel = \"front\"\n\
          [models.local]\nprovider = \"openai\"\nmodel = \"tiny\"\nbase_url = \"{}/v1\"\nmax_concurrent = 2\n\
@@ -334,7 +334,7 @@ async fn a_providers_429_to_one_run_holds_back_every_run_on_the_model() {
 fn tenants_config(dir: &Path, rest: &str) -> String {
     let tokens = tokens_file(dir, &[("acme", ACME), ("globex", GLOBEX)]);
     format!(
-        "[auth]\ntokens_file = \"{}\"\n[serve]\nmetrics = true\n{rest}",
+        "[auth]\ntokens_file = \"{}\"\n[telemetry]\nmetrics = true\n{rest}",
         tokens.display()
     )
 }

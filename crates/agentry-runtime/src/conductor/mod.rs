@@ -87,6 +87,16 @@ impl Actor for Conductor {
         if st.phase.is_stopped() {
             return Ok(());
         }
+        // A drained run takes nothing in: what it would have applied stays
+        // in the store (a durable run's inbox and timers) for its next process.
+        if st.phase.is_drained()
+            && !matches!(
+                message,
+                ConductorMsg::Abort(_) | ConductorMsg::TokenCancelled
+            )
+        {
+            return Ok(());
+        }
         // Every await below is on a boxed future or a small one: ractor keeps
         // this handler's future inline in the actor's task (twice over) for as
         // long as the run lives, so its size is paid per run whether or not a
@@ -123,6 +133,11 @@ impl Actor for Conductor {
             ConductorMsg::Abort(reason) => {
                 st.handled += 1;
                 Box::pin(st.abort(&myself, reason)).await;
+            }
+            ConductorMsg::Drain(drained) => {
+                st.handled += 1;
+                st.phase.drain();
+                let _ = drained.send(());
             }
         }
         Ok(())

@@ -29,6 +29,9 @@ pub enum ConductorMsg {
     /// The run's token was cancelled (deadline, abort, shutdown) while no step was
     /// running to notice it.
     TokenCancelled,
+    /// Take no step again (handled between steps, so the one in progress has
+    /// finished); answered on the sender. See `RunHandle::drain`.
+    Drain(tokio::sync::oneshot::Sender<()>),
 }
 
 /// How many messages other than its own `Step` wake-ups were posted to a

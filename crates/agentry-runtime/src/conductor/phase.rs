@@ -15,7 +15,11 @@
 //! PausedRestarting ── resume ─────────► Restarting
 //! PausedRestarting ── restarted ──────► Paused
 //! any              ── stop ───────────► Stopped
+//! any but Stopped  ── drain ──────────► Drained           (between steps)
 //! ```
+//!
+//! `Drained` is the service's, not the user's: it is never recorded, so the
+//! run resumes in a later process as it was before (see `RunHandle::drain`).
 
 /// The conductor's phase. `step_due`: a step was wanted while held, to be
 /// taken when the last hold goes.
@@ -34,6 +38,9 @@ pub(super) enum Phase {
     PausedRestarting { step_due: bool },
     /// The run finished: every later message is ignored.
     Stopped,
+    /// Its process is going away: no step starts again here, and only an
+    /// abort (or its token) still ends the run.
+    Drained,
 }
 
 impl Phase {
@@ -62,6 +69,18 @@ impl Phase {
         self == Phase::Stopped
     }
 
+    /// Whether the run was drained (see [`Phase::Drained`]).
+    pub(super) fn is_drained(self) -> bool {
+        self == Phase::Drained
+    }
+
+    /// The process is going away: no step starts again (a stopped run stays stopped).
+    pub(super) fn drain(&mut self) {
+        if *self != Phase::Stopped {
+            *self = Phase::Drained;
+        }
+    }
+
     /// A step is wanted: true when it may start now; held, it is remembered
     /// for when the last hold goes.
     pub(super) fn take_step(&mut self) -> bool {
@@ -73,7 +92,7 @@ impl Phase {
                 *step_due = true;
                 false
             }
-            Phase::Stopped => false,
+            Phase::Stopped | Phase::Drained => false,
         }
     }
 
@@ -82,7 +101,10 @@ impl Phase {
         *self = match *self {
             Phase::Running => Phase::Paused { step_due: false },
             Phase::Restarting { step_due } => Phase::PausedRestarting { step_due },
-            Phase::Paused { .. } | Phase::PausedRestarting { .. } | Phase::Stopped => return false,
+            Phase::Paused { .. }
+            | Phase::PausedRestarting { .. }
+            | Phase::Stopped
+            | Phase::Drained => return false,
         };
         true
     }
@@ -93,7 +115,9 @@ impl Phase {
         let (next, due_now) = match *self {
             Phase::Paused { step_due } => (Phase::Running, step_due),
             Phase::PausedRestarting { step_due } => (Phase::Restarting { step_due }, false),
-            Phase::Running | Phase::Restarting { .. } | Phase::Stopped => return None,
+            Phase::Running | Phase::Restarting { .. } | Phase::Stopped | Phase::Drained => {
+                return None;
+            }
         };
         *self = next;
         Some(due_now)
@@ -104,9 +128,10 @@ impl Phase {
         *self = match *self {
             Phase::Running => Phase::Restarting { step_due: false },
             Phase::Paused { step_due } => Phase::PausedRestarting { step_due },
-            held @ (Phase::Restarting { .. } | Phase::PausedRestarting { .. } | Phase::Stopped) => {
-                held
-            }
+            held @ (Phase::Restarting { .. }
+            | Phase::PausedRestarting { .. }
+            | Phase::Stopped
+            | Phase::Drained) => held,
         };
     }
 
@@ -115,7 +140,9 @@ impl Phase {
         let (next, due_now) = match *self {
             Phase::Restarting { step_due } => (Phase::Running, step_due),
             Phase::PausedRestarting { step_due } => (Phase::Paused { step_due }, false),
-            other @ (Phase::Running | Phase::Paused { .. } | Phase::Stopped) => (other, false),
+            other @ (Phase::Running | Phase::Paused { .. } | Phase::Stopped | Phase::Drained) => {
+                (other, false)
+            }
         };
         *self = next;
         due_now
@@ -169,5 +196,21 @@ mod tests {
         assert!(!phase.take_step());
         assert!(!phase.pause());
         assert_eq!(phase.resume(), None);
+    }
+
+    #[test]
+    fn a_drained_run_takes_no_step_whatever_it_is_sent_and_a_stopped_one_stays_stopped() {
+        let mut phase = Phase::Paused { step_due: true };
+        phase.drain();
+        assert!(phase.is_drained());
+        assert!(!phase.take_step());
+        assert_eq!(phase.resume(), None);
+        assert!(!phase.pause());
+        phase.executor_lost();
+        assert!(!phase.executor_restarted());
+        assert!(phase.is_drained());
+        let mut stopped = Phase::Stopped;
+        stopped.drain();
+        assert!(stopped.is_stopped());
     }
 }

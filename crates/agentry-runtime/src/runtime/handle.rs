@@ -226,6 +226,25 @@ impl RunHandle {
         });
     }
 
+    /// Lets the step in progress finish and starts no other, for a service
+    /// that is going away: returns once the run is between steps and takes
+    /// nothing more in (or has stopped). Nothing of this is recorded: follow
+    /// it with [`Runtime::abandon`](crate::Runtime::abandon) and a durable run
+    /// resumes in the next process at its next step, as it was (not paused).
+    /// Only an abort still ends a drained run. A step that waits on a human
+    /// (an approval, a decision) or on a child does not finish by itself:
+    /// bound the wait.
+    pub async fn drain(&self) {
+        let (drained, done) = tokio::sync::oneshot::channel();
+        let Some(conductor) = self.live.conductor() else {
+            return;
+        };
+        if conductor.cast(ConductorMsg::Drain(drained)).is_ok() {
+            // Dropped unanswered when the run stops first: drained too.
+            let _ = done.await;
+        }
+    }
+
     /// Pauses the run at its next safe point: the step in progress finishes, no new
     /// one starts. The wall clock keeps running; the deadline still applies.
     pub fn pause(&self) -> Result<(), RuntimeError> {

@@ -56,6 +56,13 @@ impl Runtime {
         self.shutdown();
     }
 
+    /// Returns once every write queued so far is on disk; the store's
+    /// failure if one was lost (the writer refuses every later write then).
+    /// A cheap round trip to the store's writer: a service's health check.
+    pub async fn flush(&self) -> Result<(), RuntimeError> {
+        Ok(self.writer()?.sync().await?)
+    }
+
     /// The store, if this runtime has one.
     pub fn store(&self) -> Option<&Arc<dyn Store>> {
         self.store.as_ref().map(StoreWriter::store)

@@ -33,8 +33,15 @@ pub struct ErrorDetail {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Health {
-    /// `ok`.
+    /// `ok`; with a 503 `draining` (the service is stopping) or
+    /// `unavailable` (the store does not answer).
     pub status: String,
+    /// `ok`, or `unavailable`.
+    pub store: String,
+    /// With a 503: what is wrong, as every error says it.
+    #[schema(nullable = false)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ErrorDetail>,
 }
 
 /// `POST /runs` for an operator's agent (`[agents.NAME]`).

@@ -78,9 +78,10 @@ impl Modify for BearerAuth {
 // ---- routes (the handlers are in routes.rs and inputs.rs) -------------------
 // Each function only carries its route's `#[utoipa::path]`: it is never called.
 
-/// The service answers.
+/// The service answers, and so does its store.
 #[utoipa::path(get, path = "/healthz", operation_id = "health", security(()),
-    responses((status = 200, description = "The service answers", body = Health)))]
+    responses((status = 200, description = "The service and its store answer", body = Health),
+        (status = 503, description = "The store does not answer, or the service drains (then with Retry-After)", body = Health)))]
 #[allow(dead_code)] // documents its route; never called
 fn health() {}
 
