@@ -236,6 +236,10 @@ pub struct ModelConfig {
     /// in flight, per-minute budgets, a provider's `Retry-After` holding all
     /// of them back); `None`: this run's requests alone.
     pub gate: Option<std::sync::Arc<crate::ModelGate>>,
+    /// The name the operator gave this model (`agentry serve`'s
+    /// `[models.NAME]`): the policy's name, in traces, spans and the step
+    /// records, is then `NAME (provider:model)`; `None`: `provider:model`.
+    pub label: Option<String>,
 }
 
 impl ModelConfig {
@@ -259,6 +263,7 @@ impl ModelConfig {
             result_cap: agentry_protocol::envelope::DEFAULT_RESULT_CAP,
             compaction: CompactionMode::default(),
             gate: None,
+            label: None,
         }
     }
 

@@ -390,6 +390,26 @@ mod tests {
     use agentry_protocol::envelope::ResultEnvelope;
     use agentry_protocol::tool::{ToolArguments, ToolCall, ToolSpec};
 
+    /// The policy's name (every step record's `model`, the spans') is
+    /// `provider:model`, and `NAME (provider:model)` for a model the
+    /// operator named (`agentry serve`'s `[models.NAME]`).
+    #[test]
+    fn a_named_model_is_named_by_its_label_and_its_wire_name() {
+        let config = ModelConfig::new("qwen", "http://127.0.0.1:9/v1");
+        assert_eq!(
+            OpenAiPolicy::new(config.clone()).unwrap().name(),
+            "openai:qwen"
+        );
+        let labelled = ModelConfig {
+            label: Some("local".into()),
+            ..config
+        };
+        assert_eq!(
+            OpenAiPolicy::new(labelled).unwrap().name(),
+            "local (openai:qwen)"
+        );
+    }
+
     fn envelope(id: &str) -> ResultEnvelope {
         serde_json::from_value(json!({
             "tool_call_id": id, "tool": "fs.read", "ok": true, "data": {"content": "1"},

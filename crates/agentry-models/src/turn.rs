@@ -117,9 +117,13 @@ impl<W: Wire> ModelAdapter<W> {
         })
     }
 
-    /// `provider:model`.
+    /// `provider:model`, or `NAME (provider:model)` for a named model.
     pub(crate) fn name(&self) -> String {
-        format!("{}:{}", W::PROVIDER.name(), self.config.model)
+        let wire = format!("{}:{}", W::PROVIDER.name(), self.config.model);
+        match &self.config.label {
+            Some(label) => format!("{label} ({wire})"),
+            None => wire,
+        }
     }
 
     /// Checks that the server answers (any status will do).

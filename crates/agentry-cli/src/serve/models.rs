@@ -146,6 +146,7 @@ fn chain_model(
         config = config.prices(prices);
     }
     config.gate = gates.get(name);
+    config.label = Some(name.to_string());
     let mut context = ContextSettings::of_task(task);
     if entry.context_tokens.is_some() {
         context.context_tokens = entry.context_tokens;
