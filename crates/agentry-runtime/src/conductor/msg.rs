@@ -29,6 +29,9 @@ pub enum ConductorMsg {
     /// The run's token was cancelled (deadline, abort, shutdown) while no step was
     /// running to notice it.
     TokenCancelled,
+    /// An event-driven run has slept for `hibernate_after` since its sleep
+    /// numbered so: it hibernates if it still sleeps (see `hibernate.rs`).
+    Hibernate(u64),
 }
 
 /// How many messages other than its own `Step` wake-ups were posted to a

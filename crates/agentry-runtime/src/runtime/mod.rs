@@ -8,11 +8,14 @@
 //! - `children.rs`: `RunChildren`, what `agent.spawn`/`agent.wait`/`agent.cancel` call.
 //! - `record.rs`: a durable run's record, written at its start and read back.
 //! - `launch.rs`: starting a run (root or child); every start ends in `launch`.
+//! - `hibernate.rs`: waking a hibernated run into its handles; the alarms of
+//!   hibernated runs' deadlines.
 //! - `regrow.rs`: a resumed run's stored children, resumed with it and recounted.
 //! - `resume.rs`: the store side — listing stored runs and resuming one (and its tree).
 
 mod children;
 mod handle;
+mod hibernate;
 mod launch;
 mod record;
 mod regrow;
@@ -32,6 +35,7 @@ use crate::policy::Policy;
 use crate::registry::{LiveRegistry, ToolRegistry};
 
 pub use handle::{InboxUsage, Interrupted, RunHandle};
+pub use hibernate::WakePolicy;
 pub use tree::RunTree;
 
 /// Starts runs. Cheap to clone; clones share the tool registry and the shutdown token.
@@ -45,6 +49,10 @@ pub struct Runtime {
     /// The store runs are committed to, if any.
     pub(crate) store: Option<StoreWriter>,
     pub(crate) durability: Durability,
+    /// Rebuilds a hibernated run's policy as it wakes (none: nothing hibernates).
+    wake_policy: Option<hibernate::WakePolicy>,
+    /// Every hibernated run's deadline.
+    alarms: Arc<hibernate::Alarms>,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -65,6 +73,8 @@ impl Runtime {
             child_models: Arc::default(),
             store: None,
             durability: Durability::Strict,
+            wake_policy: None,
+            alarms: Arc::default(),
         }
     }
 

@@ -92,7 +92,10 @@ impl Runtime {
     }
 
     /// Everything stored about `run_id`, after whatever is queued has landed.
-    async fn load(&self, run_id: &str) -> Result<agentry_store::StoredRun, RuntimeError> {
+    pub(super) async fn load(
+        &self,
+        run_id: &str,
+    ) -> Result<agentry_store::StoredRun, RuntimeError> {
         let writer = self.writer()?;
         writer.sync().await?;
         writer
@@ -267,7 +270,7 @@ impl RunConfig {
 
 /// The state a stored run goes on from: its last checkpoint, or the start for a
 /// run created but never stepped. Refused for a run that has stopped.
-fn restored_state(
+pub(super) fn restored_state(
     run_id: &str,
     checkpoint: Option<Checkpoint>,
     session: Vec<SessionEntry>,
