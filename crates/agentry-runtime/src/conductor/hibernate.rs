@@ -101,6 +101,7 @@ impl ConductorState {
             tracing::Span::none(),
         ));
         self.children.executor_args.span = tracing::Span::none();
+        self.wiring.events.shed();
         tracing::debug!(run_id = %self.wiring.run_id, steps = self.steps, "run hibernated");
         self.stop_children(myself);
     }

@@ -13,13 +13,13 @@
 //! taking what was posted meanwhile in order. Its stored timers are not armed
 //! again: their tasks (each posting through the slot) still wait.
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use agentry_protocol::state::RunSnapshot;
 use tokio::time::{Duration, Instant};
 
 use super::Runtime;
+use super::alarms::AlarmKey;
 use super::children::RunChildren;
 use super::handle::RunHandle;
 use super::launch::spawn_conductor;
@@ -31,12 +31,6 @@ use crate::error::RuntimeError;
 use crate::policy::Policy;
 use crate::trace::{Sampling, TraceWriter};
 
-/// Builds a woken run's policy from its stored configuration (its
-/// `policy_spec` says which agent or script): one per runtime, shared by
-/// every run it may wake.
-pub type WakePolicy =
-    Arc<dyn Fn(&RunConfig) -> Result<Box<dyn Policy>, RuntimeError> + Send + Sync>;
-
 impl Runtime {
     /// Lets this runtime's event-driven runs with
     /// [`RunConfig::hibernate_after`] hibernate: `policy` rebuilds a run's
@@ -44,8 +38,26 @@ impl Runtime {
     /// ([`Runtime::with_store`]); without one (or without this) runs never
     /// hibernate.
     pub fn with_wake_policy(
-        mut self,
+        self,
         policy: impl Fn(&RunConfig) -> Result<Box<dyn Policy>, RuntimeError> + Send + Sync + 'static,
+    ) -> Self {
+        self.with_async_wake_policy(move |config| {
+            let made = policy(config);
+            Box::pin(async move { made })
+        })
+    }
+
+    /// [`Runtime::with_wake_policy`] for a policy that takes awaiting to
+    /// build (a model chain that reads its task, say).
+    pub fn with_async_wake_policy(
+        mut self,
+        policy: impl Fn(
+            &RunConfig,
+        )
+            -> futures::future::BoxFuture<'static, Result<Box<dyn Policy>, RuntimeError>>
+        + Send
+        + Sync
+        + 'static,
     ) -> Self {
         self.wake_policy = Some(Arc::new(policy));
         self
@@ -146,7 +158,7 @@ async fn wake(
         agentry_protocol::now_millis().saturating_sub(run.record.created_at_ms),
     );
     let make = runtime.wake_policy.as_ref().ok_or(RuntimeError::NoStore)?;
-    let policy = make(&config)?;
+    let policy = make(&config).await?;
     let sandboxes = crate::sandbox::prepare_sandboxes(
         &config.sandbox,
         &config.workdir,
@@ -201,114 +213,4 @@ async fn wake(
         sandboxes,
     });
     spawn_conductor(&run_id, args).await
-}
-
-/// An alarm's place: its time, then a number that tells equal times apart.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-struct AlarmKey {
-    at: Instant,
-    n: u64,
-}
-
-/// Every hibernated run's deadline, in one sorted list with one task: a
-/// million sleeping runs hold a million entries, not a million timers.
-#[derive(Default)]
-pub(crate) struct Alarms {
-    inner: Mutex<AlarmList>,
-    changed: tokio::sync::Notify,
-}
-
-#[derive(Default)]
-struct AlarmList {
-    due: BTreeMap<AlarmKey, LiveActors>,
-    next: u64,
-    /// The task that fires them runs.
-    running: bool,
-}
-
-impl Alarms {
-    fn list(&self) -> std::sync::MutexGuard<'_, AlarmList> {
-        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Wakes `live`'s run at `at` (unless removed first).
-    fn insert(self: &Arc<Self>, at: Instant, live: LiveActors) -> AlarmKey {
-        let (key, start, first) = {
-            let mut list = self.list();
-            list.next += 1;
-            let key = AlarmKey { at, n: list.next };
-            let first = list.due.keys().next().is_none_or(|k| key < *k);
-            list.due.insert(key, live);
-            let start = !list.running;
-            list.running = true;
-            (key, start, first)
-        };
-        if start {
-            tokio::spawn(fire(Arc::clone(self)));
-        } else if first {
-            self.changed.notify_one();
-        }
-        key
-    }
-
-    fn remove(&self, key: AlarmKey) {
-        self.list().due.remove(&key);
-    }
-
-    /// How many alarms wait.
-    #[cfg(test)]
-    fn len(&self) -> usize {
-        self.list().due.len()
-    }
-}
-
-/// The alarms' task: wakes each run whose alarm is due, sleeps until the
-/// next; ends when none is left (the next insert starts another).
-async fn fire(alarms: Arc<Alarms>) {
-    loop {
-        let now = Instant::now();
-        let (due, next) = {
-            let mut l = alarms.list();
-            let later = l.due.split_off(&AlarmKey {
-                at: now,
-                n: u64::MAX,
-            });
-            let due = std::mem::replace(&mut l.due, later);
-            let next = l.due.keys().next().map(|k| k.at);
-            if next.is_none() {
-                l.running = false;
-            }
-            (due, next)
-        };
-        for live in due.into_values() {
-            live.wake();
-        }
-        let Some(at) = next else {
-            return;
-        };
-        tokio::select! {
-            () = tokio::time::sleep_until(at) => {}
-            () = alarms.changed.notified() => {}
-        }
-    }
-}
-
-#[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
-mod tests {
-    use super::*;
-
-    #[tokio::test]
-    async fn alarms_fire_in_order_and_a_removed_one_never_fires() {
-        let alarms = Arc::new(Alarms::default());
-        let now = Instant::now();
-        let a = LiveActors::default();
-        let b = LiveActors::default();
-        let kb = alarms.insert(now + Duration::from_millis(40), b);
-        let _ka = alarms.insert(now + Duration::from_millis(10), a);
-        alarms.remove(kb);
-        assert_eq!(alarms.len(), 1);
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        assert_eq!(alarms.len(), 0, "the due alarm fired and left the list");
-    }
 }

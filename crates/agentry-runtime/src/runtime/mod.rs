@@ -1,6 +1,7 @@
 //! The embedding API: a [`Runtime`] that starts runs, and a [`RunHandle`] per run.
 //!
 //! Files, in import order (each names only those above it):
+//! - `alarms.rs`: the deadlines of hibernated runs, one sorted list.
 //! - `handle.rs`: [`RunHandle`], what an embedder holds on one run; the
 //!   children it started (`ChildList`) and what it says about itself (`RunAbout`).
 //! - `mod.rs`: [`Runtime`] itself — its tools, its shutdown token, its store.
@@ -8,11 +9,11 @@
 //! - `children.rs`: `RunChildren`, what `agent.spawn`/`agent.wait`/`agent.cancel` call.
 //! - `record.rs`: a durable run's record, written at its start and read back.
 //! - `launch.rs`: starting a run (root or child); every start ends in `launch`.
-//! - `hibernate.rs`: waking a hibernated run into its handles; the alarms of
-//!   hibernated runs' deadlines.
 //! - `regrow.rs`: a resumed run's stored children, resumed with it and recounted.
 //! - `resume.rs`: the store side — listing stored runs and resuming one (and its tree).
+//! - `hibernate.rs`: waking a hibernated run from the store into its handles.
 
+mod alarms;
 mod children;
 mod handle;
 mod hibernate;
@@ -35,8 +36,16 @@ use crate::policy::Policy;
 use crate::registry::{LiveRegistry, ToolRegistry};
 
 pub use handle::{InboxUsage, Interrupted, RunHandle};
-pub use hibernate::WakePolicy;
 pub use tree::RunTree;
+
+/// Builds a woken run's policy from its stored configuration (its
+/// `policy_spec` says which agent or script): one per runtime, shared by
+/// every run it may wake (see [`Runtime::with_wake_policy`]).
+pub type WakePolicy = Arc<
+    dyn Fn(&RunConfig) -> futures::future::BoxFuture<'static, Result<Box<dyn Policy>, RuntimeError>>
+        + Send
+        + Sync,
+>;
 
 /// Starts runs. Cheap to clone; clones share the tool registry and the shutdown token.
 #[derive(Clone)]
@@ -50,9 +59,9 @@ pub struct Runtime {
     pub(crate) store: Option<StoreWriter>,
     pub(crate) durability: Durability,
     /// Rebuilds a hibernated run's policy as it wakes (none: nothing hibernates).
-    wake_policy: Option<hibernate::WakePolicy>,
+    wake_policy: Option<WakePolicy>,
     /// Every hibernated run's deadline.
-    alarms: Arc<hibernate::Alarms>,
+    alarms: Arc<alarms::Alarms>,
 }
 
 impl std::fmt::Debug for Runtime {
