@@ -43,6 +43,7 @@ mod cli {
     mod serve;
     mod serve_agents;
     mod serve_auth;
+    mod serve_hibernation;
     mod stats;
     mod tls_resume;
     mod tools_cmd;

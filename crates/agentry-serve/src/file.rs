@@ -6,6 +6,7 @@
 //! ```toml
 //! [serve]
 //! addr = "127.0.0.1:8080"
+//! hibernate_after = "30s"         # an event-driven run asleep this long leaves memory; "off"
 //!
 //! [auth]
 //! tokens_file = "tokens"          # TENANT SHA256-HEX per line
@@ -53,6 +54,37 @@ pub struct ServeFile {
 pub struct ServeSection {
     /// The address to listen on (`--addr` wins).
     pub addr: Option<SocketAddr>,
+    /// How long an event-driven run sleeps before it hibernates (`"30s"`,
+    /// the default; `"off"` never): see [`ServeSection::hibernate_after`].
+    pub hibernate_after: Option<String>,
+}
+
+/// How long an event-driven run sleeps before it hibernates when serve.toml
+/// does not say.
+pub const DEFAULT_HIBERNATE_AFTER: std::time::Duration = std::time::Duration::from_secs(30);
+
+impl ServeSection {
+    /// `[serve] hibernate_after`: `None` for `"off"`, the default when unset
+    /// (checked when the file is parsed).
+    pub fn hibernate_after(&self) -> Option<std::time::Duration> {
+        match self.hibernate_after.as_deref() {
+            None => Some(DEFAULT_HIBERNATE_AFTER),
+            Some(text) => parse_hibernate_after(text).ok().flatten(),
+        }
+    }
+}
+
+fn parse_hibernate_after(text: &str) -> Result<Option<std::time::Duration>, String> {
+    if text.trim() == "off" {
+        return Ok(None);
+    }
+    match humantime::parse_duration(text.trim()) {
+        Ok(d) if d.is_zero() => Err("must be positive (or \"off\")".into()),
+        Ok(d) => Ok(Some(d)),
+        Err(e) => Err(format!(
+            "{text:?}: {e} (a duration such as \"30s\", or \"off\")"
+        )),
+    }
 }
 
 /// `[auth]`.
@@ -160,6 +192,9 @@ impl ServeFile {
     /// What serde cannot say: names that must name something, values that
     /// must be in range.
     fn check(&self) -> Result<(), BadKey> {
+        if let Some(text) = &self.serve.hibernate_after {
+            parse_hibernate_after(text).map_err(|m| BadKey::new("serve.hibernate_after", m))?;
+        }
         let names = self.agents.keys().map(|n| format!("agents.{n}"));
         let names = names.chain(self.models.keys().map(|n| format!("models.{n}")));
         for key in names {
