@@ -383,6 +383,22 @@ model = "n"
     }
 
     #[test]
+    fn hibernate_after_is_30s_by_default_a_duration_or_off() {
+        let parse = |text: &str| {
+            ServeFile::parse(text, Path::new("/d"))
+                .unwrap()
+                .serve
+                .hibernate_after()
+        };
+        assert_eq!(parse(""), Some(DEFAULT_HIBERNATE_AFTER));
+        assert_eq!(
+            parse("[serve]\nhibernate_after = \"5m\"\n"),
+            Some(std::time::Duration::from_secs(300))
+        );
+        assert_eq!(parse("[serve]\nhibernate_after = \"off\"\n"), None);
+    }
+
+    #[test]
     fn every_error_names_its_key() {
         for (text, key) in [
             ("[serve]\nport = 1\n", "serve.port"),
@@ -411,6 +427,8 @@ model = "n"
                 "[models.m]\nprovider = \"openai\"\nmodel = \"a\"\ncontext_tokens = 0\n",
                 "models.m.context_tokens",
             ),
+            ("[serve]\nhibernate_after = \"soon\"\n", "serve.hibernate_after"),
+            ("[serve]\nhibernate_after = \"0s\"\n", "serve.hibernate_after"),
             ("[serve\n", "(file)"),
         ] {
             let bad = ServeFile::parse(text, Path::new("/d")).unwrap_err();
