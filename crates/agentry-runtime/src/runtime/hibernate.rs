@@ -149,8 +149,20 @@ async fn wake(
         c.set_dormant(false);
     }
     let run_id = Arc::clone(&shell.run_id);
-    // Whatever the run queued lands first.
-    let run = runtime.load(&run_id).await?;
+    // Under strict durability everything the run applied was on disk before
+    // it was acknowledged, so before it hibernated: read at once. Otherwise
+    // whatever the run queued lands first.
+    let run = match (runtime.durability, runtime.store()) {
+        (crate::durable::Durability::Strict, Some(store)) => {
+            store.load(&run_id)?.ok_or_else(|| RuntimeError::NoSuchRun {
+                run_id: run_id.to_string(),
+                store: store.location(),
+            })?
+        }
+        (crate::durable::Durability::Strict | crate::durable::Durability::Grouped, _) => {
+            runtime.load(&run_id).await?
+        }
+    };
     let mut config = config_of(&run.record)?;
     config.run_id = Some(run_id.to_string());
     let state = restored_state(&run_id, run.checkpoint, run.session, &config)?;
