@@ -427,8 +427,14 @@ model = "n"
                 "[models.m]\nprovider = \"openai\"\nmodel = \"a\"\ncontext_tokens = 0\n",
                 "models.m.context_tokens",
             ),
-            ("[serve]\nhibernate_after = \"soon\"\n", "serve.hibernate_after"),
-            ("[serve]\nhibernate_after = \"0s\"\n", "serve.hibernate_after"),
+            (
+                "[serve]\nhibernate_after = \"soon\"\n",
+                "serve.hibernate_after",
+            ),
+            (
+                "[serve]\nhibernate_after = \"0s\"\n",
+                "serve.hibernate_after",
+            ),
             ("[serve\n", "(file)"),
         ] {
             let bad = ServeFile::parse(text, Path::new("/d")).unwrap_err();

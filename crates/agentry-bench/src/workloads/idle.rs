@@ -110,6 +110,15 @@ fn settled_rss_mib() -> f64 {
     rss_mib()
 }
 
+/// Heap bytes live now (with the counting allocator only).
+fn live_bytes() -> Option<u64> {
+    crate::alloc_count::counts().map(|c| c.live)
+}
+
+fn per_agent(before: Option<u64>, after: Option<u64>, n: u64) -> Option<f64> {
+    Some(after?.saturating_sub(before?) as f64 / n.max(1) as f64)
+}
+
 /// A small xorshift: which agent the next message goes to.
 fn next_index(state: &mut u64, n: usize) -> usize {
     *state ^= *state << 13;
@@ -168,16 +177,27 @@ pub async fn idle(opts: &Options) -> BenchResult<Report> {
     // Hibernated agents first, in a fresh process; each figure is the RSS
     // it adds once the allocator has given back what it holds free.
     let before = settled_rss_mib();
+    let live_before = live_bytes();
     let t0 = Instant::now();
     let agents = start_agents(&runtime, work.path(), opts.n, true, until).await?;
     let created = t0.elapsed();
     let hibernated_kib = (settled_rss_mib() - before) * 1024.0 / opts.n as f64;
+    let hibernated_live = per_agent(live_before, live_bytes(), opts.n);
 
     let awake_n = opts.n.min(AWAKE);
     let before = settled_rss_mib();
+    let live_before = live_bytes();
     let awake = start_agents(&runtime, work.path(), awake_n, false, until).await?;
     tokio::time::sleep(Duration::from_millis(200)).await;
     let awake_kib = (settled_rss_mib() - before) * 1024.0 / awake_n as f64;
+    let awake_live = per_agent(live_before, live_bytes(), awake_n);
+    if let (Some(h), Some(a)) = (hibernated_live, awake_live) {
+        // The counting allocator's figures: heap bytes each agent holds,
+        // without the allocator's free pages and fragmentation.
+        report
+            .metric_f("hibernated_live_bytes_per_agent", h, 0)
+            .metric_f("awake_sleeping_live_bytes_per_agent", a, 0);
+    }
     report
         .metric_f("awake_sleeping_kib_per_agent", awake_kib, 2)
         .metric_f("hibernated_kib_per_agent", hibernated_kib, 3)

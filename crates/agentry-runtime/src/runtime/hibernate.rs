@@ -154,10 +154,12 @@ async fn wake(
     // whatever the run queued lands first.
     let run = match (runtime.durability, runtime.store()) {
         (crate::durable::Durability::Strict, Some(store)) => {
-            store.load(&run_id)?.ok_or_else(|| RuntimeError::NoSuchRun {
-                run_id: run_id.to_string(),
-                store: store.location(),
-            })?
+            store
+                .load(&run_id)?
+                .ok_or_else(|| RuntimeError::NoSuchRun {
+                    run_id: run_id.to_string(),
+                    store: store.location(),
+                })?
         }
         (crate::durable::Durability::Strict | crate::durable::Durability::Grouped, _) => {
             runtime.load(&run_id).await?
