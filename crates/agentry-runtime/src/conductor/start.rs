@@ -46,8 +46,10 @@ pub(super) async fn start(
     let budget_args = budget_args(&args, clock, allowance.clone());
     let budget = spawn_child(BudgetSupervisor, budget_args, &cell).await?;
     let resumed = args.restore.is_some();
+    let woken = args.restore.as_ref().is_some_and(|r| r.woken);
     let initial = initial_state(&mut args);
-    let resumption = Resumption::new(&initial, resumed);
+    let mut resumption = Resumption::new(&initial, resumed);
+    resumption.asleep = woken && initial.snapshot().status == RunStatus::Sleeping;
     let state = spawn_child(StateKeeper, Box::new(initial), &cell).await?;
     let traceparent = super::span::run_traceparent(&args.span, &args.lineage, &args.run_id);
     let links = ExecutorLinks {
@@ -236,6 +238,8 @@ struct Resumption {
     /// goes on counting from there, so a reply to a new message after a wake
     /// is never a repeat of the one before it.
     inputs_applied: u64,
+    /// Woken from hibernation and stored asleep.
+    asleep: bool,
 }
 
 impl Resumption {
@@ -250,6 +254,7 @@ impl Resumption {
             } else {
                 0
             },
+            asleep: false,
         }
     }
 }
@@ -269,6 +274,7 @@ impl ConductorState {
             pending,
             world_digest,
             inputs_applied,
+            asleep,
         } = resumption;
         let window = wiring.config.progress_window;
         let fingerprints: VecDeque<u64> = progress
@@ -304,6 +310,7 @@ impl ConductorState {
             ticks: None,
             sleeps: 0,
             released: None,
+            stored_asleep: asleep,
         }
     }
 
@@ -350,7 +357,10 @@ impl ConductorState {
             Driver::Pull => myself.cast(ConductorMsg::Step)?,
             // Event- and time-driven agents sleep until their first event.
             Driver::Events => {
-                self.set_status(RunStatus::Sleeping).await;
+                // A woken run is stored asleep already: no commit for that.
+                if !std::mem::take(&mut self.stored_asleep) {
+                    self.set_status(RunStatus::Sleeping).await;
+                }
                 self.plan_hibernation(myself);
             }
         }

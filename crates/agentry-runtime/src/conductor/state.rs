@@ -146,6 +146,8 @@ pub struct ConductorState {
     /// Cancelled as the run hibernates (its token's watcher ends); only for a
     /// run that may hibernate.
     pub(super) released: Option<CancellationToken>,
+    /// Woken from hibernation, its stored status is `sleeping` already.
+    pub(super) stored_asleep: bool,
 }
 
 impl ConductorState {

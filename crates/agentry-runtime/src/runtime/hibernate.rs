@@ -219,6 +219,7 @@ async fn wake(
             state,
             elapsed,
             children: Vec::new(),
+            woken: true,
         }),
         posted: Posted::default(),
         gauge: Arc::clone(&handle.gauge),

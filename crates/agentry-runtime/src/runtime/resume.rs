@@ -203,6 +203,7 @@ impl Runtime {
                         state,
                         elapsed,
                         children: books,
+                        woken: false,
                     },
                     timers: run.timers,
                     inbox: run.inbox,
