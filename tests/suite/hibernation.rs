@@ -369,6 +369,24 @@ async fn hibernated_runs_resume_after_the_process_goes() -> Result<(), TestError
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shutdown_stops_hibernated_runs() -> Result<(), TestError> {
+    let task = TestTask::new("answer messages", &[])?;
+    let db = task.root().join("runs.db");
+    let runtime = hibernating(&db)?;
+    let handle = runtime.start(event_driven(&task), replier()).await?;
+    hibernated(&handle).await?;
+    runtime.shutdown();
+    let outcome = tokio::time::timeout(WAIT, handle.wait()).await??;
+    assert_eq!(
+        outcome.stop_reason,
+        StopReason::UserAbort,
+        "{}",
+        outcome.detail
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_store_a_run_never_hibernates() -> Result<(), TestError> {
     let task = TestTask::new("answer messages", &[])?;
     let runtime =

@@ -1,6 +1,8 @@
 //! One alarm list for every hibernated run's deadline: a sorted map and one
 //! task, so a million sleeping runs hold a million entries, not a million
-//! timers. A due alarm wakes its run (which then stops at its deadline).
+//! timers. A due alarm wakes its run (which then stops at its deadline). A
+//! run without a deadline is listed too, at a time that never comes, so that
+//! a shutdown finds every hibernated run.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -14,6 +16,12 @@ use crate::conductor::LiveActors;
 pub(super) struct AlarmKey {
     at: Instant,
     n: u64,
+}
+
+/// An alarm time that never comes (a run without a deadline is listed for
+/// a shutdown): thirty years on.
+pub(super) fn never() -> Instant {
+    Instant::now() + std::time::Duration::from_secs(30 * 365 * 86_400)
 }
 
 /// Every hibernated run's deadline, in time order.
@@ -54,6 +62,14 @@ impl Alarms {
             self.changed.notify_one();
         }
         key
+    }
+
+    /// Wakes every listed run now (a shutdown: each stops as it wakes).
+    pub(super) fn wake_all(&self) {
+        let all = std::mem::take(&mut self.list().due);
+        for live in all.into_values() {
+            live.wake();
+        }
     }
 
     pub(super) fn remove(&self, key: AlarmKey) {

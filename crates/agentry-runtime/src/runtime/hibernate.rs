@@ -130,10 +130,11 @@ impl Rouse for Waker {
     }
 
     fn hibernated(&self, live: &LiveActors, deadline: Option<Instant>) {
-        if let Some(at) = deadline {
-            let key = self.runtime.alarms.insert(at, live.clone());
-            *self.alarm.lock().unwrap_or_else(PoisonError::into_inner) = Some(key);
-        }
+        // Listed even without a deadline: a shutdown wakes every hibernated
+        // run to stop it.
+        let at = deadline.unwrap_or_else(super::alarms::never);
+        let key = self.runtime.alarms.insert(at, live.clone());
+        *self.alarm.lock().unwrap_or_else(PoisonError::into_inner) = Some(key);
     }
 }
 

@@ -149,5 +149,7 @@ impl Runtime {
     /// stops with `user_abort`.
     pub fn shutdown(&self) {
         self.root.cancel();
+        // A hibernated run wakes to stop (its token is cancelled).
+        self.alarms.wake_all();
     }
 }

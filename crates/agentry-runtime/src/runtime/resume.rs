@@ -53,7 +53,9 @@ impl Runtime {
             writer.close().await;
             crate::owner::forget(writer.key());
         }
-        self.shutdown();
+        // Not `shutdown`: a hibernated run stays as it is in the store,
+        // unwoken.
+        self.root.cancel();
     }
 
     /// The store, if this runtime has one.
