@@ -92,7 +92,10 @@ fn stored_messages(store: &dyn Store, run_id: &str) -> Result<Vec<String>, TestE
         .iter()
         .filter_map(|e| match e {
             SessionEntry::User { text } => Some(text.clone()),
-            _ => None,
+            SessionEntry::Assistant { .. }
+            | SessionEntry::Tool { .. }
+            | SessionEntry::Event { .. }
+            | SessionEntry::Note { .. } => None,
         })
         .skip(1)
         .collect())
