@@ -138,6 +138,26 @@ impl Rouse for Waker {
     }
 }
 
+/// The hibernated run as stored. Under strict durability everything it
+/// applied was on disk before it was acknowledged, so before it hibernated:
+/// read at once; otherwise whatever it queued lands first.
+async fn read_back(
+    runtime: &Runtime,
+    run_id: &str,
+) -> Result<agentry_store::StoredRun, RuntimeError> {
+    match (runtime.durability, runtime.store()) {
+        (crate::durable::Durability::Strict, Some(store)) => {
+            store.load(run_id)?.ok_or_else(|| RuntimeError::NoSuchRun {
+                run_id: run_id.to_string(),
+                store: store.location(),
+            })
+        }
+        (crate::durable::Durability::Strict | crate::durable::Durability::Grouped, _) => {
+            runtime.load(run_id).await
+        }
+    }
+}
+
 /// Wakes the run of `live` from the store into `shell`'s parts.
 async fn wake(
     runtime: &Runtime,
@@ -150,22 +170,7 @@ async fn wake(
         c.set_dormant(false);
     }
     let run_id = Arc::clone(&shell.run_id);
-    // Under strict durability everything the run applied was on disk before
-    // it was acknowledged, so before it hibernated: read at once. Otherwise
-    // whatever the run queued lands first.
-    let run = match (runtime.durability, runtime.store()) {
-        (crate::durable::Durability::Strict, Some(store)) => {
-            store
-                .load(&run_id)?
-                .ok_or_else(|| RuntimeError::NoSuchRun {
-                    run_id: run_id.to_string(),
-                    store: store.location(),
-                })?
-        }
-        (crate::durable::Durability::Strict | crate::durable::Durability::Grouped, _) => {
-            runtime.load(&run_id).await?
-        }
-    };
+    let run = read_back(runtime, &run_id).await?;
     let mut config = config_of(&run.record)?;
     config.run_id = Some(run_id.to_string());
     let state = restored_state(&run_id, run.checkpoint, run.session, &config)?;
