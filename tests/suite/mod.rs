@@ -9,6 +9,7 @@ mod events;
 mod executor;
 mod fs_confinement;
 mod handle;
+mod hibernation;
 mod idempotency;
 mod interrupt;
 mod mcp;

@@ -41,6 +41,10 @@ pub enum Workload {
     DurableW2,
     /// Spawn-to-exit of `true` with the sandbox off and on (issue 34), over R runs (200).
     Sandbox,
+    /// Hibernation (issue 35): N event-driven agents (2,000) hibernated, RSS
+    /// per hibernated and per awake sleeping agent, M messages (1,000) to
+    /// random hibernated agents with their wake-and-answer latency.
+    Idle,
 }
 
 impl Workload {
@@ -61,10 +65,10 @@ pub struct Args {
     #[arg(value_enum)]
     pub workload: Workload,
     /// Steps per agent (W1: 10000, W2: 20, floor: 10000, durable: 2000,
-    /// durable-w2: 20).
+    /// durable-w2: 20); idle: messages (1000).
     #[arg(long)]
     pub m: Option<u64>,
-    /// Agents (W2: 1000, durable-w2: 100).
+    /// Agents (W2: 1000, durable-w2: 100, idle: 2000).
     #[arg(long)]
     pub n: Option<u64>,
     /// Calls per parallel step (W3, parallel: 8).
@@ -129,6 +133,7 @@ impl Args {
         let m_default = match self.workload {
             Workload::W2 | Workload::DurableW2 | Workload::ActorFloorW2 => 20,
             Workload::Durable => 2_000,
+            Workload::Idle => 1_000,
             Workload::W1
             | Workload::W3
             | Workload::W4
@@ -138,10 +143,20 @@ impl Args {
             | Workload::Parallel
             | Workload::Sandbox => 10_000,
         };
-        let n_default = if self.workload == Workload::DurableW2 {
-            100
-        } else {
-            1_000
+        let n_default = match self.workload {
+            Workload::DurableW2 => 100,
+            Workload::Idle => 2_000,
+            Workload::W1
+            | Workload::W2
+            | Workload::W3
+            | Workload::W4
+            | Workload::Floor
+            | Workload::ActorFloor
+            | Workload::ActorFloorW2
+            | Workload::Cancel
+            | Workload::Parallel
+            | Workload::Durable
+            | Workload::Sandbox => 1_000,
         };
         let cancel = self.workload == Workload::Cancel;
         let runs_default = match self.workload {
@@ -156,7 +171,8 @@ impl Args {
             | Workload::ActorFloorW2
             | Workload::Parallel
             | Workload::Durable
-            | Workload::DurableW2 => 10,
+            | Workload::DurableW2
+            | Workload::Idle => 10,
         };
         let deadline_default = if cancel { 100 } else { 200 };
         Options {
@@ -202,6 +218,7 @@ pub fn run(workload: Workload, opts: &Options) -> BenchResult<Report> {
             Workload::Durable => workloads::durable(opts).await,
             Workload::DurableW2 => workloads::durable_w2(opts).await,
             Workload::Sandbox => workloads::sandbox(opts).await,
+            Workload::Idle => workloads::idle(opts).await,
         }
     })
 }

@@ -1,4 +1,4 @@
-//! `agentry-bench <w1|w2|w3|w4|floor|cancel|parallel|durable|durable-w2|sandbox> [options]`: runs one
+//! `agentry-bench <w1|w2|w3|w4|floor|cancel|parallel|durable|durable-w2|sandbox|idle> [options]`: runs one
 //! benchmark and prints exactly one JSON line. Exit status 0 when every check
 //! passed, 1 when one failed (`ok: false`) or the workload could not run.
 

@@ -246,3 +246,23 @@ fn sandbox_off_and_default_small() {
     }
     assert!(m["added_us_p50"].is_number(), "{v}");
 }
+
+#[test]
+fn idle_small() {
+    let dir = tempfile::tempdir().unwrap();
+    let store_dir = dir.path().to_str().unwrap();
+    let v = bench(&["idle", "--n", "200", "--m", "20", "--store-dir", store_dir]);
+    assert_eq!(v["workload"], "idle");
+    assert_eq!(v["params"]["n"], 200);
+    let m = &v["metrics"];
+    for key in [
+        "awake_sleeping_kib_per_agent",
+        "wake_answer_p50_ms",
+        "wake_answer_p99_ms",
+        "awake_answer_p50_ms",
+    ] {
+        assert!(m[key].as_f64().unwrap() > 0.0, "{key}: {v}");
+    }
+    // The store's temporary directory is gone.
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}

@@ -247,6 +247,15 @@ pub struct RunConfig {
     /// secrets are hidden).
     #[serde(default)]
     pub sandbox_host: crate::sandbox::SandboxHost,
+    /// An event-driven root run that has slept this long hibernates: its
+    /// actors go, its handles keep a compact entry, and the next input
+    /// (message, event, timer, interrupt, approval, settlement, abort) or its
+    /// deadline wakes it from the store, transparently. Needs a runtime with
+    /// a store and a wake policy
+    /// ([`Runtime::with_wake_policy`](crate::Runtime::with_wake_policy));
+    /// without them the run never hibernates. Off (`None`) by default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hibernate_after: Option<Duration>,
 }
 
 /// What a run writes about itself, and what it keeps out of what it writes.
@@ -316,6 +325,7 @@ impl RunConfig {
             origin: None,
             sandbox: agentry_sandbox::SandboxSpec::default(),
             sandbox_host: crate::sandbox::SandboxHost::default(),
+            hibernate_after: None,
         }
     }
 }

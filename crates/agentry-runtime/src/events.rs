@@ -125,6 +125,17 @@ impl EventSink {
         Some(rx)
     }
 
+    /// Lets the channel's buffer go while nobody is subscribed (a hibernated
+    /// run keeps none); the numbering goes on, and a later subscriber gets a
+    /// new channel.
+    pub(crate) fn shed(&self) {
+        if let Ok(mut inner) = self.inner.lock()
+            && inner.tx.as_ref().is_some_and(|tx| tx.receiver_count() == 0)
+        {
+            inner.tx = None;
+        }
+    }
+
     /// Whether an event emitted now would be seen (a live subscriber, or the
     /// backlog kept for the first one).
     pub fn listening(&self) -> bool {

@@ -10,6 +10,7 @@
 //! webhook_secret_env = "AGENTRY_WEBHOOK_SECRET"  # whsec_… signing secret
 //! retention = "7d"                # stopped runs removed after this
 //! drain_timeout = "30s"           # on SIGTERM, for running steps to finish
+//! hibernate_after = "30s"         # an event-driven run asleep this long leaves memory; "off"
 //!
 //! [auth]
 //! tokens_file = "tokens"          # TENANT SHA256-HEX per line
@@ -98,6 +99,9 @@ pub struct ServeSection {
     pub max_running: Option<u32>,
     /// Runs waiting for a slot; past it `POST /runs` is 429. Default 100.
     pub max_queued: Option<u32>,
+    /// How long an event-driven run sleeps before it hibernates (`"30s"`,
+    /// the default; `"off"` never): see [`ServeSection::hibernate_after`].
+    pub hibernate_after: Option<String>,
 }
 
 /// How long a drain waits for running steps when serve.toml does not say.
@@ -124,6 +128,34 @@ fn duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Duration>, 
         Err(e) => Err(serde::de::Error::custom(format!(
             "{text:?}: expected a duration such as \"7d\" or \"12h\" ({e})"
         ))),
+    }
+}
+
+/// How long an event-driven run sleeps before it hibernates when serve.toml
+/// does not say.
+pub const DEFAULT_HIBERNATE_AFTER: std::time::Duration = std::time::Duration::from_secs(30);
+
+impl ServeSection {
+    /// `[serve] hibernate_after`: `None` for `"off"`, the default when unset
+    /// (checked when the file is parsed).
+    pub fn hibernate_after(&self) -> Option<std::time::Duration> {
+        match self.hibernate_after.as_deref() {
+            None => Some(DEFAULT_HIBERNATE_AFTER),
+            Some(text) => parse_hibernate_after(text).ok().flatten(),
+        }
+    }
+}
+
+fn parse_hibernate_after(text: &str) -> Result<Option<std::time::Duration>, String> {
+    if text.trim() == "off" {
+        return Ok(None);
+    }
+    match humantime::parse_duration(text.trim()) {
+        Ok(d) if d.is_zero() => Err("must be positive (or \"off\")".into()),
+        Ok(d) => Ok(Some(d)),
+        Err(e) => Err(format!(
+            "{text:?}: {e} (a duration such as \"30s\", or \"off\")"
+        )),
     }
 }
 
@@ -263,6 +295,9 @@ impl ServeFile {
     /// What serde cannot say: names that must name something, values that
     /// must be in range.
     fn check(&self) -> Result<(), BadKey> {
+        if let Some(text) = &self.serve.hibernate_after {
+            parse_hibernate_after(text).map_err(|m| BadKey::new("serve.hibernate_after", m))?;
+        }
         let names = self.agents.keys().map(|n| format!("agents.{n}"));
         let names = names.chain(self.models.keys().map(|n| format!("models.{n}")));
         for key in names {

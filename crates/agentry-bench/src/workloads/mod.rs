@@ -2,6 +2,7 @@
 
 mod actor_floor;
 mod durable;
+mod idle;
 mod sandbox;
 mod w1;
 mod w2;
@@ -12,6 +13,7 @@ pub use actor_floor::{actor_floor, actor_floor_w2};
 // `Mode` is an `Options` field, so it lives in the harness; kept here for old paths.
 pub use crate::harness::Mode;
 pub use durable::{CountingStore, Counts, durable, durable_w2};
+pub use idle::idle;
 pub use sandbox::sandbox;
 pub use w1::{floor, w1};
 pub use w2::w2;

@@ -8,10 +8,11 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use agentry::TaskSpec;
 use agentry::protocol::stored_policy::StoredPolicy;
+use agentry::{RunConfig, TaskSpec};
 use agentry_serve::{AgentRun, Agents, ApiError, Launched, RunMeta, ServeFile};
 use axum::http::StatusCode;
+use futures::future::BoxFuture;
 
 use super::error::ServeCliError;
 use super::models::Gates;
@@ -30,7 +31,7 @@ struct Agent {
 /// The operator's agents, and what starting one needs.
 #[derive(Debug)]
 pub(crate) struct ServeAgents {
-    agents: BTreeMap<String, Agent>,
+    agents: BTreeMap<String, Arc<Agent>>,
     file: Arc<ServeFile>,
     store: PathBuf,
     /// Each named model's shared limits.
@@ -61,10 +62,10 @@ impl ServeAgents {
             }
             agents.insert(
                 name.clone(),
-                Agent {
+                Arc::new(Agent {
                     task,
                     model: entry.model.clone(),
-                },
+                }),
             );
         }
         Ok(ServeAgents {
@@ -110,15 +111,59 @@ impl ServeAgents {
     }
 }
 
-/// A run that could not start: the operator's setup, not the client's request.
-fn not_started(e: &RunError) -> ApiError {
-    let why = match e {
+/// Builds a hibernated run's policy again when it wakes: the agent's named
+/// model, else its task's own policy.
+fn wake_policy(
+    file: Arc<ServeFile>,
+    gates: Arc<Gates>,
+    agent: Arc<Agent>,
+    store: PathBuf,
+) -> impl Fn(&RunConfig) -> BoxFuture<'static, Result<Box<dyn agentry::Policy>, agentry::RuntimeError>>
++ Send
++ Sync
++ 'static {
+    move |config: &RunConfig| {
+        let (file, gates, agent, store) = (
+            Arc::clone(&file),
+            Arc::clone(&gates),
+            Arc::clone(&agent),
+            store.clone(),
+        );
+        let run_id = config.run_id.clone().unwrap_or_default();
+        Box::pin(async move {
+            let loaded = match &agent.model {
+                // The model's one shared gate, as for every run on it.
+                Some(model) => super::models::named_policy(&file, &gates, model, &agent.task).await,
+                None => {
+                    let args = RunArgs {
+                        store: Some(store),
+                        ..RunArgs::served(agent.task.dir.clone())
+                    };
+                    load_policy(&args, &agent.task).await
+                }
+            };
+            loaded
+                .map(|l| l.policy)
+                .map_err(|e| agentry::RuntimeError::NotResumable {
+                    run_id,
+                    message: format!("its policy could not be built again: {}", why(&e)),
+                })
+        })
+    }
+}
+
+fn why(e: &RunError) -> String {
+    match e {
         RunError::BadInput(e) | RunError::Lost(e) => e.to_string(),
         RunError::Model(e) => e.to_string(),
-    };
+    }
+}
+
+/// A run that could not start: the operator's setup, not the client's request.
+fn not_started(e: &RunError) -> ApiError {
     ApiError::new(
         StatusCode::INTERNAL_SERVER_ERROR,
-        format!("the agent's run could not start: {why}"),
+        format!("the agent's run could not start: {}", why(e)),
     )
 }
 
@@ -179,6 +224,15 @@ impl Agents for ServeAgents {
             .await
             .map_err(|e| not_started(&e))?;
         agentry_serve::narrow(&mut config, run.budget.as_ref(), run.tools.as_ref())?;
+        // An event-driven run asleep this long leaves memory; it wakes with
+        // the agent's policy built again, as a resume builds it.
+        config.hibernate_after = self.file.serve.hibernate_after();
+        let runtime = runtime.with_async_wake_policy(wake_policy(
+            Arc::clone(&self.file),
+            Arc::clone(&self.gates),
+            Arc::clone(agent),
+            self.store.clone(),
+        ));
         config.traceparent = run.traceparent;
         config.inbox_capacity = run.inbox_capacity;
         if run.run_id.is_some() {

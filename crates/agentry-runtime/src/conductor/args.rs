@@ -71,4 +71,7 @@ pub struct Restore {
     pub elapsed: Duration,
     /// Its live children, whose reservations its books take back.
     pub children: Vec<crate::budget::ChildBooks>,
+    /// Woken from hibernation: stored asleep, so it goes back to sleep
+    /// without a commit.
+    pub woken: bool,
 }

@@ -228,7 +228,7 @@ impl ConductorState {
     /// The policy or executor may be stuck inside a handler (a hung model call, a
     /// tool ignoring cancellation): kill, which aborts the handler, rather than
     /// stop, which would wait for it.
-    fn stop_children(&self, myself: &ActorRef<ConductorMsg>) {
+    pub(super) fn stop_children(&self, myself: &ActorRef<ConductorMsg>) {
         self.children.policy.kill();
         self.children.executor.kill();
         self.children.state.stop(None);

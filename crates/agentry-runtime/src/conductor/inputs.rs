@@ -41,7 +41,8 @@ impl ConductorState {
                 Driver::Events if self.turn_open => self.wake(myself),
                 // Boxed: see `Conductor::handle`, whose future holds this one.
                 Driver::Events if !self.wake_pending => {
-                    Box::pin(self.set_status(RunStatus::Sleeping)).await
+                    Box::pin(self.set_status(RunStatus::Sleeping)).await;
+                    self.plan_hibernation(myself);
                 }
                 Driver::Events => {}
             },

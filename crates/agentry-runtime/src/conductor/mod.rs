@@ -14,12 +14,14 @@
 //! says whether the run goes on. Files, each importing only from those before
 //! it: `msg`, `lineage`, `span`, `outcome`, `args`, `step_result`, `ticker`, `phase`, `state`,
 //! then the stages and handlers, each adding methods to the conductor's state:
-//! `start`, `step`, `act`, `progress`, `record`, `finish`, `children`, `inputs`.
+//! `start`, `step`, `act`, `progress`, `record`, `finish`, `hibernate`, `children`,
+//! `inputs`.
 
 mod act;
 mod args;
 mod children;
 mod finish;
+mod hibernate;
 mod inputs;
 mod lineage;
 mod msg;
@@ -37,7 +39,7 @@ mod ticker;
 pub use args::{ConductorArgs, Restore};
 pub use lineage::{Lineage, ParentRun};
 pub use msg::{ConductorMsg, Posted};
-pub(crate) use outcome::LiveActors;
+pub(crate) use outcome::{Dormant, LiveActors, Posting, Rouse};
 pub use outcome::{RunActors, RunOutcome};
 pub(crate) use span::run_span;
 pub use state::ConductorState;
@@ -139,6 +141,8 @@ impl Actor for Conductor {
                 st.phase.drain();
                 let _ = drained.send(());
             }
+            // Not counted: the conductor sends it to itself.
+            ConductorMsg::Hibernate(sleep) => Box::pin(st.on_hibernate(&myself, sleep)).await,
         }
         Ok(())
     }

@@ -32,6 +32,9 @@ pub enum ConductorMsg {
     /// Take no step again (handled between steps, so the one in progress has
     /// finished); answered on the sender. See `RunHandle::drain`.
     Drain(tokio::sync::oneshot::Sender<()>),
+    /// An event-driven run has slept for `hibernate_after` since its sleep
+    /// numbered so: it hibernates if it still sleeps (see `hibernate.rs`).
+    Hibernate(u64),
 }
 
 /// How many messages other than its own `Step` wake-ups were posted to a

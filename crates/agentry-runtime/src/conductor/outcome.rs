@@ -3,6 +3,8 @@
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
+use tokio::sync::watch;
+
 use agentry_protocol::accept::CheckOutcome;
 use agentry_protocol::budget::BudgetSnapshot;
 use agentry_protocol::state::RunSnapshot;
@@ -10,7 +12,7 @@ use agentry_protocol::stop::StopReason;
 use ractor::{ActorCell, ActorRef};
 use serde::Serialize;
 
-use super::msg::ConductorPost;
+use super::msg::{ConductorMsg, ConductorPost};
 use crate::budget::BudgetMsg;
 use crate::executor::ExecutorMsg;
 use crate::policy::PolicyMsg;
@@ -63,8 +65,70 @@ pub(crate) struct ActorRefs {
 /// emptied once the outcome is published. A stopped run's actors have ended,
 /// but each address keeps its actor's four mailboxes allocated (~4.7 KB): a
 /// handle kept for the outcome must not keep them (~23 KB per run).
-#[derive(Debug, Clone, Default)]
-pub(crate) struct LiveActors(Arc<Mutex<Option<Live>>>);
+///
+/// A hibernated run's slot holds its [`Dormant`] entry instead of addresses;
+/// the first input (or a due alarm) turns it into `Waking`, which queues what
+/// is posted meanwhile, until the woken conductor fills the slot again and
+/// casts the queue in order (see `runtime/hibernate.rs`).
+#[derive(Clone, Default)]
+pub(crate) struct LiveActors(Arc<SlotShared>);
+
+impl std::fmt::Debug for LiveActors {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LiveActors").finish_non_exhaustive()
+    }
+}
+
+#[derive(Default)]
+struct SlotShared {
+    slot: Mutex<Slot>,
+    /// Told when a wake ends (the slot live again, or the run gone).
+    woke: tokio::sync::Notify,
+    /// How to wake the run: set when the run may hibernate.
+    rouse: std::sync::OnceLock<Arc<dyn Rouse>>,
+}
+
+/// Where a run's actors are.
+#[derive(Default)]
+enum Slot {
+    /// Not started yet, or stopped.
+    #[default]
+    Gone,
+    Live(Live),
+    /// Hibernated: no actors.
+    Dormant(Box<Dormant>),
+    /// Being woken: what was posted meanwhile, in order.
+    Waking(Vec<ConductorMsg>),
+}
+
+/// What a hibernated run keeps besides its handle's shared parts: what its
+/// conductor held that outlives an activation.
+pub(crate) struct Dormant {
+    /// Where the outcome is published (the handles hold its receivers).
+    pub(crate) outcome: watch::Sender<Option<Box<RunOutcome>>>,
+    /// This process's claim on the run (kept: nobody else may take it).
+    pub(crate) claim: Option<crate::owner::Claim>,
+    /// The run's deadline, if it has one (its alarm wakes the run).
+    pub(crate) deadline: Option<tokio::time::Instant>,
+}
+
+/// Wakes a hibernated run (the runtime's side, `runtime/hibernate.rs`).
+pub(crate) trait Rouse: Send + Sync {
+    /// Starts waking the run of `live` from `dormant`; its slot is `Waking`.
+    fn rouse(&self, live: LiveActors, dormant: Box<Dormant>);
+    /// The run's last stored state, for a look at a hibernated run.
+    fn stored_snapshot(&self) -> Option<RunSnapshot>;
+    /// The run's deadline and its alarm: registered as the run hibernates.
+    fn hibernated(&self, live: &LiveActors, deadline: Option<tokio::time::Instant>);
+}
+
+/// What [`LiveActors::post`] did with a message.
+pub(crate) enum Posting {
+    /// Cast to the live conductor (or queued for the one waking).
+    Sent,
+    /// The run has stopped.
+    Stopped,
+}
 
 /// The addresses [`LiveActors`] holds while the run runs.
 #[derive(Debug, Clone)]
@@ -77,18 +141,156 @@ pub(crate) struct Live {
 }
 
 impl LiveActors {
-    /// Fills the slot.
+    fn lock(&self) -> std::sync::MutexGuard<'_, Slot> {
+        // Plain swaps of the slot: a panic elsewhere leaves it whole.
+        self.0
+            .slot
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Fills the slot; a woken run's queued messages are cast first, in order.
     pub(crate) fn set(&self, live: Live) {
-        if let Ok(mut slot) = self.0.lock() {
-            *slot = Some(live);
+        let mut slot = self.lock();
+        if let Slot::Waking(queued) = std::mem::take(&mut *slot) {
+            for msg in queued {
+                let _ = live.conductor.cast(msg);
+            }
         }
+        *slot = Slot::Live(live);
+        drop(slot);
+        self.0.woke.notify_waiters();
+    }
+
+    /// Lets the run hibernate (see [`Rouse`]).
+    pub(crate) fn allow_hibernation(&self, rouse: Arc<dyn Rouse>) {
+        let _ = self.0.rouse.set(rouse);
+    }
+
+    /// Whether the run may hibernate.
+    pub(crate) fn may_hibernate(&self) -> bool {
+        self.0.rouse.get().is_some()
+    }
+
+    /// Whether the run is hibernated now.
+    pub(crate) fn is_dormant(&self) -> bool {
+        matches!(*self.lock(), Slot::Dormant(_))
+    }
+
+    /// Puts the run to sleep: the slot holds `dormant` instead of the
+    /// addresses, unless something was posted that the conductor has not
+    /// handled (`posted` ≠ `handled`), when `dormant` is given back.
+    pub(crate) fn hibernate(
+        &self,
+        posted: &super::msg::Posted,
+        handled: u64,
+        dormant: Box<Dormant>,
+    ) -> Result<(), Box<Dormant>> {
+        let Some(rouse) = self.0.rouse.get() else {
+            return Err(dormant);
+        };
+        let deadline = dormant.deadline;
+        let taken = {
+            let mut slot = self.lock();
+            // Under the lock every post either was counted before (and is in
+            // the mailbox) or finds the dormant entry.
+            if posted.count() != handled || !matches!(*slot, Slot::Live(_)) {
+                return Err(dormant);
+            }
+            std::mem::replace(&mut *slot, Slot::Dormant(dormant))
+        };
+        // Dropped outside the lock: the last address frees the mailboxes.
+        drop(taken);
+        rouse.hibernated(self, deadline);
+        Ok(())
+    }
+
+    /// Posts `msg` to the run: cast to its conductor, or queued while it
+    /// wakes (a hibernated run starts waking).
+    pub(crate) fn post(&self, msg: ConductorMsg) -> Posting {
+        let mut slot = self.lock();
+        match &mut *slot {
+            Slot::Live(live) => match live.conductor.cast(msg) {
+                Ok(()) => Posting::Sent,
+                Err(_) => Posting::Stopped,
+            },
+            Slot::Waking(queued) => {
+                queued.push(msg);
+                Posting::Sent
+            }
+            Slot::Dormant(_) => {
+                let Slot::Dormant(dormant) = std::mem::replace(&mut *slot, Slot::Waking(vec![msg]))
+                else {
+                    return Posting::Stopped;
+                };
+                drop(slot);
+                self.rouse_with(dormant);
+                Posting::Sent
+            }
+            Slot::Gone => Posting::Stopped,
+        }
+    }
+
+    /// Starts waking a hibernated run (nothing to post: an alarm, a human's
+    /// decision); `false` unless it was hibernated.
+    pub(crate) fn wake(&self) -> bool {
+        let mut slot = self.lock();
+        if !matches!(*slot, Slot::Dormant(_)) {
+            return false;
+        }
+        let Slot::Dormant(dormant) = std::mem::replace(&mut *slot, Slot::Waking(Vec::new())) else {
+            return false;
+        };
+        drop(slot);
+        self.rouse_with(dormant);
+        true
+    }
+
+    fn rouse_with(&self, dormant: Box<Dormant>) {
+        match self.0.rouse.get() {
+            Some(rouse) => rouse.rouse(self.clone(), dormant),
+            None => self.fail_wake(),
+        }
+    }
+
+    /// A wake that failed: the run is gone from this process (its stored
+    /// record stays unfinished, for a resume).
+    pub(crate) fn fail_wake(&self) {
+        *self.lock() = Slot::Gone;
+        self.0.woke.notify_waiters();
+    }
+
+    /// The live addresses, waking a hibernated run and waiting for it;
+    /// `None` once the run has stopped.
+    pub(crate) async fn awake(&self) -> Option<Live> {
+        loop {
+            let notified = self.0.woke.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let slot = self.lock();
+                match &*slot {
+                    Slot::Live(live) => return Some(live.clone()),
+                    Slot::Gone => return None,
+                    Slot::Dormant(_) | Slot::Waking(_) => {}
+                }
+            }
+            self.wake();
+            notified.await;
+        }
+    }
+
+    /// The last stored state of a hibernated run.
+    pub(crate) fn dormant_snapshot(&self) -> Option<RunSnapshot> {
+        if !self.is_dormant() {
+            return None;
+        }
+        self.0.rouse.get()?.stored_snapshot()
     }
 
     /// A restarted executor's address replaces the dead one's.
     pub(crate) fn replace_executor(&self, executor: &ActorRef<ExecutorMsg>) {
-        if let Ok(mut slot) = self.0.lock()
-            && let Some(live) = slot.as_mut()
-        {
+        if let Slot::Live(live) = &mut *self.lock() {
             live.actors.executor = executor.clone();
         }
     }
@@ -97,24 +299,24 @@ impl LiveActors {
     /// look again: whoever finds no actors finds the outcome, and whoever sees
     /// the outcome finds no actors.
     pub(crate) fn release_with(&self, publish: impl FnOnce()) {
-        let taken = match self.0.lock() {
-            Ok(mut slot) => {
-                let taken = slot.take();
-                publish();
-                taken
-            }
-            Err(_) => {
-                publish();
-                None
-            }
+        let taken = {
+            let mut slot = self.lock();
+            let taken = std::mem::take(&mut *slot);
+            publish();
+            taken
         };
+        self.0.woke.notify_waiters();
         // Dropped outside the lock: the last address frees the mailboxes.
         drop(taken);
     }
 
-    /// `f` on the addresses, or `None` once the run has stopped.
+    /// `f` on the addresses, or `None` unless the run runs (stopped, or
+    /// hibernated).
     pub(crate) fn with<R>(&self, f: impl FnOnce(&Live) -> R) -> Option<R> {
-        self.0.lock().ok()?.as_ref().map(f)
+        match &*self.lock() {
+            Slot::Live(live) => Some(f(live)),
+            Slot::Gone | Slot::Dormant(_) | Slot::Waking(_) => None,
+        }
     }
 
     /// The conductor, while the run runs.

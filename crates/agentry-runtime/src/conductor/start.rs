@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use agentry_protocol::state::{RunStatus, SessionEntry};
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, SpawnErr};
+use tokio_util::sync::CancellationToken;
 
 use super::args::ConductorArgs;
 use super::msg::{ConductorMsg, ConductorPost};
@@ -45,8 +46,10 @@ pub(super) async fn start(
     let budget_args = budget_args(&args, clock, allowance.clone());
     let budget = spawn_child(BudgetSupervisor, budget_args, &cell).await?;
     let resumed = args.restore.is_some();
+    let woken = args.restore.as_ref().is_some_and(|r| r.woken);
     let initial = initial_state(&mut args);
-    let resumption = Resumption::new(&initial, resumed);
+    let mut resumption = Resumption::new(&initial, resumed);
+    resumption.asleep = woken && initial.snapshot().status == RunStatus::Sleeping;
     let state = spawn_child(StateKeeper, Box::new(initial), &cell).await?;
     let traceparent = super::span::run_traceparent(&args.span, &args.lineage, &args.run_id);
     let links = ExecutorLinks {
@@ -231,6 +234,12 @@ struct Resumption {
     paused: bool,
     pending: Vec<SessionEntry>,
     world_digest: Arc<str>,
+    /// A resumed (or woken) run's inputs so far: its next step's fingerprint
+    /// goes on counting from there, so a reply to a new message after a wake
+    /// is never a repeat of the one before it.
+    inputs_applied: u64,
+    /// Woken from hibernation and stored asleep.
+    asleep: bool,
 }
 
 impl Resumption {
@@ -240,6 +249,12 @@ impl Resumption {
             paused: resumed && initial.snapshot().status == RunStatus::Paused,
             pending: initial.session().to_vec(),
             world_digest: initial.world_digest().into(),
+            inputs_applied: if resumed {
+                initial.snapshot().inputs
+            } else {
+                0
+            },
+            asleep: false,
         }
     }
 }
@@ -258,6 +273,8 @@ impl ConductorState {
             paused,
             pending,
             world_digest,
+            inputs_applied,
+            asleep,
         } = resumption;
         let window = wiring.config.progress_window;
         let fingerprints: VecDeque<u64> = progress
@@ -276,7 +293,7 @@ impl ConductorState {
             children,
             pending,
             fingerprints,
-            inputs_applied: 0,
+            inputs_applied,
             world_digest,
             clock,
             steps: progress.steps,
@@ -291,6 +308,9 @@ impl ConductorState {
             denied: Vec::new(),
             wake_pending: false,
             ticks: None,
+            sleeps: 0,
+            released: None,
+            stored_asleep: asleep,
         }
     }
 
@@ -303,10 +323,24 @@ impl ConductorState {
         // A cancellation while no step runs (paused, sleeping) must still stop the run.
         let token = self.wiring.run_token.clone();
         let me = ConductorPost::new(myself.clone(), self.wiring.posted.clone());
-        tokio::spawn(async move {
-            token.cancelled().await;
-            let _ = me.cast(ConductorMsg::TokenCancelled);
-        });
+        if self.wiring.live.may_hibernate() && self.wiring.config.hibernate_after.is_some() {
+            // Ends with this activation: a hibernated run holds no task.
+            let released = CancellationToken::new();
+            self.released = Some(released.clone());
+            tokio::spawn(async move {
+                tokio::select! {
+                    () = token.cancelled() => {
+                        let _ = me.cast(ConductorMsg::TokenCancelled);
+                    }
+                    () = released.cancelled() => {}
+                }
+            });
+        } else {
+            tokio::spawn(async move {
+                token.cancelled().await;
+                let _ = me.cast(ConductorMsg::TokenCancelled);
+            });
+        }
         if let Some(every) = self.wiring.config.tick_every {
             // Ticks make the agent time-driven: it steps on ticks, not in a loop.
             self.wiring.config.driver = Driver::Events;
@@ -322,7 +356,13 @@ impl ConductorState {
             Driver::Pull | Driver::Events if self.resumes_a_step() => {}
             Driver::Pull => myself.cast(ConductorMsg::Step)?,
             // Event- and time-driven agents sleep until their first event.
-            Driver::Events => self.set_status(RunStatus::Sleeping).await,
+            Driver::Events => {
+                // A woken run is stored asleep already: no commit for that.
+                if !std::mem::take(&mut self.stored_asleep) {
+                    self.set_status(RunStatus::Sleeping).await;
+                }
+                self.plan_hibernation(myself);
+            }
         }
         Ok(())
     }

@@ -141,6 +141,13 @@ pub struct ConductorState {
     /// The calls denied (`EPERM`) in a row, as "name (id)": `max_denied` of
     /// them stop the run `permission_denied`.
     pub(super) denied: Vec<String>,
+    /// Counts the run's sleeps: a `Hibernate` for an earlier sleep is stale.
+    pub(super) sleeps: u64,
+    /// Cancelled as the run hibernates (its token's watcher ends); only for a
+    /// run that may hibernate.
+    pub(super) released: Option<CancellationToken>,
+    /// Woken from hibernation, its stored status is `sleeping` already.
+    pub(super) stored_asleep: bool,
 }
 
 impl ConductorState {

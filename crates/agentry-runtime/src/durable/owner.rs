@@ -166,6 +166,10 @@ struct Held {
     run_id: String,
     /// The store writer the claim was made through ([`StoreWriter::key`](crate::durable::StoreWriter)).
     writer: usize,
+    /// Hibernated: no heartbeat (a million sleeping runs would write a
+    /// million rows every beat). A local resumer still finds it live here;
+    /// an owner judged by heartbeat alone (another machine) sees it expire.
+    dormant: bool,
 }
 
 /// Runs this process is running now, by claim token.
@@ -207,11 +211,19 @@ impl Claim {
             Held {
                 run_id: run_id.to_string(),
                 writer,
+                dormant: false,
             },
         );
         Claim {
             owner,
             run_id: run_id.to_string(),
+        }
+    }
+
+    /// Marks the run hibernated (no heartbeat) or awake again.
+    pub(crate) fn set_dormant(&self, dormant: bool) {
+        if let Some(held) = live().get_mut(&self.owner.token) {
+            held.dormant = dormant;
         }
     }
 
@@ -236,7 +248,7 @@ pub(crate) fn heartbeats(writer: usize) -> Vec<Write> {
     let now = agentry_protocol::now_millis();
     live()
         .iter()
-        .filter(|(_, held)| held.writer == writer)
+        .filter(|(_, held)| held.writer == writer && !held.dormant)
         .map(|(token, held)| Write::Heartbeat {
             run_id: held.run_id.clone(),
             token: token.clone(),

@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::ask::ask;
 use crate::budget::BudgetMsg;
-use crate::conductor::{ConductorMsg, Lineage, LiveActors, RunActors, RunOutcome};
+use crate::conductor::{ConductorMsg, Lineage, LiveActors, Posting, RunActors, RunOutcome};
 use crate::config::TreeLimits;
 use crate::durable::RunLog;
 use crate::error::RuntimeError;
@@ -91,6 +91,9 @@ impl RunHandle {
         self.run_token.cancel();
         if let Some(conductor) = self.live.conductor() {
             let _ = conductor.cast(ConductorMsg::Abort(StopReason::UserAbort));
+        } else {
+            // A hibernated run wakes to stop: its cancelled token ends it.
+            self.live.wake();
         }
     }
 
@@ -189,9 +192,12 @@ impl RunHandle {
     /// from the store in the same commit as the event it delivers.
     pub(super) fn arm_timer(&self, timer: agentry_store::TimerRecord) {
         // A stopped run's timer would never fire.
-        let Some(conductor) = self.live.conductor() else {
+        if self.outcome.borrow().is_some() {
             return;
-        };
+        }
+        // Posted through the run's slot, not to one conductor: a timer that
+        // fires while the run hibernates wakes it.
+        let live = self.live.clone();
         let token = self.run_token.clone();
         let delay = std::time::Duration::from_millis(
             timer
@@ -220,7 +226,9 @@ impl RunHandle {
                     } else {
                         ConductorMsg::Input(input)
                     };
-                    let _ = conductor.cast(msg);
+                    if let Posting::Stopped = live.post(msg) {
+                        gauge.release(1);
+                    }
                 }
             }
         });
@@ -307,9 +315,9 @@ impl RunHandle {
             }
             _ => ConductorMsg::Input(input),
         };
-        match self.live.with(|l| l.conductor.cast(msg)) {
-            Some(Ok(())) => Ok(()),
-            Some(Err(_)) | None => Err(RuntimeError::Stopped {
+        match self.live.post(msg) {
+            Posting::Sent => Ok(()),
+            Posting::Stopped => Err(RuntimeError::Stopped {
                 run_id: self.run_id.to_string(),
             }),
         }
@@ -363,7 +371,11 @@ impl RunHandle {
         let stopped = || RuntimeError::Stopped {
             run_id: self.run_id.to_string(),
         };
-        let state = self.live.state().ok_or_else(stopped)?;
+        let state = match self.live.state() {
+            Some(state) => state,
+            // A hibernated run wakes for a human's decision.
+            None => self.live.awake().await.ok_or_else(stopped)?.actors.state,
+        };
         match state.call(msg, None).await {
             Ok(ractor::rpc::CallResult::Success(Ok(seq))) => Ok(seq),
             Ok(ractor::rpc::CallResult::Success(Err(e))) => {
@@ -452,7 +464,8 @@ impl RunHandle {
     }
 
     /// The run's actors (see [`RunActors`]); `None` once the run has
-    /// stopped (its actors are gone, their mailboxes freed).
+    /// stopped or while it is hibernated (its actors are gone, their
+    /// mailboxes freed).
     pub fn actors(&self) -> Option<RunActors> {
         self.live.with(|l| RunActors::from(&l.actors))
     }
@@ -465,7 +478,18 @@ impl RunHandle {
         {
             return Some(s);
         }
+        // A hibernated run answers from its last stored state, unwoken.
+        if let Some(s) = self.live.dormant_snapshot() {
+            return Some(s);
+        }
         self.outcome().map(|o| o.state)
+    }
+
+    /// Whether the run is hibernated now (see
+    /// [`RunConfig::hibernate_after`](crate::RunConfig::hibernate_after)): its
+    /// actors are gone, and the next input wakes it.
+    pub fn hibernated(&self) -> bool {
+        self.live.is_dormant()
     }
 }
 

@@ -328,6 +328,7 @@ impl Runtime {
         let posted = Posted::default();
         let gauge = Arc::new(InboxGauge::new(config.inbox_capacity));
         let cut = StepCut::new(&run_token);
+        let hibernates = self.hibernates(&config, lineage.parent.is_none(), log.is_some());
         // Boxed: ractor's spawn moves its arguments at every level (~2.5 KB).
         let args = Box::new(ConductorArgs {
             run_id: Arc::clone(&run_id),
@@ -350,7 +351,6 @@ impl Runtime {
             cut: cut.clone(),
             sandboxes,
         });
-        spawn_conductor(&run_id, args).await?;
         let handle = RunHandle {
             run_id,
             live,
@@ -367,6 +367,11 @@ impl Runtime {
             about,
             children: ChildList::default(),
         };
+        if hibernates {
+            // Before the conductor arms itself: it plans its hibernation then.
+            self.allow_hibernation(&handle);
+        }
+        spawn_conductor(&handle.run_id, args).await?;
         children.set_parent(handle.clone());
         deliver_stored(&handle, stored.inbox, stored.timers);
         Ok(Launched {
@@ -509,7 +514,10 @@ async fn admit_child(parent: &RunHandle, config: &RunConfig) -> Result<u32, Runt
 
 /// Spawns the conductor. Its `pre_start` has spawned the other actors and
 /// put every address in the run's [`LiveActors`] when this returns.
-async fn spawn_conductor(run_id: &str, args: Box<ConductorArgs>) -> Result<(), RuntimeError> {
+pub(super) async fn spawn_conductor(
+    run_id: &str,
+    args: Box<ConductorArgs>,
+) -> Result<(), RuntimeError> {
     Actor::spawn(None, Conductor, args)
         .await
         .map_err(|e| RuntimeError::Spawn {

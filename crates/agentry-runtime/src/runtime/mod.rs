@@ -1,6 +1,7 @@
 //! The embedding API: a [`Runtime`] that starts runs, and a [`RunHandle`] per run.
 //!
 //! Files, in import order (each names only those above it):
+//! - `alarms.rs`: the deadlines of hibernated runs, one sorted list.
 //! - `handle.rs`: [`RunHandle`], what an embedder holds on one run; the
 //!   children it started (`ChildList`) and what it says about itself (`RunAbout`).
 //! - `mod.rs`: [`Runtime`] itself — its tools, its shutdown token, its store.
@@ -10,9 +11,12 @@
 //! - `launch.rs`: starting a run (root or child); every start ends in `launch`.
 //! - `regrow.rs`: a resumed run's stored children, resumed with it and recounted.
 //! - `resume.rs`: the store side — listing stored runs and resuming one (and its tree).
+//! - `hibernate.rs`: waking a hibernated run from the store into its handles.
 
+mod alarms;
 mod children;
 mod handle;
+mod hibernate;
 mod launch;
 mod record;
 mod regrow;
@@ -34,6 +38,15 @@ use crate::registry::{LiveRegistry, ToolRegistry};
 pub use handle::{InboxUsage, Interrupted, RunHandle};
 pub use tree::RunTree;
 
+/// Builds a woken run's policy from its stored configuration (its
+/// `policy_spec` says which agent or script): one per runtime, shared by
+/// every run it may wake (see [`Runtime::with_wake_policy`]).
+pub type WakePolicy = Arc<
+    dyn Fn(&RunConfig) -> futures::future::BoxFuture<'static, Result<Box<dyn Policy>, RuntimeError>>
+        + Send
+        + Sync,
+>;
+
 /// Starts runs. Cheap to clone; clones share the tool registry and the shutdown token.
 #[derive(Clone)]
 pub struct Runtime {
@@ -45,6 +58,10 @@ pub struct Runtime {
     /// The store runs are committed to, if any.
     pub(crate) store: Option<StoreWriter>,
     pub(crate) durability: Durability,
+    /// Rebuilds a hibernated run's policy as it wakes (none: nothing hibernates).
+    wake_policy: Option<WakePolicy>,
+    /// Every hibernated run's deadline.
+    alarms: Arc<alarms::Alarms>,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -65,6 +82,8 @@ impl Runtime {
             child_models: Arc::default(),
             store: None,
             durability: Durability::Strict,
+            wake_policy: None,
+            alarms: Arc::default(),
         }
     }
 
@@ -130,5 +149,7 @@ impl Runtime {
     /// stops with `user_abort`.
     pub fn shutdown(&self) {
         self.root.cancel();
+        // A hibernated run wakes to stop (its token is cancelled).
+        self.alarms.wake_all();
     }
 }

@@ -53,7 +53,9 @@ impl Runtime {
             writer.close().await;
             crate::owner::forget(writer.key());
         }
-        self.shutdown();
+        // Not `shutdown`: a hibernated run stays as it is in the store,
+        // unwoken.
+        self.root.cancel();
     }
 
     /// Returns once every write queued so far is on disk; the store's
@@ -99,7 +101,10 @@ impl Runtime {
     }
 
     /// Everything stored about `run_id`, after whatever is queued has landed.
-    async fn load(&self, run_id: &str) -> Result<agentry_store::StoredRun, RuntimeError> {
+    pub(super) async fn load(
+        &self,
+        run_id: &str,
+    ) -> Result<agentry_store::StoredRun, RuntimeError> {
         let writer = self.writer()?;
         writer.sync().await?;
         writer
@@ -207,6 +212,7 @@ impl Runtime {
                         state,
                         elapsed,
                         children: books,
+                        woken: false,
                     },
                     timers: run.timers,
                     inbox: run.inbox,
@@ -274,7 +280,7 @@ impl RunConfig {
 
 /// The state a stored run goes on from: its last checkpoint, or the start for a
 /// run created but never stepped. Refused for a run that has stopped.
-fn restored_state(
+pub(super) fn restored_state(
     run_id: &str,
     checkpoint: Option<Checkpoint>,
     session: Vec<SessionEntry>,

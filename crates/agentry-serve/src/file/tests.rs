@@ -68,7 +68,24 @@ fn a_good_file_parses_with_paths_relative_to_it() {
 }
 
 #[test]
+fn hibernate_after_is_30s_by_default_a_duration_or_off() {
+    let parse = |text: &str| {
+        ServeFile::parse(text, Path::new("/d"))
+            .unwrap()
+            .serve
+            .hibernate_after()
+    };
+    assert_eq!(parse(""), Some(DEFAULT_HIBERNATE_AFTER));
+    assert_eq!(
+        parse("[serve]\nhibernate_after = \"5m\"\n"),
+        Some(std::time::Duration::from_secs(300))
+    );
+    assert_eq!(parse("[serve]\nhibernate_after = \"off\"\n"), None);
+}
+
+#[test]
 fn every_error_names_its_key() {
+    // Size: one line per bad file, a table more than a procedure.
     for (text, key) in [
         ("[serve]\nport = 1\n", "serve.port"),
         ("[serve]\naddr = \"nowhere\"\n", "serve.addr"),
@@ -124,6 +141,14 @@ fn every_error_names_its_key() {
         (
             "[models.m]\nprovider = \"openai\"\nmodel = \"a\"\ninput_price = -1.0\n",
             "models.m.input_price",
+        ),
+        (
+            "[serve]\nhibernate_after = \"soon\"\n",
+            "serve.hibernate_after",
+        ),
+        (
+            "[serve]\nhibernate_after = \"0s\"\n",
+            "serve.hibernate_after",
         ),
         ("[serve\n", "(file)"),
         ("[serve]\nretention = \"soon\"\n", "serve.retention"),

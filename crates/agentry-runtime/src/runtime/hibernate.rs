@@ -1,0 +1,237 @@
+//! Hibernation, the runtime's side: waking a hibernated run from the store
+//! into the same handles, and one alarm list for every hibernated run's
+//! deadline.
+//!
+//! A hibernated run keeps its handles' shared parts (id, token, event sink
+//! and its numbering, inbox gauge, outcome channel, claim) and nothing of its
+//! actors. Its handle's slot holds a [`Dormant`] entry; the first input posted
+//! (or its deadline's alarm, an abort, a human's decision) starts [`wake`]:
+//! the run is read back from the store (its last checkpoint, session and
+//! ledger; no listing, no process fence, since a sleeping run had no call in
+//! flight, and no new claim, since it kept this process's), its policy is
+//! rebuilt by the runtime's wake policy, and a new conductor fills the slot,
+//! taking what was posted meanwhile in order. Its stored timers are not armed
+//! again: their tasks (each posting through the slot) still wait.
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use agentry_protocol::state::RunSnapshot;
+use tokio::time::{Duration, Instant};
+
+use super::Runtime;
+use super::alarms::AlarmKey;
+use super::children::RunChildren;
+use super::handle::RunHandle;
+use super::launch::spawn_conductor;
+use super::record::config_of;
+use super::resume::restored_state;
+use crate::conductor::{ConductorArgs, Dormant, LiveActors, Posted, Restore, Rouse, run_span};
+use crate::config::RunConfig;
+use crate::error::RuntimeError;
+use crate::policy::Policy;
+use crate::trace::{Sampling, TraceWriter};
+
+impl Runtime {
+    /// Lets this runtime's event-driven runs with
+    /// [`RunConfig::hibernate_after`] hibernate: `policy` rebuilds a run's
+    /// policy when an input wakes it. Hibernation also needs a store
+    /// ([`Runtime::with_store`]); without one (or without this) runs never
+    /// hibernate.
+    pub fn with_wake_policy(
+        self,
+        policy: impl Fn(&RunConfig) -> Result<Box<dyn Policy>, RuntimeError> + Send + Sync + 'static,
+    ) -> Self {
+        self.with_async_wake_policy(move |config| {
+            let made = policy(config);
+            Box::pin(async move { made })
+        })
+    }
+
+    /// [`Runtime::with_wake_policy`] for a policy that takes awaiting to
+    /// build (a model chain that reads its task, say).
+    pub fn with_async_wake_policy(
+        mut self,
+        policy: impl Fn(
+            &RunConfig,
+        )
+            -> futures::future::BoxFuture<'static, Result<Box<dyn Policy>, RuntimeError>>
+        + Send
+        + Sync
+        + 'static,
+    ) -> Self {
+        self.wake_policy = Some(Arc::new(policy));
+        self
+    }
+
+    /// Whether a run so configured, at this place in its tree, may hibernate.
+    pub(super) fn hibernates(&self, config: &RunConfig, root: bool, durable: bool) -> bool {
+        self.wake_policy.is_some()
+            && durable
+            && root
+            && config.hibernate_after.is_some()
+            && config.driver == crate::config::Driver::Events
+            && config.tick_every.is_none()
+    }
+
+    /// Lets `handle`'s run hibernate: its slot learns how to wake it.
+    pub(super) fn allow_hibernation(&self, handle: &RunHandle) {
+        let shell = RunHandle {
+            // Not the run's own slot: the waker must not hold the slot that
+            // holds it.
+            live: LiveActors::default(),
+            ..handle.clone()
+        };
+        handle.live.allow_hibernation(Arc::new(Waker {
+            shell,
+            runtime: self.clone(),
+            alarm: Mutex::new(None),
+        }));
+    }
+}
+
+/// How one run wakes: its handle's lasting parts and the runtime.
+struct Waker {
+    shell: RunHandle,
+    runtime: Runtime,
+    /// Its deadline's place in the runtime's alarms while it hibernates.
+    alarm: Mutex<Option<AlarmKey>>,
+}
+
+impl Rouse for Waker {
+    fn rouse(&self, live: LiveActors, dormant: Box<Dormant>) {
+        if let Some(key) = self
+            .alarm
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+        {
+            self.runtime.alarms.remove(key);
+        }
+        let Ok(tokio) = tokio::runtime::Handle::try_current() else {
+            tracing::error!(run_id = %self.shell.run_id, "a hibernated run cannot wake outside a tokio runtime");
+            live.fail_wake();
+            return;
+        };
+        let runtime = self.runtime.clone();
+        let shell = self.shell.clone();
+        tokio.spawn(async move {
+            let run_id = Arc::clone(&shell.run_id);
+            if let Err(e) = wake(&runtime, shell, &live, dormant).await {
+                tracing::error!(run_id = %run_id, error = %e, "a hibernated run could not wake; it stays unfinished in the store");
+                live.fail_wake();
+            }
+        });
+    }
+
+    fn stored_snapshot(&self) -> Option<RunSnapshot> {
+        let store = self.runtime.store()?;
+        let run = store.load(&self.shell.run_id).ok()??;
+        run.checkpoint.map(|c| c.snapshot)
+    }
+
+    fn hibernated(&self, live: &LiveActors, deadline: Option<Instant>) {
+        // Listed even without a deadline: a shutdown wakes every hibernated
+        // run to stop it.
+        let at = deadline.unwrap_or_else(super::alarms::never);
+        let key = self.runtime.alarms.insert(at, live.clone());
+        *self.alarm.lock().unwrap_or_else(PoisonError::into_inner) = Some(key);
+    }
+}
+
+/// The hibernated run as stored. Under strict durability everything it
+/// applied was on disk before it was acknowledged, so before it hibernated:
+/// read at once; otherwise whatever it queued lands first.
+async fn read_back(
+    runtime: &Runtime,
+    run_id: &str,
+) -> Result<agentry_store::StoredRun, RuntimeError> {
+    match (runtime.durability, runtime.store()) {
+        (crate::durable::Durability::Strict, Some(store)) => {
+            store.load(run_id)?.ok_or_else(|| RuntimeError::NoSuchRun {
+                run_id: run_id.to_string(),
+                store: store.location(),
+            })
+        }
+        (crate::durable::Durability::Strict | crate::durable::Durability::Grouped, _) => {
+            runtime.load(run_id).await
+        }
+    }
+}
+
+/// Wakes the run of `live` from the store into `shell`'s parts.
+async fn wake(
+    runtime: &Runtime,
+    shell: RunHandle,
+    live: &LiveActors,
+    dormant: Box<Dormant>,
+) -> Result<(), RuntimeError> {
+    let Dormant { outcome, claim, .. } = *dormant;
+    if let Some(c) = &claim {
+        c.set_dormant(false);
+    }
+    let run_id = Arc::clone(&shell.run_id);
+    let run = read_back(runtime, &run_id).await?;
+    let mut config = config_of(&run.record)?;
+    config.run_id = Some(run_id.to_string());
+    let state = restored_state(&run_id, run.checkpoint, run.session, &config)?;
+    let elapsed = Duration::from_millis(
+        agentry_protocol::now_millis().saturating_sub(run.record.created_at_ms),
+    );
+    let make = runtime.wake_policy.as_ref().ok_or(RuntimeError::NoStore)?;
+    let policy = make(&config).await?;
+    let sandboxes = crate::sandbox::prepare_sandboxes(
+        &config.sandbox,
+        &config.workdir,
+        &config.sandbox_host,
+        Some(&runtime.registry.current()),
+    )?;
+    let mut lineage = shell.lineage.clone();
+    let span = run_span(
+        &config,
+        &mut lineage,
+        &run_id,
+        &*policy,
+        shell.events.redaction(),
+    );
+    let trace = config
+        .trace
+        .as_deref()
+        .map(|path| {
+            let sampling = Sampling::of(config.observe.sample, &lineage.trace_id);
+            TraceWriter::open(path, true, Arc::clone(shell.events.redactor()), sampling)
+        })
+        .transpose()?;
+    let handle = RunHandle {
+        live: live.clone(),
+        ..shell
+    };
+    let desk = Arc::new(RunChildren::new(runtime.clone(), &config, true));
+    desk.set_parent(handle.clone());
+    let args = Box::new(ConductorArgs {
+        run_id: Arc::clone(&run_id),
+        config,
+        registry: runtime.registry.clone(),
+        policy,
+        run_token: handle.run_token.clone(),
+        outcome,
+        events: handle.events.clone(),
+        trace,
+        live: live.clone(),
+        lineage,
+        span,
+        agents: desk as Arc<dyn agentry_tools::agents::AgentDesk>,
+        log: handle.log.clone(),
+        restore: Some(Restore {
+            state,
+            elapsed,
+            children: Vec::new(),
+            woken: true,
+        }),
+        posted: Posted::default(),
+        gauge: Arc::clone(&handle.gauge),
+        claim,
+        cut: handle.cut.clone(),
+        sandboxes,
+    });
+    spawn_conductor(&run_id, args).await
+}
