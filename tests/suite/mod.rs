@@ -9,7 +9,6 @@ mod events;
 mod executor;
 mod fs_confinement;
 mod handle;
-mod hibernation;
 mod idempotency;
 mod interrupt;
 mod mcp;
