@@ -376,13 +376,59 @@ mod tests {
         assert_eq!(err.and_then(|e| e.field), Some(LAST_EVENT_ID.to_string()));
     }
 
-    #[test]
-    fn a_resumed_stream_says_which_events_it_missed() {
+    /// The whole SSE body of `log` read after `after` (the log is closed).
+    async fn body(log: &Arc<EventLog>, after: Option<u64>) -> String {
+        let streams = super::super::streams::Streams::new(super::super::streams::StreamLimits {
+            per_run: 4,
+            total: 4,
+        });
+        let stream = Arc::clone(log).stream(streams.admit("r"), after);
+        let response =
+            axum::response::IntoResponse::into_response(axum::response::sse::Sse::new(stream));
+        let bytes = axum::body::to_bytes(response.into_body(), 1 << 20).await;
+        String::from_utf8(bytes.unwrap().to_vec()).unwrap()
+    }
+
+    fn ids(body: &str) -> Vec<u64> {
+        let ids = body.lines().filter_map(|l| l.strip_prefix("id: "));
+        ids.map(|id| id.parse().unwrap()).collect()
+    }
+
+    #[tokio::test]
+    async fn a_resumed_stream_says_which_events_it_missed() {
         assert_eq!(resume_note(4, Some(5)), "resuming after event 4");
         assert_eq!(resume_note(4, None), "resuming after event 4");
-        assert_eq!(
-            resume_note(4, Some(9)),
-            "resuming after event 4; events 5 to 8 are no longer held"
+        // A log that holds only its last few events.
+        let log = EventLog::new(ReplayLimits {
+            live_bytes: 600,
+            stopped_bytes: 600,
+        });
+        for seq in 1..=10 {
+            let event = RunEvent::StepStarted { step: seq };
+            log.push(&EventRecord {
+                run_id: "r".into(),
+                seq,
+                event,
+            });
+        }
+        log.close();
+        let kept = ids(&body(&log, None).await);
+        let first = kept[0];
+        assert!(first > 3 && kept.ends_with(&[10]), "{kept:?}");
+        // Resumed after an event it dropped: told which ones it missed.
+        let missed = body(&log, Some(2)).await;
+        let note = format!(
+            ": resuming after event 2; events 3 to {} are no longer held\n",
+            first - 1
         );
+        assert!(missed.starts_with(&note), "{missed}");
+        assert_eq!(ids(&missed), kept);
+        // Resumed after an event it holds: the ones after it, once.
+        let held = body(&log, Some(first + 1)).await;
+        assert!(
+            held.starts_with(&format!(": resuming after event {}\n", first + 1)),
+            "{held}"
+        );
+        assert_eq!(ids(&held), (first + 2..=10).collect::<Vec<_>>());
     }
 }
