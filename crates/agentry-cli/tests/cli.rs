@@ -43,6 +43,7 @@ mod cli {
     mod serve;
     mod serve_agents;
     mod serve_auth;
+    mod serve_events;
     mod serve_hibernation;
     mod serve_limits;
     mod serve_list;

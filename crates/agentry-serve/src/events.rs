@@ -13,6 +13,13 @@
 //! stopped run is kept for as long as the service keeps it, and many are.
 //! Events are kept as the JSON they are sent as: serialized once, not once per
 //! client, and their size is exactly what they cost.
+//!
+//! A client that reconnects says where it was (`Last-Event-ID`, or `?after=N`
+//! for one that cannot set headers): it reads the log from the event after
+//! that one, so it sees each event once. The log numbers events as the run
+//! does, and the run's numbering goes on across hibernation, so this holds
+//! across one too. If the log no longer holds the events right after it, the
+//! stream opens with a comment saying which ones the client missed.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -20,11 +27,19 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use agentry::RunHandle;
 use agentry::protocol::event::{EventRecord, RunEvent};
+use axum::http::HeaderMap;
 use axum::response::sse::Event;
 use futures::Stream;
 use tokio::sync::{broadcast, watch};
 
+use super::error::ApiError;
 use super::streams::StreamSlot;
+
+/// The header an SSE client sends on reconnecting: the `id` of the last event it saw.
+pub const LAST_EVENT_ID: &str = "Last-Event-ID";
+
+/// The query parameter that says the same, for clients that cannot set headers.
+pub const AFTER_PARAM: &str = "after";
 
 /// Events kept per run, whatever their size.
 pub const REPLAY_LIMIT: usize = 10_000;
@@ -174,26 +189,77 @@ impl EventLog {
         (state.events.range(start..).cloned().collect(), state.closed)
     }
 
-    /// The log as SSE events, from the first kept event; the stream ends after
-    /// `run_stopped` (or when the log closes without one), or when `slot` is
-    /// ended to make room for a newer stream (`streams.rs`).
+    /// The log as SSE events, from the first kept event after `after` (from
+    /// the first kept event without it); the stream ends after `run_stopped`
+    /// (or when the log closes without one), or when `slot` is ended to make
+    /// room for a newer stream (`streams.rs`). A resumed stream opens with a
+    /// comment (see [`resume_note`]).
     pub fn stream(
         self: Arc<Self>,
         slot: StreamSlot,
+        after: Option<u64>,
     ) -> impl Stream<Item = Result<Event, Infallible>> {
+        let changes = self.changed.subscribe();
+        let last_seq = after.unwrap_or(0);
+        // Read once here, so the note and the first events agree.
+        let (held, _) = self.since(last_seq);
+        let note = after.map(|after| resume_note(after, held.first().map(|r| r.seq)));
         let reader = Reader {
-            changes: self.changed.subscribe(),
+            changes,
             log: self,
-            last_seq: 0,
-            pending: VecDeque::new(),
+            last_seq,
+            pending: held.into(),
             done: false,
             slot,
         };
-        futures::stream::unfold(reader, |mut reader| async move {
+        let note = futures::stream::iter(note.map(|n| Ok(Event::default().comment(n))));
+        let events = futures::stream::unfold(reader, |mut reader| async move {
             let record = reader.next().await?;
             Some((Ok(record.sse()), reader))
-        })
+        });
+        futures::StreamExt::chain(note, events)
     }
+}
+
+/// The comment a resumed stream opens with: where it resumes, and which
+/// events the log no longer held (`first` is the first it holds after `after`).
+fn resume_note(after: u64, first: Option<u64>) -> String {
+    match first {
+        Some(first) if first > after.saturating_add(1) => format!(
+            "resuming after event {after}; events {} to {} are no longer held",
+            after + 1,
+            first - 1
+        ),
+        Some(_) | None => format!("resuming after event {after}"),
+    }
+}
+
+/// Where a client resumes: `Last-Event-ID`, else `?after=N`; neither is
+/// `None` (the whole kept log). The header wins, because a browser's
+/// `EventSource` opened with `?after=` sends it on every reconnect, newer.
+/// A value that is not a whole number is 400 naming the header or parameter.
+pub fn resume_point(headers: &HeaderMap, query: Option<&str>) -> Result<Option<u64>, ApiError> {
+    if let Some(value) = headers.get(LAST_EVENT_ID) {
+        let text = value.to_str().unwrap_or_default();
+        return event_id(LAST_EVENT_ID, text.trim()).map(Some);
+    }
+    let mut after = None;
+    for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        if name == AFTER_PARAM {
+            after = Some(event_id(AFTER_PARAM, value)?);
+        }
+    }
+    Ok(after)
+}
+
+fn event_id(field: &str, text: &str) -> Result<u64, ApiError> {
+    text.parse().map_err(|_| {
+        ApiError::bad_field(
+            field,
+            format!("{text:?}: expected the id of an event of this run (a whole number)"),
+        )
+    })
 }
 
 /// One SSE client's position in the log.
@@ -287,4 +353,82 @@ pub async fn forward(
         }
     }
     log.close();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_header_wins_over_after_and_bad_values_name_their_field() {
+        let mut headers = HeaderMap::new();
+        assert_eq!(resume_point(&headers, None).ok(), Some(None));
+        assert_eq!(
+            resume_point(&headers, Some("x=1&after=7")).ok(),
+            Some(Some(7))
+        );
+        headers.insert(LAST_EVENT_ID, " 12 ".parse().unwrap());
+        assert_eq!(resume_point(&headers, Some("after=7")).ok(), Some(Some(12)));
+        let err = resume_point(&HeaderMap::new(), Some("after=seven")).err();
+        assert_eq!(err.and_then(|e| e.field), Some(AFTER_PARAM.to_string()));
+        headers.insert(LAST_EVENT_ID, "abc".parse().unwrap());
+        let err = resume_point(&headers, None).err();
+        assert_eq!(err.and_then(|e| e.field), Some(LAST_EVENT_ID.to_string()));
+    }
+
+    /// The whole SSE body of `log` read after `after` (the log is closed).
+    async fn body(log: &Arc<EventLog>, after: Option<u64>) -> String {
+        let streams = super::super::streams::Streams::new(super::super::streams::StreamLimits {
+            per_run: 4,
+            total: 4,
+        });
+        let stream = Arc::clone(log).stream(streams.admit("r"), after);
+        let response =
+            axum::response::IntoResponse::into_response(axum::response::sse::Sse::new(stream));
+        let bytes = axum::body::to_bytes(response.into_body(), 1 << 20).await;
+        String::from_utf8(bytes.unwrap().to_vec()).unwrap()
+    }
+
+    fn ids(body: &str) -> Vec<u64> {
+        let ids = body.lines().filter_map(|l| l.strip_prefix("id: "));
+        ids.map(|id| id.parse().unwrap()).collect()
+    }
+
+    #[tokio::test]
+    async fn a_resumed_stream_says_which_events_it_missed() {
+        assert_eq!(resume_note(4, Some(5)), "resuming after event 4");
+        assert_eq!(resume_note(4, None), "resuming after event 4");
+        // A log that holds only its last few events.
+        let log = EventLog::new(ReplayLimits {
+            live_bytes: 600,
+            stopped_bytes: 600,
+        });
+        for seq in 1..=10 {
+            let event = RunEvent::StepStarted { step: seq };
+            log.push(&EventRecord {
+                run_id: "r".into(),
+                seq,
+                event,
+            });
+        }
+        log.close();
+        let kept = ids(&body(&log, None).await);
+        let first = kept[0];
+        assert!(first > 3 && kept.ends_with(&[10]), "{kept:?}");
+        // Resumed after an event it dropped: told which ones it missed.
+        let missed = body(&log, Some(2)).await;
+        let note = format!(
+            ": resuming after event 2; events 3 to {} are no longer held\n",
+            first - 1
+        );
+        assert!(missed.starts_with(&note), "{missed}");
+        assert_eq!(ids(&missed), kept);
+        // Resumed after an event it holds: the ones after it, once.
+        let held = body(&log, Some(first + 1)).await;
+        assert!(
+            held.starts_with(&format!(": resuming after event {}\n", first + 1)),
+            "{held}"
+        );
+        assert_eq!(ids(&held), (first + 2..=10).collect::<Vec<_>>());
+    }
 }

@@ -12,7 +12,7 @@ use agentry::{RunOutcome, RunStatus};
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, Extension, Path, State};
+use axum::extract::{DefaultBodyLimit, Extension, Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware;
 use axum::response::sse::{KeepAlive, Sse};
@@ -168,10 +168,13 @@ async fn stream_events(
     State(app): State<App>,
     Extension(tenant): Extension<Tenant>,
     Path(id): Path<String>,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
 ) -> Result<Response, ApiError> {
     let run = app.run(&tenant, &id)?;
+    let after = super::events::resume_point(&headers, query.as_deref())?;
     let slot = app.streams.admit(&id);
-    let stream = Arc::clone(&run.log).stream(slot);
+    let stream = Arc::clone(&run.log).stream(slot, after);
     // Comments every 15 s keep idle connections open through proxies.
     Ok(Sse::new(stream)
         .keep_alive(KeepAlive::default())

@@ -8,7 +8,7 @@
 //! run, or of all runs, to make room: the oldest that is caught up (waiting
 //! for its run's next event), else the oldest. An ended stream is a complete
 //! response; the client may open it again, and it replays from the run's
-//! first kept event. `--max-streams` is below `--max-connections`, so the
+//! first kept event (or after its `Last-Event-ID`, `events.rs`). `--max-streams` is below `--max-connections`, so the
 //! connections beyond it are left for short requests.
 
 use std::collections::BTreeMap;

@@ -13,7 +13,7 @@ use crate::*;
 const TOKEN: &str = "hibernation-token-5e1f";
 
 /// An event-driven task that answers "ok" to every message.
-fn answering_task(dir: &Path) {
+pub(super) fn answering_task(dir: &Path) {
     let task = dir.join("tasks/answer");
     std::fs::create_dir_all(&task).unwrap();
     std::fs::write(
@@ -33,7 +33,7 @@ fn answering_task(dir: &Path) {
 
 /// Reads SSE blocks from `response` until `count` events named `name` came,
 /// as (id, event name).
-async fn read_until(
+pub(super) async fn read_until(
     response: &mut reqwest::Response,
     buffer: &mut String,
     name: &str,

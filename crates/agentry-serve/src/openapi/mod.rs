@@ -163,12 +163,14 @@ fn send_message() {}
 #[allow(dead_code)] // documents its route; never called
 fn inject_event() {}
 
-/// The run's events as Server-Sent Events, from its first event (or after `Last-Event-ID`).
+/// The run's events as Server-Sent Events, from its first kept event, or after `Last-Event-ID` (else `after`).
 #[utoipa::path(get, path = "/runs/{id}/events", operation_id = "streamEvents",
     params(("id" = String, Path, description = "The run"),
-        ("Last-Event-ID" = Option<String>, Header, description = "Resume after this event")),
+        ("Last-Event-ID" = Option<String>, Header, description = "Resume after this event id (a whole number): the events after it the run's log still holds, then the live ones"),
+        ("after" = Option<u64>, Query, description = "The same as `Last-Event-ID`, for clients that cannot set headers; the header wins")),
     responses(
-        (status = 200, description = "One `data:` JSON event record per event, `id:` its sequence number", content_type = "text/event-stream", body = String),
+        (status = 200, description = "One `data:` JSON event record per event, `id:` its sequence number; a resumed stream opens with a comment saying after which event it resumes and which events the log no longer held", content_type = "text/event-stream", body = String),
+        (status = 400, description = "`Last-Event-ID` or `after` is not a whole number (`field` names it)", body = ErrorBody),
         (status = 401, description = "No or a wrong token", body = ErrorBody),
         (status = 404, description = "No such run of this tenant", body = ErrorBody),
         (status = 429, description = "Too many open streams", body = ErrorBody)))]
