@@ -39,6 +39,13 @@ pub(crate) struct ServeAgents {
 }
 
 impl ServeAgents {
+    /// The agent named `name`, or the 400 naming the field.
+    fn agent(&self, name: &str) -> Result<&Arc<Agent>, ApiError> {
+        self.agents
+            .get(name)
+            .ok_or_else(|| ApiError::bad_field("agent", format!("no agent named {name:?}")))
+    }
+
     /// Loads every agent's task directory; an error names the agent's key.
     pub(crate) fn load(
         file: Arc<ServeFile>,
@@ -174,17 +181,13 @@ impl Agents for ServeAgents {
     }
 
     fn check(&self, run: &AgentRun) -> Result<RunMeta, ApiError> {
-        let Some(agent) = self.agents.get(&run.agent) else {
-            return Err(ApiError::bad_field(
-                "agent",
-                format!("no agent named {:?}", run.agent),
-            ));
-        };
+        let agent = self.agent(&run.agent)?;
         let mut probe = agent.task.run_config(PathBuf::new());
         agentry_serve::narrow(&mut probe, run.budget.as_ref(), run.tools.as_ref())?;
         Ok(RunMeta {
             agent: Some(run.agent.clone()),
             model: agent.model.clone(),
+            webhook: run.webhook.clone(),
             ..RunMeta::of_tenant(&run.tenant)
         })
     }
@@ -194,21 +197,9 @@ impl Agents for ServeAgents {
     }
 
     async fn launch(&self, run: AgentRun) -> Result<Launched, ApiError> {
-        let Some(agent) = self.agents.get(&run.agent) else {
-            return Err(ApiError::bad_field(
-                "agent",
-                format!("no agent named {:?}", run.agent),
-            ));
-        };
         // Checked before anything is made: a refused request leaves nothing.
-        let mut probe = agent.task.run_config(PathBuf::new());
-        agentry_serve::narrow(&mut probe, run.budget.as_ref(), run.tools.as_ref())?;
-        let meta = RunMeta {
-            agent: Some(run.agent.clone()),
-            model: agent.model.clone(),
-            webhook: run.webhook.clone(),
-            ..RunMeta::of_tenant(&run.tenant)
-        };
+        let meta = self.check(&run)?;
+        let agent = self.agent(&run.agent)?;
         let args = self.run_args(&agent.task);
         let (loaded, spec) = self
             .policy(agent, &args, &meta)
