@@ -398,7 +398,7 @@ impl App {
         self.dispatch();
     }
 
-    /// Opens the queue's table in [`RunLimits::queue_file`] (the store's
+    /// Opens the queue's table in `RunLimits::queue_file` (the store's
     /// file), reads back today's spend and the runs queued before a
     /// restart, in order, and starts what may start. A queued run whose run
     /// is already in the store (it started just before the restart) is

@@ -19,7 +19,7 @@ pub(super) fn period(retention: Duration) -> Duration {
 }
 
 impl App {
-    /// Sweeps at once, then every [`period`], until `stop` resolves; nothing
+    /// Sweeps at once, then every period (half the retention, from 1 s to 1 min), until `stop` resolves; nothing
     /// without `retention` in the config.
     pub async fn keep_retention(self, stop: impl std::future::Future<Output = ()>) {
         let Some(retention) = self.config.retention else {

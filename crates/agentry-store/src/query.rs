@@ -11,7 +11,7 @@ use serde_json::Value;
 /// see `agentry_serve::RunMeta`): the keys [`RunQuery`] filters on.
 pub const SERVE_META_KEY: &str = "serve";
 
-/// Which runs [`Store::list`] returns: root runs only (a child is listed with
+/// Which runs [`Store::list`](crate::Store::list) returns: root runs only (a child is listed with
 /// its tree's root, never on its own), newest first (`created_at_ms`, then
 /// `run_id`, both descending), at most `limit`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -57,7 +57,7 @@ pub struct RunKey {
     pub run_id: String,
 }
 
-/// One run of a [`Store::list`] page.
+/// One run of a [`Store::list`](crate::Store::list) page.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ListedRun {
     /// Its summary.
@@ -95,7 +95,7 @@ fn serve_field(policy: &str, field: &str) -> Option<String> {
 
 impl RunQuery {
     /// Whether `run` (a root run) is one this query lists, but for `after`
-    /// and `limit`: the filter of the default [`Store::list`].
+    /// and `limit`: the filter of the default [`Store::list`](crate::Store::list).
     pub(crate) fn admits(&self, summary: &RunSummary, policy: &str) -> bool {
         let tenant = match &self.tenant {
             TenantFilter::Any => true,
