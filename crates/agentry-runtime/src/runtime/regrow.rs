@@ -157,7 +157,13 @@ impl Runtime {
                 continue;
             }
             let policy = RunChildren::policy_of_spec(self, &id, &spec)?;
-            let resumed = Box::pin(self.resume_tree(child, Some(&launched.handle), policy)).await;
+            let resumed = Box::pin(self.resume_tree(
+                child,
+                Some(&launched.handle),
+                policy,
+                super::resume::ResumeOptions::default(),
+            ))
+            .await;
             let handle = match resumed {
                 Ok(handle) => handle,
                 Err(e) => {
