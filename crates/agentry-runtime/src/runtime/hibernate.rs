@@ -144,41 +144,6 @@ impl Rouse for Waker {
     }
 }
 
-/// Puts a resumed run straight into hibernation (`ResumeOptions::dormant`):
-/// its slot gets what its conductor would hand it on hibernating, its
-/// deadline goes to the alarms, and no actor is spawned. `handle`'s run may
-/// hibernate ([`Runtime::allow_hibernation`] was called).
-pub(super) async fn rest(handle: &RunHandle, args: Box<ConductorArgs>) {
-    let ConductorArgs {
-        config,
-        lineage,
-        restore,
-        outcome,
-        claim,
-        trace,
-        ..
-    } = *args;
-    let clock = crate::clock::RunClock::start(
-        restore.as_ref().map(|r| r.elapsed),
-        config.limits.deadline_ms,
-        lineage.deadline_at,
-    );
-    if let Some(trace) = trace
-        && let Err(e) = trace.finish().await
-    {
-        tracing::error!(run_id = %handle.run_id, error = %e, "trace could not be written completely");
-    }
-    if let Some(c) = &claim {
-        c.set_dormant(true);
-    }
-    tracing::debug!(run_id = %handle.run_id, "run resumed hibernated");
-    handle.live.rest(Box::new(Dormant {
-        outcome,
-        claim,
-        deadline: clock.deadline_at,
-    }));
-}
-
 /// The hibernated run as stored. Under strict durability everything it
 /// applied was on disk before it was acknowledged, so before it hibernated:
 /// read at once; otherwise whatever it queued lands first.

@@ -378,7 +378,7 @@ impl Runtime {
             self.allow_hibernation(&handle, hibernate_after);
         }
         if dormant {
-            super::hibernate::rest(&handle, args).await;
+            crate::conductor::rest(args).await;
         } else {
             spawn_conductor(&handle.run_id, args).await?;
         }

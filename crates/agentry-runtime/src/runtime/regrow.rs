@@ -161,7 +161,8 @@ impl Runtime {
                 child,
                 Some(&launched.handle),
                 policy,
-                super::resume::ResumeOptions::default(),
+                // A child resumes as it stored itself.
+                Default::default(),
             ))
             .await;
             let handle = match resumed {

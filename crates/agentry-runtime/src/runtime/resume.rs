@@ -171,6 +171,7 @@ impl Runtime {
         policy: Box<dyn Policy>,
         options: ResumeOptions,
     ) -> Result<RunHandle, RuntimeError> {
+        // Size: one resume's steps in order (read, check, claim, fence, launch, adopt); split, the halves would pass the stored run's parts between them.
         let delegated = tree.delegated();
         let books = tree.books()?;
         let StoredTree { run, children } = tree;
@@ -181,20 +182,14 @@ impl Runtime {
         }
         let mut config = config_of(&run.record)?;
         config.run_id = Some(run_id.to_string());
-        if let Some(after) = options.hibernate_after {
-            config.hibernate_after = after;
-        }
+        config.hibernate_after = options.hibernate_after.unwrap_or(config.hibernate_after);
         if !config.workdir.is_dir() {
             return Err(RuntimeError::NotResumable {
                 run_id: run_id.to_string(),
                 message: format!("its working directory {} is gone", config.workdir.display()),
             });
         }
-        let dormant = options.dormant
-            && parent.is_none()
-            && children.is_empty()
-            && run.inbox.is_empty()
-            && asleep_at_rest(run.checkpoint.as_ref(), &run.ledger);
+        let dormant = options.dormant && parent.is_none() && children.is_empty() && at_rest(&run);
         let mut state = restored_state(run_id, run.checkpoint, run.session, &config)?;
         state.recount_children(delegated);
         let elapsed = Duration::from_millis(
@@ -283,12 +278,13 @@ impl ResumeOptions {
     }
 }
 
-/// Whether a stored run sleeps with nothing open: no call between intent
-/// and outcome, none parked on a human.
-fn asleep_at_rest(checkpoint: Option<&Checkpoint>, ledger: &[agentry_store::LedgerEntry]) -> bool {
+/// Whether a stored run sleeps with nothing open: no input waiting, no call
+/// between intent and outcome, none parked on a human.
+fn at_rest(run: &agentry_store::StoredRun) -> bool {
     use agentry_store::LedgerState;
-    checkpoint.is_some_and(|cp| cp.snapshot.status == RunStatus::Sleeping)
-        && ledger.iter().all(|row| match row.state {
+    run.inbox.is_empty()
+        && (run.checkpoint.as_ref()).is_some_and(|cp| cp.snapshot.status == RunStatus::Sleeping)
+        && run.ledger.iter().all(|row| match row.state {
             LedgerState::Outcome | LedgerState::Denied => true,
             LedgerState::AwaitingApproval
             | LedgerState::Approved
