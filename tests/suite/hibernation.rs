@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agentry::protocol::event::RunEvent;
-use agentry::protocol::state::SessionEntry;
+use agentry::protocol::state::{RunStatus, SessionEntry};
+use agentry::runtime::ResumeOptions;
 use agentry::store::Store;
 use agentry::{
     Decision, Driver, Durability, Grants, RunConfig, RunHandle, Runtime, RuntimeError, SqliteStore,
@@ -399,5 +400,149 @@ async fn without_a_store_a_run_never_hibernates() -> Result<(), TestError> {
     assert!(!handle.hibernated());
     assert!(handle.actors().is_some());
     handle.abort();
+    Ok(())
+}
+
+/// Runs `config` on a runtime that never hibernates it, sends it `messages`
+/// and waits until its store shows them applied and the run asleep; then the
+/// process goes as in a crash. Returns the run's id.
+async fn asleep_then_crash(
+    db: &std::path::Path,
+    mut config: RunConfig,
+    messages: &[&str],
+) -> Result<String, TestError> {
+    config.hibernate_after = None;
+    let first = hibernating(db)?;
+    let h = first.start(config, replier()).await?;
+    for m in messages {
+        h.send_message(*m)?;
+    }
+    let id = h.run_id().to_string();
+    let stored = store(db)?;
+    let want: Vec<String> = messages.iter().map(|m| m.to_string()).collect();
+    until(
+        "the messages applied and the run asleep in the store",
+        || {
+            stored_messages(&*stored, &id).is_ok_and(|m| m == want)
+                && stored.load(&id).ok().flatten().is_some_and(|r| {
+                    r.checkpoint
+                        .is_some_and(|c| c.snapshot.status == RunStatus::Sleeping)
+                })
+        },
+    )
+    .await?;
+    assert!(h.actors().is_some(), "the first process held it awake");
+    first.abandon().await;
+    Ok(id)
+}
+
+fn dormant() -> ResumeOptions {
+    ResumeOptions::default()
+        .hibernate_after(Some(NAP))
+        .dormant(true)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sleeping_run_resumed_dormant_has_no_actors_and_a_message_wakes_it_once()
+-> Result<(), TestError> {
+    let task = TestTask::new("answer messages", &[])?;
+    let db = task.root().join("runs.db");
+    let id = asleep_then_crash(&db, event_driven(&task), &["before"]).await?;
+
+    let second = hibernating(&db)?;
+    let h = second
+        .resume_with(&id, Box::new(replier()), dormant())
+        .await?;
+    assert!(h.hibernated(), "a sleeping run resumed awake");
+    assert!(h.actors().is_none(), "a dormant resume built actors");
+    assert_eq!(h.budget().await, None);
+    let asleep = h.snapshot().await.ok_or("no stored snapshot")?;
+    assert_eq!(asleep.inputs, 1);
+
+    h.send_message("after")?;
+    until("woken for the message", || {
+        h.actors().is_some() || h.outcome().is_some()
+    })
+    .await?;
+    // Applied once, then asleep again: the resume's `hibernate_after` holds.
+    let stored = store(&db)?;
+    until("answered and hibernated again", || {
+        h.hibernated() && stored_messages(&*stored, &id).is_ok_and(|m| m.len() == 2)
+    })
+    .await?;
+    assert_eq!(stored_messages(&*stored, &id)?, ["before", "after"]);
+
+    h.send_message("stop")?;
+    let outcome = tokio::time::timeout(WAIT, h.wait()).await??;
+    assert_eq!(outcome.stop_reason, StopReason::Done, "{}", outcome.detail);
+    assert_eq!(stored_messages(&*stored, &id)?, ["before", "after", "stop"]);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sleeping_run_resumed_dormant_still_stops_at_its_deadline() -> Result<(), TestError> {
+    let task = TestTask::new("answer messages", &[])?.deadline_ms(800);
+    let db = task.root().join("runs.db");
+    let id = asleep_then_crash(&db, event_driven(&task), &["before"]).await?;
+
+    let second = hibernating(&db)?;
+    let h = second
+        .resume_with(&id, Box::new(replier()), dormant())
+        .await?;
+    assert!(h.hibernated(), "a sleeping run resumed awake");
+    // Nothing is sent: its deadline's alarm alone wakes it, and it stops.
+    let outcome = tokio::time::timeout(WAIT, h.wait()).await??;
+    assert_eq!(
+        outcome.stop_reason,
+        StopReason::Deadline,
+        "{}",
+        outcome.detail
+    );
+    assert!(
+        outcome.budget.elapsed_ms >= 800,
+        "stopped before its deadline: {:?}",
+        outcome.budget
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_parked_on_a_human_resumes_awake_even_when_dormant_is_asked() -> Result<(), TestError>
+{
+    let task = TestTask::new("write when asked", &[])?.grant(&["fs.read", "fs.write"]);
+    let db = task.root().join("runs.db");
+    let mut config = event_driven(&task);
+    config.hibernate_after = None;
+    config.approval.require = Grants::new(["fs.write"]);
+    let first = hibernating(&db)?;
+    let h = first.start(config, replier()).await?;
+    h.send_message("write")?;
+    let parked = async {
+        while h.pending_approvals().await.is_empty() {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    };
+    tokio::time::timeout(WAIT, parked).await?;
+    let id = h.run_id().to_string();
+    first.abandon().await;
+
+    let second = hibernating(&db)?;
+    let h = second
+        .resume_with(&id, Box::new(replier()), dormant())
+        .await?;
+    assert!(!h.hibernated(), "a run parked on a human resumed dormant");
+    let pending = async {
+        loop {
+            if let Some(p) = h.pending_approvals().await.first() {
+                return p.call.id.clone();
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    };
+    let call = tokio::time::timeout(WAIT, pending).await?;
+    h.approve(&call).await?;
+    h.send_message("stop")?;
+    let outcome = tokio::time::timeout(WAIT, h.wait()).await??;
+    assert_eq!(outcome.stop_reason, StopReason::Done, "{}", outcome.detail);
     Ok(())
 }

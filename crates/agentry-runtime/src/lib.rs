@@ -69,4 +69,6 @@ pub use error::{ChildRefusal, RuntimeError};
 pub use grants::Grants;
 pub use policy::{Policy, PolicyContext};
 pub use registry::{LiveRegistry, ToolRegistry, WeakLiveRegistry};
-pub use runtime::{InboxUsage, Interrupted, RunHandle, RunTree, Runtime, WakePolicy};
+pub use runtime::{
+    InboxUsage, Interrupted, ResumeOptions, RunHandle, RunTree, Runtime, WakePolicy,
+};

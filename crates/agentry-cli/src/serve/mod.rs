@@ -156,8 +156,8 @@ pub(crate) async fn serve(
 /// retention sweep, running until the process ends.
 async fn bring_back(
     app: &App,
-    file: &ServeFile,
-    gates: &models::Gates,
+    file: &Arc<ServeFile>,
+    gates: &Arc<models::Gates>,
     store: &std::path::Path,
     webhooks: Option<Arc<Webhooks>>,
 ) -> Result<(), ServeCliError> {

@@ -2,12 +2,18 @@
 //! resumes a run (its task's runtime and MCP servers rebuilt, the processes
 //! an earlier attempt left fenced, its policy rebuilt: a named model from
 //! serve.toml by name, else the policy it stored); inline tasks' runs are
-//! `agentry_serve::App::resume_unfinished`'s.
+//! `agentry_serve::App::resume_unfinished`'s. A resumed run hibernates after
+//! serve.toml's `hibernate_after` as a new one does, and one stored asleep
+//! with nothing open comes back hibernated: a restart brings into memory
+//! only what was running.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
+use agentry::runtime::ResumeOptions;
 use agentry::{RunConfig, TaskSpec};
 use agentry_serve::{App, Launched, RunMeta, ServeFile};
+use futures::future::BoxFuture;
 
 use super::models::Gates;
 use crate::args::{DurabilityArg, ResumeArgs};
@@ -20,8 +26,8 @@ use crate::store::open_sqlite;
 /// cannot resume is reported and left in the store. Returns how many resumed.
 pub(crate) async fn resume_agents(
     app: &App,
-    file: &ServeFile,
-    gates: &Gates,
+    file: &Arc<ServeFile>,
+    gates: &Arc<Gates>,
     store: &Path,
 ) -> usize {
     let runs = match app.runtime().unfinished_runs().await {
@@ -47,11 +53,11 @@ pub(crate) async fn resume_agents(
                 resumed += 1;
             }
             Err(e) => {
-                let why = match e {
-                    RunError::BadInput(e) | RunError::Lost(e) => e.to_string(),
-                    RunError::Model(e) => e.to_string(),
-                };
-                eprintln!("agentry: serve: run {} not resumed: {why}", run.run_id);
+                eprintln!(
+                    "agentry: serve: run {} not resumed: {}",
+                    run.run_id,
+                    why(&e)
+                );
             }
         }
     }
@@ -59,8 +65,8 @@ pub(crate) async fn resume_agents(
 }
 
 async fn resume_one(
-    file: &ServeFile,
-    gates: &Gates,
+    file: &Arc<ServeFile>,
+    gates: &Arc<Gates>,
     store: &Path,
     run_id: &str,
     config: &RunConfig,
@@ -72,26 +78,23 @@ async fn resume_one(
             open_sqlite(store).map_err(RunError::BadInput)?,
             agentry::Durability::Strict,
         )
-        .map_err(RunError::BadInput)?;
-    let LoadedPolicy { policy, children } = match &meta.model {
-        Some(name) if file.models.contains_key(name) => {
-            let dir = crate::policy::stored_task_dir(config).ok_or_else(|| {
-                RunError::BadInput(agentry::RuntimeError::NotResumable {
-                    run_id: run_id.to_string(),
-                    message: "its task directory is gone".into(),
-                })
-            })?;
-            let task = TaskSpec::load(&dir)?;
-            super::models::named_policy(file, gates, name, &task).await?
-        }
-        Some(_) | None => policy_for(&resume_args(run_id, store), config).await?,
-    };
+        .map_err(RunError::BadInput)?
+        .with_async_wake_policy(wake_policy(
+            Arc::clone(file),
+            Arc::clone(gates),
+            store.to_path_buf(),
+        ));
+    let LoadedPolicy { policy, children } =
+        resumed_policy(file, gates, store, run_id, config, meta).await?;
     let runtime = match children {
         Some(factory) => runtime.with_child_policy(factory),
         None => runtime,
     };
+    let options = ResumeOptions::default()
+        .hibernate_after(file.serve.hibernate_after())
+        .dormant(true);
     let handle = runtime
-        .resume_boxed(run_id, policy)
+        .resume_with(run_id, policy, options)
         .await
         .map_err(RunError::BadInput)?;
     let ended = handle.clone();
@@ -103,6 +106,69 @@ async fn resume_one(
         handle,
         meta: meta.clone(),
     })
+}
+
+/// A resumed run's policy: its named model from serve.toml (with the
+/// model's one shared gate), else the policy it stored.
+async fn resumed_policy(
+    file: &ServeFile,
+    gates: &Gates,
+    store: &Path,
+    run_id: &str,
+    config: &RunConfig,
+    meta: &RunMeta,
+) -> Result<LoadedPolicy, RunError> {
+    match &meta.model {
+        Some(name) if file.models.contains_key(name) => {
+            let dir = crate::policy::stored_task_dir(config).ok_or_else(|| {
+                RunError::BadInput(agentry::RuntimeError::NotResumable {
+                    run_id: run_id.to_string(),
+                    message: "its task directory is gone".into(),
+                })
+            })?;
+            let task = TaskSpec::load(&dir)?;
+            super::models::named_policy(file, gates, name, &task).await
+        }
+        Some(_) | None => policy_for(&resume_args(run_id, store), config).await,
+    }
+}
+
+/// Builds a resumed run's policy again each time it wakes, as its resume
+/// built it.
+fn wake_policy(
+    file: Arc<ServeFile>,
+    gates: Arc<Gates>,
+    store: PathBuf,
+) -> impl Fn(&RunConfig) -> BoxFuture<'static, Result<Box<dyn agentry::Policy>, agentry::RuntimeError>>
++ Send
++ Sync
++ 'static {
+    move |config: &RunConfig| {
+        let (file, gates, store, config) = (
+            Arc::clone(&file),
+            Arc::clone(&gates),
+            store.clone(),
+            config.clone(),
+        );
+        Box::pin(async move {
+            let run_id = config.run_id.clone().unwrap_or_default();
+            let meta = RunMeta::stored(&config);
+            resumed_policy(&file, &gates, &store, &run_id, &config, &meta)
+                .await
+                .map(|l| l.policy)
+                .map_err(|e| agentry::RuntimeError::NotResumable {
+                    message: format!("its policy could not be built again: {}", why(&e)),
+                    run_id,
+                })
+        })
+    }
+}
+
+fn why(e: &RunError) -> String {
+    match e {
+        RunError::BadInput(e) | RunError::Lost(e) => e.to_string(),
+        RunError::Model(e) => e.to_string(),
+    }
 }
 
 /// `agentry resume RUN_ID --store STORE`, with the stored policy.

@@ -106,3 +106,40 @@ impl ConductorState {
         self.stop_children(myself);
     }
 }
+
+/// Puts a resumed run straight into hibernation (`ResumeOptions::dormant`):
+/// its slot gets what its conductor would hand it on hibernating, its
+/// deadline goes to the alarms, and no actor is spawned. The run may
+/// hibernate (its slot knows how to wake it).
+pub(crate) async fn rest(args: Box<super::ConductorArgs>) {
+    let super::ConductorArgs {
+        run_id,
+        config,
+        lineage,
+        restore,
+        outcome,
+        claim,
+        trace,
+        live,
+        ..
+    } = *args;
+    let clock = crate::clock::RunClock::start(
+        restore.as_ref().map(|r| r.elapsed),
+        config.limits.deadline_ms,
+        lineage.deadline_at,
+    );
+    if let Some(trace) = trace
+        && let Err(e) = trace.finish().await
+    {
+        tracing::error!(run_id = %run_id, error = %e, "trace could not be written completely");
+    }
+    if let Some(c) = &claim {
+        c.set_dormant(true);
+    }
+    tracing::debug!(run_id = %run_id, "run resumed hibernated");
+    live.rest(Box::new(Dormant {
+        outcome,
+        claim,
+        deadline: clock.deadline_at,
+    }));
+}

@@ -37,6 +37,7 @@ mod step_result;
 mod ticker;
 
 pub use args::{ConductorArgs, Restore};
+pub(crate) use hibernate::rest;
 pub use lineage::{Lineage, ParentRun};
 pub use msg::{ConductorMsg, Posted};
 pub(crate) use outcome::{Dormant, LiveActors, Posting, Rouse};

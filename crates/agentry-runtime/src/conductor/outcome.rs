@@ -205,6 +205,17 @@ impl LiveActors {
         Ok(())
     }
 
+    /// Fills a run's slot, before any conductor, with `dormant`: a resumed
+    /// run brought back hibernated. Its deadline goes to the alarms as on
+    /// any hibernation.
+    pub(crate) fn rest(&self, dormant: Box<Dormant>) {
+        let deadline = dormant.deadline;
+        *self.lock() = Slot::Dormant(dormant);
+        if let Some(rouse) = self.0.rouse.get() {
+            rouse.hibernated(self, deadline);
+        }
+    }
+
     /// Posts `msg` to the run: cast to its conductor, or queued while it
     /// wakes (a hibernated run starts waking).
     pub(crate) fn post(&self, msg: ConductorMsg) -> Posting {

@@ -73,8 +73,10 @@ impl Runtime {
             && config.tick_every.is_none()
     }
 
-    /// Lets `handle`'s run hibernate: its slot learns how to wake it.
-    pub(super) fn allow_hibernation(&self, handle: &RunHandle) {
+    /// Lets `handle`'s run hibernate: its slot learns how to wake it. Each
+    /// activation hibernates after `after` (this activation's, which a
+    /// resume may have set over the stored one).
+    pub(super) fn allow_hibernation(&self, handle: &RunHandle, after: Option<Duration>) {
         let shell = RunHandle {
             // Not the run's own slot: the waker must not hold the slot that
             // holds it.
@@ -85,6 +87,7 @@ impl Runtime {
             shell,
             runtime: self.clone(),
             alarm: Mutex::new(None),
+            hibernate_after: after,
         }));
     }
 }
@@ -95,6 +98,8 @@ struct Waker {
     runtime: Runtime,
     /// Its deadline's place in the runtime's alarms while it hibernates.
     alarm: Mutex<Option<AlarmKey>>,
+    /// Set on every woken activation's configuration.
+    hibernate_after: Option<Duration>,
 }
 
 impl Rouse for Waker {
@@ -114,9 +119,10 @@ impl Rouse for Waker {
         };
         let runtime = self.runtime.clone();
         let shell = self.shell.clone();
+        let after = self.hibernate_after;
         tokio.spawn(async move {
             let run_id = Arc::clone(&shell.run_id);
-            if let Err(e) = wake(&runtime, shell, &live, dormant).await {
+            if let Err(e) = wake(&runtime, shell, &live, dormant, after).await {
                 tracing::error!(run_id = %run_id, error = %e, "a hibernated run could not wake; it stays unfinished in the store");
                 live.fail_wake();
             }
@@ -164,6 +170,7 @@ async fn wake(
     shell: RunHandle,
     live: &LiveActors,
     dormant: Box<Dormant>,
+    hibernate_after: Option<Duration>,
 ) -> Result<(), RuntimeError> {
     let Dormant { outcome, claim, .. } = *dormant;
     if let Some(c) = &claim {
@@ -173,6 +180,7 @@ async fn wake(
     let run = read_back(runtime, &run_id).await?;
     let mut config = config_of(&run.record)?;
     config.run_id = Some(run_id.to_string());
+    config.hibernate_after = hibernate_after;
     let state = restored_state(&run_id, run.checkpoint, run.session, &config)?;
     let elapsed = Duration::from_millis(
         agentry_protocol::now_millis().saturating_sub(run.record.created_at_ms),

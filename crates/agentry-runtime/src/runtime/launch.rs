@@ -107,6 +107,8 @@ struct Stored {
     /// Inputs accepted but not applied before the restart: (position, input).
     inbox: Vec<InboxRecord>,
     claim: Option<Claim>,
+    /// Brought back hibernated (see `ResumeOptions::dormant`).
+    dormant: bool,
 }
 
 impl Stored {
@@ -120,6 +122,7 @@ impl Stored {
                     timers: r.timers,
                     inbox: r.inbox,
                     claim: Some(r.claim),
+                    dormant: r.dormant,
                 }
             }
             Durable::New | Durable::No => Stored {
@@ -127,6 +130,7 @@ impl Stored {
                 timers: Vec::new(),
                 inbox: Vec::new(),
                 claim: new_claim,
+                dormant: false,
             },
         }
     }
@@ -329,6 +333,8 @@ impl Runtime {
         let gauge = Arc::new(InboxGauge::new(config.inbox_capacity));
         let cut = StepCut::new(&run_token);
         let hibernates = self.hibernates(&config, lineage.parent.is_none(), log.is_some());
+        let dormant = hibernates && stored.dormant;
+        let hibernate_after = config.hibernate_after;
         // Boxed: ractor's spawn moves its arguments at every level (~2.5 KB).
         let args = Box::new(ConductorArgs {
             run_id: Arc::clone(&run_id),
@@ -369,9 +375,13 @@ impl Runtime {
         };
         if hibernates {
             // Before the conductor arms itself: it plans its hibernation then.
-            self.allow_hibernation(&handle);
+            self.allow_hibernation(&handle, hibernate_after);
         }
-        spawn_conductor(&handle.run_id, args).await?;
+        if dormant {
+            crate::conductor::rest(args).await;
+        } else {
+            spawn_conductor(&handle.run_id, args).await?;
+        }
         children.set_parent(handle.clone());
         deliver_stored(&handle, stored.inbox, stored.timers);
         Ok(Launched {

@@ -36,6 +36,7 @@ use crate::policy::Policy;
 use crate::registry::{LiveRegistry, ToolRegistry};
 
 pub use handle::{InboxUsage, Interrupted, RunHandle};
+pub use resume::ResumeOptions;
 pub use tree::RunTree;
 
 /// Builds a woken run's policy from its stored configuration (its

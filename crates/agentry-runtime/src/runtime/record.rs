@@ -25,6 +25,9 @@ pub(crate) struct Resumed {
     pub(crate) adopting: bool,
     /// The run's fence mark, read from its record ([`mark_of`]).
     pub(crate) mark: Arc<str>,
+    /// Brought back hibernated (`ResumeOptions::dormant`, and it was
+    /// asleep at rest).
+    pub(crate) dormant: bool,
 }
 
 /// Where a run's record keeps its fence mark: a key of the stored

@@ -157,7 +157,14 @@ impl Runtime {
                 continue;
             }
             let policy = RunChildren::policy_of_spec(self, &id, &spec)?;
-            let resumed = Box::pin(self.resume_tree(child, Some(&launched.handle), policy)).await;
+            let resumed = Box::pin(self.resume_tree(
+                child,
+                Some(&launched.handle),
+                policy,
+                // A child resumes as it stored itself.
+                Default::default(),
+            ))
+            .await;
             let handle = match resumed {
                 Ok(handle) => handle,
                 Err(e) => {

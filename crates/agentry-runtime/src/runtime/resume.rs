@@ -138,6 +138,18 @@ impl Runtime {
         run_id: &str,
         policy: Box<dyn Policy>,
     ) -> Result<RunHandle, RuntimeError> {
+        self.resume_with(run_id, policy, ResumeOptions::default())
+            .await
+    }
+
+    /// [`Runtime::resume_boxed`], changed by `options`: a service restarted
+    /// with its own `hibernate_after`, bringing sleeping runs back dormant.
+    pub async fn resume_with(
+        &self,
+        run_id: &str,
+        policy: Box<dyn Policy>,
+        options: ResumeOptions,
+    ) -> Result<RunHandle, RuntimeError> {
         let run = self.load(run_id).await?;
         if let Some(parent) = &run.record.parent_id {
             return Err(RuntimeError::NotResumable {
@@ -147,7 +159,7 @@ impl Runtime {
         }
         let store = self.writer()?.store();
         let tree = StoredTree::of(store.as_ref(), &store.runs()?, run)?;
-        self.resume_tree(tree, None, policy).await
+        self.resume_tree(tree, None, policy, options).await
     }
 
     /// Resumes a stored run under `parent` (a child) or as a root, then its
@@ -157,7 +169,9 @@ impl Runtime {
         tree: StoredTree,
         parent: Option<&RunHandle>,
         policy: Box<dyn Policy>,
+        options: ResumeOptions,
     ) -> Result<RunHandle, RuntimeError> {
+        // Size: one resume's steps in order (read, check, claim, fence, launch, adopt); split, the halves would pass the stored run's parts between them.
         let delegated = tree.delegated();
         let books = tree.books()?;
         let StoredTree { run, children } = tree;
@@ -168,12 +182,14 @@ impl Runtime {
         }
         let mut config = config_of(&run.record)?;
         config.run_id = Some(run_id.to_string());
+        config.hibernate_after = options.hibernate_after.unwrap_or(config.hibernate_after);
         if !config.workdir.is_dir() {
             return Err(RuntimeError::NotResumable {
                 run_id: run_id.to_string(),
                 message: format!("its working directory {} is gone", config.workdir.display()),
             });
         }
+        let dormant = options.dormant && parent.is_none() && children.is_empty() && at_rest(&run);
         let mut state = restored_state(run_id, run.checkpoint, run.session, &config)?;
         state.recount_children(delegated);
         let elapsed = Duration::from_millis(
@@ -219,6 +235,7 @@ impl Runtime {
                     claim,
                     adopting: !children.is_empty(),
                     mark,
+                    dormant,
                 })),
             })
             .await?;
@@ -229,6 +246,51 @@ impl Runtime {
         }
         Ok(launched.handle)
     }
+}
+
+/// How [`Runtime::resume_with`] brings a run back besides what it stored.
+#[derive(Debug, Clone, Default)]
+pub struct ResumeOptions {
+    /// Replaces the stored `hibernate_after` when set.
+    hibernate_after: Option<Option<std::time::Duration>>,
+    dormant: bool,
+}
+
+impl ResumeOptions {
+    /// The run hibernates after `after` asleep (`None`: never), whatever it
+    /// was started with: the resuming service's setting.
+    #[must_use]
+    pub fn hibernate_after(mut self, after: Option<std::time::Duration>) -> Self {
+        self.hibernate_after = Some(after);
+        self
+    }
+
+    /// A run stored asleep at rest (event-driven, sleeping, no call in
+    /// flight or parked on a human, no child, no input waiting) comes back
+    /// hibernated: its handle and its deadline's alarm, no actors, until its
+    /// first input, timer or deadline wakes it. Only where the run may
+    /// hibernate (a store, a wake policy, `hibernate_after`); any other run
+    /// resumes awake.
+    #[must_use]
+    pub fn dormant(mut self, dormant: bool) -> Self {
+        self.dormant = dormant;
+        self
+    }
+}
+
+/// Whether a stored run sleeps with nothing open: no input waiting, no call
+/// between intent and outcome, none parked on a human.
+fn at_rest(run: &agentry_store::StoredRun) -> bool {
+    use agentry_store::LedgerState;
+    run.inbox.is_empty()
+        && (run.checkpoint.as_ref()).is_some_and(|cp| cp.snapshot.status == RunStatus::Sleeping)
+        && run.ledger.iter().all(|row| match row.state {
+            LedgerState::Outcome | LedgerState::Denied => true,
+            LedgerState::AwaitingApproval
+            | LedgerState::Approved
+            | LedgerState::Intent
+            | LedgerState::AwaitingDecision => false,
+        })
 }
 
 /// How long a resume waits for a killed earlier attempt's processes to go.
