@@ -28,6 +28,16 @@ fn the_checked_in_document_is_the_one_the_code_generates() {
     );
     let doc: Value = serde_json::from_str(&generated).unwrap();
     assert_eq!(doc["openapi"], "3.1.0");
+    // Every schema a path or a schema names is in the document's components
+    // (utoipa registers a body's types, not a parameter's).
+    let schemas = doc["components"]["schemas"].as_object().unwrap();
+    for name in generated.split("\"#/components/schemas/").skip(1) {
+        let name = name.split('"').next().unwrap();
+        assert!(
+            schemas.contains_key(name),
+            "{name} is named but not defined"
+        );
+    }
 }
 
 /// The operation of `method path` in `doc`, its path template matched

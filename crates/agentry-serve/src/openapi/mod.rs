@@ -57,6 +57,7 @@ pub fn document_json() -> String {
         settle,
         metrics
     ),
+    components(schemas(ListStatus)),
     modifiers(&BearerAuth),
     security(("bearer" = []))
 )]
