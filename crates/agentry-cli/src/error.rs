@@ -16,6 +16,16 @@ pub(crate) enum RunError {
     Lost(RuntimeError),
 }
 
+/// What went wrong, in the words of the error it carries.
+impl std::fmt::Display for RunError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RunError::BadInput(e) | RunError::Lost(e) => e.fmt(f),
+            RunError::Model(e) => e.fmt(f),
+        }
+    }
+}
+
 /// A task directory that does not load is bad input, in the runtime's words.
 impl From<TaskError> for RunError {
     fn from(e: TaskError) -> Self {

@@ -151,18 +151,8 @@ fn wake_policy(
             };
             loaded
                 .map(|l| l.policy)
-                .map_err(|e| agentry::RuntimeError::NotResumable {
-                    run_id,
-                    message: format!("its policy could not be built again: {}", why(&e)),
-                })
+                .map_err(|e| super::resume::not_rebuilt(run_id, &e))
         })
-    }
-}
-
-fn why(e: &RunError) -> String {
-    match e {
-        RunError::BadInput(e) | RunError::Lost(e) => e.to_string(),
-        RunError::Model(e) => e.to_string(),
     }
 }
 
@@ -170,7 +160,7 @@ fn why(e: &RunError) -> String {
 fn not_started(e: &RunError) -> ApiError {
     ApiError::new(
         StatusCode::INTERNAL_SERVER_ERROR,
-        format!("the agent's run could not start: {}", why(e)),
+        format!("the agent's run could not start: {e}"),
     )
 }
 

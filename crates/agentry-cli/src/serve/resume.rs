@@ -53,11 +53,7 @@ pub(crate) async fn resume_agents(
                 resumed += 1;
             }
             Err(e) => {
-                eprintln!(
-                    "agentry: serve: run {} not resumed: {}",
-                    run.run_id,
-                    why(&e)
-                );
+                eprintln!("agentry: serve: run {} not resumed: {e}", run.run_id);
             }
         }
     }
@@ -156,18 +152,16 @@ fn wake_policy(
             resumed_policy(&file, &gates, &store, &run_id, &config, &meta)
                 .await
                 .map(|l| l.policy)
-                .map_err(|e| agentry::RuntimeError::NotResumable {
-                    message: format!("its policy could not be built again: {}", why(&e)),
-                    run_id,
-                })
+                .map_err(|e| not_rebuilt(run_id, &e))
         })
     }
 }
 
-fn why(e: &RunError) -> String {
-    match e {
-        RunError::BadInput(e) | RunError::Lost(e) => e.to_string(),
-        RunError::Model(e) => e.to_string(),
+/// A woken run whose policy could not be built again: it cannot go on.
+pub(super) fn not_rebuilt(run_id: String, e: &RunError) -> agentry::RuntimeError {
+    agentry::RuntimeError::NotResumable {
+        run_id,
+        message: format!("its policy could not be built again: {e}"),
     }
 }
 
