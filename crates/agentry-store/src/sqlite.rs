@@ -42,9 +42,14 @@ pub struct SqliteOptions {
 /// The embedded [`Store`]: one SQLite file (plus its `-wal` and `-shm`
 /// companions), no server. See the crate docs for the guarantees.
 pub struct SqliteStore {
-    /// One connection for writes and reads: the runtime commits from a single
-    /// writer thread, and loads are rare (recovery, listings).
+    /// The connection that writes: the runtime commits from a single writer
+    /// thread.
     conn: Mutex<Connection>,
+    /// A read-only connection for loads and listings: in WAL mode it reads
+    /// the last committed state while the writer waits on its fsync, so a
+    /// hibernated run's wake does not queue behind the commit of the very
+    /// message that woke it.
+    reader: Mutex<Connection>,
     /// The path as the user gave it, for messages.
     path: String,
 }
@@ -111,8 +116,10 @@ impl SqliteStore {
             Connection::open_with_flags(path, flags).map_err(|e| error::open_error(&shown, e))?;
         configure(&conn, &options, &shown)?;
         schema::migrate(&mut conn, schema::MIGRATIONS, &shown)?;
+        let reader = open_reader(path, &shown)?;
         Ok(SqliteStore {
             conn: Mutex::new(conn),
+            reader: Mutex::new(reader),
             path: shown,
         })
     }
@@ -123,6 +130,22 @@ impl SqliteStore {
         // connection is still sound.
         self.conn.lock().unwrap_or_else(PoisonError::into_inner)
     }
+
+    fn reader(&self) -> MutexGuard<'_, Connection> {
+        // Reads only: nothing a panic could leave half done.
+        self.reader.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// The store's read-only connection, opened once the writer has switched the
+/// file to WAL and migrated it.
+fn open_reader(path: &Path, shown: &str) -> Result<Connection, StoreError> {
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = Connection::open_with_flags(path, flags).map_err(|e| error::open_error(shown, e))?;
+    conn.busy_timeout(BUSY_TIMEOUT)
+        .map_err(|e| sql_error(shown, e))?;
+    conn.set_prepared_statement_cache_capacity(32);
+    Ok(conn)
 }
 
 /// Creates the store file empty, readable by its owner only (0600), before
@@ -303,14 +326,14 @@ impl Store for SqliteStore {
     }
 
     fn load(&self, run_id: &str) -> Result<Option<StoredRun>, StoreError> {
-        let mut conn = self.conn();
+        let mut conn = self.reader();
         // One read transaction: the parts come from the same committed state.
         let tx = conn.transaction().map_err(|e| sql_error(&self.path, e))?;
         read::load(&tx, &self.path, run_id)
     }
 
     fn runs(&self) -> Result<Vec<RunSummary>, StoreError> {
-        read::runs(&self.conn(), &self.path)
+        read::runs(&self.reader(), &self.path)
     }
 
     fn location(&self) -> String {
@@ -318,11 +341,11 @@ impl Store for SqliteStore {
     }
 
     fn list(&self, query: &RunQuery) -> Result<Vec<ListedRun>, StoreError> {
-        service::list(&self.conn(), &self.path, query)
+        service::list(&self.reader(), &self.path, query)
     }
 
     fn stopped_before(&self, before_ms: u64, limit: usize) -> Result<Vec<RunSummary>, StoreError> {
-        service::stopped_before(&self.conn(), &self.path, before_ms, limit)
+        service::stopped_before(&self.reader(), &self.path, before_ms, limit)
     }
 
     fn delete_run(&self, run_id: &str) -> Result<Vec<RunRecord>, StoreError> {
