@@ -37,8 +37,10 @@ const EVENT_BUFFER: usize = 1024;
 struct SinkInner {
     seq: u64,
     tx: Option<broadcast::Sender<EventRecord>>,
-    /// Events kept for the first subscriber (`events_from_start`), until it comes.
-    backlog: Option<Backlog>,
+    /// Events kept for the first subscriber (`events_from_start`), until it
+    /// comes. Boxed: most runs have one, or had one, and a hibernated run's
+    /// sink stays allocated.
+    backlog: Option<Box<Backlog>>,
 }
 
 /// A tool's progress report becomes a `tool_progress` event.
@@ -65,7 +67,7 @@ impl EventSink {
     /// A sink for run `run_id`; with `from_start`, events are kept for the first
     /// subscriber.
     pub(crate) fn new(run_id: Arc<str>, from_start: bool, redaction: Arc<RunRedaction>) -> Self {
-        let backlog = from_start.then(Backlog::default);
+        let backlog = from_start.then(Box::default);
         EventSink {
             run_id,
             inner: Arc::new(Mutex::new(SinkInner {
@@ -115,6 +117,7 @@ impl EventSink {
         for record in inner
             .backlog
             .take()
+            .map(|kept| *kept)
             .unwrap_or_default()
             .into_records(&self.run_id)
         {

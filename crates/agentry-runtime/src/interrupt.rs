@@ -26,14 +26,23 @@ use tokio_util::sync::CancellationToken;
 #[derive(Debug, Clone)]
 pub(crate) struct StepCut {
     run: CancellationToken,
-    inner: Arc<Mutex<Armed>>,
-    /// How many interrupt inputs the conductor has applied.
-    applied: Arc<watch::Sender<u64>>,
+    shared: Arc<CutShared>,
+}
+
+/// One allocation per run: a hibernated run keeps it.
+#[derive(Debug)]
+struct CutShared {
+    armed: Mutex<Armed>,
+    /// How many interrupt inputs the conductor has applied, published once
+    /// someone watches (most runs are never interrupted).
+    applied: std::sync::OnceLock<watch::Sender<u64>>,
 }
 
 #[derive(Debug)]
 struct Armed {
-    token: CancellationToken,
+    /// The step's token; made when a step first asks for it (a hibernated
+    /// run holds none).
+    token: Option<CancellationToken>,
     /// Cuts made, and interrupt inputs the conductor applied.
     cuts: u64,
     applied: u64,
@@ -43,23 +52,31 @@ impl StepCut {
     pub(crate) fn new(run: &CancellationToken) -> Self {
         StepCut {
             run: run.clone(),
-            inner: Arc::new(Mutex::new(Armed {
-                token: run.child_token(),
-                cuts: 0,
-                applied: 0,
-            })),
-            applied: Arc::new(watch::channel(0).0),
+            shared: Arc::new(CutShared {
+                armed: Mutex::new(Armed {
+                    token: None,
+                    cuts: 0,
+                    applied: 0,
+                }),
+                applied: std::sync::OnceLock::new(),
+            }),
         }
     }
 
     fn lock(&self) -> MutexGuard<'_, Armed> {
         // Nothing panics while holding it; a poisoned lock still holds a token.
-        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+        self.shared
+            .armed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The token the next step runs under (cancelled with the run too).
     pub(crate) fn token(&self) -> CancellationToken {
-        self.lock().token.clone()
+        self.lock()
+            .token
+            .get_or_insert_with(|| self.run.child_token())
+            .clone()
     }
 
     /// Posts the interrupt's input with `post` and, if it was posted, cuts the
@@ -69,7 +86,10 @@ impl StepCut {
         let mut armed = self.lock();
         post()?;
         armed.cuts += 1;
-        armed.token.cancel();
+        armed
+            .token
+            .get_or_insert_with(|| self.run.child_token())
+            .cancel();
         Ok(armed.cuts)
     }
 
@@ -79,16 +99,39 @@ impl StepCut {
     pub(crate) fn applied(&self) {
         let mut armed = self.lock();
         armed.applied += 1;
-        if armed.applied >= armed.cuts && armed.token.is_cancelled() && !self.run.is_cancelled() {
-            armed.token = self.run.child_token();
+        if armed.applied >= armed.cuts
+            && armed
+                .token
+                .as_ref()
+                .is_some_and(CancellationToken::is_cancelled)
+            && !self.run.is_cancelled()
+        {
+            armed.token = Some(self.run.child_token());
         }
         // Inputs are applied in the order they were cut (one mailbox).
-        self.applied.send_replace(armed.applied);
+        if let Some(tx) = self.shared.applied.get() {
+            tx.send_replace(armed.applied);
+        }
+    }
+
+    /// The run hibernates: no step runs until it wakes, so it keeps no step
+    /// token (a cut one stays: its input is still to be applied).
+    pub(crate) fn shed(&self) {
+        let mut armed = self.lock();
+        if armed.token.as_ref().is_some_and(|t| !t.is_cancelled()) {
+            armed.token = None;
+        }
     }
 
     /// How many interrupt inputs the conductor has applied, as it changes.
     pub(crate) fn watch_applied(&self) -> watch::Receiver<u64> {
-        self.applied.subscribe()
+        // Made under the lock: no application falls between the first value
+        // and the first publication.
+        let armed = self.lock();
+        self.shared
+            .applied
+            .get_or_init(|| watch::channel(armed.applied).0)
+            .subscribe()
     }
 }
 

@@ -2,13 +2,12 @@
 
 use std::sync::Arc;
 
-use tokio::sync::watch;
 use tokio::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use super::lineage::Lineage;
 use super::msg::Posted;
-use super::outcome::{LiveActors, RunOutcome};
+use super::outcome::LiveActors;
 use crate::config::RunConfig;
 use crate::durable::RunLog;
 use crate::events::EventSink;
@@ -30,7 +29,7 @@ pub struct ConductorArgs {
     /// The run's token (a child of the runtime's).
     pub run_token: CancellationToken,
     /// Where the outcome is published.
-    pub outcome: watch::Sender<Option<Box<RunOutcome>>>,
+    pub outcome: super::outcome::OutcomeTx,
     /// Where events are published.
     pub events: EventSink,
     /// The trace writer, opened before the run starts so a bad path is an error
@@ -50,6 +49,8 @@ pub struct ConductorArgs {
     pub log: Option<RunLog>,
     /// The state to continue from, for a resumed run.
     pub restore: Option<Restore>,
+    /// The run's ledger rows, when already known (a new run's: none).
+    pub ledger: crate::executor::KnownLedger,
     /// Counts what is posted to the conductor from outside.
     pub posted: Posted,
     /// The run's inbox bound, shared with its handles.

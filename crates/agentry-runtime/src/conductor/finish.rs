@@ -155,9 +155,7 @@ impl ConductorState {
         }
         drop(self.wiring.claim.take());
         let published = &self.wiring.outcome;
-        self.wiring
-            .live
-            .release_with(|| drop(published.send_replace(Some(Box::new(outcome)))));
+        self.wiring.live.release_with(|| published.publish(outcome));
         self.stop_children(myself);
     }
 

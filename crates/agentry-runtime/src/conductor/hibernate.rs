@@ -5,7 +5,6 @@
 //! (`runtime/hibernate.rs`).
 
 use ractor::ActorRef;
-use tokio::sync::watch;
 
 use super::msg::ConductorMsg;
 use super::outcome::Dormant;
@@ -60,7 +59,7 @@ impl ConductorState {
         if let Some(c) = &claim {
             c.set_dormant(true);
         }
-        let (placeholder, _) = watch::channel(None);
+        let (placeholder, _) = super::outcome::outcome_channel();
         let dormant = Box::new(Dormant {
             outcome: std::mem::replace(&mut self.wiring.outcome, placeholder),
             claim,
@@ -102,6 +101,7 @@ impl ConductorState {
         ));
         self.children.executor_args.span = tracing::Span::none();
         self.wiring.events.shed();
+        self.wiring.cut.shed();
         tracing::debug!(run_id = %self.wiring.run_id, steps = self.steps, "run hibernated");
         self.stop_children(myself);
     }

@@ -29,8 +29,9 @@ pub struct ParentRun {
 /// Where a run sits in an agent tree.
 #[derive(Debug, Clone)]
 pub struct Lineage {
-    /// The parent run, for a child.
-    pub parent: Option<ParentRun>,
+    /// The parent run, for a child. Boxed: a root run (most of them, and
+    /// every hibernated one) keeps a pointer, not ~80 bytes.
+    pub parent: Option<Box<ParentRun>>,
     /// Depth in the tree (the root is 0).
     pub depth: u32,
     /// W3C trace id shared by the whole tree (32 hex digits).

@@ -40,7 +40,7 @@ pub use args::{ConductorArgs, Restore};
 pub(crate) use hibernate::rest;
 pub use lineage::{Lineage, ParentRun};
 pub use msg::{ConductorMsg, Posted};
-pub(crate) use outcome::{Dormant, LiveActors, Posting, Rouse};
+pub(crate) use outcome::{Dormant, LiveActors, OutcomeRx, Posting, Rouse, outcome_channel};
 pub use outcome::{RunActors, RunOutcome};
 pub(crate) use span::run_span;
 pub use state::ConductorState;

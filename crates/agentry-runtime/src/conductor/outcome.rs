@@ -1,9 +1,8 @@
 //! What an embedder gets back from a run: its outcome, and its actors' addresses.
 
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
-
-use tokio::sync::watch;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use agentry_protocol::accept::CheckOutcome;
 use agentry_protocol::budget::BudgetSnapshot;
@@ -51,6 +50,81 @@ pub struct RunOutcome {
     pub trace_error: Option<String>,
 }
 
+/// Where a run's outcome is published: set once by its conductor, read and
+/// awaited by every handle. One small allocation (a `watch` channel keeps
+/// eight wake lists, ~350 bytes, in every run, a hibernated one too).
+pub(crate) struct OutcomeTx(Arc<OutcomeShared>);
+
+/// A reader of a run's [`OutcomeTx`]; every clone reads the same outcome.
+#[derive(Clone)]
+pub(crate) struct OutcomeRx(Arc<OutcomeShared>);
+
+struct OutcomeShared {
+    value: OnceLock<Box<RunOutcome>>,
+    /// The sender went without publishing: the run is lost to this process.
+    closed: AtomicBool,
+    changed: tokio::sync::Notify,
+}
+
+impl std::fmt::Debug for OutcomeRx {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OutcomeRx")
+            .field("published", &self.get().is_some())
+            .finish()
+    }
+}
+
+/// A run's outcome cell: the conductor's end and the handles'.
+pub(crate) fn outcome_channel() -> (OutcomeTx, OutcomeRx) {
+    let shared = Arc::new(OutcomeShared {
+        value: OnceLock::new(),
+        closed: AtomicBool::new(false),
+        changed: tokio::sync::Notify::new(),
+    });
+    (OutcomeTx(Arc::clone(&shared)), OutcomeRx(shared))
+}
+
+impl OutcomeTx {
+    /// Publishes the outcome (once; a second is ignored) and wakes every waiter.
+    pub(crate) fn publish(&self, outcome: RunOutcome) {
+        let _ = self.0.value.set(Box::new(outcome));
+        self.0.changed.notify_waiters();
+    }
+}
+
+impl Drop for OutcomeTx {
+    fn drop(&mut self) {
+        if self.0.value.get().is_none() {
+            self.0.closed.store(true, Ordering::SeqCst);
+            self.0.changed.notify_waiters();
+        }
+    }
+}
+
+impl OutcomeRx {
+    /// The outcome, once published.
+    pub(crate) fn get(&self) -> Option<&RunOutcome> {
+        self.0.value.get().map(|b| &**b)
+    }
+
+    /// Waits for the outcome; `None` if the run was lost (its sender gone
+    /// without publishing).
+    pub(crate) async fn wait(&self) -> Option<&RunOutcome> {
+        loop {
+            let notified = self.0.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if let Some(outcome) = self.get() {
+                return Some(outcome);
+            }
+            if self.0.closed.load(Ordering::SeqCst) {
+                return None;
+            }
+            notified.await;
+        }
+    }
+}
+
 /// The run's four actors as the conductor spawned them, by message type.
 #[derive(Debug, Clone)]
 pub(crate) struct ActorRefs {
@@ -84,8 +158,9 @@ struct SlotShared {
     slot: Mutex<Slot>,
     /// Told when a wake ends (the slot live again, or the run gone).
     woke: tokio::sync::Notify,
-    /// How to wake the run: set when the run may hibernate.
-    rouse: std::sync::OnceLock<Arc<dyn Rouse>>,
+    /// How to wake the run: set when the run may hibernate, let go when it
+    /// stops (the waker holds a handle on this slot).
+    rouse: Mutex<Option<Arc<dyn Rouse>>>,
 }
 
 /// Where a run's actors are.
@@ -105,7 +180,7 @@ enum Slot {
 /// conductor held that outlives an activation.
 pub(crate) struct Dormant {
     /// Where the outcome is published (the handles hold its receivers).
-    pub(crate) outcome: watch::Sender<Option<Box<RunOutcome>>>,
+    pub(crate) outcome: OutcomeTx,
     /// This process's claim on the run (kept: nobody else may take it).
     pub(crate) claim: Option<crate::owner::Claim>,
     /// The run's deadline, if it has one (its alarm wakes the run).
@@ -164,12 +239,24 @@ impl LiveActors {
 
     /// Lets the run hibernate (see [`Rouse`]).
     pub(crate) fn allow_hibernation(&self, rouse: Arc<dyn Rouse>) {
-        let _ = self.0.rouse.set(rouse);
+        *self.rouser() = Some(rouse);
+    }
+
+    fn rouser(&self) -> std::sync::MutexGuard<'_, Option<Arc<dyn Rouse>>> {
+        self.0
+            .rouse
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The waker, if the run may hibernate (cloned out of its lock).
+    fn rouse(&self) -> Option<Arc<dyn Rouse>> {
+        self.rouser().clone()
     }
 
     /// Whether the run may hibernate.
     pub(crate) fn may_hibernate(&self) -> bool {
-        self.0.rouse.get().is_some()
+        self.rouser().is_some()
     }
 
     /// Whether the run is hibernated now.
@@ -186,7 +273,7 @@ impl LiveActors {
         handled: u64,
         dormant: Box<Dormant>,
     ) -> Result<(), Box<Dormant>> {
-        let Some(rouse) = self.0.rouse.get() else {
+        let Some(rouse) = self.rouse() else {
             return Err(dormant);
         };
         let deadline = dormant.deadline;
@@ -211,7 +298,7 @@ impl LiveActors {
     pub(crate) fn rest(&self, dormant: Box<Dormant>) {
         let deadline = dormant.deadline;
         *self.lock() = Slot::Dormant(dormant);
-        if let Some(rouse) = self.0.rouse.get() {
+        if let Some(rouse) = self.rouse() {
             rouse.hibernated(self, deadline);
         }
     }
@@ -258,7 +345,7 @@ impl LiveActors {
     }
 
     fn rouse_with(&self, dormant: Box<Dormant>) {
-        match self.0.rouse.get() {
+        match self.rouse() {
             Some(rouse) => rouse.rouse(self.clone(), dormant),
             None => self.fail_wake(),
         }
@@ -268,7 +355,9 @@ impl LiveActors {
     /// record stays unfinished, for a resume).
     pub(crate) fn fail_wake(&self) {
         *self.lock() = Slot::Gone;
+        let rouse = self.rouser().take();
         self.0.woke.notify_waiters();
+        drop(rouse);
     }
 
     /// The live addresses, waking a hibernated run and waiting for it;
@@ -296,7 +385,7 @@ impl LiveActors {
         if !self.is_dormant() {
             return None;
         }
-        self.0.rouse.get()?.stored_snapshot()
+        self.rouse()?.stored_snapshot()
     }
 
     /// A restarted executor's address replaces the dead one's.
@@ -316,7 +405,10 @@ impl LiveActors {
             publish();
             taken
         };
+        // A stopped run never wakes: its waker (which holds a handle) goes.
+        let rouse = self.rouser().take();
         self.0.woke.notify_waiters();
+        drop(rouse);
         // Dropped outside the lock: the last address frees the mailboxes.
         drop(taken);
     }

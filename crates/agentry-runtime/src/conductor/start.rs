@@ -220,6 +220,7 @@ fn executor_args(
         approval: config.approval.clone(),
         agents: Some(Arc::clone(&args.agents)),
         log: args.log.clone(),
+        known_ledger: args.ledger.clone(),
         traceparent: Arc::clone(traceparent),
         span: args.span.clone(),
         content: super::span::content_redactor(config, &args.span, args.events.redactor()),

@@ -7,11 +7,10 @@ use std::sync::Arc;
 use agentry_protocol::event::RunEvent;
 use agentry_protocol::state::SessionEntry;
 use ractor::ActorRef;
-use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::msg::Posted;
-use super::outcome::{ActorRefs, LiveActors, RunOutcome};
+use super::outcome::{ActorRefs, LiveActors};
 use super::phase::Phase;
 use super::ticker::Ticker;
 use crate::budget::{BudgetMsg, ToolCallAllowance};
@@ -66,7 +65,7 @@ pub(super) struct Wiring {
     /// published (and, declared first, dropped before it if the conductor dies),
     /// so whoever sees the run end here can resume it in this process.
     pub(super) claim: Option<crate::owner::Claim>,
-    pub(super) outcome: watch::Sender<Option<Box<RunOutcome>>>,
+    pub(super) outcome: super::outcome::OutcomeTx,
     pub(super) events: EventSink,
     pub(super) trace: Option<TraceWriter>,
     /// Parent run id, for the trace.

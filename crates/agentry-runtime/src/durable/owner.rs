@@ -19,7 +19,7 @@
 //!   [`HEARTBEAT_EVERY`] from their store's writer thread.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use agentry_store::{RunOwner, Write};
@@ -163,7 +163,7 @@ pub(crate) fn judge(
 /// A run this process is running now, under the claim's token.
 #[derive(Debug)]
 struct Held {
-    run_id: String,
+    run_id: Arc<str>,
     /// The store writer the claim was made through ([`StoreWriter::key`](crate::durable::StoreWriter)).
     writer: usize,
     /// Hibernated: no heartbeat (a million sleeping runs would write a
@@ -173,8 +173,8 @@ struct Held {
 }
 
 /// Runs this process is running now, by claim token.
-fn live() -> std::sync::MutexGuard<'static, HashMap<String, Held>> {
-    static LIVE: OnceLock<Mutex<HashMap<String, Held>>> = OnceLock::new();
+fn live() -> std::sync::MutexGuard<'static, HashMap<Arc<str>, Held>> {
+    static LIVE: OnceLock<Mutex<HashMap<Arc<str>, Held>>> = OnceLock::new();
     LIVE.get_or_init(Mutex::default)
         .lock()
         // Plain inserts and removes: a panic elsewhere leaves the map whole.
@@ -183,46 +183,59 @@ fn live() -> std::sync::MutexGuard<'static, HashMap<String, Held>> {
 
 /// This process's claim on one run: registered as live for as long as the
 /// value lives (the run's conductor holds it), so the same process can tell a
-/// run it is running from one it lost.
+/// run it is running from one it lost. Compact (a hibernated run keeps it):
+/// the token and the run id are shared with the live table and the run, and
+/// the owner record is built when it is written.
 #[derive(Debug)]
 pub(crate) struct Claim {
-    pub(crate) owner: RunOwner,
-    run_id: String,
+    token: Arc<str>,
+    run_id: Arc<str>,
+    since_ms: u64,
 }
 
 impl Claim {
     /// A fresh claim on `run_id`, live from now on. Registered before it is
     /// committed: a resumer in this process that sees the committed claim
     /// must find it live.
-    pub(crate) fn new(run_id: &str, writer: usize) -> Claim {
-        let me = this_process();
-        let now = agentry_protocol::now_millis();
-        let owner = RunOwner {
-            token: uuid::Uuid::now_v7().to_string(),
-            host: me.host.clone(),
-            machine: me.machine.clone(),
-            pid: me.pid,
-            pid_start: me.pid_start,
-            since_ms: now,
-            heartbeat_ms: now,
-        };
+    pub(crate) fn new(run_id: &Arc<str>, writer: usize) -> Claim {
+        let token: Arc<str> = Arc::from(uuid::Uuid::now_v7().to_string());
         live().insert(
-            owner.token.clone(),
+            Arc::clone(&token),
             Held {
-                run_id: run_id.to_string(),
+                run_id: Arc::clone(run_id),
                 writer,
                 dormant: false,
             },
         );
         Claim {
-            owner,
-            run_id: run_id.to_string(),
+            token,
+            run_id: Arc::clone(run_id),
+            since_ms: agentry_protocol::now_millis(),
+        }
+    }
+
+    /// The claim's token (the store's owner row names it).
+    pub(crate) fn token(&self) -> &Arc<str> {
+        &self.token
+    }
+
+    /// The owner record this claim writes: this process, since the claim.
+    pub(crate) fn owner(&self) -> RunOwner {
+        let me = this_process();
+        RunOwner {
+            token: self.token.to_string(),
+            host: me.host.clone(),
+            machine: me.machine.clone(),
+            pid: me.pid,
+            pid_start: me.pid_start,
+            since_ms: self.since_ms,
+            heartbeat_ms: self.since_ms,
         }
     }
 
     /// Marks the run hibernated (no heartbeat) or awake again.
     pub(crate) fn set_dormant(&self, dormant: bool) {
-        if let Some(held) = live().get_mut(&self.owner.token) {
+        if let Some(held) = live().get_mut(&self.token) {
             held.dormant = dormant;
         }
     }
@@ -230,8 +243,8 @@ impl Claim {
     /// The write that makes this claim the run's owner, replacing `replaces`.
     pub(crate) fn write(&self, replaces: Option<&RunOwner>) -> Write {
         Write::Claim {
-            run_id: self.run_id.clone(),
-            owner: self.owner.clone(),
+            run_id: self.run_id.to_string(),
+            owner: self.owner(),
             replaces: replaces.map(|o| o.token.clone()),
         }
     }
@@ -239,7 +252,7 @@ impl Claim {
 
 impl Drop for Claim {
     fn drop(&mut self) {
-        live().remove(&self.owner.token);
+        live().remove(&self.token);
     }
 }
 
@@ -250,8 +263,8 @@ pub(crate) fn heartbeats(writer: usize) -> Vec<Write> {
         .iter()
         .filter(|(_, held)| held.writer == writer && !held.dormant)
         .map(|(token, held)| Write::Heartbeat {
-            run_id: held.run_id.clone(),
-            token: token.clone(),
+            run_id: held.run_id.to_string(),
+            token: token.to_string(),
             at_ms: now,
         })
         .collect()
@@ -381,18 +394,18 @@ mod tests {
 
     #[test]
     fn a_claim_is_live_until_dropped() {
-        let claim = Claim::new("run-x", 1);
-        let token = claim.owner.token.clone();
+        let claim = Claim::new(&Arc::from("run-x"), 1);
+        let token = claim.token().to_string();
         assert!(heartbeats(2).is_empty());
         assert!(heartbeats(1).iter().any(
             |w| matches!(w, Write::Heartbeat { token: t, run_id, .. } if *t == token && run_id == "run-x")
         ));
-        assert!(check_takeover("run-x", &claim.owner).is_err());
-        let owner = claim.owner.clone();
+        assert!(check_takeover("run-x", &claim.owner()).is_err());
+        let owner = claim.owner();
         drop(claim);
         assert!(check_takeover("run-x", &owner).is_ok());
-        let claim = Claim::new("run-y", 3);
+        let claim = Claim::new(&Arc::from("run-y"), 3);
         forget(3);
-        assert!(check_takeover("run-y", &claim.owner).is_ok());
+        assert!(check_takeover("run-y", &claim.owner()).is_ok());
     }
 }

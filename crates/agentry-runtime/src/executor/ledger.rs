@@ -34,18 +34,25 @@ pub(super) struct Ledger {
 }
 
 impl Ledger {
-    /// Reads the run's ledger back from the store, after everything queued
-    /// before has landed.
+    /// The run's ledger: the rows its starter knew, else read back from the
+    /// store after everything queued before has landed.
     pub(super) async fn load(
         log: &RunLog,
+        known: &super::msg::KnownLedger,
         registry: &ToolRegistry,
     ) -> Result<Ledger, ActorProcessingErr> {
         let mut ledger = Ledger::default();
-        log.sync().await?;
-        let Some(run) = log.store().load(&log.run_id)? else {
-            return Ok(ledger);
+        let rows = match known.take() {
+            Some(rows) => rows,
+            None => {
+                log.sync().await?;
+                match log.store().load(&log.run_id)? {
+                    Some(run) => run.ledger,
+                    None => return Ok(ledger),
+                }
+            }
         };
-        for entry in run.ledger {
+        for entry in rows {
             let Ok(digest) = u128::from_str_radix(&entry.digest, 16) else {
                 continue;
             };

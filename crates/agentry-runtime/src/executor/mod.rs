@@ -47,7 +47,7 @@ use ractor::{Actor, ActorProcessingErr, ActorRef};
 
 use crate::accept;
 
-pub use self::msg::{AppliedInput, Executed, ExecutorArgs, ExecutorMsg};
+pub use self::msg::{AppliedInput, Executed, ExecutorArgs, ExecutorMsg, KnownLedger};
 pub use self::state::ExecutorState;
 
 /// The tool executor actor.

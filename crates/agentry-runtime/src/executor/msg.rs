@@ -81,6 +81,30 @@ pub enum ExecutorMsg {
     },
 }
 
+/// A durable run's ledger rows as whoever started the run already knows
+/// them (none for a new run; what a woken run's read found): the executor's
+/// first start takes them instead of waiting for the store's writer and
+/// reading the run again. Unknown (the default) for a resume, and taken by
+/// the first start, so a restarted executor reads the store: it may have
+/// written rows since.
+#[derive(Debug, Clone, Default)]
+pub struct KnownLedger(Arc<std::sync::Mutex<Option<Vec<agentry_store::LedgerEntry>>>>);
+
+impl KnownLedger {
+    /// Rows known to be the run's whole ledger.
+    pub fn new(rows: Vec<agentry_store::LedgerEntry>) -> KnownLedger {
+        KnownLedger(Arc::new(std::sync::Mutex::new(Some(rows))))
+    }
+
+    /// The rows, once; `None` when they are not known (read the store).
+    pub(super) fn take(&self) -> Option<Vec<agentry_store::LedgerEntry>> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+    }
+}
+
 /// Start-up arguments.
 #[derive(Clone)]
 pub struct ExecutorArgs {
@@ -120,6 +144,8 @@ pub struct ExecutorArgs {
     /// Where a durable run's call ledger is committed; the executor reads it back
     /// when it starts (a resumed run, or a restart after the executor died).
     pub log: Option<RunLog>,
+    /// The ledger's rows, when the run's starter knows them.
+    pub known_ledger: KnownLedger,
     /// The run's W3C traceparent, handed to tools (`ToolContext::traceparent`).
     pub traceparent: Arc<str>,
     /// The run's `invoke_agent` span: the parent of each `execute_tool` span.

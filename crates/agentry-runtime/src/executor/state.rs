@@ -28,7 +28,7 @@ impl ExecutorState {
     /// the store (a resumed run, or a restart after the executor died).
     pub(super) async fn start(args: ExecutorArgs) -> Result<ExecutorState, ActorProcessingErr> {
         let ledger = match &args.log {
-            Some(log) => Ledger::load(log, &args.registry.current()).await?,
+            Some(log) => Ledger::load(log, &args.known_ledger, &args.registry.current()).await?,
             None => Ledger::default(),
         };
         let cut = args.run_token.child_token();

@@ -24,8 +24,29 @@ use crate::registry::Grants;
 use crate::state::{AppliedAt, ApprovalDecision, HumanInputError, StateMsg};
 
 /// A handle on one run. Cloneable; every clone can wait for the outcome.
+/// One pointer: its clones (an embedder's, a hibernated run's waker's)
+/// share one [`RunParts`].
 #[derive(Debug, Clone)]
-pub struct RunHandle {
+pub struct RunHandle(Arc<RunParts>);
+
+impl std::ops::Deref for RunHandle {
+    type Target = RunParts;
+
+    fn deref(&self) -> &RunParts {
+        &self.0
+    }
+}
+
+impl RunHandle {
+    pub(super) fn from_parts(parts: RunParts) -> RunHandle {
+        RunHandle(Arc::new(parts))
+    }
+}
+
+/// What every clone of a [`RunHandle`] shares. Not nameable outside the
+/// crate: its fields are the runtime's.
+#[derive(Debug)]
+pub struct RunParts {
     pub(super) run_id: Arc<str>,
     /// The run's actors while it runs (none once it has stopped).
     pub(super) live: LiveActors,
@@ -35,7 +56,7 @@ pub struct RunHandle {
     /// Cut by [`RunHandle::interrupt`]: the step in progress, not the run.
     pub(super) cut: StepCut,
     /// Boxed in the channel: a run that runs holds ~1 KB less.
-    pub(super) outcome: watch::Receiver<Option<Box<RunOutcome>>>,
+    pub(super) outcome: crate::conductor::OutcomeRx,
     pub(super) events: EventSink,
     /// Where the run sits in its agent tree.
     pub(super) lineage: Lineage,
@@ -63,17 +84,18 @@ impl RunHandle {
 
     /// Waits for the run to stop.
     pub async fn wait(&self) -> Result<RunOutcome, RuntimeError> {
-        let mut rx = self.outcome.clone();
-        let lost = || RuntimeError::Lost {
-            run_id: self.run_id.to_string(),
-        };
-        let outcome = rx.wait_for(Option::is_some).await.map_err(|_| lost())?;
-        outcome.as_deref().cloned().ok_or_else(lost)
+        self.outcome
+            .wait()
+            .await
+            .cloned()
+            .ok_or_else(|| RuntimeError::Lost {
+                run_id: self.run_id.to_string(),
+            })
     }
 
     /// The outcome, if the run has stopped.
     pub fn outcome(&self) -> Option<RunOutcome> {
-        self.outcome.borrow().as_deref().cloned()
+        self.outcome.get().cloned()
     }
 
     /// A stream of run events, each with its sequence number. With
@@ -192,7 +214,7 @@ impl RunHandle {
     /// from the store in the same commit as the event it delivers.
     pub(super) fn arm_timer(&self, timer: agentry_store::TimerRecord) {
         // A stopped run's timer would never fire.
-        if self.outcome.borrow().is_some() {
+        if self.outcome.get().is_some() {
             return;
         }
         // Posted through the run's slot, not to one conductor: a timer that
@@ -274,7 +296,7 @@ impl RunHandle {
     }
 
     fn input(&self, input: RunInput) -> Result<(), RuntimeError> {
-        if self.outcome.borrow().is_some() {
+        if self.outcome.get().is_some() {
             return Err(RuntimeError::Stopped {
                 run_id: self.run_id.to_string(),
             });
@@ -460,7 +482,7 @@ impl RunHandle {
     /// before it settled any call (empty when nothing was left running);
     /// `None` for a run started, not resumed, in this process.
     pub fn fenced(&self) -> Option<&Fenced> {
-        self.about.fenced.get()
+        self.about.fenced.get().map(|f| &**f)
     }
 
     /// The run's actors (see [`RunActors`]); `None` once the run has
@@ -511,8 +533,8 @@ pub(crate) struct ChildEntry {
 }
 
 /// The children a run started, in spawn order.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct ChildList(Arc<std::sync::Mutex<Vec<ChildEntry>>>);
+#[derive(Debug, Default)]
+pub(crate) struct ChildList(std::sync::Mutex<Vec<ChildEntry>>);
 
 impl ChildList {
     pub(crate) fn push(&self, entry: ChildEntry) {
@@ -537,7 +559,7 @@ pub struct Interrupted {
     /// The cut's number: applied once the conductor has applied this many.
     cut: u64,
     applied: watch::Receiver<u64>,
-    outcome: watch::Receiver<Option<Box<RunOutcome>>>,
+    outcome: crate::conductor::OutcomeRx,
 }
 
 impl Interrupted {
@@ -551,7 +573,7 @@ impl Interrupted {
             // A run that applied it and then stopped has applied it.
             biased;
             Ok(_) = self.applied.wait_for(|n| *n >= cut) => Ok(()),
-            _ = self.outcome.wait_for(Option::is_some) => Err(RuntimeError::Stopped {
+            _ = self.outcome.wait() => Err(RuntimeError::Stopped {
                 run_id: self.run_id.to_string(),
             }),
         }
@@ -568,7 +590,8 @@ pub(crate) struct RunAbout {
     pub(crate) limits: agentry_protocol::budget::BudgetLimits,
     /// What the resume that started this process's run killed of an earlier
     /// attempt's processes; unset for a run started here.
-    pub(crate) fenced: std::sync::OnceLock<Fenced>,
+    /// Boxed: set only on a resume that fenced something.
+    pub(crate) fenced: std::sync::OnceLock<Box<Fenced>>,
 }
 
 impl RunAbout {

@@ -3,8 +3,8 @@
 //! deadline.
 //!
 //! A hibernated run keeps its handles' shared parts (id, token, event sink
-//! and its numbering, inbox gauge, outcome channel, claim) and nothing of its
-//! actors. Its handle's slot holds a [`Dormant`] entry; the first input posted
+//! and its numbering, inbox gauge, outcome channel, claim; one allocation
+//! every handle and the waker point to) and nothing of its actors. Its handle's slot holds a [`Dormant`] entry; the first input posted
 //! (or its deadline's alarm, an abort, a human's decision) starts [`wake`]:
 //! the run is read back from the store (its last checkpoint, session and
 //! ledger; no listing, no process fence, since a sleeping run had no call in
@@ -77,14 +77,10 @@ impl Runtime {
     /// activation hibernates after `after` (this activation's, which a
     /// resume may have set over the stored one).
     pub(super) fn allow_hibernation(&self, handle: &RunHandle, after: Option<Duration>) {
-        let shell = RunHandle {
-            // Not the run's own slot: the waker must not hold the slot that
-            // holds it.
-            live: LiveActors::default(),
-            ..handle.clone()
-        };
+        // The waker holds the handle that holds the slot that holds the
+        // waker: the slot lets it go when the run stops (`LiveActors`).
         handle.live.allow_hibernation(Arc::new(Waker {
-            shell,
+            handle: handle.clone(),
             runtime: self.clone(),
             alarm: Mutex::new(None),
             hibernate_after: after,
@@ -92,9 +88,9 @@ impl Runtime {
     }
 }
 
-/// How one run wakes: its handle's lasting parts and the runtime.
+/// How one run wakes: its handle and the runtime.
 struct Waker {
-    shell: RunHandle,
+    handle: RunHandle,
     runtime: Runtime,
     /// Its deadline's place in the runtime's alarms while it hibernates.
     alarm: Mutex<Option<AlarmKey>>,
@@ -113,16 +109,16 @@ impl Rouse for Waker {
             self.runtime.alarms.remove(key);
         }
         let Ok(tokio) = tokio::runtime::Handle::try_current() else {
-            tracing::error!(run_id = %self.shell.run_id, "a hibernated run cannot wake outside a tokio runtime");
+            tracing::error!(run_id = %self.handle.run_id, "a hibernated run cannot wake outside a tokio runtime");
             live.fail_wake();
             return;
         };
         let runtime = self.runtime.clone();
-        let shell = self.shell.clone();
+        let handle = self.handle.clone();
         let after = self.hibernate_after;
         tokio.spawn(async move {
-            let run_id = Arc::clone(&shell.run_id);
-            if let Err(e) = wake(&runtime, shell, &live, dormant, after).await {
+            let run_id = Arc::clone(&handle.run_id);
+            if let Err(e) = wake(&runtime, handle, &live, dormant, after).await {
                 tracing::error!(run_id = %run_id, error = %e, "a hibernated run could not wake; it stays unfinished in the store");
                 live.fail_wake();
             }
@@ -131,7 +127,7 @@ impl Rouse for Waker {
 
     fn stored_snapshot(&self) -> Option<RunSnapshot> {
         let store = self.runtime.store()?;
-        let run = store.load(&self.shell.run_id).ok()??;
+        let run = store.load(&self.handle.run_id).ok()??;
         run.checkpoint.map(|c| c.snapshot)
     }
 
@@ -164,10 +160,10 @@ async fn read_back(
     }
 }
 
-/// Wakes the run of `live` from the store into `shell`'s parts.
+/// Wakes the run of `live` (`handle`'s) from the store.
 async fn wake(
     runtime: &Runtime,
-    shell: RunHandle,
+    handle: RunHandle,
     live: &LiveActors,
     dormant: Box<Dormant>,
     hibernate_after: Option<Duration>,
@@ -176,11 +172,14 @@ async fn wake(
     if let Some(c) = &claim {
         c.set_dormant(false);
     }
-    let run_id = Arc::clone(&shell.run_id);
+    let run_id = Arc::clone(&handle.run_id);
     let run = read_back(runtime, &run_id).await?;
     let mut config = config_of(&run.record)?;
     config.run_id = Some(run_id.to_string());
     config.hibernate_after = hibernate_after;
+    // Read with the rest: the woken executor need not wait for the writer
+    // (the message that woke the run is being committed) to read it again.
+    let ledger = crate::executor::KnownLedger::new(run.ledger);
     let state = restored_state(&run_id, run.checkpoint, run.session, &config)?;
     let elapsed = Duration::from_millis(
         agentry_protocol::now_millis().saturating_sub(run.record.created_at_ms),
@@ -193,26 +192,22 @@ async fn wake(
         &config.sandbox_host,
         Some(&runtime.registry.current()),
     )?;
-    let mut lineage = shell.lineage.clone();
+    let mut lineage = handle.lineage.clone();
     let span = run_span(
         &config,
         &mut lineage,
         &run_id,
         &*policy,
-        shell.events.redaction(),
+        handle.events.redaction(),
     );
     let trace = config
         .trace
         .as_deref()
         .map(|path| {
             let sampling = Sampling::of(config.observe.sample, &lineage.trace_id);
-            TraceWriter::open(path, true, Arc::clone(shell.events.redactor()), sampling)
+            TraceWriter::open(path, true, Arc::clone(handle.events.redactor()), sampling)
         })
         .transpose()?;
-    let handle = RunHandle {
-        live: live.clone(),
-        ..shell
-    };
     let desk = Arc::new(RunChildren::new(runtime.clone(), &config, true));
     desk.set_parent(handle.clone());
     let args = Box::new(ConductorArgs {
@@ -235,6 +230,7 @@ async fn wake(
             children: Vec::new(),
             woken: true,
         }),
+        ledger,
         posted: Posted::default(),
         gauge: Arc::clone(&handle.gauge),
         claim,

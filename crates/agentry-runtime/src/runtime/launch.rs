@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Runtime;
 use super::children::RunChildren;
-use super::handle::{ChildEntry, ChildList, RunAbout, RunHandle};
+use super::handle::{ChildEntry, ChildList, RunAbout, RunHandle, RunParts};
 use super::record::{Resumed, create_record, fresh_mark};
 use crate::ask::ask;
 use crate::budget::BudgetMsg;
@@ -238,12 +238,12 @@ impl Runtime {
         config.limits = grant.limits;
         config.run_id = Some(run_id.clone());
         let lineage = Lineage {
-            parent: Some(ParentRun {
+            parent: Some(Box::new(ParentRun {
                 run_id: Arc::clone(&parent.run_id),
                 budget: Some(parent_budget.clone()),
                 root_id: root_of(parent),
                 span,
-            }),
+            })),
             depth,
             trace_id: parent.lineage.trace_id.clone(),
             deadline_at: grant.deadline_at,
@@ -323,7 +323,7 @@ impl Runtime {
         let adopting = matches!(&durable, Durable::Resume(r) if r.adopting);
         let stored = Stored::of(durable, new_claim);
         let inbox = log.as_ref().map(|_| stored.next_inbox());
-        let (outcome_tx, outcome_rx) = watch::channel(None);
+        let (outcome_tx, outcome_rx) = crate::conductor::outcome_channel();
         let trace = open_trace(&config, &stored, &lineage, &redaction.redactor)?;
         let events = EventSink::new(Arc::clone(&run_id), config.events_from_start, redaction);
         let about = Arc::new(RunAbout::of(&config, policy.as_ref()));
@@ -350,6 +350,12 @@ impl Runtime {
             span,
             agents: Arc::clone(&children) as Arc<dyn agentry_tools::agents::AgentDesk>,
             log: log.clone(),
+            // A new run has no ledger yet: its executor need not read one.
+            ledger: if stored.restore.is_none() {
+                crate::executor::KnownLedger::new(Vec::new())
+            } else {
+                crate::executor::KnownLedger::default()
+            },
             restore: stored.restore,
             posted,
             gauge: Arc::clone(&gauge),
@@ -357,7 +363,7 @@ impl Runtime {
             cut: cut.clone(),
             sandboxes,
         });
-        let handle = RunHandle {
+        let handle = RunHandle::from_parts(RunParts {
             run_id,
             live,
             run_token,
@@ -372,15 +378,17 @@ impl Runtime {
             gauge,
             about,
             children: ChildList::default(),
-        };
+        });
         if hibernates {
             // Before the conductor arms itself: it plans its hibernation then.
             self.allow_hibernation(&handle, hibernate_after);
         }
         if dormant {
             crate::conductor::rest(args).await;
-        } else {
-            spawn_conductor(&handle.run_id, args).await?;
+        } else if let Err(e) = spawn_conductor(&handle.run_id, args).await {
+            // Its waker holds the handle: the slot lets it go.
+            handle.live.fail_wake();
+            return Err(e);
         }
         children.set_parent(handle.clone());
         deliver_stored(&handle, stored.inbox, stored.timers);
@@ -421,18 +429,10 @@ impl Runtime {
         };
         let (token, mark, claim) = match durable {
             Durable::No => return (None, None),
-            Durable::Resume(r) => (
-                Arc::from(r.claim.owner.token.as_str()),
-                Arc::clone(&r.mark),
-                None,
-            ),
+            Durable::Resume(r) => (Arc::clone(r.claim.token()), Arc::clone(&r.mark), None),
             Durable::New => {
                 let claim = Claim::new(run_id, writer.key());
-                (
-                    Arc::from(claim.owner.token.as_str()),
-                    fresh_mark(),
-                    Some(claim),
-                )
+                (Arc::clone(claim.token()), fresh_mark(), Some(claim))
             }
         };
         let log = RunLog::new(

@@ -111,14 +111,14 @@ impl Place {
             tokio::time::Instant::now() + std::time::Duration::from_millis(at.saturating_sub(now))
         });
         let lineage = Lineage {
-            parent: Some(ParentRun {
+            parent: Some(Box::new(ParentRun {
                 run_id: std::sync::Arc::clone(&parent.run_id),
                 budget: parent.live.budget(),
                 root_id: super::launch::root_of(parent),
                 // The spawning span is gone: the child rejoins its trace
                 // through the traceparent stored in its configuration.
                 span: tracing::Span::none(),
-            }),
+            })),
             depth: parent.lineage.depth + 1,
             trace_id: parent.lineage.trace_id.clone(),
             deadline_at,

@@ -206,7 +206,7 @@ impl Runtime {
         let grants = config.grants.clone();
         // Live in this process before it is on disk; a compare-and-set on the
         // owner read above, so a concurrent resumer that got there first wins.
-        let claim = Claim::new(run_id, self.writer()?.key());
+        let claim = Claim::new(&Arc::from(run_id), self.writer()?.key());
         self.writer()?
             .claim(&claim, run.owner.as_ref())
             .await
@@ -240,7 +240,7 @@ impl Runtime {
             })
             .await?;
         // Set once, on the handle's own new `RunAbout`.
-        let _ = launched.handle.about.fenced.set(fenced);
+        let _ = launched.handle.about.fenced.set(Box::new(fenced));
         if !children.is_empty() {
             self.adopt_children(&launched, children).await?;
         }
