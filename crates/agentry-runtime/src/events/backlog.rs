@@ -11,9 +11,10 @@ use agentry_protocol::envelope::ResultEnvelope;
 use agentry_protocol::event::{EventRecord, RunEvent};
 
 /// One event of the backlog, without its run id (the sink's) and sequence
-/// number (the backlog holds events 1..=n, in order). A run nobody watches yet
-/// keeps ~6 events a step until somebody subscribes (or, kept for a subscriber
-/// that may come, for as long as its handle is held), so the common ones are
+/// number (the backlog holds the events numbered right after the sink's
+/// start, in order). A run nobody watches yet keeps ~6 events a step until
+/// somebody subscribes (or, kept for a subscriber that may come, for as long
+/// as its handle is held), so the common ones are
 /// stored by their parts in 16 bytes instead of a 120-byte [`EventRecord`]; a
 /// step's budget snapshot and a call's start as a few bytes in the backlog's
 /// [`Packed`] bytes; anything else is boxed.
@@ -114,45 +115,52 @@ impl Backlog {
         }
     }
 
-    /// The kept events as the records a live subscriber would have received.
-    pub(super) fn into_records(self, run_id: &Arc<str>) -> impl Iterator<Item = EventRecord> + '_ {
+    /// The kept events as the records a live subscriber would have received,
+    /// numbered from `after + 1`.
+    pub(super) fn into_records(
+        self,
+        run_id: &Arc<str>,
+        after: u64,
+    ) -> impl Iterator<Item = EventRecord> + '_ {
         let Backlog {
             kept,
             packed,
             limits,
         } = self;
-        kept.into_iter().zip(1u64..).map(move |(kept, seq)| {
-            let event = match kept {
-                Kept::StepStarted(step) => RunEvent::StepStarted { step },
-                Kept::Decision(step, decision) => RunEvent::DecisionMade {
-                    step: step.into(),
-                    decision,
-                },
-                Kept::Finished(step, result) => RunEvent::ToolCallFinished {
-                    step: step.into(),
-                    result,
-                },
-                Kept::StateUpdated(version) => RunEvent::StateUpdated { version },
-                Kept::Budget(at) => {
-                    let (spent, elapsed_ms) = packed.spend_at(at);
-                    RunEvent::BudgetSpent {
-                        budget: Box::new(BudgetSnapshot::new(
-                            limits.unwrap_or_default(),
-                            spent,
-                            elapsed_ms,
-                        )),
+        kept.into_iter()
+            .zip(after.saturating_add(1)..)
+            .map(move |(kept, seq)| {
+                let event = match kept {
+                    Kept::StepStarted(step) => RunEvent::StepStarted { step },
+                    Kept::Decision(step, decision) => RunEvent::DecisionMade {
+                        step: step.into(),
+                        decision,
+                    },
+                    Kept::Finished(step, result) => RunEvent::ToolCallFinished {
+                        step: step.into(),
+                        result,
+                    },
+                    Kept::StateUpdated(version) => RunEvent::StateUpdated { version },
+                    Kept::Budget(at) => {
+                        let (spent, elapsed_ms) = packed.spend_at(at);
+                        RunEvent::BudgetSpent {
+                            budget: Box::new(BudgetSnapshot::new(
+                                limits.unwrap_or_default(),
+                                spent,
+                                elapsed_ms,
+                            )),
+                        }
                     }
+                    Kept::Started(at) => packed.started_at(at),
+                    Kept::BudgetBoxed(budget) => RunEvent::BudgetSpent { budget },
+                    Kept::Other(event) => *event,
+                };
+                EventRecord {
+                    run_id: Arc::clone(run_id),
+                    seq,
+                    event,
                 }
-                Kept::Started(at) => packed.started_at(at),
-                Kept::BudgetBoxed(budget) => RunEvent::BudgetSpent { budget },
-                Kept::Other(event) => *event,
-            };
-            EventRecord {
-                run_id: Arc::clone(run_id),
-                seq,
-                event,
-            }
-        })
+            })
     }
 }
 

@@ -78,6 +78,11 @@ impl RunState {
                 },
             });
         }
+        if let Some(numbering) = &self.numbering {
+            // Never back: a woken run's state was read from the store, its
+            // sink numbered on in memory.
+            self.progress.last_event = self.progress.last_event.max(numbering.last());
+        }
         writes.push(Write::Checkpoint {
             run_id: run_id.to_string(),
             checkpoint: Checkpoint {
