@@ -48,8 +48,8 @@ impl Progress {
     }
 }
 
-/// Event numbers a resumed run leaves unused after its last checkpoint's
-/// [`Progress::last_event`]. The events a run emitted after its last commit
+/// Event numbers a resumed run leaves unused after the last one its last
+/// checkpoint recorded. The events a run emitted after its last commit
 /// are lost with the process (their work is redone, under new numbers); a
 /// client may have seen some of them. Skipping this many means a number is
 /// never given to two different events unless a run emitted more than this
