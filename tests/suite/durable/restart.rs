@@ -208,8 +208,11 @@ async fn a_resumed_run_numbers_its_events_on_after_those_before_the_crash() -> R
     };
 
     let (t, mut held) = tools();
-    let first = durable(t, &db)?;
-    let handle = first.start(task.config(), script.clone().policy()).await?;
+    let first = watched(t, &db)?;
+    let handle = first
+        .runtime
+        .start(task.config(), script.clone().policy())
+        .await?;
     let run_id = handle.run_id().to_string();
     let mut events = handle.subscribe();
     let _call = held.next_call(WAIT).await?;
@@ -226,6 +229,8 @@ async fn a_resumed_run_numbers_its_events_on_after_those_before_the_crash() -> R
     )
     .await?;
     crash(&handle).await;
+    // Everything the run queued is on disk: what the resume reads.
+    process_exit(first, handle).await?;
     // Every event the first process numbered, the crash's own included.
     let mut seen_before = 0;
     while let Ok(record) = events.try_recv() {
