@@ -2,11 +2,13 @@
 //!
 //! Events are numbered per run. Numbering and sending happen under one small
 //! lock so subscribers always see sequence numbers in increasing order, whichever
-//! actor emitted them. The last number given is also readable without the lock
-//! ([`EventNumbering`]): a durable run's checkpoints record it, and a run
-//! resumed from one numbers on past it (see [`Progress::resumed_numbering`](crate::durable::Progress::resumed_numbering)),
+//! actor emitted them. A durable run's checkpoints record the last number
+//! given, and a run resumed from one numbers on past it (see
+//! [`Progress::resumed_numbering`](crate::durable::Progress::resumed_numbering)),
 //! so a client that names the last event it saw still gets what follows,
-//! across a restart as across a hibernation. The channel itself is created on the first `subscribe`, so
+//! across a restart as across a hibernation.
+//!
+//! The channel itself is created on the first `subscribe`, so
 //! a run nobody watches allocates no 1,024-slot buffer. With `events_from_start`
 //! the events emitted before that are kept in a backlog (only as many as were
 //! emitted, in a compact form) and handed to the first subscriber.
@@ -23,8 +25,7 @@
 //! A run nobody watches redacts nothing, and builds nothing unless it keeps a
 //! backlog.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use agentry_protocol::event::{EventRecord, RunEvent};
 use tokio::sync::broadcast;
@@ -40,6 +41,7 @@ const EVENT_BUFFER: usize = 1024;
 
 #[derive(Debug, Default)]
 struct SinkInner {
+    seq: u64,
     tx: Option<broadcast::Sender<EventRecord>>,
     /// Events kept for the first subscriber (`events_from_start`), until it comes.
     backlog: Option<Backlog>,
@@ -57,28 +59,11 @@ impl agentry_tools::ProgressSink for EventSink {
     }
 }
 
-/// The number of the last event a run's sink numbered, read without its lock.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct EventNumbering(Arc<AtomicU64>);
-
-impl EventNumbering {
-    /// The last number given (0: none yet, or a resumed run's starting point).
-    pub(crate) fn last(&self) -> u64 {
-        self.0.load(Ordering::Relaxed)
-    }
-}
-
 /// Publishes a run's events.
 #[derive(Debug, Clone)]
 pub struct EventSink {
     run_id: Arc<str>,
     inner: Arc<Mutex<SinkInner>>,
-    /// Advanced under `inner`'s lock (so numbers follow the sending order),
-    /// read without it.
-    numbering: EventNumbering,
-    /// Where the numbering started (a resumed run's is past its store's):
-    /// the backlog's events come right after it.
-    numbered_after: u64,
     redaction: Arc<RunRedaction>,
 }
 
@@ -89,24 +74,32 @@ impl EventSink {
         let backlog = from_start.then(Backlog::default);
         EventSink {
             run_id,
-            inner: Arc::new(Mutex::new(SinkInner { tx: None, backlog })),
-            numbering: EventNumbering::default(),
-            numbered_after: 0,
+            inner: Arc::new(Mutex::new(SinkInner {
+                seq: 0,
+                tx: None,
+                backlog,
+            })),
             redaction,
         }
     }
 
     /// The same sink numbering its events after `last` (a resumed run's:
-    /// after what its store recorded, see [`Progress::resumed_numbering`](crate::durable::Progress::resumed_numbering)).
-    pub(crate) fn numbered_after(mut self, last: u64) -> Self {
-        self.numbering = EventNumbering(Arc::new(AtomicU64::new(last)));
-        self.numbered_after = last;
+    /// after what its store recorded, see
+    /// [`Progress::resumed_numbering`](crate::durable::Progress::resumed_numbering)).
+    pub(crate) fn numbered_after(self, last: u64) -> Self {
+        if let Ok(mut inner) = self.inner.lock() {
+            inner.seq = last;
+        }
         self
     }
 
-    /// The sink's numbering, for the checkpoints that record it.
-    pub(crate) fn numbering(&self) -> EventNumbering {
-        self.numbering.clone()
+    /// The number of the last event numbered, for the checkpoint being
+    /// written (once per state update, never on `emit`'s path).
+    pub(crate) fn last_numbered(&self) -> u64 {
+        self.inner
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .seq
     }
 
     /// The run's redactor (shared by its actors: field values are registered
@@ -144,12 +137,11 @@ impl EventSink {
         // Under the lock, so nothing is emitted between the backlog and the live
         // events: the receiver sees one ordered stream (with a gap only where
         // an event could not be redacted, as a live one).
-        for record in inner
-            .backlog
-            .take()
-            .unwrap_or_default()
-            .into_records(&self.run_id, self.numbered_after)
-        {
+        let backlog = inner.backlog.take().unwrap_or_default();
+        // While kept, the backlog holds every event numbered since the sink
+        // was made (a resumed run's numbering starts past its store's).
+        let after = inner.seq.saturating_sub(backlog.len() as u64);
+        for record in backlog.into_records(&self.run_id, after) {
             if let Some(event) = self.redacted(record.event) {
                 let _ = tx.send(EventRecord { event, ..record });
             }
@@ -187,7 +179,7 @@ impl EventSink {
         if !live && inner.backlog.is_none() {
             return;
         }
-        let seq = self.numbering.0.fetch_add(1, Ordering::Relaxed) + 1;
+        inner.seq += 1;
         if live {
             let Some(event) = self.redacted(event()) else {
                 // Numbered all the same: a subscriber sees the gap.
@@ -195,7 +187,7 @@ impl EventSink {
             };
             let record = EventRecord {
                 run_id: Arc::clone(&self.run_id),
-                seq,
+                seq: inner.seq,
                 event,
             };
             if let Some(tx) = &inner.tx {
@@ -414,14 +406,14 @@ mod tests {
     #[test]
     fn a_sink_numbered_after_a_point_numbers_its_backlog_and_live_events_on_from_it() {
         let sink = EventSink::new(Arc::from("run-4"), true, test_redaction()).numbered_after(40);
-        assert_eq!(sink.numbering().last(), 40);
+        assert_eq!(sink.last_numbered(), 40);
         sink.emit(|| RunEvent::StepStarted { step: 1 });
         sink.emit(|| RunEvent::StateUpdated { version: 1 });
         let mut rx = sink.subscribe().unwrap();
         sink.emit(|| RunEvent::StepStarted { step: 2 });
         let seqs: Vec<u64> = drain(&mut rx).iter().map(|r| r.seq).collect();
         assert_eq!(seqs, [41, 42, 43]);
-        assert_eq!(sink.numbering().last(), 43);
+        assert_eq!(sink.last_numbered(), 43);
     }
 
     #[test]

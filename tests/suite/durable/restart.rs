@@ -195,19 +195,7 @@ async fn a_resumed_run_numbers_its_events_on_after_those_before_the_crash() -> R
         .call("n1", "note", json!({}))
         .call("w1", "wait", json!({}))
         .finish("done");
-    let tools = || {
-        let (wait, held) = GateTool::new("wait");
-        let wait = wait.idempotency(Idempotency::Idempotent);
-        let note = CountingTool::new("note").effect(Effect::ReadOnly);
-        (vec![Arc::new(note) as Arc<dyn Tool>, Arc::new(wait)], held)
-    };
-    let last_event = |run: &agentry::store::StoredRun| {
-        run.checkpoint
-            .as_ref()
-            .and_then(|cp| cp.progress["last_event"].as_u64())
-    };
-
-    let (t, mut held) = tools();
+    let (t, mut held) = note_and_wait();
     let first = watched(t, &db)?;
     let handle = first
         .runtime
@@ -242,7 +230,7 @@ async fn a_resumed_run_numbers_its_events_on_after_those_before_the_crash() -> R
     assert!(recorded >= noted.seq, "{recorded} < {}", noted.seq);
     assert!(seen_before >= recorded, "{seen_before} < {recorded}");
 
-    let (t, mut held) = tools();
+    let (t, mut held) = note_and_wait();
     let second = durable(t, &db)?;
     let resumed = second.resume(&run_id, script.policy()).await?;
     let after = resumed.subscribe();
@@ -269,4 +257,19 @@ async fn a_resumed_run_numbers_its_events_on_after_those_before_the_crash() -> R
         "{now} outside {first_seq}..={last}"
     );
     Ok(())
+}
+
+/// A read-only `note` and an idempotent `wait` held at its gate.
+fn note_and_wait() -> (Vec<Arc<dyn Tool>>, GateHandle) {
+    let (wait, held) = GateTool::new("wait");
+    let wait = wait.idempotency(Idempotency::Idempotent);
+    let note = CountingTool::new("note").effect(Effect::ReadOnly);
+    (vec![Arc::new(note) as Arc<dyn Tool>, Arc::new(wait)], held)
+}
+
+/// The event numbering the run's last checkpoint recorded.
+fn last_event(run: &agentry::store::StoredRun) -> Option<u64> {
+    run.checkpoint
+        .as_ref()
+        .and_then(|cp| cp.progress["last_event"].as_u64())
 }

@@ -165,7 +165,7 @@ fn initial_state(args: &mut ConductorArgs) -> RunState {
     let initial = match &args.log {
         Some(log) => initial
             .with_log(log.clone())
-            .numbered_by(args.events.numbering()),
+            .numbered_by(args.events.clone()),
         None => initial,
     };
     if args.span.is_disabled() {

@@ -127,40 +127,39 @@ impl Backlog {
             packed,
             limits,
         } = self;
-        kept.into_iter()
-            .zip(after.saturating_add(1)..)
-            .map(move |(kept, seq)| {
-                let event = match kept {
-                    Kept::StepStarted(step) => RunEvent::StepStarted { step },
-                    Kept::Decision(step, decision) => RunEvent::DecisionMade {
-                        step: step.into(),
-                        decision,
-                    },
-                    Kept::Finished(step, result) => RunEvent::ToolCallFinished {
-                        step: step.into(),
-                        result,
-                    },
-                    Kept::StateUpdated(version) => RunEvent::StateUpdated { version },
-                    Kept::Budget(at) => {
-                        let (spent, elapsed_ms) = packed.spend_at(at);
-                        RunEvent::BudgetSpent {
-                            budget: Box::new(BudgetSnapshot::new(
-                                limits.unwrap_or_default(),
-                                spent,
-                                elapsed_ms,
-                            )),
-                        }
+        let first = after.saturating_add(1);
+        kept.into_iter().zip(first..).map(move |(kept, seq)| {
+            let event = match kept {
+                Kept::StepStarted(step) => RunEvent::StepStarted { step },
+                Kept::Decision(step, decision) => RunEvent::DecisionMade {
+                    step: step.into(),
+                    decision,
+                },
+                Kept::Finished(step, result) => RunEvent::ToolCallFinished {
+                    step: step.into(),
+                    result,
+                },
+                Kept::StateUpdated(version) => RunEvent::StateUpdated { version },
+                Kept::Budget(at) => {
+                    let (spent, elapsed_ms) = packed.spend_at(at);
+                    RunEvent::BudgetSpent {
+                        budget: Box::new(BudgetSnapshot::new(
+                            limits.unwrap_or_default(),
+                            spent,
+                            elapsed_ms,
+                        )),
                     }
-                    Kept::Started(at) => packed.started_at(at),
-                    Kept::BudgetBoxed(budget) => RunEvent::BudgetSpent { budget },
-                    Kept::Other(event) => *event,
-                };
-                EventRecord {
-                    run_id: Arc::clone(run_id),
-                    seq,
-                    event,
                 }
-            })
+                Kept::Started(at) => packed.started_at(at),
+                Kept::BudgetBoxed(budget) => RunEvent::BudgetSpent { budget },
+                Kept::Other(event) => *event,
+            };
+            EventRecord {
+                run_id: Arc::clone(run_id),
+                seq,
+                event,
+            }
+        })
     }
 }
 
