@@ -2,7 +2,13 @@
 //!
 //! Events are numbered per run. Numbering and sending happen under one small
 //! lock so subscribers always see sequence numbers in increasing order, whichever
-//! actor emitted them. The channel itself is created on the first `subscribe`, so
+//! actor emitted them. A durable run's checkpoints record the last number
+//! given, and a run resumed from one numbers on past it (see
+//! [`Progress::resumed_numbering`](crate::durable::Progress::resumed_numbering)),
+//! so a client that names the last event it saw still gets what follows,
+//! across a restart as across a hibernation.
+//!
+//! The channel itself is created on the first `subscribe`, so
 //! a run nobody watches allocates no 1,024-slot buffer. With `events_from_start`
 //! the events emitted before that are kept in a backlog (only as many as were
 //! emitted, in a compact form) and handed to the first subscriber.
@@ -19,7 +25,7 @@
 //! A run nobody watches redacts nothing, and builds nothing unless it keeps a
 //! backlog.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use agentry_protocol::event::{EventRecord, RunEvent};
 use tokio::sync::broadcast;
@@ -79,6 +85,25 @@ impl EventSink {
         }
     }
 
+    /// The same sink numbering its events after `last` (a resumed run's:
+    /// after what its store recorded, see
+    /// [`Progress::resumed_numbering`](crate::durable::Progress::resumed_numbering)).
+    pub(crate) fn numbered_after(self, last: u64) -> Self {
+        if let Ok(mut inner) = self.inner.lock() {
+            inner.seq = last;
+        }
+        self
+    }
+
+    /// The number of the last event numbered, for the checkpoint being
+    /// written (once per state update, never on `emit`'s path).
+    pub(crate) fn last_numbered(&self) -> u64 {
+        self.inner
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .seq
+    }
+
     /// The run's redactor (shared by its actors: field values are registered
     /// through it).
     pub(crate) fn redactor(&self) -> &Arc<agentry_redact::Redactor> {
@@ -114,13 +139,11 @@ impl EventSink {
         // Under the lock, so nothing is emitted between the backlog and the live
         // events: the receiver sees one ordered stream (with a gap only where
         // an event could not be redacted, as a live one).
-        for record in inner
-            .backlog
-            .take()
-            .map(|kept| *kept)
-            .unwrap_or_default()
-            .into_records(&self.run_id)
-        {
+        let backlog = inner.backlog.take().map(|kept| *kept).unwrap_or_default();
+        // While kept, the backlog holds every event numbered since the sink
+        // was made (a resumed run's numbering starts past its store's).
+        let after = inner.seq.saturating_sub(backlog.len() as u64);
+        for record in backlog.into_records(&self.run_id, after) {
             if let Some(event) = self.redacted(record.event) {
                 let _ = tx.send(EventRecord { event, ..record });
             }
@@ -380,6 +403,19 @@ mod tests {
             answer,
             "[redacted:field:password] [redacted:field:password] sk-…[redacted:openai_key]"
         );
+    }
+
+    #[test]
+    fn a_sink_numbered_after_a_point_numbers_its_backlog_and_live_events_on_from_it() {
+        let sink = EventSink::new(Arc::from("run-4"), true, test_redaction()).numbered_after(40);
+        assert_eq!(sink.last_numbered(), 40);
+        sink.emit(|| RunEvent::StepStarted { step: 1 });
+        sink.emit(|| RunEvent::StateUpdated { version: 1 });
+        let mut rx = sink.subscribe().unwrap();
+        sink.emit(|| RunEvent::StepStarted { step: 2 });
+        let seqs: Vec<u64> = drain(&mut rx).iter().map(|r| r.seq).collect();
+        assert_eq!(seqs, [41, 42, 43]);
+        assert_eq!(sink.last_numbered(), 43);
     }
 
     #[test]

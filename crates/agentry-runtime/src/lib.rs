@@ -61,7 +61,7 @@ pub use conductor::{RunActors, RunOutcome};
 pub use config::{
     ApprovalConfig, ChildShare, Driver, ObserveConfig, ParentReserve, RunConfig, TreeLimits,
 };
-pub use durable::Durability;
+pub use durable::{Durability, RESUMED_EVENT_GAP};
 pub use inbox::DEFAULT_INBOX_CAPACITY;
 // Kept at its old path: run ownership lives with the rest of durability.
 pub use durable::owner;

@@ -18,8 +18,14 @@
 //! for one that cannot set headers): it reads the log from the event after
 //! that one, so it sees each event once. The log numbers events as the run
 //! does, and the run's numbering goes on across hibernation, so this holds
-//! across one too. If the log no longer holds the events right after it, the
-//! stream opens with a comment saying which ones the client missed.
+//! across one too. It also goes on across a restart: a durable run's
+//! checkpoints record it and the resumed run numbers on past a margin
+//! (`agentry::runtime::RESUMED_EVENT_GAP`), so a client naming an event from
+//! before the restart gets every event of the new process's log (events the
+//! old one emitted after its last commit are gone; their work is redone under
+//! new numbers). If the log no longer holds the events right after it, the
+//! stream opens with a comment saying which ones the client missed (after a
+//! restart, the margin's unused numbers among them).
 
 use std::collections::VecDeque;
 use std::convert::Infallible;

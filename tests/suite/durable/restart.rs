@@ -2,6 +2,7 @@
 //! absolute deadline, timers, and messages accepted but not yet applied.
 
 use super::*;
+use agentry_test_support::collect_until_stopped;
 
 /// The budget goes on from what was spent before the crash, and the deadline is
 /// absolute: time spent down does not give a run more.
@@ -178,4 +179,97 @@ async fn an_accepted_message_survives_a_restart() -> Result<(), TestError> {
     assert_eq!(messages.len(), 1, "applied exactly once");
     assert!(stored.inbox.is_empty(), "an applied input leaves the inbox");
     Ok(())
+}
+
+/// A resumed run numbers its events on from the numbering its last checkpoint
+/// recorded, past [`agentry::runtime::RESUMED_EVENT_GAP`]: every number after every
+/// event seen before the crash (those emitted after the last commit
+/// included), gapless from there, and its own checkpoints record it on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_run_numbers_its_events_on_after_those_before_the_crash() -> Result<(), TestError>
+{
+    let dir = tempfile::tempdir()?;
+    let db = dir.path().join("runs.db");
+    let task = TestTask::new("note, then wait", &[])?.grant(&["note", "wait"]);
+    let script = ScriptBuilder::new()
+        .call("n1", "note", json!({}))
+        .call("w1", "wait", json!({}))
+        .finish("done");
+    let (t, mut held) = note_and_wait();
+    let first = watched(t, &db)?;
+    let handle = first
+        .runtime
+        .start(task.config(), script.clone().policy())
+        .await?;
+    let run_id = handle.run_id().to_string();
+    let mut events = handle.subscribe();
+    let _call = held.next_call(WAIT).await?;
+    let noted = wait_for_event(
+        &mut events,
+        |e| matches!(&e.event, RunEvent::ToolCallFinished { result, .. } if result.tool_call_id == "n1"),
+        WAIT,
+    )
+    .await?;
+    wait_for_event(
+        &mut events,
+        |e| matches!(&e.event, RunEvent::ToolCallStarted { tool_call_id, .. } if tool_call_id == "w1"),
+        WAIT,
+    )
+    .await?;
+    crash(&handle).await;
+    // Everything the run queued is on disk: what the resume reads.
+    process_exit(first, handle).await?;
+    // Every event the first process numbered, the crash's own included.
+    let mut seen_before = 0;
+    while let Ok(record) = events.try_recv() {
+        seen_before = record.seq;
+    }
+    let stored = stored_until(&db, &run_id, |_| true).await?;
+    let recorded = last_event(&stored).ok_or("no numbering in the checkpoint")?;
+    // Step 1's record waited for its commit, after its call's events.
+    assert!(recorded >= noted.seq, "{recorded} < {}", noted.seq);
+    assert!(seen_before >= recorded, "{seen_before} < {recorded}");
+
+    let (t, mut held) = note_and_wait();
+    let second = durable(t, &db)?;
+    let resumed = second.resume(&run_id, script.policy()).await?;
+    let after = resumed.subscribe();
+    let call = held.next_call(WAIT).await?;
+    assert!(call.release(json!("ok")));
+    let events = collect_until_stopped(after).await?;
+    expect_done(&resumed).await?;
+    let seqs: Vec<u64> = events.iter().map(|e| e.seq).collect();
+    let first_seq = recorded + agentry::runtime::RESUMED_EVENT_GAP + 1;
+    let expected: Vec<u64> = (first_seq..first_seq + seqs.len() as u64).collect();
+    assert_eq!(seqs, expected, "not numbered on after {recorded}");
+    assert!(
+        first_seq > seen_before,
+        "a number seen before the crash was given again"
+    );
+    // The resumed run's checkpoints record its numbering on.
+    let stored = SqliteStore::open(&db)?
+        .load(&run_id)?
+        .ok_or("run missing")?;
+    let now = last_event(&stored).ok_or("no numbering in the checkpoint")?;
+    let last = *seqs.last().ok_or("no events after the resume")?;
+    assert!(
+        (first_seq..=last).contains(&now),
+        "{now} outside {first_seq}..={last}"
+    );
+    Ok(())
+}
+
+/// A read-only `note` and an idempotent `wait` held at its gate.
+fn note_and_wait() -> (Vec<Arc<dyn Tool>>, GateHandle) {
+    let (wait, held) = GateTool::new("wait");
+    let wait = wait.idempotency(Idempotency::Idempotent);
+    let note = CountingTool::new("note").effect(Effect::ReadOnly);
+    (vec![Arc::new(note) as Arc<dyn Tool>, Arc::new(wait)], held)
+}
+
+/// The event numbering the run's last checkpoint recorded.
+fn last_event(run: &agentry::store::StoredRun) -> Option<u64> {
+    run.checkpoint
+        .as_ref()
+        .and_then(|cp| cp.progress["last_event"].as_u64())
 }

@@ -236,3 +236,63 @@ async fn a_last_event_id_that_is_not_a_number_is_400_naming_it() {
     let reply = open(&served, "no-such-run", "", Some("seven")).await;
     assert_eq!(reply.status().as_u16(), 404);
 }
+
+/// SIGKILL of the server while a client follows an event-driven run, asleep
+/// (hibernated or not): after the restart a message is sent, and the client
+/// reconnecting with the id of the last event it saw gets the restarted
+/// run's events, every one (the same as the new log holds from its start),
+/// numbered after it and gapless; then the live ones, numbered on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_resumed_with_last_event_id_after_a_restart_gets_the_new_events() {
+    for hibernate_after in ["off", "300ms"] {
+        let dir = tempfile::tempdir().unwrap();
+        let served = start(dir.path(), hibernate_after);
+        let id = served
+            .create(TOKEN, &json!({"agent": "answer", "input": "one"}))
+            .await;
+        let (before, _) = first_step_then_drop(&served, &id).await;
+        let last = before.last().unwrap().0;
+        wait_asleep(&served, &id, 1).await;
+        if hibernate_after != "off" {
+            wait_hibernated(&served, &id, 1).await;
+        }
+        served.kill();
+
+        let again = start(dir.path(), hibernate_after);
+        message(&again, &id, "two").await;
+        let mut stream = open(&again, &id, "", Some(&last.to_string())).await;
+        assert_eq!(stream.status().as_u16(), 200);
+        let mut buffer = String::new();
+        let note = first_block(&mut stream, &mut buffer).await;
+        assert!(
+            note.starts_with(&format!(": resuming after event {last}")),
+            "{note}"
+        );
+        let mut seen = read_until(&mut stream, &mut buffer, "input_applied", 1).await;
+        seen.extend(read_until(&mut stream, &mut buffer, "budget_spent", 1).await);
+        let first = seen[0].0;
+        assert!(
+            first > last,
+            "{hibernate_after}: {first} <= {last}: {seen:?}"
+        );
+        let ids: Vec<u64> = seen.iter().map(|(n, _)| *n).collect();
+        let expected: Vec<u64> = (first..first + ids.len() as u64).collect();
+        assert_eq!(ids, expected, "{hibernate_after}: a gap: {seen:?}");
+        // None skipped: the restarted run's log from its start is the same.
+        let mut whole = open(&again, &id, "", None).await;
+        let mut whole_buffer = String::new();
+        let mut all = read_until(&mut whole, &mut whole_buffer, "input_applied", 1).await;
+        all.extend(read_until(&mut whole, &mut whole_buffer, "budget_spent", 1).await);
+        assert_eq!(all, seen, "{hibernate_after}");
+        // The next step's events come live on the same stream, numbered on.
+        message(&again, &id, "three").await;
+        let live = read_until(&mut stream, &mut buffer, "budget_spent", 1).await;
+        assert_eq!(
+            live[0].0,
+            ids[ids.len() - 1] + 1,
+            "{hibernate_after}: {live:?}"
+        );
+        assert!(live.iter().any(|(_, e)| e == "input_applied"), "{live:?}");
+        wait_asleep(&again, &id, 3).await;
+    }
+}

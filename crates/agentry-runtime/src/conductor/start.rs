@@ -163,7 +163,9 @@ fn initial_state(args: &mut ConductorArgs) -> RunState {
         None => RunState::initial(&args.config),
     };
     let initial = match &args.log {
-        Some(log) => initial.with_log(log.clone()),
+        Some(log) => initial
+            .with_log(log.clone())
+            .numbered_by(args.events.clone()),
         None => initial,
     };
     if args.span.is_disabled() {

@@ -38,7 +38,7 @@ use agentry_redact::Redactor;
 use agentry_store::{Store, StoreError, Write};
 use serde::{Deserialize, Serialize};
 
-pub use self::progress::{Ending, InFlight, KEPT_FINGERPRINTS, Progress};
+pub use self::progress::{Ending, InFlight, KEPT_FINGERPRINTS, Progress, RESUMED_EVENT_GAP};
 pub(crate) use self::writer::Committing;
 pub use self::writer::StoreWriter;
 

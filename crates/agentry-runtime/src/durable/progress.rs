@@ -34,7 +34,30 @@ pub struct Progress {
     /// decided) but the stop is not on disk yet: a resumed run does only that.
     #[serde(default)]
     pub ending: Option<Ending>,
+    /// The number of the last event the run had numbered when this
+    /// checkpoint was written (0 in a store older than the field).
+    #[serde(default)]
+    pub last_event: u64,
 }
+
+impl Progress {
+    /// The number a run resumed from this checkpoint numbers its events
+    /// after: past [`RESUMED_EVENT_GAP`] numbers the crash may have used.
+    pub fn resumed_numbering(&self) -> u64 {
+        self.last_event.saturating_add(RESUMED_EVENT_GAP)
+    }
+}
+
+/// Event numbers a resumed run leaves unused after the last one its last
+/// checkpoint recorded. The events a run emitted after its last commit
+/// are lost with the process (their work is redone, under new numbers); a
+/// client may have seen some of them. Skipping this many means a number is
+/// never given to two different events unless a run emitted more than this
+/// between two checkpoints (every state update writes one: a step's events
+/// until its decision, then its calls' until its record, are far fewer,
+/// short of a model streaming this many text deltas in one answer or a
+/// tool reporting progress this often in one call).
+pub const RESUMED_EVENT_GAP: u64 = 10_000;
 
 /// How the last applied step ends the run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

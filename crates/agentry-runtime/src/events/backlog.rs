@@ -11,9 +11,10 @@ use agentry_protocol::envelope::ResultEnvelope;
 use agentry_protocol::event::{EventRecord, RunEvent};
 
 /// One event of the backlog, without its run id (the sink's) and sequence
-/// number (the backlog holds events 1..=n, in order). A run nobody watches yet
-/// keeps ~6 events a step until somebody subscribes (or, kept for a subscriber
-/// that may come, for as long as its handle is held), so the common ones are
+/// number (the backlog holds the events numbered right after the sink's
+/// start, in order). A run nobody watches yet keeps ~6 events a step until
+/// somebody subscribes (or, kept for a subscriber that may come, for as long
+/// as its handle is held), so the common ones are
 /// stored by their parts in 16 bytes instead of a 120-byte [`EventRecord`]; a
 /// step's budget snapshot and a call's start as a few bytes in the backlog's
 /// [`Packed`] bytes; anything else is boxed.
@@ -114,14 +115,20 @@ impl Backlog {
         }
     }
 
-    /// The kept events as the records a live subscriber would have received.
-    pub(super) fn into_records(self, run_id: &Arc<str>) -> impl Iterator<Item = EventRecord> + '_ {
+    /// The kept events as the records a live subscriber would have received,
+    /// numbered from `after + 1`.
+    pub(super) fn into_records(
+        self,
+        run_id: &Arc<str>,
+        after: u64,
+    ) -> impl Iterator<Item = EventRecord> + '_ {
         let Backlog {
             kept,
             packed,
             limits,
         } = self;
-        kept.into_iter().zip(1u64..).map(move |(kept, seq)| {
+        let first = after.saturating_add(1);
+        kept.into_iter().zip(first..).map(move |(kept, seq)| {
             let event = match kept {
                 Kept::StepStarted(step) => RunEvent::StepStarted { step },
                 Kept::Decision(step, decision) => RunEvent::DecisionMade {

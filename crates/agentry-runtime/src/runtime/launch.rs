@@ -325,7 +325,11 @@ impl Runtime {
         let inbox = log.as_ref().map(|_| stored.next_inbox());
         let (outcome_tx, outcome_rx) = crate::conductor::outcome_channel();
         let trace = open_trace(&config, &stored, &lineage, &redaction.redactor)?;
-        let events = EventSink::new(Arc::clone(&run_id), config.events_from_start, redaction);
+        // A resumed run numbers its events on after its store's record.
+        let numbered =
+            (stored.restore.as_ref()).map_or(0, |r| r.state.progress().resumed_numbering());
+        let events = EventSink::new(Arc::clone(&run_id), config.events_from_start, redaction)
+            .numbered_after(numbered);
         let about = Arc::new(RunAbout::of(&config, policy.as_ref()));
         let children = Arc::new(RunChildren::new(self.clone(), &config, !adopting));
         let live = LiveActors::default();

@@ -78,6 +78,11 @@ impl RunState {
                 },
             });
         }
+        if let Some(events) = &self.events {
+            // Never back: a woken run's state was read from the store, its
+            // sink numbered on in memory.
+            self.progress.last_event = self.progress.last_event.max(events.last_numbered());
+        }
         writes.push(Write::Checkpoint {
             run_id: run_id.to_string(),
             checkpoint: Checkpoint {

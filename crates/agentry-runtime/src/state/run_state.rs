@@ -17,6 +17,7 @@ use super::msg::{
     Applied, AppliedAt, ApprovalDecision, InputSource, SettlementPort, StateUpdate, StepUpdate,
 };
 use crate::durable::{KEPT_FINGERPRINTS, Progress, RunLog};
+use crate::events::EventSink;
 
 /// A call parked until a human answers, with the executor's port for the answer.
 #[derive(Debug)]
@@ -47,6 +48,8 @@ pub struct RunState {
     pub(super) progress: Progress,
     /// Where a durable run's updates are committed.
     pub(super) log: Option<RunLog>,
+    /// The run's events, whose numbering each checkpoint records.
+    pub(super) events: Option<EventSink>,
     /// Session entries already handed to the store.
     pub(super) committed_len: usize,
     /// Timers and inbox entries whose input was applied, to remove from the store.
@@ -130,6 +133,13 @@ impl RunState {
     /// Commits every update of this run to `log` from now on.
     pub fn with_log(mut self, log: RunLog) -> Self {
         self.log = Some(log);
+        self
+    }
+
+    /// Records the numbering of `events` (the run's) in every checkpoint,
+    /// so a resumed run numbers on after it.
+    pub(crate) fn numbered_by(mut self, events: EventSink) -> Self {
+        self.events = Some(events);
         self
     }
 
