@@ -42,14 +42,16 @@ pub struct SqliteOptions {
 /// The embedded [`Store`]: one SQLite file (plus its `-wal` and `-shm`
 /// companions), no server. See the crate docs for the guarantees.
 pub struct SqliteStore {
-    /// The connection that writes: the runtime commits from a single writer
-    /// thread.
-    conn: Mutex<Connection>,
     /// A read-only connection for loads and listings: in WAL mode it reads
     /// the last committed state while the writer waits on its fsync, so a
     /// hibernated run's wake does not queue behind the commit of the very
-    /// message that woke it.
+    /// message that woke it. Declared first, so dropped first: the writer
+    /// closes last, and only the last connection to close checkpoints the
+    /// WAL into the file and removes it (a read-only one cannot).
     reader: Mutex<Connection>,
+    /// The connection that writes: the runtime commits from a single writer
+    /// thread.
+    conn: Mutex<Connection>,
     /// The path as the user gave it, for messages.
     path: String,
 }

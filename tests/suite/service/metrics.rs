@@ -101,7 +101,16 @@ async fn the_service_serves_its_runs_metrics() -> Result<(), TestError> {
     assert_eq!(abort.status, 202, "{:?}", abort.body);
     wait_for(&client, &sleeper, stopped).await?;
 
-    let m = scrape(&client).await?;
+    // A run is counted as its span closes, which its actors' copies of the
+    // span may hold a moment after its status reads `stopped`.
+    let mut m = scrape(&client).await?;
+    for _ in 0..100 {
+        if m.value("agentry_runs_total", &[("stop_reason", "user_abort")]) == Some(1.0) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        m = scrape(&client).await?;
+    }
     for reason in ["done", "max_steps", "user_abort"] {
         assert_eq!(
             m.value("agentry_runs_total", &[("stop_reason", reason)]),

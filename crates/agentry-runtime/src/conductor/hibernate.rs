@@ -60,11 +60,11 @@ impl ConductorState {
             c.set_dormant(true);
         }
         let (placeholder, _) = super::outcome::outcome_channel();
-        let dormant = Box::new(Dormant {
+        let dormant = Dormant {
             outcome: std::mem::replace(&mut self.wiring.outcome, placeholder),
             claim,
             deadline: self.clock.deadline_at,
-        });
+        };
         match self
             .wiring
             .live
@@ -73,7 +73,7 @@ impl ConductorState {
             Ok(()) => self.release(myself).await,
             Err(back) => {
                 // Something was posted meanwhile: the run stays awake for it.
-                let Dormant { outcome, claim, .. } = *back;
+                let Dormant { outcome, claim, .. } = back;
                 if let Some(c) = &claim {
                     c.set_dormant(false);
                 }
@@ -137,9 +137,9 @@ pub(crate) async fn rest(args: Box<super::ConductorArgs>) {
         c.set_dormant(true);
     }
     tracing::debug!(run_id = %run_id, "run resumed hibernated");
-    live.rest(Box::new(Dormant {
+    live.rest(Dormant {
         outcome,
         claim,
         deadline: clock.deadline_at,
-    }));
+    });
 }

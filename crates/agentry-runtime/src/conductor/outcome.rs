@@ -169,9 +169,10 @@ enum Slot {
     /// Not started yet, or stopped.
     #[default]
     Gone,
-    Live(Live),
+    /// Boxed: a hibernated run's slot then holds only its dormant entry.
+    Live(Box<Live>),
     /// Hibernated: no actors.
-    Dormant(Box<Dormant>),
+    Dormant(Dormant),
     /// Being woken: what was posted meanwhile, in order.
     Waking(Vec<ConductorMsg>),
 }
@@ -190,7 +191,7 @@ pub(crate) struct Dormant {
 /// Wakes a hibernated run (the runtime's side, `runtime/hibernate.rs`).
 pub(crate) trait Rouse: Send + Sync {
     /// Starts waking the run of `live` from `dormant`; its slot is `Waking`.
-    fn rouse(&self, live: LiveActors, dormant: Box<Dormant>);
+    fn rouse(&self, live: LiveActors, dormant: Dormant);
     /// The run's last stored state, for a look at a hibernated run.
     fn stored_snapshot(&self) -> Option<RunSnapshot>;
     /// The run's deadline and its alarm: registered as the run hibernates.
@@ -232,7 +233,7 @@ impl LiveActors {
                 let _ = live.conductor.cast(msg);
             }
         }
-        *slot = Slot::Live(live);
+        *slot = Slot::Live(Box::new(live));
         drop(slot);
         self.0.woke.notify_waiters();
     }
@@ -271,8 +272,8 @@ impl LiveActors {
         &self,
         posted: &super::msg::Posted,
         handled: u64,
-        dormant: Box<Dormant>,
-    ) -> Result<(), Box<Dormant>> {
+        dormant: Dormant,
+    ) -> Result<(), Dormant> {
         let Some(rouse) = self.rouse() else {
             return Err(dormant);
         };
@@ -295,7 +296,7 @@ impl LiveActors {
     /// Fills a run's slot, before any conductor, with `dormant`: a resumed
     /// run brought back hibernated. Its deadline goes to the alarms as on
     /// any hibernation.
-    pub(crate) fn rest(&self, dormant: Box<Dormant>) {
+    pub(crate) fn rest(&self, dormant: Dormant) {
         let deadline = dormant.deadline;
         *self.lock() = Slot::Dormant(dormant);
         if let Some(rouse) = self.rouse() {
@@ -344,7 +345,7 @@ impl LiveActors {
         true
     }
 
-    fn rouse_with(&self, dormant: Box<Dormant>) {
+    fn rouse_with(&self, dormant: Dormant) {
         match self.rouse() {
             Some(rouse) => rouse.rouse(self.clone(), dormant),
             None => self.fail_wake(),
@@ -370,7 +371,7 @@ impl LiveActors {
             {
                 let slot = self.lock();
                 match &*slot {
-                    Slot::Live(live) => return Some(live.clone()),
+                    Slot::Live(live) => return Some(Live::clone(live)),
                     Slot::Gone => return None,
                     Slot::Dormant(_) | Slot::Waking(_) => {}
                 }

@@ -113,7 +113,7 @@ impl RunChildren {
     /// What `agent.spawn` answers for child `id`.
     async fn spawned(&self, id: &str) -> Result<Value, ToolError> {
         let budget = match self.child(id)? {
-            ChildRef::Live(child) => child.about.limits,
+            ChildRef::Live(child) => child.about.limits(),
             ChildRef::Ended(outcome) => outcome.budget.limits,
         };
         Ok(json!({
@@ -228,7 +228,7 @@ impl AgentDesk for RunChildren {
         // stopped. What is left does not move with the child's end (held).
         Ok(json!({
             "child_id": id,
-            "budget": child.about.limits,
+            "budget": child.about.limits(),
             "left_to_delegate": parent.delegable().await,
         }))
     }

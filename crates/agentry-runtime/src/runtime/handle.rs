@@ -67,11 +67,11 @@ pub struct RunParts {
     /// Where a durable run commits (its timers too).
     pub(super) log: Option<RunLog>,
     /// A durable run's next inbox position, shared by every clone.
-    pub(super) inbox: Option<Arc<std::sync::atomic::AtomicU64>>,
+    pub(super) inbox: Option<std::sync::atomic::AtomicU64>,
     /// The run's inbox bound, shared with its conductor (see [`crate::inbox`]).
     pub(super) gauge: Arc<InboxGauge>,
     /// Its name, goal and model, for its tree.
-    pub(super) about: About,
+    pub(super) about: RunAbout,
     /// The children it started.
     pub(super) children: ChildList,
 }
@@ -586,8 +586,10 @@ pub(crate) struct RunAbout {
     pub(crate) name: String,
     pub(crate) goal: String,
     pub(crate) model: String,
-    /// Its limits as it started (a child's as carved from its parent's).
-    pub(crate) limits: agentry_protocol::budget::BudgetLimits,
+    /// A child's limits as carved from its parent's (what `agent.spawn`
+    /// answers); none for a root run, whose tree reads its supervisor's.
+    /// Boxed: ~110 bytes a hibernated root run need not keep.
+    pub(crate) carved: Option<Box<agentry_protocol::budget::BudgetLimits>>,
     /// What the resume that started this process's run killed of an earlier
     /// attempt's processes; unset for a run started here.
     /// Boxed: set only on a resume that fenced something.
@@ -595,16 +597,22 @@ pub(crate) struct RunAbout {
 }
 
 impl RunAbout {
-    pub(crate) fn of(config: &crate::RunConfig, policy: &dyn crate::policy::Policy) -> Self {
+    pub(crate) fn of(
+        config: &crate::RunConfig,
+        policy: &dyn crate::policy::Policy,
+        child: bool,
+    ) -> Self {
         RunAbout {
             name: config.task_id.clone(),
             goal: config.goal.clone(),
             model: policy.name(),
-            limits: config.limits,
+            carved: child.then(|| Box::new(config.limits)),
             fenced: std::sync::OnceLock::new(),
         }
     }
-}
 
-/// [`RunAbout`], shared by every clone of a handle.
-pub(crate) type About = Arc<RunAbout>;
+    /// A child's limits as carved (a root run's: none, the default).
+    pub(crate) fn limits(&self) -> agentry_protocol::budget::BudgetLimits {
+        self.carved.as_deref().copied().unwrap_or_default()
+    }
+}

@@ -99,7 +99,7 @@ struct Waker {
 }
 
 impl Rouse for Waker {
-    fn rouse(&self, live: LiveActors, dormant: Box<Dormant>) {
+    fn rouse(&self, live: LiveActors, dormant: Dormant) {
         if let Some(key) = self
             .alarm
             .lock()
@@ -165,10 +165,10 @@ async fn wake(
     runtime: &Runtime,
     handle: RunHandle,
     live: &LiveActors,
-    dormant: Box<Dormant>,
+    dormant: Dormant,
     hibernate_after: Option<Duration>,
 ) -> Result<(), RuntimeError> {
-    let Dormant { outcome, claim, .. } = *dormant;
+    let Dormant { outcome, claim, .. } = dormant;
     if let Some(c) = &claim {
         c.set_dormant(false);
     }

@@ -136,9 +136,9 @@ impl Stored {
     }
 
     /// The next free inbox position: after every stored one.
-    fn next_inbox(&self) -> Arc<AtomicU64> {
+    fn next_inbox(&self) -> AtomicU64 {
         let next = self.inbox.iter().map(|e| e.seq + 1).max().unwrap_or(1);
-        Arc::new(AtomicU64::new(next))
+        AtomicU64::new(next)
     }
 }
 
@@ -330,7 +330,7 @@ impl Runtime {
             (stored.restore.as_ref()).map_or(0, |r| r.state.progress().resumed_numbering());
         let events = EventSink::new(Arc::clone(&run_id), config.events_from_start, redaction)
             .numbered_after(numbered);
-        let about = Arc::new(RunAbout::of(&config, policy.as_ref()));
+        let about = RunAbout::of(&config, policy.as_ref(), lineage.parent.is_some());
         let children = Arc::new(RunChildren::new(self.clone(), &config, !adopting));
         let live = LiveActors::default();
         let posted = Posted::default();

@@ -48,21 +48,51 @@ pub type WakePolicy = Arc<
         + Sync,
 >;
 
-/// Starts runs. Cheap to clone; clones share the tool registry and the shutdown token.
+/// Starts runs. Cheap to clone (one pointer); clones share the tool
+/// registry and the shutdown token. The builder methods (`with_*`) change
+/// only the runtime they are called on.
 #[derive(Clone)]
-pub struct Runtime {
-    registry: LiveRegistry,
-    root: CancellationToken,
-    child_policy: Option<ChildPolicyFactory>,
-    /// Named models children may ask for (`agent.spawn {"model": NAME}`).
-    child_models: Arc<std::collections::BTreeMap<String, ChildPolicyFactory>>,
-    /// The store runs are committed to, if any.
-    pub(crate) store: Option<StoreWriter>,
-    pub(crate) durability: Durability,
-    /// Rebuilds a hibernated run's policy as it wakes (none: nothing hibernates).
-    wake_policy: Option<WakePolicy>,
-    /// Every hibernated run's deadline.
-    alarms: Arc<alarms::Alarms>,
+pub struct Runtime(Arc<parts::RuntimeParts>);
+
+impl std::ops::Deref for Runtime {
+    type Target = parts::RuntimeParts;
+
+    fn deref(&self) -> &parts::RuntimeParts {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Runtime {
+    /// A builder's change: copied first if another clone shares the parts.
+    fn deref_mut(&mut self) -> &mut parts::RuntimeParts {
+        Arc::make_mut(&mut self.0)
+    }
+}
+
+mod parts {
+    use std::sync::Arc;
+
+    use super::{ChildPolicyFactory, Durability, LiveRegistry, StoreWriter, WakePolicy, alarms};
+    use tokio_util::sync::CancellationToken;
+
+    /// What every clone of a [`Runtime`](super::Runtime) shares; a hibernated
+    /// run's waker holds a pointer to it. Not nameable outside the crate.
+    #[derive(Clone)]
+    pub struct RuntimeParts {
+        pub(in crate::runtime) registry: LiveRegistry,
+        pub(in crate::runtime) root: CancellationToken,
+        pub(in crate::runtime) child_policy: Option<ChildPolicyFactory>,
+        /// Named models children may ask for (`agent.spawn {"model": NAME}`).
+        pub(in crate::runtime) child_models:
+            Arc<std::collections::BTreeMap<String, ChildPolicyFactory>>,
+        /// The store runs are committed to, if any.
+        pub(crate) store: Option<StoreWriter>,
+        pub(crate) durability: Durability,
+        /// Rebuilds a hibernated run's policy as it wakes (none: nothing hibernates).
+        pub(in crate::runtime) wake_policy: Option<WakePolicy>,
+        /// Every hibernated run's deadline.
+        pub(in crate::runtime) alarms: Arc<alarms::Alarms>,
+    }
 }
 
 impl std::fmt::Debug for Runtime {
@@ -76,7 +106,7 @@ impl std::fmt::Debug for Runtime {
 impl Runtime {
     /// A runtime with these tools.
     pub fn new(registry: ToolRegistry) -> Self {
-        Runtime {
+        Runtime(Arc::new(parts::RuntimeParts {
             registry: LiveRegistry::new(registry),
             root: CancellationToken::new(),
             child_policy: None,
@@ -85,7 +115,7 @@ impl Runtime {
             durability: Durability::Strict,
             wake_policy: None,
             alarms: Arc::default(),
-        }
+        }))
     }
 
     /// A runtime with only the built-in tools.

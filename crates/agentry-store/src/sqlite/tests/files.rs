@@ -461,3 +461,24 @@ fn a_new_store_and_its_wal_and_shm_are_private() {
         assert_eq!(mode, 0o600, "{}: {mode:o}", file.display());
     }
 }
+
+/// The store reads through a second, read-only connection; the writer must
+/// still close last, or the WAL (which only a writable connection can
+/// checkpoint) is left beside a cleanly closed store and outvotes its file.
+#[test]
+fn a_cleanly_closed_store_leaves_no_wal_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.db");
+    filled_store(&path);
+    let store = SqliteStore::open(&path).unwrap();
+    assert!(
+        store.load("r1").unwrap().is_some(),
+        "read through the reader"
+    );
+    drop(store);
+    let wal = PathBuf::from(format!("{}-wal", path.display()));
+    assert!(
+        !wal.exists(),
+        "the WAL was checkpointed and removed on close"
+    );
+}
