@@ -59,7 +59,7 @@ impl ConductorState {
         if let Some(c) = &claim {
             c.set_dormant(true);
         }
-        let (placeholder, _) = super::outcome::outcome_channel();
+        let (placeholder, _) = super::outcome::outcome_channel(&super::LiveActors::default());
         let dormant = Dormant {
             outcome: std::mem::replace(&mut self.wiring.outcome, placeholder),
             claim,

@@ -51,20 +51,14 @@ pub struct RunOutcome {
 }
 
 /// Where a run's outcome is published: set once by its conductor, read and
-/// awaited by every handle. One small allocation (a `watch` channel keeps
-/// eight wake lists, ~350 bytes, in every run, a hibernated one too).
-pub(crate) struct OutcomeTx(Arc<OutcomeShared>);
+/// awaited by every handle. Kept in the run's slot (no allocation of its
+/// own; a `watch` channel kept eight wake lists, ~350 bytes, in every run, a
+/// hibernated one too).
+pub(crate) struct OutcomeTx(LiveActors);
 
 /// A reader of a run's [`OutcomeTx`]; every clone reads the same outcome.
 #[derive(Clone)]
-pub(crate) struct OutcomeRx(Arc<OutcomeShared>);
-
-struct OutcomeShared {
-    value: OnceLock<Box<RunOutcome>>,
-    /// The sender went without publishing: the run is lost to this process.
-    closed: AtomicBool,
-    changed: tokio::sync::Notify,
-}
+pub(crate) struct OutcomeRx(LiveActors);
 
 impl std::fmt::Debug for OutcomeRx {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -74,29 +68,27 @@ impl std::fmt::Debug for OutcomeRx {
     }
 }
 
-/// A run's outcome cell: the conductor's end and the handles'.
-pub(crate) fn outcome_channel() -> (OutcomeTx, OutcomeRx) {
-    let shared = Arc::new(OutcomeShared {
-        value: OnceLock::new(),
-        closed: AtomicBool::new(false),
-        changed: tokio::sync::Notify::new(),
-    });
-    (OutcomeTx(Arc::clone(&shared)), OutcomeRx(shared))
+/// The outcome cell of the run whose slot is `live`: the conductor's end
+/// and the handles'.
+pub(crate) fn outcome_channel(live: &LiveActors) -> (OutcomeTx, OutcomeRx) {
+    (OutcomeTx(live.clone()), OutcomeRx(live.clone()))
 }
 
 impl OutcomeTx {
     /// Publishes the outcome (once; a second is ignored) and wakes every waiter.
     pub(crate) fn publish(&self, outcome: RunOutcome) {
-        let _ = self.0.value.set(Box::new(outcome));
-        self.0.changed.notify_waiters();
+        let shared = &self.0.0;
+        let _ = shared.outcome.set(Box::new(outcome));
+        shared.woke.notify_waiters();
     }
 }
 
 impl Drop for OutcomeTx {
     fn drop(&mut self) {
-        if self.0.value.get().is_none() {
-            self.0.closed.store(true, Ordering::SeqCst);
-            self.0.changed.notify_waiters();
+        let shared = &self.0.0;
+        if shared.outcome.get().is_none() {
+            shared.lost.store(true, Ordering::SeqCst);
+            shared.woke.notify_waiters();
         }
     }
 }
@@ -104,20 +96,21 @@ impl Drop for OutcomeTx {
 impl OutcomeRx {
     /// The outcome, once published.
     pub(crate) fn get(&self) -> Option<&RunOutcome> {
-        self.0.value.get().map(|b| &**b)
+        self.0.0.outcome.get().map(|b| &**b)
     }
 
     /// Waits for the outcome; `None` if the run was lost (its sender gone
     /// without publishing).
     pub(crate) async fn wait(&self) -> Option<&RunOutcome> {
+        let shared = &self.0.0;
         loop {
-            let notified = self.0.changed.notified();
+            let notified = shared.woke.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
             if let Some(outcome) = self.get() {
                 return Some(outcome);
             }
-            if self.0.closed.load(Ordering::SeqCst) {
+            if shared.lost.load(Ordering::SeqCst) {
                 return None;
             }
             notified.await;
@@ -156,8 +149,14 @@ impl std::fmt::Debug for LiveActors {
 #[derive(Default)]
 struct SlotShared {
     slot: Mutex<Slot>,
-    /// Told when a wake ends (the slot live again, or the run gone).
+    /// Told when a wake ends (the slot live again, or the run gone) and
+    /// when the outcome is published or lost.
     woke: tokio::sync::Notify,
+    /// The run's outcome, once published ([`OutcomeTx`]).
+    outcome: OnceLock<Box<RunOutcome>>,
+    /// Its [`OutcomeTx`] went without publishing: the run is lost to this
+    /// process.
+    lost: AtomicBool,
     /// How to wake the run: set when the run may hibernate, let go when it
     /// stops (the waker holds a handle on this slot).
     rouse: Mutex<Option<Arc<dyn Rouse>>>,

@@ -323,7 +323,7 @@ impl Runtime {
         let adopting = matches!(&durable, Durable::Resume(r) if r.adopting);
         let stored = Stored::of(durable, new_claim);
         let inbox = log.as_ref().map(|_| stored.next_inbox());
-        let (outcome_tx, outcome_rx) = crate::conductor::outcome_channel();
+
         let trace = open_trace(&config, &stored, &lineage, &redaction.redactor)?;
         // A resumed run numbers its events on after its store's record.
         let numbered =
@@ -333,6 +333,7 @@ impl Runtime {
         let about = RunAbout::of(&config, policy.as_ref(), lineage.parent.is_some());
         let children = Arc::new(RunChildren::new(self.clone(), &config, !adopting));
         let live = LiveActors::default();
+        let (outcome_tx, outcome_rx) = crate::conductor::outcome_channel(&live);
         let posted = Posted::default();
         let gauge = Arc::new(InboxGauge::new(config.inbox_capacity));
         let cut = StepCut::new(&run_token);
