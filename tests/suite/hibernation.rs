@@ -102,6 +102,27 @@ fn stored_messages(store: &dyn Store, run_id: &str) -> Result<Vec<String>, TestE
         .collect())
 }
 
+/// A run that may hibernate keeps its waker (its handle and the runtime) in
+/// its slot, a cycle the slot breaks when the run stops: once its last handle
+/// and the runtime go, nothing of it is left, and the store closes (its writer
+/// checkpoints the WAL away).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_run_that_could_hibernate_lets_its_runtime_go() -> Result<(), TestError> {
+    let task = TestTask::new("answer messages", &[])?;
+    let db = task.root().join("runs.db");
+    let runtime = hibernating(&db)?;
+    let handle = runtime.start(event_driven(&task), replier()).await?;
+    hibernated(&handle).await?;
+    handle.send_message("hello")?;
+    hibernated(&handle).await?;
+    handle.abort();
+    handle.wait().await?;
+    drop(handle);
+    drop(runtime);
+    let wal = task.root().join("runs.db-wal");
+    until("the store closed (its WAL gone)", || !wal.exists()).await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hibernated_run_lets_its_actors_go_and_a_message_wakes_it() -> Result<(), TestError> {
     let task = TestTask::new("answer messages", &[])?;
