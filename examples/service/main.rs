@@ -95,60 +95,27 @@ struct Args {
     keep_stopped: Option<usize>,
 }
 
-/// Why the flags do not make a service.
-#[derive(Debug, thiserror::Error)]
-enum FlagError {
-    /// Streams could take every connection.
-    #[error(
-        "--max-streams {streams} must be below --max-connections ({connections}): the connections beyond the streams are kept for short requests"
-    )]
-    StreamsTakeEveryConnection {
-        /// The streams asked for.
-        streams: usize,
-        /// The connection limit.
-        connections: usize,
-    },
-}
-
 impl Args {
-    fn config(&self, metrics: agentry::metrics::Metrics) -> Result<app::ServiceConfig, FlagError> {
-        let d = app::Limits::default();
-        let bytes = |flag: Option<u64>, default: usize| {
-            flag.map_or(default, |n| usize::try_from(n).unwrap_or(usize::MAX))
-        };
-        let max_connections = self
-            .max_connections
-            .map_or(d.max_connections, |n| n as usize);
-        let defaults = app::StreamLimits::for_connections(max_connections);
-        let streams = app::StreamLimits {
-            per_run: self
-                .max_streams_per_run
-                .map_or(defaults.per_run, |n| n as usize),
-            total: self.max_streams.map_or(defaults.total, |n| n as usize),
-        };
-        // The default is always below the limit but for `--max-connections
-        // 1`, whose one connection serves a stream or a request.
-        if self.max_streams.is_some() && streams.total >= max_connections {
-            return Err(FlagError::StreamsTakeEveryConnection {
-                streams: streams.total,
-                connections: max_connections,
-            });
+    fn config(
+        &self,
+        metrics: agentry::metrics::Metrics,
+    ) -> Result<app::ServiceConfig, app::ServeError> {
+        // The same names and conversion as `agentry serve`'s `[serve]` keys.
+        let limits = app::LimitSettings {
+            max_message_bytes: self.max_message_bytes,
+            max_create_bytes: self.max_create_bytes,
+            max_run_input_bytes: self.max_run_input_bytes,
+            inbox_capacity: self.inbox_capacity,
+            header_timeout: self.header_timeout,
+            body_timeout: self.body_timeout,
+            max_connections: self.max_connections,
+            max_streams: self.max_streams,
+            max_streams_per_run: self.max_streams_per_run,
+            replay_bytes: self.replay_bytes,
+            stopped_replay_bytes: self.stopped_replay_bytes,
+            keep_stopped: self.keep_stopped,
         }
-        let limits = app::Limits {
-            message_bytes: bytes(self.max_message_bytes, d.message_bytes),
-            create_bytes: bytes(self.max_create_bytes, d.create_bytes),
-            run_input_bytes: self.max_run_input_bytes.unwrap_or(d.run_input_bytes),
-            inbox_capacity: bytes(self.inbox_capacity, d.inbox_capacity),
-            body_timeout: self.body_timeout.unwrap_or(d.body_timeout),
-            header_timeout: self.header_timeout.unwrap_or(d.header_timeout),
-            max_connections,
-            streams,
-            replay: app::ReplayLimits {
-                live_bytes: bytes(self.replay_bytes, d.replay.live_bytes),
-                stopped_bytes: bytes(self.stopped_replay_bytes, d.replay.stopped_bytes),
-            },
-            keep_stopped: self.keep_stopped.unwrap_or(d.keep_stopped),
-        };
+        .limits()?;
         Ok(app::ServiceConfig {
             allow_hosts: self.allow_host.clone(),
             allow_origins: self.allow_origin.clone(),

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use super::agents::Agents;
 use super::allowed::{AllowedHost, AllowedOrigin};
+use super::error::ServeError;
 use super::events::ReplayLimits;
 use super::limits::RunLimits;
 use super::serve;
@@ -50,7 +51,8 @@ pub struct ServiceConfig {
     pub store_file: Option<std::path::PathBuf>,
 }
 
-/// What the service holds for its clients, at most (each has a flag, see `main.rs`).
+/// What the service holds for its clients, at most: [`LimitSettings`] makes
+/// them from serve.toml's `[serve]` keys or the embedding example's flags.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
     /// Body of a message, event, interrupt or decision, in bytes.
@@ -96,5 +98,82 @@ impl Default for Limits {
             },
             keep_stopped: 1000,
         }
+    }
+}
+
+/// The limits as an operator gives them: serve.toml's `[serve]` keys and
+/// the embedding example's flags, under the same names. `None` keeps
+/// [`Limits::default`]'s value; counts and sizes are positive where given
+/// (the file and the flags refuse zero before this).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LimitSettings {
+    /// [`Limits::message_bytes`].
+    pub max_message_bytes: Option<u64>,
+    /// [`Limits::create_bytes`].
+    pub max_create_bytes: Option<u64>,
+    /// [`Limits::run_input_bytes`].
+    pub max_run_input_bytes: Option<u64>,
+    /// [`Limits::inbox_capacity`].
+    pub inbox_capacity: Option<u64>,
+    /// [`Limits::header_timeout`].
+    pub header_timeout: Option<Duration>,
+    /// [`Limits::body_timeout`].
+    pub body_timeout: Option<Duration>,
+    /// [`Limits::max_connections`].
+    pub max_connections: Option<u32>,
+    /// [`StreamLimits::total`]; must be below `max_connections`.
+    pub max_streams: Option<u32>,
+    /// [`StreamLimits::per_run`].
+    pub max_streams_per_run: Option<u32>,
+    /// [`ReplayLimits::live_bytes`].
+    pub replay_bytes: Option<u64>,
+    /// [`ReplayLimits::stopped_bytes`].
+    pub stopped_replay_bytes: Option<u64>,
+    /// [`Limits::keep_stopped`].
+    pub keep_stopped: Option<usize>,
+}
+
+impl LimitSettings {
+    /// The limits these settings make, the defaults filling what is unset.
+    /// The one error is [`ServeError::StreamsTakeEveryConnection`]: a
+    /// `max_streams` at or above the connection limit.
+    pub fn limits(&self) -> Result<Limits, ServeError> {
+        let d = Limits::default();
+        let bytes = |given: Option<u64>, default: usize| {
+            given.map_or(default, |n| usize::try_from(n).unwrap_or(usize::MAX))
+        };
+        let max_connections = self
+            .max_connections
+            .map_or(d.max_connections, |n| n as usize);
+        let defaults = StreamLimits::for_connections(max_connections);
+        let streams = StreamLimits {
+            per_run: self
+                .max_streams_per_run
+                .map_or(defaults.per_run, |n| n as usize),
+            total: self.max_streams.map_or(defaults.total, |n| n as usize),
+        };
+        // The default is always below the limit but for `max_connections =
+        // 1`, whose one connection serves a stream or a request.
+        if self.max_streams.is_some() && streams.total >= max_connections {
+            return Err(ServeError::StreamsTakeEveryConnection {
+                streams: streams.total,
+                connections: max_connections,
+            });
+        }
+        Ok(Limits {
+            message_bytes: bytes(self.max_message_bytes, d.message_bytes),
+            create_bytes: bytes(self.max_create_bytes, d.create_bytes),
+            run_input_bytes: self.max_run_input_bytes.unwrap_or(d.run_input_bytes),
+            inbox_capacity: bytes(self.inbox_capacity, d.inbox_capacity),
+            body_timeout: self.body_timeout.unwrap_or(d.body_timeout),
+            header_timeout: self.header_timeout.unwrap_or(d.header_timeout),
+            max_connections,
+            streams,
+            replay: ReplayLimits {
+                live_bytes: bytes(self.replay_bytes, d.replay.live_bytes),
+                stopped_bytes: bytes(self.stopped_replay_bytes, d.replay.stopped_bytes),
+            },
+            keep_stopped: self.keep_stopped.unwrap_or(d.keep_stopped),
+        })
     }
 }

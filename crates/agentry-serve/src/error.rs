@@ -224,4 +224,14 @@ pub enum ServeError {
         /// What SQLite said.
         message: String,
     },
+    /// `max_streams` leaves no connection for short requests.
+    #[error(
+        "max_streams ({streams}) must be below max_connections ({connections}): the connections beyond the streams are kept for short requests"
+    )]
+    StreamsTakeEveryConnection {
+        /// The streams asked for.
+        streams: usize,
+        /// The connection limit.
+        connections: usize,
+    },
 }

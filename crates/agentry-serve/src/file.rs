@@ -42,8 +42,9 @@
 //! metrics = true                  # GET /metrics
 //! ```
 //!
-//! `[serve]` also takes `max_running` and `max_queued` (see
-//! `docs/src/serve.md`, "Limits").
+//! `[serve]` also takes `max_running` and `max_queued`, and the HTTP
+//! guard's limits (`max_message_bytes`, `header_timeout`, `max_connections`,
+//! ...: [`LimitSettings`]); see `docs/src/serve.md`.
 //!
 //! Relative paths are relative to the directory of serve.toml.
 
@@ -54,6 +55,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::config::LimitSettings;
 use super::error::ServeError;
 
 /// serve.toml, parsed and checked; paths made relative to its directory.
@@ -102,6 +104,33 @@ pub struct ServeSection {
     /// How long an event-driven run sleeps before it hibernates (`"30s"`,
     /// the default; `"off"` never): see [`ServeSection::hibernate_after`].
     pub hibernate_after: Option<String>,
+    /// The HTTP guard's limits, by the names of [`LimitSettings`] (see
+    /// [`ServeSection::limit_settings`]); unset, [`crate::Limits::default`].
+    pub max_message_bytes: Option<u64>,
+    /// See `max_message_bytes`.
+    pub max_create_bytes: Option<u64>,
+    /// See `max_message_bytes`.
+    pub max_run_input_bytes: Option<u64>,
+    /// See `max_message_bytes`.
+    pub inbox_capacity: Option<u64>,
+    /// See `max_message_bytes` (`"10s"`).
+    #[serde(default, deserialize_with = "duration")]
+    pub header_timeout: Option<Duration>,
+    /// See `max_message_bytes` (`"30s"`).
+    #[serde(default, deserialize_with = "duration")]
+    pub body_timeout: Option<Duration>,
+    /// See `max_message_bytes`.
+    pub max_connections: Option<u32>,
+    /// See `max_message_bytes`; below `max_connections`.
+    pub max_streams: Option<u32>,
+    /// See `max_message_bytes`.
+    pub max_streams_per_run: Option<u32>,
+    /// See `max_message_bytes`.
+    pub replay_bytes: Option<u64>,
+    /// See `max_message_bytes`.
+    pub stopped_replay_bytes: Option<u64>,
+    /// See `max_message_bytes`.
+    pub keep_stopped: Option<usize>,
 }
 
 /// How long a drain waits for running steps when serve.toml does not say.
@@ -142,6 +171,28 @@ impl ServeSection {
         match self.hibernate_after.as_deref() {
             None => Some(DEFAULT_HIBERNATE_AFTER),
             Some(text) => parse_hibernate_after(text).ok().flatten(),
+        }
+    }
+}
+
+impl ServeSection {
+    /// The HTTP guard's limits as this section gives them; made into
+    /// [`crate::Limits`] by [`LimitSettings::limits`] (checked when the
+    /// file is parsed).
+    pub fn limit_settings(&self) -> LimitSettings {
+        LimitSettings {
+            max_message_bytes: self.max_message_bytes,
+            max_create_bytes: self.max_create_bytes,
+            max_run_input_bytes: self.max_run_input_bytes,
+            inbox_capacity: self.inbox_capacity,
+            header_timeout: self.header_timeout,
+            body_timeout: self.body_timeout,
+            max_connections: self.max_connections,
+            max_streams: self.max_streams,
+            max_streams_per_run: self.max_streams_per_run,
+            replay_bytes: self.replay_bytes,
+            stopped_replay_bytes: self.stopped_replay_bytes,
+            keep_stopped: self.keep_stopped,
         }
     }
 }
@@ -370,6 +421,7 @@ impl ServeFile {
     fn check_limits(&self) -> Result<(), BadKey> {
         positive("serve.max_running", self.serve.max_running)?;
         positive("serve.max_queued", self.serve.max_queued)?;
+        self.check_guard_limits()?;
         for (name, tenant) in &self.tenants {
             if !valid_tenant_name(name) {
                 return Err(BadKey::new(
@@ -388,6 +440,34 @@ impl ServeFile {
             }
         }
         Ok(())
+    }
+
+    /// `[serve]`'s HTTP guard limits: positive counts and sizes
+    /// (`keep_stopped` may be 0), streams below connections.
+    fn check_guard_limits(&self) -> Result<(), BadKey> {
+        let s = &self.serve;
+        for (key, value) in [
+            ("serve.max_message_bytes", s.max_message_bytes),
+            ("serve.max_create_bytes", s.max_create_bytes),
+            ("serve.max_run_input_bytes", s.max_run_input_bytes),
+            ("serve.inbox_capacity", s.inbox_capacity),
+            ("serve.replay_bytes", s.replay_bytes),
+            ("serve.stopped_replay_bytes", s.stopped_replay_bytes),
+        ] {
+            positive(key, value)?;
+        }
+        for (key, value) in [
+            ("serve.max_connections", s.max_connections),
+            ("serve.max_streams", s.max_streams),
+            ("serve.max_streams_per_run", s.max_streams_per_run),
+        ] {
+            positive(key, value)?;
+        }
+        // Its one error is about max_streams.
+        s.limit_settings()
+            .limits()
+            .map(drop)
+            .map_err(|e| BadKey::new("serve.max_streams", e.to_string()))
     }
 
     fn resolve(&mut self, dir: &Path) {

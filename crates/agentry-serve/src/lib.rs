@@ -111,7 +111,7 @@ pub use admit::cap_cost;
 pub use agentry_webhooks::WebhookError;
 pub use agents::{AgentRun, Agents, Launched, ModelLoad, RunMeta};
 pub use allowed::{AllowError, AllowedHost, AllowedOrigin};
-pub use config::{Limits, ServiceConfig};
+pub use config::{LimitSettings, Limits, ServiceConfig};
 pub use create::write_files;
 pub use error::{ApiError, ServeError, code_of};
 pub use events::ReplayLimits;

@@ -121,6 +121,16 @@ pub(crate) async fn serve(
         .map_err(ServeCliError::Store)?;
     eprintln!("agentry: serve: runs are stored in {}", store.display());
     let webhooks = webhooks(&file, &config_path, &store)?;
+    // Checked when serve.toml was parsed; the error names the key anyway.
+    let limits = file
+        .serve
+        .limit_settings()
+        .limits()
+        .map_err(|e| ServeError::Config {
+            path: config_path.clone(),
+            key: "serve.max_streams".into(),
+            message: e.to_string(),
+        })?;
     let app = App::with_config(
         runtime,
         ServiceConfig {
@@ -131,6 +141,7 @@ pub(crate) async fn serve(
             store_file: Some(store.clone()),
             metrics,
             run_limits: run_limits(&file, &store),
+            limits,
             ..ServiceConfig::default()
         },
     );

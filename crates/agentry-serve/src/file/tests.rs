@@ -168,3 +168,94 @@ fn every_error_names_its_key() {
         assert_eq!(bad.key, key, "{text}: {}", bad.message);
     }
 }
+
+#[test]
+fn every_guard_limit_key_is_parsed_into_the_limits() {
+    let text = r#"
+[serve]
+max_message_bytes = 1024
+max_create_bytes = 2048
+max_run_input_bytes = 4096
+inbox_capacity = 7
+header_timeout = "3s"
+body_timeout = "4s"
+max_connections = 40
+max_streams = 30
+max_streams_per_run = 5
+replay_bytes = 8192
+stopped_replay_bytes = 512
+keep_stopped = 0
+"#;
+    let file = ServeFile::parse(text, Path::new("/d")).unwrap();
+    let limits = file.serve.limit_settings().limits().unwrap();
+    assert_eq!(limits.message_bytes, 1024);
+    assert_eq!(limits.create_bytes, 2048);
+    assert_eq!(limits.run_input_bytes, 4096);
+    assert_eq!(limits.inbox_capacity, 7);
+    assert_eq!(limits.header_timeout, Duration::from_secs(3));
+    assert_eq!(limits.body_timeout, Duration::from_secs(4));
+    assert_eq!(limits.max_connections, 40);
+    assert_eq!(limits.streams.total, 30);
+    assert_eq!(limits.streams.per_run, 5);
+    assert_eq!(limits.replay.live_bytes, 8192);
+    assert_eq!(limits.replay.stopped_bytes, 512);
+    assert_eq!(limits.keep_stopped, 0);
+}
+
+#[test]
+fn unset_guard_limits_are_the_defaults() {
+    let file = ServeFile::parse("[serve]\n", Path::new("/d")).unwrap();
+    let limits = file.serve.limit_settings().limits().unwrap();
+    assert_eq!(limits, crate::Limits::default());
+    // Streams default to a share of the connections given.
+    let file = ServeFile::parse("[serve]\nmax_connections = 40\n", Path::new("/d")).unwrap();
+    let limits = file.serve.limit_settings().limits().unwrap();
+    assert_eq!(limits.streams, crate::StreamLimits::for_connections(40));
+}
+
+#[test]
+fn a_bad_guard_limit_is_an_error_naming_its_key() {
+    let counts = [
+        "max_message_bytes",
+        "max_create_bytes",
+        "max_run_input_bytes",
+        "inbox_capacity",
+        "max_connections",
+        "max_streams",
+        "max_streams_per_run",
+        "replay_bytes",
+        "stopped_replay_bytes",
+    ];
+    for key in counts {
+        for value in ["0", "-1", "\"5\""] {
+            let text = format!("[serve]\n{key} = {value}\n");
+            let bad = ServeFile::parse(&text, Path::new("/d")).unwrap_err();
+            assert_eq!(bad.key, format!("serve.{key}"), "{text}: {}", bad.message);
+        }
+    }
+    for value in ["-1", "\"5\""] {
+        let text = format!("[serve]\nkeep_stopped = {value}\n");
+        let bad = ServeFile::parse(&text, Path::new("/d")).unwrap_err();
+        assert_eq!(bad.key, "serve.keep_stopped", "{text}: {}", bad.message);
+    }
+    for key in ["header_timeout", "body_timeout"] {
+        for value in ["\"0s\"", "\"soon\"", "10"] {
+            let text = format!("[serve]\n{key} = {value}\n");
+            let bad = ServeFile::parse(&text, Path::new("/d")).unwrap_err();
+            assert_eq!(bad.key, format!("serve.{key}"), "{text}: {}", bad.message);
+        }
+    }
+}
+
+#[test]
+fn max_streams_at_or_above_max_connections_is_refused() {
+    for streams in [8, 9] {
+        let text = format!("[serve]\nmax_connections = 8\nmax_streams = {streams}\n");
+        let bad = ServeFile::parse(&text, Path::new("/d")).unwrap_err();
+        assert_eq!(bad.key, "serve.max_streams", "{text}: {}", bad.message);
+        assert!(bad.message.contains("max_connections (8)"), "{}", bad.message);
+    }
+    let text = "[serve]\nmax_connections = 8\nmax_streams = 7\n";
+    let file = ServeFile::parse(text, Path::new("/d")).unwrap();
+    assert_eq!(file.serve.limit_settings().limits().unwrap().streams.total, 7);
+}
