@@ -108,7 +108,7 @@ impl RunEntry {
                 ApiError::new(
                     StatusCode::PAYLOAD_TOO_LARGE,
                     format!(
-                        "run {id} has taken {taken} bytes of messages, events and redirects; {bytes} more would pass its limit of {limit} (--max-run-input-bytes)"
+                        "run {id} has taken {taken} bytes of messages, events and redirects; {bytes} more would pass its limit of {limit} (max_run_input_bytes, --max-run-input-bytes)"
                     ),
                 )
             })

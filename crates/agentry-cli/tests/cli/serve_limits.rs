@@ -468,3 +468,49 @@ fn bad_limits_are_exit_2_naming_the_key() {
         assert!(stderr(&out).contains(key), "{text}: {}", stderr(&out));
     }
 }
+
+/// `[serve] max_message_bytes` takes effect: a 2 KiB message is 413 naming
+/// the key, a small one is taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_message_bytes_in_serve_toml_refuses_a_larger_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let env = [("AGENTRY_TOKEN", TOKEN)];
+    let served = start(dir.path(), "[serve]\nmax_message_bytes = 1024\n", &env);
+    let id = served.create(TOKEN, &listener_task()).await;
+    let path = format!("/runs/{id}/messages");
+    let big = json!({"text": "x".repeat(2048)});
+    let reply = served.send("POST", &path, Some(TOKEN), Some(&big)).await;
+    assert_eq!(reply.status, 413, "{:?}", reply.body);
+    let message = reply.body["error"]["message"].as_str().unwrap();
+    assert!(message.contains("max_message_bytes"), "{message}");
+    assert!(message.contains("1024"), "{message}");
+    let small = json!({"text": "hello"});
+    let reply = served.send("POST", &path, Some(TOKEN), Some(&small)).await;
+    assert_eq!(reply.status, 202, "{:?}", reply.body);
+}
+
+/// A bad guard limit in serve.toml keeps `agentry serve` from starting:
+/// exit 2, the key named.
+#[test]
+fn a_bad_guard_limit_in_serve_toml_is_exit_2_naming_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    for (text, key) in [
+        ("[serve]\nmax_message_bytes = 0\n", "serve.max_message_bytes"),
+        ("[serve]\nheader_timeout = \"soon\"\n", "serve.header_timeout"),
+        (
+            "[serve]\nmax_connections = 4\nmax_streams = 4\n",
+            "serve.max_streams",
+        ),
+    ] {
+        let config = dir.path().join("serve.toml");
+        std::fs::write(&config, text).unwrap();
+        let store = dir.path().join("runs.db");
+        let out = super::serve::refused(
+            &["--config", path_str(&config), "--store", path_str(&store)],
+            &[("AGENTRY_TOKEN", TOKEN)],
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{text}: {err}");
+        assert!(err.contains(key), "{text}: {err}");
+    }
+}
