@@ -176,9 +176,7 @@ impl ServeSection {
 }
 
 impl ServeSection {
-    /// The HTTP guard's limits as this section gives them; made into
-    /// [`crate::Limits`] by [`LimitSettings::limits`] (checked when the
-    /// file is parsed).
+    /// The HTTP guard's limits as given here (checked when the file is parsed).
     pub fn limit_settings(&self) -> LimitSettings {
         LimitSettings {
             max_message_bytes: self.max_message_bytes,
@@ -442,8 +440,7 @@ impl ServeFile {
         Ok(())
     }
 
-    /// `[serve]`'s HTTP guard limits: positive counts and sizes
-    /// (`keep_stopped` may be 0), streams below connections.
+    /// Guard limits: positive (`keep_stopped` may be 0), streams below connections.
     fn check_guard_limits(&self) -> Result<(), BadKey> {
         let s = &self.serve;
         for (key, value) in [
@@ -453,17 +450,15 @@ impl ServeFile {
             ("serve.inbox_capacity", s.inbox_capacity),
             ("serve.replay_bytes", s.replay_bytes),
             ("serve.stopped_replay_bytes", s.stopped_replay_bytes),
+            ("serve.max_connections", s.max_connections.map(u64::from)),
+            ("serve.max_streams", s.max_streams.map(u64::from)),
+            (
+                "serve.max_streams_per_run",
+                s.max_streams_per_run.map(u64::from),
+            ),
         ] {
             positive(key, value)?;
         }
-        for (key, value) in [
-            ("serve.max_connections", s.max_connections),
-            ("serve.max_streams", s.max_streams),
-            ("serve.max_streams_per_run", s.max_streams_per_run),
-        ] {
-            positive(key, value)?;
-        }
-        // Its one error is about max_streams.
         s.limit_settings()
             .limits()
             .map(drop)

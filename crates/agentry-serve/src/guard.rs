@@ -179,9 +179,15 @@ impl Guard {
     /// The body limit of a route, and the `[serve]` key and flag that set it.
     fn body_limit(&self, request: &Request) -> (usize, &'static str) {
         if request.uri().path() == "/runs" {
-            (self.limits.create_bytes, "max_create_bytes, --max-create-bytes")
+            (
+                self.limits.create_bytes,
+                "max_create_bytes, --max-create-bytes",
+            )
         } else {
-            (self.limits.message_bytes, "max_message_bytes, --max-message-bytes")
+            (
+                self.limits.message_bytes,
+                "max_message_bytes, --max-message-bytes",
+            )
         }
     }
 }
@@ -357,7 +363,9 @@ async fn read_body(guard: &Guard, request: Request) -> Result<Request, ApiError>
 fn body_timeout(timeout: Duration) -> ApiError {
     ApiError::new(
         StatusCode::REQUEST_TIMEOUT,
-        format!("the request body did not arrive within {timeout:?} (body_timeout, --body-timeout)"),
+        format!(
+            "the request body did not arrive within {timeout:?} (body_timeout, --body-timeout)"
+        ),
     )
 }
 

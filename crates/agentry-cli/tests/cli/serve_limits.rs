@@ -495,8 +495,14 @@ async fn max_message_bytes_in_serve_toml_refuses_a_larger_message() {
 fn a_bad_guard_limit_in_serve_toml_is_exit_2_naming_the_key() {
     let dir = tempfile::tempdir().unwrap();
     for (text, key) in [
-        ("[serve]\nmax_message_bytes = 0\n", "serve.max_message_bytes"),
-        ("[serve]\nheader_timeout = \"soon\"\n", "serve.header_timeout"),
+        (
+            "[serve]\nmax_message_bytes = 0\n",
+            "serve.max_message_bytes",
+        ),
+        (
+            "[serve]\nheader_timeout = \"soon\"\n",
+            "serve.header_timeout",
+        ),
         (
             "[serve]\nmax_connections = 4\nmax_streams = 4\n",
             "serve.max_streams",

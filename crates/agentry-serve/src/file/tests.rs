@@ -253,9 +253,16 @@ fn max_streams_at_or_above_max_connections_is_refused() {
         let text = format!("[serve]\nmax_connections = 8\nmax_streams = {streams}\n");
         let bad = ServeFile::parse(&text, Path::new("/d")).unwrap_err();
         assert_eq!(bad.key, "serve.max_streams", "{text}: {}", bad.message);
-        assert!(bad.message.contains("max_connections (8)"), "{}", bad.message);
+        assert!(
+            bad.message.contains("max_connections (8)"),
+            "{}",
+            bad.message
+        );
     }
     let text = "[serve]\nmax_connections = 8\nmax_streams = 7\n";
     let file = ServeFile::parse(text, Path::new("/d")).unwrap();
-    assert_eq!(file.serve.limit_settings().limits().unwrap().streams.total, 7);
+    assert_eq!(
+        file.serve.limit_settings().limits().unwrap().streams.total,
+        7
+    );
 }
