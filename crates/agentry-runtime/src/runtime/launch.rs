@@ -12,8 +12,9 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::Runtime;
+use super::about::RunAbout;
 use super::children::RunChildren;
-use super::handle::{ChildEntry, ChildList, RunAbout, RunHandle, RunParts};
+use super::handle::{ChildEntry, ChildList, RunHandle, RunParts};
 use super::record::{Resumed, create_record, fresh_mark};
 use crate::ask::ask;
 use crate::budget::BudgetMsg;

@@ -13,6 +13,7 @@
 //! - `resume.rs`: the store side — listing stored runs and resuming one (and its tree).
 //! - `hibernate.rs`: waking a hibernated run from the store into its handles.
 
+mod about;
 mod alarms;
 mod children;
 mod handle;

@@ -16,7 +16,8 @@ use agentry_store::{Store, StoredRun};
 
 use super::Runtime;
 use super::children::{ChildRef, RunChildren};
-use super::handle::{ChildEntry, RunHandle};
+use super::handle::ChildEntry;
+use super::handle::RunHandle;
 use super::launch::{Launched, recorded_at_stop};
 use super::record::config_of;
 use crate::RunOutcome;
