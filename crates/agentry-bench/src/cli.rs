@@ -116,6 +116,11 @@ pub struct Args {
     /// durable, durable-w2: measure only this mode (for profiling; no ratios).
     #[arg(long, value_enum)]
     pub only: Option<crate::workloads::Mode>,
+    /// idle: the store's `synchronous` (`full`, the default: every commit
+    /// fsynced; `normal`: WAL fsynced at checkpoints, a commit survives the
+    /// process's crash but not the machine's).
+    #[arg(long, value_enum, default_value_t = StoreSync::Full)]
+    pub sync: StoreSync,
     /// W3: the tool and its floor sleep precisely (tokio's timer, then a
     /// nanosleep for the last 2 ms) instead of on tokio's 1 ms timer alone.
     #[arg(long)]
@@ -192,6 +197,10 @@ impl Args {
             store_dir: self.store_dir.clone(),
             keep_store: self.keep_store,
             only: self.only,
+            sync: match self.sync {
+                StoreSync::Full => agentry::store::SyncMode::Full,
+                StoreSync::Normal => agentry::store::SyncMode::Normal,
+            },
             precise_sleep: self.precise_sleep,
             otlp: self.otlp,
         }
@@ -221,4 +230,13 @@ pub fn run(workload: Workload, opts: &Options) -> BenchResult<Report> {
             Workload::Idle => workloads::idle(opts).await,
         }
     })
+}
+
+/// `--sync`: the store's `synchronous` ([`agentry::store::SyncMode`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum StoreSync {
+    /// Every commit fsynced.
+    Full,
+    /// The WAL fsynced at its checkpoints.
+    Normal,
 }

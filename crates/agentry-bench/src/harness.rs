@@ -53,6 +53,8 @@ pub struct Options {
     pub keep_store: bool,
     /// durable, durable-w2: measure only this mode.
     pub only: Option<Mode>,
+    /// idle: the store's `synchronous`.
+    pub sync: agentry::store::SyncMode,
     /// W3: `sleep_echo` and the floor sleep with [`crate::tools::precise_sleep`].
     pub precise_sleep: bool,
     /// W1: run it again with its spans exported to a local OTLP receiver.

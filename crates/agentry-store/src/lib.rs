@@ -53,7 +53,7 @@ pub use query::{
 };
 
 #[cfg(feature = "sqlite")]
-pub use sqlite::{SqliteOptions, SqliteStore};
+pub use sqlite::{SqliteOptions, SqliteStore, SyncMode};
 
 /// The schema version this build reads and writes. A store file with a higher
 /// version is refused ([`StoreError::NewerSchema`]), never modified.

@@ -1,4 +1,5 @@
-//! The embedded store: one SQLite file in WAL mode, `synchronous = FULL`.
+//! The embedded store: one SQLite file in WAL mode, `synchronous = FULL`
+//! (or `NORMAL`, [`SyncMode`]).
 //!
 //! Opening is careful not to touch a file it cannot use: an existing file is
 //! first opened read-only to read its schema version and run `quick_check`;
@@ -16,6 +17,7 @@ use crate::{
     ListedRun, RunQuery, RunRecord, RunSummary, SCHEMA_VERSION, Store, StoreError, StoredRun, Write,
 };
 
+mod checkpoint;
 mod error;
 mod read;
 mod schema;
@@ -28,7 +30,7 @@ mod tests;
 use error::sql_error;
 
 /// How long a writer waits for another connection's lock before failing.
-const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+pub(super) const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Options of [`SqliteStore::open_with`]. The default is what production wants.
 #[derive(Debug, Clone, Default)]
@@ -37,6 +39,34 @@ pub struct SqliteOptions {
     /// that would grow it further fails with [`StoreError::Full`], exactly as
     /// on a full disk. `None`: no cap beyond SQLite's own.
     pub max_pages: Option<u64>,
+    /// How hard a commit waits for the disk (default [`SyncMode::Full`]).
+    pub sync: SyncMode,
+}
+
+/// How hard a commit waits for the disk (SQLite's `synchronous`, in WAL mode).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum SyncMode {
+    /// `FULL`: every commit is on the disk (fsynced) before it returns: a
+    /// committed step survives a power loss or a kernel crash.
+    #[default]
+    Full,
+    /// `NORMAL`: a commit is written to the WAL, which is fsynced only at its
+    /// checkpoints (run every 200 ms on a thread of the store's own, so no
+    /// commit waits for one). A committed step survives the process's crash (SIGKILL,
+    /// a panic, an OOM kill), not the machine's: a power loss or a kernel
+    /// crash may lose the last commits (the file stays consistent). For a
+    /// service whose machine is not the weak point, commits cost a write
+    /// instead of an fsync.
+    Normal,
+}
+
+impl SyncMode {
+    fn pragma(self) -> &'static str {
+        match self {
+            SyncMode::Full => "FULL",
+            SyncMode::Normal => "NORMAL",
+        }
+    }
 }
 
 /// The embedded [`Store`]: one SQLite file (plus its `-wal` and `-shm`
@@ -49,6 +79,9 @@ pub struct SqliteStore {
     /// closes last, and only the last connection to close checkpoints the
     /// WAL into the file and removes it (a read-only one cannot).
     reader: Mutex<Connection>,
+    /// `SyncMode::Normal`'s checkpoints, on a thread of their own; stopped
+    /// before the writer closes.
+    _checkpointer: Option<checkpoint::Checkpointer>,
     /// The connection that writes: the runtime commits from a single writer
     /// thread.
     conn: Mutex<Connection>,
@@ -119,9 +152,14 @@ impl SqliteStore {
         configure(&conn, &options, &shown)?;
         schema::migrate(&mut conn, schema::MIGRATIONS, &shown)?;
         let reader = open_reader(path, &shown)?;
+        let checkpointer = match options.sync {
+            SyncMode::Full => None,
+            SyncMode::Normal => Some(checkpoint::Checkpointer::start(path, &shown)?),
+        };
         Ok(SqliteStore {
             conn: Mutex::new(conn),
             reader: Mutex::new(reader),
+            _checkpointer: checkpointer,
             path: shown,
         })
     }
@@ -297,8 +335,14 @@ fn configure(conn: &Connection, options: &SqliteOptions, shown: &str) -> Result<
             message: format!("cannot switch it to WAL mode (journal mode stays {mode})"),
         });
     }
-    conn.pragma_update(None, "synchronous", "FULL")
+    conn.pragma_update(None, "synchronous", options.sync.pragma())
         .map_err(sql)?;
+    if options.sync == SyncMode::Normal {
+        // Its checkpoints run on their own thread (`checkpoint.rs`), not
+        // inside whichever commit crosses the threshold.
+        conn.pragma_update(None, "wal_autocheckpoint", 0)
+            .map_err(sql)?;
+    }
     conn.pragma_update(None, "foreign_keys", "ON")
         .map_err(sql)?;
     if let Some(pages) = options.max_pages {

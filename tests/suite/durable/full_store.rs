@@ -13,6 +13,7 @@ async fn a_full_store_stops_the_run_and_keeps_what_was_committed() -> Result<(),
         &db,
         SqliteOptions {
             max_pages: Some(60),
+            ..SqliteOptions::default()
         },
     )?);
     let echo = CountingTool::new("echo").effect(Effect::ReadOnly);

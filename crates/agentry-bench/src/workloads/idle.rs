@@ -161,7 +161,12 @@ pub async fn idle(opts: &Options) -> BenchResult<Report> {
             .tempdir_in(".")?,
     };
     let work = workdir()?;
-    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path().join("idle.db"))?);
+    let options = agentry::store::SqliteOptions {
+        sync: opts.sync,
+        ..agentry::store::SqliteOptions::default()
+    };
+    let store: Arc<dyn Store> =
+        Arc::new(SqliteStore::open_with(dir.path().join("idle.db"), options)?);
     let runtime = Runtime::with_builtins()?
         .with_store(store, durability)?
         .with_wake_policy(|_: &RunConfig| Ok(Box::new(Answer)));
@@ -170,7 +175,14 @@ pub async fn idle(opts: &Options) -> BenchResult<Report> {
         .param("m", opts.m)
         .param(
             "store",
-            format!("SQLite WAL, synchronous=FULL, {}", mode.name()),
+            format!(
+                "SQLite WAL, synchronous={}, {}",
+                match opts.sync {
+                    agentry::store::SyncMode::Full => "FULL",
+                    agentry::store::SyncMode::Normal => "NORMAL",
+                },
+                mode.name()
+            ),
         )
         .param("hibernate_after_ms", ms(HIBERNATE_AFTER));
 

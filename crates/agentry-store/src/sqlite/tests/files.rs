@@ -261,6 +261,7 @@ fn a_full_disk_keeps_the_last_committed_state() {
     let path = db_path(&dir);
     let options = SqliteOptions {
         max_pages: Some(40),
+        ..SqliteOptions::default()
     };
     let store = SqliteStore::open_with(&path, options).unwrap();
     store.commit(&[Write::CreateRun(record("r", 1))]).unwrap();
@@ -481,4 +482,43 @@ fn a_cleanly_closed_store_leaves_no_wal_behind() {
         !wal.exists(),
         "the WAL was checkpointed and removed on close"
     );
+}
+
+/// `SyncMode::Normal` sets `synchronous = NORMAL` on the writer, its WAL is
+/// checkpointed by the store's own thread, and what it commits is read back
+/// as with `FULL`.
+#[test]
+fn sync_mode_normal_commits_without_an_fsync_and_reads_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.db");
+    let options = SqliteOptions {
+        sync: SyncMode::Normal,
+        ..SqliteOptions::default()
+    };
+    let store = SqliteStore::open_with(&path, options).unwrap();
+    let sync: i64 = store
+        .conn()
+        .pragma_query_value(None, "synchronous", |r| r.get(0))
+        .unwrap();
+    assert_eq!(sync, 1, "synchronous = NORMAL");
+    let before = std::fs::metadata(&path).unwrap().len();
+    let entries = (0..200)
+        .map(|i| user(&format!("message {i} {}", "n".repeat(2000))))
+        .collect();
+    store
+        .commit(&[Write::CreateRun(record("r", 1)), append("r", 0, entries)])
+        .unwrap();
+    // The writer never checkpoints in this mode: the store's own thread
+    // copies the WAL into the file.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::fs::metadata(&path).unwrap().len() < before + 300_000 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the WAL was never checkpointed into the file"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    drop(store);
+    let store = SqliteStore::open(&path).unwrap();
+    assert!(store.load("r").unwrap().is_some());
 }
