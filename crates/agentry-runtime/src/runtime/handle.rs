@@ -26,7 +26,7 @@ use crate::state::{AppliedAt, ApprovalDecision, HumanInputError, StateMsg};
 
 /// A handle on one run. Cloneable; every clone can wait for the outcome.
 /// One pointer: its clones (an embedder's, a hibernated run's waker's)
-/// share one [`RunParts`].
+/// share one allocation of its parts.
 #[derive(Debug, Clone)]
 pub struct RunHandle(Arc<RunParts>);
 
