@@ -30,7 +30,7 @@ mod tests;
 use error::sql_error;
 
 /// How long a writer waits for another connection's lock before failing.
-pub(super) const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Options of [`SqliteStore::open_with`]. The default is what production wants.
 #[derive(Debug, Clone, Default)]
@@ -154,7 +154,7 @@ impl SqliteStore {
         let reader = open_reader(path, &shown)?;
         let checkpointer = match options.sync {
             SyncMode::Full => None,
-            SyncMode::Normal => Some(checkpoint::Checkpointer::start(path, &shown)?),
+            SyncMode::Normal => Some(checkpoint::Checkpointer::start(path, &shown, BUSY_TIMEOUT)?),
         };
         Ok(SqliteStore {
             conn: Mutex::new(conn),

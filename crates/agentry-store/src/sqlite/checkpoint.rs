@@ -13,7 +13,6 @@ use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags};
 
-use super::BUSY_TIMEOUT;
 use super::error::{open_error, sql_error};
 use crate::StoreError;
 
@@ -27,12 +26,16 @@ pub(super) struct Checkpointer {
 }
 
 impl Checkpointer {
-    /// Starts checkpointing the store at `path` (already in WAL mode).
-    pub(super) fn start(path: &Path, shown: &str) -> Result<Checkpointer, StoreError> {
+    /// Starts checkpointing the store at `path` (already in WAL mode); its
+    /// connection waits up to `busy` for another's lock.
+    pub(super) fn start(
+        path: &Path,
+        shown: &str,
+        busy: Duration,
+    ) -> Result<Checkpointer, StoreError> {
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         let conn = Connection::open_with_flags(path, flags).map_err(|e| open_error(shown, e))?;
-        conn.busy_timeout(BUSY_TIMEOUT)
-            .map_err(|e| sql_error(shown, e))?;
+        conn.busy_timeout(busy).map_err(|e| sql_error(shown, e))?;
         let (stop, stopped) = mpsc::channel::<()>();
         let thread = std::thread::Builder::new()
             .name("agentry-store-checkpoint".into())
