@@ -94,9 +94,29 @@ pub(crate) fn store_or_default(store: Option<&PathBuf>) -> Result<PathBuf, Runti
     }
 }
 
-/// Opens (or creates) the SQLite store at `path`.
+/// Opens (or creates) the SQLite store at `path`. Within one process every
+/// caller asking for the same file while it is open gets the same store: one
+/// writer connection and one reader, however many runtimes commit to it
+/// (`agentry serve` starts a runtime for each named agent's run).
 pub(crate) fn open_sqlite(path: &Path) -> Result<Arc<dyn Store>, RuntimeError> {
-    Ok(Arc::new(SqliteStore::open(path)?))
+    type Open = std::collections::HashMap<PathBuf, std::sync::Weak<SqliteStore>>;
+    static OPEN: std::sync::OnceLock<std::sync::Mutex<Open>> = std::sync::OnceLock::new();
+    let mut open = OPEN
+        .get_or_init(Default::default)
+        .lock()
+        // Plain inserts and lookups: a panic elsewhere leaves the map whole.
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Ok(key) = std::fs::canonicalize(path)
+        && let Some(store) = open.get(&key).and_then(std::sync::Weak::upgrade)
+    {
+        return Ok(store);
+    }
+    let store = Arc::new(SqliteStore::open(path)?);
+    open.retain(|_, kept| kept.strong_count() > 0);
+    if let Ok(key) = std::fs::canonicalize(path) {
+        open.insert(key, Arc::downgrade(&store));
+    }
+    Ok(store)
 }
 
 /// `path`, if a store file is there: `resume` and `runs` never create one.
@@ -216,4 +236,26 @@ fn stored_tree(
 /// embedder's text.
 fn model_of(policy: &str) -> String {
     StoredPolicy::parse(policy).policy_name().to_string()
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    /// `agentry serve` opens the store once per named agent's run: each gets
+    /// the one open store of that file, not connections of its own.
+    #[test]
+    fn one_file_open_twice_is_one_store_until_it_is_closed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("runs.db");
+        let first = open_sqlite(&path).unwrap();
+        let again = open_sqlite(&dir.path().join(".").join("runs.db")).unwrap();
+        assert!(Arc::ptr_eq(&first, &again), "the same file, the same store");
+        let other = open_sqlite(&dir.path().join("other.db")).unwrap();
+        assert!(!Arc::ptr_eq(&first, &other));
+        drop((first, again));
+        let wal = dir.path().join("runs.db-wal");
+        assert!(!wal.exists(), "closed with its last user");
+    }
 }
