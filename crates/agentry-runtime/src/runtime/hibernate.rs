@@ -118,7 +118,7 @@ impl Rouse for Waker {
         let after = self.hibernate_after;
         tokio.spawn(async move {
             let run_id = Arc::clone(&handle.run_id);
-            if let Err(e) = wake(&runtime, handle, &live, dormant, after).await {
+            if let Err(e) = wake(&runtime, handle, dormant, after).await {
                 tracing::error!(run_id = %run_id, error = %e, "a hibernated run could not wake; it stays unfinished in the store");
                 live.fail_wake();
             }
@@ -160,11 +160,10 @@ async fn read_back(
     }
 }
 
-/// Wakes the run of `live` (`handle`'s) from the store.
+/// Wakes `handle`'s run from the store into its slot.
 async fn wake(
     runtime: &Runtime,
     handle: RunHandle,
-    live: &LiveActors,
     dormant: Dormant,
     hibernate_after: Option<Duration>,
 ) -> Result<(), RuntimeError> {
@@ -219,7 +218,7 @@ async fn wake(
         outcome,
         events: handle.events.clone(),
         trace,
-        live: live.clone(),
+        live: handle.live.clone(),
         lineage,
         span,
         agents: desk as Arc<dyn agentry_tools::agents::AgentDesk>,
