@@ -44,9 +44,15 @@ use agentry_protocol::tool::ToolCall;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+#[cfg(feature = "postgres")]
+mod postgres;
 mod query;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod rows;
 #[cfg(feature = "sqlite")]
 mod sqlite;
+#[cfg(test)]
+mod suite;
 
 pub use query::{
     ListedRun, RunKey, RunQuery, RunSummary, SERVE_META_KEY, StatusFilter, TenantFilter,
@@ -54,6 +60,9 @@ pub use query::{
 
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteOptions, SqliteStore, SyncMode};
+
+#[cfg(feature = "postgres")]
+pub use postgres::{POSTGRES_SCHEMA_VERSION, PostgresStore, is_postgres_url};
 
 /// The schema version this build reads and writes. A store file with a higher
 /// version is refused ([`StoreError::NewerSchema`]), never modified.

@@ -84,7 +84,7 @@ impl ListedRun {
 }
 
 /// The string at `field` of `policy`'s [`SERVE_META_KEY`] object.
-fn serve_field(policy: &str, field: &str) -> Option<String> {
+pub(crate) fn serve_field(policy: &str, field: &str) -> Option<String> {
     let value: Value = serde_json::from_str(policy).ok()?;
     value
         .get(SERVE_META_KEY)?

@@ -29,6 +29,8 @@
 //! # Features
 //! - `sqlite` (default): `SqliteStore`, the embedded durable store. Without it,
 //!   [`Store`] is there to implement; no SQLite is compiled.
+//! - `postgres`: `PostgresStore`, a store in a PostgreSQL database that the
+//!   nodes of a cluster share.
 //! - `task` (default): task directories, `TaskSpec` and the `task` module
 //!   (`task.toml`, command tools; brings toml and humantime) and the `mcp`
 //!   module (MCP servers' tools; brings rmcp).
@@ -63,6 +65,8 @@ pub use agentry_task::{TaskError, TaskSpec};
 pub use agentry_tools::{Tool, ToolContext, ToolOutput};
 pub use async_trait::async_trait;
 
+#[cfg(feature = "postgres")]
+pub use agentry_store::PostgresStore;
 #[cfg(feature = "sqlite")]
 pub use agentry_store::SqliteStore;
 pub use agentry_store::Store;

@@ -79,20 +79,3 @@ pub(super) fn is_primary_key(e: &rusqlite::Error) -> bool {
         Some(rusqlite::ffi::SQLITE_CONSTRAINT_PRIMARYKEY | rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE)
     )
 }
-
-/// A value this build could not encode (should not happen for the store's
-/// own types, but serde can refuse e.g. maps with non-string keys).
-pub(super) fn encode_error(path: &str, what: &str, e: serde_json::Error) -> StoreError {
-    StoreError::Io {
-        path: path.to_string(),
-        message: format!("cannot encode {what}: {e}"),
-    }
-}
-
-/// A stored row this build cannot read back.
-pub(super) fn decode_error(path: &str, what: &str, e: impl std::fmt::Display) -> StoreError {
-    StoreError::Corrupt {
-        path: path.to_string(),
-        message: format!("cannot read {what}: {e}"),
-    }
-}

@@ -1,22 +1,15 @@
 //! Reading runs back: [`load`] and [`runs`].
 
-use agentry_protocol::state::{RunStatus, SessionEntry};
-use agentry_protocol::stop::StopReason;
+use agentry_protocol::state::SessionEntry;
 use rusqlite::{Connection, OptionalExtension};
 use serde::de::DeserializeOwned;
-use serde_json::Value;
 
-use super::error::{decode_error, sql_error};
-use super::write::BLOB_KEY;
+use super::error::sql_error;
+use crate::rows::{RawSummary, decode_inline, parse, uint, what};
 use crate::{
     Checkpoint, InboxRecord, LedgerEntry, RunOwner, RunRecord, RunSummary, StoreError, StoredRun,
     TimerRecord,
 };
-
-/// Reads SQLite's signed integer back into the `u64` it was written from.
-fn uint(v: i64) -> u64 {
-    v as u64
-}
 
 /// Everything about `run_id`, large outputs inlined again.
 pub(super) fn load(
@@ -36,11 +29,6 @@ pub(super) fn load(
         inbox: inbox(conn, path, run_id)?,
         owner: owner(conn, path, run_id)?,
     }))
-}
-
-/// What a decode error names: "the {part} of run {run_id:?}".
-fn what(part: &str, run_id: &str) -> String {
-    format!("the {part} of run {run_id:?}")
 }
 
 /// The run's own row: its record and its latest checkpoint.
@@ -197,18 +185,6 @@ fn owner(conn: &Connection, path: &str, run_id: &str) -> Result<Option<RunOwner>
 pub(super) const RUN_SUMMARY_COLUMNS: &str =
     "run_id, task_id, parent_id, status, stop_reason, version, created_at_ms, updated_at_ms";
 
-/// A `runs` row's summary columns as stored, before their names are parsed.
-pub(super) struct RawSummary {
-    run_id: String,
-    task_id: String,
-    parent_id: Option<String>,
-    status: String,
-    stop_reason: Option<String>,
-    version: i64,
-    created: i64,
-    updated: i64,
-}
-
 /// Reads [`RUN_SUMMARY_COLUMNS`] (the row's first eight columns).
 pub(super) fn run_summary(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawSummary> {
     Ok(RawSummary {
@@ -221,27 +197,6 @@ pub(super) fn run_summary(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawSummary>
         created: r.get(6)?,
         updated: r.get(7)?,
     })
-}
-
-impl RawSummary {
-    /// The summary, its status and stop reason parsed.
-    pub(super) fn parse(self, path: &str) -> Result<RunSummary, StoreError> {
-        let status: RunStatus = from_name(path, &self.run_id, "status", self.status)?;
-        let stop_reason: Option<StopReason> = self
-            .stop_reason
-            .map(|s| from_name(path, &self.run_id, "stop reason", s))
-            .transpose()?;
-        Ok(RunSummary {
-            run_id: self.run_id,
-            task_id: self.task_id,
-            parent_id: self.parent_id,
-            status,
-            stop_reason,
-            version: uint(self.version),
-            created_at_ms: uint(self.created),
-            updated_at_ms: uint(self.updated),
-        })
-    }
 }
 
 /// Every run, newest first.
@@ -275,21 +230,6 @@ fn texts(
     rows.collect::<Result<_, _>>().map_err(sql)
 }
 
-fn parse<T: DeserializeOwned>(path: &str, what: &str, json: &str) -> Result<T, StoreError> {
-    serde_json::from_str(json).map_err(|e| decode_error(path, what, e))
-}
-
-/// A stored snake_case name (status, stop reason) back into its enum.
-fn from_name<T: DeserializeOwned>(
-    path: &str,
-    run_id: &str,
-    what: &str,
-    name: String,
-) -> Result<T, StoreError> {
-    serde_json::from_value(Value::String(name))
-        .map_err(|e| decode_error(path, &format!("the {what} of run {run_id:?}"), e))
-}
-
 /// Parses a row whose envelope (object under `key`) may hold its `data` by
 /// reference, putting the data back.
 fn inline<T: DeserializeOwned>(
@@ -299,22 +239,9 @@ fn inline<T: DeserializeOwned>(
     json: &str,
     key: &str,
 ) -> Result<T, StoreError> {
-    // Most rows hold no reference: parse them directly.
-    if !json.contains(BLOB_KEY) {
-        return parse(path, what, json);
-    }
-    let mut value: Value = parse(path, what, json)?;
-    if let Some(envelope) = value.get_mut(key).and_then(Value::as_object_mut)
-        && let Some(Value::String(sha)) = envelope.remove(BLOB_KEY)
-    {
-        let bytes: Vec<u8> = conn
-            .prepare_cached("SELECT bytes FROM blobs WHERE sha256 = ?1")
-            .and_then(|mut s| s.query_row([&sha], |r| r.get(0)).optional())
-            .map_err(|e| sql_error(path, e))?
-            .ok_or_else(|| decode_error(path, what, format!("blob {sha} is missing")))?;
-        let data: Value = serde_json::from_slice(&bytes)
-            .map_err(|e| decode_error(path, &format!("blob {sha}"), e))?;
-        envelope.insert("data".to_string(), data);
-    }
-    serde_json::from_value(value).map_err(|e| decode_error(path, what, e))
+    decode_inline(path, what, json, key, |sha| {
+        conn.prepare_cached("SELECT bytes FROM blobs WHERE sha256 = ?1")
+            .and_then(|mut s| s.query_row([sha], |r| r.get(0)).optional())
+            .map_err(|e| sql_error(path, e))
+    })
 }

@@ -11,7 +11,7 @@ use rusqlite::{Connection, Transaction, params_from_iter};
 use super::error::sql_error;
 use super::read::{RUN_SUMMARY_COLUMNS, run_summary};
 use super::schema::{agent_expr, tenant_expr};
-use super::write::{BLOB_KEY, int};
+use crate::rows::{BLOB_KEY, blob_refs, int};
 use crate::{ListedRun, RunQuery, RunRecord, RunSummary, StatusFilter, StoreError, TenantFilter};
 
 /// One page of root runs, newest first. The tenant and agent are compared
@@ -165,33 +165,6 @@ fn referenced_blobs(
         }
     }
     Ok(shas)
-}
-
-/// The hashes stored under [`BLOB_KEY`] anywhere in a row's JSON.
-fn blob_refs(text: &str) -> Vec<String> {
-    fn walk(value: &serde_json::Value, out: &mut Vec<String>) {
-        match value {
-            serde_json::Value::Object(map) => {
-                for (key, inner) in map {
-                    if let (true, Some(sha)) = (key == BLOB_KEY, inner.as_str()) {
-                        out.push(sha.to_string());
-                    } else {
-                        walk(inner, out);
-                    }
-                }
-            }
-            serde_json::Value::Array(items) => items.iter().for_each(|v| walk(v, out)),
-            serde_json::Value::Null
-            | serde_json::Value::Bool(_)
-            | serde_json::Value::Number(_)
-            | serde_json::Value::String(_) => {}
-        }
-    }
-    let mut out = Vec::new();
-    if let Ok(value) = serde_json::from_str(text) {
-        walk(&value, &mut out);
-    }
-    out
 }
 
 /// Whether any session or ledger row still names blob `sha` (another run

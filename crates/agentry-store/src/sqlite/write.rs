@@ -1,26 +1,13 @@
 //! Applying a batch of [`Write`]s inside the caller's transaction.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
 use agentry_protocol::state::{RunStatus, SessionEntry};
 use rusqlite::{OptionalExtension, Transaction, params};
-use serde_json::Value;
-use sha2::{Digest, Sha256};
 
-use super::error::{encode_error, is_foreign_key, is_primary_key, sql_error};
-use crate::{
-    Checkpoint, INLINE_LIMIT, LedgerEntry, RunOwner, RunRecord, StoreError, TimerRecord, Write,
-};
-
-/// The key that replaces an envelope's `data` when it is stored by reference.
-/// No envelope field starts with `$`, so it cannot be confused with real data.
-pub(super) const BLOB_KEY: &str = "$data_blob";
-
-/// Stores a `u64` in SQLite's signed integer, bit for bit (round-trips exactly;
-/// no timestamp, step or version comes near `i64::MAX`, so ordering holds).
-pub(super) fn int(v: u64) -> i64 {
-    v as i64
-}
+use super::error::{is_foreign_key, is_primary_key, sql_error};
+use crate::rows::{encode_by_reference, encode_error, int, status_name, superseded};
+use crate::{Checkpoint, LedgerEntry, RunOwner, RunRecord, StoreError, TimerRecord, Write};
 
 /// One batch: `writes` in order, in `tx`. The caller commits or drops `tx`.
 pub(super) fn apply(tx: &Transaction<'_>, path: &str, writes: &[Write]) -> Result<(), StoreError> {
@@ -30,49 +17,7 @@ pub(super) fn apply(tx: &Transaction<'_>, path: &str, writes: &[Write]) -> Resul
         now: int(agentry_protocol::now_millis()),
         touched: HashSet::new(),
     };
-    // Within one transaction only a run's last checkpoint and a call's last
-    // ledger row survive; a group commit carries several of each (a step's
-    // decision, then the step), so the earlier ones are not written at all.
-    let mut last_checkpoint: HashMap<&str, usize> = HashMap::new();
-    let mut last_row: HashMap<(&str, &str), usize> = HashMap::new();
-    for (i, w) in writes.iter().enumerate() {
-        match w {
-            Write::Checkpoint { run_id, .. } => {
-                last_checkpoint.insert(run_id, i);
-            }
-            Write::Ledger { run_id, entry } => {
-                last_row.insert((run_id, &entry.call_id), i);
-            }
-            // Only checkpoints and ledger rows supersede earlier ones.
-            Write::CreateRun(_)
-            | Write::AppendSession { .. }
-            | Write::LedgerProcess { .. }
-            | Write::SetTimer { .. }
-            | Write::ClearTimer { .. }
-            | Write::Enqueue { .. }
-            | Write::Dequeue { .. }
-            | Write::Claim { .. }
-            | Write::Heartbeat { .. }
-            | Write::Release { .. } => {}
-        }
-    }
-    for (i, w) in writes.iter().enumerate() {
-        let superseded = match w {
-            Write::Checkpoint { run_id, .. } => last_checkpoint.get(run_id.as_str()) != Some(&i),
-            Write::Ledger { run_id, entry } => {
-                last_row.get(&(run_id.as_str(), entry.call_id.as_str())) != Some(&i)
-            }
-            Write::CreateRun(_)
-            | Write::AppendSession { .. }
-            | Write::LedgerProcess { .. }
-            | Write::SetTimer { .. }
-            | Write::ClearTimer { .. }
-            | Write::Enqueue { .. }
-            | Write::Dequeue { .. }
-            | Write::Claim { .. }
-            | Write::Heartbeat { .. }
-            | Write::Release { .. } => false,
-        };
+    for (w, superseded) in writes.iter().zip(superseded(writes)) {
         if superseded {
             // Still an error for a run the store does not hold.
             batch.check_run(w)?;
@@ -455,25 +400,9 @@ impl<'a> Batch<'a, '_> {
         Ok(())
     }
 
-    /// Serializes `row`, whose envelope (object under `key`) has `data`; data
-    /// above [`INLINE_LIMIT`] bytes goes to `blobs` once, by sha256, and the
-    /// row keeps only the hash under [`BLOB_KEY`].
+    /// Serializes `row`, its envelope's large `data` stored once in `blobs`.
     fn by_reference(&self, row: &impl serde::Serialize, key: &str) -> Result<String, StoreError> {
-        let encode = |e| encode_error(self.path, "a row with a tool result", e);
-        let mut value = serde_json::to_value(row).map_err(encode)?;
-        if let Some(envelope) = value.get_mut(key).and_then(Value::as_object_mut)
-            && let Some(data) = envelope.remove("data")
-        {
-            let bytes = serde_json::to_vec(&data).map_err(encode)?;
-            if bytes.len() > INLINE_LIMIT {
-                let sha = hex::encode(Sha256::digest(&bytes));
-                self.put_blob(&sha, &bytes)?;
-                envelope.insert(BLOB_KEY.to_string(), Value::String(sha));
-            } else {
-                envelope.insert("data".to_string(), data);
-            }
-        }
-        serde_json::to_string(&value).map_err(encode)
+        encode_by_reference(self.path, row, key, |sha, bytes| self.put_blob(sha, bytes))
     }
 
     fn put_blob(&self, sha: &str, bytes: &[u8]) -> Result<(), StoreError> {
@@ -491,17 +420,5 @@ impl<'a> Batch<'a, '_> {
                 .map_err(|e| self.sql(e))?;
         }
         Ok(())
-    }
-}
-
-/// A status's stored name (its serde name, e.g. `awaiting_approval`).
-pub(super) fn status_name(status: RunStatus, path: &str) -> Result<String, StoreError> {
-    match serde_json::to_value(status) {
-        Ok(Value::String(s)) => Ok(s),
-        Ok(other) => Err(StoreError::Io {
-            path: path.to_string(),
-            message: format!("run status serialized as {other}, not a string"),
-        }),
-        Err(e) => Err(encode_error(path, "a run status", e)),
     }
 }

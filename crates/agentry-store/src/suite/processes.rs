@@ -4,11 +4,9 @@ use super::*;
 
 /// A call's process groups are added to its ledger row in place as they
 /// start (in order), and a row written over later (its outcome) drops them.
-#[test]
-fn process_groups_are_added_to_a_ledger_row() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = db_path(&dir);
-    let store = open(&path);
+fn process_groups_are_added_to_a_ledger_row<B: Backend>() {
+    let place = B::place();
+    let store = place.open();
     let group = |pgid| agentry_protocol::ProcessGroupRecord {
         pgid,
         leader_start: Some(7),
@@ -39,7 +37,7 @@ fn process_groups_are_added_to_a_ledger_row() {
         }])
         .unwrap();
 
-    let stored = open(&path).load("r1").unwrap().unwrap();
+    let stored = place.open().load("r1").unwrap().unwrap();
     assert_eq!(stored.ledger.len(), 1);
     assert_eq!(stored.ledger[0].processes, [group(41), group(42)]);
     assert_eq!(stored.ledger[0].state, LedgerState::Intent);
@@ -52,6 +50,10 @@ fn process_groups_are_added_to_a_ledger_row() {
             entry: done,
         }])
         .unwrap();
-    let stored = open(&path).load("r1").unwrap().unwrap();
+    let stored = place.open().load("r1").unwrap().unwrap();
     assert!(stored.ledger[0].processes.is_empty());
 }
+
+for_each_backend!(
+    process_groups_are_added_to_a_ledger_row,
+);

@@ -147,11 +147,9 @@ fn second_batch(f: &Fixture) -> Vec<Write> {
     ]
 }
 
-#[test]
-fn every_write_kind_round_trips_and_survives_reopen() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = db_path(&dir);
-    let store = open(&path);
+fn every_write_kind_round_trips_and_survives_reopen<B: Backend>() {
+    let place = B::place();
+    let store = place.open();
     let f = fixture();
     store.commit(&first_batch(&f)).unwrap();
     store.commit(&second_batch(&f)).unwrap();
@@ -190,20 +188,18 @@ fn every_write_kind_round_trips_and_survives_reopen() {
     assert_eq!(child_run.checkpoint, None);
     assert!(child_run.session.is_empty() && child_run.ledger.is_empty());
     assert_eq!(store.load("missing").unwrap(), None);
-    assert_eq!(store.location(), path.display().to_string());
+    assert_eq!(store.location(), place.location());
     drop(store);
 
     // A new handle on the same file sees every committed batch.
-    let store = open(&path);
+    let store = place.open();
     assert_eq!(store.load("r1").unwrap(), Some(expected));
     assert_eq!(store.load("child").unwrap().unwrap().record, child);
 }
 
-#[test]
-fn a_failing_write_leaves_nothing_of_its_batch() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = db_path(&dir);
-    let store = open(&path);
+fn a_failing_write_leaves_nothing_of_its_batch<B: Backend>() {
+    let place = B::place();
+    let store = place.open();
     store
         .commit(&[
             Write::CreateRun(record("a", 1)),
@@ -226,11 +222,11 @@ fn a_failing_write_leaves_nothing_of_its_batch() {
     assert_eq!(
         err,
         StoreError::Conflict {
-            path: path.display().to_string(),
+            path: place.location(),
             run_id: "a".into()
         }
     );
-    assert!(err.to_string().contains(&path.display().to_string()));
+    assert!(err.to_string().contains(&place.location()));
     assert_eq!(store.load("b").unwrap(), None);
     assert_eq!(store.load("a").unwrap(), before);
     assert_eq!(store.runs().unwrap().len(), 1);
@@ -241,11 +237,9 @@ fn a_failing_write_leaves_nothing_of_its_batch() {
     assert_eq!(store.load("a").unwrap().unwrap().session.len(), 2);
 }
 
-#[test]
-fn writes_for_an_unknown_run_fail_with_no_run() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = db_path(&dir);
-    let store = open(&path);
+fn writes_for_an_unknown_run_fail_with_no_run<B: Backend>() {
+    let place = B::place();
+    let store = place.open();
     store.commit(&[Write::CreateRun(record("a", 1))]).unwrap();
     let ghost = "ghost".to_string();
     let writes = [
@@ -276,7 +270,7 @@ fn writes_for_an_unknown_run_fail_with_no_run() {
         assert_eq!(
             err,
             StoreError::NoRun {
-                path: path.display().to_string(),
+                path: place.location(),
                 run_id: ghost.clone()
             },
             "{w:?}"
@@ -286,11 +280,9 @@ fn writes_for_an_unknown_run_fail_with_no_run() {
     assert_eq!(store.load("ghost").unwrap(), None);
 }
 
-#[test]
-fn a_large_output_is_stored_once_by_reference() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = db_path(&dir);
-    let store = open(&path);
+fn a_large_output_is_stored_once_by_reference<B: Backend>() {
+    let place = B::place();
+    let store = place.open();
     let big = json!({"content": "x".repeat(1 << 20)});
     let envelope = result("c1", big);
     let mut entry = ledger("c1", 1, 0, LedgerState::Outcome);
@@ -319,10 +311,10 @@ fn a_large_output_is_stored_once_by_reference() {
         ])
         .unwrap();
 
-    assert_eq!(count(&store, "SELECT count(*) FROM blobs"), 1);
-    assert!(count(&store, "SELECT length(bytes) FROM blobs") > 1 << 20);
-    assert!(count(&store, "SELECT max(length(entry)) FROM session") < 1024);
-    assert!(count(&store, "SELECT max(length(row)) FROM ledger") < 1024);
+    assert_eq!(place.count("SELECT count(*) FROM blobs"), 1);
+    assert!(place.count("SELECT length(bytes) FROM blobs") > 1 << 20);
+    assert!(place.count("SELECT max(length(entry)) FROM session") < 1024);
+    assert!(place.count("SELECT max(length(row)) FROM ledger") < 1024);
 
     let run = store.load("r").unwrap().unwrap();
     assert_eq!(run.session, session);
@@ -330,10 +322,9 @@ fn a_large_output_is_stored_once_by_reference() {
     assert_eq!(store.load("r2").unwrap().unwrap().session, session[1..]);
 }
 
-#[test]
-fn a_small_output_stays_inline() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(&db_path(&dir));
+fn a_small_output_stays_inline<B: Backend>() {
+    let place = B::place();
+    let store = place.open();
     let limit_sized = json!("y".repeat(INLINE_LIMIT - 2)); // exactly INLINE_LIMIT bytes
     let session = vec![SessionEntry::Tool {
         result: result("c", limit_sized).into(),
@@ -344,14 +335,13 @@ fn a_small_output_stays_inline() {
             append("r", 0, session.clone()),
         ])
         .unwrap();
-    assert_eq!(count(&store, "SELECT count(*) FROM blobs"), 0);
+    assert_eq!(place.count("SELECT count(*) FROM blobs"), 0);
     assert_eq!(store.load("r").unwrap().unwrap().session, session);
 }
 
-#[test]
-fn runs_lists_newest_first_with_their_status() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(&db_path(&dir));
+fn runs_lists_newest_first_with_their_status<B: Backend>() {
+    let place = B::place();
+    let store = place.open();
     assert!(store.runs().unwrap().is_empty());
     let mut child = record("c", 20);
     child.parent_id = Some("b".into());
@@ -399,10 +389,9 @@ fn runs_lists_newest_first_with_their_status() {
     assert!(c.updated_at_ms > 1_600_000_000_000);
 }
 
-#[test]
-fn commits_from_several_threads() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = std::sync::Arc::new(open(&db_path(&dir)));
+fn commits_from_several_threads<B: Backend>() {
+    let place = B::place();
+    let store = std::sync::Arc::new(place.open());
     let handles: Vec<_> = (0..4u64)
         .map(|t| {
             let store = store.clone();
@@ -429,10 +418,9 @@ fn commits_from_several_threads() {
 /// A group commit carries a run's checkpoint and a call's ledger row several
 /// times; the last of each wins, and a superseded write for an unknown run is
 /// still refused.
-#[test]
-fn the_last_checkpoint_and_ledger_row_of_a_batch_win() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(&db_path(&dir));
+fn the_last_checkpoint_and_ledger_row_of_a_batch_win<B: Backend>() {
+    let place = B::place();
+    let store = place.open();
     store.commit(&[Write::CreateRun(record("r1", 1))]).unwrap();
     let cp = |version| Write::Checkpoint {
         run_id: "r1".into(),
@@ -479,10 +467,9 @@ fn owner(token: &str, pid: u32) -> crate::RunOwner {
 /// A claim is a compare-and-set on the previous owner's token: of two
 /// takeovers of the same owner only the first wins, and the loser's batch
 /// leaves nothing. Heartbeats and releases touch only the owner they name.
-#[test]
-fn claims_are_compare_and_set_and_heartbeats_name_their_owner() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(&db_path(&dir));
+fn claims_are_compare_and_set_and_heartbeats_name_their_owner<B: Backend>() {
+    let place = B::place();
+    let store = place.open();
     let claim = |token: &str, replaces: Option<&str>| Write::Claim {
         run_id: "r1".into(),
         owner: owner(token, 10),
@@ -554,3 +541,15 @@ fn claims_are_compare_and_set_and_heartbeats_name_their_owner() {
         .unwrap_err();
     assert!(matches!(err, StoreError::NoRun { .. }), "{err:?}");
 }
+
+for_each_backend!(
+    every_write_kind_round_trips_and_survives_reopen,
+    a_failing_write_leaves_nothing_of_its_batch,
+    writes_for_an_unknown_run_fail_with_no_run,
+    a_large_output_is_stored_once_by_reference,
+    a_small_output_stays_inline,
+    runs_lists_newest_first_with_their_status,
+    commits_from_several_threads,
+    the_last_checkpoint_and_ledger_row_of_a_batch_win,
+    claims_are_compare_and_set_and_heartbeats_name_their_owner,
+);
