@@ -235,7 +235,7 @@ impl PgServer {
     pub fn is_running(&self) -> bool {
         let mut running = self.running();
         match running.as_mut() {
-            Some(watchdog) => !watchdog.exited() && self.accepts(),
+            Some(watchdog) => !watchdog.server_exited() && self.accepts(),
             None => false,
         }
     }
@@ -254,8 +254,10 @@ impl PgServer {
             Watchdog::spawn(&postgres, &self.server_args(), &self.data, self.account);
         let deadline = Instant::now() + READY_WITHIN;
         loop {
-            if watchdog.exited() {
+            if watchdog.server_exited() {
                 let log = self.data.log_since(offset);
+                // Keep the data directory for another attempt.
+                watchdog.stop(true);
                 if log.contains("could not create any TCP/IP sockets") {
                     return Launch::PortTaken;
                 }
@@ -268,7 +270,7 @@ impl PgServer {
                 return Launch::Ready(watchdog);
             }
             if Instant::now() > deadline {
-                drop(watchdog);
+                watchdog.stop(true);
                 panic!(
                     "PostgreSQL did not accept connections within {READY_WITHIN:?} on port {}; its log:\n{}",
                     self.port,

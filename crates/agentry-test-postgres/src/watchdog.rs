@@ -101,8 +101,27 @@ impl Watchdog {
     }
 
     /// Whether the shell (and so the server) has ended.
-    pub(crate) fn exited(&mut self) -> bool {
+    fn exited(&mut self) -> bool {
         !matches!(self.shell.try_wait(), Ok(None))
+    }
+
+    /// Whether the server has ended, on its own (a port it could not bind, a
+    /// crash) or stopped. The shell waits on the pipe before it reaps the
+    /// server, so while the shell lives a dead server is a zombie under its
+    /// pid, never another process. Without `/proc` only the shell's end is
+    /// seen.
+    pub(crate) fn server_exited(&mut self) -> bool {
+        if self.exited() {
+            return true;
+        }
+        match std::fs::read_to_string(format!("/proc/{}/stat", self.server_pid)) {
+            // The state follows the command's closing parenthesis.
+            Ok(stat) => stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.trim_start().chars().next())
+                .is_some_and(|state| state == 'Z' || state == 'X'),
+            Err(_) => std::path::Path::new("/proc/self").exists(),
+        }
     }
 
     /// Stops the server and waits for it; `keep_data` leaves the data

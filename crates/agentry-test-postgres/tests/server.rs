@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::{BufRead, BufReader};
-use std::net::{Ipv4Addr, TcpStream};
+use std::net::{Ipv4Addr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::sync::mpsc;
@@ -145,6 +145,30 @@ fn stop_and_start_again_keep_the_data_and_the_port() {
     drop(server);
     assert!(!dir.exists(), "{} outlived its server", dir.display());
     assert!(!accepts(port), "port {port} still accepts after drop");
+}
+
+#[test]
+#[ignore = "needs PostgreSQL (Debian's postgresql package); .ci/run runs it"]
+fn start_again_on_a_port_taken_meanwhile_fails_naming_it() {
+    let server = PgServer::start();
+    let url = server.database();
+    server.stop();
+    let squatter = TcpListener::bind((Ipv4Addr::LOCALHOST, server.port())).expect("take the port");
+    let failed = std::panic::catch_unwind(|| server.start_again()).expect_err("start_again failed");
+    let message = failed
+        .downcast_ref::<String>()
+        .expect("a formatted panic message");
+    // Told by the server's own failure, not by the readiness timeout.
+    assert!(
+        message.contains("was taken while the server was stopped"),
+        "{message}"
+    );
+    assert!(message.contains("could not bind"), "{message}");
+    assert!(!server.is_running());
+
+    drop(squatter);
+    server.start_again();
+    assert_eq!(query(&url, "select 1"), "1");
 }
 
 /// Child: starts a server, says where it is, and waits to be SIGKILLed.
