@@ -30,6 +30,10 @@
 //! }
 //! ```
 //!
+//! Every call blocks (a start takes about a second, a database tens of
+//! milliseconds): from async code, call it before the runtime's work or in
+//! `spawn_blocking`.
+//!
 //! Without the binaries every call panics with a message naming the package:
 //! a test that needs the server fails, never passes.
 //!

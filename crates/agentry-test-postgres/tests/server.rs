@@ -101,14 +101,23 @@ fn a_database_url_connects_with_its_password_and_only_with_it() {
 #[ignore = "needs PostgreSQL (Debian's postgresql package); .ci/run runs it"]
 fn two_databases_are_apart() {
     let server = PgServer::shared();
-    let (one, two) = (server.database(), server.database());
-    assert_ne!(one, two);
+    // Tests take theirs at the same time.
+    let urls: Vec<String> = std::thread::scope(|scope| {
+        let takers: Vec<_> = (0..8).map(|_| scope.spawn(|| server.database())).collect();
+        takers
+            .into_iter()
+            .map(|taker| taker.join().unwrap())
+            .collect()
+    });
+    let distinct: std::collections::HashSet<&String> = urls.iter().collect();
+    assert_eq!(distinct.len(), urls.len(), "{urls:?}");
+    let (one, two) = (&urls[0], &urls[1]);
     query(
-        &one,
+        one,
         "create table marks (n int); insert into marks values (7)",
     );
-    assert_eq!(query(&one, "select n from marks"), "7");
-    assert_eq!(query(&two, "select to_regclass('marks') is null"), "t");
+    assert_eq!(query(one, "select n from marks"), "7");
+    assert_eq!(query(two, "select to_regclass('marks') is null"), "t");
 }
 
 #[test]
