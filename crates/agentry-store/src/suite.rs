@@ -75,19 +75,8 @@ impl Backend for PostgresPlace {
     type Store = crate::PostgresStore;
 
     fn place() -> Self {
-        // TEMPORARY until the harness lands.
-        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-        let name = format!(
-            "t{}_{}",
-            std::process::id(),
-            N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-        );
-        let mut admin =
-            postgres::Client::connect("postgres://postgres@127.0.0.1:55432/postgres", postgres::NoTls)
-                .unwrap();
-        admin.batch_execute(&format!("CREATE DATABASE {name}")).unwrap();
         PostgresPlace {
-            url: format!("postgres://postgres@127.0.0.1:55432/{name}"),
+            url: agentry_test_postgres::PgServer::shared().database(),
         }
     }
 
