@@ -87,6 +87,7 @@ fn count(store: &SqliteStore, sql: &str) -> i64 {
     store.conn().query_row(sql, [], |r| r.get(0)).unwrap()
 }
 
+mod fencing;
 mod files;
 mod processes;
 mod rows;
