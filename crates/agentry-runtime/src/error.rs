@@ -182,6 +182,22 @@ pub enum RuntimeError {
         /// Run id.
         run_id: String,
     },
+    /// Another process took the run over (this one's lease expired, e.g. it
+    /// was paused or cut off): the store refused this process's next write
+    /// or heartbeat, so it stopped the run's actors and tools here and wrote
+    /// nothing more. The run goes on under its new owner; it did not stop.
+    #[error(
+        "run {run_id} was taken over by {} (epoch {epoch}); this process stopped working on it and wrote nothing more",
+        owner.as_deref().unwrap_or("another process")
+    )]
+    TakenOver {
+        /// Run id.
+        run_id: String,
+        /// The run's fencing epoch the store reported (its new owner's).
+        epoch: u64,
+        /// Who owns it now ("process PID on host HOST"), if anyone.
+        owner: Option<String>,
+    },
 }
 
 impl RuntimeError {
