@@ -19,9 +19,10 @@
 //!   [`HEARTBEAT_EVERY`] from their store's writer thread.
 //!
 //! In lease mode (`Runtime::with_lease`, for nodes of a cluster sharing one
-//! store) every owner but this process's own runs is judged by its heartbeat
-//! alone: alive while it is younger than the lease, whatever its pid says (a
-//! paused node's pid lives on). Owners then beat every third of the lease.
+//! store) an owner is judged by its heartbeat alone: alive while it is
+//! younger than the lease, whatever its pid says (a paused node's pid lives
+//! on); only a run of this process that it no longer runs is gone at once.
+//! Owners then beat every third of the lease.
 //!
 //! Fencing: a claim's [`Lease`] is what the run's batches carry to the writer
 //! thread, which opens each with a `Write::Fence` on its token. When the store
@@ -153,10 +154,12 @@ pub(crate) fn judge(
 ) -> Verdict {
     if owner.machine == me.machine {
         if owner.pid == me.pid && owner.pid_start == me.pid_start {
-            return if live_here(&owner.token) {
-                Verdict::Alive
-            } else {
-                Verdict::Gone
+            return match (live_here(&owner.token), lease) {
+                (false, _) => Verdict::Gone,
+                (true, None) => Verdict::Alive,
+                // A lease holds only while it is renewed, here too: a run whose
+                // beats stopped (its store's writer stalled) may be taken over.
+                (true, Some(_)) => by_heartbeat(owner, now_ms, lease),
             };
         }
         if lease.is_some() {
@@ -522,9 +525,13 @@ mod tests {
         assert_eq!(judged(&o, false, Probe::NoProcess), Verdict::Alive);
         let o = owner("other/ns", 200, Some(9), NOW - 3_500);
         assert_eq!(judged(&o, false, Probe::Unknown), Verdict::Expired);
-        // This process's own runs are known exactly, lease or not.
-        let o = owner("boot/ns", 100, Some(5), NOW - 60_000);
+        // A run of this process not running here is gone at once; one
+        // running here holds its lease only while it beats.
+        let o = owner("boot/ns", 100, Some(5), NOW - 1_000);
+        assert_eq!(judged(&o, false, Probe::Unknown), Verdict::Gone);
         assert_eq!(judged(&o, true, Probe::Unknown), Verdict::Alive);
+        let o = owner("boot/ns", 100, Some(5), NOW - 60_000);
+        assert_eq!(judged(&o, true, Probe::Unknown), Verdict::Expired);
         assert_eq!(beat_every(lease), Duration::from_secs(1));
         assert_eq!(beat_every(None), HEARTBEAT_EVERY);
     }

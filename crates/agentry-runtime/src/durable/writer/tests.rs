@@ -48,7 +48,7 @@ fn step(run_id: &str, version: u64) -> Write {
 
 fn fixture(key: usize) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
-    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&dir.path().join("s.db")).unwrap());
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path().join("s.db")).unwrap());
     let taken = Claim::new(&Arc::from("r1"), key);
     let kept = Claim::new(&Arc::from("r2"), key);
     store
@@ -176,7 +176,7 @@ fn a_fenced_heartbeat_loses_only_its_run() {
 #[tokio::test]
 async fn the_epoch_grows_over_claim_release_and_claim_through_the_writer() {
     let dir = tempfile::tempdir().unwrap();
-    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&dir.path().join("s.db")).unwrap());
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path().join("s.db")).unwrap());
     store.commit(&[Write::CreateRun(record("r"))]).unwrap();
     let writer = StoreWriter::start(Arc::clone(&store)).unwrap();
     let epoch = || store.load("r").unwrap().unwrap().owner.map(|o| o.epoch);
