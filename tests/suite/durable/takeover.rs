@@ -166,7 +166,12 @@ async fn a_paused_owner_is_taken_over_and_stops_without_writing() -> Result<(), 
         "{after:?}"
     );
     // The stored run is B's: its result, its stop.
-    let stored = reader.load(&run_id)?.ok_or("run missing")?;
+    only_b_wrote(&reader.load(&run_id)?.ok_or("run missing")?)
+}
+
+/// The stored run holds B's result for `w1` (one, in the ledger and the
+/// session) and B's stop.
+fn only_b_wrote(stored: &StoredRun) -> Result<(), TestError> {
     let row = stored
         .ledger
         .iter()
@@ -187,7 +192,7 @@ async fn a_paused_owner_is_taken_over_and_stops_without_writing() -> Result<(), 
         })
         .collect();
     assert_eq!(results, vec![Some(json!({"by": "B"}))]);
-    let checkpoint = stored.checkpoint.ok_or("no checkpoint")?;
+    let checkpoint = stored.checkpoint.clone().ok_or("no checkpoint")?;
     assert_eq!(
         checkpoint.snapshot.control.stop_reason,
         Some(StopReason::Done)

@@ -180,23 +180,7 @@ impl<'a> Batch<'a, '_> {
                 run_id,
                 token,
                 at_ms,
-            } => {
-                let changed = self
-                    .tx
-                    .prepare_cached(
-                        "UPDATE owners SET heartbeat_ms = ?3 WHERE run_id = ?1 AND token = ?2",
-                    )
-                    .and_then(|mut s| s.execute(params![run_id, token, int(*at_ms)]))
-                    .map_err(|e| self.sql(e))?;
-                if changed > 0 {
-                    return Ok(());
-                }
-                // Not the owner any more: say so, unless there is no run at all.
-                match self.fence(run_id, token) {
-                    Err(StoreError::NoRun { .. }) => Ok(()),
-                    other => other,
-                }
-            }
+            } => self.heartbeat(run_id, token, *at_ms),
             Write::Release { run_id, token } => {
                 self.tx
                     .prepare_cached("DELETE FROM owners WHERE run_id = ?1 AND token = ?2")
@@ -205,6 +189,24 @@ impl<'a> Batch<'a, '_> {
                 Ok(())
             }
             Write::Fence { run_id, token } => self.fence(run_id, token),
+        }
+    }
+
+    /// Refreshes the owner's heartbeat; [`StoreError::Fenced`] when `token`
+    /// no longer owns an existing run.
+    fn heartbeat(&self, run_id: &str, token: &str, at_ms: u64) -> Result<(), StoreError> {
+        let changed = self
+            .tx
+            .prepare_cached("UPDATE owners SET heartbeat_ms = ?3 WHERE run_id = ?1 AND token = ?2")
+            .and_then(|mut s| s.execute(params![run_id, token, int(at_ms)]))
+            .map_err(|e| self.sql(e))?;
+        if changed > 0 {
+            return Ok(());
+        }
+        // Not the owner any more: say so, unless there is no run at all.
+        match self.fence(run_id, token) {
+            Err(StoreError::NoRun { .. }) => Ok(()),
+            other => other,
         }
     }
 
