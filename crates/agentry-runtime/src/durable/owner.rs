@@ -418,7 +418,14 @@ pub(crate) fn check_takeover(
     match verdict {
         Verdict::Alive => Err(RuntimeError::Owned {
             run_id: run_id.to_string(),
-            owner: describe(owner),
+            owner: match lease {
+                Some(lease) => format!(
+                    "{}, whose lease of {} ms has not expired",
+                    describe(owner),
+                    lease.as_millis()
+                ),
+                None => describe(owner),
+            },
         }),
         Verdict::Gone | Verdict::Expired => {
             tracing::info!(run_id, pid = owner.pid, host = %owner.host, epoch = owner.epoch, ?verdict, "taking over a run whose owner is gone");
