@@ -24,7 +24,7 @@
 //! on); only a run of this process that it no longer runs is gone at once.
 //! Owners then beat every third of the lease.
 //!
-//! Fencing: a claim's [`Lease`] is what the run's batches carry to the writer
+//! Fencing: a claim's `Lease` is what the run's batches carry to the writer
 //! thread, which opens each with a `Write::Fence` on its token. When the store
 //! refuses one (`StoreError::Fenced`: another process took the run over),
 //! the writer marks the lease lost and cancels the run's token; the run stops
