@@ -213,6 +213,16 @@ impl<'a> Batch<'a, '_> {
     /// Passes only while `token` owns `run_id`: else [`StoreError::Fenced`]
     /// naming the run's epoch and owner now ([`StoreError::NoRun`] for no run).
     fn fence(&self, run_id: &str, token: &str) -> Result<(), StoreError> {
+        // The common case first, on the owners table alone: every batch of a
+        // run pays for it.
+        let holds = self
+            .tx
+            .prepare_cached("SELECT 1 FROM owners WHERE run_id = ?1 AND token = ?2")
+            .and_then(|mut s| s.exists(params![run_id, token]))
+            .map_err(|e| self.sql(e))?;
+        if holds {
+            return Ok(());
+        }
         let row = self
             .tx
             .prepare_cached(
