@@ -139,7 +139,7 @@ pub enum RuntimeError {
     },
     /// Another live process runs this run; it is not taken over.
     #[error(
-        "run {run_id} is being run by {owner}; stop that process first, or wait until it exits (an owner on another machine is taken over once its heartbeat is 30 s old)"
+        "run {run_id} is being run by {owner}; stop that process first, or wait until it exits (an owner on another machine is taken over once its heartbeat is 30 s old; in lease mode, any owner once its heartbeat is older than the lease)"
     )]
     Owned {
         /// Run id.

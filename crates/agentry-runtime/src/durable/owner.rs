@@ -420,7 +420,7 @@ pub(crate) fn check_takeover(
             run_id: run_id.to_string(),
             owner: match lease {
                 Some(lease) => format!(
-                    "{}, whose lease of {} ms has not expired",
+                    "{} and holds its lease of {} ms",
                     describe(owner),
                     lease.as_millis()
                 ),
