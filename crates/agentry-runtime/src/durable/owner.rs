@@ -239,6 +239,8 @@ impl Lease {
     /// `token` is cancelled when the lease is lost (at once if it was).
     pub(crate) fn stops(&self, token: &CancellationToken) {
         let _ = self.stops.set(token.clone());
+        // Against `lose` on the writer thread: one of the two sees the other's set.
+        std::sync::atomic::fence(Ordering::SeqCst);
         if self.lost().is_some() {
             token.cancel();
         }
@@ -264,6 +266,7 @@ impl Lease {
         self.beating.store(false, Ordering::Relaxed);
         if self.lost.set(error).is_ok() {
             tracing::debug!(run_id = %self.run_id, "the store refused a write of the run: its lease is lost");
+            std::sync::atomic::fence(Ordering::SeqCst);
             if let Some(token) = self.stops.get() {
                 token.cancel();
             }
