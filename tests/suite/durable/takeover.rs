@@ -15,7 +15,7 @@ const LEASE: Duration = Duration::from_millis(600);
 
 /// A real SQLite store seen through a process that can pause: while paused
 /// its commits (heartbeats included) wait, as a stopped process's would;
-/// every commit it makes after the pause is recorded with its result.
+/// every write it makes after the pause is recorded with its result.
 struct Pausable {
     inner: SqliteStore,
     paused: Mutex<bool>,
@@ -64,7 +64,8 @@ impl Store for Pausable {
         }
         drop(paused);
         let result = self.inner.commit(writes);
-        if self.woke.load(Ordering::SeqCst) {
+        // A barrier (an empty batch) writes nothing: not counted.
+        if self.woke.load(Ordering::SeqCst) && !writes.is_empty() {
             self.after
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
