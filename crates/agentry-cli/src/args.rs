@@ -322,6 +322,16 @@ pub(crate) struct ResumeArgs {
     /// When a step counts as done: `strict` (on disk first) or `grouped`.
     #[arg(long, value_enum, default_value_t = DurabilityArg::Strict)]
     pub(crate) durability: DurabilityArg,
+    /// Lease mode, for several processes sharing the store (nodes of a
+    /// cluster, which may share a machine): a run's owner counts as alive
+    /// only while its heartbeat is younger than DURATION (e.g. 3s), whatever
+    /// its pid says, and this process renews its own every third of it. A
+    /// run whose owner's lease expired is taken over; that owner's next write
+    /// is refused and it stops the run (exit 1, "taken over"). Give every
+    /// process on the store the same lease. Default: off (a local owner is
+    /// alive while its process is).
+    #[arg(long, value_name = "DURATION", value_parser = parse_lease)]
+    pub(crate) lease: Option<Duration>,
 }
 
 /// `--durability`.
@@ -444,6 +454,17 @@ pub(crate) struct RunArgs {
     /// Repeatable.
     #[arg(long, value_name = "TOOL")]
     pub(crate) approve: Vec<String>,
+    /// Lease mode, for several processes sharing the store (nodes of a
+    /// cluster, which may share a machine): a run's owner counts as alive
+    /// only while its heartbeat is younger than DURATION (e.g. 3s), whatever
+    /// its pid says, and this process renews its own every third of it. A
+    /// run whose owner's lease expired is taken over; that owner's next write
+    /// is refused and it stops the run (exit 1, "taken over"). Give every
+    /// process on the store the same lease. Default: off (a local owner is
+    /// alive while its process is).
+    #[arg(long, value_name = "DURATION", value_parser = parse_lease)]
+    #[arg(conflicts_with = "no_store")]
+    pub(crate) lease: Option<Duration>,
 }
 
 impl RunArgs {
@@ -468,6 +489,7 @@ impl RunArgs {
             durability: DurabilityArg::Strict,
             run_id: None,
             approve: Vec::new(),
+            lease: None,
         }
     }
 }
@@ -580,6 +602,17 @@ pub(crate) fn parse_deadline(value: &str) -> Result<Duration, String> {
     }
 }
 
+/// `--lease`: a humantime duration of at least 30 ms (its heartbeats go
+/// every third of it), at most a day.
+pub(crate) fn parse_lease(value: &str) -> Result<Duration, String> {
+    match humantime::parse_duration(value) {
+        Ok(d) if d < Duration::from_millis(30) => Err("at least 30ms".into()),
+        Ok(d) if d > Duration::from_secs(86_400) => Err("at most a day (24h)".into()),
+        Ok(d) => Ok(d),
+        Err(e) => Err(format!("expected a duration such as 3s or 500ms ({e})")),
+    }
+}
+
 /// Makes a path absolute against the current directory, without resolving links
 /// (the file may not exist yet).
 pub(crate) fn absolute(path: &Path) -> PathBuf {
@@ -667,6 +700,15 @@ mod tests {
         );
         assert!(parse_decision("c1").is_err());
         assert!(parse_decision("=skip").is_err());
+    }
+
+    #[test]
+    fn lease_flag_is_a_duration_between_30ms_and_a_day() {
+        assert_eq!(parse_lease("3s"), Ok(Duration::from_secs(3)));
+        assert_eq!(parse_lease("500ms"), Ok(Duration::from_millis(500)));
+        assert!(parse_lease("10ms").unwrap_err().contains("at least 30ms"));
+        assert!(parse_lease("2d").unwrap_err().contains("at most a day"));
+        assert!(parse_lease("soon").unwrap_err().contains("such as 3s"));
     }
 
     #[test]

@@ -27,6 +27,10 @@ pub(crate) async fn resume(args: ResumeArgs) -> Result<Finished, RunError> {
     let runtime = runtime
         .with_store(store, args.durability.into())
         .map_err(RunError::BadInput)?;
+    let runtime = match args.lease {
+        Some(lease) => runtime.with_lease(lease),
+        None => runtime,
+    };
     let LoadedPolicy { policy, children } = policy_for(&args, &config).await?;
     let runtime = match children {
         Some(factory) => runtime.with_child_policy(factory),

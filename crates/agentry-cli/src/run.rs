@@ -211,6 +211,10 @@ fn open_store(args: &RunArgs, runtime: Runtime) -> Result<Stored, RunError> {
             let runtime = open_sqlite(path)
                 .and_then(|store| runtime.with_store(store, durability))
                 .map_err(RunError::BadInput)?;
+            let runtime = match args.lease {
+                Some(lease) => runtime.with_lease(lease),
+                None => runtime,
+            };
             Ok(Stored {
                 runtime,
                 path: Some(path.clone()),
@@ -230,7 +234,10 @@ fn open_store(args: &RunArgs, runtime: Runtime) -> Result<Stored, RunError> {
                 });
             Ok(match opened {
                 Ok(durable) => Stored {
-                    runtime: durable,
+                    runtime: match args.lease {
+                        Some(lease) => durable.with_lease(lease),
+                        None => durable,
+                    },
                     path: Some(path),
                 },
                 Err(e) => {

@@ -21,6 +21,8 @@ mod cli {
     mod hosted;
     #[cfg(unix)]
     mod interrupt;
+    #[cfg(target_os = "linux")]
+    mod lease;
     mod mcp;
     mod mcp_auth;
     mod mcp_endpoints;

@@ -139,7 +139,7 @@ pub enum RuntimeError {
     },
     /// Another live process runs this run; it is not taken over.
     #[error(
-        "run {run_id} is being run by {owner}; stop that process first, or wait until it exits (an owner on another machine is taken over once its heartbeat is 30 s old)"
+        "run {run_id} is being run by {owner}; stop that process first, or wait until it exits (an owner on another machine is taken over once its heartbeat is 30 s old; in lease mode, any owner once its heartbeat is older than the lease)"
     )]
     Owned {
         /// Run id.
@@ -181,6 +181,22 @@ pub enum RuntimeError {
     Lost {
         /// Run id.
         run_id: String,
+    },
+    /// Another process took the run over (this one's lease expired, e.g. it
+    /// was paused or cut off): the store refused this process's next write
+    /// or heartbeat, so it stopped the run's actors and tools here and wrote
+    /// nothing more. The run goes on under its new owner; it did not stop.
+    #[error(
+        "run {run_id} was taken over by {} (epoch {epoch}); this process stopped working on it and wrote nothing more",
+        owner.as_deref().unwrap_or("another process")
+    )]
+    TakenOver {
+        /// Run id.
+        run_id: String,
+        /// The run's fencing epoch the store reported (its new owner's).
+        epoch: u64,
+        /// Who owns it now ("process PID on host HOST"), if anyone.
+        owner: Option<String>,
     },
 }
 

@@ -21,6 +21,12 @@
 //! [`Write::Release`]. Whether an owner is still alive is the runtime's call;
 //! the store only makes the claim atomic.
 //!
+//! Fencing (schema version 5): every claim raises the run's epoch
+//! ([`RunOwner::epoch`]), and an owner's batches open with a [`Write::Fence`]
+//! naming its token: once another process has taken the run over, the old
+//! owner's writes and heartbeats fail with [`StoreError::Fenced`] and write
+//! nothing.
+//!
 //! For a service (schema version 4): [`Store::list`] pages through the root
 //! runs of one tenant newest first ([`RunQuery`]), [`Store::stopped_before`]
 //! finds the runs a retention period has passed, and [`Store::delete_run`]
@@ -66,7 +72,7 @@ pub use postgres::{POSTGRES_SCHEMA_VERSION, PostgresStore, is_postgres_url};
 
 /// The schema version this build reads and writes. A store file with a higher
 /// version is refused ([`StoreError::NewerSchema`]), never modified.
-pub const SCHEMA_VERSION: u32 = 4;
+pub const SCHEMA_VERSION: u32 = 5;
 
 /// An envelope's `data` larger than this (serialized JSON bytes) is stored by
 /// reference (sha256 of the bytes) instead of inline.
@@ -201,6 +207,14 @@ pub struct RunOwner {
     pub since_ms: u64,
     /// Its last sign of life (Unix ms).
     pub heartbeat_ms: u64,
+    /// The run's fencing token at this claim: a per-run counter the store
+    /// raises by one on every successful [`Write::Claim`] and keeps across
+    /// [`Write::Release`] (it is the run's, not the owner row's), so a later
+    /// owner always holds a higher epoch than every earlier one. Ignored in a
+    /// claim (the store assigns it); [`Store::load`] returns the stored value
+    /// (0: never claimed, or a record from before epochs).
+    #[serde(default)]
+    pub epoch: u64,
 }
 
 /// A one-shot timer of a run (`RunHandle::after`), kept until it fires.
@@ -307,8 +321,10 @@ pub enum Write {
         /// The token of the owner being replaced, if any.
         replaces: Option<String>,
     },
-    /// The owner holding `token` is alive at `at_ms`; nothing if it no longer owns
-    /// the run.
+    /// The owner holding `token` is alive at `at_ms`. Fails the batch with
+    /// [`StoreError::Fenced`] when the run exists and `token` no longer owns
+    /// it (taken over, or released), so an owner presumed dead learns it at
+    /// its next heartbeat; nothing for a run the store does not hold.
     Heartbeat {
         /// Run id.
         run_id: String,
@@ -318,11 +334,25 @@ pub enum Write {
         at_ms: u64,
     },
     /// The owner holding `token` lets the run go (it stopped); nothing if it no
-    /// longer owns it.
+    /// longer owns it (a stale token is not an error here). The run's epoch
+    /// is kept.
     Release {
         /// Run id.
         run_id: String,
         /// The owner's token.
+        token: String,
+    },
+    /// A check, not a change: the batch goes on only if the run's owner right
+    /// now (as of this write's place in the batch) holds `token`. Otherwise
+    /// the whole batch fails with [`StoreError::Fenced`] (another owner took
+    /// the run over, or nobody holds it) and nothing of it is written; a run
+    /// the store does not hold is [`StoreError::NoRun`]. A runtime puts one at
+    /// the head of every batch of a run it owns, so a process presumed dead
+    /// (paused, partitioned) never writes over its successor.
+    Fence {
+        /// Run id.
+        run_id: String,
+        /// The token the writer's claim holds.
         token: String,
     },
 }
@@ -428,6 +458,23 @@ pub enum StoreError {
         path: String,
         /// What failed.
         message: String,
+    },
+    /// A write of a run whose owner is no longer the writer ([`Write::Fence`],
+    /// [`Write::Heartbeat`]): another process took it over (its lease
+    /// expired) or it was released. Nothing of the batch was written.
+    #[error(
+        "the store {path}: run {run_id:?} is no longer this process's: {} (epoch {epoch}); nothing of this write was committed",
+        owner.as_deref().map_or_else(|| "nobody owns it now".to_string(), |o| format!("it is now owned by {o}"))
+    )]
+    Fenced {
+        /// Store path.
+        path: String,
+        /// Run id.
+        run_id: String,
+        /// The run's epoch now (that of the owner which took it over).
+        epoch: u64,
+        /// Who owns it now ("process PID on host HOST"), `None` when nobody does.
+        owner: Option<String>,
     },
 }
 

@@ -214,7 +214,8 @@ pub(crate) fn superseded(writes: &[crate::Write]) -> Vec<bool> {
             | Write::Dequeue { .. }
             | Write::Claim { .. }
             | Write::Heartbeat { .. }
-            | Write::Release { .. } => {}
+            | Write::Release { .. }
+            | Write::Fence { .. } => {}
         }
     }
     writes
@@ -234,7 +235,8 @@ pub(crate) fn superseded(writes: &[crate::Write]) -> Vec<bool> {
             | Write::Dequeue { .. }
             | Write::Claim { .. }
             | Write::Heartbeat { .. }
-            | Write::Release { .. } => false,
+            | Write::Release { .. }
+            | Write::Fence { .. } => false,
         })
         .collect()
 }

@@ -187,6 +187,7 @@ pub(crate) fn user(text: &str) -> SessionEntry {
 }
 
 
+mod fencing;
 mod processes;
 mod service;
 mod writes;

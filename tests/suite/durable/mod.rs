@@ -28,6 +28,7 @@ mod interrupt;
 mod park;
 mod replay;
 mod restart;
+mod takeover;
 
 const WAIT: Duration = Duration::from_secs(5);
 

@@ -177,5 +177,6 @@ fn resume_args(run_id: &str, store: &Path) -> ResumeArgs {
         otlp: None,
         json: true,
         durability: DurabilityArg::Strict,
+        lease: None,
     }
 }

@@ -9,10 +9,11 @@ use agentry_protocol::event::RunEvent;
 use agentry_protocol::state::RunSnapshot;
 use agentry_protocol::stop::StopReason;
 use agentry_protocol::trace::{TraceEnd, TraceLine};
+use agentry_store::StoreError;
 use ractor::ActorRef;
 
 use super::msg::ConductorMsg;
-use super::outcome::RunOutcome;
+use super::outcome::{RunOutcome, TakenOver};
 use super::record::ApplyError;
 use super::state::ConductorState;
 use super::step_result::Stop;
@@ -102,10 +103,20 @@ impl ConductorState {
         }
         // Nothing of this run may outlive it.
         self.wiring.run_token.cancel();
+        // Taken over (the store refused a write or a heartbeat): whatever
+        // stopped the run, it is not this process's to stop.
+        if let Some(taken) = self.taken_over() {
+            return self.leave(myself, taken).await;
+        }
         let budget = ask(&self.children.budget, BudgetMsg::Snapshot)
             .await
             .unwrap_or_default();
         let stored_version = self.record_stop(reason, budget.spent).await;
+        if stored_version.is_none()
+            && let Some(taken) = self.taken_over()
+        {
+            return self.leave(myself, taken).await;
+        }
         let state = ask(&self.children.state, StateMsg::Snapshot)
             .await
             .unwrap_or_default();
@@ -156,6 +167,52 @@ impl ConductorState {
         drop(self.wiring.claim.take());
         let published = &self.wiring.outcome;
         self.wiring.live.release_with(|| published.publish(outcome));
+        self.stop_children(myself);
+    }
+
+    /// Who took the run over, once the store refused one of its writes
+    /// (its lease is lost).
+    fn taken_over(&self) -> Option<TakenOver> {
+        let lease = self.wiring.claim.as_ref()?.lease();
+        let lost = lease.lost()?;
+        // Only a fenced write loses a lease; anything else names itself.
+        Some(if let StoreError::Fenced { epoch, owner, .. } = lost {
+            TakenOver {
+                epoch: *epoch,
+                owner: owner.clone(),
+            }
+        } else {
+            TakenOver {
+                epoch: 0,
+                owner: Some(format!("another process ({lost})")),
+            }
+        })
+    }
+
+    /// Another process took the run over: stop working on it here without
+    /// recording anything (the stop, the trace's end, the outcome are the new
+    /// owner's). The run's token is cancelled (its tools' process groups
+    /// killed as the executor goes), its claim let go, and its handles told
+    /// ([`crate::RuntimeError::TakenOver`]).
+    async fn leave(&mut self, myself: &ActorRef<ConductorMsg>, taken: TakenOver) {
+        tracing::warn!(run_id = %self.wiring.run_id, epoch = taken.epoch, owner = taken.owner.as_deref().unwrap_or("nobody"), steps = self.steps, "run taken over by another process: its actors and tools stop here");
+        if let Some(trace) = self.wiring.trace.take() {
+            // What was traced so far stays; no stop line (the run did not stop).
+            let _ = trace.finish().await;
+        }
+        drop(std::mem::replace(
+            &mut self.wiring.span,
+            tracing::Span::none(),
+        ));
+        self.children.executor_args.span = tracing::Span::none();
+        if let Some(parent) = &self.wiring.parent_budget {
+            let _ = parent.cast(BudgetMsg::Release {
+                child_id: self.wiring.run_id.to_string(),
+            });
+        }
+        drop(self.wiring.claim.take());
+        let outcome = &self.wiring.outcome;
+        self.wiring.live.release_with(|| outcome.taken_over(taken));
         self.stop_children(myself);
     }
 

@@ -74,11 +74,30 @@ pub(crate) fn outcome_channel(live: &LiveActors) -> (OutcomeTx, OutcomeRx) {
     (OutcomeTx(live.clone()), OutcomeRx(live.clone()))
 }
 
+/// Why a run left this process without an outcome: the store refused its
+/// write because another process took it over.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct TakenOver {
+    /// The run's fencing epoch the store reported.
+    pub(crate) epoch: u64,
+    /// Who owns it now, if anyone.
+    pub(crate) owner: Option<String>,
+}
+
 impl OutcomeTx {
     /// Publishes the outcome (once; a second is ignored) and wakes every waiter.
     pub(crate) fn publish(&self, outcome: RunOutcome) {
         let shared = &self.0.0;
         let _ = shared.outcome.set(Box::new(outcome));
+        shared.woke.notify_waiters();
+    }
+
+    /// The run is no longer this process's: no outcome here, ever. Waiters
+    /// learn who took it over.
+    pub(crate) fn taken_over(&self, taken: TakenOver) {
+        let shared = &self.0.0;
+        let _ = shared.taken_over.set(Box::new(taken));
+        shared.lost.store(true, Ordering::SeqCst);
         shared.woke.notify_waiters();
     }
 }
@@ -97,6 +116,11 @@ impl OutcomeRx {
     /// The outcome, once published.
     pub(crate) fn get(&self) -> Option<&RunOutcome> {
         self.0.0.outcome.get().map(|b| &**b)
+    }
+
+    /// Who took the run over, when that is why it has no outcome.
+    pub(crate) fn taken_over(&self) -> Option<&TakenOver> {
+        self.0.0.taken_over.get().map(|b| &**b)
     }
 
     /// Waits for the outcome; `None` if the run was lost (its sender gone
@@ -157,6 +181,8 @@ struct SlotShared {
     /// Its [`OutcomeTx`] went without publishing: the run is lost to this
     /// process.
     lost: AtomicBool,
+    /// Why, when another process took the run over.
+    taken_over: OnceLock<Box<TakenOver>>,
     /// How to wake the run: set when the run may hibernate, let go when it
     /// stops (the waker holds a handle on this slot).
     rouse: Mutex<Option<Arc<dyn Rouse>>>,

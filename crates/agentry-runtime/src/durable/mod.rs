@@ -78,8 +78,10 @@ pub struct RunLog {
     writer: StoreWriter,
     /// Acknowledgement mode.
     pub mode: Durability,
-    /// The token of this process's claim on the run, released with its stop.
-    pub owner_token: Arc<str>,
+    /// This process's claim on the run: its token (released with the stop)
+    /// fences every batch, and the writer marks it lost when the store says
+    /// another process took the run over.
+    pub(crate) lease: Arc<owner::Lease>,
     /// The run's fence mark: kept in its record, set on every process its
     /// tools start (`AGENTRY_RUN_MARK`), what a resume fences by.
     pub mark: Arc<str>,
@@ -93,7 +95,7 @@ impl RunLog {
         run_id: Arc<str>,
         writer: StoreWriter,
         mode: Durability,
-        owner_token: Arc<str>,
+        lease: Arc<owner::Lease>,
         mark: Arc<str>,
         redactor: Arc<Redactor>,
     ) -> RunLog {
@@ -101,26 +103,41 @@ impl RunLog {
             run_id,
             writer,
             mode,
-            owner_token,
+            lease,
             mark,
             redactor,
         }
     }
 
-    /// Commits a batch, redacted on the writer thread, and waits until it is on disk.
+    /// The token of this process's claim on the run.
+    pub fn owner_token(&self) -> &str {
+        self.lease.token()
+    }
+
+    /// What goes with each batch: the run's redactor and its lease (the
+    /// writer thread opens the batch with the lease's `Write::Fence`).
+    fn sender(&self) -> writer::Sender<'_> {
+        writer::Sender {
+            redactor: &self.redactor,
+            lease: &self.lease,
+        }
+    }
+
+    /// Commits a batch, fenced and redacted on the writer thread, and waits
+    /// until it is on disk.
     pub(crate) async fn commit(&self, writes: Vec<Write>) -> Result<(), StoreError> {
-        self.writer.commit(writes, Some(&self.redactor)).await
+        self.writer.commit(writes, Some(self.sender())).await
     }
 
-    /// Queues a batch, redacted on the writer thread, for a commit the caller
-    /// waits for (the [`Committing`] is ready once it is on disk).
+    /// Queues a batch, fenced and redacted on the writer thread, for a commit
+    /// the caller waits for (the [`Committing`] is ready once it is on disk).
     pub(crate) fn begin_commit(&self, writes: Vec<Write>) -> Result<Committing, StoreError> {
-        self.writer.begin_commit(writes, Some(&self.redactor))
+        self.writer.begin_commit(writes, Some(self.sender()))
     }
 
-    /// Queues a batch, redacted on the writer thread, without waiting.
+    /// Queues a batch, fenced and redacted on the writer thread, without waiting.
     pub(crate) fn submit(&self, writes: Vec<Write>) {
-        self.writer.submit(writes, &self.redactor);
+        self.writer.submit(writes, self.sender());
     }
 
     /// Returns once everything queued before is on disk.

@@ -17,12 +17,26 @@
 //! - anything else (another machine or container, no `/proc`): alive while its
 //!   heartbeat is younger than [`OWNER_EXPIRY`]. Owners refresh it every
 //!   [`HEARTBEAT_EVERY`] from their store's writer thread.
+//!
+//! In lease mode (`Runtime::with_lease`, for nodes of a cluster sharing one
+//! store) an owner is judged by its heartbeat alone: alive while it is
+//! younger than the lease, whatever its pid says (a paused node's pid lives
+//! on); only a run of this process that it no longer runs is gone at once.
+//! Owners then beat every third of the lease.
+//!
+//! Fencing: a claim's `Lease` is what the run's batches carry to the writer
+//! thread, which opens each with a `Write::Fence` on its token. When the store
+//! refuses one (`StoreError::Fenced`: another process took the run over),
+//! the writer marks the lease lost and cancels the run's token; the run stops
+//! working on the run without recording anything (`RuntimeError::TakenOver`).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
-use agentry_store::{RunOwner, Write};
+use agentry_store::{RunOwner, StoreError, Write};
+use tokio_util::sync::CancellationToken;
 
 use crate::error::RuntimeError;
 
@@ -128,20 +142,28 @@ pub(crate) fn probe(pid: u32) -> Probe {
 
 /// Judges `owner` from `me`'s side at `now_ms`. `live_here` says whether a
 /// token belongs to a run this process is running; `probe` looks up a pid.
+/// With a `lease` (lease mode) another process is judged by its heartbeat's
+/// age alone, against the lease.
 pub(crate) fn judge(
     owner: &RunOwner,
     me: &Process,
     now_ms: u64,
+    lease: Option<Duration>,
     live_here: impl Fn(&str) -> bool,
     probe: impl Fn(u32) -> Probe,
 ) -> Verdict {
     if owner.machine == me.machine {
         if owner.pid == me.pid && owner.pid_start == me.pid_start {
-            return if live_here(&owner.token) {
-                Verdict::Alive
-            } else {
-                Verdict::Gone
+            return match (live_here(&owner.token), lease) {
+                (false, _) => Verdict::Gone,
+                (true, None) => Verdict::Alive,
+                // A lease holds only while it is renewed, here too: a run whose
+                // beats stopped (its store's writer stalled) may be taken over.
+                (true, Some(_)) => by_heartbeat(owner, now_ms, lease),
             };
+        }
+        if lease.is_some() {
+            return by_heartbeat(owner, now_ms, lease);
         }
         match probe(owner.pid) {
             Probe::NoProcess => return Verdict::Gone,
@@ -152,18 +174,110 @@ pub(crate) fn judge(
             Probe::Unknown => {}
         }
     }
+    by_heartbeat(owner, now_ms, lease)
+}
+
+/// Alive while the heartbeat is younger than the lease ([`OWNER_EXPIRY`]
+/// without one).
+fn by_heartbeat(owner: &RunOwner, now_ms: u64, lease: Option<Duration>) -> Verdict {
     let age = now_ms.saturating_sub(owner.heartbeat_ms);
-    if u128::from(age) > OWNER_EXPIRY.as_millis() {
+    if u128::from(age) > lease.unwrap_or(OWNER_EXPIRY).as_millis() {
         Verdict::Expired
     } else {
         Verdict::Alive
     }
 }
 
+/// How often an owner beats: [`HEARTBEAT_EVERY`], or a third of the lease in
+/// lease mode (so two beats may be lost before it expires), at least 10 ms.
+pub(crate) fn beat_every(lease: Option<Duration>) -> Duration {
+    lease.map_or(HEARTBEAT_EVERY, |l| (l / 3).max(Duration::from_millis(10)))
+}
+
+/// This process's hold on one run, shared by its [`Claim`], the run's
+/// `RunLog` and the store's writer thread: the token every batch of the run
+/// is fenced by, and whether the store said another process took it over.
+#[derive(Debug)]
+pub(crate) struct Lease {
+    token: Arc<str>,
+    run_id: Arc<str>,
+    /// The claim is on disk and the run not released: heartbeats go out.
+    beating: AtomicBool,
+    /// Set once, by the writer thread, when the store refused a write of the
+    /// run (`StoreError::Fenced`): every later batch fails with it at once.
+    lost: OnceLock<StoreError>,
+    /// Cancelled when the lease is lost: the run's token, so its actors stop
+    /// and its tools are cancelled (set as the run launches).
+    stops: OnceLock<CancellationToken>,
+}
+
+impl Lease {
+    /// The claim's token.
+    pub(crate) fn token(&self) -> &Arc<str> {
+        &self.token
+    }
+
+    /// The run.
+    pub(crate) fn run_id(&self) -> &Arc<str> {
+        &self.run_id
+    }
+
+    /// Why the run is no longer this process's, once the store said so.
+    pub(crate) fn lost(&self) -> Option<&StoreError> {
+        self.lost.get()
+    }
+
+    /// The write that opens every batch of the run: it passes only while
+    /// this claim owns the run.
+    pub(crate) fn fence(&self) -> Write {
+        Write::Fence {
+            run_id: self.run_id.to_string(),
+            token: self.token.to_string(),
+        }
+    }
+
+    /// `token` is cancelled when the lease is lost (at once if it was).
+    pub(crate) fn stops(&self, token: &CancellationToken) {
+        let _ = self.stops.set(token.clone());
+        // Against `lose` on the writer thread: one of the two sees the other's set.
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if self.lost().is_some() {
+            token.cancel();
+        }
+    }
+
+    /// The claim is on disk: heartbeats from now on. Not before, or a beat
+    /// could reach the store ahead of the claim and be refused as a stale
+    /// owner's.
+    pub(crate) fn claimed(&self) {
+        self.beating.store(true, Ordering::Relaxed);
+    }
+
+    /// The run lets go of the run (its stop's batch releases it): no more
+    /// heartbeats, which the store would refuse.
+    pub(crate) fn released(&self) {
+        self.beating.store(false, Ordering::Relaxed);
+    }
+
+    /// The store refused a write of the run with `error`: no more writes or
+    /// heartbeats, and the run is told (its token cancelled). Called by the
+    /// writer thread before it answers the refused batch's waiters.
+    pub(crate) fn lose(&self, error: StoreError) {
+        self.beating.store(false, Ordering::Relaxed);
+        if self.lost.set(error).is_ok() {
+            tracing::debug!(run_id = %self.run_id, "the store refused a write of the run: its lease is lost");
+            std::sync::atomic::fence(Ordering::SeqCst);
+            if let Some(token) = self.stops.get() {
+                token.cancel();
+            }
+        }
+    }
+}
+
 /// A run this process is running now, under the claim's token.
 #[derive(Debug)]
 struct Held {
-    run_id: Arc<str>,
+    lease: Arc<Lease>,
     /// The store writer the claim was made through ([`StoreWriter::key`](crate::durable::StoreWriter)).
     writer: usize,
     /// Hibernated: no heartbeat (a million sleeping runs would write a
@@ -188,8 +302,7 @@ fn live() -> std::sync::MutexGuard<'static, HashMap<Arc<str>, Held>> {
 /// the owner record is built when it is written.
 #[derive(Debug)]
 pub(crate) struct Claim {
-    token: Arc<str>,
-    run_id: Arc<str>,
+    lease: Arc<Lease>,
     since_ms: u64,
 }
 
@@ -199,43 +312,51 @@ impl Claim {
     /// must find it live.
     pub(crate) fn new(run_id: &Arc<str>, writer: usize) -> Claim {
         let token: Arc<str> = Arc::from(uuid::Uuid::now_v7().to_string());
+        let lease = Arc::new(Lease {
+            token: Arc::clone(&token),
+            run_id: Arc::clone(run_id),
+            beating: AtomicBool::new(false),
+            lost: OnceLock::new(),
+            stops: OnceLock::new(),
+        });
         live().insert(
-            Arc::clone(&token),
+            token,
             Held {
-                run_id: Arc::clone(run_id),
+                lease: Arc::clone(&lease),
                 writer,
                 dormant: false,
             },
         );
         Claim {
-            token,
-            run_id: Arc::clone(run_id),
+            lease,
             since_ms: agentry_protocol::now_millis(),
         }
     }
 
-    /// The claim's token (the store's owner row names it).
-    pub(crate) fn token(&self) -> &Arc<str> {
-        &self.token
+    /// What the run's batches carry to the writer.
+    pub(crate) fn lease(&self) -> &Arc<Lease> {
+        &self.lease
     }
 
     /// The owner record this claim writes: this process, since the claim.
     pub(crate) fn owner(&self) -> RunOwner {
         let me = this_process();
         RunOwner {
-            token: self.token.to_string(),
+            token: self.lease.token.to_string(),
             host: me.host.clone(),
             machine: me.machine.clone(),
             pid: me.pid,
             pid_start: me.pid_start,
             since_ms: self.since_ms,
             heartbeat_ms: self.since_ms,
+            // The store assigns it.
+            epoch: 0,
         }
     }
 
     /// Marks the run hibernated (no heartbeat) or awake again.
     pub(crate) fn set_dormant(&self, dormant: bool) {
-        if let Some(held) = live().get_mut(&self.token) {
+        if let Some(held) = live().get_mut(&self.lease.token) {
             held.dormant = dormant;
         }
     }
@@ -243,7 +364,7 @@ impl Claim {
     /// The write that makes this claim the run's owner, replacing `replaces`.
     pub(crate) fn write(&self, replaces: Option<&RunOwner>) -> Write {
         Write::Claim {
-            run_id: self.run_id.to_string(),
+            run_id: self.lease.run_id.to_string(),
             owner: self.owner(),
             replaces: replaces.map(|o| o.token.clone()),
         }
@@ -252,20 +373,26 @@ impl Claim {
 
 impl Drop for Claim {
     fn drop(&mut self) {
-        live().remove(&self.token);
+        live().remove(&self.lease.token);
     }
 }
 
-/// Heartbeats for every run this process runs through store writer `writer`.
-pub(crate) fn heartbeats(writer: usize) -> Vec<Write> {
+/// Heartbeats for every run this process runs through store writer `writer`
+/// (claimed on disk, awake, not released or lost), and the leases they are for.
+pub(crate) fn heartbeats(writer: usize) -> Vec<(Write, Arc<Lease>)> {
     let now = agentry_protocol::now_millis();
     live()
-        .iter()
-        .filter(|(_, held)| held.writer == writer && !held.dormant)
-        .map(|(token, held)| Write::Heartbeat {
-            run_id: held.run_id.to_string(),
-            token: token.to_string(),
-            at_ms: now,
+        .values()
+        .filter(|held| {
+            held.writer == writer && !held.dormant && held.lease.beating.load(Ordering::Relaxed)
+        })
+        .map(|held| {
+            let beat = Write::Heartbeat {
+                run_id: held.lease.run_id.to_string(),
+                token: held.lease.token.to_string(),
+                at_ms: now,
+            };
+            (beat, Arc::clone(&held.lease))
         })
         .collect()
 }
@@ -276,22 +403,35 @@ pub(crate) fn forget(writer: usize) {
     live().retain(|_, held| held.writer != writer);
 }
 
-/// Refuses to take `run_id` from `owner` while it is alive.
-pub(crate) fn check_takeover(run_id: &str, owner: &RunOwner) -> Result<(), RuntimeError> {
+/// Refuses to take `run_id` from `owner` while it is alive (judged by its
+/// heartbeat against `lease` in lease mode).
+pub(crate) fn check_takeover(
+    run_id: &str,
+    owner: &RunOwner,
+    lease: Option<Duration>,
+) -> Result<(), RuntimeError> {
     let verdict = judge(
         owner,
         this_process(),
         agentry_protocol::now_millis(),
+        lease,
         |token| live().contains_key(token),
         probe,
     );
     match verdict {
         Verdict::Alive => Err(RuntimeError::Owned {
             run_id: run_id.to_string(),
-            owner: describe(owner),
+            owner: match lease {
+                Some(lease) => format!(
+                    "{} and holds its lease of {} ms",
+                    describe(owner),
+                    lease.as_millis()
+                ),
+                None => describe(owner),
+            },
         }),
         Verdict::Gone | Verdict::Expired => {
-            tracing::info!(run_id, pid = owner.pid, host = %owner.host, ?verdict, "taking over a run whose owner is gone");
+            tracing::info!(run_id, pid = owner.pid, host = %owner.host, epoch = owner.epoch, ?verdict, "taking over a run whose owner is gone");
             Ok(())
         }
     }
@@ -332,6 +472,7 @@ mod tests {
             pid_start,
             since_ms: 0,
             heartbeat_ms,
+            epoch: 1,
         }
     }
 
@@ -340,7 +481,7 @@ mod tests {
     const STALE: u64 = NOW - 31_000;
 
     fn verdict(o: &RunOwner, live: bool, probe: Probe) -> Verdict {
-        judge(o, &me(), NOW, |_| live, |_| probe)
+        judge(o, &me(), NOW, None, |_| live, |_| probe)
     }
 
     #[test]
@@ -380,6 +521,31 @@ mod tests {
         assert_eq!(verdict(&o, false, Probe::Unknown), Verdict::Expired);
     }
 
+    #[test]
+    fn in_lease_mode_another_process_is_judged_by_its_heartbeat_alone() {
+        let lease = Some(Duration::from_secs(3));
+        let judged = |o: &RunOwner, live: bool, probe: Probe| {
+            judge(o, &me(), NOW, lease, |_| live, |_| probe)
+        };
+        // A live local pid (a paused node) whose heartbeat is older than the
+        // lease is expired; a fresh heartbeat is alive even with no process.
+        let o = owner("boot/ns", 200, Some(9), NOW - 3_500);
+        assert_eq!(judged(&o, false, Probe::Started(Some(9))), Verdict::Expired);
+        let o = owner("boot/ns", 200, Some(9), NOW - 2_000);
+        assert_eq!(judged(&o, false, Probe::NoProcess), Verdict::Alive);
+        let o = owner("other/ns", 200, Some(9), NOW - 3_500);
+        assert_eq!(judged(&o, false, Probe::Unknown), Verdict::Expired);
+        // A run of this process not running here is gone at once; one
+        // running here holds its lease only while it beats.
+        let o = owner("boot/ns", 100, Some(5), NOW - 1_000);
+        assert_eq!(judged(&o, false, Probe::Unknown), Verdict::Gone);
+        assert_eq!(judged(&o, true, Probe::Unknown), Verdict::Alive);
+        let o = owner("boot/ns", 100, Some(5), NOW - 60_000);
+        assert_eq!(judged(&o, true, Probe::Unknown), Verdict::Expired);
+        assert_eq!(beat_every(lease), Duration::from_secs(1));
+        assert_eq!(beat_every(None), HEARTBEAT_EVERY);
+    }
+
     #[cfg(target_os = "linux")]
     #[test]
     fn proc_tells_this_process_from_a_dead_and_a_reaped_one() {
@@ -395,17 +561,25 @@ mod tests {
     #[test]
     fn a_claim_is_live_until_dropped() {
         let claim = Claim::new(&Arc::from("run-x"), 1);
-        let token = claim.token().to_string();
-        assert!(heartbeats(2).is_empty());
-        assert!(heartbeats(1).iter().any(
+        let token = claim.lease().token().to_string();
+        let beats =
+            |writer| -> Vec<Write> { heartbeats(writer).into_iter().map(|(w, _)| w).collect() };
+        // No beat before the claim is on disk.
+        assert!(beats(1).is_empty());
+        claim.lease().claimed();
+        assert!(beats(2).is_empty());
+        assert!(beats(1).iter().any(
             |w| matches!(w, Write::Heartbeat { token: t, run_id, .. } if *t == token && run_id == "run-x")
         ));
-        assert!(check_takeover("run-x", &claim.owner()).is_err());
+        // Released (its stop's batch), or lost: no more beats.
+        claim.lease().released();
+        assert!(beats(1).is_empty());
+        assert!(check_takeover("run-x", &claim.owner(), None).is_err());
         let owner = claim.owner();
         drop(claim);
-        assert!(check_takeover("run-x", &owner).is_ok());
+        assert!(check_takeover("run-x", &owner, None).is_ok());
         let claim = Claim::new(&Arc::from("run-y"), 3);
         forget(3);
-        assert!(check_takeover("run-y", &claim.owner()).is_ok());
+        assert!(check_takeover("run-y", &claim.owner(), None).is_ok());
     }
 }

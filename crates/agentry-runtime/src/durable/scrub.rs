@@ -34,7 +34,8 @@ pub(super) fn writes(redactor: &Redactor, writes: &mut [Write]) -> Result<(), Re
             | Write::Dequeue { .. }
             | Write::Claim { .. }
             | Write::Heartbeat { .. }
-            | Write::Release { .. } => {}
+            | Write::Release { .. }
+            | Write::Fence { .. } => {}
         }
     }
     Ok(())

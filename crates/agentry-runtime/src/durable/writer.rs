@@ -1,9 +1,11 @@
 //! The store's writer thread: batches in, one transaction per group out.
 
+use std::collections::HashSet;
 use std::future::Future;
+use std::ops::Range;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -11,7 +13,7 @@ use agentry_redact::Redactor;
 use agentry_store::{RunOwner, Store, StoreError, Write};
 use tokio::sync::oneshot;
 
-use super::owner::{self, Claim, HEARTBEAT_EVERY};
+use super::owner::{self, Claim, Lease};
 use super::scrub;
 
 /// One batch on its way to the writer thread, with whoever waits for it.
@@ -20,7 +22,16 @@ struct Job {
     /// The run's redactor, applied on the writer thread before the commit;
     /// `None` only for writes that carry no content (claims, barriers).
     redactor: Option<Arc<Redactor>>,
+    /// The run's lease: the batch is fenced by its token (`None`: claims,
+    /// barriers).
+    lease: Option<Arc<Lease>>,
     done: Option<oneshot::Sender<Result<(), StoreError>>>,
+}
+
+/// What a run's batch goes with ([`RunLog`](super::RunLog) makes it).
+pub(super) struct Sender<'a> {
+    pub(super) redactor: &'a Arc<Redactor>,
+    pub(super) lease: &'a Arc<Lease>,
 }
 
 /// Hands batches to the store's writer thread; cheap to clone.
@@ -30,6 +41,9 @@ pub struct StoreWriter {
     store: Arc<dyn Store>,
     /// Set by [`StoreWriter::close`]: every later batch fails.
     closed: Arc<AtomicBool>,
+    /// How often the thread beats for this process's runs (ms): a third of
+    /// the lease in lease mode.
+    beat_ms: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for StoreWriter {
@@ -55,11 +69,27 @@ impl StoreWriter {
         let (tx, rx) = crossbeam_channel::unbounded::<Job>();
         let thread_store = Arc::clone(&store);
         let closed = Arc::new(AtomicBool::new(false));
-        let thread_closed = Arc::clone(&closed);
+        let beat_ms = Arc::new(AtomicU64::new(millis(owner::beat_every(None))));
+        let thread = Thread {
+            closed: Arc::clone(&closed),
+            beat_ms: Arc::clone(&beat_ms),
+        };
         std::thread::Builder::new()
             .name("agentry-store".into())
-            .spawn(move || writer_loop(&*thread_store, &rx, &thread_closed))?;
-        Ok(StoreWriter { tx, store, closed })
+            .spawn(move || writer_loop(&*thread_store, &rx, &thread))?;
+        Ok(StoreWriter {
+            tx,
+            store,
+            closed,
+            beat_ms,
+        })
+    }
+
+    /// Beats for this writer's runs as lease mode with `lease` asks (every
+    /// third of it; `None`: the default rhythm).
+    pub(crate) fn set_lease(&self, lease: Option<Duration>) {
+        self.beat_ms
+            .store(millis(owner::beat_every(lease)), Ordering::Relaxed);
     }
 
     /// Refuses every batch from now on and returns once a batch being
@@ -93,31 +123,34 @@ impl StoreWriter {
         claim: &Claim,
         replaces: Option<&RunOwner>,
     ) -> Result<(), StoreError> {
-        self.commit(vec![claim.write(replaces)], None).await
+        self.commit(vec![claim.write(replaces)], None).await?;
+        claim.lease().claimed();
+        Ok(())
     }
 
-    /// Commits a batch (redacted by `redactor` first) and waits until it is on
-    /// disk. Runs write through [`RunLog`](super::RunLog), which always passes
-    /// its redactor.
+    /// Commits a batch (fenced by the sender's lease and redacted by its
+    /// redactor first) and waits until it is on disk. Runs write through
+    /// [`RunLog`](super::RunLog), which always passes both.
     pub(super) async fn commit(
         &self,
         writes: Vec<Write>,
-        redactor: Option<&Arc<Redactor>>,
+        sender: Option<Sender<'_>>,
     ) -> Result<(), StoreError> {
-        self.begin_commit(writes, redactor)?.await
+        self.begin_commit(writes, sender)?.await
     }
 
-    /// Queues a batch (redacted by `redactor` first) for a commit someone
+    /// Queues a batch (fenced and redacted first) for a commit someone
     /// waits for: the [`Committing`] is ready once it is on disk.
     pub(super) fn begin_commit(
         &self,
         writes: Vec<Write>,
-        redactor: Option<&Arc<Redactor>>,
+        sender: Option<Sender<'_>>,
     ) -> Result<Committing, StoreError> {
         let (done, rx) = oneshot::channel();
         self.send(Job {
             writes,
-            redactor: redactor.cloned(),
+            redactor: sender.as_ref().map(|s| Arc::clone(s.redactor)),
+            lease: sender.map(|s| Arc::clone(s.lease)),
             done: Some(done),
         })?;
         Ok(Committing {
@@ -126,13 +159,15 @@ impl StoreWriter {
         })
     }
 
-    /// Queues a batch (redacted by `redactor` first) without waiting. A failure
+    /// Queues a batch (fenced and redacted first) without waiting. A failure
     /// is remembered by the writer: every later batch fails with it, so nothing
-    /// is acknowledged after a write that was lost.
-    pub(super) fn submit(&self, writes: Vec<Write>, redactor: &Arc<Redactor>) {
+    /// is acknowledged after a write that was lost (a batch refused because
+    /// its run was taken over is the run's alone: its lease remembers it).
+    pub(super) fn submit(&self, writes: Vec<Write>, sender: Sender<'_>) {
         let job = Job {
             writes,
-            redactor: Some(Arc::clone(redactor)),
+            redactor: Some(Arc::clone(sender.redactor)),
+            lease: Some(Arc::clone(sender.lease)),
             done: None,
         };
         if self.send(job).is_err() {
@@ -172,22 +207,33 @@ impl Future for Committing {
     }
 }
 
-fn writer_loop(store: &dyn Store, rx: &crossbeam_channel::Receiver<Job>, closed: &Arc<AtomicBool>) {
+/// What the writer thread shares with its [`StoreWriter`]s.
+struct Thread {
+    closed: Arc<AtomicBool>,
+    beat_ms: Arc<AtomicU64>,
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn writer_loop(store: &dyn Store, rx: &crossbeam_channel::Receiver<Job>, thread: &Thread) {
     // The first failure that may have lost a queued write poisons the writer.
     let mut poisoned: Option<StoreError> = None;
     let mut last_beat = std::time::Instant::now();
     loop {
-        let first = match rx.recv_timeout(HEARTBEAT_EVERY) {
+        let every = Duration::from_millis(thread.beat_ms.load(Ordering::Relaxed));
+        let first = match rx.recv_timeout(every) {
             Ok(job) => Some(job),
             Err(crossbeam_channel::RecvTimeoutError::Timeout) => None,
             Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
         };
-        if last_beat.elapsed() >= HEARTBEAT_EVERY {
+        if last_beat.elapsed() >= every {
             last_beat = std::time::Instant::now();
-            heartbeat(store, &poisoned, Arc::as_ptr(closed) as usize);
+            heartbeat(store, &poisoned, Arc::as_ptr(&thread.closed) as usize);
         }
         let Some(first) = first else { continue };
-        if closed.load(Ordering::SeqCst) && poisoned.is_none() {
+        if thread.closed.load(Ordering::SeqCst) && poisoned.is_none() {
             poisoned = Some(StoreError::Io {
                 path: store.location(),
                 message: "this runtime let go of its runs (Runtime::abandon)".into(),
@@ -221,7 +267,8 @@ fn gather(rx: &crossbeam_channel::Receiver<Job>, first: Job) -> Vec<Job> {
 }
 
 /// Commits a group as one transaction and answers each batch; the first
-/// failure poisons the writer.
+/// failure poisons the writer, except a run's being taken over, which fails
+/// that run's batches only.
 fn commit_group(store: &dyn Store, mut group: Vec<Job>, poisoned: &mut Option<StoreError>) {
     // Nothing reaches the store before it passed the run's redactor; a batch
     // that cannot be redacted is not written, and poisons the writer like a
@@ -238,10 +285,19 @@ fn commit_group(store: &dyn Store, mut group: Vec<Job>, poisoned: &mut Option<St
             });
         }
     }
+    // A run taken over writes nothing more: its batches fail at once.
+    group.retain_mut(|job| match job.lease.as_ref().and_then(|l| l.lost()) {
+        Some(lost) => {
+            reply(job.done.take(), Err(lost.clone()));
+            false
+        }
+        None => true,
+    });
     // A run's creation and a claim commit alone: their conflict (a
     // duplicate id, a lost race for a run) is the caller's error and must
-    // not fail other runs' batches.
-    let (creates, mut rest): (Vec<Job>, Vec<Job>) = group
+    // not fail other runs' batches. Not fenced: the claim is itself the
+    // compare-and-set on the owner.
+    let (creates, rest): (Vec<Job>, Vec<Job>) = group
         .into_iter()
         .partition(|j| j.writes.iter().any(Write::is_conditional));
     for job in creates {
@@ -251,41 +307,132 @@ fn commit_group(store: &dyn Store, mut group: Vec<Job>, poisoned: &mut Option<St
     if rest.is_empty() {
         return;
     }
-    let result = check(poisoned).and_then(|()| {
-        if rest.len() == 1 {
-            store.commit(&rest[0].writes)
+    let (mut all, mut pending) = fenced(rest);
+    loop {
+        let result = check(poisoned).and_then(|()| store.commit(&all));
+        if let Err(StoreError::Fenced { run_id, .. }) = &result
+            && pending.iter().any(|p| p.is_of(run_id))
+        {
+            // Only that run's batches go; the rest of the group is retried.
+            let run_id = run_id.clone();
+            let (kept, refused) = drop_run(all, pending, &run_id);
+            let Err(e) = result else { return };
+            for p in refused {
+                if let Some(lease) = &p.lease {
+                    lease.lose(e.clone());
+                }
+                reply(p.done, Err(e.clone()));
+            }
+            (all, pending) = kept;
+            if pending.is_empty() {
+                return;
+            }
+            continue;
+        }
+        if let Err(e) = &result {
+            tracing::error!(error = %e, "store commit failed");
+            if poisoned.is_none() {
+                *poisoned = Some(e.clone());
+            }
+        }
+        for p in pending {
+            reply(p.done, result.clone());
+        }
+        return;
+    }
+}
+
+/// One batch of a group commit: where its writes are in the group's list.
+struct Pending {
+    done: Option<oneshot::Sender<Result<(), StoreError>>>,
+    lease: Option<Arc<Lease>>,
+    writes: Range<usize>,
+}
+
+impl Pending {
+    fn is_of(&self, run_id: &str) -> bool {
+        self.lease.as_ref().is_some_and(|l| &**l.run_id() == run_id)
+    }
+}
+
+/// The group's writes as one list, each run's first batch opened by its
+/// lease's `Write::Fence` (one check per run and transaction: the
+/// transaction holds the write lock, so the owner cannot change within it).
+/// Moved, not cloned: the group's writes are large (checkpoints).
+fn fenced(group: Vec<Job>) -> (Vec<Write>, Vec<Pending>) {
+    let mut all = Vec::with_capacity(group.iter().map(|j| j.writes.len() + 1).sum());
+    let mut seen: HashSet<*const Lease> = HashSet::new();
+    let mut pending = Vec::with_capacity(group.len());
+    for mut job in group {
+        let start = all.len();
+        if let Some(lease) = &job.lease
+            && seen.insert(Arc::as_ptr(lease))
+        {
+            all.push(lease.fence());
+        }
+        all.append(&mut job.writes);
+        pending.push(Pending {
+            done: job.done,
+            lease: job.lease,
+            writes: start..all.len(),
+        });
+    }
+    (all, pending)
+}
+
+/// The group without run `run_id`'s batches, and those batches.
+fn drop_run(
+    all: Vec<Write>,
+    pending: Vec<Pending>,
+    run_id: &str,
+) -> ((Vec<Write>, Vec<Pending>), Vec<Pending>) {
+    let mut writes = all.into_iter();
+    let mut kept_writes = Vec::new();
+    let mut kept = Vec::new();
+    let mut refused = Vec::new();
+    for mut p in pending {
+        let batch = writes.by_ref().take(p.writes.len());
+        if p.is_of(run_id) {
+            batch.for_each(drop);
+            refused.push(p);
         } else {
-            // Moved, not cloned: the group's writes are large (checkpoints).
-            let all: Vec<Write> = rest
-                .iter_mut()
-                .flat_map(|j| std::mem::take(&mut j.writes))
-                .collect();
-            store.commit(&all)
-        }
-    });
-    if let Err(e) = &result {
-        tracing::error!(error = %e, "store commit failed");
-        if poisoned.is_none() {
-            *poisoned = Some(e.clone());
+            let start = kept_writes.len();
+            kept_writes.extend(batch);
+            p.writes = start..kept_writes.len();
+            kept.push(p);
         }
     }
-    for job in rest {
-        reply(job.done, result.clone());
-    }
+    ((kept_writes, kept), refused)
 }
 
 /// Refreshes the heartbeat of every run this process owns. Alone, and never
-/// poisoning the writer: a missed heartbeat loses no run state.
+/// poisoning the writer: a missed heartbeat loses no run state. A beat the
+/// store refuses because its run was taken over loses that run's lease (the
+/// run stops) and the others are sent again.
 fn heartbeat(store: &dyn Store, poisoned: &Option<StoreError>, writer_key: usize) {
-    let beats = owner::heartbeats(writer_key);
-    if beats.is_empty() || poisoned.is_some() {
+    if poisoned.is_some() {
         return;
     }
-    if let Err(e) = store.commit(&beats) {
-        tracing::warn!(error = %e, "could not refresh the heartbeat of this process's runs");
+    let (mut beats, mut leases): (Vec<Write>, Vec<Arc<Lease>>) =
+        owner::heartbeats(writer_key).into_iter().unzip();
+    while !beats.is_empty() {
+        let e = match store.commit(&beats) {
+            Ok(()) => return,
+            Err(e) => e,
+        };
+        let lost = if let StoreError::Fenced { run_id, .. } = &e {
+            leases.iter().position(|l| &**l.run_id() == run_id)
+        } else {
+            None
+        };
+        let Some(i) = lost else {
+            tracing::warn!(error = %e, "could not refresh the heartbeat of this process's runs");
+            return;
+        };
+        beats.swap_remove(i);
+        leases.swap_remove(i).lose(e);
     }
 }
-
 fn check(poisoned: &Option<StoreError>) -> Result<(), StoreError> {
     match poisoned {
         Some(e) => Err(e.clone()),
@@ -298,3 +445,7 @@ fn reply(done: Option<oneshot::Sender<Result<(), StoreError>>>, result: Result<(
         let _ = done.send(result);
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests;

@@ -83,15 +83,21 @@ impl RunHandle {
         &self.run_id
     }
 
-    /// Waits for the run to stop.
+    /// Waits for the run to stop. [`RuntimeError::TakenOver`] when another
+    /// process took the run over (lease mode): this process then stopped
+    /// working on it, and it has no outcome here.
     pub async fn wait(&self) -> Result<RunOutcome, RuntimeError> {
-        self.outcome
-            .wait()
-            .await
-            .cloned()
-            .ok_or_else(|| RuntimeError::Lost {
-                run_id: self.run_id.to_string(),
-            })
+        self.outcome.wait().await.cloned().ok_or_else(|| {
+            let run_id = self.run_id.to_string();
+            match self.outcome.taken_over() {
+                Some(taken) => RuntimeError::TakenOver {
+                    run_id,
+                    epoch: taken.epoch,
+                    owner: taken.owner.clone(),
+                },
+                None => RuntimeError::Lost { run_id },
+            }
+        })
     }
 
     /// The outcome, if the run has stopped.

@@ -321,6 +321,10 @@ impl Runtime {
         let (log, new_claim) = self
             .recorded_log(&run_id, &durable, &redaction, &config, &lineage)
             .await?;
+        if let Some(log) = &log {
+            // Taken over by another process: the run stops here.
+            log.lease.stops(&run_token);
+        }
         let adopting = matches!(&durable, Durable::Resume(r) if r.adopting);
         let stored = Stored::of(durable, new_claim);
         let inbox = log.as_ref().map(|_| stored.next_inbox());
@@ -433,19 +437,19 @@ impl Runtime {
         let Some(writer) = &self.store else {
             return (None, None);
         };
-        let (token, mark, claim) = match durable {
+        let (lease, mark, claim) = match durable {
             Durable::No => return (None, None),
-            Durable::Resume(r) => (Arc::clone(r.claim.token()), Arc::clone(&r.mark), None),
+            Durable::Resume(r) => (Arc::clone(r.claim.lease()), Arc::clone(&r.mark), None),
             Durable::New => {
                 let claim = Claim::new(run_id, writer.key());
-                (Arc::clone(claim.token()), fresh_mark(), Some(claim))
+                (Arc::clone(claim.lease()), fresh_mark(), Some(claim))
             }
         };
         let log = RunLog::new(
             Arc::clone(run_id),
             writer.clone(),
             self.durability,
-            token,
+            lease,
             mark,
             Arc::clone(redactor),
         );

@@ -93,6 +93,9 @@ mod parts {
         pub(in crate::runtime) wake_policy: Option<WakePolicy>,
         /// Every hibernated run's deadline.
         pub(in crate::runtime) alarms: Arc<alarms::Alarms>,
+        /// Lease mode's lease (`Runtime::with_lease`): owners judged by
+        /// heartbeat alone.
+        pub(in crate::runtime) lease: Option<std::time::Duration>,
     }
 }
 
@@ -116,6 +119,7 @@ impl Runtime {
             durability: Durability::Strict,
             wake_policy: None,
             alarms: Arc::default(),
+            lease: None,
         }))
     }
 

@@ -101,6 +101,7 @@ pub(super) async fn create_record(
     };
     log.commit(vec![Write::CreateRun(record), claim.write(None)])
         .await?;
+    claim.lease().claimed();
     Ok(())
 }
 

@@ -37,9 +37,35 @@ impl Runtime {
                 message: format!("cannot start the writer thread: {e}"),
             })
         })?;
+        writer.set_lease(self.lease);
         self.store = Some(writer);
         self.durability = durability;
         Ok(self)
+    }
+
+    /// Lease mode, for several processes sharing one store (the nodes of a
+    /// cluster, which may share a machine): a run's owner counts as alive
+    /// while its heartbeat is younger than `lease`, whatever its pid says (a
+    /// paused or partitioned node's pid is alive, yet it no longer keeps its
+    /// runs), and this runtime's runs beat every third of `lease`. A resume
+    /// takes over a run whose owner's lease expired; that owner's next write
+    /// or heartbeat is refused by the store (the run's fencing epoch moved
+    /// on), and it stops working on the run ([`RuntimeError::TakenOver`]).
+    /// Give every process on the store the same lease. Without it (the
+    /// default) a local owner is judged by its pid and start time and a
+    /// remote one by a heartbeat older than [`crate::owner::OWNER_EXPIRY`].
+    #[must_use]
+    pub fn with_lease(mut self, lease: Duration) -> Self {
+        self.lease = Some(lease);
+        if let Some(writer) = &self.store {
+            writer.set_lease(self.lease);
+        }
+        self
+    }
+
+    /// The lease of lease mode ([`Runtime::with_lease`]), if it is on.
+    pub fn lease(&self) -> Option<Duration> {
+        self.lease
     }
 
     /// Lets go of every run of this runtime as if its process had died:
@@ -178,7 +204,7 @@ impl Runtime {
         let run_id = run.record.run_id.clone();
         let run_id = run_id.as_str();
         if let Some(owner) = &run.owner {
-            crate::owner::check_takeover(run_id, owner)?;
+            crate::owner::check_takeover(run_id, owner, self.lease)?;
         }
         let mut config = config_of(&run.record)?;
         config.run_id = Some(run_id.to_string());

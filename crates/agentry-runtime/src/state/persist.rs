@@ -96,8 +96,10 @@ impl RunState {
         {
             writes.push(Write::Release {
                 run_id: run_id.to_string(),
-                token: log.owner_token.to_string(),
+                token: log.owner_token().to_string(),
             });
+            // Released with this batch: a heartbeat after it would be refused.
+            log.lease.released();
         }
         writes
     }

@@ -151,8 +151,10 @@ impl<C: GenericClient> Reader<'_, C> {
 
     fn owner(&mut self, run_id: &str) -> Result<Option<RunOwner>, Failure> {
         let rows = self.query(
-            "SELECT token, host, machine, pid, pid_start, since_ms, heartbeat_ms
-             FROM agentry.owners WHERE run_id = $1",
+            "SELECT o.token, o.host, o.machine, o.pid, o.pid_start, o.since_ms, o.heartbeat_ms,
+                r.epoch
+             FROM agentry.owners o JOIN agentry.runs r ON r.run_id = o.run_id
+             WHERE o.run_id = $1",
             &[&run_id],
         )?;
         Ok(rows.first().map(|row| RunOwner {
@@ -163,6 +165,7 @@ impl<C: GenericClient> Reader<'_, C> {
             pid_start: row.get::<_, Option<i64>>(4).map(uint),
             since_ms: uint(row.get(5)),
             heartbeat_ms: uint(row.get(6)),
+            epoch: uint(row.get(7)),
         }))
     }
 

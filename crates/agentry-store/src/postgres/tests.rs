@@ -109,7 +109,7 @@ fn of_several_nodes_claiming_one_run_at_once_exactly_one_wins() {
     place.open().commit(&[Write::CreateRun(record("r1", 1))]).unwrap();
     let stores: Vec<Arc<PostgresStore>> = (0..6).map(|_| Arc::new(place.open())).collect();
     let barrier = Arc::new(std::sync::Barrier::new(stores.len()));
-    let claims: Vec<_> = stores
+    let threads: Vec<_> = stores
         .iter()
         .enumerate()
         .map(|(i, store)| {
@@ -123,6 +123,7 @@ fn of_several_nodes_claiming_one_run_at_once_exactly_one_wins() {
                     pid_start: None,
                     since_ms: 1,
                     heartbeat_ms: 1,
+                    epoch: 0,
                 };
                 barrier.wait();
                 store.commit(&[Write::Claim {
@@ -132,8 +133,9 @@ fn of_several_nodes_claiming_one_run_at_once_exactly_one_wins() {
                 }])
             })
         })
-        .map(|t| t.join().unwrap())
         .collect();
+    // Every thread is started before any is joined: the barrier needs them all.
+    let claims: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
     let won = claims.iter().filter(|c| c.is_ok()).count();
     assert_eq!(won, 1, "{claims:?}");
     assert!(

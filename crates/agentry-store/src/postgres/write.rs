@@ -46,7 +46,8 @@ pub(super) fn apply(
                 | Write::Dequeue { .. }
                 | Write::Claim { .. }
                 | Write::Heartbeat { .. }
-                | Write::Release { .. } => {}
+                | Write::Release { .. }
+            | Write::Fence { .. } => {}
             }
             continue;
         }
@@ -158,14 +159,7 @@ impl<'a> Batch<'a, '_, '_> {
                 run_id,
                 token,
                 at_ms,
-            } => {
-                self.exec(
-                    "UPDATE agentry.owners SET heartbeat_ms = $3 WHERE run_id = $1 AND token = $2",
-                    &[run_id, token, &int(*at_ms)],
-                )
-                .map_err(|e| self.fail(e))?;
-                Ok(())
-            }
+            } => self.heartbeat(run_id, token, *at_ms),
             Write::Release { run_id, token } => {
                 self.exec(
                     "DELETE FROM agentry.owners WHERE run_id = $1 AND token = $2",
@@ -174,7 +168,73 @@ impl<'a> Batch<'a, '_, '_> {
                 .map_err(|e| self.fail(e))?;
                 Ok(())
             }
+            Write::Fence { run_id, token } => self.fence(run_id, token),
         }
+    }
+
+    /// Refreshes the owner's heartbeat; [`StoreError::Fenced`] when `token`
+    /// no longer owns an existing run.
+    fn heartbeat(&mut self, run_id: &str, token: &str, at_ms: u64) -> Result<(), Failure> {
+        let changed = self
+            .exec(
+                "UPDATE agentry.owners SET heartbeat_ms = $3 WHERE run_id = $1 AND token = $2",
+                &[&run_id, &token, &int(at_ms)],
+            )
+            .map_err(|e| self.fail(e))?;
+        if changed > 0 {
+            return Ok(());
+        }
+        // Not the owner any more: say so, unless there is no run at all.
+        match self.fence(run_id, token) {
+            Err(Failure::Store(StoreError::NoRun { .. })) => Ok(()),
+            other => other,
+        }
+    }
+
+    /// Passes only while `token` owns `run_id`: else [`StoreError::Fenced`]
+    /// naming the run's epoch and owner now ([`StoreError::NoRun`] for no
+    /// run). The owner row is share-locked until the batch commits, so a
+    /// take-over by another node waits for this batch and lands after it,
+    /// never between the check and the writes.
+    fn fence(&mut self, run_id: &str, token: &str) -> Result<(), Failure> {
+        let holds = self
+            .statements
+            .get(
+                self.tx,
+                "SELECT 1 FROM agentry.owners WHERE run_id = $1 AND token = $2 FOR SHARE",
+            )
+            .and_then(|statement| self.tx.query(&statement, &[&run_id, &token]))
+            .map_err(|e| self.fail(e))?;
+        if !holds.is_empty() {
+            return Ok(());
+        }
+        let holder = self
+            .statements
+            .get(
+                self.tx,
+                "SELECT o.token, o.host, o.pid, r.epoch
+                 FROM agentry.runs r LEFT JOIN agentry.owners o ON o.run_id = r.run_id
+                 WHERE r.run_id = $1",
+            )
+            .and_then(|statement| self.tx.query(&statement, &[&run_id]))
+            .map_err(|e| self.fail(e))?;
+        let Some(holder) = holder.first() else {
+            return Err(Failure::Store(self.no_run(run_id)));
+        };
+        let owner: Option<String> = holder.get(0);
+        if owner.as_deref() == Some(token) {
+            return Ok(());
+        }
+        let host: Option<String> = holder.get(1);
+        let pid: Option<i64> = holder.get(2);
+        Err(Failure::Store(StoreError::Fenced {
+            path: self.path.to_string(),
+            run_id: run_id.to_string(),
+            epoch: crate::rows::uint(holder.get(3)),
+            owner: host
+                .zip(pid)
+                .map(|(host, pid)| format!("process {pid} on host {host}")),
+        }))
     }
 
     /// Compare-and-set of the run's owner: only if its token is still

@@ -161,8 +161,9 @@ fn inbox(conn: &Connection, path: &str, run_id: &str) -> Result<Vec<InboxRecord>
 /// The run's owner row, if it has one.
 fn owner(conn: &Connection, path: &str, run_id: &str) -> Result<Option<RunOwner>, StoreError> {
     conn.prepare_cached(
-        "SELECT token, host, machine, pid, pid_start, since_ms, heartbeat_ms
-         FROM owners WHERE run_id = ?1",
+        "SELECT o.token, o.host, o.machine, o.pid, o.pid_start, o.since_ms, o.heartbeat_ms,
+            r.owner_epoch
+         FROM owners o JOIN runs r ON r.run_id = o.run_id WHERE o.run_id = ?1",
     )
     .and_then(|mut s| {
         s.query_row([run_id], |r| {
@@ -174,6 +175,7 @@ fn owner(conn: &Connection, path: &str, run_id: &str) -> Result<Option<RunOwner>
                 pid_start: r.get::<_, Option<i64>>(4)?.map(uint),
                 since_ms: uint(r.get(5)?),
                 heartbeat_ms: uint(r.get(6)?),
+                epoch: uint(r.get(7)?),
             })
         })
         .optional()

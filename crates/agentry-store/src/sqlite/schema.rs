@@ -131,7 +131,15 @@ CREATE INDEX runs_by_parent ON runs (parent_id) WHERE parent_id IS NOT NULL;
 "
 );
 
-pub(super) const MIGRATIONS: &[&str] = &[V1, V2, V3, V4];
+/// Version 5: the run's fencing epoch, raised by every claim and kept when
+/// the owner row goes (a release), so it only grows. A run that had an owner
+/// then was claimed at least once: it starts at 1.
+const V5: &str = "
+ALTER TABLE runs ADD COLUMN owner_epoch INTEGER NOT NULL DEFAULT 0;
+UPDATE runs SET owner_epoch = 1 WHERE run_id IN (SELECT run_id FROM owners);
+";
+
+pub(super) const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5];
 
 // The list and the declared version must move together.
 const _: () = assert!(MIGRATIONS.len() == SCHEMA_VERSION as usize);

@@ -28,6 +28,15 @@ pub(super) fn apply(tx: &Transaction<'_>, path: &str, writes: &[Write]) -> Resul
     Ok(())
 }
 
+/// Who holds a run right now, as [`Batch::fence`] reads it (no owner: the
+/// owner columns are NULL).
+struct Holder {
+    token: Option<String>,
+    host: Option<String>,
+    pid: Option<u32>,
+    epoch: i64,
+}
+
 struct Batch<'a, 't> {
     tx: &'a Transaction<'t>,
     path: &'a str,
@@ -114,15 +123,7 @@ impl<'a> Batch<'a, '_> {
                 run_id,
                 token,
                 at_ms,
-            } => {
-                self.tx
-                    .prepare_cached(
-                        "UPDATE owners SET heartbeat_ms = ?3 WHERE run_id = ?1 AND token = ?2",
-                    )
-                    .and_then(|mut s| s.execute(params![run_id, token, int(*at_ms)]))
-                    .map_err(|e| self.sql(e))?;
-                Ok(())
-            }
+            } => self.heartbeat(run_id, token, *at_ms),
             Write::Release { run_id, token } => {
                 self.tx
                     .prepare_cached("DELETE FROM owners WHERE run_id = ?1 AND token = ?2")
@@ -130,7 +131,74 @@ impl<'a> Batch<'a, '_> {
                     .map_err(|e| self.sql(e))?;
                 Ok(())
             }
+            Write::Fence { run_id, token } => self.fence(run_id, token),
         }
+    }
+
+    /// Refreshes the owner's heartbeat; [`StoreError::Fenced`] when `token`
+    /// no longer owns an existing run.
+    fn heartbeat(&self, run_id: &str, token: &str, at_ms: u64) -> Result<(), StoreError> {
+        let changed = self
+            .tx
+            .prepare_cached("UPDATE owners SET heartbeat_ms = ?3 WHERE run_id = ?1 AND token = ?2")
+            .and_then(|mut s| s.execute(params![run_id, token, int(at_ms)]))
+            .map_err(|e| self.sql(e))?;
+        if changed > 0 {
+            return Ok(());
+        }
+        // Not the owner any more: say so, unless there is no run at all.
+        match self.fence(run_id, token) {
+            Err(StoreError::NoRun { .. }) => Ok(()),
+            other => other,
+        }
+    }
+
+    /// Passes only while `token` owns `run_id`: else [`StoreError::Fenced`]
+    /// naming the run's epoch and owner now ([`StoreError::NoRun`] for no run).
+    fn fence(&self, run_id: &str, token: &str) -> Result<(), StoreError> {
+        // The common case first, on the owners table alone: every batch of a
+        // run pays for it.
+        let holds = self
+            .tx
+            .prepare_cached("SELECT 1 FROM owners WHERE run_id = ?1 AND token = ?2")
+            .and_then(|mut s| s.exists(params![run_id, token]))
+            .map_err(|e| self.sql(e))?;
+        if holds {
+            return Ok(());
+        }
+        let row = self
+            .tx
+            .prepare_cached(
+                "SELECT o.token, o.host, o.pid, r.owner_epoch
+                 FROM runs r LEFT JOIN owners o ON o.run_id = r.run_id WHERE r.run_id = ?1",
+            )
+            .and_then(|mut s| {
+                s.query_row([run_id], |r| {
+                    Ok(Holder {
+                        token: r.get(0)?,
+                        host: r.get(1)?,
+                        pid: r.get(2)?,
+                        epoch: r.get(3)?,
+                    })
+                })
+                .optional()
+            })
+            .map_err(|e| self.sql(e))?;
+        let Some(holder) = row else {
+            return Err(self.no_run(run_id));
+        };
+        if holder.token.as_deref() == Some(token) {
+            return Ok(());
+        }
+        Err(StoreError::Fenced {
+            path: self.path.to_string(),
+            run_id: run_id.to_string(),
+            epoch: holder.epoch as u64,
+            owner: holder
+                .host
+                .zip(holder.pid)
+                .map(|(host, pid)| format!("process {pid} on host {host}")),
+        })
     }
 
     /// Compare-and-set of the run's owner: only if its token is still `replaces`.
@@ -152,6 +220,11 @@ impl<'a> Batch<'a, '_> {
                 run_id: run_id.to_string(),
             });
         }
+        // The fencing token: one more than any owner of this run had.
+        self.tx
+            .prepare_cached("UPDATE runs SET owner_epoch = owner_epoch + 1 WHERE run_id = ?1")
+            .and_then(|mut s| s.execute([run_id]))
+            .map_err(|e| self.sql(e))?;
         self.tx
             .prepare_cached(
                 "INSERT INTO owners (run_id, token, host, machine, pid, pid_start, since_ms,
@@ -194,7 +267,8 @@ impl<'a> Batch<'a, '_> {
             | Write::Dequeue { .. }
             | Write::Claim { .. }
             | Write::Heartbeat { .. }
-            | Write::Release { .. } => Ok(()),
+            | Write::Release { .. }
+            | Write::Fence { .. } => Ok(()),
         }
     }
 

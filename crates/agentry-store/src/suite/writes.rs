@@ -461,6 +461,7 @@ fn owner(token: &str, pid: u32) -> crate::RunOwner {
         pid_start: Some(7),
         since_ms: 100,
         heartbeat_ms: 100,
+        epoch: 0,
     }
 }
 
@@ -480,7 +481,10 @@ fn claims_are_compare_and_set_and_heartbeats_name_their_owner<B: Backend>() {
         .unwrap();
     assert_eq!(
         store.load("r1").unwrap().unwrap().owner,
-        Some(owner("a", 10))
+        Some(crate::RunOwner {
+            epoch: 1,
+            ..owner("a", 10)
+        })
     );
     // A second "new" claim, and a claim naming a stale owner, both lose.
     for lost in [claim("b", None), claim("b", Some("zzz"))] {
@@ -497,23 +501,20 @@ fn claims_are_compare_and_set_and_heartbeats_name_their_owner<B: Backend>() {
         assert_eq!(store.load("r1").unwrap().unwrap().checkpoint, None);
     }
     store.commit(&[claim("b", Some("a"))]).unwrap();
-    // The replaced owner's heartbeat and release change nothing.
+    // The replaced owner's release changes nothing (its heartbeat is
+    // refused: `fencing.rs`).
     store
-        .commit(&[
-            Write::Heartbeat {
-                run_id: "r1".into(),
-                token: "a".into(),
-                at_ms: 999,
-            },
-            Write::Release {
-                run_id: "r1".into(),
-                token: "a".into(),
-            },
-        ])
+        .commit(&[Write::Release {
+            run_id: "r1".into(),
+            token: "a".into(),
+        }])
         .unwrap();
     assert_eq!(
         store.load("r1").unwrap().unwrap().owner,
-        Some(owner("b", 10))
+        Some(crate::RunOwner {
+            epoch: 2,
+            ..owner("b", 10)
+        })
     );
     store
         .commit(&[Write::Heartbeat {

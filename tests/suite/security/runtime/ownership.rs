@@ -116,6 +116,7 @@ async fn an_owner_on_another_machine_is_taken_over_only_once_its_heartbeat_expir
         pid_start: Some(1),
         since_ms: now - 60_000,
         heartbeat_ms,
+        epoch: 0,
     };
     let store = SqliteStore::open(&db)?;
     store.commit(&[Write::Claim {

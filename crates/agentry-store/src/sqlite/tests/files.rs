@@ -522,3 +522,49 @@ fn sync_mode_normal_commits_without_an_fsync_and_reads_back() {
     let store = SqliteStore::open(&path).unwrap();
     assert!(store.load("r").unwrap().is_some());
 }
+
+/// A store as version 4 wrote it (owners, no epochs): run `owned` claimed by
+/// token `t`, run `free` never claimed.
+fn write_v4_store(path: &Path, shown: &str) {
+    let mut conn = Connection::open(path).unwrap();
+    schema::migrate(&mut conn, &schema::MIGRATIONS[..4], shown).unwrap();
+    assert_eq!(schema::user_version(&conn).unwrap(), 4);
+    conn.execute_batch(
+        "INSERT INTO runs (run_id, task_id, created_at_ms, updated_at_ms, config, policy,
+            status, version)
+         VALUES ('owned', 't', 1, 1, '{}', '', 'running', 0),
+                ('free', 't', 2, 2, '{}', '', 'running', 0);
+         INSERT INTO owners (run_id, token, host, machine, pid, pid_start, since_ms,
+            heartbeat_ms)
+         VALUES ('owned', 't', 'h', 'm', 42, 7, 100, 100);",
+    )
+    .unwrap();
+}
+
+/// Version 5 adds the run's epoch: an owned run of a version 4 store opens at
+/// epoch 1 (it was claimed once), and each later claim counts on from there.
+#[test]
+fn a_version_4_store_migrates_to_epochs() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = db_path(&dir);
+    let shown = path.display().to_string();
+    write_v4_store(&path, &shown);
+    let store = open(&path);
+    assert_eq!(schema::user_version(&store.conn()).unwrap(), SCHEMA_VERSION);
+    let owned = store.load("owned").unwrap().unwrap().owner.unwrap();
+    assert_eq!((owned.token.as_str(), owned.pid, owned.epoch), ("t", 42, 1));
+    let claim = |run_id: &str, replaces: Option<&str>| Write::Claim {
+        run_id: run_id.into(),
+        owner: crate::RunOwner {
+            token: "new".into(),
+            epoch: 0,
+            ..owned.clone()
+        },
+        replaces: replaces.map(str::to_string),
+    };
+    store
+        .commit(&[claim("owned", Some("t")), claim("free", None)])
+        .unwrap();
+    let epoch = |run_id: &str| store.load(run_id).unwrap().unwrap().owner.unwrap().epoch;
+    assert_eq!((epoch("owned"), epoch("free")), (2, 1));
+}

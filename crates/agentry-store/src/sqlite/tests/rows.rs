@@ -39,6 +39,7 @@ fn seed() -> Vec<Write> {
         pid_start: Some(7),
         since_ms: 100,
         heartbeat_ms: 100,
+        epoch: 0,
     };
     let calls = vec![ToolCall::new("c1", "read_file", json!({"path": "a.txt"}))];
     vec![
