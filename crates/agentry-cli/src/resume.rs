@@ -14,14 +14,14 @@ use crate::policy::{
     stored_policy, stored_prompt_cache, stored_task_dir,
 };
 use crate::signals::CtrlC;
-use crate::store::{existing, open_sqlite, store_or_default};
+use crate::store::{existing, open_store, store_or_default};
 
 /// `agentry resume RUN_ID --store FILE`.
 pub(crate) async fn resume(args: ResumeArgs) -> Result<Finished, RunError> {
     let path = store_or_default(args.store.as_ref())
         .and_then(existing)
         .map_err(RunError::BadInput)?;
-    let store = open_sqlite(&path).map_err(RunError::BadInput)?;
+    let store = open_store(&path).map_err(RunError::BadInput)?;
     let config = RunConfig::from_store(&*store, &args.run_id).map_err(RunError::BadInput)?;
     let Rebuilt { runtime, mcp } = runtime_for(&config).await?;
     let runtime = runtime

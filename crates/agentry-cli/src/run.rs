@@ -14,7 +14,7 @@ use crate::drive::{Finished, drive};
 use crate::error::RunError;
 use crate::policy::{ContextSettings, LoadedPolicy, describe_policy, load_policy};
 use crate::signals::CtrlC;
-use crate::store::{default_store, open_sqlite};
+use crate::store::{default_store, open_store as open_store_at};
 
 /// The runtime on the store a run is committed to, if any.
 struct Stored {
@@ -208,7 +208,7 @@ fn open_store(args: &RunArgs, runtime: Runtime) -> Result<Stored, RunError> {
             path: None,
         }),
         (Some(path), false) => {
-            let runtime = open_sqlite(path)
+            let runtime = open_store_at(path)
                 .and_then(|store| runtime.with_store(store, durability))
                 .map_err(RunError::BadInput)?;
             let runtime = match args.lease {
@@ -228,7 +228,7 @@ fn open_store(args: &RunArgs, runtime: Runtime) -> Result<Stored, RunError> {
                 .map_or(Ok(()), std::fs::create_dir_all)
                 .map_err(|e| e.to_string())
                 .and_then(|()| {
-                    open_sqlite(&path)
+                    open_store_at(&path)
                         .and_then(|store| runtime.clone().with_store(store, durability))
                         .map_err(|e| e.to_string())
                 });

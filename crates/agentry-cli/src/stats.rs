@@ -1,9 +1,9 @@
 //! `agentry stats`: statistics of finished runs from a store or trace files
 //! (`agentry::insight::stats`), as aligned tables or one JSON object.
 
+use agentry::RuntimeError;
 use agentry::insight::stats::{Figures, Group, Report, StatsError, StatsOptions};
 use agentry::protocol::terminal::escape_line;
-use agentry::{RuntimeError, SqliteStore};
 
 use crate::args::StatsArgs;
 
@@ -26,8 +26,8 @@ pub(crate) fn stats(args: &StatsArgs) -> Result<(), StatsCliError> {
     }
     let report = if args.trace.is_empty() {
         let path = crate::store::existing(crate::store::store_or_default(args.store.as_ref())?)?;
-        let store = SqliteStore::open(&path).map_err(RuntimeError::from)?;
-        agentry::insight::stats::from_store(&store, &options)?
+        let store = crate::store::open_store(&path)?;
+        agentry::insight::stats::from_store(store.as_ref(), &options)?
     } else {
         agentry::insight::stats::from_traces(&args.trace, &options)?
     };

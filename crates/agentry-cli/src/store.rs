@@ -59,7 +59,7 @@ fn state_dir() -> Result<PathBuf, RuntimeError> {
 /// state directory (where the default store and its siblings live).
 pub(crate) fn sandbox_host(store: Option<&Path>) -> agentry::runtime::sandbox::SandboxHost {
     let mut deny: Vec<PathBuf> = Vec::new();
-    if let Some(dir) = store.map(absolute_parent) {
+    if let Some(dir) = store.filter(|s| !is_url(s)).map(absolute_parent) {
         deny.push(dir);
     }
     if let Ok(dir) = state_dir()
@@ -94,11 +94,22 @@ pub(crate) fn store_or_default(store: Option<&PathBuf>) -> Result<PathBuf, Runti
     }
 }
 
-/// Opens (or creates) the SQLite store at `path`. Within one process every
-/// caller asking for the same file while it is open gets the same store: one
-/// writer connection and one reader, however many runtimes commit to it
-/// (`agentry serve` starts a runtime for each named agent's run).
-pub(crate) fn open_sqlite(path: &Path) -> Result<Arc<dyn Store>, RuntimeError> {
+/// Whether `--store` (or `$AGENTRY_STORE`) names a Postgres database
+/// (`postgres://…`) rather than a SQLite file.
+pub(crate) fn is_url(store: &Path) -> bool {
+    store.to_str().is_some_and(agentry::store::is_postgres_url)
+}
+
+/// Opens the store `path` names: a Postgres database for a `postgres://`
+/// URL (connected once per process and URL while in use), else the SQLite
+/// file, created if missing. Within one process every caller asking for the
+/// same file while it is open gets the same store: one writer connection and
+/// one reader, however many runtimes commit to it (`agentry serve` starts a
+/// runtime for each named agent's run).
+pub(crate) fn open_store(path: &Path) -> Result<Arc<dyn Store>, RuntimeError> {
+    if is_url(path) {
+        return open_postgres(path.to_str().unwrap_or_default());
+    }
     type Open = std::collections::HashMap<PathBuf, std::sync::Weak<SqliteStore>>;
     static OPEN: std::sync::OnceLock<std::sync::Mutex<Open>> = std::sync::OnceLock::new();
     let mut open = OPEN
@@ -121,6 +132,10 @@ pub(crate) fn open_sqlite(path: &Path) -> Result<Arc<dyn Store>, RuntimeError> {
 
 /// `path`, if a store file is there: `resume` and `runs` never create one.
 pub(crate) fn existing(path: PathBuf) -> Result<PathBuf, RuntimeError> {
+    if is_url(&path) {
+        // A database is checked by connecting to it.
+        return Ok(path);
+    }
     let why = match std::fs::metadata(&path) {
         Ok(meta) if meta.is_file() => return Ok(path),
         Ok(meta) if meta.is_dir() => {
@@ -140,10 +155,11 @@ pub(crate) fn existing(path: PathBuf) -> Result<PathBuf, RuntimeError> {
 /// `agentry runs --store FILE`.
 pub(crate) fn list(args: &RunsArgs) -> Result<(), RuntimeError> {
     let path = existing(store_or_default(args.store.as_ref())?)?;
-    let store = SqliteStore::open(&path)?;
+    let store = open_store(&path)?;
+    let store = store.as_ref();
     if let Some(run_id) = &args.tree {
         let all = store.runs()?;
-        let tree = stored_tree(&store, &all, run_id)?;
+        let tree = stored_tree(store, &all, run_id)?;
         if args.json {
             println!("{}", serde_json::to_string(&tree).unwrap_or_default());
         } else {
@@ -196,7 +212,7 @@ fn nothing_listed(store: &Path, stored: usize, all: bool) -> String {
 /// The stored tree under `run_id`: its record and last checkpoint, then its
 /// children's (recorded when they stopped), in the order they were created.
 fn stored_tree(
-    store: &SqliteStore,
+    store: &dyn Store,
     runs: &[RunSummary],
     run_id: &str,
 ) -> Result<RunTree, RuntimeError> {
@@ -249,13 +265,31 @@ mod tests {
     fn one_file_open_twice_is_one_store_until_it_is_closed() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("runs.db");
-        let first = open_sqlite(&path).unwrap();
-        let again = open_sqlite(&dir.path().join(".").join("runs.db")).unwrap();
+        let first = open_store(&path).unwrap();
+        let again = open_store(&dir.path().join(".").join("runs.db")).unwrap();
         assert!(Arc::ptr_eq(&first, &again), "the same file, the same store");
-        let other = open_sqlite(&dir.path().join("other.db")).unwrap();
+        let other = open_store(&dir.path().join("other.db")).unwrap();
         assert!(!Arc::ptr_eq(&first, &other));
         drop((first, again));
         let wal = dir.path().join("runs.db-wal");
         assert!(!wal.exists(), "closed with its last user");
     }
+}
+
+/// Connects to the Postgres store at `url`, once per process while in use.
+fn open_postgres(url: &str) -> Result<Arc<dyn Store>, RuntimeError> {
+    type Open = std::collections::HashMap<String, std::sync::Weak<agentry::PostgresStore>>;
+    static OPEN: std::sync::OnceLock<std::sync::Mutex<Open>> = std::sync::OnceLock::new();
+    let mut open = OPEN
+        .get_or_init(Default::default)
+        .lock()
+        // Plain inserts and lookups: a panic elsewhere leaves the map whole.
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(store) = open.get(url).and_then(std::sync::Weak::upgrade) {
+        return Ok(store);
+    }
+    let store = Arc::new(agentry::PostgresStore::connect(url)?);
+    open.retain(|_, kept| kept.strong_count() > 0);
+    open.insert(url.to_string(), Arc::downgrade(&store));
+    Ok(store)
 }

@@ -53,6 +53,7 @@ mod cli {
     mod serve_ops;
     mod serve_webhooks;
     mod stats;
+    mod store_postgres;
     mod tls_resume;
     mod tools_cmd;
     mod tree;

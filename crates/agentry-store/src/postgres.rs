@@ -88,9 +88,7 @@ impl PostgresStore {
         )?;
         let migrated_at = location.clone();
         writer.call(move |session| {
-            session.run(|client, _, _| {
-                schema::migrate(client, schema::MIGRATIONS, &migrated_at)
-            })
+            session.run(|client, _, _| schema::migrate(client, schema::MIGRATIONS, &migrated_at))
         })?;
         let reader = Worker::start("agentry-pg-reader", Session::new(config, location.clone()))?;
         Ok(PostgresStore {
@@ -103,9 +101,7 @@ impl PostgresStore {
     /// Runs `read` on the reader connection, in one read-only snapshot.
     fn read<T: Send + 'static>(
         &self,
-        read: impl Fn(&mut Reader<'_, postgres::Transaction<'_>>) -> Result<T, Failure>
-        + Send
-        + 'static,
+        read: impl Fn(&mut Reader<'_, postgres::Transaction<'_>>) -> Result<T, Failure> + Send + 'static,
     ) -> Result<T, StoreError> {
         self.reader.call(move |session| {
             let path = session.location().to_string();
@@ -250,7 +246,10 @@ fn commit_once(
     write::apply(&mut tx, statements, path, writes)?;
     let now = crate::rows::int(agentry_protocol::now_millis());
     let record = statements
-        .get(&mut tx, "INSERT INTO agentry.commits (id, at_ms) VALUES ($1, $2)")
+        .get(
+            &mut tx,
+            "INSERT INTO agentry.commits (id, at_ms) VALUES ($1, $2)",
+        )
         .map_err(fail)?;
     tx.execute(&record, &[&id, &now]).map_err(fail)?;
     tx.commit().map_err(fail)
@@ -264,7 +263,8 @@ fn sweep_commit_ids(session: &mut Session) {
     if COMMITS.fetch_add(1, Ordering::Relaxed) % SWEEP_EVERY != 0 {
         return;
     }
-    let before = crate::rows::int(agentry_protocol::now_millis().saturating_sub(KEEP_COMMIT_IDS_MS));
+    let before =
+        crate::rows::int(agentry_protocol::now_millis().saturating_sub(KEEP_COMMIT_IDS_MS));
     let _ = session.run(|client, _, _| {
         client
             .execute("DELETE FROM agentry.commits WHERE at_ms < $1", &[&before])

@@ -50,7 +50,11 @@ pub(crate) fn what(part: &str, run_id: &str) -> String {
 }
 
 /// Parses a stored JSON text.
-pub(crate) fn parse<T: DeserializeOwned>(path: &str, what: &str, json: &str) -> Result<T, StoreError> {
+pub(crate) fn parse<T: DeserializeOwned>(
+    path: &str,
+    what: &str,
+    json: &str,
+) -> Result<T, StoreError> {
     serde_json::from_str(json).map_err(|e| decode_error(path, what, e))
 }
 
@@ -153,8 +157,8 @@ pub(crate) fn decode_inline<T: DeserializeOwned, E: From<StoreError>>(
     if let Some(envelope) = value.get_mut(key).and_then(Value::as_object_mut)
         && let Some(Value::String(sha)) = envelope.remove(BLOB_KEY)
     {
-        let bytes = get(&sha)?
-            .ok_or_else(|| decode_error(path, what, format!("blob {sha} is missing")))?;
+        let bytes =
+            get(&sha)?.ok_or_else(|| decode_error(path, what, format!("blob {sha} is missing")))?;
         let data: Value = serde_json::from_slice(&bytes)
             .map_err(|e| decode_error(path, &format!("blob {sha}"), e))?;
         envelope.insert("data".to_string(), data);

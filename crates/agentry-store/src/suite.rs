@@ -15,8 +15,8 @@ use agentry_protocol::tool::ToolCall;
 use serde_json::json;
 
 use crate::{
-    Checkpoint, INLINE_LIMIT, InboxRecord, LedgerEntry, LedgerState, RunRecord, RunSummary,
-    Store, StoreError, StoredRun, TimerRecord, Write,
+    Checkpoint, INLINE_LIMIT, InboxRecord, LedgerEntry, LedgerState, RunRecord, RunSummary, Store,
+    StoreError, StoredRun, TimerRecord, Write,
 };
 
 /// A fresh, empty place a store lives in, and how to reach it.
@@ -185,7 +185,6 @@ pub(crate) fn append(run_id: &str, first: u64, entries: Vec<SessionEntry>) -> Wr
 pub(crate) fn user(text: &str) -> SessionEntry {
     SessionEntry::User { text: text.into() }
 }
-
 
 mod fencing;
 mod processes;

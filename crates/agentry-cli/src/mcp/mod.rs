@@ -37,7 +37,7 @@ use tokio::io::AsyncWriteExt;
 use tokio_util::sync::CancellationToken;
 
 use crate::args::McpArgs;
-use crate::store::{default_store, open_sqlite};
+use crate::store::{default_store, open_store};
 
 use self::auth::{AuthError, Token, require_token};
 use self::sessions::IdleSessions;
@@ -105,7 +105,7 @@ pub(crate) async fn serve(args: McpArgs) -> Result<(), ServeError> {
 /// per run, where an unusable one is a warning.
 fn check_store(args: &McpArgs) -> Result<(), ServeError> {
     if let Some(path) = &args.store {
-        open_sqlite(path)?;
+        open_store(path)?;
     } else if !args.no_store {
         // Only the refusals of a planted path are fatal here, as for `run`.
         default_store()?;

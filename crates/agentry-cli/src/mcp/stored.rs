@@ -5,7 +5,6 @@
 use std::path::PathBuf;
 
 use agentry::RunHandle;
-use agentry::{SqliteStore, Store};
 use serde_json::{Value, json};
 
 use super::error::ArgError;
@@ -22,8 +21,8 @@ pub(crate) async fn get(store: Option<PathBuf>, run_id: &str) -> Result<Value, A
     };
     let at = path.clone();
     let loaded = tokio::task::spawn_blocking(move || {
-        let store = SqliteStore::open(&at)?;
-        store.load(&id)
+        let store = crate::store::open_store(&at)?;
+        store.load(&id).map_err(agentry::RuntimeError::from)
     })
     .await
     .map_err(|e| ArgError::Store(format!("reading the store failed: {e}")))?
@@ -56,7 +55,8 @@ pub(crate) async fn list(
 ) -> Result<Value, ArgError> {
     let at = store.clone();
     let stored = tokio::task::spawn_blocking(move || match at {
-        Some(path) => SqliteStore::open(&path).and_then(|s| s.runs()),
+        Some(path) => crate::store::open_store(&path)
+            .and_then(|s| s.runs().map_err(agentry::RuntimeError::from)),
         None => Ok(Vec::new()),
     })
     .await

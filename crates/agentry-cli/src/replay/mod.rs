@@ -41,7 +41,7 @@ use self::report::{Fork, Outcome, Report};
 use self::start::{Plan, Replayed};
 use crate::args::{PolicyArg, ReplayArgs, absolute};
 use crate::policy::stored_task_dir;
-use crate::store::{existing, open_sqlite};
+use crate::store::{existing, open_store};
 
 /// Replays and prints the report; `Ok(true)` when something drifted. With
 /// `--dry-run`, prints what it would run and runs nothing (`Ok(false)`).
@@ -193,7 +193,7 @@ fn task_source(
 fn recording(args: &ReplayArgs) -> Result<(Recorded, Option<RunConfig>), ReplayError> {
     let from_store = |path: &Path, run_id: &str| -> Result<_, ReplayError> {
         let path = existing(path.to_path_buf())?;
-        let store = open_sqlite(&path)?;
+        let store = open_store(&path)?;
         recorded::from_store(&*store, &path.display().to_string(), run_id)
     };
     match (&args.trace, &args.store, &args.run_id) {

@@ -31,7 +31,7 @@ use agentry_serve::{
 };
 
 use crate::args::ServeArgs;
-use crate::store::{default_store, open_sqlite};
+use crate::store::{default_store, open_store};
 
 /// The address served when neither `--addr` nor `[serve] addr` names one.
 const DEFAULT_ADDR: &str = "127.0.0.1:8080";
@@ -117,7 +117,7 @@ pub(crate) async fn serve(
         Arc::clone(&gates),
     )?;
     let runtime = Runtime::with_builtins()
-        .and_then(|rt| rt.with_store(open_sqlite(&store)?, Durability::Strict))
+        .and_then(|rt| rt.with_store(open_store(&store)?, Durability::Strict))
         .map_err(ServeCliError::Store)?;
     eprintln!("agentry: serve: runs are stored in {}", store.display());
     let webhooks = webhooks(&file, &config_path, &store)?;
@@ -261,6 +261,9 @@ fn store_path(store: Option<&PathBuf>) -> Result<PathBuf, ServeCliError> {
         Some(path) => path.clone(),
         None => default_store().map_err(ServeCliError::Store)?,
     };
+    if crate::store::is_url(&path) {
+        return Ok(path);
+    }
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::create_dir_all(parent).map_err(|e| {
             ServeCliError::Store(

@@ -20,7 +20,7 @@ use crate::args::{DurabilityArg, ResumeArgs};
 use crate::error::RunError;
 use crate::policy::LoadedPolicy;
 use crate::resume::{Rebuilt, policy_for, runtime_for};
-use crate::store::open_sqlite;
+use crate::store::open_store;
 
 /// Resumes every unfinished run of a named agent in `app`'s store; a run that
 /// cannot resume is reported and left in the store. Returns how many resumed.
@@ -71,7 +71,7 @@ async fn resume_one(
     let Rebuilt { runtime, mcp } = runtime_for(config).await?;
     let runtime = runtime
         .with_store(
-            open_sqlite(store).map_err(RunError::BadInput)?,
+            open_store(store).map_err(RunError::BadInput)?,
             agentry::Durability::Strict,
         )
         .map_err(RunError::BadInput)?

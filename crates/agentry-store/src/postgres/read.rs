@@ -178,10 +178,7 @@ impl<C: GenericClient> Reader<'_, C> {
     ) -> Result<T, Failure> {
         let path = self.path;
         decode_inline(path, what, json, key, |sha| {
-            let rows = self.query(
-                "SELECT bytes FROM agentry.blobs WHERE sha256 = $1",
-                &[&sha],
-            )?;
+            let rows = self.query("SELECT bytes FROM agentry.blobs WHERE sha256 = $1", &[&sha])?;
             Ok(rows.first().map(|row| row.get::<_, Vec<u8>>(0)))
         })
     }

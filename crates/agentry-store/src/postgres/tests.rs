@@ -68,7 +68,10 @@ fn a_commit_retried_after_its_connection_was_lost_applies_once() {
     drop(place.open());
     let mut client = postgres::Client::connect(&place.url, postgres::NoTls).expect(NEEDS_PG);
     let mut statements = conn::Statements::default();
-    let batch = [Write::CreateRun(record("r1", 1)), append("r1", 0, vec![user("hi")])];
+    let batch = [
+        Write::CreateRun(record("r1", 1)),
+        append("r1", 0, vec![user("hi")]),
+    ];
     let first = conn::Attempt::default();
     commit_once(&mut client, &mut statements, "pg", "id-1", &batch, first).unwrap();
     // The connection dropped after COMMIT reached the server: the retry
@@ -98,15 +101,23 @@ fn a_killed_connection_is_opened_again_and_the_work_goes_on() {
         )
         .unwrap();
     assert_eq!(killed, 2, "the store's writer and reader connections");
-    store.commit(&[append("r1", 0, vec![user("after")])]).unwrap();
-    assert_eq!(store.load("r1").unwrap().unwrap().session, vec![user("after")]);
+    store
+        .commit(&[append("r1", 0, vec![user("after")])])
+        .unwrap();
+    assert_eq!(
+        store.load("r1").unwrap().unwrap().session,
+        vec![user("after")]
+    );
 }
 
 #[test]
 #[ignore = "needs PostgreSQL (Debian's postgresql package); .ci/run runs it"]
 fn of_several_nodes_claiming_one_run_at_once_exactly_one_wins() {
     let place = PostgresPlace::place();
-    place.open().commit(&[Write::CreateRun(record("r1", 1))]).unwrap();
+    place
+        .open()
+        .commit(&[Write::CreateRun(record("r1", 1))])
+        .unwrap();
     let stores: Vec<Arc<PostgresStore>> = (0..6).map(|_| Arc::new(place.open())).collect();
     let barrier = Arc::new(std::sync::Barrier::new(stores.len()));
     let threads: Vec<_> = stores

@@ -47,7 +47,7 @@ pub(super) fn apply(
                 | Write::Claim { .. }
                 | Write::Heartbeat { .. }
                 | Write::Release { .. }
-            | Write::Fence { .. } => {}
+                | Write::Fence { .. } => {}
             }
             continue;
         }
@@ -417,8 +417,7 @@ impl<'a> Batch<'a, '_, '_> {
         let row = if entry.outcome.as_ref().is_some_and(|o| o.data.is_some()) {
             self.by_reference(entry, "outcome")?
         } else {
-            serde_json::to_string(entry)
-                .map_err(|e| encode_error(self.path, "a ledger row", e))?
+            serde_json::to_string(entry).map_err(|e| encode_error(self.path, "a ledger row", e))?
         };
         self.exec(
             "INSERT INTO agentry.ledger (run_id, call_id, step, position, tool, intent_key,

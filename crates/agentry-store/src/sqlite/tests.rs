@@ -11,8 +11,8 @@ use agentry_protocol::tool::ToolCall;
 use serde_json::json;
 
 use super::*;
-use crate::{INLINE_LIMIT, LedgerState, TimerRecord};
 pub(crate) use crate::suite::{append, checkpoint, ledger, record, result, user};
+use crate::{INLINE_LIMIT, LedgerState, TimerRecord};
 
 fn db_path(dir: &tempfile::TempDir) -> PathBuf {
     dir.path().join("store.db")

@@ -54,6 +54,4 @@ fn process_groups_are_added_to_a_ledger_row<B: Backend>() {
     assert!(stored.ledger[0].processes.is_empty());
 }
 
-for_each_backend!(
-    process_groups_are_added_to_a_ledger_row,
-);
+for_each_backend!(process_groups_are_added_to_a_ledger_row,);

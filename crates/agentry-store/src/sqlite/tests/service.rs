@@ -49,4 +49,3 @@ fn served(run_id: &str, at: u64, tenant: Option<&str>, agent: Option<&str>) -> W
     r.policy = json!({"policy": "script:/s.json", "serve": serve}).to_string();
     Write::CreateRun(r)
 }
-
