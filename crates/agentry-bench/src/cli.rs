@@ -109,6 +109,10 @@ pub struct Args {
     /// (default: the current directory, so its file system is measured).
     #[arg(long)]
     pub store_dir: Option<PathBuf>,
+    /// durable, durable-w2: commit to this Postgres database
+    /// (`postgres://user:password@host:port/db`) instead of a SQLite file.
+    #[arg(long)]
+    pub store_url: Option<String>,
     /// durable, durable-w2: keep the store files (their directory is named in
     /// the notes) instead of deleting them at the end.
     #[arg(long)]
@@ -195,6 +199,7 @@ impl Args {
             threads: self.threads.max(1),
             events_off: self.events_off,
             store_dir: self.store_dir.clone(),
+            store_url: self.store_url.clone(),
             keep_store: self.keep_store,
             only: self.only,
             sync: match self.sync {

@@ -49,6 +49,9 @@ pub struct Options {
     /// durable, durable-w2: where the stores' temporary directory is created
     /// (`None`: the current directory).
     pub store_dir: Option<PathBuf>,
+    /// durable, durable-w2: commit to this Postgres database instead of a
+    /// SQLite file per mode.
+    pub store_url: Option<String>,
     /// durable, durable-w2: keep the store files for inspection.
     pub keep_store: bool,
     /// durable, durable-w2: measure only this mode.

@@ -254,6 +254,24 @@ fn model_of(policy: &str) -> String {
     StoredPolicy::parse(policy).policy_name().to_string()
 }
 
+/// Connects to the Postgres store at `url`, once per process while in use.
+fn open_postgres(url: &str) -> Result<Arc<dyn Store>, RuntimeError> {
+    type Open = std::collections::HashMap<String, std::sync::Weak<agentry::PostgresStore>>;
+    static OPEN: std::sync::OnceLock<std::sync::Mutex<Open>> = std::sync::OnceLock::new();
+    let mut open = OPEN
+        .get_or_init(Default::default)
+        .lock()
+        // Plain inserts and lookups: a panic elsewhere leaves the map whole.
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(store) = open.get(url).and_then(std::sync::Weak::upgrade) {
+        return Ok(store);
+    }
+    let store = Arc::new(agentry::PostgresStore::connect(url)?);
+    open.retain(|_, kept| kept.strong_count() > 0);
+    open.insert(url.to_string(), Arc::downgrade(&store));
+    Ok(store)
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -274,22 +292,4 @@ mod tests {
         let wal = dir.path().join("runs.db-wal");
         assert!(!wal.exists(), "closed with its last user");
     }
-}
-
-/// Connects to the Postgres store at `url`, once per process while in use.
-fn open_postgres(url: &str) -> Result<Arc<dyn Store>, RuntimeError> {
-    type Open = std::collections::HashMap<String, std::sync::Weak<agentry::PostgresStore>>;
-    static OPEN: std::sync::OnceLock<std::sync::Mutex<Open>> = std::sync::OnceLock::new();
-    let mut open = OPEN
-        .get_or_init(Default::default)
-        .lock()
-        // Plain inserts and lookups: a panic elsewhere leaves the map whole.
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    if let Some(store) = open.get(url).and_then(std::sync::Weak::upgrade) {
-        return Ok(store);
-    }
-    let store = Arc::new(agentry::PostgresStore::connect(url)?);
-    open.retain(|_, kept| kept.strong_count() > 0);
-    open.insert(url.to_string(), Arc::downgrade(&store));
-    Ok(store)
 }

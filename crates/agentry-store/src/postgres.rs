@@ -260,7 +260,10 @@ fn commit_once(
 /// the ids are bookkeeping, not run state.
 fn sweep_commit_ids(session: &mut Session) {
     static COMMITS: AtomicU64 = AtomicU64::new(0);
-    if COMMITS.fetch_add(1, Ordering::Relaxed) % SWEEP_EVERY != 0 {
+    if !COMMITS
+        .fetch_add(1, Ordering::Relaxed)
+        .is_multiple_of(SWEEP_EVERY)
+    {
         return;
     }
     let before =

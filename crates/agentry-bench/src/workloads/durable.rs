@@ -34,7 +34,7 @@ const GROUPED_TARGET_SLOWDOWN: f64 = 5.0;
 /// A [`Store`] that counts what passes through it: commits, writes, and the
 /// time spent inside [`Store::commit`] (on the runtime's writer thread).
 pub struct CountingStore {
-    inner: SqliteStore,
+    inner: Box<dyn Store>,
     commits: AtomicU64,
     writes: AtomicU64,
     commit_ns: AtomicU64,
@@ -43,7 +43,7 @@ pub struct CountingStore {
 impl std::fmt::Debug for CountingStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CountingStore")
-            .field("inner", &self.inner)
+            .field("inner", &self.inner.location())
             .field("counts", &self.counts())
             .finish()
     }
@@ -73,9 +73,9 @@ impl Counts {
 
 impl CountingStore {
     /// Wraps `inner`.
-    pub fn new(inner: SqliteStore) -> Self {
+    pub fn new(inner: impl Store) -> Self {
         CountingStore {
-            inner,
+            inner: Box::new(inner),
             commits: AtomicU64::new(0),
             writes: AtomicU64::new(0),
             commit_ns: AtomicU64::new(0),
@@ -142,6 +142,7 @@ impl Measured {
 async fn set_up(
     mode: Mode,
     store_dir: &Path,
+    store_url: Option<&str>,
     run_dir: &Path,
 ) -> BenchResult<(Runtime, Option<Arc<CountingStore>>)> {
     let runtime = Runtime::new(tools::registry(None)?);
@@ -149,7 +150,10 @@ async fn set_up(
         None => (runtime, None),
         Some(durability) => {
             let path = store_dir.join(format!("{}.sqlite", mode.name()));
-            let store = Arc::new(CountingStore::new(SqliteStore::open(&path)?));
+            let store = Arc::new(match store_url {
+                Some(url) => CountingStore::new(agentry::PostgresStore::connect(url)?),
+                None => CountingStore::new(SqliteStore::open(&path)?),
+            });
             let dyn_store: Arc<dyn Store> = Arc::clone(&store) as Arc<dyn Store>;
             (runtime.with_store(dyn_store, durability)?, Some(store))
         }
@@ -221,7 +225,7 @@ async fn measure(
     report: &mut Report,
 ) -> BenchResult<Measured> {
     let dir = workdir()?;
-    let (runtime, store) = set_up(mode, store_dir, dir.path()).await?;
+    let (runtime, store) = set_up(mode, store_dir, opts.store_url.as_deref(), dir.path()).await?;
     let mut cfg = config(dir.path(), m);
     cfg.events_from_start = !opts.events_off;
     let (probes, models) = AddModel::many(n, m);
@@ -284,7 +288,11 @@ async fn measure(
         start_s,
         steps: n as u64 * m,
         counts,
-        store_mib: store.map_or(0.0, |_| store_mib(store_dir, mode)),
+        // A database's size is the server's to say.
+        store_mib: match opts.store_url {
+            Some(_) => 0.0,
+            None => store.map_or(0.0, |_| store_mib(store_dir, mode)),
+        },
     })
 }
 
@@ -363,7 +371,15 @@ fn describe(report: &mut Report, n: usize, opts: &Options, parent: &Path, store_
                 .as_ref()
                 .map_or_else(|| "unknown".to_string(), ToString::to_string),
         )
-        .param("store_dir", parent.display().to_string());
+        .param("store_dir", parent.display().to_string())
+        .param(
+            "store",
+            if opts.store_url.is_some() {
+                "postgres"
+            } else {
+                "sqlite"
+            },
+        );
     if mount
         .as_ref()
         .is_some_and(|mt| matches!(mt.fstype.as_str(), "tmpfs" | "ramfs"))
