@@ -190,11 +190,20 @@ pub(crate) fn blob_refs(text: &str) -> Vec<String> {
     out
 }
 
-/// Which writes of a batch are superseded later in the same batch: within one
-/// transaction only a run's last checkpoint and a call's last ledger row
-/// survive, and a group commit carries several of each (a step's decision,
-/// then the step), so the earlier ones need not be written at all.
-pub(crate) fn superseded(writes: &[crate::Write]) -> Vec<bool> {
+/// What a backend does with each write of a batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Step<'a> {
+    /// Apply it.
+    Apply,
+    /// Skip it, superseded later in the same batch: within one transaction
+    /// only a run's last checkpoint and a call's last ledger row survive, and
+    /// a group commit carries several of each (a step's decision, then the
+    /// step). Its run must still exist (else the batch fails `NoRun`).
+    CheckRun(&'a str),
+}
+
+/// The [`Step`] of each write of a batch.
+pub(crate) fn plan(writes: &[crate::Write]) -> Vec<Step<'_>> {
     use std::collections::HashMap;
 
     use crate::Write;
@@ -222,14 +231,24 @@ pub(crate) fn superseded(writes: &[crate::Write]) -> Vec<bool> {
             | Write::Fence { .. } => {}
         }
     }
+    fn step(last: bool, run_id: &str) -> Step<'_> {
+        if last {
+            Step::Apply
+        } else {
+            Step::CheckRun(run_id)
+        }
+    }
     writes
         .iter()
         .enumerate()
         .map(|(i, w)| match w {
-            Write::Checkpoint { run_id, .. } => last_checkpoint.get(run_id.as_str()) != Some(&i),
-            Write::Ledger { run_id, entry } => {
-                last_row.get(&(run_id.as_str(), entry.call_id.as_str())) != Some(&i)
+            Write::Checkpoint { run_id, .. } => {
+                step(last_checkpoint.get(run_id.as_str()) == Some(&i), run_id)
             }
+            Write::Ledger { run_id, entry } => step(
+                last_row.get(&(run_id.as_str(), entry.call_id.as_str())) == Some(&i),
+                run_id,
+            ),
             Write::CreateRun(_)
             | Write::AppendSession { .. }
             | Write::LedgerProcess { .. }
@@ -240,7 +259,7 @@ pub(crate) fn superseded(writes: &[crate::Write]) -> Vec<bool> {
             | Write::Claim { .. }
             | Write::Heartbeat { .. }
             | Write::Release { .. }
-            | Write::Fence { .. } => false,
+            | Write::Fence { .. } => Step::Apply,
         })
         .collect()
 }

@@ -188,5 +188,5 @@ pub(crate) fn user(text: &str) -> SessionEntry {
 
 mod fencing;
 mod processes;
-mod service;
+pub(crate) mod service;
 mod writes;

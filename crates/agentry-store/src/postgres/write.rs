@@ -10,7 +10,7 @@ use postgres::types::ToSql;
 
 use super::conn::Statements;
 use super::error::{Failure, classify, is_foreign_key, is_unique};
-use crate::rows::{encode_by_reference, encode_error, int, status_name, superseded};
+use crate::rows::{Step, encode_by_reference, encode_error, int, plan, status_name};
 use crate::{Checkpoint, LedgerEntry, RunOwner, RunRecord, StoreError, TimerRecord, Write};
 
 type Params<'p> = [&'p (dyn ToSql + Sync)];
@@ -22,7 +22,6 @@ pub(super) fn apply(
     path: &str,
     writes: &[Write],
 ) -> Result<(), Failure> {
-    let skip = superseded(writes);
     let mut batch = Batch {
         tx,
         statements,
@@ -30,28 +29,11 @@ pub(super) fn apply(
         now: int(agentry_protocol::now_millis()),
         touched: HashSet::new(),
     };
-    for (w, superseded) in writes.iter().zip(skip) {
-        if superseded {
-            // Still an error for a run the store does not hold.
-            match w {
-                Write::Checkpoint { run_id, .. } | Write::Ledger { run_id, .. } => {
-                    batch.touch(run_id)?;
-                }
-                Write::CreateRun(_)
-                | Write::AppendSession { .. }
-                | Write::LedgerProcess { .. }
-                | Write::SetTimer { .. }
-                | Write::ClearTimer { .. }
-                | Write::Enqueue { .. }
-                | Write::Dequeue { .. }
-                | Write::Claim { .. }
-                | Write::Heartbeat { .. }
-                | Write::Release { .. }
-                | Write::Fence { .. } => {}
-            }
-            continue;
+    for (w, step) in writes.iter().zip(plan(writes)) {
+        match step {
+            Step::Apply => batch.apply(w)?,
+            Step::CheckRun(run_id) => batch.touch(run_id)?,
         }
-        batch.apply(w)?;
     }
     Ok(())
 }

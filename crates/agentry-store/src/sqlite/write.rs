@@ -6,7 +6,7 @@ use agentry_protocol::state::{RunStatus, SessionEntry};
 use rusqlite::{OptionalExtension, Transaction, params};
 
 use super::error::{is_foreign_key, is_primary_key, sql_error};
-use crate::rows::{encode_by_reference, encode_error, int, status_name, superseded};
+use crate::rows::{Step, encode_by_reference, encode_error, int, plan, status_name};
 use crate::{Checkpoint, LedgerEntry, RunOwner, RunRecord, StoreError, TimerRecord, Write};
 
 /// One batch: `writes` in order, in `tx`. The caller commits or drops `tx`.
@@ -17,13 +17,11 @@ pub(super) fn apply(tx: &Transaction<'_>, path: &str, writes: &[Write]) -> Resul
         now: int(agentry_protocol::now_millis()),
         touched: HashSet::new(),
     };
-    for (w, superseded) in writes.iter().zip(superseded(writes)) {
-        if superseded {
-            // Still an error for a run the store does not hold.
-            batch.check_run(w)?;
-            continue;
+    for (w, step) in writes.iter().zip(plan(writes)) {
+        match step {
+            Step::Apply => batch.apply(w)?,
+            Step::CheckRun(run_id) => batch.touch(run_id)?,
         }
-        batch.apply(w)?;
     }
     Ok(())
 }
@@ -253,25 +251,6 @@ impl<'a> Batch<'a, '_> {
 
     /// Checks that `run_id` exists and stamps its `updated_at_ms`, once per
     /// run and batch (a group commit touches many runs, each several times).
-    /// The run-exists check of a write that is superseded later in its batch.
-    fn check_run(&mut self, w: &'a Write) -> Result<(), StoreError> {
-        match w {
-            Write::Checkpoint { run_id, .. } | Write::Ledger { run_id, .. } => self.touch(run_id),
-            // Never superseded, so never checked here.
-            Write::CreateRun(_)
-            | Write::AppendSession { .. }
-            | Write::LedgerProcess { .. }
-            | Write::SetTimer { .. }
-            | Write::ClearTimer { .. }
-            | Write::Enqueue { .. }
-            | Write::Dequeue { .. }
-            | Write::Claim { .. }
-            | Write::Heartbeat { .. }
-            | Write::Release { .. }
-            | Write::Fence { .. } => Ok(()),
-        }
-    }
-
     fn touch(&mut self, run_id: &'a str) -> Result<(), StoreError> {
         if self.touched.contains(run_id) {
             return Ok(());

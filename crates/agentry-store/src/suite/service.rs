@@ -5,7 +5,7 @@ use super::*;
 use crate::{RunKey, RunQuery, StatusFilter, Store, TenantFilter};
 
 /// A root run of `tenant` (and `agent`) created at `at`.
-fn served(run_id: &str, at: u64, tenant: Option<&str>, agent: Option<&str>) -> Write {
+pub(crate) fn served(run_id: &str, at: u64, tenant: Option<&str>, agent: Option<&str>) -> Write {
     let mut r = record(run_id, at);
     let mut serve = serde_json::Map::new();
     if let Some(t) = tenant {

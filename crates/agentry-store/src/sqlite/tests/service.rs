@@ -3,6 +3,7 @@
 //! every backend, is tested in `crate::suite::service`).
 
 use super::*;
+use crate::suite::service::served;
 
 #[test]
 fn a_tenants_page_walks_the_tenant_index_in_order() {
@@ -34,18 +35,4 @@ fn a_tenants_page_walks_the_tenant_index_in_order() {
             && !plan.iter().any(|s| s.contains("TEMP B-TREE")),
         "{plan:?}"
     );
-}
-
-/// A root run of `tenant` (and `agent`) created at `at`.
-fn served(run_id: &str, at: u64, tenant: Option<&str>, agent: Option<&str>) -> Write {
-    let mut r = record(run_id, at);
-    let mut serve = serde_json::Map::new();
-    if let Some(t) = tenant {
-        serve.insert("tenant".into(), json!(t));
-    }
-    if let Some(a) = agent {
-        serve.insert("agent".into(), json!(a));
-    }
-    r.policy = json!({"policy": "script:/s.json", "serve": serve}).to_string();
-    Write::CreateRun(r)
 }
