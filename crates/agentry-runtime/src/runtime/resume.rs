@@ -215,6 +215,17 @@ impl Runtime {
                 message: format!("its working directory {} is gone", config.workdir.display()),
             });
         }
+        // Live in this process before it is on disk; a compare-and-set on the
+        // owner read above, so a concurrent resumer that got there first wins.
+        let claim = Claim::new(&Arc::from(run_id), self.writer()?.key());
+        self.writer()?
+            .claim(&claim, run.owner.as_ref())
+            .await
+            .map_err(|e| claim_refused(run_id, e))?;
+        // Read again under the claim: a commit the old owner (its lease
+        // expired, its process still going) landed between the first read
+        // and the claim is in this one; any later one is fenced.
+        let run = self.load(run_id).await?;
         let dormant = options.dormant && parent.is_none() && children.is_empty() && at_rest(&run);
         let mut state = restored_state(run_id, run.checkpoint, run.session, &config)?;
         state.recount_children(delegated);
@@ -230,13 +241,6 @@ impl Runtime {
             },
         };
         let grants = config.grants.clone();
-        // Live in this process before it is on disk; a compare-and-set on the
-        // owner read above, so a concurrent resumer that got there first wins.
-        let claim = Claim::new(&Arc::from(run_id), self.writer()?.key());
-        self.writer()?
-            .claim(&claim, run.owner.as_ref())
-            .await
-            .map_err(|e| claim_refused(run_id, e))?;
         let mark = mark_of(&run.record);
         let fenced = fence(run_id, &mark, &run.ledger).await?;
         tracing::info!(run_id, steps = state.progress().steps, "resuming run");
