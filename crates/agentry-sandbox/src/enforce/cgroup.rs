@@ -17,7 +17,13 @@ pub(super) fn pids_parent() -> Option<PathBuf> {
     let mounts = fs::read_to_string("/proc/self/mounts").ok()?;
     let membership = fs::read_to_string("/proc/self/cgroup").ok()?;
     let dir = v1_dir(&mounts, &membership).or_else(|| v2_dir(&mounts, &membership))?;
-    let probe = dir.join(format!("agentry-probe-{}", std::process::id()));
+    // A name no earlier process can have left behind: a host killed between
+    // making and removing its probe leaves it, and pids are reused.
+    let probe = dir.join(format!(
+        "{PROBE_PREFIX}{}-{}",
+        std::process::id(),
+        random_suffix()
+    ));
     fs::create_dir(&probe).ok()?;
     let usable = probe.join("pids.max").exists() && probe.join("cgroup.procs").exists();
     let _ = fs::remove_dir(&probe);
@@ -28,21 +34,17 @@ pub(super) fn pids_parent() -> Option<PathBuf> {
     usable.then_some(dir)
 }
 
-/// Removes the empty call cgroups left by host processes that are gone (a
-/// cgroup still busy when its host exited is removed by no one else). Each
-/// name carries its host's pid; a live host's, or a reused pid's, is left.
+/// Removes the empty call and probe cgroups left by host processes that are
+/// gone (a cgroup still busy when its host exited, or a probe made just before
+/// its host was killed, is removed by no one else). Each name carries its
+/// host's pid; a live host's, or a reused pid's, is left.
 fn sweep_dead_hosts(parent: &Path) {
     let Ok(entries) = fs::read_dir(parent) else {
         return;
     };
     for entry in entries.flatten() {
         let name = entry.file_name();
-        let Some(pid) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix(CALL_PREFIX))
-            .and_then(|rest| rest.split_once('-'))
-            .and_then(|(pid, _)| pid.parse::<libc::pid_t>().ok())
-        else {
+        let Some(pid) = name.to_str().and_then(host_pid) else {
             continue;
         };
         // SAFETY: kill with signal 0 only checks that the pid exists.
@@ -56,6 +58,22 @@ fn sweep_dead_hosts(parent: &Path) {
 
 /// Call cgroups are named `agentry-call-<host pid>-<random>`.
 const CALL_PREFIX: &str = "agentry-call-";
+/// Probes are named `agentry-probe-<host pid>-<random>` (`agentry-probe-<host
+/// pid>` before the suffix was added; those are swept too).
+const PROBE_PREFIX: &str = "agentry-probe-";
+
+/// The host pid in a call or probe cgroup's name.
+fn host_pid(name: &str) -> Option<libc::pid_t> {
+    let rest = name
+        .strip_prefix(CALL_PREFIX)
+        .or_else(|| name.strip_prefix(PROBE_PREFIX))?;
+    let pid = rest.split_once('-').map_or(rest, |(pid, _)| pid);
+    pid.parse().ok()
+}
+
+fn random_suffix() -> String {
+    (0..12).map(|_| fastrand::alphanumeric()).collect()
+}
 
 fn v1_dir(mounts: &str, membership: &str) -> Option<PathBuf> {
     let mount_point = mounts.lines().find_map(|line| {
@@ -157,8 +175,11 @@ fn is_empty(dir: &Path) -> bool {
 
 /// Makes the call's cgroup with room for `processes` (the command's tree).
 fn make_call_cgroup(parent: &Path, processes: u64) -> Result<PathBuf, SandboxError> {
-    let name: String = (0..12).map(|_| fastrand::alphanumeric()).collect();
-    let dir = parent.join(format!("{CALL_PREFIX}{}-{name}", std::process::id()));
+    let dir = parent.join(format!(
+        "{CALL_PREFIX}{}-{}",
+        std::process::id(),
+        random_suffix()
+    ));
     let path_error = |path: &Path| {
         let path = path.to_path_buf();
         move |source| SandboxError::Path { path, source }
@@ -202,14 +223,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_sweep_removes_dead_hosts_call_dirs_and_keeps_live_and_foreign_ones() {
+    fn the_sweep_removes_dead_hosts_call_and_probe_dirs_and_keeps_live_and_foreign_ones() {
         let parent = tempfile::tempdir().unwrap();
         let mut exited = std::process::Command::new("true").spawn().unwrap();
         let dead = exited.id();
         exited.wait().unwrap();
         let names = [
             format!("{CALL_PREFIX}{dead}-aaaa"),
+            format!("{PROBE_PREFIX}{dead}-dddd"),
+            format!("{PROBE_PREFIX}{dead}"),
             format!("{CALL_PREFIX}{}-bbbb", std::process::id()),
+            format!("{PROBE_PREFIX}{}-eeee", std::process::id()),
             format!("{CALL_PREFIX}cccc"),
             "other".to_string(),
         ];
@@ -221,6 +245,19 @@ mod tests {
             .iter()
             .map(|n| parent.path().join(n).exists())
             .collect();
-        assert_eq!(left, [false, true, true, true]);
+        assert_eq!(left, [false, false, false, true, true, true, true]);
+    }
+
+    /// A probe left by a killed host whose pid is ours now does not make the
+    /// cgroup look unwritable (it did: the probe's name was the pid alone).
+    #[test]
+    #[ignore = "needs root and a writable pids cgroup, as .ci/run has; it runs it"]
+    fn a_stale_probe_with_our_pid_does_not_hide_a_writable_cgroup() {
+        let parent = pids_parent().expect("root with a writable pids cgroup");
+        let stale = parent.join(format!("{PROBE_PREFIX}{}", std::process::id()));
+        fs::create_dir(&stale).unwrap();
+        let seen = pids_parent();
+        let _ = fs::remove_dir(&stale);
+        assert_eq!(seen, Some(parent));
     }
 }
