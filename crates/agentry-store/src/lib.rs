@@ -67,8 +67,14 @@ pub use query::{
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteOptions, SqliteStore, SyncMode};
 
+/// The PostgreSQL client [`Database::transaction`] hands its work (rows,
+/// statements, errors).
 #[cfg(feature = "postgres")]
-pub use postgres::{POSTGRES_SCHEMA_VERSION, PostgresStore, is_postgres_url};
+pub use ::postgres as pg;
+#[cfg(feature = "postgres")]
+pub use postgres::{
+    Database, Listener, Notice, POSTGRES_SCHEMA_VERSION, PostgresStore, is_postgres_url,
+};
 
 /// The schema version this build reads and writes. A store file with a higher
 /// version is refused ([`StoreError::NewerSchema`]), never modified.

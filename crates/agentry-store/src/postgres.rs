@@ -20,11 +20,13 @@ use postgres::Config;
 use crate::{ListedRun, RunQuery, RunRecord, RunSummary, Store, StoreError, StoredRun, Write};
 
 mod conn;
+mod database;
 mod error;
 mod read;
 mod schema;
 mod write;
 
+pub use database::{Database, Listener, Notice};
 pub use schema::POSTGRES_SCHEMA_VERSION;
 
 use conn::{Session, Worker};
@@ -70,18 +72,7 @@ impl PostgresStore {
     /// or refuses the login, and [`StoreError::NewerSchema`] when a newer
     /// agentry migrated the database (it is then left untouched).
     pub fn connect(url: &str) -> Result<PostgresStore, StoreError> {
-        let location = shown(url);
-        let mut config: Config = url.parse().map_err(|e| StoreError::Open {
-            path: location.clone(),
-            message: format!("not a valid PostgreSQL URL: {e}"),
-        })?;
-        if config.get_connect_timeout().is_none() {
-            config.connect_timeout(CONNECT_TIMEOUT);
-        }
-        // A peer that vanished (a partition) is noticed by the socket.
-        config.keepalives(true);
-        config.keepalives_idle(Duration::from_secs(10));
-        config.application_name("agentry");
+        let (config, location) = config_of(url)?;
         let writer = Worker::start(
             "agentry-pg-writer",
             Session::new(config.clone(), location.clone()),
@@ -122,6 +113,23 @@ impl PostgresStore {
             })
         })
     }
+}
+
+/// The client configuration for `url`, and the location messages name.
+fn config_of(url: &str) -> Result<(Config, String), StoreError> {
+    let location = shown(url);
+    let mut config: Config = url.parse().map_err(|e| StoreError::Open {
+        path: location.clone(),
+        message: format!("not a valid PostgreSQL URL: {e}"),
+    })?;
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(CONNECT_TIMEOUT);
+    }
+    // A peer that vanished (a partition) is noticed by the socket.
+    config.keepalives(true);
+    config.keepalives_idle(Duration::from_secs(10));
+    config.application_name("agentry");
+    Ok((config, location))
 }
 
 /// Ids of commits, unique across processes and machines: host, pid, when

@@ -15,7 +15,7 @@ use crate::StoreError;
 pub const POSTGRES_SCHEMA_VERSION: u32 = 1;
 
 /// The advisory lock key migrations hold ("agentry" in ASCII).
-const MIGRATION_LOCK: i64 = 0x0061_6765_6e74_7279;
+pub(super) const MIGRATION_LOCK: i64 = 0x0061_6765_6e74_7279;
 
 /// Version 1: runs, session, call ledger, timers, inbox, owners, blobs, and
 /// the ids of landed commits.

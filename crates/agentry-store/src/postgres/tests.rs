@@ -187,3 +187,88 @@ fn commits_wait_through_a_server_restart_and_each_lands_once() {
     let runs = store.runs().unwrap();
     assert_eq!(runs.len() as u64, COMMITS + 1);
 }
+
+/// A service's own tables: made once by several nodes at once, written in
+/// transactions that survive a killed connection.
+#[test]
+#[ignore = "needs PostgreSQL (Debian's postgresql package); .ci/run runs it"]
+fn a_database_makes_its_tables_once_and_its_transactions_survive_a_killed_connection() {
+    let place = PostgresPlace::place();
+    let ddl = "CREATE TABLE IF NOT EXISTS agentry.test_counter (n BIGINT NOT NULL)";
+    let nodes: Vec<_> = (0..4)
+        .map(|_| {
+            let url = place.url.clone();
+            std::thread::spawn(move || {
+                let db = Database::connect(&url).expect(NEEDS_PG);
+                db.ensure(ddl).unwrap();
+                db
+            })
+        })
+        .collect();
+    let dbs: Vec<Database> = nodes.into_iter().map(|n| n.join().unwrap()).collect();
+    let db = &dbs[0];
+    db.transaction(|tx| tx.execute("INSERT INTO agentry.test_counter VALUES (1)", &[]))
+        .unwrap();
+    let mut admin = postgres::Client::connect(&place.url, postgres::NoTls).expect(NEEDS_PG);
+    admin
+        .execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+             WHERE application_name = 'agentry' AND datname = current_database()
+               AND pid <> pg_backend_pid()",
+            &[],
+        )
+        .unwrap();
+    let total: i64 = db
+        .transaction(|tx| {
+            tx.execute("INSERT INTO agentry.test_counter VALUES (2)", &[])?;
+            Ok(tx
+                .query_one("SELECT sum(n)::BIGINT FROM agentry.test_counter", &[])?
+                .get(0))
+        })
+        .unwrap();
+    assert_eq!(total, 3);
+    let err = db
+        .transaction(|tx| tx.execute("INSERT INTO agentry.no_such_table VALUES (1)", &[]))
+        .unwrap_err();
+    assert!(err.to_string().contains("no_such_table"), "{err}");
+}
+
+/// A listener hands over each notification, and says so when its connection
+/// was lost and is back (what was sent meanwhile is gone).
+#[test]
+#[ignore = "needs PostgreSQL (Debian's postgresql package); .ci/run runs it"]
+fn a_listener_gets_notifications_and_hears_of_a_reconnect() {
+    let place = PostgresPlace::place();
+    let db = Database::connect(&place.url).expect(NEEDS_PG);
+    assert!(db.listen("Bad-Name", |_| {}).is_err());
+    let (tx, rx) = std::sync::mpsc::channel();
+    let listener = db
+        .listen("agentry_test", move |notice| {
+            let _ = tx.send(notice);
+        })
+        .unwrap();
+    let wait = std::time::Duration::from_secs(20);
+    db.transaction(|tx| tx.execute("SELECT pg_notify('agentry_test', 'one')", &[]))
+        .unwrap();
+    assert_eq!(
+        rx.recv_timeout(wait).unwrap(),
+        Notice::Payload("one".into())
+    );
+    let mut admin = postgres::Client::connect(&place.url, postgres::NoTls).expect(NEEDS_PG);
+    admin
+        .execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+             WHERE query LIKE 'LISTEN%' AND datname = current_database()
+               AND pid <> pg_backend_pid()",
+            &[],
+        )
+        .unwrap();
+    assert_eq!(rx.recv_timeout(wait).unwrap(), Notice::Reconnected);
+    db.transaction(|tx| tx.execute("SELECT pg_notify('agentry_test', 'two')", &[]))
+        .unwrap();
+    assert_eq!(
+        rx.recv_timeout(wait).unwrap(),
+        Notice::Payload("two".into())
+    );
+    drop(listener);
+}
