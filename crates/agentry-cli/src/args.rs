@@ -217,6 +217,19 @@ pub(crate) struct ServeArgs {
     /// and the service's own run starts and stops).
     #[arg(long, value_enum, default_value_t = LogFormat::Text, value_name = "FORMAT")]
     pub(crate) log_format: LogFormat,
+    /// With a `postgres://` store this process is one node of a cluster:
+    /// its runs are leased for DURATION (renewed every third of it), and
+    /// when a node stops beating for that long the others take its runs
+    /// over. Give every node the same lease. Default: 10s with a Postgres
+    /// store; with a SQLite store, off unless given (then several `agentry
+    /// serve` processes on one machine can share the file's runs).
+    #[arg(long, value_name = "DURATION", value_parser = parse_lease)]
+    pub(crate) lease: Option<Duration>,
+    /// The URL other nodes send this node's clients to (an event stream of
+    /// a run this node holds is redirected here). Default: http://ADDR of
+    /// the bound address.
+    #[arg(long, value_name = "URL")]
+    pub(crate) advertise: Option<String>,
 }
 
 /// The log's line format.

@@ -11,6 +11,7 @@ use serde_json::Value;
 
 mod cli {
     mod child_models;
+    mod cluster;
     mod docs;
     mod errors;
     mod fallback;

@@ -74,6 +74,7 @@
 //! retention.rs  stopped runs removed after [serve] retention
 //! ops.rs        /healthz and the drain on SIGTERM
 //! inputs.rs     the routes a live run takes input by
+//! cluster.rs    requests for runs another node holds, and applying theirs
 //! routes.rs     the router, App::serve, and the routes that start and show runs
 //! ```
 
@@ -82,6 +83,7 @@ mod admit;
 mod agents;
 mod allowed;
 mod body;
+mod cluster;
 mod config;
 mod create;
 mod error;
@@ -111,6 +113,7 @@ pub use admit::cap_cost;
 pub use agentry_webhooks::WebhookError;
 pub use agents::{AgentRun, Agents, Launched, ModelLoad, RunMeta};
 pub use allowed::{AllowError, AllowedHost, AllowedOrigin};
+pub use cluster::{Answer, Cluster, Forward};
 pub use config::{LimitSettings, Limits, ServiceConfig};
 pub use create::write_files;
 pub use error::{ApiError, ServeError, code_of};
@@ -124,6 +127,6 @@ pub use listing::{DEFAULT_LIMIT, MAX_LIMIT};
 pub use narrow::narrow;
 pub use ops::{DRAIN_RETRY_AFTER_SECONDS, Drained};
 pub use streams::StreamLimits;
-pub use table::App;
+pub use table::{App, Resumed};
 pub use tenants::{DEFAULT_TENANT, Tenant, Tokens};
 pub use webhooks::{Webhooks, webhook_id};

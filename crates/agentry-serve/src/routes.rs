@@ -55,24 +55,12 @@ impl App {
             self.config.limits,
             self.config.tokens.clone(),
         );
-        Router::new()
-            .route(guard::HEALTH_PATH, get(ops::health))
-            .route("/runs", post(create_run).get(super::listing::list_runs))
-            .route("/runs/{id}", get(show_run))
-            .route("/runs/{id}/messages", post(send_message))
-            .route("/runs/{id}/events", post(inject_event).get(stream_events))
-            .route("/runs/{id}/interrupt", post(interrupt))
-            .route("/runs/{id}/approvals/{call_id}", post(decide))
-            .route("/runs/{id}/decisions/{call_id}", post(settle))
-            .route("/metrics", get(show_metrics))
-            .route(super::openapi::OPENAPI_PATH, get(show_openapi))
-            .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such route") })
-            .method_not_allowed_fallback(|| async {
-                ApiError::new(
-                    StatusCode::METHOD_NOT_ALLOWED,
-                    "method not allowed on this route",
-                )
-            })
+        route_table()
+            // Behind the guard: only a caller it let through is forwarded.
+            .layer(middleware::from_fn_with_state(
+                self.clone(),
+                super::cluster::route_elsewhere,
+            ))
             // The guard reads every body within its route's limit; the
             // extractor's own default (2 MB) would cut a large create short.
             .layer(DefaultBodyLimit::disable())
@@ -84,6 +72,36 @@ impl App {
             .layer(middleware::map_response(guard::json_errors))
             .with_state(self.clone())
     }
+
+    /// The routes alone, for a request another node checked and forwarded
+    /// (`cluster.rs`): no guard, no forwarding on.
+    pub(super) fn routes(&self) -> Router {
+        route_table()
+            .layer(DefaultBodyLimit::disable())
+            .layer(middleware::map_response(guard::json_errors))
+            .with_state(self.clone())
+    }
+}
+
+fn route_table() -> Router<App> {
+    Router::new()
+        .route(guard::HEALTH_PATH, get(ops::health))
+        .route("/runs", post(create_run).get(super::listing::list_runs))
+        .route("/runs/{id}", get(show_run))
+        .route("/runs/{id}/messages", post(send_message))
+        .route("/runs/{id}/events", post(inject_event).get(stream_events))
+        .route("/runs/{id}/interrupt", post(interrupt))
+        .route("/runs/{id}/approvals/{call_id}", post(decide))
+        .route("/runs/{id}/decisions/{call_id}", post(settle))
+        .route("/metrics", get(show_metrics))
+        .route(super::openapi::OPENAPI_PATH, get(show_openapi))
+        .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such route") })
+        .method_not_allowed_fallback(|| async {
+            ApiError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method not allowed on this route",
+            )
+        })
 }
 
 async fn create_run(
@@ -137,6 +155,23 @@ async fn show_run(
             .and_then(Result::ok);
     }
     Ok(view(&snapshot, outcome.as_ref()))
+}
+
+/// A run's view from its last stored checkpoint, as `GET /runs/{id}` shows
+/// it on a node that does not hold it (with its outcome once it stopped).
+pub(super) fn stored_view(id: &str, snapshot: &RunSnapshot) -> Value {
+    let mut view = run_view(id, snapshot, None);
+    if snapshot.status != RunStatus::Stopped {
+        return view;
+    }
+    view["outcome"] = json!({
+        "stop_reason": snapshot.control.stop_reason,
+        "answer": snapshot.task.answer,
+        "detail": Value::Null,
+        "steps": snapshot.control.spent.steps,
+        "tool_calls": snapshot.control.spent.tool_calls,
+    });
+    view
 }
 
 fn run_view(id: &str, snapshot: &RunSnapshot, outcome: Option<&RunOutcome>) -> Value {

@@ -38,6 +38,8 @@ pub struct App {
     pub(super) metrics: Option<Arc<prometheus_client::registry::Registry>>,
     /// Draining, and what `/healthz` checks (`ops.rs`).
     pub(super) ops: Arc<Ops>,
+    /// The nodes this one shares its store with, once it joined them (`cluster.rs`).
+    pub(super) cluster: Arc<std::sync::OnceLock<Arc<dyn super::cluster::Cluster>>>,
 }
 
 /// One run: its handle while it runs, its event log, and the working directory
@@ -115,6 +117,16 @@ impl RunEntry {
     }
 }
 
+/// What [`App::resume_inline`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resumed {
+    /// The inline task's run goes on, in the table.
+    Inline,
+    /// Not an inline task's run (a named agent's, or one stored without its
+    /// script): left as it is.
+    NotInline,
+}
+
 /// The run's handle, or 409 once it has stopped.
 pub(super) fn live(id: &str, run: Run) -> Result<RunHandle, ApiError> {
     match run {
@@ -165,6 +177,7 @@ impl App {
             stopped: Arc::default(),
             admission,
             metrics,
+            cluster: Arc::default(),
         }
     }
 
@@ -175,35 +188,41 @@ impl App {
     pub async fn resume_unfinished(&self) -> Result<Vec<String>, agentry::RuntimeError> {
         let mut resumed = Vec::new();
         for run in self.runtime.unfinished_runs().await? {
-            let config = self.runtime.stored_config(&run.run_id).await?;
-            let meta = RunMeta::stored(&config);
-            if meta.agent.is_some() {
-                continue;
+            match self.resume_inline(&run.run_id).await {
+                Ok(Resumed::Inline) => resumed.push(run.run_id),
+                Ok(Resumed::NotInline) => {}
+                Err(e) => tracing::warn!(run_id = %run.run_id, error = %e, "not resumed"),
             }
-            let script = match &config.policy_spec {
-                Some(StoredPolicy::Root(RootSpec {
-                    script: Some(script),
-                    ..
-                })) => agentry::Script::from_value(script).ok(),
-                Some(StoredPolicy::Root(_) | StoredPolicy::Child(_) | StoredPolicy::Text(_))
-                | None => None,
-            };
-            let Some(script) = script else {
-                tracing::warn!(run_id = %run.run_id, "not resumed: no script stored with it");
-                continue;
-            };
-            let handle = match self.runtime.resume(&run.run_id, script.into_policy()).await {
-                Ok(h) => h,
-                Err(e) => {
-                    tracing::warn!(run_id = %run.run_id, error = %e, "not resumed");
-                    continue;
-                }
-            };
-            tracing::info!(run_id = %run.run_id, "run resumed");
-            self.follow(handle, None, meta);
-            resumed.push(run.run_id);
         }
         Ok(resumed)
+    }
+
+    /// Resumes stored run `run_id` if it is an inline task's (its policy is
+    /// the script it was created with) and enters it in the table; a named
+    /// agent's run is left to the embedder.
+    pub async fn resume_inline(&self, run_id: &str) -> Result<Resumed, agentry::RuntimeError> {
+        let config = self.runtime.stored_config(run_id).await?;
+        let meta = RunMeta::stored(&config);
+        if meta.agent.is_some() {
+            return Ok(Resumed::NotInline);
+        }
+        let script = match &config.policy_spec {
+            Some(StoredPolicy::Root(RootSpec {
+                script: Some(script),
+                ..
+            })) => agentry::Script::from_value(script).ok(),
+            Some(StoredPolicy::Root(_) | StoredPolicy::Child(_) | StoredPolicy::Text(_)) | None => {
+                None
+            }
+        };
+        let Some(script) = script else {
+            tracing::warn!(run_id, "not resumed: no script stored with it");
+            return Ok(Resumed::NotInline);
+        };
+        let handle = self.runtime.resume(run_id, script.into_policy()).await?;
+        tracing::info!(run_id, "run resumed");
+        self.follow(handle, None, meta);
+        Ok(Resumed::Inline)
     }
 
     /// Enters a run the embedder started or resumed (a named agent's) in the
@@ -270,6 +289,13 @@ impl App {
                     })
                     .await;
                 }
+            }
+            Err(RuntimeError::TakenOver { .. }) => {
+                // Another node runs it now: requests for it go there.
+                tracing::warn!(run_id = %id, "run taken over by another node; it leaves this one");
+                self.forget(&id);
+                self.admission.slots().release(&id);
+                self.dispatch();
             }
             Err(e) => {
                 tracing::warn!(run_id = handle.run_id(), error = %e, "run lost; its handle is kept")

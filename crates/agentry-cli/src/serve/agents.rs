@@ -36,6 +36,8 @@ pub(crate) struct ServeAgents {
     store: PathBuf,
     /// Each named model's shared limits.
     gates: Arc<Gates>,
+    /// Lease mode's lease (a node of a cluster), if on.
+    lease: Option<std::time::Duration>,
 }
 
 impl ServeAgents {
@@ -80,13 +82,21 @@ impl ServeAgents {
             file,
             store,
             gates,
+            lease: None,
         })
+    }
+
+    /// Runs the agents' runs in lease mode with `lease` (a node of a cluster).
+    pub(crate) fn with_lease(mut self, lease: Option<std::time::Duration>) -> Self {
+        self.lease = lease;
+        self
     }
 
     /// `agentry run TASK_DIR --store STORE`, as the service runs it.
     fn run_args(&self, task: &TaskSpec) -> RunArgs {
         RunArgs {
             store: Some(self.store.clone()),
+            lease: self.lease,
             ..RunArgs::served(task.dir.clone())
         }
     }

@@ -11,8 +11,11 @@
 //! - `agents`: `[agents.NAME]`, started as `agentry run` starts a task.
 //! - `resume`: the agents' unfinished runs, resumed as `agentry resume` does.
 //! - `stop`: the signals, and the drain they start.
+//! - `cluster`: a node of a cluster on a Postgres store (leases, take-over,
+//!   requests for other nodes' runs).
 
 mod agents;
+mod cluster;
 mod error;
 mod models;
 mod resume;
@@ -56,7 +59,8 @@ fn run_limits(file: &ServeFile, store: &std::path::Path) -> RunLimits {
                 (name.clone(), limits)
             })
             .collect(),
-        queue_file: Some(store.to_path_buf()),
+        // A Postgres store keeps no queue file (its queue: the servepg work).
+        queue_file: (!crate::store::is_url(store)).then(|| store.to_path_buf()),
     }
 }
 
@@ -116,9 +120,18 @@ pub(crate) async fn serve(
         store.clone(),
         Arc::clone(&gates),
     )?;
+    let cluster_url = crate::store::is_url(&store).then(|| store.to_string_lossy().into_owned());
+    let lease = args
+        .lease
+        .or(cluster_url.as_ref().map(|_| cluster::DEFAULT_LEASE));
+    let agents = agents.with_lease(lease);
     let runtime = Runtime::with_builtins()
         .and_then(|rt| rt.with_store(open_store(&store)?, Durability::Strict))
         .map_err(ServeCliError::Store)?;
+    let runtime = match lease {
+        Some(lease) => runtime.with_lease(lease),
+        None => runtime,
+    };
     eprintln!("agentry: serve: runs are stored in {}", store.display());
     let webhooks = webhooks(&file, &config_path, &store)?;
     // Checked when serve.toml was parsed; the error names the key anyway.
@@ -145,19 +158,43 @@ pub(crate) async fn serve(
             ..ServiceConfig::default()
         },
     );
-    bring_back(&app, &file, &gates, &store, webhooks).await?;
+    let resumer = resume::Resumer {
+        file: Arc::clone(&file),
+        gates: Arc::clone(&gates),
+        store: store.clone(),
+        lease,
+    };
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|source| ServeCliError::Listen { addr, source })?;
     let bound = listener
         .local_addr()
         .map_err(|source| ServeCliError::Listen { addr, source })?;
+    let node = match (&cluster_url, lease) {
+        // A node resumes no run at start: it takes over the runs of nodes
+        // that are gone, as every node does all along.
+        (Some(url), Some(lease)) => {
+            let advertise = args.advertise.unwrap_or_else(|| format!("http://{bound}"));
+            let node = cluster::join(&app, url, advertise, lease, resumer)
+                .await
+                .map_err(|e| ServeCliError::Store(e.into()))?;
+            bring_back_service(&app, webhooks).await?;
+            Some(node)
+        }
+        (Some(_), None) | (None, _) => {
+            bring_back(&app, &resumer, webhooks).await?;
+            None
+        }
+    };
     // Listened for before the address is printed: whoever sends SIGTERM
     // once it knows the address gets a drain.
     let signals = stop::StopSignals::new();
     eprintln!("agentry: serve: listening on http://{bound}");
     let drain_timeout = file.serve.drain_timeout.unwrap_or(DEFAULT_DRAIN_TIMEOUT);
     stop::serve_until_stopped(app, listener, signals, drain_timeout).await;
+    if let Some(node) = node {
+        let _ = tokio::task::spawn_blocking(move || node.leave()).await;
+    }
     Ok(())
 }
 
@@ -167,22 +204,29 @@ pub(crate) async fn serve(
 /// retention sweep, running until the process ends.
 async fn bring_back(
     app: &App,
-    file: &Arc<ServeFile>,
-    gates: &Arc<models::Gates>,
-    store: &std::path::Path,
+    resumer: &resume::Resumer,
     webhooks: Option<Arc<Webhooks>>,
 ) -> Result<(), ServeCliError> {
     let inline = app
         .resume_unfinished()
         .await
         .map_err(ServeCliError::Store)?;
-    let named = resume::resume_agents(app, file, gates, store).await;
+    let named = resume::resume_agents(app, resumer).await;
     if inline.len() + named > 0 {
         eprintln!(
             "agentry: serve: resumed {} unfinished runs",
             inline.len() + named
         );
     }
+    bring_back_service(app, webhooks).await
+}
+
+/// The queue behind the resumed runs, the webhooks of runs that stopped
+/// while no server held them; then the deliverer and the retention sweep.
+async fn bring_back_service(
+    app: &App,
+    webhooks: Option<Arc<Webhooks>>,
+) -> Result<(), ServeCliError> {
     // After the resumed runs took their slots: the queue waits behind them.
     let queued = app.restore_queue().await?;
     if queued > 0 {

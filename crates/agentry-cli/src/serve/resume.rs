@@ -22,14 +22,20 @@ use crate::policy::LoadedPolicy;
 use crate::resume::{Rebuilt, policy_for, runtime_for};
 use crate::store::open_store;
 
+/// What resuming a named agent's run needs of the service.
+#[derive(Debug, Clone)]
+pub(crate) struct Resumer {
+    pub(crate) file: Arc<ServeFile>,
+    pub(crate) gates: Arc<Gates>,
+    /// The store (a file, or a `postgres://` URL).
+    pub(crate) store: PathBuf,
+    /// Lease mode's lease (a node of a cluster), if on.
+    pub(crate) lease: Option<std::time::Duration>,
+}
+
 /// Resumes every unfinished run of a named agent in `app`'s store; a run that
 /// cannot resume is reported and left in the store. Returns how many resumed.
-pub(crate) async fn resume_agents(
-    app: &App,
-    file: &Arc<ServeFile>,
-    gates: &Arc<Gates>,
-    store: &Path,
-) -> usize {
+pub(crate) async fn resume_agents(app: &App, resumer: &Resumer) -> usize {
     let runs = match app.runtime().unfinished_runs().await {
         Ok(runs) => runs,
         Err(e) => {
@@ -46,7 +52,7 @@ pub(crate) async fn resume_agents(
         if meta.agent.is_none() {
             continue;
         }
-        match resume_one(file, gates, store, &run.run_id, &config, &meta).await {
+        match resume_one(resumer, &run.run_id, &config, &meta).await {
             Ok(launched) => {
                 eprintln!("agentry: serve: resumed run {}", run.run_id);
                 app.adopt(launched);
@@ -60,26 +66,35 @@ pub(crate) async fn resume_agents(
     resumed
 }
 
-async fn resume_one(
-    file: &Arc<ServeFile>,
-    gates: &Arc<Gates>,
-    store: &Path,
+/// Resumes one named agent's run, in lease mode when `resumer` says so.
+pub(crate) async fn resume_one(
+    resumer: &Resumer,
     run_id: &str,
     config: &RunConfig,
     meta: &RunMeta,
 ) -> Result<Launched, RunError> {
+    let Resumer {
+        file,
+        gates,
+        store,
+        lease,
+    } = resumer;
     let Rebuilt { runtime, mcp } = runtime_for(config).await?;
     let runtime = runtime
         .with_store(
             open_store(store).map_err(RunError::BadInput)?,
             agentry::Durability::Strict,
         )
-        .map_err(RunError::BadInput)?
-        .with_async_wake_policy(wake_policy(
-            Arc::clone(file),
-            Arc::clone(gates),
-            store.to_path_buf(),
-        ));
+        .map_err(RunError::BadInput)?;
+    let runtime = match lease {
+        Some(lease) => runtime.with_lease(*lease),
+        None => runtime,
+    };
+    let runtime = runtime.with_async_wake_policy(wake_policy(
+        Arc::clone(file),
+        Arc::clone(gates),
+        store.to_path_buf(),
+    ));
     let LoadedPolicy { policy, children } =
         resumed_policy(file, gates, store, run_id, config, meta).await?;
     let runtime = match children {

@@ -112,6 +112,11 @@ impl Served {
     }
 
     /// SIGKILL: the process and every run in it are gone, the store stays.
+    /// The server's process id (to pause it with SIGSTOP).
+    pub(super) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub(super) fn kill(mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();

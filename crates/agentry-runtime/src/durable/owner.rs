@@ -77,6 +77,15 @@ pub(crate) enum Verdict {
     Expired,
 }
 
+/// This process as the store's owner rows name it: `MACHINE#PID`, where
+/// MACHINE is [`agentry_store::RunOwner`]'s `machine`. A service that is one node of a
+/// cluster registers it, so the others find which node holds a run by its
+/// owner row (`format!("{}#{}", owner.machine, owner.pid)`).
+pub fn process_key() -> String {
+    let me = this_process();
+    format!("{}#{}", me.machine, me.pid)
+}
+
 /// This process, computed once.
 pub(crate) fn this_process() -> &'static Process {
     static ME: OnceLock<Process> = OnceLock::new();

@@ -105,26 +105,26 @@ impl Database {
             });
         }
         let listen = format!("LISTEN {channel}");
-        let mut client = connect_listening(&self.config, &listen).map_err(|e| {
-            match classify(&self.location, e) {
-                Failure::Store(e) => e,
-                Failure::Lost(message) => StoreError::Open {
-                    path: self.location.clone(),
-                    message,
-                },
-                Failure::Retry => StoreError::Open {
-                    path: self.location.clone(),
-                    message: "the server asked to try again".into(),
-                },
-            }
-        })?;
         let stop = Arc::new(AtomicBool::new(false));
         let stopped = Arc::clone(&stop);
         let config = self.config.clone();
         let location = self.location.clone();
+        // Connected on its own thread: the blocking client must not run on
+        // the caller's (a tokio worker, often).
+        let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel(1);
         let thread = std::thread::Builder::new()
             .name("agentry-pg-listen".into())
             .spawn(move || {
+                let mut client = match connect_listening(&config, &listen) {
+                    Ok(client) => {
+                        let _ = ready_tx.send(Ok(()));
+                        client
+                    }
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(open_error(&location, e)));
+                        return;
+                    }
+                };
                 while !stopped.load(Ordering::Relaxed) {
                     match pump(&mut client, &stopped, &on_notice) {
                         Pumped::Stopped => return,
@@ -146,10 +146,16 @@ impl Database {
                 path: self.location.clone(),
                 message: format!("cannot start the listening thread: {e}"),
             })?;
-        Ok(Listener {
+        let gone = || StoreError::Open {
+            path: self.location.clone(),
+            message: "the listening thread died while connecting".into(),
+        };
+        let connected = ready_rx.recv().unwrap_or_else(|_| Err(gone()));
+        let listener = Listener {
             stop,
             thread: Some(thread),
-        })
+        };
+        connected.map(|()| listener)
     }
 }
 
@@ -157,6 +163,21 @@ impl Database {
 /// it should stop (and the pause between connect attempts).
 const POLL: Duration = Duration::from_millis(200);
 const RECONNECT_PAUSE: Duration = Duration::from_millis(200);
+
+/// A failed connect, as [`Database::listen`] reports it.
+fn open_error(location: &str, e: postgres::Error) -> StoreError {
+    match classify(location, e) {
+        Failure::Store(e) => e,
+        Failure::Lost(message) => StoreError::Open {
+            path: location.to_string(),
+            message,
+        },
+        Failure::Retry => StoreError::Open {
+            path: location.to_string(),
+            message: "the server asked to try again".into(),
+        },
+    }
+}
 
 fn connect_listening(config: &Config, listen: &str) -> Result<Client, postgres::Error> {
     let mut client = config.connect(NoTls)?;

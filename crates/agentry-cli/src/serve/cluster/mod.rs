@@ -1,0 +1,225 @@
+//! `agentry serve` on a Postgres store: one node of a cluster. Every node
+//! runs its runs in lease mode, registers itself (`agentry.cluster_nodes`:
+//! its id, the owner key its runs' owner rows carry, the address it
+//! serves, a heartbeat), and
+//!
+//! - takes over the runs of nodes that are gone (`takeover`): a run whose
+//!   owner is no live node and whose lease expired is resumed here by
+//!   `agentry resume`'s rules, if this node can reach its working directory;
+//!   a node that cannot says so in `agentry.cluster_notes` and leaves it;
+//! - answers for runs other nodes hold (`inbox`): a request for one goes
+//!   through `agentry.cluster_inbox`, `NOTIFY` wakes the node holding the
+//!   run, which applies the requests of each run one at a time in the order
+//!   they came and writes back the answer the request then gets.
+
+mod inbox;
+mod takeover;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentry::store::{Database, StoreError};
+use agentry_serve::App;
+
+use super::resume::Resumer;
+
+/// The lease of a node's runs when `--lease` does not say: a node that stops
+/// beating for this long is taken over.
+pub(crate) const DEFAULT_LEASE: Duration = Duration::from_secs(10);
+
+/// The cluster's tables, beside the store's (made once, under its lock).
+const TABLES: &str = "
+CREATE TABLE IF NOT EXISTS agentry.cluster_nodes (
+    node_id      TEXT PRIMARY KEY,
+    owner_key    TEXT NOT NULL,
+    addr         TEXT NOT NULL,
+    started_ms   BIGINT NOT NULL,
+    heartbeat_ms BIGINT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS cluster_nodes_by_owner ON agentry.cluster_nodes (owner_key);
+CREATE TABLE IF NOT EXISTS agentry.cluster_inbox (
+    id          BIGSERIAL PRIMARY KEY,
+    run_id      TEXT NOT NULL,
+    tenant      TEXT,
+    method      TEXT NOT NULL,
+    path        TEXT NOT NULL,
+    body        BYTEA NOT NULL,
+    from_node   TEXT NOT NULL,
+    created_ms  BIGINT NOT NULL,
+    taken_by    TEXT,
+    status      INTEGER,
+    answer      BYTEA,
+    answered_ms BIGINT
+);
+CREATE INDEX IF NOT EXISTS cluster_inbox_waiting ON agentry.cluster_inbox (run_id, id)
+    WHERE status IS NULL;
+CREATE TABLE IF NOT EXISTS agentry.cluster_notes (
+    run_id  TEXT PRIMARY KEY,
+    node_id TEXT NOT NULL,
+    note    TEXT NOT NULL,
+    at_ms   BIGINT NOT NULL
+);
+";
+
+/// Who this node is.
+pub(crate) struct Node {
+    db: Arc<Database>,
+    /// The database's URL (with its password: never shown).
+    url: String,
+    /// Unique per process: host, pid and a random suffix.
+    id: String,
+    /// What this process's runs' owner rows name (`owner::process_key`).
+    owner_key: String,
+    /// Where clients reach this node (`http://ADDR`).
+    addr: String,
+    lease: Duration,
+}
+
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Node")
+            .field("id", &self.id)
+            .field("addr", &self.addr)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Node {
+    fn lease_ms(&self) -> i64 {
+        i64::try_from(self.lease.as_millis()).unwrap_or(i64::MAX)
+    }
+
+    /// Beats once: this node is alive (and where it serves).
+    fn beat(&self) -> Result<(), StoreError> {
+        let (id, key, addr) = (self.id.clone(), self.owner_key.clone(), self.addr.clone());
+        self.db.transaction(move |tx| {
+            let now = now_ms();
+            tx.execute(
+                "INSERT INTO agentry.cluster_nodes (node_id, owner_key, addr, started_ms, heartbeat_ms)
+                 VALUES ($1, $2, $3, $4, $4)
+                 ON CONFLICT (node_id) DO UPDATE SET heartbeat_ms = EXCLUDED.heartbeat_ms",
+                &[&id, &key, &addr, &now],
+            )
+            .map(|_| ())
+        })
+    }
+
+    /// Leaves the cluster (a drained node): its runs are taken over as soon
+    /// as their leases pass, not a node's lease later.
+    pub(crate) fn leave(&self) {
+        let id = self.id.clone();
+        let _ = self.db.transaction(move |tx| {
+            tx.execute(
+                "DELETE FROM agentry.cluster_nodes WHERE node_id = $1",
+                &[&id],
+            )
+            .map(|_| ())
+        });
+    }
+}
+
+/// Joins the cluster on `url`'s database as a node serving at `addr`, with
+/// runs leased for `lease`: registers the node, routes requests for other
+/// nodes' runs, and starts taking over the runs of nodes that are gone.
+pub(crate) async fn join(
+    app: &App,
+    url: &str,
+    addr: String,
+    lease: Duration,
+    resumer: Resumer,
+) -> Result<Arc<Node>, StoreError> {
+    let connect = url.to_string();
+    let db = tokio::task::spawn_blocking(move || {
+        let db = Database::connect(&connect)?;
+        db.ensure(TABLES)?;
+        Ok::<_, StoreError>(Arc::new(db))
+    })
+    .await
+    .map_err(|e| StoreError::Io {
+        path: "the cluster's tables".into(),
+        message: e.to_string(),
+    })??;
+    let node = Arc::new(Node {
+        db,
+        url: url.to_string(),
+        id: node_id(),
+        owner_key: agentry::runtime::owner::process_key(),
+        addr,
+        lease,
+    });
+    let beating = Arc::clone(&node);
+    tokio::task::spawn_blocking(move || beating.beat())
+        .await
+        .map_err(|e| StoreError::Io {
+            path: node.db.location().to_string(),
+            message: e.to_string(),
+        })??;
+    let (routing, routed) = (Arc::clone(&node), app.clone());
+    // Its connections block while they connect: off the async workers.
+    let routes = tokio::task::spawn_blocking(move || inbox::Routes::start(routing, routed))
+        .await
+        .map_err(|e| StoreError::Io {
+            path: node.db.location().to_string(),
+            message: e.to_string(),
+        })??;
+    app.join_cluster(Arc::new(routes));
+    tokio::spawn(keep_beating(Arc::clone(&node)));
+    tokio::spawn(takeover::keep_taking_over(
+        Arc::clone(&node),
+        app.clone(),
+        resumer,
+    ));
+    eprintln!(
+        "agentry: serve: node {} of the cluster on {} (lease {:?})",
+        node.id,
+        node.db.location(),
+        lease
+    );
+    Ok(node)
+}
+
+/// Beats every third of the lease until the process ends; a beat that
+/// fails (the server away) is tried again at the next.
+async fn keep_beating(node: Arc<Node>) {
+    let every = (node.lease / 3).max(Duration::from_millis(50));
+    loop {
+        tokio::time::sleep(every).await;
+        let beating = Arc::clone(&node);
+        match tokio::task::spawn_blocking(move || beating.beat()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(error = %e, "the node's heartbeat failed"),
+            Err(e) => tracing::warn!(error = %e, "the node's heartbeat failed"),
+        }
+    }
+}
+
+fn node_id() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "node".into());
+    // The start time tells apart two processes that had the same pid.
+    let started = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros());
+    format!("{host}-{}-{started:x}", std::process::id())
+}
+
+fn now_ms() -> i64 {
+    i64::try_from(agentry::protocol::now_millis()).unwrap_or(i64::MAX)
+}
+
+/// Runs `op` in a transaction on `db`, off the async workers.
+async fn blocking<T: Send + 'static>(
+    db: &Arc<Database>,
+    op: impl FnMut(&mut agentry::store::pg::Transaction<'_>) -> Result<T, agentry::store::pg::Error>
+    + Send
+    + 'static,
+) -> Result<T, StoreError> {
+    let db = Arc::clone(db);
+    tokio::task::spawn_blocking(move || db.transaction(op))
+        .await
+        .map_err(|e| StoreError::Io {
+            path: "the cluster's tables".into(),
+            message: e.to_string(),
+        })?
+}

@@ -1,0 +1,139 @@
+//! Taking over the runs of nodes that are gone.
+//!
+//! Every node looks, every third of the lease, for unfinished root runs
+//! whose owner is no live node (its process key matches no node that beat
+//! within the lease) and whose owner's lease expired (or that have no owner
+//! and were last written a lease ago). Each is resumed here by `agentry
+//! resume`'s rules: the runtime's claim is a compare-and-set on the owner
+//! row, so of several nodes trying, one wins and the others are refused.
+//! A node that cannot reach a run's working directory leaves the run to one
+//! that can, and notes why in `agentry.cluster_notes` (`GET /runs/{id}`
+//! shows it while no node holds the run).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentry::RuntimeError;
+use agentry_serve::{App, RunMeta};
+
+use super::super::resume::Resumer;
+use super::{Node, blocking, now_ms};
+use crate::error::RunError;
+
+/// Runs looked at per scan (the rest wait for the next).
+const SCAN_LIMIT: i64 = 32;
+
+/// Looks for runs to take over until the process ends.
+pub(super) async fn keep_taking_over(node: Arc<Node>, app: App, resumer: Resumer) {
+    let every = (node.lease / 3).clamp(Duration::from_millis(50), Duration::from_secs(2));
+    loop {
+        tokio::time::sleep(every).await;
+        if app.is_draining() {
+            return;
+        }
+        let orphans = match orphans(&node).await {
+            Ok(orphans) => orphans,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot look for runs to take over");
+                continue;
+            }
+        };
+        for run_id in orphans {
+            if !app.holds(&run_id) {
+                take_over(&node, &app, &resumer, &run_id).await;
+            }
+        }
+    }
+}
+
+/// Unfinished root runs no live node holds, oldest first.
+async fn orphans(node: &Node) -> Result<Vec<String>, agentry::store::StoreError> {
+    let expired = now_ms() - node.lease_ms();
+    blocking(&node.db, move |tx| {
+        tx.query(
+            "SELECT r.run_id FROM agentry.runs r
+             LEFT JOIN agentry.owners o ON o.run_id = r.run_id
+             LEFT JOIN agentry.cluster_nodes n
+                    ON n.owner_key = o.machine || '#' || o.pid AND n.heartbeat_ms >= $1
+             WHERE r.parent_id IS NULL AND r.status <> 'stopped' AND n.node_id IS NULL
+               AND ((o.run_id IS NULL AND r.updated_at_ms < $1) OR o.heartbeat_ms < $1)
+             ORDER BY r.created_at_ms LIMIT $2",
+            &[&expired, &SCAN_LIMIT],
+        )
+        .map(|rows| rows.iter().map(|row| row.get(0)).collect())
+    })
+    .await
+}
+
+/// Resumes `run_id` here, or notes why this node cannot.
+async fn take_over(node: &Node, app: &App, resumer: &Resumer, run_id: &str) {
+    let config = match app.runtime().stored_config(run_id).await {
+        Ok(config) => config,
+        Err(e) => {
+            tracing::warn!(run_id, error = %e, "cannot read a run to take over");
+            return;
+        }
+    };
+    if !config.workdir.is_dir() {
+        let why = format!(
+            "node {} cannot reach its working directory {}; a node that can will take it over",
+            node.id,
+            config.workdir.display()
+        );
+        note(node, run_id, Some(why)).await;
+        return;
+    }
+    let meta = RunMeta::stored(&config);
+    let resumed = match &meta.agent {
+        Some(_) => super::super::resume::resume_one(resumer, run_id, &config, &meta)
+            .await
+            .map(|launched| app.adopt(launched)),
+        None => app
+            .resume_inline(run_id)
+            .await
+            .map(|_| ())
+            .map_err(RunError::BadInput),
+    };
+    match resumed {
+        Ok(()) => {
+            eprintln!("agentry: serve: node {} took over run {run_id}", node.id);
+            note(node, run_id, None).await;
+        }
+        // Another node was first, or the owner is back: not ours.
+        Err(RunError::BadInput(RuntimeError::Owned { .. } | RuntimeError::TakenOver { .. })) => {}
+        Err(e) => {
+            tracing::warn!(run_id, error = %e, "run not taken over");
+            note(
+                node,
+                run_id,
+                Some(format!("node {} cannot take it over: {e}", node.id)),
+            )
+            .await;
+        }
+    }
+}
+
+/// Writes (or, with `None`, clears) this node's note on why `run_id` waits.
+async fn note(node: &Node, run_id: &str, why: Option<String>) {
+    let (run_id, me) = (run_id.to_string(), node.id.clone());
+    let written = blocking(&node.db, move |tx| {
+        match &why {
+            Some(why) => tx.execute(
+                "INSERT INTO agentry.cluster_notes (run_id, node_id, note, at_ms)
+                 VALUES ($1, $2, $3, $4)
+                 ON CONFLICT (run_id) DO UPDATE
+                 SET node_id = EXCLUDED.node_id, note = EXCLUDED.note, at_ms = EXCLUDED.at_ms",
+                &[&run_id, &me, why, &now_ms()],
+            ),
+            None => tx.execute(
+                "DELETE FROM agentry.cluster_notes WHERE run_id = $1",
+                &[&run_id],
+            ),
+        }
+        .map(|_| ())
+    })
+    .await;
+    if let Err(e) = written {
+        tracing::warn!(error = %e, "cannot write a take-over note");
+    }
+}
