@@ -221,15 +221,10 @@ pub(crate) struct ServeArgs {
     /// its runs are leased for DURATION (renewed every third of it), and
     /// when a node stops beating for that long the others take its runs
     /// over. Give every node the same lease. Default: 10s with a Postgres
-    /// store; with a SQLite store, off unless given (then several `agentry
-    /// serve` processes on one machine can share the file's runs).
+    /// store; with a SQLite store it only puts this process's runs in lease
+    /// mode (off unless given).
     #[arg(long, value_name = "DURATION", value_parser = parse_lease)]
     pub(crate) lease: Option<Duration>,
-    /// The URL other nodes send this node's clients to (an event stream of
-    /// a run this node holds is redirected here). Default: http://ADDR of
-    /// the bound address.
-    #[arg(long, value_name = "URL")]
-    pub(crate) advertise: Option<String>,
 }
 
 /// The log's line format.

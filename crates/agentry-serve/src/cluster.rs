@@ -17,6 +17,7 @@ use futures::future::BoxFuture;
 use tower_service::Service;
 
 use super::error::ApiError;
+use super::events::EventFeed;
 use super::table::App;
 use super::tenants::Tenant;
 
@@ -65,6 +66,14 @@ pub trait Cluster: Send + Sync + std::fmt::Debug + 'static {
     /// Answers `forward`, a request for a run this node does not hold: the
     /// answer of the node that does, or of the store when none does now.
     fn elsewhere(&self, forward: Forward) -> BoxFuture<'static, Response>;
+
+    /// Keeps the events of run `run_id`, which entered this node's table,
+    /// where every node reads them (`feed` ends when the run's log closes).
+    fn keep_events(&self, run_id: String, feed: EventFeed);
+
+    /// Answers `GET /runs/{id}/events` (`forward`) from the kept events, on
+    /// whichever node it reached.
+    fn stream(&self, forward: Forward, after: Option<u64>) -> BoxFuture<'static, Response>;
 }
 
 impl App {
@@ -220,6 +229,20 @@ pub(super) async fn route_elsewhere(
         .extensions()
         .get::<Tenant>()
         .and_then(|t| t.name().map(str::to_string));
+    if request.method() == Method::GET && request.uri().path().ends_with("/events") {
+        let after = match super::events::resume_point(request.headers(), request.uri().query()) {
+            Ok(after) => after,
+            Err(e) => return e.into_response(),
+        };
+        let forward = Forward {
+            run_id,
+            tenant,
+            method: "GET".into(),
+            path: request.uri().path().to_string(),
+            body: Vec::new(),
+        };
+        return cluster.stream(forward, after).await;
+    }
     let method = request.method().to_string();
     let path = request.uri().path_and_query().map_or_else(
         || request.uri().path().to_string(),

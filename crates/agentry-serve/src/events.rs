@@ -240,6 +240,65 @@ fn resume_note(after: u64, first: Option<u64>) -> String {
     }
 }
 
+/// One event as a [`EventFeed`] hands it on: its number in the run's
+/// numbering, its type and its JSON (the `EventRecord`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FedEvent {
+    /// The run's sequence number.
+    pub seq: u64,
+    /// The event's type (`run_stopped`, `step_started`, ...).
+    pub kind: String,
+    /// The `EventRecord` as JSON.
+    pub data: String,
+    /// `run_stopped`: nothing comes after it.
+    pub last: bool,
+}
+
+/// A run's events as they enter its log, in order, for a store of events
+/// elsewhere (a cluster's). It reads the log as an SSE client does, so it
+/// loses nothing unless it falls behind the log's bound.
+#[derive(Debug)]
+pub struct EventFeed {
+    log: Arc<EventLog>,
+    changes: watch::Receiver<u64>,
+    last_seq: u64,
+}
+
+impl EventFeed {
+    pub(super) fn new(log: Arc<EventLog>) -> EventFeed {
+        EventFeed {
+            changes: log.changed.subscribe(),
+            log,
+            last_seq: 0,
+        }
+    }
+
+    /// The events that came since the last call, waiting for one if none
+    /// did; `None` once the log is closed and every event was handed on.
+    pub async fn next_batch(&mut self) -> Option<Vec<FedEvent>> {
+        loop {
+            self.changes.borrow_and_update();
+            let (fresh, closed) = self.log.since(self.last_seq);
+            if let Some(last) = fresh.last() {
+                self.last_seq = last.seq;
+                let batch = fresh
+                    .iter()
+                    .map(|e| FedEvent {
+                        seq: e.seq,
+                        kind: e.kind.clone(),
+                        data: e.data.clone(),
+                        last: e.last,
+                    })
+                    .collect();
+                return Some(batch);
+            }
+            if closed || self.changes.changed().await.is_err() {
+                return None;
+            }
+        }
+    }
+}
+
 /// Where a client resumes: `Last-Event-ID`, else `?after=N`; neither is
 /// `None` (the whole kept log). The header wins, because a browser's
 /// `EventSource` opened with `?after=` sends it on every reconnect, newer.

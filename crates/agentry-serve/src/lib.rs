@@ -117,7 +117,7 @@ pub use cluster::{Answer, Cluster, Forward};
 pub use config::{LimitSettings, Limits, ServiceConfig};
 pub use create::write_files;
 pub use error::{ApiError, ServeError, code_of};
-pub use events::ReplayLimits;
+pub use events::{EventFeed, FedEvent, ReplayLimits};
 pub use file::{
     AgentEntry, AuthSection, BadKey, DEFAULT_DRAIN_TIMEOUT, ModelEntry, ServeFile, ServeSection,
     TelemetrySection, TenantEntry, micros_of,

@@ -208,6 +208,19 @@ async fn stream_events(
 ) -> Result<Response, ApiError> {
     let run = app.run(&tenant, &id)?;
     let after = super::events::resume_point(&headers, query.as_deref())?;
+    // A node of a cluster serves every run's stream from the kept events,
+    // so its numbering is the same whichever node a client reaches.
+    if let Some(cluster) = app.cluster.get() {
+        let forward = super::cluster::Forward {
+            path: format!("/runs/{id}/events"),
+            run_id: id,
+            tenant: tenant.name().map(str::to_string),
+            method: "GET".into(),
+            body: Vec::new(),
+        };
+        drop(run);
+        return Ok(cluster.stream(forward, after).await);
+    }
     let slot = app.streams.admit(&id);
     let stream = Arc::clone(&run.log).stream(slot, after);
     // Comments every 15 s keep idle connections open through proxies.

@@ -262,6 +262,10 @@ impl App {
             .write()
             .unwrap_or_else(PoisonError::into_inner)
             .insert(id, Arc::new(entry));
+        if let Some(cluster) = self.cluster.get() {
+            let id = handle.run_id().to_string();
+            cluster.keep_events(id, events::EventFeed::new(Arc::clone(&log)));
+        }
         tokio::spawn(self.clone().copy_events(handle, events, log));
     }
 

@@ -174,8 +174,7 @@ pub(crate) async fn serve(
         // A node resumes no run at start: it takes over the runs of nodes
         // that are gone, as every node does all along.
         (Some(url), Some(lease)) => {
-            let advertise = args.advertise.unwrap_or_else(|| format!("http://{bound}"));
-            let node = cluster::join(&app, url, advertise, lease, resumer)
+            let node = cluster::join(&app, url, format!("http://{bound}"), lease, resumer)
                 .await
                 .map_err(|e| ServeCliError::Store(e.into()))?;
             bring_back_service(&app, webhooks).await?;

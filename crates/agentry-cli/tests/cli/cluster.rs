@@ -190,6 +190,37 @@ async fn applied_messages(base: &str, id: &str, n: usize) -> Vec<String> {
     }
 }
 
+/// The ids of run `id`'s events as `base` streams them, up to `run_stopped`.
+async fn stream_ids(base: &str, id: &str) -> Vec<u64> {
+    let client = reqwest::Client::builder().no_proxy().build().unwrap();
+    let mut response = client
+        .get(format!("{base}/runs/{id}/events"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    let (mut buffer, mut ids) = (String::new(), Vec::new());
+    loop {
+        while let Some(end) = buffer.find("\n\n") {
+            let block: String = buffer.drain(..end + 2).collect();
+            if let Some(seq) = block.lines().find_map(|l| l.strip_prefix("id: ")) {
+                ids.push(seq.parse().unwrap());
+            }
+            if block.lines().any(|l| l == "event: run_stopped") {
+                return ids;
+            }
+        }
+        let chunk = tokio::time::timeout(FINISH, response.chunk())
+            .await
+            .expect("the stream went quiet")
+            .unwrap();
+        let Some(chunk) = chunk else {
+            panic!("run {id}'s stream ended before run_stopped: {ids:?}");
+        };
+        buffer.push_str(std::str::from_utf8(&chunk).unwrap());
+    }
+}
+
 /// The text of the user message somewhere in an event's data.
 fn message_text(data: &Value) -> Option<String> {
     match data {
@@ -255,6 +286,14 @@ async fn three_nodes_finish_every_run_when_one_is_killed() {
         for call in ["a1", "a2", "a3"] {
             assert!(ledger.contains_key(&format!("{id} {call}")), "{id} {call}");
         }
+    }
+    // Every run's event stream, from either survivor, numbered 1, 2, 3, ...
+    // to its `run_stopped`: nothing missing, nothing twice.
+    let bases: Vec<String> = nodes.iter().flatten().map(|n| n.base.clone()).collect();
+    for (i, id) in stopped.keys().enumerate() {
+        let ids = stream_ids(&bases[i % bases.len()], id).await;
+        let expected: Vec<u64> = (1..=ids.len() as u64).collect();
+        assert_eq!(ids, expected, "run {id}'s stream");
     }
     let logs: String = nodes
         .iter()
@@ -348,7 +387,7 @@ async fn inputs_reach_the_node_that_holds_the_run_once_and_in_order() {
         assert_eq!(sent.status, 202, "{:?}", sent.body);
         assert_eq!(sent.body["accepted"], true, "{:?}", sent.body);
     }
-    // The stream, asked of the other node, is sent to the holder's.
+    // The stream, asked of the other node, is the holder's.
     let texts = applied_messages(&other.base, &id, 10).await;
     let expected: Vec<String> = (0..10).map(|i| format!("m{i}")).collect();
     assert_eq!(texts, expected);

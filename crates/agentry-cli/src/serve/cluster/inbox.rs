@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use agentry::store::{Database, Listener, Notice, StoreError};
-use agentry_serve::{Answer, App, Cluster, Forward};
+use agentry_serve::{Answer, App, Cluster, EventFeed, Forward};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures::future::BoxFuture;
@@ -57,6 +57,7 @@ pub(super) struct Routes {
     /// the node's heartbeat and take-over scans.
     db: Arc<Database>,
     waiters: Arc<Waiters>,
+    events: Arc<super::events::Events>,
     _listeners: [Listener; 2],
 }
 
@@ -119,11 +120,13 @@ impl Routes {
             db: Arc::clone(&db),
         };
         tokio::spawn(applier.run(woken));
+        let events = Arc::new(super::events::Events::start(&node, app.clone())?);
         Ok(Routes {
             node,
             app,
             db,
             waiters,
+            events,
             _listeners: [inbox, answers],
         })
     }
@@ -138,6 +141,15 @@ impl Cluster for Routes {
             waiters: Arc::clone(&self.waiters),
         };
         Box::pin(request.answer(forward))
+    }
+
+    fn keep_events(&self, run_id: String, feed: EventFeed) {
+        self.events.keep(run_id, feed);
+    }
+
+    fn stream(&self, forward: Forward, after: Option<u64>) -> BoxFuture<'static, Response> {
+        let events = Arc::clone(&self.events);
+        Box::pin(async move { events.stream(forward, after).await })
     }
 }
 
@@ -160,21 +172,11 @@ impl Request {
             Ok(holder) => holder,
             Err(e) => return failed(&e),
         };
-        let stream = forward.method == "GET" && forward.path.contains("/events");
-        match (stream, holder) {
-            // An event stream is served by the node that holds the run.
-            (true, Holder::Node(addr)) => (
-                StatusCode::TEMPORARY_REDIRECT,
-                [(header::LOCATION, format!("{addr}{}", forward.path))],
-            )
-                .into_response(),
-            (true, Holder::None(_)) => unanswered(&forward),
-            (false, Holder::None(note)) if forward.method == "GET" => {
-                self.stored_view(&forward, note).await
-            }
-            (false, holder) => {
+        match holder {
+            Holder::None(note) if forward.method == "GET" => self.stored_view(&forward, note).await,
+            holder => {
                 let wait = match holder {
-                    Holder::Node(_) => FORWARD_WAIT,
+                    Holder::Node => FORWARD_WAIT,
                     // Written for the node that takes the run over.
                     Holder::None(_) => Duration::ZERO,
                 };
@@ -192,14 +194,14 @@ impl Request {
         let run_id = run_id.to_string();
         let fresh = now_ms() - self.node.lease_ms();
         blocking(&self.db, move |tx| {
-            let addr = tx.query_opt(
-                "SELECT n.addr FROM agentry.owners o
+            let held = tx.query_opt(
+                "SELECT 1 FROM agentry.owners o
                  JOIN agentry.cluster_nodes n ON n.owner_key = o.machine || '#' || o.pid
                  WHERE o.run_id = $1 AND n.heartbeat_ms >= $2",
                 &[&run_id, &fresh],
             )?;
-            if let Some(addr) = addr {
-                return Ok(Holder::Node(addr.get(0)));
+            if held.is_some() {
+                return Ok(Holder::Node);
             }
             let note = tx.query_opt(
                 "SELECT note FROM agentry.cluster_notes WHERE run_id = $1",
@@ -350,8 +352,8 @@ struct Applier {
 
 /// Who holds a run, as the cluster's tables say.
 enum Holder {
-    /// A live node, serving at this address.
-    Node(String),
+    /// A live node.
+    Node,
     /// No live node; a node's note on why, if one left it.
     None(Option<String>),
 }

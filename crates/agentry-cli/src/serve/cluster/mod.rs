@@ -10,8 +10,11 @@
 //! - answers for runs other nodes hold (`inbox`): a request for one goes
 //!   through `agentry.cluster_inbox`, `NOTIFY` wakes the node holding the
 //!   run, which applies the requests of each run one at a time in the order
-//!   they came and writes back the answer the request then gets.
+//!   they came and writes back the answer the request then gets;
+//! - keeps every run's events where every node reads them (`events`), so an
+//!   event stream is served by whichever node a client reaches.
 
+mod events;
 mod inbox;
 mod takeover;
 
@@ -53,6 +56,17 @@ CREATE TABLE IF NOT EXISTS agentry.cluster_inbox (
 );
 CREATE INDEX IF NOT EXISTS cluster_inbox_waiting ON agentry.cluster_inbox (run_id, id)
     WHERE status IS NULL;
+CREATE TABLE IF NOT EXISTS agentry.run_events (
+    run_id  TEXT NOT NULL,
+    seq     BIGINT NOT NULL,
+    epoch   BIGINT NOT NULL,
+    run_seq BIGINT NOT NULL,
+    kind    TEXT NOT NULL,
+    data    TEXT NOT NULL,
+    at_ms   BIGINT NOT NULL,
+    PRIMARY KEY (run_id, seq),
+    UNIQUE (run_id, epoch, run_seq)
+);
 CREATE TABLE IF NOT EXISTS agentry.cluster_notes (
     run_id  TEXT PRIMARY KEY,
     node_id TEXT NOT NULL,

@@ -1,0 +1,287 @@
+//! The cluster's event log, `agentry.run_events`: every event of every run,
+//! written by the node holding the run as the events come, and read by any
+//! node for `GET /runs/{id}/events`.
+//!
+//! Events are numbered per run in the table, 1, 2, 3, ... with no gap,
+//! whichever node wrote them: a run taken over goes on numbering after the
+//! last event its earlier node wrote (so the work the new node redoes after
+//! a crash shows again, under new numbers), and `Last-Event-ID` means the
+//! same on every node. A node writes a run's events only while the run's
+//! epoch is the one it started with: once another node took the run over,
+//! what the old one still says is not written. A batch retried after a lost
+//! connection is written once (its rows are keyed by epoch and the run's own
+//! numbering too).
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentry::store::{Database, Listener, Notice, StoreError};
+use agentry_serve::{App, EventFeed, FedEvent, Forward};
+use axum::http::StatusCode;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use tokio::sync::Notify;
+
+use super::{Node, blocking, now_ms};
+
+const EVENTS_CHANNEL: &str = "agentry_events";
+/// How often a stream looks for new events besides being woken.
+const STREAM_POLL: Duration = Duration::from_millis(250);
+/// Rows a stream reads at once.
+const PAGE: i64 = 500;
+
+/// The log's writer and readers on this node.
+pub(super) struct Events {
+    db: Arc<Database>,
+    app: App,
+    /// Woken on every `NOTIFY agentry_events` (and a reconnect).
+    woken: Arc<Notify>,
+    _listener: Listener,
+}
+
+impl Events {
+    pub(super) fn start(node: &Node, app: App) -> Result<Events, StoreError> {
+        let db = Arc::new(Database::connect(&node.url)?);
+        let woken = Arc::new(Notify::new());
+        let waking = Arc::clone(&woken);
+        let listener = db.listen(EVENTS_CHANNEL, move |notice| match notice {
+            Notice::Payload(_) | Notice::Reconnected => waking.notify_waiters(),
+        })?;
+        Ok(Events {
+            db,
+            app,
+            woken,
+            _listener: listener,
+        })
+    }
+
+    /// Writes run `run_id`'s events as `feed` hands them on.
+    pub(super) fn keep(&self, run_id: String, mut feed: EventFeed) {
+        let db = Arc::clone(&self.db);
+        tokio::spawn(async move {
+            let mut epoch = None;
+            while let Some(batch) = feed.next_batch().await {
+                let mut tries = 0;
+                loop {
+                    match write(&db, &run_id, epoch, &batch).await {
+                        Ok(Written::Under(at)) => epoch = Some(at),
+                        Ok(Written::Refused) => return,
+                        // The run's first commit is on its way: its events wait for it.
+                        Ok(Written::NoRun) if tries < NO_RUN_TRIES => {
+                            tries += 1;
+                            tokio::time::sleep(NO_RUN_PAUSE).await;
+                            continue;
+                        }
+                        Ok(Written::NoRun) => {
+                            tracing::warn!(
+                                run_id,
+                                "the run is not in the store: its events were not kept"
+                            );
+                        }
+                        Err(e) => {
+                            tracing::warn!(run_id, error = %e, "the run's events were not kept")
+                        }
+                    }
+                    break;
+                }
+            }
+        });
+    }
+
+    /// `GET /runs/{id}/events` from the log: the events after `after`, then
+    /// each as it is written, until `run_stopped`.
+    pub(super) async fn stream(&self, forward: Forward, after: Option<u64>) -> Response {
+        if !self.app.holds(&forward.run_id) {
+            // Another tenant's run, or none: the 404 of a run that does not exist.
+            let look = Forward {
+                method: "GET".into(),
+                ..forward.clone()
+            };
+            if let Some(answer) = self.app.answer_from_store(&look, true).await
+                && answer.status != StatusCode::OK.as_u16()
+            {
+                return answer.into_response();
+            }
+        }
+        let reader = Reader {
+            db: Arc::clone(&self.db),
+            woken: Arc::clone(&self.woken),
+            run_id: forward.run_id,
+            last: i64::try_from(after.unwrap_or(0)).unwrap_or(i64::MAX),
+            pending: Vec::new().into_iter(),
+            done: false,
+            quiet: 0,
+        };
+        let events = futures::stream::unfold(reader, |mut reader| async move {
+            let event = reader.next().await?;
+            Some((Ok::<_, Infallible>(event), reader))
+        });
+        Sse::new(events)
+            .keep_alive(KeepAlive::default())
+            .into_response()
+    }
+}
+
+/// How long events wait for their run's first commit.
+const NO_RUN_TRIES: u32 = 500;
+const NO_RUN_PAUSE: Duration = Duration::from_millis(20);
+
+/// What writing a batch did.
+enum Written {
+    /// The store does not hold the run (yet).
+    NoRun,
+    /// Written under this epoch of the run (this node's claim).
+    Under(i64),
+    /// The run is another node's now: nothing more of this node's is written.
+    Refused,
+}
+
+async fn write(
+    db: &Arc<Database>,
+    run_id: &str,
+    epoch: Option<i64>,
+    batch: &[FedEvent],
+) -> Result<Written, StoreError> {
+    let run_id = run_id.to_string();
+    let batch = batch.to_vec();
+    blocking(db, move |tx| {
+        tx.execute("SELECT pg_advisory_xact_lock(hashtext($1))", &[&run_id])?;
+        let current: Option<i64> = tx
+            .query_opt(
+                "SELECT epoch FROM agentry.runs WHERE run_id = $1",
+                &[&run_id],
+            )?
+            .map(|row| row.get(0));
+        let Some(current) = current else {
+            return Ok(Written::NoRun);
+        };
+        if epoch.is_some_and(|mine| mine != current) {
+            return Ok(Written::Refused);
+        }
+        let mut next: i64 = tx
+            .query_one(
+                "SELECT coalesce(max(seq), 0) FROM agentry.run_events WHERE run_id = $1",
+                &[&run_id],
+            )?
+            .get(0);
+        for event in &batch {
+            let run_seq = i64::try_from(event.seq).unwrap_or(i64::MAX);
+            let data = renumbered(&event.data, next + 1);
+            let inserted = tx.execute(
+                "INSERT INTO agentry.run_events (run_id, seq, epoch, run_seq, kind, data, at_ms)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7)
+                 ON CONFLICT (run_id, epoch, run_seq) DO NOTHING",
+                &[
+                    &run_id,
+                    &(next + 1),
+                    &current,
+                    &run_seq,
+                    &event.kind,
+                    &data,
+                    &now_ms(),
+                ],
+            )?;
+            next += i64::try_from(inserted).unwrap_or(0);
+        }
+        tx.execute("SELECT pg_notify($1, $2)", &[&EVENTS_CHANNEL, &run_id])?;
+        Ok(Written::Under(current))
+    })
+    .await
+}
+
+/// The event's JSON with `seq` set to its number in the log.
+fn renumbered(data: &str, seq: i64) -> String {
+    match serde_json::from_str::<serde_json::Value>(data) {
+        Ok(mut value) => {
+            value["seq"] = serde_json::json!(seq);
+            value.to_string()
+        }
+        Err(_) => data.to_string(),
+    }
+}
+
+/// One client's place in the log.
+struct Reader {
+    db: Arc<Database>,
+    woken: Arc<Notify>,
+    run_id: String,
+    last: i64,
+    pending: std::vec::IntoIter<Row>,
+    done: bool,
+    /// Reads in a row that found nothing new while the run was stopped.
+    quiet: u32,
+}
+
+struct Row {
+    seq: i64,
+    kind: String,
+    data: String,
+}
+
+impl Reader {
+    async fn next(&mut self) -> Option<Event> {
+        loop {
+            if let Some(row) = self.pending.next() {
+                self.last = row.seq;
+                self.done = row.kind == "run_stopped";
+                return Some(
+                    Event::default()
+                        .event(&row.kind)
+                        .id(row.seq.to_string())
+                        .data(row.data),
+                );
+            }
+            if self.done {
+                return None;
+            }
+            // Registered before reading: a write between the read and the
+            // wait still wakes this reader.
+            let woken = Arc::clone(&self.woken);
+            let notified = woken.notified();
+            let (rows, stopped) = self.read().await.ok()?;
+            if !rows.is_empty() {
+                self.quiet = 0;
+                self.pending = rows.into_iter();
+                continue;
+            }
+            // A run that stopped without its `run_stopped` kept (its node
+            // died at the end): the stream ends once nothing more comes.
+            if stopped {
+                self.quiet += 1;
+                if self.quiet > 2 {
+                    return None;
+                }
+            }
+            let _ = tokio::time::timeout(STREAM_POLL, notified).await;
+        }
+    }
+
+    /// The next page of events, and whether the run is stopped in the store.
+    async fn read(&self) -> Result<(Vec<Row>, bool), StoreError> {
+        let (run_id, last) = (self.run_id.clone(), self.last);
+        blocking(&self.db, move |tx| {
+            let rows = tx
+                .query(
+                    "SELECT seq, kind, data FROM agentry.run_events
+                     WHERE run_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+                    &[&run_id, &last, &PAGE],
+                )?
+                .iter()
+                .map(|row| Row {
+                    seq: row.get(0),
+                    kind: row.get(1),
+                    data: row.get(2),
+                })
+                .collect();
+            let stopped = tx
+                .query_opt(
+                    "SELECT 1 FROM agentry.runs WHERE run_id = $1 AND status = 'stopped'",
+                    &[&run_id],
+                )?
+                .is_some();
+            Ok((rows, stopped))
+        })
+        .await
+    }
+}
