@@ -172,20 +172,18 @@ impl Request {
             Ok(holder) => holder,
             Err(e) => return failed(&e),
         };
-        match holder {
-            Holder::None(note) if forward.method == "GET" => self.stored_view(&forward, note).await,
-            holder => {
-                let wait = match holder {
-                    Holder::Node => FORWARD_WAIT,
-                    // Written for the node that takes the run over.
-                    Holder::None(_) => Duration::ZERO,
-                };
-                match self.forward(forward.clone(), wait).await {
-                    Ok(Some(answer)) => answer.into_response(),
-                    Ok(None) => unanswered(&forward),
-                    Err(e) => failed(&e),
-                }
+        let wait = match holder {
+            Holder::None(note) if forward.method == "GET" => {
+                return self.stored_view(&forward, note).await;
             }
+            Holder::Node => FORWARD_WAIT,
+            // Written for the node that takes the run over.
+            Holder::None(_) => Duration::ZERO,
+        };
+        match self.forward(forward.clone(), wait).await {
+            Ok(Some(answer)) => answer.into_response(),
+            Ok(None) => unanswered(&forward),
+            Err(e) => failed(&e),
         }
     }
 
