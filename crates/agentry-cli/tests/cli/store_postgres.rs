@@ -3,6 +3,8 @@
 //! harness's private server; a server that cannot be reached is exit 2
 //! naming it, never its password.
 
+use serde_json::json;
+
 use crate::*;
 
 /// The binary, with `AGENTRY_STORE` set to `store`.
@@ -79,4 +81,57 @@ fn an_unreachable_postgres_store_is_exit_2_naming_it_without_the_password() {
         );
         assert!(!err.contains("s3cret"), "{args:?}: {err}");
     }
+}
+
+/// The Postgres server restarts while a run is in its steps: the run's
+/// writes wait for it and the run goes on to the end.
+#[test]
+#[ignore = "needs PostgreSQL (Debian's postgresql package); .ci/run runs it"]
+fn a_run_waits_through_a_postgres_restart_and_finishes() {
+    let pg = agentry_test_postgres::PgServer::start();
+    let url = pg.database();
+    let tmp = tempfile::tempdir().unwrap();
+    let task = tmp.path().join("task");
+    std::fs::create_dir_all(&task).unwrap();
+    std::fs::write(
+        task.join("task.toml"),
+        "goal = \"wait three times\"\n[budget]\nmax_steps = 10\n[tools]\ngrant = [\"pause\"]\n\
+         [progress]\nwindow = 0\n\
+         [[tools.command]]\nname = \"pause\"\ndescription = \"wait a moment\"\n\
+         argv = [\"sleep\", \"0.7\"]\nidempotency = \"idempotent\"\ntimeout = \"30s\"\n",
+    )
+    .unwrap();
+    let turns: Vec<Value> = (1..=3)
+        .map(|i| json!({"tool_calls": [{"id": format!("p{i}"), "name": "pause", "arguments": {}}]}))
+        .chain([json!({"final": "done"})])
+        .collect();
+    std::fs::write(
+        task.join("script.json"),
+        json!({ "turns": turns }).to_string(),
+    )
+    .unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_agentry"))
+        .args(["run", path_str(&task), "--store", &url, "--workdir"])
+        .arg(tmp.path().join("w"))
+        .current_dir(root())
+        .env_remove("RUST_LOG")
+        .env_remove("AGENTRY_STORE")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Into its first call: the run has written to the store.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    pg.stop();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    pg.start_again();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let listed = agentry(&url, &["runs", "--all", "--json"]);
+    let runs: Value = serde_json::from_slice(&listed.stdout).unwrap();
+    assert_eq!(runs[0]["stop_reason"], "done", "{runs}");
+    // It went on after the server came back (the restart took 1.5 s).
+    let lasted =
+        runs[0]["updated_at_ms"].as_u64().unwrap() - runs[0]["created_at_ms"].as_u64().unwrap();
+    assert!(lasted >= 1500, "{runs}");
 }
