@@ -477,7 +477,8 @@ impl App {
         body: Bytes,
         traceparent: Option<String>,
     ) -> Result<Request, ApiError> {
-        let prepared = tokio::task::spawn_blocking(move || create::prepare(&body))
+        let root = self.config.workdir_root.clone();
+        let prepared = tokio::task::spawn_blocking(move || create::prepare(&body, root.as_deref()))
             .await
             .map_err(|e| ApiError::internal(format!("preparing the run failed: {e}")))??;
         let (pending, meta) = match prepared {

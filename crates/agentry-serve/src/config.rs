@@ -49,6 +49,9 @@ pub struct ServiceConfig {
     /// is removed or replaced (the service would write to a file no later
     /// start reads).
     pub store_file: Option<std::path::PathBuf>,
+    /// Where inline tasks' working directories are made (`[serve]
+    /// workdir_root`); `None`: the private temp directory.
+    pub workdir_root: Option<std::path::PathBuf>,
 }
 
 /// What the service holds for its clients, at most: [`LimitSettings`] makes

@@ -113,7 +113,9 @@ fn refuse_a_wider_sandbox(spec: &TaskSpec) -> Result<(), ApiError> {
 /// Validates the body: a named agent's request, or an inline task whose
 /// working directory is prepared with its initial files. Blocking: see the
 /// module docs.
-pub fn prepare(body: &[u8]) -> Result<Prepared, ApiError> {
+/// An inline task's working directory is made under `root` (`[serve]
+/// workdir_root`), else in the private temp directory.
+pub fn prepare(body: &[u8], root: Option<&Path>) -> Result<Prepared, ApiError> {
     let Value::Object(task) = super::body::parse_json(body)? else {
         return Err(ApiError::bad_request(
             "the body must be a JSON object: {\"agent\", \"input\", ...} for a named agent, or task fields (goal, budget, tools, accept, progress, driver, tree, redact, trace) plus script and files",
@@ -122,11 +124,14 @@ pub fn prepare(body: &[u8]) -> Result<Prepared, ApiError> {
     if task.contains_key("agent") {
         return agent_request(task).map(|run| Prepared::Agent(Box::new(run)));
     }
-    inline(task).map(|run| Prepared::Inline(Box::new(run)))
+    inline(task, root).map(|run| Prepared::Inline(Box::new(run)))
 }
 
 /// An inline task: validated, its working directory made and its files written.
-fn inline(mut task: serde_json::Map<String, Value>) -> Result<NewRun, ApiError> {
+fn inline(
+    mut task: serde_json::Map<String, Value>,
+    root: Option<&Path>,
+) -> Result<NewRun, ApiError> {
     // Taken out first: neither is a task.toml field.
     let script = task.remove("script");
     let files = task.remove("files");
@@ -158,7 +163,7 @@ fn inline(mut task: serde_json::Map<String, Value>) -> Result<NewRun, ApiError> 
 
     let text = agentry::task::task_toml_from_json(task)
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
-    let workdir = private_workdir()?;
+    let workdir = private_workdir(root)?;
     // Parsed against the fresh, still empty directory, so nothing from the
     // service's own current directory (a script.json, a workspace/) is picked up.
     // `TaskError` is non_exhaustive: any other kind is the service's fault.
@@ -207,14 +212,25 @@ fn inline(mut task: serde_json::Map<String, Value>) -> Result<NewRun, ApiError> 
 /// A fresh working directory only this user can enter: `0700`, in
 /// `<tmp>/agentry/service/` (`0700`, this user's and no link, as the CLI's
 /// `<tmp>/agentry` is), so other users of the machine never see a run's files.
-fn private_workdir() -> Result<TempDir, ApiError> {
+fn private_workdir(root: Option<&Path>) -> Result<TempDir, ApiError> {
     let unusable = |e: &dyn std::fmt::Display| {
         ApiError::internal(format!("cannot create a working directory: {e}"))
     };
-    let parent = agentry::runtime::tempdir::private_temp_dir()
-        .map_err(|e| unusable(&e))?
-        .join("service");
-    agentry::runtime::tempdir::private_dir(&parent, "set TMPDIR").map_err(|e| unusable(&e))?;
+    let parent = match root {
+        // The operator's (shared storage, for a cluster): made if missing.
+        Some(root) => {
+            std::fs::create_dir_all(root).map_err(|e| unusable(&e))?;
+            root.to_path_buf()
+        }
+        None => {
+            let parent = agentry::runtime::tempdir::private_temp_dir()
+                .map_err(|e| unusable(&e))?
+                .join("service");
+            agentry::runtime::tempdir::private_dir(&parent, "set TMPDIR")
+                .map_err(|e| unusable(&e))?;
+            parent
+        }
+    };
     tempfile::Builder::new()
         .prefix("run-")
         .permissions(std::fs::Permissions::from_mode(PRIVATE_DIR))

@@ -11,6 +11,7 @@
 //! retention = "7d"                # stopped runs removed after this
 //! drain_timeout = "30s"           # on SIGTERM, for running steps to finish
 //! hibernate_after = "30s"         # an event-driven run asleep this long leaves memory; "off"
+//! workdir_root = "/srv/agentry/runs"  # runs' working directories (shared storage in a cluster)
 //!
 //! [auth]
 //! tokens_file = "tokens"          # TENANT SHA256-HEX per line
@@ -131,6 +132,11 @@ pub struct ServeSection {
     pub stopped_replay_bytes: Option<u64>,
     /// See `max_message_bytes`.
     pub keep_stopped: Option<usize>,
+    /// Where runs' working directories are made (relative to serve.toml's
+    /// directory); default: the private temp directory. In a cluster, a
+    /// directory every node reaches (shared storage, or one machine): a node
+    /// takes a run over only if it can reach the run's directory.
+    pub workdir_root: Option<PathBuf>,
 }
 
 /// How long a drain waits for running steps when serve.toml does not say.
@@ -481,6 +487,9 @@ impl ServeFile {
             if let Some(p) = &mut model.ca_cert {
                 join(p);
             }
+        }
+        if let Some(p) = &mut self.serve.workdir_root {
+            join(p);
         }
     }
 }

@@ -143,7 +143,8 @@ mod tests {
         );
         let body = json!({"goal": "answer", "script": {"turns": [{"final": "42"}]}});
         let crate::create::Prepared::Inline(run) =
-            crate::create::prepare(body.to_string().as_bytes()).map_err(|e| format!("{e:?}"))?
+            crate::create::prepare(body.to_string().as_bytes(), None)
+                .map_err(|e| format!("{e:?}"))?
         else {
             return Err("not an inline task".into());
         };

@@ -36,6 +36,10 @@ use read::Reader;
 /// How long connecting waits for the server when the URL does not say
 /// (`connect_timeout`).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long the server lets a session of ours sit idle inside a
+/// transaction before it ends it (ours never pause there: their statements
+/// go back to back).
+const IDLE_IN_TRANSACTION: Duration = Duration::from_secs(2);
 /// Landed commit ids older than this are forgotten (a retry comes within
 /// one reconnect, far sooner).
 const KEEP_COMMIT_IDS_MS: u64 = 60 * 60 * 1000;
@@ -129,6 +133,18 @@ fn config_of(url: &str) -> Result<(Config, String), StoreError> {
     config.keepalives(true);
     config.keepalives_idle(Duration::from_secs(10));
     config.application_name("agentry");
+    // A process paused or cut off inside a transaction would hold its row
+    // locks until it came back, and a node taking its runs over would wait
+    // on them: the server ends such a session, and its transaction, soon.
+    let ours = format!(
+        "-c idle_in_transaction_session_timeout={}",
+        IDLE_IN_TRANSACTION.as_millis()
+    );
+    let options = match config.get_options() {
+        Some(theirs) if !theirs.is_empty() => format!("{theirs} {ours}"),
+        Some(_) | None => ours,
+    };
+    config.options(&options);
     Ok((config, location))
 }
 

@@ -38,6 +38,8 @@ pub(crate) struct ServeAgents {
     gates: Arc<Gates>,
     /// Lease mode's lease (a node of a cluster), if on.
     lease: Option<std::time::Duration>,
+    /// `[serve] workdir_root`: runs' working directories are made there.
+    workdir_root: Option<PathBuf>,
 }
 
 impl ServeAgents {
@@ -79,8 +81,9 @@ impl ServeAgents {
         }
         Ok(ServeAgents {
             agents,
-            file,
             store,
+            workdir_root: file.serve.workdir_root.clone(),
+            file,
             gates,
             lease: None,
         })
@@ -94,9 +97,16 @@ impl ServeAgents {
 
     /// `agentry run TASK_DIR --store STORE`, as the service runs it.
     fn run_args(&self, task: &TaskSpec) -> RunArgs {
+        // A fresh directory per run, as `agentry run` makes one under the
+        // temp directory.
+        let workdir = self
+            .workdir_root
+            .as_ref()
+            .map(|root| root.join(format!("{}-{}", task.task_id, uuid::Uuid::now_v7())));
         RunArgs {
             store: Some(self.store.clone()),
             lease: self.lease,
+            workdir,
             ..RunArgs::served(task.dir.clone())
         }
     }

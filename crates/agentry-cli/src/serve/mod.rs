@@ -152,6 +152,7 @@ pub(crate) async fn serve(
             webhooks: webhooks.clone(),
             retention: file.serve.retention,
             store_file: Some(store.clone()),
+            workdir_root: file.serve.workdir_root.clone(),
             metrics,
             run_limits: run_limits(&file, &store),
             limits,

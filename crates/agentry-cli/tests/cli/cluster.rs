@@ -30,7 +30,8 @@ impl Place {
     /// Agents: `append` (three calls of a keyed append, then done), `chat`
     /// (event-driven, answers every message), `gated` (one append that waits
     /// for a human's approval).
-    fn new(serve_section: &str) -> Place {
+    /// `serve_keys`: more `[serve]` keys, besides `workdir_root` (`work/`).
+    fn new(serve_keys: &str) -> Place {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
         std::fs::create_dir_all(root.join("ledger")).unwrap();
@@ -77,10 +78,11 @@ impl Place {
         std::fs::write(
             root.join("serve.toml"),
             format!(
-                "{serve_section}\n\
+                "[serve]\nworkdir_root = \"{work}\"\n{serve_keys}\n\
                  [agents.append]\ntask = \"tasks/append\"\n\
                  [agents.gated]\ntask = \"tasks/gated\"\n\
-                 [agents.chat]\ntask = \"tasks/chat\"\n"
+                 [agents.chat]\ntask = \"tasks/chat\"\n",
+                work = root.join("work").display()
             ),
         )
         .unwrap();
@@ -491,6 +493,11 @@ async fn a_run_whose_workdir_a_node_cannot_reach_waits_and_says_why() {
         .unwrap()
         .to_string();
     let workdir = stored_workdir(&place, &id);
+    assert!(
+        workdir.starts_with(place.dir.path().join("work")),
+        "made under [serve] workdir_root: {}",
+        workdir.display()
+    );
     let away = workdir.with_extension("away");
     first.kill();
     std::fs::rename(&workdir, &away).unwrap();
@@ -533,7 +540,7 @@ async fn a_run_whose_workdir_a_node_cannot_reach_waits_and_says_why() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs PostgreSQL (Debian's postgresql package); .ci/run runs it"]
 async fn a_hibernated_agent_wakes_through_any_node() {
-    let place = Place::new("[serve]\nhibernate_after = \"100ms\"\n");
+    let place = Place::new("hibernate_after = \"100ms\"");
     let first = place.node("1s");
     let second = place.node("1s");
     let reply = first
