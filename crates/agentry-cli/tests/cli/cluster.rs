@@ -591,3 +591,93 @@ async fn a_hibernated_agent_wakes_through_any_node() {
     let texts = applied_messages(&third.base, &id, 3).await;
     assert_eq!(texts, ["m0", "m1", "m2"]);
 }
+
+/// The two commands of docs/cluster.md, run as written: a private Postgres
+/// from Debian's package (`examples/cluster/postgres.sh`), then two nodes
+/// (`examples/cluster/nodes.sh 2`); a run created on one is seen done on
+/// the other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL (Debian's postgresql package); .ci/run runs it"]
+async fn the_documented_two_commands_start_a_cluster() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    // The server runs as the postgres user when the test runs as root.
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let cluster = dir.path().join("cluster");
+    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let script = |name: &str, args: &[&str]| {
+        let out = Command::new(root().join("examples/cluster").join(name))
+            .args(args)
+            .current_dir(dir.path())
+            .env("AGENTRY_CLUSTER_DIR", &cluster)
+            .env("PGPORT", ports[0].to_string())
+            .env("BASE_PORT", (ports[1] - 1).to_string())
+            .env("AGENTRY", env!("CARGO_BIN_EXE_agentry"))
+            .env_remove("AGENTRY_STORE")
+            .env_remove("AGENTRY_TOKEN")
+            .env_remove("RUST_LOG")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{name}: {}", stderr(&out));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    /// Stops the nodes and the server, passed or not.
+    struct Stop<F: Fn(&str, &[&str]) -> String>(F);
+    impl<F: Fn(&str, &[&str]) -> String> Drop for Stop<F> {
+        fn drop(&mut self) {
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                (self.0)("nodes.sh", &["stop"]);
+                (self.0)("postgres.sh", &["stop"]);
+            }));
+        }
+    }
+    let url = script("postgres.sh", &[]);
+    let stop = Stop(script);
+    assert_eq!(
+        url.trim(),
+        format!("postgres://agentry@127.0.0.1:{}/agentry", ports[0])
+    );
+    // Two nodes, so the one after the first is BASE_PORT + 2.
+    let bases = (stop.0)("nodes.sh", &["2"]);
+    let bases: Vec<&str> = bases.lines().collect();
+    assert_eq!(bases.len(), 2, "{bases:?}");
+    agentry_models::install_crypto_provider();
+    let client = reqwest::Client::builder().no_proxy().build().unwrap();
+    let created: Value = client
+        .post(format!("{}/runs", bases[0]))
+        .json(&json!({"goal": "answer", "script": {"turns": [{"final": "42"}]}}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = created["run_id"].as_str().unwrap().to_string();
+    let deadline = Instant::now() + FINISH;
+    loop {
+        let seen: Value = client
+            .get(format!("{}/runs/{id}", bases[1]))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if seen["status"] == "stopped" {
+            assert_eq!(seen["outcome"]["answer"], "42", "{seen}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "{seen}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    drop(stop);
+}
+
+/// A port nothing listens on now.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}

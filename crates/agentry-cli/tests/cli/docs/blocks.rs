@@ -41,7 +41,9 @@ impl Block {
 
 /// README.md and every Markdown file under docs/src, in a fixed order.
 pub(super) fn doc_files(root: &Path) -> Vec<PathBuf> {
-    let mut files = vec![PathBuf::from("README.md")];
+    // docs/cluster.md is the book's cluster page too (docs/src/cluster.md
+    // includes it).
+    let mut files = vec![PathBuf::from("README.md"), PathBuf::from("docs/cluster.md")];
     let mut dirs = vec![PathBuf::from("docs/src")];
     while let Some(dir) = dirs.pop() {
         let mut entries: Vec<_> = std::fs::read_dir(root.join(&dir))
