@@ -61,6 +61,7 @@
 //! webhooks.rs   completion webhooks: the allowed hosts, the outbox, the body
 //! limits.rs     slots, the queue and each tenant's day, as bookkeeping
 //! queue.rs      the queue and the day's spend in the store's SQLite file
+//! queue_pg.rs   … or in a Postgres store's database, shared by services
 //! config.rs     ServiceConfig and Limits
 //! create.rs     a POST /runs body → task, script and working directory
 //! admission.rs  the limits' state over the requests they hold
@@ -70,6 +71,7 @@
 //! table.rs      App: the table of runs, following each until it stops
 //! hooks.rs      a run's webhook reserved as it enters the table, ready at its stop
 //! admit.rs      POST /runs through the limits: start, queue or 429
+//! queue_held.rs a queue shared by services: holding it, taking what the gone left
 //! listing.rs    GET /runs: filters, the cursor, store and table merged
 //! retention.rs  stopped runs removed after [serve] retention
 //! ops.rs        /healthz and the drain on SIGTERM
@@ -97,6 +99,9 @@ mod narrow;
 pub mod openapi;
 mod ops;
 mod queue;
+mod queue_held;
+#[cfg(feature = "postgres")]
+mod queue_pg;
 mod retention;
 mod routes;
 mod serve;
@@ -119,7 +124,7 @@ pub use file::{
     AgentEntry, AuthSection, BadKey, DEFAULT_DRAIN_TIMEOUT, ModelEntry, ServeFile, ServeSection,
     TelemetrySection, TenantEntry, micros_of,
 };
-pub use limits::{DEFAULT_MAX_QUEUED, RunLimits, TenantLimits};
+pub use limits::{DEFAULT_MAX_QUEUED, QueuePlace, RunLimits, TenantLimits};
 pub use listing::{DEFAULT_LIMIT, MAX_LIMIT};
 pub use narrow::narrow;
 pub use ops::{DRAIN_RETRY_AFTER_SECONDS, Drained};

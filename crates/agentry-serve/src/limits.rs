@@ -39,11 +39,40 @@ pub struct RunLimits {
     pub max_queued: usize,
     /// Each configured tenant's limits, by name.
     pub tenants: BTreeMap<String, TenantLimits>,
-    /// The SQLite file (the store's) where queued requests and each tenant's
-    /// spend of the day are kept, so a restart loses neither; `None`: memory
-    /// only.
-    pub queue_file: Option<PathBuf>,
+    /// Where queued requests and each tenant's spend of the day are kept
+    /// (the store's SQLite file, or its Postgres database), so a restart
+    /// loses neither; `None`: memory only.
+    pub queue_file: Option<QueuePlace>,
 }
+
+/// Where the queue and the day's spend are kept: beside the store's tables.
+#[derive(Debug, Clone)]
+pub enum QueuePlace {
+    /// The store's SQLite file: this service's alone.
+    File(PathBuf),
+    /// A Postgres store's database (feature `postgres`): shared by every
+    /// service on it. A queued run is held by the service that queued it
+    /// while that service lives (a lease it renews); a service that is gone
+    /// leaves its queued runs to the others, and a tenant's spend of the day
+    /// is the sum of every service's.
+    #[cfg(feature = "postgres")]
+    Database(std::sync::Arc<agentry::store::Database>),
+}
+
+impl PartialEq for QueuePlace {
+    fn eq(&self, other: &QueuePlace) -> bool {
+        match (self, other) {
+            (QueuePlace::File(a), QueuePlace::File(b)) => a == b,
+            #[cfg(feature = "postgres")]
+            (QueuePlace::Database(a), QueuePlace::Database(b)) => std::sync::Arc::ptr_eq(a, b),
+            #[cfg(feature = "postgres")]
+            (QueuePlace::File(_), QueuePlace::Database(_))
+            | (QueuePlace::Database(_), QueuePlace::File(_)) => false,
+        }
+    }
+}
+
+impl Eq for QueuePlace {}
 
 impl Default for RunLimits {
     fn default() -> Self {
@@ -291,6 +320,11 @@ impl<T> Slots<T> {
     pub(super) fn baseline(&mut self, run_id: &str, micros: u64) {
         let counted = self.counted.entry(run_id.to_string()).or_insert(0);
         *counted = (*counted).max(micros);
+    }
+
+    /// What `run_id`'s spend counted so far.
+    pub(super) fn counted(&self, run_id: &str) -> u64 {
+        self.counted.get(run_id).copied().unwrap_or(0)
     }
 
     /// `run_id` (of `tenant`) has spent `total` in all: what is new is added

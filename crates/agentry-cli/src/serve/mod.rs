@@ -26,8 +26,8 @@ use std::sync::Arc;
 
 use agentry::{Durability, Runtime};
 use agentry_serve::{
-    App, DEFAULT_DRAIN_TIMEOUT, DEFAULT_MAX_QUEUED, DEFAULT_TENANT, RunLimits, ServeError,
-    ServeFile, ServiceConfig, TenantLimits, Tokens, Webhooks, micros_of,
+    App, DEFAULT_DRAIN_TIMEOUT, DEFAULT_MAX_QUEUED, DEFAULT_TENANT, QueuePlace, RunLimits,
+    ServeError, ServeFile, ServiceConfig, TenantLimits, Tokens, Webhooks, micros_of,
 };
 
 use crate::args::ServeArgs;
@@ -39,8 +39,9 @@ const DEFAULT_ADDR: &str = "127.0.0.1:8080";
 /// The environment variable a token (for the tenant `default`) may come from.
 const TOKEN_ENV: &str = "AGENTRY_TOKEN";
 
-/// `[serve]`'s and `[tenants.*]`'s limits; the queue is kept in the store's file.
-fn run_limits(file: &ServeFile, store: &std::path::Path) -> RunLimits {
+/// `[serve]`'s and `[tenants.*]`'s limits; the queue is kept beside the
+/// store's tables (`place`).
+fn run_limits(file: &ServeFile, place: QueuePlace) -> RunLimits {
     let count = |n: Option<u32>| n.map(|n| n as usize);
     RunLimits {
         max_running: count(file.serve.max_running),
@@ -56,7 +57,28 @@ fn run_limits(file: &ServeFile, store: &std::path::Path) -> RunLimits {
                 (name.clone(), limits)
             })
             .collect(),
-        queue_file: Some(store.to_path_buf()),
+        queue_file: Some(place),
+    }
+}
+
+/// Where the service keeps its own tables (the queue, the day's spend, the
+/// webhook outbox): the store's SQLite file, or a Postgres store's database
+/// (one connection of their own), shared with every service on it.
+fn service_tables(store: &std::path::Path) -> Result<QueuePlace, ServeCliError> {
+    if !crate::store::is_url(store) {
+        return Ok(QueuePlace::File(store.to_path_buf()));
+    }
+    let url = store.to_str().unwrap_or_default();
+    let database =
+        agentry::store::Database::connect(url).map_err(|e| ServeCliError::Store(e.into()))?;
+    Ok(QueuePlace::Database(Arc::new(database)))
+}
+
+/// The store as messages name it: a Postgres URL without its password.
+fn shown_store(runtime: &Runtime, store: &std::path::Path) -> String {
+    match runtime.store() {
+        Some(opened) if crate::store::is_url(store) => opened.location(),
+        Some(_) | None => store.display().to_string(),
     }
 }
 
@@ -119,8 +141,12 @@ pub(crate) async fn serve(
     let runtime = Runtime::with_builtins()
         .and_then(|rt| rt.with_store(open_store(&store)?, Durability::Strict))
         .map_err(ServeCliError::Store)?;
-    eprintln!("agentry: serve: runs are stored in {}", store.display());
-    let webhooks = webhooks(&file, &config_path, &store)?;
+    eprintln!(
+        "agentry: serve: runs are stored in {}",
+        shown_store(&runtime, &store)
+    );
+    let tables = service_tables(&store)?;
+    let webhooks = webhooks(&file, &config_path, &tables)?;
     // Checked when serve.toml was parsed; the error names the key anyway.
     let limits = file
         .serve
@@ -140,7 +166,7 @@ pub(crate) async fn serve(
             retention: file.serve.retention,
             store_file: Some(store.clone()),
             metrics,
-            run_limits: run_limits(&file, &store),
+            run_limits: run_limits(&file, tables),
             limits,
             ..ServiceConfig::default()
         },
@@ -224,7 +250,7 @@ fn tokens(file: &ServeFile) -> Result<Option<Tokens>, ServeError> {
 fn webhooks(
     file: &ServeFile,
     config: &std::path::Path,
-    store: &std::path::Path,
+    tables: &QueuePlace,
 ) -> Result<Option<Arc<Webhooks>>, ServeCliError> {
     if file.serve.webhook_hosts.is_empty() {
         return Ok(None);
@@ -243,16 +269,23 @@ fn webhooks(
     };
     let secret = std::env::var(var)
         .map_err(|_| fail(key, format!("${var} is not set (or not UTF-8): the webhooks' signing secret (whsec_ and base64) comes from it")))?;
-    Webhooks::configure(store, &file.serve.webhook_hosts, &secret)
-        .map(|hooks| Some(Arc::new(hooks)))
-        .map_err(|e| match e {
-            agentry_serve::WebhookError::Secret { .. } => fail(key, format!("${var}: {e}")),
-            other @ (agentry_serve::WebhookError::Hosts { .. }
-            | agentry_serve::WebhookError::Outbox { .. }
-            | agentry_serve::WebhookError::Client { .. }) => {
-                fail("serve.webhook_hosts", other.to_string())
-            }
-        })
+    let hosts = &file.serve.webhook_hosts;
+    match tables {
+        QueuePlace::File(store) => Webhooks::configure(store, hosts, &secret),
+        QueuePlace::Database(database) => {
+            Webhooks::configure_in_database(Arc::clone(database), hosts, &secret)
+        }
+    }
+    .map(|hooks| Some(Arc::new(hooks)))
+    .map_err(|e| match e {
+        agentry_serve::WebhookError::Secret { .. } => fail(key, format!("${var}: {e}")),
+        other @ (agentry_serve::WebhookError::Hosts { .. }
+        | agentry_serve::WebhookError::Outbox { .. }
+        | agentry_serve::WebhookError::OutboxDatabase { .. }
+        | agentry_serve::WebhookError::Client { .. }) => {
+            fail("serve.webhook_hosts", other.to_string())
+        }
+    })
 }
 
 /// `--store`, else the default store (its directory made, private).

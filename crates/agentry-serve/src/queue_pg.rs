@@ -1,0 +1,221 @@
+//! The queue and the day's spend in a Postgres store's database
+//! (`agentry.serve_queue`, `agentry.serve_spend`), shared by every service
+//! on it.
+//!
+//! A queued row is held by the service that queued it (its `node`, a random
+//! id per process) under a lease it renews every [`RENEW_EVERY`]: a service
+//! killed leaves its rows, and once their lease passes ([`LEASE`]) the next
+//! service to look takes them (`FOR UPDATE SKIP LOCKED`: one taker each)
+//! and queues them again. Before starting a queued run a service checks it
+//! still holds the row, so a service presumed gone (paused past its lease)
+//! does not start a run another took.
+//!
+//! Spend is kept per run and day (the run's spend counted before the day's
+//! first change, and all of it so far, each only ever widened), so writing
+//! it twice changes nothing and every service's runs add up to the tenant's
+//! day.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentry::store::{Database, StoreError, pg};
+
+use super::error::ServeError;
+use super::limits::UtcDay;
+use super::queue::{QueuedRow, RunSpend, SpendRow};
+
+/// How long a service's hold on its queued rows lasts unless renewed.
+pub(super) const LEASE: Duration = Duration::from_secs(10);
+
+/// How often a service renews its hold and looks for rows no one holds.
+pub(super) const RENEW_EVERY: Duration = Duration::from_secs(2);
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS agentry.serve_queue (
+    seq BIGSERIAL PRIMARY KEY,
+    run_id TEXT NOT NULL UNIQUE,
+    tenant TEXT,
+    traceparent TEXT,
+    body BYTEA NOT NULL,
+    node TEXT NOT NULL,
+    lease_until TIMESTAMPTZ NOT NULL
+);
+CREATE TABLE IF NOT EXISTS agentry.serve_spend (
+    tenant TEXT NOT NULL,
+    day BIGINT NOT NULL,
+    run_id TEXT NOT NULL,
+    from_micros BIGINT NOT NULL,
+    to_micros BIGINT NOT NULL,
+    PRIMARY KEY (tenant, day, run_id)
+);
+";
+
+/// The tables in one database, as one service (`node`) uses them.
+#[derive(Debug)]
+pub(super) struct DatabaseQueue {
+    database: Arc<Database>,
+    node: String,
+}
+
+impl DatabaseQueue {
+    pub(super) fn open(database: Arc<Database>) -> Result<DatabaseQueue, ServeError> {
+        let queue = DatabaseQueue {
+            node: uuid::Uuid::now_v7().to_string(),
+            database,
+        };
+        queue.database.ensure(SCHEMA).map_err(|e| queue.failed(e))?;
+        Ok(queue)
+    }
+
+    fn failed(&self, e: StoreError) -> ServeError {
+        ServeError::Queue {
+            path: self.database.location().into(),
+            message: e.to_string(),
+        }
+    }
+
+    /// One transaction (run again whole after a lost connection: every
+    /// statement here may run twice).
+    fn with<T: Send + 'static>(
+        &self,
+        op: impl FnMut(&mut pg::Transaction<'_>) -> Result<T, pg::Error> + Send + 'static,
+    ) -> Result<T, ServeError> {
+        self.database.transaction(op).map_err(|e| self.failed(e))
+    }
+
+    pub(super) fn push(&self, row: &QueuedRow) -> Result<(), ServeError> {
+        let (row, node, lease) = (row.clone(), self.node.clone(), LEASE.as_secs_f64());
+        self.with(move |tx| {
+            tx.execute(
+                "INSERT INTO agentry.serve_queue
+                     (run_id, tenant, traceparent, body, node, lease_until)
+                 VALUES ($1, $2, $3, $4, $5, now() + make_interval(secs => $6))
+                 ON CONFLICT (run_id) DO NOTHING",
+                &[
+                    &row.run_id,
+                    &row.tenant,
+                    &row.traceparent,
+                    &row.body,
+                    &node,
+                    &lease,
+                ],
+            )
+            .map(|_| ())
+        })
+    }
+
+    pub(super) fn remove(&self, run_id: &str) -> Result<(), ServeError> {
+        let run_id = run_id.to_string();
+        self.with(move |tx| {
+            tx.execute(
+                "DELETE FROM agentry.serve_queue WHERE run_id = $1",
+                &[&run_id],
+            )
+            .map(|_| ())
+        })
+    }
+
+    /// Takes, for this service, every queued row whose lease has passed
+    /// (its service is gone), in the order they came.
+    pub(super) fn take_orphans(&self) -> Result<Vec<QueuedRow>, ServeError> {
+        let (node, lease) = (self.node.clone(), LEASE.as_secs_f64());
+        self.with(move |tx| {
+            let rows = tx.query(
+                "UPDATE agentry.serve_queue AS q
+                 SET node = $1, lease_until = now() + make_interval(secs => $2)
+                 FROM (SELECT seq FROM agentry.serve_queue
+                       WHERE lease_until < now() AND node <> $1
+                       ORDER BY seq FOR UPDATE SKIP LOCKED) AS orphan
+                 WHERE q.seq = orphan.seq
+                 RETURNING q.seq, q.run_id, q.tenant, q.traceparent, q.body",
+                &[&node, &lease],
+            )?;
+            let mut taken: Vec<(i64, QueuedRow)> = rows
+                .iter()
+                .map(|row| {
+                    let queued = QueuedRow {
+                        run_id: row.get(1),
+                        tenant: row.get(2),
+                        traceparent: row.get(3),
+                        body: row.get(4),
+                    };
+                    (row.get::<_, i64>(0), queued)
+                })
+                .collect();
+            taken.sort_by_key(|(seq, _)| *seq);
+            Ok(taken.into_iter().map(|(_, row)| row).collect())
+        })
+    }
+
+    /// Renews this service's lease on its rows.
+    pub(super) fn renew(&self) -> Result<(), ServeError> {
+        let (node, lease) = (self.node.clone(), LEASE.as_secs_f64());
+        self.with(move |tx| {
+            tx.execute(
+                "UPDATE agentry.serve_queue
+                 SET lease_until = now() + make_interval(secs => $2) WHERE node = $1",
+                &[&node, &lease],
+            )
+            .map(|_| ())
+        })
+    }
+
+    /// Whether this service holds `run_id`'s row (renewed if so). A row
+    /// that is gone (removed by this service's abort) is not held.
+    pub(super) fn still_held(&self, run_id: &str) -> Result<bool, ServeError> {
+        let (run_id, node, lease) = (run_id.to_string(), self.node.clone(), LEASE.as_secs_f64());
+        self.with(move |tx| {
+            tx.execute(
+                "UPDATE agentry.serve_queue
+                 SET lease_until = now() + make_interval(secs => $3)
+                 WHERE run_id = $1 AND node = $2",
+                &[&run_id, &node, &lease],
+            )
+            .map(|held| held > 0)
+        })
+    }
+
+    /// Keeps `run`'s part of `row`'s tenant's day (see the module docs).
+    pub(super) fn keep_spend(&self, row: &SpendRow, run: &RunSpend) -> Result<(), ServeError> {
+        let (tenant, day) = (row.tenant.clone(), row.day.0 as i64);
+        let (run_id, from, to) = (run.run_id.clone(), run.from as i64, run.to as i64);
+        self.with(move |tx| {
+            tx.execute(
+                "INSERT INTO agentry.serve_spend (tenant, day, run_id, from_micros, to_micros)
+                 VALUES ($1, $2, $3, $4, $5)
+                 ON CONFLICT (tenant, day, run_id) DO UPDATE SET
+                     from_micros = LEAST(agentry.serve_spend.from_micros, EXCLUDED.from_micros),
+                     to_micros = GREATEST(agentry.serve_spend.to_micros, EXCLUDED.to_micros)",
+                &[&tenant, &day, &run_id, &from, &to],
+            )
+            .map(|_| ())
+        })
+    }
+
+    /// Every tenant's spend of `day` (only `tenant`'s when given): the sum
+    /// of its runs' parts.
+    pub(super) fn spend_of(
+        &self,
+        day: UtcDay,
+        tenant: Option<&str>,
+    ) -> Result<Vec<SpendRow>, ServeError> {
+        let (tenant, day_number) = (tenant.map(str::to_string), day.0 as i64);
+        self.with(move |tx| {
+            let rows = tx.query(
+                "SELECT tenant, SUM(GREATEST(to_micros - from_micros, 0))::BIGINT
+                 FROM agentry.serve_spend
+                 WHERE day = $1 AND ($2::TEXT IS NULL OR tenant = $2)
+                 GROUP BY tenant",
+                &[&day_number, &tenant],
+            )?;
+            Ok(rows
+                .iter()
+                .map(|row| SpendRow {
+                    tenant: row.get(0),
+                    day,
+                    micros: row.get::<_, i64>(1).max(0) as u64,
+                })
+                .collect())
+        })
+    }
+}
