@@ -51,6 +51,7 @@ mod cli {
     mod serve_list;
     mod serve_openapi;
     mod serve_ops;
+    mod serve_postgres;
     mod serve_webhooks;
     mod stats;
     mod store_postgres;

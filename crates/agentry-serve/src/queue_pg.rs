@@ -219,3 +219,89 @@ impl DatabaseQueue {
         })
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn queue(url: &str) -> DatabaseQueue {
+        DatabaseQueue::open(Arc::new(Database::connect(url).unwrap())).unwrap()
+    }
+
+    fn row(id: &str) -> QueuedRow {
+        QueuedRow {
+            run_id: id.into(),
+            tenant: Some("acme".into()),
+            traceparent: None,
+            body: id.as_bytes().to_vec(),
+        }
+    }
+
+    /// Two services on one database: the rows one queued are not the
+    /// other's while its hold lasts; once it lapses the other takes them in
+    /// order, and the first no longer holds them.
+    #[test]
+    #[ignore = "needs PostgreSQL (Debian's postgresql package); .ci/run runs it"]
+    fn queued_rows_pass_to_another_service_only_once_their_hold_lapses() {
+        let url = agentry_test_postgres::PgServer::shared().database();
+        let (a, b) = (queue(&url), queue(&url));
+        for id in ["r1", "r2", "r3"] {
+            a.push(&row(id)).unwrap();
+        }
+        a.push(&row("r1")).unwrap();
+        a.remove("r2").unwrap();
+        assert!(b.take_orphans().unwrap().is_empty(), "a holds them");
+        a.renew().unwrap();
+        assert!(a.still_held("r1").unwrap());
+        // a stops renewing (killed): its hold lapses.
+        a.database
+            .transaction(|tx| {
+                tx.execute(
+                    "UPDATE agentry.serve_queue SET lease_until = now() - interval '1 second'",
+                    &[],
+                )
+            })
+            .unwrap();
+        let taken: Vec<String> = b
+            .take_orphans()
+            .unwrap()
+            .into_iter()
+            .map(|r| r.run_id)
+            .collect();
+        assert_eq!(taken, ["r1", "r3"]);
+        assert!(!a.still_held("r1").unwrap(), "b took it");
+        assert!(b.still_held("r3").unwrap());
+        assert!(a.take_orphans().unwrap().is_empty(), "b holds them now");
+    }
+
+    /// Each run's part of a tenant's day is kept once however often it is
+    /// written, and the parts of every service's runs add up.
+    #[test]
+    #[ignore = "needs PostgreSQL (Debian's postgresql package); .ci/run runs it"]
+    fn a_tenants_day_is_the_sum_of_its_runs_parts_each_written_idempotently() {
+        let url = agentry_test_postgres::PgServer::shared().database();
+        let (a, b) = (queue(&url), queue(&url));
+        let day = UtcDay(20_000);
+        let tenant = |micros| SpendRow {
+            tenant: "acme".into(),
+            day,
+            micros,
+        };
+        let part = |run: &str, from, to| RunSpend {
+            run_id: run.into(),
+            from,
+            to,
+        };
+        a.keep_spend(&tenant(100), &part("r1", 0, 100)).unwrap();
+        a.keep_spend(&tenant(100), &part("r1", 0, 100)).unwrap();
+        a.keep_spend(&tenant(250), &part("r1", 100, 250)).unwrap();
+        // r2 resumed on b with 40 spent before: counted from there.
+        b.keep_spend(&tenant(60), &part("r2", 40, 100)).unwrap();
+        let spend = b.spend_of(day, None).unwrap();
+        assert_eq!(spend, [tenant(250 + 60)]);
+        assert_eq!(a.spend_of(day, Some("acme")).unwrap(), [tenant(310)]);
+        assert!(a.spend_of(day, Some("globex")).unwrap().is_empty());
+        assert!(a.spend_of(UtcDay(20_001), None).unwrap().is_empty());
+    }
+}

@@ -15,6 +15,7 @@ pub(super) struct Ops {
     store_file: Option<StoreFile>,
     /// A query of the store's database is in flight (`/healthz`): while it
     /// waits for a server that is away, no other is sent.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     probing: Arc<AtomicBool>,
 }
 

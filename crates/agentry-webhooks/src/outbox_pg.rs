@@ -203,3 +203,53 @@ impl DatabaseOutbox {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::State;
+
+    fn outbox(url: &str) -> Result<DatabaseOutbox, Box<dyn std::error::Error>> {
+        Ok(DatabaseOutbox::open(Arc::new(Database::connect(url)?))?)
+    }
+
+    /// Two services on one database: a due webhook goes to the first that
+    /// asks, not the second, until its attempt is recorded; a retry is due
+    /// to either once its time comes; reserve and ready as in a file.
+    #[test]
+    #[ignore = "needs PostgreSQL (Debian's postgresql package); .ci/run runs it"]
+    fn a_due_webhook_is_claimed_by_one_service_until_its_attempt_is_recorded()
+    -> Result<(), Box<dyn std::error::Error>> {
+        let url = agentry_test_postgres::PgServer::shared().database();
+        let (a, b) = (outbox(&url)?, outbox(&url)?);
+        a.reserve("msg_r1", "http://127.0.0.1:9/h")?;
+        b.reserve("msg_r1", "http://elsewhere/")?;
+        assert!(a.due(10)?.is_empty(), "a waiting webhook is never due");
+        assert_eq!(b.waiting(10)?.len(), 1);
+        let webhook = Webhook {
+            id: "msg_r1".into(),
+            url: "http://127.0.0.1:9/h".into(),
+            body: "{}".into(),
+        };
+        b.ready(&webhook)?;
+        a.ready(&Webhook {
+            body: "{\"second\":true}".into(),
+            ..webhook.clone()
+        })?;
+        let claimed = a.due(10)?;
+        assert_eq!(claimed.len(), 1);
+        assert_eq!(claimed[0].webhook, webhook, "the first body stays");
+        assert!(b.due(10)?.is_empty(), "claimed by a");
+        assert!(a.due(10)?.is_empty(), "claimed once");
+        a.record("msg_r1", Err("HTTP 500"), Some(Duration::ZERO))?;
+        let retried = b.due(10)?;
+        assert_eq!(retried.len(), 1, "due again once recorded");
+        assert_eq!(retried[0].attempts, 1);
+        b.record("msg_r1", Ok(()), None)?;
+        let status = a.status("msg_r1")?.ok_or("no status")?;
+        assert_eq!((status.state, status.attempts), (State::Delivered, 2));
+        assert!(a.remove_finished("msg_r1")?);
+        assert_eq!(b.status("msg_r1")?, None);
+        Ok(())
+    }
+}
