@@ -7,7 +7,7 @@ use std::time::SystemTime;
 use super::agents::{AgentRun, RunMeta};
 use super::create::NewRun;
 use super::limits::{Counts, RunLimits, Slots};
-use super::queue::Queue;
+use super::queue_place::Queue;
 
 /// A run to start: an inline task (its working directory made) or a named
 /// agent's request (checked).

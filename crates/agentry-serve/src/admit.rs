@@ -30,7 +30,8 @@ use super::agents::RunMeta;
 use super::create::{self, NewRun};
 use super::error::{ApiError, ServeError};
 use super::limits::{Admit, QUEUE_FULL_RETRY_SECONDS, UtcDay, Waiting};
-use super::queue::{Queue, QueuedRow, RunSpend, SpendRow};
+use super::queue::{QueuedRow, RunSpend, SpendRow};
+use super::queue_place::Queue;
 use super::table::App;
 use super::tenants::Tenant;
 

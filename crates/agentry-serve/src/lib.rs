@@ -62,6 +62,7 @@
 //! limits.rs     slots, the queue and each tenant's day, as bookkeeping
 //! queue.rs      the queue and the day's spend in the store's SQLite file
 //! queue_pg.rs   … or in a Postgres store's database, shared by services
+//! queue_place.rs the queue's tables in whichever of the two
 //! config.rs     ServiceConfig and Limits
 //! create.rs     a POST /runs body → task, script and working directory
 //! admission.rs  the limits' state over the requests they hold
@@ -102,6 +103,7 @@ mod queue;
 mod queue_held;
 #[cfg(feature = "postgres")]
 mod queue_pg;
+mod queue_place;
 mod retention;
 mod routes;
 mod serve;

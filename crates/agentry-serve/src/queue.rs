@@ -1,6 +1,7 @@
 //! The queue and the day's spend, kept in the store's SQLite file (tables of
-//! their own, beside the store's, as the webhook outbox keeps its own) or a
-//! Postgres store's database (`queue_pg.rs`): a queued run was promised with
+//! their own, beside the store's, as the webhook outbox keeps its own; with a
+//! Postgres store, `queue_pg.rs` keeps them in its database and
+//! `queue_place.rs` picks one): a queued run was promised with
 //! its id (201), so a restart must not lose it; and a restart must not give
 //! a tenant its day's money back.
 //!
@@ -15,7 +16,7 @@ use std::time::Duration;
 use rusqlite::{Connection, params};
 
 use super::error::ServeError;
-use super::limits::{QueuePlace, UtcDay};
+use super::limits::UtcDay;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS agentry_serve_queue (
@@ -58,132 +59,6 @@ pub(super) struct RunSpend {
     pub(super) run_id: String,
     pub(super) from: u64,
     pub(super) to: u64,
-}
-
-/// The queue's tables where [`QueuePlace`] says. Blocking: call it off the
-/// async workers.
-#[derive(Debug)]
-pub(super) enum Queue {
-    File(QueueTable),
-    #[cfg(feature = "postgres")]
-    Database(super::queue_pg::DatabaseQueue),
-}
-
-impl Queue {
-    /// Opens (and if needed makes) the tables at `place`.
-    pub(super) fn open(place: &QueuePlace) -> Result<Queue, ServeError> {
-        match place {
-            QueuePlace::File(path) => QueueTable::open(path).map(Queue::File),
-            #[cfg(feature = "postgres")]
-            QueuePlace::Database(database) => {
-                super::queue_pg::DatabaseQueue::open(std::sync::Arc::clone(database))
-                    .map(Queue::Database)
-            }
-        }
-    }
-
-    /// Whether other services share the tables (their queued runs and
-    /// spend are in it too).
-    pub(super) fn shared(&self) -> bool {
-        match self {
-            Queue::File(_) => false,
-            #[cfg(feature = "postgres")]
-            Queue::Database(_) => true,
-        }
-    }
-
-    /// Keeps a queued request (committed when this returns).
-    pub(super) fn push(&self, row: &QueuedRow) -> Result<(), ServeError> {
-        match self {
-            Queue::File(table) => table.push(row),
-            #[cfg(feature = "postgres")]
-            Queue::Database(db) => db.push(row),
-        }
-    }
-
-    /// Forgets a queued request (started, or aborted before it started).
-    pub(super) fn remove(&self, run_id: &str) -> Result<(), ServeError> {
-        match self {
-            Queue::File(table) => table.remove(run_id),
-            #[cfg(feature = "postgres")]
-            Queue::Database(db) => db.remove(run_id),
-        }
-    }
-
-    /// The queued requests this service is to hold, in the order they
-    /// came: all of them in a file; in a database, those no live service
-    /// holds (taken for this one).
-    pub(super) fn queued(&self) -> Result<Vec<QueuedRow>, ServeError> {
-        match self {
-            Queue::File(table) => table.queued(),
-            #[cfg(feature = "postgres")]
-            Queue::Database(db) => db.take_orphans(),
-        }
-    }
-
-    /// Whether this service still holds queued `run_id` (about to start
-    /// it): always in a file; in a database, unless another service took it
-    /// (this one was presumed gone).
-    pub(super) fn still_held(&self, run_id: &str) -> Result<bool, ServeError> {
-        match self {
-            Queue::File(_) => {
-                let _ = run_id;
-                Ok(true)
-            }
-            #[cfg(feature = "postgres")]
-            Queue::Database(db) => db.still_held(run_id),
-        }
-    }
-
-    /// Renews this service's hold on its queued requests (a database's
-    /// lease; nothing for a file).
-    #[cfg(feature = "postgres")]
-    pub(super) fn renew(&self) -> Result<(), ServeError> {
-        match self {
-            Queue::File(_) => Ok(()),
-            #[cfg(feature = "postgres")]
-            Queue::Database(db) => db.renew(),
-        }
-    }
-
-    /// Keeps what a run spent: `row` is its tenant's day as this service
-    /// counts it (a file keeps that), `run` the run's part (a database keeps
-    /// that, and sums).
-    pub(super) fn keep_spend(&self, row: &SpendRow, run: &RunSpend) -> Result<(), ServeError> {
-        match self {
-            Queue::File(table) => {
-                let _ = run;
-                table.set_spend(row)
-            }
-            #[cfg(feature = "postgres")]
-            Queue::Database(db) => db.keep_spend(row, run),
-        }
-    }
-
-    /// Every tenant's spend of `day`.
-    pub(super) fn spend_of(&self, day: UtcDay) -> Result<Vec<SpendRow>, ServeError> {
-        match self {
-            Queue::File(table) => table.spend_of(day),
-            #[cfg(feature = "postgres")]
-            Queue::Database(db) => db.spend_of(day, None),
-        }
-    }
-
-    /// `tenant`'s spend of `day` as the tables have it.
-    pub(super) fn spend_of_tenant(&self, tenant: &str, day: UtcDay) -> Result<u64, ServeError> {
-        match self {
-            Queue::File(table) => Ok(table
-                .spend_of(day)?
-                .into_iter()
-                .find(|row| row.tenant == tenant)
-                .map_or(0, |row| row.micros)),
-            #[cfg(feature = "postgres")]
-            Queue::Database(db) => Ok(db
-                .spend_of(day, Some(tenant))?
-                .first()
-                .map_or(0, |row| row.micros)),
-        }
-    }
 }
 
 /// The two tables of one SQLite file. Blocking: call it off the async workers.

@@ -10,7 +10,7 @@ use std::time::SystemTime;
 
 use super::admit::keep;
 use super::limits::UtcDay;
-use super::queue::Queue;
+use super::queue_place::Queue;
 use super::table::App;
 use super::tenants::Tenant;
 

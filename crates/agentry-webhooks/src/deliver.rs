@@ -8,7 +8,8 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 use crate::error::WebhookError;
-use crate::outbox::{Outbox, Pending, now_ms};
+use crate::outbox::Outbox;
+use crate::rows::{Pending, now_ms};
 use crate::sign::Secret;
 
 /// When a failed webhook is tried again: after each delay in turn, never

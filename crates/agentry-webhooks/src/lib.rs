@@ -6,6 +6,7 @@
 //!
 //! - `sign`: [`Secret`] (`whsec_…`) and the signature.
 //! - `hosts`: [`WebhookHosts`], where a client's webhook URL may point.
+//! - `rows`: what the outbox keeps of a webhook ([`Webhook`], [`Status`]).
 //! - `outbox`: [`Outbox`], one row per webhook in the store's SQLite file
 //!   (its own table), so what was not delivered survives a restart; a run's
 //!   row is reserved when it starts and made ready when it stops. With the
@@ -21,10 +22,12 @@ mod hosts;
 mod outbox;
 #[cfg(feature = "postgres")]
 mod outbox_pg;
+mod rows;
 mod sign;
 
 pub use deliver::{Deliverer, Schedule};
 pub use error::WebhookError;
 pub use hosts::{UrlRefused, WebhookHosts};
-pub use outbox::{CLAIM, Outbox, Pending, State, Status, Webhook};
+pub use outbox::Outbox;
+pub use rows::{CLAIM, Pending, State, Status, Webhook};
 pub use sign::Secret;

@@ -5,56 +5,12 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::error::WebhookError;
-
-/// One webhook to deliver.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Webhook {
-    /// The `webhook-id`: the same on every attempt (receivers deduplicate on it).
-    pub id: String,
-    /// Where it is POSTed.
-    pub url: String,
-    /// The JSON body, exactly as signed and sent.
-    pub body: String,
-}
-
-/// A webhook waiting for its next attempt.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Pending {
-    /// The webhook.
-    pub webhook: Webhook,
-    /// Attempts made so far.
-    pub attempts: u32,
-    /// When it was enqueued (milliseconds since the epoch).
-    pub created_ms: u64,
-}
-
-/// Where a webhook stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum State {
-    /// Reserved for a run that has not stopped yet ([`Outbox::reserve`]):
-    /// never attempted until [`Outbox::ready`] gives it its body.
-    Waiting,
-    /// Waiting for an attempt.
-    Pending,
-    /// A receiver answered 2xx.
-    Delivered,
-    /// Every attempt the schedule allows failed.
-    GaveUp,
-}
-
-/// A webhook's state and the attempts it took.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Status {
-    /// Where it stands.
-    pub state: State,
-    /// Attempts made.
-    pub attempts: u32,
-}
+use crate::rows::{Pending, Status, Webhook, now_ms, recorded, state_of};
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS agentry_webhooks (
@@ -152,7 +108,7 @@ impl Outbox {
     /// The pending webhooks due by now, oldest first, at most `limit`. In a
     /// Postgres database they are claimed: no other caller gets them until
     /// [`Outbox::record`] says how their attempt went, or the claim lapses
-    /// (its taker died) after [`CLAIM`].
+    /// (its taker died) after [`CLAIM`](crate::CLAIM).
     pub fn due(&self, limit: usize) -> Result<Vec<Pending>, WebhookError> {
         each!(self.due(limit))
     }
@@ -176,34 +132,6 @@ impl Outbox {
     /// Where webhook `id` stands, if it is known.
     pub fn status(&self, id: &str) -> Result<Option<Status>, WebhookError> {
         each!(self.status(id))
-    }
-}
-
-/// How long a claimed webhook ([`Outbox::due`] in a Postgres database) is
-/// no one else's: a pass's whole batch of attempts fits in it, each bounded
-/// by its timeout. A claim whose taker died lapses after it.
-pub const CLAIM: Duration = Duration::from_secs(10 * 60);
-
-/// An attempt's outcome as a row keeps it: state, next attempt, error.
-pub(crate) fn recorded(
-    outcome: Result<(), &str>,
-    retry_in: Option<Duration>,
-) -> (&'static str, u64, Option<&str>) {
-    let now = now_ms();
-    match (outcome, retry_in) {
-        (Ok(()), _) => ("delivered", now, None),
-        (Err(error), Some(after)) => ("pending", now + after.as_millis() as u64, Some(error)),
-        (Err(error), None) => ("gave_up", now, Some(error)),
-    }
-}
-
-/// A state as a row keeps it.
-pub(crate) fn state_of(text: &str) -> State {
-    match text {
-        "delivered" => State::Delivered,
-        "gave_up" => State::GaveUp,
-        "waiting" => State::Waiting,
-        _ => State::Pending,
     }
 }
 
@@ -378,15 +306,10 @@ impl FileOutbox {
     }
 }
 
-pub(crate) fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rows::State;
 
     /// A run's webhook: reserved at its start (never due), ready at its stop
     /// (due, once: a second `ready` or `reserve` changes nothing), removed

@@ -10,7 +10,7 @@ use std::time::Duration;
 use agentry_store::{Database, StoreError, pg};
 
 use crate::error::WebhookError;
-use crate::outbox::{CLAIM, Pending, Status, Webhook, now_ms, recorded, state_of};
+use crate::rows::{CLAIM, Pending, Status, Webhook, now_ms, recorded, state_of};
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS agentry.webhook_outbox (
