@@ -91,11 +91,18 @@ impl App {
             }
             admitted
         };
+        let admitted = match admitted {
+            Admit::Start(request) if !self.take_shared_slot(&run_id, &tenant).await => {
+                self.queue_instead(&run_id, &tenant, request)
+            }
+            other @ (Admit::Start(_) | Admit::Queued(_) | Admit::Full(_)) => other,
+        };
         match admitted {
             Admit::Start(request) => match self.start(&run_id, &tenant, request).await {
                 Ok(handle) => Ok(super::views::created(&run_id, &handle.traceparent())),
                 Err(e) => {
                     self.admission.slots().release(&run_id);
+                    self.release_shared_slot(&run_id);
                     self.dispatch();
                     Err(e)
                 }
@@ -264,6 +271,16 @@ impl App {
                     tokio::task::spawn_blocking(move || drop(request));
                     continue;
                 }
+                if !app.take_shared_slot(&run_id, &tenant).await {
+                    // The services sharing the queue are full: it waits
+                    // for a freed slot (`queue_held.rs`).
+                    app.admission.slots().put_back(Waiting {
+                        run_id,
+                        tenant,
+                        request,
+                    });
+                    break;
+                }
                 let started = app.start(&run_id, &tenant, request).await;
                 let id = run_id.clone();
                 if let Err(e) = keep(app.admission.table(), move |t| t.remove(&id)).await {
@@ -274,6 +291,7 @@ impl App {
                     Err(e) => {
                         tracing::warn!(run_id, error = %e.message(), "a queued run could not start");
                         app.admission.slots().release(&run_id);
+                        app.release_shared_slot(&run_id);
                         app.end_unstarted(
                             &run_id,
                             StopReason::UnrecoverableError,
@@ -339,6 +357,7 @@ impl App {
             slots.hold(id, &tenant);
             (slots.take_fresh(id), slots.counts_cost(&tenant))
         };
+        self.hold_shared_slot(id, &tenant);
         if counts_cost {
             let events = handle.subscribe();
             tokio::spawn(
@@ -413,6 +432,7 @@ impl App {
     pub(super) fn finished(&self, outcome: &RunOutcome, tenant: &Tenant) {
         self.spent(&outcome.run_id, tenant, outcome.budget.spent.cost_micros);
         self.admission.slots().release(&outcome.run_id);
+        self.release_shared_slot(&outcome.run_id);
         self.dispatch();
     }
 

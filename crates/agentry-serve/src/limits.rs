@@ -94,6 +94,15 @@ pub struct TenantLimits {
     pub max_cost_per_day_micros: Option<u64>,
 }
 
+/// The limits a slot shared by several services is taken within.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct SlotLimits {
+    /// `[serve] max_running`.
+    pub(super) total: Option<usize>,
+    /// The tenant's `max_running`.
+    pub(super) tenant: Option<usize>,
+}
+
 /// A UTC day: days since 1970-01-01.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub(super) struct UtcDay(pub(super) u64);
@@ -264,6 +273,36 @@ impl<T> Slots<T> {
         self.running.remove(run_id);
         self.fresh.remove(run_id);
         self.counted.remove(run_id);
+    }
+
+    /// The limits a shared slot for a run of `tenant` is taken within.
+    pub(super) fn slot_limits(&self, tenant: &Tenant) -> SlotLimits {
+        SlotLimits {
+            total: self.limits.max_running,
+            tenant: self.tenant_limits(tenant).max_running,
+        }
+    }
+
+    /// Puts back at the head of the queue a request [`Slots::next`] gave
+    /// out that cannot start after all (the cluster has no slot): its slot
+    /// is free again.
+    pub(super) fn put_back(&mut self, waiting: Waiting<T>) {
+        self.release(&waiting.run_id);
+        self.queue.push_front(waiting);
+    }
+
+    /// The runs holding a slot, with their tenants.
+    #[cfg(feature = "postgres")]
+    pub(super) fn holding(&self) -> Vec<(String, Tenant)> {
+        self.running
+            .iter()
+            .map(|(id, tenant)| (id.clone(), tenant.clone()))
+            .collect()
+    }
+
+    /// How many requests wait.
+    pub(super) fn queued_len(&self) -> usize {
+        self.queue.len()
     }
 
     /// Takes a queued request out (an abort before it started).

@@ -10,6 +10,14 @@
 //! still holds the row, so a service presumed gone (paused past its lease)
 //! does not start a run another took.
 //!
+//! Slots (`agentry.serve_slots`): with a shared queue, `[serve]
+//! max_running` and a tenant's `max_running` hold for every service on the
+//! database. A run takes a row (run id, tenant, the service holding it,
+//! under the same lease) in a transaction that counts first under an
+//! advisory lock; a stopped run's row goes and wakes the others (`NOTIFY`);
+//! rows of a service that is gone lapse with its lease, and a run resumed
+//! elsewhere takes its row over.
+//!
 //! Spend is kept per run and day (the run's spend counted before the day's
 //! first change, and all of it so far, each only ever widened), so writing
 //! it twice changes nothing and every service's runs add up to the tenant's
@@ -21,7 +29,7 @@ use std::time::Duration;
 use agentry::store::{Database, StoreError, pg};
 
 use super::error::ServeError;
-use super::limits::UtcDay;
+use super::limits::{SlotLimits, UtcDay};
 use super::queue::{QueuedRow, RunSpend, SpendRow};
 
 /// How long a service's hold on its queued rows lasts unless renewed.
@@ -40,6 +48,12 @@ CREATE TABLE IF NOT EXISTS agentry.serve_queue (
     node TEXT NOT NULL,
     lease_until TIMESTAMPTZ NOT NULL
 );
+CREATE TABLE IF NOT EXISTS agentry.serve_slots (
+    run_id TEXT PRIMARY KEY,
+    tenant TEXT,
+    node TEXT NOT NULL,
+    lease_until TIMESTAMPTZ NOT NULL
+);
 CREATE TABLE IF NOT EXISTS agentry.serve_spend (
     tenant TEXT NOT NULL,
     day BIGINT NOT NULL,
@@ -49,6 +63,12 @@ CREATE TABLE IF NOT EXISTS agentry.serve_spend (
     PRIMARY KEY (tenant, day, run_id)
 );
 ";
+
+/// The channel a freed slot is announced on.
+pub(super) const SLOTS_CHANNEL: &str = "agentry_serve_slots";
+
+/// The advisory lock slots are counted and taken under ("agentryS").
+const SLOTS_LOCK: i64 = 0x6167_656e_7472_7953;
 
 /// The tables in one database, as one service (`node`) uses them.
 #[derive(Debug)]
@@ -147,17 +167,132 @@ impl DatabaseQueue {
         })
     }
 
-    /// Renews this service's lease on its rows.
+    /// Renews this service's lease on its rows (queued runs and slots).
     pub(super) fn renew(&self) -> Result<(), ServeError> {
         let (node, lease) = (self.node.clone(), LEASE.as_secs_f64());
         self.with(move |tx| {
+            for table in ["agentry.serve_queue", "agentry.serve_slots"] {
+                tx.execute(
+                    &format!(
+                        "UPDATE {table}
+                         SET lease_until = now() + make_interval(secs => $2) WHERE node = $1"
+                    ),
+                    &[&node, &lease],
+                )?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Gives up this service's hold on its queued runs at once (it drains):
+    /// the next service to look takes them.
+    pub(super) fn let_go(&self) -> Result<(), ServeError> {
+        let node = self.node.clone();
+        self.with(move |tx| {
             tx.execute(
-                "UPDATE agentry.serve_queue
-                 SET lease_until = now() + make_interval(secs => $2) WHERE node = $1",
-                &[&node, &lease],
+                "UPDATE agentry.serve_queue SET lease_until = now() - interval '1 second'
+                 WHERE node = $1",
+                &[&node],
             )
             .map(|_| ())
         })
+    }
+
+    /// Takes a slot for `run_id` of `tenant` if the shared limits leave one
+    /// (slots whose lease lapsed are freed first); whether it did. A slot
+    /// `run_id` holds already is kept.
+    pub(super) fn take_slot(
+        &self,
+        run_id: &str,
+        tenant: Option<&str>,
+        limits: SlotLimits,
+    ) -> Result<bool, ServeError> {
+        let (run_id, tenant) = (run_id.to_string(), tenant.map(str::to_string));
+        let (node, lease) = (self.node.clone(), LEASE.as_secs_f64());
+        self.with(move |tx| {
+            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&SLOTS_LOCK])?;
+            tx.execute(
+                "DELETE FROM agentry.serve_slots WHERE lease_until < now()",
+                &[],
+            )?;
+            let held = tx.execute(
+                "UPDATE agentry.serve_slots
+                 SET node = $2, lease_until = now() + make_interval(secs => $3)
+                 WHERE run_id = $1",
+                &[&run_id, &node, &lease],
+            )?;
+            if held > 0 {
+                return Ok(true);
+            }
+            let count = |tx: &mut pg::Transaction<'_>, of_tenant: bool| {
+                tx.query_one(
+                    "SELECT count(*) FROM agentry.serve_slots
+                     WHERE NOT $1 OR tenant IS NOT DISTINCT FROM $2",
+                    &[&of_tenant, &tenant],
+                )
+                .map(|row| row.get::<_, i64>(0).max(0) as usize)
+            };
+            if let Some(max) = limits.total
+                && count(tx, false)? >= max
+            {
+                return Ok(false);
+            }
+            if let Some(max) = limits.tenant
+                && count(tx, true)? >= max
+            {
+                return Ok(false);
+            }
+            tx.execute(
+                "INSERT INTO agentry.serve_slots (run_id, tenant, node, lease_until)
+                 VALUES ($1, $2, $3, now() + make_interval(secs => $4))",
+                &[&run_id, &tenant, &node, &lease],
+            )?;
+            Ok(true)
+        })
+    }
+
+    /// `run_id` holds a slot whatever the limits (a run resumed or taken
+    /// over was let in before).
+    pub(super) fn hold_slot(&self, run_id: &str, tenant: Option<&str>) -> Result<(), ServeError> {
+        let (run_id, tenant) = (run_id.to_string(), tenant.map(str::to_string));
+        let (node, lease) = (self.node.clone(), LEASE.as_secs_f64());
+        self.with(move |tx| {
+            tx.execute(
+                "INSERT INTO agentry.serve_slots (run_id, tenant, node, lease_until)
+                 VALUES ($1, $2, $3, now() + make_interval(secs => $4))
+                 ON CONFLICT (run_id) DO UPDATE SET node = EXCLUDED.node,
+                     lease_until = EXCLUDED.lease_until",
+                &[&run_id, &tenant, &node, &lease],
+            )
+            .map(|_| ())
+        })
+    }
+
+    /// Frees `run_id`'s slot if this service holds it, and says so on
+    /// [`SLOTS_CHANNEL`].
+    pub(super) fn release_slot(&self, run_id: &str) -> Result<(), ServeError> {
+        let (run_id, node) = (run_id.to_string(), self.node.clone());
+        self.with(move |tx| {
+            let freed = tx.execute(
+                "DELETE FROM agentry.serve_slots WHERE run_id = $1 AND node = $2",
+                &[&run_id, &node],
+            )?;
+            if freed > 0 {
+                tx.execute("SELECT pg_notify($1, $2)", &[&SLOTS_CHANNEL, &run_id])?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Calls `on_freed` whenever a service frees a slot (and when the
+    /// listening connection came back: one may have been freed meanwhile).
+    pub(super) fn on_freed_slot(
+        &self,
+        on_freed: impl Fn() + Send + 'static,
+    ) -> Result<agentry::store::Listener, ServeError> {
+        self.database
+            .listen(SLOTS_CHANNEL, move |_| on_freed())
+            .map_err(|e| self.failed(e))
     }
 
     /// Whether this service holds `run_id`'s row (renewed if so). A row
@@ -273,6 +408,48 @@ mod tests {
         assert!(!a.still_held("r1").unwrap(), "b took it");
         assert!(b.still_held("r3").unwrap());
         assert!(a.take_orphans().unwrap().is_empty(), "b holds them now");
+    }
+
+    /// Slots shared by two services: the limits count both services'
+    /// runs, a run's own slot is kept when asked again, a freed or lapsed
+    /// slot goes to the next, and a resumed run holds one whatever the limits.
+    #[test]
+    #[ignore = "needs PostgreSQL (Debian's postgresql package); .ci/run runs it"]
+    fn shared_slots_count_every_services_runs_within_the_limits() {
+        let url = agentry_test_postgres::PgServer::shared().database();
+        let (a, b) = (queue(&url), queue(&url));
+        let limits = |tenant| SlotLimits {
+            total: Some(2),
+            tenant,
+        };
+        assert!(a.take_slot("r1", Some("acme"), limits(Some(1))).unwrap());
+        assert!(
+            !b.take_slot("r2", Some("acme"), limits(Some(1))).unwrap(),
+            "acme's one slot is a's"
+        );
+        assert!(b.take_slot("r2", Some("globex"), limits(None)).unwrap());
+        assert!(
+            !b.take_slot("r3", None, limits(None)).unwrap(),
+            "two runs hold the two slots"
+        );
+        assert!(a.take_slot("r1", Some("acme"), limits(Some(1))).unwrap());
+        b.release_slot("r1").unwrap();
+        assert!(!b.take_slot("r3", None, limits(None)).unwrap(), "r1 is a's");
+        a.release_slot("r1").unwrap();
+        assert!(b.take_slot("r3", None, limits(None)).unwrap());
+        a.hold_slot("r4", None).unwrap();
+        assert!(!a.take_slot("r5", None, limits(None)).unwrap());
+        // b is gone: its slots lapse.
+        b.database
+            .transaction(|tx| {
+                tx.execute(
+                    "UPDATE agentry.serve_slots SET lease_until = now() - interval '1 second'
+                     WHERE run_id IN ('r2', 'r3')",
+                    &[],
+                )
+            })
+            .unwrap();
+        assert!(a.take_slot("r5", None, limits(None)).unwrap());
     }
 
     /// Each run's part of a tenant's day is kept once however often it is

@@ -2,7 +2,7 @@
 //! (`queue.rs`) or a Postgres store's database (`queue_pg.rs`).
 
 use super::error::ServeError;
-use super::limits::{QueuePlace, UtcDay};
+use super::limits::{QueuePlace, SlotLimits, UtcDay};
 use super::queue::{QueueTable, QueuedRow, RunSpend, SpendRow};
 
 /// The queue's tables where [`QueuePlace`] says. Blocking: call it off the
@@ -88,6 +88,58 @@ impl Queue {
             Queue::File(_) => Ok(()),
             #[cfg(feature = "postgres")]
             Queue::Database(db) => db.renew(),
+        }
+    }
+
+    /// Lets go of this service's queued runs at once (it drains).
+    #[cfg(feature = "postgres")]
+    pub(super) fn let_go(&self) -> Result<(), ServeError> {
+        match self {
+            Queue::File(_) => Ok(()),
+            Queue::Database(db) => db.let_go(),
+        }
+    }
+
+    /// Takes a slot shared with other services for `run_id`, within
+    /// `limits`; whether it did (a file's queue is this service's alone:
+    /// its own bookkeeping decided already).
+    pub(super) fn take_slot(
+        &self,
+        run_id: &str,
+        tenant: Option<&str>,
+        limits: SlotLimits,
+    ) -> Result<bool, ServeError> {
+        match self {
+            Queue::File(_) => {
+                let _ = (run_id, tenant, limits);
+                Ok(true)
+            }
+            #[cfg(feature = "postgres")]
+            Queue::Database(db) => db.take_slot(run_id, tenant, limits),
+        }
+    }
+
+    /// `run_id` holds a shared slot whatever the limits (resumed, adopted).
+    pub(super) fn hold_slot(&self, run_id: &str, tenant: Option<&str>) -> Result<(), ServeError> {
+        match self {
+            Queue::File(_) => {
+                let _ = (run_id, tenant);
+                Ok(())
+            }
+            #[cfg(feature = "postgres")]
+            Queue::Database(db) => db.hold_slot(run_id, tenant),
+        }
+    }
+
+    /// Frees `run_id`'s shared slot.
+    pub(super) fn release_slot(&self, run_id: &str) -> Result<(), ServeError> {
+        match self {
+            Queue::File(_) => {
+                let _ = run_id;
+                Ok(())
+            }
+            #[cfg(feature = "postgres")]
+            Queue::Database(db) => db.release_slot(run_id),
         }
     }
 

@@ -9,6 +9,7 @@
 //!   on a node that comes back on the same database;
 //! - a tenant's spend of the day is the sum across nodes, and stays;
 //! - webhooks of runs on two nodes are each sent once per attempt;
+//! - `[serve] max_running` holds for every node on the database;
 //! - `/healthz` is 503 while the Postgres server is stopped, 200 once back.
 
 use std::collections::HashMap;
@@ -77,7 +78,7 @@ async fn serve_on_postgres_runs_a_task_to_its_end_and_is_healthy() {
         "SELECT string_agg(table_name, ',' ORDER BY table_name) FROM information_schema.tables \
          WHERE table_schema = 'agentry' AND table_name LIKE 'serve_%'",
     );
-    assert_eq!(tables, "serve_queue,serve_spend");
+    assert_eq!(tables, "serve_queue,serve_slots,serve_spend");
     let log = served.log.lock().unwrap().clone();
     assert!(!log.contains(password(&url)), "{log}");
 }
@@ -122,6 +123,41 @@ async fn a_run_queued_on_a_killed_node_starts_on_a_node_that_comes_back() {
     let db = url.rsplit('/').next().unwrap();
     let left = PgServer::shared().superuser_sql(db, "SELECT count(*) FROM agentry.serve_queue");
     assert_eq!(left, "0");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL (Debian's postgresql package); .ci/run runs it"]
+async fn max_running_holds_for_every_node_on_the_database() {
+    let url = PgServer::shared().database();
+    let dir = tempfile::tempdir().unwrap();
+    let config = "[serve]\nmax_running = 1\n";
+    let env = [("AGENTRY_TOKEN", TOKEN)];
+    let a = node(dir.path(), "a", &url, config, &env);
+    let b = node(dir.path(), "b", &url, config, &env);
+    let holder = a.create(TOKEN, &listener_task()).await;
+    a.wait_status(TOKEN, &holder, "sleeping").await;
+    // Node b runs nothing, but the one slot is a's run's.
+    let reply = b
+        .send("POST", "/runs", Some(TOKEN), Some(&quick_task("waited")))
+        .await;
+    assert_eq!(reply.status, 201, "{:?}", reply.body);
+    assert_eq!(reply.body["status"], "queued", "{:?}", reply.body);
+    let queued = reply.body["run_id"].as_str().unwrap().to_string();
+    let aborted = a
+        .send(
+            "POST",
+            &format!("/runs/{holder}/interrupt"),
+            Some(TOKEN),
+            Some(&json!({"action": "abort"})),
+        )
+        .await;
+    assert_eq!(aborted.status, 202, "{:?}", aborted.body);
+    // The slot a frees goes to b's queued run.
+    let run = b.wait_status(TOKEN, &queued, "stopped").await;
+    assert_eq!(run["outcome"]["stop_reason"], "done", "{run:?}");
+    let db = url.rsplit('/').next().unwrap();
+    let slots = PgServer::shared().superuser_sql(db, "SELECT count(*) FROM agentry.serve_slots");
+    assert_eq!(slots, "0");
 }
 
 /// A tokens file for acme and serve.toml naming `rest`.
