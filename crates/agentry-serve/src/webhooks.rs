@@ -56,7 +56,7 @@ impl Webhooks {
     }
 
     /// Webhooks to `hosts`, kept in `outbox` (e.g. a Postgres store's,
-    /// [`Outbox::in_database`]), signed with `secret`, retried on `schedule`.
+    /// `Outbox::in_database`), signed with `secret`, retried on `schedule`.
     pub fn with_outbox(
         outbox: Outbox,
         hosts: WebhookHosts,

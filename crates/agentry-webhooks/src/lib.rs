@@ -10,7 +10,7 @@
 //! - `outbox`: [`Outbox`], one row per webhook in the store's SQLite file
 //!   (its own table), so what was not delivered survives a restart; a run's
 //!   row is reserved when it starts and made ready when it stops. With the
-//!   feature `postgres`, [`Outbox::in_database`] keeps it in a Postgres
+//!   feature `postgres`, `Outbox::in_database` keeps it in a Postgres
 //!   store's database instead (`outbox_pg`), where services sharing it claim
 //!   each attempt so only one makes it.
 //! - `deliver`: [`Deliverer`], which POSTs what is due and retries a failure
