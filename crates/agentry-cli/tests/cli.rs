@@ -12,6 +12,7 @@ use serde_json::Value;
 mod cli {
     mod child_models;
     mod cluster;
+    mod cluster_edges;
     mod docs;
     mod errors;
     mod fallback;
@@ -52,6 +53,7 @@ mod cli {
     mod serve_list;
     mod serve_openapi;
     mod serve_ops;
+    mod serve_postgres;
     mod serve_webhooks;
     mod stats;
     mod store_postgres;

@@ -7,7 +7,7 @@ use std::time::SystemTime;
 use super::agents::{AgentRun, RunMeta};
 use super::create::NewRun;
 use super::limits::{Counts, RunLimits, Slots};
-use super::queue::QueueTable;
+use super::queue_place::Queue;
 
 /// A run to start: an inline task (its working directory made) or a named
 /// agent's request (checked).
@@ -30,7 +30,7 @@ pub(super) struct Request {
 #[derive(Debug)]
 pub(super) struct Admission {
     slots: Mutex<Slots<Request>>,
-    pub(super) table: OnceLock<Arc<QueueTable>>,
+    pub(super) table: OnceLock<Arc<Queue>>,
     /// Tenants whose counts `/metrics` shows by name.
     configured: Vec<String>,
 }
@@ -62,7 +62,7 @@ impl Admission {
         self.slots().position(run_id)
     }
 
-    pub(super) fn table(&self) -> Option<Arc<QueueTable>> {
+    pub(super) fn table(&self) -> Option<Arc<Queue>> {
         self.table.get().cloned()
     }
 }

@@ -7,8 +7,9 @@
 //! A queued run takes no input: a message, event, decision or interrupt is
 //! 409 until it starts, except `{"action": "abort"}`, which takes it out of
 //! the queue (it stops `user_abort` without having run). Its event stream
-//! waits for its first event. The queue is kept in the store's file
-//! (`queue.rs`) and restored, in order, when the service starts again.
+//! waits for its first event. The queue is kept beside the store's tables
+//! (`queue.rs`) and restored, in order, when the service starts again; in a
+//! Postgres database shared by several services, see `queue_held.rs`.
 
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -29,17 +30,18 @@ use super::agents::RunMeta;
 use super::create::{self, NewRun};
 use super::error::{ApiError, ServeError};
 use super::limits::{Admit, QUEUE_FULL_RETRY_SECONDS, UtcDay, Waiting};
-use super::queue::{QueueTable, QueuedRow, SpendRow};
+use super::queue::{QueuedRow, RunSpend, SpendRow};
+use super::queue_place::Queue;
 use super::table::App;
 use super::tenants::Tenant;
 
 /// Runs `work` on the table off the async workers; a failure is logged.
-async fn keep(
-    table: Option<Arc<QueueTable>>,
-    work: impl FnOnce(&QueueTable) -> Result<(), ServeError> + Send + 'static,
-) -> Result<(), ServeError> {
+pub(super) async fn keep<T: Default + Send + 'static>(
+    table: Option<Arc<Queue>>,
+    work: impl FnOnce(&Queue) -> Result<T, ServeError> + Send + 'static,
+) -> Result<T, ServeError> {
     let Some(table) = table else {
-        return Ok(());
+        return Ok(T::default());
     };
     tokio::task::spawn_blocking(move || work(&table))
         .await
@@ -74,6 +76,7 @@ impl App {
         request: Request,
         body: Bytes,
     ) -> Result<Response, ApiError> {
+        self.refresh_spend(&tenant).await;
         self.refuse_past_cost(&tenant)?;
         let run_id = uuid::Uuid::now_v7().to_string();
         let traceparent = request.traceparent.clone();
@@ -88,11 +91,18 @@ impl App {
             }
             admitted
         };
+        let admitted = match admitted {
+            Admit::Start(request) if !self.take_shared_slot(&run_id, &tenant).await => {
+                self.queue_instead(&run_id, &tenant, request)
+            }
+            other @ (Admit::Start(_) | Admit::Queued(_) | Admit::Full(_)) => other,
+        };
         match admitted {
             Admit::Start(request) => match self.start(&run_id, &tenant, request).await {
                 Ok(handle) => Ok(super::views::created(&run_id, &handle.traceparent())),
                 Err(e) => {
                     self.admission.slots().release(&run_id);
+                    self.release_shared_slot(&run_id);
                     self.dispatch();
                     Err(e)
                 }
@@ -255,6 +265,22 @@ impl App {
                 else {
                     break;
                 };
+                if !app.still_held(&run_id).await {
+                    // Another service took it (this one was presumed gone).
+                    app.admission.slots().release(&run_id);
+                    tokio::task::spawn_blocking(move || drop(request));
+                    continue;
+                }
+                if !app.take_shared_slot(&run_id, &tenant).await {
+                    // The services sharing the queue are full: it waits
+                    // for a freed slot (`queue_held.rs`).
+                    app.admission.slots().put_back(Waiting {
+                        run_id,
+                        tenant,
+                        request,
+                    });
+                    break;
+                }
                 let started = app.start(&run_id, &tenant, request).await;
                 let id = run_id.clone();
                 if let Err(e) = keep(app.admission.table(), move |t| t.remove(&id)).await {
@@ -265,6 +291,7 @@ impl App {
                     Err(e) => {
                         tracing::warn!(run_id, error = %e.message(), "a queued run could not start");
                         app.admission.slots().release(&run_id);
+                        app.release_shared_slot(&run_id);
                         app.end_unstarted(
                             &run_id,
                             StopReason::UnrecoverableError,
@@ -330,6 +357,7 @@ impl App {
             slots.hold(id, &tenant);
             (slots.take_fresh(id), slots.counts_cost(&tenant))
         };
+        self.hold_shared_slot(id, &tenant);
         if counts_cost {
             let events = handle.subscribe();
             tokio::spawn(
@@ -371,10 +399,11 @@ impl App {
     /// `run_id` has spent `total` in all: what is new counts to its
     /// tenant's day, and is kept.
     fn spent(&self, run_id: &str, tenant: &Tenant, total: u64) {
-        let changed = self
-            .admission
-            .slots()
-            .spent(run_id, tenant, total, SystemTime::now());
+        let (changed, from) = {
+            let mut slots = self.admission.slots();
+            let from = slots.counted(run_id);
+            (slots.spent(run_id, tenant, total, SystemTime::now()), from)
+        };
         let (Some((day, micros)), Some(name)) = (changed, tenant.name()) else {
             return;
         };
@@ -383,11 +412,19 @@ impl App {
             day,
             micros,
         };
-        let table = self.admission.table();
+        let run = RunSpend {
+            run_id: run_id.to_string(),
+            from,
+            to: from.max(total),
+        };
+        let app = self.clone();
+        let tenant = tenant.clone();
         tokio::spawn(async move {
-            if let Err(e) = keep(table, move |t| t.set_spend(&row)).await {
+            let table = app.admission.table();
+            if let Err(e) = keep(table, move |t| t.keep_spend(&row, &run)).await {
                 tracing::warn!(error = %e, "a tenant's spend of the day is not kept");
             }
+            app.refresh_spend(&tenant).await;
         });
     }
 
@@ -395,21 +432,22 @@ impl App {
     pub(super) fn finished(&self, outcome: &RunOutcome, tenant: &Tenant) {
         self.spent(&outcome.run_id, tenant, outcome.budget.spent.cost_micros);
         self.admission.slots().release(&outcome.run_id);
+        self.release_shared_slot(&outcome.run_id);
         self.dispatch();
     }
 
-    /// Opens the queue's table in `RunLimits::queue_file` (the store's
-    /// file), reads back today's spend and the runs queued before a
+    /// Opens the queue's table where `RunLimits::queue_file` says (beside
+    /// the store's tables), reads back today's spend and the runs queued before a
     /// restart, in order, and starts what may start. A queued run whose run
     /// is already in the store (it started just before the restart) is
     /// skipped. Returns how many runs were queued again.
     pub async fn restore_queue(&self) -> Result<usize, ServeError> {
-        let Some(path) = self.admission.slots().limits().queue_file.clone() else {
+        let Some(place) = self.admission.slots().limits().queue_file.clone() else {
             return Ok(0);
         };
         let now = SystemTime::now();
         let (table, spend, rows) = tokio::task::spawn_blocking(move || {
-            let table = QueueTable::open(&path)?;
+            let table = Queue::open(&place)?;
             let spend = table.spend_of(UtcDay::of(now))?;
             let rows = table.queued()?;
             Ok::<_, ServeError>((table, spend, rows))
@@ -430,13 +468,16 @@ impl App {
         for row in rows {
             restored += usize::from(self.restore_one(row).await);
         }
+        if table.shared() {
+            tokio::spawn(self.clone().hold_queue(table));
+        }
         self.dispatch();
         Ok(restored)
     }
 
     /// One queued request read back: queued again, or (its body no longer
     /// valid) stopped without having run.
-    async fn restore_one(&self, row: QueuedRow) -> bool {
+    pub(super) async fn restore_one(&self, row: QueuedRow) -> bool {
         let run_id = row.run_id.clone();
         if self.runtime.stored_config(&run_id).await.is_ok() {
             let id = run_id.clone();

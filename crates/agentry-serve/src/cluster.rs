@@ -10,71 +10,19 @@ use std::sync::Arc;
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
-use axum::http::{Method, StatusCode, Uri};
+use axum::http::{Method, Uri};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use futures::future::BoxFuture;
 use tower_service::Service;
 
 use super::error::ApiError;
-use super::events::EventFeed;
+use super::node::{Answer, Cluster, Forward};
 use super::table::App;
 use super::tenants::Tenant;
 
 /// Request bodies a forwarded request may carry (the largest route limit is
 /// the create body's, which is never forwarded).
 const MAX_FORWARDED_BODY: usize = 16 * 1024 * 1024;
-
-/// A request for a run this node does not hold, as another node applies it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Forward {
-    /// The run it is for.
-    pub run_id: String,
-    /// The tenant that sent it (`None`: a service without tokens).
-    pub tenant: Option<String>,
-    /// `GET` or `POST`.
-    pub method: String,
-    /// The path and query, as sent.
-    pub path: String,
-    /// The body, as sent.
-    pub body: Vec<u8>,
-}
-
-/// An answer to a [`Forward`]: what the node holding the run answered.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Answer {
-    /// The HTTP status.
-    pub status: u16,
-    /// The JSON body.
-    pub body: Vec<u8>,
-}
-
-impl IntoResponse for Answer {
-    fn into_response(self) -> Response {
-        let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::BAD_GATEWAY);
-        (
-            status,
-            [(axum::http::header::CONTENT_TYPE, "application/json")],
-            self.body,
-        )
-            .into_response()
-    }
-}
-
-/// The nodes a service shares its store with (see the module docs).
-pub trait Cluster: Send + Sync + std::fmt::Debug + 'static {
-    /// Answers `forward`, a request for a run this node does not hold: the
-    /// answer of the node that does, or of the store when none does now.
-    fn elsewhere(&self, forward: Forward) -> BoxFuture<'static, Response>;
-
-    /// Keeps the events of run `run_id`, which entered this node's table,
-    /// where every node reads them (`feed` ends when the run's log closes).
-    fn keep_events(&self, run_id: String, feed: EventFeed);
-
-    /// Answers `GET /runs/{id}/events` (`forward`) from the kept events, on
-    /// whichever node it reached.
-    fn stream(&self, forward: Forward, after: Option<u64>) -> BoxFuture<'static, Response>;
-}
 
 impl App {
     /// Makes this service a node of `cluster`: requests for runs it does not
@@ -166,7 +114,7 @@ impl App {
         }
         let response = match get {
             true => {
-                let mut view = super::routes::stored_view(id, &snapshot);
+                let mut view = super::views::stored_view(id, &snapshot);
                 super::views::meta_fields(&mut view, &meta);
                 axum::Json(view).into_response()
             }

@@ -54,6 +54,7 @@
 //! allowed.rs    --allow-host and --allow-origin values
 //! streams.rs    open event streams, bounded per run and in total
 //! events.rs     a run's event log and its SSE stream
+//! node.rs       the cluster seam: a forwarded request, its answer, `Cluster`
 //! serve.rs      accepting and bounding connections
 //! status.rs     draining, and the store file /healthz checks
 //! agents.rs     the operator's named agents (`Agents`, implemented by the CLI)
@@ -61,6 +62,8 @@
 //! webhooks.rs   completion webhooks: the allowed hosts, the outbox, the body
 //! limits.rs     slots, the queue and each tenant's day, as bookkeeping
 //! queue.rs      the queue and the day's spend in the store's SQLite file
+//! queue_pg.rs   … or in a Postgres store's database, shared by services
+//! queue_place.rs the queue's tables in whichever of the two
 //! config.rs     ServiceConfig and Limits
 //! create.rs     a POST /runs body → task, script and working directory
 //! admission.rs  the limits' state over the requests they hold
@@ -70,6 +73,7 @@
 //! table.rs      App: the table of runs, following each until it stops
 //! hooks.rs      a run's webhook reserved as it enters the table, ready at its stop
 //! admit.rs      POST /runs through the limits: start, queue or 429
+//! queue_held.rs a queue shared by services: holding it, taking what the gone left
 //! listing.rs    GET /runs: filters, the cursor, store and table merged
 //! retention.rs  stopped runs removed after [serve] retention
 //! ops.rs        /healthz and the drain on SIGTERM
@@ -96,9 +100,14 @@ mod inputs;
 mod limits;
 mod listing;
 mod narrow;
+mod node;
 pub mod openapi;
 mod ops;
 mod queue;
+mod queue_held;
+#[cfg(feature = "postgres")]
+mod queue_pg;
+mod queue_place;
 mod retention;
 mod routes;
 mod serve;
@@ -113,7 +122,6 @@ pub use admit::cap_cost;
 pub use agentry_webhooks::WebhookError;
 pub use agents::{AgentRun, Agents, Launched, ModelLoad, RunMeta};
 pub use allowed::{AllowError, AllowedHost, AllowedOrigin};
-pub use cluster::{Answer, Cluster, Forward};
 pub use config::{LimitSettings, Limits, ServiceConfig};
 pub use create::write_files;
 pub use error::{ApiError, ServeError, code_of};
@@ -122,9 +130,10 @@ pub use file::{
     AgentEntry, AuthSection, BadKey, DEFAULT_DRAIN_TIMEOUT, ModelEntry, ServeFile, ServeSection,
     TelemetrySection, TenantEntry, micros_of,
 };
-pub use limits::{DEFAULT_MAX_QUEUED, RunLimits, TenantLimits};
+pub use limits::{DEFAULT_MAX_QUEUED, QueuePlace, RunLimits, TenantLimits};
 pub use listing::{DEFAULT_LIMIT, MAX_LIMIT};
 pub use narrow::narrow;
+pub use node::{Answer, Cluster, Forward};
 pub use ops::{DRAIN_RETRY_AFTER_SECONDS, Drained};
 pub use streams::StreamLimits;
 pub use table::{App, Resumed};

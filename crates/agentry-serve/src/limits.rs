@@ -39,11 +39,40 @@ pub struct RunLimits {
     pub max_queued: usize,
     /// Each configured tenant's limits, by name.
     pub tenants: BTreeMap<String, TenantLimits>,
-    /// The SQLite file (the store's) where queued requests and each tenant's
-    /// spend of the day are kept, so a restart loses neither; `None`: memory
-    /// only.
-    pub queue_file: Option<PathBuf>,
+    /// Where queued requests and each tenant's spend of the day are kept
+    /// (the store's SQLite file, or its Postgres database), so a restart
+    /// loses neither; `None`: memory only.
+    pub queue_file: Option<QueuePlace>,
 }
+
+/// Where the queue and the day's spend are kept: beside the store's tables.
+#[derive(Debug, Clone)]
+pub enum QueuePlace {
+    /// The store's SQLite file: this service's alone.
+    File(PathBuf),
+    /// A Postgres store's database (feature `postgres`): shared by every
+    /// service on it. A queued run is held by the service that queued it
+    /// while that service lives (a lease it renews); a service that is gone
+    /// leaves its queued runs to the others, and a tenant's spend of the day
+    /// is the sum of every service's.
+    #[cfg(feature = "postgres")]
+    Database(std::sync::Arc<agentry::store::Database>),
+}
+
+impl PartialEq for QueuePlace {
+    fn eq(&self, other: &QueuePlace) -> bool {
+        match (self, other) {
+            (QueuePlace::File(a), QueuePlace::File(b)) => a == b,
+            #[cfg(feature = "postgres")]
+            (QueuePlace::Database(a), QueuePlace::Database(b)) => std::sync::Arc::ptr_eq(a, b),
+            #[cfg(feature = "postgres")]
+            (QueuePlace::File(_), QueuePlace::Database(_))
+            | (QueuePlace::Database(_), QueuePlace::File(_)) => false,
+        }
+    }
+}
+
+impl Eq for QueuePlace {}
 
 impl Default for RunLimits {
     fn default() -> Self {
@@ -63,6 +92,15 @@ pub struct TenantLimits {
     pub max_running: Option<usize>,
     /// Money (millionths) the tenant's runs may spend per UTC day.
     pub max_cost_per_day_micros: Option<u64>,
+}
+
+/// The limits a slot shared by several services is taken within.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct SlotLimits {
+    /// `[serve] max_running`.
+    pub(super) total: Option<usize>,
+    /// The tenant's `max_running`.
+    pub(super) tenant: Option<usize>,
 }
 
 /// A UTC day: days since 1970-01-01.
@@ -237,6 +275,36 @@ impl<T> Slots<T> {
         self.counted.remove(run_id);
     }
 
+    /// The limits a shared slot for a run of `tenant` is taken within.
+    pub(super) fn slot_limits(&self, tenant: &Tenant) -> SlotLimits {
+        SlotLimits {
+            total: self.limits.max_running,
+            tenant: self.tenant_limits(tenant).max_running,
+        }
+    }
+
+    /// Puts back at the head of the queue a request [`Slots::next`] gave
+    /// out that cannot start after all (the cluster has no slot): its slot
+    /// is free again.
+    pub(super) fn put_back(&mut self, waiting: Waiting<T>) {
+        self.release(&waiting.run_id);
+        self.queue.push_front(waiting);
+    }
+
+    /// The runs holding a slot, with their tenants.
+    #[cfg(feature = "postgres")]
+    pub(super) fn holding(&self) -> Vec<(String, Tenant)> {
+        self.running
+            .iter()
+            .map(|(id, tenant)| (id.clone(), tenant.clone()))
+            .collect()
+    }
+
+    /// How many requests wait.
+    pub(super) fn queued_len(&self) -> usize {
+        self.queue.len()
+    }
+
     /// Takes a queued request out (an abort before it started).
     pub(super) fn cancel(&mut self, run_id: &str) -> Option<Waiting<T>> {
         let at = self.queue.iter().position(|w| w.run_id == run_id)?;
@@ -291,6 +359,11 @@ impl<T> Slots<T> {
     pub(super) fn baseline(&mut self, run_id: &str, micros: u64) {
         let counted = self.counted.entry(run_id.to_string()).or_insert(0);
         *counted = (*counted).max(micros);
+    }
+
+    /// What `run_id`'s spend counted so far.
+    pub(super) fn counted(&self, run_id: &str) -> u64 {
+        self.counted.get(run_id).copied().unwrap_or(0)
     }
 
     /// `run_id` (of `tenant`) has spent `total` in all: what is new is added

@@ -115,7 +115,8 @@ impl App {
     }
 
     /// The store's state: `Ok` when its writer takes writes and a read of
-    /// its file answers, in time; else what is wrong.
+    /// its file (a Postgres store: a trivial query of its database) answers,
+    /// in time; else what is wrong.
     async fn store_state(&self) -> Result<(), StoreProblem> {
         let Some(store) = self.runtime.store().cloned() else {
             return Ok(());
@@ -129,6 +130,13 @@ impl App {
         flushed
             .map_err(|_| silent("a flush"))?
             .map_err(StoreProblem::NoWrites)?;
+        #[cfg(feature = "postgres")]
+        {
+            let place = self.admission.slots().limits().queue_file.clone();
+            if let Some(super::limits::QueuePlace::Database(database)) = place {
+                return self.ops.probe_database(database, STORE_ANSWER).await;
+            }
+        }
         let read = tokio::task::spawn_blocking(move || store.load(PROBE_RUN_ID).map(|_| ()));
         tokio::time::timeout(STORE_ANSWER, read)
             .await

@@ -1,7 +1,9 @@
 //! The queue and the day's spend, kept in the store's SQLite file (tables of
-//! their own, beside the store's, as the webhook outbox keeps its own): a
-//! queued run was promised with its id (201), so a restart must not lose it;
-//! and a restart must not give a tenant its day's money back.
+//! their own, beside the store's, as the webhook outbox keeps its own; with a
+//! Postgres store, `queue_pg.rs` keeps them in its database and
+//! `queue_place.rs` picks one): a queued run was promised with
+//! its id (201), so a restart must not lose it; and a restart must not give
+//! a tenant its day's money back.
 //!
 //! A queued request is kept as the body it came with (checked then, checked
 //! again when it is restored), its tenant and `traceparent`, under its run
@@ -47,6 +49,16 @@ pub(super) struct SpendRow {
     pub(super) tenant: String,
     pub(super) day: UtcDay,
     pub(super) micros: u64,
+}
+
+/// What one run spent on a day, as counted: from `from` (its spend counted
+/// before the day's first change) to `to` (all of it so far). A Postgres
+/// database keeps this per run, so services sharing it add up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct RunSpend {
+    pub(super) run_id: String,
+    pub(super) from: u64,
+    pub(super) to: u64,
 }
 
 /// The two tables of one SQLite file. Blocking: call it off the async workers.

@@ -18,7 +18,7 @@ use axum::middleware;
 use axum::response::sse::{KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use serde_json::{Value, json};
+use serde_json::json;
 use tokio::net::TcpListener;
 
 use super::body::body_bytes;
@@ -26,7 +26,7 @@ use super::error::ApiError;
 use super::inputs::{decide, inject_event, interrupt, send_message, settle};
 use super::table::{App, Run};
 use super::tenants::Tenant;
-use super::views::meta_fields;
+use super::views::{meta_fields, run_view};
 use super::{create, guard, ops, serve};
 
 impl App {
@@ -157,48 +157,6 @@ async fn show_run(
     Ok(view(&snapshot, outcome.as_ref()))
 }
 
-/// A run's view from its last stored checkpoint, as `GET /runs/{id}` shows
-/// it on a node that does not hold it (with its outcome once it stopped).
-pub(super) fn stored_view(id: &str, snapshot: &RunSnapshot) -> Value {
-    let mut view = run_view(id, snapshot, None);
-    if snapshot.status != RunStatus::Stopped {
-        return view;
-    }
-    view["outcome"] = json!({
-        "stop_reason": snapshot.control.stop_reason,
-        "answer": snapshot.task.answer,
-        "detail": Value::Null,
-        "steps": snapshot.control.spent.steps,
-        "tool_calls": snapshot.control.spent.tool_calls,
-    });
-    view
-}
-
-fn run_view(id: &str, snapshot: &RunSnapshot, outcome: Option<&RunOutcome>) -> Value {
-    let mut view = json!({
-        "run_id": id,
-        "status": snapshot.status,
-        "steps": snapshot.control.spent.steps,
-        "tool_calls": snapshot.control.spent.tool_calls,
-        "inputs": snapshot.inputs,
-        "pending_approvals": snapshot.pending_approvals,
-    });
-    if !snapshot.pending_decisions.is_empty() {
-        // Only durable runs resumed after a crash have these.
-        view["pending_decisions"] = json!(snapshot.pending_decisions);
-    }
-    if let Some(o) = outcome {
-        view["outcome"] = json!({
-            "stop_reason": o.stop_reason,
-            "answer": o.answer,
-            "detail": o.detail,
-            "steps": o.steps,
-            "tool_calls": o.tool_calls,
-        });
-    }
-    view
-}
-
 async fn stream_events(
     State(app): State<App>,
     Extension(tenant): Extension<Tenant>,
@@ -211,7 +169,7 @@ async fn stream_events(
     // A node of a cluster serves every run's stream from the kept events,
     // so its numbering is the same whichever node a client reaches.
     if let Some(cluster) = app.cluster.get() {
-        let forward = super::cluster::Forward {
+        let forward = super::node::Forward {
             path: format!("/runs/{id}/events"),
             run_id: id,
             tenant: tenant.name().map(str::to_string),

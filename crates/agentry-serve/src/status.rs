@@ -1,9 +1,10 @@
 //! The service's operational state, shared by every clone of the `App`:
-//! whether it drains, and the store file `GET /healthz` checks. A leaf:
-//! `table.rs` holds it, `ops.rs` acts on it.
+//! whether it drains, and the store file (or Postgres database) `GET
+//! /healthz` checks. A leaf: `table.rs` holds it, `ops.rs` acts on it.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// See the module docs.
@@ -12,6 +13,10 @@ pub(super) struct Ops {
     draining: AtomicBool,
     /// The store's file and the identity it had when the service started.
     store_file: Option<StoreFile>,
+    /// A query of the store's database is in flight (`/healthz`): while it
+    /// waits for a server that is away, no other is sent.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    probing: Arc<AtomicBool>,
 }
 
 /// A file and its device and inode numbers.
@@ -36,6 +41,7 @@ impl Ops {
         Ops {
             draining: AtomicBool::new(false),
             store_file,
+            probing: Arc::default(),
         }
     }
 
@@ -65,6 +71,37 @@ impl Ops {
                 source,
             }),
         }
+    }
+}
+
+impl Ops {
+    /// A trivial query of the store's Postgres database, answered within
+    /// `within`. One at a time: a query still waiting (the server is away)
+    /// makes the next check fail at once rather than wait beside it.
+    #[cfg(feature = "postgres")]
+    pub(super) async fn probe_database(
+        &self,
+        database: Arc<agentry::store::Database>,
+        within: std::time::Duration,
+    ) -> Result<(), StoreProblem> {
+        let silent = StoreProblem::Silent {
+            what: "a query of the database",
+            within,
+        };
+        if self.probing.swap(true, Ordering::SeqCst) {
+            return Err(silent);
+        }
+        let probing = Arc::clone(&self.probing);
+        let probe = tokio::task::spawn_blocking(move || {
+            let answered = database.transaction(|tx| tx.query_one("SELECT 1", &[]).map(|_| ()));
+            probing.store(false, Ordering::SeqCst);
+            answered
+        });
+        tokio::time::timeout(within, probe)
+            .await
+            .map_err(|_| silent)?
+            .map_err(StoreProblem::ReadFailed)?
+            .map_err(StoreProblem::Unreadable)
     }
 }
 

@@ -39,7 +39,7 @@ pub struct App {
     /// Draining, and what `/healthz` checks (`ops.rs`).
     pub(super) ops: Arc<Ops>,
     /// The nodes this one shares its store with, once it joined them (`cluster.rs`).
-    pub(super) cluster: Arc<std::sync::OnceLock<Arc<dyn super::cluster::Cluster>>>,
+    pub(super) cluster: Arc<std::sync::OnceLock<Arc<dyn super::node::Cluster>>>,
 }
 
 /// One run: its handle while it runs, its event log, and the working directory

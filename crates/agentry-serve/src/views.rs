@@ -1,9 +1,13 @@
-//! Answer bodies more than one route gives: a started run's 201, and the
-//! agent and model a named agent's run shows.
+//! Answer bodies more than one route gives: a started run's 201, the
+//! agent and model a named agent's run shows, and a run's view (from its
+//! handle, or from the store on a node of a cluster that does not hold it).
 
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
+
+use agentry::protocol::state::RunSnapshot;
+use agentry::{RunOutcome, RunStatus};
 
 use super::agents::RunMeta;
 
@@ -26,4 +30,46 @@ pub(super) fn meta_fields(view: &mut Value, meta: &RunMeta) {
     if let Some(model) = &meta.model {
         view["model"] = json!(model);
     }
+}
+
+/// A run's view from its last stored checkpoint, as `GET /runs/{id}` shows
+/// it on a node that does not hold it (with its outcome once it stopped).
+pub(super) fn stored_view(id: &str, snapshot: &RunSnapshot) -> Value {
+    let mut view = run_view(id, snapshot, None);
+    if snapshot.status != RunStatus::Stopped {
+        return view;
+    }
+    view["outcome"] = json!({
+        "stop_reason": snapshot.control.stop_reason,
+        "answer": snapshot.task.answer,
+        "detail": Value::Null,
+        "steps": snapshot.control.spent.steps,
+        "tool_calls": snapshot.control.spent.tool_calls,
+    });
+    view
+}
+
+pub(super) fn run_view(id: &str, snapshot: &RunSnapshot, outcome: Option<&RunOutcome>) -> Value {
+    let mut view = json!({
+        "run_id": id,
+        "status": snapshot.status,
+        "steps": snapshot.control.spent.steps,
+        "tool_calls": snapshot.control.spent.tool_calls,
+        "inputs": snapshot.inputs,
+        "pending_approvals": snapshot.pending_approvals,
+    });
+    if !snapshot.pending_decisions.is_empty() {
+        // Only durable runs resumed after a crash have these.
+        view["pending_decisions"] = json!(snapshot.pending_decisions);
+    }
+    if let Some(o) = outcome {
+        view["outcome"] = json!({
+            "stop_reason": o.stop_reason,
+            "answer": o.answer,
+            "detail": o.detail,
+            "steps": o.steps,
+            "tool_calls": o.tool_calls,
+        });
+    }
+    view
 }

@@ -2,7 +2,9 @@
 //! `[serve] webhook_hosts`) gets one POST when it stops, signed per Standard
 //! Webhooks and retried for up to an hour (`agentry-webhooks`).
 //!
-//! The webhook is a row of the outbox in the store's file under an id derived
+//! The webhook is a row of the outbox beside the store's tables (its SQLite
+//! file, or its Postgres database, where every service on it delivers and
+//! each attempt is claimed by one) under an id derived
 //! from the run's (`msg_<run_id>`): reserved when the run enters the table,
 //! given its body when it stops. So a run that stops after a restart gets it
 //! (its meta keeps the URL; the row is reserved again, idempotently, when it
@@ -50,7 +52,18 @@ impl Webhooks {
         secret: Secret,
         schedule: Schedule,
     ) -> Result<Webhooks, WebhookError> {
-        let outbox = Arc::new(Outbox::open(store_file)?);
+        Webhooks::with_outbox(Outbox::open(store_file)?, hosts, secret, schedule)
+    }
+
+    /// Webhooks to `hosts`, kept in `outbox` (e.g. a Postgres store's,
+    /// `Outbox::in_database`), signed with `secret`, retried on `schedule`.
+    pub fn with_outbox(
+        outbox: Outbox,
+        hosts: WebhookHosts,
+        secret: Secret,
+        schedule: Schedule,
+    ) -> Result<Webhooks, WebhookError> {
+        let outbox = Arc::new(outbox);
         let deliverer = Deliverer::new(Arc::clone(&outbox), secret, schedule)?;
         Ok(Webhooks {
             hosts,
@@ -66,15 +79,30 @@ impl Webhooks {
         hosts: &[String],
         secret: &str,
     ) -> Result<Webhooks, WebhookError> {
+        Webhooks::configure_outbox(Outbox::open(store_file)?, hosts, secret)
+    }
+
+    /// As [`Webhooks::configure`], kept in a Postgres store's `database`
+    /// (shared with every service on it).
+    #[cfg(feature = "postgres")]
+    pub fn configure_in_database(
+        database: Arc<agentry::store::Database>,
+        hosts: &[String],
+        secret: &str,
+    ) -> Result<Webhooks, WebhookError> {
+        Webhooks::configure_outbox(Outbox::in_database(database)?, hosts, secret)
+    }
+
+    /// As [`Webhooks::configure`], kept in `outbox`.
+    pub fn configure_outbox(
+        outbox: Outbox,
+        hosts: &[String],
+        secret: &str,
+    ) -> Result<Webhooks, WebhookError> {
         let hosts = WebhookHosts::new(hosts).map_err(|refused| WebhookError::Hosts {
             reason: refused.to_string(),
         })?;
-        Webhooks::new(
-            store_file,
-            hosts,
-            Secret::parse(secret)?,
-            Schedule::default(),
-        )
+        Webhooks::with_outbox(outbox, hosts, Secret::parse(secret)?, Schedule::default())
     }
 
     /// The outbox (to see where a webhook stands).

@@ -8,7 +8,8 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 use crate::error::WebhookError;
-use crate::outbox::{Outbox, Pending, now_ms};
+use crate::outbox::Outbox;
+use crate::rows::{Pending, now_ms};
 use crate::sign::Secret;
 
 /// When a failed webhook is tried again: after each delay in turn, never
@@ -121,7 +122,7 @@ impl Deliverer {
             if let Err(error) = self.deliver_due().await {
                 tracing::warn!(%error, "webhook delivery pass failed");
             }
-            let pause = match self.outbox.next_due_ms() {
+            let pause = match self.off_workers(Outbox::next_due_ms).await {
                 Ok(Some(next)) => Duration::from_millis(next.saturating_sub(now_ms())),
                 Ok(None) | Err(_) => Duration::from_secs(60),
             };
@@ -135,7 +136,7 @@ impl Deliverer {
 
     /// One pass over what is due now; how many webhooks were attempted.
     pub async fn deliver_due(&self) -> Result<usize, WebhookError> {
-        let due = self.outbox.due(BATCH)?;
+        let due = self.off_workers(|outbox| outbox.due(BATCH)).await?;
         for pending in &due {
             self.attempt(pending).await?;
         }
@@ -169,11 +170,31 @@ impl Deliverer {
         if let Err(error) = &outcome {
             tracing::warn!(webhook_id = %webhook.id, attempts, %error, retry = retry_in.is_some(), "webhook delivery failed");
         }
-        self.outbox.record(
-            &webhook.id,
-            outcome.as_ref().map(|_| ()).map_err(String::as_str),
-            retry_in,
-        )
+        let id = webhook.id.clone();
+        self.off_workers(move |outbox| {
+            outbox.record(
+                &id,
+                outcome.as_ref().map(|_| ()).map_err(String::as_str),
+                retry_in,
+            )
+        })
+        .await
+    }
+
+    /// Runs `work` on the outbox on the blocking pool: its table may be in
+    /// a database that takes its time (or is away until it comes back).
+    async fn off_workers<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&Outbox) -> Result<T, WebhookError> + Send + 'static,
+    ) -> Result<T, WebhookError> {
+        let outbox = Arc::clone(&self.outbox);
+        tokio::task::spawn_blocking(move || work(&outbox))
+            .await
+            .unwrap_or_else(|e| {
+                Err(WebhookError::Client {
+                    reason: format!("the outbox's task failed: {e}"),
+                })
+            })
     }
 }
 

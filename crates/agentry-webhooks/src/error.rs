@@ -19,6 +19,15 @@ pub enum WebhookError {
         /// What SQLite said.
         source: rusqlite::Error,
     },
+    /// The outbox's table in a Postgres store's database could not be made
+    /// or written.
+    #[error("the webhook outbox in {location}: {message}")]
+    OutboxDatabase {
+        /// The database (its URL without the password).
+        location: String,
+        /// What went wrong.
+        message: String,
+    },
     /// A host webhooks may go to is not one.
     #[error("webhook_hosts: {reason}")]
     Hosts {

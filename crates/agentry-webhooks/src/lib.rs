@@ -6,9 +6,13 @@
 //!
 //! - `sign`: [`Secret`] (`whsec_…`) and the signature.
 //! - `hosts`: [`WebhookHosts`], where a client's webhook URL may point.
+//! - `rows`: what the outbox keeps of a webhook ([`Webhook`], [`Status`]).
 //! - `outbox`: [`Outbox`], one row per webhook in the store's SQLite file
 //!   (its own table), so what was not delivered survives a restart; a run's
-//!   row is reserved when it starts and made ready when it stops.
+//!   row is reserved when it starts and made ready when it stops. With the
+//!   feature `postgres`, `Outbox::in_database` keeps it in a Postgres
+//!   store's database instead (`outbox_pg`), where services sharing it claim
+//!   each attempt so only one makes it.
 //! - `deliver`: [`Deliverer`], which POSTs what is due and retries a failure
 //!   on a [`Schedule`] (by default eight attempts within an hour).
 
@@ -16,10 +20,14 @@ mod deliver;
 mod error;
 mod hosts;
 mod outbox;
+#[cfg(feature = "postgres")]
+mod outbox_pg;
+mod rows;
 mod sign;
 
 pub use deliver::{Deliverer, Schedule};
 pub use error::WebhookError;
 pub use hosts::{UrlRefused, WebhookHosts};
-pub use outbox::{Outbox, Pending, State, Status, Webhook};
+pub use outbox::Outbox;
+pub use rows::{CLAIM, Pending, State, Status, Webhook};
 pub use sign::Secret;

@@ -1,58 +1,16 @@
 //! The durable outbox: one row per webhook, in the store's SQLite file (its
-//! own table, beside the store's), so a delivery survives a restart.
+//! own table, beside the store's), so a delivery survives a restart; with a
+//! Postgres store, in the store's database (`outbox_pg.rs`), shared by every
+//! node of a cluster.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::error::WebhookError;
-
-/// One webhook to deliver.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Webhook {
-    /// The `webhook-id`: the same on every attempt (receivers deduplicate on it).
-    pub id: String,
-    /// Where it is POSTed.
-    pub url: String,
-    /// The JSON body, exactly as signed and sent.
-    pub body: String,
-}
-
-/// A webhook waiting for its next attempt.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Pending {
-    /// The webhook.
-    pub webhook: Webhook,
-    /// Attempts made so far.
-    pub attempts: u32,
-    /// When it was enqueued (milliseconds since the epoch).
-    pub created_ms: u64,
-}
-
-/// Where a webhook stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum State {
-    /// Reserved for a run that has not stopped yet ([`Outbox::reserve`]):
-    /// never attempted until [`Outbox::ready`] gives it its body.
-    Waiting,
-    /// Waiting for an attempt.
-    Pending,
-    /// A receiver answered 2xx.
-    Delivered,
-    /// Every attempt the schedule allows failed.
-    GaveUp,
-}
-
-/// A webhook's state and the attempts it took.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Status {
-    /// Where it stands.
-    pub state: State,
-    /// Attempts made.
-    pub attempts: u32,
-}
+use crate::rows::{Pending, Status, Webhook, now_ms, recorded, state_of};
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS agentry_webhooks (
@@ -68,16 +26,124 @@ CREATE TABLE IF NOT EXISTS agentry_webhooks (
 CREATE INDEX IF NOT EXISTS agentry_webhooks_due ON agentry_webhooks (state, next_ms);
 ";
 
-/// The outbox table of one SQLite file.
+/// The outbox: its table in the store's SQLite file, or (feature
+/// `postgres`) in the store's Postgres database. Blocking: call it off the
+/// async workers.
 #[derive(Debug)]
 pub struct Outbox {
-    path: PathBuf,
-    conn: Mutex<Connection>,
+    backend: Backend,
+}
+
+#[derive(Debug)]
+enum Backend {
+    File(FileOutbox),
+    #[cfg(feature = "postgres")]
+    Database(crate::outbox_pg::DatabaseOutbox),
+}
+
+/// Calls `$method` on whichever backend holds the outbox.
+macro_rules! each {
+    ($self:ident . $method:ident ( $($arg:expr),* )) => {
+        match &$self.backend {
+            Backend::File(file) => file.$method($($arg),*),
+            #[cfg(feature = "postgres")]
+            Backend::Database(db) => db.$method($($arg),*),
+        }
+    };
 }
 
 impl Outbox {
     /// Opens (and if needed makes) the outbox in `path`, typically the store's file.
     pub fn open(path: &Path) -> Result<Outbox, WebhookError> {
+        Ok(Outbox {
+            backend: Backend::File(FileOutbox::open(path)?),
+        })
+    }
+
+    /// Makes (if needed) the outbox in a Postgres store's database
+    /// (`agentry.webhook_outbox`), shared by every service on it: each
+    /// attempt is claimed by one of them (see [`Outbox::due`]).
+    #[cfg(feature = "postgres")]
+    pub fn in_database(
+        database: std::sync::Arc<agentry_store::Database>,
+    ) -> Result<Outbox, WebhookError> {
+        Ok(Outbox {
+            backend: Backend::Database(crate::outbox_pg::DatabaseOutbox::open(database)?),
+        })
+    }
+
+    /// Enqueues `webhook` for an attempt now; one already enqueued under the
+    /// same id is left as it is (at least once, never twice for one id).
+    pub fn enqueue(&self, webhook: &Webhook) -> Result<(), WebhookError> {
+        each!(self.enqueue(webhook))
+    }
+
+    /// Reserves webhook `id` to `url` for a run that has not stopped: kept
+    /// across restarts, never attempted until [`Outbox::ready`]. Reserving
+    /// an id again changes nothing.
+    pub fn reserve(&self, id: &str, url: &str) -> Result<(), WebhookError> {
+        each!(self.reserve(id, url))
+    }
+
+    /// Gives a reserved webhook its body and makes it due now (its hour of
+    /// retries starts here); one never reserved is enqueued. A webhook
+    /// already due, delivered or given up is left as it is: one run, one
+    /// delivery.
+    pub fn ready(&self, webhook: &Webhook) -> Result<(), WebhookError> {
+        each!(self.ready(webhook))
+    }
+
+    /// The reserved webhooks (their body empty), at most `limit`: after a
+    /// restart, those whose run stopped meanwhile are made [`Outbox::ready`].
+    pub fn waiting(&self, limit: usize) -> Result<Vec<Webhook>, WebhookError> {
+        each!(self.waiting(limit))
+    }
+
+    /// Removes webhook `id` if it is finished (delivered or given up), as
+    /// its run's records go; true if it was removed.
+    pub fn remove_finished(&self, id: &str) -> Result<bool, WebhookError> {
+        each!(self.remove_finished(id))
+    }
+
+    /// The pending webhooks due by now, oldest first, at most `limit`. In a
+    /// Postgres database they are claimed: no other caller gets them until
+    /// [`Outbox::record`] says how their attempt went, or the claim lapses
+    /// (its taker died) after [`CLAIM`](crate::CLAIM).
+    pub fn due(&self, limit: usize) -> Result<Vec<Pending>, WebhookError> {
+        each!(self.due(limit))
+    }
+
+    /// When the earliest pending webhook is due (milliseconds since the epoch).
+    pub fn next_due_ms(&self) -> Result<Option<u64>, WebhookError> {
+        each!(self.next_due_ms())
+    }
+
+    /// Records an attempt: delivered, failed with a next attempt after
+    /// `retry_in`, or failed for the last time (`retry_in` `None`).
+    pub fn record(
+        &self,
+        id: &str,
+        outcome: Result<(), &str>,
+        retry_in: Option<Duration>,
+    ) -> Result<(), WebhookError> {
+        each!(self.record(id, outcome, retry_in))
+    }
+
+    /// Where webhook `id` stands, if it is known.
+    pub fn status(&self, id: &str) -> Result<Option<Status>, WebhookError> {
+        each!(self.status(id))
+    }
+}
+
+/// The outbox table of one SQLite file.
+#[derive(Debug)]
+struct FileOutbox {
+    path: PathBuf,
+    conn: Mutex<Connection>,
+}
+
+impl FileOutbox {
+    fn open(path: &Path) -> Result<FileOutbox, WebhookError> {
         let fail = |source| WebhookError::Outbox {
             path: path.to_path_buf(),
             source,
@@ -89,15 +155,13 @@ impl Outbox {
         conn.pragma_update(None, "synchronous", "FULL")
             .map_err(fail)?;
         conn.execute_batch(SCHEMA).map_err(fail)?;
-        Ok(Outbox {
+        Ok(FileOutbox {
             path: path.to_path_buf(),
             conn: Mutex::new(conn),
         })
     }
 
-    /// Enqueues `webhook` for an attempt now; one already enqueued under the
-    /// same id is left as it is (at least once, never twice for one id).
-    pub fn enqueue(&self, webhook: &Webhook) -> Result<(), WebhookError> {
+    fn enqueue(&self, webhook: &Webhook) -> Result<(), WebhookError> {
         let now = now_ms();
         self.with(|conn| {
             conn.execute(
@@ -109,10 +173,7 @@ impl Outbox {
         })
     }
 
-    /// Reserves webhook `id` to `url` for a run that has not stopped: kept
-    /// across restarts, never attempted until [`Outbox::ready`]. Reserving
-    /// an id again changes nothing.
-    pub fn reserve(&self, id: &str, url: &str) -> Result<(), WebhookError> {
+    fn reserve(&self, id: &str, url: &str) -> Result<(), WebhookError> {
         let now = now_ms();
         self.with(|conn| {
             conn.execute(
@@ -124,11 +185,7 @@ impl Outbox {
         })
     }
 
-    /// Gives a reserved webhook its body and makes it due now (its hour of
-    /// retries starts here); one never reserved is enqueued. A webhook
-    /// already due, delivered or given up is left as it is: one run, one
-    /// delivery.
-    pub fn ready(&self, webhook: &Webhook) -> Result<(), WebhookError> {
+    fn ready(&self, webhook: &Webhook) -> Result<(), WebhookError> {
         let now = now_ms() as i64;
         self.with(|conn| {
             conn.execute(
@@ -145,9 +202,7 @@ impl Outbox {
         })
     }
 
-    /// The reserved webhooks (their body empty), at most `limit`: after a
-    /// restart, those whose run stopped meanwhile are made [`Outbox::ready`].
-    pub fn waiting(&self, limit: usize) -> Result<Vec<Webhook>, WebhookError> {
+    fn waiting(&self, limit: usize) -> Result<Vec<Webhook>, WebhookError> {
         self.with(|conn| {
             let mut query = conn.prepare_cached(
                 "SELECT id, url FROM agentry_webhooks WHERE state = 'waiting' LIMIT ?1",
@@ -163,9 +218,7 @@ impl Outbox {
         })
     }
 
-    /// Removes webhook `id` if it is finished (delivered or given up), as
-    /// its run's records go; true if it was removed.
-    pub fn remove_finished(&self, id: &str) -> Result<bool, WebhookError> {
+    fn remove_finished(&self, id: &str) -> Result<bool, WebhookError> {
         self.with(|conn| {
             conn.execute(
                 "DELETE FROM agentry_webhooks WHERE id = ?1 AND state IN ('delivered', 'gave_up')",
@@ -175,8 +228,7 @@ impl Outbox {
         })
     }
 
-    /// The pending webhooks due by now, oldest first, at most `limit`.
-    pub fn due(&self, limit: usize) -> Result<Vec<Pending>, WebhookError> {
+    fn due(&self, limit: usize) -> Result<Vec<Pending>, WebhookError> {
         let now = now_ms() as i64;
         self.with(|conn| {
             let mut query = conn.prepare_cached(
@@ -198,8 +250,7 @@ impl Outbox {
         })
     }
 
-    /// When the earliest pending webhook is due (milliseconds since the epoch).
-    pub fn next_due_ms(&self) -> Result<Option<u64>, WebhookError> {
+    fn next_due_ms(&self) -> Result<Option<u64>, WebhookError> {
         self.with(|conn| {
             conn.query_row(
                 "SELECT MIN(next_ms) FROM agentry_webhooks WHERE state = 'pending'",
@@ -210,20 +261,13 @@ impl Outbox {
         })
     }
 
-    /// Records an attempt: delivered, failed with a next attempt after
-    /// `retry_in`, or failed for the last time (`retry_in` `None`).
-    pub fn record(
+    fn record(
         &self,
         id: &str,
         outcome: Result<(), &str>,
         retry_in: Option<Duration>,
     ) -> Result<(), WebhookError> {
-        let now = now_ms();
-        let (state, next, error) = match (outcome, retry_in) {
-            (Ok(()), _) => ("delivered", now, None),
-            (Err(error), Some(after)) => ("pending", now + after.as_millis() as u64, Some(error)),
-            (Err(error), None) => ("gave_up", now, Some(error)),
-        };
+        let (state, next, error) = recorded(outcome, retry_in);
         self.with(|conn| {
             conn.execute(
                 "UPDATE agentry_webhooks SET state = ?2, attempts = attempts + 1, next_ms = ?3,
@@ -234,21 +278,14 @@ impl Outbox {
         })
     }
 
-    /// Where webhook `id` stands, if it is known.
-    pub fn status(&self, id: &str) -> Result<Option<Status>, WebhookError> {
+    fn status(&self, id: &str) -> Result<Option<Status>, WebhookError> {
         self.with(|conn| {
             conn.query_row(
                 "SELECT state, attempts FROM agentry_webhooks WHERE id = ?1",
                 params![id],
                 |row| {
-                    let state = match row.get::<_, String>(0)?.as_str() {
-                        "delivered" => State::Delivered,
-                        "gave_up" => State::GaveUp,
-                        "waiting" => State::Waiting,
-                        _ => State::Pending,
-                    };
                     Ok(Status {
-                        state,
+                        state: state_of(&row.get::<_, String>(0)?),
                         attempts: row.get(1)?,
                     })
                 },
@@ -269,15 +306,10 @@ impl Outbox {
     }
 }
 
-pub(crate) fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rows::State;
 
     /// A run's webhook: reserved at its start (never due), ready at its stop
     /// (due, once: a second `ready` or `reserve` changes nothing), removed

@@ -29,8 +29,8 @@ use std::sync::Arc;
 
 use agentry::{Durability, Runtime};
 use agentry_serve::{
-    App, DEFAULT_DRAIN_TIMEOUT, DEFAULT_MAX_QUEUED, DEFAULT_TENANT, RunLimits, ServeError,
-    ServeFile, ServiceConfig, TenantLimits, Tokens, Webhooks, micros_of,
+    App, DEFAULT_DRAIN_TIMEOUT, DEFAULT_MAX_QUEUED, DEFAULT_TENANT, QueuePlace, RunLimits,
+    ServeError, ServeFile, ServiceConfig, TenantLimits, Tokens, Webhooks, micros_of,
 };
 
 use crate::args::ServeArgs;
@@ -42,8 +42,9 @@ const DEFAULT_ADDR: &str = "127.0.0.1:8080";
 /// The environment variable a token (for the tenant `default`) may come from.
 const TOKEN_ENV: &str = "AGENTRY_TOKEN";
 
-/// `[serve]`'s and `[tenants.*]`'s limits; the queue is kept in the store's file.
-fn run_limits(file: &ServeFile, store: &std::path::Path) -> RunLimits {
+/// `[serve]`'s and `[tenants.*]`'s limits; the queue is kept beside the
+/// store's tables (`place`).
+fn run_limits(file: &ServeFile, place: QueuePlace) -> RunLimits {
     let count = |n: Option<u32>| n.map(|n| n as usize);
     RunLimits {
         max_running: count(file.serve.max_running),
@@ -59,8 +60,28 @@ fn run_limits(file: &ServeFile, store: &std::path::Path) -> RunLimits {
                 (name.clone(), limits)
             })
             .collect(),
-        // A Postgres store keeps no queue file (its queue: the servepg work).
-        queue_file: (!crate::store::is_url(store)).then(|| store.to_path_buf()),
+        queue_file: Some(place),
+    }
+}
+
+/// Where the service keeps its own tables (the queue, the day's spend, the
+/// webhook outbox): the store's SQLite file, or a Postgres store's database
+/// (one connection of their own), shared with every service on it.
+fn service_tables(store: &std::path::Path) -> Result<QueuePlace, ServeCliError> {
+    if !crate::store::is_url(store) {
+        return Ok(QueuePlace::File(store.to_path_buf()));
+    }
+    let url = store.to_str().unwrap_or_default();
+    let database =
+        agentry::store::Database::connect(url).map_err(|e| ServeCliError::Store(e.into()))?;
+    Ok(QueuePlace::Database(Arc::new(database)))
+}
+
+/// The store as messages name it: a Postgres URL without its password.
+fn shown_store(runtime: &Runtime, store: &std::path::Path) -> String {
+    match runtime.store() {
+        Some(opened) if crate::store::is_url(store) => opened.location(),
+        Some(_) | None => store.display().to_string(),
     }
 }
 
@@ -106,11 +127,7 @@ pub(crate) async fn serve(
             .parse()
             .unwrap_or(SocketAddr::from(([127, 0, 0, 1], 8080)))
     });
-    match (&tokens, args.no_auth) {
-        (None, false) => return Err(ServeCliError::NoToken),
-        (None, true) if !addr.ip().is_loopback() => return Err(ServeCliError::NotLoopback(addr)),
-        (Some(_), _) | (None, true) => {}
-    }
+    check_auth(tokens.as_ref(), args.no_auth, addr)?;
     check_tenants(&file, tokens.as_ref(), &config_path)?;
     let store = store_path(args.store.as_ref())?;
     let gates = Arc::new(models::Gates::of(&file));
@@ -120,30 +137,19 @@ pub(crate) async fn serve(
         store.clone(),
         Arc::clone(&gates),
     )?;
-    let cluster_url = crate::store::is_url(&store).then(|| store.to_string_lossy().into_owned());
+    // A node of a cluster runs its runs in lease mode.
     let lease = args
         .lease
-        .or(cluster_url.as_ref().map(|_| cluster::DEFAULT_LEASE));
+        .or(crate::store::is_url(&store).then_some(cluster::DEFAULT_LEASE));
     let agents = agents.with_lease(lease);
-    let runtime = Runtime::with_builtins()
-        .and_then(|rt| rt.with_store(open_store(&store)?, Durability::Strict))
-        .map_err(ServeCliError::Store)?;
-    let runtime = match lease {
-        Some(lease) => runtime.with_lease(lease),
-        None => runtime,
-    };
-    eprintln!("agentry: serve: runs are stored in {}", store.display());
-    let webhooks = webhooks(&file, &config_path, &store)?;
-    // Checked when serve.toml was parsed; the error names the key anyway.
-    let limits = file
-        .serve
-        .limit_settings()
-        .limits()
-        .map_err(|e| ServeError::Config {
-            path: config_path.clone(),
-            key: "serve.max_streams".into(),
-            message: e.to_string(),
-        })?;
+    let runtime = runtime_on(&store, lease)?;
+    eprintln!(
+        "agentry: serve: runs are stored in {}",
+        shown_store(&runtime, &store)
+    );
+    let tables = service_tables(&store)?;
+    let webhooks = webhooks(&file, &config_path, &tables)?;
+    let limits = guard_limits(&file, &config_path)?;
     let app = App::with_config(
         runtime,
         ServiceConfig {
@@ -154,38 +160,24 @@ pub(crate) async fn serve(
             store_file: Some(store.clone()),
             workdir_root: file.serve.workdir_root.clone(),
             metrics,
-            run_limits: run_limits(&file, &store),
+            run_limits: run_limits(&file, tables),
             limits,
             ..ServiceConfig::default()
         },
     );
-    let resumer = resume::Resumer {
-        file: Arc::clone(&file),
-        gates: Arc::clone(&gates),
-        store: store.clone(),
-        lease,
-    };
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|source| ServeCliError::Listen { addr, source })?;
     let bound = listener
         .local_addr()
         .map_err(|source| ServeCliError::Listen { addr, source })?;
-    let node = match (&cluster_url, lease) {
-        // A node resumes no run at start: it takes over the runs of nodes
-        // that are gone, as every node does all along.
-        (Some(url), Some(lease)) => {
-            let node = cluster::join(&app, url, format!("http://{bound}"), lease, resumer)
-                .await
-                .map_err(|e| ServeCliError::Store(e.into()))?;
-            bring_back_service(&app, webhooks).await?;
-            Some(node)
-        }
-        (Some(_), None) | (None, _) => {
-            bring_back(&app, &resumer, webhooks).await?;
-            None
-        }
+    let resumer = resume::Resumer {
+        file: Arc::clone(&file),
+        gates: Arc::clone(&gates),
+        store: store.clone(),
+        lease,
     };
+    let node = join_or_resume(&app, resumer, bound, webhooks).await?;
     // Listened for before the address is printed: whoever sends SIGTERM
     // once it knows the address gets a drain.
     let signals = stop::StopSignals::new();
@@ -196,6 +188,75 @@ pub(crate) async fn serve(
         let _ = tokio::task::spawn_blocking(move || node.leave()).await;
     }
     Ok(())
+}
+
+/// `[serve]`'s guard limits. Checked when serve.toml was parsed; the error
+/// names the key anyway.
+fn guard_limits(
+    file: &ServeFile,
+    config: &std::path::Path,
+) -> Result<agentry_serve::Limits, ServeError> {
+    file.serve
+        .limit_settings()
+        .limits()
+        .map_err(|e| ServeError::Config {
+            path: config.to_path_buf(),
+            key: "serve.max_streams".into(),
+            message: e.to_string(),
+        })
+}
+
+/// No token needs `--no-auth`, and `--no-auth` a loopback address.
+fn check_auth(
+    tokens: Option<&Tokens>,
+    no_auth: bool,
+    addr: SocketAddr,
+) -> Result<(), ServeCliError> {
+    match (tokens, no_auth) {
+        (None, false) => Err(ServeCliError::NoToken),
+        (None, true) if !addr.ip().is_loopback() => Err(ServeCliError::NotLoopback(addr)),
+        (Some(_), _) | (None, true) => Ok(()),
+    }
+}
+
+/// The service's runtime, its runs in `store`, in lease mode with `lease`.
+fn runtime_on(
+    store: &std::path::Path,
+    lease: Option<std::time::Duration>,
+) -> Result<Runtime, ServeCliError> {
+    let runtime = Runtime::with_builtins()
+        .and_then(|rt| rt.with_store(open_store(store)?, Durability::Strict))
+        .map_err(ServeCliError::Store)?;
+    Ok(match lease {
+        Some(lease) => runtime.with_lease(lease),
+        None => runtime,
+    })
+}
+
+/// A node of a cluster (a Postgres store in lease mode) joins it: it resumes
+/// no run at start, it takes over the runs of nodes that are gone, as every
+/// node does all along. Any other service resumes its store's unfinished runs.
+async fn join_or_resume(
+    app: &App,
+    resumer: resume::Resumer,
+    bound: SocketAddr,
+    webhooks: Option<Arc<Webhooks>>,
+) -> Result<Option<Arc<cluster::Node>>, ServeCliError> {
+    let url =
+        crate::store::is_url(&resumer.store).then(|| resumer.store.to_string_lossy().into_owned());
+    match (url, resumer.lease) {
+        (Some(url), Some(lease)) => {
+            let node = cluster::join(app, &url, format!("http://{bound}"), lease, resumer)
+                .await
+                .map_err(|e| ServeCliError::Store(e.into()))?;
+            bring_back_service(app, webhooks).await?;
+            Ok(Some(node))
+        }
+        (Some(_) | None, _) => {
+            bring_back(app, &resumer, webhooks).await?;
+            Ok(None)
+        }
+    }
 }
 
 /// What the store holds for this service, brought back before it listens:
@@ -268,7 +329,7 @@ fn tokens(file: &ServeFile) -> Result<Option<Tokens>, ServeError> {
 fn webhooks(
     file: &ServeFile,
     config: &std::path::Path,
-    store: &std::path::Path,
+    tables: &QueuePlace,
 ) -> Result<Option<Arc<Webhooks>>, ServeCliError> {
     if file.serve.webhook_hosts.is_empty() {
         return Ok(None);
@@ -287,16 +348,23 @@ fn webhooks(
     };
     let secret = std::env::var(var)
         .map_err(|_| fail(key, format!("${var} is not set (or not UTF-8): the webhooks' signing secret (whsec_ and base64) comes from it")))?;
-    Webhooks::configure(store, &file.serve.webhook_hosts, &secret)
-        .map(|hooks| Some(Arc::new(hooks)))
-        .map_err(|e| match e {
-            agentry_serve::WebhookError::Secret { .. } => fail(key, format!("${var}: {e}")),
-            other @ (agentry_serve::WebhookError::Hosts { .. }
-            | agentry_serve::WebhookError::Outbox { .. }
-            | agentry_serve::WebhookError::Client { .. }) => {
-                fail("serve.webhook_hosts", other.to_string())
-            }
-        })
+    let hosts = &file.serve.webhook_hosts;
+    match tables {
+        QueuePlace::File(store) => Webhooks::configure(store, hosts, &secret),
+        QueuePlace::Database(database) => {
+            Webhooks::configure_in_database(Arc::clone(database), hosts, &secret)
+        }
+    }
+    .map(|hooks| Some(Arc::new(hooks)))
+    .map_err(|e| match e {
+        agentry_serve::WebhookError::Secret { .. } => fail(key, format!("${var}: {e}")),
+        other @ (agentry_serve::WebhookError::Hosts { .. }
+        | agentry_serve::WebhookError::Outbox { .. }
+        | agentry_serve::WebhookError::OutboxDatabase { .. }
+        | agentry_serve::WebhookError::Client { .. }) => {
+            fail("serve.webhook_hosts", other.to_string())
+        }
+    })
 }
 
 /// `--store`, else the default store (its directory made, private).

@@ -18,12 +18,12 @@ use crate::*;
 const NEEDS_PG: &str = "needs PostgreSQL (Debian's postgresql package); .ci/run runs it";
 
 /// Bound on waiting for a cluster to finish its runs.
-const FINISH: Duration = Duration::from_secs(240);
+pub(super) const FINISH: Duration = Duration::from_secs(240);
 
 /// A cluster's directory: serve.toml, the agents' tasks, the ledger.
-struct Place {
-    dir: tempfile::TempDir,
-    url: String,
+pub(super) struct Place {
+    pub(super) dir: tempfile::TempDir,
+    pub(super) url: String,
 }
 
 impl Place {
@@ -31,7 +31,7 @@ impl Place {
     /// (event-driven, answers every message), `gated` (one append that waits
     /// for a human's approval).
     /// `serve_keys`: more `[serve]` keys, besides `workdir_root` (`work/`).
-    fn new(serve_keys: &str) -> Place {
+    pub(super) fn new(serve_keys: &str) -> Place {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
         std::fs::create_dir_all(root.join("ledger")).unwrap();
@@ -91,7 +91,7 @@ impl Place {
     }
 
     /// A node on this place's database, with runs leased for `lease`.
-    fn node(&self, lease: &str) -> Served {
+    pub(super) fn node(&self, lease: &str) -> Served {
         let config = self.dir.path().join("serve.toml");
         Served::start(
             &[
@@ -108,7 +108,7 @@ impl Place {
     }
 
     /// Each ledger line and how often it was written.
-    fn ledger(&self) -> BTreeMap<String, usize> {
+    pub(super) fn ledger(&self) -> BTreeMap<String, usize> {
         let text =
             std::fs::read_to_string(self.dir.path().join("ledger/lines")).unwrap_or_default();
         let mut counts = BTreeMap::new();
@@ -159,7 +159,7 @@ async fn all_stopped(node: &Served, expected: usize) -> BTreeMap<String, String>
 
 /// Reads run `id`'s event stream from `base` (following a redirect) until
 /// `n` inputs were applied; returns the applied messages' texts in order.
-async fn applied_messages(base: &str, id: &str, n: usize) -> Vec<String> {
+pub(super) async fn applied_messages(base: &str, id: &str, n: usize) -> Vec<String> {
     let client = reqwest::Client::builder().no_proxy().build().unwrap();
     let mut response = client
         .get(format!("{base}/runs/{id}/events"))
@@ -429,255 +429,4 @@ async fn inputs_reach_the_node_that_holds_the_run_once_and_in_order() {
         )
         .await;
     assert_eq!(missing.status, 404, "{:?}", missing.body);
-}
-
-/// The working directory a stored run runs in, as its stored config says.
-fn stored_workdir(place: &Place, id: &str) -> std::path::PathBuf {
-    let db = place.url.rsplit('/').next().unwrap();
-    let config = agentry_test_postgres::PgServer::shared().superuser_sql(
-        db,
-        &format!("SELECT config FROM agentry.runs WHERE run_id = '{id}'"),
-    );
-    let config: Value = serde_json::from_str(config.trim()).unwrap();
-    fn find(value: &Value) -> Option<String> {
-        match value {
-            Value::Object(map) => map
-                .get("workdir")
-                .and_then(Value::as_str)
-                .map(str::to_string)
-                .or_else(|| map.values().find_map(find)),
-            Value::Array(items) => items.iter().find_map(find),
-            Value::Null | Value::Bool(_) | Value::Number(_) | Value::String(_) => None,
-        }
-    }
-    find(&config)
-        .expect("a workdir in the stored config")
-        .into()
-}
-
-/// Waits (bounded) until `node`'s view of run `id` satisfies `ok`.
-async fn view_until(node: &Served, id: &str, ok: impl Fn(&Value) -> bool) -> Value {
-    let deadline = Instant::now() + FINISH;
-    loop {
-        let reply = node.send("GET", &format!("/runs/{id}"), None, None).await;
-        if reply.status == 200 && ok(&reply.body) {
-            return reply.body;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "run {id} never got there: {} {:?}",
-            reply.status,
-            reply.body
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// A node takes a run over only if it can reach the run's working directory:
-/// while it cannot, the run waits and its status says why; once it can, the
-/// run goes on there.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs PostgreSQL (Debian's postgresql package); .ci/run runs it"]
-async fn a_run_whose_workdir_a_node_cannot_reach_waits_and_says_why() {
-    let place = Place::new("");
-    let first = place.node("1s");
-    let second = place.node("1s");
-    let reply = first
-        .send("POST", "/runs", None, Some(&json!({"agent": "gated"})))
-        .await;
-    assert_eq!(reply.status, 201, "{:?}", reply.body);
-    let id = reply.body["run_id"].as_str().unwrap().to_string();
-    let parked = first.wait_status("", &id, "awaiting_approval").await;
-    let call = parked["pending_approvals"][0]["call"]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let workdir = stored_workdir(&place, &id);
-    assert!(
-        workdir.starts_with(place.dir.path().join("work")),
-        "made under [serve] workdir_root: {}",
-        workdir.display()
-    );
-    let away = workdir.with_extension("away");
-    first.kill();
-    std::fs::rename(&workdir, &away).unwrap();
-    let waiting = view_until(&second, &id, |view| {
-        view["note"]
-            .as_str()
-            .is_some_and(|n| n.contains("cannot reach its working directory"))
-    })
-    .await;
-    assert_eq!(waiting["status"], "awaiting_approval", "{waiting:?}");
-    std::fs::rename(&away, &workdir).unwrap();
-    let deadline = Instant::now() + FINISH;
-    while !second
-        .log
-        .lock()
-        .unwrap()
-        .contains(&format!("took over run {id}"))
-    {
-        assert!(Instant::now() < deadline, "never taken over");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let held = view_until(&second, &id, |view| view.get("note").is_none()).await;
-    assert_eq!(held["status"], "awaiting_approval", "{held:?}");
-    let decided = second
-        .send(
-            "POST",
-            &format!("/runs/{id}/approvals/{call}"),
-            None,
-            Some(&json!({"decision": "approve"})),
-        )
-        .await;
-    assert_eq!(decided.status, 200, "{:?}", decided.body);
-    let done = second.wait_status("", &id, "stopped").await;
-    assert_eq!(done["outcome"]["stop_reason"], "done", "{done:?}");
-}
-
-/// A hibernated agent is woken by a message sent to another node; and once
-/// its node is gone, a message sent to any node wakes it on a node that
-/// takes it over. Its stream holds every message, once, in order.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs PostgreSQL (Debian's postgresql package); .ci/run runs it"]
-async fn a_hibernated_agent_wakes_through_any_node() {
-    let place = Place::new("hibernate_after = \"100ms\"");
-    let first = place.node("1s");
-    let second = place.node("1s");
-    let reply = first
-        .send(
-            "POST",
-            "/runs",
-            None,
-            Some(&json!({"agent": "chat", "input": "m0"})),
-        )
-        .await;
-    assert_eq!(reply.status, 201, "{:?}", reply.body);
-    let id = reply.body["run_id"].as_str().unwrap().to_string();
-    view_until(&second, &id, |v| {
-        v["status"] == "sleeping" && v["inputs"] == 1
-    })
-    .await;
-    // Past hibernate_after: asleep and out of memory on the first node.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let sent = second
-        .send(
-            "POST",
-            &format!("/runs/{id}/messages"),
-            None,
-            Some(&json!({"text": "m1"})),
-        )
-        .await;
-    assert_eq!(sent.status, 202, "{:?}", sent.body);
-    view_until(&second, &id, |v| {
-        v["status"] == "sleeping" && v["inputs"] == 2
-    })
-    .await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    first.kill();
-    let third = place.node("1s");
-    let sent = third
-        .send(
-            "POST",
-            &format!("/runs/{id}/messages"),
-            None,
-            Some(&json!({"text": "m2"})),
-        )
-        .await;
-    assert_eq!(sent.status, 202, "{:?}", sent.body);
-    view_until(&second, &id, |v| {
-        v["inputs"] == 3 && v["status"] == "sleeping"
-    })
-    .await;
-    let texts = applied_messages(&third.base, &id, 3).await;
-    assert_eq!(texts, ["m0", "m1", "m2"]);
-}
-
-/// The two commands of docs/cluster.md, run as written: a private Postgres
-/// from Debian's package (`examples/cluster/postgres.sh`), then two nodes
-/// (`examples/cluster/nodes.sh 2`); a run created on one is seen done on
-/// the other.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs PostgreSQL (Debian's postgresql package); .ci/run runs it"]
-async fn the_documented_two_commands_start_a_cluster() {
-    use std::os::unix::fs::PermissionsExt;
-    let dir = tempfile::tempdir().unwrap();
-    // The server runs as the postgres user when the test runs as root.
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let cluster = dir.path().join("cluster");
-    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
-    let script = |name: &str, args: &[&str]| {
-        let out = Command::new(root().join("examples/cluster").join(name))
-            .args(args)
-            .current_dir(dir.path())
-            .env("AGENTRY_CLUSTER_DIR", &cluster)
-            .env("PGPORT", ports[0].to_string())
-            .env("BASE_PORT", (ports[1] - 1).to_string())
-            .env("AGENTRY", env!("CARGO_BIN_EXE_agentry"))
-            .env_remove("AGENTRY_STORE")
-            .env_remove("AGENTRY_TOKEN")
-            .env_remove("RUST_LOG")
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{name}: {}", stderr(&out));
-        String::from_utf8(out.stdout).unwrap()
-    };
-    /// Stops the nodes and the server, passed or not.
-    struct Stop<F: Fn(&str, &[&str]) -> String>(F);
-    impl<F: Fn(&str, &[&str]) -> String> Drop for Stop<F> {
-        fn drop(&mut self) {
-            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                (self.0)("nodes.sh", &["stop"]);
-                (self.0)("postgres.sh", &["stop"]);
-            }));
-        }
-    }
-    let url = script("postgres.sh", &[]);
-    let stop = Stop(script);
-    assert_eq!(
-        url.trim(),
-        format!("postgres://agentry@127.0.0.1:{}/agentry", ports[0])
-    );
-    // Two nodes, so the one after the first is BASE_PORT + 2.
-    let bases = (stop.0)("nodes.sh", &["2"]);
-    let bases: Vec<&str> = bases.lines().collect();
-    assert_eq!(bases.len(), 2, "{bases:?}");
-    agentry_models::install_crypto_provider();
-    let client = reqwest::Client::builder().no_proxy().build().unwrap();
-    let created: Value = client
-        .post(format!("{}/runs", bases[0]))
-        .json(&json!({"goal": "answer", "script": {"turns": [{"final": "42"}]}}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let id = created["run_id"].as_str().unwrap().to_string();
-    let deadline = Instant::now() + FINISH;
-    loop {
-        let seen: Value = client
-            .get(format!("{}/runs/{id}", bases[1]))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        if seen["status"] == "stopped" {
-            assert_eq!(seen["outcome"]["answer"], "42", "{seen}");
-            break;
-        }
-        assert!(Instant::now() < deadline, "{seen}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    drop(stop);
-}
-
-/// A port nothing listens on now.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }

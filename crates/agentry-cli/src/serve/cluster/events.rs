@@ -23,7 +23,7 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use tokio::sync::Notify;
 
-use super::{Node, blocking, now_ms};
+use super::node::{Node, blocking, now_ms};
 
 const EVENTS_CHANNEL: &str = "agentry_events";
 /// How often a stream looks for new events besides being woken.

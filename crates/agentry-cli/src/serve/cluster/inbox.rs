@@ -25,7 +25,7 @@ use futures::future::BoxFuture;
 use serde_json::json;
 use tokio::sync::{mpsc, oneshot};
 
-use super::{Node, blocking, now_ms};
+use super::node::{Node, blocking, now_ms};
 
 /// How long a request waits for the run's node to answer.
 const FORWARD_WAIT: Duration = Duration::from_secs(10);

@@ -17,7 +17,7 @@ use agentry::RuntimeError;
 use agentry_serve::{App, RunMeta};
 
 use super::super::resume::Resumer;
-use super::{Node, blocking, now_ms};
+use super::node::{Node, blocking, now_ms};
 use crate::error::RunError;
 
 /// Runs looked at per scan (the rest wait for the next).
