@@ -44,9 +44,10 @@ async fn view_until(node: &Served, id: &str, ok: impl Fn(&Value) -> bool) -> Val
         }
         assert!(
             Instant::now() < deadline,
-            "run {id} never got there: {} {:?}",
+            "run {id} never got there: {} {:?}\nthe node's log:\n{}",
             reply.status,
-            reply.body
+            reply.body,
+            node.log.lock().unwrap()
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

@@ -1,6 +1,6 @@
 //! Taking over the runs of nodes that are gone.
 //!
-//! Every node looks, every third of the lease, for unfinished root runs
+//! Every node looks, every eighth of the lease (at most every 500 ms), for unfinished root runs
 //! whose owner is no live node (its process key matches no node that beat
 //! within the lease) and whose owner's lease expired (or that have no owner
 //! and were last written a lease ago). Each is resumed here by `agentry
@@ -15,17 +15,23 @@ use std::time::Duration;
 
 use agentry::RuntimeError;
 use agentry_serve::{App, RunMeta};
+use futures::StreamExt;
 
 use super::super::resume::Resumer;
 use super::node::{Node, blocking, now_ms};
 use crate::error::RunError;
 
 /// Runs looked at per scan (the rest wait for the next).
-const SCAN_LIMIT: i64 = 32;
+const SCAN_LIMIT: i64 = 64;
+/// Runs resumed at once: a dead node's runs go on elsewhere together, not
+/// one after another.
+const RESUMING_AT_ONCE: usize = 8;
 
 /// Looks for runs to take over until the process ends.
 pub(super) async fn keep_taking_over(node: Arc<Node>, app: App, resumer: Resumer) {
-    let every = (node.lease / 3).clamp(Duration::from_millis(50), Duration::from_secs(2));
+    // Often, so a dead node's runs wait little beyond its lease: a scan is
+    // one indexed query.
+    let every = (node.lease / 8).clamp(Duration::from_millis(50), Duration::from_millis(500));
     loop {
         tokio::time::sleep(every).await;
         if app.is_draining() {
@@ -38,11 +44,13 @@ pub(super) async fn keep_taking_over(node: Arc<Node>, app: App, resumer: Resumer
                 continue;
             }
         };
-        for run_id in orphans {
-            if !app.holds(&run_id) {
-                take_over(&node, &app, &resumer, &run_id).await;
-            }
-        }
+        let orphans = orphans.into_iter().filter(|id| !app.holds(id));
+        futures::stream::iter(orphans)
+            .for_each_concurrent(RESUMING_AT_ONCE, |run_id| {
+                let (node, app, resumer) = (&node, &app, &resumer);
+                async move { take_over(node, app, resumer, &run_id).await }
+            })
+            .await;
     }
 }
 

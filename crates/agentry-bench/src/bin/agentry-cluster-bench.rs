@@ -1,0 +1,317 @@
+//! `agentry-cluster-bench`: `agentry serve` nodes on one Postgres database,
+//! measured from outside over HTTP, as a user's service would see them.
+//!
+//! - **throughput**: R inline runs (three durable `fs.write` steps each)
+//!   created round-robin on 1, 2 and 3 nodes, runs finished per second;
+//!   each figure also as a ratio to one node's, measured in the same run.
+//! - **created-to-visible**: a run created on one node, then asked of another
+//!   until it answers: the latency a client sees across nodes (p50, p95).
+//! - **take-over**: M event-driven runs asleep on one node, the node
+//!   SIGKILLed; the time until every run is held by the other node (read
+//!   from its log), against the lease it had to wait out.
+//!
+//! The nodes are the `agentry` binary next to this one (`--agentry` names
+//! another); each measurement gets a fresh database of a private server
+//! started from Debian's `postgresql` package (`agentry-test-postgres`).
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use serde_json::{Value, json};
+
+#[derive(Debug, Parser)]
+#[command(name = "agentry-cluster-bench", about)]
+struct Args {
+    /// The `agentry` binary the nodes run (default: next to this one).
+    #[arg(long)]
+    agentry: Option<std::path::PathBuf>,
+    /// Runs per throughput measurement.
+    #[arg(long, default_value_t = 300)]
+    runs: usize,
+    /// Runs taken over.
+    #[arg(long, default_value_t = 50)]
+    takeover_runs: usize,
+    /// The nodes' lease.
+    #[arg(long, default_value = "2s")]
+    lease: String,
+    /// Runs asked of another node for the created-to-visible latency.
+    #[arg(long, default_value_t = 50)]
+    probes: usize,
+}
+
+/// Bound on any wait.
+const WAIT: Duration = Duration::from_secs(300);
+
+/// One `agentry serve` node; killed when dropped.
+struct Node {
+    child: Child,
+    base: String,
+    log: Arc<Mutex<Vec<(Instant, String)>>>,
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Node {
+    fn start(agentry: &std::path::Path, url: &str, lease: &str) -> Node {
+        let mut child = Command::new(agentry)
+            .args([
+                "serve",
+                "--no-auth",
+                "--addr",
+                "127.0.0.1:0",
+                "--store",
+                url,
+            ])
+            .args(["--lease", lease])
+            .env("RUST_LOG", "error")
+            .env_remove("AGENTRY_TOKEN")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the agentry binary starts (build it: cargo build --release -p agentry-cli)");
+        let stderr = child.stderr.take().expect("piped");
+        let log: Arc<Mutex<Vec<(Instant, String)>>> = Arc::default();
+        let seen = Arc::clone(&log);
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(url) = line.strip_prefix("agentry: serve: listening on ") {
+                    let _ = tx.send(url.to_string());
+                }
+                seen.lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push((Instant::now(), line));
+            }
+        });
+        let base = rx.recv_timeout(WAIT).expect("the node printed its address");
+        Node { child, base, log }
+    }
+
+    /// When the log last said `text` and how often it said it.
+    fn said(&self, text: &str) -> (usize, Option<Instant>) {
+        let log = self.log.lock().unwrap_or_else(|e| e.into_inner());
+        let hits: Vec<Instant> = log
+            .iter()
+            .filter(|(_, line)| line.contains(text))
+            .map(|(at, _)| *at)
+            .collect();
+        (hits.len(), hits.last().copied())
+    }
+}
+
+struct Client(reqwest::Client);
+
+impl Client {
+    async fn create(&self, node: &Node, body: &Value) -> String {
+        let reply: Value = self
+            .0
+            .post(format!("{}/runs", node.base))
+            .json(body)
+            .send()
+            .await
+            .expect("POST /runs")
+            .json()
+            .await
+            .expect("a JSON answer");
+        reply["run_id"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no run id: {reply}"))
+            .to_string()
+    }
+
+    async fn status(&self, node: &Node, id: &str) -> (u16, Value) {
+        let response = self
+            .0
+            .get(format!("{}/runs/{id}", node.base))
+            .send()
+            .await
+            .expect("GET /runs/{id}");
+        let status = response.status().as_u16();
+        (status, response.json().await.unwrap_or(Value::Null))
+    }
+
+    async fn running(&self, node: &Node) -> usize {
+        let listed: Value = self
+            .0
+            .get(format!("{}/runs?status=running&limit=500", node.base))
+            .send()
+            .await
+            .expect("GET /runs")
+            .json()
+            .await
+            .expect("a JSON answer");
+        listed["runs"].as_array().map_or(0, Vec::len)
+    }
+}
+
+fn three_writes() -> Value {
+    let turns: Vec<Value> = (1..=3)
+        .map(|i| {
+            json!({"tool_calls": [{"id": format!("w{i}"), "name": "fs.write",
+                   "arguments": {"path": format!("f{i}.txt"), "content": "x"}}]})
+        })
+        .chain([json!({"final": "done"})])
+        .collect();
+    json!({"goal": "write three files", "tools": {"grant": ["fs.write"]},
+           "progress": {"window": 0}, "script": {"turns": turns}})
+}
+
+fn sleeper() -> Value {
+    json!({"goal": "wait for messages", "driver": {"mode": "events"},
+           "budget": {"max_steps": 100, "deadline": "600s"}, "progress": {"window": 0},
+           "script": {"turns": [{"final": "ok"}], "then": "repeat_last"}})
+}
+
+/// Runs finished per second on `k` nodes.
+async fn throughput(
+    client: &Client,
+    agentry: &std::path::Path,
+    url: &str,
+    args: &Args,
+    k: usize,
+) -> f64 {
+    let nodes: Vec<Node> = (0..k)
+        .map(|_| Node::start(agentry, url, &args.lease))
+        .collect();
+    let body = three_writes();
+    let started = Instant::now();
+    for i in 0..args.runs {
+        client.create(&nodes[i % k], &body).await;
+    }
+    let deadline = started + WAIT;
+    while client.running(&nodes[0]).await > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "runs still running after {WAIT:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    args.runs as f64 / started.elapsed().as_secs_f64()
+}
+
+/// Milliseconds from a run's creation on one node to another node answering for it.
+async fn created_to_visible(
+    client: &Client,
+    agentry: &std::path::Path,
+    url: &str,
+    args: &Args,
+) -> Vec<f64> {
+    let a = Node::start(agentry, url, &args.lease);
+    let b = Node::start(agentry, url, &args.lease);
+    let mut took = Vec::new();
+    for _ in 0..args.probes {
+        let started = Instant::now();
+        let id = client.create(&a, &sleeper()).await;
+        loop {
+            let (status, view) = client.status(&b, &id).await;
+            if status == 200 && view["status"].is_string() {
+                break;
+            }
+            assert!(started.elapsed() < WAIT, "never visible: {status} {view}");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        took.push(started.elapsed().as_secs_f64() * 1000.0);
+    }
+    took
+}
+
+/// Seconds from a node's SIGKILL until its last run was taken over.
+async fn take_over(client: &Client, agentry: &std::path::Path, url: &str, args: &Args) -> f64 {
+    let doomed = Node::start(agentry, url, &args.lease);
+    let heir = Node::start(agentry, url, &args.lease);
+    for _ in 0..args.takeover_runs {
+        client.create(&doomed, &sleeper()).await;
+    }
+    // Every run asleep (its first step done) before the kill.
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let listed: Value = client
+            .0
+            .get(format!("{}/runs?limit=500", doomed.base))
+            .send()
+            .await
+            .expect("GET /runs")
+            .json()
+            .await
+            .expect("JSON");
+        let runs = listed["runs"].as_array().cloned().unwrap_or_default();
+        if runs.len() == args.takeover_runs {
+            break;
+        }
+        assert!(Instant::now() < deadline);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let killed = Instant::now();
+    drop(doomed);
+    loop {
+        let (count, last) = heir.said("took over run");
+        if count >= args.takeover_runs {
+            return last.map_or(0.0, |at| (at - killed).as_secs_f64());
+        }
+        assert!(
+            killed.elapsed() < WAIT,
+            "{count} of {} taken over",
+            args.takeover_runs
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil().max(1.0) as usize;
+    sorted[rank.min(sorted.len()) - 1]
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let args = Args::parse();
+    let agentry = args.agentry.clone().unwrap_or_else(|| {
+        std::env::current_exe()
+            .expect("this binary's path")
+            .with_file_name("agentry")
+    });
+    let server = agentry_test_postgres::PgServer::start();
+    agentry_tls::install_crypto_provider();
+    let client = Client(
+        reqwest::Client::builder()
+            .no_proxy()
+            .timeout(WAIT)
+            .build()
+            .expect("an HTTP client"),
+    );
+    let lease = humantime::parse_duration(&args.lease).expect("--lease is a duration");
+    let mut per_nodes = Vec::new();
+    for k in 1..=3 {
+        let rate = throughput(&client, &agentry, &server.database(), &args, k).await;
+        per_nodes.push(rate);
+        println!(
+            "{}",
+            json!({"figure": "cluster_throughput", "nodes": k, "runs": args.runs,
+                   "runs_per_s": rate, "vs_one_node": rate / per_nodes[0]})
+        );
+    }
+    let mut took = created_to_visible(&client, &agentry, &server.database(), &args).await;
+    took.sort_by(f64::total_cmp);
+    println!(
+        "{}",
+        json!({"figure": "created_to_visible_across_nodes_ms", "probes": took.len(),
+               "p50": percentile(&took, 50.0), "p95": percentile(&took, 95.0)})
+    );
+    let seconds = take_over(&client, &agentry, &server.database(), &args).await;
+    println!(
+        "{}",
+        json!({"figure": "take_over_s", "runs": args.takeover_runs,
+               "lease_s": lease.as_secs_f64(), "took_s": seconds,
+               "beyond_lease_s": seconds - lease.as_secs_f64()})
+    );
+}
