@@ -31,6 +31,12 @@ impl App {
         let _ = self.cluster.set(cluster);
     }
 
+    /// Runs of this node's table that have not stopped (running, asleep or
+    /// queued): its load, as a cluster places new runs.
+    pub fn unfinished_count(&self) -> usize {
+        self.unfinished_runs()
+    }
+
     /// Whether run `id` is in this node's table (live, queued or stopped).
     pub fn holds(&self, id: &str) -> bool {
         self.entry(id).is_some()
@@ -167,6 +173,9 @@ pub(super) async fn route_elsewhere(
     let Some(cluster) = app.cluster.get().cloned() else {
         return next.run(request).await;
     };
+    if request.method() == Method::POST && request.uri().path() == "/runs" {
+        return place(cluster, request, next).await;
+    }
     let Some(run_id) = forwardable(request.method(), request.uri().path()) else {
         return next.run(request).await;
     };
@@ -209,6 +218,29 @@ pub(super) async fn route_elsewhere(
             body,
         })
         .await
+}
+
+/// A new run goes to the node the cluster places it on, or starts here.
+async fn place(cluster: Arc<dyn Cluster>, request: Request, next: Next) -> Response {
+    let (parts, body) = request.into_parts();
+    let body = match axum::body::to_bytes(body, MAX_FORWARDED_BODY).await {
+        Ok(body) => body,
+        Err(e) => return ApiError::bad_request(format!("reading the body: {e}")).into_response(),
+    };
+    let forward = Forward {
+        run_id: String::new(),
+        tenant: parts
+            .extensions
+            .get::<Tenant>()
+            .and_then(|t| t.name().map(str::to_string)),
+        method: "POST".into(),
+        path: "/runs".into(),
+        body: body.to_vec(),
+    };
+    match cluster.place(forward).await {
+        Some(placed) => placed,
+        None => next.run(Request::from_parts(parts, Body::from(body))).await,
+    }
 }
 
 #[cfg(test)]

@@ -58,4 +58,8 @@ pub trait Cluster: Send + Sync + std::fmt::Debug + 'static {
     /// Answers `GET /runs/{id}/events` (`forward`) from the kept events, on
     /// whichever node it reached.
     fn stream(&self, forward: Forward, after: Option<u64>) -> BoxFuture<'static, Response>;
+
+    /// Places a new run (`forward` is its `POST /runs`): the answer of the
+    /// node with the most room that started it, or `None` to start it here.
+    fn place(&self, forward: Forward) -> BoxFuture<'static, Option<Response>>;
 }

@@ -411,6 +411,14 @@ impl App {
         mine
     }
 
+    /// How many runs of the table have not stopped.
+    pub(super) fn unfinished_runs(&self) -> usize {
+        let runs = self.runs.read().unwrap_or_else(PoisonError::into_inner);
+        runs.values()
+            .filter(|entry| entry.stopped_ms.load(Ordering::SeqCst) == 0)
+            .count()
+    }
+
     /// Every run still running: its handle and its event log.
     pub(super) fn live_runs(&self) -> Vec<LiveRun> {
         let runs = self.runs.read().unwrap_or_else(PoisonError::into_inner);

@@ -45,6 +45,14 @@ struct Args {
 /// Bound on any wait.
 const WAIT: Duration = Duration::from_secs(300);
 
+/// What stops a measurement, in words (a binary's own error, shown on exit).
+type Res<T> = Result<T, Box<dyn std::error::Error>>;
+
+/// `Err` with `message` unless `ok`.
+fn ensure(ok: bool, message: impl FnOnce() -> String) -> Res<()> {
+    if ok { Ok(()) } else { Err(message().into()) }
+}
+
 /// One `agentry serve` node; killed when dropped.
 struct Node {
     child: Child,
@@ -60,7 +68,7 @@ impl Drop for Node {
 }
 
 impl Node {
-    fn start(agentry: &std::path::Path, url: &str, lease: &str) -> Node {
+    fn start(agentry: &std::path::Path, url: &str, lease: &str) -> Res<Node> {
         let mut child = Command::new(agentry)
             .args([
                 "serve",
@@ -77,8 +85,16 @@ impl Node {
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
-            .expect("the agentry binary starts (build it: cargo build --release -p agentry-cli)");
-        let stderr = child.stderr.take().expect("piped");
+            .map_err(|e| {
+                format!(
+                    "{}: {e} (build it: cargo build --release -p agentry-cli)",
+                    agentry.display()
+                )
+            })?;
+        let stderr = child
+            .stderr
+            .take()
+            .ok_or("the node's stderr is not piped")?;
         let log: Arc<Mutex<Vec<(Instant, String)>>> = Arc::default();
         let seen = Arc::clone(&log);
         let (tx, rx) = std::sync::mpsc::channel();
@@ -92,8 +108,14 @@ impl Node {
                     .push((Instant::now(), line));
             }
         });
-        let base = rx.recv_timeout(WAIT).expect("the node printed its address");
-        Node { child, base, log }
+        let base = match rx.recv_timeout(WAIT) {
+            Ok(base) => base,
+            Err(_) => {
+                let _ = child.kill();
+                return Err("a node did not print its address".into());
+            }
+        };
+        Ok(Node { child, base, log })
     }
 
     /// When the log last said `text` and how often it said it.
@@ -111,45 +133,44 @@ impl Node {
 struct Client(reqwest::Client);
 
 impl Client {
-    async fn create(&self, node: &Node, body: &Value) -> String {
+    async fn create(&self, node: &Node, body: &Value) -> Res<String> {
         let reply: Value = self
             .0
             .post(format!("{}/runs", node.base))
             .json(body)
             .send()
-            .await
-            .expect("POST /runs")
+            .await?
             .json()
-            .await
-            .expect("a JSON answer");
-        reply["run_id"]
+            .await?;
+        Ok(reply["run_id"]
             .as_str()
-            .unwrap_or_else(|| panic!("no run id: {reply}"))
-            .to_string()
+            .ok_or_else(|| format!("no run id: {reply}"))?
+            .to_string())
     }
 
-    async fn status(&self, node: &Node, id: &str) -> (u16, Value) {
+    /// `GET /runs/{id}`'s view, when it answers 200.
+    async fn view(&self, node: &Node, id: &str) -> Res<Option<Value>> {
         let response = self
             .0
             .get(format!("{}/runs/{id}", node.base))
             .send()
-            .await
-            .expect("GET /runs/{id}");
-        let status = response.status().as_u16();
-        (status, response.json().await.unwrap_or(Value::Null))
+            .await?;
+        if response.status().as_u16() != 200 {
+            return Ok(None);
+        }
+        Ok(Some(response.json().await?))
     }
 
-    async fn running(&self, node: &Node) -> usize {
+    /// `GET /runs` with `query`: how many runs it lists.
+    async fn listed(&self, node: &Node, query: &str) -> Res<usize> {
         let listed: Value = self
             .0
-            .get(format!("{}/runs?status=running&limit=500", node.base))
+            .get(format!("{}/runs?{query}", node.base))
             .send()
-            .await
-            .expect("GET /runs")
+            .await?
             .json()
-            .await
-            .expect("a JSON answer");
-        listed["runs"].as_array().map_or(0, Vec::len)
+            .await?;
+        Ok(listed["runs"].as_array().map_or(0, Vec::len))
     }
 }
 
@@ -178,24 +199,22 @@ async fn throughput(
     url: &str,
     args: &Args,
     k: usize,
-) -> f64 {
-    let nodes: Vec<Node> = (0..k)
+) -> Res<f64> {
+    let nodes = (0..k)
         .map(|_| Node::start(agentry, url, &args.lease))
-        .collect();
+        .collect::<Res<Vec<Node>>>()?;
     let body = three_writes();
     let started = Instant::now();
     for i in 0..args.runs {
-        client.create(&nodes[i % k], &body).await;
+        client.create(&nodes[i % k], &body).await?;
     }
-    let deadline = started + WAIT;
-    while client.running(&nodes[0]).await > 0 {
-        assert!(
-            Instant::now() < deadline,
-            "runs still running after {WAIT:?}"
-        );
+    while client.listed(&nodes[0], "status=running&limit=500").await? > 0 {
+        ensure(started.elapsed() < WAIT, || {
+            format!("runs still running after {WAIT:?}")
+        })?;
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    args.runs as f64 / started.elapsed().as_secs_f64()
+    Ok(args.runs as f64 / started.elapsed().as_secs_f64())
 }
 
 /// Milliseconds from a run's creation on one node to another node answering for it.
@@ -204,50 +223,40 @@ async fn created_to_visible(
     agentry: &std::path::Path,
     url: &str,
     args: &Args,
-) -> Vec<f64> {
-    let a = Node::start(agentry, url, &args.lease);
-    let b = Node::start(agentry, url, &args.lease);
+) -> Res<Vec<f64>> {
+    let a = Node::start(agentry, url, &args.lease)?;
+    let b = Node::start(agentry, url, &args.lease)?;
     let mut took = Vec::new();
     for _ in 0..args.probes {
         let started = Instant::now();
-        let id = client.create(&a, &sleeper()).await;
-        loop {
-            let (status, view) = client.status(&b, &id).await;
-            if status == 200 && view["status"].is_string() {
-                break;
-            }
-            assert!(started.elapsed() < WAIT, "never visible: {status} {view}");
+        let id = client.create(&a, &sleeper()).await?;
+        while !client
+            .view(&b, &id)
+            .await?
+            .is_some_and(|view| view["status"].is_string())
+        {
+            ensure(started.elapsed() < WAIT, || {
+                format!("run {id} never visible")
+            })?;
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
         took.push(started.elapsed().as_secs_f64() * 1000.0);
     }
-    took
+    Ok(took)
 }
 
 /// Seconds from a node's SIGKILL until its last run was taken over.
-async fn take_over(client: &Client, agentry: &std::path::Path, url: &str, args: &Args) -> f64 {
-    let doomed = Node::start(agentry, url, &args.lease);
-    let heir = Node::start(agentry, url, &args.lease);
+async fn take_over(client: &Client, agentry: &std::path::Path, url: &str, args: &Args) -> Res<f64> {
+    // The heir starts once the runs are in: none is placed on it.
+    let doomed = Node::start(agentry, url, &args.lease)?;
     for _ in 0..args.takeover_runs {
-        client.create(&doomed, &sleeper()).await;
+        client.create(&doomed, &sleeper()).await?;
     }
-    // Every run asleep (its first step done) before the kill.
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let listed: Value = client
-            .0
-            .get(format!("{}/runs?limit=500", doomed.base))
-            .send()
-            .await
-            .expect("GET /runs")
-            .json()
-            .await
-            .expect("JSON");
-        let runs = listed["runs"].as_array().cloned().unwrap_or_default();
-        if runs.len() == args.takeover_runs {
-            break;
-        }
-        assert!(Instant::now() < deadline);
+    let heir = Node::start(agentry, url, &args.lease)?;
+    // Every run stored before the kill.
+    let started = Instant::now();
+    while client.listed(&doomed, "limit=500").await? < args.takeover_runs {
+        ensure(started.elapsed() < WAIT, || "the runs never started".into())?;
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -256,13 +265,11 @@ async fn take_over(client: &Client, agentry: &std::path::Path, url: &str, args: 
     loop {
         let (count, last) = heir.said("took over run");
         if count >= args.takeover_runs {
-            return last.map_or(0.0, |at| (at - killed).as_secs_f64());
+            return Ok(last.map_or(0.0, |at| (at - killed).as_secs_f64()));
         }
-        assert!(
-            killed.elapsed() < WAIT,
-            "{count} of {} taken over",
-            args.takeover_runs
-        );
+        ensure(killed.elapsed() < WAIT, || {
+            format!("{count} of {} taken over", args.takeover_runs)
+        })?;
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
@@ -273,26 +280,24 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-async fn main() {
+async fn main() -> Res<()> {
     let args = Args::parse();
-    let agentry = args.agentry.clone().unwrap_or_else(|| {
-        std::env::current_exe()
-            .expect("this binary's path")
-            .with_file_name("agentry")
-    });
+    let agentry = match args.agentry.clone() {
+        Some(path) => path,
+        None => std::env::current_exe()?.with_file_name("agentry"),
+    };
     let server = agentry_test_postgres::PgServer::start();
     agentry_tls::install_crypto_provider();
     let client = Client(
         reqwest::Client::builder()
             .no_proxy()
             .timeout(WAIT)
-            .build()
-            .expect("an HTTP client"),
+            .build()?,
     );
-    let lease = humantime::parse_duration(&args.lease).expect("--lease is a duration");
+    let lease = humantime::parse_duration(&args.lease)?;
     let mut per_nodes = Vec::new();
     for k in 1..=3 {
-        let rate = throughput(&client, &agentry, &server.database(), &args, k).await;
+        let rate = throughput(&client, &agentry, &server.database(), &args, k).await?;
         per_nodes.push(rate);
         println!(
             "{}",
@@ -300,18 +305,19 @@ async fn main() {
                    "runs_per_s": rate, "vs_one_node": rate / per_nodes[0]})
         );
     }
-    let mut took = created_to_visible(&client, &agentry, &server.database(), &args).await;
+    let mut took = created_to_visible(&client, &agentry, &server.database(), &args).await?;
     took.sort_by(f64::total_cmp);
     println!(
         "{}",
         json!({"figure": "created_to_visible_across_nodes_ms", "probes": took.len(),
                "p50": percentile(&took, 50.0), "p95": percentile(&took, 95.0)})
     );
-    let seconds = take_over(&client, &agentry, &server.database(), &args).await;
+    let seconds = take_over(&client, &agentry, &server.database(), &args).await?;
     println!(
         "{}",
         json!({"figure": "take_over_s", "runs": args.takeover_runs,
                "lease_s": lease.as_secs_f64(), "took_s": seconds,
                "beyond_lease_s": seconds - lease.as_secs_f64()})
     );
+    Ok(())
 }

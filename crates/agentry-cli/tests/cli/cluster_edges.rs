@@ -261,3 +261,40 @@ fn free_port() -> u16 {
         .unwrap()
         .port()
 }
+
+/// New runs sent to one node are placed on the nodes with the most room:
+/// with three nodes, a dozen runs created on the first end up on all three.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL (Debian's postgresql package); .ci/run runs it"]
+async fn new_runs_are_placed_on_the_nodes_with_the_most_room() {
+    const RUNS: usize = 12;
+    let place = Place::new("");
+    let nodes: Vec<Served> = (0..3).map(|_| place.node("2s")).collect();
+    // Every node beat once, with its load, before the first run.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let mut ids = Vec::new();
+    for _ in 0..RUNS {
+        let reply = nodes[0]
+            .send("POST", "/runs", None, Some(&json!({"agent": "chat"})))
+            .await;
+        assert_eq!(reply.status, 201, "{:?}", reply.body);
+        ids.push(reply.body["run_id"].as_str().unwrap().to_string());
+    }
+    for id in &ids {
+        view_until(&nodes[0], id, |v| v["status"] == "sleeping").await;
+    }
+    let db = place.url.rsplit('/').next().unwrap();
+    let held = agentry_test_postgres::PgServer::shared().superuser_sql(
+        db,
+        "SELECT n.node_id, count(*) FROM agentry.owners o
+         JOIN agentry.cluster_nodes n ON n.owner_key = o.machine || '#' || o.pid
+         GROUP BY n.node_id ORDER BY n.node_id",
+    );
+    let counts: Vec<usize> = held
+        .lines()
+        .filter_map(|line| line.rsplit('|').next()?.trim().parse().ok())
+        .collect();
+    assert_eq!(counts.len(), 3, "runs on every node: {held}");
+    assert_eq!(counts.iter().sum::<usize>(), RUNS, "{held}");
+    assert!(counts.iter().all(|n| *n >= 2), "spread out: {held}");
+}

@@ -18,17 +18,16 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use agentry::store::{Database, Listener, Notice, StoreError};
-use agentry_serve::{Answer, App, Cluster, EventFeed, Forward};
+use agentry_serve::{Answer, App, Forward};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use futures::future::BoxFuture;
 use serde_json::json;
 use tokio::sync::{mpsc, oneshot};
 
 use super::node::{Node, blocking, now_ms};
 
 /// How long a request waits for the run's node to answer.
-const FORWARD_WAIT: Duration = Duration::from_secs(10);
+pub(super) const FORWARD_WAIT: Duration = Duration::from_secs(10);
 /// How often a waiting request looks at its row besides being woken.
 const ANSWER_POLL: Duration = Duration::from_millis(250);
 /// How often the holder looks for rows whose notification it missed.
@@ -37,6 +36,9 @@ const SWEEP_EVERY: Duration = Duration::from_secs(1);
 const KEEP_ANSWERED_MS: i64 = 10 * 60 * 1000;
 
 const INBOX_CHANNEL: &str = "agentry_inbox";
+/// A wake-up for the rows sent to one node (a new run placed there), not
+/// for one run's: `node:NODE_ID`.
+const TARGET_PREFIX: &str = "node:";
 const ANSWER_CHANNEL: &str = "agentry_answer";
 
 /// What wakes the holder's applier.
@@ -51,13 +53,13 @@ enum Wake {
 
 /// This node's side of the routing: forwarding requests, applying others'.
 pub(super) struct Routes {
-    node: Arc<Node>,
-    app: App,
+    pub(super) node: Arc<Node>,
+    pub(super) app: App,
     /// A connection of its own: forwarding and applying do not queue behind
     /// the node's heartbeat and take-over scans.
-    db: Arc<Database>,
-    waiters: Arc<Waiters>,
-    events: Arc<super::events::Events>,
+    pub(super) db: Arc<Database>,
+    pub(super) waiters: Arc<Waiters>,
+    pub(super) events: Arc<super::events::Events>,
     _listeners: [Listener; 2],
 }
 
@@ -71,7 +73,7 @@ impl std::fmt::Debug for Routes {
 
 /// Requests of this node waiting for their answer, by row id.
 #[derive(Debug, Default)]
-struct Waiters(Mutex<HashMap<i64, oneshot::Sender<()>>>);
+pub(super) struct Waiters(Mutex<HashMap<i64, oneshot::Sender<()>>>);
 
 impl Waiters {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<i64, oneshot::Sender<()>>> {
@@ -132,37 +134,16 @@ impl Routes {
     }
 }
 
-impl Cluster for Routes {
-    fn elsewhere(&self, forward: Forward) -> BoxFuture<'static, Response> {
-        let request = Request {
-            node: Arc::clone(&self.node),
-            app: self.app.clone(),
-            db: Arc::clone(&self.db),
-            waiters: Arc::clone(&self.waiters),
-        };
-        Box::pin(request.answer(forward))
-    }
-
-    fn keep_events(&self, run_id: String, feed: EventFeed) {
-        self.events.keep(run_id, feed);
-    }
-
-    fn stream(&self, forward: Forward, after: Option<u64>) -> BoxFuture<'static, Response> {
-        let events = Arc::clone(&self.events);
-        Box::pin(async move { events.stream(forward, after).await })
-    }
-}
-
 /// One request for a run another node holds.
-struct Request {
-    node: Arc<Node>,
-    app: App,
-    db: Arc<Database>,
-    waiters: Arc<Waiters>,
+pub(super) struct Request {
+    pub(super) node: Arc<Node>,
+    pub(super) app: App,
+    pub(super) db: Arc<Database>,
+    pub(super) waiters: Arc<Waiters>,
 }
 
 impl Request {
-    async fn answer(self, forward: Forward) -> Response {
+    pub(super) async fn answer(self, forward: Forward) -> Response {
         // The store answers for runs that are not, or no longer, running
         // (and for other tenants' runs: the 404 of a run that does not exist).
         if let Some(answer) = self.app.answer_from_store(&forward, false).await {
@@ -180,9 +161,9 @@ impl Request {
             // Written for the node that takes the run over.
             Holder::None(_) => Duration::ZERO,
         };
-        match self.forward(forward.clone(), wait).await {
-            Ok(Some(answer)) => answer.into_response(),
-            Ok(None) => unanswered(&forward),
+        match self.forward(forward.clone(), wait, None).await {
+            Ok(Sent::Answered(answer)) => answer.into_response(),
+            Ok(Sent::Waiting | Sent::Withdrawn) => unanswered(&forward),
             Err(e) => failed(&e),
         }
     }
@@ -231,21 +212,23 @@ impl Request {
             .into_response()
     }
 
-    /// Writes the request as a row and waits up to `wait` for its answer;
-    /// `None` when no node answered by then.
-    async fn forward(
+    /// Writes the request as a row (for the node holding its run, or for
+    /// node `target`) and waits up to `wait` for its answer. A look, or a
+    /// request for a target, that no node took by then is withdrawn.
+    pub(super) async fn forward(
         &self,
         forward: Forward,
         wait: Duration,
-    ) -> Result<Option<Answer>, StoreError> {
-        let get = forward.method == "GET";
+        target: Option<String>,
+    ) -> Result<Sent, StoreError> {
+        let withdraw = forward.method == "GET" || target.is_some();
         let from = self.node.id.clone();
         let id: i64 = blocking(&self.db, move |tx| {
             let id: i64 = tx
                 .query_one(
                     "INSERT INTO agentry.cluster_inbox
-                         (run_id, tenant, method, path, body, from_node, created_ms)
-                     VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id",
+                         (run_id, tenant, method, path, body, from_node, created_ms, target_node)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id",
                     &[
                         &forward.run_id,
                         &forward.tenant,
@@ -254,13 +237,15 @@ impl Request {
                         &forward.body,
                         &from,
                         &now_ms(),
+                        &target,
                     ],
                 )?
                 .get(0);
-            tx.execute(
-                "SELECT pg_notify($1, $2)",
-                &[&INBOX_CHANNEL, &forward.run_id],
-            )?;
+            let wake = match &target {
+                Some(node) => format!("{TARGET_PREFIX}{node}"),
+                None => forward.run_id.clone(),
+            };
+            tx.execute("SELECT pg_notify($1, $2)", &[&INBOX_CHANNEL, &wake])?;
             Ok(id)
         })
         .await?;
@@ -270,7 +255,7 @@ impl Request {
             self.waiters.lock().insert(id, tx);
             if let Some(answer) = self.answered(id).await? {
                 self.waiters.lock().remove(&id);
-                return Ok(Some(answer));
+                return Ok(Sent::Answered(answer));
             }
             let now = tokio::time::Instant::now();
             if now >= deadline {
@@ -279,18 +264,20 @@ impl Request {
             }
             let _ = tokio::time::timeout(ANSWER_POLL.min(deadline - now), rx).await;
         }
-        if get {
-            // Nobody is to apply a look later: it is answered here.
-            blocking(&self.db, move |tx| {
-                tx.execute(
-                    "DELETE FROM agentry.cluster_inbox WHERE id = $1 AND taken_by IS NULL",
-                    &[&id],
-                )
-                .map(|_| ())
-            })
-            .await?;
+        if !withdraw {
+            return Ok(Sent::Waiting);
         }
-        Ok(None)
+        let withdrawn = blocking(&self.db, move |tx| {
+            tx.execute(
+                "DELETE FROM agentry.cluster_inbox WHERE id = $1 AND taken_by IS NULL",
+                &[&id],
+            )
+        })
+        .await?;
+        Ok(match withdrawn {
+            0 => Sent::Waiting,
+            _ => Sent::Withdrawn,
+        })
     }
 
     async fn answered(&self, id: i64) -> Result<Option<Answer>, StoreError> {
@@ -348,6 +335,17 @@ struct Applier {
     db: Arc<Database>,
 }
 
+/// What became of a forwarded request.
+pub(super) enum Sent {
+    /// The node that took it answered.
+    Answered(Answer),
+    /// Not answered yet: it stays for a node to take (or one took it and
+    /// has not answered).
+    Waiting,
+    /// No node took it in time, and it was taken back.
+    Withdrawn,
+}
+
 /// Who holds a run, as the cluster's tables say.
 enum Holder {
     /// A live node.
@@ -374,13 +372,21 @@ impl Applier {
                 },
                 _ = sweep.tick() => Wake::All,
             };
+            let mine = format!("{TARGET_PREFIX}{}", self.node.id);
             let runs = match wake {
+                Wake::Run(target) if target == mine => {
+                    self.apply_placed().await;
+                    continue;
+                }
+                // New runs placed on another node.
+                Wake::Run(target) if target.starts_with(TARGET_PREFIX) => continue,
                 Wake::Run(run_id) => vec![run_id],
                 Wake::All => {
                     swept += 1;
                     if swept.is_multiple_of(60) {
                         self.forget_answered().await;
                     }
+                    self.apply_placed().await;
                     self.waiting_runs().await
                 }
             };
@@ -393,7 +399,8 @@ impl Applier {
     async fn waiting_runs(&self) -> Vec<String> {
         blocking(&self.db, |tx| {
             tx.query(
-                "SELECT DISTINCT run_id FROM agentry.cluster_inbox WHERE status IS NULL",
+                "SELECT DISTINCT run_id FROM agentry.cluster_inbox
+                 WHERE status IS NULL AND target_node IS NULL",
                 &[],
             )
             .map(|rows| rows.iter().map(|r| r.get(0)).collect())
@@ -426,26 +433,73 @@ impl Applier {
                     return;
                 }
             };
-            let answer = self.app.apply_forwarded(taken.forward).await;
-            let id = taken.id;
-            let written = blocking(&self.db, move |tx| {
-                tx.execute(
-                    "UPDATE agentry.cluster_inbox SET status = $2, answer = $3, answered_ms = $4
-                     WHERE id = $1",
-                    &[&id, &i32::from(answer.status), &answer.body, &now_ms()],
-                )?;
-                tx.execute(
-                    "SELECT pg_notify($1, $2)",
-                    &[&ANSWER_CHANNEL, &id.to_string()],
-                )
-                .map(|_| ())
-            })
-            .await;
-            if let Err(e) = written {
+            if let Err(e) = self.apply(taken).await {
                 tracing::warn!(run_id, error = %e, "a routed request's answer was not written");
                 return;
             }
         }
+    }
+
+    /// Starts the new runs placed on this node, oldest first.
+    async fn apply_placed(&self) {
+        loop {
+            let me = self.node.id.clone();
+            let taken = blocking(&self.db, move |tx| {
+                let Some(row) = tx.query_opt(
+                    "UPDATE agentry.cluster_inbox SET taken_by = $1
+                     WHERE id = (SELECT id FROM agentry.cluster_inbox
+                                 WHERE target_node = $1 AND status IS NULL AND taken_by IS NULL
+                                 ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED)
+                     RETURNING id, tenant, method, path, body",
+                    &[&me],
+                )?
+                else {
+                    return Ok(None);
+                };
+                Ok(Some(Taken {
+                    id: row.get(0),
+                    forward: Forward {
+                        run_id: String::new(),
+                        tenant: row.get(1),
+                        method: row.get(2),
+                        path: row.get(3),
+                        body: row.get(4),
+                    },
+                }))
+            })
+            .await;
+            let taken = match taken {
+                Ok(Some(taken)) => taken,
+                Ok(None) => return,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot take the runs placed on this node");
+                    return;
+                }
+            };
+            if let Err(e) = self.apply(taken).await {
+                tracing::warn!(error = %e, "a placed run's answer was not written");
+                return;
+            }
+        }
+    }
+
+    /// Applies a taken row through this node's routes and writes its answer.
+    async fn apply(&self, taken: Taken) -> Result<(), StoreError> {
+        let answer = self.app.apply_forwarded(taken.forward).await;
+        let id = taken.id;
+        blocking(&self.db, move |tx| {
+            tx.execute(
+                "UPDATE agentry.cluster_inbox SET status = $2, answer = $3, answered_ms = $4
+                 WHERE id = $1",
+                &[&id, &i32::from(answer.status), &answer.body, &now_ms()],
+            )?;
+            tx.execute(
+                "SELECT pg_notify($1, $2)",
+                &[&ANSWER_CHANNEL, &id.to_string()],
+            )
+            .map(|_| ())
+        })
+        .await
     }
 
     /// The run's oldest waiting row, marked as this node's, unless it is
@@ -460,7 +514,7 @@ impl Applier {
                  FROM agentry.cluster_inbox i
                  LEFT JOIN agentry.cluster_nodes n
                         ON n.node_id = i.taken_by AND n.heartbeat_ms >= $3
-                 WHERE i.run_id = $1 AND i.status IS NULL
+                 WHERE i.run_id = $1 AND i.status IS NULL AND i.target_node IS NULL
                  ORDER BY i.id LIMIT 1 FOR UPDATE OF i",
                 &[&run, &me, &fresh],
             )?

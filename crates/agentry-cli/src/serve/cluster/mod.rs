@@ -11,12 +11,15 @@
 //!   through `agentry.cluster_inbox`, `NOTIFY` wakes the node holding the
 //!   run, which applies the requests of each run one at a time in the order
 //!   they came and writes back the answer the request then gets;
+//! - places new runs (`place`): a `POST /runs` goes to the live node with
+//!   the fewest unfinished runs, when it holds two fewer than this one;
 //! - keeps every run's events where every node reads them (`events`), so an
 //!   event stream is served by whichever node a client reaches.
 
 mod events;
 mod inbox;
 mod node;
+mod place;
 mod takeover;
 
 pub(crate) use node::Node;
@@ -26,7 +29,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agentry::store::{Database, StoreError};
-use agentry_serve::App;
+use agentry_serve::{App, Cluster, EventFeed, Forward};
+use axum::response::Response;
+use futures::future::BoxFuture;
 
 use super::resume::Resumer;
 
@@ -41,7 +46,8 @@ CREATE TABLE IF NOT EXISTS agentry.cluster_nodes (
     owner_key    TEXT NOT NULL,
     addr         TEXT NOT NULL,
     started_ms   BIGINT NOT NULL,
-    heartbeat_ms BIGINT NOT NULL
+    heartbeat_ms BIGINT NOT NULL,
+    load         BIGINT NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS cluster_nodes_by_owner ON agentry.cluster_nodes (owner_key);
 CREATE TABLE IF NOT EXISTS agentry.cluster_inbox (
@@ -54,12 +60,18 @@ CREATE TABLE IF NOT EXISTS agentry.cluster_inbox (
     from_node   TEXT NOT NULL,
     created_ms  BIGINT NOT NULL,
     taken_by    TEXT,
+    target_node TEXT,
     status      INTEGER,
     answer      BYTEA,
     answered_ms BIGINT
 );
 CREATE INDEX IF NOT EXISTS cluster_inbox_waiting ON agentry.cluster_inbox (run_id, id)
     WHERE status IS NULL;
+-- Columns a node of an earlier build made its tables without.
+ALTER TABLE agentry.cluster_nodes ADD COLUMN IF NOT EXISTS load BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE agentry.cluster_inbox ADD COLUMN IF NOT EXISTS target_node TEXT;
+CREATE INDEX IF NOT EXISTS cluster_inbox_placed ON agentry.cluster_inbox (target_node, id)
+    WHERE status IS NULL AND target_node IS NOT NULL;
 CREATE TABLE IF NOT EXISTS agentry.run_events (
     run_id  TEXT NOT NULL,
     seq     BIGINT NOT NULL,
@@ -109,7 +121,7 @@ pub(crate) async fn join(
         lease,
     });
     let beating = Arc::clone(&node);
-    tokio::task::spawn_blocking(move || beating.beat())
+    tokio::task::spawn_blocking(move || beating.beat(0))
         .await
         .map_err(|e| StoreError::Io {
             path: node.db.location().to_string(),
@@ -124,7 +136,7 @@ pub(crate) async fn join(
             message: e.to_string(),
         })??;
     app.join_cluster(Arc::new(routes));
-    tokio::spawn(keep_beating(Arc::clone(&node)));
+    tokio::spawn(keep_beating(Arc::clone(&node), app.clone()));
     tokio::spawn(takeover::keep_taking_over(
         Arc::clone(&node),
         app.clone(),
@@ -141,15 +153,51 @@ pub(crate) async fn join(
 
 /// Beats every third of the lease until the process ends; a beat that
 /// fails (the server away) is tried again at the next.
-async fn keep_beating(node: Arc<Node>) {
+async fn keep_beating(node: Arc<Node>, app: App) {
     let every = (node.lease / 3).max(Duration::from_millis(50));
     loop {
         tokio::time::sleep(every).await;
         let beating = Arc::clone(&node);
-        match tokio::task::spawn_blocking(move || beating.beat()).await {
+        let load = app.unfinished_count();
+        match tokio::task::spawn_blocking(move || beating.beat(load)).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => tracing::warn!(error = %e, "the node's heartbeat failed"),
             Err(e) => tracing::warn!(error = %e, "the node's heartbeat failed"),
         }
+    }
+}
+
+/// The `Cluster` an `App` of this node routes through.
+impl Cluster for inbox::Routes {
+    fn elsewhere(&self, forward: Forward) -> BoxFuture<'static, Response> {
+        let request = inbox::Request {
+            node: Arc::clone(&self.node),
+            app: self.app.clone(),
+            db: Arc::clone(&self.db),
+            waiters: Arc::clone(&self.waiters),
+        };
+        Box::pin(request.answer(forward))
+    }
+
+    fn keep_events(&self, run_id: String, feed: EventFeed) {
+        self.events.keep(run_id, feed);
+    }
+
+    fn stream(&self, forward: Forward, after: Option<u64>) -> BoxFuture<'static, Response> {
+        let events = Arc::clone(&self.events);
+        Box::pin(async move { events.stream(forward, after).await })
+    }
+
+    fn place(&self, forward: Forward) -> BoxFuture<'static, Option<Response>> {
+        let request = inbox::Request {
+            node: Arc::clone(&self.node),
+            app: self.app.clone(),
+            db: Arc::clone(&self.db),
+            waiters: Arc::clone(&self.waiters),
+        };
+        Box::pin(async move {
+            let (node, app) = (Arc::clone(&request.node), request.app.clone());
+            place::place(&request, &node, &app, forward, inbox::FORWARD_WAIT).await
+        })
     }
 }

@@ -33,16 +33,19 @@ impl Node {
         i64::try_from(self.lease.as_millis()).unwrap_or(i64::MAX)
     }
 
-    /// Beats once: this node is alive (and where it serves).
-    pub(super) fn beat(&self) -> Result<(), StoreError> {
+    /// Beats once: this node is alive, where it serves, and how many
+    /// unfinished runs it holds (`load`, what placing new runs compares).
+    pub(super) fn beat(&self, load: usize) -> Result<(), StoreError> {
         let (id, key, addr) = (self.id.clone(), self.owner_key.clone(), self.addr.clone());
+        let load = i64::try_from(load).unwrap_or(i64::MAX);
         self.db.transaction(move |tx| {
             let now = now_ms();
             tx.execute(
-                "INSERT INTO agentry.cluster_nodes (node_id, owner_key, addr, started_ms, heartbeat_ms)
-                 VALUES ($1, $2, $3, $4, $4)
-                 ON CONFLICT (node_id) DO UPDATE SET heartbeat_ms = EXCLUDED.heartbeat_ms",
-                &[&id, &key, &addr, &now],
+                "INSERT INTO agentry.cluster_nodes (node_id, owner_key, addr, started_ms, heartbeat_ms, load)
+                 VALUES ($1, $2, $3, $4, $4, $5)
+                 ON CONFLICT (node_id) DO UPDATE
+                 SET heartbeat_ms = EXCLUDED.heartbeat_ms, load = EXCLUDED.load",
+                &[&id, &key, &addr, &now, &load],
             )
             .map(|_| ())
         })
