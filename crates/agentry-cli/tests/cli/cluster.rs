@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
+use super::lease::signal;
 use super::serve::Served;
+use super::serve_hibernation::message_text;
 use crate::*;
 
 const NEEDS_PG: &str = "needs PostgreSQL (Debian's postgresql package); .ci/run runs it";
@@ -157,9 +159,17 @@ async fn all_stopped(node: &Served, expected: usize) -> BTreeMap<String, String>
     }
 }
 
-/// Reads run `id`'s event stream from `base` (following a redirect) until
-/// `n` inputs were applied; returns the applied messages' texts in order.
-pub(super) async fn applied_messages(base: &str, id: &str, n: usize) -> Vec<String> {
+/// One SSE event of a stream: its `event:`, `id:` and `data:` lines.
+struct SseEvent {
+    kind: String,
+    id: Option<u64>,
+    data: Option<Value>,
+}
+
+/// Reads run `id`'s event stream from `base` (following a redirect), handing
+/// each event to `seen` until it returns true; panics if the stream ends
+/// first or goes quiet for [`FINISH`].
+async fn read_stream(base: &str, id: &str, mut seen: impl FnMut(SseEvent) -> bool) {
     let client = reqwest::Client::builder().no_proxy().build().unwrap();
     let mut response = client
         .get(format!("{base}/runs/{id}/events"))
@@ -167,84 +177,54 @@ pub(super) async fn applied_messages(base: &str, id: &str, n: usize) -> Vec<Stri
         .await
         .unwrap();
     assert_eq!(response.status().as_u16(), 200);
-    let (mut buffer, mut texts) = (String::new(), Vec::new());
+    let mut buffer = String::new();
     loop {
         while let Some(end) = buffer.find("\n\n") {
             let block: String = buffer.drain(..end + 2).collect();
-            let applied = block.lines().any(|l| l == "event: input_applied");
-            let data = block.lines().find_map(|l| l.strip_prefix("data: "));
-            if let (true, Some(data)) = (applied, data) {
-                let data: Value = serde_json::from_str(data).unwrap();
-                if let Some(text) = message_text(&data) {
-                    texts.push(text);
-                }
-                if texts.len() == n {
-                    return texts;
-                }
+            let line = |prefix: &str| block.lines().find_map(|l| l.strip_prefix(prefix));
+            let event = SseEvent {
+                kind: line("event: ").unwrap_or_default().to_string(),
+                id: line("id: ").and_then(|n| n.parse().ok()),
+                data: line("data: ").and_then(|d| serde_json::from_str(d).ok()),
+            };
+            if seen(event) {
+                return;
             }
         }
         let chunk = tokio::time::timeout(FINISH, response.chunk())
             .await
             .expect("the stream went quiet")
             .unwrap()
-            .expect("the stream ended early");
+            .unwrap_or_else(|| panic!("run {id}'s stream ended early"));
         buffer.push_str(std::str::from_utf8(&chunk).unwrap());
     }
+}
+
+/// The texts of the first `n` messages run `id` applied, in order, from
+/// `base`'s stream.
+pub(super) async fn applied_messages(base: &str, id: &str, n: usize) -> Vec<String> {
+    let mut texts = Vec::new();
+    read_stream(base, id, |event| {
+        if event.kind == "input_applied"
+            && let Some(text) = event.data.as_ref().and_then(message_text)
+        {
+            texts.push(text);
+        }
+        texts.len() == n
+    })
+    .await;
+    texts
 }
 
 /// The ids of run `id`'s events as `base` streams them, up to `run_stopped`.
 async fn stream_ids(base: &str, id: &str) -> Vec<u64> {
-    let client = reqwest::Client::builder().no_proxy().build().unwrap();
-    let mut response = client
-        .get(format!("{base}/runs/{id}/events"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status().as_u16(), 200);
-    let (mut buffer, mut ids) = (String::new(), Vec::new());
-    loop {
-        while let Some(end) = buffer.find("\n\n") {
-            let block: String = buffer.drain(..end + 2).collect();
-            if let Some(seq) = block.lines().find_map(|l| l.strip_prefix("id: ")) {
-                ids.push(seq.parse().unwrap());
-            }
-            if block.lines().any(|l| l == "event: run_stopped") {
-                return ids;
-            }
-        }
-        let chunk = tokio::time::timeout(FINISH, response.chunk())
-            .await
-            .expect("the stream went quiet")
-            .unwrap();
-        let Some(chunk) = chunk else {
-            panic!("run {id}'s stream ended before run_stopped: {ids:?}");
-        };
-        buffer.push_str(std::str::from_utf8(&chunk).unwrap());
-    }
-}
-
-/// The text of the user message somewhere in an event's data.
-fn message_text(data: &Value) -> Option<String> {
-    match data {
-        Value::Object(map) => {
-            if map.get("type").and_then(Value::as_str) == Some("message")
-                && let Some(Value::String(text)) = map.get("text")
-            {
-                return Some(text.clone());
-            }
-            map.values().find_map(message_text)
-        }
-        Value::Array(items) => items.iter().find_map(message_text),
-        Value::Null | Value::Bool(_) | Value::Number(_) | Value::String(_) => None,
-    }
-}
-
-fn signal(pid: u32, signal: &str) {
-    let status = Command::new("kill")
-        .args([signal, &pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success(), "kill {signal} {pid}");
+    let mut ids = Vec::new();
+    read_stream(base, id, |event| {
+        ids.extend(event.id);
+        event.kind == "run_stopped"
+    })
+    .await;
+    ids
 }
 
 /// 300 runs created across three nodes; one node is killed while they run.

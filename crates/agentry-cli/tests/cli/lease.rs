@@ -27,7 +27,8 @@ fn nap_task(secs: &str) -> tempfile::TempDir {
     )
 }
 
-fn signal(pid: u32, signal: &str) {
+/// Sends `signal` (`-STOP`, `-CONT`, ...) to process `pid`.
+pub(super) fn signal(pid: u32, signal: &str) {
     let status = Command::new("kill")
         .args([signal, &pid.to_string()])
         .status()

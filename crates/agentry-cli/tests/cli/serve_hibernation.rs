@@ -188,7 +188,7 @@ async fn logged(served: &Served, line: &str) {
 }
 
 /// The text of the user message somewhere in an event's data.
-fn message_text(data: &Value) -> Option<String> {
+pub(super) fn message_text(data: &Value) -> Option<String> {
     match data {
         Value::Object(map) => {
             if map.get("type").and_then(Value::as_str) == Some("message")
