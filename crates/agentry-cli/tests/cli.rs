@@ -50,6 +50,7 @@ mod cli {
     mod serve_events;
     mod serve_hibernation;
     mod serve_limits;
+    mod serve_model_slots;
     mod serve_list;
     mod serve_openapi;
     mod serve_ops;

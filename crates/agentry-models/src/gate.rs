@@ -385,7 +385,10 @@ mod tests {
             model: &str,
             max: u32,
         ) -> BoxFuture<'static, Result<SharedPass, ModelError>> {
-            if self.fail_once.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            if self
+                .fail_once
+                .swap(false, std::sync::atomic::Ordering::SeqCst)
+            {
                 let model = model.to_string();
                 return Box::pin(async move {
                     Err(ModelError::SharedGate {
@@ -419,7 +422,10 @@ mod tests {
         let two = ModelGate::with_shared(limits, "m", shared.clone());
         let first = one.enter().await;
         let second = tokio::time::timeout(Duration::from_secs(1), two.enter()).await;
-        assert!(second.is_err(), "a second pass on another gate while one is held");
+        assert!(
+            second.is_err(),
+            "a second pass on another gate while one is held"
+        );
         drop(first);
         let _second = two.enter().await;
         assert_eq!(two.usage().in_flight, 1);
