@@ -62,7 +62,10 @@ async fn a_models_max_concurrent_holds_for_the_cluster_measured_at_the_server() 
     for i in 0..RUNS {
         let on = &nodes[i % 2];
         let id = on
-            .create(TOKEN, &json!({"agent": "direct", "input": "six times seven?"}))
+            .create(
+                TOKEN,
+                &json!({"agent": "direct", "input": "six times seven?"}),
+            )
             .await;
         started.push((on, id));
     }
