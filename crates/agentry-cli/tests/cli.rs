@@ -51,6 +51,7 @@ mod cli {
     mod serve_hibernation;
     mod serve_limits;
     mod serve_list;
+    mod serve_model_slots;
     mod serve_openapi;
     mod serve_ops;
     mod serve_postgres;

@@ -114,6 +114,15 @@ pub enum ModelError {
         /// Each model's reason, in chain order.
         reasons: String,
     },
+    /// A named model's shared count of requests in flight (a cluster's
+    /// `max_concurrent`) cannot be read or written.
+    #[error("models.{model}: the shared max_concurrent is not available: {reason}")]
+    SharedGate {
+        /// The named model.
+        model: String,
+        /// Why (the store's error).
+        reason: String,
+    },
 }
 
 /// An error and its sources, joined with ": " (reqwest's own text says only

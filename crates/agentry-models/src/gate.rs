@@ -7,9 +7,18 @@
 //! flight until its last byte). Tokens are charged when the reply says how
 //! many it used; a minute's budget overdrawn by one large turn makes the next
 //! ones wait until it has refilled.
+//!
+//! A gate may have a shared part ([`SharedInFlight`]): a count of requests
+//! in flight kept outside the process (a cluster's database), so that
+//! `max_concurrent` holds across every process on it. The local slot is
+//! taken first, then the shared one; the pass holds both.
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
+
+use futures::future::BoxFuture;
+
+use crate::ModelError;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
@@ -32,7 +41,57 @@ pub struct ModelGate {
     limits: GateLimits,
     in_flight: Option<Arc<Semaphore>>,
     state: Mutex<GateState>,
+    shared: Option<Shared>,
 }
+
+/// The gate's shared part and the model name it counts under.
+#[derive(Debug)]
+struct Shared {
+    model: String,
+    slots: Arc<dyn SharedInFlight>,
+}
+
+/// Requests in flight to a named model counted across processes (see the
+/// module docs). `acquire` waits until fewer than `max` passes of `model`
+/// are held anywhere and returns one; it is given back when dropped.
+pub trait SharedInFlight: Send + Sync + std::fmt::Debug {
+    /// A pass among `max` for `model`, once one is free; an error when the
+    /// count cannot be read (the gate asks again a little later).
+    fn acquire(&self, model: &str, max: u32) -> BoxFuture<'static, Result<SharedPass, ModelError>>;
+}
+
+/// One request's slot among a model's shared `max_concurrent`: given back
+/// (its `release` called) when dropped.
+pub struct SharedPass {
+    release: Option<Box<dyn FnOnce() + Send + Sync>>,
+}
+
+impl SharedPass {
+    /// A pass that calls `release` once, when dropped.
+    pub fn new(release: impl FnOnce() + Send + Sync + 'static) -> SharedPass {
+        SharedPass {
+            release: Some(Box::new(release)),
+        }
+    }
+}
+
+impl Drop for SharedPass {
+    fn drop(&mut self) {
+        if let Some(release) = self.release.take() {
+            release();
+        }
+    }
+}
+
+impl std::fmt::Debug for SharedPass {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedPass").finish_non_exhaustive()
+    }
+}
+
+/// How long an attempt waits before asking the shared part again after it
+/// failed (the database away): the request does not start meanwhile.
+const SHARED_RETRY: Duration = Duration::from_secs(1);
 
 #[derive(Debug)]
 struct GateState {
@@ -92,15 +151,37 @@ pub struct GateUsage {
 /// An attempt's pass: held until its reply has been read.
 #[derive(Debug)]
 pub(crate) struct GatePass {
+    // Dropped first: the shared slot is given back before the local one.
+    _shared: Option<SharedPass>,
     _permit: Option<OwnedSemaphorePermit>,
 }
 
 impl ModelGate {
     /// A gate with these limits.
     pub fn new(limits: GateLimits) -> Arc<ModelGate> {
+        Arc::new(ModelGate::unshared(limits))
+    }
+
+    /// A gate with these limits whose `max_concurrent` also holds across
+    /// every process sharing `slots`, counted under `model`. Without
+    /// `max_concurrent`, `slots` is never asked.
+    pub fn with_shared(
+        limits: GateLimits,
+        model: impl Into<String>,
+        slots: Arc<dyn SharedInFlight>,
+    ) -> Arc<ModelGate> {
+        let mut gate = ModelGate::unshared(limits);
+        gate.shared = Some(Shared {
+            model: model.into(),
+            slots,
+        });
+        Arc::new(gate)
+    }
+
+    fn unshared(limits: GateLimits) -> ModelGate {
         let now = Instant::now();
         let bucket = |per_minute: Option<f64>| per_minute.map(|p| Bucket::new(p.max(1.0), now));
-        Arc::new(ModelGate {
+        ModelGate {
             limits,
             in_flight: limits
                 .max_concurrent
@@ -111,7 +192,8 @@ impl ModelGate {
                 tokens: bucket(limits.tokens_per_minute.map(|t| t as f64)),
                 waiting: 0,
             }),
-        })
+            shared: None,
+        }
     }
 
     /// The limits it enforces.
@@ -150,7 +232,29 @@ impl ModelGate {
             Some(semaphore) => Arc::clone(semaphore).acquire_owned().await.ok(),
             None => None,
         };
-        GatePass { _permit: permit }
+        let shared = self.enter_shared().await;
+        GatePass {
+            _shared: shared,
+            _permit: permit,
+        }
+    }
+
+    /// The shared slot, when the gate has a shared part and a
+    /// `max_concurrent`; asked again until it answers.
+    async fn enter_shared(&self) -> Option<SharedPass> {
+        let (shared, max) = match (&self.shared, self.limits.max_concurrent) {
+            (Some(shared), Some(max)) => (shared, max.max(1)),
+            (Some(_), None) | (None, _) => return None,
+        };
+        loop {
+            match shared.slots.acquire(&shared.model, max).await {
+                Ok(pass) => return Some(pass),
+                Err(error) => {
+                    tracing::warn!(model = %shared.model, %error, "the shared max_concurrent cannot be read; asking again");
+                    tokio::time::sleep(SHARED_RETRY).await;
+                }
+            }
+        }
     }
 
     /// Zero when a request may start now (its request is then counted),
@@ -265,5 +369,84 @@ mod tests {
         let _third = gate.enter().await;
         assert_eq!(gate.usage().in_flight, 2);
         assert_eq!(gate.usage().waiting, 0);
+    }
+
+    /// A shared part kept in this process (one semaphore per model), as a
+    /// cluster's database would keep it for several.
+    #[derive(Debug, Default)]
+    struct Counted {
+        slots: Mutex<std::collections::BTreeMap<String, Arc<Semaphore>>>,
+        fail_once: std::sync::atomic::AtomicBool,
+    }
+
+    impl SharedInFlight for Counted {
+        fn acquire(
+            &self,
+            model: &str,
+            max: u32,
+        ) -> BoxFuture<'static, Result<SharedPass, ModelError>> {
+            if self
+                .fail_once
+                .swap(false, std::sync::atomic::Ordering::SeqCst)
+            {
+                let model = model.to_string();
+                return Box::pin(async move {
+                    Err(ModelError::SharedGate {
+                        model,
+                        reason: "away".into(),
+                    })
+                });
+            }
+            let semaphore = Arc::clone(
+                self.slots
+                    .lock()
+                    .unwrap()
+                    .entry(model.to_string())
+                    .or_insert_with(|| Arc::new(Semaphore::new(max as usize))),
+            );
+            Box::pin(async move {
+                let permit = semaphore.acquire_owned().await.unwrap();
+                Ok(SharedPass::new(move || drop(permit)))
+            })
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn two_gates_sharing_a_part_hold_max_concurrent_together() {
+        let shared = Arc::new(Counted::default());
+        let limits = GateLimits {
+            max_concurrent: Some(1),
+            ..GateLimits::default()
+        };
+        let one = ModelGate::with_shared(limits, "m", shared.clone());
+        let two = ModelGate::with_shared(limits, "m", shared.clone());
+        let first = one.enter().await;
+        let second = tokio::time::timeout(Duration::from_secs(1), two.enter()).await;
+        assert!(
+            second.is_err(),
+            "a second pass on another gate while one is held"
+        );
+        drop(first);
+        let _second = two.enter().await;
+        assert_eq!(two.usage().in_flight, 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_shared_part_that_fails_is_asked_again() {
+        let shared = Arc::new(Counted::default());
+        shared
+            .fail_once
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        let gate = ModelGate::with_shared(
+            GateLimits {
+                max_concurrent: Some(1),
+                ..GateLimits::default()
+            },
+            "m",
+            shared,
+        );
+        let start = Instant::now();
+        drop(gate.enter().await);
+        assert!(start.elapsed() >= SHARED_RETRY);
     }
 }

@@ -99,7 +99,7 @@ pub use chain::{ChainModel, FallbackPolicy};
 pub use compaction::SUMMARIZE_AT_PERCENT;
 pub use config::{CompactionMode, ModelConfig, Prices, Provider, RetryConfig, TextReply};
 pub use error::ModelError;
-pub use gate::{GateLimits, GateUsage, ModelGate};
+pub use gate::{GateLimits, GateUsage, ModelGate, SharedInFlight, SharedPass};
 pub use names::ToolNameMap;
 pub use openai::{OpenAiPolicy, build_openai_messages};
 pub use provider::{

@@ -8,6 +8,7 @@
 //!
 //! - `error`: `ServeCliError`, why it does not serve.
 //! - `models`: a `[models.NAME]` chain as a run's policy.
+//! - `model_slots`: on Postgres, `max_concurrent` for the whole cluster.
 //! - `agents`: `[agents.NAME]`, started as `agentry run` starts a task.
 //! - `resume`: the agents' unfinished runs, resumed as `agentry resume` does.
 //! - `stop`: the signals, and the drain they start.
@@ -17,6 +18,7 @@
 mod agents;
 mod cluster;
 mod error;
+mod model_slots;
 mod models;
 mod resume;
 mod stop;
@@ -130,7 +132,7 @@ pub(crate) async fn serve(
     check_auth(tokens.as_ref(), args.no_auth, addr)?;
     check_tenants(&file, tokens.as_ref(), &config_path)?;
     let store = store_path(args.store.as_ref())?;
-    let gates = Arc::new(models::Gates::of(&file));
+    let gates = Arc::new(model_slots::gates(&file, &store).await?);
     let agents = agents::ServeAgents::load(
         Arc::clone(&file),
         &config_path,

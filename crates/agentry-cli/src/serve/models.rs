@@ -6,7 +6,8 @@
 //! Each named model has one [`ModelGate`] for the life of the server
 //! ([`Gates`]): every run on the model shares it, also a run that reaches it
 //! as another model's fallback, so `max_concurrent`, the per-minute budgets
-//! and a provider's `Retry-After` hold across runs. `input_price` and
+//! and a provider's `Retry-After` hold across runs; on a Postgres store,
+//! `max_concurrent` holds across the cluster's nodes (`model_slots`). `input_price` and
 //! `output_price` charge each turn's money to the run's budget.
 
 use std::collections::BTreeMap;
@@ -15,7 +16,7 @@ use std::sync::Arc;
 use agentry::TaskSpec;
 use agentry::protocol::stored_policy::{RootSpec, StoredFallback};
 use agentry_models::{
-    ChainModel, GateLimits, ModelConfig, ModelError, ModelGate, Prices, Provider,
+    ChainModel, GateLimits, ModelConfig, ModelError, ModelGate, Prices, Provider, SharedInFlight,
 };
 use agentry_serve::{ModelEntry, ModelLoad, ServeFile, micros_of};
 
@@ -73,8 +74,10 @@ pub(crate) fn check_keys(file: &ServeFile, name: &str) -> Result<(), ModelError>
 pub(crate) struct Gates(BTreeMap<String, Arc<ModelGate>>);
 
 impl Gates {
-    /// A gate for every `[models.NAME]`, with its limits.
-    pub(crate) fn of(file: &ServeFile) -> Gates {
+    /// A gate for every `[models.NAME]`, with its limits; with `shared`,
+    /// each model's `max_concurrent` also holds across every process
+    /// sharing it (a cluster's database).
+    pub(crate) fn of(file: &ServeFile, shared: Option<Arc<dyn SharedInFlight>>) -> Gates {
         Gates(
             file.models
                 .iter()
@@ -84,7 +87,11 @@ impl Gates {
                         requests_per_minute: entry.requests_per_minute,
                         tokens_per_minute: entry.tokens_per_minute,
                     };
-                    (name.clone(), ModelGate::new(limits))
+                    let gate = match &shared {
+                        Some(slots) => ModelGate::with_shared(limits, name, Arc::clone(slots)),
+                        None => ModelGate::new(limits),
+                    };
+                    (name.clone(), gate)
                 })
                 .collect(),
         )

@@ -32,7 +32,7 @@ fn start(dir: &Path, config: &str, env: &[(&str, &str)]) -> Served {
 }
 
 /// `tasks/answer`: one model turn that finishes; `[budget] max_steps = 3`.
-fn answer_task(dir: &Path) {
+pub(super) fn answer_task(dir: &Path) {
     let task = dir.join("tasks/answer");
     std::fs::create_dir_all(&task).unwrap();
     std::fs::write(
@@ -216,10 +216,15 @@ async fn a_queued_run_aborted_never_runs() {
 
 /// Releases held replies every 20 ms until told to stop.
 fn keep_releasing(go: Arc<Notify>) -> tokio::task::JoinHandle<()> {
+    releasing_every(go, Duration::from_millis(20))
+}
+
+/// Releases held replies every `period` until told to stop.
+pub(super) fn releasing_every(go: Arc<Notify>, period: Duration) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         loop {
             go.notify_waiters();
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            tokio::time::sleep(period).await;
         }
     })
 }
