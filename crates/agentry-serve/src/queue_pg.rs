@@ -15,8 +15,9 @@
 //! database. A run takes a row (run id, tenant, the service holding it,
 //! under the same lease) in a transaction that counts first under an
 //! advisory lock; a stopped run's row goes and wakes the others (`NOTIFY`);
-//! rows of a service that is gone lapse with its lease, and a run resumed
-//! elsewhere takes its row over.
+//! rows of a service that is gone lapse with its lease (a slot only once its
+//! run is no longer unfinished in the store: a node takes that run over and
+//! holds its slot again), and a run resumed elsewhere takes its row over.
 //!
 //! Spend is kept per run and day (the run's spend counted before the day's
 //! first change, and all of it so far, each only ever widened), so writing
@@ -211,8 +212,13 @@ impl DatabaseQueue {
         let (node, lease) = (self.node.clone(), LEASE.as_secs_f64());
         self.with(move |tx| {
             tx.execute("SELECT pg_advisory_xact_lock($1)", &[&SLOTS_LOCK])?;
+            // A lapsed slot whose run is still unfinished in the store is
+            // kept: a node takes that run over and holds the slot again, so
+            // a queued run must not start in its place meanwhile.
             tx.execute(
-                "DELETE FROM agentry.serve_slots WHERE lease_until < now()",
+                "DELETE FROM agentry.serve_slots s WHERE s.lease_until < now()
+                 AND NOT EXISTS (SELECT 1 FROM agentry.runs r
+                                 WHERE r.run_id = s.run_id AND r.status <> 'stopped')",
                 &[],
             )?;
             let held = tx.execute(
@@ -417,6 +423,9 @@ mod tests {
     #[ignore = "needs PostgreSQL (Debian's postgresql package); .ci/run runs it"]
     fn shared_slots_count_every_services_runs_within_the_limits() {
         let url = agentry_test_postgres::PgServer::shared().database();
+        // The store's tables: a lapsed slot is kept while its run is
+        // unfinished there (none of these runs is in it).
+        drop(agentry::PostgresStore::connect(&url).unwrap());
         let (a, b) = (queue(&url), queue(&url));
         let limits = |tenant| SlotLimits {
             total: Some(2),
