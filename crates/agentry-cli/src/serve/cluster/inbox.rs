@@ -95,6 +95,16 @@ impl Waiters {
 }
 
 impl Routes {
+    /// One request's share of the routes (it outlives the call that made it).
+    pub(super) fn request(&self) -> Request {
+        Request {
+            node: Arc::clone(&self.node),
+            app: self.app.clone(),
+            db: Arc::clone(&self.db),
+            waiters: Arc::clone(&self.waiters),
+        }
+    }
+
     /// Listens for rows and answers, and starts applying the rows of the
     /// runs this node holds.
     pub(super) fn start(node: Arc<Node>, app: App) -> Result<Routes, StoreError> {

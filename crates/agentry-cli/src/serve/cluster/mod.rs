@@ -170,13 +170,7 @@ async fn keep_beating(node: Arc<Node>, app: App) {
 /// The `Cluster` an `App` of this node routes through.
 impl Cluster for inbox::Routes {
     fn elsewhere(&self, forward: Forward) -> BoxFuture<'static, Response> {
-        let request = inbox::Request {
-            node: Arc::clone(&self.node),
-            app: self.app.clone(),
-            db: Arc::clone(&self.db),
-            waiters: Arc::clone(&self.waiters),
-        };
-        Box::pin(request.answer(forward))
+        Box::pin(self.request().answer(forward))
     }
 
     fn keep_events(&self, run_id: String, feed: EventFeed) {
@@ -189,15 +183,7 @@ impl Cluster for inbox::Routes {
     }
 
     fn place(&self, forward: Forward) -> BoxFuture<'static, Option<Response>> {
-        let request = inbox::Request {
-            node: Arc::clone(&self.node),
-            app: self.app.clone(),
-            db: Arc::clone(&self.db),
-            waiters: Arc::clone(&self.waiters),
-        };
-        Box::pin(async move {
-            let (node, app) = (Arc::clone(&request.node), request.app.clone());
-            place::place(&request, &node, &app, forward, inbox::FORWARD_WAIT).await
-        })
+        let request = self.request();
+        Box::pin(async move { place::place(&request, forward, inbox::FORWARD_WAIT).await })
     }
 }

@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use agentry::store::StoreError;
-use agentry_serve::{App, Forward};
+use agentry_serve::Forward;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
@@ -20,15 +20,9 @@ const MARGIN: i64 = 2;
 
 /// Where `forward` (a `POST /runs`) runs: another node's answer, or `None`
 /// to start it here.
-pub(super) async fn place(
-    request: &Request,
-    node: &Node,
-    app: &App,
-    forward: Forward,
-    wait: Duration,
-) -> Option<Response> {
-    let load = i64::try_from(app.unfinished_count()).unwrap_or(i64::MAX);
-    let target = match lighter_node(node, load).await {
+pub(super) async fn place(request: &Request, forward: Forward, wait: Duration) -> Option<Response> {
+    let load = i64::try_from(request.app.unfinished_count()).unwrap_or(i64::MAX);
+    let target = match lighter_node(&request.node, load).await {
         Ok(Some(target)) => target,
         Ok(None) => return None,
         Err(e) => {
