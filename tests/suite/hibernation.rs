@@ -17,6 +17,9 @@ use agentry::{
 use agentry_test_support::{FnPolicy, TestError, TestTask, runtime_with};
 use serde_json::json;
 
+#[path = "hibernation/lease.rs"]
+mod lease;
+
 const WAIT: Duration = Duration::from_secs(10);
 const NAP: Duration = Duration::from_millis(40);
 

@@ -198,6 +198,17 @@ pub enum RuntimeError {
         /// Who owns it now ("process PID on host HOST"), if anyone.
         owner: Option<String>,
     },
+    /// The run hibernated in lease mode and let its lease go: it rests in
+    /// the store, owned by no process, and has left this one (no outcome
+    /// here). The process that resumes it next holds it: in a cluster of
+    /// `agentry serve` nodes, the node its next input reaches.
+    #[error(
+        "run {run_id} hibernated and let its lease go: it rests in the store, owned by no process, until one resumes it"
+    )]
+    LetGo {
+        /// Run id.
+        run_id: String,
+    },
 }
 
 impl RuntimeError {

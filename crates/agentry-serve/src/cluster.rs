@@ -7,6 +7,7 @@
 //! own node would give.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
@@ -179,6 +180,9 @@ pub(super) async fn route_elsewhere(
     let Some(run_id) = forwardable(request.method(), request.uri().path()) else {
         return next.run(request).await;
     };
+    if app.holds(&run_id) && request.method() == Method::POST {
+        return held_input(&app, cluster, run_id, request, next).await;
+    }
     if app.holds(&run_id) {
         return next.run(request).await;
     }
@@ -218,6 +222,62 @@ pub(super) async fn route_elsewhere(
             body,
         })
         .await
+}
+
+/// How long an input for a run letting its lease go waits for it to be gone
+/// from this node's table before it follows the run.
+const LET_GO_WAIT: Duration = Duration::from_secs(5);
+
+/// An input for a run this node holds: applied here, unless the run was
+/// letting its lease go as it came (a hibernated run of a cluster): then it
+/// goes through the cluster, to whichever node takes the run next.
+async fn held_input(
+    app: &App,
+    cluster: Arc<dyn Cluster>,
+    run_id: String,
+    request: Request,
+    next: Next,
+) -> Response {
+    let (parts, body) = request.into_parts();
+    let body = match axum::body::to_bytes(body, MAX_FORWARDED_BODY).await {
+        Ok(body) => body,
+        Err(e) => return ApiError::bad_request(format!("reading the body: {e}")).into_response(),
+    };
+    let forward = Forward {
+        run_id,
+        tenant: parts
+            .extensions
+            .get::<Tenant>()
+            .and_then(|t| t.name().map(str::to_string)),
+        method: parts.method.to_string(),
+        path: parts
+            .uri
+            .path_and_query()
+            .map_or_else(|| parts.uri.path().to_string(), |p| p.as_str().to_string()),
+        body: body.to_vec(),
+    };
+    let response = next.run(Request::from_parts(parts, Body::from(body))).await;
+    if response.status() != axum::http::StatusCode::CONFLICT {
+        return response;
+    }
+    let (parts, body) = response.into_parts();
+    let body = axum::body::to_bytes(body, MAX_FORWARDED_BODY)
+        .await
+        .unwrap_or_else(|_| Bytes::new());
+    let answer = Answer {
+        status: parts.status.as_u16(),
+        body: body.to_vec(),
+    };
+    if !answer.is_let_go() {
+        return Response::from_parts(parts, Body::from(body));
+    }
+    // Gone from the table once its lease is released; bounded, since a
+    // store that does not answer keeps it here.
+    let deadline = tokio::time::Instant::now() + LET_GO_WAIT;
+    while app.holds(&forward.run_id) && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    cluster.elsewhere(forward).await
 }
 
 /// A new run goes to the node the cluster places it on, or starts here.

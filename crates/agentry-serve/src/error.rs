@@ -21,7 +21,15 @@ pub struct ApiError {
     retry_after: Option<u64>,
     /// A `WWW-Authenticate: Bearer` header (a missing or wrong token).
     bearer_challenge: bool,
+    /// The body's `code` when the status's own would not say enough.
+    code: Option<&'static str>,
 }
+
+/// The `code` of the 409 for an input a run refused because it was letting
+/// its lease go (a cluster's hibernated run): the node the request reached
+/// sends it on to whichever node takes the run next
+/// ([`Answer::is_let_go`](crate::Answer::is_let_go)).
+pub const LET_GO: &str = "let_go";
 
 /// What a 429 asks a client to wait before it sends again, in seconds: a busy
 /// run's inbox empties at its next decision, typically well within this.
@@ -36,6 +44,7 @@ impl ApiError {
             field: None,
             retry_after: None,
             bearer_challenge: false,
+            code: None,
         }
     }
 
@@ -98,6 +107,10 @@ impl ApiError {
     pub fn from_runtime(e: RuntimeError) -> Self {
         match e {
             RuntimeError::Stopped { .. } => ApiError::new(StatusCode::CONFLICT, e.to_string()),
+            RuntimeError::LetGo { .. } => ApiError {
+                code: Some(LET_GO),
+                ..ApiError::new(StatusCode::CONFLICT, e.to_string())
+            },
             RuntimeError::InboxFull { .. } => ApiError {
                 retry_after: Some(RETRY_AFTER_SECONDS),
                 ..ApiError::new(StatusCode::TOO_MANY_REQUESTS, e.to_string())
@@ -156,11 +169,11 @@ pub(crate) fn error_body(
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = axum::Json(error_body(
-            self.status,
-            &self.message,
-            self.field.as_deref(),
-        ));
+        let mut body = error_body(self.status, &self.message, self.field.as_deref());
+        if let Some(code) = self.code {
+            body["error"]["code"] = json!(code);
+        }
+        let body = axum::Json(body);
         let mut response = (self.status, body).into_response();
         let headers = response.headers_mut();
         if let Some(seconds) = self.retry_after {

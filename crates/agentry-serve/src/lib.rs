@@ -124,7 +124,7 @@ pub use agents::{AgentRun, Agents, Launched, ModelLoad, RunMeta};
 pub use allowed::{AllowError, AllowedHost, AllowedOrigin};
 pub use config::{LimitSettings, Limits, ServiceConfig};
 pub use create::write_files;
-pub use error::{ApiError, ServeError, code_of};
+pub use error::{ApiError, LET_GO, ServeError, code_of};
 pub use events::{EventFeed, FedEvent, ReplayLimits};
 pub use file::{
     AgentEntry, AuthSection, BadKey, DEFAULT_DRAIN_TIMEOUT, ModelEntry, ServeFile, ServeSection,

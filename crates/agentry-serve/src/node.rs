@@ -33,6 +33,17 @@ pub struct Answer {
     pub body: Vec<u8>,
 }
 
+impl Answer {
+    /// Whether this is the 409 of a run that was letting its lease go as
+    /// the request came ([`LET_GO`](crate::LET_GO)): the request
+    /// goes to whichever node takes the run next.
+    pub fn is_let_go(&self) -> bool {
+        self.status == StatusCode::CONFLICT.as_u16()
+            && serde_json::from_slice::<serde_json::Value>(&self.body)
+                .is_ok_and(|v| v["error"]["code"] == super::error::LET_GO)
+    }
+}
+
 impl IntoResponse for Answer {
     fn into_response(self) -> Response {
         let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::BAD_GATEWAY);

@@ -294,10 +294,20 @@ impl App {
                     .await;
                 }
             }
-            Err(RuntimeError::TakenOver { .. }) => {
-                // Another node runs it now: requests for it go there.
-                tracing::warn!(run_id = %id, "run taken over by another node; it leaves this one");
-                self.forget(&id);
+            Err(e @ (RuntimeError::TakenOver { .. } | RuntimeError::LetGo { .. })) => {
+                // Another node runs it now, or the next to take it will:
+                // requests for it go through the cluster.
+                match e {
+                    RuntimeError::LetGo { .. } => {
+                        tracing::debug!(run_id = %id, "hibernated run let its lease go; it leaves this node");
+                    }
+                    _ => {
+                        tracing::warn!(run_id = %id, "run taken over by another node; it leaves this one");
+                    }
+                }
+                // Only this handle's entry: the run may be back here
+                // already, resumed for its next input.
+                self.forget_activation(&id, &handle);
                 self.admission.slots().release(&id);
                 self.dispatch();
             }
@@ -371,6 +381,19 @@ impl App {
             .write()
             .unwrap_or_else(PoisonError::into_inner)
             .remove(id)
+    }
+
+    /// Takes run `id` out of the table if its entry holds `handle` (not a
+    /// later resume's).
+    fn forget_activation(&self, id: &str, handle: &RunHandle) {
+        let mut runs = self.runs.write().unwrap_or_else(PoisonError::into_inner);
+        let same = runs.get(id).is_some_and(|entry| match entry.current() {
+            Run::Live(held) => held.is_clone_of(handle),
+            Run::Stopped(_) | Run::Queued => false,
+        });
+        if same {
+            runs.remove(id);
+        }
     }
 
     /// Stopped runs of the table that stopped before `before_ms`.

@@ -52,7 +52,7 @@ pub(crate) async fn resume_agents(app: &App, resumer: &Resumer) -> usize {
         if meta.agent.is_none() {
             continue;
         }
-        match resume_one(resumer, &run.run_id, &config, &meta).await {
+        match resume_one(resumer, &run.run_id, &config, &meta, AtRest::Stay).await {
             Ok(launched) => {
                 eprintln!("agentry: serve: resumed run {}", run.run_id);
                 app.adopt(launched);
@@ -66,12 +66,22 @@ pub(crate) async fn resume_agents(app: &App, resumer: &Resumer) -> usize {
     resumed
 }
 
+/// How a resumed run that was stored asleep at rest comes back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AtRest {
+    /// Hibernated, until its next input wakes it.
+    Stay,
+    /// Awake: something for it (an input, a due timer) is on its way.
+    Wake,
+}
+
 /// Resumes one named agent's run, in lease mode when `resumer` says so.
 pub(crate) async fn resume_one(
     resumer: &Resumer,
     run_id: &str,
     config: &RunConfig,
     meta: &RunMeta,
+    at_rest: AtRest,
 ) -> Result<Launched, RunError> {
     let Resumer {
         file,
@@ -103,7 +113,7 @@ pub(crate) async fn resume_one(
     };
     let options = ResumeOptions::default()
         .hibernate_after(file.serve.hibernate_after())
-        .dormant(true);
+        .dormant(at_rest == AtRest::Stay);
     let handle = runtime
         .resume_with(run_id, policy, options)
         .await

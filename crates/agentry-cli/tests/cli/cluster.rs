@@ -30,8 +30,9 @@ pub(super) struct Place {
 
 impl Place {
     /// Agents: `append` (three calls of a keyed append, then done), `chat`
-    /// (event-driven, answers every message), `gated` (one append that waits
-    /// for a human's approval).
+    /// (event-driven, answers every message), `brief` (`chat` with a
+    /// deadline of two seconds), `gated` (one append that waits for a
+    /// human's approval).
     /// `serve_keys`: more `[serve]` keys, besides `workdir_root` (`work/`).
     pub(super) fn new(serve_keys: &str) -> Place {
         let dir = tempfile::tempdir().unwrap();
@@ -77,13 +78,21 @@ impl Place {
              [driver]\nmode = \"events\"\n[progress]\nwindow = 0\n",
             &json!({"turns": [{"final": "ok"}], "then": "repeat_last"}).to_string(),
         );
+        task(
+            root,
+            "brief",
+            "goal = \"answer messages for two seconds\"\n[budget]\nmax_steps = 200\ndeadline = \"2s\"\n\
+             [driver]\nmode = \"events\"\n[progress]\nwindow = 0\n",
+            &json!({"turns": [{"final": "ok"}], "then": "repeat_last"}).to_string(),
+        );
         std::fs::write(
             root.join("serve.toml"),
             format!(
                 "[serve]\nworkdir_root = \"{work}\"\n{serve_keys}\n\
                  [agents.append]\ntask = \"tasks/append\"\n\
                  [agents.gated]\ntask = \"tasks/gated\"\n\
-                 [agents.chat]\ntask = \"tasks/chat\"\n",
+                 [agents.chat]\ntask = \"tasks/chat\"\n\
+                 [agents.brief]\ntask = \"tasks/brief\"\n",
                 work = root.join("work").display()
             ),
         )

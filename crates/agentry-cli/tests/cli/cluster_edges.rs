@@ -1,6 +1,6 @@
 //! More of a cluster (see `cluster.rs`): a run whose working directory a
-//! node cannot reach, a hibernated agent woken through any node, and the two
-//! commands of docs/cluster.md run as written.
+//! node cannot reach, a hibernated agent owned by no node and woken where its
+//! input lands, and the two commands of docs/cluster.md run as written.
 
 use std::time::{Duration, Instant};
 
@@ -114,12 +114,48 @@ async fn a_run_whose_workdir_a_node_cannot_reach_waits_and_says_why() {
     assert_eq!(done["outcome"]["stop_reason"], "done", "{done:?}");
 }
 
-/// A hibernated agent is woken by a message sent to another node; and once
-/// its node is gone, a message sent to any node wakes it on a node that
-/// takes it over. Its stream holds every message, once, in order.
+/// How many owner rows run `id` has (0: owned by no node).
+fn owners_of(place: &Place, id: &str) -> u32 {
+    let db = place.url.rsplit('/').next().unwrap();
+    agentry_test_postgres::PgServer::shared()
+        .superuser_sql(
+            db,
+            &format!("SELECT count(*) FROM agentry.owners WHERE run_id = '{id}'"),
+        )
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// Waits (bounded) until run `id` is owned by no node.
+async fn until_unowned(place: &Place, id: &str) {
+    let deadline = Instant::now() + FINISH;
+    while owners_of(place, id) != 0 {
+        assert!(Instant::now() < deadline, "run {id} never let its lease go");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Waits (bounded) until `node`'s log says it woke run `id`.
+async fn until_woken_by(node: &Served, id: &str) {
+    let deadline = Instant::now() + FINISH;
+    while !node.log.lock().unwrap().contains(&format!("woke run {id}")) {
+        assert!(
+            Instant::now() < deadline,
+            "run {id} never woke on this node:\n{}",
+            node.log.lock().unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A hibernated agent is owned by no node: it lets its lease go, and
+/// whichever node its next input reaches takes the lease and wakes it;
+/// the node it slept on plays no part (killed, the agent wakes all the
+/// same). Its stream holds every message, once, in order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs PostgreSQL (Debian's postgresql package); .ci/run runs it"]
-async fn a_hibernated_agent_wakes_through_any_node() {
+async fn a_hibernated_agent_is_owned_by_no_node_and_wakes_where_its_input_lands() {
     let place = Place::new("hibernate_after = \"100ms\"");
     let first = place.node("1s");
     let second = place.node("1s");
@@ -137,8 +173,16 @@ async fn a_hibernated_agent_wakes_through_any_node() {
         v["status"] == "sleeping" && v["inputs"] == 1
     })
     .await;
-    // Past hibernate_after: asleep and out of memory on the first node.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Past hibernate_after: out of memory on the first node and owned by none.
+    until_unowned(&place, &id).await;
+    let resting = view_until(&second, &id, |v| v.get("note").is_some()).await;
+    assert!(
+        resting["note"]
+            .as_str()
+            .unwrap()
+            .contains("hibernated and owned by no node"),
+        "{resting:?}"
+    );
     let sent = second
         .send(
             "POST",
@@ -148,11 +192,17 @@ async fn a_hibernated_agent_wakes_through_any_node() {
         )
         .await;
     assert_eq!(sent.status, 202, "{:?}", sent.body);
-    view_until(&second, &id, |v| {
+    until_woken_by(&second, &id).await;
+    view_until(&first, &id, |v| {
         v["status"] == "sleeping" && v["inputs"] == 2
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Asleep again: the second node lets it go too; its first node dies.
+    until_unowned(&place, &id).await;
+    assert!(
+        !first.log.lock().unwrap().contains("woke run"),
+        "the node it first slept on never woke it"
+    );
     first.kill();
     let third = place.node("1s");
     let sent = third
@@ -164,12 +214,35 @@ async fn a_hibernated_agent_wakes_through_any_node() {
         )
         .await;
     assert_eq!(sent.status, 202, "{:?}", sent.body);
+    until_woken_by(&third, &id).await;
     view_until(&second, &id, |v| {
         v["inputs"] == 3 && v["status"] == "sleeping"
     })
     .await;
     let texts = applied_messages(&third.base, &id, 3).await;
     assert_eq!(texts, ["m0", "m1", "m2"]);
+}
+
+/// A resting agent (hibernated, owned by no node) whose deadline passes
+/// with no input is woken by a node's take-over scan and stopped at it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL (Debian's postgresql package); .ci/run runs it"]
+async fn a_resting_agent_past_its_deadline_is_woken_and_stopped_by_some_node() {
+    let place = Place::new("hibernate_after = \"100ms\"");
+    let first = place.node("1s");
+    let second = place.node("1s");
+    let reply = first
+        .send("POST", "/runs", None, Some(&json!({"agent": "brief"})))
+        .await;
+    assert_eq!(reply.status, 201, "{:?}", reply.body);
+    let id = reply.body["run_id"].as_str().unwrap().to_string();
+    until_unowned(&place, &id).await;
+    let done = view_until(&second, &id, |v| v["status"] == "stopped").await;
+    assert_eq!(done["outcome"]["stop_reason"], "deadline", "{done:?}");
+    let woken = [&first, &second]
+        .iter()
+        .any(|node| node.log.lock().unwrap().contains(&format!("woke run {id}")));
+    assert!(woken, "a node's scan woke it");
 }
 
 /// The two commands of docs/cluster.md, run as written: a private Postgres

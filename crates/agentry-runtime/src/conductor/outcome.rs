@@ -123,6 +123,12 @@ impl OutcomeRx {
         self.0.0.taken_over.get().map(|b| &**b)
     }
 
+    /// Whether the run has no outcome here because it hibernated and let
+    /// its lease go (lease mode).
+    pub(crate) fn let_go(&self) -> bool {
+        self.0.0.let_go.load(Ordering::SeqCst)
+    }
+
     /// Waits for the outcome; `None` if the run was lost (its sender gone
     /// without publishing).
     pub(crate) async fn wait(&self) -> Option<&RunOutcome> {
@@ -183,6 +189,9 @@ struct SlotShared {
     lost: AtomicBool,
     /// Why, when another process took the run over.
     taken_over: OnceLock<Box<TakenOver>>,
+    /// Hibernated in lease mode, the run let its lease go: it rests in the
+    /// store, owned by no process (see `runtime/hibernate.rs`).
+    let_go: AtomicBool,
     /// How to wake the run: set when the run may hibernate, let go when it
     /// stops (the waker holds a handle on this slot).
     rouse: Mutex<Option<Arc<dyn Rouse>>>,
@@ -200,6 +209,9 @@ enum Slot {
     Dormant(Dormant),
     /// Being woken: what was posted meanwhile, in order.
     Waking(Vec<ConductorMsg>),
+    /// Hibernated in lease mode and letting its lease go: nothing is taken
+    /// in (whatever comes is for the process that takes the run next).
+    Leaving,
 }
 
 /// What a hibernated run keeps besides its handle's shared parts: what its
@@ -229,6 +241,9 @@ pub(crate) enum Posting {
     Sent,
     /// The run has stopped.
     Stopped,
+    /// The run let its lease go (hibernated in lease mode): nothing was
+    /// taken; the run rests in the store for the next process to take.
+    LetGo,
 }
 
 /// The addresses [`LiveActors`] holds while the run runs.
@@ -332,7 +347,21 @@ impl LiveActors {
     /// Posts `msg` to the run: cast to its conductor, or queued while it
     /// wakes (a hibernated run starts waking).
     pub(crate) fn post(&self, msg: ConductorMsg) -> Posting {
+        self.post_with(|| msg)
+    }
+
+    /// [`LiveActors::post`] of the message `make` builds, only if the run
+    /// takes it: `make` runs under the slot's lock, so whatever it stores
+    /// (an input's inbox row) is queued before the run can let its lease go,
+    /// or not at all.
+    pub(crate) fn post_with(&self, make: impl FnOnce() -> ConductorMsg) -> Posting {
         let mut slot = self.lock();
+        let msg = match &*slot {
+            Slot::Leaving => return Posting::LetGo,
+            Slot::Gone if self.0.let_go.load(Ordering::SeqCst) => return Posting::LetGo,
+            Slot::Gone => return Posting::Stopped,
+            Slot::Live(_) | Slot::Dormant(_) | Slot::Waking(_) => make(),
+        };
         match &mut *slot {
             Slot::Live(live) => match live.conductor.cast(msg) {
                 Ok(()) => Posting::Sent,
@@ -352,7 +381,37 @@ impl LiveActors {
                 Posting::Sent
             }
             Slot::Gone => Posting::Stopped,
+            Slot::Leaving => Posting::LetGo,
         }
+    }
+
+    /// Starts letting a hibernated run's lease go: its dormant entry, if it
+    /// still sleeps (an input that came first woke it: `None`). From now on
+    /// nothing is posted to it ([`Posting::LetGo`]).
+    pub(crate) fn begin_let_go(&self) -> Option<Dormant> {
+        let mut slot = self.lock();
+        if !matches!(*slot, Slot::Dormant(_)) {
+            return None;
+        }
+        match std::mem::replace(&mut *slot, Slot::Leaving) {
+            Slot::Dormant(dormant) => Some(dormant),
+            other @ (Slot::Gone | Slot::Live(_) | Slot::Waking(_) | Slot::Leaving) => {
+                *slot = other;
+                None
+            }
+        }
+    }
+
+    /// The run's lease is let go: it has left this process, with no outcome
+    /// here; its waiters learn why ([`OutcomeRx::let_go`]).
+    pub(crate) fn let_go_done(&self) {
+        let shared = &self.0;
+        *self.lock() = Slot::Gone;
+        shared.let_go.store(true, Ordering::SeqCst);
+        shared.lost.store(true, Ordering::SeqCst);
+        let rouse = self.rouser().take();
+        shared.woke.notify_waiters();
+        drop(rouse);
     }
 
     /// Starts waking a hibernated run (nothing to post: an alarm, a human's
@@ -397,7 +456,7 @@ impl LiveActors {
                 let slot = self.lock();
                 match &*slot {
                     Slot::Live(live) => return Some(Live::clone(live)),
-                    Slot::Gone => return None,
+                    Slot::Gone | Slot::Leaving => return None,
                     Slot::Dormant(_) | Slot::Waking(_) => {}
                 }
             }
@@ -444,7 +503,7 @@ impl LiveActors {
     pub(crate) fn with<R>(&self, f: impl FnOnce(&Live) -> R) -> Option<R> {
         match &*self.lock() {
             Slot::Live(live) => Some(f(live)),
-            Slot::Gone | Slot::Dormant(_) | Slot::Waking(_) => None,
+            Slot::Gone | Slot::Dormant(_) | Slot::Waking(_) | Slot::Leaving => None,
         }
     }
 

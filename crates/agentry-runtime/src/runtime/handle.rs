@@ -85,7 +85,8 @@ impl RunHandle {
 
     /// Waits for the run to stop. [`RuntimeError::TakenOver`] when another
     /// process took the run over (lease mode): this process then stopped
-    /// working on it, and it has no outcome here.
+    /// working on it, and it has no outcome here; [`RuntimeError::LetGo`]
+    /// when it hibernated in lease mode and let its lease go.
     pub async fn wait(&self) -> Result<RunOutcome, RuntimeError> {
         self.outcome.wait().await.cloned().ok_or_else(|| {
             let run_id = self.run_id.to_string();
@@ -95,9 +96,16 @@ impl RunHandle {
                     epoch: taken.epoch,
                     owner: taken.owner.clone(),
                 },
+                None if self.outcome.let_go() => RuntimeError::LetGo { run_id },
                 None => RuntimeError::Lost { run_id },
             }
         })
+    }
+
+    /// Whether `other` is a clone of this handle: the same run in this
+    /// process since it started or resumed (not a later resume of it).
+    pub fn is_clone_of(&self, other: &RunHandle) -> bool {
+        Arc::ptr_eq(&self.run_id, &other.run_id)
     }
 
     /// The outcome, if the run has stopped.
@@ -255,8 +263,9 @@ impl RunHandle {
                     } else {
                         ConductorMsg::Input(input)
                     };
-                    if let Posting::Stopped = live.post(msg) {
-                        gauge.release(1);
+                    match live.post(msg) {
+                        Posting::Sent => {}
+                        Posting::Stopped | Posting::LetGo => gauge.release(1),
                     }
                 }
             }
@@ -326,7 +335,7 @@ impl RunHandle {
 
     /// Posts an accepted input (its slot, if it takes one, already taken).
     fn post(&self, input: RunInput) -> Result<(), RuntimeError> {
-        let msg = match (&self.log, &self.inbox) {
+        let make = || match (&self.log, &self.inbox) {
             (Some(log), Some(next)) => {
                 // Into the run's stored inbox first (queued at the writer, so on
                 // disk before anything the run commits later), out of it in the
@@ -344,9 +353,12 @@ impl RunHandle {
             }
             _ => ConductorMsg::Input(input),
         };
-        match self.live.post(msg) {
+        match self.live.post_with(make) {
             Posting::Sent => Ok(()),
             Posting::Stopped => Err(RuntimeError::Stopped {
+                run_id: self.run_id.to_string(),
+            }),
+            Posting::LetGo => Err(RuntimeError::LetGo {
                 run_id: self.run_id.to_string(),
             }),
         }

@@ -12,6 +12,13 @@
 //! rebuilt by the runtime's wake policy, and a new conductor fills the slot,
 //! taking what was posted meanwhile in order. Its stored timers are not armed
 //! again: their tasks (each posting through the slot) still wait.
+//!
+//! In lease mode (nodes of a cluster sharing one store) a hibernated run is
+//! owned by no process: it lets its lease go ([`let_go`]: the owner row is
+//! released, its handles learn [`RuntimeError::LetGo`], nothing of it stays
+//! here), and whichever process resumes it next holds it. An input posted
+//! once it started letting go is refused with that error, never taken: the
+//! next holder gets it instead.
 
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -132,12 +139,48 @@ impl Rouse for Waker {
     }
 
     fn hibernated(&self, live: &LiveActors, deadline: Option<Instant>) {
+        if self.runtime.lease.is_some()
+            && let Ok(tokio) = tokio::runtime::Handle::try_current()
+        {
+            tokio.spawn(let_go(live.clone(), self.handle.clone()));
+            return;
+        }
         // Listed even without a deadline: a shutdown wakes every hibernated
         // run to stop it.
         let at = deadline.unwrap_or_else(super::alarms::never);
         let key = self.runtime.alarms.insert(at, live.clone());
         *self.alarm.lock().unwrap_or_else(PoisonError::into_inner) = Some(key);
     }
+}
+
+/// Lease mode: a hibernated run lets its lease go and leaves this process.
+/// Its owner row is released (fenced by its own token, so a run already
+/// taken over releases nothing); its handles then see
+/// [`RuntimeError::LetGo`]. Its timers' tasks end (their stored rows wait
+/// for the next holder). A run woken before this begins keeps its lease.
+async fn let_go(live: LiveActors, handle: RunHandle) {
+    let Some(Dormant { outcome, claim, .. }) = live.begin_let_go() else {
+        return;
+    };
+    if let (Some(log), Some(claim)) = (&handle.log, &claim) {
+        let release = agentry_store::Write::Release {
+            run_id: handle.run_id.to_string(),
+            token: claim.lease().token().to_string(),
+        };
+        match log.commit(vec![release]).await {
+            Ok(()) => claim.lease().released(),
+            // Fenced (taken over meanwhile) or a store that failed: either
+            // way the run is not this process's to go on with.
+            Err(e) => {
+                tracing::warn!(run_id = %handle.run_id, error = %e, "a hibernated run could not release its lease; it leaves this process all the same");
+            }
+        }
+    }
+    handle.run_token.cancel();
+    drop(claim);
+    live.let_go_done();
+    drop(outcome);
+    tracing::debug!(run_id = %handle.run_id, "hibernated run let its lease go");
 }
 
 /// The hibernated run as stored. Under strict durability everything it

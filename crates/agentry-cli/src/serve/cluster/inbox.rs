@@ -12,6 +12,13 @@
 //! node died and no node took it over yet) stays in the inbox for the node
 //! that takes the run over: an input is answered 202 `{"routed": "waiting"}`,
 //! a `GET` 503 with `Retry-After`.
+//!
+//! A hibernated run rests owned by no node: the node an input for it
+//! reaches takes its lease and wakes it (`takeover::take_over`), then
+//! applies the input through the inbox like any other, after those that
+//! came before. An input that reached a run's node as it was letting its
+//! lease go is answered `let_go` there, and asked again here until the run
+//! rests (and is woken) or another node holds it.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -24,32 +31,20 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 use tokio::sync::{mpsc, oneshot};
 
+use super::super::resume::{AtRest, Resumer};
+use super::applier::Applier;
+use super::channels::{ANSWER_CHANNEL, INBOX_CHANNEL, TARGET_PREFIX, Wake};
 use super::node::{Node, blocking, now_ms};
+use super::takeover::{TakeOver, take_over};
 
 /// How long a request waits for the run's node to answer.
 pub(super) const FORWARD_WAIT: Duration = Duration::from_secs(10);
+/// How often a request that reached a run letting its lease go is asked
+/// again, and how long apart (the lease is released in one commit).
+const LET_GO_TRIES: u32 = 40;
+const LET_GO_PAUSE: Duration = Duration::from_millis(50);
 /// How often a waiting request looks at its row besides being woken.
 const ANSWER_POLL: Duration = Duration::from_millis(250);
-/// How often the holder looks for rows whose notification it missed.
-const SWEEP_EVERY: Duration = Duration::from_secs(1);
-/// Answered rows are kept this long (for a look at what went where), then removed.
-const KEEP_ANSWERED_MS: i64 = 10 * 60 * 1000;
-
-const INBOX_CHANNEL: &str = "agentry_inbox";
-/// A wake-up for the rows sent to one node (a new run placed there), not
-/// for one run's: `node:NODE_ID`.
-const TARGET_PREFIX: &str = "node:";
-const ANSWER_CHANNEL: &str = "agentry_answer";
-
-/// What wakes the holder's applier.
-#[derive(Debug)]
-enum Wake {
-    /// A row for this run was written.
-    Run(String),
-    /// Look at every run with rows waiting (a sweep, or a listener that
-    /// reconnected and may have missed some).
-    All,
-}
 
 /// This node's side of the routing: forwarding requests, applying others'.
 pub(super) struct Routes {
@@ -60,6 +55,8 @@ pub(super) struct Routes {
     pub(super) db: Arc<Database>,
     pub(super) waiters: Arc<Waiters>,
     pub(super) events: Arc<super::events::Events>,
+    /// How this node resumes a run it takes (a resting one it wakes).
+    resumer: Arc<Resumer>,
     _listeners: [Listener; 2],
 }
 
@@ -102,12 +99,17 @@ impl Routes {
             app: self.app.clone(),
             db: Arc::clone(&self.db),
             waiters: Arc::clone(&self.waiters),
+            resumer: Arc::clone(&self.resumer),
         }
     }
 
     /// Listens for rows and answers, and starts applying the rows of the
     /// runs this node holds.
-    pub(super) fn start(node: Arc<Node>, app: App) -> Result<Routes, StoreError> {
+    pub(super) fn start(
+        node: Arc<Node>,
+        app: App,
+        resumer: Arc<Resumer>,
+    ) -> Result<Routes, StoreError> {
         let db = Arc::new(Database::connect(&node.url)?);
         let (wake, woken) = mpsc::unbounded_channel();
         let inbox = db.listen(INBOX_CHANNEL, move |notice| {
@@ -139,6 +141,7 @@ impl Routes {
             db,
             waiters,
             events,
+            resumer,
             _listeners: [inbox, answers],
         })
     }
@@ -150,31 +153,62 @@ pub(super) struct Request {
     pub(super) app: App,
     pub(super) db: Arc<Database>,
     pub(super) waiters: Arc<Waiters>,
+    pub(super) resumer: Arc<Resumer>,
 }
 
 impl Request {
     pub(super) async fn answer(self, forward: Forward) -> Response {
+        let mut tries = 0;
+        loop {
+            match self.answer_once(forward.clone()).await {
+                // The run was letting its lease go: soon it rests (and this
+                // node wakes it) or another node holds it.
+                Ok(answer) if answer.is_let_go() && tries < LET_GO_TRIES => {
+                    tries += 1;
+                    tokio::time::sleep(LET_GO_PAUSE).await;
+                }
+                Ok(answer) => return answer.into_response(),
+                Err(response) => return response,
+            }
+        }
+    }
+
+    /// The answer of the run's node (or of the store), or the response
+    /// this node gives itself.
+    async fn answer_once(&self, forward: Forward) -> Result<Answer, Response> {
         // The store answers for runs that are not, or no longer, running
         // (and for other tenants' runs: the 404 of a run that does not exist).
         if let Some(answer) = self.app.answer_from_store(&forward, false).await {
-            return answer.into_response();
+            return Ok(answer);
         }
-        let holder = match self.holder(&forward.run_id).await {
-            Ok(holder) => holder,
-            Err(e) => return failed(&e),
-        };
+        let holder = self.holder(&forward.run_id).await.map_err(|e| failed(&e))?;
+        let get = forward.method == "GET";
         let wait = match holder {
-            Holder::None(note) if forward.method == "GET" => {
-                return self.stored_view(&forward, note).await;
+            Holder::None(note) if get => return Err(self.stored_view(&forward, note).await),
+            Holder::Resting if get => {
+                let note = format!(
+                    "run {} is hibernated and owned by no node: its next input wakes it on the node that input reaches",
+                    forward.run_id
+                );
+                return Err(self.stored_view(&forward, Some(note)).await);
             }
             Holder::Node => FORWARD_WAIT,
             // Written for the node that takes the run over.
             Holder::None(_) => Duration::ZERO,
+            Holder::Resting => {
+                let (node, app) = (&self.node, &self.app);
+                match take_over(node, app, &self.resumer, &forward.run_id, AtRest::Wake).await {
+                    TakeOver::Here | TakeOver::Elsewhere => FORWARD_WAIT,
+                    // Written for a node that can (the take-over scan wakes
+                    // a resting run an input waits for).
+                    TakeOver::Not => Duration::ZERO,
+                }
+            }
         };
         match self.forward(forward.clone(), wait, None).await {
-            Ok(Sent::Answered(answer)) => answer.into_response(),
-            Ok(Sent::Waiting | Sent::Withdrawn) => unanswered(&forward),
-            Err(e) => failed(&e),
+            Ok(Sent::Answered(answer)) => Ok(answer),
+            Ok(Sent::Waiting | Sent::Withdrawn) => Err(unanswered(&forward)),
+            Err(e) => Err(failed(&e)),
         }
     }
 
@@ -191,6 +225,15 @@ impl Request {
             )?;
             if held.is_some() {
                 return Ok(Holder::Node);
+            }
+            let resting = tx.query_opt(
+                "SELECT 1 FROM agentry.runs r
+                 WHERE r.run_id = $1 AND r.status = 'sleeping'
+                   AND NOT EXISTS (SELECT 1 FROM agentry.owners o WHERE o.run_id = r.run_id)",
+                &[&run_id],
+            )?;
+            if resting.is_some() {
+                return Ok(Holder::Resting);
             }
             let note = tx.query_opt(
                 "SELECT note FROM agentry.cluster_notes WHERE run_id = $1",
@@ -338,13 +381,6 @@ fn failed(e: &StoreError) -> Response {
         .into_response()
 }
 
-/// Applies the rows of the runs this node holds.
-struct Applier {
-    node: Arc<Node>,
-    app: App,
-    db: Arc<Database>,
-}
-
 /// What became of a forwarded request.
 pub(super) enum Sent {
     /// The node that took it answered.
@@ -360,196 +396,9 @@ pub(super) enum Sent {
 enum Holder {
     /// A live node.
     Node,
+    /// None: it hibernated and let its lease go, for the next node an
+    /// input for it reaches.
+    Resting,
     /// No live node; a node's note on why, if one left it.
     None(Option<String>),
-}
-
-/// A row taken to apply.
-struct Taken {
-    id: i64,
-    forward: Forward,
-}
-
-impl Applier {
-    async fn run(self, mut woken: mpsc::UnboundedReceiver<Wake>) {
-        let mut sweep = tokio::time::interval(SWEEP_EVERY);
-        let mut swept = 0u64;
-        loop {
-            let wake = tokio::select! {
-                wake = woken.recv() => match wake {
-                    Some(wake) => wake,
-                    None => return,
-                },
-                _ = sweep.tick() => Wake::All,
-            };
-            let mine = format!("{TARGET_PREFIX}{}", self.node.id);
-            let runs = match wake {
-                Wake::Run(target) if target == mine => {
-                    self.apply_placed().await;
-                    continue;
-                }
-                // New runs placed on another node.
-                Wake::Run(target) if target.starts_with(TARGET_PREFIX) => continue,
-                Wake::Run(run_id) => vec![run_id],
-                Wake::All => {
-                    swept += 1;
-                    if swept.is_multiple_of(60) {
-                        self.forget_answered().await;
-                    }
-                    self.apply_placed().await;
-                    self.waiting_runs().await
-                }
-            };
-            for run_id in runs.into_iter().filter(|id| self.app.holds(id)) {
-                self.apply_all(&run_id).await;
-            }
-        }
-    }
-
-    async fn waiting_runs(&self) -> Vec<String> {
-        blocking(&self.db, |tx| {
-            tx.query(
-                "SELECT DISTINCT run_id FROM agentry.cluster_inbox
-                 WHERE status IS NULL AND target_node IS NULL",
-                &[],
-            )
-            .map(|rows| rows.iter().map(|r| r.get(0)).collect())
-        })
-        .await
-        .unwrap_or_default()
-    }
-
-    async fn forget_answered(&self) {
-        let before = now_ms() - KEEP_ANSWERED_MS;
-        let _ = blocking(&self.db, move |tx| {
-            tx.execute(
-                "DELETE FROM agentry.cluster_inbox WHERE status IS NOT NULL AND answered_ms < $1",
-                &[&before],
-            )
-            .map(|_| ())
-        })
-        .await;
-    }
-
-    /// Applies run `run_id`'s waiting rows in order, until none is left or
-    /// the oldest is another live node's to apply.
-    async fn apply_all(&self, run_id: &str) {
-        loop {
-            let taken = match self.take(run_id).await {
-                Ok(Some(taken)) => taken,
-                Ok(None) => return,
-                Err(e) => {
-                    tracing::warn!(run_id, error = %e, "cannot take the run's routed requests");
-                    return;
-                }
-            };
-            if let Err(e) = self.apply(taken).await {
-                tracing::warn!(run_id, error = %e, "a routed request's answer was not written");
-                return;
-            }
-        }
-    }
-
-    /// Starts the new runs placed on this node, oldest first.
-    async fn apply_placed(&self) {
-        loop {
-            let me = self.node.id.clone();
-            let taken = blocking(&self.db, move |tx| {
-                let Some(row) = tx.query_opt(
-                    "UPDATE agentry.cluster_inbox SET taken_by = $1
-                     WHERE id = (SELECT id FROM agentry.cluster_inbox
-                                 WHERE target_node = $1 AND status IS NULL AND taken_by IS NULL
-                                 ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED)
-                     RETURNING id, tenant, method, path, body",
-                    &[&me],
-                )?
-                else {
-                    return Ok(None);
-                };
-                Ok(Some(Taken {
-                    id: row.get(0),
-                    forward: Forward {
-                        run_id: String::new(),
-                        tenant: row.get(1),
-                        method: row.get(2),
-                        path: row.get(3),
-                        body: row.get(4),
-                    },
-                }))
-            })
-            .await;
-            let taken = match taken {
-                Ok(Some(taken)) => taken,
-                Ok(None) => return,
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot take the runs placed on this node");
-                    return;
-                }
-            };
-            if let Err(e) = self.apply(taken).await {
-                tracing::warn!(error = %e, "a placed run's answer was not written");
-                return;
-            }
-        }
-    }
-
-    /// Applies a taken row through this node's routes and writes its answer.
-    async fn apply(&self, taken: Taken) -> Result<(), StoreError> {
-        let answer = self.app.apply_forwarded(taken.forward).await;
-        let id = taken.id;
-        blocking(&self.db, move |tx| {
-            tx.execute(
-                "UPDATE agentry.cluster_inbox SET status = $2, answer = $3, answered_ms = $4
-                 WHERE id = $1",
-                &[&id, &i32::from(answer.status), &answer.body, &now_ms()],
-            )?;
-            tx.execute(
-                "SELECT pg_notify($1, $2)",
-                &[&ANSWER_CHANNEL, &id.to_string()],
-            )
-            .map(|_| ())
-        })
-        .await
-    }
-
-    /// The run's oldest waiting row, marked as this node's, unless it is
-    /// another live node's.
-    async fn take(&self, run_id: &str) -> Result<Option<Taken>, StoreError> {
-        let (run, me) = (run_id.to_string(), self.node.id.clone());
-        let fresh = now_ms() - self.node.lease_ms();
-        blocking(&self.db, move |tx| {
-            let Some(row) = tx.query_opt(
-                "SELECT i.id, i.tenant, i.method, i.path, i.body,
-                        i.taken_by IS NULL OR i.taken_by = $2 OR n.node_id IS NULL
-                 FROM agentry.cluster_inbox i
-                 LEFT JOIN agentry.cluster_nodes n
-                        ON n.node_id = i.taken_by AND n.heartbeat_ms >= $3
-                 WHERE i.run_id = $1 AND i.status IS NULL AND i.target_node IS NULL
-                 ORDER BY i.id LIMIT 1 FOR UPDATE OF i",
-                &[&run, &me, &fresh],
-            )?
-            else {
-                return Ok(None);
-            };
-            if !row.get::<_, bool>(5) {
-                return Ok(None);
-            }
-            let id: i64 = row.get(0);
-            tx.execute(
-                "UPDATE agentry.cluster_inbox SET taken_by = $2 WHERE id = $1",
-                &[&id, &me],
-            )?;
-            Ok(Some(Taken {
-                id,
-                forward: Forward {
-                    run_id: run.clone(),
-                    tenant: row.get(1),
-                    method: row.get(2),
-                    path: row.get(3),
-                    body: row.get(4),
-                },
-            }))
-        })
-        .await
-    }
 }

@@ -16,6 +16,8 @@
 //! - keeps every run's events where every node reads them (`events`), so an
 //!   event stream is served by whichever node a client reaches.
 
+mod applier;
+mod channels;
 mod events;
 mod inbox;
 mod node;
@@ -127,14 +129,16 @@ pub(crate) async fn join(
             path: node.db.location().to_string(),
             message: e.to_string(),
         })??;
-    let (routing, routed) = (Arc::clone(&node), app.clone());
+    let resumer = Arc::new(resumer);
+    let (routing, routed, resuming) = (Arc::clone(&node), app.clone(), Arc::clone(&resumer));
     // Its connections block while they connect: off the async workers.
-    let routes = tokio::task::spawn_blocking(move || inbox::Routes::start(routing, routed))
-        .await
-        .map_err(|e| StoreError::Io {
-            path: node.db.location().to_string(),
-            message: e.to_string(),
-        })??;
+    let routes =
+        tokio::task::spawn_blocking(move || inbox::Routes::start(routing, routed, resuming))
+            .await
+            .map_err(|e| StoreError::Io {
+                path: node.db.location().to_string(),
+                message: e.to_string(),
+            })??;
     app.join_cluster(Arc::new(routes));
     tokio::spawn(keep_beating(Arc::clone(&node), app.clone()));
     tokio::spawn(takeover::keep_taking_over(

@@ -1,11 +1,17 @@
-//! Taking over the runs of nodes that are gone.
+//! Taking over the runs of nodes that are gone, and waking resting runs.
 //!
 //! Every node looks, every eighth of the lease (at most every 500 ms), for unfinished root runs
 //! whose owner is no live node (its process key matches no node that beat
-//! within the lease) and whose owner's lease expired (or that have no owner
-//! and were last written a lease ago). Each is resumed here by `agentry
-//! resume`'s rules: the runtime's claim is a compare-and-set on the owner
-//! row, so of several nodes trying, one wins and the others are refused.
+//! within the lease) and whose owner's lease expired (or that have no owner,
+//! are not asleep, and were last written a lease ago). Each is resumed here
+//! by `agentry resume`'s rules: the runtime's claim is a compare-and-set on
+//! the owner row, so of several nodes trying, one wins and the others are
+//! refused.
+//!
+//! A hibernated run rests owned by no node (it let its lease go): the node
+//! its next input reaches wakes it (`inbox`). The scan wakes one only when
+//! something else is due for it: a timer, its deadline, or an input waiting
+//! in `agentry.cluster_inbox` that no node took.
 //! A node that cannot reach a run's working directory leaves the run to one
 //! that can, and notes why in `agentry.cluster_notes` (`GET /runs/{id}`
 //! shows it while no node holds the run).
@@ -17,7 +23,7 @@ use agentry::RuntimeError;
 use agentry_serve::{App, RunMeta};
 use futures::StreamExt;
 
-use super::super::resume::Resumer;
+use super::super::resume::{AtRest, Resumer};
 use super::node::{Node, blocking, now_ms};
 use crate::error::RunError;
 
@@ -28,7 +34,7 @@ const SCAN_LIMIT: i64 = 64;
 const RESUMING_AT_ONCE: usize = 8;
 
 /// Looks for runs to take over until the process ends.
-pub(super) async fn keep_taking_over(node: Arc<Node>, app: App, resumer: Resumer) {
+pub(super) async fn keep_taking_over(node: Arc<Node>, app: App, resumer: Arc<Resumer>) {
     // Often, so a dead node's runs wait little beyond its lease: a scan is
     // one indexed query.
     let every = (node.lease / 8).clamp(Duration::from_millis(50), Duration::from_millis(500));
@@ -44,42 +50,91 @@ pub(super) async fn keep_taking_over(node: Arc<Node>, app: App, resumer: Resumer
                 continue;
             }
         };
-        let orphans = orphans.into_iter().filter(|id| !app.holds(id));
+        let orphans = orphans.into_iter().filter(|o| !app.holds(&o.run_id));
         futures::stream::iter(orphans)
-            .for_each_concurrent(RESUMING_AT_ONCE, |run_id| {
+            .for_each_concurrent(RESUMING_AT_ONCE, |orphan| {
                 let (node, app, resumer) = (&node, &app, &resumer);
-                async move { take_over(node, app, resumer, &run_id).await }
+                async move {
+                    take_over(node, app, resumer, &orphan.run_id, orphan.at_rest).await;
+                }
             })
             .await;
     }
 }
 
-/// Unfinished root runs no live node holds, oldest first.
-async fn orphans(node: &Node) -> Result<Vec<String>, agentry::store::StoreError> {
-    let expired = now_ms() - node.lease_ms();
+/// A run for this node to take: a gone node's, or a resting one with
+/// something due.
+struct Orphan {
+    run_id: String,
+    /// How it comes back if it is asleep at rest.
+    at_rest: AtRest,
+}
+
+/// Unfinished root runs no live node holds that need one, oldest first.
+async fn orphans(node: &Node) -> Result<Vec<Orphan>, agentry::store::StoreError> {
+    let now = now_ms();
+    let expired = now - node.lease_ms();
     blocking(&node.db, move |tx| {
         tx.query(
-            "SELECT r.run_id FROM agentry.runs r
+            "SELECT r.run_id, o.run_id IS NULL AND r.status = 'sleeping'
+             FROM agentry.runs r
              LEFT JOIN agentry.owners o ON o.run_id = r.run_id
              LEFT JOIN agentry.cluster_nodes n
                     ON n.owner_key = o.machine || '#' || o.pid AND n.heartbeat_ms >= $1
              WHERE r.parent_id IS NULL AND r.status <> 'stopped' AND n.node_id IS NULL
-               AND ((o.run_id IS NULL AND r.updated_at_ms < $1) OR o.heartbeat_ms < $1)
+               AND (o.heartbeat_ms < $1
+                    OR (o.run_id IS NULL AND r.status <> 'sleeping' AND r.updated_at_ms < $1)
+                    OR (o.run_id IS NULL AND r.status = 'sleeping'
+                        AND (r.deadline_at_ms <= $3
+                             OR EXISTS (SELECT 1 FROM agentry.timers t
+                                        WHERE t.run_id = r.run_id AND t.due_at_ms <= $3)
+                             OR EXISTS (SELECT 1 FROM agentry.inbox s WHERE s.run_id = r.run_id)
+                             OR EXISTS (SELECT 1 FROM agentry.cluster_inbox i
+                                        WHERE i.run_id = r.run_id AND i.status IS NULL
+                                          AND i.target_node IS NULL))))
              ORDER BY r.created_at_ms LIMIT $2",
-            &[&expired, &SCAN_LIMIT],
+            &[&expired, &SCAN_LIMIT, &now],
         )
-        .map(|rows| rows.iter().map(|row| row.get(0)).collect())
+        .map(|rows| {
+            rows.iter()
+                .map(|row| Orphan {
+                    run_id: row.get(0),
+                    at_rest: match row.get::<_, bool>(1) {
+                        true => AtRest::Wake,
+                        false => AtRest::Stay,
+                    },
+                })
+                .collect()
+        })
     })
     .await
 }
 
-/// Resumes `run_id` here, or notes why this node cannot.
-async fn take_over(node: &Node, app: &App, resumer: &Resumer, run_id: &str) {
+/// What became of an attempt to take a run over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum TakeOver {
+    /// It runs here now.
+    Here,
+    /// Another node was first (or its owner is back): it runs there.
+    Elsewhere,
+    /// This node cannot run it (its note says why): it waits for one that can.
+    Not,
+}
+
+/// Resumes `run_id` here (a run stored asleep at rest comes back as
+/// `at_rest` says), or notes why this node cannot.
+pub(super) async fn take_over(
+    node: &Node,
+    app: &App,
+    resumer: &Resumer,
+    run_id: &str,
+    at_rest: AtRest,
+) -> TakeOver {
     let config = match app.runtime().stored_config(run_id).await {
         Ok(config) => config,
         Err(e) => {
             tracing::warn!(run_id, error = %e, "cannot read a run to take over");
-            return;
+            return TakeOver::Not;
         }
     };
     if !config.workdir.is_dir() {
@@ -89,11 +144,11 @@ async fn take_over(node: &Node, app: &App, resumer: &Resumer, run_id: &str) {
             config.workdir.display()
         );
         note(node, run_id, Some(why)).await;
-        return;
+        return TakeOver::Not;
     }
     let meta = RunMeta::stored(&config);
     let resumed = match &meta.agent {
-        Some(_) => super::super::resume::resume_one(resumer, run_id, &config, &meta)
+        Some(_) => super::super::resume::resume_one(resumer, run_id, &config, &meta, at_rest)
             .await
             .map(|launched| app.adopt(launched)),
         None => app
@@ -104,11 +159,19 @@ async fn take_over(node: &Node, app: &App, resumer: &Resumer, run_id: &str) {
     };
     match resumed {
         Ok(()) => {
-            eprintln!("agentry: serve: node {} took over run {run_id}", node.id);
+            match at_rest {
+                AtRest::Stay => {
+                    eprintln!("agentry: serve: node {} took over run {run_id}", node.id)
+                }
+                AtRest::Wake => eprintln!("agentry: serve: node {} woke run {run_id}", node.id),
+            }
             note(node, run_id, None).await;
+            TakeOver::Here
         }
         // Another node was first, or the owner is back: not ours.
-        Err(RunError::BadInput(RuntimeError::Owned { .. } | RuntimeError::TakenOver { .. })) => {}
+        Err(RunError::BadInput(RuntimeError::Owned { .. } | RuntimeError::TakenOver { .. })) => {
+            TakeOver::Elsewhere
+        }
         Err(e) => {
             tracing::warn!(run_id, error = %e, "run not taken over");
             note(
@@ -117,6 +180,7 @@ async fn take_over(node: &Node, app: &App, resumer: &Resumer, run_id: &str) {
                 Some(format!("node {} cannot take it over: {e}", node.id)),
             )
             .await;
+            TakeOver::Not
         }
     }
 }
