@@ -297,13 +297,10 @@ impl App {
             Err(e @ (RuntimeError::TakenOver { .. } | RuntimeError::LetGo { .. })) => {
                 // Another node runs it now, or the next to take it will:
                 // requests for it go through the cluster.
-                match e {
-                    RuntimeError::LetGo { .. } => {
-                        tracing::debug!(run_id = %id, "hibernated run let its lease go; it leaves this node");
-                    }
-                    _ => {
-                        tracing::warn!(run_id = %id, "run taken over by another node; it leaves this one");
-                    }
+                if matches!(e, RuntimeError::LetGo { .. }) {
+                    tracing::debug!(run_id = %id, "hibernated run let its lease go; it leaves this node");
+                } else {
+                    tracing::warn!(run_id = %id, "run taken over by another node; it leaves this one");
                 }
                 // Only this handle's entry: the run may be back here
                 // already, resumed for its next input.
