@@ -169,6 +169,8 @@ async fn a_hibernated_agent_is_owned_by_no_node_and_wakes_where_its_input_lands(
         .await;
     assert_eq!(reply.status, 201, "{:?}", reply.body);
     let id = reply.body["run_id"].as_str().unwrap().to_string();
+    // A stream opened before it sleeps stays open across the rest and the wakes.
+    let early = tokio::spawn(applied_messages_owned(second.base.clone(), id.clone(), 3));
     view_until(&second, &id, |v| {
         v["status"] == "sleeping" && v["inputs"] == 1
     })
@@ -221,6 +223,17 @@ async fn a_hibernated_agent_is_owned_by_no_node_and_wakes_where_its_input_lands(
     .await;
     let texts = applied_messages(&third.base, &id, 3).await;
     assert_eq!(texts, ["m0", "m1", "m2"]);
+    let streamed = tokio::time::timeout(FINISH, early).await.unwrap().unwrap();
+    assert_eq!(
+        streamed,
+        ["m0", "m1", "m2"],
+        "the stream opened before the rest"
+    );
+}
+
+/// [`applied_messages`] for a task of its own.
+async fn applied_messages_owned(base: String, id: String, n: usize) -> Vec<String> {
+    applied_messages(&base, &id, n).await
 }
 
 /// A resting agent (hibernated, owned by no node) whose deadline passes
