@@ -294,19 +294,24 @@ impl RemoteTask {
     }
 
     /// Sends `CancelTask` for the task under way, if any, from a task of its
-    /// own (so a dropped call still sends it); the handle waits for it.
-    fn cancel(&self) -> Option<tokio::task::JoinHandle<()>> {
+    /// own (so a dropped call still sends it): the task's id, and the handle
+    /// that waits for the request.
+    fn cancel(&self) -> Option<(String, tokio::task::JoinHandle<()>)> {
         let id = self.id.lock().ok()?.take()?;
         let runtime = tokio::runtime::Handle::try_current().ok()?;
         let client = self.client.clone();
-        Some(runtime.spawn(async move {
-            match client.cancel_task(&id).await {
+        let task_id = id.clone();
+        let sent = runtime.spawn(async move {
+            match client.cancel_task(&task_id).await {
                 Ok(task) => {
-                    tracing::debug!(task_id = %id, state = task.status.state.as_str(), "remote A2A task cancelled")
+                    tracing::debug!(task_id = %task_id, state = task.status.state.as_str(), "remote A2A task cancelled")
                 }
-                Err(e) => tracing::warn!(task_id = %id, error = %e, "CancelTask of a remote A2A task failed"),
+                Err(e) => {
+                    tracing::warn!(task_id = %task_id, error = %e, "CancelTask of a remote A2A task failed")
+                }
             }
-        }))
+        });
+        Some((id, sent))
     }
 }
 
@@ -345,12 +350,18 @@ impl Tool for A2aTool {
         tokio::select! {
             biased;
             _ = ctx.cancel.cancelled() => {
-                if let Some(sent) = remote.cancel() {
-                    let _ = sent.await;
-                }
+                let what = match remote.cancel() {
+                    Some((id, sent)) => {
+                        // Joined while the executor's grace lasts; a dropped
+                        // join leaves the request running.
+                        let _ = sent.await;
+                        format!("; its remote task {id} was sent CancelTask")
+                    }
+                    None => String::new(),
+                };
                 Err(ToolError::new(
                     ErrorCode::Ecanceled,
-                    format!("call of A2A agent {} cancelled; its remote task was sent CancelTask", self.name),
+                    format!("call of A2A agent {} cancelled{what}", self.name),
                 ))
             }
             out = self.run(args, &remote) => out,
