@@ -4,11 +4,13 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::client::{A2aClient, A2aOptions};
+use crate::client::{A2aClient, A2aOptions, Capped, read_capped};
 use crate::error::A2aError;
 
 /// Where an agent serves its card, below its base URL.
 pub const WELL_KNOWN_PATH: &str = ".well-known/agent-card.json";
+/// The largest card read (a card is a few KiB).
+const MAX_CARD: usize = 1024 * 1024;
 /// The binding this client speaks.
 pub const JSONRPC_BINDING: &str = "JSONRPC";
 
@@ -156,7 +158,13 @@ pub async fn fetch_card(card_url: &str, options: &A2aOptions) -> Result<AgentCar
             status: status.as_u16(),
         });
     }
-    let body = response.bytes().await.map_err(transport)?;
+    let body = read_capped(response, MAX_CARD).await.map_err(|e| match e {
+        Capped::Http(e) => transport(e),
+        Capped::TooLarge => A2aError::CardNotJson {
+            url: card_url.to_string(),
+            reason: format!("the body is over {MAX_CARD} bytes"),
+        },
+    })?;
     parse_card(card_url, &body)
 }
 

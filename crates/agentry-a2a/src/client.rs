@@ -20,6 +20,10 @@ pub const PROTOCOL_VERSION: &str = "1.0";
 
 /// The longest body kept in an [`A2aError::HttpStatus`].
 const BODY_KEPT: usize = 512;
+/// The largest response body read from an agent: a task with its history
+/// and artifacts fits many times over; past it the answer is an error, not
+/// memory spent on a runaway peer.
+pub(crate) const MAX_BODY: usize = 16 * 1024 * 1024;
 
 /// How requests to one agent are made.
 #[derive(Debug, Clone)]
@@ -193,7 +197,14 @@ impl A2aClient {
             .await
             .map_err(transport)?;
         let status = response.status();
-        let bytes = response.bytes().await.map_err(transport)?;
+        let bytes = read_capped(response, MAX_BODY).await.map_err(|e| match e {
+            Capped::Http(e) => transport(e),
+            Capped::TooLarge => A2aError::InvalidResponse {
+                url: self.url.clone(),
+                method,
+                reason: format!("the body is over {MAX_BODY} bytes"),
+            },
+        })?;
         if !status.is_success() {
             let text = String::from_utf8_lossy(&bytes);
             return Err(A2aError::HttpStatus {
@@ -240,4 +251,27 @@ impl A2aClient {
             .ok_or_else(|| invalid("neither result nor error".into()))?;
         serde_json::from_value(result).map_err(|e| invalid(format!("unexpected result: {e}")))
     }
+}
+
+/// Why [`read_capped`] stopped.
+pub(crate) enum Capped {
+    /// The connection failed.
+    Http(reqwest::Error),
+    /// The body passed the cap.
+    TooLarge,
+}
+
+/// The whole body of `response`, unless it passes `cap` bytes.
+pub(crate) async fn read_capped(
+    mut response: reqwest::Response,
+    cap: usize,
+) -> Result<Vec<u8>, Capped> {
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(Capped::Http)? {
+        if body.len() + chunk.len() > cap {
+            return Err(Capped::TooLarge);
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
 }

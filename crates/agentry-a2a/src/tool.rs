@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use agentry_protocol::ErrorCode;
 use agentry_protocol::envelope::ToolError;
 use agentry_protocol::tool::{Effect, Idempotency, ToolContract};
-use agentry_tools::{Tool, ToolContext, ToolOutput, parse_args, schema_for};
+use agentry_tools::{Tool, ToolContext, ToolOutput, ToolProgress, parse_args, schema_for};
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
@@ -120,7 +120,12 @@ impl A2aTool {
     }
 
     /// Sends the message, then polls until the task ends or is interrupted.
-    async fn run(&self, args: AskArgs, remote: &RemoteTask) -> Result<ToolOutput, ToolError> {
+    async fn run(
+        &self,
+        args: AskArgs,
+        remote: &RemoteTask,
+        ctx: &ToolContext,
+    ) -> Result<ToolOutput, ToolError> {
         let context_id = match &args.task_id {
             // The agent wants the task's context with its id.
             Some(id) => Some(
@@ -155,6 +160,8 @@ impl A2aTool {
         };
         remote.set(&task.id);
         let started = Instant::now();
+        let mut reports = 0u32;
+        report(ctx, &task, &mut reports);
         while !settled(task.status.state) {
             if started.elapsed() >= self.timeout {
                 return Err(ToolError::new(
@@ -169,11 +176,15 @@ impl A2aTool {
                 ));
             }
             tokio::time::sleep(self.poll).await;
+            let state = task.status.state;
             task = self.client.get_task(&task.id).await.map_err(|e| {
                 let mut error = self.error(e);
                 error.message = format!("{} (remote task {})", error.message, task.id);
                 error
             })?;
+            if task.status.state != state {
+                report(ctx, &task, &mut reports);
+            }
         }
         remote.settle();
         self.outcome(task)
@@ -264,6 +275,26 @@ impl A2aTool {
             A2aError::CardStatus { .. } => ErrorCode::Eunavail,
         };
         ToolError::new(code, format!("A2A agent {}: {e}", self.name))
+    }
+}
+
+/// Reports the remote task's id and state as the call's progress (a
+/// `tool_progress` run event), so they are on record while the call runs.
+fn report(ctx: &ToolContext, task: &Task, reports: &mut u32) {
+    if let Some(sink) = &ctx.progress {
+        *reports += 1;
+        sink.progress(
+            &ctx.call_id,
+            ToolProgress {
+                progress: f64::from(*reports),
+                total: None,
+                message: Some(format!(
+                    "remote task {}: {}",
+                    task.id,
+                    task.status.state.as_str()
+                )),
+            },
+        );
     }
 }
 
@@ -364,7 +395,7 @@ impl Tool for A2aTool {
                     format!("call of A2A agent {} cancelled{what}", self.name),
                 ))
             }
-            out = self.run(args, &remote) => out,
+            out = self.run(args, &remote, ctx) => out,
         }
     }
 

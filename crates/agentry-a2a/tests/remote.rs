@@ -7,6 +7,7 @@
 
 mod support;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use agentry_a2a::{A2aError, A2aOptions, A2aTool, RpcErrorKind, TaskState, discover};
@@ -16,7 +17,7 @@ use agentry_tools::Tool;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use support::{Agent, eventually, str_of, until_terminal};
+use support::{Agent, Progress, eventually, str_of, until_terminal};
 
 #[tokio::test]
 #[ignore = "needs the a2a-sdk Python package (.ci/run installs it); .ci/run runs it"]
@@ -174,7 +175,8 @@ async fn a_cancelled_call_cancels_its_remote_task() {
 
     // Cancelled by its token (the executor at a deadline or an abort).
     let token = CancellationToken::new();
-    let ctx = agent.ctx(token.clone());
+    let progress = Arc::new(Progress::default());
+    let ctx = agent.ctx_with(token.clone(), Some(progress.clone()));
     let call = tool.call(json!({"message": "slow"}), &ctx);
     let cancel = async {
         tokio::time::sleep(Duration::from_millis(1500)).await;
@@ -188,6 +190,12 @@ async fn a_cancelled_call_cancels_its_remote_task() {
     assert!(err.message.contains(&cancels[0]), "{err}");
     let task = client.get_task(&cancels[0]).await.unwrap();
     assert_eq!(task.status.state, TaskState::Canceled);
+    // The remote task was on record (a progress report) while the call ran.
+    let reported = progress.messages();
+    assert!(
+        reported.iter().any(|m| m.contains(&cancels[0])),
+        "{reported:?}"
+    );
 
     // Dropped (the executor drops a call past its grace).
     let dropped = tokio::time::timeout(

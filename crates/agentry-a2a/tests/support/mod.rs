@@ -6,12 +6,12 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use agentry_a2a::{A2aClient, A2aOptions, A2aTool, TaskState, discover};
-use agentry_tools::ToolContext;
 use agentry_tools::fs::WorkRoot;
+use agentry_tools::{ProgressSink, ToolContext, ToolProgress};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio_util::sync::CancellationToken;
@@ -89,6 +89,15 @@ impl Agent {
     }
 
     pub fn ctx(&self, cancel: CancellationToken) -> ToolContext {
+        self.ctx_with(cancel, None)
+    }
+
+    /// A context whose progress reports go to `progress`.
+    pub fn ctx_with(
+        &self,
+        cancel: CancellationToken,
+        progress: Option<Arc<Progress>>,
+    ) -> ToolContext {
         let workdir: Arc<Path> = Arc::from(self.dir.path());
         ToolContext {
             run_id: Arc::from("run-1"),
@@ -101,7 +110,7 @@ impl Agent {
             operation_id: Arc::from("op-1"),
             agents: None,
             processes: None,
-            progress: None,
+            progress: progress.map(|p| p as Arc<dyn ProgressSink>),
             traceparent: None,
             sandbox: None,
         }
@@ -131,5 +140,24 @@ pub async fn until_terminal(client: &A2aClient, id: &str) -> TaskState {
             return state;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The progress messages a call reported.
+#[derive(Default)]
+pub struct Progress(Mutex<Vec<String>>);
+
+impl Progress {
+    pub fn messages(&self) -> Vec<String> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+impl ProgressSink for Progress {
+    fn progress(&self, _call_id: &str, update: ToolProgress) {
+        self.0
+            .lock()
+            .unwrap()
+            .push(update.message.unwrap_or_default());
     }
 }
