@@ -47,8 +47,11 @@
 //! | still running at the timeout| `ETIMEDOUT`; the remote task is sent `CancelTask`          |
 //!
 //! Every result carries `task_id`, `context_id` and `state`, so the trace
-//! records the remote task; error messages name it. A direct reply (`{"message":
-//! …}`, no task) is a result with its `text`.
+//! records the remote task; error messages name it; while the call runs,
+//! each state it sees is a progress report (`remote task <id>: <state>`, a
+//! `tool_progress` run event). A direct reply (`{"message": …}`, no task) is
+//! a result with its `text`. An answer over 16 MiB (a card over 1 MiB) is an
+//! error, not read further.
 //!
 //! A call cancelled by its token (deadline, abort) or dropped while its task
 //! runs sends `CancelTask` for that task from a task of its own, so the
