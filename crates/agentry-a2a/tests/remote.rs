@@ -173,46 +173,51 @@ async fn a_cancelled_call_cancels_its_remote_task() {
     let tool = agent.tool().await;
     let client = agent.client().await;
 
-    // Cancelled by its token (the executor at a deadline or an abort).
+    // Cancelled by its token (the executor at a deadline or an abort), once
+    // the remote task runs (its first progress report names it).
     let token = CancellationToken::new();
     let progress = Arc::new(Progress::default());
     let ctx = agent.ctx_with(token.clone(), Some(progress.clone()));
-    let call = tool.call(json!({"message": "slow"}), &ctx);
-    let cancel = async {
-        tokio::time::sleep(Duration::from_millis(1500)).await;
-        token.cancel();
-    };
-    let (out, ()) = tokio::join!(call, cancel);
-    let err = out.unwrap_err();
+    let mut call = Box::pin(tool.call(json!({"message": "slow"}), &ctx));
+    running(call.as_mut(), &progress).await;
+    token.cancel();
+    let err = call.await.unwrap_err();
     assert_eq!(err.code, ErrorCode::Ecanceled, "{err}");
     let cancels = agent.cancels();
     assert_eq!(cancels.len(), 1, "the agent saw {cancels:?}");
     assert!(err.message.contains(&cancels[0]), "{err}");
+    assert!(progress.messages()[0].contains(&cancels[0]));
     let task = client.get_task(&cancels[0]).await.unwrap();
     assert_eq!(task.status.state, TaskState::Canceled);
-    // The remote task was on record (a progress report) while the call ran.
-    let reported = progress.messages();
-    assert!(
-        reported.iter().any(|m| m.contains(&cancels[0])),
-        "{reported:?}"
-    );
 
     // Dropped (the executor drops a call past its grace).
-    let dropped = tokio::time::timeout(
-        Duration::from_millis(1500),
-        tool.call(
-            json!({"message": "slow"}),
-            &agent.ctx(CancellationToken::new()),
-        ),
-    )
-    .await;
-    assert!(dropped.is_err(), "the slow call ended: {dropped:?}");
+    let progress = Arc::new(Progress::default());
+    let ctx = agent.ctx_with(CancellationToken::new(), Some(progress.clone()));
+    let mut call = Box::pin(tool.call(json!({"message": "slow"}), &ctx));
+    running(call.as_mut(), &progress).await;
+    drop(call);
     eventually(Duration::from_secs(10), "a second CancelTask", || {
         agent.cancels().len() == 2
     })
     .await;
     let second = agent.cancels()[1].clone();
+    assert!(progress.messages()[0].contains(&second));
     assert_eq!(until_terminal(&client, &second).await, TaskState::Canceled);
+}
+
+/// Drives `call` until it has reported its remote task (it must not end).
+async fn running<F>(call: std::pin::Pin<&mut F>, progress: &Progress)
+where
+    F: std::future::Future<
+            Output = Result<agentry_tools::ToolOutput, agentry_protocol::envelope::ToolError>,
+        >,
+{
+    tokio::select! {
+        out = call => panic!("the slow call ended: {out:?}"),
+        () = eventually(Duration::from_secs(10), "a progress report", || {
+            !progress.messages().is_empty()
+        }) => {}
+    }
 }
 
 #[tokio::test]
