@@ -38,7 +38,7 @@
 //!
 //! | remote state                | the call                                                   |
 //! |-----------------------------|------------------------------------------------------------|
-//! | `TASK_STATE_COMPLETED`      | result: `text` = the artifacts' text parts, joined         |
+//! | `TASK_STATE_COMPLETED`      | result: `text` = the artifacts' text parts, joined; `parts` = the others (data as is, files by URL, bytes by size) |
 //! | `TASK_STATE_INPUT_REQUIRED` | result: `input_required: true`, `text` = the question, `next` says how to answer |
 //! | `TASK_STATE_AUTH_REQUIRED`  | `EPERM`, naming the state and the agent's message          |
 //! | `TASK_STATE_REJECTED`       | `EPERM`                                                    |

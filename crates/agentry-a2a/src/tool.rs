@@ -221,7 +221,14 @@ impl A2aTool {
             .retryable(false)
         };
         match state {
-            TaskState::Completed => Ok(ToolOutput::data(data(task.artifact_text()))),
+            TaskState::Completed => {
+                let mut out = data(task.artifact_text());
+                let parts = task.other_parts();
+                if !parts.is_empty() {
+                    out["parts"] = Value::Array(parts);
+                }
+                Ok(ToolOutput::data(out))
+            }
             TaskState::InputRequired => {
                 let mut out = data(task.status_text());
                 out["input_required"] = Value::Bool(true);

@@ -46,6 +46,32 @@ pub struct Part {
 }
 
 impl Part {
+    /// A part other than text as [`Task::other_parts`] shows it; `None` for
+    /// an empty part.
+    fn shown(&self) -> Option<Value> {
+        let mut out = Map::new();
+        if let Some(data) = &self.data {
+            out.insert("data".into(), data.clone());
+        } else if let Some(url) = &self.url {
+            out.insert("url".into(), Value::String(url.clone()));
+        } else if let Some(raw) = &self.raw {
+            // Base64: four characters carry three bytes.
+            let bytes = raw.trim_end_matches('=').len() * 3 / 4;
+            out.insert("raw_bytes".into(), Value::from(bytes));
+        } else {
+            return None;
+        }
+        for (key, value) in [
+            ("filename", &self.filename),
+            ("media_type", &self.media_type),
+        ] {
+            if let Some(v) = value.as_ref().filter(|v| !v.is_empty()) {
+                out.insert(key.into(), Value::String(v.clone()));
+            }
+        }
+        Some(Value::Object(out))
+    }
+
     /// A text part.
     pub fn text(text: impl Into<String>) -> Self {
         Part {
@@ -216,6 +242,18 @@ impl Task {
             .join("\n")
     }
 
+    /// The artifacts' parts that are not text, as the model is shown them:
+    /// `{"data": …}`, `{"url", "filename"?, "media_type"?}`, and for bytes
+    /// only their size (`{"raw_bytes", …}`): bytes are not inlined.
+    pub fn other_parts(&self) -> Vec<Value> {
+        self.artifacts
+            .iter()
+            .flat_map(|a| &a.parts)
+            .filter(|p| p.text.is_none())
+            .filter_map(Part::shown)
+            .collect()
+    }
+
     /// The text of the status message (the agent's question or reason), or "".
     pub fn status_text(&self) -> String {
         self.status
@@ -258,6 +296,7 @@ mod tests {
         assert_eq!(task.status.state, TaskState::InputRequired);
         assert_eq!(task.status_text(), "which one?");
         assert_eq!(task.artifact_text(), "x");
+        assert_eq!(task.other_parts(), vec![json!({"data": {"k": 1}})]);
     }
 
     #[test]

@@ -60,6 +60,26 @@ async fn a_discovered_agent_is_a_tool_whose_call_completes_with_its_text() {
     assert_eq!(task.status.state, TaskState::Completed);
     assert_eq!(task.artifact_text(), "echo: hello");
 
+    // Parts other than text: data as it is, a file by its URL, bytes by size.
+    let out = tool
+        .call(
+            json!({"message": "parts"}),
+            &agent.ctx(CancellationToken::new()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(str_of(&out.data, "text"), "three parts");
+    assert_eq!(
+        out.data["parts"],
+        json!([
+            {"data": {"n": 1.0}},
+            {"url": "https://files.invalid/f.txt", "filename": "f.txt", "media_type": "text/plain"},
+            {"raw_bytes": 5, "media_type": "application/octet-stream"},
+        ]),
+        "{}",
+        out.data
+    );
+
     // An overridden effect is the contract's.
     let read_only = agent.tool().await.effect(Effect::ReadOnly);
     assert_eq!(read_only.contract().effect, Effect::ReadOnly);

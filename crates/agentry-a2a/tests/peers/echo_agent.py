@@ -5,7 +5,8 @@
 # Every JSON-RPC request needs "Authorization: Bearer TOKEN" (the cards do
 # not). Its executor: "ask" -> INPUT_REQUIRED ("which one?"), and an answer
 # to that task completes it with "echo: <answer>"; "slow" -> works for 30 s;
-# anything else -> COMPLETED with the artifact "echo: <text>". Each cancel
+# "parts" -> COMPLETED with text, data, url and raw parts; anything else ->
+# COMPLETED with the artifact "echo: <text>". Each cancel
 # it sees is appended to RECORD_FILE as "cancel <task id>".
 # /old/.well-known/agent-card.json serves a card with only a 0.3 interface.
 import asyncio
@@ -17,7 +18,8 @@ from starlette.applications import Starlette
 from starlette.middleware.base import BaseHTTPMiddleware
 from starlette.responses import JSONResponse
 
-from a2a.helpers.proto_helpers import new_task_from_user_message, new_text_message, new_text_part
+from a2a.helpers.proto_helpers import (new_data_part, new_raw_part, new_task_from_user_message,
+                                      new_text_message, new_text_part, new_url_part)
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events import EventQueue
 from a2a.server.request_handlers import DefaultRequestHandler
@@ -45,6 +47,13 @@ class EchoExecutor(AgentExecutor):
             return
         if text == "slow":
             await asyncio.sleep(30)
+        if text == "parts":
+            await up.add_artifact([new_text_part("three parts"), new_data_part({"n": 1}),
+                                   new_url_part("https://files.invalid/f.txt", "text/plain", "f.txt"),
+                                   new_raw_part(b"12345", "application/octet-stream")],
+                                  name="result", last_chunk=True)
+            await up.complete()
+            return
         await up.add_artifact([new_text_part(f"echo: {text}")], name="result", last_chunk=True)
         await up.complete()
 
