@@ -242,6 +242,33 @@ where
 
 #[tokio::test]
 #[ignore = "needs the a2a-sdk Python package (.ci/run installs it); .ci/run runs it"]
+async fn a_failed_or_rejected_task_is_an_error_naming_its_state_and_message() {
+    let agent = Agent::start().await;
+    let tool = agent.tool().await;
+    let ctx = agent.ctx(CancellationToken::new());
+    let err = tool
+        .call(json!({"message": "fail"}), &ctx)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code, ErrorCode::Eunavail, "{err}");
+    assert!(!err.retryable, "{err:?}");
+    assert!(
+        err.message.contains("TASK_STATE_FAILED") && err.message.contains("the disk is full"),
+        "{err}"
+    );
+    let err = tool
+        .call(json!({"message": "reject"}), &ctx)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code, ErrorCode::Eperm, "{err}");
+    assert!(
+        err.message.contains("TASK_STATE_REJECTED") && err.message.contains("not my job"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+#[ignore = "needs the a2a-sdk Python package (.ci/run installs it); .ci/run runs it"]
 async fn a_card_without_a_1_0_jsonrpc_interface_is_a_typed_error() {
     let agent = Agent::start().await;
     let err = discover(&format!("{}/old", agent.base), &agent.options())

@@ -5,6 +5,7 @@
 # Every JSON-RPC request needs "Authorization: Bearer TOKEN" (the cards do
 # not). Its executor: "ask" -> INPUT_REQUIRED ("which one?"), and an answer
 # to that task completes it with "echo: <answer>"; "slow" -> works for 30 s;
+# "fail" -> FAILED ("the disk is full"); "reject" -> REJECTED ("not my job");
 # "parts" -> COMPLETED with text, data, url and raw parts; anything else ->
 # COMPLETED with the artifact "echo: <text>". Each cancel
 # it sees is appended to RECORD_FILE as "cancel <task id>".
@@ -47,6 +48,12 @@ class EchoExecutor(AgentExecutor):
             return
         if text == "slow":
             await asyncio.sleep(30)
+        if text == "fail":
+            await up.failed(new_text_message("the disk is full", role=Role.ROLE_AGENT))
+            return
+        if text == "reject":
+            await up.reject(new_text_message("not my job", role=Role.ROLE_AGENT))
+            return
         if text == "parts":
             await up.add_artifact([new_text_part("three parts"), new_data_part({"n": 1}),
                                    new_url_part("https://files.invalid/f.txt", "text/plain", "f.txt"),
