@@ -1,0 +1,277 @@
+//! [`A2aClient`]: A2A 1.0's JSON-RPC binding at one interface URL
+//! (`SendMessage`, `GetTask`, `CancelTask`), and [`A2aOptions`], what every
+//! request carries.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+
+use crate::error::{A2aError, RpcErrorKind};
+use crate::types::{Message, Part, Role, SendResult, Task};
+
+/// The header every A2A 1.0 request carries; without it a 1.0 agent takes
+/// the request for 0.3 and refuses it (-32009).
+pub const VERSION_HEADER: &str = "A2A-Version";
+/// The protocol version this client speaks.
+pub const PROTOCOL_VERSION: &str = "1.0";
+
+/// The longest body kept in an [`A2aError::HttpStatus`].
+const BODY_KEPT: usize = 512;
+/// The largest response body read from an agent: a task with its history
+/// and artifacts fits many times over; past it the answer is an error, not
+/// memory spent on a runaway peer.
+pub(crate) const MAX_BODY: usize = 16 * 1024 * 1024;
+
+/// How requests to one agent are made.
+#[derive(Debug, Clone)]
+pub struct A2aOptions {
+    /// Extra headers on every request, e.g. `Authorization: Bearer …`.
+    pub headers: Vec<(String, String)>,
+    /// The limit on each HTTP request (not on a whole task).
+    pub request_timeout: Duration,
+    /// An extra CA file for an `https` agent (besides the OS roots and
+    /// `SSL_CERT_FILE`).
+    pub ca_cert: Option<PathBuf>,
+}
+
+impl Default for A2aOptions {
+    fn default() -> Self {
+        A2aOptions {
+            headers: Vec::new(),
+            request_timeout: Duration::from_secs(30),
+            ca_cert: None,
+        }
+    }
+}
+
+impl A2aOptions {
+    /// Adds `Authorization: Bearer <token>`.
+    pub fn bearer(mut self, token: &str) -> Self {
+        self.headers
+            .push(("Authorization".to_string(), format!("Bearer {token}")));
+        self
+    }
+
+    /// The HTTP client and the headers for an agent at `url`.
+    pub(crate) fn http(&self, url: &str) -> Result<(reqwest::Client, HeaderMap), A2aError> {
+        let http = agentry_tls::client(agentry_tls::ClientOptions {
+            https: url.starts_with("https://"),
+            ca_cert: self.ca_cert.as_deref().map(|path| agentry_tls::CaFile {
+                field: "ca_cert",
+                path,
+            }),
+            connect_timeout: Some(self.request_timeout),
+        })
+        .map_err(|e| A2aError::Setup {
+            url: url.to_string(),
+            reason: e.to_string(),
+        })?;
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            HeaderName::from_static("a2a-version"),
+            HeaderValue::from_static(PROTOCOL_VERSION),
+        );
+        for (name, value) in &self.headers {
+            let bad = || A2aError::BadHeader {
+                url: url.to_string(),
+                name: name.clone(),
+            };
+            let n = HeaderName::from_bytes(name.as_bytes()).map_err(|_| bad())?;
+            let mut v = HeaderValue::from_str(value).map_err(|_| bad())?;
+            // Credentials stay out of reqwest's debug output.
+            v.set_sensitive(true);
+            headers.insert(n, v);
+        }
+        Ok((http, headers))
+    }
+}
+
+/// What to send with [`A2aClient::send_message`].
+#[derive(Debug, Clone, Default)]
+pub struct SendRequest {
+    /// The text of the user message.
+    pub text: String,
+    /// The task it continues (an INPUT_REQUIRED one), if any.
+    pub task_id: Option<String>,
+    /// The conversation, if any (a continued task's).
+    pub context_id: Option<String>,
+    /// Whether the agent answers at once with the task (SUBMITTED or
+    /// WORKING) instead of when it ends or is interrupted.
+    pub return_immediately: bool,
+}
+
+/// A JSON-RPC client of one agent interface.
+#[derive(Debug, Clone)]
+pub struct A2aClient {
+    http: reqwest::Client,
+    headers: HeaderMap,
+    url: String,
+    tenant: Option<String>,
+    timeout: Duration,
+}
+
+impl A2aClient {
+    /// A client of the JSON-RPC interface at `url` (a card's
+    /// `supportedInterfaces[].url`).
+    pub fn new(url: impl Into<String>, options: &A2aOptions) -> Result<Self, A2aError> {
+        let url = url.into();
+        let (http, headers) = options.http(&url)?;
+        Ok(A2aClient {
+            http,
+            headers,
+            url,
+            tenant: None,
+            timeout: options.request_timeout,
+        })
+    }
+
+    /// Adds `tenant` to every request's params (the interface's `tenant`).
+    pub fn with_tenant(mut self, tenant: Option<String>) -> Self {
+        self.tenant = tenant;
+        self
+    }
+
+    /// The interface URL.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// `SendMessage`: a user text message, new or continuing a task.
+    pub async fn send_message(&self, request: &SendRequest) -> Result<SendResult, A2aError> {
+        let message = Message {
+            message_id: uuid::Uuid::now_v7().to_string(),
+            context_id: request.context_id.clone(),
+            task_id: request.task_id.clone(),
+            role: Role::User,
+            parts: vec![Part::text(request.text.clone())],
+        };
+        let params = json!({
+            "message": message,
+            "configuration": {"returnImmediately": request.return_immediately},
+        });
+        self.call("SendMessage", params).await
+    }
+
+    /// `GetTask`.
+    pub async fn get_task(&self, id: &str) -> Result<Task, A2aError> {
+        self.call("GetTask", json!({"id": id})).await
+    }
+
+    /// `CancelTask`: the task as the agent has it after the cancel.
+    pub async fn cancel_task(&self, id: &str) -> Result<Task, A2aError> {
+        self.call("CancelTask", json!({"id": id})).await
+    }
+
+    /// One JSON-RPC call; the result parsed as `T`.
+    async fn call<T: DeserializeOwned>(
+        &self,
+        method: &'static str,
+        mut params: Value,
+    ) -> Result<T, A2aError> {
+        if let (Some(tenant), Some(map)) = (&self.tenant, params.as_object_mut()) {
+            map.insert("tenant".into(), Value::String(tenant.clone()));
+        }
+        let body = json!({
+            "jsonrpc": "2.0",
+            "id": uuid::Uuid::now_v7().to_string(),
+            "method": method,
+            "params": params,
+        });
+        let transport = |e: reqwest::Error| A2aError::Transport {
+            url: self.url.clone(),
+            method,
+            timed_out: e.is_timeout(),
+            reason: agentry_tls::error_chain(&e),
+        };
+        let response = self
+            .http
+            .post(&self.url)
+            .headers(self.headers.clone())
+            .header(CONTENT_TYPE, "application/json")
+            .timeout(self.timeout)
+            .json(&body)
+            .send()
+            .await
+            .map_err(transport)?;
+        let status = response.status();
+        let bytes = read_capped(response, MAX_BODY).await.map_err(|e| match e {
+            Capped::Http(e) => transport(e),
+            Capped::TooLarge => A2aError::InvalidResponse {
+                url: self.url.clone(),
+                method,
+                reason: format!("the body is over {MAX_BODY} bytes"),
+            },
+        })?;
+        if !status.is_success() {
+            let text = String::from_utf8_lossy(&bytes);
+            return Err(A2aError::HttpStatus {
+                url: self.url.clone(),
+                method,
+                status: status.as_u16(),
+                body: text.chars().take(BODY_KEPT).collect(),
+            });
+        }
+        self.result(method, &bytes)
+    }
+
+    /// The result of a JSON-RPC response body, or its error.
+    fn result<T: DeserializeOwned>(
+        &self,
+        method: &'static str,
+        body: &[u8],
+    ) -> Result<T, A2aError> {
+        let invalid = |reason: String| A2aError::InvalidResponse {
+            url: self.url.clone(),
+            method,
+            reason,
+        };
+        let mut value: Value =
+            serde_json::from_slice(body).map_err(|e| invalid(format!("not JSON: {e}")))?;
+        if let Some(error) = value.get("error") {
+            let code = error.get("code").and_then(Value::as_i64).unwrap_or(0);
+            return Err(A2aError::Rpc {
+                url: self.url.clone(),
+                method,
+                kind: RpcErrorKind::from_code(code),
+                code,
+                message: error
+                    .get("message")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string(),
+                data: error.get("data").cloned(),
+            });
+        }
+        let result = value
+            .get_mut("result")
+            .map(Value::take)
+            .ok_or_else(|| invalid("neither result nor error".into()))?;
+        serde_json::from_value(result).map_err(|e| invalid(format!("unexpected result: {e}")))
+    }
+}
+
+/// Why [`read_capped`] stopped.
+pub(crate) enum Capped {
+    /// The connection failed.
+    Http(reqwest::Error),
+    /// The body passed the cap.
+    TooLarge,
+}
+
+/// The whole body of `response`, unless it passes `cap` bytes.
+pub(crate) async fn read_capped(
+    mut response: reqwest::Response,
+    cap: usize,
+) -> Result<Vec<u8>, Capped> {
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(Capped::Http)? {
+        if body.len() + chunk.len() > cap {
+            return Err(Capped::TooLarge);
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}

@@ -1,0 +1,78 @@
+//! Remote A2A 1.0 agents as agentry tools.
+//!
+//! An agent is found by its card ([`discover`]: the card's own URL, or a
+//! base URL and `/.well-known/agent-card.json`), reached through the card's
+//! `supportedInterfaces[]` entry with binding `JSONRPC` and protocol version
+//! `1.0` ([`A2aClient`]), and offered to a model as one tool, `<name>.ask`
+//! ([`A2aTool`]), an [`agentry_tools::Tool`] registered like any other.
+//!
+//! # Layout
+//! - `types.rs`: the messages in ProtoJSON form ([`Task`], [`Message`],
+//!   [`Part`], [`TaskState`]…).
+//! - `client.rs`: [`A2aClient`] (`SendMessage`, `GetTask`, `CancelTask`) and
+//!   [`A2aOptions`] (extra headers such as `Authorization`, the per-request
+//!   timeout, a CA file).
+//! - `card.rs`: [`AgentCard`], [`discover`], [`fetch_card`].
+//! - `tool.rs`: [`A2aTool`].
+//! - `error.rs`: [`A2aError`], the crate's one error; [`RpcErrorKind`].
+//!
+//! # The wire
+//!
+//! Every request carries `A2A-Version: 1.0` (without it a 1.0 agent takes
+//! the request for 0.3 and answers -32009), `Content-Type:
+//! application/json`, and the configured headers. Enums go by their
+//! ProtoJSON names (`ROLE_USER`, `TASK_STATE_COMPLETED`); parts have no
+//! `kind`; `SendMessage`'s result is `{"task": …}` or `{"message": …}`
+//! ([`SendResult`]). A JSON-RPC error is [`A2aError::Rpc`] with its code by
+//! name ([`RpcErrorKind`]: -32001 `TaskNotFound`, -32002
+//! `TaskNotCancelable`, …); a non-2xx answer is [`A2aError::HttpStatus`]
+//! (401 when the agent wants other credentials).
+//!
+//! # A call of `<name>.ask`
+//!
+//! `{"message": "…"}` starts a task; `{"message": "…", "task_id": "…"}`
+//! answers a task that asked for input (the same task continues, in its
+//! context). The tool sends `SendMessage` with
+//! `configuration.returnImmediately`, then polls `GetTask` until the task
+//! settles:
+//!
+//! | remote state                | the call                                                   |
+//! |-----------------------------|------------------------------------------------------------|
+//! | `TASK_STATE_COMPLETED`      | result: `text` = the artifacts' text parts, joined; `parts` = the others (data as is, files by URL, bytes by size) |
+//! | `TASK_STATE_INPUT_REQUIRED` | result: `input_required: true`, `text` = the question, `next` says how to answer |
+//! | `TASK_STATE_AUTH_REQUIRED`  | `EPERM`, naming the state and the agent's message          |
+//! | `TASK_STATE_REJECTED`       | `EPERM`                                                    |
+//! | `TASK_STATE_CANCELED`       | `ECANCELED`                                                |
+//! | `TASK_STATE_FAILED`         | `EUNAVAIL`, not retryable                                  |
+//! | still running at the timeout| `ETIMEDOUT`; the remote task is sent `CancelTask`          |
+//!
+//! Every result carries `task_id`, `context_id` and `state`, so the trace
+//! records the remote task; error messages name it; while the call runs,
+//! each state it sees is a progress report (`remote task <id>: <state>`, a
+//! `tool_progress` run event). A direct reply (`{"message": …}`, no task) is
+//! a result with its `text`. An answer over 16 MiB (a card over 1 MiB) is an
+//! error, not read further.
+//!
+//! A call cancelled by its token (deadline, abort) or dropped while its task
+//! runs sends `CancelTask` for that task from a task of its own, so the
+//! remote agent stops too. A call dropped before `SendMessage` answered
+//! cannot know the task id; that task runs on.
+//!
+//! The tool's effect is `irreversible_external` unless its constructor says
+//! otherwise ([`A2aTool::effect`]): what a remote agent does is outside the
+//! run, and a run parks such calls for approval by default.
+
+mod card;
+mod client;
+mod error;
+mod tool;
+mod types;
+
+pub use card::{
+    AgentCard, AgentInterface, AgentSkill, Discovered, JSONRPC_BINDING, WELL_KNOWN_PATH, card_url,
+    discover, fetch_card, parse_card,
+};
+pub use client::{A2aClient, A2aOptions, PROTOCOL_VERSION, SendRequest, VERSION_HEADER};
+pub use error::{A2aError, RpcErrorKind};
+pub use tool::A2aTool;
+pub use types::{Artifact, Message, Part, Role, SendResult, Task, TaskState, TaskStatus};

@@ -1,0 +1,412 @@
+//! [`A2aTool`]: one remote agent as the tool `<name>.ask`.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use agentry_protocol::ErrorCode;
+use agentry_protocol::envelope::ToolError;
+use agentry_protocol::tool::{Effect, Idempotency, ToolContract};
+use agentry_tools::{Tool, ToolContext, ToolOutput, ToolProgress, parse_args, schema_for};
+use async_trait::async_trait;
+use serde_json::{Value, json};
+
+use crate::card::{Discovered, discover};
+use crate::client::{A2aClient, A2aOptions, SendRequest};
+use crate::error::{A2aError, RpcErrorKind};
+use crate::types::{SendResult, Task, TaskState};
+
+/// How often a running task is polled with `GetTask`.
+const DEFAULT_POLL: Duration = Duration::from_millis(250);
+/// The default limit on one call (the contract's timeout).
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
+/// How long a cancelled call waits for its `CancelTask` before the executor
+/// drops it (the runtime caps every tool's grace; the request goes on in a
+/// task of its own either way).
+const CANCEL_GRACE: Duration = Duration::from_millis(75);
+
+/// The arguments of `<name>.ask`.
+#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct AskArgs {
+    /// What to tell or ask the remote agent.
+    message: String,
+    /// To answer a remote agent that asked for input: the `task_id` its
+    /// question came with. Omit to start a new task.
+    #[serde(default)]
+    task_id: Option<String>,
+}
+
+/// A remote A2A agent as a tool: `<name>.ask` sends a message, waits for
+/// the task to end (polling `GetTask`), and returns its artifacts' text.
+#[derive(Debug, Clone)]
+pub struct A2aTool {
+    name: String,
+    description: String,
+    client: Arc<A2aClient>,
+    effect: Effect,
+    poll: Duration,
+    timeout: Duration,
+}
+
+impl A2aTool {
+    /// The tool `<name>.ask` for the agent `client` reaches; `description`
+    /// is shown to the model. Effect `irreversible_external` (a run parks
+    /// each call for approval unless its config says otherwise).
+    pub fn new(name: impl Into<String>, description: impl Into<String>, client: A2aClient) -> Self {
+        A2aTool {
+            name: name.into(),
+            description: description.into(),
+            client: Arc::new(client),
+            effect: Effect::IrreversibleExternal,
+            poll: DEFAULT_POLL,
+            timeout: DEFAULT_TIMEOUT,
+        }
+    }
+
+    /// The tool for an agent found by its card (`discover`): the card's
+    /// description and skills become the tool's description.
+    pub fn from_discovered(name: impl Into<String>, found: Discovered) -> Self {
+        let card = &found.card;
+        let mut description = format!(
+            "Ask the remote A2A agent \"{}\": {}",
+            card.name, card.description
+        );
+        if !card.skills.is_empty() {
+            let skills: Vec<String> = card
+                .skills
+                .iter()
+                .map(|s| format!("{} ({})", s.name, s.description))
+                .collect();
+            description.push_str(&format!(" Skills: {}.", skills.join("; ")));
+        }
+        description
+            .push_str(" If it asks for input, answer with another call carrying its task_id.");
+        A2aTool::new(name, description, found.client)
+    }
+
+    /// Discovers the agent at `url` (see [`discover`]) and makes its tool.
+    pub async fn discover(
+        name: impl Into<String>,
+        url: &str,
+        options: &A2aOptions,
+    ) -> Result<Self, A2aError> {
+        Ok(A2aTool::from_discovered(
+            name,
+            discover(url, options).await?,
+        ))
+    }
+
+    /// Overrides the effect (e.g. `read_only` for a lookup agent).
+    pub fn effect(mut self, effect: Effect) -> Self {
+        self.effect = effect;
+        self
+    }
+
+    /// How often a running task is polled.
+    pub fn poll_interval(mut self, poll: Duration) -> Self {
+        self.poll = poll;
+        self
+    }
+
+    /// The limit on one call, from the send to the task's end.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The tool's name, `<name>.ask`.
+    pub fn tool_name(&self) -> String {
+        format!("{}.ask", self.name)
+    }
+
+    /// Sends the message, then polls until the task ends or is interrupted.
+    async fn run(
+        &self,
+        args: AskArgs,
+        remote: &RemoteTask,
+        ctx: &ToolContext,
+    ) -> Result<ToolOutput, ToolError> {
+        let context_id = match &args.task_id {
+            // The agent wants the task's context with its id.
+            Some(id) => Some(
+                self.client
+                    .get_task(id)
+                    .await
+                    .map_err(|e| self.error(e))?
+                    .context_id,
+            ),
+            None => None,
+        };
+        let request = SendRequest {
+            text: args.message,
+            task_id: args.task_id,
+            context_id,
+            return_immediately: true,
+        };
+        let mut task = match self
+            .client
+            .send_message(&request)
+            .await
+            .map_err(|e| self.error(e))?
+        {
+            SendResult::Message(reply) => {
+                return Ok(ToolOutput::data(json!({
+                    "agent": self.name,
+                    "text": reply.text(),
+                    "context_id": reply.context_id,
+                })));
+            }
+            SendResult::Task(task) => task,
+        };
+        remote.set(&task.id);
+        let started = Instant::now();
+        let mut reports = 0u32;
+        report(ctx, &task, &mut reports);
+        while !settled(task.status.state) {
+            if started.elapsed() >= self.timeout {
+                return Err(ToolError::new(
+                    ErrorCode::Etimedout,
+                    format!(
+                        "remote task {} of A2A agent {} still {} after {} ms",
+                        task.id,
+                        self.name,
+                        task.status.state.as_str(),
+                        self.timeout.as_millis()
+                    ),
+                ));
+            }
+            tokio::time::sleep(self.poll).await;
+            let state = task.status.state;
+            task = self.client.get_task(&task.id).await.map_err(|e| {
+                let mut error = self.error(e);
+                error.message = format!("{} (remote task {})", error.message, task.id);
+                error
+            })?;
+            if task.status.state != state {
+                report(ctx, &task, &mut reports);
+            }
+        }
+        remote.settle();
+        self.outcome(task)
+    }
+
+    /// A settled task as the call's result.
+    fn outcome(&self, task: Task) -> Result<ToolOutput, ToolError> {
+        let state = task.status.state;
+        let data = |text: String| {
+            json!({
+                "agent": self.name,
+                "task_id": task.id,
+                "context_id": task.context_id,
+                "state": state.as_str(),
+                "text": text,
+            })
+        };
+        let failed = |code: ErrorCode| {
+            let said = task.status_text();
+            ToolError::new(
+                code,
+                format!(
+                    "remote task {} of A2A agent {} ended {}{}",
+                    task.id,
+                    self.name,
+                    state.as_str(),
+                    if said.is_empty() {
+                        String::new()
+                    } else {
+                        format!(": {said}")
+                    }
+                ),
+            )
+            .retryable(false)
+        };
+        match state {
+            TaskState::Completed => {
+                let mut out = data(task.artifact_text());
+                let parts = task.other_parts();
+                if !parts.is_empty() {
+                    out["parts"] = Value::Array(parts);
+                }
+                Ok(ToolOutput::data(out))
+            }
+            TaskState::InputRequired => {
+                let mut out = data(task.status_text());
+                out["input_required"] = Value::Bool(true);
+                out["next"] = Value::String(format!(
+                    "The remote agent asks for input (text). To answer, call {} with {{\"message\": <answer>, \"task_id\": \"{}\"}}.",
+                    self.tool_name(),
+                    task.id
+                ));
+                Ok(ToolOutput::data(out))
+            }
+            TaskState::AuthRequired => Err(failed(ErrorCode::Eperm)),
+            TaskState::Rejected => Err(failed(ErrorCode::Eperm)),
+            TaskState::Canceled => Err(failed(ErrorCode::Ecanceled)),
+            TaskState::Failed | TaskState::Unspecified => Err(failed(ErrorCode::Eunavail)),
+            TaskState::Submitted | TaskState::Working => Err(failed(ErrorCode::Einternal)),
+        }
+    }
+
+    /// A client error as the call's error.
+    fn error(&self, e: A2aError) -> ToolError {
+        let code = match &e {
+            A2aError::HttpStatus {
+                status: 401 | 403, ..
+            } => ErrorCode::Eperm,
+            A2aError::HttpStatus { .. } => ErrorCode::Eunavail,
+            A2aError::Transport {
+                timed_out: true, ..
+            } => ErrorCode::Etimedout,
+            A2aError::Transport { .. } => ErrorCode::Eunavail,
+            A2aError::Rpc { kind, .. } => match kind {
+                RpcErrorKind::TaskNotFound
+                | RpcErrorKind::TaskNotCancelable
+                | RpcErrorKind::InvalidParams
+                | RpcErrorKind::ContentTypeNotSupported => ErrorCode::Einval,
+                RpcErrorKind::PushNotificationNotSupported
+                | RpcErrorKind::UnsupportedOperation
+                | RpcErrorKind::ExtendedAgentCardNotConfigured
+                | RpcErrorKind::ExtensionSupportRequired
+                | RpcErrorKind::VersionNotSupported
+                | RpcErrorKind::ParseError
+                | RpcErrorKind::InvalidRequest
+                | RpcErrorKind::MethodNotFound
+                | RpcErrorKind::InvalidAgentResponse => ErrorCode::Einternal,
+                RpcErrorKind::InternalError | RpcErrorKind::Other => ErrorCode::Eunavail,
+            },
+            A2aError::InvalidResponse { .. }
+            | A2aError::CardNotJson { .. }
+            | A2aError::NoJsonRpc10 { .. }
+            | A2aError::Setup { .. }
+            | A2aError::BadHeader { .. } => ErrorCode::Einternal,
+            A2aError::CardStatus { .. } => ErrorCode::Eunavail,
+        };
+        ToolError::new(code, format!("A2A agent {}: {e}", self.name))
+    }
+}
+
+/// Reports the remote task's id and state as the call's progress (a
+/// `tool_progress` run event), so they are on record while the call runs.
+fn report(ctx: &ToolContext, task: &Task, reports: &mut u32) {
+    if let Some(sink) = &ctx.progress {
+        *reports += 1;
+        sink.progress(
+            &ctx.call_id,
+            ToolProgress {
+                progress: f64::from(*reports),
+                total: None,
+                message: Some(format!(
+                    "remote task {}: {}",
+                    task.id,
+                    task.status.state.as_str()
+                )),
+            },
+        );
+    }
+}
+
+/// Whether a task waits for nothing more from this call: ended, or
+/// interrupted for the client's answer.
+fn settled(state: TaskState) -> bool {
+    state.is_terminal() || matches!(state, TaskState::InputRequired | TaskState::AuthRequired)
+}
+
+/// The remote task a call has under way: cancelled with `CancelTask` unless
+/// it settled, also when the call's future is dropped.
+struct RemoteTask {
+    client: Arc<A2aClient>,
+    id: Mutex<Option<String>>,
+}
+
+impl RemoteTask {
+    fn set(&self, id: &str) {
+        if let Ok(mut slot) = self.id.lock() {
+            *slot = Some(id.to_string());
+        }
+    }
+
+    fn settle(&self) {
+        if let Ok(mut slot) = self.id.lock() {
+            *slot = None;
+        }
+    }
+
+    /// Sends `CancelTask` for the task under way, if any, from a task of its
+    /// own (so a dropped call still sends it): the task's id, and the handle
+    /// that waits for the request.
+    fn cancel(&self) -> Option<(String, tokio::task::JoinHandle<()>)> {
+        let id = self.id.lock().ok()?.take()?;
+        let runtime = tokio::runtime::Handle::try_current().ok()?;
+        let client = self.client.clone();
+        let task_id = id.clone();
+        let sent = runtime.spawn(async move {
+            match client.cancel_task(&task_id).await {
+                Ok(task) => {
+                    tracing::debug!(task_id = %task_id, state = task.status.state.as_str(), "remote A2A task cancelled")
+                }
+                Err(e) => {
+                    tracing::warn!(task_id = %task_id, error = %e, "CancelTask of a remote A2A task failed")
+                }
+            }
+        });
+        Some((id, sent))
+    }
+}
+
+impl Drop for RemoteTask {
+    fn drop(&mut self) {
+        // A dropped call: the request goes on without it.
+        drop(self.cancel());
+    }
+}
+
+#[async_trait]
+impl Tool for A2aTool {
+    fn contract(&self) -> ToolContract {
+        ToolContract::new(
+            self.tool_name(),
+            self.description.clone(),
+            schema_for::<AskArgs>(),
+        )
+        .effect(self.effect)
+        // A repeated send is a second task on the remote agent.
+        .idempotency(Idempotency::None)
+        // A run grants the agent by its name, or the tool by `<name>.ask`.
+        .scope(self.name.clone())
+        .timeout_ms(u64::try_from(self.timeout.as_millis()).unwrap_or(u64::MAX))
+        .version("a2a-1.0")
+        // Ids the remote agent makes anew every time.
+        .volatile_fields(["task_id", "context_id"])
+    }
+
+    async fn call(&self, args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let args: AskArgs = parse_args(args)?;
+        let remote = RemoteTask {
+            client: self.client.clone(),
+            id: Mutex::new(None),
+        };
+        tokio::select! {
+            biased;
+            _ = ctx.cancel.cancelled() => {
+                let what = match remote.cancel() {
+                    Some((id, sent)) => {
+                        // Joined while the executor's grace lasts; a dropped
+                        // join leaves the request running.
+                        let _ = sent.await;
+                        format!("; its remote task {id} was sent CancelTask")
+                    }
+                    None => String::new(),
+                };
+                Err(ToolError::new(
+                    ErrorCode::Ecanceled,
+                    format!("call of A2A agent {} cancelled{what}", self.name),
+                ))
+            }
+            out = self.run(args, &remote, ctx) => out,
+        }
+    }
+
+    fn cancel_grace(&self) -> Duration {
+        CANCEL_GRACE
+    }
+}

@@ -1,0 +1,109 @@
+//! An A2A agent's tool inside a real agentry run: parked for approval by
+//! default, and its remote task cancelled when the run's deadline cancels
+//! the call. The agent is tests/peers/echo_agent.py (see tests/remote.rs).
+
+// Test code: a failed unwrap is the failure report.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentry::{RunStatus, StopReason};
+use agentry_a2a::TaskState;
+use agentry_protocol::ErrorCode;
+use agentry_test_support::{
+    ScriptBuilder, TestError, TestTask, collect_until_stopped, runtime_with, tool_results,
+};
+use serde_json::json;
+
+use support::{Agent, eventually, until_terminal};
+
+async fn wait_for_pending(handle: &agentry::RunHandle) -> Result<String, TestError> {
+    for _ in 0..1000 {
+        if let Some(p) = handle.pending_approvals().await.first() {
+            return Ok(p.call.id.clone());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    Err("no call became pending".into())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the a2a-sdk Python package (.ci/run installs it); .ci/run runs it"]
+async fn a_remote_agent_call_waits_for_approval_then_runs() -> Result<(), TestError> {
+    let agent = Agent::start().await;
+    let runtime = runtime_with(vec![Arc::new(agent.tool().await)])?;
+    // The agent is granted by its name.
+    let task = TestTask::new("ask the echo agent", &[])?.grant(&["echo"]);
+    let policy = ScriptBuilder::new()
+        .call("a1", "echo.ask", json!({"message": "hello"}))
+        .finish("asked")
+        .policy();
+    let handle = runtime.start(task.config(), policy).await?;
+    let events = handle.subscribe();
+    assert_eq!(wait_for_pending(&handle).await?, "a1");
+    let snap = handle.snapshot().await.ok_or("no snapshot")?;
+    assert_eq!(snap.status, RunStatus::AwaitingApproval);
+    handle.approve("a1").await?;
+    let events = collect_until_stopped(events).await?;
+    let outcome = handle.wait().await?;
+    assert_eq!(outcome.stop_reason, StopReason::Done, "{}", outcome.detail);
+    let results = tool_results(&events);
+    let env = &results.first().ok_or("no tool result")?.1;
+    assert!(env.ok, "{env:?}");
+    let data = env.data.as_ref().ok_or("no data")?;
+    assert_eq!(data["text"], "echo: hello");
+    assert_eq!(data["state"], "TASK_STATE_COMPLETED");
+    assert!(
+        data["task_id"].as_str().is_some_and(|id| !id.is_empty()),
+        "{data}"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the a2a-sdk Python package (.ci/run installs it); .ci/run runs it"]
+async fn the_run_deadline_cancels_the_remote_task() -> Result<(), TestError> {
+    let agent = Agent::start().await;
+    let runtime = runtime_with(vec![Arc::new(agent.tool().await)])?;
+    let task = TestTask::new("ask slowly", &[])?
+        .grant(&["echo"])
+        .deadline_ms(3_000);
+    let mut config = task.config();
+    // No human here: the call runs without approval.
+    config.approval.irreversible = false;
+    let policy = ScriptBuilder::new()
+        .call("s1", "echo.ask", json!({"message": "slow"}))
+        .finish("never reached")
+        .policy();
+    let handle = runtime.start(config, policy).await?;
+    let events = collect_until_stopped(handle.subscribe()).await?;
+    let outcome = handle.wait().await?;
+    assert_eq!(
+        outcome.stop_reason,
+        StopReason::Deadline,
+        "{}",
+        outcome.detail
+    );
+    let results = tool_results(&events);
+    let env = &results.first().ok_or("no tool result")?.1;
+    assert!(
+        matches!(
+            env.error_code(),
+            Some(ErrorCode::Ecanceled | ErrorCode::Etimedout)
+        ),
+        "{env:?}"
+    );
+    eventually(Duration::from_secs(10), "the agent saw CancelTask", || {
+        agent.cancels().len() == 1
+    })
+    .await;
+    let id = agent.cancels()[0].clone();
+    assert_eq!(
+        until_terminal(&agent.client().await, &id).await,
+        TaskState::Canceled
+    );
+    Ok(())
+}
