@@ -35,6 +35,9 @@ pub struct A2aOptions {
     /// An extra CA file for an `https` agent (besides the OS roots and
     /// `SSL_CERT_FILE`).
     pub ca_cert: Option<PathBuf>,
+    /// The header values hold `${VAR}`s, read from the environment when
+    /// the agent is first reached ([`A2aOptions::expanded`]).
+    pub env_vars: bool,
 }
 
 impl Default for A2aOptions {
@@ -43,6 +46,7 @@ impl Default for A2aOptions {
             headers: Vec::new(),
             request_timeout: Duration::from_secs(30),
             ca_cert: None,
+            env_vars: false,
         }
     }
 }
@@ -53,6 +57,31 @@ impl A2aOptions {
         self.headers
             .push(("Authorization".to_string(), format!("Bearer {token}")));
         self
+    }
+
+    /// These options with every header's `${VAR}`s read through `lookup`
+    /// (when [`A2aOptions::env_vars`] says they hold some); an unset one is
+    /// [`A2aError::MissingHeaderVar`].
+    pub fn expanded(
+        &self,
+        url: &str,
+        lookup: impl Fn(&str) -> Option<String>,
+    ) -> Result<A2aOptions, A2aError> {
+        let mut options = self.clone();
+        if !self.env_vars {
+            return Ok(options);
+        }
+        for (name, value) in &mut options.headers {
+            *value = agentry_tools::expand_vars(value, &lookup).map_err(|var| {
+                A2aError::MissingHeaderVar {
+                    url: url.to_string(),
+                    name: name.clone(),
+                    var,
+                }
+            })?;
+        }
+        options.env_vars = false;
+        Ok(options)
     }
 
     /// The HTTP client and the headers for an agent at `url`.

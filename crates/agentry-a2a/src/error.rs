@@ -14,6 +14,16 @@ pub enum A2aError {
         /// Why.
         reason: String,
     },
+    /// A configured header's `${VAR}` is not set in the environment.
+    #[error("A2A client for {url}: header {name}: ${{{var}}} is not set in the environment")]
+    MissingHeaderVar {
+        /// The agent's URL.
+        url: String,
+        /// The header's name.
+        name: String,
+        /// The variable.
+        var: String,
+    },
     /// A configured header name or value is not valid HTTP.
     #[error("A2A client for {url}: header {name:?} is not valid HTTP")]
     BadHeader {

@@ -42,7 +42,7 @@ struct AskArgs {
 pub struct A2aTool {
     name: String,
     description: String,
-    client: Arc<A2aClient>,
+    reach: Arc<Reach>,
     effect: Effect,
     poll: Duration,
     timeout: Duration,
@@ -56,7 +56,7 @@ impl A2aTool {
         A2aTool {
             name: name.into(),
             description: description.into(),
-            client: Arc::new(client),
+            reach: Arc::new(Reach::Ready(Arc::new(client))),
             effect: Effect::IrreversibleExternal,
             poll: DEFAULT_POLL,
             timeout: DEFAULT_TIMEOUT,
@@ -96,6 +96,31 @@ impl A2aTool {
         ))
     }
 
+    /// The tool `<name>.ask` for the agent whose card is at `url`, found at
+    /// its first call (not before: declaring it costs no request, and an
+    /// agent that is down fails its calls, not the run's start). The card
+    /// is read once; a failure is the call's error and the next call reads
+    /// it again.
+    pub fn declared(
+        name: impl Into<String>,
+        description: impl Into<String>,
+        url: impl Into<String>,
+        options: A2aOptions,
+    ) -> Self {
+        A2aTool {
+            name: name.into(),
+            description: description.into(),
+            reach: Arc::new(Reach::Card {
+                url: url.into(),
+                options,
+                found: tokio::sync::OnceCell::new(),
+            }),
+            effect: Effect::IrreversibleExternal,
+            poll: DEFAULT_POLL,
+            timeout: DEFAULT_TIMEOUT,
+        }
+    }
+
     /// Overrides the effect (e.g. `read_only` for a lookup agent).
     pub fn effect(mut self, effect: Effect) -> Self {
         self.effect = effect;
@@ -126,10 +151,11 @@ impl A2aTool {
         remote: &RemoteTask,
         ctx: &ToolContext,
     ) -> Result<ToolOutput, ToolError> {
+        let client = &remote.client;
         let context_id = match &args.task_id {
             // The agent wants the task's context with its id.
             Some(id) => Some(
-                self.client
+                client
                     .get_task(id)
                     .await
                     .map_err(|e| self.error(e))?
@@ -143,8 +169,7 @@ impl A2aTool {
             context_id,
             return_immediately: true,
         };
-        let mut task = match self
-            .client
+        let mut task = match client
             .send_message(&request)
             .await
             .map_err(|e| self.error(e))?
@@ -177,7 +202,7 @@ impl A2aTool {
             }
             tokio::time::sleep(self.poll).await;
             let state = task.status.state;
-            task = self.client.get_task(&task.id).await.map_err(|e| {
+            task = client.get_task(&task.id).await.map_err(|e| {
                 let mut error = self.error(e);
                 error.message = format!("{} (remote task {})", error.message, task.id);
                 error
@@ -274,6 +299,7 @@ impl A2aTool {
                 | RpcErrorKind::InvalidAgentResponse => ErrorCode::Einternal,
                 RpcErrorKind::InternalError | RpcErrorKind::Other => ErrorCode::Eunavail,
             },
+            A2aError::MissingHeaderVar { .. } => ErrorCode::Einval,
             A2aError::InvalidResponse { .. }
             | A2aError::CardNotJson { .. }
             | A2aError::NoJsonRpc10 { .. }
@@ -316,6 +342,38 @@ fn settled(state: TaskState) -> bool {
 struct RemoteTask {
     client: Arc<A2aClient>,
     id: Mutex<Option<String>>,
+}
+
+/// How the tool reaches its agent.
+#[derive(Debug)]
+enum Reach {
+    /// A client made already (the card read by the embedder).
+    Ready(Arc<A2aClient>),
+    /// The agent's card, read at the first call that needs it.
+    Card {
+        url: String,
+        options: A2aOptions,
+        found: tokio::sync::OnceCell<Arc<A2aClient>>,
+    },
+}
+
+impl Reach {
+    async fn client(&self) -> Result<Arc<A2aClient>, A2aError> {
+        match self {
+            Reach::Ready(client) => Ok(Arc::clone(client)),
+            Reach::Card {
+                url,
+                options,
+                found,
+            } => found
+                .get_or_try_init(|| async {
+                    let options = options.expanded(url, |var| std::env::var(var).ok())?;
+                    discover(url, &options).await.map(|d| Arc::new(d.client))
+                })
+                .await
+                .map(Arc::clone),
+        }
+    }
 }
 
 impl RemoteTask {
@@ -381,8 +439,18 @@ impl Tool for A2aTool {
 
     async fn call(&self, args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let args: AskArgs = parse_args(args)?;
+        let client = tokio::select! {
+            biased;
+            _ = ctx.cancel.cancelled() => {
+                return Err(ToolError::new(
+                    ErrorCode::Ecanceled,
+                    format!("call of A2A agent {} cancelled before its card was read", self.name),
+                ));
+            }
+            found = self.reach.client() => found.map_err(|e| self.error(e))?,
+        };
         let remote = RemoteTask {
-            client: self.client.clone(),
+            client,
             id: Mutex::new(None),
         };
         tokio::select! {

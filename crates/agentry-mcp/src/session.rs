@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use agentry_protocol::ProcessGroupRecord;
+use agentry_tools::expand_vars as expand;
 use agentry_tools::proc::ServerProcess;
 use reqwest::header::{HeaderName, HeaderValue};
 use rmcp::model::{PaginatedRequestParams, Tool as McpTool};
@@ -439,26 +440,6 @@ pub(crate) fn expand_headers(
         value.set_sensitive(true);
         out.insert(header, value);
     }
-    Ok(out)
-}
-
-/// `template` with `${VAR}` expanded; `Err(VAR)` for the first unset one.
-/// Anything not of that form (a lone `$`, `${` without `}`) is kept as is.
-fn expand(template: &str, lookup: &impl Fn(&str) -> Option<String>) -> Result<String, String> {
-    let mut out = String::with_capacity(template.len());
-    let mut rest = template;
-    while let Some(start) = rest.find("${") {
-        out.push_str(&rest[..start]);
-        let after = &rest[start + 2..];
-        let Some(end) = after.find('}') else {
-            out.push_str(&rest[start..]);
-            return Ok(out);
-        };
-        let var = &after[..end];
-        out.push_str(&lookup(var).ok_or_else(|| var.to_string())?);
-        rest = &after[end + 1..];
-    }
-    out.push_str(rest);
     Ok(out)
 }
 

@@ -20,7 +20,8 @@ impl TaskSpec {
     /// The fields of this task that choose where the host's keys, headers or
     /// trust go, in file order: `policy.base_url`, `policy.ca_cert`,
     /// `policy.fallback[i].base_url`, `policy.models.NAME.base_url`,
-    /// `tools.mcp[i].url` (with its `headers` and `ca_cert`). A model or
+    /// `tools.mcp[i].url` (with its `headers` and `ca_cert`), `tools.a2a[i].url`
+    /// (the same: its headers' `${VAR}`s are the host's). A model or
     /// fallback named without a server goes to its provider's API, as the
     /// operator's environment configures it, and is not listed; neither is a
     /// stdio MCP server (it gets only the environment allowlist, as a command
@@ -52,6 +53,7 @@ impl TaskSpec {
                 McpTransport::Stdio { .. } => {}
             }
         }
+        fields.extend((0..self.a2a_agents.len()).map(|i| format!("tools.a2a[{i}].url")));
         fields
     }
 
@@ -180,6 +182,9 @@ command = ["true"]
 name = "remote"
 url = "http://127.0.0.1:9/mcp"
 headers = { Authorization = "Bearer ${OPENAI_API_KEY}" }
+[[tools.a2a]]
+name = "billing"
+url = "http://127.0.0.1:9/agent-card.json"
 "#,
         );
         let fields = [
@@ -187,6 +192,7 @@ headers = { Authorization = "Bearer ${OPENAI_API_KEY}" }
             "policy.fallback[1].base_url",
             "policy.models.far.base_url",
             "tools.mcp[1].url",
+            "tools.a2a[0].url",
         ];
         assert_eq!(task.client_endpoints(), fields);
         match task.check_client_supplied() {

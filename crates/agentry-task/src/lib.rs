@@ -23,7 +23,7 @@
 //! # Layout
 //! In import order: `values` (single values, `FieldError`), `raw` (the tables'
 //! keys), [`command`] (`[[tools.command]]`), `accept` (`[[accept]]`), `mcp`
-//! (`[[tools.mcp]]`), `observe` (`[redact]`, `[trace]`), `validate`
+//! (`[[tools.mcp]]`), [`a2a`] (`[[tools.a2a]]`), `observe` (`[redact]`, `[trace]`), `validate`
 //! (every table), [`spec`] ([`TaskSpec`]: load, parse, what it builds), `workdir`
 //! ([`TaskSpec::prepare_workdir`]), `client` (what a task a client sends may
 //! not say: [`TaskSpec::check_client_supplied`]), [`error`] ([`TaskError`]).
@@ -42,6 +42,7 @@
 
 use std::time::Duration;
 
+pub mod a2a;
 mod accept;
 mod client;
 pub mod command;
@@ -60,6 +61,7 @@ mod validate;
 mod values;
 mod workdir;
 
+pub use a2a::{A2aAgentConfig, DEFAULT_A2A_TIMEOUT};
 pub use command::CommandToolDecl;
 pub use error::TaskError;
 pub use json::{JsonTaskError, budget_from_json, task_toml_from_json};

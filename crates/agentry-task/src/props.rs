@@ -94,6 +94,18 @@ const TABLES: &[(&str, &[&str])] = &[
         ],
     ),
     (
+        "[[tools.a2a]]",
+        &[
+            "name",
+            "url",
+            "headers",
+            "ca_cert",
+            "timeout",
+            "description",
+            "effect",
+        ],
+    ),
+    (
         "[tools.mcp.overrides.t]",
         &["effect", "idempotency", "approve", "redact"],
     ),

@@ -78,6 +78,7 @@ pub(crate) struct RawTools {
     pub(crate) approval_timeout: Option<Value>,
     pub(crate) command: Option<Value>,
     pub(crate) mcp: Option<Value>,
+    pub(crate) a2a: Option<Value>,
 }
 
 #[derive(Deserialize)]

@@ -43,6 +43,10 @@ pub struct TaskSpec {
     /// order. Started by [`TaskSpec::start_mcp`]; their tools are registered by
     /// [`TaskSpec::registry_with`], granted only through `grants`.
     pub mcp_servers: Vec<McpServerConfig>,
+    /// Remote A2A agents the task offers (`[[tools.a2a]]`), in file order:
+    /// each the tool `<name>.ask`, registered by [`TaskSpec::registry`]
+    /// (its card read at its first call), granted only through `grants`.
+    pub a2a_agents: Vec<crate::a2a::A2aAgentConfig>,
     /// Acceptance checks, in file order.
     pub accept: Vec<AcceptCheck>,
     /// No-progress window; 0 disables the check.
@@ -241,7 +245,7 @@ impl TaskSpec {
         Ok(registry)
     }
 
-    /// The built-ins and the command tools.
+    /// The built-ins, the command tools and the A2A agents' tools.
     fn command_registry(&self) -> Result<ToolRegistry, TaskError> {
         let file = self.dir.join(TASK_FILE);
         let mut registry = ToolRegistry::with_builtins()?;
@@ -251,6 +255,11 @@ impl TaskSpec {
             };
             let tool = decl.build().map_err(|e| invalid(&e))?;
             registry.register(Arc::new(tool)).map_err(|e| invalid(&e))?;
+        }
+        for (i, agent) in self.a2a_agents.iter().enumerate() {
+            registry
+                .register(Arc::new(agent.tool()))
+                .map_err(|e| TaskError::invalid(&file, format!("tools.a2a[{i}]: {e}")))?;
         }
         Ok(registry)
     }

@@ -66,6 +66,7 @@ fn a_good_file_parses() {
             grants: Grants::new(["fs.read", "fs.write", "net.*"]),
             command_tools: Vec::new(),
             mcp_servers: Vec::new(),
+            a2a_agents: Vec::new(),
             accept: vec![
                 AcceptCheck::File {
                     file: "sum.txt".into(),

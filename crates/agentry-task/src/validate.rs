@@ -33,6 +33,7 @@ struct ToolsTable {
     grants: Grants,
     command_tools: Vec<CommandToolDecl>,
     mcp_servers: Vec<McpServerConfig>,
+    a2a_agents: Vec<crate::a2a::A2aAgentConfig>,
     approval: ApprovalConfig,
 }
 
@@ -65,6 +66,7 @@ impl TaskSpec {
             grants,
             command_tools,
             mcp_servers,
+            a2a_agents,
             approval,
         } = tools_table(raw.tools, dir)?;
         let DriverTable { driver, tick_every } = driver_table(raw.driver)?;
@@ -97,6 +99,7 @@ impl TaskSpec {
             grants,
             command_tools,
             mcp_servers,
+            a2a_agents,
             accept,
             progress_window,
             max_denied,
@@ -183,6 +186,7 @@ fn tools_table(v: Option<Value>, dir: &Path) -> Result<ToolsTable, FieldError> {
             grants: Grants::new(DEFAULT_GRANTS.iter().copied()),
             command_tools: Vec::new(),
             mcp_servers: Vec::new(),
+            a2a_agents: Vec::new(),
             approval: ApprovalConfig::default(),
         });
     };
@@ -203,6 +207,10 @@ fn tools_table(v: Option<Value>, dir: &Path) -> Result<ToolsTable, FieldError> {
         None => Vec::new(),
     };
     apply_approvals(&mcp_servers, &mut approval);
+    let a2a_agents = match tools.a2a {
+        Some(v) => crate::a2a::a2a_agents(v, dir)?,
+        None => Vec::new(),
+    };
     let grants = match tools.grant {
         Some(grant) => Grants::new(patterns("tools.grant", grant)?),
         None => Grants::new(DEFAULT_GRANTS.iter().copied()),
@@ -211,6 +219,7 @@ fn tools_table(v: Option<Value>, dir: &Path) -> Result<ToolsTable, FieldError> {
         grants,
         command_tools,
         mcp_servers,
+        a2a_agents,
         approval,
     })
 }

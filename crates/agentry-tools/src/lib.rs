@@ -30,6 +30,7 @@ pub mod fs;
 pub mod proc;
 pub mod results;
 mod tool;
+mod vars;
 
 pub use builtins::builtins;
 pub use finish::{FINISH_TOOL, FinishTool};
@@ -37,3 +38,4 @@ pub use results::{RESULT_READ_TOOL, ResultReadTool, save_artifact, save_result};
 pub use tool::{
     ProcessLog, ProgressSink, Tool, ToolContext, ToolOutput, ToolProgress, parse_args, schema_for,
 };
+pub use vars::expand_vars;

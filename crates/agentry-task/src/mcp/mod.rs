@@ -158,7 +158,7 @@ fn server(at: &str, raw: RawServer, dir: &Path) -> Result<McpServerConfig, Field
 }
 
 /// A tool name without `.`: the server's name is the first part of its tools'.
-fn server_name(at: &str, v: &Value) -> Result<String, FieldError> {
+pub(crate) fn server_name(at: &str, v: &Value) -> Result<String, FieldError> {
     let name = tool_name(at, v)?;
     if name.contains('.') {
         return Err(field_error!(
@@ -233,7 +233,7 @@ fn transport(at: &str, raw: RawTransport, dir: &Path) -> Result<McpTransport, Fi
     }
 }
 
-fn http_url(at: &str, v: &Value) -> Result<String, FieldError> {
+pub(crate) fn http_url(at: &str, v: &Value) -> Result<String, FieldError> {
     match v.as_str() {
         Some(s)
             if (s.starts_with("http://") || s.starts_with("https://"))
@@ -249,7 +249,7 @@ fn http_url(at: &str, v: &Value) -> Result<String, FieldError> {
 }
 
 /// Header names and values; a value's `${VAR}` is read when the server starts.
-fn header_table(at: &str, v: Value) -> Result<BTreeMap<String, String>, FieldError> {
+pub(crate) fn header_table(at: &str, v: Value) -> Result<BTreeMap<String, String>, FieldError> {
     let Value::Table(table) = v else {
         return Err(field_error!(
             "{at}: expected a table of strings, e.g. headers = {{ Authorization = \"Bearer ${{MCP_TOKEN}}\" }}, found {}",
