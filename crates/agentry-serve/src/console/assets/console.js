@@ -58,6 +58,8 @@ async function signIn(event) {
 
 function signOut() {
   api.forget();
+  // The next tenant starts from the list, not from this one's run.
+  history.replaceState(null, '', '#/runs');
   signInPage('Signed out.');
 }
 

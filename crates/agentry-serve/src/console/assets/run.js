@@ -198,14 +198,18 @@ class RunView {
 
   async act(what, path, body, expect) {
     const result = $('act-result');
+    // Waiting before the answer: the stream may bring the event first.
+    const action = { what, expect };
+    this.pending.push(action);
     try {
       const reply = await api.post(this.base + path, body);
-      this.pending.push({ what, expect });
+      if (this.mine.size > 0 && !this.pending.includes(action)) return reply;
       result.textContent = what + ': sent; waiting for its event…';
       setStatus(what + ' sent.');
       this.refreshSoon();
       return reply;
     } catch (e) {
+      this.pending = this.pending.filter((p) => p !== action);
       result.textContent = what + ' refused: ' + e.message;
       setStatus(what + ' refused: ' + e.message, true);
       return null;

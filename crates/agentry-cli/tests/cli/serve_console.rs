@@ -1,0 +1,507 @@
+//! The browser console of `agentry serve`: its page and assets over plain
+//! HTTP (open, with their CSP), `GET /agents`, and — in a real headless
+//! Chromium against the real binary — sign-in, runs growing live, approvals,
+//! denials, a redirect, tenants kept apart, and no console or CSP error.
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use super::serve::{Served, WAIT, tokens_file};
+use super::view::cdp::Browser;
+use crate::*;
+
+const ACME: &str = "acme-console-token-7c1e";
+const GLOBEX: &str = "globex-console-token-2b9f";
+/// The nap's `sleep` argument: unique, so its process can be found.
+const NAP: &str = "37.125";
+
+/// A service directory: tokens of acme and globex, and five agents — `chat`
+/// (answers every message), `gated` (one approved append to a ledger, then
+/// done), `nap` (a 37 s sleep, then finish).
+struct Place {
+    dir: tempfile::TempDir,
+}
+
+impl Place {
+    fn new() -> Place {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        tokens_file(root, &[("acme", ACME), ("globex", GLOBEX)]);
+        let ledger = root.join("ledger");
+        std::fs::create_dir_all(&ledger).unwrap();
+        let append_tool = format!(
+            "[sandbox]\nwrite = [\"{ledger}\"]\n\
+             [[tools.command]]\nname = \"append\"\ndescription = \"append a line\"\n\
+             argv = [\"sh\", \"-c\", \"echo \\\"$AGENTRY_RUN_ID $AGENTRY_CALL_ID\\\" >> {ledger}/lines\"]\n\
+             idempotency = \"idempotent\"\ntimeout = \"60s\"\n",
+            ledger = ledger.display()
+        );
+        task(
+            root,
+            "chat",
+            "goal = \"answer every message\"\n[budget]\nmax_steps = 5000\ndeadline = \"600s\"\n\
+             [driver]\nmode = \"events\"\n[progress]\nwindow = 0\n",
+            &json!({"turns": [{"final": "ok"}], "then": "repeat_last"}),
+        );
+        task(
+            root,
+            "gated",
+            &format!(
+                "goal = \"append once, approved\"\n[budget]\nmax_steps = 10\ndeadline = \"600s\"\n\
+                 [tools]\ngrant = [\"append\"]\napprove = [\"append\"]\n[progress]\nwindow = 0\n{append_tool}"
+            ),
+            &json!({"turns": [
+                {"tool_calls": [{"id": "a1", "name": "append", "arguments": {}}]},
+                {"final": "done"}
+            ]}),
+        );
+        task(
+            root,
+            "nap",
+            "goal = \"nap, unless told otherwise\"\n[budget]\nmax_steps = 10\ndeadline = \"120s\"\n\
+             [tools]\ngrant = [\"proc.run\"]\n[progress]\nwindow = 0\n",
+            &json!({"turns": [
+                {"tool_calls": [{"id": "nap1", "name": "proc.run",
+                    "arguments": {"argv": ["sh", "-c", format!("sleep {NAP}")]}}]},
+                {"tool_calls": [{"id": "finish", "name": "task.finish",
+                    "arguments": {"answer": "went on"}}]}
+            ]}),
+        );
+        // 1,000 steps of one read each (every tenth of a file that is not
+        // there), then an answer; it stays live, waiting for messages.
+        let mut turns: Vec<Value> = (0..1000)
+            .map(|i| {
+                let path = if i % 10 == 9 { "missing.txt" } else { "notes.txt" };
+                json!({"tool_calls": [{"id": format!("r{i}"), "name": "fs.read", "arguments": {"path": path}}]})
+            })
+            .collect();
+        turns.push(json!({"final": "read"}));
+        task(
+            root,
+            "long",
+            "goal = \"read, a thousand times\"\n[budget]\nmax_steps = 5000\nmax_tool_calls = 5000\ndeadline = \"600s\"\n\
+             [driver]\nmode = \"events\"\n[tools]\ngrant = [\"fs.read\"]\n[progress]\nwindow = 0\n",
+            &json!({"turns": turns, "then": "repeat_last"}),
+        );
+        std::fs::write(
+            root.join("serve.toml"),
+            format!(
+                "[auth]\ntokens_file = \"tokens\"\n[serve]\nworkdir_root = \"{work}\"\n\
+                 [agents.chat]\ntask = \"tasks/chat\"\n\
+                 [agents.gated]\ntask = \"tasks/gated\"\n\
+                 [agents.nap]\ntask = \"tasks/nap\"\n\
+                 [agents.long]\ntask = \"tasks/long\"\n",
+                work = root.join("work").display()
+            ),
+        )
+        .unwrap();
+        Place { dir }
+    }
+
+    fn serve(&self) -> Served {
+        let config = self.dir.path().join("serve.toml");
+        let store = self.dir.path().join("runs.db");
+        Served::start(
+            &["--config", path_str(&config), "--store", path_str(&store)],
+            &[("RUST_LOG", "warn")],
+        )
+    }
+
+    /// How many times the ledger was appended to for `run`.
+    fn appended(&self, run: &str) -> usize {
+        let text =
+            std::fs::read_to_string(self.dir.path().join("ledger/lines")).unwrap_or_default();
+        text.lines().filter(|l| l.starts_with(run)).count()
+    }
+}
+
+fn task(root: &Path, name: &str, toml: &str, script: &Value) {
+    let dir = root.join("tasks").join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("task.toml"), toml).unwrap();
+    std::fs::write(dir.join("script.json"), script.to_string()).unwrap();
+}
+
+/// Whether the nap's `sleep` process is alive.
+fn napping() -> bool {
+    Command::new("pgrep")
+        .args(["-f", &format!("sleep {NAP}")])
+        .output()
+        .unwrap()
+        .status
+        .success()
+}
+
+/// `selector` exists and is shown.
+fn shown(selector: &str) -> String {
+    let sel = serde_json::to_string(selector).unwrap();
+    format!(
+        "(() => {{ const e = document.querySelector({sel}); return e !== null && e.offsetParent !== null; }})()"
+    )
+}
+
+/// Signs the page in with `token` from the sign-in form (the page must show it).
+fn sign_in(browser: &mut Browser, token: &str) {
+    browser.wait_for(&shown("#signin-form"), WAIT);
+    browser.type_into("#token", token);
+    browser.click("#signin-form button");
+}
+
+/// Opens run `id` in the console (already signed in) and waits for its view.
+fn open_run(browser: &mut Browser, id: &str) {
+    browser.eval(&format!("location.hash = '#/runs/{id}'; true"));
+    browser.wait_for(
+        &format!("window.consoleRun != null && consoleRun.id === '{id}'"),
+        WAIT,
+    );
+}
+
+/// The page's errors, but for the refusals a step of the test asked for
+/// (`expected`: texts such as "401 (Unauthorized)").
+fn unexpected_errors(browser: &Browser, expected: &[&str]) -> Vec<Value> {
+    browser
+        .errors()
+        .into_iter()
+        .filter(|e| {
+            let text = e["params"]["entry"]["text"].as_str().unwrap_or_default();
+            !expected.iter().any(|x| text.contains(x))
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_is_served_open_with_its_policy_and_lists_the_agents() {
+    let place = Place::new();
+    let served = place.serve();
+    let root = served.send("GET", "/", None, None).await;
+    // (The client follows the redirect to the page.)
+    assert_eq!(root.status, 200);
+    assert!(root.text.contains("<title>agentry console</title>"));
+    for path in [
+        "/console/",
+        "/console/console.js",
+        "/console/api.js",
+        "/console/run.js",
+        "/console/lanes.js",
+        "/console/console.css",
+    ] {
+        let reply = served.send("GET", path, None, None).await;
+        assert_eq!(reply.status, 200, "{path}");
+        assert_eq!(
+            reply.headers["content-security-policy"],
+            agentry_serve::console::CONTENT_SECURITY_POLICY,
+            "{path}"
+        );
+        assert_eq!(reply.headers["x-content-type-options"], "nosniff");
+        assert_eq!(reply.headers["referrer-policy"], "no-referrer");
+    }
+    let missing = served.send("GET", "/console/nope.js", None, None).await;
+    assert_eq!(missing.status, 404);
+    // The data is not open: the agents need a token.
+    let refused = served.send("GET", "/agents", None, None).await;
+    assert_eq!(refused.status, 401, "{:?}", refused.body);
+    let agents = served.send("GET", "/agents", Some(ACME), None).await;
+    assert_eq!(agents.status, 200, "{:?}", agents.body);
+    assert_eq!(
+        agents.body,
+        json!({
+            "agents": [
+                {"name": "chat", "model": null},
+                {"name": "gated", "model": null},
+                {"name": "long", "model": null},
+                {"name": "nap", "model": null},
+            ],
+            "queue": {"running": 0, "max_running": null, "queued": 0, "max_queued": 100},
+            "models": [],
+        })
+    );
+}
+
+/// The page posts with its own origin: let through; another origin is not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_services_own_origin_may_post_and_another_may_not() {
+    let place = Place::new();
+    let served = place.serve();
+    let client = reqwest::Client::builder().no_proxy().build().unwrap();
+    let post = |origin: String| {
+        client
+            .post(format!("{}/runs", served.base))
+            .header("authorization", format!("Bearer {ACME}"))
+            .header("origin", origin)
+            .header("content-type", "application/json")
+            .body(json!({"agent": "chat"}).to_string())
+            .send()
+    };
+    let own = post(served.base.clone()).await.unwrap();
+    assert_eq!(own.status().as_u16(), 201);
+    assert!(own.headers().get("access-control-allow-origin").is_none());
+    let port = served.base.rsplit(':').next().unwrap();
+    let other = post(format!("http://rebound.example:{port}"))
+        .await
+        .unwrap();
+    assert_eq!(other.status().as_u16(), 403);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Debian's chromium; .ci/run runs it"]
+async fn the_console_signs_in_shows_runs_live_and_keeps_tenants_apart() {
+    let place = Place::new();
+    let served = place.serve();
+    let mut browser = Browser::launch();
+    browser.navigate(&format!("{}/", served.base));
+    // A wrong token: the sign-in again, saying so, and nothing kept.
+    sign_in(&mut browser, "not-a-token");
+    browser.wait_for(
+        "document.getElementById('signin-error').textContent.includes('refused')",
+        WAIT,
+    );
+    browser.wait_for(&shown("#signin-form"), WAIT);
+    assert_eq!(browser.eval("sessionStorage.length"), json!(0));
+    assert_eq!(
+        unexpected_errors(&browser, &["401 (Unauthorized)"]),
+        Vec::<Value>::new()
+    );
+    browser.events.clear();
+
+    sign_in(&mut browser, ACME);
+    browser.wait_for(&shown("#runs-table"), WAIT);
+    // The new-run form offers the agents.
+    browser.wait_for(
+        "document.querySelectorAll('#new-agent option').length === 4",
+        WAIT,
+    );
+    // A run started elsewhere appears by itself.
+    let id = served.create(ACME, &json!({"agent": "chat"})).await;
+    let row = format!("#runs-body tr[data-run-id=\"{id}\"] a");
+    browser.wait_for(&shown(&row), WAIT);
+    browser.click(&row);
+    browser.wait_for(
+        &format!("window.consoleRun != null && consoleRun.id === '{id}'"),
+        WAIT,
+    );
+    // Its steps grow as they happen.
+    let start = browser
+        .eval("consoleRun.timeline.stepCount()")
+        .as_u64()
+        .unwrap();
+    for i in 1..=3u64 {
+        let reply = served
+            .send(
+                "POST",
+                &format!("/runs/{id}/messages"),
+                Some(ACME),
+                Some(&json!({"text": format!("m{i}")})),
+            )
+            .await;
+        assert_eq!(reply.status, 202, "{:?}", reply.body);
+        browser.wait_for(
+            &format!("consoleRun.timeline.stepCount() >= {}", start + i),
+            WAIT,
+        );
+    }
+    // A message from the page: the event it produced is marked as its.
+    browser.type_into("#message-text", "from the page");
+    browser.click("#send-message");
+    browser.wait_for(
+        "[...document.querySelectorAll('#events li.mine')].some(li => li.textContent.includes('from the page'))",
+        WAIT,
+    );
+    browser.wait_for(
+        "document.getElementById('act-result').textContent.includes('→ event #')",
+        WAIT,
+    );
+    // The token is in the tab's storage only.
+    assert_eq!(browser.eval("document.cookie"), json!(""));
+    let href = browser.eval("location.href");
+    assert!(!href.as_str().unwrap().contains(ACME), "{href}");
+    assert_eq!(
+        browser.eval("sessionStorage.getItem('agentry.console.token')"),
+        json!(ACME)
+    );
+    // Readable at a phone's width: nothing wider than the screen.
+    browser.phone_width(375);
+    browser.wait_for("document.documentElement.scrollWidth <= 376", WAIT);
+    assert_eq!(unexpected_errors(&browser, &[]), Vec::<Value>::new());
+
+    // Globex sees its own runs only, and acme's run is no run of its.
+    browser.click("#sign-out");
+    sign_in(&mut browser, GLOBEX);
+    browser.wait_for(&shown("#runs-table"), WAIT);
+    let theirs = served.create(GLOBEX, &json!({"agent": "chat"})).await;
+    browser.wait_for(
+        &shown(&format!("#runs-body tr[data-run-id=\"{theirs}\"]")),
+        WAIT,
+    );
+    assert_eq!(
+        browser.eval("document.querySelectorAll('#runs-body tr').length"),
+        json!(1)
+    );
+    browser.eval(&format!("location.hash = '#/runs/{id}'; true"));
+    browser.wait_for(
+        "document.getElementById('status').textContent.startsWith('No run')",
+        WAIT,
+    );
+    assert_eq!(
+        browser.eval("document.querySelectorAll('#events li').length"),
+        json!(0)
+    );
+    assert_eq!(
+        unexpected_errors(&browser, &["404 (Not Found)"]),
+        Vec::<Value>::new()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Debian's chromium; .ci/run runs it"]
+async fn the_console_approves_denies_and_redirects() {
+    let place = Place::new();
+    let served = place.serve();
+    let mut browser = Browser::launch();
+    browser.navigate(&format!("{}/console/", served.base));
+    sign_in(&mut browser, ACME);
+    browser.wait_for(&shown("#runs-table"), WAIT);
+
+    // Approved from the page: the call runs once.
+    let approved = served.create(ACME, &json!({"agent": "gated"})).await;
+    served
+        .wait_status(ACME, &approved, "awaiting_approval")
+        .await;
+    open_run(&mut browser, &approved);
+    browser.wait_for(&shown(".approval .approve"), WAIT);
+    assert_eq!(place.appended(&approved), 0);
+    browser.click(".approval .approve");
+    let done = served.wait_status(ACME, &approved, "stopped").await;
+    assert_eq!(done["outcome"]["stop_reason"], "done", "{done:?}");
+    assert_eq!(place.appended(&approved), 1);
+    browser.wait_for(
+        "[...document.querySelectorAll('#events li.mine')].some(li => li.textContent.includes('approved a1'))",
+        WAIT,
+    );
+
+    // Denied from the page, with a reason: the model sees EPERM.
+    let denied = served.create(ACME, &json!({"agent": "gated"})).await;
+    served.wait_status(ACME, &denied, "awaiting_approval").await;
+    open_run(&mut browser, &denied);
+    browser.wait_for(&shown(".approval .deny"), WAIT);
+    browser.type_into(".approval input", "not today");
+    browser.click(".approval .deny");
+    served.wait_status(ACME, &denied, "stopped").await;
+    let events = served.events_until(ACME, &denied, "run_stopped").await;
+    let result = events
+        .iter()
+        .find(|(name, _)| name == "tool_call_finished")
+        .map(|(_, data)| data["event"]["result"].clone())
+        .unwrap();
+    assert_eq!(result["ok"], false, "{result}");
+    assert_eq!(result["error"]["code"], "EPERM", "{result}");
+    assert_eq!(place.appended(&denied), 0);
+    browser.wait_for(
+        "[...document.querySelectorAll('#events .chip')].some(c => c.textContent === 'EPERM')",
+        WAIT,
+    );
+    // A step picked in the list shows its decision and results.
+    browser.click("#events li[data-type=\"tool_call_finished\"] button");
+    browser.wait_for(
+        "document.getElementById('step-detail').textContent.includes('EPERM')",
+        WAIT,
+    );
+    screenshot(&mut browser);
+
+    // Redirected from the page: the sleeping tool is stopped, the run goes on.
+    browser.phone_width(1280);
+    let nap = served.create(ACME, &json!({"agent": "nap"})).await;
+    let deadline = Instant::now() + WAIT;
+    while !napping() {
+        assert!(Instant::now() < deadline, "the nap never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    open_run(&mut browser, &nap);
+    browser.wait_for(
+        "[...document.querySelectorAll('#events li')].some(li => li.dataset.type === 'tool_call_started')",
+        WAIT,
+    );
+    browser.type_into("#message-text", "stop napping and finish");
+    let asked = Instant::now();
+    browser.click("#redirect");
+    let done = served.wait_status(ACME, &nap, "stopped").await;
+    assert_eq!(done["outcome"]["stop_reason"], "done", "{done:?}");
+    assert_eq!(done["outcome"]["answer"], "went on", "{done:?}");
+    assert!(
+        asked.elapsed() < Duration::from_secs(30),
+        "{:?}",
+        asked.elapsed()
+    );
+    assert!(!napping(), "the nap's process outlived the redirect");
+    let events = served.events_until(ACME, &nap, "run_stopped").await;
+    let redirect = events.iter().find(|(name, data)| {
+        name == "input_applied" && data["event"]["input"]["type"] == "interrupt"
+    });
+    assert!(redirect.is_some(), "{events:?}");
+    assert_eq!(
+        redirect.unwrap().1["event"]["input"]["text"],
+        "stop napping and finish"
+    );
+    browser.wait_for("document.querySelector('#events li.mine') !== null", WAIT);
+    assert_eq!(unexpected_errors(&browser, &[]), Vec::<Value>::new());
+}
+
+/// The README's picture of the console (`docs/console.png`), written when
+/// `AGENTRY_WRITE_SCREENSHOT` is set.
+fn screenshot(browser: &mut Browser) {
+    let png = browser.screenshot(1280, 900);
+    assert!(png.starts_with(b"\x89PNG"), "not a PNG");
+    if std::env::var_os("AGENTRY_WRITE_SCREENSHOT").is_some() {
+        std::fs::write(root().join("docs/console.png"), png).unwrap();
+    }
+}
+
+/// A run of 1,000 steps, opened in a fresh page: how long until the page
+/// shows every step and answers a click (printed; BENCHMARKS.md keeps it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Debian's chromium; .ci/run runs it"]
+async fn a_thousand_step_run_stays_responsive() {
+    let place = Place::new();
+    let served = place.serve();
+    let id = served
+        .create(
+            ACME,
+            &json!({"agent": "long", "input": "go", "files": {"notes.txt": "hello"}}),
+        )
+        .await;
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let view = served
+            .send("GET", &format!("/runs/{id}"), Some(ACME), None)
+            .await;
+        if view.body["steps"].as_u64().unwrap_or(0) >= 1000 && view.body["status"] == "sleeping" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{:?}", view.body);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut browser = Browser::launch();
+    browser.navigate(&format!("{}/console/", served.base));
+    sign_in(&mut browser, ACME);
+    browser.wait_for(&shown("#runs-table"), WAIT);
+    browser.navigate("about:blank");
+    let started = Instant::now();
+    browser.navigate(&format!("{}/console/#/runs/{id}", served.base));
+    browser.wait_for(
+        "window.consoleRun != null && consoleRun.timeline.stepCount() >= 1000 && document.querySelectorAll('#events li').length > 0",
+        WAIT,
+    );
+    let shown_all = started.elapsed();
+    browser.click(".lane-row canvas");
+    browser.wait_for("document.querySelector('#step-detail h3') !== null", WAIT);
+    let interactive = started.elapsed();
+    let events = browser.eval("consoleRun.records.length");
+    let longest = browser.eval(
+        "(() => { const t = performance.now(); consoleRun.render(); return performance.now() - t; })()",
+    );
+    println!(
+        "console: a 1000-step run ({events} events): every step shown in {shown_all:?}, \
+         a step's detail after a click at {interactive:?}; a full redraw takes {longest} ms"
+    );
+    assert_eq!(unexpected_errors(&browser, &[]), Vec::<Value>::new());
+}
