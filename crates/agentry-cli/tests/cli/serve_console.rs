@@ -264,7 +264,55 @@ async fn the_console_signs_in_shows_runs_live_and_keeps_tenants_apart() {
     );
     browser.events.clear();
 
+    let id = acme_watches_a_run_live(&served, &mut browser).await;
+    // Globex sees its own runs only, and acme's run is no run of its.
+    browser.click("#sign-out");
+    sign_in(&mut browser, GLOBEX);
+    browser.wait_for(&shown("#runs-table"), WAIT);
+    let theirs = served.create(GLOBEX, &json!({"agent": "chat"})).await;
+    browser.wait_for(
+        &shown(&format!("#runs-body tr[data-run-id=\"{theirs}\"]")),
+        WAIT,
+    );
+    assert_eq!(
+        browser.eval("document.querySelectorAll('#runs-body tr').length"),
+        json!(1)
+    );
+    browser.eval(&format!("location.hash = '#/runs/{id}'; true"));
+    browser.wait_for(
+        "document.getElementById('status').textContent.startsWith('No run')",
+        WAIT,
+    );
+    assert_eq!(
+        browser.eval("document.querySelectorAll('#events li').length"),
+        json!(0)
+    );
+    assert_eq!(
+        unexpected_errors(&browser, &["404 (Not Found)"]),
+        Vec::<Value>::new()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Debian's chromium; .ci/run runs it"]
+async fn the_console_approves_denies_and_redirects() {
+    let place = Place::new();
+    let served = place.serve();
+    let mut browser = Browser::launch();
+    browser.navigate(&format!("{}/console/", served.base));
     sign_in(&mut browser, ACME);
+    browser.wait_for(&shown("#runs-table"), WAIT);
+
+    approve_from_the_page(&place, &served, &mut browser).await;
+    deny_from_the_page(&place, &served, &mut browser).await;
+    redirect_from_the_page(&served, &mut browser).await;
+    assert_eq!(unexpected_errors(&browser, &[]), Vec::<Value>::new());
+}
+
+/// Acme signs in, and watches a run started elsewhere appear and grow, and
+/// messages it from the page; its run's id.
+async fn acme_watches_a_run_live(served: &Served, browser: &mut Browser) -> String {
+    sign_in(browser, ACME);
     browser.wait_for(&shown("#runs-table"), WAIT);
     // The new-run form offers the agents.
     browser.wait_for(
@@ -324,50 +372,17 @@ async fn the_console_signs_in_shows_runs_live_and_keeps_tenants_apart() {
     browser.wait_for("document.documentElement.scrollWidth <= 376", WAIT);
     assert_eq!(unexpected_errors(&browser, &[]), Vec::<Value>::new());
 
-    // Globex sees its own runs only, and acme's run is no run of its.
-    browser.click("#sign-out");
-    sign_in(&mut browser, GLOBEX);
-    browser.wait_for(&shown("#runs-table"), WAIT);
-    let theirs = served.create(GLOBEX, &json!({"agent": "chat"})).await;
-    browser.wait_for(
-        &shown(&format!("#runs-body tr[data-run-id=\"{theirs}\"]")),
-        WAIT,
-    );
-    assert_eq!(
-        browser.eval("document.querySelectorAll('#runs-body tr').length"),
-        json!(1)
-    );
-    browser.eval(&format!("location.hash = '#/runs/{id}'; true"));
-    browser.wait_for(
-        "document.getElementById('status').textContent.startsWith('No run')",
-        WAIT,
-    );
-    assert_eq!(
-        browser.eval("document.querySelectorAll('#events li').length"),
-        json!(0)
-    );
-    assert_eq!(
-        unexpected_errors(&browser, &["404 (Not Found)"]),
-        Vec::<Value>::new()
-    );
+    id
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs Debian's chromium; .ci/run runs it"]
-async fn the_console_approves_denies_and_redirects() {
-    let place = Place::new();
-    let served = place.serve();
-    let mut browser = Browser::launch();
-    browser.navigate(&format!("{}/console/", served.base));
-    sign_in(&mut browser, ACME);
-    browser.wait_for(&shown("#runs-table"), WAIT);
-
+/// Approved from the page: the call runs once.
+async fn approve_from_the_page(place: &Place, served: &Served, browser: &mut Browser) {
     // Approved from the page: the call runs once.
     let approved = served.create(ACME, &json!({"agent": "gated"})).await;
     served
         .wait_status(ACME, &approved, "awaiting_approval")
         .await;
-    open_run(&mut browser, &approved);
+    open_run(browser, &approved);
     browser.wait_for(&shown(".approval .approve"), WAIT);
     assert_eq!(place.appended(&approved), 0);
     browser.click(".approval .approve");
@@ -378,11 +393,14 @@ async fn the_console_approves_denies_and_redirects() {
         "[...document.querySelectorAll('#events li.mine')].some(li => li.textContent.includes('approved a1'))",
         WAIT,
     );
+}
 
+/// Denied from the page, with a reason: the model sees EPERM.
+async fn deny_from_the_page(place: &Place, served: &Served, browser: &mut Browser) {
     // Denied from the page, with a reason: the model sees EPERM.
     let denied = served.create(ACME, &json!({"agent": "gated"})).await;
     served.wait_status(ACME, &denied, "awaiting_approval").await;
-    open_run(&mut browser, &denied);
+    open_run(browser, &denied);
     browser.wait_for(&shown(".approval .deny"), WAIT);
     browser.type_into(".approval input", "not today");
     browser.click(".approval .deny");
@@ -406,8 +424,15 @@ async fn the_console_approves_denies_and_redirects() {
         "document.getElementById('step-detail').textContent.includes('EPERM')",
         WAIT,
     );
-    screenshot(&mut browser);
+    browser.wait_for(
+        "document.getElementById('run-status').textContent === 'stopped: done' && document.querySelector('.approval') === null",
+        WAIT,
+    );
+    screenshot(browser);
+}
 
+/// Redirected from the page: the sleeping tool is stopped, the run goes on.
+async fn redirect_from_the_page(served: &Served, browser: &mut Browser) {
     // Redirected from the page: the sleeping tool is stopped, the run goes on.
     browser.phone_width(1280);
     let nap = served.create(ACME, &json!({"agent": "nap"})).await;
@@ -416,7 +441,7 @@ async fn the_console_approves_denies_and_redirects() {
         assert!(Instant::now() < deadline, "the nap never started");
         std::thread::sleep(Duration::from_millis(20));
     }
-    open_run(&mut browser, &nap);
+    open_run(browser, &nap);
     browser.wait_for(
         "[...document.querySelectorAll('#events li')].some(li => li.dataset.type === 'tool_call_started')",
         WAIT,
@@ -443,12 +468,12 @@ async fn the_console_approves_denies_and_redirects() {
         "stop napping and finish"
     );
     browser.wait_for("document.querySelector('#events li.mine') !== null", WAIT);
-    assert_eq!(unexpected_errors(&browser, &[]), Vec::<Value>::new());
 }
 
 /// The README's picture of the console (`docs/console.png`), written when
 /// `AGENTRY_WRITE_SCREENSHOT` is set.
 fn screenshot(browser: &mut Browser) {
+    browser.eval("window.scrollTo(0, 0); true");
     let png = browser.screenshot(1280, 900);
     assert!(png.starts_with(b"\x89PNG"), "not a PNG");
     if std::env::var_os("AGENTRY_WRITE_SCREENSHOT").is_some() {

@@ -5,7 +5,7 @@
 // event it produced, which is marked in the list.
 
 const LIST_WINDOW = 300;
-const REFRESH_MS = 400;
+const REFRESH_MS = 150;
 
 class RunView {
   constructor(id) {
@@ -129,6 +129,8 @@ class RunView {
       div.appendChild(el('dd', null, value));
       return div;
     }));
+    // A stopped run takes no more inputs.
+    for (const id of ['send-message', 'redirect', 'pause', 'resume', 'abort']) $(id).disabled = view.status === 'stopped';
     this.renderApprovals(view.pending_approvals || []);
     this.renderDecisions(view.pending_decisions || []);
   }
@@ -221,7 +223,18 @@ class RunView {
     if (decision === 'deny' && reason && reason.trim()) body.reason = reason.trim();
     const expect = (type, e) => type === 'input_applied' && e.input && e.input.type === 'approval' && e.input.tool_call_id === callId;
     return this.act(decision === 'approve' ? 'Approve ' + callId : 'Deny ' + callId,
-      '/approvals/' + encodeURIComponent(callId), body, expect);
+      '/approvals/' + encodeURIComponent(callId), body, expect).then((reply) => {
+      // Decided: the card goes before the next view says so.
+      if (reply) this.dropCard('.approval', callId);
+      return reply;
+    });
+  }
+
+  dropCard(selector, callId) {
+    for (const card of $('approvals').querySelectorAll(selector)) {
+      if (card.dataset.callId === callId) card.remove();
+    }
+    if (!$('approvals').querySelector('.approval')) $('approvals').replaceChildren(el('p', 'muted', 'None.'));
   }
 
   settle(callId, decision) {
