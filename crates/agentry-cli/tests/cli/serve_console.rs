@@ -370,7 +370,7 @@ async fn acme_watches_a_run_live(served: &Served, browser: &mut Browser) -> Stri
     // Readable at a phone's width: nothing wider than the screen.
     browser.phone_width(375);
     browser.wait_for("document.documentElement.scrollWidth <= 376", WAIT);
-    assert_eq!(unexpected_errors(&browser, &[]), Vec::<Value>::new());
+    assert_eq!(unexpected_errors(browser, &[]), Vec::<Value>::new());
 
     id
 }
