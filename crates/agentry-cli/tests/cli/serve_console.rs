@@ -265,6 +265,8 @@ async fn the_console_signs_in_shows_runs_live_and_keeps_tenants_apart() {
     browser.events.clear();
 
     let id = acme_watches_a_run_live(&served, &mut browser).await;
+    the_stream_catches_up_after_a_drop(&served, &mut browser, &id).await;
+    a_run_started_from_the_page(&place, &mut browser);
     // Globex sees its own runs only, and acme's run is no run of its.
     browser.click("#sign-out");
     sign_in(&mut browser, GLOBEX);
@@ -307,6 +309,83 @@ async fn the_console_approves_denies_and_redirects() {
     deny_from_the_page(&place, &served, &mut browser).await;
     redirect_from_the_page(&served, &mut browser).await;
     assert_eq!(unexpected_errors(&browser, &[]), Vec::<Value>::new());
+}
+
+/// The page's stream dropped: it reconnects with `Last-Event-ID` and sees
+/// every later event once.
+async fn the_stream_catches_up_after_a_drop(served: &Served, browser: &mut Browser, id: &str) {
+    browser.phone_width(1280);
+    browser.eval("consoleRun.stream.controller.abort(); true");
+    for i in 1..=2 {
+        let reply = served
+            .send(
+                "POST",
+                &format!("/runs/{id}/messages"),
+                Some(ACME),
+                Some(&json!({"text": format!("after the drop {i}")})),
+            )
+            .await;
+        assert_eq!(reply.status, 202, "{:?}", reply.body);
+    }
+    browser.wait_for(
+        "document.getElementById('run-stream').textContent.includes('caught up after event')",
+        WAIT,
+    );
+    browser.wait_for(
+        "consoleRun.records.some(r => JSON.stringify(r.record).includes('after the drop 2'))",
+        WAIT,
+    );
+    let seqs = browser.eval("consoleRun.records.map(r => r.seq)");
+    let seqs: Vec<u64> = seqs
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_u64().unwrap())
+        .collect();
+    let expected: Vec<u64> = (1..=seqs.len() as u64).collect();
+    assert_eq!(seqs, expected, "each event once, in order");
+}
+
+/// A run of a named agent started from the form, with its input and a file.
+fn a_run_started_from_the_page(place: &Place, browser: &mut Browser) {
+    browser.eval("location.hash = '#/runs'; true");
+    browser.wait_for(&shown("#new-run"), WAIT);
+    browser.eval("document.getElementById('new-agent').value = 'chat'; true");
+    browser.type_into("#new-input", "hello from the form");
+    let upload = place.dir.path().join("console-upload.txt");
+    std::fs::write(&upload, "uploaded").unwrap();
+    let document = browser.call("DOM.getDocument", json!({}));
+    let input = browser.call(
+        "DOM.querySelector",
+        json!({"nodeId": document["root"]["nodeId"], "selector": "#new-files"}),
+    );
+    browser.call(
+        "DOM.setFileInputFiles",
+        json!({"nodeId": input["nodeId"], "files": [path_str(&upload)]}),
+    );
+    browser.click("#new-run button[type=submit]");
+    browser.wait_for(
+        "window.consoleRun != null && consoleRun.records.some(r => JSON.stringify(r.record).includes('hello from the form'))",
+        WAIT,
+    );
+    let written = walk(&place.dir.path().join("work")).into_iter().any(|p| {
+        p.ends_with("console-upload.txt") && std::fs::read_to_string(&p).unwrap() == "uploaded"
+    });
+    assert!(written, "the file did not reach the run's directory");
+}
+
+/// Every file under `dir`.
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            files.extend(walk(&path));
+        } else {
+            files.push(path);
+        }
+    }
+    files
 }
 
 /// Acme signs in, and watches a run started elsewhere appear and grow, and
