@@ -17,7 +17,7 @@ pub(super) const GLOBEX: &str = "globex-console-token-2b9f";
 /// The nap's `sleep` argument: unique, so its process can be found.
 pub(super) const NAP: &str = "37.125";
 
-/// A service directory: tokens of acme and globex, and five agents — `chat`
+/// A service directory: tokens of acme and globex, and six agents — `chat`
 /// (answers every message), `gated` (one approved append to a ledger, then
 /// done), `nap` (a 37 s sleep, then finish).
 pub(super) struct Place {
@@ -69,22 +69,7 @@ impl Place {
                     "arguments": {"answer": "went on"}}]}
             ]}),
         );
-        // 1,000 steps of one read each (every tenth of a file that is not
-        // there), then an answer; it stays live, waiting for messages.
-        let mut turns: Vec<Value> = (0..1000)
-            .map(|i| {
-                let path = if i % 10 == 9 { "missing.txt" } else { "notes.txt" };
-                json!({"tool_calls": [{"id": format!("r{i}"), "name": "fs.read", "arguments": {"path": path}}]})
-            })
-            .collect();
-        turns.push(json!({"final": "read"}));
-        task(
-            root,
-            "long",
-            "goal = \"read, a thousand times\"\n[budget]\nmax_steps = 5000\nmax_tool_calls = 5000\ndeadline = \"600s\"\n\
-             [driver]\nmode = \"events\"\n[tools]\ngrant = [\"fs.read\"]\n[progress]\nwindow = 0\n",
-            &json!({"turns": turns, "then": "repeat_last"}),
-        );
+        tree_and_long_tasks(root);
         std::fs::write(
             root.join("serve.toml"),
             format!(
@@ -92,7 +77,8 @@ impl Place {
                  [agents.chat]\ntask = \"tasks/chat\"\n\
                  [agents.gated]\ntask = \"tasks/gated\"\n\
                  [agents.nap]\ntask = \"tasks/nap\"\n\
-                 [agents.long]\ntask = \"tasks/long\"\n",
+                 [agents.long]\ntask = \"tasks/long\"\n\
+                 [agents.tree]\ntask = \"tasks/tree\"\n",
                 work = root.join("work").display()
             ),
         )
@@ -115,6 +101,43 @@ impl Place {
             std::fs::read_to_string(self.dir.path().join("ledger/lines")).unwrap_or_default();
         text.lines().filter(|l| l.starts_with(run)).count()
     }
+}
+
+/// `tree` (two children, waited for) and `long` (1,000 steps).
+fn tree_and_long_tasks(root: &Path) {
+    task(
+        root,
+        "tree",
+        "goal = \"delegate twice\"\n[budget]\nmax_steps = 10\ndeadline = \"60s\"\n\
+         [tools]\ngrant = [\"agent\"]\n[progress]\nwindow = 0\n",
+        &json!({"turns": [
+            {"tool_calls": [
+                {"id": "s1", "name": "agent.spawn", "arguments": {"name": "a", "goal": "one", "script": {"turns": [{"final": "a done"}]}}},
+                {"id": "s2", "name": "agent.spawn", "arguments": {"name": "b", "goal": "two", "script": {"turns": [{"final": "b done"}]}}}
+            ]},
+            {"tool_calls": [
+                {"id": "wa", "name": "agent.wait", "arguments": {"child_id": "a"}},
+                {"id": "wb", "name": "agent.wait", "arguments": {"child_id": "b"}}
+            ]},
+            {"tool_calls": [{"id": "f", "name": "task.finish", "arguments": {"answer": "both"}}]}
+        ]}),
+    );
+    // 1,000 steps of one read each (every tenth of a file that is not
+    // there), then an answer; it stays live, waiting for messages.
+    let mut turns: Vec<Value> = (0..1000)
+        .map(|i| {
+            let path = if i % 10 == 9 { "missing.txt" } else { "notes.txt" };
+            json!({"tool_calls": [{"id": format!("r{i}"), "name": "fs.read", "arguments": {"path": path}}]})
+        })
+        .collect();
+    turns.push(json!({"final": "read"}));
+    task(
+        root,
+        "long",
+        "goal = \"read, a thousand times\"\n[budget]\nmax_steps = 5000\nmax_tool_calls = 5000\ndeadline = \"600s\"\n\
+         [driver]\nmode = \"events\"\n[tools]\ngrant = [\"fs.read\"]\n[progress]\nwindow = 0\n",
+        &json!({"turns": turns, "then": "repeat_last"}),
+    );
 }
 
 fn task(root: &Path, name: &str, toml: &str, script: &Value) {
@@ -212,6 +235,7 @@ async fn the_console_is_served_open_with_its_policy_and_lists_the_agents() {
                 {"name": "gated", "model": null},
                 {"name": "long", "model": null},
                 {"name": "nap", "model": null},
+                {"name": "tree", "model": null},
             ],
             "queue": {"running": 0, "max_running": null, "queued": 0, "max_queued": 100},
             "models": [],

@@ -79,6 +79,7 @@ async fn the_console_approves_denies_and_redirects() {
     approve_from_the_page(&place, &served, &mut browser).await;
     deny_from_the_page(&place, &served, &mut browser).await;
     redirect_from_the_page(&served, &mut browser).await;
+    a_tree_draws_a_lane_per_agent(&served, &mut browser).await;
     assert_eq!(unexpected_errors(&browser, &[]), Vec::<Value>::new());
 }
 
@@ -166,7 +167,7 @@ async fn acme_watches_a_run_live(served: &Served, browser: &mut Browser) -> Stri
     browser.wait_for(&shown("#runs-table"), WAIT);
     // The new-run form offers the agents.
     browser.wait_for(
-        "document.querySelectorAll('#new-agent option').length === 4",
+        "document.querySelectorAll('#new-agent option').length === 5",
         WAIT,
     );
     // A run started elsewhere appears by itself.
@@ -329,4 +330,26 @@ fn screenshot(browser: &mut Browser) {
     if std::env::var_os("AGENTRY_WRITE_SCREENSHOT").is_some() {
         std::fs::write(root().join("docs/console.png"), png).unwrap();
     }
+}
+
+/// A run that starts two children: a lane for each, drawn from the parent's
+/// `agent.spawn` and `agent.wait` results.
+async fn a_tree_draws_a_lane_per_agent(served: &Served, browser: &mut Browser) {
+    let tree = served.create(ACME, &json!({"agent": "tree"})).await;
+    let done = served.wait_status(ACME, &tree, "stopped").await;
+    assert_eq!(done["outcome"]["stop_reason"], "done", "{done:?}");
+    open_run(browser, &tree);
+    // (Each lane says what it shows once it is drawn.)
+    let labels = "JSON.stringify([...document.querySelectorAll('.lane-row canvas')].slice(1).map(c => c.getAttribute('aria-label')))";
+    let expected = json!([
+        "child agent a: done, 1 steps",
+        "child agent b: done, 1 steps"
+    ]);
+    browser.wait_for(
+        &format!(
+            "{labels} === {}",
+            serde_json::to_string(&expected.to_string()).unwrap()
+        ),
+        WAIT,
+    );
 }

@@ -43,7 +43,7 @@ class Timeline {
     row.appendChild(name);
     row.appendChild(canvas);
     this.lanesBox.appendChild(row);
-    lane = { runId, canvas, steps: [], byNumber: new Map() };
+    lane = { runId, canvas, nameBox: name, label: runId, steps: [], byNumber: new Map() };
     canvas.addEventListener('click', (e) => this.click(lane, e));
     canvas.addEventListener('keydown', (e) => this.key(lane, e));
     this.lanes.set(runId, lane);
@@ -89,6 +89,7 @@ class Timeline {
       case 'tool_call_finished': {
         const result = e.result || {};
         this.call(this.step(runId, e.step), result.tool_call_id, result.tool).result = result;
+        this.children(runId, e.step, result);
         break;
       }
       case 'step_interrupted': this.step(runId, e.step).interrupted = e.interrupted; break;
@@ -104,6 +105,36 @@ class Timeline {
         break;
       }
       default: break;
+    }
+  }
+
+  /**
+   * A child's lane, as `agentry view` draws it from its parent: the stream
+   * carries the root's events only, so a child is known by its
+   * `agent.spawn` result (when it started) and the first result holding its
+   * outcome (`child_id` and `stop_reason`, as `agent.wait` gives it).
+   */
+  children(parentId, stepNumber, result) {
+    if (!result.ok || !result.data) return;
+    if (result.tool === 'agent.spawn' && typeof result.data.child_id === 'string') {
+      const lane = this.lane(result.data.child_id);
+      lane.child = lane.child || { parent: parentId, start: this.clock, end: null, outcome: null, step: stepNumber };
+      // The name the model gave it, from the spawning call's arguments.
+      const step = this.stepOf(parentId, stepNumber);
+      const calls = step && step.decision && step.decision.calls ? step.decision.calls : [];
+      const spawn = calls.find((c) => c.id === result.tool_call_id);
+      if (spawn && spawn.arguments && typeof spawn.arguments.name === 'string') {
+        lane.label = spawn.arguments.name;
+        lane.nameBox.textContent = '└ ' + spawn.arguments.name;
+      }
+      return;
+    }
+    for (const outcome of childOutcomes(result.data, [])) {
+      const lane = this.lanes.get(outcome.child_id);
+      if (lane && lane.child && lane.child.end === null) {
+        lane.child.end = this.clock;
+        lane.child.outcome = outcome;
+      }
     }
   }
 
@@ -144,6 +175,10 @@ class Timeline {
     g.clearRect(0, 0, width, height);
     const x = (v) => (v / scale.end) * width;
     lane.hits = [];
+    if (lane.steps.length === 0 && lane.child) {
+      this.drawChild(lane, g, x, height, scale);
+      return;
+    }
     for (const step of lane.steps) {
       const [a, b] = this.span(step, scale);
       const x0 = x(a);
@@ -162,6 +197,29 @@ class Timeline {
         g.strokeRect(x0 - 1, 1, w + 2, height - 2);
       }
     }
+  }
+
+  /** A child known only from its parent: one bar, from spawn to outcome. */
+  drawChild(lane, g, x, height, scale) {
+    const child = lane.child;
+    let a, b;
+    if (scale.byTime) {
+      a = child.start;
+      b = child.end === null ? this.clock : child.end;
+    } else {
+      const parent = this.lanes.get(child.parent);
+      const spawned = parent ? parent.byNumber.get(child.step) : null;
+      a = spawned ? spawned.index : 0;
+      b = child.end === null ? scale.end : a + 1;
+    }
+    const x0 = x(a);
+    const w = Math.max(2, x(b) - x0);
+    const reason = child.outcome ? child.outcome.stop_reason : null;
+    g.fillStyle = reason === null ? this.colors.model : reason === 'done' ? this.colors.ok : this.colors.failed;
+    g.fillRect(x0, 3, w, height - 6);
+    const label = reason === null ? 'running' : reason + (child.outcome.steps !== undefined ? ', ' + child.outcome.steps + ' steps' : '');
+    lane.canvas.setAttribute('aria-label', 'child agent ' + lane.label + ': ' + label);
+    lane.canvas.title = label;
   }
 
   drawBudget() {
@@ -222,4 +280,18 @@ class Timeline {
     for (const lane of this.lanes.values()) n += lane.steps.length;
     return n;
   }
+}
+
+/** Every child outcome (`child_id` with `stop_reason`) in a result's data. */
+function childOutcomes(data, out) {
+  if (Array.isArray(data)) {
+    for (const item of data) childOutcomes(item, out);
+  } else if (data !== null && typeof data === 'object') {
+    if (typeof data.child_id === 'string' && data.stop_reason !== undefined) {
+      out.push(data);
+    } else {
+      for (const value of Object.values(data)) childOutcomes(value, out);
+    }
+  }
+  return out;
 }
