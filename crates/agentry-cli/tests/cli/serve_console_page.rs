@@ -174,6 +174,11 @@ async fn acme_watches_a_run_live(served: &Served, browser: &mut Browser) -> Stri
     let id = served.create(ACME, &json!({"agent": "chat"})).await;
     let row = format!("#runs-body tr[data-run-id=\"{id}\"] a");
     browser.wait_for(&shown(&row), WAIT);
+    // Its spend, from its own view.
+    browser.wait_for(
+        &format!("document.querySelector('#runs-body tr[data-run-id=\"{id}\"] .spend').textContent.endsWith(' calls')"),
+        WAIT,
+    );
     browser.click(&row);
     browser.wait_for(
         &format!("window.consoleRun != null && consoleRun.id === '{id}'"),

@@ -14,6 +14,8 @@ const shell = {
   cursor: null,
   nextCursor: null,
   agentsLoaded: false,
+  // Each listed run's steps and calls, by id.
+  spend: new Map(),
 };
 
 function $(id) { return document.getElementById(id); }
@@ -129,13 +131,34 @@ function renderRuns(runs) {
     tr.appendChild(el('td', null, run.agent || '—'));
     tr.appendChild(el('td', null, run.model || '—'));
     tr.appendChild(el('td', null, run.stop_reason || '—'));
-    const spent = run.steps !== undefined ? run.steps + ' steps, ' + (run.tool_calls || 0) + ' calls' : '—';
-    tr.appendChild(el('td', null, spent));
+    const spend = el('td', 'spend', shell.spend.get(run.run_id) || '…');
+    tr.appendChild(spend);
     tr.appendChild(el('td', null, run.created_at_ms ? age(run.created_at_ms) : '—'));
     return tr;
   });
   body.replaceChildren(...rows);
   $('runs-empty').hidden = runs.length > 0;
+  fillSpend(runs);
+}
+
+// The list does not carry spend: each row's comes from the run's own view,
+// asked again while it runs and kept once it stopped.
+async function fillSpend(runs) {
+  const wanted = runs.filter((r) => !(r.status === 'stopped' && shell.spend.has(r.run_id)));
+  await Promise.all(wanted.map(async (run) => {
+    let view;
+    try {
+      view = await api.get('/runs/' + encodeURIComponent(run.run_id));
+    } catch (e) {
+      return;
+    }
+    if (view.steps === undefined) return;
+    shell.spend.set(run.run_id, view.steps + ' steps, ' + view.tool_calls + ' calls');
+  }));
+  for (const tr of $('runs-body').children) {
+    const text = shell.spend.get(tr.dataset.runId);
+    if (text) tr.querySelector('.spend').textContent = text;
+  }
 }
 
 function pageOlder() {
