@@ -358,3 +358,38 @@ async fn a_tree_draws_a_lane_per_agent(served: &Served, browser: &mut Browser) {
         WAIT,
     );
 }
+
+/// The service killed while a tool naps: started again, the call (with
+/// effects, not idempotent) waits for a human, who skips it from the page;
+/// the run goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Debian's chromium; .ci/run runs it"]
+async fn a_call_a_crash_interrupted_is_settled_from_the_page() {
+    let place = Place::new();
+    let served = place.serve();
+    let nap = served.create(ACME, &json!({"agent": "nap"})).await;
+    let deadline = Instant::now() + WAIT;
+    while !napping() {
+        assert!(Instant::now() < deadline, "the nap never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    served.kill();
+    let served = place.serve();
+    served.wait_status(ACME, &nap, "awaiting_decision").await;
+    let mut browser = Browser::launch();
+    browser.navigate(&format!("{}/console/", served.base));
+    sign_in(&mut browser, ACME);
+    browser.wait_for(&shown("#runs-table"), WAIT);
+    open_run(&mut browser, &nap);
+    browser.wait_for(&shown("#decisions .decision button"), WAIT);
+    browser.click("#decisions .decision button:nth-child(3)");
+    let done = served.wait_status(ACME, &nap, "stopped").await;
+    assert_eq!(done["outcome"]["stop_reason"], "done", "{done:?}");
+    assert_eq!(done["outcome"]["answer"], "went on", "{done:?}");
+    browser.wait_for("document.getElementById('decisions-panel').hidden", WAIT);
+    browser.wait_for(
+        "[...document.querySelectorAll('#events li.mine')].length > 0",
+        WAIT,
+    );
+    assert_eq!(unexpected_errors(&browser, &[]), Vec::<Value>::new());
+}
