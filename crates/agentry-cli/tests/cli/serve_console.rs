@@ -307,6 +307,25 @@ async fn a_thousand_step_run_stays_responsive() {
     browser.click(".lane-row canvas");
     browser.wait_for("document.querySelector('#step-detail h3') !== null", WAIT);
     let interactive = started.elapsed();
+    // The keyboard picks the next step of the focused lane.
+    let picked = browser.eval("document.querySelector('#step-detail h3').textContent");
+    let number: u64 = picked
+        .as_str()
+        .unwrap()
+        .trim_start_matches("Step ")
+        .parse()
+        .unwrap();
+    browser.call(
+        "Input.dispatchKeyEvent",
+        json!({"type": "keyDown", "key": "ArrowRight", "code": "ArrowRight", "windowsVirtualKeyCode": 39}),
+    );
+    browser.wait_for(
+        &format!(
+            "document.querySelector('#step-detail h3').textContent === 'Step {}'",
+            number + 1
+        ),
+        WAIT,
+    );
     let events = browser.eval("consoleRun.records.length");
     let longest = browser.eval(
         "(() => { const t = performance.now(); consoleRun.render(); return performance.now() - t; })()",
