@@ -181,6 +181,34 @@ pub(super) fn open_run(browser: &mut Browser, id: &str) {
     );
 }
 
+/// What the page shows that fails WCAG AA: text under 4.5:1 against the
+/// background it is drawn on, a form field without a label, a button without
+/// a name. Empty when none.
+pub(super) fn accessibility_faults(browser: &mut Browser) -> Value {
+    browser.eval(
+        r#"(() => {
+  const faults = [];
+  const parse = (c) => { const m = /rgba?\(([^)]+)\)/.exec(c); if (!m) return null; const p = m[1].split(',').map(Number); return [p[0], p[1], p[2], p.length > 3 ? p[3] : 1]; };
+  const lum = (c) => { const f = (v) => { v /= 255; return v <= 0.03928 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4); }; return 0.2126 * f(c[0]) + 0.7152 * f(c[1]) + 0.0722 * f(c[2]); };
+  const background = (e) => { for (; e; e = e.parentElement) { const c = parse(getComputedStyle(e).backgroundColor); if (c && c[3] > 0.5) return c; } return [255, 255, 255, 1]; };
+  for (const e of document.querySelectorAll('body *')) {
+    if (e.offsetParent === null || e.disabled) continue;
+    if (![...e.childNodes].some((n) => n.nodeType === 3 && n.textContent.trim())) continue;
+    const a = lum(parse(getComputedStyle(e).color)), b = lum(background(e));
+    const ratio = (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05);
+    if (ratio < 4.5) faults.push(e.tagName + ' "' + e.textContent.trim().slice(0, 30) + '": ' + ratio.toFixed(2));
+  }
+  for (const f of document.querySelectorAll('input, select, textarea')) {
+    if (f.offsetParent !== null && f.labels.length === 0) faults.push('no label: #' + f.id);
+  }
+  for (const b of document.querySelectorAll('button')) {
+    if (b.offsetParent !== null && !b.textContent.trim() && !b.getAttribute('aria-label')) faults.push('a button without a name');
+  }
+  return faults;
+})()"#,
+    )
+}
+
 /// The page's errors, but for the refusals a step of the test asked for
 /// (`expected`: texts such as "401 (Unauthorized)").
 pub(super) fn unexpected_errors(browser: &Browser, expected: &[&str]) -> Vec<Value> {

@@ -9,7 +9,7 @@ use serde_json::json;
 
 use super::serve::{Served, WAIT};
 use super::serve_console::{
-    ACME, GLOBEX, Place, napping, open_run, shown, sign_in, unexpected_errors,
+    ACME, GLOBEX, Place, accessibility_faults, napping, open_run, shown, sign_in, unexpected_errors,
 };
 use super::view::cdp::Browser;
 use crate::*;
@@ -22,6 +22,15 @@ async fn the_console_signs_in_shows_runs_live_and_keeps_tenants_apart() {
     let mut browser = Browser::launch();
     browser.navigate(&format!("{}/", served.base));
     // A wrong token: the sign-in again, saying so, and nothing kept.
+    browser.wait_for(&shown("#signin-form"), WAIT);
+    assert_eq!(accessibility_faults(&mut browser), json!([]), "the sign-in");
+    // (The check finds what it looks for: pale text on white.)
+    browser.eval("const p = document.createElement('p'); p.id = 'pale'; p.textContent = 'pale'; p.style.color = '#bbb'; document.getElementById('signin').appendChild(p); true");
+    assert_eq!(
+        accessibility_faults(&mut browser).as_array().unwrap().len(),
+        1
+    );
+    browser.eval("document.getElementById('pale').remove(); true");
     sign_in(&mut browser, "not-a-token");
     browser.wait_for(
         "document.getElementById('signin-error').textContent.includes('refused')",
@@ -174,6 +183,7 @@ async fn acme_watches_a_run_live(served: &Served, browser: &mut Browser) -> Stri
     let id = served.create(ACME, &json!({"agent": "chat"})).await;
     let row = format!("#runs-body tr[data-run-id=\"{id}\"] a");
     browser.wait_for(&shown(&row), WAIT);
+    assert_eq!(accessibility_faults(browser), json!([]), "the runs page");
     // Its spend, from its own view.
     browser.wait_for(
         &format!("document.querySelector('#runs-body tr[data-run-id=\"{id}\"] .spend').textContent.endsWith(' calls')"),
@@ -240,6 +250,11 @@ async fn approve_from_the_page(place: &Place, served: &Served, browser: &mut Bro
         .await;
     open_run(browser, &approved);
     browser.wait_for(&shown(".approval .approve"), WAIT);
+    assert_eq!(
+        accessibility_faults(browser),
+        json!([]),
+        "a run's page, a call waiting"
+    );
     assert_eq!(place.appended(&approved), 0);
     browser.click(".approval .approve");
     let done = served.wait_status(ACME, &approved, "stopped").await;
