@@ -35,7 +35,9 @@ impl Place {
             "[sandbox]\nwrite = [\"{ledger}\"]\n\
              [[tools.command]]\nname = \"append\"\ndescription = \"append a line\"\n\
              argv = [\"sh\", \"-c\", \"echo \\\"$AGENTRY_RUN_ID $AGENTRY_CALL_ID\\\" >> {ledger}/lines\"]\n\
-             idempotency = \"idempotent\"\ntimeout = \"60s\"\n",
+             idempotency = \"idempotent\"\ntimeout = \"60s\"\n\
+             input_schema = {{ type = \"object\", properties = {{ note = {{ type = \"string\" }} }} }}\n\
+             [redact]\npatterns = [\"console-secret-[0-9]+\"]\n",
             ledger = ledger.display()
         );
         task(
@@ -53,7 +55,7 @@ impl Place {
                  [tools]\ngrant = [\"append\"]\napprove = [\"append\"]\n[progress]\nwindow = 0\n{append_tool}"
             ),
             &json!({"turns": [
-                {"tool_calls": [{"id": "a1", "name": "append", "arguments": {}}]},
+                {"tool_calls": [{"id": "a1", "name": "append", "arguments": {"note": "console-secret-42"}}]},
                 {"final": "done"}
             ]}),
         );

@@ -250,6 +250,18 @@ async fn approve_from_the_page(place: &Place, served: &Served, browser: &mut Bro
         .await;
     open_run(browser, &approved);
     browser.wait_for(&shown(".approval .approve"), WAIT);
+    // The arguments as the stream shows them: redacted.
+    browser.wait_for(
+        "document.querySelector('.approval pre').textContent.includes('[redacted')",
+        WAIT,
+    );
+    assert!(
+        !browser
+            .eval("document.body.textContent")
+            .as_str()
+            .unwrap()
+            .contains("console-secret-42")
+    );
     assert_eq!(
         accessibility_faults(browser),
         json!([]),

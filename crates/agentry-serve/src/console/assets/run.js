@@ -16,6 +16,9 @@ class RunView {
     this.showAll = false;
     this.pending = [];
     this.mine = new Map();
+    // Parked calls' arguments as the stream gave them: redacted, as every
+    // event a listener gets is (the run's view may hold them as they are).
+    this.parked = new Map();
     this.frame = 0;
     this.refreshTimer = null;
     this.refreshing = false;
@@ -65,6 +68,8 @@ class RunView {
   onEvent(seq, type, record) {
     this.records.push({ seq, type, record });
     this.timeline.add(record);
+    const e = record.event || {};
+    if ((type === 'awaiting_approval' || type === 'awaiting_decision') && e.call) this.parkedCall(e.call);
     this.match(seq, type, record.event || {});
     switch (type) {
       case 'awaiting_approval': case 'awaiting_decision': case 'run_stopped':
@@ -152,7 +157,7 @@ class RunView {
     head.appendChild(el('b', null, call.name));
     head.appendChild(document.createTextNode(' — call ' + call.id + ', step ' + pending.step));
     card.appendChild(head);
-    card.appendChild(el('pre', null, JSON.stringify(call.arguments, null, 2)));
+    card.appendChild(el('pre', 'arguments', this.argumentsOf(call)));
     const form = el('form');
     const label = el('label', null, 'Reason (sent with a deny)');
     const input = el('input');
@@ -175,15 +180,28 @@ class RunView {
     return card;
   }
 
+  parkedCall(call) {
+    this.parked.set(call.id, call.arguments);
+    for (const card of document.querySelectorAll('.approval, .decision')) {
+      if (card.dataset.callId === call.id) card.querySelector('pre.arguments').textContent = this.argumentsOf(call);
+    }
+  }
+
+  argumentsOf(call) {
+    if (!this.parked.has(call.id)) return '(shown once the event stream brings them, redacted)';
+    return JSON.stringify(this.parked.get(call.id), null, 2);
+  }
+
   renderDecisions(decisions) {
     $('decisions-panel').hidden = decisions.length === 0;
     $('decisions').replaceChildren(...decisions.map((d) => {
       const card = el('div', 'decision');
+      card.dataset.callId = d.call.id;
       const head = el('p');
       head.appendChild(el('b', null, d.call.name));
       head.appendChild(document.createTextNode(' — call ' + d.call.id + ', step ' + d.step + ': did it take effect?'));
       card.appendChild(head);
-      card.appendChild(el('pre', null, JSON.stringify(d.call.arguments, null, 2)));
+      card.appendChild(el('pre', 'arguments', this.argumentsOf(d.call)));
       const buttons = el('div', 'buttons');
       for (const [choice, text] of [['happened', 'It happened'], ['retry', 'Retry it'], ['skip', 'Skip it']]) {
         const b = el('button', 'secondary', text);
