@@ -48,6 +48,8 @@ mod cli {
     mod serve;
     mod serve_agents;
     mod serve_auth;
+    mod serve_console;
+    mod serve_console_page;
     mod serve_events;
     mod serve_hibernation;
     mod serve_limits;

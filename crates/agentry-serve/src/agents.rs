@@ -154,8 +154,22 @@ pub trait Agents: Send + Sync + std::fmt::Debug {
         })
     }
 
-    /// Each named model's requests now, for `/metrics`.
+    /// Each named model's requests now, for `/metrics` and `GET /agents`.
     fn model_loads(&self) -> Vec<ModelLoad> {
         Vec::new()
     }
+
+    /// Every agent a request may name, for `GET /agents`.
+    fn list(&self) -> Vec<AgentInfo> {
+        Vec::new()
+    }
+}
+
+/// One named agent, as `GET /agents` lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentInfo {
+    /// The agent's name in serve.toml.
+    pub name: String,
+    /// The named model it runs on (none for its own `[policy]`).
+    pub model: Option<String>,
 }

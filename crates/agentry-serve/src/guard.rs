@@ -8,10 +8,12 @@
 //! 1. `Host` must name the bound address (`localhost` too when bound to
 //!    loopback) or a name given with `--allow-host`: a page whose name was
 //!    re-pointed at 127.0.0.1 (DNS rebinding) is answered 421.
-//! 2. `Origin`, when present, must be one given with `--allow-origin` (none by
+//! 2. `Origin`, when present, must be the service's own (the console's
+//!    pages, `console.rs`) or one given with `--allow-origin` (none by
 //!    default): a cross-site page is answered 403. Allowed origins get CORS
 //!    answers, so that a page of theirs can send JSON at all.
-//! 3. With tokens configured, every route but `GET /healthz` needs
+//! 3. With tokens configured, every route but `GET /healthz` and the
+//!    console's page and assets (`console.rs`: they hold no data) needs
 //!    `Authorization: Bearer TOKEN` (401 otherwise, from the headers alone:
 //!    the body of a refused request is never read, logged or stored); the
 //!    tenant the token stands for goes with the request to its route. (An
@@ -92,7 +94,9 @@ impl Guard {
         let Some(tokens) = &self.tokens else {
             return Ok(Tenant::anyone());
         };
-        if request.uri().path() == HEALTH_PATH && request.method() == Method::GET {
+        let open = request.uri().path() == HEALTH_PATH
+            || super::console::is_open_path(request.uri().path());
+        if open && request.method() == Method::GET {
             return Ok(Tenant::anyone());
         }
         let presented = request
@@ -158,12 +162,16 @@ impl Guard {
         }
     }
 
-    /// The request's origin when it is allowed; `Ok(None)` without one.
+    /// The request's origin when it is allowed and another; `Ok(None)`
+    /// without one, or for this service's own origin (the console's pages).
     fn check_origin(&self, headers: &HeaderMap) -> Result<Option<HeaderValue>, ApiError> {
         let Some(origin) = headers.get(header::ORIGIN) else {
             return Ok(None);
         };
         let text = origin.to_str().unwrap_or_default().to_ascii_lowercase();
+        if same_origin(&text, headers) {
+            return Ok(None);
+        }
         if self.origins.iter().any(|o| o.as_str() == text) {
             return Ok(Some(origin.clone()));
         }
@@ -190,6 +198,19 @@ impl Guard {
             )
         }
     }
+}
+
+/// Whether `origin` is the service's own: the scheme and the `Host` the
+/// request came to, which [`Guard::check_host`] found to be this service
+/// (a rebinding page's origin names its own host, so it is never this one).
+fn same_origin(origin: &str, headers: &HeaderMap) -> bool {
+    let Some(host) = headers.get(header::HOST).and_then(|h| h.to_str().ok()) else {
+        return false;
+    };
+    let host = host.to_ascii_lowercase();
+    ["http://", "https://"]
+        .iter()
+        .any(|scheme| origin.strip_prefix(scheme) == Some(host.as_str()))
 }
 
 fn misdirected(message: String) -> ApiError {

@@ -95,6 +95,11 @@ fn route_table() -> Router<App> {
         .route("/runs/{id}/decisions/{call_id}", post(settle))
         .route("/metrics", get(show_metrics))
         .route(super::openapi::OPENAPI_PATH, get(show_openapi))
+        .route(
+            super::catalog::AGENTS_PATH,
+            get(super::catalog::show_agents),
+        )
+        .merge(super::console::routes())
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such route") })
         .method_not_allowed_fallback(|| async {
             ApiError::new(

@@ -206,6 +206,16 @@ impl Agents for ServeAgents {
         self.gates.loads()
     }
 
+    fn list(&self) -> Vec<agentry_serve::AgentInfo> {
+        self.agents
+            .iter()
+            .map(|(name, agent)| agentry_serve::AgentInfo {
+                name: name.clone(),
+                model: agent.model.clone(),
+            })
+            .collect()
+    }
+
     async fn launch(&self, run: AgentRun) -> Result<Launched, ApiError> {
         // Checked before anything is made: a refused request leaves nothing.
         let meta = self.check(&run)?;

@@ -95,6 +95,7 @@ fn routes(id: &str) -> Vec<(&'static str, String, Option<Value>)> {
         ),
         ("GET", "/metrics".into(), None),
         ("GET", "/openapi.json".into(), None),
+        ("GET", "/agents".into(), None),
     ]
 }
 

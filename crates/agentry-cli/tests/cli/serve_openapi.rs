@@ -173,6 +173,8 @@ fn session(run: &str) -> Vec<Call> {
             Some(json!({"decision": "retry"})),
         ),
         ("GET", "/metrics".into(), Some(TOKEN), None),
+        ("GET", "/agents".into(), Some(TOKEN), None),
+        ("GET", "/agents".into(), None, None),
         ("GET", "/runs/no-such-run/events".into(), Some(TOKEN), None),
         (
             "POST",

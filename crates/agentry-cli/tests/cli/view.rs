@@ -6,7 +6,7 @@
 //! `chromium`); `.ci/run` installs it and runs them with `--ignored`, where a
 //! missing browser fails them.
 
-mod cdp;
+pub(super) mod cdp;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};

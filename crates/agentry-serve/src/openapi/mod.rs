@@ -14,8 +14,10 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
 mod bodies;
+mod service;
 
 pub use bodies::*;
+pub use service::*;
 
 /// The path of the document itself.
 pub const OPENAPI_PATH: &str = "/openapi.json";
@@ -40,7 +42,7 @@ pub fn document_json() -> String {
 #[openapi(
     info(
         title = "agentry serve",
-        description = "Agents as a service: runs of the operator's agents and of inline scripted tasks, their events, inputs, approvals and decisions. Every route but GET /healthz needs `Authorization: Bearer TOKEN`; a run belongs to the tenant that created it and is 404 to every other. Every error is `{\"error\": {\"code\", \"message\", \"field\"?}}`.",
+        description = "Agents as a service: runs of the operator's agents and of inline scripted tasks, their events, inputs, approvals and decisions. Every route but GET /healthz and the browser console's page and assets (GET /, /console/…) needs `Authorization: Bearer TOKEN`; a run belongs to the tenant that created it and is 404 to every other. Every error is `{\"error\": {\"code\", \"message\", \"field\"?}}`.",
         license(name = "MIT OR Apache-2.0")
     ),
     paths(
@@ -55,6 +57,7 @@ pub fn document_json() -> String {
         interrupt,
         approve,
         settle,
+        agents,
         metrics
     ),
     components(schemas(ListStatus)),
@@ -228,3 +231,12 @@ fn settle() {}
         (status = 404, description = "Metrics are not collected by this service", body = ErrorBody)))]
 #[allow(dead_code)] // documents its route; never called
 fn metrics() {}
+
+/// The named agents a run may be of, the run slots and queue, and each named
+/// model's load (what the console's new-run form and queue panel show).
+#[utoipa::path(get, path = "/agents", operation_id = "listAgents",
+    responses(
+        (status = 200, description = "Agents, queue and model load", body = AgentCatalog),
+        (status = 401, description = "No or a wrong token", body = ErrorBody)))]
+#[allow(dead_code)] // documents its route; never called
+fn agents() {}

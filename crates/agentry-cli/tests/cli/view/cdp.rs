@@ -165,6 +165,47 @@ impl Browser {
         assert!(nav.get("errorText").is_none(), "{nav}");
     }
 
+    /// Navigates the page to `url` (an `agentry serve` console).
+    pub fn navigate(&mut self, url: &str) {
+        let nav = self.call("Page.navigate", json!({"url": url}));
+        assert!(nav.get("errorText").is_none(), "{nav}");
+    }
+
+    /// Types `text` into the element matching `selector`, as keystrokes would
+    /// (focus, then the browser's own text insertion: input events fire).
+    pub fn type_into(&mut self, selector: &str, text: &str) {
+        let sel = serde_json::to_string(selector).unwrap();
+        let found = self.eval(&format!(
+            "(() => {{ const e = document.querySelector({sel}); if (!e) return false; e.focus(); e.value = ''; return true; }})()"
+        ));
+        assert_eq!(found, json!(true), "no element {selector}");
+        self.call("Input.insertText", json!({"text": text}));
+    }
+
+    /// The page as a PNG, at `width` by the page's full height.
+    pub fn screenshot(&mut self, width: u32, height: u32) -> Vec<u8> {
+        use base64::Engine as _;
+        self.call(
+            "Emulation.setDeviceMetricsOverride",
+            json!({"width": width, "height": height, "deviceScaleFactor": 1, "mobile": false}),
+        );
+        let shot = self.call(
+            "Page.captureScreenshot",
+            json!({"format": "png", "captureBeyondViewport": false}),
+        );
+        base64::engine::general_purpose::STANDARD
+            .decode(shot["data"].as_str().unwrap())
+            .unwrap()
+    }
+
+    /// Lays the page out at a phone's width (`width` CSS pixels).
+    pub fn phone_width(&mut self, width: u32) {
+        self.call(
+            "Emulation.setDeviceMetricsOverride",
+            json!({"width": width, "height": 800, "deviceScaleFactor": 2, "mobile": true}),
+        );
+    }
+
     /// Evaluates a JS expression in the page; its value (JSON).
     pub fn eval(&mut self, expression: &str) -> Value {
         let r = self.call(
