@@ -92,6 +92,13 @@ pub enum RunEvent {
         step: u64,
         /// The call.
         call: crate::tool::ToolCall,
+        /// The tool's effect.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        effect: Option<crate::tool::Effect>,
+        /// What the call would change, when its tool can say without
+        /// running it (`fs.write`: a unified diff of the file).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        preview: Option<String>,
     },
     /// After a restart, a call whose outcome is unknown and which must not run
     /// again silently waits for a human (`happened`, `retry`, `skip`).

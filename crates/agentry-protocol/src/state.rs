@@ -155,6 +155,14 @@ pub struct PendingApproval {
     pub call: crate::tool::ToolCall,
     /// When the approval was requested.
     pub requested_at: crate::UnixMillis,
+    /// The tool's effect, for the human deciding (absent for a call parked
+    /// again by a resume).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub effect: Option<crate::tool::Effect>,
+    /// What the call would change, when its tool can say without running it
+    /// (`fs.write`: a unified diff of the file).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preview: Option<String>,
 }
 
 /// A human's word on a call a crash interrupted (intent recorded, no outcome).

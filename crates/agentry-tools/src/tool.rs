@@ -149,6 +149,14 @@ pub trait Tool: Send + Sync + 'static {
     /// Runs the call.
     async fn call(&self, args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError>;
 
+    /// What the call would change, for the human asked to approve it (a
+    /// diff of the file it would write), if the tool can say without running
+    /// it; `None` (the default) otherwise. Changes nothing; called only for a
+    /// call that waits for approval.
+    fn preview(&self, _args: &Value, _ctx: &ToolContext) -> Option<String> {
+        None
+    }
+
     /// `Some` for a tool that runs processes: the override of the run's
     /// `[sandbox]` they run under (the default override: the run's own spec).
     /// `None` (the default): the tool starts no process. Read for spans,

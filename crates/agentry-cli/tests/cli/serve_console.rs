@@ -17,9 +17,10 @@ pub(super) const GLOBEX: &str = "globex-console-token-2b9f";
 /// The nap's `sleep` argument: unique, so its process can be found.
 pub(super) const NAP: &str = "37.125";
 
-/// A service directory: tokens of acme and globex, and six agents — `chat`
+/// A service directory: tokens of acme and globex, and its agents — `chat`
 /// (answers every message), `gated` (one approved append to a ledger, then
-/// done), `nap` (a 37 s sleep, then finish).
+/// done), `writer` (an approved `fs.write` over its workspace's notes.txt),
+/// `nap` (a 37 s sleep, then finish).
 pub(super) struct Place {
     pub(super) dir: tempfile::TempDir,
 }
@@ -61,6 +62,23 @@ impl Place {
         );
         task(
             root,
+            "writer",
+            "goal = \"rewrite the notes, approved\"\n[budget]\nmax_steps = 10\ndeadline = \"600s\"\n\
+             [tools]\ngrant = [\"fs.write\"]\napprove = [\"fs.write\"]\n[progress]\nwindow = 0\n",
+            &json!({"turns": [
+                {"tool_calls": [{"id": "w1", "name": "fs.write",
+                    "arguments": {"path": "notes.txt", "content": "kept line\nnew line\n"}}]},
+                {"final": "written"}
+            ]}),
+        );
+        std::fs::create_dir_all(root.join("tasks/writer/workspace")).unwrap();
+        std::fs::write(
+            root.join("tasks/writer/workspace/notes.txt"),
+            "kept line\nold line\n",
+        )
+        .unwrap();
+        task(
+            root,
             "nap",
             "goal = \"nap, unless told otherwise\"\n[budget]\nmax_steps = 10\ndeadline = \"120s\"\n\
              [tools]\ngrant = [\"proc.run\"]\n[progress]\nwindow = 0\n",
@@ -78,6 +96,7 @@ impl Place {
                 "[auth]\ntokens_file = \"tokens\"\n[serve]\nworkdir_root = \"{work}\"\n\
                  [agents.chat]\ntask = \"tasks/chat\"\n\
                  [agents.gated]\ntask = \"tasks/gated\"\n\
+                 [agents.writer]\ntask = \"tasks/writer\"\n\
                  [agents.nap]\ntask = \"tasks/nap\"\n\
                  [agents.long]\ntask = \"tasks/long\"\n\
                  [agents.tree]\ntask = \"tasks/tree\"\n",

@@ -86,6 +86,7 @@ async fn the_console_approves_denies_and_redirects() {
     browser.wait_for(&shown("#runs-table"), WAIT);
 
     approve_from_the_page(&place, &served, &mut browser).await;
+    a_write_is_shown_as_a_diff_before_it_is_approved(&served, &mut browser).await;
     deny_from_the_page(&place, &served, &mut browser).await;
     redirect_from_the_page(&served, &mut browser).await;
     a_tree_draws_a_lane_per_agent(&served, &mut browser).await;
@@ -276,6 +277,37 @@ async fn approve_from_the_page(place: &Place, served: &Served, browser: &mut Bro
         "[...document.querySelectorAll('#events li.mine')].some(li => li.textContent.includes('approved a1'))",
         WAIT,
     );
+}
+
+/// A parked `fs.write` shows its effect and a diff of the file it would
+/// write; approved, the file is what the diff said.
+async fn a_write_is_shown_as_a_diff_before_it_is_approved(served: &Served, browser: &mut Browser) {
+    let id = served.create(ACME, &json!({"agent": "writer"})).await;
+    let parked = served.wait_status(ACME, &id, "awaiting_approval").await;
+    let pending = &parked["pending_approvals"][0];
+    assert_eq!(pending["effect"], "reversible", "{pending}");
+    open_run(browser, &id);
+    browser.wait_for(&shown(".approval pre.preview"), WAIT);
+    let diff = browser.eval("document.querySelector('.approval pre.preview').textContent");
+    let diff = diff.as_str().unwrap();
+    assert!(
+        diff.contains("-old line") && diff.contains("+new line") && diff.contains(" kept line"),
+        "{diff}"
+    );
+    assert_eq!(
+        browser.eval("document.querySelectorAll('.approval pre.preview .diff-add').length"),
+        json!(1)
+    );
+    assert!(
+        browser
+            .eval("document.querySelector('.approval .effect').textContent")
+            .as_str()
+            .unwrap()
+            .contains("reversible")
+    );
+    browser.click(".approval .approve");
+    let done = served.wait_status(ACME, &id, "stopped").await;
+    assert_eq!(done["outcome"]["stop_reason"], "done", "{done:?}");
 }
 
 /// Denied from the page, with a reason: the model sees EPERM.

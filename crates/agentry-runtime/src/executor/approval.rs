@@ -58,7 +58,7 @@ impl ExecutorState {
                     .await;
                 // Rare paths are boxed: every call's future is as large as its
                 // largest await, and the common path should stay small.
-                let waited = Box::pin(self.await_approval(job.step, call)).await;
+                let waited = Box::pin(self.await_approval(job)).await;
                 if let Err(refused) = waited.outcome {
                     let env = fail(call, refused);
                     if waited.applied.is_some() {
@@ -122,6 +122,8 @@ impl ExecutorState {
             step: job.step,
             call: call.clone(),
             requested_at: now_millis(),
+            effect: Some(job.tool.contract.effect),
+            preview: None,
         };
         let parked = ask(&self.args.state, |parked| StateMsg::AwaitDecision {
             pending,
@@ -174,8 +176,9 @@ impl ExecutorState {
 
     /// Parks the call in the state keeper until a human decides, the approval
     /// timeout passes, or the run is cancelled (the wall clock keeps running).
-    async fn await_approval(&self, step: u64, call: &ToolCall) -> Waited<()> {
-        let decided = match self.park_for_approval(step, call) {
+    async fn await_approval(&self, job: &Job<'_>) -> Waited<()> {
+        let call = job.call;
+        let decided = match self.park_for_approval(job) {
             Ok(decided) => decided,
             Err(e) => return Waited::failed(e),
         };
@@ -216,14 +219,23 @@ impl ExecutorState {
     /// says so; the decision comes back on the returned receiver.
     fn park_for_approval(
         &self,
-        step: u64,
-        call: &ToolCall,
+        job: &Job<'_>,
     ) -> Result<oneshot::Receiver<ApprovalDecision>, ToolError> {
+        let (step, call) = (job.step, job.call);
         let (tx, rx) = oneshot::channel();
+        let effect = Some(job.tool.contract.effect);
+        // What the human is shown besides the arguments; the tool reads, never writes.
+        let preview = call
+            .arguments
+            .to_value()
+            .ok()
+            .and_then(|args| job.tool.tool.preview(&args, &self.check_context()));
         let pending = PendingApproval {
             step,
             call: call.clone(),
             requested_at: now_millis(),
+            effect,
+            preview: preview.clone(),
         };
         if let Err(e) = self
             .args
@@ -236,6 +248,8 @@ impl ExecutorState {
         self.args.events.emit(|| RunEvent::AwaitingApproval {
             step,
             call: call.clone(),
+            effect,
+            preview,
         });
         Ok(rx)
     }

@@ -62,4 +62,61 @@ impl Tool for WriteTool {
             refs: vec![resource_ref(&shown, &sha256, len)],
         })
     }
+
+    /// A unified diff from the file as it is (empty when it does not exist)
+    /// to the content the call would write; `None` for a file that is not
+    /// UTF-8 text of at most [`MAX_READ_BYTES`](super::MAX_READ_BYTES).
+    fn preview(&self, args: &Value, ctx: &ToolContext) -> Option<String> {
+        let args: WriteArgs = serde_json::from_value(args.clone()).ok()?;
+        let before = match ctx.root.read_file(&args.path, super::MAX_READ_BYTES, false) {
+            Ok(bytes) => String::from_utf8(bytes).ok()?,
+            Err(super::PathError::NotFound) => String::new(),
+            Err(_) => return None,
+        };
+        let shown = display_rel(&args.path);
+        Some(unified_diff(&shown, &before, &args.content))
+    }
+}
+
+/// The most of a diff a preview carries; past it, a line says how much more.
+const MAX_PREVIEW_BYTES: usize = 64 * 1024;
+
+/// `before` → `after` as a unified diff of `path` (three lines of context).
+fn unified_diff(path: &str, before: &str, after: &str) -> String {
+    let mut diff = similar::TextDiff::from_lines(before, after)
+        .unified_diff()
+        .context_radius(3)
+        .header(&format!("a/{path}"), &format!("b/{path}"))
+        .to_string();
+    if diff.len() > MAX_PREVIEW_BYTES {
+        let mut cut = MAX_PREVIEW_BYTES;
+        while !diff.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        let more = diff.len() - cut;
+        diff.truncate(cut);
+        diff.push_str(&format!("\n… {more} more bytes of diff not shown\n"));
+    }
+    diff
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_preview_is_a_unified_diff_of_the_file_and_is_capped() {
+        let diff = unified_diff("notes.txt", "kept\nold\n", "kept\nnew\n");
+        assert!(
+            diff.starts_with("--- a/notes.txt\n+++ b/notes.txt\n@@"),
+            "{diff}"
+        );
+        assert!(diff.contains("\n kept\n-old\n+new\n"), "{diff}");
+        let created = unified_diff("new.txt", "", "hello\n");
+        assert!(created.contains("+hello\n"), "{created}");
+        let big = "é".repeat(MAX_PREVIEW_BYTES);
+        let capped = unified_diff("big.txt", "", &big);
+        assert!(capped.len() < MAX_PREVIEW_BYTES + 100, "{}", capped.len());
+        assert!(capped.ends_with("more bytes of diff not shown\n"));
+    }
 }

@@ -19,6 +19,8 @@ class RunView {
     // Parked calls' arguments as the stream gave them: redacted, as every
     // event a listener gets is (the run's view may hold them as they are).
     this.parked = new Map();
+    // What a parked call would do (its effect, a diff), as its event said.
+    this.impacts = new Map();
     this.frame = 0;
     this.refreshTimer = null;
     this.refreshing = false;
@@ -69,7 +71,7 @@ class RunView {
     this.records.push({ seq, type, record });
     this.timeline.add(record);
     const e = record.event || {};
-    if ((type === 'awaiting_approval' || type === 'awaiting_decision') && e.call) this.parkedCall(e.call);
+    if ((type === 'awaiting_approval' || type === 'awaiting_decision') && e.call) this.parkedCall(e.call, e);
     this.match(seq, type, record.event || {});
     switch (type) {
       case 'awaiting_approval': case 'awaiting_decision': case 'run_stopped':
@@ -158,6 +160,12 @@ class RunView {
     head.appendChild(document.createTextNode(' — call ' + call.id + ', step ' + pending.step));
     card.appendChild(head);
     card.appendChild(el('pre', 'arguments', this.argumentsOf(call)));
+    const impact = this.impacts.get(call.id) || pending;
+    card.appendChild(el('p', 'effect', 'Effect: ' + (impact.effect || 'not known')));
+    if (impact.preview) {
+      card.appendChild(el('p', 'preview-label', 'What it would write:'));
+      card.appendChild(diffBlock(impact.preview));
+    }
     const form = el('form');
     const label = el('label', null, 'Reason (sent with a deny)');
     const input = el('input');
@@ -180,8 +188,9 @@ class RunView {
     return card;
   }
 
-  parkedCall(call) {
+  parkedCall(call, event) {
     this.parked.set(call.id, call.arguments);
+    if (event.effect || event.preview) this.impacts.set(call.id, { effect: event.effect, preview: event.preview });
     for (const card of document.querySelectorAll('.approval, .decision')) {
       if (card.dataset.callId === call.id) card.querySelector('pre.arguments').textContent = this.argumentsOf(call);
     }
@@ -416,4 +425,16 @@ function describe(type, e) {
     case 'run_stopped': return e.stop_reason;
     default: return '';
   }
+}
+
+// A unified diff as a <pre> whose added and removed lines are marked (the
+// leading + and - stay in the text for screen readers and copying).
+function diffBlock(text) {
+  const pre = el('pre', 'preview');
+  for (const line of text.split('\n')) {
+    const kind = line.startsWith('+++') || line.startsWith('---') ? 'file'
+      : line.startsWith('+') ? 'add' : line.startsWith('-') ? 'del' : line.startsWith('@@') ? 'hunk' : 'ctx';
+    pre.appendChild(el('span', 'diff-' + kind, line + '\n'));
+  }
+  return pre;
 }
