@@ -308,6 +308,28 @@ async fn a_write_is_shown_as_a_diff_before_it_is_approved(served: &Served, brows
     browser.click(".approval .approve");
     let done = served.wait_status(ACME, &id, "stopped").await;
     assert_eq!(done["outcome"]["stop_reason"], "done", "{done:?}");
+    // The step picked shows what it changed: the call it spent, the state's
+    // new version; the last step, the answer.
+    browser.wait_for(
+        "document.querySelectorAll('#events li[data-type=\"step_started\"]').length === 2",
+        WAIT,
+    );
+    browser.click("#events li[data-type=\"tool_call_finished\"] button");
+    browser.wait_for(
+        "document.querySelector('#step-detail table.changes') !== null",
+        WAIT,
+    );
+    let changes = browser.eval("document.querySelector('#step-detail table.changes').textContent");
+    let changes = changes.as_str().unwrap();
+    assert!(
+        changes.contains("state version") && changes.contains("spent.tool_calls01"),
+        "{changes}"
+    );
+    browser.eval("[...document.querySelectorAll('#events li[data-type=\"step_started\"] button')].pop().click(); true");
+    browser.wait_for(
+        "document.querySelector('#step-detail table.changes').textContent.includes('answer—written')",
+        WAIT,
+    );
 }
 
 /// Denied from the page, with a reason: the model sees EPERM.

@@ -380,9 +380,24 @@ class RunView {
       parts.push(el('h4', null, 'Interrupted'));
       parts.push(el('pre', null, JSON.stringify(step.interrupted, null, 2)));
     }
-    parts.push(el('h4', null, 'State'));
-    const versions = this.records.filter((r) => r.type === 'state_updated' && r.record.run_id === step.runId);
-    parts.push(el('p', 'muted', versions.length ? 'state is at version ' + versions[versions.length - 1].record.event.version + ' (the stream carries versions, not the state itself)' : 'no state updates'));
+    parts.push(el('h4', null, 'State changes'));
+    const changes = stepChanges(this.records, step);
+    if (changes.length === 0) {
+      parts.push(el('p', 'muted', 'none recorded yet'));
+    } else {
+      const table = el('table', 'changes');
+      const head = el('tr');
+      for (const h of ['field', 'before', 'after']) head.appendChild(el('th', null, h));
+      table.appendChild(head);
+      for (const c of changes) {
+        const row = el('tr');
+        row.appendChild(el('td', null, c.field));
+        row.appendChild(el('td', null, c.before));
+        row.appendChild(el('td', null, c.after));
+        table.appendChild(row);
+      }
+      parts.push(table);
+    }
     box.replaceChildren(...parts);
   }
 
@@ -437,4 +452,45 @@ function diffBlock(text) {
     pre.appendChild(el('span', 'diff-' + kind, line + '\n'));
   }
   return pre;
+}
+
+// What a step changed in its run's state, from the events between its
+// `step_started` and the next: the state version, each budget figure spent
+// (`budget_spent`), the inputs it applied and the answer it gave.
+function stepChanges(records, step) {
+  const mine = records.filter((r) => r.record.run_id === step.runId);
+  const start = mine.findIndex((r) => r.type === 'step_started' && r.record.event.step === step.number);
+  if (start < 0) return [];
+  let end = mine.findIndex((r, i) => i > start && r.type === 'step_started');
+  if (end < 0) end = mine.length;
+  const last = (list, type) => {
+    for (let i = list.length - 1; i >= 0; i -= 1) if (list[i].type === type) return list[i].record.event;
+    return null;
+  };
+  const before = mine.slice(0, start);
+  const inside = mine.slice(start, end);
+  const changes = [];
+  const shown = (v) => (v === undefined || v === null ? '—' : typeof v === 'object' ? JSON.stringify(v) : String(v));
+  const versionBefore = last(before, 'state_updated');
+  const versionAfter = last(inside, 'state_updated');
+  if (versionAfter) changes.push({ field: 'state version', before: shown(versionBefore && versionBefore.version), after: shown(versionAfter.version) });
+  const spentBefore = (last(before, 'budget_spent') || {}).budget;
+  const spentAfter = (last(inside, 'budget_spent') || {}).budget;
+  if (spentAfter && spentAfter.spent) {
+    const was = (spentBefore && spentBefore.spent) || {};
+    for (const [key, value] of Object.entries(spentAfter.spent)) {
+      // Before the first spend every figure was nothing.
+      const prior = was[key] === undefined && typeof value === 'number' ? 0 : was[key];
+      if (JSON.stringify(prior) !== JSON.stringify(value)) changes.push({ field: 'spent.' + key, before: shown(prior), after: shown(value) });
+    }
+  }
+  for (const r of inside) {
+    if (r.type === 'input_applied') changes.push({ field: 'input #' + r.record.event.seq, before: '—', after: describe(r.type, r.record.event) });
+  }
+  for (const call of step.calls) {
+    if (call.tool === 'task.finish' && call.result && call.result.ok) changes.push({ field: 'answer', before: '—', after: shown((call.result.data || {}).answer) });
+  }
+  const decision = step.decision || {};
+  if (decision.type === 'final') changes.push({ field: 'answer', before: '—', after: shown(decision.answer) });
+  return changes;
 }
