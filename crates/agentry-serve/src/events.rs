@@ -74,7 +74,11 @@ struct Logged {
 
 impl Logged {
     fn new(record: &EventRecord) -> Logged {
-        let data = serde_json::to_value(record).unwrap_or_default();
+        let mut data = serde_json::to_value(record).unwrap_or_default();
+        // When the service logged it (Unix ms): a client's time axis (the
+        // console's timeline). Stamped here, not by the runtime, so a run's
+        // own path pays nothing for it.
+        data["at_ms"] = serde_json::json!(agentry::protocol::now_millis());
         let kind = data["event"]["type"]
             .as_str()
             .unwrap_or("event")

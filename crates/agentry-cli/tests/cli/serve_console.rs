@@ -285,6 +285,7 @@ async fn the_console_is_served_open_with_its_policy_and_lists_the_agents() {
                 {"name": "long", "model": null},
                 {"name": "nap", "model": null},
                 {"name": "tree", "model": null},
+                {"name": "writer", "model": null},
             ],
             "queue": {"running": 0, "max_running": null, "queued": 0, "max_queued": 100},
             "models": [],

@@ -177,7 +177,7 @@ async fn acme_watches_a_run_live(served: &Served, browser: &mut Browser) -> Stri
     browser.wait_for(&shown("#runs-table"), WAIT);
     // The new-run form offers the agents.
     browser.wait_for(
-        "document.querySelectorAll('#new-agent option').length === 5",
+        "document.querySelectorAll('#new-agent option').length === 6",
         WAIT,
     );
     // A run started elsewhere appears by itself.

@@ -78,6 +78,13 @@ class Timeline {
   add(record) {
     const e = record.event || {};
     const runId = record.run_id || '';
+    // The service stamps each event as it logs it: the axis is that clock,
+    // from the first event shown; the budget's elapsed time is the fallback.
+    if (typeof record.at_ms === 'number') {
+      if (this.origin === undefined) this.origin = record.at_ms;
+      this.stamped = true;
+      this.clock = Math.max(this.clock, record.at_ms - this.origin);
+    }
     switch (e.type) {
       case 'step_started': this.step(runId, e.step); break;
       case 'decision_made': this.step(runId, e.step).decision = e.decision; break;
@@ -95,7 +102,7 @@ class Timeline {
       case 'step_interrupted': this.step(runId, e.step).interrupted = e.interrupted; break;
       case 'budget_spent':
         this.budget = e.budget;
-        if (e.budget && e.budget.elapsed_ms > this.clock) this.clock = e.budget.elapsed_ms;
+        if (!this.stamped && e.budget && e.budget.elapsed_ms > this.clock) this.clock = e.budget.elapsed_ms;
         break;
       case 'run_stopped': {
         const lane = this.lane(runId);
