@@ -55,6 +55,9 @@ pub(super) fn run_view(id: &str, snapshot: &RunSnapshot, outcome: Option<&RunOut
         "status": snapshot.status,
         "steps": snapshot.control.spent.steps,
         "tool_calls": snapshot.control.spent.tool_calls,
+        "tokens_in": snapshot.control.spent.tokens_in,
+        "tokens_out": snapshot.control.spent.tokens_out,
+        "cost_micros": snapshot.control.spent.cost_micros,
         "inputs": snapshot.inputs,
         "pending_approvals": snapshot.pending_approvals,
     });

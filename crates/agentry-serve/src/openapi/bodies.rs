@@ -274,6 +274,12 @@ pub struct RunView {
     pub steps: u64,
     /// Tool calls made.
     pub tool_calls: u64,
+    /// Model tokens read, its whole tree's (what its budget counts).
+    pub tokens_in: u64,
+    /// Model tokens written.
+    pub tokens_out: u64,
+    /// What its model calls cost, in millionths of the priced currency.
+    pub cost_micros: u64,
     /// Inputs (messages, events, redirects) applied.
     pub inputs: u64,
     /// Calls parked for an approval: `{"step", "call": {"id", "tool", "arguments"}, "requested_at"}`.

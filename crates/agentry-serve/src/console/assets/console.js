@@ -153,7 +153,7 @@ async function fillSpend(runs) {
       return;
     }
     if (view.steps === undefined) return;
-    shell.spend.set(run.run_id, view.steps + ' steps, ' + view.tool_calls + ' calls');
+    shell.spend.set(run.run_id, spendText(view));
   }));
   for (const tr of $('runs-body').children) {
     const text = shell.spend.get(tr.dataset.runId);
@@ -258,3 +258,12 @@ function init() {
 }
 
 init();
+
+/** A run's spend as its view gives it: steps, calls, tokens and cost. */
+function spendText(view) {
+  const parts = [view.steps + ' steps', view.tool_calls + ' calls'];
+  const tokens = (view.tokens_in || 0) + (view.tokens_out || 0);
+  if (tokens) parts.push(tokens + ' tokens');
+  if (view.cost_micros) parts.push((view.cost_micros / 1e6).toFixed(4) + ' cost');
+  return parts.join(', ');
+}
