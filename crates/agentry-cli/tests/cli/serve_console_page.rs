@@ -305,6 +305,7 @@ async fn a_write_is_shown_as_a_diff_before_it_is_approved(served: &Served, brows
             .unwrap()
             .contains("reversible")
     );
+    screenshot(browser);
     browser.click(".approval .approve");
     let done = served.wait_status(ACME, &id, "stopped").await;
     assert_eq!(done["outcome"]["stop_reason"], "done", "{done:?}");
@@ -365,7 +366,6 @@ async fn deny_from_the_page(place: &Place, served: &Served, browser: &mut Browse
         "document.getElementById('run-status').textContent === 'stopped: done' && document.querySelector('.approval') === null",
         WAIT,
     );
-    screenshot(browser);
 }
 
 /// Redirected from the page: the sleeping tool is stopped, the run goes on.
