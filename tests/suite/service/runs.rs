@@ -50,6 +50,9 @@ async fn a_run_streams_its_events_and_stops_done() -> Result<(), TestError> {
             "status": "stopped",
             "steps": 3,
             "tool_calls": 3,
+            "tokens_in": 0,
+            "tokens_out": 0,
+            "cost_micros": 0,
             "inputs": 0,
             "pending_approvals": [],
             "outcome": {
