@@ -90,8 +90,9 @@ pub enum RunEvent {
     AwaitingApproval {
         /// Step number.
         step: u64,
-        /// The call.
-        call: crate::tool::ToolCall,
+        /// The call (boxed: with its preview this would be the largest
+        /// variant, and every event is as large as the largest).
+        call: Box<crate::tool::ToolCall>,
         /// The tool's effect.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         effect: Option<crate::tool::Effect>,
@@ -138,3 +139,8 @@ pub struct EventRecord {
     /// The event.
     pub event: RunEvent,
 }
+
+// Every event is as large as its largest variant and is moved on every emit:
+// a large payload goes behind a `Box` (as `AwaitingApproval::call`).
+#[cfg(target_pointer_width = "64")]
+const _: () = assert!(std::mem::size_of::<RunEvent>() <= 88);

@@ -247,7 +247,7 @@ impl ExecutorState {
         }
         self.args.events.emit(|| RunEvent::AwaitingApproval {
             step,
-            call: call.clone(),
+            call: Box::new(call.clone()),
             effect,
             preview,
         });
