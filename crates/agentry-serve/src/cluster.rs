@@ -186,10 +186,7 @@ pub(super) async fn route_elsewhere(
     if app.holds(&run_id) {
         return next.run(request).await;
     }
-    let tenant = request
-        .extensions()
-        .get::<Tenant>()
-        .and_then(|t| t.name().map(str::to_string));
+    let tenant = tenant_of(request.extensions());
     if request.method() == Method::GET && request.uri().path().ends_with("/events") {
         let after = match super::events::resume_point(request.headers(), request.uri().query()) {
             Ok(after) => after,
@@ -205,10 +202,7 @@ pub(super) async fn route_elsewhere(
         return cluster.stream(forward, after).await;
     }
     let method = request.method().to_string();
-    let path = request.uri().path_and_query().map_or_else(
-        || request.uri().path().to_string(),
-        |p| p.as_str().to_string(),
-    );
+    let path = path_of(request.uri());
     let body = match axum::body::to_bytes(request.into_body(), MAX_FORWARDED_BODY).await {
         Ok(body) => body.to_vec(),
         Err(e) => return ApiError::bad_request(format!("reading the body: {e}")).into_response(),
@@ -222,6 +216,19 @@ pub(super) async fn route_elsewhere(
             body,
         })
         .await
+}
+
+/// The tenant a request is for, as a forwarded request names it.
+fn tenant_of(extensions: &axum::http::Extensions) -> Option<String> {
+    extensions
+        .get::<Tenant>()
+        .and_then(|t| t.name().map(str::to_string))
+}
+
+/// A request's path and query, as a forwarded request carries them.
+fn path_of(uri: &Uri) -> String {
+    uri.path_and_query()
+        .map_or_else(|| uri.path().to_string(), |p| p.as_str().to_string())
 }
 
 /// How long an input for a run letting its lease go waits for it to be gone
@@ -245,15 +252,9 @@ async fn held_input(
     };
     let forward = Forward {
         run_id,
-        tenant: parts
-            .extensions
-            .get::<Tenant>()
-            .and_then(|t| t.name().map(str::to_string)),
+        tenant: tenant_of(&parts.extensions),
         method: parts.method.to_string(),
-        path: parts
-            .uri
-            .path_and_query()
-            .map_or_else(|| parts.uri.path().to_string(), |p| p.as_str().to_string()),
+        path: path_of(&parts.uri),
         body: body.to_vec(),
     };
     let response = next.run(Request::from_parts(parts, Body::from(body))).await;
@@ -289,10 +290,7 @@ async fn place(cluster: Arc<dyn Cluster>, request: Request, next: Next) -> Respo
     };
     let forward = Forward {
         run_id: String::new(),
-        tenant: parts
-            .extensions
-            .get::<Tenant>()
-            .and_then(|t| t.name().map(str::to_string)),
+        tenant: tenant_of(&parts.extensions),
         method: "POST".into(),
         path: "/runs".into(),
         body: body.to_vec(),
