@@ -169,16 +169,16 @@ async fn all_stopped(node: &Served, expected: usize) -> BTreeMap<String, String>
 }
 
 /// One SSE event of a stream: its `event:`, `id:` and `data:` lines.
-struct SseEvent {
-    kind: String,
-    id: Option<u64>,
-    data: Option<Value>,
+pub(super) struct SseEvent {
+    pub(super) kind: String,
+    pub(super) id: Option<u64>,
+    pub(super) data: Option<Value>,
 }
 
 /// Reads run `id`'s event stream from `base` (following a redirect), handing
 /// each event to `seen` until it returns true; panics if the stream ends
 /// first or goes quiet for [`FINISH`].
-async fn read_stream(base: &str, id: &str, mut seen: impl FnMut(SseEvent) -> bool) {
+pub(super) async fn read_stream(base: &str, id: &str, mut seen: impl FnMut(SseEvent) -> bool) {
     let client = reqwest::Client::builder().no_proxy().build().unwrap();
     let mut response = client
         .get(format!("{base}/runs/{id}/events"))
@@ -226,7 +226,7 @@ pub(super) async fn applied_messages(base: &str, id: &str, n: usize) -> Vec<Stri
 }
 
 /// The ids of run `id`'s events as `base` streams them, up to `run_stopped`.
-async fn stream_ids(base: &str, id: &str) -> Vec<u64> {
+pub(super) async fn stream_ids(base: &str, id: &str) -> Vec<u64> {
     let mut ids = Vec::new();
     read_stream(base, id, |event| {
         ids.extend(event.id);

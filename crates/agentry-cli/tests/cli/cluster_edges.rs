@@ -1,12 +1,13 @@
 //! More of a cluster (see `cluster.rs`): a run whose working directory a
 //! node cannot reach, a hibernated agent owned by no node and woken where its
-//! input lands, and the two commands of docs/cluster.md run as written.
+//! input lands, a log its node never closed, and the two commands of
+//! docs/cluster.md run as written.
 
 use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use super::cluster::{FINISH, Place, applied_messages};
+use super::cluster::{FINISH, Place, applied_messages, read_stream};
 use super::serve::Served;
 use crate::*;
 
@@ -383,4 +384,57 @@ async fn new_runs_are_placed_on_the_nodes_with_the_most_room() {
     assert_eq!(counts.len(), 3, "runs on every node: {held}");
     assert_eq!(counts.iter().sum::<usize>(), RUNS, "{held}");
     assert!(counts.iter().all(|n| *n >= 2), "spread out: {held}");
+}
+
+/// A run whose node died between committing its stop and writing
+/// `run_stopped` (made here by deleting that event and dating the stop back):
+/// its stream still ends with a `run_stopped` carrying the stored reason,
+/// numbered after the last event, the same for every reader.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL (Debian's postgresql package); .ci/run runs it"]
+async fn a_log_whose_node_died_before_run_stopped_is_closed_by_its_readers() {
+    let place = Place::new("");
+    let node = place.node("1s");
+    let reply = node
+        .send("POST", "/runs", None, Some(&json!({"agent": "append"})))
+        .await;
+    assert_eq!(reply.status, 201, "{:?}", reply.body);
+    let id = reply.body["run_id"].as_str().unwrap().to_string();
+    node.wait_status("", &id, "stopped").await;
+    let db = place.url.rsplit('/').next().unwrap();
+    let sql = |q: &str| agentry_test_postgres::PgServer::shared().superuser_sql(db, q);
+    // Its writer may still be on its way: wait for the real one, then lose it.
+    let deadline = Instant::now() + FINISH;
+    let count = format!(
+        "SELECT count(*) FROM agentry.run_events WHERE run_id = '{id}' AND kind = 'run_stopped'"
+    );
+    while sql(&count) != "1" {
+        assert!(Instant::now() < deadline, "run_stopped never written");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let last: u64 = sql(&format!(
+        "DELETE FROM agentry.run_events WHERE run_id = '{id}' AND kind = 'run_stopped' RETURNING seq"
+    ))
+    .parse()
+    .unwrap();
+    sql(&format!(
+        "UPDATE agentry.runs SET updated_at_ms = updated_at_ms - 60000 WHERE run_id = '{id}'"
+    ));
+    for _ in 0..2 {
+        let mut seen = Vec::new();
+        read_stream(&node.base, &id, |event| {
+            let stopped = event.kind == "run_stopped";
+            seen.push((event.id, event.data));
+            stopped
+        })
+        .await;
+        let (closing_id, closing) = seen.last().unwrap();
+        assert_eq!(*closing_id, Some(last), "numbered where the lost one was");
+        let closing = closing.as_ref().unwrap();
+        assert_eq!(closing["event"]["stop_reason"], "done", "{closing}");
+        assert_eq!(closing["seq"], last, "{closing}");
+        let ids: Vec<u64> = seen.iter().filter_map(|(id, _)| *id).collect();
+        assert_eq!(ids, (1..=last).collect::<Vec<_>>());
+    }
+    assert_eq!(sql(&count), "1", "closed once");
 }

@@ -16,6 +16,8 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
+use agentry::protocol::StopReason;
+use agentry::protocol::event::{EventRecord, RunEvent};
 use agentry::store::{Database, Listener, Notice, StoreError};
 use agentry_serve::{App, EventFeed, FedEvent, Forward};
 use axum::http::StatusCode;
@@ -30,6 +32,13 @@ const EVENTS_CHANNEL: &str = "agentry_events";
 const STREAM_POLL: Duration = Duration::from_millis(250);
 /// Rows a stream reads at once.
 const PAGE: i64 = 500;
+/// How long after its run stopped a log without `run_stopped` is closed by
+/// its readers: a node that died between committing the stop and writing the
+/// event never writes it, and a live node's writer is far quicker than this.
+const CLOSE_AFTER_MS: i64 = 10_000;
+/// `run_seq` of the `run_stopped` a reader wrote to close such a log: no
+/// writer's numbering uses it, and a writer refuses to write after it.
+const CLOSED_BY_READER: i64 = -1;
 
 /// The log's writer and readers on this node.
 pub(super) struct Events {
@@ -159,6 +168,15 @@ async fn write(
         if epoch.is_some_and(|mine| mine != current) {
             return Ok(Written::Refused);
         }
+        let closed = tx
+            .query_opt(
+                "SELECT 1 FROM agentry.run_events WHERE run_id = $1 AND run_seq = $2",
+                &[&run_id, &CLOSED_BY_READER],
+            )?
+            .is_some();
+        if closed {
+            return Ok(Written::Refused);
+        }
         let mut next: i64 = tx
             .query_one(
                 "SELECT coalesce(max(seq), 0) FROM agentry.run_events WHERE run_id = $1",
@@ -245,20 +263,25 @@ impl Reader {
                 self.pending = rows.into_iter();
                 continue;
             }
-            // A run that stopped without its `run_stopped` kept (its node
-            // died at the end): the stream ends once nothing more comes.
-            if stopped {
+            // A run stopped in the store whose log has no `run_stopped` yet:
+            // its writer may still be on its way; once it is clearly not (its
+            // node died between the two), the log is closed for every reader.
+            if let Some(stop) = stopped {
                 self.quiet += 1;
-                if self.quiet > 2 {
-                    return None;
+                if self.quiet > 2 && now_ms() - stop.updated_at_ms >= CLOSE_AFTER_MS {
+                    if !self.close().await.ok()? {
+                        return None;
+                    }
+                    self.quiet = 0;
+                    continue;
                 }
             }
             let _ = tokio::time::timeout(STREAM_POLL, notified).await;
         }
     }
 
-    /// The next page of events, and whether the run is stopped in the store.
-    async fn read(&self) -> Result<(Vec<Row>, bool), StoreError> {
+    /// The next page of events, and the run's stop as the store has it.
+    async fn read(&self) -> Result<(Vec<Row>, Option<StoppedRun>), StoreError> {
         let (run_id, last) = (self.run_id.clone(), self.last);
         blocking(&self.db, move |tx| {
             let rows = tx
@@ -276,12 +299,83 @@ impl Reader {
                 .collect();
             let stopped = tx
                 .query_opt(
-                    "SELECT 1 FROM agentry.runs WHERE run_id = $1 AND status = 'stopped'",
+                    "SELECT updated_at_ms FROM agentry.runs
+                     WHERE run_id = $1 AND status = 'stopped'",
                     &[&run_id],
                 )?
-                .is_some();
+                .map(|row| StoppedRun {
+                    updated_at_ms: row.get(0),
+                });
             Ok((rows, stopped))
         })
         .await
     }
+
+    /// Writes the `run_stopped` the run's own node never wrote, from the
+    /// stop reason in the store, numbered after the last event. False when
+    /// the store has no reason to give (the stream then just ends).
+    async fn close(&self) -> Result<bool, StoreError> {
+        let run_id = self.run_id.clone();
+        blocking(&self.db, move |tx| {
+            tx.execute("SELECT pg_advisory_xact_lock(hashtext($1))", &[&run_id])?;
+            let Some(row) = tx.query_opt(
+                "SELECT epoch, stop_reason FROM agentry.runs
+                 WHERE run_id = $1 AND status = 'stopped'",
+                &[&run_id],
+            )?
+            else {
+                return Ok(false);
+            };
+            let epoch: i64 = row.get(0);
+            let reason: Option<String> = row.get(1);
+            let Some(stop_reason) = reason
+                .and_then(|r| serde_json::from_value::<StopReason>(serde_json::json!(r)).ok())
+            else {
+                return Ok(false);
+            };
+            let written = tx
+                .query_opt(
+                    "SELECT 1 FROM agentry.run_events WHERE run_id = $1 AND kind = 'run_stopped'",
+                    &[&run_id],
+                )?
+                .is_some();
+            if written {
+                return Ok(true);
+            }
+            let last: i64 = tx
+                .query_one(
+                    "SELECT coalesce(max(seq), 0) FROM agentry.run_events WHERE run_id = $1",
+                    &[&run_id],
+                )?
+                .get(0);
+            let record = EventRecord {
+                run_id: run_id.as_str().into(),
+                seq: u64::try_from(last + 1).unwrap_or(0),
+                event: RunEvent::RunStopped { stop_reason },
+            };
+            let mut data = serde_json::to_value(&record).unwrap_or_default();
+            data["at_ms"] = serde_json::json!(now_ms());
+            tx.execute(
+                "INSERT INTO agentry.run_events (run_id, seq, epoch, run_seq, kind, data, at_ms)
+                 VALUES ($1, $2, $3, $4, 'run_stopped', $5, $6) ON CONFLICT DO NOTHING",
+                &[
+                    &run_id,
+                    &(last + 1),
+                    &epoch,
+                    &CLOSED_BY_READER,
+                    &data.to_string(),
+                    &now_ms(),
+                ],
+            )?;
+            tx.execute("SELECT pg_notify($1, $2)", &[&EVENTS_CHANNEL, &run_id])?;
+            Ok(true)
+        })
+        .await
+    }
+}
+
+/// A run the store has as stopped.
+struct StoppedRun {
+    /// When its stop was committed (Unix ms).
+    updated_at_ms: i64,
 }
