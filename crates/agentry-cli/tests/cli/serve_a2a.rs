@@ -76,6 +76,15 @@ fn place() -> tempfile::TempDir {
     );
     task(
         root,
+        "spin",
+        "goal = \"spin\"\n[budget]\nmax_steps = 1\n[progress]\nwindow = 0\n[tools]\ngrant = [\"fs.list\"]\n",
+        &json!({"turns": [
+            {"tool_calls": [{"id": "l1", "name": "fs.list", "arguments": {"path": "."}}]},
+            {"tool_calls": [{"id": "l2", "name": "fs.list", "arguments": {"path": "."}}]}
+        ]}),
+    );
+    task(
+        root,
         "plain",
         &format!("goal = \"not published\"\n{budget}"),
         &json!({"turns": [{"final": "plain"}]}),
@@ -85,7 +94,7 @@ fn place() -> tempfile::TempDir {
          [serve]\nwebhook_hosts = [\"127.0.0.1\"]\na2a_default = \"echo\"\n",
     );
     config.push_str(&format!("webhook_secret_env = \"{SECRET_ENV}\"\n"));
-    for name in ["echo", "gated", "nap", "chat"] {
+    for name in ["echo", "gated", "nap", "chat", "spin"] {
         config.push_str(&format!(
             "[agents.{name}]\ntask = \"tasks/{name}\"\na2a = true\n"
         ));
@@ -398,6 +407,39 @@ async fn the_card_is_public_and_the_endpoint_needs_a_token_and_the_version() {
     let traceparent = run.body["traceparent"].as_str().unwrap();
     assert!(traceparent.contains(trace), "{traceparent}");
     assert_eq!(run.body["agent"], "echo");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn any_other_stop_is_failed_with_its_reason_and_a_list_is_the_tenants() {
+    let dir = place();
+    let served = serve(dir.path());
+    // Any stop but done and user_abort is FAILED, with the reason.
+    let send = json!({"jsonrpc": "2.0", "id": 3, "method": "SendMessage", "params": {
+        "message": {"messageId": "m2", "role": "ROLE_USER", "parts": [{"text": "go"}]}}});
+    let (_, body) = rpc(&served.base, "/a2a/spin", ACME, true, send).await;
+    let status = &body["result"]["task"]["status"];
+    assert_eq!(status["state"], "TASK_STATE_FAILED", "{body}");
+    assert_eq!(
+        status["message"]["parts"][1]["data"]["stop_reason"],
+        "max_steps"
+    );
+    let list = json!({"jsonrpc": "2.0", "id": 4, "method": "ListTasks",
+        "params": {"status": "TASK_STATE_FAILED"}});
+    let (_, body) = rpc(&served.base, "/a2a/spin", ACME, true, list).await;
+    assert_eq!(body["result"]["totalSize"], 1, "{body}");
+    let (_, body) = rpc(
+        &served.base,
+        "/a2a/echo",
+        GLOBEX,
+        true,
+        json!({"jsonrpc": "2.0",
+        "id": 5, "method": "ListTasks", "params": {}}),
+    )
+    .await;
+    assert_eq!(
+        body["result"]["totalSize"], 0,
+        "another tenant's tasks are not listed: {body}"
+    );
 }
 
 #[test]
