@@ -117,6 +117,7 @@ fn serve(dir: &Path) -> Served {
 #[derive(Debug, Clone)]
 struct Pushed {
     token: String,
+    authorization: String,
     body: Value,
 }
 
@@ -127,13 +128,19 @@ async fn receiver() -> (String, Arc<Mutex<Vec<Pushed>>>) {
     let handler = move |headers: HeaderMap, body: String| {
         let seen = seen.clone();
         async move {
-            let token = headers
-                .get("x-a2a-notification-token")
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or_default()
-                .to_string();
+            let header = |name: &str| {
+                headers
+                    .get(name)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or_default()
+                    .to_string()
+            };
             let body = serde_json::from_str(&body).unwrap_or(Value::Null);
-            seen.lock().unwrap().push(Pushed { token, body });
+            seen.lock().unwrap().push(Pushed {
+                token: header("x-a2a-notification-token"),
+                authorization: header("authorization"),
+                body,
+            });
             StatusCode::OK
         }
     };
@@ -195,6 +202,7 @@ async fn the_official_a2a_client_sends_streams_cancels_approves_and_is_pushed_to
     cancel_and_approval(&checks);
     chat_and_refusals(&checks, &served).await;
     pushed_to(&checks, &pushed).await;
+    pushed_by_config(&checks, &pushed).await;
 }
 
 /// Cards: the default agent at the root, the others under /a2a/NAME; a
@@ -281,8 +289,8 @@ async fn chat_and_refusals(checks: &BTreeMap<String, Value>, served: &Served) {
         .send("GET", &format!("/runs/{id}"), Some(ACME), None)
         .await;
     assert_eq!(
-        run.body["inputs"], 2,
-        "both messages applied: {:?}",
+        run.body["inputs"], 3,
+        "each message applied: {:?}",
         run.body
     );
 
@@ -311,11 +319,46 @@ async fn pushed_to(checks: &BTreeMap<String, Value>, pushed: &Mutex<Vec<Pushed>>
             task_done || update_done
         });
         if completed {
-            assert!(got.iter().all(|p| p.token == "push-tok-5"), "{got:?}");
+            let of_task = |p: &&Pushed| {
+                p.body["task"]["id"] == push_id || p.body["statusUpdate"]["taskId"] == push_id
+            };
+            assert!(
+                got.iter().filter(of_task).all(|p| p.token == "push-tok-5"),
+                "{got:?}"
+            );
             assert!(
                 got.iter().all(|p| p.body.get("jsonrpc").is_none()),
                 "{got:?}"
             );
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no push: {got:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A config made by CreateTaskPushNotificationConfig: got, listed, deleted;
+/// its receiver is sent the task with the config's token and authentication.
+async fn pushed_by_config(checks: &BTreeMap<String, Value>, pushed: &Mutex<Vec<Pushed>>) {
+    let config = &checks["push_config"];
+    let chat = checks["chat"]["id"].clone();
+    assert_eq!(config["created"]["id"], "cfg1", "{config:#}");
+    assert_eq!(config["created"]["taskId"], chat);
+    assert_eq!(config["created"]["authentication"]["scheme"], "Bearer");
+    assert_eq!(config["got"], config["created"]);
+    assert_eq!(config["listed"]["configs"], json!([config["created"]]));
+    assert!(config["left"].get("configs").is_none(), "{config:#}");
+    assert_eq!(config["third"], "TASK_STATE_INPUT_REQUIRED");
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let got = pushed.lock().unwrap().clone();
+        let of_chat: Vec<&Pushed> = got
+            .iter()
+            .filter(|p| p.body["task"]["id"] == chat)
+            .collect();
+        if let Some(first) = of_chat.first() {
+            assert_eq!(first.token, "cfg-tok", "{first:?}");
+            assert_eq!(first.authorization, "Bearer push-cred", "{first:?}");
             break;
         }
         assert!(std::time::Instant::now() < deadline, "no push: {got:?}");

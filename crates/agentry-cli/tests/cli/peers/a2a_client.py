@@ -16,8 +16,11 @@ from google.protobuf.json_format import MessageToDict, ParseDict
 from google.protobuf.struct_pb2 import Value
 
 from a2a.client import A2ACardResolver, ClientConfig, create_client
-from a2a.types.a2a_pb2 import (CancelTaskRequest, GetTaskRequest, ListTasksRequest, Message, Part,
-                               Role, SendMessageConfiguration, SendMessageRequest,
+from a2a.types.a2a_pb2 import (AuthenticationInfo, CancelTaskRequest,
+                               DeleteTaskPushNotificationConfigRequest,
+                               GetTaskPushNotificationConfigRequest, GetTaskRequest,
+                               ListTaskPushNotificationConfigsRequest, ListTasksRequest, Message,
+                               Part, Role, SendMessageConfiguration, SendMessageRequest,
                                SubscribeToTaskRequest, TaskPushNotificationConfig)
 
 
@@ -129,6 +132,21 @@ async def chat(c):
     _, second = await final_task(client, SendMessageRequest(message=text_message("again", first["id"])))
     out("chat", id=first["id"], first=first["status"]["state"], second=second["status"]["state"],
         same=first["id"] == second["id"], answer=answer_of(second))
+    # A config made on the sleeping task: the next message's updates are pushed.
+    auth = AuthenticationInfo(scheme="Bearer", credentials="push-cred")
+    config = TaskPushNotificationConfig(task_id=first["id"], id="cfg1", url=c.config["hook"],
+                                        token="cfg-tok", authentication=auth)
+    created = as_dict(await client.create_task_push_notification_config(config))
+    _, third = await final_task(client, SendMessageRequest(message=text_message("third", first["id"])))
+    request = ListTaskPushNotificationConfigsRequest(task_id=first["id"])
+    listed = as_dict(await client.list_task_push_notification_configs(request))
+    got = as_dict(await client.get_task_push_notification_config(
+        GetTaskPushNotificationConfigRequest(task_id=first["id"], id="cfg1")))
+    await client.delete_task_push_notification_config(
+        DeleteTaskPushNotificationConfigRequest(task_id=first["id"], id="cfg1"))
+    left = as_dict(await client.list_task_push_notification_configs(request))
+    out("push_config", created=created, got=got, listed=listed, left=left,
+        third=third["status"]["state"])
 
 
 async def push(c):
