@@ -46,6 +46,7 @@ mod cli {
     #[cfg(target_os = "linux")]
     mod sandbox;
     mod serve;
+    mod serve_a2a;
     mod serve_agents;
     mod serve_auth;
     mod serve_console;

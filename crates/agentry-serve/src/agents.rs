@@ -163,6 +163,13 @@ pub trait Agents: Send + Sync + std::fmt::Debug {
     fn list(&self) -> Vec<AgentInfo> {
         Vec::new()
     }
+
+    /// `[serve] a2a_default`: the agent whose A2A card is also served at
+    /// `/.well-known/agent-card.json` (without it, the only agent with
+    /// `a2a = true`, if there is exactly one).
+    fn a2a_default(&self) -> Option<String> {
+        None
+    }
 }
 
 /// One named agent, as `GET /agents` lists it.
@@ -172,4 +179,8 @@ pub struct AgentInfo {
     pub name: String,
     /// The named model it runs on (none for its own `[policy]`).
     pub model: Option<String>,
+    /// Its task's goal (an A2A card's description).
+    pub goal: String,
+    /// Published over A2A (`a2a = true`, `a2a/`).
+    pub a2a: bool,
 }

@@ -139,6 +139,8 @@ pub struct ServeSection {
     /// directory every node reaches (shared storage, or one machine): a node
     /// takes a run over only if it can reach the run's directory.
     pub workdir_root: Option<PathBuf>,
+    /// The `a2a = true` agent whose card `/.well-known/agent-card.json` serves.
+    pub a2a_default: Option<String>,
 }
 
 /// How long a drain waits for running steps when serve.toml does not say.
@@ -232,6 +234,10 @@ pub struct AgentEntry {
     pub task: PathBuf,
     /// A `[models.NAME]`; without it the task's own `[policy]` applies.
     pub model: Option<String>,
+    /// Published as an A2A 1.0 agent (its card and JSON-RPC endpoint under
+    /// `/a2a/NAME`).
+    #[serde(default)]
+    pub a2a: bool,
 }
 
 /// `[models.NAME]`.
@@ -370,6 +376,14 @@ impl ServeFile {
         }
         if let Err(e) = agentry_webhooks::WebhookHosts::new(&self.serve.webhook_hosts) {
             return Err(BadKey::new("serve.webhook_hosts", e.to_string()));
+        }
+        if let Some(name) = &self.serve.a2a_default
+            && !self.agents.get(name).is_some_and(|a| a.a2a)
+        {
+            return Err(BadKey::new(
+                "serve.a2a_default",
+                format!("{name:?} is not an [agents.*] table of this file with a2a = true"),
+            ));
         }
         for (name, agent) in &self.agents {
             if let Some(model) = &agent.model

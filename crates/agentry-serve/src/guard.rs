@@ -53,6 +53,15 @@ use super::tenants::{Tenant, Tokens};
 /// The one route answered without a token.
 pub const HEALTH_PATH: &str = "/healthz";
 
+/// An A2A agent card's well-known path (the default agent's; `a2a/`).
+pub const A2A_CARD_PATH: &str = "/.well-known/agent-card.json";
+
+/// The A2A agent cards, public as cards are (`a2a/`): the default agent's
+/// and `/a2a/NAME/.well-known/agent-card.json`.
+fn is_a2a_card_path(path: &str) -> bool {
+    path == A2A_CARD_PATH || (path.starts_with("/a2a/") && path.ends_with(A2A_CARD_PATH))
+}
+
 /// Longest path and query taken, in bytes. Run and call ids are short; this
 /// stays well below hyper's own limit (64 KiB), past which hyper answers itself.
 pub const MAX_URI_BYTES: usize = 8 * 1024;
@@ -95,7 +104,8 @@ impl Guard {
             return Ok(Tenant::anyone());
         };
         let open = request.uri().path() == HEALTH_PATH
-            || super::console::is_open_path(request.uri().path());
+            || super::console::is_open_path(request.uri().path())
+            || is_a2a_card_path(request.uri().path());
         if open && request.method() == Method::GET {
             return Ok(Tenant::anyone());
         }

@@ -25,6 +25,9 @@
 //! POST /runs/{id}/decisions/{call_id} {"decision": happened|retry|skip} → 200 {"seq"}
 //! GET  /metrics                       Prometheus metrics (OpenMetrics text)
 //! GET  /openapi.json                  this API's OpenAPI 3.1 document
+//! GET  /.well-known/agent-card.json   the default A2A agent's card (`a2a/`)
+//! GET  /a2a/NAME/.well-known/agent-card.json   an A2A agent's card (no token)
+//! POST /a2a/NAME                      A2A 1.0 JSON-RPC (`a2a = true` agents)
 //! ```
 //!
 //! Every error is `{"error": {"code", "message", "field"?}}`. With tokens
@@ -79,9 +82,11 @@
 //! ops.rs        /healthz and the drain on SIGTERM
 //! inputs.rs     the routes a live run takes input by
 //! cluster.rs    requests for runs another node holds, and applying theirs
+//! a2a/          the A2A 1.0 server: agent cards, JSON-RPC, a task is a run
 //! routes.rs     the router, App::serve, and the routes that start and show runs
 //! ```
 
+mod a2a;
 mod admission;
 mod admit;
 mod agents;

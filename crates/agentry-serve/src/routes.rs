@@ -100,6 +100,7 @@ fn route_table() -> Router<App> {
             get(super::catalog::show_agents),
         )
         .merge(super::console::routes())
+        .merge(super::a2a::routes())
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such route") })
         .method_not_allowed_fallback(|| async {
             ApiError::new(

@@ -26,6 +26,8 @@ use crate::run::{Prepared, prepare_with};
 struct Agent {
     task: TaskSpec,
     model: Option<String>,
+    /// `a2a = true`: published over A2A.
+    a2a: bool,
 }
 
 /// The operator's agents, and what starting one needs.
@@ -76,6 +78,7 @@ impl ServeAgents {
                 Arc::new(Agent {
                     task,
                     model: entry.model.clone(),
+                    a2a: entry.a2a,
                 }),
             );
         }
@@ -212,8 +215,14 @@ impl Agents for ServeAgents {
             .map(|(name, agent)| agentry_serve::AgentInfo {
                 name: name.clone(),
                 model: agent.model.clone(),
+                goal: agent.task.goal.clone(),
+                a2a: agent.a2a,
             })
             .collect()
+    }
+
+    fn a2a_default(&self) -> Option<String> {
+        self.file.serve.a2a_default.clone()
     }
 
     async fn launch(&self, run: AgentRun) -> Result<Launched, ApiError> {

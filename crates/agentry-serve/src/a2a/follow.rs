@@ -1,0 +1,191 @@
+//! Following a task as its run goes on: the StreamResponses a client (a
+//! stream, a push receiver, a waiting SendMessage) is told — a `task`
+//! first, then an `artifactUpdate` when the answer changes and a
+//! `statusUpdate` when the state or its message does. Woken by the run's
+//! event log (`events.rs`), and every 250 ms besides (a sleeping run says
+//! nothing when it falls asleep).
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+use super::super::events::EventFeed;
+use super::super::streams::StreamSlot;
+use super::super::table::App;
+use super::super::tenants::Tenant;
+use super::task::{Observed, State, observe};
+use super::wire::envelope;
+
+/// How often the task is looked at when no event came.
+const POLL: Duration = Duration::from_millis(250);
+
+/// When following ends (always at a terminal state).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Until {
+    /// Also at INPUT_REQUIRED (a stream, a SendMessage); not for pushes.
+    pub(super) input_required: bool,
+    /// A message was sent: an event-driven run asleep before it applied
+    /// this many inputs has not seen it yet, and is WORKING.
+    pub(super) min_inputs: u64,
+}
+
+/// One task followed.
+pub(super) struct Follower {
+    app: App,
+    tenant: Tenant,
+    agent: String,
+    id: String,
+    until: Until,
+    last: Option<Observed>,
+    feed: Option<EventFeed>,
+    /// The log said it holds no more events.
+    closed: bool,
+    done: bool,
+    /// Its place among the open streams (an SSE client's).
+    slot: Option<StreamSlot>,
+}
+
+impl Follower {
+    pub(super) fn new(app: &App, tenant: &Tenant, agent: &str, id: &str, until: Until) -> Follower {
+        Follower {
+            app: app.clone(),
+            tenant: tenant.clone(),
+            agent: agent.to_string(),
+            id: id.to_string(),
+            until,
+            last: None,
+            feed: None,
+            closed: false,
+            done: false,
+            slot: None,
+        }
+    }
+
+    /// Counted among the open streams (`streams.rs`): ended to make room.
+    pub(super) fn with_slot(mut self) -> Follower {
+        self.slot = Some(self.app.streams.admit(&self.id));
+        self
+    }
+
+    /// The next StreamResponses to tell; `None` once following ended.
+    pub(super) async fn next(&mut self) -> Option<Vec<Value>> {
+        loop {
+            let ended = self.slot.as_ref().is_some_and(|s| s.signals.is_ended());
+            if self.done || ended {
+                return None;
+            }
+            let Ok(mut now) = observe(&self.app, &self.tenant, &self.agent, &self.id).await else {
+                self.done = true;
+                return None;
+            };
+            if now.asleep && now.inputs < self.until.min_inputs {
+                now.state = State::Working;
+                now.parts.clear();
+            }
+            let told = self.changes(&now);
+            let interrupted = self.until.input_required && now.state == State::InputRequired;
+            self.done = now.state.terminal() || interrupted;
+            self.last = Some(now);
+            if !told.is_empty() {
+                return Some(told);
+            }
+            if self.done {
+                return None;
+            }
+            self.wait().await;
+        }
+    }
+
+    /// Follows to the end; the last state seen.
+    pub(super) async fn finish(mut self) -> Option<Observed> {
+        while self.next().await.is_some() {}
+        self.last
+    }
+
+    fn changes(&self, now: &Observed) -> Vec<Value> {
+        let Some(last) = &self.last else {
+            return vec![json!({"task": now.task(true)})];
+        };
+        let mut told = Vec::new();
+        if now.answer != last.answer
+            && let Some(artifact) = now.artifact()
+        {
+            told.push(json!({"artifactUpdate": {
+                "taskId": self.id, "contextId": self.id,
+                "artifact": artifact, "lastChunk": true,
+            }}));
+        }
+        if now.state != last.state || now.parts != last.parts {
+            told.push(json!({"statusUpdate": {
+                "taskId": self.id, "contextId": self.id, "status": now.status(),
+            }}));
+        }
+        told
+    }
+
+    async fn wait(&mut self) {
+        if self.feed.is_none() && !self.closed {
+            // Read when needed: a queued run's log is the one it keeps.
+            self.feed = self
+                .app
+                .entry(&self.id)
+                .map(|entry| EventFeed::new(Arc::clone(&entry.log)));
+        }
+        let pause = tokio::time::sleep(POLL);
+        let ended = async {
+            match &self.slot {
+                Some(slot) => slot.signals.ended().await,
+                None => std::future::pending().await,
+            }
+        };
+        match self.feed.as_mut() {
+            Some(feed) => {
+                tokio::select! {
+                    batch = feed.next_batch() => {
+                        if batch.is_none() {
+                            self.feed = None;
+                            self.closed = true;
+                        }
+                    }
+                    () = pause => {}
+                    () = ended => {}
+                }
+            }
+            None => {
+                tokio::select! {
+                    () = pause => {}
+                    () = ended => {}
+                }
+            }
+        }
+    }
+}
+
+/// A followed task as SSE: each event one `data:` line holding a JSON-RPC
+/// response (the call's `id`) whose result is a StreamResponse; the stream
+/// ends after a terminal or INPUT_REQUIRED state.
+pub(super) fn sse(follower: Follower, rpc_id: Value) -> Response {
+    let events = futures::stream::unfold(
+        (follower, std::collections::VecDeque::new()),
+        move |(mut follower, mut queue)| {
+            let rpc_id = rpc_id.clone();
+            async move {
+                loop {
+                    if let Some(value) = queue.pop_front() {
+                        let data = envelope(&rpc_id, Ok(value)).to_string();
+                        let event: Result<Event, Infallible> = Ok(Event::default().data(data));
+                        return Some((event, (follower, queue)));
+                    }
+                    queue.extend(follower.next().await?);
+                }
+            }
+        },
+    );
+    Sse::new(events)
+        .keep_alive(KeepAlive::default())
+        .into_response()
+}

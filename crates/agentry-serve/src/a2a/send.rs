@@ -1,0 +1,308 @@
+//! The JSON-RPC methods: a message starts a run of the agent or continues
+//! its task (a text is a user message; a data part answers an approval or a
+//! crash decision), and the task is then waited for, streamed, got, listed,
+//! cancelled, or told to a push receiver.
+
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::response::Response;
+use serde_json::{Value, json};
+
+use super::super::error::ApiError;
+use super::super::table::live;
+use super::call::Call;
+use super::follow::{Follower, Until, sse};
+use super::push;
+use super::task::observe;
+use super::wire::{Failure, RpcError, id_param, incoming, reply};
+
+/// Tasks a ListTasks page holds by default, and at most.
+const PAGE: usize = 50;
+const MAX_PAGE: usize = 100;
+
+/// How long CancelTask waits for the run to stop.
+const CANCEL_WAIT: Duration = Duration::from_secs(10);
+
+/// The task a message went to, and the inputs its run must have applied to
+/// have seen the message.
+async fn start_or_continue(call: &Call) -> Result<(String, u64), Failure> {
+    let message = incoming(&call.params)?;
+    if let Some(config) = call
+        .params
+        .pointer("/configuration/taskPushNotificationConfig")
+        .filter(|c| c.is_object())
+    {
+        // Checked before anything starts.
+        push::parse(&call.app, "", config)?;
+    }
+    let Some(id) = message.task_id.clone() else {
+        if message.approval.is_some() || message.decision.is_some() {
+            return Err(RpcError::invalid_params(
+                "an approval or a decision answers a task: set message.taskId",
+            )
+            .into());
+        }
+        return Ok((start(call, message.text).await?, 1));
+    };
+    let entry = call
+        .app
+        .run(&call.tenant, &id)
+        .ok()
+        .filter(|e| e.meta.agent.as_deref() == Some(call.agent.as_str()))
+        .ok_or_else(|| RpcError::task_not_found(&id))?;
+    let handle = live(&id, entry.current()).map_err(|e| {
+        RpcError::unsupported(format!("task {id} takes no message now: {}", e.message()))
+    })?;
+    let runtime = |e| Failure::from(ApiError::from_runtime(e));
+    if let Some(approval) = message.approval {
+        match approval.approve {
+            true => handle.approve(&approval.call_id).await,
+            false => handle.deny(&approval.call_id, approval.reason).await,
+        }
+        .map_err(runtime)?;
+        return Ok((id, 0));
+    }
+    if let Some(decision) = message.decision {
+        let settlement: agentry::Settlement = decision
+            .settle
+            .parse()
+            .map_err(|m: String| RpcError::invalid_params(format!("data.decision.settle: {m}")))?;
+        handle
+            .settle(&decision.call_id, settlement)
+            .await
+            .map_err(runtime)?;
+        return Ok((id, 0));
+    }
+    let text = message.text.unwrap_or_default();
+    let before = handle.snapshot().await.map_or(0, |s| s.inputs);
+    let limit = call.app.config.limits.run_input_bytes;
+    entry.take_input(&id, text.len(), limit)?;
+    if let Err(e) = handle.send_message(text.clone()) {
+        if let agentry::RuntimeError::InboxFull { .. } = &e {
+            entry.give_back_input(text.len());
+        }
+        return Err(runtime(e));
+    }
+    Ok((id, before + 1))
+}
+
+/// A run of the agent with the message as its input, through `POST /runs`'s
+/// checks and limits (tenant, queue, cost); its id.
+async fn start(call: &Call, text: Option<String>) -> Result<String, Failure> {
+    let bytes = Bytes::from(json!({"agent": call.agent, "input": text}).to_string());
+    let traceparent = super::super::create::traceparent(&call.headers);
+    let app = &call.app;
+    let request = app
+        .request_of(&call.tenant, bytes.clone(), traceparent)
+        .await?;
+    let response = app.admit(call.tenant.clone(), request, bytes).await?;
+    let body = axum::body::to_bytes(response.into_body(), 64 * 1024)
+        .await
+        .map_err(|e| RpcError::internal(format!("reading the started run: {e}")))?;
+    let created: Value = serde_json::from_slice(&body).unwrap_or_default();
+    created["run_id"]
+        .as_str()
+        .map(str::to_string)
+        .ok_or_else(|| RpcError::internal("the run started without an id").into())
+}
+
+/// A push config given inline, for the task the message went to.
+fn inline_push(call: &Call, task_id: &str, min_inputs: u64) -> Result<(), Failure> {
+    if let Some(config) = call
+        .params
+        .pointer("/configuration/taskPushNotificationConfig")
+        .filter(|c| c.is_object())
+    {
+        let app = &call.app;
+        call.pushes
+            .create(app, &call.tenant, &call.agent, task_id, config, min_inputs)?;
+    }
+    Ok(())
+}
+
+/// SendMessage: `{"task": …}` once the task is terminal or needs input
+/// (at once with `configuration.returnImmediately`).
+pub(super) async fn send(call: &Call) -> Result<Value, Failure> {
+    let (id, min_inputs) = start_or_continue(call).await?;
+    inline_push(call, &id, min_inputs)?;
+    let immediately = call
+        .params
+        .pointer("/configuration/returnImmediately")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    if immediately {
+        let now = observe(&call.app, &call.tenant, &call.agent, &id).await?;
+        return Ok(json!({"task": now.task(true)}));
+    }
+    let until = Until {
+        input_required: true,
+        min_inputs,
+    };
+    let last = Follower::new(&call.app, &call.tenant, &call.agent, &id, until)
+        .finish()
+        .await
+        .ok_or_else(|| RpcError::task_not_found(&id))?;
+    Ok(json!({"task": last.task(true)}))
+}
+
+/// SendStreamingMessage: the task's StreamResponses over SSE.
+pub(super) async fn stream(call: Call) -> Response {
+    let (id, min_inputs) = match start_or_continue(&call).await {
+        Ok(started) => started,
+        Err(e) => return reply(&call.id, Err(e)),
+    };
+    if let Err(e) = inline_push(&call, &id, min_inputs) {
+        return reply(&call.id, Err(e));
+    }
+    let until = Until {
+        input_required: true,
+        min_inputs,
+    };
+    let follower = Follower::new(&call.app, &call.tenant, &call.agent, &id, until).with_slot();
+    sse(follower, call.id)
+}
+
+/// SubscribeToTask: as a stream, from the task's state now (-32004 for a
+/// terminal task).
+pub(super) async fn subscribe(call: Call) -> Response {
+    let now = match id_param(&call.params, "id") {
+        Ok(id) => observe(&call.app, &call.tenant, &call.agent, &id).await,
+        Err(e) => Err(e),
+    };
+    let now = match now {
+        Ok(now) if now.state.terminal() => Err(RpcError::unsupported(format!(
+            "Task {} is in terminal state: {}",
+            now.id,
+            now.state.name()
+        ))),
+        other => other,
+    };
+    let now = match now {
+        Ok(now) => now,
+        Err(e) => return reply(&call.id, Err(e.into())),
+    };
+    let until = Until {
+        input_required: true,
+        min_inputs: 0,
+    };
+    let follower = Follower::new(&call.app, &call.tenant, &call.agent, &now.id, until).with_slot();
+    sse(follower, call.id)
+}
+
+/// GetTask.
+pub(super) async fn get(call: &Call) -> Result<Value, Failure> {
+    let id = id_param(&call.params, "id")?;
+    let now = observe(&call.app, &call.tenant, &call.agent, &id).await?;
+    Ok(now.task(true))
+}
+
+/// ListTasks: the tenant's tasks of this agent the table holds, newest
+/// first; `pageToken` is the last id of the page before.
+pub(super) async fn list(call: &Call) -> Result<Value, Failure> {
+    let p = &call.params;
+    let text = |field: &str| {
+        p.get(field)
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+    };
+    let size = match p.get("pageSize").and_then(Value::as_u64) {
+        Some(0) | None => PAGE,
+        Some(n) => (n as usize).min(MAX_PAGE),
+    };
+    let artifacts = p.get("includeArtifacts").and_then(Value::as_bool) == Some(true);
+    let mut ids: Vec<String> = call
+        .app
+        .runs_of(&call.tenant)
+        .into_iter()
+        .filter(|(_, e)| e.meta.agent.as_deref() == Some(call.agent.as_str()))
+        .map(|(id, _)| id)
+        .filter(|id| text("contextId").is_none_or(|c| c == id))
+        .collect();
+    ids.reverse();
+    let mut tasks = Vec::new();
+    for id in ids {
+        let Ok(now) = observe(&call.app, &call.tenant, &call.agent, &id).await else {
+            continue;
+        };
+        if text("status").is_none_or(|s| s == now.state.name()) {
+            tasks.push(now);
+        }
+    }
+    let total = tasks.len();
+    let start = text("pageToken")
+        .and_then(|token| tasks.iter().position(|t| t.id == token))
+        .map_or(0, |at| at + 1);
+    let page: Vec<_> = tasks.iter().skip(start).take(size).collect();
+    let next = match (page.last(), start + page.len() < total) {
+        (Some(last), true) => last.id.clone(),
+        (Some(_), false) | (None, _) => String::new(),
+    };
+    Ok(json!({
+        "tasks": page.iter().map(|t| t.task(artifacts)).collect::<Vec<_>>(),
+        "nextPageToken": next,
+        "pageSize": size,
+        "totalSize": total,
+    }))
+}
+
+/// CancelTask: the native abort (`user_abort`); -32002 for a terminal task.
+pub(super) async fn cancel(call: &Call) -> Result<Value, Failure> {
+    let id = id_param(&call.params, "id")?;
+    let now = observe(&call.app, &call.tenant, &call.agent, &id).await?;
+    if now.state.terminal() {
+        return Err(RpcError::not_cancelable(&id, now.state.name()).into());
+    }
+    if !call.app.cancel_queued(&id).await
+        && let Ok(entry) = call.app.run(&call.tenant, &id)
+        && let Ok(handle) = live(&id, entry.current())
+    {
+        handle.abort();
+    }
+    let until = Until {
+        input_required: false,
+        min_inputs: 0,
+    };
+    let follower = Follower::new(&call.app, &call.tenant, &call.agent, &id, until);
+    let last = match tokio::time::timeout(CANCEL_WAIT, follower.finish()).await {
+        Ok(Some(last)) => last,
+        Ok(None) | Err(_) => observe(&call.app, &call.tenant, &call.agent, &id).await?,
+    };
+    Ok(last.task(true))
+}
+
+/// CreateTaskPushNotificationConfig.
+pub(super) async fn create_push(call: &Call) -> Result<Value, Failure> {
+    let id = id_param(&call.params, "taskId")?;
+    observe(&call.app, &call.tenant, &call.agent, &id).await?;
+    let (app, tenant, agent) = (&call.app, &call.tenant, &call.agent);
+    let config = call
+        .pushes
+        .create(app, tenant, agent, &id, &call.params, 0)?;
+    Ok(config.json())
+}
+
+/// GetTaskPushNotificationConfig.
+pub(super) async fn get_push(call: &Call) -> Result<Value, Failure> {
+    let id = id_param(&call.params, "taskId")?;
+    observe(&call.app, &call.tenant, &call.agent, &id).await?;
+    let config = id_param(&call.params, "id")?;
+    Ok(call.pushes.find(&id, &config)?.json())
+}
+
+/// ListTaskPushNotificationConfigs (one page: all of them).
+pub(super) async fn list_push(call: &Call) -> Result<Value, Failure> {
+    let id = id_param(&call.params, "taskId")?;
+    observe(&call.app, &call.tenant, &call.agent, &id).await?;
+    let configs: Vec<Value> = call.pushes.list(&id).iter().map(|c| c.json()).collect();
+    Ok(json!({"configs": configs, "nextPageToken": ""}))
+}
+
+/// DeleteTaskPushNotificationConfig.
+pub(super) async fn delete_push(call: &Call) -> Result<Value, Failure> {
+    let id = id_param(&call.params, "taskId")?;
+    observe(&call.app, &call.tenant, &call.agent, &id).await?;
+    let config = id_param(&call.params, "id")?;
+    call.pushes.delete(&id, &config);
+    Ok(Value::Null)
+}

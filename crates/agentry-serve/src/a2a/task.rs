@@ -1,0 +1,242 @@
+//! A run seen as an A2A task: its state by the map of the module docs, its
+//! status message, and the answer as its artifact. Read from the same
+//! places `GET /runs/{id}` reads (the run's snapshot, its outcome).
+
+use std::time::Duration;
+
+use agentry::protocol::state::{PendingApproval, RunSnapshot};
+use agentry::protocol::stop::StopReason;
+use agentry::{RunOutcome, RunStatus};
+use serde_json::{Value, json};
+
+use super::super::table::{App, Run};
+use super::super::tenants::Tenant;
+use super::wire::RpcError;
+
+/// A task's state, as A2A names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum State {
+    Submitted,
+    Working,
+    InputRequired,
+    Completed,
+    Failed,
+    Canceled,
+}
+
+impl State {
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            State::Submitted => "TASK_STATE_SUBMITTED",
+            State::Working => "TASK_STATE_WORKING",
+            State::InputRequired => "TASK_STATE_INPUT_REQUIRED",
+            State::Completed => "TASK_STATE_COMPLETED",
+            State::Failed => "TASK_STATE_FAILED",
+            State::Canceled => "TASK_STATE_CANCELED",
+        }
+    }
+
+    /// Nothing more happens to the task.
+    pub(super) fn terminal(self) -> bool {
+        match self {
+            State::Completed | State::Failed | State::Canceled => true,
+            State::Submitted | State::Working | State::InputRequired => false,
+        }
+    }
+}
+
+/// A task as observed now.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Observed {
+    pub(super) id: String,
+    pub(super) state: State,
+    /// The status message's parts (none: no message).
+    pub(super) parts: Vec<Value>,
+    /// The run's answer so far.
+    pub(super) answer: Option<String>,
+    /// Inputs the run has applied (a message sent is seen once it counts).
+    pub(super) inputs: u64,
+    /// An event-driven run between inputs.
+    pub(super) asleep: bool,
+}
+
+impl Observed {
+    /// The answer as an artifact.
+    pub(super) fn artifact(&self) -> Option<Value> {
+        let answer = self.answer.as_ref()?;
+        Some(json!({
+            "artifactId": format!("{}-answer", self.id),
+            "name": "answer",
+            "parts": [{"text": answer}],
+        }))
+    }
+
+    /// `TaskStatus`.
+    pub(super) fn status(&self) -> Value {
+        let mut status = json!({
+            "state": self.state.name(),
+            "timestamp": humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string(),
+        });
+        if !self.parts.is_empty() {
+            status["message"] = json!({
+                "messageId": format!("{}-{}", self.id, agentry::protocol::now_millis()),
+                "role": "ROLE_AGENT",
+                "taskId": self.id,
+                "contextId": self.id,
+                "parts": self.parts,
+            });
+        }
+        status
+    }
+
+    /// `Task` (its artifacts left out unless asked for, as ListTasks does).
+    pub(super) fn task(&self, artifacts: bool) -> Value {
+        let mut task = json!({"id": self.id, "contextId": self.id, "status": self.status()});
+        if artifacts && let Some(artifact) = self.artifact() {
+            task["artifacts"] = json!([artifact]);
+        }
+        task
+    }
+}
+
+/// Run `id` of `tenant` and of agent `agent` as a task; any other run is
+/// TaskNotFound (never another tenant's).
+pub(super) async fn observe(
+    app: &App,
+    tenant: &Tenant,
+    agent: &str,
+    id: &str,
+) -> Result<Observed, RpcError> {
+    let entry = app
+        .run(tenant, id)
+        .ok()
+        .filter(|entry| entry.meta.agent.as_deref() == Some(agent))
+        .ok_or_else(|| RpcError::task_not_found(id))?;
+    let handle = match entry.current() {
+        Run::Queued => return Ok(queued(id)),
+        Run::Stopped(outcome) => return Ok(stopped(id, &outcome, None)),
+        Run::Live(handle) => *handle,
+    };
+    if let Some(outcome) = handle.outcome() {
+        return Ok(stopped(id, &outcome, None));
+    }
+    let Some(snapshot) = handle.snapshot().await else {
+        return Err(RpcError::internal("the run's state is unavailable"));
+    };
+    if snapshot.status == RunStatus::Stopped {
+        // As `GET /runs/{id}`: the outcome follows the stop by a moment.
+        let outcome = tokio::time::timeout(Duration::from_secs(1), handle.wait())
+            .await
+            .ok()
+            .and_then(Result::ok);
+        if let Some(outcome) = outcome {
+            return Ok(stopped(id, &outcome, Some(&snapshot)));
+        }
+    }
+    Ok(live(id, &snapshot))
+}
+
+fn queued(id: &str) -> Observed {
+    Observed {
+        id: id.to_string(),
+        state: State::Submitted,
+        parts: Vec::new(),
+        answer: None,
+        inputs: 0,
+        asleep: false,
+    }
+}
+
+fn stopped(id: &str, outcome: &RunOutcome, snapshot: Option<&RunSnapshot>) -> Observed {
+    let reason = outcome.stop_reason;
+    // Every other stop reason, present and future (`StopReason` is
+    // non-exhaustive), is a failure.
+    let state = if reason == StopReason::Done {
+        State::Completed
+    } else if reason == StopReason::UserAbort {
+        State::Canceled
+    } else {
+        State::Failed
+    };
+    let parts = if state == State::Completed {
+        Vec::new()
+    } else {
+        vec![
+            json!({"text": format!("stopped: {}: {}", reason.as_str(), outcome.detail)}),
+            json!({"data": {"stop_reason": reason.as_str(), "detail": outcome.detail}}),
+        ]
+    };
+    Observed {
+        id: id.to_string(),
+        state,
+        parts,
+        answer: outcome.answer.clone(),
+        inputs: snapshot.map_or(0, |s| s.inputs),
+        asleep: false,
+    }
+}
+
+fn live(id: &str, snapshot: &RunSnapshot) -> Observed {
+    let (state, parts) = match snapshot.status {
+        RunStatus::Running | RunStatus::Paused | RunStatus::Stopped => (State::Working, Vec::new()),
+        RunStatus::AwaitingApproval => (
+            State::InputRequired,
+            pending_parts("approval", &snapshot.pending_approvals),
+        ),
+        RunStatus::AwaitingDecision => (
+            State::InputRequired,
+            pending_parts("decision", &snapshot.pending_decisions),
+        ),
+        RunStatus::Sleeping => {
+            let mut parts = Vec::new();
+            if let Some(answer) = &snapshot.task.answer {
+                parts.push(json!({"text": answer}));
+            }
+            parts.push(json!({"data": {"awaiting": "message"}}));
+            (State::InputRequired, parts)
+        }
+    };
+    Observed {
+        id: id.to_string(),
+        state,
+        parts,
+        answer: snapshot.task.answer.clone(),
+        inputs: snapshot.inputs,
+        asleep: snapshot.status == RunStatus::Sleeping,
+    }
+}
+
+/// The parts saying which calls wait for a human, and how to answer.
+fn pending_parts(kind: &str, pending: &[PendingApproval]) -> Vec<Value> {
+    let calls: Vec<Value> = pending
+        .iter()
+        .map(|p| {
+            let mut call = json!({
+                "call_id": p.call.id,
+                "tool": p.call.name,
+                "args": serde_json::to_value(&p.call.arguments).unwrap_or(Value::Null),
+                "effect": p.effect.and_then(|e| serde_json::to_value(e).ok()),
+            });
+            if let Some(preview) = &p.preview {
+                call["preview"] = json!(preview);
+            }
+            call
+        })
+        .collect();
+    let how = match kind {
+        "approval" => {
+            "answer on this task with a data part {\"approval\": {\"call_id\": ID, \"approve\": true|false, \"reason\"?: TEXT}}"
+        }
+        _ => {
+            "answer on this task with a data part {\"decision\": {\"call_id\": ID, \"settle\": \"happened\"|\"retry\"|\"skip\"}}"
+        }
+    };
+    let names: Vec<String> = pending
+        .iter()
+        .map(|p| format!("{} ({})", p.call.id, p.call.name))
+        .collect();
+    vec![
+        json!({"text": format!("awaiting a human's {kind} on {}: {how}", names.join(", "))}),
+        json!({"data": {"awaiting": kind, "calls": calls}}),
+    ]
+}
