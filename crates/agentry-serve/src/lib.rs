@@ -19,12 +19,14 @@
 //! POST /runs/{id}/messages            {"text"}                     → 202
 //! POST /runs/{id}/events              {"name", "payload"}          → 202
 //! GET  /runs/{id}/events              Server-Sent Events, from the run's first event
+//!                                     (?format=ag-ui: AG-UI events, `agui/`)
 //! POST /runs/{id}/interrupt           {"action": pause|resume|abort} → 202
 //!                                     {"action": "redirect", "message"} → 202 (cuts the step)
 //! POST /runs/{id}/approvals/{call_id} {"decision": approve|deny, "reason"} → 200 {"seq"}
 //! POST /runs/{id}/decisions/{call_id} {"decision": happened|retry|skip} → 200 {"seq"}
 //! GET  /metrics                       Prometheus metrics (OpenMetrics text)
 //! GET  /openapi.json                  this API's OpenAPI 3.1 document
+//! POST /agents/{name}/ag-ui           AG-UI RunAgentInput → the AG-UI stream of the run
 //! ```
 //!
 //! Every error is `{"error": {"code", "message", "field"?}}`. With tokens
@@ -79,12 +81,14 @@
 //! ops.rs        /healthz and the drain on SIGTERM
 //! inputs.rs     the routes a live run takes input by
 //! cluster.rs    requests for runs another node holds, and applying theirs
+//! agui/         AG-UI: a run's events as AG-UI events, RunAgentInput
 //! routes.rs     the router, App::serve, and the routes that start and show runs
 //! ```
 
 mod admission;
 mod admit;
 mod agents;
+mod agui;
 mod allowed;
 mod body;
 mod catalog;
