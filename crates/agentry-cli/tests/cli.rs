@@ -47,6 +47,7 @@ mod cli {
     mod sandbox;
     mod serve;
     mod serve_agents;
+    mod serve_agui;
     mod serve_auth;
     mod serve_console;
     mod serve_console_page;

@@ -72,6 +72,7 @@
 //! gauges.rs     the service's gauges in GET /metrics
 //! file.rs       serve.toml, parsed and checked
 //! guard.rs      what every request passes before its route
+//! agui/threads.rs AG-UI threads and the runs they map to
 //! table.rs      App: the table of runs, following each until it stops
 //! hooks.rs      a run's webhook reserved as it enters the table, ready at its stop
 //! admit.rs      POST /runs through the limits: start, queue or 429

@@ -41,7 +41,7 @@ pub struct App {
     /// The nodes this one shares its store with, once it joined them (`cluster.rs`).
     pub(super) cluster: Arc<std::sync::OnceLock<Arc<dyn super::node::Cluster>>>,
     /// AG-UI threads and the runs they map to (`agui/`).
-    pub(super) agui: Arc<super::agui::Threads>,
+    pub(super) agui: Arc<super::agui::threads::Threads>,
 }
 
 /// One run: its handle while it runs, its event log, and the working directory

@@ -23,12 +23,13 @@
 
 mod input;
 mod stream;
+pub(crate) mod threads;
 mod translate;
 mod wire;
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
+use agentry::RunStatus;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Extension, Path, State};
@@ -53,9 +54,6 @@ pub const AG_UI: &str = "ag-ui";
 /// The path of the `RunAgentInput` route.
 pub const RUN_AGENT_PATH: &str = "/agents/{name}/ag-ui";
 
-/// Threads the service remembers.
-const THREADS_KEPT: usize = 10_000;
-
 /// Whether `?format=ag-ui` asks for AG-UI; another format is 400.
 pub(crate) fn wanted(query: Option<&str>) -> Result<bool, ApiError> {
     for pair in query.unwrap_or("").split('&') {
@@ -75,44 +73,6 @@ pub(crate) fn wanted(query: Option<&str>) -> Result<bool, ApiError> {
     Ok(false)
 }
 
-/// AG-UI threads → runs, per tenant, newest kept.
-#[derive(Debug, Default)]
-pub(crate) struct Threads {
-    map: Mutex<ThreadMap>,
-}
-
-type ThreadKey = (Option<String>, String);
-
-#[derive(Debug, Default)]
-struct ThreadMap {
-    runs: HashMap<ThreadKey, String>,
-    order: VecDeque<ThreadKey>,
-}
-
-impl Threads {
-    fn key(tenant: &Tenant, thread_id: &str) -> ThreadKey {
-        (tenant.name().map(str::to_string), thread_id.to_string())
-    }
-
-    fn find(&self, tenant: &Tenant, thread_id: &str) -> Option<String> {
-        let map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
-        map.runs.get(&Threads::key(tenant, thread_id)).cloned()
-    }
-
-    fn remember(&self, tenant: &Tenant, thread_id: &str, run_id: &str) {
-        let mut map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
-        let key = Threads::key(tenant, thread_id);
-        if map.runs.insert(key.clone(), run_id.to_string()).is_none() {
-            map.order.push_back(key);
-        }
-        while map.order.len() > THREADS_KEPT {
-            if let Some(old) = map.order.pop_front() {
-                map.runs.remove(&old);
-            }
-        }
-    }
-}
-
 fn not_on_a_cluster(app: &App) -> Result<(), ApiError> {
     match app.cluster.get() {
         Some(_) => Err(ApiError::new(
@@ -123,21 +83,28 @@ fn not_on_a_cluster(app: &App) -> Result<(), ApiError> {
     }
 }
 
-/// The run's goal, for the state.
-async fn goal_of(entry: &RunEntry) -> Option<String> {
+/// The run's goal and status now, for the state.
+async fn now(entry: &RunEntry) -> (Option<String>, Option<RunStatus>) {
     match entry.current() {
-        Run::Live(handle) => handle.snapshot().await.map(|s| s.task.goal),
-        Run::Stopped(outcome) => Some(outcome.state.task.goal.clone()),
-        Run::Queued => None,
+        Run::Live(handle) => match handle.snapshot().await {
+            Some(s) => (Some(s.task.goal), Some(s.status)),
+            None => (None, None),
+        },
+        Run::Stopped(outcome) => (Some(outcome.state.task.goal.clone()), None),
+        Run::Queued => (None, None),
     }
 }
 
-async fn respond(app: &App, entry: Arc<RunEntry>, segment: Segment) -> Response {
-    let goal = goal_of(&entry).await;
+async fn respond(
+    app: &App,
+    entry: Arc<RunEntry>,
+    segment: Segment,
+    at_start: (Option<String>, Option<RunStatus>),
+) -> Response {
     let slot = app.streams.admit(&segment.agentry_run);
     // Comments every 15 s keep idle connections open through proxies; AG-UI's
     // client reads only `data:` lines.
-    Sse::new(stream(entry, segment, goal, slot))
+    Sse::new(stream(entry, segment, at_start, slot))
         .keep_alive(KeepAlive::default())
         .into_response()
 }
@@ -147,6 +114,7 @@ async fn respond(app: &App, entry: Arc<RunEntry>, segment: Segment) -> Response 
 pub(crate) async fn stream_run(app: &App, tenant: &Tenant, id: &str) -> Result<Response, ApiError> {
     not_on_a_cluster(app)?;
     let entry = app.run(tenant, id)?;
+    let at_start = now(&entry).await;
     let segment = Segment {
         thread_id: id.to_string(),
         run_id: id.to_string(),
@@ -154,7 +122,7 @@ pub(crate) async fn stream_run(app: &App, tenant: &Tenant, id: &str) -> Result<R
         after: 0,
         awaits_input: false,
     };
-    Ok(respond(app, entry, segment).await)
+    Ok(respond(app, entry, segment, at_start).await)
 }
 
 /// `POST /agents/{name}/ag-ui`: a `RunAgentInput` starts a run of the agent
@@ -180,7 +148,7 @@ pub(crate) async fn run_agent(
         let run = app.run(&tenant, &input.thread_id).ok();
         run.map(|_| input.thread_id.clone())
     });
-    let (run_id, after, awaits_input) = match known {
+    let (run_id, after, awaits_input, at_start) = match known {
         Some(run_id) => go_on(&app, &tenant, &run_id, &name, &input).await?,
         None => start(&app, &tenant, &name, &input, &headers).await?,
     };
@@ -192,8 +160,12 @@ pub(crate) async fn run_agent(
         after,
         awaits_input,
     };
-    Ok(respond(&app, entry, segment).await)
+    Ok(respond(&app, entry, segment, at_start).await)
 }
+
+/// The run a segment is of, the last event before it, whether it waits for
+/// the run to take a message, and the run's goal and status before it.
+type Started = (String, u64, bool, (Option<String>, Option<RunStatus>));
 
 /// A new thread: a run of `name` through `POST /runs`'s admission (limits,
 /// queue, the tenant's day), its input the last user message.
@@ -203,7 +175,7 @@ async fn start(
     name: &str,
     input: &RunAgentInput,
     headers: &HeaderMap,
-) -> Result<(String, u64, bool), ApiError> {
+) -> Result<Started, ApiError> {
     if !input.resume.is_empty() {
         return Err(ApiError::bad_field(
             "resume",
@@ -228,7 +200,9 @@ async fn start(
         .and_then(|v| v["run_id"].as_str().map(str::to_string))
         .ok_or_else(|| ApiError::internal("the new run has no id"))?;
     app.agui.remember(tenant, &input.thread_id, &run_id);
-    Ok((run_id, 0, true))
+    let entry = app.run(tenant, &run_id)?;
+    let at_start = now(&entry).await;
+    Ok((run_id, 0, true, at_start))
 }
 
 /// A known thread: answers its run's parked calls (`resume`), or sends it
@@ -239,7 +213,7 @@ async fn go_on(
     run_id: &str,
     name: &str,
     input: &RunAgentInput,
-) -> Result<(String, u64, bool), ApiError> {
+) -> Result<Started, ApiError> {
     let entry = app.run(tenant, run_id)?;
     if entry.meta.agent.as_deref() != Some(name) {
         return Err(ApiError::bad_field(
@@ -251,7 +225,9 @@ async fn go_on(
         ));
     }
     let handle = live(run_id, entry.current())?;
+    // Read before the input goes in: what the segment starts from.
     let after = last_seq(&entry);
+    let at_start = now(&entry).await;
     if !input.resume.is_empty() {
         let crashed = match handle.snapshot().await {
             Some(s) => s.pending_decisions.into_iter().map(|p| p.call.id).collect(),
@@ -268,7 +244,7 @@ async fn go_on(
             };
             done.map_err(ApiError::from_runtime)?;
         }
-        return Ok((run_id.to_string(), after, false));
+        return Ok((run_id.to_string(), after, false, at_start));
     }
     let Some(text) = input.last_user_text.clone() else {
         return Err(ApiError::bad_field(
@@ -284,5 +260,5 @@ async fn go_on(
         }
         return Err(ApiError::from_runtime(e));
     }
-    Ok((run_id.to_string(), after, true))
+    Ok((run_id.to_string(), after, true, at_start))
 }

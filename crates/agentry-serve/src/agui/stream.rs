@@ -48,7 +48,7 @@ pub(crate) struct Segment {
 pub(crate) fn stream(
     entry: Arc<RunEntry>,
     segment: Segment,
-    goal: Option<String>,
+    (goal, status): (Option<String>, Option<RunStatus>),
     slot: StreamSlot,
 ) -> impl Stream<Item = Result<Event, Infallible>> {
     let driver = Driver {
@@ -58,6 +58,7 @@ pub(crate) fn stream(
         segment,
         slot,
         out: VecDeque::new(),
+        status,
         started: false,
         done: false,
         input_taken: false,
@@ -87,6 +88,8 @@ struct Driver {
     segment: Segment,
     slot: StreamSlot,
     out: VecDeque<AgUiEvent>,
+    /// The run's status when the segment was asked for.
+    status: Option<RunStatus>,
     started: bool,
     done: bool,
     input_taken: bool,
@@ -112,6 +115,9 @@ impl Driver {
             return;
         }
         self.started = true;
+        if let Some(status) = self.status.filter(|_| self.segment.after > 0) {
+            self.translator.set_status(status);
+        }
         self.out.push_back(AgUiEvent::RunStarted {
             thread_id: self.segment.thread_id.clone(),
             run_id: self.segment.run_id.clone(),

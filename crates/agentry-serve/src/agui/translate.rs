@@ -65,6 +65,8 @@ pub(crate) struct Translator {
     sent: Value,
     open_text: Option<String>,
     open_step: Option<String>,
+    /// The answer given in this segment (its `RUN_FINISHED.result`).
+    answered: Option<String>,
 }
 
 impl Translator {
@@ -87,6 +89,7 @@ impl Translator {
             state,
             open_text: None,
             open_step: None,
+            answered: None,
         }
     }
 
@@ -96,7 +99,14 @@ impl Translator {
         self.apply(seq, event, &mut Vec::new());
         self.open_text = None;
         self.open_step = None;
+        self.answered = None;
         self.sent = self.state.clone();
+    }
+
+    /// Where the run is when a segment starts after earlier ones: its events
+    /// do not say that it fell asleep.
+    pub(crate) fn set_status(&mut self, status: RunStatus) {
+        self.state["status"] = json!(status.as_str());
     }
 
     /// The whole state, and the base of the deltas that follow.
@@ -107,9 +117,9 @@ impl Translator {
         }
     }
 
-    /// The answer the model gave, if any.
-    pub(crate) fn answer(&self) -> Option<Value> {
-        self.state.get("answer").cloned()
+    /// The answer the model gave in this segment, if any.
+    fn answer(&self) -> Option<Value> {
+        self.answered.clone().map(Value::String)
     }
 
     /// Maps one event into `out`, then the state's change as a delta.
@@ -240,6 +250,7 @@ impl Translator {
                 }
                 self.end_text(out);
                 self.state["answer"] = json!(answer);
+                self.answered = Some(answer.clone());
             }
             Decision::ToolCalls { calls } => {
                 let parent = self.open_text.clone();
@@ -319,10 +330,6 @@ impl Translator {
         if pending.is_empty() && before > 0 {
             self.set_status(RunStatus::Running);
         }
-    }
-
-    fn set_status(&mut self, status: RunStatus) {
-        self.state["status"] = json!(status.as_str());
     }
 
     /// The open text message's id, opening one (`msg-<seq>`) if none is.
