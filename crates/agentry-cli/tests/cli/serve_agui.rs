@@ -369,3 +369,66 @@ async fn a_bad_run_agent_input_is_400_naming_the_field_and_a_wrong_token_is_refu
         "{seen}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs @ag-ui/client in .ci/peers (AGUI_DIR); .ci/run runs it"]
+async fn a_models_streamed_text_is_one_message_of_several_deltas() {
+    use crate::server::{MockServer, Reply, split_events};
+    use crate::sse::{chunk, finish, usage};
+    agui_dir();
+    let dir = tempfile::tempdir().unwrap();
+    task(
+        dir.path(),
+        "chat",
+        "goal = \"chat with the user\"\n[budget]\nmax_steps = 3\n[driver]\nmode = \"events\"\n",
+        json!([]),
+    );
+    // The models crate's scripted OpenAI-compatible server on 127.0.0.1: a
+    // reply streamed in three pieces of text.
+    let pieces = ["Hello", ", world", "!"];
+    let mut events = vec![chunk(json!({"role": "assistant", "content": ""}))];
+    events.extend(pieces.iter().map(|p| chunk(json!({ "content": p }))));
+    events.extend([finish("stop"), usage(3, 3), "[DONE]".into()]);
+    let model = MockServer::start(vec![Reply::sse(split_events(&events, 64))])
+        .await
+        .unwrap();
+    let config = dir.path().join("serve.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[agents.chat]\ntask = \"tasks/chat\"\nmodel = \"local\"\n\
+             [models.local]\nprovider = \"openai\"\nmodel = \"tiny\"\n\
+             base_url = \"{}/v1\"\napi_key_env = \"AGUI_TEST_MODEL_KEY\"\n",
+            model.base_url
+        ),
+    )
+    .unwrap();
+    let store = dir.path().join("runs.db");
+    let served = Served::start(
+        &["--config", path_str(&config), "--store", path_str(&store)],
+        &[("AGENTRY_TOKEN", TOKEN), ("AGUI_TEST_MODEL_KEY", "sk-agui")],
+    );
+    let plan = json!([{"runId": "r1", "message": "greet me"}]).to_string();
+    let seen = client(&["post", &served.base, TOKEN, "chat", &plan]);
+    let call = &seen["calls"][0];
+    assert_eq!(call["ok"], true, "{seen}");
+    let events = call["events"].as_array().unwrap();
+    let deltas: Vec<&str> = events
+        .iter()
+        .filter(|e| e["type"] == "TEXT_MESSAGE_CONTENT")
+        .map(|e| e["delta"].as_str().unwrap())
+        .collect();
+    assert!(deltas.len() > 1, "one delta per piece streamed: {deltas:?}");
+    assert_eq!(deltas.concat(), "Hello, world!");
+    let starts = events
+        .iter()
+        .filter(|e| e["type"] == "TEXT_MESSAGE_START")
+        .count();
+    assert_eq!(starts, 1, "{events:?}");
+    assert_eq!(call["result"], "Hello, world!", "{call}");
+    let said = &seen["messages"][1];
+    assert_eq!(
+        (&said["role"], &said["content"]),
+        (&json!("assistant"), &json!("Hello, world!"))
+    );
+}
