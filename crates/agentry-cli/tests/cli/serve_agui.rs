@@ -384,14 +384,20 @@ async fn a_models_streamed_text_is_one_message_of_several_deltas() {
         json!([]),
     );
     // The models crate's scripted OpenAI-compatible server on 127.0.0.1: a
-    // reply streamed in three pieces of text.
+    // reply streamed in three pieces of text, held half a second midway (the
+    // woken run's status is `sleeping` all along: the segment must not end
+    // while its step runs).
     let pieces = ["Hello", ", world", "!"];
     let mut events = vec![chunk(json!({"role": "assistant", "content": ""}))];
     events.extend(pieces.iter().map(|p| chunk(json!({ "content": p }))));
     events.extend([finish("stop"), usage(3, 3), "[DONE]".into()]);
-    let model = MockServer::start(vec![Reply::sse(split_events(&events, 64))])
-        .await
-        .unwrap();
+    let go = std::sync::Arc::new(tokio::sync::Notify::new());
+    let reply = Reply::sse(split_events(&events, 64)).hold_after(2, go.clone());
+    let model = MockServer::start(vec![reply]).await.unwrap();
+    tokio::spawn(async move {
+        tokio::time::sleep(std::time::Duration::from_millis(600)).await;
+        go.notify_one();
+    });
     let config = dir.path().join("serve.toml");
     std::fs::write(
         &config,

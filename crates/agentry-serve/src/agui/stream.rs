@@ -4,9 +4,11 @@
 //!
 //! A run says nothing when it falls asleep or parks, so the stream asks the
 //! run's state when its log has been quiet for a moment (from 50 ms, backing
-//! off to 1 s): a quiet log whose run waits for a human or an event ends the
-//! segment. A segment that sent the run a message waits until the run has
-//! taken it before a sleeping run counts as done.
+//! off to 1 s): a quiet log whose run waits for a human, or waits for an
+//! event with its turn over, ends the segment. An event-driven run's status
+//! stays `sleeping` while a step it woke for runs, so the turn is read from
+//! the events ([`Turn`]). A segment that sent the run a message waits until
+//! the run has taken it.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -14,6 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agentry::RunStatus;
+use agentry::protocol::decision::Decision;
 use agentry::protocol::event::{EventRecord, RunEvent};
 use agentry::protocol::trace::RunInput;
 use axum::response::sse::Event;
@@ -62,6 +65,7 @@ pub(crate) fn stream(
         started: false,
         done: false,
         input_taken: false,
+        turn: Turn::default(),
         quiet: QUIET_FIRST,
     };
     futures::stream::unfold(driver, |mut driver| async move {
@@ -93,7 +97,64 @@ struct Driver {
     started: bool,
     done: bool,
     input_taken: bool,
+    turn: Turn,
     quiet: Duration,
+}
+
+/// Whether the run's turn is over, from its events: a step's record
+/// (`state_updated`) ends it unless the step called tools (the model sees
+/// their results in a next step) or an input came after its decision (a
+/// next step takes it).
+#[derive(Debug, Clone, Copy)]
+struct Turn {
+    over: bool,
+    calls: bool,
+    input_pending: bool,
+}
+
+impl Default for Turn {
+    /// A run that has done nothing yet waits for its first input.
+    fn default() -> Turn {
+        Turn {
+            over: true,
+            calls: false,
+            input_pending: false,
+        }
+    }
+}
+
+impl Turn {
+    fn see(&mut self, event: &RunEvent) {
+        match event {
+            RunEvent::InputApplied {
+                input: RunInput::Message { .. } | RunInput::Event { .. } | RunInput::Tick { .. },
+                ..
+            } => {
+                self.input_pending = true;
+                self.over = false;
+            }
+            RunEvent::StepStarted { .. } => self.over = false,
+            RunEvent::DecisionMade { decision, .. } => {
+                self.over = false;
+                self.input_pending = false;
+                self.calls =
+                    matches!(&**decision, Decision::ToolCalls { calls } if !calls.is_empty());
+            }
+            RunEvent::StateUpdated { .. } => self.over = !self.calls && !self.input_pending,
+            RunEvent::InputApplied { .. }
+            | RunEvent::TokenDelta { .. }
+            | RunEvent::ToolCallStarted { .. }
+            | RunEvent::ToolProgress { .. }
+            | RunEvent::ToolCallFinished { .. }
+            | RunEvent::BudgetSpent { .. }
+            | RunEvent::AwaitingApproval { .. }
+            | RunEvent::AwaitingDecision { .. }
+            | RunEvent::StepInterrupted { .. }
+            | RunEvent::TickSkipped { .. }
+            | RunEvent::RunStopped { .. }
+            | _ => {}
+        }
+    }
 }
 
 impl Driver {
@@ -175,6 +236,7 @@ impl Driver {
             tracing::warn!(seq = fed.seq, kind = %fed.kind, "an event AG-UI cannot read");
             return;
         };
+        self.turn.see(&record.event);
         if fed.seq <= self.segment.after {
             self.translator.fold(fed.seq, &record.event);
             return;
@@ -212,7 +274,9 @@ impl Driver {
         match snapshot.status {
             RunStatus::AwaitingApproval => parked(&snapshot.pending_approvals, APPROVAL_REQUIRED),
             RunStatus::AwaitingDecision => parked(&snapshot.pending_decisions, DECISION_REQUIRED),
-            RunStatus::Sleeping if !self.segment.awaits_input || self.input_taken => {
+            RunStatus::Sleeping
+                if self.turn.over && (!self.segment.awaits_input || self.input_taken) =>
+            {
                 Some(End::Sleeping)
             }
             RunStatus::Sleeping | RunStatus::Running | RunStatus::Paused | RunStatus::Stopped => {
