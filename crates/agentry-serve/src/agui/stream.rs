@@ -285,3 +285,66 @@ impl Driver {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agentry::protocol::tool::ToolCall;
+
+    /// A decision of `calls` calls, or a final answer for none.
+    fn decided(calls: usize) -> RunEvent {
+        let decision = match calls {
+            0 => Decision::Final {
+                answer: "ok".into(),
+            },
+            n => Decision::ToolCalls {
+                calls: (0..n)
+                    .map(|i| ToolCall::new(format!("c{i}"), "fs.read", serde_json::json!({})))
+                    .collect(),
+            },
+        };
+        RunEvent::DecisionMade {
+            step: 1,
+            decision: Arc::new(decision),
+        }
+    }
+
+    #[test]
+    fn a_turn_is_over_after_a_step_without_calls_and_with_no_input_after_it() {
+        let message = RunEvent::InputApplied {
+            seq: 1,
+            input: RunInput::Message { text: "hi".into() },
+        };
+        let record = RunEvent::StateUpdated { version: 2 };
+        let mut turn = Turn::default();
+        assert!(turn.over, "a run that did nothing waits");
+        for event in [
+            message.clone(),
+            RunEvent::StepStarted { step: 1 },
+            decided(1),
+            record.clone(),
+        ] {
+            turn.see(&event);
+            assert!(!turn.over, "{event:?}");
+        }
+        // The calls' results go to a next step, which answers.
+        for event in [
+            RunEvent::StepStarted { step: 2 },
+            decided(0),
+            record.clone(),
+        ] {
+            turn.see(&event);
+        }
+        assert!(turn.over);
+        // A message taken after the decision: a next step answers it.
+        for event in [
+            RunEvent::StepStarted { step: 3 },
+            decided(0),
+            message,
+            record,
+        ] {
+            turn.see(&event);
+        }
+        assert!(!turn.over);
+    }
+}
