@@ -48,6 +48,7 @@ mod cli {
     mod serve;
     mod serve_a2a;
     mod serve_agents;
+    mod serve_agui;
     mod serve_auth;
     mod serve_console;
     mod serve_console_page;

@@ -187,7 +187,9 @@ pub(super) async fn route_elsewhere(
         return next.run(request).await;
     }
     let tenant = tenant_of(request.extensions());
-    if request.method() == Method::GET && request.uri().path().ends_with("/events") {
+    // An AG-UI stream is not served across nodes: the holder answers 501.
+    let agui = super::agui::wanted(request.uri().query()).unwrap_or(false);
+    if request.method() == Method::GET && request.uri().path().ends_with("/events") && !agui {
         let after = match super::events::resume_point(request.headers(), request.uri().query()) {
             Ok(after) => after,
             Err(e) => return e.into_response(),

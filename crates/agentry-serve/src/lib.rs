@@ -19,6 +19,7 @@
 //! POST /runs/{id}/messages            {"text"}                     → 202
 //! POST /runs/{id}/events              {"name", "payload"}          → 202
 //! GET  /runs/{id}/events              Server-Sent Events, from the run's first event
+//!                                     (?format=ag-ui: AG-UI events, `agui/`)
 //! POST /runs/{id}/interrupt           {"action": pause|resume|abort} → 202
 //!                                     {"action": "redirect", "message"} → 202 (cuts the step)
 //! POST /runs/{id}/approvals/{call_id} {"decision": approve|deny, "reason"} → 200 {"seq"}
@@ -28,6 +29,7 @@
 //! GET  /.well-known/agent-card.json   the default A2A agent's card (`a2a/`)
 //! GET  /a2a/NAME/.well-known/agent-card.json   an A2A agent's card (no token)
 //! POST /a2a/NAME                      A2A 1.0 JSON-RPC (`a2a = true` agents)
+//! POST /agents/{name}/ag-ui           AG-UI RunAgentInput → the AG-UI stream of the run
 //! ```
 //!
 //! Every error is `{"error": {"code", "message", "field"?}}`. With tokens
@@ -73,6 +75,7 @@
 //! gauges.rs     the service's gauges in GET /metrics
 //! file.rs       serve.toml, parsed and checked
 //! guard.rs      what every request passes before its route
+//! agui/threads.rs AG-UI threads and the runs they map to
 //! table.rs      App: the table of runs, following each until it stops
 //! hooks.rs      a run's webhook reserved as it enters the table, ready at its stop
 //! admit.rs      POST /runs through the limits: start, queue or 429
@@ -83,6 +86,7 @@
 //! inputs.rs     the routes a live run takes input by
 //! cluster.rs    requests for runs another node holds, and applying theirs
 //! a2a/          the A2A 1.0 server: agent cards, JSON-RPC, a task is a run
+//! agui/         AG-UI: a run's events as AG-UI events, RunAgentInput
 //! routes.rs     the router, App::serve, and the routes that start and show runs
 //! ```
 
@@ -90,6 +94,7 @@ mod a2a;
 mod admission;
 mod admit;
 mod agents;
+mod agui;
 mod allowed;
 mod body;
 mod catalog;

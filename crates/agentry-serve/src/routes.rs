@@ -93,6 +93,7 @@ fn route_table() -> Router<App> {
         .route("/runs/{id}/interrupt", post(interrupt))
         .route("/runs/{id}/approvals/{call_id}", post(decide))
         .route("/runs/{id}/decisions/{call_id}", post(settle))
+        .route(super::agui::RUN_AGENT_PATH, post(super::agui::run_agent))
         .route("/metrics", get(show_metrics))
         .route(super::openapi::OPENAPI_PATH, get(show_openapi))
         .route(
@@ -170,6 +171,9 @@ async fn stream_events(
     headers: HeaderMap,
     RawQuery(query): RawQuery,
 ) -> Result<Response, ApiError> {
+    if super::agui::wanted(query.as_deref())? {
+        return super::agui::stream_run(&app, &tenant, &id).await;
+    }
     let run = app.run(&tenant, &id)?;
     let after = super::events::resume_point(&headers, query.as_deref())?;
     // A node of a cluster serves every run's stream from the kept events,

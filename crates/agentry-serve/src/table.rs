@@ -40,6 +40,8 @@ pub struct App {
     pub(super) ops: Arc<Ops>,
     /// The nodes this one shares its store with, once it joined them (`cluster.rs`).
     pub(super) cluster: Arc<std::sync::OnceLock<Arc<dyn super::node::Cluster>>>,
+    /// AG-UI threads and the runs they map to (`agui/`).
+    pub(super) agui: Arc<super::agui::threads::Threads>,
 }
 
 /// One run: its handle while it runs, its event log, and the working directory
@@ -178,6 +180,7 @@ impl App {
             admission,
             metrics,
             cluster: Arc::default(),
+            agui: Arc::default(),
         }
     }
 

@@ -13,9 +13,11 @@
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
+mod agui;
 mod bodies;
 mod service;
 
+pub use agui::*;
 pub use bodies::*;
 pub use service::*;
 
@@ -58,7 +60,8 @@ pub fn document_json() -> String {
         approve,
         settle,
         agents,
-        metrics
+        metrics,
+        agui::run_agent_ag_ui
     ),
     components(schemas(ListStatus)),
     modifiers(&BearerAuth),
@@ -171,13 +174,15 @@ fn inject_event() {}
 #[utoipa::path(get, path = "/runs/{id}/events", operation_id = "streamEvents",
     params(("id" = String, Path, description = "The run"),
         ("Last-Event-ID" = Option<String>, Header, description = "Resume after this event id (a whole number): the events after it the run's log still holds, then the live ones"),
-        ("after" = Option<u64>, Query, description = "The same as `Last-Event-ID`, for clients that cannot set headers; the header wins")),
+        ("after" = Option<u64>, Query, description = "The same as `Last-Event-ID`, for clients that cannot set headers; the header wins"),
+        ("format" = Option<String>, Query, description = "`ag-ui`: the run as AG-UI events instead, from its first kept event (docs/src/ag-ui.md); any other value is 400")),
     responses(
         (status = 200, description = "One `data:` JSON event record per event, `id:` its sequence number; a resumed stream opens with a comment saying after which event it resumes and which events the log no longer held", content_type = "text/event-stream", body = String),
-        (status = 400, description = "`Last-Event-ID` or `after` is not a whole number (`field` names it)", body = ErrorBody),
+        (status = 400, description = "`Last-Event-ID` or `after` is not a whole number, or `format` is not `ag-ui` (`field` names it)", body = ErrorBody),
         (status = 401, description = "No or a wrong token", body = ErrorBody),
         (status = 404, description = "No such run of this tenant", body = ErrorBody),
-        (status = 429, description = "Too many open streams", body = ErrorBody)))]
+        (status = 429, description = "Too many open streams", body = ErrorBody),
+        (status = 501, description = "`format=ag-ui` on a cluster's node", body = ErrorBody)))]
 #[allow(dead_code)] // documents its route; never called
 fn stream_events() {}
 

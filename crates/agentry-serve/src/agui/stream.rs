@@ -1,0 +1,350 @@
+//! One AG-UI stream: a segment of a run, read from its event log (the one
+//! the native stream reads, `events.rs`), mapped by a [`Translator`], and
+//! ended when the run stops, parks a call for a human, or sleeps.
+//!
+//! A run says nothing when it falls asleep or parks, so the stream asks the
+//! run's state when its log has been quiet for a moment (from 50 ms, backing
+//! off to 1 s): a quiet log whose run waits for a human, or waits for an
+//! event with its turn over, ends the segment. An event-driven run's status
+//! stays `sleeping` while a step it woke for runs, so the turn is read from
+//! the events ([`Turn`]). A segment that sent the run a message waits until
+//! the run has taken it.
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentry::RunStatus;
+use agentry::protocol::decision::Decision;
+use agentry::protocol::event::{EventRecord, RunEvent};
+use agentry::protocol::trace::RunInput;
+use axum::response::sse::Event;
+use futures::{FutureExt, Stream};
+
+use super::translate::{DECISION_REQUIRED, End, Parked, Translator};
+use super::wire::{APPROVAL_REQUIRED, AgUiEvent, RUN_EVENT, sse};
+use crate::events::{EventFeed, FedEvent};
+use crate::streams::StreamSlot;
+use crate::table::{Run, RunEntry};
+
+/// The quiet that makes a stream look at the run's state, first and at most.
+const QUIET_FIRST: Duration = Duration::from_millis(50);
+const QUIET_MOST: Duration = Duration::from_secs(1);
+
+/// What a segment is.
+#[derive(Debug, Clone)]
+pub(crate) struct Segment {
+    /// AG-UI's `threadId` and `runId` for RUN_STARTED / RUN_FINISHED.
+    pub thread_id: String,
+    pub run_id: String,
+    /// The agentry run.
+    pub agentry_run: String,
+    /// Events up to this one came before the segment: folded into the state,
+    /// not sent.
+    pub after: u64,
+    /// A message was sent: a sleeping run is done only once it took one.
+    pub awaits_input: bool,
+}
+
+/// The run's events as AG-UI SSE events, for `segment`.
+pub(crate) fn stream(
+    entry: Arc<RunEntry>,
+    segment: Segment,
+    (goal, status): (Option<String>, Option<RunStatus>),
+    slot: StreamSlot,
+) -> impl Stream<Item = Result<Event, Infallible>> {
+    let driver = Driver {
+        feed: EventFeed::new(Arc::clone(&entry.log)),
+        entry,
+        translator: Translator::new(goal),
+        segment,
+        slot,
+        out: VecDeque::new(),
+        status,
+        started: false,
+        done: false,
+        input_taken: false,
+        turn: Turn::default(),
+        quiet: QUIET_FIRST,
+    };
+    futures::stream::unfold(driver, |mut driver| async move {
+        let event = driver.next().await?;
+        Some((Ok(sse(&event)), driver))
+    })
+}
+
+/// The events of `log` before now: their last number (0 for none), for a
+/// segment that starts after them.
+pub(crate) fn last_seq(entry: &RunEntry) -> u64 {
+    let mut feed = EventFeed::new(Arc::clone(&entry.log));
+    // Whatever the log holds now is handed at once; an empty log would wait.
+    match feed.next_batch().now_or_never() {
+        Some(Some(batch)) => batch.last().map_or(0, |e| e.seq),
+        Some(None) | None => 0,
+    }
+}
+
+struct Driver {
+    entry: Arc<RunEntry>,
+    feed: EventFeed,
+    translator: Translator,
+    segment: Segment,
+    slot: StreamSlot,
+    out: VecDeque<AgUiEvent>,
+    /// The run's status when the segment was asked for.
+    status: Option<RunStatus>,
+    started: bool,
+    done: bool,
+    input_taken: bool,
+    turn: Turn,
+    quiet: Duration,
+}
+
+/// Whether the run's turn is over, from its events: a step's record
+/// (`state_updated`) ends it unless the step called tools (the model sees
+/// their results in a next step) or an input came after its decision (a
+/// next step takes it).
+#[derive(Debug, Clone, Copy)]
+struct Turn {
+    over: bool,
+    calls: bool,
+    input_pending: bool,
+}
+
+impl Default for Turn {
+    /// A run that has done nothing yet waits for its first input.
+    fn default() -> Turn {
+        Turn {
+            over: true,
+            calls: false,
+            input_pending: false,
+        }
+    }
+}
+
+impl Turn {
+    fn see(&mut self, event: &RunEvent) {
+        match event {
+            RunEvent::InputApplied {
+                input: RunInput::Message { .. } | RunInput::Event { .. } | RunInput::Tick { .. },
+                ..
+            } => {
+                self.input_pending = true;
+                self.over = false;
+            }
+            RunEvent::StepStarted { .. } => self.over = false,
+            RunEvent::DecisionMade { decision, .. } => {
+                self.over = false;
+                self.input_pending = false;
+                self.calls =
+                    matches!(&**decision, Decision::ToolCalls { calls } if !calls.is_empty());
+            }
+            RunEvent::StateUpdated { .. } => self.over = !self.calls && !self.input_pending,
+            RunEvent::InputApplied { .. }
+            | RunEvent::TokenDelta { .. }
+            | RunEvent::ToolCallStarted { .. }
+            | RunEvent::ToolProgress { .. }
+            | RunEvent::ToolCallFinished { .. }
+            | RunEvent::BudgetSpent { .. }
+            | RunEvent::AwaitingApproval { .. }
+            | RunEvent::AwaitingDecision { .. }
+            | RunEvent::StepInterrupted { .. }
+            | RunEvent::TickSkipped { .. }
+            | RunEvent::RunStopped { .. }
+            | _ => {}
+        }
+    }
+}
+
+impl Driver {
+    async fn next(&mut self) -> Option<AgUiEvent> {
+        loop {
+            if let Some(event) = self.out.pop_front() {
+                return Some(event);
+            }
+            if self.done {
+                return None;
+            }
+            self.advance().await;
+        }
+    }
+
+    /// RUN_STARTED, the run's id and the state, once.
+    fn start(&mut self) {
+        if self.started {
+            return;
+        }
+        self.started = true;
+        if let Some(status) = self.status.filter(|_| self.segment.after > 0) {
+            self.translator.set_status(status);
+        }
+        self.out.push_back(AgUiEvent::RunStarted {
+            thread_id: self.segment.thread_id.clone(),
+            run_id: self.segment.run_id.clone(),
+        });
+        self.out.push_back(AgUiEvent::Custom {
+            name: RUN_EVENT.into(),
+            value: serde_json::json!({ "run_id": self.segment.agentry_run }),
+        });
+        let snapshot = self.translator.snapshot();
+        self.out.push_back(snapshot);
+    }
+
+    fn end(&mut self, end: &End) {
+        self.start();
+        let events = self
+            .translator
+            .finish(end, &self.segment.thread_id, &self.segment.run_id);
+        self.out.extend(events);
+        self.done = true;
+    }
+
+    async fn advance(&mut self) {
+        let got = tokio::select! {
+            batch = self.feed.next_batch() => Some(batch),
+            () = tokio::time::sleep(self.quiet) => None,
+            // Ended to make room for a newer stream: the client reconnects.
+            () = self.slot.signals.ended() => {
+                self.done = true;
+                return;
+            }
+        };
+        match got {
+            Some(Some(batch)) => {
+                self.quiet = QUIET_FIRST;
+                for fed in batch {
+                    self.take(&fed);
+                    if self.done {
+                        return;
+                    }
+                }
+            }
+            Some(None) => self.end(&End::Closed),
+            None => {
+                self.start();
+                self.quiet = (self.quiet * 2).min(QUIET_MOST);
+                if let Some(end) = self.parked_or_asleep().await {
+                    self.end(&end);
+                }
+            }
+        }
+    }
+
+    fn take(&mut self, fed: &FedEvent) {
+        let Ok(record) = serde_json::from_str::<EventRecord>(&fed.data) else {
+            tracing::warn!(seq = fed.seq, kind = %fed.kind, "an event AG-UI cannot read");
+            return;
+        };
+        self.turn.see(&record.event);
+        if fed.seq <= self.segment.after {
+            self.translator.fold(fed.seq, &record.event);
+            return;
+        }
+        self.start();
+        if let RunEvent::InputApplied {
+            input: RunInput::Message { .. } | RunInput::Event { .. },
+            ..
+        } = &record.event
+        {
+            self.input_taken = true;
+        }
+        let mut out = Vec::new();
+        self.translator.apply(fed.seq, &record.event, &mut out);
+        self.out.extend(out);
+        if let RunEvent::RunStopped { stop_reason } = record.event {
+            self.end(&End::Stopped(stop_reason));
+        }
+    }
+
+    /// How the segment ends if the run, its log quiet, waits for a human or
+    /// for its next event.
+    async fn parked_or_asleep(&self) -> Option<End> {
+        let handle = match self.entry.current() {
+            Run::Live(handle) => handle,
+            // Its `run_stopped` is in the log, or comes; a queued run starts.
+            Run::Stopped(_) | Run::Queued => return None,
+        };
+        let snapshot = handle.snapshot().await?;
+        let parked = |pending, reason| {
+            let calls = Parked::approvals(pending, reason);
+            // An interrupt names at least one call; none yet is a moment early.
+            (!calls.is_empty()).then_some(End::Parked(calls))
+        };
+        match snapshot.status {
+            RunStatus::AwaitingApproval => parked(&snapshot.pending_approvals, APPROVAL_REQUIRED),
+            RunStatus::AwaitingDecision => parked(&snapshot.pending_decisions, DECISION_REQUIRED),
+            RunStatus::Sleeping
+                if self.turn.over && (!self.segment.awaits_input || self.input_taken) =>
+            {
+                Some(End::Sleeping)
+            }
+            RunStatus::Sleeping | RunStatus::Running | RunStatus::Paused | RunStatus::Stopped => {
+                None
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agentry::protocol::tool::ToolCall;
+
+    /// A decision of `calls` calls, or a final answer for none.
+    fn decided(calls: usize) -> RunEvent {
+        let decision = match calls {
+            0 => Decision::Final {
+                answer: "ok".into(),
+            },
+            n => Decision::ToolCalls {
+                calls: (0..n)
+                    .map(|i| ToolCall::new(format!("c{i}"), "fs.read", serde_json::json!({})))
+                    .collect(),
+            },
+        };
+        RunEvent::DecisionMade {
+            step: 1,
+            decision: Arc::new(decision),
+        }
+    }
+
+    #[test]
+    fn a_turn_is_over_after_a_step_without_calls_and_with_no_input_after_it() {
+        let message = RunEvent::InputApplied {
+            seq: 1,
+            input: RunInput::Message { text: "hi".into() },
+        };
+        let record = RunEvent::StateUpdated { version: 2 };
+        let mut turn = Turn::default();
+        assert!(turn.over, "a run that did nothing waits");
+        for event in [
+            message.clone(),
+            RunEvent::StepStarted { step: 1 },
+            decided(1),
+            record.clone(),
+        ] {
+            turn.see(&event);
+            assert!(!turn.over, "{event:?}");
+        }
+        // The calls' results go to a next step, which answers.
+        for event in [
+            RunEvent::StepStarted { step: 2 },
+            decided(0),
+            record.clone(),
+        ] {
+            turn.see(&event);
+        }
+        assert!(turn.over);
+        // A message taken after the decision: a next step answers it.
+        for event in [
+            RunEvent::StepStarted { step: 3 },
+            decided(0),
+            message,
+            record,
+        ] {
+            turn.see(&event);
+        }
+        assert!(!turn.over);
+    }
+}
