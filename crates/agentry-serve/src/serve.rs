@@ -170,7 +170,15 @@ pub async fn serve(
         let stream = tokio::select! {
             () = &mut shutdown => break,
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
+                Ok((stream, _)) => {
+                    // An event stream writes small frames as they come: with
+                    // Nagle's algorithm each waited for the client's delayed
+                    // ACK (~40 ms on Linux) behind the one before it.
+                    if let Err(e) = stream.set_nodelay(true) {
+                        tracing::debug!(error = %e, "TCP_NODELAY not set");
+                    }
+                    stream
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, "accept failed; retrying");
                     tokio::select! {
