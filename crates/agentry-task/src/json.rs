@@ -135,7 +135,10 @@ mod tests {
         let err = TaskSpec::parse(&text, Path::new("/nowhere/inline"))
             .unwrap_err()
             .to_string();
-        assert!(err.contains("artifacts[0]: expected a relative path"), "{err}");
+        assert!(
+            err.contains("artifacts[0]: expected a relative path"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -85,6 +85,21 @@ fn place() -> tempfile::TempDir {
     );
     task(
         root,
+        "report",
+        &format!(
+            "goal = \"write a report\"\nartifacts = [\"out/report.md\", \"missing.txt\", \"blob.bin\"]\n\
+             {budget}[tools]\ngrant = [\"fs.write\", \"proc.run\"]\n"
+        ),
+        &json!({"turns": [
+            {"tool_calls": [{"id": "w1", "name": "fs.write",
+                "arguments": {"path": "out/report.md", "content": "# Report\nall good\n"}}]},
+            {"tool_calls": [{"id": "b1", "name": "proc.run",
+                "arguments": {"argv": ["sh", "-c", "printf '\\377\\000\\001' > blob.bin"]}}]},
+            {"final": "reported"}
+        ]}),
+    );
+    task(
+        root,
         "plain",
         &format!("goal = \"not published\"\n{budget}"),
         &json!({"turns": [{"final": "plain"}]}),
@@ -94,7 +109,7 @@ fn place() -> tempfile::TempDir {
          [serve]\nwebhook_hosts = [\"127.0.0.1\"]\na2a_default = \"echo\"\n",
     );
     config.push_str(&format!("webhook_secret_env = \"{SECRET_ENV}\"\n"));
-    for name in ["echo", "gated", "nap", "chat", "spin"] {
+    for name in ["echo", "gated", "nap", "chat", "spin", "report"] {
         config.push_str(&format!(
             "[agents.{name}]\ntask = \"tasks/{name}\"\na2a = true\n"
         ));
@@ -203,6 +218,50 @@ async fn the_official_a2a_client_sends_streams_cancels_approves_and_is_pushed_to
     chat_and_refusals(&checks, &served).await;
     pushed_to(&checks, &pushed).await;
     pushed_by_config(&checks, &pushed).await;
+    declared_files(&checks);
+}
+
+/// The files a task declares (`artifacts`): a completed task carries the
+/// answer, then each file that exists (text, or raw bytes), and a stream
+/// tells them before COMPLETED.
+fn declared_files(checks: &BTreeMap<String, Value>) {
+    let check = &checks["artifacts"];
+    assert_eq!(check["state"], "TASK_STATE_COMPLETED", "{check:#}");
+    let artifacts = check["artifacts"].as_array().unwrap();
+    let names: Vec<&str> = artifacts
+        .iter()
+        .map(|a| a["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["answer", "out/report.md", "blob.bin"], "{check:#}");
+    assert_eq!(artifacts[0]["parts"][0]["text"], "reported");
+    assert_eq!(
+        artifacts[1]["parts"][0],
+        json!({"text": "# Report\nall good\n", "filename": "report.md", "mediaType": "text/markdown"})
+    );
+    assert_eq!(
+        artifacts[2]["parts"][0],
+        json!({"raw": "/wAB", "filename": "blob.bin", "mediaType": "application/octet-stream"})
+    );
+    assert_eq!(
+        check["got"], check["artifacts"],
+        "GetTask: the same artifacts"
+    );
+    let events = check["events"].as_array().unwrap();
+    let last = events.last().unwrap();
+    let completed = &last["statusUpdate"]["status"]["state"];
+    if completed == "TASK_STATE_COMPLETED" {
+        let report = events
+            .iter()
+            .position(|e| e["artifactUpdate"]["artifact"]["name"] == "out/report.md");
+        assert!(
+            report.is_some_and(|at| at + 1 < events.len()),
+            "the file streamed before COMPLETED: {events:#?}"
+        );
+    } else {
+        // The run was done before the stream's first look.
+        let names = &last["task"]["artifacts"];
+        assert_eq!(names[1]["name"], "out/report.md", "{events:#?}");
+    }
 }
 
 /// Cards: the default agent at the root, the others under /a2a/NAME; a

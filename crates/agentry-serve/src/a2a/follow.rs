@@ -111,13 +111,20 @@ impl Follower {
             return vec![json!({"task": now.task(true)})];
         };
         let mut told = Vec::new();
+        let update = |artifact: &Value| {
+            json!({"artifactUpdate": {
+                "taskId": self.id, "contextId": self.id,
+                "artifact": artifact, "lastChunk": true,
+            }})
+        };
         if now.answer != last.answer
             && let Some(artifact) = now.artifact()
         {
-            told.push(json!({"artifactUpdate": {
-                "taskId": self.id, "contextId": self.id,
-                "artifact": artifact, "lastChunk": true,
-            }}));
+            told.push(update(&artifact));
+        }
+        // The declared files, once the task completed: before its status.
+        if now.files != last.files {
+            told.extend(now.files.iter().map(update));
         }
         if now.state != last.state || now.parts != last.parts {
             told.push(json!({"statusUpdate": {

@@ -15,7 +15,7 @@
 //! running, paused                          TASK_STATE_WORKING
 //! awaiting_approval / awaiting_decision    TASK_STATE_INPUT_REQUIRED (the calls in a data part)
 //! sleeping (event-driven, between inputs)  TASK_STATE_INPUT_REQUIRED (the answer so far)
-//! stopped done                             TASK_STATE_COMPLETED (the answer as artifact "answer")
+//! stopped done                             TASK_STATE_COMPLETED (the answer as artifact "answer", then the declared files)
 //! stopped user_abort                       TASK_STATE_CANCELED
 //! stopped, any other reason                TASK_STATE_FAILED (stop reason and detail)
 //! ```
@@ -24,6 +24,7 @@
 //! without), and a task is found for the tenant that created it only.
 
 mod call;
+mod files;
 mod follow;
 mod push;
 mod send;

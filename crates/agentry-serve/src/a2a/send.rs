@@ -14,7 +14,7 @@ use super::super::table::live;
 use super::call::Call;
 use super::follow::{Follower, Until, sse};
 use super::push;
-use super::task::observe;
+use super::task::{observe, observe_with};
 use super::wire::{Failure, RpcError, id_param, incoming, reply};
 
 /// Tasks a ListTasks page holds by default, and at most.
@@ -222,7 +222,8 @@ pub(super) async fn list(call: &Call) -> Result<Value, Failure> {
     ids.reverse();
     let mut tasks = Vec::new();
     for id in ids {
-        let Ok(now) = observe(&call.app, &call.tenant, &call.agent, &id).await else {
+        let Ok(now) = observe_with(&call.app, &call.tenant, &call.agent, &id, artifacts).await
+        else {
             continue;
         };
         if text("status").is_none_or(|s| s == now.state.name()) {

@@ -9,7 +9,7 @@ use agentry::protocol::stop::StopReason;
 use agentry::{RunOutcome, RunStatus};
 use serde_json::{Value, json};
 
-use super::super::table::{App, Run};
+use super::super::table::{App, Run, RunEntry};
 use super::super::tenants::Tenant;
 use super::wire::RpcError;
 
@@ -58,6 +58,8 @@ pub(super) struct Observed {
     pub(super) inputs: u64,
     /// An event-driven run between inputs.
     pub(super) asleep: bool,
+    /// The declared files of a completed task, as artifacts (`files.rs`).
+    pub(super) files: Vec<Value>,
 }
 
 impl Observed {
@@ -69,6 +71,14 @@ impl Observed {
             "name": "answer",
             "parts": [{"text": answer}],
         }))
+    }
+
+    /// Every artifact: the answer, then the declared files.
+    pub(super) fn artifacts(&self) -> Vec<Value> {
+        self.artifact()
+            .into_iter()
+            .chain(self.files.iter().cloned())
+            .collect()
     }
 
     /// `TaskStatus`.
@@ -92,26 +102,70 @@ impl Observed {
     /// `Task` (its artifacts left out unless asked for, as ListTasks does).
     pub(super) fn task(&self, artifacts: bool) -> Value {
         let mut task = json!({"id": self.id, "contextId": self.id, "status": self.status()});
-        if artifacts && let Some(artifact) = self.artifact() {
-            task["artifacts"] = json!([artifact]);
+        let all = self.artifacts();
+        if artifacts && !all.is_empty() {
+            task["artifacts"] = json!(all);
         }
         task
     }
 }
 
-/// Run `id` of `tenant` and of agent `agent` as a task; any other run is
-/// TaskNotFound (never another tenant's).
+/// Run `id` of `tenant` and of agent `agent` as a task, its declared
+/// files read once it completed; any other run is TaskNotFound (never
+/// another tenant's).
 pub(super) async fn observe(
     app: &App,
     tenant: &Tenant,
     agent: &str,
     id: &str,
 ) -> Result<Observed, RpcError> {
+    observe_with(app, tenant, agent, id, true).await
+}
+
+/// [`observe`], reading the declared files of a completed task only when
+/// `files` says so (a listing without artifacts needs none).
+pub(super) async fn observe_with(
+    app: &App,
+    tenant: &Tenant,
+    agent: &str,
+    id: &str,
+    files: bool,
+) -> Result<Observed, RpcError> {
     let entry = app
         .run(tenant, id)
         .ok()
         .filter(|entry| entry.meta.agent.as_deref() == Some(agent))
         .ok_or_else(|| RpcError::task_not_found(id))?;
+    let declared = if files {
+        entry.meta.artifacts.clone()
+    } else {
+        Vec::new()
+    };
+    let mut now = observe_entry(&entry, id).await?;
+    if now.state == State::Completed && !declared.is_empty() {
+        now.files = read_files(id, &entry, declared).await;
+    }
+    Ok(now)
+}
+
+/// The declared files of a completed run, read off the async workers.
+async fn read_files(id: &str, entry: &RunEntry, declared: Vec<String>) -> Vec<Value> {
+    let workdir = match entry.current() {
+        Run::Stopped(outcome) => outcome.workdir.clone(),
+        Run::Live(handle) => match handle.outcome() {
+            Some(outcome) => outcome.workdir,
+            None => return Vec::new(),
+        },
+        Run::Queued => return Vec::new(),
+    };
+    let id = id.to_string();
+    tokio::task::spawn_blocking(move || super::files::read(&id, &workdir, &declared))
+        .await
+        .unwrap_or_default()
+}
+
+/// A run of the table as a task (its files not read).
+async fn observe_entry(entry: &RunEntry, id: &str) -> Result<Observed, RpcError> {
     let handle = match entry.current() {
         Run::Queued => return Ok(queued(id)),
         Run::Stopped(outcome) => return Ok(stopped(id, &outcome, None)),
@@ -144,6 +198,7 @@ fn queued(id: &str) -> Observed {
         answer: None,
         inputs: 0,
         asleep: false,
+        files: Vec::new(),
     }
 }
 
@@ -173,6 +228,7 @@ fn stopped(id: &str, outcome: &RunOutcome, snapshot: Option<&RunSnapshot>) -> Ob
         answer: outcome.answer.clone(),
         inputs: snapshot.map_or(0, |s| s.inputs),
         asleep: false,
+        files: Vec::new(),
     }
 }
 
@@ -203,6 +259,7 @@ fn live(id: &str, snapshot: &RunSnapshot) -> Observed {
         answer: snapshot.task.answer.clone(),
         inputs: snapshot.inputs,
         asleep: snapshot.status == RunStatus::Sleeping,
+        files: Vec::new(),
     }
 }
 
