@@ -13,6 +13,7 @@ mod cli {
     mod a2a_tools;
     mod child_models;
     mod cluster;
+    mod cluster_a2a;
     mod cluster_edges;
     mod docs;
     mod errors;

@@ -426,7 +426,13 @@ async fn pushed_by_config(checks: &BTreeMap<String, Value>, pushed: &Mutex<Vec<P
 }
 
 /// A JSON-RPC call with `A2A-Version: 1.0` (or without it).
-async fn rpc(base: &str, path: &str, token: &str, version: bool, body: Value) -> (u16, Value) {
+pub(super) async fn rpc(
+    base: &str,
+    path: &str,
+    token: &str,
+    version: bool,
+    body: Value,
+) -> (u16, Value) {
     rpc_with(base, path, token, version, &[], body).await
 }
 

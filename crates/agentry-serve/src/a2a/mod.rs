@@ -27,6 +27,7 @@ mod call;
 mod files;
 mod follow;
 mod push;
+mod remote;
 mod send;
 mod task;
 mod wire;

@@ -14,8 +14,9 @@ use super::super::table::live;
 use super::call::Call;
 use super::follow::{Follower, Until, sse};
 use super::push;
+use super::remote::{self, Input};
 use super::task::{observe, observe_with};
-use super::wire::{Failure, RpcError, id_param, incoming, reply};
+use super::wire::{Failure, Incoming, RpcError, id_param, incoming, reply};
 
 /// Tasks a ListTasks page holds by default, and at most.
 const PAGE: usize = 50;
@@ -45,6 +46,9 @@ async fn start_or_continue(call: &Call) -> Result<(String, u64), Failure> {
         }
         return Ok((start(call, message.text).await?, 1));
     };
+    if !call.app.holds(&id) {
+        return continue_elsewhere(call, id, message).await;
+    }
     let entry = call
         .app
         .run(&call.tenant, &id)
@@ -85,6 +89,35 @@ async fn start_or_continue(call: &Call) -> Result<(String, u64), Failure> {
         return Err(runtime(e));
     }
     Ok((id, before + 1))
+}
+
+/// A message to a task another node holds (or only the store does): its
+/// native request, sent where the run is (`remote.rs`).
+async fn continue_elsewhere(
+    call: &Call,
+    id: String,
+    message: Incoming,
+) -> Result<(String, u64), Failure> {
+    let (app, tenant) = (&call.app, &call.tenant);
+    let now = observe_with(app, tenant, &call.agent, &id, false).await?;
+    let (input, min_inputs) = match (message.approval, message.decision) {
+        (Some(approval), _) => (Input::Approval(approval), 0),
+        (None, Some(decision)) => {
+            decision
+                .settle
+                .parse::<agentry::Settlement>()
+                .map_err(|m: String| {
+                    RpcError::invalid_params(format!("data.decision.settle: {m}"))
+                })?;
+            (Input::Decision(decision), 0)
+        }
+        (None, None) => (
+            Input::Text(message.text.unwrap_or_default()),
+            now.inputs + 1,
+        ),
+    };
+    remote::send(app, tenant, &id, input).await?;
+    Ok((id, min_inputs))
 }
 
 /// A run of the agent with the message as its input, through `POST /runs`'s
@@ -254,7 +287,9 @@ pub(super) async fn cancel(call: &Call) -> Result<Value, Failure> {
     if now.state.terminal() {
         return Err(RpcError::not_cancelable(&id, now.state.name()).into());
     }
-    if !call.app.cancel_queued(&id).await
+    if !call.app.holds(&id) {
+        remote::abort(&call.app, &call.tenant, &id).await;
+    } else if !call.app.cancel_queued(&id).await
         && let Ok(entry) = call.app.run(&call.tenant, &id)
         && let Ok(handle) = live(&id, entry.current())
     {

@@ -131,6 +131,10 @@ pub(super) async fn observe_with(
     id: &str,
     files: bool,
 ) -> Result<Observed, RpcError> {
+    if !app.holds(id) {
+        // Another node's run (or one only the store holds now).
+        return super::remote::observe(app, tenant, agent, id, files).await;
+    }
     let entry = app
         .run(tenant, id)
         .ok()
@@ -190,7 +194,7 @@ async fn observe_entry(entry: &RunEntry, id: &str) -> Result<Observed, RpcError>
     Ok(live(id, &snapshot))
 }
 
-fn queued(id: &str) -> Observed {
+pub(super) fn queued(id: &str) -> Observed {
     Observed {
         id: id.to_string(),
         state: State::Submitted,
@@ -203,7 +207,24 @@ fn queued(id: &str) -> Observed {
 }
 
 fn stopped(id: &str, outcome: &RunOutcome, snapshot: Option<&RunSnapshot>) -> Observed {
-    let reason = outcome.stop_reason;
+    let inputs = snapshot.map_or(0, |s| s.inputs);
+    ended(
+        id,
+        outcome.stop_reason,
+        &outcome.detail,
+        outcome.answer.clone(),
+        inputs,
+    )
+}
+
+/// A run that stopped for `reason`.
+pub(super) fn ended(
+    id: &str,
+    reason: StopReason,
+    detail: &str,
+    answer: Option<String>,
+    inputs: u64,
+) -> Observed {
     // Every other stop reason, present and future (`StopReason` is
     // non-exhaustive), is a failure.
     let state = if reason == StopReason::Done {
@@ -217,35 +238,58 @@ fn stopped(id: &str, outcome: &RunOutcome, snapshot: Option<&RunSnapshot>) -> Ob
         Vec::new()
     } else {
         vec![
-            json!({"text": format!("stopped: {}: {}", reason.as_str(), outcome.detail)}),
-            json!({"data": {"stop_reason": reason.as_str(), "detail": outcome.detail}}),
+            json!({"text": format!("stopped: {}: {}", reason.as_str(), detail)}),
+            json!({"data": {"stop_reason": reason.as_str(), "detail": detail}}),
         ]
     };
     Observed {
         id: id.to_string(),
         state,
         parts,
-        answer: outcome.answer.clone(),
-        inputs: snapshot.map_or(0, |s| s.inputs),
+        answer,
+        inputs,
         asleep: false,
         files: Vec::new(),
     }
 }
 
+/// What a run that has not stopped shows, from its snapshot or its view.
+pub(super) struct Going<'a> {
+    pub(super) status: RunStatus,
+    pub(super) approvals: &'a [PendingApproval],
+    pub(super) decisions: &'a [PendingApproval],
+    pub(super) answer: Option<String>,
+    pub(super) inputs: u64,
+}
+
 fn live(id: &str, snapshot: &RunSnapshot) -> Observed {
-    let (state, parts) = match snapshot.status {
+    going(
+        id,
+        Going {
+            status: snapshot.status,
+            approvals: &snapshot.pending_approvals,
+            decisions: &snapshot.pending_decisions,
+            answer: snapshot.task.answer.clone(),
+            inputs: snapshot.inputs,
+        },
+    )
+}
+
+/// A run that has not stopped, as a task.
+pub(super) fn going(id: &str, run: Going<'_>) -> Observed {
+    let (state, parts) = match run.status {
         RunStatus::Running | RunStatus::Paused | RunStatus::Stopped => (State::Working, Vec::new()),
         RunStatus::AwaitingApproval => (
             State::InputRequired,
-            pending_parts("approval", &snapshot.pending_approvals),
+            pending_parts("approval", run.approvals),
         ),
         RunStatus::AwaitingDecision => (
             State::InputRequired,
-            pending_parts("decision", &snapshot.pending_decisions),
+            pending_parts("decision", run.decisions),
         ),
         RunStatus::Sleeping => {
             let mut parts = Vec::new();
-            if let Some(answer) = &snapshot.task.answer {
+            if let Some(answer) = &run.answer {
                 parts.push(json!({"text": answer}));
             }
             parts.push(json!({"data": {"awaiting": "message"}}));
@@ -256,9 +300,9 @@ fn live(id: &str, snapshot: &RunSnapshot) -> Observed {
         id: id.to_string(),
         state,
         parts,
-        answer: snapshot.task.answer.clone(),
-        inputs: snapshot.inputs,
-        asleep: snapshot.status == RunStatus::Sleeping,
+        answer: run.answer,
+        inputs: run.inputs,
+        asleep: run.status == RunStatus::Sleeping,
         files: Vec::new(),
     }
 }

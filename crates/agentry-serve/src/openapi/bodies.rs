@@ -287,6 +287,10 @@ pub struct RunView {
     /// Calls a crash left with an unknown outcome, waiting for a decision.
     #[schema(nullable = false)]
     pub pending_decisions: Option<Vec<Value>>,
+    /// The answer so far, while it has not stopped (an event-driven
+    /// agent's between inputs); a stopped run's is in `outcome`.
+    #[schema(nullable = false)]
+    pub answer: Option<String>,
     /// How it ended, once it has.
     #[schema(nullable = false)]
     pub outcome: Option<OutcomeView>,
