@@ -74,6 +74,14 @@ async fn a_task_node_a_holds_is_got_answered_and_completed_through_node_b() {
     let calls = &got["status"]["message"]["parts"][1]["data"]["calls"];
     assert_eq!(calls[0]["call_id"], "a1", "{got}");
     assert_eq!(calls[0]["tool"], "append");
+    // Listed through B (the store lists every node's runs).
+    let list = json!({"jsonrpc": "2.0", "id": 4, "method": "ListTasks", "params": {}});
+    let listed = call(&b.base, "gated", list).await;
+    assert_eq!(listed["tasks"][0]["id"], id.as_str(), "{listed}");
+    assert_eq!(
+        listed["tasks"][0]["status"]["state"],
+        "TASK_STATE_INPUT_REQUIRED"
+    );
     // Another agent's endpoint does not find it.
     let (_, other) = rpc(&b.base, "/a2a/chat", "none", true, get(&id)).await;
     assert_eq!(other["error"]["code"], -32001, "{other}");

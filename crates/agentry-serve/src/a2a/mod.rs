@@ -26,6 +26,7 @@
 mod call;
 mod files;
 mod follow;
+mod list;
 mod push;
 mod remote;
 mod send;
@@ -211,7 +212,7 @@ async fn dispatch(call: Call, method: &str) -> Response {
         "SendStreamingMessage" => return send::stream(call).await,
         "SubscribeToTask" => return send::subscribe(call).await,
         "GetTask" => send::get(&call).await,
-        "ListTasks" => send::list(&call).await,
+        "ListTasks" => list::list(&call).await,
         "CancelTask" => send::cancel(&call).await,
         "CreateTaskPushNotificationConfig" => send::create_push(&call).await,
         "GetTaskPushNotificationConfig" => send::get_push(&call).await,

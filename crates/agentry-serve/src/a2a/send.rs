@@ -18,10 +18,6 @@ use super::remote::{self, Input};
 use super::task::{observe, observe_with};
 use super::wire::{Failure, Incoming, RpcError, id_param, incoming, reply};
 
-/// Tasks a ListTasks page holds by default, and at most.
-const PAGE: usize = 50;
-const MAX_PAGE: usize = 100;
-
 /// How long CancelTask waits for the run to stop.
 const CANCEL_WAIT: Duration = Duration::from_secs(10);
 
@@ -228,56 +224,6 @@ pub(super) async fn get(call: &Call) -> Result<Value, Failure> {
     let id = id_param(&call.params, "id")?;
     let now = observe(&call.app, &call.tenant, &call.agent, &id).await?;
     Ok(now.task(true))
-}
-
-/// ListTasks: the tenant's tasks of this agent the table holds, newest
-/// first; `pageToken` is the last id of the page before.
-pub(super) async fn list(call: &Call) -> Result<Value, Failure> {
-    let p = &call.params;
-    let text = |field: &str| {
-        p.get(field)
-            .and_then(Value::as_str)
-            .filter(|s| !s.is_empty())
-    };
-    let size = match p.get("pageSize").and_then(Value::as_u64) {
-        Some(0) | None => PAGE,
-        Some(n) => (n as usize).min(MAX_PAGE),
-    };
-    let artifacts = p.get("includeArtifacts").and_then(Value::as_bool) == Some(true);
-    let mut ids: Vec<String> = call
-        .app
-        .runs_of(&call.tenant)
-        .into_iter()
-        .filter(|(_, e)| e.meta.agent.as_deref() == Some(call.agent.as_str()))
-        .map(|(id, _)| id)
-        .filter(|id| text("contextId").is_none_or(|c| c == id))
-        .collect();
-    ids.reverse();
-    let mut tasks = Vec::new();
-    for id in ids {
-        let Ok(now) = observe_with(&call.app, &call.tenant, &call.agent, &id, artifacts).await
-        else {
-            continue;
-        };
-        if text("status").is_none_or(|s| s == now.state.name()) {
-            tasks.push(now);
-        }
-    }
-    let total = tasks.len();
-    let start = text("pageToken")
-        .and_then(|token| tasks.iter().position(|t| t.id == token))
-        .map_or(0, |at| at + 1);
-    let page: Vec<_> = tasks.iter().skip(start).take(size).collect();
-    let next = match (page.last(), start + page.len() < total) {
-        (Some(last), true) => last.id.clone(),
-        (Some(_), false) | (None, _) => String::new(),
-    };
-    Ok(json!({
-        "tasks": page.iter().map(|t| t.task(artifacts)).collect::<Vec<_>>(),
-        "nextPageToken": next,
-        "pageSize": size,
-        "totalSize": total,
-    }))
 }
 
 /// CancelTask: the native abort (`user_abort`); -32002 for a terminal task.
