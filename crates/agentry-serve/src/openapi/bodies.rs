@@ -178,7 +178,8 @@ pub struct QueuedRunView {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(untagged)]
 pub enum RunAnswer {
-    /// A run that started (boxed: far larger than a queued one).
+    // Boxed: far larger than a queued run's view.
+    /// A run that started.
     Run(Box<RunView>),
     /// A run waiting for a slot.
     Queued(QueuedRunView),
