@@ -48,6 +48,7 @@ mod cli {
     mod sandbox;
     mod serve;
     mod serve_a2a;
+    mod serve_a2a_store;
     mod serve_agents;
     mod serve_auth;
     mod serve_console;

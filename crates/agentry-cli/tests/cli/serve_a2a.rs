@@ -18,8 +18,8 @@ use super::serve::{Served, WAIT, refused, tokens_file};
 use super::serve_webhooks::{SECRET, SECRET_ENV};
 use crate::*;
 
-const ACME: &str = "acme-a2a-token-5d10";
-const GLOBEX: &str = "globex-a2a-token-93e2";
+pub(super) const ACME: &str = "acme-a2a-token-5d10";
+pub(super) const GLOBEX: &str = "globex-a2a-token-93e2";
 /// The nap's sleep, unique among the tests' processes.
 const NAP: &str = "43.375";
 
@@ -34,7 +34,7 @@ fn task(root: &Path, name: &str, toml: &str, script: &Value) {
 /// "written"), `nap` (a long sleep), `chat` (event-driven, "ok" to every
 /// message), all published over A2A with `echo` the default; and `plain`,
 /// not published. Tokens of acme and globex; push receivers on 127.0.0.1.
-fn place() -> tempfile::TempDir {
+pub(super) fn place() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
     tokens_file(root, &[("acme", ACME), ("globex", GLOBEX)]);
@@ -83,21 +83,7 @@ fn place() -> tempfile::TempDir {
             {"tool_calls": [{"id": "l2", "name": "fs.list", "arguments": {"path": "."}}]}
         ]}),
     );
-    task(
-        root,
-        "report",
-        &format!(
-            "goal = \"write a report\"\nartifacts = [\"out/report.md\", \"missing.txt\", \"blob.bin\"]\n\
-             {budget}[tools]\ngrant = [\"fs.write\", \"proc.run\"]\n"
-        ),
-        &json!({"turns": [
-            {"tool_calls": [{"id": "w1", "name": "fs.write",
-                "arguments": {"path": "out/report.md", "content": "# Report\nall good\n"}}]},
-            {"tool_calls": [{"id": "b1", "name": "proc.run",
-                "arguments": {"argv": ["sh", "-c", "printf '\\377\\000\\001' > blob.bin"]}}]},
-            {"final": "reported"}
-        ]}),
-    );
+    report_task(root, budget);
     task(
         root,
         "plain",
@@ -119,7 +105,28 @@ fn place() -> tempfile::TempDir {
     dir
 }
 
-fn serve(dir: &Path) -> Served {
+/// Agent `report`: writes out/report.md (fs.write) and blob.bin (bytes,
+/// proc.run), answers "reported"; it declares both and a missing file as
+/// its artifacts.
+fn report_task(root: &Path, budget: &str) {
+    task(
+        root,
+        "report",
+        &format!(
+            "goal = \"write a report\"\nartifacts = [\"out/report.md\", \"missing.txt\", \"blob.bin\"]\n\
+         {budget}[tools]\ngrant = [\"fs.write\", \"proc.run\"]\n"
+        ),
+        &json!({"turns": [
+            {"tool_calls": [{"id": "w1", "name": "fs.write",
+                "arguments": {"path": "out/report.md", "content": "# Report\nall good\n"}}]},
+            {"tool_calls": [{"id": "b1", "name": "proc.run",
+                "arguments": {"argv": ["sh", "-c", "printf '\\377\\000\\001' > blob.bin"]}}]},
+            {"final": "reported"}
+        ]}),
+    );
+}
+
+pub(super) fn serve(dir: &Path) -> Served {
     let config = dir.join("serve.toml");
     let store = dir.join("runs.db");
     Served::start(
@@ -568,47 +575,4 @@ fn an_a2a_default_that_is_not_a_published_agent_is_refused() {
     assert_eq!(output.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("serve.a2a_default"), "{stderr}");
-}
-
-/// A task of an earlier start of the service: listed (ListTasks reads the
-/// store) and got, with its answer and its declared files.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_task_of_an_earlier_start_is_listed_and_got_from_the_store() {
-    let dir = place();
-    let served = serve(dir.path());
-    let send = json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
-        "message": {"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "report"}]}}});
-    let (_, body) = rpc(&served.base, "/a2a/report", ACME, true, send).await;
-    let task = &body["result"]["task"];
-    assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{body}");
-    let id = task["id"].clone();
-    served.kill();
-
-    let served = serve(dir.path());
-    let list = json!({"jsonrpc": "2.0", "id": 2, "method": "ListTasks",
-        "params": {"includeArtifacts": true}});
-    let (_, body) = rpc(&served.base, "/a2a/report", ACME, true, list).await;
-    let listed = &body["result"];
-    assert_eq!(listed["totalSize"], 1, "{body}");
-    assert_eq!(listed["tasks"][0]["id"], id, "{body}");
-    assert_eq!(
-        listed["tasks"][0]["status"]["state"],
-        "TASK_STATE_COMPLETED"
-    );
-    let get = json!({"jsonrpc": "2.0", "id": 3, "method": "GetTask", "params": {"id": id}});
-    let (_, body) = rpc(&served.base, "/a2a/report", ACME, true, get.clone()).await;
-    let artifacts = &body["result"]["artifacts"];
-    assert_eq!(artifacts[0]["parts"][0]["text"], "reported", "{body}");
-    assert_eq!(artifacts[1]["name"], "out/report.md", "{body}");
-    assert_eq!(artifacts[1]["parts"][0]["text"], "# Report\nall good\n");
-    let filtered = json!({"jsonrpc": "2.0", "id": 4, "method": "ListTasks",
-        "params": {"status": "TASK_STATE_FAILED"}});
-    let (_, body) = rpc(&served.base, "/a2a/report", ACME, true, filtered).await;
-    assert_eq!(body["result"]["totalSize"], 0, "{body}");
-    // Another tenant neither lists nor gets it.
-    let (_, body) = rpc(&served.base, "/a2a/report", GLOBEX, true, get).await;
-    assert_eq!(body["error"]["code"], -32001, "{body}");
-    let list = json!({"jsonrpc": "2.0", "id": 5, "method": "ListTasks", "params": {}});
-    let (_, body) = rpc(&served.base, "/a2a/report", GLOBEX, true, list).await;
-    assert_eq!(body["result"]["totalSize"], 0, "{body}");
 }

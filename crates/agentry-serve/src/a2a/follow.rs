@@ -17,7 +17,8 @@ use super::super::events::EventFeed;
 use super::super::streams::StreamSlot;
 use super::super::table::App;
 use super::super::tenants::Tenant;
-use super::task::{Observed, State, observe};
+use super::look::observe;
+use super::task::{Observed, State};
 use super::wire::envelope;
 
 /// How often the task is looked at when no event came.

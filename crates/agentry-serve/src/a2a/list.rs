@@ -10,7 +10,8 @@ use agentry::store::{RunKey, RunQuery, TenantFilter};
 use serde_json::{Value, json};
 
 use super::call::Call;
-use super::task::{Observed, State, observe_with};
+use super::look::observe_with;
+use super::task::{Observed, State};
 use super::wire::{Failure, RpcError};
 
 /// Tasks a page holds by default, and at most.

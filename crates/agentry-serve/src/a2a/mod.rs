@@ -27,6 +27,7 @@ mod call;
 mod files;
 mod follow;
 mod list;
+mod look;
 mod push;
 mod remote;
 mod send;

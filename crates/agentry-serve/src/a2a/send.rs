@@ -13,9 +13,9 @@ use super::super::error::ApiError;
 use super::super::table::live;
 use super::call::Call;
 use super::follow::{Follower, Until, sse};
+use super::look::{observe, observe_with};
 use super::push;
 use super::remote::{self, Input};
-use super::task::{observe, observe_with};
 use super::wire::{Failure, Incoming, RpcError, id_param, incoming, reply};
 
 /// How long CancelTask waits for the run to stop.

@@ -110,31 +110,16 @@ impl Observed {
     }
 }
 
-/// Run `id` of `tenant` and of agent `agent` as a task, its declared
-/// files read once it completed; any other run is TaskNotFound (never
-/// another tenant's).
-pub(super) async fn observe(
-    app: &App,
-    tenant: &Tenant,
-    agent: &str,
-    id: &str,
-) -> Result<Observed, RpcError> {
-    observe_with(app, tenant, agent, id, true).await
-}
-
-/// [`observe`], reading the declared files of a completed task only when
-/// `files` says so (a listing without artifacts needs none).
-pub(super) async fn observe_with(
+/// Run `id` of this node's table, of `tenant` and of agent `agent`, as a
+/// task, its declared files read (when `files`) once it completed; any
+/// other run is TaskNotFound (never another tenant's).
+pub(super) async fn observe_held(
     app: &App,
     tenant: &Tenant,
     agent: &str,
     id: &str,
     files: bool,
 ) -> Result<Observed, RpcError> {
-    if !app.holds(id) {
-        // Another node's run (or one only the store holds now).
-        return super::remote::observe(app, tenant, agent, id, files).await;
-    }
     let entry = app
         .run(tenant, id)
         .ok()
