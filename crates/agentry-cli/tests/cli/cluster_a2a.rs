@@ -86,6 +86,18 @@ async fn a_task_node_a_holds_is_got_answered_and_completed_through_node_b() {
     let (_, other) = rpc(&b.base, "/a2a/chat", "none", true, get(&id)).await;
     assert_eq!(other["error"]["code"], -32001, "{other}");
 
+    // An approval of a call that waits for none is the holder's refusal.
+    let wrong = json!({"approval": {"call_id": "nope", "approve": true}});
+    let (_, refused) = rpc(
+        &b.base,
+        "/a2a/gated",
+        "none",
+        true,
+        send(None, Some(wrong), Some(&id)),
+    )
+    .await;
+    assert_eq!(refused["error"]["code"], -32602, "{refused}");
+
     // Approved through B (a data part): the run on A goes on, and B's
     // SendMessage answers once the task completed.
     let approval = json!({"approval": {"call_id": "a1", "approve": true}});

@@ -85,7 +85,8 @@ pub(super) async fn observe(
     id: &str,
     files: bool,
 ) -> Result<Observed, RpcError> {
-    let answer = native(app, tenant, id, "GET", format!("/runs/{id}"), None).await;
+    let seg = segment(id);
+    let answer = native(app, tenant, id, "GET", format!("/runs/{seg}"), None).await;
     if answer.status == StatusCode::NOT_FOUND.as_u16() {
         return Err(RpcError::task_not_found(id));
     }
@@ -174,27 +175,27 @@ pub(super) async fn send(
     id: &str,
     input: Input,
 ) -> Result<(), Failure> {
+    let seg = segment(id);
     let (path, body) = match input {
-        Input::Text(text) => (format!("/runs/{id}/messages"), json!({"text": text})),
+        Input::Text(text) => (format!("/runs/{seg}/messages"), json!({"text": text})),
         Input::Approval(approval) => {
             let mut body = json!({"decision": if approval.approve { "approve" } else { "deny" }});
             if let Some(reason) = approval.reason {
                 body["reason"] = json!(reason);
             }
             (
-                format!("/runs/{id}/approvals/{}", segment(&approval.call_id)),
+                format!("/runs/{seg}/approvals/{}", segment(&approval.call_id)),
                 body,
             )
         }
         Input::Decision(decision) => (
-            format!("/runs/{id}/decisions/{}", segment(&decision.call_id)),
+            format!("/runs/{seg}/decisions/{}", segment(&decision.call_id)),
             json!({"decision": decision.settle}),
         ),
     };
     let answer = native(app, tenant, id, "POST", path, Some(body)).await;
     match answer.status {
         200..=299 => Ok(()),
-        404 => Err(RpcError::task_not_found(id).into()),
         409 => Err(RpcError::unsupported(format!(
             "task {id} takes no message now: {}",
             message_of(&answer)
@@ -206,8 +207,9 @@ pub(super) async fn send(
 
 /// CancelTask's abort, for a task another node holds.
 pub(super) async fn abort(app: &App, tenant: &Tenant, id: &str) {
+    let seg = segment(id);
     let body = json!({"action": "abort"});
-    let path = format!("/runs/{id}/interrupt");
+    let path = format!("/runs/{seg}/interrupt");
     let answer = native(app, tenant, id, "POST", path, Some(body)).await;
     if !(200..=299).contains(&answer.status) {
         tracing::warn!(
@@ -218,8 +220,9 @@ pub(super) async fn abort(app: &App, tenant: &Tenant, id: &str) {
     }
 }
 
-/// A call id as one path segment: every byte but the unreserved ones
-/// percent-encoded (a model's call id may hold `/` or `?`).
+/// A task or call id as one path segment: every byte but the unreserved
+/// ones percent-encoded (a client's id, a model's call id, may hold `/` or
+/// `?`, and must not make the request another route's).
 fn segment(text: &str) -> String {
     text.bytes()
         .map(|b| match b {

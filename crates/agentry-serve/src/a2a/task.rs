@@ -223,7 +223,10 @@ pub(super) fn ended(
         Vec::new()
     } else {
         vec![
-            json!({"text": format!("stopped: {}: {}", reason.as_str(), detail)}),
+            json!({"text": match detail {
+                "" => format!("stopped: {}", reason.as_str()),
+                detail => format!("stopped: {}: {detail}", reason.as_str()),
+            }}),
             json!({"data": {"stop_reason": reason.as_str(), "detail": detail}}),
         ]
     };
