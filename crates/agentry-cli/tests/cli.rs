@@ -13,6 +13,7 @@ mod cli {
     mod a2a_tools;
     mod child_models;
     mod cluster;
+    mod cluster_a2a;
     mod cluster_edges;
     mod docs;
     mod errors;
@@ -47,6 +48,7 @@ mod cli {
     mod sandbox;
     mod serve;
     mod serve_a2a;
+    mod serve_a2a_store;
     mod serve_agents;
     mod serve_agui;
     mod serve_auth;

@@ -32,6 +32,10 @@ pub struct RunMeta {
     /// that stops after a restart still gets its delivery).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub webhook: Option<String>,
+    /// The files its task declares as output (task.toml's `artifacts`),
+    /// sent with its A2A task when it completes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub artifacts: Vec<String>,
 }
 
 impl RunMeta {

@@ -135,7 +135,7 @@ impl App {
 }
 
 /// The answer's status and body.
-async fn answer_of(response: Response) -> Answer {
+pub(super) async fn answer_of(response: Response) -> Answer {
     let status = response.status().as_u16();
     let body = axum::body::to_bytes(response.into_body(), MAX_FORWARDED_BODY)
         .await

@@ -118,7 +118,7 @@ fn refuse_a_wider_sandbox(spec: &TaskSpec) -> Result<(), ApiError> {
 pub fn prepare(body: &[u8], root: Option<&Path>) -> Result<Prepared, ApiError> {
     let Value::Object(task) = super::body::parse_json(body)? else {
         return Err(ApiError::bad_request(
-            "the body must be a JSON object: {\"agent\", \"input\", ...} for a named agent, or task fields (goal, budget, tools, accept, progress, driver, tree, redact, trace) plus script and files",
+            "the body must be a JSON object: {\"agent\", \"input\", ...} for a named agent, or task fields (goal, artifacts, budget, tools, accept, progress, driver, tree, redact, trace) plus script and files",
         ));
     };
     if task.contains_key("agent") {

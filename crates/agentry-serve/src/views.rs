@@ -61,6 +61,13 @@ pub(super) fn run_view(id: &str, snapshot: &RunSnapshot, outcome: Option<&RunOut
         "inputs": snapshot.inputs,
         "pending_approvals": snapshot.pending_approvals,
     });
+    if snapshot.status != RunStatus::Stopped
+        && let Some(answer) = &snapshot.task.answer
+    {
+        // The answer so far (an event-driven agent's between inputs); a
+        // stopped run's is its outcome's.
+        view["answer"] = json!(answer);
+    }
     if !snapshot.pending_decisions.is_empty() {
         // Only durable runs resumed after a crash have these.
         view["pending_decisions"] = json!(snapshot.pending_decisions);

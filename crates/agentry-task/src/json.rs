@@ -119,6 +119,29 @@ mod tests {
     }
 
     #[test]
+    fn json_artifacts_reach_the_spec_and_an_escape_is_named() {
+        let Value::Object(task) =
+            serde_json::json!({"goal": "g", "artifacts": ["report.md", "out/s.json"]})
+        else {
+            panic!()
+        };
+        let text = task_toml_from_json(task).unwrap();
+        let spec = TaskSpec::parse(&text, Path::new("/nowhere/inline")).unwrap();
+        assert_eq!(spec.artifacts, ["report.md", "out/s.json"]);
+        let Value::Object(task) = serde_json::json!({"goal": "g", "artifacts": ["../x"]}) else {
+            panic!()
+        };
+        let text = task_toml_from_json(task).unwrap();
+        let err = TaskSpec::parse(&text, Path::new("/nowhere/inline"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("artifacts[0]: expected a relative path"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn a_null_is_named_by_its_field() {
         let Value::Object(task) =
             serde_json::json!({"goal": "g", "budget": {"deadline": null}, "accept": [null]})

@@ -10,6 +10,7 @@ use toml::Value;
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawTask {
     pub(crate) goal: Option<Value>,
+    pub(crate) artifacts: Option<Value>,
     pub(crate) budget: Option<Value>,
     pub(crate) tools: Option<Value>,
     pub(crate) accept: Option<Value>,

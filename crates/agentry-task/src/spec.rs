@@ -31,6 +31,10 @@ pub struct TaskSpec {
     pub task_id: String,
     /// The goal (non-empty).
     pub goal: String,
+    /// Files of the working directory the task declares as its output
+    /// (`artifacts`): relative paths with no `..`, in file order. `agentry
+    /// serve` sends them with an A2A task that completes.
+    pub artifacts: Vec<String>,
     /// Budget limits; `max_steps` defaults to
     /// [`DEFAULT_MAX_STEPS`](agentry_runtime::config::DEFAULT_MAX_STEPS).
     pub limits: BudgetLimits,

@@ -54,6 +54,7 @@ fn a_good_file_parses() {
             dir: PathBuf::from("/nowhere/t1"),
             task_id: "t1".into(),
             goal: "Read numbers.txt, sum the numbers, write the sum to sum.txt".into(),
+            artifacts: Vec::new(),
             limits: BudgetLimits {
                 max_retries: None,
                 max_ticks: None,

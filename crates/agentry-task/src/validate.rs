@@ -61,6 +61,7 @@ impl TaskSpec {
     /// Checks every value of a task file whose keys serde accepted.
     pub(crate) fn validate(raw: RawTask, dir: &Path) -> Result<TaskSpec, FieldError> {
         let goal = goal(raw.goal)?;
+        let artifacts = crate::workdir::artifacts(raw.artifacts)?;
         let limits = budget_table(raw.budget)?;
         let ToolsTable {
             grants,
@@ -95,6 +96,7 @@ impl TaskSpec {
             dir: dir.to_path_buf(),
             task_id: task_id(dir),
             goal,
+            artifacts,
             limits,
             grants,
             command_tools,

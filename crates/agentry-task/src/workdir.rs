@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 
 use crate::error::TaskError;
 use crate::spec::TaskSpec;
+use crate::values::{FieldError, describe, field_error, relative_path};
 
 /// One entry of the workspace to copy, relative to it.
 struct CopyEntry {
@@ -136,4 +137,63 @@ fn plan_copy(ws: &Path) -> Result<Vec<CopyEntry>, TaskError> {
         }
     }
     Ok(plan)
+}
+
+/// `artifacts`: relative paths inside the working directory.
+pub(crate) fn artifacts(v: Option<toml::Value>) -> Result<Vec<String>, FieldError> {
+    match v {
+        None => Ok(Vec::new()),
+        Some(toml::Value::Array(items)) => items
+            .iter()
+            .enumerate()
+            .map(|(i, item)| relative_path(&format!("artifacts[{i}]"), item))
+            .collect(),
+        Some(v) => Err(field_error!(
+            "artifacts: expected an array of relative paths, found {}",
+            describe(&v)
+        )),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use std::path::Path;
+
+    use crate::{TaskError, TaskSpec};
+
+    fn invalid(text: &str) -> String {
+        match TaskSpec::parse(text, Path::new("/nowhere/t1")) {
+            Err(TaskError::Invalid { message, .. }) => message,
+            other => panic!("expected Invalid, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn artifacts_are_relative_paths_inside_the_working_directory() {
+        let text = "goal = \"g\"\nartifacts = [\"report.md\", \"out/summary.json\", \"./a\"]\n";
+        let spec = TaskSpec::parse(text, Path::new("/nowhere/t1")).unwrap();
+        assert_eq!(spec.artifacts, ["report.md", "out/summary.json", "./a"]);
+        let none = TaskSpec::parse("goal = \"g\"", Path::new("/nowhere/t1")).unwrap();
+        assert!(none.artifacts.is_empty());
+        for (value, at) in [
+            ("[\"a\", \"/etc/passwd\"]", "artifacts[1]"),
+            ("[\"../up.txt\"]", "artifacts[0]"),
+            ("[\"out/../../x\"]", "artifacts[0]"),
+            ("[\"\"]", "artifacts[0]"),
+        ] {
+            let err = invalid(&format!("goal = \"g\"\nartifacts = {value}\n"));
+            assert!(
+                err.starts_with(&format!("{at}: expected a relative path without \"..\"")),
+                "{value}: {err}"
+            );
+        }
+        let err = invalid("goal = \"g\"\nartifacts = \"report.md\"\n");
+        assert_eq!(
+            err,
+            "artifacts: expected an array of relative paths, found \"report.md\""
+        );
+        let err = invalid("goal = \"g\"\nartifacts = [3]\n");
+        assert_eq!(err, "artifacts[0]: expected a relative path, found 3");
+    }
 }

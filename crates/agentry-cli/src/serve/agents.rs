@@ -201,6 +201,7 @@ impl Agents for ServeAgents {
             agent: Some(run.agent.clone()),
             model: agent.model.clone(),
             webhook: run.webhook.clone(),
+            artifacts: agent.task.artifacts.clone(),
             ..RunMeta::of_tenant(&run.tenant)
         })
     }

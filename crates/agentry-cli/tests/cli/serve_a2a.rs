@@ -18,8 +18,8 @@ use super::serve::{Served, WAIT, refused, tokens_file};
 use super::serve_webhooks::{SECRET, SECRET_ENV};
 use crate::*;
 
-const ACME: &str = "acme-a2a-token-5d10";
-const GLOBEX: &str = "globex-a2a-token-93e2";
+pub(super) const ACME: &str = "acme-a2a-token-5d10";
+pub(super) const GLOBEX: &str = "globex-a2a-token-93e2";
 /// The nap's sleep, unique among the tests' processes.
 const NAP: &str = "43.375";
 
@@ -34,7 +34,7 @@ fn task(root: &Path, name: &str, toml: &str, script: &Value) {
 /// "written"), `nap` (a long sleep), `chat` (event-driven, "ok" to every
 /// message), all published over A2A with `echo` the default; and `plain`,
 /// not published. Tokens of acme and globex; push receivers on 127.0.0.1.
-fn place() -> tempfile::TempDir {
+pub(super) fn place() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
     tokens_file(root, &[("acme", ACME), ("globex", GLOBEX)]);
@@ -83,6 +83,7 @@ fn place() -> tempfile::TempDir {
             {"tool_calls": [{"id": "l2", "name": "fs.list", "arguments": {"path": "."}}]}
         ]}),
     );
+    report_task(root, budget);
     task(
         root,
         "plain",
@@ -94,7 +95,7 @@ fn place() -> tempfile::TempDir {
          [serve]\nwebhook_hosts = [\"127.0.0.1\"]\na2a_default = \"echo\"\n",
     );
     config.push_str(&format!("webhook_secret_env = \"{SECRET_ENV}\"\n"));
-    for name in ["echo", "gated", "nap", "chat", "spin"] {
+    for name in ["echo", "gated", "nap", "chat", "spin", "report"] {
         config.push_str(&format!(
             "[agents.{name}]\ntask = \"tasks/{name}\"\na2a = true\n"
         ));
@@ -104,7 +105,28 @@ fn place() -> tempfile::TempDir {
     dir
 }
 
-fn serve(dir: &Path) -> Served {
+/// Agent `report`: writes out/report.md (fs.write) and blob.bin (bytes,
+/// proc.run), answers "reported"; it declares both and a missing file as
+/// its artifacts.
+fn report_task(root: &Path, budget: &str) {
+    task(
+        root,
+        "report",
+        &format!(
+            "goal = \"write a report\"\nartifacts = [\"out/report.md\", \"missing.txt\", \"blob.bin\"]\n\
+         {budget}[tools]\ngrant = [\"fs.write\", \"proc.run\"]\n"
+        ),
+        &json!({"turns": [
+            {"tool_calls": [{"id": "w1", "name": "fs.write",
+                "arguments": {"path": "out/report.md", "content": "# Report\nall good\n"}}]},
+            {"tool_calls": [{"id": "b1", "name": "proc.run",
+                "arguments": {"argv": ["sh", "-c", "printf '\\377\\000\\001' > blob.bin"]}}]},
+            {"final": "reported"}
+        ]}),
+    );
+}
+
+pub(super) fn serve(dir: &Path) -> Served {
     let config = dir.join("serve.toml");
     let store = dir.join("runs.db");
     Served::start(
@@ -203,6 +225,50 @@ async fn the_official_a2a_client_sends_streams_cancels_approves_and_is_pushed_to
     chat_and_refusals(&checks, &served).await;
     pushed_to(&checks, &pushed).await;
     pushed_by_config(&checks, &pushed).await;
+    declared_files(&checks);
+}
+
+/// The files a task declares (`artifacts`): a completed task carries the
+/// answer, then each file that exists (text, or raw bytes), and a stream
+/// tells them before COMPLETED.
+fn declared_files(checks: &BTreeMap<String, Value>) {
+    let check = &checks["artifacts"];
+    assert_eq!(check["state"], "TASK_STATE_COMPLETED", "{check:#}");
+    let artifacts = check["artifacts"].as_array().unwrap();
+    let names: Vec<&str> = artifacts
+        .iter()
+        .map(|a| a["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["answer", "out/report.md", "blob.bin"], "{check:#}");
+    assert_eq!(artifacts[0]["parts"][0]["text"], "reported");
+    assert_eq!(
+        artifacts[1]["parts"][0],
+        json!({"text": "# Report\nall good\n", "filename": "report.md", "mediaType": "text/markdown"})
+    );
+    assert_eq!(
+        artifacts[2]["parts"][0],
+        json!({"raw": "/wAB", "filename": "blob.bin", "mediaType": "application/octet-stream"})
+    );
+    assert_eq!(
+        check["got"], check["artifacts"],
+        "GetTask: the same artifacts"
+    );
+    let events = check["events"].as_array().unwrap();
+    let last = events.last().unwrap();
+    let completed = &last["statusUpdate"]["status"]["state"];
+    if completed == "TASK_STATE_COMPLETED" {
+        let report = events
+            .iter()
+            .position(|e| e["artifactUpdate"]["artifact"]["name"] == "out/report.md");
+        assert!(
+            report.is_some_and(|at| at + 1 < events.len()),
+            "the file streamed before COMPLETED: {events:#?}"
+        );
+    } else {
+        // The run was done before the stream's first look.
+        let names = &last["task"]["artifacts"];
+        assert_eq!(names[1]["name"], "out/report.md", "{events:#?}");
+    }
 }
 
 /// Cards: the default agent at the root, the others under /a2a/NAME; a
@@ -367,7 +433,13 @@ async fn pushed_by_config(checks: &BTreeMap<String, Value>, pushed: &Mutex<Vec<P
 }
 
 /// A JSON-RPC call with `A2A-Version: 1.0` (or without it).
-async fn rpc(base: &str, path: &str, token: &str, version: bool, body: Value) -> (u16, Value) {
+pub(super) async fn rpc(
+    base: &str,
+    path: &str,
+    token: &str,
+    version: bool,
+    body: Value,
+) -> (u16, Value) {
     rpc_with(base, path, token, version, &[], body).await
 }
 

@@ -17,7 +17,8 @@ use super::super::events::EventFeed;
 use super::super::streams::StreamSlot;
 use super::super::table::App;
 use super::super::tenants::Tenant;
-use super::task::{Observed, State, observe};
+use super::look::observe;
+use super::task::{Observed, State};
 use super::wire::envelope;
 
 /// How often the task is looked at when no event came.
@@ -111,13 +112,20 @@ impl Follower {
             return vec![json!({"task": now.task(true)})];
         };
         let mut told = Vec::new();
+        let update = |artifact: &Value| {
+            json!({"artifactUpdate": {
+                "taskId": self.id, "contextId": self.id,
+                "artifact": artifact, "lastChunk": true,
+            }})
+        };
         if now.answer != last.answer
             && let Some(artifact) = now.artifact()
         {
-            told.push(json!({"artifactUpdate": {
-                "taskId": self.id, "contextId": self.id,
-                "artifact": artifact, "lastChunk": true,
-            }}));
+            told.push(update(&artifact));
+        }
+        // The declared files, once the task completed: before its status.
+        if now.files != last.files {
+            told.extend(now.files.iter().map(update));
         }
         if now.state != last.state || now.parts != last.parts {
             told.push(json!({"statusUpdate": {

@@ -15,7 +15,7 @@
 //! running, paused                          TASK_STATE_WORKING
 //! awaiting_approval / awaiting_decision    TASK_STATE_INPUT_REQUIRED (the calls in a data part)
 //! sleeping (event-driven, between inputs)  TASK_STATE_INPUT_REQUIRED (the answer so far)
-//! stopped done                             TASK_STATE_COMPLETED (the answer as artifact "answer")
+//! stopped done                             TASK_STATE_COMPLETED (the answer as artifact "answer", then the declared files)
 //! stopped user_abort                       TASK_STATE_CANCELED
 //! stopped, any other reason                TASK_STATE_FAILED (stop reason and detail)
 //! ```
@@ -24,8 +24,12 @@
 //! without), and a task is found for the tenant that created it only.
 
 mod call;
+mod files;
 mod follow;
+mod list;
+mod look;
 mod push;
+mod remote;
 mod send;
 mod task;
 mod wire;
@@ -209,7 +213,7 @@ async fn dispatch(call: Call, method: &str) -> Response {
         "SendStreamingMessage" => return send::stream(call).await,
         "SubscribeToTask" => return send::subscribe(call).await,
         "GetTask" => send::get(&call).await,
-        "ListTasks" => send::list(&call).await,
+        "ListTasks" => list::list(&call).await,
         "CancelTask" => send::cancel(&call).await,
         "CreateTaskPushNotificationConfig" => send::create_push(&call).await,
         "GetTaskPushNotificationConfig" => send::get_push(&call).await,

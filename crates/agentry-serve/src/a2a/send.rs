@@ -13,13 +13,10 @@ use super::super::error::ApiError;
 use super::super::table::live;
 use super::call::Call;
 use super::follow::{Follower, Until, sse};
+use super::look::{observe, observe_with};
 use super::push;
-use super::task::observe;
-use super::wire::{Failure, RpcError, id_param, incoming, reply};
-
-/// Tasks a ListTasks page holds by default, and at most.
-const PAGE: usize = 50;
-const MAX_PAGE: usize = 100;
+use super::remote::{self, Input};
+use super::wire::{Failure, Incoming, RpcError, id_param, incoming, reply};
 
 /// How long CancelTask waits for the run to stop.
 const CANCEL_WAIT: Duration = Duration::from_secs(10);
@@ -45,6 +42,9 @@ async fn start_or_continue(call: &Call) -> Result<(String, u64), Failure> {
         }
         return Ok((start(call, message.text).await?, 1));
     };
+    if !call.app.holds(&id) {
+        return continue_elsewhere(call, id, message).await;
+    }
     let entry = call
         .app
         .run(&call.tenant, &id)
@@ -85,6 +85,35 @@ async fn start_or_continue(call: &Call) -> Result<(String, u64), Failure> {
         return Err(runtime(e));
     }
     Ok((id, before + 1))
+}
+
+/// A message to a task another node holds (or only the store does): its
+/// native request, sent where the run is (`remote.rs`).
+async fn continue_elsewhere(
+    call: &Call,
+    id: String,
+    message: Incoming,
+) -> Result<(String, u64), Failure> {
+    let (app, tenant) = (&call.app, &call.tenant);
+    let now = observe_with(app, tenant, &call.agent, &id, false).await?;
+    let (input, min_inputs) = match (message.approval, message.decision) {
+        (Some(approval), _) => (Input::Approval(approval), 0),
+        (None, Some(decision)) => {
+            decision
+                .settle
+                .parse::<agentry::Settlement>()
+                .map_err(|m: String| {
+                    RpcError::invalid_params(format!("data.decision.settle: {m}"))
+                })?;
+            (Input::Decision(decision), 0)
+        }
+        (None, None) => (
+            Input::Text(message.text.unwrap_or_default()),
+            now.inputs + 1,
+        ),
+    };
+    remote::send(app, tenant, &id, input).await?;
+    Ok((id, min_inputs))
 }
 
 /// A run of the agent with the message as its input, through `POST /runs`'s
@@ -197,55 +226,6 @@ pub(super) async fn get(call: &Call) -> Result<Value, Failure> {
     Ok(now.task(true))
 }
 
-/// ListTasks: the tenant's tasks of this agent the table holds, newest
-/// first; `pageToken` is the last id of the page before.
-pub(super) async fn list(call: &Call) -> Result<Value, Failure> {
-    let p = &call.params;
-    let text = |field: &str| {
-        p.get(field)
-            .and_then(Value::as_str)
-            .filter(|s| !s.is_empty())
-    };
-    let size = match p.get("pageSize").and_then(Value::as_u64) {
-        Some(0) | None => PAGE,
-        Some(n) => (n as usize).min(MAX_PAGE),
-    };
-    let artifacts = p.get("includeArtifacts").and_then(Value::as_bool) == Some(true);
-    let mut ids: Vec<String> = call
-        .app
-        .runs_of(&call.tenant)
-        .into_iter()
-        .filter(|(_, e)| e.meta.agent.as_deref() == Some(call.agent.as_str()))
-        .map(|(id, _)| id)
-        .filter(|id| text("contextId").is_none_or(|c| c == id))
-        .collect();
-    ids.reverse();
-    let mut tasks = Vec::new();
-    for id in ids {
-        let Ok(now) = observe(&call.app, &call.tenant, &call.agent, &id).await else {
-            continue;
-        };
-        if text("status").is_none_or(|s| s == now.state.name()) {
-            tasks.push(now);
-        }
-    }
-    let total = tasks.len();
-    let start = text("pageToken")
-        .and_then(|token| tasks.iter().position(|t| t.id == token))
-        .map_or(0, |at| at + 1);
-    let page: Vec<_> = tasks.iter().skip(start).take(size).collect();
-    let next = match (page.last(), start + page.len() < total) {
-        (Some(last), true) => last.id.clone(),
-        (Some(_), false) | (None, _) => String::new(),
-    };
-    Ok(json!({
-        "tasks": page.iter().map(|t| t.task(artifacts)).collect::<Vec<_>>(),
-        "nextPageToken": next,
-        "pageSize": size,
-        "totalSize": total,
-    }))
-}
-
 /// CancelTask: the native abort (`user_abort`); -32002 for a terminal task.
 pub(super) async fn cancel(call: &Call) -> Result<Value, Failure> {
     let id = id_param(&call.params, "id")?;
@@ -253,7 +233,9 @@ pub(super) async fn cancel(call: &Call) -> Result<Value, Failure> {
     if now.state.terminal() {
         return Err(RpcError::not_cancelable(&id, now.state.name()).into());
     }
-    if !call.app.cancel_queued(&id).await
+    if !call.app.holds(&id) {
+        remote::abort(&call.app, &call.tenant, &id).await;
+    } else if !call.app.cancel_queued(&id).await
         && let Ok(entry) = call.app.run(&call.tenant, &id)
         && let Ok(handle) = live(&id, entry.current())
     {

@@ -9,7 +9,7 @@ use agentry::protocol::stop::StopReason;
 use agentry::{RunOutcome, RunStatus};
 use serde_json::{Value, json};
 
-use super::super::table::{App, Run};
+use super::super::table::{App, Run, RunEntry};
 use super::super::tenants::Tenant;
 use super::wire::RpcError;
 
@@ -58,6 +58,8 @@ pub(super) struct Observed {
     pub(super) inputs: u64,
     /// An event-driven run between inputs.
     pub(super) asleep: bool,
+    /// The declared files of a completed task, as artifacts (`files.rs`).
+    pub(super) files: Vec<Value>,
 }
 
 impl Observed {
@@ -69,6 +71,14 @@ impl Observed {
             "name": "answer",
             "parts": [{"text": answer}],
         }))
+    }
+
+    /// Every artifact: the answer, then the declared files.
+    pub(super) fn artifacts(&self) -> Vec<Value> {
+        self.artifact()
+            .into_iter()
+            .chain(self.files.iter().cloned())
+            .collect()
     }
 
     /// `TaskStatus`.
@@ -92,26 +102,59 @@ impl Observed {
     /// `Task` (its artifacts left out unless asked for, as ListTasks does).
     pub(super) fn task(&self, artifacts: bool) -> Value {
         let mut task = json!({"id": self.id, "contextId": self.id, "status": self.status()});
-        if artifacts && let Some(artifact) = self.artifact() {
-            task["artifacts"] = json!([artifact]);
+        let all = self.artifacts();
+        if artifacts && !all.is_empty() {
+            task["artifacts"] = json!(all);
         }
         task
     }
 }
 
-/// Run `id` of `tenant` and of agent `agent` as a task; any other run is
-/// TaskNotFound (never another tenant's).
-pub(super) async fn observe(
+/// Run `id` of this node's table, of `tenant` and of agent `agent`, as a
+/// task, its declared files read (when `files`) once it completed; any
+/// other run is TaskNotFound (never another tenant's).
+pub(super) async fn observe_held(
     app: &App,
     tenant: &Tenant,
     agent: &str,
     id: &str,
+    files: bool,
 ) -> Result<Observed, RpcError> {
     let entry = app
         .run(tenant, id)
         .ok()
         .filter(|entry| entry.meta.agent.as_deref() == Some(agent))
         .ok_or_else(|| RpcError::task_not_found(id))?;
+    let declared = if files {
+        entry.meta.artifacts.clone()
+    } else {
+        Vec::new()
+    };
+    let mut now = observe_entry(&entry, id).await?;
+    if now.state == State::Completed && !declared.is_empty() {
+        now.files = read_files(id, &entry, declared).await;
+    }
+    Ok(now)
+}
+
+/// The declared files of a completed run, read off the async workers.
+async fn read_files(id: &str, entry: &RunEntry, declared: Vec<String>) -> Vec<Value> {
+    let workdir = match entry.current() {
+        Run::Stopped(outcome) => outcome.workdir.clone(),
+        Run::Live(handle) => match handle.outcome() {
+            Some(outcome) => outcome.workdir,
+            None => return Vec::new(),
+        },
+        Run::Queued => return Vec::new(),
+    };
+    let id = id.to_string();
+    tokio::task::spawn_blocking(move || super::files::read(&id, &workdir, &declared))
+        .await
+        .unwrap_or_default()
+}
+
+/// A run of the table as a task (its files not read).
+async fn observe_entry(entry: &RunEntry, id: &str) -> Result<Observed, RpcError> {
     let handle = match entry.current() {
         Run::Queued => return Ok(queued(id)),
         Run::Stopped(outcome) => return Ok(stopped(id, &outcome, None)),
@@ -136,7 +179,7 @@ pub(super) async fn observe(
     Ok(live(id, &snapshot))
 }
 
-fn queued(id: &str) -> Observed {
+pub(super) fn queued(id: &str) -> Observed {
     Observed {
         id: id.to_string(),
         state: State::Submitted,
@@ -144,11 +187,29 @@ fn queued(id: &str) -> Observed {
         answer: None,
         inputs: 0,
         asleep: false,
+        files: Vec::new(),
     }
 }
 
 fn stopped(id: &str, outcome: &RunOutcome, snapshot: Option<&RunSnapshot>) -> Observed {
-    let reason = outcome.stop_reason;
+    let inputs = snapshot.map_or(0, |s| s.inputs);
+    ended(
+        id,
+        outcome.stop_reason,
+        &outcome.detail,
+        outcome.answer.clone(),
+        inputs,
+    )
+}
+
+/// A run that stopped for `reason`.
+pub(super) fn ended(
+    id: &str,
+    reason: StopReason,
+    detail: &str,
+    answer: Option<String>,
+    inputs: u64,
+) -> Observed {
     // Every other stop reason, present and future (`StopReason` is
     // non-exhaustive), is a failure.
     let state = if reason == StopReason::Done {
@@ -162,34 +223,61 @@ fn stopped(id: &str, outcome: &RunOutcome, snapshot: Option<&RunSnapshot>) -> Ob
         Vec::new()
     } else {
         vec![
-            json!({"text": format!("stopped: {}: {}", reason.as_str(), outcome.detail)}),
-            json!({"data": {"stop_reason": reason.as_str(), "detail": outcome.detail}}),
+            json!({"text": match detail {
+                "" => format!("stopped: {}", reason.as_str()),
+                detail => format!("stopped: {}: {detail}", reason.as_str()),
+            }}),
+            json!({"data": {"stop_reason": reason.as_str(), "detail": detail}}),
         ]
     };
     Observed {
         id: id.to_string(),
         state,
         parts,
-        answer: outcome.answer.clone(),
-        inputs: snapshot.map_or(0, |s| s.inputs),
+        answer,
+        inputs,
         asleep: false,
+        files: Vec::new(),
     }
 }
 
+/// What a run that has not stopped shows, from its snapshot or its view.
+pub(super) struct Going<'a> {
+    pub(super) status: RunStatus,
+    pub(super) approvals: &'a [PendingApproval],
+    pub(super) decisions: &'a [PendingApproval],
+    pub(super) answer: Option<String>,
+    pub(super) inputs: u64,
+}
+
 fn live(id: &str, snapshot: &RunSnapshot) -> Observed {
-    let (state, parts) = match snapshot.status {
+    going(
+        id,
+        Going {
+            status: snapshot.status,
+            approvals: &snapshot.pending_approvals,
+            decisions: &snapshot.pending_decisions,
+            answer: snapshot.task.answer.clone(),
+            inputs: snapshot.inputs,
+        },
+    )
+}
+
+/// A run that has not stopped, as a task.
+pub(super) fn going(id: &str, run: Going<'_>) -> Observed {
+    let (state, parts) = match run.status {
         RunStatus::Running | RunStatus::Paused | RunStatus::Stopped => (State::Working, Vec::new()),
         RunStatus::AwaitingApproval => (
             State::InputRequired,
-            pending_parts("approval", &snapshot.pending_approvals),
+            pending_parts("approval", run.approvals),
         ),
         RunStatus::AwaitingDecision => (
             State::InputRequired,
-            pending_parts("decision", &snapshot.pending_decisions),
+            pending_parts("decision", run.decisions),
         ),
         RunStatus::Sleeping => {
             let mut parts = Vec::new();
-            if let Some(answer) = &snapshot.task.answer {
+            if let Some(answer) = &run.answer {
                 parts.push(json!({"text": answer}));
             }
             parts.push(json!({"data": {"awaiting": "message"}}));
@@ -200,9 +288,10 @@ fn live(id: &str, snapshot: &RunSnapshot) -> Observed {
         id: id.to_string(),
         state,
         parts,
-        answer: snapshot.task.answer.clone(),
-        inputs: snapshot.inputs,
-        asleep: snapshot.status == RunStatus::Sleeping,
+        answer: run.answer,
+        inputs: run.inputs,
+        asleep: run.status == RunStatus::Sleeping,
+        files: Vec::new(),
     }
 }
 

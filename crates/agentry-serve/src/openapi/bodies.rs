@@ -178,8 +178,9 @@ pub struct QueuedRunView {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(untagged)]
 pub enum RunAnswer {
+    // Boxed: far larger than a queued run's view.
     /// A run that started.
-    Run(RunView),
+    Run(Box<RunView>),
     /// A run waiting for a slot.
     Queued(QueuedRunView),
 }
@@ -287,6 +288,10 @@ pub struct RunView {
     /// Calls a crash left with an unknown outcome, waiting for a decision.
     #[schema(nullable = false)]
     pub pending_decisions: Option<Vec<Value>>,
+    /// The answer so far, while it has not stopped (an event-driven
+    /// agent's between inputs); a stopped run's is in `outcome`.
+    #[schema(nullable = false)]
+    pub answer: Option<String>,
     /// How it ended, once it has.
     #[schema(nullable = false)]
     pub outcome: Option<OutcomeView>,

@@ -149,6 +149,16 @@ async def chat(c):
         third=third["status"]["state"])
 
 
+async def artifacts(c):
+    client = await c.client("/a2a/report")
+    _, task = await final_task(client, SendMessageRequest(message=text_message("report")))
+    got = as_dict(await client.get_task(GetTaskRequest(id=task["id"])))
+    streaming = await c.client("/a2a/report", streaming=True)
+    seen = await events(streaming, SendMessageRequest(message=text_message("report again")))
+    out("artifacts", state=task["status"]["state"], artifacts=task.get("artifacts", []),
+        got=got.get("artifacts", []), events=seen)
+
+
 async def push(c):
     client = await c.client()
     config = TaskPushNotificationConfig(url=c.config["hook"], token="push-tok-5")
@@ -177,7 +187,8 @@ async def main():
     c = Clients(json.loads(sys.argv[1]))
     first = None
     for name, check in [("cards", cards), ("send", send), ("stream", stream), ("cancel", cancel),
-                        ("approval", approval), ("chat", chat), ("push", push)]:
+                        ("approval", approval), ("chat", chat), ("push", push),
+                        ("artifacts", artifacts)]:
         try:
             got = await check(c)
             if name == "send":

@@ -1,0 +1,276 @@
+//! A task whose run this node does not hold: another node of the cluster
+//! holds it, or only the store does now (it stopped before a restart).
+//! Each step is the native request it stands for, sent as the native
+//! routes' own cluster routing sends it (`Cluster::elsewhere`: to the
+//! run's node through the inbox, or answered by the store), so the holder
+//! applies it through its own routes and the answer is the one it gives:
+//!
+//! ```text
+//! look at the task           GET  /runs/{id}
+//! a text                     POST /runs/{id}/messages        {"text"}
+//! an approval                POST /runs/{id}/approvals/{call} {"decision": "approve"|"deny", "reason"?}
+//! a crash decision           POST /runs/{id}/decisions/{call} {"decision": SETTLE}
+//! CancelTask                 POST /runs/{id}/interrupt       {"action": "abort"}
+//! ```
+//!
+//! Without a cluster, a look is answered from the store alone.
+
+use agentry::RunStatus;
+use agentry::protocol::state::PendingApproval;
+use agentry::protocol::stop::StopReason;
+use axum::http::StatusCode;
+use serde_json::{Value, json};
+
+use super::super::agents::RunMeta;
+use super::super::error::ApiError;
+use super::super::node::{Answer, Forward};
+use super::super::table::App;
+use super::super::tenants::Tenant;
+use super::task::{Going, Observed, State, ended, going, queued};
+use super::wire::{Approval, Decision, Failure, RpcError};
+
+/// The answer of a native request for run `id`, from wherever the run is.
+async fn native(
+    app: &App,
+    tenant: &Tenant,
+    id: &str,
+    method: &str,
+    path: String,
+    body: Option<Value>,
+) -> Answer {
+    let forward = Forward {
+        run_id: id.to_string(),
+        tenant: tenant.name().map(str::to_string),
+        method: method.to_string(),
+        path,
+        body: body.map(|b| b.to_string().into_bytes()).unwrap_or_default(),
+    };
+    if let Some(cluster) = app.cluster.get().cloned() {
+        return super::super::cluster::answer_of(cluster.elsewhere(forward).await).await;
+    }
+    match app.answer_from_store(&forward, true).await {
+        Some(answer) => answer,
+        None => Answer {
+            status: StatusCode::NOT_FOUND.as_u16(),
+            body: Vec::new(),
+        },
+    }
+}
+
+/// The error message of a native answer.
+fn message_of(answer: &Answer) -> String {
+    serde_json::from_slice::<Value>(&answer.body)
+        .ok()
+        .and_then(|v| v["error"]["message"].as_str().map(str::to_string))
+        .unwrap_or_else(|| String::from_utf8_lossy(&answer.body).into_owned())
+}
+
+/// A native answer that is not a success, as the local path would fail.
+fn failure(answer: &Answer) -> Failure {
+    let status = StatusCode::from_u16(answer.status).unwrap_or(StatusCode::BAD_GATEWAY);
+    let mut error = ApiError::new(status, message_of(answer));
+    if status == StatusCode::TOO_MANY_REQUESTS {
+        error = error.retry_after(1);
+    }
+    Failure::from(error)
+}
+
+/// Run `id` as a task, from its view (`GET /runs/{id}`) where it is; its
+/// declared files read (when `files`) from its working directory, which
+/// this node reaches when the nodes share their `workdir_root`.
+pub(super) async fn observe(
+    app: &App,
+    tenant: &Tenant,
+    agent: &str,
+    id: &str,
+    files: bool,
+) -> Result<Observed, RpcError> {
+    let seg = segment(id);
+    let answer = native(app, tenant, id, "GET", format!("/runs/{seg}"), None).await;
+    if answer.status == StatusCode::NOT_FOUND.as_u16() {
+        return Err(RpcError::task_not_found(id));
+    }
+    if answer.status != StatusCode::OK.as_u16() {
+        return Err(RpcError::internal(format!(
+            "task {id}: its node answered {}: {}",
+            answer.status,
+            message_of(&answer)
+        )));
+    }
+    let view: Value = serde_json::from_slice(&answer.body)
+        .map_err(|e| RpcError::internal(format!("task {id}: its view is not JSON: {e}")))?;
+    if view["agent"].as_str() != Some(agent) {
+        return Err(RpcError::task_not_found(id));
+    }
+    let mut now = of_view(id, &view)?;
+    if files && now.state == State::Completed {
+        now.files = stored_files(app, id).await;
+    }
+    Ok(now)
+}
+
+/// A run's view (`GET /runs/{id}`) as a task.
+pub(super) fn of_view(id: &str, view: &Value) -> Result<Observed, RpcError> {
+    let unreadable = |what: &str| RpcError::internal(format!("task {id}: its view has no {what}"));
+    let status = view["status"]
+        .as_str()
+        .ok_or_else(|| unreadable("status"))?;
+    if status == "queued" {
+        return Ok(queued(id));
+    }
+    let status: RunStatus =
+        serde_json::from_value(json!(status)).map_err(|_| unreadable("known status"))?;
+    let inputs = view["inputs"].as_u64().unwrap_or(0);
+    let outcome = &view["outcome"];
+    if status == RunStatus::Stopped || outcome.is_object() {
+        let reason: StopReason = serde_json::from_value(outcome["stop_reason"].clone())
+            .map_err(|_| unreadable("stop reason"))?;
+        let detail = outcome["detail"].as_str().unwrap_or_default();
+        let answer = outcome["answer"].as_str().map(str::to_string);
+        return Ok(ended(id, reason, detail, answer, inputs));
+    }
+    let pending = |field: &str| -> Vec<PendingApproval> {
+        serde_json::from_value(view[field].clone()).unwrap_or_default()
+    };
+    let (approvals, decisions) = (pending("pending_approvals"), pending("pending_decisions"));
+    Ok(going(
+        id,
+        Going {
+            status,
+            approvals: &approvals,
+            decisions: &decisions,
+            answer: view["answer"].as_str().map(str::to_string),
+            inputs,
+        },
+    ))
+}
+
+/// The declared files of a completed run the store holds (its stored
+/// config names its working directory and its meta the files).
+async fn stored_files(app: &App, id: &str) -> Vec<Value> {
+    let Ok(config) = app.runtime.stored_config(id).await else {
+        return Vec::new();
+    };
+    let declared = RunMeta::stored(&config).artifacts;
+    if declared.is_empty() {
+        return Vec::new();
+    }
+    let (id, workdir) = (id.to_string(), config.workdir);
+    tokio::task::spawn_blocking(move || super::files::read(&id, &workdir, &declared))
+        .await
+        .unwrap_or_default()
+}
+
+/// What a message asks of a task another node holds.
+pub(super) enum Input {
+    Text(String),
+    Approval(Approval),
+    Decision(Decision),
+}
+
+/// Sends `input` to task `id` as its native request.
+pub(super) async fn send(
+    app: &App,
+    tenant: &Tenant,
+    id: &str,
+    input: Input,
+) -> Result<(), Failure> {
+    let seg = segment(id);
+    let (path, body) = match input {
+        Input::Text(text) => (format!("/runs/{seg}/messages"), json!({"text": text})),
+        Input::Approval(approval) => {
+            let mut body = json!({"decision": if approval.approve { "approve" } else { "deny" }});
+            if let Some(reason) = approval.reason {
+                body["reason"] = json!(reason);
+            }
+            (
+                format!("/runs/{seg}/approvals/{}", segment(&approval.call_id)),
+                body,
+            )
+        }
+        Input::Decision(decision) => (
+            format!("/runs/{seg}/decisions/{}", segment(&decision.call_id)),
+            json!({"decision": decision.settle}),
+        ),
+    };
+    let answer = native(app, tenant, id, "POST", path, Some(body)).await;
+    match answer.status {
+        200..=299 => Ok(()),
+        409 => Err(RpcError::unsupported(format!(
+            "task {id} takes no message now: {}",
+            message_of(&answer)
+        ))
+        .into()),
+        _ => Err(failure(&answer)),
+    }
+}
+
+/// CancelTask's abort, for a task another node holds.
+pub(super) async fn abort(app: &App, tenant: &Tenant, id: &str) {
+    let seg = segment(id);
+    let body = json!({"action": "abort"});
+    let path = format!("/runs/{seg}/interrupt");
+    let answer = native(app, tenant, id, "POST", path, Some(body)).await;
+    if !(200..=299).contains(&answer.status) {
+        tracing::warn!(
+            run_id = id,
+            status = answer.status,
+            "A2A cancel: the run's node refused the abort"
+        );
+    }
+}
+
+/// A task or call id as one path segment: every byte but the unreserved
+/// ones percent-encoded (a client's id, a model's call id, may hold `/` or
+/// `?`, and must not make the request another route's).
+fn segment(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                char::from(b).to_string()
+            }
+            other => format!("%{other:02X}"),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_view_reads_as_the_task_its_run_is() {
+        let stopped = json!({"run_id": "r", "status": "stopped", "inputs": 2, "agent": "a",
+            "outcome": {"stop_reason": "done", "answer": "42", "detail": null}});
+        let now = of_view("r", &stopped).unwrap();
+        assert_eq!(
+            (now.state, now.answer.as_deref()),
+            (State::Completed, Some("42"))
+        );
+        let failed = json!({"status": "stopped",
+            "outcome": {"stop_reason": "max_steps", "answer": null, "detail": "10 steps"}});
+        let now = of_view("r", &failed).unwrap();
+        assert_eq!(now.state, State::Failed);
+        assert_eq!(now.parts[1]["data"]["stop_reason"], "max_steps");
+        let asleep = json!({"status": "sleeping", "inputs": 1, "answer": "ok",
+            "pending_approvals": []});
+        let now = of_view("r", &asleep).unwrap();
+        assert_eq!(
+            (now.state, now.asleep, now.inputs),
+            (State::InputRequired, true, 1)
+        );
+        assert_eq!(now.parts[0]["text"], "ok");
+        assert_eq!(
+            of_view("r", &json!({"status": "queued"})).unwrap().state,
+            State::Submitted
+        );
+        assert!(of_view("r", &json!({"status": "dancing"})).is_err());
+    }
+
+    #[test]
+    fn a_call_id_is_one_path_segment() {
+        assert_eq!(segment("call_1.a-b~"), "call_1.a-b~");
+        assert_eq!(segment("a/b?c d"), "a%2Fb%3Fc%20d");
+    }
+}
