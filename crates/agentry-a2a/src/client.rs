@@ -130,6 +130,10 @@ pub struct SendRequest {
     /// Whether the agent answers at once with the task (SUBMITTED or
     /// WORKING) instead of when it ends or is interrupted.
     pub return_immediately: bool,
+    /// The message's id; `None`: a fresh UUID.
+    pub message_id: Option<String>,
+    /// The request's `metadata` (a JSON object), if any.
+    pub metadata: Option<Value>,
 }
 
 /// A JSON-RPC client of one agent interface.
@@ -171,16 +175,22 @@ impl A2aClient {
     /// `SendMessage`: a user text message, new or continuing a task.
     pub async fn send_message(&self, request: &SendRequest) -> Result<SendResult, A2aError> {
         let message = Message {
-            message_id: uuid::Uuid::now_v7().to_string(),
+            message_id: request
+                .message_id
+                .clone()
+                .unwrap_or_else(|| uuid::Uuid::now_v7().to_string()),
             context_id: request.context_id.clone(),
             task_id: request.task_id.clone(),
             role: Role::User,
             parts: vec![Part::text(request.text.clone())],
         };
-        let params = json!({
+        let mut params = json!({
             "message": message,
             "configuration": {"returnImmediately": request.return_immediately},
         });
+        if let Some(metadata) = &request.metadata {
+            params["metadata"] = metadata.clone();
+        }
         self.call("SendMessage", params).await
     }
 

@@ -65,6 +65,7 @@
 mod card;
 mod client;
 mod error;
+mod remote;
 mod tool;
 mod types;
 
@@ -74,5 +75,5 @@ pub use card::{
 };
 pub use client::{A2aClient, A2aOptions, PROTOCOL_VERSION, SendRequest, VERSION_HEADER};
 pub use error::{A2aError, RpcErrorKind};
-pub use tool::A2aTool;
+pub use tool::{A2aTool, REMOTE_KIND};
 pub use types::{Artifact, Message, Part, Role, SendResult, Task, TaskState, TaskStatus};

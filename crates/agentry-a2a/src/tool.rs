@@ -1,9 +1,10 @@
 //! [`A2aTool`]: one remote agent as the tool `<name>.ask`.
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use agentry_protocol::ErrorCode;
+use agentry_protocol::RemoteRef;
 use agentry_protocol::envelope::ToolError;
 use agentry_protocol::tool::{Effect, Idempotency, ToolContract};
 use agentry_tools::{Tool, ToolContext, ToolOutput, ToolProgress, parse_args, schema_for};
@@ -13,7 +14,11 @@ use serde_json::{Value, json};
 use crate::card::{Discovered, discover};
 use crate::client::{A2aClient, A2aOptions, SendRequest};
 use crate::error::{A2aError, RpcErrorKind};
+use crate::remote::{Reach, RemoteTask};
 use crate::types::{SendResult, Task, TaskState};
+
+/// The kind of the remote tasks this tool records ([`RemoteRef::kind`]).
+pub const REMOTE_KIND: &str = "a2a";
 
 /// How often a running task is polled with `GetTask`.
 const DEFAULT_POLL: Duration = Duration::from_millis(250);
@@ -144,7 +149,9 @@ impl A2aTool {
         format!("{}.ask", self.name)
     }
 
-    /// Sends the message, then polls until the task ends or is interrupted.
+    /// Sends the message (or, for a call run again after a crash, takes up
+    /// the task it had started), then polls until the task ends or is
+    /// interrupted.
     async fn run(
         &self,
         args: AskArgs,
@@ -152,6 +159,53 @@ impl A2aTool {
         ctx: &ToolContext,
     ) -> Result<ToolOutput, ToolError> {
         let client = &remote.client;
+        let followed = ctx
+            .remote
+            .as_ref()
+            .and_then(|log| log.follow())
+            .filter(|r| r.kind == REMOTE_KIND);
+        let task = match followed {
+            Some(reference) => {
+                // The task this call started before a crash: followed, not
+                // sent again (it would be a second task).
+                let task = client
+                    .get_task(&reference.id)
+                    .await
+                    .map_err(|e| self.task_error(e, &reference.id))?;
+                // Kept on the call's new intent row by the runtime; set
+                // again here for a runtime that does not.
+                record(ctx, &task);
+                task
+            }
+            None => match self.send(args, client, ctx).await? {
+                SendResult::Message(reply) => {
+                    return Ok(ToolOutput::data(json!({
+                        "agent": self.name,
+                        "text": reply.text(),
+                        "context_id": reply.context_id,
+                    })));
+                }
+                SendResult::Task(task) => {
+                    // On record before the call waits: a crash from here on
+                    // is followed by the resume, not sent again.
+                    record(ctx, &task);
+                    task
+                }
+            },
+        };
+        remote.set(&task.id);
+        let task = self.wait(task, client, ctx).await?;
+        remote.settle();
+        self.outcome(task)
+    }
+
+    /// `SendMessage` for a call: the task (returned at once), or a reply.
+    async fn send(
+        &self,
+        args: AskArgs,
+        client: &A2aClient,
+        ctx: &ToolContext,
+    ) -> Result<SendResult, ToolError> {
         let context_id = match &args.task_id {
             // The agent wants the task's context with its id.
             Some(id) => Some(
@@ -168,22 +222,22 @@ impl A2aTool {
             task_id: args.task_id,
             context_id,
             return_immediately: true,
+            message_id: Some(message_id(ctx)),
+            metadata: Some(metadata(ctx)),
         };
-        let mut task = match client
+        client
             .send_message(&request)
             .await
-            .map_err(|e| self.error(e))?
-        {
-            SendResult::Message(reply) => {
-                return Ok(ToolOutput::data(json!({
-                    "agent": self.name,
-                    "text": reply.text(),
-                    "context_id": reply.context_id,
-                })));
-            }
-            SendResult::Task(task) => task,
-        };
-        remote.set(&task.id);
+            .map_err(|e| self.error(e))
+    }
+
+    /// Polls `task` until it settles, reporting each new state.
+    async fn wait(
+        &self,
+        mut task: Task,
+        client: &A2aClient,
+        ctx: &ToolContext,
+    ) -> Result<Task, ToolError> {
         let started = Instant::now();
         let mut reports = 0u32;
         report(ctx, &task, &mut reports);
@@ -202,17 +256,23 @@ impl A2aTool {
             }
             tokio::time::sleep(self.poll).await;
             let state = task.status.state;
-            task = client.get_task(&task.id).await.map_err(|e| {
-                let mut error = self.error(e);
-                error.message = format!("{} (remote task {})", error.message, task.id);
-                error
-            })?;
+            task = client
+                .get_task(&task.id)
+                .await
+                .map_err(|e| self.task_error(e, &task.id))?;
             if task.status.state != state {
                 report(ctx, &task, &mut reports);
             }
         }
-        remote.settle();
-        self.outcome(task)
+        Ok(task)
+    }
+
+    /// A client error about the remote task `id` as the call's error: not
+    /// retried (a retry would send the message again, a second task).
+    fn task_error(&self, e: A2aError, id: &str) -> ToolError {
+        let mut error = self.error(e).retryable(false);
+        error.message = format!("{} (remote task {id})", error.message);
+        error
     }
 
     /// A settled task as the call's result.
@@ -311,6 +371,53 @@ impl A2aTool {
     }
 }
 
+/// Records the remote task with the call's intent (a durable run's ledger),
+/// so that a resume after a crash follows it.
+fn record(ctx: &ToolContext, task: &Task) {
+    if let Some(log) = &ctx.remote {
+        log.started(RemoteRef {
+            kind: REMOTE_KIND.to_string(),
+            id: task.id.clone(),
+            context: Some(task.context_id.clone()).filter(|c| !c.is_empty()),
+        });
+    }
+}
+
+/// The id of a call's message: the same for the same action of the run and
+/// attempt (see `ToolContext::operation_id`), so a message a crash left
+/// unrecorded can be found in the remote task's history by a human settling
+/// the call.
+fn message_id(ctx: &ToolContext) -> String {
+    format!(
+        "agentry-{}-{}-{}",
+        ctx.operation_id, ctx.call_id, ctx.attempt
+    )
+}
+
+/// The request's metadata: when the call must end (`deadline_ms`, Unix ms)
+/// and how long the run has left (`run_remaining_ms`), so the agent can fit
+/// its work to them; the call is cut locally at its deadline either way.
+fn metadata(ctx: &ToolContext) -> Value {
+    let epoch_ms = |t: SystemTime| {
+        t.duration_since(UNIX_EPOCH)
+            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+            .unwrap_or(0)
+    };
+    let mut agentry = json!({
+        "run_id": &*ctx.run_id,
+        "call_id": ctx.call_id,
+        "operation_id": &*ctx.operation_id,
+    });
+    if let Some(call) = ctx.deadlines.call {
+        agentry["deadline_ms"] = json!(epoch_ms(call));
+    }
+    if let Some(run) = ctx.deadlines.run {
+        let left = run.duration_since(SystemTime::now()).unwrap_or_default();
+        agentry["run_remaining_ms"] = json!(u64::try_from(left.as_millis()).unwrap_or(u64::MAX));
+    }
+    json!({ "agentry": agentry })
+}
+
 /// Reports the remote task's id and state as the call's progress (a
 /// `tool_progress` run event), so they are on record while the call runs.
 fn report(ctx: &ToolContext, task: &Task, reports: &mut u32) {
@@ -335,87 +442,6 @@ fn report(ctx: &ToolContext, task: &Task, reports: &mut u32) {
 /// interrupted for the client's answer.
 fn settled(state: TaskState) -> bool {
     state.is_terminal() || matches!(state, TaskState::InputRequired | TaskState::AuthRequired)
-}
-
-/// The remote task a call has under way: cancelled with `CancelTask` unless
-/// it settled, also when the call's future is dropped.
-struct RemoteTask {
-    client: Arc<A2aClient>,
-    id: Mutex<Option<String>>,
-}
-
-/// How the tool reaches its agent.
-#[derive(Debug)]
-enum Reach {
-    /// A client made already (the card read by the embedder).
-    Ready(Arc<A2aClient>),
-    /// The agent's card, read at the first call that needs it.
-    Card {
-        url: String,
-        options: A2aOptions,
-        found: tokio::sync::OnceCell<Arc<A2aClient>>,
-    },
-}
-
-impl Reach {
-    async fn client(&self) -> Result<Arc<A2aClient>, A2aError> {
-        match self {
-            Reach::Ready(client) => Ok(Arc::clone(client)),
-            Reach::Card {
-                url,
-                options,
-                found,
-            } => found
-                .get_or_try_init(|| async {
-                    let options = options.expanded(url, |var| std::env::var(var).ok())?;
-                    discover(url, &options).await.map(|d| Arc::new(d.client))
-                })
-                .await
-                .map(Arc::clone),
-        }
-    }
-}
-
-impl RemoteTask {
-    fn set(&self, id: &str) {
-        if let Ok(mut slot) = self.id.lock() {
-            *slot = Some(id.to_string());
-        }
-    }
-
-    fn settle(&self) {
-        if let Ok(mut slot) = self.id.lock() {
-            *slot = None;
-        }
-    }
-
-    /// Sends `CancelTask` for the task under way, if any, from a task of its
-    /// own (so a dropped call still sends it): the task's id, and the handle
-    /// that waits for the request.
-    fn cancel(&self) -> Option<(String, tokio::task::JoinHandle<()>)> {
-        let id = self.id.lock().ok()?.take()?;
-        let runtime = tokio::runtime::Handle::try_current().ok()?;
-        let client = self.client.clone();
-        let task_id = id.clone();
-        let sent = runtime.spawn(async move {
-            match client.cancel_task(&task_id).await {
-                Ok(task) => {
-                    tracing::debug!(task_id = %task_id, state = task.status.state.as_str(), "remote A2A task cancelled")
-                }
-                Err(e) => {
-                    tracing::warn!(task_id = %task_id, error = %e, "CancelTask of a remote A2A task failed")
-                }
-            }
-        });
-        Some((id, sent))
-    }
-}
-
-impl Drop for RemoteTask {
-    fn drop(&mut self) {
-        // A dropped call: the request goes on without it.
-        drop(self.cancel());
-    }
 }
 
 #[async_trait]

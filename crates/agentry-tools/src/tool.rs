@@ -49,6 +49,16 @@ pub struct ToolContext {
     /// Where a tool that starts processes records each process group, with the
     /// call's intent (a durable run's ledger); `None` where nothing records.
     pub processes: Option<Arc<dyn ProcessLog>>,
+    /// Where a call that starts a task on another system (a remote A2A
+    /// agent) records that task with the call's intent, and what it follows
+    /// when the call is run again after a crash ([`RemoteLog`]); `None`
+    /// where nothing records.
+    pub remote: Option<Arc<dyn RemoteLog>>,
+    /// When the call must end: the earlier of its contract's timeout and the
+    /// run's wall-clock deadline, and the run's deadline alone. The executor
+    /// enforces both; a tool passes them on to what it calls (a remote agent
+    /// gets them as metadata). Unset outside a run.
+    pub deadlines: Deadlines,
     /// Where a long call reports progress (published as `tool_progress` run
     /// events); `None` where nobody listens.
     pub progress: Option<Arc<dyn ProgressSink>>,
@@ -98,6 +108,27 @@ pub trait ProcessLog: Send + Sync {
     fn run_mark(&self) -> Option<&str> {
         None
     }
+}
+
+/// Records the task a call started on another system, so that a resume
+/// after a crash follows that task instead of starting a second one.
+pub trait RemoteLog: Send + Sync {
+    /// The call started `task` (the other system accepted it). Called
+    /// before the tool waits for it; a later call replaces the record.
+    fn started(&self, task: agentry_protocol::RemoteRef);
+
+    /// The task this call started before a crash, which the call should
+    /// follow to its end rather than start anew; `None` for a fresh call.
+    fn follow(&self) -> Option<agentry_protocol::RemoteRef>;
+}
+
+/// The deadlines of a call, as wall-clock times (they go to other systems).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Deadlines {
+    /// When the call is cut: the earlier of its timeout and the run's deadline.
+    pub call: Option<std::time::SystemTime>,
+    /// The run's wall-clock deadline, if it has one.
+    pub run: Option<std::time::SystemTime>,
 }
 
 impl std::fmt::Debug for ToolContext {

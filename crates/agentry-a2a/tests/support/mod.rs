@@ -111,6 +111,8 @@ impl Agent {
             agents: None,
             processes: None,
             progress: progress.map(|p| p as Arc<dyn ProgressSink>),
+            remote: None,
+            deadlines: Default::default(),
             traceparent: None,
             sandbox: None,
         }

@@ -103,6 +103,8 @@ impl Run {
             agents: None,
             processes: Some(self.groups.clone() as Arc<dyn ProcessLog>),
             progress: Some(self.progress.clone() as Arc<dyn ProgressSink>),
+            remote: None,
+            deadlines: Default::default(),
             traceparent: None,
             sandbox: None,
         }

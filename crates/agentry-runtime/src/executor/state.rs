@@ -60,6 +60,8 @@ impl ExecutorState {
                 .as_ref()
                 .map(|log| Arc::new(MarkedChecks(Arc::clone(&log.mark))) as Arc<dyn ProcessLog>),
             progress: None,
+            remote: None,
+            deadlines: Default::default(),
             traceparent: Some(Arc::clone(&self.args.traceparent)),
             sandbox: Some(Arc::clone(&self.args.sandbox)),
         }
@@ -85,7 +87,12 @@ impl ExecutorState {
                 outcome,
             );
         }
-        let entry = ledger::entry(&self.args.run_id, job, state, outcome);
+        let mut entry = ledger::entry(&self.args.run_id, job, state, outcome);
+        if state == LedgerState::Intent {
+            // A call that follows its remote task keeps it on its new intent
+            // row: a second crash follows the same task again.
+            entry.remote = self.ledger.follow(&job.call.id).cloned();
+        }
         let writes = vec![Write::Ledger {
             run_id: log.run_id.to_string(),
             entry,

@@ -31,6 +31,8 @@ fn ctx(workdir: &Path) -> ToolContext {
         agents: None,
         processes: None,
         progress: None,
+        remote: None,
+        deadlines: Default::default(),
         traceparent: None,
         sandbox: None,
     }

@@ -21,6 +21,8 @@ fn ctx(workdir: &Path, artifacts: &Path) -> ToolContext {
         agents: None,
         processes: None,
         progress: None,
+        remote: None,
+        deadlines: Default::default(),
         traceparent: None,
         sandbox: None,
     }

@@ -37,6 +37,8 @@ fn ctx(workdir: &Path) -> ToolContext {
         agents: None,
         processes: None,
         progress: None,
+        remote: None,
+        deadlines: Default::default(),
         traceparent: None,
         sandbox: None,
     }
