@@ -107,3 +107,55 @@ async fn the_run_deadline_cancels_the_remote_task() -> Result<(), TestError> {
     );
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the a2a-sdk venv (A2A_PYTHON); .ci/run runs it"]
+async fn the_call_deadline_and_the_runs_time_left_go_as_metadata() -> Result<(), TestError> {
+    let agent = Agent::start().await;
+    let tool = agent.tool().await.timeout(Duration::from_secs(20));
+    let runtime = runtime_with(vec![Arc::new(tool)])?;
+    let task = TestTask::new("ask for the metadata", &[])?
+        .grant(&["echo"])
+        .deadline_ms(60_000);
+    let mut config = task.config();
+    config.approval.irreversible = false;
+    let policy = ScriptBuilder::new()
+        .call("m1", "echo.ask", json!({"message": "meta"}))
+        .finish("asked")
+        .policy();
+    let before = now_ms();
+    let handle = runtime.start(config, policy).await?;
+    let events = collect_until_stopped(handle.subscribe()).await?;
+    let outcome = handle.wait().await?;
+    assert_eq!(outcome.stop_reason, StopReason::Done, "{}", outcome.detail);
+    let results = tool_results(&events);
+    let env = &results.first().ok_or("no tool result")?.1;
+    let data = env.data.as_ref().ok_or("no data")?;
+    let said: serde_json::Value = serde_json::from_str(data["text"].as_str().ok_or("no text")?)?;
+    // The call's deadline: its 20 s timeout from when it started (earlier
+    // than the run's 60 s), as Unix ms (JSON numbers through protobuf).
+    let deadline = said["deadline_ms"].as_f64().ok_or("no deadline_ms")? as u64;
+    assert!(
+        deadline >= before + 19_000 && deadline <= now_ms() + 20_000,
+        "{said}"
+    );
+    let left = said["run_remaining_ms"]
+        .as_f64()
+        .ok_or("no run_remaining_ms")? as u64;
+    assert!(left > 50_000 && left <= 60_000, "{said}");
+    assert_eq!(said["call_id"], "m1", "{said}");
+    assert!(
+        said["operation_id"]
+            .as_str()
+            .is_some_and(|o| o.starts_with("op-")),
+        "{said}"
+    );
+    Ok(())
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
