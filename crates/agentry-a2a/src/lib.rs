@@ -14,6 +14,8 @@
 //!   timeout, a CA file).
 //! - `card.rs`: [`AgentCard`], [`discover`], [`fetch_card`].
 //! - `tool.rs`: [`A2aTool`].
+//! - `remote.rs`: what one call holds on its agent (how it reaches it, the
+//!   remote task it cancels unless that settled).
 //! - `error.rs`: [`A2aError`], the crate's one error; [`RpcErrorKind`].
 //!
 //! # The wire
@@ -57,6 +59,18 @@
 //! runs sends `CancelTask` for that task from a task of its own, so the
 //! remote agent stops too. A call dropped before `SendMessage` answered
 //! cannot know the task id; that task runs on.
+//!
+//! # A crash of agentry during a call
+//!
+//! The message's id is `agentry-<operation id>-<call id>-<attempt>`, and
+//! its request carries `metadata.agentry`: `deadline_ms` (when the call is
+//! cut, Unix ms), `run_remaining_ms`, `run_id`, `call_id`, `operation_id`.
+//! Once `SendMessage` returned the task, the tool records it
+//! (`ToolContext::remote`, a [`agentry_protocol::RemoteRef`] of kind
+//! [`REMOTE_KIND`] on the call's ledger row) before it waits. A call run
+//! again after a crash with such a record follows that task (`GetTask`)
+//! instead of sending the message again. Once a task is under way, a
+//! failed `GetTask` is not retryable: a retry would send again.
 //!
 //! The tool's effect is `irreversible_external` unless its constructor says
 //! otherwise ([`A2aTool::effect`]): what a remote agent does is outside the
