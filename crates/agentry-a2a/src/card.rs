@@ -126,8 +126,10 @@ pub async fn discover(url: &str, options: &A2aOptions) -> Result<Discovered, A2a
     let card_url = card_url(url);
     let card = fetch_card(&card_url, options).await?;
     let interface = card.jsonrpc_interface(&card_url)?;
-    let client =
-        A2aClient::new(interface.url.clone(), options)?.with_tenant(interface.tenant.clone());
+    let streams = card.capabilities.get("streaming") == Some(&Value::Bool(true));
+    let client = A2aClient::new(interface.url.clone(), options)?
+        .with_tenant(interface.tenant.clone())
+        .with_streaming(streams);
     Ok(Discovered {
         card,
         card_url,

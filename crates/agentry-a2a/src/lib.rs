@@ -9,11 +9,15 @@
 //! # Layout
 //! - `types.rs`: the messages in ProtoJSON form ([`Task`], [`Message`],
 //!   [`Part`], [`TaskState`]…).
-//! - `client.rs`: [`A2aClient`] (`SendMessage`, `GetTask`, `CancelTask`) and
+//! - `client.rs`: [`A2aClient`] (`SendMessage`, `GetTask`, `CancelTask`,
+//!   `SendStreamingMessage`, `SubscribeToTask`) and
 //!   [`A2aOptions`] (extra headers such as `Authorization`, the per-request
 //!   timeout, a CA file).
 //! - `card.rs`: [`AgentCard`], [`discover`], [`fetch_card`].
+//! - `stream.rs`: [`EventStream`], the server-sent events of
+//!   `SendStreamingMessage` and `SubscribeToTask`.
 //! - `tool.rs`: [`A2aTool`].
+//! - `watch.rs`: how a call follows its task, streamed or polled.
 //! - `remote.rs`: what one call holds on its agent (how it reaches it, the
 //!   remote task it cancels unless that settled).
 //! - `error.rs`: [`A2aError`], the crate's one error; [`RpcErrorKind`].
@@ -34,9 +38,12 @@
 //!
 //! `{"message": "…"}` starts a task; `{"message": "…", "task_id": "…"}`
 //! answers a task that asked for input (the same task continues, in its
-//! context). The tool sends `SendMessage` with
-//! `configuration.returnImmediately`, then polls `GetTask` until the task
-//! settles:
+//! context). For an agent whose card says `capabilities.streaming` the tool
+//! sends `SendStreamingMessage` and reads the task's events until it
+//! settles (each new state and artifact a progress report; a stream that
+//! breaks off is polled on; one `GetTask` reads the settled task whole);
+//! otherwise it sends `SendMessage` with `configuration.returnImmediately`
+//! and polls `GetTask` until the task settles:
 //!
 //! | remote state                | the call                                                   |
 //! |-----------------------------|------------------------------------------------------------|
@@ -80,8 +87,10 @@ mod card;
 mod client;
 mod error;
 mod remote;
+mod stream;
 mod tool;
 mod types;
+mod watch;
 
 pub use card::{
     AgentCard, AgentInterface, AgentSkill, Discovered, JSONRPC_BINDING, WELL_KNOWN_PATH, card_url,
@@ -89,5 +98,6 @@ pub use card::{
 };
 pub use client::{A2aClient, A2aOptions, PROTOCOL_VERSION, SendRequest, VERSION_HEADER};
 pub use error::{A2aError, RpcErrorKind};
+pub use stream::{ArtifactUpdate, EventStream, StatusUpdate, StreamEvent};
 pub use tool::{A2aTool, REMOTE_KIND};
 pub use types::{Artifact, Message, Part, Role, SendResult, Task, TaskState, TaskStatus};

@@ -7,7 +7,7 @@ use agentry_protocol::ErrorCode;
 use agentry_protocol::RemoteRef;
 use agentry_protocol::envelope::ToolError;
 use agentry_protocol::tool::{Effect, Idempotency, ToolContract};
-use agentry_tools::{Tool, ToolContext, ToolOutput, ToolProgress, parse_args, schema_for};
+use agentry_tools::{Tool, ToolContext, ToolOutput, parse_args, schema_for};
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
@@ -15,7 +15,9 @@ use crate::card::{Discovered, discover};
 use crate::client::{A2aClient, A2aOptions, SendRequest};
 use crate::error::{A2aError, RpcErrorKind};
 use crate::remote::{Reach, RemoteTask};
-use crate::types::{SendResult, Task, TaskState};
+use crate::stream::{ArtifactUpdate, EventStream, StatusUpdate, StreamEvent};
+use crate::types::{Message, SendResult, Task, TaskState};
+use crate::watch::{Watch, settled, task_error};
 
 /// The kind of the remote tasks this tool records ([`RemoteRef::kind`]).
 pub const REMOTE_KIND: &str = "a2a";
@@ -51,6 +53,7 @@ pub struct A2aTool {
     effect: Effect,
     poll: Duration,
     timeout: Duration,
+    stream: bool,
 }
 
 impl A2aTool {
@@ -65,6 +68,7 @@ impl A2aTool {
             effect: Effect::IrreversibleExternal,
             poll: DEFAULT_POLL,
             timeout: DEFAULT_TIMEOUT,
+            stream: true,
         }
     }
 
@@ -123,6 +127,7 @@ impl A2aTool {
             effect: Effect::IrreversibleExternal,
             poll: DEFAULT_POLL,
             timeout: DEFAULT_TIMEOUT,
+            stream: true,
         }
     }
 
@@ -138,6 +143,13 @@ impl A2aTool {
         self
     }
 
+    /// Whether a call follows its task over the agent's stream when its
+    /// card offers one (`capabilities.streaming`; the default), or polls.
+    pub fn streaming(mut self, stream: bool) -> Self {
+        self.stream = stream;
+        self
+    }
+
     /// The limit on one call, from the send to the task's end.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
@@ -150,8 +162,9 @@ impl A2aTool {
     }
 
     /// Sends the message (or, for a call run again after a crash, takes up
-    /// the task it had started), then polls until the task ends or is
-    /// interrupted.
+    /// the task it had started), then follows the task until it ends or is
+    /// interrupted: over the agent's stream when its card offers one, else
+    /// by polling `GetTask`.
     async fn run(
         &self,
         args: AskArgs,
@@ -159,53 +172,70 @@ impl A2aTool {
         ctx: &ToolContext,
     ) -> Result<ToolOutput, ToolError> {
         let client = &remote.client;
+        let streams = self.stream && client.streams();
         let followed = ctx
             .remote
             .as_ref()
             .and_then(|log| log.follow())
             .filter(|r| r.kind == REMOTE_KIND);
-        let task = match followed {
+        let (task, stream) = match followed {
             Some(reference) => {
                 // The task this call started before a crash: followed, not
                 // sent again (it would be a second task).
                 let task = client
                     .get_task(&reference.id)
                     .await
-                    .map_err(|e| self.task_error(e, &reference.id))?;
+                    .map_err(|e| task_error(&self.name, e, &reference.id))?;
                 // Kept on the call's new intent row by the runtime; set
                 // again here for a runtime that does not.
                 record(ctx, &task);
-                task
+                // A task that ended is not subscribed to (the agent refuses).
+                let stream = match streams && !settled(task.status.state) {
+                    true => client.subscribe(&task.id).await.ok().map(Box::new),
+                    false => None,
+                };
+                (task, stream)
             }
-            None => match self.send(args, client, ctx).await? {
-                SendResult::Message(reply) => {
+            None => match self.send(args, client, ctx, streams).await? {
+                Started::Reply(reply) => {
                     return Ok(ToolOutput::data(json!({
                         "agent": self.name,
                         "text": reply.text(),
                         "context_id": reply.context_id,
                     })));
                 }
-                SendResult::Task(task) => {
+                Started::Task(task, stream) => {
                     // On record before the call waits: a crash from here on
                     // is followed by the resume, not sent again.
                     record(ctx, &task);
-                    task
+                    (task, stream)
                 }
             },
         };
         remote.set(&task.id);
-        let task = self.wait(task, client, ctx).await?;
+        let mut watch = Watch {
+            agent: &self.name,
+            client,
+            ctx,
+            poll: self.poll,
+            timeout: self.timeout,
+            started: Instant::now(),
+            reports: 0,
+        };
+        let task = watch.settle(task, stream).await?;
         remote.settle();
         self.outcome(task)
     }
 
-    /// `SendMessage` for a call: the task (returned at once), or a reply.
+    /// Sends the call's message: the task (at once: `returnImmediately`, or
+    /// a stream's first event) and its stream, or the agent's reply.
     async fn send(
         &self,
         args: AskArgs,
         client: &A2aClient,
         ctx: &ToolContext,
-    ) -> Result<SendResult, ToolError> {
+        streams: bool,
+    ) -> Result<Started, ToolError> {
         let context_id = match &args.task_id {
             // The agent wants the task's context with its id.
             Some(id) => Some(
@@ -225,54 +255,49 @@ impl A2aTool {
             message_id: Some(message_id(ctx)),
             metadata: Some(metadata(ctx)),
         };
-        client
-            .send_message(&request)
+        if !streams {
+            return match client.send_message(&request).await {
+                Ok(SendResult::Message(reply)) => Ok(Started::Reply(reply)),
+                Ok(SendResult::Task(task)) => Ok(Started::Task(task, None)),
+                Err(e) => Err(self.error(e)),
+            };
+        }
+        let mut stream = client
+            .send_streaming(&request)
             .await
-            .map_err(|e| self.error(e))
-    }
-
-    /// Polls `task` until it settles, reporting each new state.
-    async fn wait(
-        &self,
-        mut task: Task,
-        client: &A2aClient,
-        ctx: &ToolContext,
-    ) -> Result<Task, ToolError> {
-        let started = Instant::now();
-        let mut reports = 0u32;
-        report(ctx, &task, &mut reports);
-        while !settled(task.status.state) {
-            if started.elapsed() >= self.timeout {
+            .map_err(|e| self.error(e))?;
+        let first = tokio::time::timeout(self.timeout, stream.next()).await;
+        let task = match first {
+            Ok(Some(Ok(StreamEvent::Task(task)))) => task,
+            Ok(Some(Ok(StreamEvent::Message(reply)))) => return Ok(Started::Reply(reply)),
+            // Not the order the protocol says; the task is read instead.
+            Ok(Some(Ok(StreamEvent::StatusUpdate(StatusUpdate { task_id, .. }))))
+            | Ok(Some(Ok(StreamEvent::ArtifactUpdate(ArtifactUpdate { task_id, .. })))) => client
+                .get_task(&task_id)
+                .await
+                .map_err(|e| task_error(&self.name, e, &task_id))?,
+            Ok(Some(Err(e))) => return Err(self.error(e)),
+            Ok(None) => {
+                return Err(ToolError::new(
+                    ErrorCode::Eunavail,
+                    format!(
+                        "A2A agent {}: its stream ended before it sent the task",
+                        self.name
+                    ),
+                ));
+            }
+            Err(_) => {
                 return Err(ToolError::new(
                     ErrorCode::Etimedout,
                     format!(
-                        "remote task {} of A2A agent {} still {} after {} ms",
-                        task.id,
+                        "A2A agent {}: no task within {} ms of the message",
                         self.name,
-                        task.status.state.as_str(),
                         self.timeout.as_millis()
                     ),
                 ));
             }
-            tokio::time::sleep(self.poll).await;
-            let state = task.status.state;
-            task = client
-                .get_task(&task.id)
-                .await
-                .map_err(|e| self.task_error(e, &task.id))?;
-            if task.status.state != state {
-                report(ctx, &task, &mut reports);
-            }
-        }
-        Ok(task)
-    }
-
-    /// A client error about the remote task `id` as the call's error: not
-    /// retried (a retry would send the message again, a second task).
-    fn task_error(&self, e: A2aError, id: &str) -> ToolError {
-        let mut error = self.error(e).retryable(false);
-        error.message = format!("{} (remote task {id})", error.message);
-        error
+        };
+        Ok(Started::Task(task, Some(Box::new(stream))))
     }
 
     /// A settled task as the call's result.
@@ -334,40 +359,7 @@ impl A2aTool {
 
     /// A client error as the call's error.
     fn error(&self, e: A2aError) -> ToolError {
-        let code = match &e {
-            A2aError::HttpStatus {
-                status: 401 | 403, ..
-            } => ErrorCode::Eperm,
-            A2aError::HttpStatus { .. } => ErrorCode::Eunavail,
-            A2aError::Transport {
-                timed_out: true, ..
-            } => ErrorCode::Etimedout,
-            A2aError::Transport { .. } => ErrorCode::Eunavail,
-            A2aError::Rpc { kind, .. } => match kind {
-                RpcErrorKind::TaskNotFound
-                | RpcErrorKind::TaskNotCancelable
-                | RpcErrorKind::InvalidParams
-                | RpcErrorKind::ContentTypeNotSupported => ErrorCode::Einval,
-                RpcErrorKind::PushNotificationNotSupported
-                | RpcErrorKind::UnsupportedOperation
-                | RpcErrorKind::ExtendedAgentCardNotConfigured
-                | RpcErrorKind::ExtensionSupportRequired
-                | RpcErrorKind::VersionNotSupported
-                | RpcErrorKind::ParseError
-                | RpcErrorKind::InvalidRequest
-                | RpcErrorKind::MethodNotFound
-                | RpcErrorKind::InvalidAgentResponse => ErrorCode::Einternal,
-                RpcErrorKind::InternalError | RpcErrorKind::Other => ErrorCode::Eunavail,
-            },
-            A2aError::MissingHeaderVar { .. } => ErrorCode::Einval,
-            A2aError::InvalidResponse { .. }
-            | A2aError::CardNotJson { .. }
-            | A2aError::NoJsonRpc10 { .. }
-            | A2aError::Setup { .. }
-            | A2aError::BadHeader { .. } => ErrorCode::Einternal,
-            A2aError::CardStatus { .. } => ErrorCode::Eunavail,
-        };
-        ToolError::new(code, format!("A2A agent {}: {e}", self.name))
+        call_error(&self.name, e)
     }
 }
 
@@ -418,30 +410,49 @@ fn metadata(ctx: &ToolContext) -> Value {
     json!({ "agentry": agentry })
 }
 
-/// Reports the remote task's id and state as the call's progress (a
-/// `tool_progress` run event), so they are on record while the call runs.
-fn report(ctx: &ToolContext, task: &Task, reports: &mut u32) {
-    if let Some(sink) = &ctx.progress {
-        *reports += 1;
-        sink.progress(
-            &ctx.call_id,
-            ToolProgress {
-                progress: f64::from(*reports),
-                total: None,
-                message: Some(format!(
-                    "remote task {}: {}",
-                    task.id,
-                    task.status.state.as_str()
-                )),
-            },
-        );
-    }
+/// A client error as the error of a call of agent `agent`.
+pub(crate) fn call_error(agent: &str, e: A2aError) -> ToolError {
+    let code = match &e {
+        A2aError::HttpStatus {
+            status: 401 | 403, ..
+        } => ErrorCode::Eperm,
+        A2aError::HttpStatus { .. } => ErrorCode::Eunavail,
+        A2aError::Transport {
+            timed_out: true, ..
+        } => ErrorCode::Etimedout,
+        A2aError::Transport { .. } => ErrorCode::Eunavail,
+        A2aError::Rpc { kind, .. } => match kind {
+            RpcErrorKind::TaskNotFound
+            | RpcErrorKind::TaskNotCancelable
+            | RpcErrorKind::InvalidParams
+            | RpcErrorKind::ContentTypeNotSupported => ErrorCode::Einval,
+            RpcErrorKind::PushNotificationNotSupported
+            | RpcErrorKind::UnsupportedOperation
+            | RpcErrorKind::ExtendedAgentCardNotConfigured
+            | RpcErrorKind::ExtensionSupportRequired
+            | RpcErrorKind::VersionNotSupported
+            | RpcErrorKind::ParseError
+            | RpcErrorKind::InvalidRequest
+            | RpcErrorKind::MethodNotFound
+            | RpcErrorKind::InvalidAgentResponse => ErrorCode::Einternal,
+            RpcErrorKind::InternalError | RpcErrorKind::Other => ErrorCode::Eunavail,
+        },
+        A2aError::MissingHeaderVar { .. } => ErrorCode::Einval,
+        A2aError::InvalidResponse { .. }
+        | A2aError::CardNotJson { .. }
+        | A2aError::NoJsonRpc10 { .. }
+        | A2aError::Setup { .. }
+        | A2aError::BadHeader { .. } => ErrorCode::Einternal,
+        A2aError::CardStatus { .. } => ErrorCode::Eunavail,
+    };
+    ToolError::new(code, format!("A2A agent {agent}: {e}"))
 }
 
-/// Whether a task waits for nothing more from this call: ended, or
-/// interrupted for the client's answer.
-fn settled(state: TaskState) -> bool {
-    state.is_terminal() || matches!(state, TaskState::InputRequired | TaskState::AuthRequired)
+/// How a call's message started: the agent's task (with its stream, when
+/// streamed), or a direct reply.
+enum Started {
+    Task(Task, Option<Box<EventStream>>),
+    Reply(Message),
 }
 
 #[async_trait]

@@ -1,7 +1,8 @@
 //! A call's remote task on record: the tool records the task it started
 //! (`ToolContext::remote`) before it waits, with a message id made from the
 //! call's operation id, and a call run again after a crash with that record
-//! follows the same task instead of sending again. The agent is
+//! follows the same task (subscribing to it, the agent streams) instead of
+//! sending again. The agent is
 //! tests/peers/echo_agent.py (see tests/remote.rs).
 
 // Test code: a failed unwrap is the failure report.
@@ -48,7 +49,7 @@ async fn a_call_with_a_recorded_task_follows_it_and_sends_nothing() {
     let client = agent.client().await;
     let started = client
         .send_message(&SendRequest {
-            text: "slow 1".into(),
+            text: "slow 2".into(),
             return_immediately: true,
             ..SendRequest::default()
         })
@@ -71,11 +72,22 @@ async fn a_call_with_a_recorded_task_follows_it_and_sends_nothing() {
     let mut ctx = agent.ctx(CancellationToken::new());
     ctx.remote = Some(Arc::clone(&remotes) as Arc<dyn RemoteLog>);
     // The arguments are the call's own; the message is not sent again.
-    let out = tool.call(json!({"message": "slow 1"}), &ctx).await.unwrap();
+    let out = tool.call(json!({"message": "slow 2"}), &ctx).await.unwrap();
     assert_eq!(str_of(&out.data, "task_id"), task.id);
-    assert_eq!(str_of(&out.data, "text"), "echo: slow 1");
-    assert_eq!(agent.seen("task "), [task.id.clone()]);
+    assert_eq!(str_of(&out.data, "text"), "echo: slow 2");
+    assert_eq!(agent.seen("task "), std::slice::from_ref(&task.id));
     assert_eq!(agent.seen("message ").len(), 1);
+    // The agent streams: the running task is subscribed to, not sent to.
+    let methods = agent.seen("method ");
+    assert!(
+        methods.contains(&"SubscribeToTask".to_string()),
+        "{methods:?}"
+    );
+    assert_eq!(
+        methods.iter().filter(|m| m.starts_with("Send")).count(),
+        1,
+        "only the earlier attempt's send: {methods:?}"
+    );
     // Recorded again: a second crash follows it too.
     assert_eq!(remotes.started.lock().unwrap()[0].id, task.id);
 }

@@ -11,7 +11,8 @@
 # "parts" -> COMPLETED with text, data, url and raw parts; anything else ->
 # COMPLETED with the artifact "echo: <text>". RECORD_FILE gets a line per
 # event: "task <id>" for each task it creates, "message <message id>" for
-# each message it runs, "cancel <task id>" for each cancel.
+# each message it runs, "cancel <task id>" for each cancel, "method <name>"
+# for each JSON-RPC request.
 # /old/.well-known/agent-card.json serves a card with only a 0.3 interface.
 import asyncio
 import json
@@ -90,6 +91,11 @@ class Bearer(BaseHTTPMiddleware):
     async def dispatch(self, request, call_next):
         if request.method == "POST" and request.headers.get("authorization") != f"Bearer {TOKEN}":
             return JSONResponse({"error": "unauthorized"}, status_code=401)
+        if request.method == "POST":
+            try:
+                note(f"method {json.loads(await request.body()).get('method')}")
+            except ValueError:
+                pass
         return await call_next(request)
 
 
