@@ -4,8 +4,9 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::client::{A2aClient, A2aOptions, Capped, read_capped};
+use crate::client::{A2aClient, A2aOptions};
 use crate::error::A2aError;
+use crate::rpc::{Capped, read_capped};
 
 /// Where an agent serves its card, below its base URL.
 pub const WELL_KNOWN_PATH: &str = ".well-known/agent-card.json";

@@ -13,6 +13,7 @@
 //!   `SendStreamingMessage`, `SubscribeToTask`) and
 //!   [`A2aOptions`] (extra headers such as `Authorization`, the per-request
 //!   timeout, a CA file).
+//! - `rpc.rs`: a JSON-RPC answer's body (capped) and its result or error.
 //! - `card.rs`: [`AgentCard`], [`discover`], [`fetch_card`].
 //! - `stream.rs`: [`EventStream`], the server-sent events of
 //!   `SendStreamingMessage` and `SubscribeToTask`.
@@ -87,6 +88,7 @@ mod card;
 mod client;
 mod error;
 mod remote;
+mod rpc;
 mod stream;
 mod tool;
 mod types;

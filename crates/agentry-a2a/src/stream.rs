@@ -10,8 +10,8 @@ use std::collections::VecDeque;
 
 use serde::Deserialize;
 
-use crate::client::{Capped, MAX_BODY, capped_error, read_capped, rpc_result};
 use crate::error::A2aError;
+use crate::rpc::{Capped, MAX_BODY, capped_error, read_capped, rpc_result};
 use crate::types::{Artifact, Message, Task, TaskStatus};
 
 /// One event of a task's stream.

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 use crate::card::{Discovered, discover};
 use crate::client::{A2aClient, A2aOptions, SendRequest};
-use crate::error::{A2aError, RpcErrorKind};
+use crate::error::{A2aError, call_error};
 use crate::remote::{Reach, RemoteTask};
 use crate::stream::{ArtifactUpdate, EventStream, StatusUpdate, StreamEvent};
 use crate::types::{Message, SendResult, Task, TaskState};
@@ -408,44 +408,6 @@ fn metadata(ctx: &ToolContext) -> Value {
         agentry["run_remaining_ms"] = json!(u64::try_from(left.as_millis()).unwrap_or(u64::MAX));
     }
     json!({ "agentry": agentry })
-}
-
-/// A client error as the error of a call of agent `agent`.
-pub(crate) fn call_error(agent: &str, e: A2aError) -> ToolError {
-    let code = match &e {
-        A2aError::HttpStatus {
-            status: 401 | 403, ..
-        } => ErrorCode::Eperm,
-        A2aError::HttpStatus { .. } => ErrorCode::Eunavail,
-        A2aError::Transport {
-            timed_out: true, ..
-        } => ErrorCode::Etimedout,
-        A2aError::Transport { .. } => ErrorCode::Eunavail,
-        A2aError::Rpc { kind, .. } => match kind {
-            RpcErrorKind::TaskNotFound
-            | RpcErrorKind::TaskNotCancelable
-            | RpcErrorKind::InvalidParams
-            | RpcErrorKind::ContentTypeNotSupported => ErrorCode::Einval,
-            RpcErrorKind::PushNotificationNotSupported
-            | RpcErrorKind::UnsupportedOperation
-            | RpcErrorKind::ExtendedAgentCardNotConfigured
-            | RpcErrorKind::ExtensionSupportRequired
-            | RpcErrorKind::VersionNotSupported
-            | RpcErrorKind::ParseError
-            | RpcErrorKind::InvalidRequest
-            | RpcErrorKind::MethodNotFound
-            | RpcErrorKind::InvalidAgentResponse => ErrorCode::Einternal,
-            RpcErrorKind::InternalError | RpcErrorKind::Other => ErrorCode::Eunavail,
-        },
-        A2aError::MissingHeaderVar { .. } => ErrorCode::Einval,
-        A2aError::InvalidResponse { .. }
-        | A2aError::CardNotJson { .. }
-        | A2aError::NoJsonRpc10 { .. }
-        | A2aError::Setup { .. }
-        | A2aError::BadHeader { .. } => ErrorCode::Einternal,
-        A2aError::CardStatus { .. } => ErrorCode::Eunavail,
-    };
-    ToolError::new(code, format!("A2A agent {agent}: {e}"))
 }
 
 /// How a call's message started: the agent's task (with its stream, when

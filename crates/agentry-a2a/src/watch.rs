@@ -10,9 +10,8 @@ use agentry_protocol::envelope::ToolError;
 use agentry_tools::{ToolContext, ToolProgress};
 
 use crate::client::A2aClient;
-use crate::error::A2aError;
+use crate::error::{A2aError, call_error};
 use crate::stream::{EventStream, StreamEvent};
-use crate::tool::call_error;
 use crate::types::{Task, TaskState};
 
 /// One call following its task.

@@ -76,6 +76,7 @@ impl<'a> Batch<'a, '_, '_> {
     }
 
     fn apply(&mut self, w: &'a Write) -> Result<(), Failure> {
+        // Size: one arm per `Write` variant, each a call or two.
         match w {
             Write::CreateRun(record) => self.create_run(record),
             Write::Checkpoint { run_id, checkpoint } => {

@@ -66,6 +66,7 @@ impl<'a> Batch<'a, '_> {
     }
 
     fn apply(&mut self, w: &'a Write) -> Result<(), StoreError> {
+        // Size: one arm per `Write` variant, each a call or two.
         match w {
             Write::CreateRun(record) => self.create_run(record),
             Write::Checkpoint { run_id, checkpoint } => {
