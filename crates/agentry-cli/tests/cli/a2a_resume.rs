@@ -77,7 +77,7 @@ fn a_resume_after_sigkill_follows_the_same_remote_task() {
         recorded_task(&store).is_some()
     });
     let task_id = recorded_task(&store).unwrap();
-    assert_eq!(seen(&agent.record, "task "), [task_id.clone()]);
+    assert_eq!(seen(&agent.record, "task "), std::slice::from_ref(&task_id));
     run.kill().unwrap();
     run.wait().unwrap();
 
@@ -94,7 +94,7 @@ fn a_resume_after_sigkill_follows_the_same_remote_task() {
     assert_eq!(report["stop_reason"], "done", "{report}");
 
     // One task, one message: the resume followed, it did not send again.
-    assert_eq!(seen(&agent.record, "task "), [task_id.clone()]);
+    assert_eq!(seen(&agent.record, "task "), std::slice::from_ref(&task_id));
     assert_eq!(seen(&agent.record, "message ").len(), 1);
     assert!(seen(&agent.record, "cancel ").is_empty());
     // The call's outcome is that task's result.
