@@ -101,5 +101,5 @@ pub use card::{
 pub use client::{A2aClient, A2aOptions, PROTOCOL_VERSION, SendRequest, VERSION_HEADER};
 pub use error::{A2aError, RpcErrorKind};
 pub use stream::{ArtifactUpdate, EventStream, StatusUpdate, StreamEvent};
-pub use tool::{A2aTool, REMOTE_KIND};
+pub use tool::{A2aTool, InputRequired, REMOTE_KIND};
 pub use types::{Artifact, Message, Part, Role, SendResult, Task, TaskState, TaskStatus};

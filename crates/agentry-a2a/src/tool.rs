@@ -6,8 +6,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use agentry_protocol::ErrorCode;
 use agentry_protocol::RemoteRef;
 use agentry_protocol::envelope::ToolError;
-use agentry_protocol::tool::{Effect, Idempotency, ToolContract};
-use agentry_tools::{Tool, ToolContext, ToolOutput, parse_args, schema_for};
+use agentry_protocol::tool::{Effect, Idempotency, ToolCall, ToolContract};
+use agentry_tools::{HumanAnswer, Tool, ToolContext, ToolOutput, parse_args, schema_for};
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
@@ -54,6 +54,7 @@ pub struct A2aTool {
     poll: Duration,
     timeout: Duration,
     stream: bool,
+    input: InputRequired,
 }
 
 impl A2aTool {
@@ -69,6 +70,7 @@ impl A2aTool {
             poll: DEFAULT_POLL,
             timeout: DEFAULT_TIMEOUT,
             stream: true,
+            input: InputRequired::Model,
         }
     }
 
@@ -128,6 +130,7 @@ impl A2aTool {
             poll: DEFAULT_POLL,
             timeout: DEFAULT_TIMEOUT,
             stream: true,
+            input: InputRequired::Model,
         }
     }
 
@@ -147,6 +150,12 @@ impl A2aTool {
     /// card offers one (`capabilities.streaming`; the default), or polls.
     pub fn streaming(mut self, stream: bool) -> Self {
         self.stream = stream;
+        self
+    }
+
+    /// Who answers the remote agent's questions ([`InputRequired`]).
+    pub fn input_required(mut self, input: InputRequired) -> Self {
+        self.input = input;
         self
     }
 
@@ -173,44 +182,11 @@ impl A2aTool {
     ) -> Result<ToolOutput, ToolError> {
         let client = &remote.client;
         let streams = self.stream && client.streams();
-        let followed = ctx
-            .remote
-            .as_ref()
-            .and_then(|log| log.follow())
-            .filter(|r| r.kind == REMOTE_KIND);
-        let (task, stream) = match followed {
-            Some(reference) => {
-                // The task this call started before a crash: followed, not
-                // sent again (it would be a second task).
-                let task = client
-                    .get_task(&reference.id)
-                    .await
-                    .map_err(|e| task_error(&self.name, e, &reference.id))?;
-                // Kept on the call's new intent row by the runtime; set
-                // again here for a runtime that does not.
-                record(ctx, &task);
-                // A task that ended is not subscribed to (the agent refuses).
-                let stream = match streams && !settled(task.status.state) {
-                    true => client.subscribe(&task.id).await.ok().map(Box::new),
-                    false => None,
-                };
-                (task, stream)
-            }
-            None => match self.send(args, client, ctx, streams).await? {
-                Started::Reply(reply) => {
-                    return Ok(ToolOutput::data(json!({
-                        "agent": self.name,
-                        "text": reply.text(),
-                        "context_id": reply.context_id,
-                    })));
-                }
-                Started::Task(task, stream) => {
-                    // On record before the call waits: a crash from here on
-                    // is followed by the resume, not sent again.
-                    record(ctx, &task);
-                    (task, stream)
-                }
-            },
+        // The call as a human asked the remote agent's question sees it.
+        let shown = json!({"message": args.message, "task_id": args.task_id});
+        let (task, stream) = match self.start(args, client, ctx, streams).await? {
+            Started::Task(task, stream) => (task, stream),
+            Started::Reply(reply) => return Ok(self.reply(reply)),
         };
         remote.set(&task.id);
         let mut watch = Watch {
@@ -222,9 +198,80 @@ impl A2aTool {
             started: Instant::now(),
             reports: 0,
         };
-        let task = watch.settle(task, stream).await?;
+        let mut task = watch.settle(task, stream).await?;
+        let mut answers = 0u32;
+        while task.status.state == TaskState::InputRequired && self.input == InputRequired::Human {
+            let Some(human) = &ctx.human else { break };
+            let call = ToolCall::new(ctx.call_id.clone(), self.tool_name(), shown.clone());
+            let asked = human
+                .ask(&call, self.effect, &task.status_text(), &ctx.cancel)
+                .await?;
+            let answer = match asked {
+                HumanAnswer::Text(answer) => answer,
+                HumanAnswer::Pass => break,
+                // The remote task is not settled: dropping it sends CancelTask.
+                HumanAnswer::Refused(reason) => return Err(refused(&self.name, &task.id, reason)),
+            };
+            answers += 1;
+            let args = AskArgs {
+                message: answer,
+                task_id: Some(task.id.clone()),
+            };
+            let (next, stream) = match self.send(args, client, ctx, streams, answers).await? {
+                Started::Task(next, stream) => (next, stream),
+                Started::Reply(reply) => return Ok(self.reply(reply)),
+            };
+            task = watch.settle(next, stream).await?;
+        }
         remote.settle();
         self.outcome(task)
+    }
+
+    /// The call's task: the one it started before a crash (followed, not
+    /// sent again: it would be a second task), or a new one from its
+    /// message; recorded before the call waits, so a crash from here on is
+    /// followed by the resume.
+    async fn start(
+        &self,
+        args: AskArgs,
+        client: &A2aClient,
+        ctx: &ToolContext,
+        streams: bool,
+    ) -> Result<Started, ToolError> {
+        let followed = ctx
+            .remote
+            .as_ref()
+            .and_then(|log| log.follow())
+            .filter(|r| r.kind == REMOTE_KIND);
+        let Some(reference) = followed else {
+            let started = self.send(args, client, ctx, streams, 0).await?;
+            if let Started::Task(task, _) = &started {
+                record(ctx, task);
+            }
+            return Ok(started);
+        };
+        let task = client
+            .get_task(&reference.id)
+            .await
+            .map_err(|e| task_error(&self.name, e, &reference.id))?;
+        // Kept on the call's new intent row by the runtime; set again here
+        // for a runtime that does not.
+        record(ctx, &task);
+        // A task that ended is not subscribed to (the agent refuses).
+        let stream = match streams && !settled(task.status.state) {
+            true => client.subscribe(&task.id).await.ok().map(Box::new),
+            false => None,
+        };
+        Ok(Started::Task(task, stream))
+    }
+
+    /// A direct reply (no task) as the call's result.
+    fn reply(&self, reply: Message) -> ToolOutput {
+        ToolOutput::data(json!({
+            "agent": self.name,
+            "text": reply.text(),
+            "context_id": reply.context_id,
+        }))
     }
 
     /// Sends the call's message: the task (at once: `returnImmediately`, or
@@ -235,6 +282,7 @@ impl A2aTool {
         client: &A2aClient,
         ctx: &ToolContext,
         streams: bool,
+        answers: u32,
     ) -> Result<Started, ToolError> {
         let context_id = match &args.task_id {
             // The agent wants the task's context with its id.
@@ -252,7 +300,7 @@ impl A2aTool {
             task_id: args.task_id,
             context_id,
             return_immediately: true,
-            message_id: Some(message_id(ctx)),
+            message_id: Some(message_id(ctx, answers)),
             metadata: Some(metadata(ctx)),
         };
         if !streams {
@@ -378,12 +426,16 @@ fn record(ctx: &ToolContext, task: &Task) {
 /// The id of a call's message: the same for the same action of the run and
 /// attempt (see `ToolContext::operation_id`), so a message a crash left
 /// unrecorded can be found in the remote task's history by a human settling
-/// the call.
-fn message_id(ctx: &ToolContext) -> String {
-    format!(
+/// the call. A human's `n`th answer within the call gets `-<n>`.
+fn message_id(ctx: &ToolContext, n: u32) -> String {
+    let id = format!(
         "agentry-{}-{}-{}",
         ctx.operation_id, ctx.call_id, ctx.attempt
-    )
+    );
+    match n {
+        0 => id,
+        n => format!("{id}-{n}"),
+    }
 }
 
 /// The request's metadata: when the call must end (`deadline_ms`, Unix ms)
@@ -408,6 +460,32 @@ fn metadata(ctx: &ToolContext) -> Value {
         agentry["run_remaining_ms"] = json!(u64::try_from(left.as_millis()).unwrap_or(u64::MAX));
     }
     json!({ "agentry": agentry })
+}
+
+/// Who answers a remote agent's question (`TASK_STATE_INPUT_REQUIRED`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum InputRequired {
+    /// The model: the question is the call's result, answered by another
+    /// call with its `task_id`.
+    #[default]
+    Model,
+    /// A human, through the run's approval path (`ToolContext::human`):
+    /// the answer goes to the remote task within the same call; a human who
+    /// approves without an answer (or none within the approval timeout)
+    /// passes the question to the model; a refusal ends the call `EPERM`
+    /// and cancels the remote task.
+    Human,
+}
+
+/// A human's refusal to answer the remote agent, as the call's error.
+fn refused(agent: &str, task_id: &str, reason: Option<String>) -> ToolError {
+    let why = reason.map(|r| format!(": {r}")).unwrap_or_default();
+    ToolError::new(
+        ErrorCode::Eperm,
+        format!("a human refused to answer the question of A2A agent {agent} (remote task {task_id}, cancelled){why}"),
+    )
+    .retryable(false)
+    .with_action("do not ask the agent the same again; choose another way or finish")
 }
 
 /// How a call's message started: the agent's task (with its stream, when

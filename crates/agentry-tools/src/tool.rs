@@ -54,6 +54,10 @@ pub struct ToolContext {
     /// when the call is run again after a crash ([`RemoteLog`]); `None`
     /// where nothing records.
     pub remote: Option<Arc<dyn RemoteLog>>,
+    /// Where a call puts a question to a human (a remote agent's
+    /// INPUT_REQUIRED) through the run's approval path ([`HumanDesk`]);
+    /// `None` where no human can be asked.
+    pub human: Option<Arc<dyn HumanDesk>>,
     /// When the call must end: the earlier of its contract's timeout and the
     /// run's wall-clock deadline, and the run's deadline alone. The executor
     /// enforces both; a tool passes them on to what it calls (a remote agent
@@ -120,6 +124,37 @@ pub trait RemoteLog: Send + Sync {
     /// The task this call started before a crash, which the call should
     /// follow to its end rather than start anew; `None` for a fresh call.
     fn follow(&self) -> Option<agentry_protocol::RemoteRef>;
+}
+
+/// A human's answer to a question a running call put ([`HumanDesk::ask`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HumanAnswer {
+    /// The answer's text.
+    Text(String),
+    /// No answer: approved without a text, or nobody answered within the
+    /// run's approval timeout. The question goes back to the model.
+    Pass,
+    /// Refused, with the human's reason: the call should not go on.
+    Refused(Option<String>),
+}
+
+/// Puts a question from a running call to a human, through the run's
+/// approval path: the call shows as waiting for approval (the run
+/// `awaiting_approval`), the question as its preview; approving it with a
+/// text answers it (`RunHandle::answer`), approving without one passes it
+/// back, denying refuses it.
+#[async_trait]
+pub trait HumanDesk: Send + Sync {
+    /// Asks `question` for the running call `call` (shown to the human as
+    /// the call waiting, with its effect) and waits for the answer (or
+    /// `cancel`, then `ECANCELED`; the question is withdrawn).
+    async fn ask(
+        &self,
+        call: &agentry_protocol::tool::ToolCall,
+        effect: agentry_protocol::tool::Effect,
+        question: &str,
+        cancel: &CancellationToken,
+    ) -> Result<HumanAnswer, ToolError>;
 }
 
 /// The deadlines of a call, as wall-clock times (they go to other systems).

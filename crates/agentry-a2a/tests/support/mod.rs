@@ -119,6 +119,7 @@ impl Agent {
             processes: None,
             progress: progress.map(|p| p as Arc<dyn ProgressSink>),
             remote: None,
+            human: None,
             deadlines: Default::default(),
             traceparent: None,
             sandbox: None,

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use agentry_protocol::envelope::{CutData, ErrorCode, ResultEnvelope, ToolError, cut_head};
 use agentry_protocol::tool::ToolCall;
-use agentry_tools::{Deadlines, ProcessLog, RemoteLog, ToolContext};
+use agentry_tools::{Deadlines, HumanDesk, ProcessLog, RemoteLog, ToolContext};
 use futures::FutureExt;
 use serde_json::Value;
 use tokio::time::{Duration, Instant};
@@ -59,6 +59,7 @@ impl ExecutorState {
         let token = under.child_token();
         let mut ctx = self.tool_context(call, &token, attempt, operation_id);
         ctx.deadlines = self.deadlines(tool.contract.timeout_ms);
+        self.humans.at_step(step);
         // What the tool passes on (a process's TRACEPARENT, an MCP call's
         // _meta, a child run's parent): this call's span when it is exported.
         if let Some(tp) = agentry_telemetry::traceparent(span) {
@@ -201,6 +202,7 @@ impl ExecutorState {
                 let follow = self.ledger.follow(&call.id).cloned();
                 Arc::new(LedgerRemote::new(log, &call.id, follow)) as Arc<dyn RemoteLog>
             }),
+            human: Some(Arc::clone(&self.humans) as Arc<dyn HumanDesk>),
             deadlines: Deadlines::default(),
             progress: Some(Arc::clone(&self.progress)),
             traceparent: Some(Arc::clone(&self.args.traceparent)),

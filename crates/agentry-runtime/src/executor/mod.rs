@@ -27,12 +27,13 @@
 //! - `pipeline`: the checks before anything runs. `batch`: a step's calls, group
 //!   by group. `approval`: the human gate. `call`: one attempt under its
 //!   timeout. `span`: a call's `execute_tool` span. `retry`: attempts and
-//!   retries.
+//!   retries. `human`: a running call's questions to a human.
 
 mod approval;
 mod batch;
 mod call;
 mod envelope;
+mod human;
 mod ledger;
 mod msg;
 mod pipeline;

@@ -32,6 +32,7 @@ fn ctx(workdir: &Path) -> ToolContext {
         processes: None,
         progress: None,
         remote: None,
+        human: None,
         deadlines: Default::default(),
         traceparent: None,
         sandbox: None,

@@ -22,6 +22,7 @@ fn ctx(workdir: &Path, artifacts: &Path) -> ToolContext {
         processes: None,
         progress: None,
         remote: None,
+        human: None,
         deadlines: Default::default(),
         traceparent: None,
         sandbox: None,

@@ -38,6 +38,7 @@ fn ctx(workdir: &Path) -> ToolContext {
         processes: None,
         progress: None,
         remote: None,
+        human: None,
         deadlines: Default::default(),
         traceparent: None,
         sandbox: None,
