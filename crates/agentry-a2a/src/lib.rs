@@ -80,6 +80,12 @@
 //! instead of sending the message again. Once a task is under way, a
 //! failed `GetTask` is not retryable: a retry would send again.
 //!
+//! With [`InputRequired::Human`] a `TASK_STATE_INPUT_REQUIRED` goes to a
+//! human inside the call (`ToolContext::human`, the run's approval path):
+//! an answer is sent to the same task and the call follows it on; no
+//! answer hands the question to the model as above; a refusal is `EPERM`
+//! and the task is sent `CancelTask`.
+//!
 //! The tool's effect is `irreversible_external` unless its constructor says
 //! otherwise ([`A2aTool::effect`]): what a remote agent does is outside the
 //! run, and a run parks such calls for approval by default.
