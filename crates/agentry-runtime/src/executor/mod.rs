@@ -23,11 +23,12 @@
 //! - `envelope`: the envelopes the executor writes itself (refused, replayed, lost).
 //! - `prepared`: what the pipeline decided for a call, and a call on its way to run.
 //! - `ledger`: the idempotency table, [`intent_key`], [`operation_id`].
+//! - `human`: a running call's questions to a human.
 //! - `state`: [`ExecutorState`] and how a ledger row reaches the store.
 //! - `pipeline`: the checks before anything runs. `batch`: a step's calls, group
 //!   by group. `approval`: the human gate. `call`: one attempt under its
 //!   timeout. `span`: a call's `execute_tool` span. `retry`: attempts and
-//!   retries. `human`: a running call's questions to a human.
+//!   retries.
 
 mod approval;
 mod batch;
