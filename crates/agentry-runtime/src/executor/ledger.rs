@@ -22,8 +22,9 @@ pub(super) struct Row {
     pub(super) digest: u128,
     pub(super) state: LedgerState,
     pub(super) outcome: Option<Arc<ResultEnvelope>>,
-    /// The task the call started on another system, recorded with its intent.
-    pub(super) remote: Option<RemoteRef>,
+    /// The task the call started on another system, recorded with its intent
+    /// (boxed: a row is kept for every call, and almost none has one).
+    pub(super) remote: Option<Box<RemoteRef>>,
 }
 
 /// The call ledger, in memory: what each call id did, and which call id did
@@ -73,7 +74,7 @@ impl Ledger {
                     digest,
                     state: entry.state,
                     outcome: entry.outcome.map(Arc::new),
-                    remote: entry.remote,
+                    remote: entry.remote.map(Box::new),
                 },
             );
         }
@@ -98,7 +99,7 @@ impl Ledger {
         self.table
             .get(call_id)
             .filter(|row| row.state == LedgerState::Intent)
-            .and_then(|row| row.remote.as_ref())
+            .and_then(|row| row.remote.as_deref())
     }
 
     /// Keeps a call's outcome.
