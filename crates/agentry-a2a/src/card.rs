@@ -4,8 +4,9 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::client::{A2aClient, A2aOptions, Capped, read_capped};
+use crate::client::{A2aClient, A2aOptions};
 use crate::error::A2aError;
+use crate::rpc::{Capped, read_capped};
 
 /// Where an agent serves its card, below its base URL.
 pub const WELL_KNOWN_PATH: &str = ".well-known/agent-card.json";
@@ -126,8 +127,10 @@ pub async fn discover(url: &str, options: &A2aOptions) -> Result<Discovered, A2a
     let card_url = card_url(url);
     let card = fetch_card(&card_url, options).await?;
     let interface = card.jsonrpc_interface(&card_url)?;
-    let client =
-        A2aClient::new(interface.url.clone(), options)?.with_tenant(interface.tenant.clone());
+    let streams = card.capabilities.get("streaming") == Some(&Value::Bool(true));
+    let client = A2aClient::new(interface.url.clone(), options)?
+        .with_tenant(interface.tenant.clone())
+        .with_streaming(streams);
     Ok(Discovered {
         card,
         card_url,

@@ -9,7 +9,9 @@ use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-use crate::error::{A2aError, RpcErrorKind};
+use crate::error::A2aError;
+use crate::rpc::{MAX_BODY, capped_error, read_capped, rpc_result};
+use crate::stream::EventStream;
 use crate::types::{Message, Part, Role, SendResult, Task};
 
 /// The header every A2A 1.0 request carries; without it a 1.0 agent takes
@@ -20,10 +22,6 @@ pub const PROTOCOL_VERSION: &str = "1.0";
 
 /// The longest body kept in an [`A2aError::HttpStatus`].
 const BODY_KEPT: usize = 512;
-/// The largest response body read from an agent: a task with its history
-/// and artifacts fits many times over; past it the answer is an error, not
-/// memory spent on a runaway peer.
-pub(crate) const MAX_BODY: usize = 16 * 1024 * 1024;
 
 /// How requests to one agent are made.
 #[derive(Debug, Clone)]
@@ -130,6 +128,10 @@ pub struct SendRequest {
     /// Whether the agent answers at once with the task (SUBMITTED or
     /// WORKING) instead of when it ends or is interrupted.
     pub return_immediately: bool,
+    /// The message's id; `None`: a fresh UUID.
+    pub message_id: Option<String>,
+    /// The request's `metadata` (a JSON object), if any.
+    pub metadata: Option<Value>,
 }
 
 /// A JSON-RPC client of one agent interface.
@@ -140,6 +142,7 @@ pub struct A2aClient {
     url: String,
     tenant: Option<String>,
     timeout: Duration,
+    streams: bool,
 }
 
 impl A2aClient {
@@ -154,7 +157,21 @@ impl A2aClient {
             url,
             tenant: None,
             timeout: options.request_timeout,
+            streams: false,
         })
+    }
+
+    /// Whether the agent streams (its card's `capabilities.streaming`):
+    /// then a call watches its task over `SendStreamingMessage` and
+    /// `SubscribeToTask` instead of polling.
+    pub fn with_streaming(mut self, streams: bool) -> Self {
+        self.streams = streams;
+        self
+    }
+
+    /// Whether the agent streams ([`A2aClient::with_streaming`]).
+    pub fn streams(&self) -> bool {
+        self.streams
     }
 
     /// Adds `tenant` to every request's params (the interface's `tenant`).
@@ -170,20 +187,50 @@ impl A2aClient {
 
     /// `SendMessage`: a user text message, new or continuing a task.
     pub async fn send_message(&self, request: &SendRequest) -> Result<SendResult, A2aError> {
-        let message = Message {
-            message_id: uuid::Uuid::now_v7().to_string(),
-            context_id: request.context_id.clone(),
-            task_id: request.task_id.clone(),
-            role: Role::User,
-            parts: vec![Part::text(request.text.clone())],
-        };
-        let params = json!({
-            "message": message,
-            "configuration": {"returnImmediately": request.return_immediately},
-        });
-        self.call("SendMessage", params).await
+        self.call("SendMessage", send_params(request)).await
     }
 
+    /// `SendStreamingMessage`: as [`A2aClient::send_message`], the task's
+    /// events as they come (the task first, then its updates, until it ends
+    /// or is interrupted).
+    pub async fn send_streaming(&self, request: &SendRequest) -> Result<EventStream, A2aError> {
+        let method = "SendStreamingMessage";
+        let response = self.post(method, send_params(request), None).await?;
+        Ok(EventStream::new(response, self.url.clone(), method))
+    }
+
+    /// `SubscribeToTask`: a running task's events from now on. A task that
+    /// ended already is refused (`UnsupportedOperation`).
+    pub async fn subscribe(&self, id: &str) -> Result<EventStream, A2aError> {
+        let method = "SubscribeToTask";
+        let response = self.post(method, json!({"id": id}), None).await?;
+        Ok(EventStream::new(response, self.url.clone(), method))
+    }
+}
+
+/// `SendMessage`'s params for `request`.
+fn send_params(request: &SendRequest) -> Value {
+    let message = Message {
+        message_id: request
+            .message_id
+            .clone()
+            .unwrap_or_else(|| uuid::Uuid::now_v7().to_string()),
+        context_id: request.context_id.clone(),
+        task_id: request.task_id.clone(),
+        role: Role::User,
+        parts: vec![Part::text(request.text.clone())],
+    };
+    let mut params = json!({
+        "message": message,
+        "configuration": {"returnImmediately": request.return_immediately},
+    });
+    if let Some(metadata) = &request.metadata {
+        params["metadata"] = metadata.clone();
+    }
+    params
+}
+
+impl A2aClient {
     /// `GetTask`.
     pub async fn get_task(&self, id: &str) -> Result<Task, A2aError> {
         self.call("GetTask", json!({"id": id})).await
@@ -198,8 +245,24 @@ impl A2aClient {
     async fn call<T: DeserializeOwned>(
         &self,
         method: &'static str,
-        mut params: Value,
+        params: Value,
     ) -> Result<T, A2aError> {
+        let response = self.post(method, params, Some(self.timeout)).await?;
+        let bytes = read_capped(response, MAX_BODY)
+            .await
+            .map_err(|e| capped_error(e, &self.url, method))?;
+        rpc_result(&self.url, method, &bytes)
+    }
+
+    /// Posts one JSON-RPC request (limited to `timeout` in all, when
+    /// given: a stream is limited by its reader); a non-2xx answer is
+    /// [`A2aError::HttpStatus`].
+    async fn post(
+        &self,
+        method: &'static str,
+        mut params: Value,
+        timeout: Option<Duration>,
+    ) -> Result<reqwest::Response, A2aError> {
         if let (Some(tenant), Some(map)) = (&self.tenant, params.as_object_mut()) {
             map.insert("tenant".into(), Value::String(tenant.clone()));
         }
@@ -215,26 +278,32 @@ impl A2aClient {
             timed_out: e.is_timeout(),
             reason: agentry_tls::error_chain(&e),
         };
-        let response = self
+        let mut post = self
             .http
             .post(&self.url)
             .headers(self.headers.clone())
-            .header(CONTENT_TYPE, "application/json")
-            .timeout(self.timeout)
-            .json(&body)
-            .send()
-            .await
-            .map_err(transport)?;
+            .header(CONTENT_TYPE, "application/json");
+        if let Some(timeout) = timeout {
+            post = post.timeout(timeout);
+        }
+        let send = post.json(&body).send();
+        // Until the answer's head, also for a stream.
+        let response = match tokio::time::timeout(self.timeout, send).await {
+            Ok(sent) => sent.map_err(transport)?,
+            Err(_) => {
+                return Err(A2aError::Transport {
+                    url: self.url.clone(),
+                    method,
+                    timed_out: true,
+                    reason: format!("no answer within {} ms", self.timeout.as_millis()),
+                });
+            }
+        };
         let status = response.status();
-        let bytes = read_capped(response, MAX_BODY).await.map_err(|e| match e {
-            Capped::Http(e) => transport(e),
-            Capped::TooLarge => A2aError::InvalidResponse {
-                url: self.url.clone(),
-                method,
-                reason: format!("the body is over {MAX_BODY} bytes"),
-            },
-        })?;
         if !status.is_success() {
+            let bytes = read_capped(response, MAX_BODY)
+                .await
+                .map_err(|e| capped_error(e, &self.url, method))?;
             let text = String::from_utf8_lossy(&bytes);
             return Err(A2aError::HttpStatus {
                 url: self.url.clone(),
@@ -243,64 +312,6 @@ impl A2aClient {
                 body: text.chars().take(BODY_KEPT).collect(),
             });
         }
-        self.result(method, &bytes)
+        Ok(response)
     }
-
-    /// The result of a JSON-RPC response body, or its error.
-    fn result<T: DeserializeOwned>(
-        &self,
-        method: &'static str,
-        body: &[u8],
-    ) -> Result<T, A2aError> {
-        let invalid = |reason: String| A2aError::InvalidResponse {
-            url: self.url.clone(),
-            method,
-            reason,
-        };
-        let mut value: Value =
-            serde_json::from_slice(body).map_err(|e| invalid(format!("not JSON: {e}")))?;
-        if let Some(error) = value.get("error") {
-            let code = error.get("code").and_then(Value::as_i64).unwrap_or(0);
-            return Err(A2aError::Rpc {
-                url: self.url.clone(),
-                method,
-                kind: RpcErrorKind::from_code(code),
-                code,
-                message: error
-                    .get("message")
-                    .and_then(Value::as_str)
-                    .unwrap_or("")
-                    .to_string(),
-                data: error.get("data").cloned(),
-            });
-        }
-        let result = value
-            .get_mut("result")
-            .map(Value::take)
-            .ok_or_else(|| invalid("neither result nor error".into()))?;
-        serde_json::from_value(result).map_err(|e| invalid(format!("unexpected result: {e}")))
-    }
-}
-
-/// Why [`read_capped`] stopped.
-pub(crate) enum Capped {
-    /// The connection failed.
-    Http(reqwest::Error),
-    /// The body passed the cap.
-    TooLarge,
-}
-
-/// The whole body of `response`, unless it passes `cap` bytes.
-pub(crate) async fn read_capped(
-    mut response: reqwest::Response,
-    cap: usize,
-) -> Result<Vec<u8>, Capped> {
-    let mut body = Vec::new();
-    while let Some(chunk) = response.chunk().await.map_err(Capped::Http)? {
-        if body.len() + chunk.len() > cap {
-            return Err(Capped::TooLarge);
-        }
-        body.extend_from_slice(&chunk);
-    }
-    Ok(body)
 }

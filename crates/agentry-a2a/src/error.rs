@@ -1,6 +1,8 @@
 //! [`A2aError`], the crate's one error, and [`RpcErrorKind`], the A2A 1.0
 //! JSON-RPC error codes by name.
 
+use agentry_protocol::ErrorCode;
+use agentry_protocol::envelope::ToolError;
 use serde_json::Value;
 
 /// What went wrong reaching or talking to a remote A2A agent.
@@ -178,6 +180,44 @@ impl RpcErrorKind {
             _ => RpcErrorKind::Other,
         }
     }
+}
+
+/// A client error as the error of a call of agent `agent`.
+pub(crate) fn call_error(agent: &str, e: A2aError) -> ToolError {
+    let code = match &e {
+        A2aError::HttpStatus {
+            status: 401 | 403, ..
+        } => ErrorCode::Eperm,
+        A2aError::HttpStatus { .. } => ErrorCode::Eunavail,
+        A2aError::Transport {
+            timed_out: true, ..
+        } => ErrorCode::Etimedout,
+        A2aError::Transport { .. } => ErrorCode::Eunavail,
+        A2aError::Rpc { kind, .. } => match kind {
+            RpcErrorKind::TaskNotFound
+            | RpcErrorKind::TaskNotCancelable
+            | RpcErrorKind::InvalidParams
+            | RpcErrorKind::ContentTypeNotSupported => ErrorCode::Einval,
+            RpcErrorKind::PushNotificationNotSupported
+            | RpcErrorKind::UnsupportedOperation
+            | RpcErrorKind::ExtendedAgentCardNotConfigured
+            | RpcErrorKind::ExtensionSupportRequired
+            | RpcErrorKind::VersionNotSupported
+            | RpcErrorKind::ParseError
+            | RpcErrorKind::InvalidRequest
+            | RpcErrorKind::MethodNotFound
+            | RpcErrorKind::InvalidAgentResponse => ErrorCode::Einternal,
+            RpcErrorKind::InternalError | RpcErrorKind::Other => ErrorCode::Eunavail,
+        },
+        A2aError::MissingHeaderVar { .. } => ErrorCode::Einval,
+        A2aError::InvalidResponse { .. }
+        | A2aError::CardNotJson { .. }
+        | A2aError::NoJsonRpc10 { .. }
+        | A2aError::Setup { .. }
+        | A2aError::BadHeader { .. } => ErrorCode::Einternal,
+        A2aError::CardStatus { .. } => ErrorCode::Eunavail,
+    };
+    ToolError::new(code, format!("A2A agent {agent}: {e}"))
 }
 
 #[cfg(test)]

@@ -9,11 +9,18 @@
 //! # Layout
 //! - `types.rs`: the messages in ProtoJSON form ([`Task`], [`Message`],
 //!   [`Part`], [`TaskState`]…).
-//! - `client.rs`: [`A2aClient`] (`SendMessage`, `GetTask`, `CancelTask`) and
+//! - `client.rs`: [`A2aClient`] (`SendMessage`, `GetTask`, `CancelTask`,
+//!   `SendStreamingMessage`, `SubscribeToTask`) and
 //!   [`A2aOptions`] (extra headers such as `Authorization`, the per-request
 //!   timeout, a CA file).
+//! - `rpc.rs`: a JSON-RPC answer's body (capped) and its result or error.
 //! - `card.rs`: [`AgentCard`], [`discover`], [`fetch_card`].
+//! - `stream.rs`: [`EventStream`], the server-sent events of
+//!   `SendStreamingMessage` and `SubscribeToTask`.
 //! - `tool.rs`: [`A2aTool`].
+//! - `watch.rs`: how a call follows its task, streamed or polled.
+//! - `remote.rs`: what one call holds on its agent (how it reaches it, the
+//!   remote task it cancels unless that settled).
 //! - `error.rs`: [`A2aError`], the crate's one error; [`RpcErrorKind`].
 //!
 //! # The wire
@@ -32,9 +39,12 @@
 //!
 //! `{"message": "…"}` starts a task; `{"message": "…", "task_id": "…"}`
 //! answers a task that asked for input (the same task continues, in its
-//! context). The tool sends `SendMessage` with
-//! `configuration.returnImmediately`, then polls `GetTask` until the task
-//! settles:
+//! context). For an agent whose card says `capabilities.streaming` the tool
+//! sends `SendStreamingMessage` and reads the task's events until it
+//! settles (each new state and artifact a progress report; a stream that
+//! breaks off is polled on; one `GetTask` reads the settled task whole);
+//! otherwise it sends `SendMessage` with `configuration.returnImmediately`
+//! and polls `GetTask` until the task settles:
 //!
 //! | remote state                | the call                                                   |
 //! |-----------------------------|------------------------------------------------------------|
@@ -58,6 +68,24 @@
 //! remote agent stops too. A call dropped before `SendMessage` answered
 //! cannot know the task id; that task runs on.
 //!
+//! # A crash of agentry during a call
+//!
+//! The message's id is `agentry-<operation id>-<call id>-<attempt>`, and
+//! its request carries `metadata.agentry`: `deadline_ms` (when the call is
+//! cut, Unix ms), `run_remaining_ms`, `run_id`, `call_id`, `operation_id`.
+//! Once `SendMessage` returned the task, the tool records it
+//! (`ToolContext::remote`, a [`agentry_protocol::RemoteRef`] of kind
+//! [`REMOTE_KIND`] on the call's ledger row) before it waits. A call run
+//! again after a crash with such a record follows that task (`GetTask`)
+//! instead of sending the message again. Once a task is under way, a
+//! failed `GetTask` is not retryable: a retry would send again.
+//!
+//! With [`InputRequired::Human`] a `TASK_STATE_INPUT_REQUIRED` goes to a
+//! human inside the call (`ToolContext::human`, the run's approval path):
+//! an answer is sent to the same task and the call follows it on; no
+//! answer hands the question to the model as above; a refusal is `EPERM`
+//! and the task is sent `CancelTask`.
+//!
 //! The tool's effect is `irreversible_external` unless its constructor says
 //! otherwise ([`A2aTool::effect`]): what a remote agent does is outside the
 //! run, and a run parks such calls for approval by default.
@@ -65,8 +93,12 @@
 mod card;
 mod client;
 mod error;
+mod remote;
+mod rpc;
+mod stream;
 mod tool;
 mod types;
+mod watch;
 
 pub use card::{
     AgentCard, AgentInterface, AgentSkill, Discovered, JSONRPC_BINDING, WELL_KNOWN_PATH, card_url,
@@ -74,5 +106,6 @@ pub use card::{
 };
 pub use client::{A2aClient, A2aOptions, PROTOCOL_VERSION, SendRequest, VERSION_HEADER};
 pub use error::{A2aError, RpcErrorKind};
-pub use tool::A2aTool;
+pub use stream::{ArtifactUpdate, EventStream, StatusUpdate, StreamEvent};
+pub use tool::{A2aTool, InputRequired, REMOTE_KIND};
 pub use types::{Artifact, Message, Part, Role, SendResult, Task, TaskState, TaskStatus};

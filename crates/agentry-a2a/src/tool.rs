@@ -1,19 +1,26 @@
 //! [`A2aTool`]: one remote agent as the tool `<name>.ask`.
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use agentry_protocol::ErrorCode;
+use agentry_protocol::RemoteRef;
 use agentry_protocol::envelope::ToolError;
-use agentry_protocol::tool::{Effect, Idempotency, ToolContract};
-use agentry_tools::{Tool, ToolContext, ToolOutput, ToolProgress, parse_args, schema_for};
+use agentry_protocol::tool::{Effect, Idempotency, ToolCall, ToolContract};
+use agentry_tools::{HumanAnswer, Tool, ToolContext, ToolOutput, parse_args, schema_for};
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
 use crate::card::{Discovered, discover};
 use crate::client::{A2aClient, A2aOptions, SendRequest};
-use crate::error::{A2aError, RpcErrorKind};
-use crate::types::{SendResult, Task, TaskState};
+use crate::error::{A2aError, call_error};
+use crate::remote::{Reach, RemoteTask};
+use crate::stream::{ArtifactUpdate, EventStream, StatusUpdate, StreamEvent};
+use crate::types::{Message, SendResult, Task, TaskState};
+use crate::watch::{Watch, settled, task_error};
+
+/// The kind of the remote tasks this tool records ([`RemoteRef::kind`]).
+pub const REMOTE_KIND: &str = "a2a";
 
 /// How often a running task is polled with `GetTask`.
 const DEFAULT_POLL: Duration = Duration::from_millis(250);
@@ -46,6 +53,8 @@ pub struct A2aTool {
     effect: Effect,
     poll: Duration,
     timeout: Duration,
+    stream: bool,
+    input: InputRequired,
 }
 
 impl A2aTool {
@@ -60,6 +69,8 @@ impl A2aTool {
             effect: Effect::IrreversibleExternal,
             poll: DEFAULT_POLL,
             timeout: DEFAULT_TIMEOUT,
+            stream: true,
+            input: InputRequired::Model,
         }
     }
 
@@ -118,6 +129,8 @@ impl A2aTool {
             effect: Effect::IrreversibleExternal,
             poll: DEFAULT_POLL,
             timeout: DEFAULT_TIMEOUT,
+            stream: true,
+            input: InputRequired::Model,
         }
     }
 
@@ -133,6 +146,19 @@ impl A2aTool {
         self
     }
 
+    /// Whether a call follows its task over the agent's stream when its
+    /// card offers one (`capabilities.streaming`; the default), or polls.
+    pub fn streaming(mut self, stream: bool) -> Self {
+        self.stream = stream;
+        self
+    }
+
+    /// Who answers the remote agent's questions ([`InputRequired`]).
+    pub fn input_required(mut self, input: InputRequired) -> Self {
+        self.input = input;
+        self
+    }
+
     /// The limit on one call, from the send to the task's end.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
@@ -144,7 +170,10 @@ impl A2aTool {
         format!("{}.ask", self.name)
     }
 
-    /// Sends the message, then polls until the task ends or is interrupted.
+    /// Sends the message (or, for a call run again after a crash, takes up
+    /// the task it had started), then follows the task until it ends or is
+    /// interrupted: over the agent's stream when its card offers one, else
+    /// by polling `GetTask`.
     async fn run(
         &self,
         args: AskArgs,
@@ -152,6 +181,109 @@ impl A2aTool {
         ctx: &ToolContext,
     ) -> Result<ToolOutput, ToolError> {
         let client = &remote.client;
+        let streams = self.stream && client.streams();
+        // The call as a human asked the remote agent's question sees it.
+        let shown = json!({"message": args.message, "task_id": args.task_id});
+        let (task, stream) = match self.start(args, client, ctx, streams).await? {
+            Started::Task(task, stream) => (task, stream),
+            Started::Reply(reply) => return Ok(self.reply(reply)),
+        };
+        remote.set(&task.id);
+        let mut watch = Watch {
+            agent: &self.name,
+            client,
+            ctx,
+            poll: self.poll,
+            timeout: self.timeout,
+            started: Instant::now(),
+            reports: 0,
+        };
+        let mut task = watch.settle(task, stream).await?;
+        let mut answers = 0u32;
+        while task.status.state == TaskState::InputRequired && self.input == InputRequired::Human {
+            let Some(human) = &ctx.human else { break };
+            let call = ToolCall::new(ctx.call_id.clone(), self.tool_name(), shown.clone());
+            let asked = human
+                .ask(&call, self.effect, &task.status_text(), &ctx.cancel)
+                .await?;
+            let answer = match asked {
+                HumanAnswer::Text(answer) => answer,
+                HumanAnswer::Pass => break,
+                // The remote task is not settled: dropping it sends CancelTask.
+                HumanAnswer::Refused(reason) => return Err(refused(&self.name, &task.id, reason)),
+            };
+            answers += 1;
+            let args = AskArgs {
+                message: answer,
+                task_id: Some(task.id.clone()),
+            };
+            let (next, stream) = match self.send(args, client, ctx, streams, answers).await? {
+                Started::Task(next, stream) => (next, stream),
+                Started::Reply(reply) => return Ok(self.reply(reply)),
+            };
+            task = watch.settle(next, stream).await?;
+        }
+        remote.settle();
+        self.outcome(task)
+    }
+
+    /// The call's task: the one it started before a crash (followed, not
+    /// sent again: it would be a second task), or a new one from its
+    /// message; recorded before the call waits, so a crash from here on is
+    /// followed by the resume.
+    async fn start(
+        &self,
+        args: AskArgs,
+        client: &A2aClient,
+        ctx: &ToolContext,
+        streams: bool,
+    ) -> Result<Started, ToolError> {
+        let followed = ctx
+            .remote
+            .as_ref()
+            .and_then(|log| log.follow())
+            .filter(|r| r.kind == REMOTE_KIND);
+        let Some(reference) = followed else {
+            let started = self.send(args, client, ctx, streams, 0).await?;
+            if let Started::Task(task, _) = &started {
+                record(ctx, task);
+            }
+            return Ok(started);
+        };
+        let task = client
+            .get_task(&reference.id)
+            .await
+            .map_err(|e| task_error(&self.name, e, &reference.id))?;
+        // Kept on the call's new intent row by the runtime; set again here
+        // for a runtime that does not.
+        record(ctx, &task);
+        // A task that ended is not subscribed to (the agent refuses).
+        let stream = match streams && !settled(task.status.state) {
+            true => client.subscribe(&task.id).await.ok().map(Box::new),
+            false => None,
+        };
+        Ok(Started::Task(task, stream))
+    }
+
+    /// A direct reply (no task) as the call's result.
+    fn reply(&self, reply: Message) -> ToolOutput {
+        ToolOutput::data(json!({
+            "agent": self.name,
+            "text": reply.text(),
+            "context_id": reply.context_id,
+        }))
+    }
+
+    /// Sends the call's message: the task (at once: `returnImmediately`, or
+    /// a stream's first event) and its stream, or the agent's reply.
+    async fn send(
+        &self,
+        args: AskArgs,
+        client: &A2aClient,
+        ctx: &ToolContext,
+        streams: bool,
+        answers: u32,
+    ) -> Result<Started, ToolError> {
         let context_id = match &args.task_id {
             // The agent wants the task's context with its id.
             Some(id) => Some(
@@ -168,51 +300,52 @@ impl A2aTool {
             task_id: args.task_id,
             context_id,
             return_immediately: true,
+            message_id: Some(message_id(ctx, answers)),
+            metadata: Some(metadata(ctx)),
         };
-        let mut task = match client
-            .send_message(&request)
+        if !streams {
+            return match client.send_message(&request).await {
+                Ok(SendResult::Message(reply)) => Ok(Started::Reply(reply)),
+                Ok(SendResult::Task(task)) => Ok(Started::Task(task, None)),
+                Err(e) => Err(self.error(e)),
+            };
+        }
+        let mut stream = client
+            .send_streaming(&request)
             .await
-            .map_err(|e| self.error(e))?
-        {
-            SendResult::Message(reply) => {
-                return Ok(ToolOutput::data(json!({
-                    "agent": self.name,
-                    "text": reply.text(),
-                    "context_id": reply.context_id,
-                })));
+            .map_err(|e| self.error(e))?;
+        let first = tokio::time::timeout(self.timeout, stream.next()).await;
+        let task = match first {
+            Ok(Some(Ok(StreamEvent::Task(task)))) => task,
+            Ok(Some(Ok(StreamEvent::Message(reply)))) => return Ok(Started::Reply(reply)),
+            // Not the order the protocol says; the task is read instead.
+            Ok(Some(Ok(StreamEvent::StatusUpdate(StatusUpdate { task_id, .. }))))
+            | Ok(Some(Ok(StreamEvent::ArtifactUpdate(ArtifactUpdate { task_id, .. })))) => client
+                .get_task(&task_id)
+                .await
+                .map_err(|e| task_error(&self.name, e, &task_id))?,
+            Ok(Some(Err(e))) => return Err(self.error(e)),
+            Ok(None) => {
+                return Err(ToolError::new(
+                    ErrorCode::Eunavail,
+                    format!(
+                        "A2A agent {}: its stream ended before it sent the task",
+                        self.name
+                    ),
+                ));
             }
-            SendResult::Task(task) => task,
-        };
-        remote.set(&task.id);
-        let started = Instant::now();
-        let mut reports = 0u32;
-        report(ctx, &task, &mut reports);
-        while !settled(task.status.state) {
-            if started.elapsed() >= self.timeout {
+            Err(_) => {
                 return Err(ToolError::new(
                     ErrorCode::Etimedout,
                     format!(
-                        "remote task {} of A2A agent {} still {} after {} ms",
-                        task.id,
+                        "A2A agent {}: no task within {} ms of the message",
                         self.name,
-                        task.status.state.as_str(),
                         self.timeout.as_millis()
                     ),
                 ));
             }
-            tokio::time::sleep(self.poll).await;
-            let state = task.status.state;
-            task = client.get_task(&task.id).await.map_err(|e| {
-                let mut error = self.error(e);
-                error.message = format!("{} (remote task {})", error.message, task.id);
-                error
-            })?;
-            if task.status.state != state {
-                report(ctx, &task, &mut reports);
-            }
-        }
-        remote.settle();
-        self.outcome(task)
+        };
+        Ok(Started::Task(task, Some(Box::new(stream))))
     }
 
     /// A settled task as the call's result.
@@ -274,148 +407,92 @@ impl A2aTool {
 
     /// A client error as the call's error.
     fn error(&self, e: A2aError) -> ToolError {
-        let code = match &e {
-            A2aError::HttpStatus {
-                status: 401 | 403, ..
-            } => ErrorCode::Eperm,
-            A2aError::HttpStatus { .. } => ErrorCode::Eunavail,
-            A2aError::Transport {
-                timed_out: true, ..
-            } => ErrorCode::Etimedout,
-            A2aError::Transport { .. } => ErrorCode::Eunavail,
-            A2aError::Rpc { kind, .. } => match kind {
-                RpcErrorKind::TaskNotFound
-                | RpcErrorKind::TaskNotCancelable
-                | RpcErrorKind::InvalidParams
-                | RpcErrorKind::ContentTypeNotSupported => ErrorCode::Einval,
-                RpcErrorKind::PushNotificationNotSupported
-                | RpcErrorKind::UnsupportedOperation
-                | RpcErrorKind::ExtendedAgentCardNotConfigured
-                | RpcErrorKind::ExtensionSupportRequired
-                | RpcErrorKind::VersionNotSupported
-                | RpcErrorKind::ParseError
-                | RpcErrorKind::InvalidRequest
-                | RpcErrorKind::MethodNotFound
-                | RpcErrorKind::InvalidAgentResponse => ErrorCode::Einternal,
-                RpcErrorKind::InternalError | RpcErrorKind::Other => ErrorCode::Eunavail,
-            },
-            A2aError::MissingHeaderVar { .. } => ErrorCode::Einval,
-            A2aError::InvalidResponse { .. }
-            | A2aError::CardNotJson { .. }
-            | A2aError::NoJsonRpc10 { .. }
-            | A2aError::Setup { .. }
-            | A2aError::BadHeader { .. } => ErrorCode::Einternal,
-            A2aError::CardStatus { .. } => ErrorCode::Eunavail,
-        };
-        ToolError::new(code, format!("A2A agent {}: {e}", self.name))
+        call_error(&self.name, e)
     }
 }
 
-/// Reports the remote task's id and state as the call's progress (a
-/// `tool_progress` run event), so they are on record while the call runs.
-fn report(ctx: &ToolContext, task: &Task, reports: &mut u32) {
-    if let Some(sink) = &ctx.progress {
-        *reports += 1;
-        sink.progress(
-            &ctx.call_id,
-            ToolProgress {
-                progress: f64::from(*reports),
-                total: None,
-                message: Some(format!(
-                    "remote task {}: {}",
-                    task.id,
-                    task.status.state.as_str()
-                )),
-            },
-        );
-    }
-}
-
-/// Whether a task waits for nothing more from this call: ended, or
-/// interrupted for the client's answer.
-fn settled(state: TaskState) -> bool {
-    state.is_terminal() || matches!(state, TaskState::InputRequired | TaskState::AuthRequired)
-}
-
-/// The remote task a call has under way: cancelled with `CancelTask` unless
-/// it settled, also when the call's future is dropped.
-struct RemoteTask {
-    client: Arc<A2aClient>,
-    id: Mutex<Option<String>>,
-}
-
-/// How the tool reaches its agent.
-#[derive(Debug)]
-enum Reach {
-    /// A client made already (the card read by the embedder).
-    Ready(Arc<A2aClient>),
-    /// The agent's card, read at the first call that needs it.
-    Card {
-        url: String,
-        options: A2aOptions,
-        found: tokio::sync::OnceCell<Arc<A2aClient>>,
-    },
-}
-
-impl Reach {
-    async fn client(&self) -> Result<Arc<A2aClient>, A2aError> {
-        match self {
-            Reach::Ready(client) => Ok(Arc::clone(client)),
-            Reach::Card {
-                url,
-                options,
-                found,
-            } => found
-                .get_or_try_init(|| async {
-                    let options = options.expanded(url, |var| std::env::var(var).ok())?;
-                    discover(url, &options).await.map(|d| Arc::new(d.client))
-                })
-                .await
-                .map(Arc::clone),
-        }
-    }
-}
-
-impl RemoteTask {
-    fn set(&self, id: &str) {
-        if let Ok(mut slot) = self.id.lock() {
-            *slot = Some(id.to_string());
-        }
-    }
-
-    fn settle(&self) {
-        if let Ok(mut slot) = self.id.lock() {
-            *slot = None;
-        }
-    }
-
-    /// Sends `CancelTask` for the task under way, if any, from a task of its
-    /// own (so a dropped call still sends it): the task's id, and the handle
-    /// that waits for the request.
-    fn cancel(&self) -> Option<(String, tokio::task::JoinHandle<()>)> {
-        let id = self.id.lock().ok()?.take()?;
-        let runtime = tokio::runtime::Handle::try_current().ok()?;
-        let client = self.client.clone();
-        let task_id = id.clone();
-        let sent = runtime.spawn(async move {
-            match client.cancel_task(&task_id).await {
-                Ok(task) => {
-                    tracing::debug!(task_id = %task_id, state = task.status.state.as_str(), "remote A2A task cancelled")
-                }
-                Err(e) => {
-                    tracing::warn!(task_id = %task_id, error = %e, "CancelTask of a remote A2A task failed")
-                }
-            }
+/// Records the remote task with the call's intent (a durable run's ledger),
+/// so that a resume after a crash follows it.
+fn record(ctx: &ToolContext, task: &Task) {
+    if let Some(log) = &ctx.remote {
+        log.started(RemoteRef {
+            kind: REMOTE_KIND.to_string(),
+            id: task.id.clone(),
+            context: Some(task.context_id.clone()).filter(|c| !c.is_empty()),
         });
-        Some((id, sent))
     }
 }
 
-impl Drop for RemoteTask {
-    fn drop(&mut self) {
-        // A dropped call: the request goes on without it.
-        drop(self.cancel());
+/// The id of a call's message: the same for the same action of the run and
+/// attempt (see `ToolContext::operation_id`), so a message a crash left
+/// unrecorded can be found in the remote task's history by a human settling
+/// the call. A human's `n`th answer within the call gets `-<n>`.
+fn message_id(ctx: &ToolContext, n: u32) -> String {
+    let id = format!(
+        "agentry-{}-{}-{}",
+        ctx.operation_id, ctx.call_id, ctx.attempt
+    );
+    match n {
+        0 => id,
+        n => format!("{id}-{n}"),
     }
+}
+
+/// The request's metadata: when the call must end (`deadline_ms`, Unix ms)
+/// and how long the run has left (`run_remaining_ms`), so the agent can fit
+/// its work to them; the call is cut locally at its deadline either way.
+fn metadata(ctx: &ToolContext) -> Value {
+    let epoch_ms = |t: SystemTime| {
+        t.duration_since(UNIX_EPOCH)
+            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+            .unwrap_or(0)
+    };
+    let mut agentry = json!({
+        "run_id": &*ctx.run_id,
+        "call_id": ctx.call_id,
+        "operation_id": &*ctx.operation_id,
+    });
+    if let Some(call) = ctx.deadlines.call {
+        agentry["deadline_ms"] = json!(epoch_ms(call));
+    }
+    if let Some(run) = ctx.deadlines.run {
+        let left = run.duration_since(SystemTime::now()).unwrap_or_default();
+        agentry["run_remaining_ms"] = json!(u64::try_from(left.as_millis()).unwrap_or(u64::MAX));
+    }
+    json!({ "agentry": agentry })
+}
+
+/// Who answers a remote agent's question (`TASK_STATE_INPUT_REQUIRED`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum InputRequired {
+    /// The model: the question is the call's result, answered by another
+    /// call with its `task_id`.
+    #[default]
+    Model,
+    /// A human, through the run's approval path (`ToolContext::human`):
+    /// the answer goes to the remote task within the same call; a human who
+    /// approves without an answer (or none within the approval timeout)
+    /// passes the question to the model; a refusal ends the call `EPERM`
+    /// and cancels the remote task.
+    Human,
+}
+
+/// A human's refusal to answer the remote agent, as the call's error.
+fn refused(agent: &str, task_id: &str, reason: Option<String>) -> ToolError {
+    let why = reason.map(|r| format!(": {r}")).unwrap_or_default();
+    ToolError::new(
+        ErrorCode::Eperm,
+        format!("a human refused to answer the question of A2A agent {agent} (remote task {task_id}, cancelled){why}"),
+    )
+    .retryable(false)
+    .with_action("do not ask the agent the same again; choose another way or finish")
+}
+
+/// How a call's message started: the agent's task (with its stream, when
+/// streamed), or a direct reply.
+enum Started {
+    Task(Task, Option<Box<EventStream>>),
+    Reply(Message),
 }
 
 #[async_trait]

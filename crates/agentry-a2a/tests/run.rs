@@ -1,6 +1,9 @@
 //! An A2A agent's tool inside a real agentry run: parked for approval by
-//! default, and its remote task cancelled when the run's deadline cancels
-//! the call. The agent is tests/peers/echo_agent.py (see tests/remote.rs).
+//! default, its remote task cancelled when the run's deadline cancels the
+//! call, the deadlines sent as metadata, and (`input_required = human`) the
+//! agent's question put to a human through the approval path, whose answer
+//! continues the task and whose refusal cancels it. The agent is
+//! tests/peers/echo_agent.py (see tests/remote.rs).
 
 // Test code: a failed unwrap is the failure report.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -11,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agentry::{RunStatus, StopReason};
-use agentry_a2a::TaskState;
+use agentry_a2a::{InputRequired, TaskState};
 use agentry_protocol::ErrorCode;
 use agentry_test_support::{
     ScriptBuilder, TestError, TestTask, collect_until_stopped, runtime_with, tool_results,
@@ -105,5 +108,132 @@ async fn the_run_deadline_cancels_the_remote_task() -> Result<(), TestError> {
         until_terminal(&agent.client().await, &id).await,
         TaskState::Canceled
     );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the a2a-sdk venv (A2A_PYTHON); .ci/run runs it"]
+async fn the_call_deadline_and_the_runs_time_left_go_as_metadata() -> Result<(), TestError> {
+    let agent = Agent::start().await;
+    let tool = agent.tool().await.timeout(Duration::from_secs(20));
+    let runtime = runtime_with(vec![Arc::new(tool)])?;
+    let task = TestTask::new("ask for the metadata", &[])?
+        .grant(&["echo"])
+        .deadline_ms(60_000);
+    let mut config = task.config();
+    config.approval.irreversible = false;
+    let policy = ScriptBuilder::new()
+        .call("m1", "echo.ask", json!({"message": "meta"}))
+        .finish("asked")
+        .policy();
+    let before = now_ms();
+    let handle = runtime.start(config, policy).await?;
+    let events = collect_until_stopped(handle.subscribe()).await?;
+    let outcome = handle.wait().await?;
+    assert_eq!(outcome.stop_reason, StopReason::Done, "{}", outcome.detail);
+    let results = tool_results(&events);
+    let env = &results.first().ok_or("no tool result")?.1;
+    let data = env.data.as_ref().ok_or("no data")?;
+    let said: serde_json::Value = serde_json::from_str(data["text"].as_str().ok_or("no text")?)?;
+    // The call's deadline: its 20 s timeout from when it started (earlier
+    // than the run's 60 s), as Unix ms (JSON numbers through protobuf).
+    let deadline = said["deadline_ms"].as_f64().ok_or("no deadline_ms")? as u64;
+    assert!(
+        deadline >= before + 19_000 && deadline <= now_ms() + 20_000,
+        "{said}"
+    );
+    let left = said["run_remaining_ms"]
+        .as_f64()
+        .ok_or("no run_remaining_ms")? as u64;
+    assert!(left > 50_000 && left <= 60_000, "{said}");
+    assert_eq!(said["call_id"], "m1", "{said}");
+    assert!(
+        said["operation_id"]
+            .as_str()
+            .is_some_and(|o| o.starts_with("op-")),
+        "{said}"
+    );
+    Ok(())
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// A run whose `echo.ask` puts the agent's questions to a human; the call
+/// itself needs no approval.
+async fn asking_a_human(agent: &Agent) -> Result<agentry::RunHandle, TestError> {
+    let tool = agent.tool().await.input_required(InputRequired::Human);
+    let runtime = runtime_with(vec![Arc::new(tool)])?;
+    let task = TestTask::new("ask the echo agent", &[])?.grant(&["echo"]);
+    let mut config = task.config();
+    config.approval.irreversible = false;
+    let policy = ScriptBuilder::new()
+        .call("q1", "echo.ask", json!({"message": "ask"}))
+        .finish("asked")
+        .policy();
+    Ok(runtime.start(config, policy).await?)
+}
+
+/// The question the parked call shows its human.
+async fn question(handle: &agentry::RunHandle) -> Result<String, TestError> {
+    assert_eq!(wait_for_pending(handle).await?, "q1");
+    let pending = handle.pending_approvals().await;
+    let preview = pending[0].preview.clone().ok_or("no preview")?;
+    assert_eq!(
+        handle.snapshot().await.ok_or("no snapshot")?.status,
+        RunStatus::AwaitingApproval
+    );
+    Ok(preview)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the a2a-sdk venv (A2A_PYTHON); .ci/run runs it"]
+async fn a_remote_question_goes_to_a_human_whose_answer_continues_the_task() -> Result<(), TestError>
+{
+    let agent = Agent::start().await;
+    let handle = asking_a_human(&agent).await?;
+    let events = handle.subscribe();
+    let preview = question(&handle).await?;
+    assert!(preview.contains("which one?"), "{preview}");
+    handle.answer("q1", "the blue one").await?;
+    let events = collect_until_stopped(events).await?;
+    let outcome = handle.wait().await?;
+    assert_eq!(outcome.stop_reason, StopReason::Done, "{}", outcome.detail);
+    let results = tool_results(&events);
+    let env = &results.first().ok_or("no tool result")?.1;
+    let data = env.data.as_ref().ok_or("no data")?;
+    assert_eq!(data["text"], "echo: the blue one", "{data}");
+    assert_eq!(data["state"], "TASK_STATE_COMPLETED", "{data}");
+    // One task, two messages: the question and the human's answer.
+    assert_eq!(agent.seen("task ").len(), 1);
+    let messages = agent.seen("message ");
+    assert_eq!(messages.len(), 2, "{messages:?}");
+    assert_eq!(messages[1], format!("{}-1", messages[0]));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the a2a-sdk venv (A2A_PYTHON); .ci/run runs it"]
+async fn a_human_refusing_the_question_cancels_the_remote_task() -> Result<(), TestError> {
+    let agent = Agent::start().await;
+    let handle = asking_a_human(&agent).await?;
+    let events = handle.subscribe();
+    question(&handle).await?;
+    handle.deny("q1", Some("not ours to say".into())).await?;
+    let events = collect_until_stopped(events).await?;
+    handle.wait().await?;
+    let results = tool_results(&events);
+    let env = &results.first().ok_or("no tool result")?.1;
+    assert_eq!(env.error_code(), Some(ErrorCode::Eperm), "{env:?}");
+    let message = &env.error.as_ref().ok_or("no error")?.message;
+    assert!(message.contains("not ours to say"), "{message}");
+    eventually(Duration::from_secs(10), "the agent saw CancelTask", || {
+        agent.cancels().len() == 1
+    })
+    .await;
     Ok(())
 }

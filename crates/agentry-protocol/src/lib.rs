@@ -53,7 +53,8 @@ pub use state::{
 pub use stop::StopReason;
 pub use stored_policy::{ChildSpec, RootSpec, StoredFallback, StoredPolicy};
 pub use tool::{
-    Effect, Idempotency, ProcessGroupRecord, ToolArguments, ToolCall, ToolContract, ToolSpec,
+    Effect, Idempotency, ProcessGroupRecord, RemoteRef, ToolArguments, ToolCall, ToolContract,
+    ToolSpec,
 };
 pub use trace::{RunInput, TraceEnd, TraceInput, TraceLine, TraceStep};
 

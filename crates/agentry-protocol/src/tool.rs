@@ -372,6 +372,22 @@ pub struct ProcessGroupRecord {
     pub spawn_id: String,
 }
 
+/// A task a call started on another system (a remote A2A agent's task), as
+/// recorded with the call's intent before the call waits for it: after a
+/// crash the resumed run follows this task to its end instead of starting a
+/// second one or asking a human (`ToolContext::remote`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RemoteRef {
+    /// Which kind of system the id belongs to (`a2a`): a tool follows only
+    /// references of its own kind.
+    pub kind: String,
+    /// The task's id on that system.
+    pub id: String,
+    /// The conversation the task belongs to there, if the system has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<String>,
+}
+
 /// Gives each call without an id (empty or blank) `call_<turn>_<k>` (`k` its
 /// place among `calls`), with a suffix while that id is in `taken`, which it
 /// then joins: a host-made id never duplicates one already in use.

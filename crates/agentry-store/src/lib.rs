@@ -192,6 +192,11 @@ pub struct LedgerEntry {
     /// it runs: a resume kills those still alive before it settles the call.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub processes: Vec<agentry_protocol::ProcessGroupRecord>,
+    /// The task the call started on another system (a remote agent's),
+    /// recorded while it runs: a resume follows it instead of parking the
+    /// call for a human.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote: Option<agentry_protocol::RemoteRef>,
 }
 
 /// The process that runs a run right now, as it claimed it.
@@ -284,6 +289,16 @@ pub enum Write {
         call_id: String,
         /// The group it started.
         group: agentry_protocol::ProcessGroupRecord,
+    },
+    /// Sets the remote task of ledger row (run id, `call_id`) as the call
+    /// runs; nothing if the row is not there (as [`Write::LedgerProcess`]).
+    LedgerRemote {
+        /// Run id.
+        run_id: String,
+        /// The call.
+        call_id: String,
+        /// The task it started.
+        remote: agentry_protocol::RemoteRef,
     },
     /// Insert or replace a timer.
     SetTimer {

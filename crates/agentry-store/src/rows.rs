@@ -221,6 +221,7 @@ pub(crate) fn plan(writes: &[crate::Write]) -> Vec<Step<'_>> {
             Write::CreateRun(_)
             | Write::AppendSession { .. }
             | Write::LedgerProcess { .. }
+            | Write::LedgerRemote { .. }
             | Write::SetTimer { .. }
             | Write::ClearTimer { .. }
             | Write::Enqueue { .. }
@@ -252,6 +253,7 @@ pub(crate) fn plan(writes: &[crate::Write]) -> Vec<Step<'_>> {
             Write::CreateRun(_)
             | Write::AppendSession { .. }
             | Write::LedgerProcess { .. }
+            | Write::LedgerRemote { .. }
             | Write::SetTimer { .. }
             | Write::ClearTimer { .. }
             | Write::Enqueue { .. }

@@ -171,6 +171,7 @@ pub(crate) fn ledger(call_id: &str, step: u64, position: u32, state: LedgerState
         outcome: None,
         updated_at_ms: 5,
         processes: Vec::new(),
+        remote: None,
     }
 }
 

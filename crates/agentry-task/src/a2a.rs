@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use agentry_a2a::{A2aOptions, A2aTool};
+use agentry_a2a::{A2aOptions, A2aTool, InputRequired};
 use agentry_protocol::tool::Effect;
 use serde::Deserialize;
 use toml::Value;
@@ -39,6 +39,10 @@ pub struct A2aAgentConfig {
     /// The calls' effect: `irreversible_external` unless the task says
     /// otherwise, so a call waits for a human's approval by default.
     pub effect: Effect,
+    /// Who answers the agent's questions (INPUT_REQUIRED): the model
+    /// (`"model"`, the default) or a human through the approval path
+    /// (`"human"`).
+    pub input_required: InputRequired,
 }
 
 #[derive(Deserialize)]
@@ -51,6 +55,7 @@ struct RawAgent {
     timeout: Option<Value>,
     description: Option<Value>,
     effect: Option<Value>,
+    input_required: Option<Value>,
 }
 
 /// Parses `tools.a2a`: an array of tables, in file order, names unique.
@@ -123,6 +128,17 @@ fn agent(at: &str, raw: RawAgent, dir: &Path) -> Result<A2aAgentConfig, FieldErr
             .map(|v| effect(&format!("{at}.effect"), &v))
             .transpose()?
             .unwrap_or(Effect::IrreversibleExternal),
+        input_required: match raw.input_required {
+            None => InputRequired::Model,
+            Some(Value::String(s)) if s == "model" => InputRequired::Model,
+            Some(Value::String(s)) if s == "human" => InputRequired::Human,
+            Some(v) => {
+                return Err(field_error!(
+                    "{at}.input_required: expected \"model\" or \"human\", found {}",
+                    describe(&v)
+                ));
+            }
+        },
     })
 }
 
@@ -150,6 +166,7 @@ impl A2aAgentConfig {
         A2aTool::declared(self.name.clone(), description, self.url.clone(), options)
             .effect(self.effect)
             .timeout(self.timeout)
+            .input_required(self.input_required)
     }
 }
 
@@ -177,6 +194,7 @@ mod tests {
         assert_eq!(a.name, "billing");
         assert_eq!(a.effect, Effect::IrreversibleExternal);
         assert_eq!(a.timeout, DEFAULT_A2A_TIMEOUT);
+        assert_eq!(a.input_required, InputRequired::Model);
         assert_eq!(a.tool().tool_name(), "billing.ask");
         assert_eq!(
             a.headers["Authorization"], "Bearer ${BILLING_TOKEN}",
@@ -211,6 +229,10 @@ mod tests {
             (
                 "[[a2a]]\nname = \"b\"\nurl = \"http://x/\"\nskills = 1\n",
                 "unknown field",
+            ),
+            (
+                "[[a2a]]\nname = \"b\"\nurl = \"http://x/\"\ninput_required = \"agent\"\n",
+                "tools.a2a[0].input_required: expected \"model\" or \"human\"",
             ),
         ];
         for (text, expected) in cases {

@@ -49,6 +49,20 @@ pub struct ToolContext {
     /// Where a tool that starts processes records each process group, with the
     /// call's intent (a durable run's ledger); `None` where nothing records.
     pub processes: Option<Arc<dyn ProcessLog>>,
+    /// Where a call that starts a task on another system (a remote A2A
+    /// agent) records that task with the call's intent, and what it follows
+    /// when the call is run again after a crash ([`RemoteLog`]); `None`
+    /// where nothing records.
+    pub remote: Option<Arc<dyn RemoteLog>>,
+    /// Where a call puts a question to a human (a remote agent's
+    /// INPUT_REQUIRED) through the run's approval path ([`HumanDesk`]);
+    /// `None` where no human can be asked.
+    pub human: Option<Arc<dyn HumanDesk>>,
+    /// When the call must end: the earlier of its contract's timeout and the
+    /// run's wall-clock deadline, and the run's deadline alone. The executor
+    /// enforces both; a tool passes them on to what it calls (a remote agent
+    /// gets them as metadata). Unset outside a run.
+    pub deadlines: Deadlines,
     /// Where a long call reports progress (published as `tool_progress` run
     /// events); `None` where nobody listens.
     pub progress: Option<Arc<dyn ProgressSink>>,
@@ -98,6 +112,58 @@ pub trait ProcessLog: Send + Sync {
     fn run_mark(&self) -> Option<&str> {
         None
     }
+}
+
+/// Records the task a call started on another system, so that a resume
+/// after a crash follows that task instead of starting a second one.
+pub trait RemoteLog: Send + Sync {
+    /// The call started `task` (the other system accepted it). Called
+    /// before the tool waits for it; a later call replaces the record.
+    fn started(&self, task: agentry_protocol::RemoteRef);
+
+    /// The task this call started before a crash, which the call should
+    /// follow to its end rather than start anew; `None` for a fresh call.
+    fn follow(&self) -> Option<agentry_protocol::RemoteRef>;
+}
+
+/// A human's answer to a question a running call put ([`HumanDesk::ask`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HumanAnswer {
+    /// The answer's text.
+    Text(String),
+    /// No answer: approved without a text, or nobody answered within the
+    /// run's approval timeout. The question goes back to the model.
+    Pass,
+    /// Refused, with the human's reason: the call should not go on.
+    Refused(Option<String>),
+}
+
+/// Puts a question from a running call to a human, through the run's
+/// approval path: the call shows as waiting for approval (the run
+/// `awaiting_approval`), the question as its preview; approving it with a
+/// text answers it (`RunHandle::answer`), approving without one passes it
+/// back, denying refuses it.
+#[async_trait]
+pub trait HumanDesk: Send + Sync {
+    /// Asks `question` for the running call `call` (shown to the human as
+    /// the call waiting, with its effect) and waits for the answer (or
+    /// `cancel`, then `ECANCELED`; the question is withdrawn).
+    async fn ask(
+        &self,
+        call: &agentry_protocol::tool::ToolCall,
+        effect: agentry_protocol::tool::Effect,
+        question: &str,
+        cancel: &CancellationToken,
+    ) -> Result<HumanAnswer, ToolError>;
+}
+
+/// The deadlines of a call, as wall-clock times (they go to other systems).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Deadlines {
+    /// When the call is cut: the earlier of its timeout and the run's deadline.
+    pub call: Option<std::time::SystemTime>,
+    /// The run's wall-clock deadline, if it has one.
+    pub run: Option<std::time::SystemTime>,
 }
 
 impl std::fmt::Debug for ToolContext {

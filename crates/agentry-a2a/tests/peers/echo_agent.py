@@ -4,13 +4,18 @@
 # Binds 127.0.0.1 on a free port and prints "PORT <n>" once it listens.
 # Every JSON-RPC request needs "Authorization: Bearer TOKEN" (the cards do
 # not). Its executor: "ask" -> INPUT_REQUIRED ("which one?"), and an answer
-# to that task completes it with "echo: <answer>"; "slow" -> works for 30 s;
+# to that task completes it with "echo: <answer>"; "slow" -> works for 30 s
+# ("slow N": N s), then completes with "echo: slow…"; "meta" -> COMPLETED
+# with the request's "agentry" metadata as JSON text;
 # "fail" -> FAILED ("the disk is full"); "reject" -> REJECTED ("not my job");
 # "parts" -> COMPLETED with text, data, url and raw parts; anything else ->
-# COMPLETED with the artifact "echo: <text>". Each cancel
-# it sees is appended to RECORD_FILE as "cancel <task id>".
+# COMPLETED with the artifact "echo: <text>". RECORD_FILE gets a line per
+# event: "task <id>" for each task it creates, "message <message id>" for
+# each message it runs, "cancel <task id>" for each cancel, "method <name>"
+# for each JSON-RPC request.
 # /old/.well-known/agent-card.json serves a card with only a 0.3 interface.
 import asyncio
+import json
 import socket
 import sys
 
@@ -33,6 +38,11 @@ from a2a.types.a2a_pb2 import (AgentCapabilities, AgentCard, AgentInterface, Age
 TOKEN, RECORD = sys.argv[1], sys.argv[2]
 
 
+def note(line: str) -> None:
+    with open(RECORD, "a") as f:
+        f.write(line + "\n")
+
+
 class EchoExecutor(AgentExecutor):
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
         text = context.get_user_input()
@@ -40,14 +50,22 @@ class EchoExecutor(AgentExecutor):
         if task is None:  # the first event must be the Task
             task = new_task_from_user_message(context.message)
             await event_queue.enqueue_event(task)
+            note(f"task {task.id}")
+        note(f"message {context.message.message_id}")
         answering = task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
         up = TaskUpdater(event_queue, task.id, task.context_id)
         await up.start_work()
         if text == "ask" and not answering:
             await up.requires_input(new_text_message("which one?", role=Role.ROLE_AGENT))
             return
-        if text == "slow":
-            await asyncio.sleep(30)
+        if text.split(" ")[0] == "slow":
+            words = text.split(" ")
+            await asyncio.sleep(float(words[1]) if len(words) > 1 else 30)
+        if text == "meta":
+            said = json.dumps(context.metadata.get("agentry", {}), sort_keys=True)
+            await up.add_artifact([new_text_part(said)], name="result", last_chunk=True)
+            await up.complete()
+            return
         if text == "fail":
             await up.failed(new_text_message("the disk is full", role=Role.ROLE_AGENT))
             return
@@ -65,8 +83,7 @@ class EchoExecutor(AgentExecutor):
         await up.complete()
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
-        with open(RECORD, "a") as f:
-            f.write(f"cancel {context.task_id}\n")
+        note(f"cancel {context.task_id}")
         await TaskUpdater(event_queue, context.task_id, context.context_id).cancel()
 
 
@@ -74,6 +91,11 @@ class Bearer(BaseHTTPMiddleware):
     async def dispatch(self, request, call_next):
         if request.method == "POST" and request.headers.get("authorization") != f"Bearer {TOKEN}":
             return JSONResponse({"error": "unauthorized"}, status_code=401)
+        if request.method == "POST":
+            try:
+                note(f"method {json.loads(await request.body()).get('method')}")
+            except ValueError:
+                pass
         return await call_next(request)
 
 

@@ -10,8 +10,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use agentry_a2a::{A2aClient, A2aOptions, A2aTool, TaskState, discover};
+use agentry_protocol::RemoteRef;
 use agentry_tools::fs::WorkRoot;
-use agentry_tools::{ProgressSink, ToolContext, ToolProgress};
+use agentry_tools::{ProgressSink, RemoteLog, ToolContext, ToolProgress};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio_util::sync::CancellationToken;
@@ -81,10 +82,16 @@ impl Agent {
 
     /// The task ids the agent saw a cancel for.
     pub fn cancels(&self) -> Vec<String> {
+        self.seen("cancel ")
+    }
+
+    /// What the agent's record holds after `what` ("task ", "message ",
+    /// "cancel "), one entry a line.
+    pub fn seen(&self, what: &str) -> Vec<String> {
         std::fs::read_to_string(&self.record)
             .unwrap_or_default()
             .lines()
-            .filter_map(|l| l.strip_prefix("cancel ").map(str::to_string))
+            .filter_map(|l| l.strip_prefix(what).map(str::to_string))
             .collect()
     }
 
@@ -111,9 +118,29 @@ impl Agent {
             agents: None,
             processes: None,
             progress: progress.map(|p| p as Arc<dyn ProgressSink>),
+            remote: None,
+            human: None,
+            deadlines: Default::default(),
             traceparent: None,
             sandbox: None,
         }
+    }
+}
+
+/// A remote log in memory: what a call recorded, and what it is to follow.
+#[derive(Default)]
+pub struct Remotes {
+    pub started: Mutex<Vec<RemoteRef>>,
+    pub follow: Option<RemoteRef>,
+}
+
+impl RemoteLog for Remotes {
+    fn started(&self, task: RemoteRef) {
+        self.started.lock().unwrap().push(task);
+    }
+
+    fn follow(&self) -> Option<RemoteRef> {
+        self.follow.clone()
     }
 }
 

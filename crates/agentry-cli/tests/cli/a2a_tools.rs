@@ -8,12 +8,14 @@ use std::process::{Child, Command, Stdio};
 
 use crate::*;
 
-const TOKEN: &str = "s3cret-for-cli-tests";
+pub(super) const TOKEN: &str = "s3cret-for-cli-tests";
 
 /// The test agent, killed when dropped.
-struct Agent {
+pub(super) struct Agent {
     child: Child,
-    base: String,
+    pub(super) base: String,
+    /// What the agent saw: "task <id>", "message <id>", "cancel <id>" lines.
+    pub(super) record: std::path::PathBuf,
     _dir: tempfile::TempDir,
 }
 
@@ -24,7 +26,7 @@ impl Drop for Agent {
     }
 }
 
-fn start_agent() -> Agent {
+pub(super) fn start_agent() -> Agent {
     let python = std::env::var("A2A_PYTHON").unwrap_or_else(|_| {
         panic!(
             "A2A_PYTHON is unset: it must name a Python with a2a-sdk[http-server]==1.3.0 and uvicorn \
@@ -56,6 +58,7 @@ fn start_agent() -> Agent {
         });
     Agent {
         base: format!("http://127.0.0.1:{port}"),
+        record: dir.path().join("record.txt"),
         child,
         _dir: dir,
     }

@@ -103,6 +103,9 @@ impl Run {
             agents: None,
             processes: Some(self.groups.clone() as Arc<dyn ProcessLog>),
             progress: Some(self.progress.clone() as Arc<dyn ProgressSink>),
+            remote: None,
+            human: None,
+            deadlines: Default::default(),
             traceparent: None,
             sandbox: None,
         }

@@ -30,6 +30,7 @@ pub(super) fn writes(redactor: &Redactor, writes: &mut [Write]) -> Result<(), Re
             }
             // Ids, tokens of this process, process groups: no content.
             Write::LedgerProcess { .. }
+            | Write::LedgerRemote { .. }
             | Write::ClearTimer { .. }
             | Write::Dequeue { .. }
             | Write::Claim { .. }

@@ -75,7 +75,7 @@ impl ExecutorState {
                 Gate::Open(waited.applied)
             }
             Mode::Unsettled => self.settle(job).await,
-            Mode::Fresh | Mode::Approved | Mode::Rerun => Gate::Open(None),
+            Mode::Fresh | Mode::Approved | Mode::Rerun | Mode::Follow => Gate::Open(None),
         }
     }
 

@@ -8,14 +8,14 @@ use std::sync::Arc;
 
 use agentry_protocol::envelope::{CutData, ErrorCode, ResultEnvelope, ToolError, cut_head};
 use agentry_protocol::tool::ToolCall;
-use agentry_tools::{ProcessLog, ToolContext};
+use agentry_tools::{Deadlines, HumanDesk, ProcessLog, RemoteLog, ToolContext};
 use futures::FutureExt;
 use serde_json::Value;
 use tokio::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 use super::envelope::fail;
-use super::ledger::LedgerProcesses;
+use super::ledger::{LedgerProcesses, LedgerRemote};
 use super::msg::CutShort;
 use super::state::ExecutorState;
 use crate::registry::RegisteredTool;
@@ -58,6 +58,8 @@ impl ExecutorState {
         let started = Instant::now();
         let token = under.child_token();
         let mut ctx = self.tool_context(call, &token, attempt, operation_id);
+        ctx.deadlines = self.deadlines(tool.contract.timeout_ms);
+        self.humans.at_step(step);
         // What the tool passes on (a process's TRACEPARENT, an MCP call's
         // _meta, a child run's parent): this call's span when it is exported.
         if let Some(tp) = agentry_telemetry::traceparent(span) {
@@ -196,10 +198,33 @@ impl ExecutorState {
                 .log
                 .as_ref()
                 .map(|log| Arc::new(LedgerProcesses::new(log, &call.id)) as Arc<dyn ProcessLog>),
+            remote: self.args.log.as_ref().map(|log| {
+                let follow = self.ledger.follow(&call.id).cloned();
+                Arc::new(LedgerRemote::new(log, &call.id, follow)) as Arc<dyn RemoteLog>
+            }),
+            human: Some(Arc::clone(&self.humans) as Arc<dyn HumanDesk>),
+            deadlines: Deadlines::default(),
             progress: Some(Arc::clone(&self.progress)),
             traceparent: Some(Arc::clone(&self.args.traceparent)),
             sandbox: Some(Arc::clone(&self.args.sandbox)),
         }
+    }
+
+    /// A call's deadlines on the wall clock, for a tool to pass on: the
+    /// earlier of its timeout (from now) and the run's deadline.
+    fn deadlines(&self, timeout_ms: u64) -> Deadlines {
+        let now = Instant::now();
+        let wall = std::time::SystemTime::now();
+        let run = self
+            .args
+            .deadline
+            .map(|d| wall + d.saturating_duration_since(now));
+        let timeout = wall.checked_add(Duration::from_millis(timeout_ms));
+        let call = match (timeout, run) {
+            (Some(t), Some(r)) => Some(t.min(r)),
+            (t, r) => t.or(r),
+        };
+        Deadlines { call, run }
     }
 
     /// The error of a call a cancellation stopped: `ETIMEDOUT` once the run's

@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use agentry_protocol::RemoteRef;
 use agentry_protocol::envelope::ResultEnvelope;
 use agentry_protocol::fingerprint::{Fingerprinter, hex32};
 use agentry_protocol::now_millis;
@@ -21,6 +22,9 @@ pub(super) struct Row {
     pub(super) digest: u128,
     pub(super) state: LedgerState,
     pub(super) outcome: Option<Arc<ResultEnvelope>>,
+    /// The task the call started on another system, recorded with its intent
+    /// (boxed: a row is kept for every call, and almost none has one).
+    pub(super) remote: Option<Box<RemoteRef>>,
 }
 
 /// The call ledger, in memory: what each call id did, and which call id did
@@ -70,6 +74,7 @@ impl Ledger {
                     digest,
                     state: entry.state,
                     outcome: entry.outcome.map(Arc::new),
+                    remote: entry.remote.map(Box::new),
                 },
             );
         }
@@ -88,6 +93,15 @@ impl Ledger {
         self.intents.get(&key).and_then(|id| self.table.get(id))
     }
 
+    /// The remote task a call interrupted by a crash had started (its row
+    /// still at `intent`): the call follows it when run again.
+    pub(super) fn follow(&self, call_id: &str) -> Option<&RemoteRef> {
+        self.table
+            .get(call_id)
+            .filter(|row| row.state == LedgerState::Intent)
+            .and_then(|row| row.remote.as_deref())
+    }
+
     /// Keeps a call's outcome.
     #[inline]
     pub(super) fn remember(&mut self, call_id: &str, digest: u128, env: &Arc<ResultEnvelope>) {
@@ -97,6 +111,7 @@ impl Ledger {
                 digest,
                 state: LedgerState::Outcome,
                 outcome: Some(Arc::clone(env)),
+                remote: None,
             },
         );
     }
@@ -128,6 +143,7 @@ pub(super) fn entry(
         outcome: outcome.cloned(),
         updated_at_ms: now_millis(),
         processes: Vec::new(),
+        remote: None,
     }
 }
 
@@ -191,5 +207,42 @@ impl agentry_tools::ProcessLog for MarkedChecks {
 
     fn run_mark(&self) -> Option<&str> {
         Some(&self.0)
+    }
+}
+
+/// A durable call's remote task, set on its ledger row when the other system
+/// accepted it, so that a resume after a crash follows it ([`RemoteLog`]);
+/// and the task a call run again after a crash follows.
+///
+/// [`RemoteLog`]: agentry_tools::RemoteLog
+pub(super) struct LedgerRemote {
+    log: RunLog,
+    call_id: String,
+    follow: Option<RemoteRef>,
+}
+
+impl LedgerRemote {
+    pub(super) fn new(log: &RunLog, call_id: &str, follow: Option<RemoteRef>) -> Self {
+        LedgerRemote {
+            log: log.clone(),
+            call_id: call_id.to_string(),
+            follow,
+        }
+    }
+}
+
+impl agentry_tools::RemoteLog for LedgerRemote {
+    fn started(&self, remote: RemoteRef) {
+        // Queued behind the call's intent row at the same writer, so it
+        // lands on that row.
+        self.log.submit(vec![Write::LedgerRemote {
+            run_id: self.log.run_id.to_string(),
+            call_id: self.call_id.clone(),
+            remote,
+        }]);
+    }
+
+    fn follow(&self) -> Option<RemoteRef> {
+        self.follow.clone()
     }
 }

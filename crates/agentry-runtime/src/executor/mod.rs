@@ -23,6 +23,7 @@
 //! - `envelope`: the envelopes the executor writes itself (refused, replayed, lost).
 //! - `prepared`: what the pipeline decided for a call, and a call on its way to run.
 //! - `ledger`: the idempotency table, [`intent_key`], [`operation_id`].
+//! - `human`: a running call's questions to a human.
 //! - `state`: [`ExecutorState`] and how a ledger row reaches the store.
 //! - `pipeline`: the checks before anything runs. `batch`: a step's calls, group
 //!   by group. `approval`: the human gate. `call`: one attempt under its
@@ -33,6 +34,7 @@ mod approval;
 mod batch;
 mod call;
 mod envelope;
+mod human;
 mod ledger;
 mod msg;
 mod pipeline;

@@ -163,6 +163,9 @@ impl ExecutorState {
                 // Started and never finished: only a crash leaves a row like this
                 // (every finished attempt records an outcome, even a cancelled
                 // one), so whether it took effect is unknown, acted on again or not.
+                // Unless the call recorded the remote task it started: then that
+                // task is followed (not started again, nor put to a human).
+                (LedgerState::Intent, _) if row.remote.is_some() => return run(Mode::Follow),
                 (LedgerState::Intent | LedgerState::AwaitingDecision, _) => {
                     return run(if rerunnable(&tool.contract) {
                         Mode::Rerun

@@ -18,6 +18,9 @@ pub(super) enum Mode {
     Rerun,
     /// Started before a restart, must not run again silently: a human settles it.
     Unsettled,
+    /// Started before a restart, and it recorded the task it started on
+    /// another system: run again to follow that task to its end.
+    Follow,
 }
 
 /// What the pipeline decided for one call before anything ran.

@@ -2,12 +2,14 @@
 //! call's ledger row reaches the store.
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 
 use agentry_protocol::envelope::{ErrorCode, ResultEnvelope, ToolError};
 use agentry_store::{LedgerState, Write};
 use agentry_tools::{ProcessLog, ToolContext};
 use ractor::ActorProcessingErr;
 
+use super::human::RunHumans;
 use super::ledger::{self, Ledger, MarkedChecks};
 use super::msg::ExecutorArgs;
 use super::prepared::Job;
@@ -21,6 +23,8 @@ pub struct ExecutorState {
     pub(super) cut: tokio_util::sync::CancellationToken,
     /// Where the run's calls report progress (its event sink), made once.
     pub(super) progress: Arc<dyn agentry_tools::ProgressSink>,
+    /// Where the run's calls put questions to a human, made once.
+    pub(super) humans: Arc<RunHumans>,
 }
 
 impl ExecutorState {
@@ -33,11 +37,18 @@ impl ExecutorState {
         };
         let cut = args.run_token.child_token();
         let progress = Arc::new(args.events.clone());
+        let humans = Arc::new(RunHumans {
+            state: args.state.clone(),
+            events: args.events.clone(),
+            timeout: args.approval.timeout,
+            step: AtomicU64::new(0),
+        });
         Ok(ExecutorState {
             args,
             ledger,
             cut,
             progress,
+            humans,
         })
     }
 
@@ -60,6 +71,9 @@ impl ExecutorState {
                 .as_ref()
                 .map(|log| Arc::new(MarkedChecks(Arc::clone(&log.mark))) as Arc<dyn ProcessLog>),
             progress: None,
+            remote: None,
+            human: None,
+            deadlines: Default::default(),
             traceparent: Some(Arc::clone(&self.args.traceparent)),
             sandbox: Some(Arc::clone(&self.args.sandbox)),
         }
@@ -85,7 +99,12 @@ impl ExecutorState {
                 outcome,
             );
         }
-        let entry = ledger::entry(&self.args.run_id, job, state, outcome);
+        let mut entry = ledger::entry(&self.args.run_id, job, state, outcome);
+        if state == LedgerState::Intent {
+            // A call that follows its remote task keeps it on its new intent
+            // row: a second crash follows the same task again.
+            entry.remote = self.ledger.follow(&job.call.id).cloned();
+        }
         let writes = vec![Write::Ledger {
             run_id: log.run_id.to_string(),
             entry,

@@ -1,5 +1,6 @@
 //! [`RunHandle`]: what an embedder holds on one run — its outcome, its events,
 //! the inputs it sends, and the human decisions it makes on parked calls.
+// Size: the whole handle an embedder holds, one short method per operation.
 
 use std::sync::Arc;
 
@@ -377,6 +378,16 @@ impl RunHandle {
         reason: Option<String>,
     ) -> Result<u64, RuntimeError> {
         self.decide(tool_call_id, false, reason).await
+    }
+
+    /// Answers the question a running call put to a human (a remote A2A
+    /// agent's INPUT_REQUIRED, with `[[tools.a2a]] input_required =
+    /// "human"`; the call waits like an approval, the question as its
+    /// preview): the call sends `answer` on to the remote agent. `approve`
+    /// passes the question back to the model, `deny` refuses it.
+    pub async fn answer(&self, tool_call_id: &str, answer: &str) -> Result<u64, RuntimeError> {
+        self.decide(tool_call_id, true, Some(answer.to_string()))
+            .await
     }
 
     async fn decide(

@@ -76,6 +76,7 @@ impl<'a> Batch<'a, '_, '_> {
     }
 
     fn apply(&mut self, w: &'a Write) -> Result<(), Failure> {
+        // Size: one arm per `Write` variant, each a call or two.
         match w {
             Write::CreateRun(record) => self.create_run(record),
             Write::Checkpoint { run_id, checkpoint } => {
@@ -99,6 +100,11 @@ impl<'a> Batch<'a, '_, '_> {
                 call_id,
                 group,
             } => self.ledger_process(run_id, call_id, group),
+            Write::LedgerRemote {
+                run_id,
+                call_id,
+                remote,
+            } => self.ledger_remote(run_id, call_id, remote),
             Write::SetTimer { run_id, timer } => {
                 self.touch(run_id)?;
                 self.set_timer(run_id, timer)
@@ -440,6 +446,24 @@ impl<'a> Batch<'a, '_, '_> {
                     || jsonb_build_array(($3::text)::jsonb))::text
              WHERE run_id = $1 AND call_id = $2",
             &[&run_id, &call_id, &group],
+        )
+        .map_err(|e| self.write_error(run_id, e))?;
+        Ok(())
+    }
+
+    fn ledger_remote(
+        &mut self,
+        run_id: &str,
+        call_id: &str,
+        remote: &agentry_protocol::RemoteRef,
+    ) -> Result<(), Failure> {
+        let remote = serde_json::to_string(remote)
+            .map_err(|e| encode_error(self.path, "a remote task", e))?;
+        self.exec(
+            "UPDATE agentry.ledger SET row = jsonb_set(row::jsonb, '{remote}',
+                ($3::text)::jsonb)::text
+             WHERE run_id = $1 AND call_id = $2",
+            &[&run_id, &call_id, &remote],
         )
         .map_err(|e| self.write_error(run_id, e))?;
         Ok(())

@@ -66,6 +66,7 @@ impl<'a> Batch<'a, '_> {
     }
 
     fn apply(&mut self, w: &'a Write) -> Result<(), StoreError> {
+        // Size: one arm per `Write` variant, each a call or two.
         match w {
             Write::CreateRun(record) => self.create_run(record),
             Write::Checkpoint { run_id, checkpoint } => {
@@ -89,6 +90,11 @@ impl<'a> Batch<'a, '_> {
                 call_id,
                 group,
             } => self.ledger_process(run_id, call_id, group),
+            Write::LedgerRemote {
+                run_id,
+                call_id,
+                remote,
+            } => self.ledger_remote(run_id, call_id, remote),
             Write::SetTimer { run_id, timer } => {
                 self.touch(run_id)?;
                 self.set_timer(run_id, timer)
@@ -425,6 +431,24 @@ impl<'a> Batch<'a, '_> {
                  WHERE run_id = ?1 AND call_id = ?2",
             )
             .and_then(|mut s| s.execute(params![run_id, call_id, group]))
+            .map_err(|e| self.write_error(run_id, e))?;
+        Ok(())
+    }
+
+    fn ledger_remote(
+        &self,
+        run_id: &str,
+        call_id: &str,
+        remote: &agentry_protocol::RemoteRef,
+    ) -> Result<(), StoreError> {
+        let remote = serde_json::to_string(remote)
+            .map_err(|e| encode_error(self.path, "a remote task", e))?;
+        self.tx
+            .prepare_cached(
+                "UPDATE ledger SET row = json_set(row, '$.remote', json(?3))
+                 WHERE run_id = ?1 AND call_id = ?2",
+            )
+            .and_then(|mut s| s.execute(params![run_id, call_id, remote]))
             .map_err(|e| self.write_error(run_id, e))?;
         Ok(())
     }

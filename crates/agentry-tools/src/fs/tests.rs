@@ -31,6 +31,9 @@ fn ctx(workdir: &Path) -> ToolContext {
         agents: None,
         processes: None,
         progress: None,
+        remote: None,
+        human: None,
+        deadlines: Default::default(),
         traceparent: None,
         sandbox: None,
     }

@@ -21,6 +21,9 @@ fn ctx(workdir: &Path, artifacts: &Path) -> ToolContext {
         agents: None,
         processes: None,
         progress: None,
+        remote: None,
+        human: None,
+        deadlines: Default::default(),
         traceparent: None,
         sandbox: None,
     }
