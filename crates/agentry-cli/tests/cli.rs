@@ -10,6 +10,7 @@ use std::process::{Command, Output};
 use serde_json::Value;
 
 mod cli {
+    mod a2a_questions;
     mod a2a_resume;
     mod a2a_tools;
     mod child_models;

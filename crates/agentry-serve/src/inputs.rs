@@ -145,16 +145,25 @@ pub(super) async fn decide(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let run = app.run(&tenant, &id)?;
-    let fields = object(&body_bytes(body)?, &["decision", "reason"])?;
+    let fields = object(&body_bytes(body)?, &["decision", "reason", "answer"])?;
     let decision = string_field(&fields, "decision", true)?.unwrap_or_default();
     let reason = string_field(&fields, "reason", false)?;
+    let answer = string_field(&fields, "answer", decision == "answer")?;
     let handle = live(&id, run.current())?;
-    let seq = match decision.as_str() {
-        "approve" => handle.approve(&call_id).await,
-        "deny" => handle.deny(&call_id, reason).await,
-        other => {
+    let seq = match (decision.as_str(), answer) {
+        ("approve", None) => handle.approve(&call_id).await,
+        ("deny", None) => handle.deny(&call_id, reason).await,
+        // A question a running call put to a human (a remote A2A agent's
+        // INPUT_REQUIRED): the text goes on to the remote agent.
+        ("answer", Some(answer)) => handle.answer(&call_id, &answer).await,
+        ("approve" | "deny", Some(_)) => {
+            return Err(ApiError::bad_request(
+                "answer: only with \"decision\": \"answer\"".to_string(),
+            ));
+        }
+        (other, _) => {
             return Err(ApiError::bad_request(format!(
-                "decision: expected \"approve\" or \"deny\", found {other:?}"
+                "decision: expected \"approve\", \"deny\" or \"answer\", found {other:?}"
             )));
         }
     }

@@ -368,6 +368,9 @@ pub enum ApprovalDecision {
     Approve,
     /// Refuse it: the model sees `EPERM` with the reason.
     Deny,
+    /// Answer the question a running call put to a human (a remote A2A
+    /// agent's, with `input_required = "human"`): `answer` goes on to it.
+    Answer,
 }
 
 /// `POST /runs/{id}/approvals/{call_id}`.
@@ -379,6 +382,9 @@ pub struct ApprovalRequest {
     /// Why, for a denial (the model sees it).
     #[schema(nullable = false)]
     pub reason: Option<String>,
+    /// The text, with `"decision": "answer"` (and only then).
+    #[schema(nullable = false)]
+    pub answer: Option<String>,
 }
 
 /// A crash decision's answer.

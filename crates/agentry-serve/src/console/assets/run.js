@@ -162,12 +162,19 @@ class RunView {
     card.appendChild(el('pre', 'arguments', this.argumentsOf(call)));
     const impact = this.impacts.get(call.id) || pending;
     card.appendChild(el('p', 'effect', 'Effect: ' + (impact.effect || 'not known')));
-    if (impact.preview) {
+    // A remote A2A agent's question (`input_required = "human"`) parks as an
+    // approval whose preview is the question: it is answered, not approved.
+    const asked = 'question from the remote agent: ';
+    const question = impact.preview && impact.preview.startsWith(asked) ? impact.preview.slice(asked.length) : null;
+    if (question !== null) {
+      card.appendChild(el('p', 'preview-label', 'The remote agent asks:'));
+      card.appendChild(el('pre', 'question', question));
+    } else if (impact.preview) {
       card.appendChild(el('p', 'preview-label', 'What it would write:'));
       card.appendChild(diffBlock(impact.preview));
     }
     const form = el('form');
-    const label = el('label', null, 'Reason (sent with a deny)');
+    const label = el('label', null, question !== null ? 'Your answer (or a reason, sent with a deny)' : 'Reason (sent with a deny)');
     const input = el('input');
     input.type = 'text';
     input.id = 'reason-' + call.id;
@@ -179,6 +186,12 @@ class RunView {
     approve.type = 'submit';
     const deny = el('button', 'deny danger', 'Deny');
     deny.type = 'button';
+    if (question !== null) {
+      const answer = el('button', 'answer', 'Answer');
+      answer.type = 'button';
+      answer.onclick = () => this.decide(call.id, 'answer', input.value);
+      buttons.appendChild(answer);
+    }
     buttons.appendChild(approve);
     buttons.appendChild(deny);
     form.appendChild(buttons);
@@ -248,8 +261,10 @@ class RunView {
   decide(callId, decision, reason) {
     const body = { decision };
     if (decision === 'deny' && reason && reason.trim()) body.reason = reason.trim();
+    if (decision === 'answer') body.answer = (reason || '').trim();
     const expect = (type, e) => type === 'input_applied' && e.input && e.input.type === 'approval' && e.input.tool_call_id === callId;
-    return this.act(decision === 'approve' ? 'Approve ' + callId : 'Deny ' + callId,
+    const verb = { approve: 'Approve ', deny: 'Deny ', answer: 'Answer ' }[decision];
+    return this.act(verb + callId,
       '/approvals/' + encodeURIComponent(callId), body, expect).then((reply) => {
       // Decided: the card goes before the next view says so.
       if (reply) this.dropCard('.approval', callId);
