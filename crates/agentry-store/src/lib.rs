@@ -194,10 +194,16 @@ pub struct LedgerEntry {
     pub processes: Vec<agentry_protocol::ProcessGroupRecord>,
     /// The task the call started on another system (a remote agent's),
     /// recorded while it runs: a resume follows it instead of parking the
-    /// call for a human.
+    /// call for a human. Boxed: every call's row carries the field, few
+    /// hold one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub remote: Option<agentry_protocol::RemoteRef>,
+    pub remote: Option<Box<agentry_protocol::RemoteRef>>,
 }
+
+// Every call's row (and every `Write` of one) is as large as this, and a run
+// keeps its rows: a rare field goes behind a `Box` (as `remote`).
+#[cfg(target_pointer_width = "64")]
+const _: () = assert!(std::mem::size_of::<LedgerEntry>() <= 520);
 
 /// The process that runs a run right now, as it claimed it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

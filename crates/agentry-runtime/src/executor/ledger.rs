@@ -74,7 +74,7 @@ impl Ledger {
                     digest,
                     state: entry.state,
                     outcome: entry.outcome.map(Arc::new),
-                    remote: entry.remote.map(Box::new),
+                    remote: entry.remote,
                 },
             );
         }

@@ -103,7 +103,7 @@ impl ExecutorState {
         if state == LedgerState::Intent {
             // A call that follows its remote task keeps it on its new intent
             // row: a second crash follows the same task again.
-            entry.remote = self.ledger.follow(&job.call.id).cloned();
+            entry.remote = self.ledger.follow(&job.call.id).cloned().map(Box::new);
         }
         let writes = vec![Write::Ledger {
             run_id: log.run_id.to_string(),

@@ -85,12 +85,12 @@ fn a_remote_task_is_set_on_a_ledger_row<B: Backend>() {
     store.commit(&[set("none", "task-9")]).unwrap();
     let stored = place.open().load("r1").unwrap().unwrap();
     assert_eq!(stored.ledger.len(), 1);
-    assert_eq!(stored.ledger[0].remote, Some(remote("task-1")));
+    assert_eq!(stored.ledger[0].remote, Some(Box::new(remote("task-1"))));
     assert_eq!(stored.ledger[0].state, LedgerState::Intent);
 
     store.commit(&[set("c1", "task-2")]).unwrap();
     let stored = place.open().load("r1").unwrap().unwrap();
-    assert_eq!(stored.ledger[0].remote, Some(remote("task-2")));
+    assert_eq!(stored.ledger[0].remote, Some(Box::new(remote("task-2"))));
 
     let mut done = ledger("c1", 1, 0, LedgerState::Outcome);
     done.outcome = Some(result("c1", json!({"ok": 1})));
