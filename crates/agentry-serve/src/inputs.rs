@@ -163,7 +163,7 @@ pub(super) async fn decide(
         }
         (other, _) => {
             return Err(ApiError::bad_request(format!(
-                "decision: expected \"approve\", \"deny\" or \"answer\", found {other:?}"
+                "decision: expected \"approve\" or \"deny\" (or \"answer\" with an answer), found {other:?}"
             )));
         }
     }
