@@ -117,8 +117,9 @@ impl Pushes {
     }
 
     /// Adds (or replaces) a config of task `task_id`, checked, and starts
-    /// following the task for it.
-    pub(super) fn create(
+    /// following the task for it. The task as it is now is read before this
+    /// returns: it is told even if the config is deleted right after.
+    pub(super) async fn create(
         self: &Arc<Self>,
         app: &App,
         tenant: &Tenant,
@@ -138,16 +139,20 @@ impl Pushes {
             input_required: false,
             min_inputs,
         };
-        let follower = Follower::new(app, tenant, agent, task_id, until);
-        tokio::spawn(Arc::clone(self).push(follower, config.clone()));
+        let mut follower = Follower::new(app, tenant, agent, task_id, until);
+        let first = follower.next().await.unwrap_or_default();
+        tokio::spawn(Arc::clone(self).push(follower, first, config.clone()));
         Ok(config)
     }
 
-    async fn push(self: Arc<Self>, mut follower: Follower, config: PushConfig) {
+    async fn push(self: Arc<Self>, mut follower: Follower, first: Vec<Value>, config: PushConfig) {
         let Some(client) = self.client() else {
             tracing::warn!(task_id = %config.task_id, "no HTTP client for push notifications");
             return;
         };
+        for value in first {
+            deliver(&client, &config, &value).await;
+        }
         while let Some(told) = follower.next().await {
             for value in told {
                 // A deleted (or replaced) config is told nothing more.

@@ -137,7 +137,7 @@ async fn start(call: &Call, text: Option<String>) -> Result<String, Failure> {
 }
 
 /// A push config given inline, for the task the message went to.
-fn inline_push(call: &Call, task_id: &str, min_inputs: u64) -> Result<(), Failure> {
+async fn inline_push(call: &Call, task_id: &str, min_inputs: u64) -> Result<(), Failure> {
     if let Some(config) = call
         .params
         .pointer("/configuration/taskPushNotificationConfig")
@@ -145,7 +145,8 @@ fn inline_push(call: &Call, task_id: &str, min_inputs: u64) -> Result<(), Failur
     {
         let app = &call.app;
         call.pushes
-            .create(app, &call.tenant, &call.agent, task_id, config, min_inputs)?;
+            .create(app, &call.tenant, &call.agent, task_id, config, min_inputs)
+            .await?;
     }
     Ok(())
 }
@@ -154,7 +155,7 @@ fn inline_push(call: &Call, task_id: &str, min_inputs: u64) -> Result<(), Failur
 /// (at once with `configuration.returnImmediately`).
 pub(super) async fn send(call: &Call) -> Result<Value, Failure> {
     let (id, min_inputs) = start_or_continue(call).await?;
-    inline_push(call, &id, min_inputs)?;
+    inline_push(call, &id, min_inputs).await?;
     let immediately = call
         .params
         .pointer("/configuration/returnImmediately")
@@ -181,7 +182,7 @@ pub(super) async fn stream(call: Call) -> Response {
         Ok(started) => started,
         Err(e) => return reply(&call.id, Err(e)),
     };
-    if let Err(e) = inline_push(&call, &id, min_inputs) {
+    if let Err(e) = inline_push(&call, &id, min_inputs).await {
         return reply(&call.id, Err(e));
     }
     let until = Until {
@@ -260,7 +261,8 @@ pub(super) async fn create_push(call: &Call) -> Result<Value, Failure> {
     let (app, tenant, agent) = (&call.app, &call.tenant, &call.agent);
     let config = call
         .pushes
-        .create(app, tenant, agent, &id, &call.params, 0)?;
+        .create(app, tenant, agent, &id, &call.params, 0)
+        .await?;
     Ok(config.json())
 }
 
