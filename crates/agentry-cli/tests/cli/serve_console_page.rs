@@ -356,10 +356,13 @@ async fn deny_from_the_page(place: &Place, served: &Served, browser: &mut Browse
         "[...document.querySelectorAll('#events .chip')].some(c => c.textContent === 'EPERM')",
         WAIT,
     );
-    // A step picked in the list shows its decision and results.
-    browser.click("#events li[data-type=\"tool_call_finished\"] button");
+    // A step picked in the list shows its decision and results. Clicked
+    // until it shows: the page may still be drawing the run's last events
+    // (under load a click could land on a row about to be redrawn).
     browser.wait_for(
-        "document.getElementById('step-detail').textContent.includes('EPERM')",
+        "(() => { const b = document.querySelector('#events li[data-type=\"tool_call_finished\"] button'); \
+         if (b) b.click(); \
+         return document.getElementById('step-detail').textContent.includes('EPERM'); })()",
         WAIT,
     );
     browser.wait_for(
