@@ -36,6 +36,7 @@ pub mod floor;
 pub mod harness;
 pub mod model;
 pub mod otlp;
+pub mod outside;
 pub mod procfs;
 pub mod report;
 pub mod tools;

@@ -14,10 +14,10 @@
 //! another); each measurement gets a fresh database of a private server
 //! started from Debian's `postgresql` package (`agentry-test-postgres`).
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::Command;
 use std::time::{Duration, Instant};
+
+use agentry_bench::outside::{Res, Served, ensure, percentile};
 
 use clap::Parser;
 use serde_json::{Value, json};
@@ -45,31 +45,13 @@ struct Args {
 /// Bound on any wait.
 const WAIT: Duration = Duration::from_secs(300);
 
-/// What stops a measurement, in words (a binary's own error, shown on exit).
-type Res<T> = Result<T, Box<dyn std::error::Error>>;
-
-/// `Err` with `message` unless `ok`.
-fn ensure(ok: bool, message: impl FnOnce() -> String) -> Res<()> {
-    if ok { Ok(()) } else { Err(message().into()) }
-}
-
 /// One `agentry serve` node; killed when dropped.
-struct Node {
-    child: Child,
-    base: String,
-    log: Arc<Mutex<Vec<(Instant, String)>>>,
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+struct Node(Served);
 
 impl Node {
     fn start(agentry: &std::path::Path, url: &str, lease: &str) -> Res<Node> {
-        let mut child = Command::new(agentry)
+        let mut command = Command::new(agentry);
+        command
             .args([
                 "serve",
                 "--no-auth",
@@ -78,49 +60,17 @@ impl Node {
                 "--store",
                 url,
             ])
-            .args(["--lease", lease])
-            .env("RUST_LOG", "error")
-            .env_remove("AGENTRY_TOKEN")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| {
-                format!(
-                    "{}: {e} (build it: cargo build --release -p agentry-cli)",
-                    agentry.display()
-                )
-            })?;
-        let stderr = child
-            .stderr
-            .take()
-            .ok_or("the node's stderr is not piped")?;
-        let log: Arc<Mutex<Vec<(Instant, String)>>> = Arc::default();
-        let seen = Arc::clone(&log);
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Some(url) = line.strip_prefix("agentry: serve: listening on ") {
-                    let _ = tx.send(url.to_string());
-                }
-                seen.lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .push((Instant::now(), line));
-            }
-        });
-        let base = match rx.recv_timeout(WAIT) {
-            Ok(base) => base,
-            Err(_) => {
-                let _ = child.kill();
-                return Err("a node did not print its address".into());
-            }
-        };
-        Ok(Node { child, base, log })
+            .args(["--lease", lease]);
+        Ok(Node(Served::spawn(command, WAIT)?))
+    }
+
+    fn base(&self) -> &str {
+        &self.0.base
     }
 
     /// When the log last said `text` and how often it said it.
     fn said(&self, text: &str) -> (usize, Option<Instant>) {
-        let log = self.log.lock().unwrap_or_else(|e| e.into_inner());
+        let log = self.0.log.lock().unwrap_or_else(|e| e.into_inner());
         let hits: Vec<Instant> = log
             .iter()
             .filter(|(_, line)| line.contains(text))
@@ -136,7 +86,7 @@ impl Client {
     async fn create(&self, node: &Node, body: &Value) -> Res<String> {
         let reply: Value = self
             .0
-            .post(format!("{}/runs", node.base))
+            .post(format!("{}/runs", node.base()))
             .json(body)
             .send()
             .await?
@@ -152,7 +102,7 @@ impl Client {
     async fn view(&self, node: &Node, id: &str) -> Res<Option<Value>> {
         let response = self
             .0
-            .get(format!("{}/runs/{id}", node.base))
+            .get(format!("{}/runs/{id}", node.base()))
             .send()
             .await?;
         if response.status().as_u16() != 200 {
@@ -165,7 +115,7 @@ impl Client {
     async fn listed(&self, node: &Node, query: &str) -> Res<usize> {
         let listed: Value = self
             .0
-            .get(format!("{}/runs?{query}", node.base))
+            .get(format!("{}/runs?{query}", node.base()))
             .send()
             .await?
             .json()
@@ -272,11 +222,6 @@ async fn take_over(client: &Client, agentry: &std::path::Path, url: &str, args: 
         })?;
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil().max(1.0) as usize;
-    sorted[rank.min(sorted.len()) - 1]
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]

@@ -13,10 +13,11 @@
 //! The service is the `agentry` binary next to this one (`--agentry` names
 //! another), on 127.0.0.1 with a SQLite store in a temporary directory.
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
+
+use agentry_bench::outside::{Res, Served, ensure, percentile};
 
 use clap::Parser;
 use serde_json::{Value, json};
@@ -47,26 +48,10 @@ struct Args {
 /// Bound on any wait.
 const WAIT: Duration = Duration::from_secs(120);
 
-/// What stops a measurement, in words (a binary's own error, shown on exit).
-type Res<T> = Result<T, Box<dyn std::error::Error>>;
-
-/// `Err` with `message` unless `ok`.
-fn ensure(ok: bool, message: impl FnOnce() -> String) -> Res<()> {
-    if ok { Ok(()) } else { Err(message().into()) }
-}
-
-/// The `agentry serve` under test; killed when dropped.
+/// The `agentry serve` under test (killed when dropped) and its directory.
 struct Service {
-    child: Child,
-    base: String,
+    served: Served,
     _dir: tempfile::TempDir,
-}
-
-impl Drop for Service {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// A task directory `tasks/NAME` with its goal, extra task.toml lines and script.
@@ -112,44 +97,16 @@ impl Service {
             "[agents.echo]\ntask = \"tasks/echo\"\na2a = true\n\
              [agents.writer]\ntask = \"tasks/writer\"\n",
         )?;
-        let mut child = Command::new(agentry)
+        let mut command = Command::new(agentry);
+        command
             .arg("serve")
             .arg("--config")
             .arg(root.join("serve.toml"))
             .arg("--store")
             .arg(root.join("runs.db"))
-            .args(["--no-auth", "--addr", "127.0.0.1:0"])
-            .env("RUST_LOG", "error")
-            .env_remove("AGENTRY_TOKEN")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| {
-                format!(
-                    "{}: {e} (build it: cargo build --release -p agentry-cli)",
-                    agentry.display()
-                )
-            })?;
-        let stderr = child
-            .stderr
-            .take()
-            .ok_or("the service's stderr is not piped")?;
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Some(url) = line.strip_prefix("agentry: serve: listening on ") {
-                    let _ = tx.send(url.to_string());
-                }
-            }
-        });
-        let Ok(base) = rx.recv_timeout(WAIT) else {
-            let _ = child.kill();
-            return Err("the service did not print its address".into());
-        };
+            .args(["--no-auth", "--addr", "127.0.0.1:0"]);
         Ok(Service {
-            child,
-            base,
+            served: Served::spawn(command, WAIT)?,
             _dir: dir,
         })
     }
@@ -277,11 +234,6 @@ async fn concurrent(
     Ok(tasks as f64 / started.elapsed().as_secs_f64())
 }
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil().max(1.0) as usize;
-    sorted[rank.min(sorted.len()) - 1]
-}
-
 fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
     percentile(&values, 50.0)
@@ -360,7 +312,7 @@ async fn main() -> Res<()> {
             .no_proxy()
             .timeout(WAIT)
             .build()?,
-        base: service.base.clone(),
+        base: service.served.base.clone(),
     };
     round_trips(&client, &args).await?;
     streams(&client, &args).await?;
