@@ -47,13 +47,23 @@ fn resume(store: &Path) -> Output {
 
 /// `resume --lease` as soon as the owner's lease has expired (exit 2,
 /// "is being run by", until then), within 10 s.
-fn take_over(store: &Path) -> Output {
+/// `resume --lease` until the stopped owner's lease has run out. A SIGSTOP
+/// that landed inside the owner's lease renewal leaves SQLite's write lock
+/// held by a frozen process ("database is locked": no one can write the file
+/// until it runs again): the owner is let run a moment and stopped again.
+fn take_over(store: &Path, owner: u32) -> Output {
     let deadline = Instant::now() + WAIT;
     loop {
         let out = resume(store);
         let owned = out.status.code() == Some(2) && stderr(&out).contains("is being run by");
-        if !owned || Instant::now() >= deadline {
+        let locked = stderr(&out).contains("database is locked");
+        if !(owned || locked) || Instant::now() >= deadline {
             return out;
+        }
+        if locked {
+            signal(owner, "-CONT");
+            std::thread::sleep(Duration::from_millis(30));
+            signal(owner, "-STOP");
         }
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -92,7 +102,7 @@ fn a_stopped_leased_run_is_taken_over_and_the_old_owner_stops() {
     wait_for_sleepers(&secs, true);
     signal(first.id(), "-STOP");
 
-    let out = take_over(&store);
+    let out = take_over(&store, first.id());
     assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
     assert!(
         stderr(&out).contains("fenced"),
