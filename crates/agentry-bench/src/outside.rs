@@ -21,6 +21,15 @@ pub fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[rank.min(sorted.len()) - 1]
 }
 
+/// The `agentry` binary to measure: `named`, else the one next to the
+/// running binary (both are built into the same target folder).
+pub fn agentry_binary(named: Option<&std::path::Path>) -> Res<std::path::PathBuf> {
+    match named {
+        Some(path) => Ok(path.to_path_buf()),
+        None => Ok(std::env::current_exe()?.with_file_name("agentry")),
+    }
+}
+
 /// Every line an `agentry serve` printed on stderr, with when it came.
 pub type ServeLog = Arc<Mutex<Vec<(Instant, String)>>>;
 

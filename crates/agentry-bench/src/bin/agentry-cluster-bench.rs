@@ -17,7 +17,7 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use agentry_bench::outside::{Res, Served, ensure, percentile};
+use agentry_bench::outside::{Res, Served, agentry_binary, ensure, percentile};
 
 use clap::Parser;
 use serde_json::{Value, json};
@@ -227,10 +227,7 @@ async fn take_over(client: &Client, agentry: &std::path::Path, url: &str, args: 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Res<()> {
     let args = Args::parse();
-    let agentry = match args.agentry.clone() {
-        Some(path) => path,
-        None => std::env::current_exe()?.with_file_name("agentry"),
-    };
+    let agentry = agentry_binary(args.agentry.as_deref())?;
     let server = agentry_test_postgres::PgServer::start();
     agentry_tls::install_crypto_provider();
     let client = Client(

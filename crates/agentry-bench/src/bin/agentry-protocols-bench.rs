@@ -17,7 +17,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use agentry_bench::outside::{Res, Served, ensure, percentile};
+use agentry_bench::outside::{Res, Served, agentry_binary, ensure, percentile};
 
 use clap::Parser;
 use serde_json::{Value, json};
@@ -301,10 +301,7 @@ async fn streams(client: &Client, args: &Args) -> Res<()> {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Res<()> {
     let args = Args::parse();
-    let agentry = match args.agentry.clone() {
-        Some(path) => path,
-        None => std::env::current_exe()?.with_file_name("agentry"),
-    };
+    let agentry = agentry_binary(args.agentry.as_deref())?;
     agentry_tls::install_crypto_provider();
     let service = Service::start(&agentry, args.steps)?;
     let client = Client {
