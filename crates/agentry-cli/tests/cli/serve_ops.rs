@@ -121,6 +121,28 @@ async fn stream_to_end(mut response: reqwest::Response) -> String {
     }
 }
 
+/// Polls until a run's calls.txt under `root` says "start" (bounded).
+fn wait_started(root: &Path) {
+    let deadline = std::time::Instant::now() + WAIT;
+    let started = || {
+        std::fs::read_dir(root)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|run| {
+                std::fs::read_to_string(run.path().join("calls.txt"))
+                    .is_ok_and(|calls| calls.contains("start"))
+            })
+    };
+    while !started() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the work never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 /// Polls until the server's log holds `text` (bounded).
 fn wait_log(served: &Served, text: &str) {
     let deadline = std::time::Instant::now() + WAIT;
@@ -207,14 +229,20 @@ async fn a_drain_cut_short_leaves_the_run_to_resume_as_after_a_crash() {
         let dir = tempfile::tempdir().unwrap();
         slow_task(dir.path(), 8, "idempotent", "start\nstart\nend\n");
         let timeout = if second_signal { "60s" } else { "1s" };
+        let work = dir.path().join("work");
         let config = format!(
-            "[serve]\ndrain_timeout = \"{timeout}\"\n[agents.slow]\ntask = \"tasks/slow\"\n"
+            "[serve]\ndrain_timeout = \"{timeout}\"\nworkdir_root = {:?}\n\
+             [agents.slow]\ntask = \"tasks/slow\"\n",
+            path_str(&work)
         );
         let mut served = start(dir.path(), &config, &[], &[]);
         let id = served
             .create(TOKEN, &json!({"agent": "slow", "input": "go"}))
             .await;
         served.events_until(TOKEN, &id, "tool_call_started").await;
+        // `tool_call_started` comes before the process has run a line: cut
+        // it before "start" and the resume sees one start, not two.
+        wait_started(&work);
         served.terminate();
         wait_log(&served, "agentry: serve: draining");
         if second_signal {

@@ -128,6 +128,19 @@ impl StoreWriter {
         Ok(())
     }
 
+    /// Lets go of a claim no run took up (a resume that failed after it
+    /// claimed): the owner row goes if `token` still holds it. A failure
+    /// is logged: the row then expires as a dead owner's would.
+    pub(crate) async fn release(&self, run_id: &str, token: &str) {
+        let release = Write::Release {
+            run_id: run_id.to_string(),
+            token: token.to_string(),
+        };
+        if let Err(e) = self.commit(vec![release], None).await {
+            tracing::warn!(run_id, error = %e, "a resume that failed could not let go of its claim");
+        }
+    }
+
     /// Commits a batch (fenced by the sender's lease and redacted by its
     /// redactor first) and waits until it is on disk. Runs write through
     /// [`RunLog`](super::RunLog), which always passes both.

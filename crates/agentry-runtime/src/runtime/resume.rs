@@ -217,58 +217,77 @@ impl Runtime {
         }
         // Live in this process before it is on disk; a compare-and-set on the
         // owner read above, so a concurrent resumer that got there first wins.
-        let claim = Claim::new(&Arc::from(run_id), self.writer()?.key());
-        self.writer()?
+        let writer = self.writer()?.clone();
+        let claim = Claim::new(&Arc::from(run_id), writer.key());
+        writer
             .claim(&claim, run.owner.as_ref())
             .await
             .map_err(|e| claim_refused(run_id, e))?;
-        // Read again under the claim: a commit the old owner (its lease
-        // expired, its process still going) landed between the first read
-        // and the claim is in this one; any later one is fenced.
-        let run = self.load(run_id).await?;
-        let dormant = options.dormant && parent.is_none() && children.is_empty() && at_rest(&run);
-        let mut state = restored_state(run_id, run.checkpoint, run.session, &config)?;
-        state.recount_children(delegated);
-        let elapsed = Duration::from_millis(
-            agentry_protocol::now_millis().saturating_sub(run.record.created_at_ms),
-        );
-        let place = match parent {
-            Some(p) => Place::under(p, run.record.deadline_at_ms),
-            None => Place {
-                lineage: Lineage::root(Some(&run_id.to_string()), config.traceparent.as_deref()),
-                run_token: self.root_token(),
-                tree: config.tree,
-            },
+        let token = Arc::clone(claim.lease().token());
+        let claimed = async {
+            // Read again under the claim: a commit the old owner (its lease
+            // expired, its process still going) landed between the first read
+            // and the claim is in this one; any later one is fenced.
+            let run = self.load(run_id).await?;
+            let dormant =
+                options.dormant && parent.is_none() && children.is_empty() && at_rest(&run);
+            let mut state = restored_state(run_id, run.checkpoint, run.session, &config)?;
+            state.recount_children(delegated);
+            let elapsed = Duration::from_millis(
+                agentry_protocol::now_millis().saturating_sub(run.record.created_at_ms),
+            );
+            let place = match parent {
+                Some(p) => Place::under(p, run.record.deadline_at_ms),
+                None => Place {
+                    lineage: Lineage::root(
+                        Some(&run_id.to_string()),
+                        config.traceparent.as_deref(),
+                    ),
+                    run_token: self.root_token(),
+                    tree: config.tree,
+                },
+            };
+            let grants = config.grants.clone();
+            let mark = mark_of(&run.record);
+            let fenced = fence(run_id, &mark, &run.ledger).await?;
+            tracing::info!(run_id, steps = state.progress().steps, "resuming run");
+            let launched = self
+                .launch_run(Launch {
+                    config,
+                    policy,
+                    lineage: place.lineage,
+                    run_token: place.run_token,
+                    tree: place.tree,
+                    grants,
+                    parent_redaction: parent.map(|p| Arc::clone(p.events.redaction())),
+                    durable: Durable::Resume(Box::new(Resumed {
+                        restore: Restore {
+                            state,
+                            elapsed,
+                            children: books,
+                            woken: false,
+                        },
+                        timers: run.timers,
+                        inbox: run.inbox,
+                        claim,
+                        adopting: !children.is_empty(),
+                        mark,
+                        dormant,
+                    })),
+                })
+                .await?;
+            Ok::<_, RuntimeError>((launched, fenced))
         };
-        let grants = config.grants.clone();
-        let mark = mark_of(&run.record);
-        let fenced = fence(run_id, &mark, &run.ledger).await?;
-        tracing::info!(run_id, steps = state.progress().steps, "resuming run");
-        let launched = self
-            .launch_run(Launch {
-                config,
-                policy,
-                lineage: place.lineage,
-                run_token: place.run_token,
-                tree: place.tree,
-                grants,
-                parent_redaction: parent.map(|p| Arc::clone(p.events.redaction())),
-                durable: Durable::Resume(Box::new(Resumed {
-                    restore: Restore {
-                        state,
-                        elapsed,
-                        children: books,
-                        woken: false,
-                    },
-                    timers: run.timers,
-                    inbox: run.inbox,
-                    claim,
-                    adopting: !children.is_empty(),
-                    mark,
-                    dormant,
-                })),
-            })
-            .await?;
+        let (launched, fenced) = match claimed.await {
+            Ok(claimed) => claimed,
+            Err(e) => {
+                // Nothing runs it here: a claim left on disk would keep the
+                // run this process's (in a cluster, a live node's) and no
+                // other resumer would take it.
+                writer.release(run_id, &token).await;
+                return Err(e);
+            }
+        };
         // Set once, on the handle's own new `RunAbout`.
         let _ = launched.handle.about.fenced.set(Box::new(fenced));
         if !children.is_empty() {

@@ -230,3 +230,42 @@ async fn a_live_owner_keeps_its_heartbeat_fresh() -> Result<(), TestError> {
     assert_eq!(outcome.stop_reason, StopReason::Done, "{}", outcome.detail);
     Ok(())
 }
+
+/// A resume that fails after it claimed the run (here its trace file
+/// cannot be opened) lets the claim go: the run is nobody's, so another
+/// resumer takes it at once instead of waiting for a lease that nobody
+/// renews (in a cluster, a live node's claim was never taken over).
+#[tokio::test]
+async fn a_resume_that_fails_after_its_claim_leaves_the_run_unowned() -> Result<(), TestError> {
+    let task = task("failed-resume-1")?.trace();
+    let db = task.root().join("runs.db");
+    let (first, mut held) = gated(&db)?;
+    let handle = first
+        .start(task.config(), look_then_finish().policy())
+        .await?;
+    let call = held.next_call(WAIT).await?;
+    first.abandon().await;
+    drop(call);
+    let _ = tokio::time::timeout(WAIT, handle.wait()).await;
+
+    let trace = task.trace_path();
+    std::fs::remove_file(&trace)?;
+    std::fs::create_dir(&trace)?;
+    let (second, mut held2) = gated(&db)?;
+    let refused = second
+        .resume("failed-resume-1", look_then_finish().policy())
+        .await;
+    assert!(refused.is_err(), "a trace path that is a directory resumed");
+    let store = SqliteStore::open(&db)?;
+    let run = store.load("failed-resume-1")?.ok_or("no run")?;
+    assert_eq!(run.owner, None, "the failed resume kept its claim");
+
+    std::fs::remove_dir(&trace)?;
+    let resumed = second
+        .resume("failed-resume-1", look_then_finish().policy())
+        .await?;
+    held2.next_call(WAIT).await?.release(json!({}));
+    let outcome = tokio::time::timeout(WAIT, resumed.wait()).await??;
+    assert_eq!(outcome.stop_reason, StopReason::Done, "{}", outcome.detail);
+    Ok(())
+}
