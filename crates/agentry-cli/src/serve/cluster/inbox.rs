@@ -201,7 +201,7 @@ impl Request {
                     TakeOver::Here | TakeOver::Elsewhere => FORWARD_WAIT,
                     // Written for a node that can (the take-over scan wakes
                     // a resting run an input waits for).
-                    TakeOver::Not => Duration::ZERO,
+                    TakeOver::Not | TakeOver::Failed => Duration::ZERO,
                 }
             }
         };

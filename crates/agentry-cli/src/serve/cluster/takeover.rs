@@ -14,10 +14,16 @@
 //! in `agentry.cluster_inbox` that no node took.
 //! A node that cannot reach a run's working directory leaves the run to one
 //! that can, and notes why in `agentry.cluster_notes` (`GET /runs/{id}`
-//! shows it while no node holds the run).
+//! shows it while no node holds the run). A resume that fails otherwise
+//! (it let its claim go) is tried again by this node after a pause that
+//! doubles, from one second to a minute: a run that cannot come back is not
+//! claimed twice a second.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
+
+use tokio::time::Instant;
 
 use agentry::RuntimeError;
 use agentry_serve::{App, RunMeta};
@@ -38,6 +44,7 @@ pub(super) async fn keep_taking_over(node: Arc<Node>, app: App, resumer: Arc<Res
     // Often, so a dead node's runs wait little beyond its lease: a scan is
     // one indexed query.
     let every = (node.lease / 8).clamp(Duration::from_millis(50), Duration::from_millis(500));
+    let failed = Mutex::new(Failed::default());
     loop {
         tokio::time::sleep(every).await;
         if app.is_draining() {
@@ -50,15 +57,69 @@ pub(super) async fn keep_taking_over(node: Arc<Node>, app: App, resumer: Arc<Res
                 continue;
             }
         };
-        let orphans = orphans.into_iter().filter(|o| !app.holds(&o.run_id));
+        let now = Instant::now();
+        let lock = || failed.lock().unwrap_or_else(PoisonError::into_inner);
+        lock().forget_all_but(&orphans);
+        let orphans = orphans
+            .into_iter()
+            .filter(|o| !app.holds(&o.run_id) && lock().due(&o.run_id, now));
         futures::stream::iter(orphans)
             .for_each_concurrent(RESUMING_AT_ONCE, |orphan| {
-                let (node, app, resumer) = (&node, &app, &resumer);
+                let (node, app, resumer, lock) = (&node, &app, &resumer, &lock);
                 async move {
-                    take_over(node, app, resumer, &orphan.run_id, orphan.at_rest).await;
+                    let took = take_over(node, app, resumer, &orphan.run_id, orphan.at_rest).await;
+                    lock().after(&orphan.run_id, took);
                 }
             })
             .await;
+    }
+}
+
+/// Runs whose resume failed here, and when this node tries each again.
+#[derive(Default)]
+struct Failed {
+    runs: HashMap<String, Pause>,
+}
+
+/// When a failed run is tried again, and how long the next pause is.
+#[derive(Clone, Copy)]
+struct Pause {
+    until: Instant,
+    next: Duration,
+}
+
+impl Failed {
+    const FIRST: Duration = Duration::from_secs(1);
+    const LONGEST: Duration = Duration::from_secs(60);
+
+    /// Forgets runs no longer waiting for a node (taken, stopped).
+    fn forget_all_but(&mut self, orphans: &[Orphan]) {
+        self.runs
+            .retain(|id, _| orphans.iter().any(|orphan| &orphan.run_id == id));
+    }
+
+    /// Whether `run_id` may be tried now.
+    fn due(&self, run_id: &str, now: Instant) -> bool {
+        self.runs.get(run_id).is_none_or(|pause| pause.until <= now)
+    }
+
+    /// Remembers how the attempt on `run_id` went.
+    fn after(&mut self, run_id: &str, took: TakeOver) {
+        match took {
+            TakeOver::Failed => {
+                let next = self.runs.get(run_id).map_or(Self::FIRST, |p| p.next);
+                self.runs.insert(
+                    run_id.to_string(),
+                    Pause {
+                        until: Instant::now() + next,
+                        next: (next * 2).min(Self::LONGEST),
+                    },
+                );
+            }
+            TakeOver::Here | TakeOver::Elsewhere | TakeOver::Not => {
+                self.runs.remove(run_id);
+            }
+        }
     }
 }
 
@@ -119,6 +180,8 @@ pub(super) enum TakeOver {
     Elsewhere,
     /// This node cannot run it (its note says why): it waits for one that can.
     Not,
+    /// Its resume failed here (its note says why; the claim was let go).
+    Failed,
 }
 
 /// Resumes `run_id` here (a run stored asleep at rest comes back as
@@ -180,7 +243,7 @@ pub(super) async fn take_over(
                 Some(format!("node {} cannot take it over: {e}", node.id)),
             )
             .await;
-            TakeOver::Not
+            TakeOver::Failed
         }
     }
 }
@@ -207,5 +270,42 @@ async fn note(node: &Node, run_id: &str, why: Option<String>) {
     .await;
     if let Err(e) = written {
         tracing::warn!(error = %e, "cannot write a take-over note");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn orphan(id: &str) -> Orphan {
+        Orphan {
+            run_id: id.to_string(),
+            at_rest: AtRest::Stay,
+        }
+    }
+
+    /// A failed resume waits a second, then two, ...; a run that comes back
+    /// (or is no longer waiting for a node) is forgotten.
+    #[test]
+    fn a_run_whose_resume_failed_waits_longer_each_time() {
+        let mut failed = Failed::default();
+        let start = Instant::now();
+        assert!(failed.due("r", start));
+        failed.after("r", TakeOver::Failed);
+        assert!(!failed.due("r", Instant::now()));
+        assert!(failed.due("r", Instant::now() + Duration::from_millis(1001)));
+        failed.after("r", TakeOver::Failed);
+        assert!(!failed.due("r", Instant::now() + Duration::from_millis(1500)));
+        assert!(failed.due("r", Instant::now() + Duration::from_millis(2001)));
+        for _ in 0..10 {
+            failed.after("r", TakeOver::Failed);
+        }
+        assert!(failed.due("r", Instant::now() + Failed::LONGEST));
+        failed.after("r", TakeOver::Here);
+        assert!(failed.due("r", Instant::now()));
+
+        failed.after("gone", TakeOver::Failed);
+        failed.forget_all_but(&[orphan("other")]);
+        assert!(failed.due("gone", Instant::now()));
     }
 }
