@@ -42,6 +42,7 @@ mod cli {
     mod mcp_trace;
     mod model;
     mod proxy;
+    mod receiver;
     mod replay;
     mod replay_trust;
     mod run;

@@ -8,13 +8,11 @@
 //! `A2A-Version` header is required, unknown methods and agents are refused.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
-use axum::http::{HeaderMap, StatusCode};
 use serde_json::json;
 
-use super::serve::{Served, WAIT, refused, tokens_file};
+use super::receiver::{Post, Receiver};
+use super::serve::{Served, refused, tokens_file};
 use super::serve_webhooks::{SECRET, SECRET_ENV};
 use crate::*;
 
@@ -135,44 +133,6 @@ pub(super) fn serve(dir: &Path) -> Served {
     )
 }
 
-/// One push notification received.
-#[derive(Debug, Clone)]
-struct Pushed {
-    token: String,
-    authorization: String,
-    body: Value,
-}
-
-/// A push receiver on 127.0.0.1 answering 200.
-async fn receiver() -> (String, Arc<Mutex<Vec<Pushed>>>) {
-    let got: Arc<Mutex<Vec<Pushed>>> = Arc::default();
-    let seen = got.clone();
-    let handler = move |headers: HeaderMap, body: String| {
-        let seen = seen.clone();
-        async move {
-            let header = |name: &str| {
-                headers
-                    .get(name)
-                    .and_then(|v| v.to_str().ok())
-                    .unwrap_or_default()
-                    .to_string()
-            };
-            let body = serde_json::from_str(&body).unwrap_or(Value::Null);
-            seen.lock().unwrap().push(Pushed {
-                token: header("x-a2a-notification-token"),
-                authorization: header("authorization"),
-                body,
-            });
-            StatusCode::OK
-        }
-    };
-    let app = axum::Router::new().route("/hook", axum::routing::post(handler));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/hook", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (url, got)
-}
-
 /// Runs the Python client; its checks by name.
 async fn run_client(config: Value) -> BTreeMap<String, Value> {
     let python = std::env::var("A2A_PYTHON").unwrap_or_else(|_| {
@@ -215,9 +175,9 @@ async fn run_client(config: Value) -> BTreeMap<String, Value> {
 async fn the_official_a2a_client_sends_streams_cancels_approves_and_is_pushed_to() {
     let dir = place();
     let served = serve(dir.path());
-    let (hook, pushed) = receiver().await;
+    let pushed = Receiver::start(&[200]).await;
     let checks = run_client(json!({
-        "base": served.base, "token": ACME, "other_token": GLOBEX, "hook": hook,
+        "base": served.base, "token": ACME, "other_token": GLOBEX, "hook": pushed.url,
     }))
     .await;
     cards_and_sends(&checks, &served.base);
@@ -371,41 +331,39 @@ async fn chat_and_refusals(checks: &BTreeMap<String, Value>, served: &Served) {
     assert_eq!(checks["other_tenant"]["error"], "TaskNotFoundError");
 }
 
-async fn pushed_to(checks: &BTreeMap<String, Value>, pushed: &Mutex<Vec<Pushed>>) {
+async fn pushed_to(checks: &BTreeMap<String, Value>, pushed: &Receiver) {
     // The push receiver got the task's StreamResponses, with the token.
     let push_id = checks["push"]["id"].clone();
-    let deadline = std::time::Instant::now() + WAIT;
-    loop {
-        let got = pushed.lock().unwrap().clone();
-        let completed = got.iter().any(|p| {
-            let task_done = p.body["task"]["id"] == push_id
-                && p.body["task"]["status"]["state"] == "TASK_STATE_COMPLETED";
-            let update_done = p.body["statusUpdate"]["taskId"] == push_id
-                && p.body["statusUpdate"]["status"]["state"] == "TASK_STATE_COMPLETED";
-            task_done || update_done
-        });
-        if completed {
-            let of_task = |p: &&Pushed| {
-                p.body["task"]["id"] == push_id || p.body["statusUpdate"]["taskId"] == push_id
-            };
-            assert!(
-                got.iter().filter(of_task).all(|p| p.token == "push-tok-5"),
-                "{got:?}"
-            );
-            assert!(
-                got.iter().all(|p| p.body.get("jsonrpc").is_none()),
-                "{got:?}"
-            );
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "no push: {got:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let completed = |p: &Post| {
+        let body = p.json();
+        let task_done = body["task"]["id"] == push_id
+            && body["task"]["status"]["state"] == "TASK_STATE_COMPLETED";
+        let update_done = body["statusUpdate"]["taskId"] == push_id
+            && body["statusUpdate"]["status"]["state"] == "TASK_STATE_COMPLETED";
+        task_done || update_done
+    };
+    let got = pushed
+        .until("no push", |posts| posts.iter().any(completed))
+        .await;
+    let of_task = |p: &&Post| {
+        let body = p.json();
+        body["task"]["id"] == push_id || body["statusUpdate"]["taskId"] == push_id
+    };
+    assert!(
+        got.iter()
+            .filter(of_task)
+            .all(|p| p.header("x-a2a-notification-token") == "push-tok-5"),
+        "{got:?}"
+    );
+    assert!(
+        got.iter().all(|p| p.json().get("jsonrpc").is_none()),
+        "{got:?}"
+    );
 }
 
 /// A config made by CreateTaskPushNotificationConfig: got, listed, deleted;
 /// its receiver is sent the task with the config's token and authentication.
-async fn pushed_by_config(checks: &BTreeMap<String, Value>, pushed: &Mutex<Vec<Pushed>>) {
+async fn pushed_by_config(checks: &BTreeMap<String, Value>, pushed: &Receiver) {
     let config = &checks["push_config"];
     let chat = checks["chat"]["id"].clone();
     assert_eq!(config["created"]["id"], "cfg1", "{config:#}");
@@ -415,21 +373,21 @@ async fn pushed_by_config(checks: &BTreeMap<String, Value>, pushed: &Mutex<Vec<P
     assert_eq!(config["listed"]["configs"], json!([config["created"]]));
     assert!(config["left"].get("configs").is_none(), "{config:#}");
     assert_eq!(config["third"], "TASK_STATE_INPUT_REQUIRED");
-    let deadline = std::time::Instant::now() + WAIT;
-    loop {
-        let got = pushed.lock().unwrap().clone();
-        let of_chat: Vec<&Pushed> = got
-            .iter()
-            .filter(|p| p.body["task"]["id"] == chat)
-            .collect();
-        if let Some(first) = of_chat.first() {
-            assert_eq!(first.token, "cfg-tok", "{first:?}");
-            assert_eq!(first.authorization, "Bearer push-cred", "{first:?}");
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "no push: {got:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let of_chat = |p: &Post| p.json()["task"]["id"] == chat;
+    let got = pushed
+        .until("no push", |posts| posts.iter().any(of_chat))
+        .await;
+    let first = got.iter().find(|p| of_chat(p)).unwrap();
+    assert_eq!(
+        first.header("x-a2a-notification-token"),
+        "cfg-tok",
+        "{first:?}"
+    );
+    assert_eq!(
+        first.header("authorization"),
+        "Bearer push-cred",
+        "{first:?}"
+    );
 }
 
 /// A JSON-RPC call with `A2A-Version: 1.0` (or without it).

@@ -11,10 +11,9 @@ use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde_json::json;
 
+use super::receiver::Receiver;
 use super::serve::{Served, WAIT, listener_task, tokens_file};
-use super::serve_webhooks::{
-    Receiver, SECRET, SECRET_ENV, TOKEN, hooks_section, quick_agent, quick_task,
-};
+use super::serve_webhooks::{SECRET, SECRET_ENV, TOKEN, hooks_section, quick_agent, quick_task};
 use crate::*;
 
 const ACME: &str = "acme-list-token-11";

@@ -13,13 +13,12 @@
 //! - `/healthz` is 503 while the Postgres server is stopped, 200 once back.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use agentry_test_postgres::PgServer;
-use axum::http::{HeaderMap, StatusCode};
 use serde_json::json;
 
+use super::receiver::{Post, Receiver};
 use super::serve::{Reply as Answer, Served, WAIT, listener_task, tokens_file};
 use super::serve_webhooks::{SECRET, SECRET_ENV, hooks_section, quick_task};
 use crate::server::{MockServer, Reply};
@@ -237,42 +236,14 @@ async fn a_tenants_spend_of_the_day_is_summed_across_nodes_and_kept_in_postgres(
     assert_eq!(refused.status, 429, "{:?}", refused.body);
 }
 
-/// A receiver on 127.0.0.1 answering 500 to a webhook's first POST and 200
-/// to the next; every POST recorded by `webhook-id`.
-struct Receiver {
-    url: String,
-    got: Arc<Mutex<HashMap<String, Vec<u16>>>>,
-}
-
-impl Receiver {
-    async fn start() -> Receiver {
-        let got: Arc<Mutex<HashMap<String, Vec<u16>>>> = Arc::default();
-        let seen = got.clone();
-        let handler = move |headers: HeaderMap| {
-            let seen = seen.clone();
-            async move {
-                let id = headers
-                    .get("webhook-id")
-                    .and_then(|v| v.to_str().ok())
-                    .unwrap_or_default()
-                    .to_string();
-                let mut seen = seen.lock().unwrap();
-                let answers = seen.entry(id).or_default();
-                let answer = if answers.is_empty() { 500 } else { 200 };
-                answers.push(answer);
-                StatusCode::from_u16(answer).unwrap()
-            }
-        };
-        let app = axum::Router::new().route("/hook", axum::routing::post(handler));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}/hook", listener.local_addr().unwrap());
-        tokio::spawn(async move { axum::serve(listener, app).await });
-        Receiver { url, got }
+/// Each POST's status, by `webhook-id`, in order.
+fn answers(posts: &[Post]) -> HashMap<String, Vec<u16>> {
+    let mut answers: HashMap<String, Vec<u16>> = HashMap::new();
+    for post in posts {
+        let id = post.header("webhook-id").to_string();
+        answers.entry(id).or_default().push(post.answered);
     }
-
-    fn got(&self) -> HashMap<String, Vec<u16>> {
-        self.got.lock().unwrap().clone()
-    }
+    answers
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -280,7 +251,16 @@ impl Receiver {
 async fn webhooks_of_runs_on_two_nodes_are_each_sent_once_per_attempt() {
     let url = PgServer::shared().database();
     let dir = tempfile::tempdir().unwrap();
-    let receiver = Receiver::start().await;
+    // A webhook's first POST is answered 500, every later one 200.
+    let receiver = Receiver::answering(|before, post| {
+        let id = post.header("webhook-id");
+        if before.iter().any(|p| p.header("webhook-id") == id) {
+            200
+        } else {
+            500
+        }
+    })
+    .await;
     let env = [("AGENTRY_TOKEN", TOKEN), (SECRET_ENV, SECRET)];
     let a = node(dir.path(), "a", &url, &hooks_section(), &env);
     let b = node(dir.path(), "b", &url, &hooks_section(), &env);
@@ -292,22 +272,17 @@ async fn webhooks_of_runs_on_two_nodes_are_each_sent_once_per_attempt() {
     }
     // Every webhook fails once (500), is retried 5 s later by whichever
     // node claims it first, and succeeds: two POSTs each, never more.
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let got = receiver.got();
-        let done = ids.iter().all(|id| {
+    let all_delivered = |posts: &[Post]| {
+        let got = answers(posts);
+        ids.iter().all(|id| {
             got.get(&format!("msg_{id}"))
                 .is_some_and(|a| a.contains(&200))
-        });
-        if done {
-            break;
-        }
-        assert!(Instant::now() < deadline, "not all delivered: {got:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        })
+    };
+    receiver.until("not all delivered", all_delivered).await;
     // Time for a second sender, had there been one, to show itself.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let got = receiver.got();
+    let got = answers(&receiver.posts());
     assert_eq!(got.len(), ids.len(), "{got:?}");
     for id in &ids {
         assert_eq!(got[&format!("msg_{id}")], [500, 200], "{got:?}");

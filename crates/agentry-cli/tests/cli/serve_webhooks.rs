@@ -6,109 +6,19 @@
 //! a host serve.toml does not allow is 400 naming the field; without its
 //! secret the server does not start. Receivers bind 127.0.0.1.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Duration;
 
-use axum::http::{HeaderMap, StatusCode};
 use serde_json::json;
 
-use super::serve::{Served, WAIT, refused};
+use super::receiver::{Post, Receiver};
+use super::serve::{Served, refused};
 use crate::*;
 
 pub(super) const TOKEN: &str = "hooks-token-7c1e";
 /// The specification's example secret.
 pub(super) const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 pub(super) const SECRET_ENV: &str = "SERVE_TEST_WEBHOOK_SECRET";
-
-/// One POST a receiver got.
-#[derive(Debug, Clone)]
-pub(super) struct Delivery {
-    pub(super) id: String,
-    pub(super) timestamp: String,
-    pub(super) signature: String,
-    pub(super) body: String,
-    /// The status the receiver answered it with.
-    pub(super) answered: u16,
-}
-
-/// A webhook receiver on 127.0.0.1: answers each POST with the next status
-/// of its script (the last one repeats) and records it.
-pub(super) struct Receiver {
-    pub(super) url: String,
-    got: Arc<Mutex<Vec<Delivery>>>,
-    statuses: Arc<Mutex<Vec<u16>>>,
-}
-
-impl Receiver {
-    pub(super) async fn start(statuses: &[u16]) -> Receiver {
-        let got: Arc<Mutex<Vec<Delivery>>> = Arc::default();
-        let statuses = Arc::new(Mutex::new(statuses.to_vec()));
-        let (seen, script) = (got.clone(), statuses.clone());
-        let handler = move |headers: HeaderMap, body: String| {
-            let (seen, script) = (seen.clone(), script.clone());
-            async move {
-                let header = |name: &str| {
-                    headers
-                        .get(name)
-                        .and_then(|v| v.to_str().ok())
-                        .unwrap_or_default()
-                        .to_string()
-                };
-                let answered = {
-                    let mut script = script.lock().unwrap();
-                    if script.len() > 1 {
-                        script.remove(0)
-                    } else {
-                        script[0]
-                    }
-                };
-                seen.lock().unwrap().push(Delivery {
-                    id: header("webhook-id"),
-                    timestamp: header("webhook-timestamp"),
-                    signature: header("webhook-signature"),
-                    body,
-                    answered,
-                });
-                StatusCode::from_u16(answered).unwrap()
-            }
-        };
-        let app = axum::Router::new().route("/hook", axum::routing::post(handler));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}/hook", listener.local_addr().unwrap());
-        tokio::spawn(async move { axum::serve(listener, app).await });
-        Receiver { url, got, statuses }
-    }
-
-    /// From now on answer `status` to every POST.
-    pub(super) fn answer(&self, status: u16) {
-        *self.statuses.lock().unwrap() = vec![status];
-    }
-
-    pub(super) fn deliveries(&self) -> Vec<Delivery> {
-        self.got.lock().unwrap().clone()
-    }
-
-    /// Waits (bounded) until webhook `id` was answered 2xx; its deliveries.
-    pub(super) async fn delivered(&self, id: &str) -> Vec<Delivery> {
-        let deadline = std::time::Instant::now() + WAIT;
-        loop {
-            let mine: Vec<Delivery> = self
-                .deliveries()
-                .into_iter()
-                .filter(|d| d.id == id)
-                .collect();
-            if mine.iter().any(|d| d.answered < 300) {
-                return mine;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "{id} never delivered: {:?}",
-                self.deliveries()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-}
 
 /// `[serve]` sending webhooks to 127.0.0.1 signed with [`SECRET`].
 pub(super) fn hooks_section() -> String {
@@ -185,14 +95,14 @@ fn standardwebhooks() -> PathBuf {
 
 /// Verifies every delivery with `standardwebhooks` (`Webhook(secret).verify`,
 /// which also checks the timestamp is recent); the payloads it returns.
-pub(super) fn verify_independently(deliveries: &[Delivery]) -> Vec<Value> {
+pub(super) fn verify_independently(deliveries: &[Post]) -> Vec<Value> {
     let cases: Vec<Value> = deliveries
         .iter()
         .map(|d| {
             json!({"body": d.body, "headers": {
-                "webhook-id": d.id,
-                "webhook-timestamp": d.timestamp,
-                "webhook-signature": d.signature,
+                "webhook-id": d.header("webhook-id"),
+                "webhook-timestamp": d.header("webhook-timestamp"),
+                "webhook-signature": d.header("webhook-signature"),
             }})
         })
         .collect();
@@ -265,10 +175,10 @@ async fn a_webhook_is_signed_verifiably_retried_after_a_500_and_delivered_once()
     // No attempt after the 200.
     tokio::time::sleep(Duration::from_secs(2)).await;
     for (run, tries) in [(&first, &one), (&second, &two)] {
-        let all: Vec<Delivery> = receiver
-            .deliveries()
+        let all: Vec<Post> = receiver
+            .posts()
             .into_iter()
-            .filter(|d| d.id == format!("msg_{run}"))
+            .filter(|d| d.header("webhook-id") == format!("msg_{run}"))
             .collect();
         assert_eq!(all.len(), tries.len(), "{all:?}");
         let answers: Vec<u16> = all.iter().map(|d| d.answered).collect();
@@ -298,7 +208,10 @@ async fn a_webhook_is_signed_verifiably_retried_after_a_500_and_delivered_once()
 
     // A signature under another secret is refused by the same verifier.
     let mut forged = one[0].clone();
-    forged.signature = "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=".into();
+    forged.headers.insert(
+        "webhook-signature".into(),
+        "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=".into(),
+    );
     let caught = std::panic::catch_unwind(|| verify_independently(&[forged]));
     assert!(caught.is_err(), "the verifier accepted a forged signature");
 }
@@ -318,20 +231,17 @@ async fn a_webhook_not_delivered_before_a_kill_is_delivered_after_the_restart_wi
     sleeps["webhook"] = json!(receiver.url);
     let late = served.create(TOKEN, &sleeps).await;
     served.wait_status(TOKEN, &late, "sleeping").await;
-    let deadline = std::time::Instant::now() + WAIT;
-    while !receiver
-        .deliveries()
-        .iter()
-        .any(|d| d.id == format!("msg_{early}"))
-    {
-        assert!(std::time::Instant::now() < deadline, "never attempted");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let of_early = |d: &Post| d.header("webhook-id") == format!("msg_{early}");
+    receiver
+        .until("never attempted", |posts| posts.iter().any(of_early))
+        .await;
     served.kill();
-    let before: Vec<Delivery> = receiver.deliveries();
+    let before: Vec<Post> = receiver.posts();
     assert!(before.iter().all(|d| d.answered == 503), "{before:?}");
     assert!(
-        !before.iter().any(|d| d.id == format!("msg_{late}")),
+        !before
+            .iter()
+            .any(|d| d.header("webhook-id") == format!("msg_{late}")),
         "a sleeping run has no webhook yet"
     );
 
@@ -360,17 +270,8 @@ async fn a_webhook_not_delivered_before_a_kill_is_delivered_after_the_restart_wi
     let payload = &verify_independently(&late_hooks)[0];
     assert_eq!(payload["data"]["stop_reason"], "user_abort", "{payload}");
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let total = receiver
-        .deliveries()
-        .iter()
-        .filter(|d| d.answered < 300)
-        .count();
-    assert_eq!(
-        total,
-        2,
-        "one delivery per run: {:?}",
-        receiver.deliveries()
-    );
+    let total = receiver.posts().iter().filter(|d| d.answered < 300).count();
+    assert_eq!(total, 2, "one delivery per run: {:?}", receiver.posts());
 }
 
 #[test]

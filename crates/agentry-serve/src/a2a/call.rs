@@ -9,6 +9,7 @@ use serde_json::Value;
 use super::super::table::App;
 use super::super::tenants::Tenant;
 use super::push::Pushes;
+use super::task::TaskRef;
 
 /// One JSON-RPC call: who, to which agent, with what.
 pub(super) struct Call {
@@ -19,4 +20,16 @@ pub(super) struct Call {
     pub(super) params: Value,
     pub(super) headers: HeaderMap,
     pub(super) pushes: Arc<Pushes>,
+}
+
+impl Call {
+    /// Task `id` of this call's tenant and agent.
+    pub(super) fn task<'a>(&'a self, id: &'a str) -> TaskRef<'a> {
+        TaskRef {
+            app: &self.app,
+            tenant: &self.tenant,
+            agent: &self.agent,
+            id,
+        }
+    }
 }

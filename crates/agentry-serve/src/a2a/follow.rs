@@ -18,7 +18,7 @@ use super::super::streams::StreamSlot;
 use super::super::table::App;
 use super::super::tenants::Tenant;
 use super::look::observe;
-use super::task::{Observed, State};
+use super::task::{Files, Observed, State, TaskRef};
 use super::wire::envelope;
 
 /// How often the task is looked at when no event came.
@@ -51,18 +51,27 @@ pub(super) struct Follower {
 }
 
 impl Follower {
-    pub(super) fn new(app: &App, tenant: &Tenant, agent: &str, id: &str, until: Until) -> Follower {
+    pub(super) fn new(task: TaskRef<'_>, until: Until) -> Follower {
         Follower {
-            app: app.clone(),
-            tenant: tenant.clone(),
-            agent: agent.to_string(),
-            id: id.to_string(),
+            app: task.app.clone(),
+            tenant: task.tenant.clone(),
+            agent: task.agent.to_string(),
+            id: task.id.to_string(),
             until,
             last: None,
             feed: None,
             closed: false,
             done: false,
             slot: None,
+        }
+    }
+
+    fn task(&self) -> TaskRef<'_> {
+        TaskRef {
+            app: &self.app,
+            tenant: &self.tenant,
+            agent: &self.agent,
+            id: &self.id,
         }
     }
 
@@ -79,7 +88,7 @@ impl Follower {
             if self.done || ended {
                 return None;
             }
-            let Ok(mut now) = observe(&self.app, &self.tenant, &self.agent, &self.id).await else {
+            let Ok(mut now) = observe(self.task(), Files::Read).await else {
                 self.done = true;
                 return None;
             };

@@ -10,8 +10,8 @@ use agentry::store::{RunKey, RunQuery, TenantFilter};
 use serde_json::{Value, json};
 
 use super::call::Call;
-use super::look::observe_with;
-use super::task::{Observed, State};
+use super::look::observe;
+use super::task::{Files, Observed, State};
 use super::wire::{Failure, RpcError};
 
 /// Tasks a page holds by default, and at most.
@@ -38,13 +38,12 @@ pub(super) async fn list(call: &Call) -> Result<Value, Failure> {
         .into_iter()
         .filter(|id| text("contextId").is_none_or(|c| c == id))
         .collect();
-    let (app, tenant, agent) = (&call.app, &call.tenant, call.agent.as_str());
     // With a state to match, every run is looked at; else only the page's.
     let (total, start, mut page) = match text("status") {
         Some(state) => {
             let mut tasks = Vec::new();
             for id in &ids {
-                if let Ok(now) = observe_with(app, tenant, agent, id, false).await
+                if let Ok(now) = observe(call.task(id), Files::Skip).await
                     && now.state.name() == state
                 {
                     tasks.push(now);
@@ -58,7 +57,7 @@ pub(super) async fn list(call: &Call) -> Result<Value, Failure> {
             let start = after(text("pageToken"), ids.iter().map(String::as_str));
             let mut page = Vec::new();
             for id in ids.iter().skip(start).take(size) {
-                if let Ok(now) = observe_with(app, tenant, agent, id, false).await {
+                if let Ok(now) = observe(call.task(id), Files::Skip).await {
                     page.push(now);
                 }
             }
@@ -67,7 +66,7 @@ pub(super) async fn list(call: &Call) -> Result<Value, Failure> {
     };
     if artifacts {
         for task in page.iter_mut().filter(|t| t.state == State::Completed) {
-            if let Ok(now) = observe_with(app, tenant, agent, &task.id, true).await {
+            if let Ok(now) = observe(call.task(&task.id), Files::Read).await {
                 *task = now;
             }
         }

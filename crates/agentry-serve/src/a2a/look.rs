@@ -1,36 +1,16 @@
 //! Looking at a task wherever its run is: in this node's table
 //! (`task.rs`), or held by another node or only by the store (`remote.rs`).
 
-use super::super::table::App;
-use super::super::tenants::Tenant;
-use super::task::{Observed, observe_held};
+use super::task::{Files, Observed, TaskRef, observe_held};
 use super::wire::RpcError;
 
-/// Run `id` of `tenant` and of agent `agent` as a task, its declared files
-/// read once it completed; any other run is TaskNotFound (never another
-/// tenant's).
-pub(super) async fn observe(
-    app: &App,
-    tenant: &Tenant,
-    agent: &str,
-    id: &str,
-) -> Result<Observed, RpcError> {
-    observe_with(app, tenant, agent, id, true).await
-}
-
-/// [`observe`], reading the declared files of a completed task only when
-/// `files` says so (a listing without artifacts needs none).
-pub(super) async fn observe_with(
-    app: &App,
-    tenant: &Tenant,
-    agent: &str,
-    id: &str,
-    files: bool,
-) -> Result<Observed, RpcError> {
-    if app.holds(id) {
-        observe_held(app, tenant, agent, id, files).await
+/// `task` as observed now, its declared files read (as `files` says) once
+/// it completed.
+pub(super) async fn observe(task: TaskRef<'_>, files: Files) -> Result<Observed, RpcError> {
+    if task.app.holds(task.id) {
+        observe_held(task, files).await
     } else {
         // Another node's run, or one only the store holds now.
-        super::remote::observe(app, tenant, agent, id, files).await
+        super::remote::observe(task, files).await
     }
 }

@@ -15,8 +15,8 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::super::table::App;
-use super::super::tenants::Tenant;
 use super::follow::{Follower, Until};
+use super::task::TaskRef;
 use super::wire::{RpcError, id_param};
 
 /// Waits before the second, third and fourth attempt.
@@ -116,22 +116,19 @@ impl Pushes {
             .clone()
     }
 
-    /// Adds (or replaces) a config of task `task_id`, checked, and starts
-    /// following the task for it. The task as it is now is read before this
-    /// returns: it is told even if the config is deleted right after.
+    /// Adds (or replaces) a config of `task`, checked, and starts following
+    /// the task for it. The task as it is now is read before this returns:
+    /// it is told even if the config is deleted right after.
     pub(super) async fn create(
         self: &Arc<Self>,
-        app: &App,
-        tenant: &Tenant,
-        agent: &str,
-        task_id: &str,
+        task: TaskRef<'_>,
         params: &Value,
         min_inputs: u64,
     ) -> Result<PushConfig, RpcError> {
-        let config = parse(app, task_id, params)?;
+        let config = parse(task.app, task.id, params)?;
         {
             let mut configs = self.lock();
-            let list = configs.entry(task_id.to_string()).or_default();
+            let list = configs.entry(task.id.to_string()).or_default();
             list.retain(|c| c.id != config.id);
             list.push(config.clone());
         }
@@ -139,7 +136,7 @@ impl Pushes {
             input_required: false,
             min_inputs,
         };
-        let mut follower = Follower::new(app, tenant, agent, task_id, until);
+        let mut follower = Follower::new(task, until);
         let first = follower.next().await.unwrap_or_default();
         tokio::spawn(Arc::clone(self).push(follower, first, config.clone()));
         Ok(config)

@@ -25,22 +25,15 @@ use super::super::agents::RunMeta;
 use super::super::error::ApiError;
 use super::super::node::{Answer, Forward};
 use super::super::table::App;
-use super::super::tenants::Tenant;
-use super::task::{Going, Observed, State, ended, going, queued};
+use super::task::{Files, Going, Observed, State, TaskRef, ended, going, queued};
 use super::wire::{Approval, Decision, Failure, RpcError};
 
-/// The answer of a native request for run `id`, from wherever the run is.
-async fn native(
-    app: &App,
-    tenant: &Tenant,
-    id: &str,
-    method: &str,
-    path: String,
-    body: Option<Value>,
-) -> Answer {
+/// The answer of a native request for `task`'s run, from wherever the run is.
+async fn native(task: TaskRef<'_>, method: &str, path: String, body: Option<Value>) -> Answer {
+    let app = task.app;
     let forward = Forward {
-        run_id: id.to_string(),
-        tenant: tenant.name().map(str::to_string),
+        run_id: task.id.to_string(),
+        tenant: task.tenant.name().map(str::to_string),
         method: method.to_string(),
         path,
         body: body.map(|b| b.to_string().into_bytes()).unwrap_or_default(),
@@ -75,18 +68,12 @@ fn failure(answer: &Answer) -> Failure {
     Failure::from(error)
 }
 
-/// Run `id` as a task, from its view (`GET /runs/{id}`) where it is; its
-/// declared files read (when `files`) from its working directory, which
-/// this node reaches when the nodes share their `workdir_root`.
-pub(super) async fn observe(
-    app: &App,
-    tenant: &Tenant,
-    agent: &str,
-    id: &str,
-    files: bool,
-) -> Result<Observed, RpcError> {
-    let seg = segment(id);
-    let answer = native(app, tenant, id, "GET", format!("/runs/{seg}"), None).await;
+/// `task`, from its view (`GET /runs/{id}`) where it is; its declared files
+/// read (as `files` says) from its working directory, which this node
+/// reaches when the nodes share their `workdir_root`.
+pub(super) async fn observe(task: TaskRef<'_>, files: Files) -> Result<Observed, RpcError> {
+    let id = task.id;
+    let answer = native(task, "GET", format!("/runs/{}", segment(id)), None).await;
     if answer.status == StatusCode::NOT_FOUND.as_u16() {
         return Err(RpcError::task_not_found(id));
     }
@@ -99,12 +86,12 @@ pub(super) async fn observe(
     }
     let view: Value = serde_json::from_slice(&answer.body)
         .map_err(|e| RpcError::internal(format!("task {id}: its view is not JSON: {e}")))?;
-    if view["agent"].as_str() != Some(agent) {
+    if view["agent"].as_str() != Some(task.agent) {
         return Err(RpcError::task_not_found(id));
     }
     let mut now = of_view(id, &view)?;
-    if files && now.state == State::Completed {
-        now.files = stored_files(app, id).await;
+    if files == Files::Read && now.state == State::Completed {
+        now.files = stored_files(task.app, id).await;
     }
     Ok(now)
 }
@@ -168,13 +155,9 @@ pub(super) enum Input {
     Decision(Decision),
 }
 
-/// Sends `input` to task `id` as its native request.
-pub(super) async fn send(
-    app: &App,
-    tenant: &Tenant,
-    id: &str,
-    input: Input,
-) -> Result<(), Failure> {
+/// Sends `input` to `task` as its native request.
+pub(super) async fn send(task: TaskRef<'_>, input: Input) -> Result<(), Failure> {
+    let id = task.id;
     let seg = segment(id);
     let (path, body) = match input {
         Input::Text(text) => (format!("/runs/{seg}/messages"), json!({"text": text})),
@@ -193,7 +176,7 @@ pub(super) async fn send(
             json!({"decision": decision.settle}),
         ),
     };
-    let answer = native(app, tenant, id, "POST", path, Some(body)).await;
+    let answer = native(task, "POST", path, Some(body)).await;
     match answer.status {
         200..=299 => Ok(()),
         409 => Err(RpcError::unsupported(format!(
@@ -206,14 +189,13 @@ pub(super) async fn send(
 }
 
 /// CancelTask's abort, for a task another node holds.
-pub(super) async fn abort(app: &App, tenant: &Tenant, id: &str) {
-    let seg = segment(id);
+pub(super) async fn abort(task: TaskRef<'_>) {
     let body = json!({"action": "abort"});
-    let path = format!("/runs/{seg}/interrupt");
-    let answer = native(app, tenant, id, "POST", path, Some(body)).await;
+    let path = format!("/runs/{}/interrupt", segment(task.id));
+    let answer = native(task, "POST", path, Some(body)).await;
     if !(200..=299).contains(&answer.status) {
         tracing::warn!(
-            run_id = id,
+            run_id = task.id,
             status = answer.status,
             "A2A cancel: the run's node refused the abort"
         );

@@ -13,9 +13,10 @@ use super::super::error::ApiError;
 use super::super::table::live;
 use super::call::Call;
 use super::follow::{Follower, Until, sse};
-use super::look::{observe, observe_with};
+use super::look::observe;
 use super::push;
 use super::remote::{self, Input};
+use super::task::Files;
 use super::wire::{Failure, Incoming, RpcError, id_param, incoming, reply};
 
 /// How long CancelTask waits for the run to stop.
@@ -94,8 +95,8 @@ async fn continue_elsewhere(
     id: String,
     message: Incoming,
 ) -> Result<(String, u64), Failure> {
-    let (app, tenant) = (&call.app, &call.tenant);
-    let now = observe_with(app, tenant, &call.agent, &id, false).await?;
+    let task = call.task(&id);
+    let now = observe(task, Files::Skip).await?;
     let (input, min_inputs) = match (message.approval, message.decision) {
         (Some(approval), _) => (Input::Approval(approval), 0),
         (None, Some(decision)) => {
@@ -112,7 +113,7 @@ async fn continue_elsewhere(
             now.inputs + 1,
         ),
     };
-    remote::send(app, tenant, &id, input).await?;
+    remote::send(task, input).await?;
     Ok((id, min_inputs))
 }
 
@@ -143,9 +144,8 @@ async fn inline_push(call: &Call, task_id: &str, min_inputs: u64) -> Result<(), 
         .pointer("/configuration/taskPushNotificationConfig")
         .filter(|c| c.is_object())
     {
-        let app = &call.app;
         call.pushes
-            .create(app, &call.tenant, &call.agent, task_id, config, min_inputs)
+            .create(call.task(task_id), config, min_inputs)
             .await?;
     }
     Ok(())
@@ -162,14 +162,14 @@ pub(super) async fn send(call: &Call) -> Result<Value, Failure> {
         .and_then(Value::as_bool)
         .unwrap_or(false);
     if immediately {
-        let now = observe(&call.app, &call.tenant, &call.agent, &id).await?;
+        let now = observe(call.task(&id), Files::Read).await?;
         return Ok(json!({"task": now.task(true)}));
     }
     let until = Until {
         input_required: true,
         min_inputs,
     };
-    let last = Follower::new(&call.app, &call.tenant, &call.agent, &id, until)
+    let last = Follower::new(call.task(&id), until)
         .finish()
         .await
         .ok_or_else(|| RpcError::task_not_found(&id))?;
@@ -189,7 +189,7 @@ pub(super) async fn stream(call: Call) -> Response {
         input_required: true,
         min_inputs,
     };
-    let follower = Follower::new(&call.app, &call.tenant, &call.agent, &id, until).with_slot();
+    let follower = Follower::new(call.task(&id), until).with_slot();
     sse(follower, call.id)
 }
 
@@ -197,7 +197,7 @@ pub(super) async fn stream(call: Call) -> Response {
 /// terminal task).
 pub(super) async fn subscribe(call: Call) -> Response {
     let now = match id_param(&call.params, "id") {
-        Ok(id) => observe(&call.app, &call.tenant, &call.agent, &id).await,
+        Ok(id) => observe(call.task(&id), Files::Read).await,
         Err(e) => Err(e),
     };
     let now = match now {
@@ -216,26 +216,27 @@ pub(super) async fn subscribe(call: Call) -> Response {
         input_required: true,
         min_inputs: 0,
     };
-    let follower = Follower::new(&call.app, &call.tenant, &call.agent, &now.id, until).with_slot();
+    let follower = Follower::new(call.task(&now.id), until).with_slot();
     sse(follower, call.id)
 }
 
 /// GetTask.
 pub(super) async fn get(call: &Call) -> Result<Value, Failure> {
     let id = id_param(&call.params, "id")?;
-    let now = observe(&call.app, &call.tenant, &call.agent, &id).await?;
+    let now = observe(call.task(&id), Files::Read).await?;
     Ok(now.task(true))
 }
 
 /// CancelTask: the native abort (`user_abort`); -32002 for a terminal task.
 pub(super) async fn cancel(call: &Call) -> Result<Value, Failure> {
     let id = id_param(&call.params, "id")?;
-    let now = observe(&call.app, &call.tenant, &call.agent, &id).await?;
+    let task = call.task(&id);
+    let now = observe(task, Files::Read).await?;
     if now.state.terminal() {
         return Err(RpcError::not_cancelable(&id, now.state.name()).into());
     }
     if !call.app.holds(&id) {
-        remote::abort(&call.app, &call.tenant, &id).await;
+        remote::abort(task).await;
     } else if !call.app.cancel_queued(&id).await
         && let Ok(entry) = call.app.run(&call.tenant, &id)
         && let Ok(handle) = live(&id, entry.current())
@@ -246,10 +247,10 @@ pub(super) async fn cancel(call: &Call) -> Result<Value, Failure> {
         input_required: false,
         min_inputs: 0,
     };
-    let follower = Follower::new(&call.app, &call.tenant, &call.agent, &id, until);
+    let follower = Follower::new(task, until);
     let last = match tokio::time::timeout(CANCEL_WAIT, follower.finish()).await {
         Ok(Some(last)) => last,
-        Ok(None) | Err(_) => observe(&call.app, &call.tenant, &call.agent, &id).await?,
+        Ok(None) | Err(_) => observe(task, Files::Read).await?,
     };
     Ok(last.task(true))
 }
@@ -257,19 +258,17 @@ pub(super) async fn cancel(call: &Call) -> Result<Value, Failure> {
 /// CreateTaskPushNotificationConfig.
 pub(super) async fn create_push(call: &Call) -> Result<Value, Failure> {
     let id = id_param(&call.params, "taskId")?;
-    observe(&call.app, &call.tenant, &call.agent, &id).await?;
-    let (app, tenant, agent) = (&call.app, &call.tenant, &call.agent);
-    let config = call
-        .pushes
-        .create(app, tenant, agent, &id, &call.params, 0)
-        .await?;
+    let task = call.task(&id);
+    // The task must be the caller's; its files are not needed.
+    observe(task, Files::Skip).await?;
+    let config = call.pushes.create(task, &call.params, 0).await?;
     Ok(config.json())
 }
 
 /// GetTaskPushNotificationConfig.
 pub(super) async fn get_push(call: &Call) -> Result<Value, Failure> {
     let id = id_param(&call.params, "taskId")?;
-    observe(&call.app, &call.tenant, &call.agent, &id).await?;
+    observe(call.task(&id), Files::Skip).await?;
     let config = id_param(&call.params, "id")?;
     Ok(call.pushes.find(&id, &config)?.json())
 }
@@ -277,7 +276,7 @@ pub(super) async fn get_push(call: &Call) -> Result<Value, Failure> {
 /// ListTaskPushNotificationConfigs (one page: all of them).
 pub(super) async fn list_push(call: &Call) -> Result<Value, Failure> {
     let id = id_param(&call.params, "taskId")?;
-    observe(&call.app, &call.tenant, &call.agent, &id).await?;
+    observe(call.task(&id), Files::Skip).await?;
     let configs: Vec<Value> = call.pushes.list(&id).iter().map(|c| c.json()).collect();
     Ok(json!({"configs": configs, "nextPageToken": ""}))
 }
@@ -285,7 +284,7 @@ pub(super) async fn list_push(call: &Call) -> Result<Value, Failure> {
 /// DeleteTaskPushNotificationConfig.
 pub(super) async fn delete_push(call: &Call) -> Result<Value, Failure> {
     let id = id_param(&call.params, "taskId")?;
-    observe(&call.app, &call.tenant, &call.agent, &id).await?;
+    observe(call.task(&id), Files::Skip).await?;
     let config = id_param(&call.params, "id")?;
     call.pushes.delete(&id, &config);
     Ok(Value::Null)

@@ -13,6 +13,25 @@ use super::super::table::{App, Run, RunEntry};
 use super::super::tenants::Tenant;
 use super::wire::RpcError;
 
+/// One task as a call names it: run `id` of agent `agent`, for `tenant`,
+/// looked for in `app` (`look.rs`); any other run is TaskNotFound, never
+/// another tenant's.
+#[derive(Clone, Copy)]
+pub(super) struct TaskRef<'a> {
+    pub(super) app: &'a App,
+    pub(super) tenant: &'a Tenant,
+    pub(super) agent: &'a str,
+    pub(super) id: &'a str,
+}
+
+/// Whether a look at a completed task reads its declared files (a listing
+/// without artifacts needs none).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Files {
+    Read,
+    Skip,
+}
+
 /// A task's state, as A2A names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum State {
@@ -110,25 +129,19 @@ impl Observed {
     }
 }
 
-/// Run `id` of this node's table, of `tenant` and of agent `agent`, as a
-/// task, its declared files read (when `files`) once it completed; any
-/// other run is TaskNotFound (never another tenant's).
-pub(super) async fn observe_held(
-    app: &App,
-    tenant: &Tenant,
-    agent: &str,
-    id: &str,
-    files: bool,
-) -> Result<Observed, RpcError> {
-    let entry = app
-        .run(tenant, id)
+/// `task`, in this node's table, as observed now; its declared files read
+/// (as `files` says) once it completed.
+pub(super) async fn observe_held(task: TaskRef<'_>, files: Files) -> Result<Observed, RpcError> {
+    let id = task.id;
+    let entry = task
+        .app
+        .run(task.tenant, id)
         .ok()
-        .filter(|entry| entry.meta.agent.as_deref() == Some(agent))
+        .filter(|entry| entry.meta.agent.as_deref() == Some(task.agent))
         .ok_or_else(|| RpcError::task_not_found(id))?;
-    let declared = if files {
-        entry.meta.artifacts.clone()
-    } else {
-        Vec::new()
+    let declared = match files {
+        Files::Read => entry.meta.artifacts.clone(),
+        Files::Skip => Vec::new(),
     };
     let mut now = observe_entry(&entry, id).await?;
     if now.state == State::Completed && !declared.is_empty() {
