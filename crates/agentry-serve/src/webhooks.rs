@@ -105,6 +105,12 @@ impl Webhooks {
         Webhooks::with_outbox(outbox, hosts, Secret::parse(secret)?, Schedule::default())
     }
 
+    /// A POST signed as the completion webhooks are (A2A push
+    /// notifications go through it): see [`Deliverer::signed_post`].
+    pub(super) fn signed_post(&self, url: &str, id: &str, body: &str) -> reqwest::RequestBuilder {
+        self.deliverer.signed_post(url, id, body)
+    }
+
     /// The outbox (to see where a webhook stands).
     pub fn outbox(&self) -> &Arc<Outbox> {
         &self.outbox

@@ -143,21 +143,31 @@ impl Deliverer {
         Ok(due.len())
     }
 
-    async fn attempt(&self, pending: &Pending) -> Result<(), WebhookError> {
-        let webhook = &pending.webhook;
+    /// The client every delivery goes through (no redirects followed).
+    pub fn client(&self) -> &reqwest::Client {
+        &self.client
+    }
+
+    /// A POST of JSON `body` to `url` as message `id` (the same on every
+    /// attempt), signed now per Standard Webhooks; a sender may add headers
+    /// of its own (A2A push notifications do).
+    pub fn signed_post(&self, url: &str, id: &str, body: &str) -> reqwest::RequestBuilder {
         let timestamp = now_ms() / 1000;
-        let signature = self
-            .secret
-            .sign(&webhook.id, timestamp, webhook.body.as_bytes());
-        let sent = self
-            .client
-            .post(&webhook.url)
+        let signature = self.secret.sign(id, timestamp, body.as_bytes());
+        self.client
+            .post(url)
             .timeout(ATTEMPT_TIMEOUT)
             .header("content-type", "application/json")
-            .header("webhook-id", &webhook.id)
+            .header("webhook-id", id)
             .header("webhook-timestamp", timestamp.to_string())
             .header("webhook-signature", signature)
-            .body(webhook.body.clone())
+            .body(body.to_string())
+    }
+
+    async fn attempt(&self, pending: &Pending) -> Result<(), WebhookError> {
+        let webhook = &pending.webhook;
+        let sent = self
+            .signed_post(&webhook.url, &webhook.id, &webhook.body)
             .send()
             .await;
         let outcome = match sent {

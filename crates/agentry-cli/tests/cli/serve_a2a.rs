@@ -359,6 +359,15 @@ async fn pushed_to(checks: &BTreeMap<String, Value>, pushed: &Receiver) {
         got.iter().all(|p| p.json().get("jsonrpc").is_none()),
         "{got:?}"
     );
+    // Signed as serve's webhooks are: the independent verifier accepts
+    // each, and each notification has an id of its own.
+    let ours: Vec<Post> = got.iter().filter(of_task).cloned().collect();
+    let verified = super::serve_webhooks::verify_independently(&ours);
+    assert_eq!(verified, ours.iter().map(Post::json).collect::<Vec<_>>());
+    let ids: std::collections::BTreeSet<&str> =
+        ours.iter().map(|p| p.header("webhook-id")).collect();
+    assert!(ids.iter().all(|id| id.starts_with("a2a_")), "{ids:?}");
+    assert_eq!(ids.len(), ours.len(), "{ids:?}");
 }
 
 /// A config made by CreateTaskPushNotificationConfig: got, listed, deleted;

@@ -3,9 +3,12 @@
 //! Create/Get/List/DeleteTaskPushNotificationConfig), each followed by a
 //! task of its own that POSTs every StreamResponse (no JSON-RPC envelope)
 //! to its URL with `X-A2A-Notification-Token` and the config's
-//! `Authorization`, until the task is terminal. A URL must name a host of
-//! `[serve] webhook_hosts`, as a completion webhook's must; an attempt that
-//! fails is tried again three times (after 0.5 s, 2 s, 5 s), in order.
+//! `Authorization`, until the task is terminal. They go as serve's
+//! webhooks go: a URL must name a host of `[serve] webhook_hosts`, each
+//! POST is signed per Standard Webhooks with the webhook secret
+//! (`webhook-id` `a2a_<task>_<config>_<n>`, the same on every attempt of
+//! notification n) through the webhooks' client (no redirects). An attempt
+//! that fails is tried again three times (after 0.5 s, 2 s, 5 s), in order.
 //! Configs live in the process: a restart forgets them.
 
 use std::collections::HashMap;
@@ -15,6 +18,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::super::table::App;
+use super::super::webhooks::Webhooks;
 use super::follow::{Follower, Until};
 use super::task::TaskRef;
 use super::wire::{RpcError, id_param};
@@ -25,9 +29,6 @@ const RETRIES: [Duration; 3] = [
     Duration::from_secs(2),
     Duration::from_secs(5),
 ];
-
-/// One attempt, at most.
-const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// A task's push notification config.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -62,7 +63,6 @@ impl PushConfig {
 #[derive(Debug, Default)]
 pub(super) struct Pushes {
     configs: Mutex<HashMap<String, Vec<PushConfig>>>,
-    client: std::sync::OnceLock<Option<reqwest::Client>>,
 }
 
 impl Pushes {
@@ -100,22 +100,6 @@ impl Pushes {
         before != list.len()
     }
 
-    fn client(&self) -> Option<reqwest::Client> {
-        self.client
-            .get_or_init(|| {
-                let builder = || {
-                    reqwest::Client::builder()
-                        .redirect(reqwest::redirect::Policy::none())
-                        .connect_timeout(Duration::from_secs(10))
-                };
-                builder()
-                    .build()
-                    .or_else(|_| builder().tls_certs_only(Vec::new()).build())
-                    .ok()
-            })
-            .clone()
-    }
-
     /// Adds (or replaces) a config of `task`, checked, and starts following
     /// the task for it. The task as it is now is read before this returns:
     /// it is told even if the config is deleted right after.
@@ -125,6 +109,9 @@ impl Pushes {
         params: &Value,
         min_inputs: u64,
     ) -> Result<PushConfig, RpcError> {
+        let Some(hooks) = task.app.config.webhooks.clone() else {
+            return Err(RpcError::push_not_supported());
+        };
         let config = parse(task.app, task.id, params)?;
         {
             let mut configs = self.lock();
@@ -138,39 +125,61 @@ impl Pushes {
         };
         let mut follower = Follower::new(task, until);
         let first = follower.next().await.unwrap_or_default();
-        tokio::spawn(Arc::clone(self).push(follower, first, config.clone()));
+        let sender = Sender {
+            hooks,
+            config: config.clone(),
+            sent: 0,
+        };
+        tokio::spawn(Arc::clone(self).push(follower, first, sender));
         Ok(config)
     }
 
-    async fn push(self: Arc<Self>, mut follower: Follower, first: Vec<Value>, config: PushConfig) {
-        let Some(client) = self.client() else {
-            tracing::warn!(task_id = %config.task_id, "no HTTP client for push notifications");
-            return;
-        };
+    async fn push(self: Arc<Self>, mut follower: Follower, first: Vec<Value>, mut sender: Sender) {
         for value in first {
-            deliver(&client, &config, &value).await;
+            sender.deliver(&value).await;
         }
+        let config = sender.config.clone();
         while let Some(told) = follower.next().await {
             for value in told {
                 // A deleted (or replaced) config is told nothing more.
                 if self.get(&config.task_id, &config.id).as_ref() != Some(&config) {
                     return;
                 }
-                deliver(&client, &config, &value).await;
+                sender.deliver(&value).await;
             }
         }
     }
 }
 
-/// POSTs one StreamResponse, tried again on failure.
-async fn deliver(client: &reqwest::Client, config: &PushConfig, value: &Value) {
-    let body = value.to_string();
-    for attempt in 0..=RETRIES.len() {
-        let mut request = client
-            .post(&config.url)
-            .timeout(ATTEMPT_TIMEOUT)
-            .header("content-type", "application/json")
-            .body(body.clone());
+/// One config's notifications, in order.
+struct Sender {
+    hooks: Arc<Webhooks>,
+    config: PushConfig,
+    /// Notifications sent so far (the next one's number).
+    sent: u64,
+}
+
+impl Sender {
+    /// POSTs one StreamResponse, tried again on failure.
+    async fn deliver(&mut self, value: &Value) {
+        let config = &self.config;
+        let id = format!("a2a_{}_{}_{}", config.task_id, config.id, self.sent);
+        self.sent += 1;
+        let body = value.to_string();
+        for attempt in 0..=RETRIES.len() {
+            if !self.attempt(&id, &body, attempt).await {
+                return;
+            }
+            if let Some(pause) = RETRIES.get(attempt) {
+                tokio::time::sleep(*pause).await;
+            }
+        }
+    }
+
+    /// One attempt: whether to try again.
+    async fn attempt(&self, id: &str, body: &str, attempt: usize) -> bool {
+        let config = &self.config;
+        let mut request = self.hooks.signed_post(&config.url, id, body);
         if let Some(token) = &config.token {
             request = request.header("X-A2A-Notification-Token", token);
         }
@@ -178,16 +187,15 @@ async fn deliver(client: &reqwest::Client, config: &PushConfig, value: &Value) {
             request = request.header("authorization", authorization);
         }
         match request.send().await {
-            Ok(response) if response.status().is_success() => return,
+            Ok(response) if response.status().is_success() => false,
             Ok(response) => {
-                tracing::warn!(task_id = %config.task_id, status = %response.status(), attempt, "push notification refused")
+                tracing::warn!(task_id = %config.task_id, status = %response.status(), attempt, "push notification refused");
+                true
             }
             Err(error) => {
-                tracing::warn!(task_id = %config.task_id, %error, attempt, "push notification failed")
+                tracing::warn!(task_id = %config.task_id, %error, attempt, "push notification failed");
+                true
             }
-        }
-        if let Some(pause) = RETRIES.get(attempt) {
-            tokio::time::sleep(*pause).await;
         }
     }
 }
