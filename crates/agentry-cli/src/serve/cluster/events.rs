@@ -1,6 +1,7 @@
 //! The cluster's event log, `agentry.run_events`: every event of every run,
 //! written by the node holding the run as the events come, and read by any
-//! node for `GET /runs/{id}/events`.
+//! node for `GET /runs/{id}/events` (as SSE) and for AG-UI's stream of a
+//! run another node holds (as `FedEvent` batches, `Cluster::events`).
 //!
 //! Events are numbered per run in the table, 1, 2, 3, ... with no gap,
 //! whichever node wrote them: a run taken over goes on numbering after the
