@@ -12,14 +12,14 @@
 //! human (`RUN_FINISHED` with an `interrupt` outcome, answered by the next
 //! `RunAgentInput`'s `resume`), or, an event-driven run, falls asleep.
 //! `wire.rs` has the events, `translate.rs` the mapping and the state,
-//! `stream.rs` the segment, `input.rs` the body. Same guard, tenancy and
-//! stream bounds as the native stream.
+//! `stream.rs` the segment, `source.rs` where it reads the run, `input.rs`
+//! the body. Same guard, tenancy and stream bounds as the native stream.
 //!
 //! On a cluster's nodes both routes work whichever node a client reaches: a
-//! run this node does not hold is read from the events the nodes keep and
-//! looked at, and sent its messages and answers, through the native routes
-//! of the node that holds it (`remote.rs`, as A2A does); a new thread's run
-//! is placed as `POST /runs` places it (on another node when it has more
+//! run this node does not hold is read from the events the nodes keep, and
+//! looked at and sent its messages and answers through the native routes of
+//! the node that holds it (`remote.rs`, as A2A does); a new thread's run is
+//! placed as `POST /runs` places it (on another node when it has more
 //! room), and a thread this node does not know is found when its id is the
 //! run's.
 //!
