@@ -187,9 +187,13 @@ pub(super) async fn route_elsewhere(
         return next.run(request).await;
     }
     let tenant = tenant_of(request.extensions());
-    // An AG-UI stream is not served across nodes: the holder answers 501.
-    let agui = super::agui::wanted(request.uri().query()).unwrap_or(false);
-    if request.method() == Method::GET && request.uri().path().ends_with("/events") && !agui {
+    let events = request.method() == Method::GET && request.uri().path().ends_with("/events");
+    // An AG-UI stream is read here, from the kept events and the run's
+    // native view (`agui/`); a bad format is its 400.
+    if events && super::agui::wanted(request.uri().query()).unwrap_or(true) {
+        return next.run(request).await;
+    }
+    if events {
         let after = match super::events::resume_point(request.headers(), request.uri().query()) {
             Ok(after) => after,
             Err(e) => return e.into_response(),

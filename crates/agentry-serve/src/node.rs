@@ -6,8 +6,10 @@
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use futures::future::BoxFuture;
+use futures::stream::BoxStream;
 
-use super::events::EventFeed;
+use super::error::ApiError;
+use super::events::{EventFeed, FedEvent};
 
 /// A request for a run this node does not hold, as another node applies it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,7 +72,41 @@ pub trait Cluster: Send + Sync + std::fmt::Debug + 'static {
     /// whichever node it reached.
     fn stream(&self, forward: Forward, after: Option<u64>) -> BoxFuture<'static, Response>;
 
+    /// The kept events of run `run_id` after event `after`, in batches as
+    /// they are kept, numbered as [`stream`](Cluster::stream) numbers them;
+    /// it ends after `run_stopped` (or when the events cannot be read). For
+    /// those that read the events themselves (AG-UI), not as SSE.
+    fn events(&self, run_id: String, after: u64) -> BoxStream<'static, Vec<FedEvent>>;
+
+    /// The number of run `run_id`'s last kept event (0 for none).
+    fn last_event(&self, run_id: String) -> BoxFuture<'static, Result<u64, ApiError>>;
+
     /// Places a new run (`forward` is its `POST /runs`): the answer of the
     /// node with the most room that started it, or `None` to start it here.
     fn place(&self, forward: Forward) -> BoxFuture<'static, Option<Response>>;
+}
+
+/// A run or call id as one path segment: every byte but the unreserved
+/// ones percent-encoded (a client's id, a model's call id, may hold `/` or
+/// `?`, and must not make the request another route's).
+pub(crate) fn segment(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                char::from(b).to_string()
+            }
+            other => format!("%{other:02X}"),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_call_id_is_one_path_segment() {
+        assert_eq!(segment("call_1.a-b~"), "call_1.a-b~");
+        assert_eq!(segment("a/b?c d"), "a%2Fb%3Fc%20d");
+    }
 }

@@ -15,7 +15,7 @@ const TOKEN: &str = "agui-token-5d2e";
 
 /// The folder whose `node_modules` holds `@ag-ui/client` (.ci/run installs
 /// it into .ci/peers and sets `AGUI_DIR`); a missing one fails the test.
-fn agui_dir() -> PathBuf {
+pub(super) fn agui_dir() -> PathBuf {
     let dir = std::env::var_os("AGUI_DIR").map(PathBuf::from).expect(
         "AGUI_DIR is not set: point it at a folder where `npm install @ag-ui/core@1.0.0 @ag-ui/client@1.0.0 rxjs@7.8.1` ran (.ci/run does)",
     );
@@ -25,7 +25,7 @@ fn agui_dir() -> PathBuf {
 }
 
 /// Runs `peers/agui.cjs ARGS` and returns the JSON it prints.
-fn client(args: &[&str]) -> Value {
+pub(super) fn client(args: &[&str]) -> Value {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/cli/peers/agui.cjs");
     let out = Command::new("node")
         .arg(script)
@@ -43,7 +43,7 @@ fn client(args: &[&str]) -> Value {
 }
 
 /// The event types, in order.
-fn types(events: &Value) -> Vec<String> {
+pub(super) fn types(events: &Value) -> Vec<String> {
     let events = events.as_array().expect("events");
     events
         .iter()
@@ -52,7 +52,7 @@ fn types(events: &Value) -> Vec<String> {
 }
 
 /// The first event of `kind`.
-fn first<'a>(events: &'a Value, kind: &str) -> &'a Value {
+pub(super) fn first<'a>(events: &'a Value, kind: &str) -> &'a Value {
     let events = events.as_array().expect("events");
     events
         .iter()

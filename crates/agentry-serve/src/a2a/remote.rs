@@ -23,7 +23,7 @@ use serde_json::{Value, json};
 
 use super::super::agents::RunMeta;
 use super::super::error::ApiError;
-use super::super::node::{Answer, Forward};
+use super::super::node::{Answer, Forward, segment};
 use super::super::table::App;
 use super::task::{Files, Going, Observed, State, TaskRef, ended, going, queued};
 use super::wire::{Approval, Decision, Failure, RpcError};
@@ -202,20 +202,6 @@ pub(super) async fn abort(task: TaskRef<'_>) {
     }
 }
 
-/// A task or call id as one path segment: every byte but the unreserved
-/// ones percent-encoded (a client's id, a model's call id, may hold `/` or
-/// `?`, and must not make the request another route's).
-fn segment(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
-                char::from(b).to_string()
-            }
-            other => format!("%{other:02X}"),
-        })
-        .collect()
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
@@ -248,11 +234,5 @@ mod tests {
             State::Submitted
         );
         assert!(of_view("r", &json!({"status": "dancing"})).is_err());
-    }
-
-    #[test]
-    fn a_call_id_is_one_path_segment() {
-        assert_eq!(segment("call_1.a-b~"), "call_1.a-b~");
-        assert_eq!(segment("a/b?c d"), "a%2Fb%3Fc%20d");
     }
 }

@@ -1,6 +1,7 @@
 //! One AG-UI stream: a segment of a run, read from its event log (the one
-//! the native stream reads, `events.rs`), mapped by a [`Translator`], and
-//! ended when the run stops, parks a call for a human, or sleeps.
+//! the native stream reads, `events.rs`, or on a cluster the events the
+//! nodes keep, `source.rs`), mapped by a [`Translator`], and ended when the
+//! run stops, parks a call for a human, or sleeps.
 //!
 //! A run says nothing when it falls asleep or parks, so the stream asks the
 //! run's state when its log has been quiet for a moment (from 50 ms, backing
@@ -8,29 +9,34 @@
 //! event with its turn over, ends the segment. An event-driven run's status
 //! stays `sleeping` while a step it woke for runs, so the turn is read from
 //! the events ([`Turn`]). A segment that sent the run a message waits until
-//! the run has taken it.
+//! the run has taken it. The events of a run another node holds come a
+//! moment after its state changes: a call it parked is told once its
+//! `awaiting_*` event came (or after a few looks, should none come).
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::convert::Infallible;
-use std::sync::Arc;
 use std::time::Duration;
 
 use agentry::RunStatus;
 use agentry::protocol::decision::Decision;
 use agentry::protocol::event::{EventRecord, RunEvent};
+use agentry::protocol::state::PendingApproval;
 use agentry::protocol::trace::RunInput;
 use axum::response::sse::Event;
-use futures::{FutureExt, Stream};
+use futures::Stream;
 
+use super::source::{Feed, Source};
 use super::translate::{DECISION_REQUIRED, End, Parked, Translator};
 use super::wire::{APPROVAL_REQUIRED, AgUiEvent, RUN_EVENT, sse};
-use crate::events::{EventFeed, FedEvent};
+use crate::events::FedEvent;
 use crate::streams::StreamSlot;
-use crate::table::{Run, RunEntry};
 
 /// The quiet that makes a stream look at the run's state, first and at most.
 const QUIET_FIRST: Duration = Duration::from_millis(50);
 const QUIET_MOST: Duration = Duration::from_secs(1);
+/// Looks that find calls parked before their events came, before the
+/// segment ends without them.
+const EARLY_LOOKS: u32 = 3;
 
 /// What a segment is.
 #[derive(Debug, Clone)]
@@ -49,14 +55,14 @@ pub(crate) struct Segment {
 
 /// The run's events as AG-UI SSE events, for `segment`.
 pub(crate) fn stream(
-    entry: Arc<RunEntry>,
+    source: Source,
     segment: Segment,
     (goal, status): (Option<String>, Option<RunStatus>),
     slot: StreamSlot,
 ) -> impl Stream<Item = Result<Event, Infallible>> {
     let driver = Driver {
-        feed: EventFeed::new(Arc::clone(&entry.log)),
-        entry,
+        feed: source.feed(),
+        source,
         translator: Translator::new(goal),
         segment,
         slot,
@@ -67,6 +73,8 @@ pub(crate) fn stream(
         input_taken: false,
         turn: Turn::default(),
         quiet: QUIET_FIRST,
+        told_parked: HashSet::new(),
+        early_looks: 0,
     };
     futures::stream::unfold(driver, |mut driver| async move {
         let event = driver.next().await?;
@@ -74,20 +82,9 @@ pub(crate) fn stream(
     })
 }
 
-/// The events of `log` before now: their last number (0 for none), for a
-/// segment that starts after them.
-pub(crate) fn last_seq(entry: &RunEntry) -> u64 {
-    let mut feed = EventFeed::new(Arc::clone(&entry.log));
-    // Whatever the log holds now is handed at once; an empty log would wait.
-    match feed.next_batch().now_or_never() {
-        Some(Some(batch)) => batch.last().map_or(0, |e| e.seq),
-        Some(None) | None => 0,
-    }
-}
-
 struct Driver {
-    entry: Arc<RunEntry>,
-    feed: EventFeed,
+    source: Source,
+    feed: Feed,
     translator: Translator,
     segment: Segment,
     slot: StreamSlot,
@@ -99,6 +96,10 @@ struct Driver {
     input_taken: bool,
     turn: Turn,
     quiet: Duration,
+    /// Calls whose `awaiting_approval` or `awaiting_decision` came.
+    told_parked: HashSet<String>,
+    /// Looks that found calls parked before their events.
+    early_looks: u32,
 }
 
 /// Whether the run's turn is over, from its events: a step's record
@@ -237,6 +238,12 @@ impl Driver {
             return;
         };
         self.turn.see(&record.event);
+        if let RunEvent::AwaitingApproval { call, .. } = &record.event {
+            self.told_parked.insert(call.id.clone());
+        }
+        if let RunEvent::AwaitingDecision { call, .. } = &record.event {
+            self.told_parked.insert(call.id.clone());
+        }
         if fed.seq <= self.segment.after {
             self.translator.fold(fed.seq, &record.event);
             return;
@@ -259,21 +266,12 @@ impl Driver {
 
     /// How the segment ends if the run, its log quiet, waits for a human or
     /// for its next event.
-    async fn parked_or_asleep(&self) -> Option<End> {
-        let handle = match self.entry.current() {
-            Run::Live(handle) => handle,
-            // Its `run_stopped` is in the log, or comes; a queued run starts.
-            Run::Stopped(_) | Run::Queued => return None,
-        };
-        let snapshot = handle.snapshot().await?;
-        let parked = |pending, reason| {
-            let calls = Parked::approvals(pending, reason);
-            // An interrupt names at least one call; none yet is a moment early.
-            (!calls.is_empty()).then_some(End::Parked(calls))
-        };
-        match snapshot.status {
-            RunStatus::AwaitingApproval => parked(&snapshot.pending_approvals, APPROVAL_REQUIRED),
-            RunStatus::AwaitingDecision => parked(&snapshot.pending_decisions, DECISION_REQUIRED),
+    async fn parked_or_asleep(&mut self) -> Option<End> {
+        // None: its `run_stopped` is in the log, or comes; a queued run starts.
+        let look = self.source.look().await?;
+        match look.status {
+            RunStatus::AwaitingApproval => self.parked(&look.approvals, APPROVAL_REQUIRED),
+            RunStatus::AwaitingDecision => self.parked(&look.decisions, DECISION_REQUIRED),
             RunStatus::Sleeping
                 if self.turn.over && (!self.segment.awaits_input || self.input_taken) =>
             {
@@ -284,12 +282,28 @@ impl Driver {
             }
         }
     }
+
+    /// The segment's end at `pending`, parked calls, once their events came.
+    fn parked(&mut self, pending: &[PendingApproval], reason: &'static str) -> Option<End> {
+        let calls = Parked::approvals(pending, reason);
+        // An interrupt names at least one call; none yet is a moment early.
+        if calls.is_empty() {
+            return None;
+        }
+        let told = calls.iter().all(|c| self.told_parked.contains(&c.call_id));
+        if !told && self.early_looks < EARLY_LOOKS {
+            self.early_looks += 1;
+            return None;
+        }
+        Some(End::Parked(calls))
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use agentry::protocol::tool::ToolCall;
+    use std::sync::Arc;
 
     /// A decision of `calls` calls, or a final answer for none.
     fn decided(calls: usize) -> RunEvent {

@@ -6,6 +6,33 @@
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::error::ApiError;
+
+/// The query parameter of `GET /runs/{id}/events` that picks the format.
+pub(crate) const FORMAT_PARAM: &str = "format";
+
+/// Its value for AG-UI.
+pub(crate) const AG_UI: &str = "ag-ui";
+
+/// Whether `?format=ag-ui` asks for AG-UI; another format is 400.
+pub(crate) fn wanted(query: Option<&str>) -> Result<bool, ApiError> {
+    for pair in query.unwrap_or("").split('&') {
+        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        if name == FORMAT_PARAM {
+            if value != AG_UI {
+                return Err(ApiError::bad_field(
+                    FORMAT_PARAM,
+                    format!(
+                        "{value:?}: the only format is {AG_UI:?} (leave it out for agentry's events)"
+                    ),
+                ));
+            }
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
 /// One AG-UI event (the ones agentry sends).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "type", rename_all = "SCREAMING_SNAKE_CASE")]

@@ -124,6 +124,7 @@ pub enum AgUiResumeStatus {
         (status = 413, description = "Over the body or the run's input limit", body = ErrorBody),
         (status = 415, description = "Not application/json", body = ErrorBody),
         (status = 429, description = "The queue is full, the tenant's day is spent, or the run's inbox is full (Retry-After)", body = ErrorBody),
-        (status = 501, description = "Not on a cluster's nodes", body = ErrorBody)))]
+        (status = 503, description = "On a cluster's node, the node that holds the thread's run did not answer in time (Retry-After)", body = ErrorBody),
+        (status = 504, description = "On a cluster's node, the node a new thread's run was placed on took it and did not answer", body = ErrorBody)))]
 #[allow(dead_code)] // documents its route; never called
 pub(super) fn run_agent_ag_ui() {}

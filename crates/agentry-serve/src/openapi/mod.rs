@@ -182,7 +182,7 @@ fn inject_event() {}
         (status = 401, description = "No or a wrong token", body = ErrorBody),
         (status = 404, description = "No such run of this tenant", body = ErrorBody),
         (status = 429, description = "Too many open streams", body = ErrorBody),
-        (status = 501, description = "`format=ag-ui` on a cluster's node", body = ErrorBody)))]
+        (status = 503, description = "On a cluster's node, the node that holds the run did not answer in time (Retry-After)", body = ErrorBody)))]
 #[allow(dead_code)] // documents its route; never called
 fn stream_events() {}
 

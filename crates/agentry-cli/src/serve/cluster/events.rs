@@ -1,6 +1,7 @@
 //! The cluster's event log, `agentry.run_events`: every event of every run,
 //! written by the node holding the run as the events come, and read by any
-//! node for `GET /runs/{id}/events`.
+//! node for `GET /runs/{id}/events` (as SSE) and for AG-UI's stream of a
+//! run another node holds (as `FedEvent` batches, `Cluster::events`).
 //!
 //! Events are numbered per run in the table, 1, 2, 3, ... with no gap,
 //! whichever node wrote them: a run taken over goes on numbering after the
@@ -23,6 +24,7 @@ use agentry_serve::{App, EventFeed, FedEvent, Forward};
 use axum::http::StatusCode;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
+use futures::stream::BoxStream;
 use tokio::sync::Notify;
 
 use super::node::{Node, blocking, now_ms};
@@ -113,15 +115,7 @@ impl Events {
                 return answer.into_response();
             }
         }
-        let reader = Reader {
-            db: Arc::clone(&self.db),
-            woken: Arc::clone(&self.woken),
-            run_id: forward.run_id,
-            last: i64::try_from(after.unwrap_or(0)).unwrap_or(i64::MAX),
-            pending: Vec::new().into_iter(),
-            done: false,
-            quiet: 0,
-        };
+        let reader = self.reader(forward.run_id, after.unwrap_or(0));
         let events = futures::stream::unfold(reader, |mut reader| async move {
             let event = reader.next().await?;
             Some((Ok::<_, Infallible>(event), reader))
@@ -129,6 +123,54 @@ impl Events {
         Sse::new(events)
             .keep_alive(KeepAlive::default())
             .into_response()
+    }
+}
+
+impl Events {
+    /// A reader of run `run_id`'s log, after event `after`.
+    fn reader(&self, run_id: String, after: u64) -> Reader {
+        Reader {
+            db: Arc::clone(&self.db),
+            woken: Arc::clone(&self.woken),
+            run_id,
+            last: i64::try_from(after).unwrap_or(i64::MAX),
+            pending: Vec::new().into_iter(),
+            done: false,
+            quiet: 0,
+        }
+    }
+
+    /// Run `run_id`'s events after `after`, in batches as they are written,
+    /// until `run_stopped` (`Cluster::events`).
+    pub(super) fn feed(&self, run_id: String, after: u64) -> BoxStream<'static, Vec<FedEvent>> {
+        let reader = self.reader(run_id, after);
+        Box::pin(futures::stream::unfold(reader, |mut reader| async move {
+            let rows = reader.next_page().await?;
+            let batch = rows
+                .into_iter()
+                .map(|row| FedEvent {
+                    seq: u64::try_from(row.seq).unwrap_or(0),
+                    last: row.kind == "run_stopped",
+                    kind: row.kind,
+                    data: row.data,
+                })
+                .collect();
+            Some((batch, reader))
+        }))
+    }
+
+    /// The number of run `run_id`'s last event in the log (0 for none).
+    pub(super) async fn last(&self, run_id: String) -> Result<u64, StoreError> {
+        blocking(&self.db, move |tx| {
+            let last: i64 = tx
+                .query_one(
+                    "SELECT coalesce(max(seq), 0) FROM agentry.run_events WHERE run_id = $1",
+                    &[&run_id],
+                )?
+                .get(0);
+            Ok(u64::try_from(last).unwrap_or(0))
+        })
+        .await
     }
 }
 
@@ -241,8 +283,6 @@ impl Reader {
     async fn next(&mut self) -> Option<Event> {
         loop {
             if let Some(row) = self.pending.next() {
-                self.last = row.seq;
-                self.done = row.kind == "run_stopped";
                 return Some(
                     Event::default()
                         .event(&row.kind)
@@ -250,6 +290,14 @@ impl Reader {
                         .data(row.data),
                 );
             }
+            self.pending = self.next_page().await?.into_iter();
+        }
+    }
+
+    /// The next events, up to `run_stopped`, waiting for one if none came;
+    /// `None` once `run_stopped` was handed on (or the log cannot be read).
+    async fn next_page(&mut self) -> Option<Vec<Row>> {
+        loop {
             if self.done {
                 return None;
             }
@@ -257,11 +305,15 @@ impl Reader {
             // wait still wakes this reader.
             let woken = Arc::clone(&self.woken);
             let notified = woken.notified();
-            let (rows, stopped) = self.read().await.ok()?;
-            if !rows.is_empty() {
+            let (mut rows, stopped) = self.read().await.ok()?;
+            if let Some(at) = rows.iter().position(|row| row.kind == "run_stopped") {
+                rows.truncate(at + 1);
+                self.done = true;
+            }
+            if let Some(last) = rows.last() {
                 self.quiet = 0;
-                self.pending = rows.into_iter();
-                continue;
+                self.last = last.seq;
+                return Some(rows);
             }
             // A run stopped in the store whose log has no `run_stopped` yet:
             // its writer may still be on its way; once it is clearly not (its

@@ -31,9 +31,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agentry::store::{Database, StoreError};
-use agentry_serve::{App, Cluster, EventFeed, Forward};
+use agentry_serve::{ApiError, App, Cluster, EventFeed, FedEvent, Forward};
+use axum::http::StatusCode;
 use axum::response::Response;
 use futures::future::BoxFuture;
+use futures::stream::BoxStream;
 
 use super::resume::Resumer;
 
@@ -184,6 +186,22 @@ impl Cluster for inbox::Routes {
     fn stream(&self, forward: Forward, after: Option<u64>) -> BoxFuture<'static, Response> {
         let events = Arc::clone(&self.events);
         Box::pin(async move { events.stream(forward, after).await })
+    }
+
+    fn events(&self, run_id: String, after: u64) -> BoxStream<'static, Vec<FedEvent>> {
+        self.events.feed(run_id, after)
+    }
+
+    fn last_event(&self, run_id: String) -> BoxFuture<'static, Result<u64, ApiError>> {
+        let events = Arc::clone(&self.events);
+        Box::pin(async move {
+            events.last(run_id).await.map_err(|e| {
+                ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!("reading the run's kept events: {e}"),
+                )
+            })
+        })
     }
 
     fn place(&self, forward: Forward) -> BoxFuture<'static, Option<Response>> {

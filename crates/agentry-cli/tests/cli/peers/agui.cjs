@@ -3,8 +3,10 @@
 // client's ordering rules (verifyEvents); prints one JSON object for the test.
 //
 //   node agui.cjs get  BASE TOKEN RUN_ID     GET /runs/RUN_ID/events?format=ag-ui, read by the client's SSE parser
-//   node agui.cjs post BASE TOKEN AGENT PLAN HttpAgent on /agents/AGENT/ag-ui; PLAN is a JSON list of
-//                                            {"runId", "message"?, "resume"?}, run in order on one agent (one thread)
+//   node agui.cjs post BASE TOKEN AGENT PLAN [THREAD_ID]
+//                                            HttpAgent on /agents/AGENT/ag-ui; PLAN is a JSON list of
+//                                            {"runId", "message"?, "resume"?}, run in order on one agent (one
+//                                            thread: THREAD_ID, else a new one)
 const { EventSchemas } = require("@ag-ui/core/schemas");
 const { HttpAgent, verifyEvents, runHttpRequest, transformHttpEventStream } = require("@ag-ui/client");
 const { from, lastValueFrom, toArray } = require("rxjs");
@@ -26,11 +28,11 @@ async function get(base, token, runId) {
   return { ok: true, events };
 }
 
-async function post(base, token, agentName, plan) {
+async function post(base, token, agentName, plan, threadId) {
   const agent = new HttpAgent({
     url: `${base}/agents/${agentName}/ag-ui`,
     headers: { authorization: `Bearer ${token}` },
-    threadId: `thread-${process.pid}`,
+    threadId: threadId || `thread-${process.pid}`,
   });
   const calls = [];
   for (const [i, step] of plan.entries()) {
@@ -51,10 +53,10 @@ async function post(base, token, agentName, plan) {
 }
 
 (async () => {
-  const [mode, base, token, arg, plan] = process.argv.slice(2);
+  const [mode, base, token, arg, plan, threadId] = process.argv.slice(2);
   let out;
   try {
-    out = mode === "get" ? await get(base, token, arg) : await post(base, token, arg, JSON.parse(plan));
+    out = mode === "get" ? await get(base, token, arg) : await post(base, token, arg, JSON.parse(plan), threadId);
   } catch (e) {
     out = { ok: false, error: failure(e) };
   }
