@@ -26,6 +26,27 @@ pub struct Forward {
     pub body: Vec<u8>,
 }
 
+impl Forward {
+    /// A request that a route of ours makes itself of run `run_id` for
+    /// `tenant` (A2A and AG-UI speak through the native routes), with a JSON
+    /// body or none.
+    pub(crate) fn made(
+        run_id: &str,
+        tenant: &super::tenants::Tenant,
+        method: &str,
+        path: String,
+        body: Option<&serde_json::Value>,
+    ) -> Forward {
+        Forward {
+            run_id: run_id.to_string(),
+            tenant: tenant.name().map(str::to_string),
+            method: method.to_string(),
+            path,
+            body: body.map(|b| b.to_string().into_bytes()).unwrap_or_default(),
+        }
+    }
+}
+
 /// An answer to a [`Forward`]: what the node holding the run answered.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Answer {

@@ -31,13 +31,7 @@ use super::wire::{Approval, Decision, Failure, RpcError};
 /// The answer of a native request for `task`'s run, from wherever the run is.
 async fn native(task: TaskRef<'_>, method: &str, path: String, body: Option<Value>) -> Answer {
     let app = task.app;
-    let forward = Forward {
-        run_id: task.id.to_string(),
-        tenant: task.tenant.name().map(str::to_string),
-        method: method.to_string(),
-        path,
-        body: body.map(|b| b.to_string().into_bytes()).unwrap_or_default(),
-    };
+    let forward = Forward::made(task.id, task.tenant, method, path, body.as_ref());
     if let Some(cluster) = app.cluster.get().cloned() {
         return super::super::cluster::answer_of(cluster.elsewhere(forward).await).await;
     }

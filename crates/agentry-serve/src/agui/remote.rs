@@ -91,13 +91,7 @@ impl Remote {
 
     /// The answer of a native request for the run, from wherever it is.
     async fn native(&self, method: &str, path: String, body: Option<Value>) -> Answer {
-        let forward = Forward {
-            run_id: self.run_id.clone(),
-            tenant: self.tenant.name().map(str::to_string),
-            method: method.to_string(),
-            path,
-            body: body.map(|b| b.to_string().into_bytes()).unwrap_or_default(),
-        };
+        let forward = Forward::made(&self.run_id, &self.tenant, method, path, body.as_ref());
         answer_of(self.cluster.elsewhere(forward).await).await
     }
 
