@@ -39,6 +39,22 @@ fn owner_of(db: &std::path::Path, run_id: &str) -> Result<RunOwner, TestError> {
         .ok_or("no owner")?)
 }
 
+/// Starts `task` on a first runtime on `db` and lets it go mid-call (as a
+/// crash would): the run is stored, owned by this process, unfinished.
+async fn abandoned_mid_call(
+    db: &std::path::Path,
+    task: &TestTask,
+    script: ScriptBuilder,
+) -> Result<(), TestError> {
+    let (first, mut held) = gated(db)?;
+    let handle = first.start(task.config(), script.policy()).await?;
+    let call = held.next_call(WAIT).await?;
+    first.abandon().await;
+    drop(call);
+    let _ = tokio::time::timeout(WAIT, handle.wait()).await;
+    Ok(())
+}
+
 /// Two runtimes in one process on one store: while the first runs the
 /// run, the second's resume is refused naming the owner process and since
 /// when (it used to start a second copy of the run); once the first lets
@@ -97,14 +113,7 @@ async fn an_owner_on_another_machine_is_taken_over_only_once_its_heartbeat_expir
 -> Result<(), TestError> {
     let task = task("remote-1")?;
     let db = task.root().join("runs.db");
-    let (first, mut held) = gated(&db)?;
-    let handle = first
-        .start(task.config(), look_then_finish().policy())
-        .await?;
-    let call = held.next_call(WAIT).await?;
-    first.abandon().await;
-    drop(call);
-    let _ = tokio::time::timeout(WAIT, handle.wait()).await;
+    abandoned_mid_call(&db, &task, look_then_finish()).await?;
 
     let ours = owner_of(&db, "remote-1")?;
     let now = agentry::protocol::now_millis();
@@ -166,12 +175,7 @@ async fn a_resumed_runs_first_trace_line_carries_the_whole_map() -> Result<(), T
             .call("l1", "look", json!({}))
             .finish("done")
     };
-    let (first, mut held) = gated(&db)?;
-    let handle = first.start(task.config(), script().policy()).await?;
-    let call = held.next_call(WAIT).await?;
-    first.abandon().await;
-    drop(call);
-    let _ = tokio::time::timeout(WAIT, handle.wait()).await;
+    abandoned_mid_call(&db, &task, script()).await?;
 
     let (second, mut held2) = gated(&db)?;
     let resumed = second.resume("traced-1", script().policy()).await?;
@@ -239,14 +243,7 @@ async fn a_live_owner_keeps_its_heartbeat_fresh() -> Result<(), TestError> {
 async fn a_resume_that_fails_after_its_claim_leaves_the_run_unowned() -> Result<(), TestError> {
     let task = task("failed-resume-1")?.trace();
     let db = task.root().join("runs.db");
-    let (first, mut held) = gated(&db)?;
-    let handle = first
-        .start(task.config(), look_then_finish().policy())
-        .await?;
-    let call = held.next_call(WAIT).await?;
-    first.abandon().await;
-    drop(call);
-    let _ = tokio::time::timeout(WAIT, handle.wait()).await;
+    abandoned_mid_call(&db, &task, look_then_finish()).await?;
 
     let trace = task.trace_path();
     std::fs::remove_file(&trace)?;
