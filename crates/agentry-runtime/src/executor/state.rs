@@ -109,15 +109,9 @@ impl ExecutorState {
                 outcome,
             );
         }
-        let mut entry = ledger::entry(&self.args.run_id, job, state, outcome);
-        if state == LedgerState::Intent {
-            // A call that follows its remote task keeps it on its new intent
-            // row: a second crash follows the same task again.
-            entry.remote = self.ledger.follow(&job.call.id).cloned().map(Box::new);
-        }
         let writes = vec![Write::Ledger {
             run_id: log.run_id.to_string(),
-            entry,
+            entry: self.ledger_row(job, state, outcome),
         }];
         if !wait {
             log.submit(writes);
@@ -129,5 +123,23 @@ impl ExecutorState {
                 format!("the call could not be recorded before it ran, so it was not run: {e}"),
             )
         })
+    }
+
+    /// A call's ledger row. Built here, not in `record`: a row held in a local
+    /// there would stay in the future of every call (its storage lives across
+    /// the await), ~500 bytes a call.
+    fn ledger_row(
+        &self,
+        job: &Job<'_>,
+        state: LedgerState,
+        outcome: Option<&ResultEnvelope>,
+    ) -> agentry_store::LedgerEntry {
+        let mut entry = ledger::entry(&self.args.run_id, job, state, outcome);
+        if state == LedgerState::Intent {
+            // A call that follows its remote task keeps it on its new intent
+            // row: a second crash follows the same task again.
+            entry.remote = self.ledger.follow(&job.call.id).cloned().map(Box::new);
+        }
+        entry
     }
 }
