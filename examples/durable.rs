@@ -45,7 +45,7 @@ impl Tool for Journal {
         let mut file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
-            .open(ctx.workdir.join("journal.txt"))
+            .open(ctx.run.workdir.join("journal.txt"))
             .map_err(|e| ToolError::new(agentry::ErrorCode::Eunavail, e.to_string()))?;
         writeln!(file, "{line}")
             .map_err(|e| ToolError::new(agentry::ErrorCode::Eunavail, e.to_string()))?;

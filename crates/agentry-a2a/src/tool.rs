@@ -201,7 +201,7 @@ impl A2aTool {
         let mut task = watch.settle(task, stream).await?;
         let mut answers = 0u32;
         while task.status.state == TaskState::InputRequired && self.input == InputRequired::Human {
-            let Some(human) = &ctx.human else { break };
+            let Some(human) = &ctx.run.human else { break };
             let call = ToolCall::new(ctx.call_id.clone(), self.tool_name(), shown.clone());
             let asked = human
                 .ask(&call, self.effect, &task.status_text(), &ctx.cancel)
@@ -448,7 +448,7 @@ fn metadata(ctx: &ToolContext) -> Value {
             .unwrap_or(0)
     };
     let mut agentry = json!({
-        "run_id": &*ctx.run_id,
+        "run_id": &*ctx.run.run_id,
         "call_id": ctx.call_id,
         "operation_id": &*ctx.operation_id,
     });

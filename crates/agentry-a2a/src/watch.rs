@@ -150,7 +150,7 @@ impl Watch<'_> {
     }
 
     fn report(&mut self, message: String) {
-        if let Some(sink) = &self.ctx.progress {
+        if let Some(sink) = &self.ctx.run.progress {
             self.reports += 1;
             sink.progress(
                 &self.ctx.call_id,

@@ -113,9 +113,9 @@ fn block_data(
         other => return Ok(serde_json::to_value(other).unwrap_or(Value::Null)),
     };
     let saved = save_artifact(
-        &ctx.root,
-        &ctx.workdir,
-        &ctx.artifacts,
+        &ctx.run.root,
+        &ctx.run.workdir,
+        &ctx.run.artifacts,
         MCP_ARTIFACTS_DIR,
         extension(&mime),
         &bytes,

@@ -366,7 +366,7 @@ impl McpServer {
         let id = handle.id.clone();
         // rmcp sends a progress token with every request; its notifications
         // go to the run's sink as this call's.
-        let _route = ctx.progress.clone().map(|sink| {
+        let _route = ctx.run.progress.clone().map(|sink| {
             self.client
                 .progress
                 .route(handle.progress_token.clone(), &ctx.call_id, sink)

@@ -78,7 +78,7 @@ async fn run_check(check: &AcceptCheck, index: usize, ctx: &ToolContext) -> Chec
 
 /// The file's text, or the check's failure detail naming the file.
 async fn read_checked_file(ctx: &ToolContext, file: &str) -> Result<String, String> {
-    let root = Arc::clone(&ctx.root);
+    let root = Arc::clone(&ctx.run.root);
     let path = file.to_string();
     let read =
         tokio::task::spawn_blocking(move || root.read_file(&path, MAX_ACCEPT_FILE_BYTES, false))

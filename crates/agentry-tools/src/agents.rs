@@ -104,7 +104,7 @@ pub struct CancelArgs {
 }
 
 fn desk(ctx: &ToolContext) -> Result<&Arc<dyn AgentDesk>, ToolError> {
-    ctx.agents.as_ref().ok_or_else(|| {
+    ctx.run.agents.as_ref().ok_or_else(|| {
         ToolError::new(
             ErrorCode::Eprecond,
             "this runtime does not run child agents",

@@ -36,7 +36,7 @@ pub use builtins::builtins;
 pub use finish::{FINISH_TOOL, FinishTool};
 pub use results::{RESULT_READ_TOOL, ResultReadTool, save_artifact, save_result};
 pub use tool::{
-    Deadlines, HumanAnswer, HumanDesk, ProcessLog, ProgressSink, RemoteLog, Tool, ToolContext,
-    ToolOutput, ToolProgress, parse_args, schema_for,
+    Deadlines, HumanAnswer, HumanDesk, ProcessLog, ProgressSink, RemoteLog, RunScope, Tool,
+    ToolContext, ToolOutput, ToolProgress, parse_args, schema_for,
 };
 pub use vars::expand_vars;

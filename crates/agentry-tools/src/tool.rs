@@ -16,22 +16,15 @@ use tokio_util::sync::CancellationToken;
 
 use crate::fs::WorkRoot;
 
-/// What a tool gets besides its arguments.
+/// What a tool gets besides its arguments: the run's shared part ([`RunScope`],
+/// built once per run) and what belongs to this one call.
 #[derive(Clone)]
 pub struct ToolContext {
-    /// The run this call belongs to.
-    pub run_id: Arc<str>,
+    /// What every call of the run shares: its id, directories, desks and
+    /// sandboxes.
+    pub run: Arc<RunScope>,
     /// The model's call id.
     pub call_id: String,
-    /// The run's working directory; file tools must stay inside it.
-    pub workdir: Arc<Path>,
-    /// The working directory as a handle, opened once for the run: every file
-    /// operation on a model-given path resolves beneath it (see [`WorkRoot`]).
-    pub root: Arc<WorkRoot>,
-    /// Where a tool may keep large artifacts (full process output) referenced from
-    /// its envelope. By default `<workdir>/.agentry`, so the model can read them
-    /// back with `fs.read`; created on first use.
-    pub artifacts: Arc<Path>,
     /// Cancelled when the call must stop (deadline, abort, shutdown). The executor
     /// also drops the call's future then; long-running tools that hold resources
     /// outside the future (processes) watch this token to release them.
@@ -43,9 +36,6 @@ pub struct ToolContext {
     /// id. Tools with `idempotency = required_key` pass it to the system they act
     /// on so it can drop duplicates.
     pub operation_id: Arc<str>,
-    /// Starts and waits for child agents of this run (`agent.spawn`, `agent.wait`);
-    /// `None` where the host runs no agent trees.
-    pub agents: Option<Arc<dyn AgentDesk>>,
     /// Where a tool that starts processes records each process group, with the
     /// call's intent (a durable run's ledger); `None` where nothing records.
     pub processes: Option<Arc<dyn ProcessLog>>,
@@ -54,28 +44,69 @@ pub struct ToolContext {
     /// when the call is run again after a crash ([`RemoteLog`]); `None`
     /// where nothing records.
     pub remote: Option<Arc<dyn RemoteLog>>,
-    /// Where a call puts a question to a human (a remote agent's
-    /// INPUT_REQUIRED) through the run's approval path ([`HumanDesk`]);
-    /// `None` where no human can be asked.
-    pub human: Option<Arc<dyn HumanDesk>>,
     /// When the call must end: the earlier of its contract's timeout and the
     /// run's wall-clock deadline, and the run's deadline alone. The executor
     /// enforces both; a tool passes them on to what it calls (a remote agent
     /// gets them as metadata). Unset outside a run.
     pub deadlines: Deadlines,
-    /// Where a long call reports progress (published as `tool_progress` run
-    /// events); `None` where nobody listens.
-    pub progress: Option<Arc<dyn ProgressSink>>,
     /// The W3C `traceparent` of this call (its `execute_tool` span when spans
     /// are exported, else the run's), passed on to what the tool calls: process
     /// tools get it as `TRACEPARENT`, MCP calls in `_meta`. `None` outside a run.
     pub traceparent: Option<Arc<str>>,
+}
+
+// Held inline in each call's future (W2's bytes per call); the run's share stays behind `run`.
+const _: () = assert!(std::mem::size_of::<ToolContext>() <= 144);
+
+/// The part of a [`ToolContext`] that is the same for every call of a run,
+/// built once per run and shared by its calls.
+#[derive(Clone)]
+pub struct RunScope {
+    /// The run the calls belong to.
+    pub run_id: Arc<str>,
+    /// The run's working directory; file tools must stay inside it.
+    pub workdir: Arc<Path>,
+    /// The working directory as a handle, opened once for the run: every file
+    /// operation on a model-given path resolves beneath it (see [`WorkRoot`]).
+    pub root: Arc<WorkRoot>,
+    /// Where a tool may keep large artifacts (full process output) referenced from
+    /// its envelope. By default `<workdir>/.agentry`, so the model can read them
+    /// back with `fs.read`; created on first use.
+    pub artifacts: Arc<Path>,
+    /// Starts and waits for child agents of this run (`agent.spawn`, `agent.wait`);
+    /// `None` where the host runs no agent trees.
+    pub agents: Option<Arc<dyn AgentDesk>>,
+    /// Where a call puts a question to a human (a remote agent's
+    /// INPUT_REQUIRED) through the run's approval path ([`HumanDesk`]);
+    /// `None` where no human can be asked.
+    pub human: Option<Arc<dyn HumanDesk>>,
+    /// Where a long call reports progress (published as `tool_progress` run
+    /// events); `None` where nobody listens.
+    pub progress: Option<Arc<dyn ProgressSink>>,
     /// The run's kernel sandboxes: every process a tool starts runs under
     /// the one for its override ([`Tool::sandbox`]). `None` only where no run
     /// set one (a tool called outside the runtime): processes then run with
     /// the operator's full reach. The runtime always sets it (the default
     /// spec is workspace-write, no network).
     pub sandbox: Option<Arc<crate::proc::RunSandboxes>>,
+}
+
+impl RunScope {
+    /// A run `run_id` in `workdir` (opened as its [`WorkRoot`]), with artifacts
+    /// in `<workdir>/.agentry` and no desks, progress sink or sandbox: what a
+    /// tool called outside the runtime gets.
+    pub fn new(run_id: &str, workdir: &Path) -> std::io::Result<RunScope> {
+        Ok(RunScope {
+            run_id: Arc::from(run_id),
+            workdir: Arc::from(workdir),
+            root: Arc::new(WorkRoot::open(workdir)?),
+            artifacts: Arc::from(workdir.join(".agentry").as_path()),
+            agents: None,
+            human: None,
+            progress: None,
+            sandbox: None,
+        })
+    }
 }
 
 /// How far a running call has got, as a tool reports it (an MCP server's
@@ -169,9 +200,9 @@ pub struct Deadlines {
 impl std::fmt::Debug for ToolContext {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ToolContext")
-            .field("run_id", &self.run_id)
+            .field("run_id", &self.run.run_id)
             .field("call_id", &self.call_id)
-            .field("workdir", &self.workdir)
+            .field("workdir", &self.run.workdir)
             .field("attempt", &self.attempt)
             .finish_non_exhaustive()
     }

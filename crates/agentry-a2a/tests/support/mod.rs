@@ -11,8 +11,7 @@ use std::time::{Duration, Instant};
 
 use agentry_a2a::{A2aClient, A2aOptions, A2aTool, TaskState, discover};
 use agentry_protocol::RemoteRef;
-use agentry_tools::fs::WorkRoot;
-use agentry_tools::{ProgressSink, RemoteLog, ToolContext, ToolProgress};
+use agentry_tools::{ProgressSink, RemoteLog, RunScope, ToolContext, ToolProgress};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio_util::sync::CancellationToken;
@@ -105,24 +104,20 @@ impl Agent {
         cancel: CancellationToken,
         progress: Option<Arc<Progress>>,
     ) -> ToolContext {
-        let workdir: Arc<Path> = Arc::from(self.dir.path());
+        let run = RunScope {
+            progress: progress.map(|p| p as Arc<dyn ProgressSink>),
+            ..RunScope::new("run-1", self.dir.path()).unwrap()
+        };
         ToolContext {
-            run_id: Arc::from("run-1"),
+            run: Arc::new(run),
             call_id: "call-1".to_string(),
-            root: Arc::new(WorkRoot::open(&workdir).unwrap()),
-            artifacts: Arc::from(workdir.join(".agentry").as_path()),
-            workdir,
             cancel,
             attempt: 1,
             operation_id: Arc::from("op-1"),
-            agents: None,
             processes: None,
-            progress: progress.map(|p| p as Arc<dyn ProgressSink>),
             remote: None,
-            human: None,
             deadlines: Default::default(),
             traceparent: None,
-            sandbox: None,
         }
     }
 }

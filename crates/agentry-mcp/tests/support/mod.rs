@@ -10,8 +10,7 @@ use std::time::{Duration, Instant};
 
 use agentry_mcp::{McpServer, McpServerConfig, McpTransport};
 use agentry_protocol::ProcessGroupRecord;
-use agentry_tools::fs::WorkRoot;
-use agentry_tools::{ProcessLog, ProgressSink, Tool, ToolContext, ToolProgress};
+use agentry_tools::{ProcessLog, ProgressSink, RunScope, Tool, ToolContext, ToolProgress};
 use tokio_util::sync::CancellationToken;
 
 pub type TestError = Box<dyn std::error::Error + Send + Sync>;
@@ -90,24 +89,20 @@ impl Run {
 
     /// A context for call `call_id`, cancelled by `cancel`.
     pub fn ctx(&self, call_id: &str, cancel: CancellationToken) -> ToolContext {
-        let workdir: Arc<Path> = Arc::from(self.dir.path());
+        let run = RunScope {
+            progress: Some(self.progress.clone() as Arc<dyn ProgressSink>),
+            ..RunScope::new("run-1", self.dir.path()).unwrap()
+        };
         ToolContext {
-            run_id: Arc::from("run-1"),
+            run: Arc::new(run),
             call_id: call_id.to_string(),
-            root: Arc::new(WorkRoot::open(&workdir).unwrap()),
-            artifacts: Arc::from(workdir.join(".agentry").as_path()),
-            workdir,
             cancel,
             attempt: 1,
             operation_id: Arc::from("op-1"),
-            agents: None,
             processes: Some(self.groups.clone() as Arc<dyn ProcessLog>),
-            progress: Some(self.progress.clone() as Arc<dyn ProgressSink>),
             remote: None,
-            human: None,
             deadlines: Default::default(),
             traceparent: None,
-            sandbox: None,
         }
     }
 }

@@ -50,33 +50,39 @@ impl ExecutorState {
     /// Approval for a fresh call that needs it, settlement for a call a crash
     /// interrupted; every other call passes at once.
     pub(super) async fn gate(&self, job: &Job<'_>) -> Gate {
-        let call = job.call;
+        // Both waits are boxed: every call's future is as large as its
+        // largest await, and most calls pass at once.
         match job.mode {
             Mode::Fresh if self.args.approval.required_for(&job.tool.contract) => {
-                let _ = self
-                    .record(job, LedgerState::AwaitingApproval, None, false)
-                    .await;
-                // Rare paths are boxed: every call's future is as large as its
-                // largest await, and the common path should stay small.
-                let waited = Box::pin(self.await_approval(job)).await;
-                if let Err(refused) = waited.outcome {
-                    let env = fail(call, refused);
-                    if waited.applied.is_some() {
-                        let _ = self
-                            .record(job, LedgerState::Denied, Some(&env), false)
-                            .await;
-                        return Gate::Closed(CallOutcome::not_run(env, waited.applied));
-                    }
-                    // Withdrawn by an interrupt, timed out, or the run stopped.
-                    let outcome = CallOutcome::not_run(env, None);
-                    return Gate::Closed(outcome.cut(self.cut_short()));
-                }
-                let _ = self.record(job, LedgerState::Approved, None, false).await;
-                Gate::Open(waited.applied)
+                Box::pin(self.approve(job)).await
             }
-            Mode::Unsettled => self.settle(job).await,
+            Mode::Unsettled => Box::pin(self.settle(job)).await,
             Mode::Fresh | Mode::Approved | Mode::Rerun | Mode::Follow => Gate::Open(None),
         }
+    }
+
+    /// A fresh call that needs a human's approval: parked until a human
+    /// approves or denies it (or the wait ends otherwise).
+    async fn approve(&self, job: &Job<'_>) -> Gate {
+        let call = job.call;
+        let _ = self
+            .record(job, LedgerState::AwaitingApproval, None, false)
+            .await;
+        let waited = self.await_approval(job).await;
+        if let Err(refused) = waited.outcome {
+            let env = fail(call, refused);
+            if waited.applied.is_some() {
+                let _ = self
+                    .record(job, LedgerState::Denied, Some(&env), false)
+                    .await;
+                return Gate::Closed(CallOutcome::not_run(env, waited.applied));
+            }
+            // Withdrawn by an interrupt, timed out, or the run stopped.
+            let outcome = CallOutcome::not_run(env, None);
+            return Gate::Closed(outcome.cut(self.cut_short()));
+        }
+        let _ = self.record(job, LedgerState::Approved, None, false).await;
+        Gate::Open(waited.applied)
     }
 
     /// A call whose outcome is unknown (a crash, or an interrupt, cut it after

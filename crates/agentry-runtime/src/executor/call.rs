@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use agentry_protocol::envelope::{CutData, ErrorCode, ResultEnvelope, ToolError, cut_head};
 use agentry_protocol::tool::ToolCall;
-use agentry_tools::{Deadlines, HumanDesk, ProcessLog, RemoteLog, ToolContext};
+use agentry_tools::{Deadlines, ProcessLog, RemoteLog, ToolContext};
 use futures::FutureExt;
 use serde_json::Value;
 use tokio::time::{Duration, Instant};
@@ -184,15 +184,11 @@ impl ExecutorState {
         operation_id: &Arc<str>,
     ) -> ToolContext {
         ToolContext {
-            run_id: Arc::clone(&self.args.run_id),
+            run: Arc::clone(&self.scope),
             call_id: call.id.clone(),
-            workdir: Arc::clone(&self.args.workdir),
-            root: Arc::clone(&self.args.root),
-            artifacts: Arc::clone(&self.args.artifacts),
             cancel: token.clone(),
             attempt,
             operation_id: Arc::clone(operation_id),
-            agents: self.args.agents.clone(),
             processes: self
                 .args
                 .log
@@ -202,11 +198,8 @@ impl ExecutorState {
                 let follow = self.ledger.follow(&call.id).cloned();
                 Arc::new(LedgerRemote::new(log, &call.id, follow)) as Arc<dyn RemoteLog>
             }),
-            human: Some(Arc::clone(&self.humans) as Arc<dyn HumanDesk>),
             deadlines: Deadlines::default(),
-            progress: Some(Arc::clone(&self.progress)),
             traceparent: Some(Arc::clone(&self.args.traceparent)),
-            sandbox: Some(Arc::clone(&self.args.sandbox)),
         }
     }
 

@@ -38,7 +38,7 @@ impl Tool for ListTool {
         let args: ListArgs = parse_args(args)?;
         let rel = args.path.unwrap_or_else(|| ".".to_string());
         let shown = display_rel(&rel);
-        let root = Arc::clone(&ctx.root);
+        let root = Arc::clone(&ctx.run.root);
         let path = rel.clone();
         let mut entries = blocking(move || root.list(&path))
             .await

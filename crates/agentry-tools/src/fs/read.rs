@@ -44,7 +44,7 @@ impl Tool for ReadTool {
         let args: ReadArgs = parse_args(args)?;
         let rel = args.path;
         let shown = display_rel(&rel);
-        let root = Arc::clone(&ctx.root);
+        let root = Arc::clone(&ctx.run.root);
         let path = rel.clone();
         if args.offset.is_some() || args.limit.is_some() {
             let range = byte_range(args.offset, args.limit)?;

@@ -16,26 +16,19 @@ use tokio_util::sync::CancellationToken;
 
 use super::errors::LIST_ACTION;
 use super::*;
-use crate::tool::{Tool, ToolContext, ToolOutput};
+use crate::tool::{RunScope, Tool, ToolContext, ToolOutput};
 
 fn ctx(workdir: &Path) -> ToolContext {
     ToolContext {
-        run_id: Arc::from("run-1"),
+        run: Arc::new(RunScope::new("run-1", workdir).unwrap()),
         call_id: "call-1".to_string(),
-        workdir: Arc::from(workdir),
-        root: Arc::new(WorkRoot::open(workdir).unwrap()),
-        artifacts: Arc::from(workdir.join(".agentry").as_path()),
         cancel: CancellationToken::new(),
         attempt: 1,
         operation_id: Arc::from("op-test"),
-        agents: None,
         processes: None,
-        progress: None,
         remote: None,
-        human: None,
         deadlines: Default::default(),
         traceparent: None,
-        sandbox: None,
     }
 }
 

@@ -23,7 +23,10 @@ pub struct WriteTool;
 
 /// The artifact directory's path under the root, which `fs.write` refuses.
 fn protected(ctx: &ToolContext) -> Vec<OsString> {
-    ctx.root.relative(&ctx.artifacts).unwrap_or_default()
+    ctx.run
+        .root
+        .relative(&ctx.run.artifacts)
+        .unwrap_or_default()
 }
 
 #[async_trait]
@@ -47,7 +50,7 @@ impl Tool for WriteTool {
         let shown = display_rel(&rel);
         let len = args.content.len() as u64;
         let sha256 = sha256_hex(args.content.as_bytes());
-        let root = Arc::clone(&ctx.root);
+        let root = Arc::clone(&ctx.run.root);
         let protected = protected(ctx);
         let path = rel.clone();
         blocking(move || root.write_file(&path, args.content.as_bytes(), &protected))
@@ -68,7 +71,11 @@ impl Tool for WriteTool {
     /// UTF-8 text of at most [`MAX_READ_BYTES`](super::MAX_READ_BYTES).
     fn preview(&self, args: &Value, ctx: &ToolContext) -> Option<String> {
         let args: WriteArgs = serde_json::from_value(args.clone()).ok()?;
-        let before = match ctx.root.read_file(&args.path, super::MAX_READ_BYTES, false) {
+        let before = match ctx
+            .run
+            .root
+            .read_file(&args.path, super::MAX_READ_BYTES, false)
+        {
             Ok(bytes) => String::from_utf8(bytes).ok()?,
             Err(super::PathError::NotFound) => String::new(),
             Err(_) => return None,

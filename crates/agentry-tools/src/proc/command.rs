@@ -286,7 +286,7 @@ impl Tool for CommandTool {
         let invocation = Invocation {
             argv,
             stdin,
-            cwd: ctx.workdir.to_path_buf(),
+            cwd: ctx.run.workdir.to_path_buf(),
             env,
             sandbox: self.sandbox.clone(),
         };

@@ -252,7 +252,7 @@ impl Tool for ProcTool {
         let args: RunArgs = parse_args(args)?;
         let cwd = match args.cwd.as_deref() {
             Some(rel) => {
-                let dir = resolve_in_workdir(&ctx.workdir, rel, false)?;
+                let dir = resolve_in_workdir(&ctx.run.workdir, rel, false)?;
                 if !dir.is_dir() {
                     return Err(ToolError::new(
                         ErrorCode::Einval,
@@ -262,7 +262,7 @@ impl Tool for ProcTool {
                 }
                 dir
             }
-            None => ctx.workdir.to_path_buf(),
+            None => ctx.run.workdir.to_path_buf(),
         };
         let env = model_env(&self.config.env_allowlist, &args.env)?;
         let invocation = Invocation {

@@ -83,7 +83,7 @@ pub async fn run_command(
     let invocation = Invocation {
         argv,
         stdin: None,
-        cwd: ctx.workdir.to_path_buf(),
+        cwd: ctx.run.workdir.to_path_buf(),
         env: host_env(&config.env_allowlist),
         sandbox: SandboxOverride::default(),
     };
@@ -119,7 +119,7 @@ fn set_host_env(env: &mut Vec<(String, OsString)>, ctx: &ToolContext) -> String 
     env.retain(|(name, _)| !HOST_ENV.contains(&name.as_str()));
     let spawn_id = next_spawn_id();
     env.extend([
-        (ENV_RUN_ID.to_string(), OsString::from(&*ctx.run_id)),
+        (ENV_RUN_ID.to_string(), OsString::from(&*ctx.run.run_id)),
         (ENV_CALL_ID.to_string(), OsString::from(&ctx.call_id)),
         (
             ENV_OPERATION_ID.to_string(),
@@ -151,7 +151,7 @@ pub(super) async fn run(
         ));
     }
     // Held until the process is gone: its drop removes the call's TMPDIR.
-    let sandboxed = match &ctx.sandbox {
+    let sandboxed = match &ctx.run.sandbox {
         Some(sandboxes) => Some(sandboxes.call(&invocation.sandbox)?),
         None => None,
     };
@@ -197,8 +197,8 @@ pub(super) async fn run(
         ),
     })?;
 
-    let out = out.finish(&ctx.workdir).await;
-    let err = err.finish(&ctx.workdir).await;
+    let out = out.finish(&ctx.run.workdir).await;
+    let err = err.finish(&ctx.run.workdir).await;
     let output = output(status, out, err, problems);
     let confinement = sandboxed.as_ref().and_then(|s| s.confinement.as_ref());
     refused_or(output, status, &invocation.cwd, confinement)
@@ -363,8 +363,8 @@ fn cancelled(pgid: i32, grace: Duration) -> ToolError {
 /// `<artifacts>/out/<sanitized call id>.<attempt>.<stream>`.
 fn artifact(ctx: &ToolContext, stream: &str) -> Artifact {
     Artifact {
-        root: Arc::clone(&ctx.root),
-        dir: ctx.artifacts.join("out"),
+        root: Arc::clone(&ctx.run.root),
+        dir: ctx.run.artifacts.join("out"),
         name: OsString::from(format!(
             "{}.{}.{stream}",
             sanitize(&ctx.call_id),

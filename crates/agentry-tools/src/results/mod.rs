@@ -117,8 +117,8 @@ impl Tool for ResultReadTool {
         let args: ResultReadArgs = parse_args(args)?;
         let sha256 = saved_name(&args.reference)?.to_string();
         let range = byte_range(args.offset, args.limit)?;
-        let root = Arc::clone(&ctx.root);
-        let dir = ctx.artifacts.join(RESULTS_DIR);
+        let root = Arc::clone(&ctx.run.root);
+        let dir = ctx.run.artifacts.join(RESULTS_DIR);
         let name = args.reference.clone();
         let part = tokio::task::spawn_blocking(move || read_saved(&root, &dir, &name, range))
             .await

@@ -7,25 +7,23 @@ use std::os::unix::fs::symlink;
 use tokio_util::sync::CancellationToken;
 
 use super::*;
+use crate::tool::RunScope;
 
 fn ctx(workdir: &Path, artifacts: &Path) -> ToolContext {
-    ToolContext {
-        run_id: Arc::from("run-1"),
-        call_id: "call-1".to_string(),
-        workdir: Arc::from(workdir),
-        root: Arc::new(WorkRoot::open(workdir).unwrap()),
+    let run = RunScope {
         artifacts: Arc::from(artifacts),
+        ..RunScope::new("run-1", workdir).unwrap()
+    };
+    ToolContext {
+        run: Arc::new(run),
+        call_id: "call-1".to_string(),
         cancel: CancellationToken::new(),
         attempt: 1,
         operation_id: Arc::from("op-test"),
-        agents: None,
         processes: None,
-        progress: None,
         remote: None,
-        human: None,
         deadlines: Default::default(),
         traceparent: None,
-        sandbox: None,
     }
 }
 
@@ -43,7 +41,7 @@ async fn a_saved_result_reads_back_whole_in_parts() {
     let dir = tempfile::tempdir().unwrap();
     let c = ctx(dir.path(), &dir.path().join(".agentry"));
     let whole = text(10_000);
-    let saved = save_result(&c.root, dir.path(), &c.artifacts, whole.as_bytes()).unwrap();
+    let saved = save_result(&c.run.root, dir.path(), &c.run.artifacts, whole.as_bytes()).unwrap();
     assert_eq!(saved.sha256, sha256_hex(whole.as_bytes()));
     assert_eq!(
         saved.path,
@@ -71,7 +69,7 @@ async fn a_saved_result_reads_back_whole_in_parts() {
 async fn bad_refs_limits_and_offsets_are_einval() {
     let dir = tempfile::tempdir().unwrap();
     let c = ctx(dir.path(), &dir.path().join(".agentry"));
-    let saved = save_result(&c.root, dir.path(), &c.artifacts, b"\"abc\"").unwrap();
+    let saved = save_result(&c.run.root, dir.path(), &c.run.artifacts, b"\"abc\"").unwrap();
     let name = saved.path.rsplit('/').next().unwrap().to_string();
     for args in [
         json!({"ref": "../../etc/passwd"}),
@@ -89,7 +87,7 @@ async fn bad_refs_limits_and_offsets_are_einval() {
 async fn a_saved_result_changed_after_saving_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let c = ctx(dir.path(), &dir.path().join(".agentry"));
-    let saved = save_result(&c.root, dir.path(), &c.artifacts, b"\"the truth\"").unwrap();
+    let saved = save_result(&c.run.root, dir.path(), &c.run.artifacts, b"\"the truth\"").unwrap();
     // A tool that can write in the working directory rewrites it.
     std::fs::write(dir.path().join(&saved.path), "\"a lie\"").unwrap();
     let name = saved.path.rsplit('/').next().unwrap();
@@ -105,7 +103,7 @@ async fn a_link_planted_at_the_results_folder_or_a_saved_result_is_not_followed(
     std::fs::create_dir(work.join(".agentry")).unwrap();
     symlink(outside.path(), work.join(".agentry/results")).unwrap();
     let c = ctx(work, &work.join(".agentry"));
-    assert!(save_result(&c.root, work, &c.artifacts, b"\"x\"").is_err());
+    assert!(save_result(&c.run.root, work, &c.run.artifacts, b"\"x\"").is_err());
     assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);
 
     // A link at a saved result's name, pointing outside, is not read through.
@@ -125,7 +123,7 @@ async fn results_saved_outside_the_working_directory_read_back() {
     let artifacts = tempfile::tempdir().unwrap();
     let c = ctx(dir.path(), artifacts.path());
     let whole = text(3_000);
-    let saved = save_result(&c.root, dir.path(), &c.artifacts, whole.as_bytes()).unwrap();
+    let saved = save_result(&c.run.root, dir.path(), &c.run.artifacts, whole.as_bytes()).unwrap();
     assert!(saved.path.starts_with('/'), "{}", saved.path);
     let name = saved.path.rsplit('/').next().unwrap();
     let out = read(&c, json!({"ref": name})).await.unwrap();

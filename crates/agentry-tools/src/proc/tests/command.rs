@@ -84,7 +84,7 @@ fn spawn_id(stdout: &str) -> String {
 async fn host_ids_reach_every_child_and_cannot_be_forged() {
     let dir = tempfile::tempdir().unwrap();
     let mut c = ctx(dir.path());
-    c.run_id = Arc::from("run-1"); // the only test with this run id
+    Arc::make_mut(&mut c.run).run_id = Arc::from("run-1"); // the only test with this run id
     let want = [
         "AGENTRY_CALL_ID=call-1",
         "AGENTRY_OPERATION_ID=op-test",

@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use super::*;
+use crate::tool::RunScope;
 
 mod command;
 mod fence;
@@ -26,22 +27,15 @@ fn ctx(workdir: &Path) -> ToolContext {
     static NEXT_RUN: AtomicU64 = AtomicU64::new(1);
     let run = NEXT_RUN.fetch_add(1, Ordering::Relaxed);
     ToolContext {
-        run_id: Arc::from(format!("run-t{run}")),
+        run: Arc::new(RunScope::new(&format!("run-t{run}"), workdir).unwrap()),
         call_id: "call-1".to_string(),
-        workdir: Arc::from(workdir),
-        root: Arc::new(crate::fs::WorkRoot::open(workdir).unwrap()),
-        artifacts: Arc::from(workdir.join(".agentry").as_path()),
         cancel: CancellationToken::new(),
         attempt: 1,
         operation_id: Arc::from("op-test"),
-        agents: None,
         processes: None,
-        progress: None,
         remote: None,
-        human: None,
         deadlines: Default::default(),
         traceparent: None,
-        sandbox: None,
     }
 }
 
