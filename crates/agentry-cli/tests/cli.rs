@@ -53,6 +53,7 @@ mod cli {
     mod serve;
     mod serve_a2a;
     mod serve_a2a_store;
+    mod serve_a2a_turns;
     mod serve_agents;
     mod serve_agui;
     mod serve_auth;

@@ -35,7 +35,8 @@ use agentry::RunHandle;
 use agentry::protocol::event::{EventRecord, RunEvent};
 use axum::http::HeaderMap;
 use axum::response::sse::Event;
-use futures::Stream;
+use futures::stream::BoxStream;
+use futures::{Stream, StreamExt};
 use tokio::sync::{broadcast, watch};
 
 use super::error::ApiError;
@@ -256,6 +257,23 @@ pub struct FedEvent {
     pub data: String,
     /// `run_stopped`: nothing comes after it.
     pub last: bool,
+}
+
+/// A run's events as a reader takes them (this node's log, or the events a cluster keeps), from the first.
+pub(crate) enum Feed {
+    Here(EventFeed),
+    Kept(BoxStream<'static, Vec<FedEvent>>),
+}
+
+impl Feed {
+    /// The events that came since the last call, waiting for one if none
+    /// did; `None` once there will be no more.
+    pub(crate) async fn next_batch(&mut self) -> Option<Vec<FedEvent>> {
+        match self {
+            Feed::Here(feed) => feed.next_batch().await,
+            Feed::Kept(events) => events.next().await,
+        }
+    }
 }
 
 /// A run's events as they enter its log, in order, for a store of events

@@ -127,6 +127,7 @@ mod status;
 mod streams;
 mod table;
 mod tenants;
+mod turn;
 mod views;
 mod webhooks;
 

@@ -74,6 +74,13 @@ pub(super) fn place() -> tempfile::TempDir {
     );
     task(
         root,
+        "turns",
+        "goal = \"answer every message\"\n[budget]\nmax_steps = 100\ndeadline = \"120s\"\n\
+         [driver]\nmode = \"events\"\n[progress]\nwindow = 0\n",
+        &json!({"turns": [{"final": "one"}, {"final": "two"}, {"final": "three"}], "then": "repeat_last"}),
+    );
+    task(
+        root,
         "spin",
         "goal = \"spin\"\n[budget]\nmax_steps = 1\n[progress]\nwindow = 0\n[tools]\ngrant = [\"fs.list\"]\n",
         &json!({"turns": [
@@ -93,7 +100,7 @@ pub(super) fn place() -> tempfile::TempDir {
          [serve]\nwebhook_hosts = [\"127.0.0.1\"]\na2a_default = \"echo\"\n",
     );
     config.push_str(&format!("webhook_secret_env = \"{SECRET_ENV}\"\n"));
-    for name in ["echo", "gated", "nap", "chat", "spin", "report"] {
+    for name in ["echo", "gated", "nap", "chat", "turns", "spin", "report"] {
         config.push_str(&format!(
             "[agents.{name}]\ntask = \"tasks/{name}\"\na2a = true\n"
         ));

@@ -2,21 +2,29 @@
 //! stream, a push receiver, a waiting SendMessage) is told — a `task`
 //! first, then an `artifactUpdate` when the answer changes and a
 //! `statusUpdate` when the state or its message does. Woken by the run's
-//! event log (`events.rs`), and every 250 ms besides (a sleeping run says
-//! nothing when it falls asleep).
+//! event log (`events.rs`; on a cluster, the events the nodes keep), and
+//! every 250 ms besides (a sleeping run says nothing when it falls asleep).
+//! The same events say when an event-driven run has answered the message
+//! sent to it ([`Turn`]): its status stays `sleeping` while the step that
+//! message woke runs, so until then the task is WORKING, not the last
+//! answer again.
 
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
+use agentry::protocol::event::EventRecord;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
-use super::super::events::EventFeed;
+use futures::FutureExt;
+
+use super::super::events::{EventFeed, FedEvent, Feed};
 use super::super::streams::StreamSlot;
 use super::super::table::App;
 use super::super::tenants::Tenant;
+use super::super::turn::Turn;
 use super::look::observe;
 use super::task::{Files, Observed, State, TaskRef};
 use super::wire::envelope;
@@ -42,7 +50,9 @@ pub(super) struct Follower {
     id: String,
     until: Until,
     last: Option<Observed>,
-    feed: Option<EventFeed>,
+    feed: Option<Feed>,
+    /// The run's turn, from the events read so far.
+    turn: Turn,
     /// The log said it holds no more events.
     closed: bool,
     done: bool,
@@ -60,6 +70,7 @@ impl Follower {
             until,
             last: None,
             feed: None,
+            turn: Turn::default(),
             closed: false,
             done: false,
             slot: None,
@@ -88,11 +99,19 @@ impl Follower {
             if self.done || ended {
                 return None;
             }
+            self.open_feed();
+            self.read_ready();
             let Ok(mut now) = observe(self.task(), Files::Read).await else {
                 self.done = true;
                 return None;
             };
-            if now.asleep && now.inputs < self.until.min_inputs {
+            // Without events (a run only the store holds), the inputs it
+            // applied are all there is to go by.
+            let answered = match self.feed {
+                Some(_) => self.turn.answered(),
+                None => now.inputs,
+            };
+            if now.asleep && answered < self.until.min_inputs {
                 now.state = State::Working;
                 now.parts.clear();
             }
@@ -144,14 +163,46 @@ impl Follower {
         told
     }
 
-    async fn wait(&mut self) {
-        if self.feed.is_none() && !self.closed {
-            // Read when needed: a queued run's log is the one it keeps.
-            self.feed = self
-                .app
-                .entry(&self.id)
-                .map(|entry| EventFeed::new(Arc::clone(&entry.log)));
+    /// The run's events, from the first: its log here, or the events a
+    /// cluster's nodes keep. Opened when needed: a queued run's log is the
+    /// one it keeps.
+    fn open_feed(&mut self) {
+        if self.feed.is_some() || self.closed {
+            return;
         }
+        self.feed = match self.app.entry(&self.id) {
+            Some(entry) => Some(Feed::Here(EventFeed::new(Arc::clone(&entry.log)))),
+            None => (self.app.cluster.get())
+                .map(|cluster| Feed::Kept(cluster.events(self.id.clone(), 0))),
+        };
+    }
+
+    /// Takes the events that came, without waiting for more.
+    fn read_ready(&mut self) {
+        while let Some(feed) = self.feed.as_mut() {
+            match feed.next_batch().now_or_never() {
+                Some(Some(batch)) => self.take(&batch),
+                Some(None) => self.close(),
+                None => return,
+            }
+        }
+    }
+
+    fn take(&mut self, batch: &[FedEvent]) {
+        for fed in batch.iter().filter(|fed| Turn::reads(&fed.kind)) {
+            if let Ok(record) = serde_json::from_str::<EventRecord>(&fed.data) {
+                self.turn.see(&record.event);
+            }
+        }
+    }
+
+    /// The log holds no more events (the run stopped).
+    fn close(&mut self) {
+        self.feed = None;
+        self.closed = true;
+    }
+
+    async fn wait(&mut self) {
         let pause = tokio::time::sleep(POLL);
         let ended = async {
             match &self.slot {
@@ -162,12 +213,10 @@ impl Follower {
         match self.feed.as_mut() {
             Some(feed) => {
                 tokio::select! {
-                    batch = feed.next_batch() => {
-                        if batch.is_none() {
-                            self.feed = None;
-                            self.closed = true;
-                        }
-                    }
+                    batch = feed.next_batch() => match batch {
+                        Some(batch) => self.take(&batch),
+                        None => self.close(),
+                    },
                     () = pause => {}
                     () = ended => {}
                 }

@@ -8,12 +8,12 @@ use std::sync::Arc;
 
 use agentry::RunStatus;
 use agentry::protocol::state::PendingApproval;
-use futures::stream::BoxStream;
-use futures::{FutureExt, StreamExt};
+use futures::FutureExt;
 
 use super::remote::Remote;
 use crate::error::ApiError;
-use crate::events::{EventFeed, FedEvent};
+use crate::events::EventFeed;
+pub(crate) use crate::events::Feed;
 use crate::table::{Run, RunEntry};
 
 /// The run a segment is of.
@@ -23,23 +23,6 @@ pub(crate) enum Source {
     Here(Arc<RunEntry>),
     /// Another node's (or the store's alone).
     Elsewhere(Remote),
-}
-
-/// A run's events as a segment reads them, from the first.
-pub(crate) enum Feed {
-    Here(EventFeed),
-    Kept(BoxStream<'static, Vec<FedEvent>>),
-}
-
-impl Feed {
-    /// The events that came since the last call, waiting for one if none
-    /// did; `None` once there will be no more.
-    pub(crate) async fn next_batch(&mut self) -> Option<Vec<FedEvent>> {
-        match self {
-            Feed::Here(feed) => feed.next_batch().await,
-            Feed::Kept(events) => events.next().await,
-        }
-    }
 }
 
 /// A look at a live run: its status and the calls it parked.

@@ -18,7 +18,6 @@ use std::convert::Infallible;
 use std::time::Duration;
 
 use agentry::RunStatus;
-use agentry::protocol::decision::Decision;
 use agentry::protocol::event::{EventRecord, RunEvent};
 use agentry::protocol::state::PendingApproval;
 use agentry::protocol::trace::RunInput;
@@ -30,6 +29,7 @@ use super::translate::{DECISION_REQUIRED, End, Parked, Translator};
 use super::wire::{APPROVAL_REQUIRED, AgUiEvent, RUN_EVENT, sse};
 use crate::events::FedEvent;
 use crate::streams::StreamSlot;
+use crate::turn::Turn;
 
 /// The quiet that makes a stream look at the run's state, first and at most.
 const QUIET_FIRST: Duration = Duration::from_millis(50);
@@ -100,62 +100,6 @@ struct Driver {
     told_parked: HashSet<String>,
     /// Looks that found calls parked before their events.
     early_looks: u32,
-}
-
-/// Whether the run's turn is over, from its events: a step's record
-/// (`state_updated`) ends it unless the step called tools (the model sees
-/// their results in a next step) or an input came after its decision (a
-/// next step takes it).
-#[derive(Debug, Clone, Copy)]
-struct Turn {
-    over: bool,
-    calls: bool,
-    input_pending: bool,
-}
-
-impl Default for Turn {
-    /// A run that has done nothing yet waits for its first input.
-    fn default() -> Turn {
-        Turn {
-            over: true,
-            calls: false,
-            input_pending: false,
-        }
-    }
-}
-
-impl Turn {
-    fn see(&mut self, event: &RunEvent) {
-        match event {
-            RunEvent::InputApplied {
-                input: RunInput::Message { .. } | RunInput::Event { .. } | RunInput::Tick { .. },
-                ..
-            } => {
-                self.input_pending = true;
-                self.over = false;
-            }
-            RunEvent::StepStarted { .. } => self.over = false,
-            RunEvent::DecisionMade { decision, .. } => {
-                self.over = false;
-                self.input_pending = false;
-                self.calls =
-                    matches!(&**decision, Decision::ToolCalls { calls } if !calls.is_empty());
-            }
-            RunEvent::StateUpdated { .. } => self.over = !self.calls && !self.input_pending,
-            RunEvent::InputApplied { .. }
-            | RunEvent::TokenDelta { .. }
-            | RunEvent::ToolCallStarted { .. }
-            | RunEvent::ToolProgress { .. }
-            | RunEvent::ToolCallFinished { .. }
-            | RunEvent::BudgetSpent { .. }
-            | RunEvent::AwaitingApproval { .. }
-            | RunEvent::AwaitingDecision { .. }
-            | RunEvent::StepInterrupted { .. }
-            | RunEvent::TickSkipped { .. }
-            | RunEvent::RunStopped { .. }
-            | _ => {}
-        }
-    }
 }
 
 impl Driver {
@@ -273,7 +217,7 @@ impl Driver {
             RunStatus::AwaitingApproval => self.parked(&look.approvals, APPROVAL_REQUIRED),
             RunStatus::AwaitingDecision => self.parked(&look.decisions, DECISION_REQUIRED),
             RunStatus::Sleeping
-                if self.turn.over && (!self.segment.awaits_input || self.input_taken) =>
+                if self.turn.is_over() && (!self.segment.awaits_input || self.input_taken) =>
             {
                 Some(End::Sleeping)
             }
@@ -296,69 +240,5 @@ impl Driver {
             return None;
         }
         Some(End::Parked(calls))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use agentry::protocol::tool::ToolCall;
-    use std::sync::Arc;
-
-    /// A decision of `calls` calls, or a final answer for none.
-    fn decided(calls: usize) -> RunEvent {
-        let decision = match calls {
-            0 => Decision::Final {
-                answer: "ok".into(),
-            },
-            n => Decision::ToolCalls {
-                calls: (0..n)
-                    .map(|i| ToolCall::new(format!("c{i}"), "fs.read", serde_json::json!({})))
-                    .collect(),
-            },
-        };
-        RunEvent::DecisionMade {
-            step: 1,
-            decision: Arc::new(decision),
-        }
-    }
-
-    #[test]
-    fn a_turn_is_over_after_a_step_without_calls_and_with_no_input_after_it() {
-        let message = RunEvent::InputApplied {
-            seq: 1,
-            input: RunInput::Message { text: "hi".into() },
-        };
-        let record = RunEvent::StateUpdated { version: 2 };
-        let mut turn = Turn::default();
-        assert!(turn.over, "a run that did nothing waits");
-        for event in [
-            message.clone(),
-            RunEvent::StepStarted { step: 1 },
-            decided(1),
-            record.clone(),
-        ] {
-            turn.see(&event);
-            assert!(!turn.over, "{event:?}");
-        }
-        // The calls' results go to a next step, which answers.
-        for event in [
-            RunEvent::StepStarted { step: 2 },
-            decided(0),
-            record.clone(),
-        ] {
-            turn.see(&event);
-        }
-        assert!(turn.over);
-        // A message taken after the decision: a next step answers it.
-        for event in [
-            RunEvent::StepStarted { step: 3 },
-            decided(0),
-            message,
-            record,
-        ] {
-            turn.see(&event);
-        }
-        assert!(!turn.over);
     }
 }
