@@ -516,6 +516,17 @@ async fn any_other_stop_is_failed_with_its_reason_and_a_list_is_the_tenants() {
         "params": {"status": "TASK_STATE_FAILED"}});
     let (_, body) = rpc(&served.base, "/a2a/spin", ACME, true, list).await;
     assert_eq!(body["result"]["totalSize"], 1, "{body}");
+    let garbage = json!({"jsonrpc": "2.0", "id": 6, "method": "ListTasks",
+        "params": {"pageToken": "garbage"}});
+    let (_, body) = rpc(&served.base, "/a2a/spin", ACME, true, garbage).await;
+    assert_eq!(body["error"]["code"], -32602, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("pageToken"),
+        "{body}"
+    );
     let (_, body) = rpc(
         &served.base,
         "/a2a/echo",

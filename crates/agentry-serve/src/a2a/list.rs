@@ -1,8 +1,9 @@
 //! ListTasks: the caller's tasks of this agent, newest first — the runs the
 //! store lists for the tenant and the agent (those of earlier starts, and
 //! other nodes' on a cluster) and those only the table holds. `pageToken` is
-//! the last id of the page before; `status` is an A2A state, so with it
-//! every listed run is looked at, without it only the page's.
+//! the last id of the page before (one that is not a task of the listing is
+//! `-32602`); `status` is an A2A state, so with it every listed run is looked
+//! at, without it only the page's.
 
 use std::sync::Arc;
 
@@ -38,6 +39,19 @@ pub(super) async fn list(call: &Call) -> Result<Value, Failure> {
         .into_iter()
         .filter(|id| text("contextId").is_none_or(|c| c == id))
         .collect();
+    // The ids up to and including the token's: the pages before.
+    let before = match text("pageToken") {
+        Some(token) => match ids.iter().position(|id| id == token) {
+            Some(at) => at + 1,
+            None => {
+                return Err(RpcError::invalid_params(format!(
+                    "pageToken: {token:?} is not a task of this listing (use a nextPageToken as given)"
+                ))
+                .into());
+            }
+        },
+        None => 0,
+    };
     // With a state to match, every run is looked at; else only the page's.
     let (total, start, mut page) = match text("status") {
         Some(state) => {
@@ -49,12 +63,16 @@ pub(super) async fn list(call: &Call) -> Result<Value, Failure> {
                     tasks.push(now);
                 }
             }
-            let start = after(text("pageToken"), tasks.iter().map(|t| t.id.as_str()));
+            let shown_before = &ids[..before];
+            let start = tasks
+                .iter()
+                .take_while(|t| shown_before.contains(&t.id))
+                .count();
             let page: Vec<Observed> = tasks.iter().skip(start).take(size).cloned().collect();
             (tasks.len(), start, page)
         }
         None => {
-            let start = after(text("pageToken"), ids.iter().map(String::as_str));
+            let start = before;
             let mut page = Vec::new();
             for id in ids.iter().skip(start).take(size) {
                 if let Ok(now) = observe(call.task(id), Files::Skip).await {
@@ -82,14 +100,6 @@ pub(super) async fn list(call: &Call) -> Result<Value, Failure> {
         "pageSize": size,
         "totalSize": total,
     }))
-}
-
-/// Where a page starts: just after `token`, else at the first.
-fn after<'a>(token: Option<&str>, ids: impl Iterator<Item = &'a str>) -> usize {
-    let mut ids = ids;
-    token
-        .and_then(|token| ids.position(|id| id == token))
-        .map_or(0, |at| at + 1)
 }
 
 /// The ids of the caller's runs of this agent, newest first: the store's
