@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use agentry::protocol::event::RunEvent;
 use agentry::protocol::state::PendingApproval;
+use agentry::protocol::tool::ToolCall;
 use std::time::Duration;
 
 use agentry::{RunHandle, RunOutcome, RunTree, RuntimeError};
@@ -38,9 +39,6 @@ pub(crate) async fn drive(
     decisions: &[SettleArg],
     store: Option<&Path>,
 ) -> Result<Finished, RunError> {
-    let Some(store) = store else {
-        return finished(handle, handle.wait().await).await;
-    };
     let mut events = handle.subscribe();
     let wait = handle.wait();
     tokio::pin!(wait);
@@ -50,6 +48,9 @@ pub(crate) async fn drive(
             event = events.recv() => {
                 let call = match event {
                     Ok(record) => {
+                        if let RunEvent::AwaitingApproval { call, .. } = &record.event {
+                            tell_approval_waits(call);
+                        }
                         let RunEvent::AwaitingDecision { call, .. } = record.event else {
                             continue;
                         };
@@ -64,6 +65,8 @@ pub(crate) async fn drive(
                     }
                     Err(_) => return finished(handle, wait.await).await,
                 };
+                // Without a store a crash decision cannot come up.
+                let Some(store) = store else { continue };
                 match decisions.iter().find(|d| d.call_id == call.id) {
                     Some(d) => {
                         handle.settle(&d.call_id, d.settlement).await.map_err(RunError::Lost)?;
@@ -79,6 +82,18 @@ pub(crate) async fn drive(
             }
         }
     }
+}
+
+/// A call parked for a human's approval, which this command cannot give:
+/// says so, and how to let such a call run, instead of waiting silently
+/// until the task's approval timeout denies it.
+fn tell_approval_waits(call: &ToolCall) {
+    eprintln!(
+        "agentry: call {} ({}) waits for a human's approval, which this command cannot give; \
+         it is refused when the task's approval_timeout passes. To let it run, pass --approve {}; \
+         to answer calls as they come, serve the task (agentry serve)",
+        call.id, call.name, call.name
+    );
 }
 
 /// How long a stopped run's children get to end and be recorded before its

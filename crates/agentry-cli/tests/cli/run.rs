@@ -132,3 +132,42 @@ fn deadline_flag_overrides_the_task() {
     assert_eq!(code, 0, "{out}");
     assert_eq!(out["budget"]["limits"]["deadline_ms"], 5000);
 }
+
+/// A call that parks for approval under `agentry run` (nobody can approve
+/// it there) is named on stderr with the way to let it run, not waited on
+/// silently; the timeout refuses it, and with `--approve` it runs.
+#[test]
+fn a_call_parked_for_approval_is_named_with_how_to_let_it_run() {
+    let toml = "goal = \"g\"\n[tools]\ngrant = [\"fs.write\"]\napprove = [\"fs.write\"]\n\
+                approval_timeout = \"1s\"\n";
+    let call = serde_json::json!({"id": "w1", "name": "fs.write",
+        "arguments": {"path": "a.txt", "content": "a"}});
+    let script = serde_json::json!({"turns": [{"tool_calls": [call]}, {"final": "ok"}]});
+    let task = task_dir(toml, &script.to_string());
+    let workdir = task.path().join("work");
+    let out = agentry(&[
+        "run",
+        path_str(task.path()),
+        "--workdir",
+        path_str(&workdir),
+    ]);
+    let err = stderr(&out);
+    assert!(
+        err.contains("call w1 (fs.write) waits for a human's approval"),
+        "{err}"
+    );
+    assert!(err.contains("--approve fs.write"), "{err}");
+    assert!(!workdir.join("a.txt").exists(), "refused at the timeout");
+
+    let out = agentry(&[
+        "run",
+        path_str(task.path()),
+        "--workdir",
+        path_str(&workdir),
+        "--approve",
+        "fs.write",
+    ]);
+    let err = stderr(&out);
+    assert!(!err.contains("waits for a human's approval"), "{err}");
+    assert!(workdir.join("a.txt").exists(), "{err}");
+}
