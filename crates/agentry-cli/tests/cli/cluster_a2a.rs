@@ -2,12 +2,10 @@
 //! answered, streamed and cancelled through node B, which sends each step
 //! as the native request it stands for through the cluster's routing.
 
-use std::time::Duration;
-
 use serde_json::json;
 
 use super::cluster::Place;
-use super::serve_a2a::rpc;
+use super::serve_a2a::{rpc, rpc_stream};
 use crate::*;
 
 /// Publishes `gated` and `chat` over A2A (Place's serve.toml names them).
@@ -149,27 +147,7 @@ async fn an_event_driven_task_on_node_a_takes_messages_streams_and_is_cancelled_
     // A stream through B: a task first, the message applied, asleep again.
     let mut stream = send(Some("third"), None, Some(&id));
     stream["method"] = json!("SendStreamingMessage");
-    let client = reqwest::Client::builder().no_proxy().build().unwrap();
-    let text = tokio::time::timeout(
-        Duration::from_secs(60),
-        client
-            .post(format!("{}/a2a/chat", b.base))
-            .header("A2A-Version", "1.0")
-            .header("content-type", "application/json")
-            .body(stream.to_string())
-            .send()
-            .await
-            .unwrap()
-            .text(),
-    )
-    .await
-    .expect("the stream through B ends")
-    .unwrap();
-    let events: Vec<Value> = text
-        .lines()
-        .filter_map(|l| l.strip_prefix("data:"))
-        .map(|d| serde_json::from_str::<Value>(d.trim()).unwrap()["result"].clone())
-        .collect();
+    let (text, events) = rpc_stream(&b.base, "/a2a/chat", None, &stream).await;
     assert!(events[0].get("task").is_some(), "{text}");
     // (The task itself, when the message was applied by the stream's first look.)
     let last = events.last().unwrap();

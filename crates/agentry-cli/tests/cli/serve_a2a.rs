@@ -417,6 +417,36 @@ pub(super) async fn rpc(
     rpc_with(base, path, token, version, &[], body).await
 }
 
+/// A streaming JSON-RPC call (`A2A-Version: 1.0`, a token if any), read to
+/// its end (bounded): its SSE text, and each event's `result`.
+pub(super) async fn rpc_stream(
+    base: &str,
+    path: &str,
+    token: Option<&str>,
+    body: &Value,
+) -> (String, Vec<Value>) {
+    let client = reqwest::Client::builder().no_proxy().build().unwrap();
+    let mut request = client
+        .post(format!("{base}{path}"))
+        .header("A2A-Version", "1.0")
+        .header("content-type", "application/json")
+        .body(body.to_string());
+    if let Some(token) = token {
+        request = request.header("authorization", format!("Bearer {token}"));
+    }
+    let text = tokio::time::timeout(std::time::Duration::from_secs(60), async {
+        request.send().await.unwrap().text().await.unwrap()
+    })
+    .await
+    .expect("the stream ends");
+    let results = text
+        .lines()
+        .filter_map(|line| line.strip_prefix("data:"))
+        .map(|data| serde_json::from_str::<Value>(data.trim()).unwrap()["result"].clone())
+        .collect();
+    (text, results)
+}
+
 async fn rpc_with(
     base: &str,
     path: &str,

@@ -4,7 +4,7 @@
 
 use serde_json::{Value, json};
 
-use super::serve_a2a::{ACME, place, rpc, serve};
+use super::serve_a2a::{ACME, place, rpc, rpc_stream, serve};
 
 /// The answer artifact's text of a `Task`.
 fn answer_of(task: &Value) -> Option<&str> {
@@ -56,26 +56,7 @@ async fn each_message_to_an_event_driven_task_gets_its_own_answer() {
     // ends at INPUT_REQUIRED.
     let stream = json!({"jsonrpc": "2.0", "id": 3, "method": "SendStreamingMessage",
         "params": {"message": message(3, "third", Some(&id))}});
-    let text = reqwest::Client::builder()
-        .no_proxy()
-        .build()
-        .unwrap()
-        .post(format!("{}/a2a/turns", served.base))
-        .header("authorization", format!("Bearer {ACME}"))
-        .header("A2A-Version", "1.0")
-        .header("content-type", "application/json")
-        .body(stream.to_string())
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let told: Vec<Value> = text
-        .lines()
-        .filter_map(|line| line.strip_prefix("data:"))
-        .map(|data| serde_json::from_str::<Value>(data.trim()).unwrap()["result"].clone())
-        .collect();
+    let (text, told) = rpc_stream(&served.base, "/a2a/turns", Some(ACME), &stream).await;
     let answers: Vec<&str> = told
         .iter()
         .filter_map(|t| t["artifactUpdate"]["artifact"]["parts"][0]["text"].as_str())
