@@ -45,6 +45,9 @@ pub struct AgentSkill {
     /// What it does.
     #[serde(default)]
     pub description: String,
+    /// Example requests.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub examples: Vec<String>,
 }
 
 /// An A2A agent card (the fields this client reads; the rest is ignored).
@@ -169,6 +172,43 @@ pub async fn fetch_card(card_url: &str, options: &A2aOptions) -> Result<AgentCar
         },
     })?;
     parse_card(card_url, &body)
+}
+
+/// The card of the agent at `url` (see [`card_url`]) read within `within`,
+/// its headers' `${VAR}`s read from the environment (`options.env_vars`).
+pub async fn read_card(
+    url: &str,
+    options: &A2aOptions,
+    within: std::time::Duration,
+) -> Result<AgentCard, A2aError> {
+    let mut options = options.expanded(url, |var| std::env::var(var).ok())?;
+    options.request_timeout = options.request_timeout.min(within);
+    fetch_card(&card_url(url), &options).await
+}
+
+/// Reads the cards of several agents at once ([`read_card`] each; an
+/// agent is `(name, url, options, within)`), in their order: `None` for a
+/// card that could not be read, logged with why.
+pub async fn read_cards(
+    agents: Vec<(String, String, A2aOptions, std::time::Duration)>,
+) -> Vec<Option<AgentCard>> {
+    let reading: Vec<_> = agents
+        .into_iter()
+        .map(|(name, url, options, within)| {
+            tokio::spawn(async move {
+                let read = read_card(&url, &options, within).await;
+                if let Err(e) = &read {
+                    tracing::warn!(agent = %name, error = %e, "the A2A agent's card could not be read; its tool's description does not show its skills");
+                }
+                read.ok()
+            })
+        })
+        .collect();
+    let mut cards = Vec::with_capacity(reading.len());
+    for read in reading {
+        cards.push(read.await.ok().flatten());
+    }
+    cards
 }
 
 /// `body` as an agent card; `card_url` names it in the error.

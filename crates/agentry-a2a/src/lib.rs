@@ -4,7 +4,10 @@
 //! base URL and `/.well-known/agent-card.json`), reached through the card's
 //! `supportedInterfaces[]` entry with binding `JSONRPC` and protocol version
 //! `1.0` ([`A2aClient`]), and offered to a model as one tool, `<name>.ask`
-//! ([`A2aTool`]), an [`agentry_tools::Tool`] registered like any other.
+//! ([`A2aTool`]), an [`agentry_tools::Tool`] registered like any other,
+//! whose description is made from the card ([`card_description`]: its
+//! description and skills; [`read_cards`] reads several cards at once, each
+//! within a limit).
 //!
 //! # Layout
 //! - `types.rs`: the messages in ProtoJSON form ([`Task`], [`Message`],
@@ -18,6 +21,8 @@
 //! - `stream.rs`: [`EventStream`], the server-sent events of
 //!   `SendStreamingMessage` and `SubscribeToTask`.
 //! - `tool.rs`: [`A2aTool`].
+//! - `describe.rs`: [`card_description`], the tool's description from the
+//!   card.
 //! - `watch.rs`: how a call follows its task, streamed or polled.
 //! - `remote.rs`: what one call holds on its agent (how it reaches it, the
 //!   remote task it cancels unless that settled).
@@ -88,10 +93,13 @@
 //!
 //! The tool's effect is `irreversible_external` unless its constructor says
 //! otherwise ([`A2aTool::effect`]): what a remote agent does is outside the
-//! run, and a run parks such calls for approval by default.
+//! run, and a run parks such calls for approval by default. Its
+//! `max_retries` is 0 unless set ([`A2aTool::max_retries`]): an executor
+//! retry sends the message again, a new remote task.
 
 mod card;
 mod client;
+mod describe;
 mod error;
 mod remote;
 mod rpc;
@@ -102,9 +110,10 @@ mod watch;
 
 pub use card::{
     AgentCard, AgentInterface, AgentSkill, Discovered, JSONRPC_BINDING, WELL_KNOWN_PATH, card_url,
-    discover, fetch_card, parse_card,
+    discover, fetch_card, parse_card, read_card, read_cards,
 };
 pub use client::{A2aClient, A2aOptions, PROTOCOL_VERSION, SendRequest, VERSION_HEADER};
+pub use describe::card_description;
 pub use error::{A2aError, RpcErrorKind};
 pub use stream::{ArtifactUpdate, EventStream, StatusUpdate, StreamEvent};
 pub use tool::{A2aTool, InputRequired, REMOTE_KIND};

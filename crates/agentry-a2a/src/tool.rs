@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 
 use crate::card::{Discovered, discover};
 use crate::client::{A2aClient, A2aOptions, SendRequest};
+use crate::describe::card_description;
 use crate::error::{A2aError, call_error};
 use crate::remote::{Reach, RemoteTask};
 use crate::stream::{ArtifactUpdate, EventStream, StatusUpdate, StreamEvent};
@@ -55,6 +56,7 @@ pub struct A2aTool {
     timeout: Duration,
     stream: bool,
     input: InputRequired,
+    max_retries: u32,
 }
 
 impl A2aTool {
@@ -71,27 +73,15 @@ impl A2aTool {
             timeout: DEFAULT_TIMEOUT,
             stream: true,
             input: InputRequired::Model,
+            max_retries: 0,
         }
     }
 
     /// The tool for an agent found by its card (`discover`): the card's
     /// description and skills become the tool's description.
     pub fn from_discovered(name: impl Into<String>, found: Discovered) -> Self {
-        let card = &found.card;
-        let mut description = format!(
-            "Ask the remote A2A agent \"{}\": {}",
-            card.name, card.description
-        );
-        if !card.skills.is_empty() {
-            let skills: Vec<String> = card
-                .skills
-                .iter()
-                .map(|s| format!("{} ({})", s.name, s.description))
-                .collect();
-            description.push_str(&format!(" Skills: {}.", skills.join("; ")));
-        }
-        description
-            .push_str(" If it asks for input, answer with another call carrying its task_id.");
+        let name = name.into();
+        let description = card_description(&name, None, &found.card);
         A2aTool::new(name, description, found.client)
     }
 
@@ -131,6 +121,7 @@ impl A2aTool {
             timeout: DEFAULT_TIMEOUT,
             stream: true,
             input: InputRequired::Model,
+            max_retries: 0,
         }
     }
 
@@ -156,6 +147,14 @@ impl A2aTool {
     /// Who answers the remote agent's questions ([`InputRequired`]).
     pub fn input_required(mut self, input: InputRequired) -> Self {
         self.input = input;
+        self
+    }
+
+    /// How many times the executor may retry a retryable failure of a call
+    /// (a timeout, an unreachable agent) whose effect allows retries; 0 by
+    /// default, as each retry sends the message again: a new remote task.
+    pub fn max_retries(mut self, retries: u32) -> Self {
+        self.max_retries = retries;
         self
     }
 
@@ -506,6 +505,7 @@ impl Tool for A2aTool {
         .effect(self.effect)
         // A repeated send is a second task on the remote agent.
         .idempotency(Idempotency::None)
+        .max_retries(self.max_retries)
         // A run grants the agent by its name, or the tool by `<name>.ask`.
         .scope(self.name.clone())
         .timeout_ms(u64::try_from(self.timeout.as_millis()).unwrap_or(u64::MAX))

@@ -2,7 +2,10 @@
 //! default, its remote task cancelled when the run's deadline cancels the
 //! call, the deadlines sent as metadata, and (`input_required = human`) the
 //! agent's question put to a human through the approval path, whose answer
-//! continues the task and whose refusal cancels it. The agent is
+//! continues the task and whose refusal cancels it; a timed-out call of a
+//! `read_only` agent is not retried (one remote task, one `CancelTask`)
+//! unless its `max_retries` says so; the tool's description carries the
+//! card's description and skills. The agent is
 //! tests/peers/echo_agent.py (see tests/remote.rs).
 
 // Test code: a failed unwrap is the failure report.
@@ -235,5 +238,93 @@ async fn a_human_refusing_the_question_cancels_the_remote_task() -> Result<(), T
         agent.cancels().len() == 1
     })
     .await;
+    Ok(())
+}
+
+/// A run of one `echo.ask` call of a `read_only` agent with `max_retries`
+/// that times out after 1 s on a task that works 30 s; the agent's record
+/// once the run has stopped (every attempt is made before the call's result).
+async fn timed_out_call(agent: &Agent, max_retries: Option<u32>) -> Result<(), TestError> {
+    let tool = agent
+        .tool()
+        .await
+        .effect(agentry_protocol::tool::Effect::ReadOnly)
+        .timeout(Duration::from_secs(1));
+    let tool = match max_retries {
+        Some(n) => tool.max_retries(n),
+        None => tool,
+    };
+    let runtime = runtime_with(vec![Arc::new(tool)])?;
+    let task = TestTask::new("ask slowly", &[])?
+        .grant(&["echo"])
+        .deadline_ms(60_000);
+    let policy = ScriptBuilder::new()
+        .call("t1", "echo.ask", json!({"message": "slow 30"}))
+        .finish("gave up")
+        .policy();
+    let handle = runtime.start(task.config(), policy).await?;
+    let events = collect_until_stopped(handle.subscribe()).await?;
+    let outcome = handle.wait().await?;
+    assert_eq!(outcome.stop_reason, StopReason::Done, "{}", outcome.detail);
+    let results = tool_results(&events);
+    let env = &results.first().ok_or("no tool result")?.1;
+    assert_eq!(env.error_code(), Some(ErrorCode::Etimedout), "{env:?}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the a2a-sdk venv (A2A_PYTHON); .ci/run runs it"]
+async fn a_timed_out_read_only_call_is_one_remote_task_unless_max_retries_says_more()
+-> Result<(), TestError> {
+    // Before: the executor's default retries (2) sent the message three
+    // times, three remote tasks and three CancelTasks.
+    let agent = Agent::start().await;
+    timed_out_call(&agent, None).await?;
+    assert_eq!(agent.seen("task ").len(), 1, "one remote task");
+    eventually(Duration::from_secs(10), "the agent saw CancelTask", || {
+        agent.cancels().len() == 1
+    })
+    .await;
+    assert_eq!(agent.seen("task ").len(), 1, "and no other after it");
+
+    let agent = Agent::start().await;
+    timed_out_call(&agent, Some(1)).await?;
+    assert_eq!(
+        agent.seen("task ").len(),
+        2,
+        "one retry: a second remote task"
+    );
+    eventually(
+        Duration::from_secs(10),
+        "the agent saw both CancelTasks",
+        || agent.cancels().len() == 2,
+    )
+    .await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the a2a-sdk venv (A2A_PYTHON); .ci/run runs it"]
+async fn the_tools_description_carries_the_cards_description_and_skills() -> Result<(), TestError> {
+    use agentry_tools::Tool;
+    let agent = Agent::start().await;
+    let card =
+        agentry_a2a::read_card(&agent.base, &agent.options(), Duration::from_secs(5)).await?;
+    let described = agentry_a2a::card_description("echo", Some("Echoes text."), &card);
+    let discovered = agent.tool().await.contract().description;
+    for text in [&described, &discovered] {
+        for part in [
+            "echoes what it is told",
+            "Echo (echoes; e.g. \"hello\")",
+            "Question (asks which one before it answers; e.g. \"ask\")",
+            "task_id",
+        ] {
+            assert!(text.contains(part), "{part:?} in {text:?}");
+        }
+    }
+    assert!(
+        described.starts_with("Echoes text. Its card: "),
+        "{described}"
+    );
     Ok(())
 }

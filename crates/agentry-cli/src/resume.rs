@@ -87,6 +87,7 @@ pub(crate) async fn runtime_for(config: &RunConfig) -> Result<Rebuilt, RunError>
             task.sandbox = config.sandbox.clone();
             let context = ContextSettings::of_task(&task);
             let sandboxes = task.sandboxes(&config.workdir, &config.sandbox_host)?;
+            task.read_a2a_cards().await;
             let mcp = task.start_mcp(&config.workdir, &sandboxes).await?;
             let runtime = task.runtime_with(&mcp)?;
             Ok(Rebuilt {

@@ -102,6 +102,7 @@ pub(crate) async fn prepare_with(
     let store_file = crate::store::store_of(args.store.as_ref(), args.no_store);
     let sandbox_host = crate::store::sandbox_host(store_file.as_deref());
     let sandboxes = task.sandboxes(&fresh.path, &sandbox_host)?;
+    task.read_a2a_cards().await;
     let mcp = task.start_mcp(&fresh.path, &sandboxes).await?;
     let Stored { runtime, path } = open_store(args, task.runtime_with(&mcp)?)?;
     let runtime = with_child_models(runtime, &task, ContextSettings::of_run(args, &task))?;

@@ -38,7 +38,8 @@ pub(crate) struct ToolRow {
 /// Loads the task, starts its MCP servers (stopped again before this
 /// returns) and describes every registered tool.
 pub(crate) async fn list(task_dir: &Path) -> Result<Vec<ToolRow>, RunError> {
-    let task = TaskSpec::load(task_dir)?;
+    let mut task = TaskSpec::load(task_dir)?;
+    task.read_a2a_cards().await;
     let scratch = FreshWorkdir::prepare(&task, None)?;
     let host = crate::store::sandbox_host(None);
     let sandboxes = task.sandboxes(&scratch.path, &host)?;
@@ -85,6 +86,13 @@ fn row(task: &TaskSpec, contract: &ToolContract, sandbox: Option<SandboxSummary>
 fn source(task: &TaskSpec, name: &str) -> String {
     if task.command_tools.iter().any(|d| d.contract.name == name) {
         return "command".into();
+    }
+    if let Some(agent) = task
+        .a2a_agents
+        .iter()
+        .find(|a| name == format!("{}.ask", a.name))
+    {
+        return format!("a2a:{}", agent.name);
     }
     match task.mcp_servers.iter().find(|s| {
         name.strip_prefix(&s.name)

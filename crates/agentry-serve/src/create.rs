@@ -127,6 +127,33 @@ pub fn prepare(body: &[u8], root: Option<&Path>) -> Result<Prepared, ApiError> {
     inline(task, root).map(|run| Prepared::Inline(Box::new(run)))
 }
 
+/// An inline task's own tools, refused: the runtime serves built-in tools
+/// only; silently dropping a field would leave a task that "worked" without
+/// the tools it declared.
+fn refuse_own_tools(task: &serde_json::Map<String, Value>) -> Result<(), ApiError> {
+    if let Some(tools) = task.get("tools").and_then(Value::as_object) {
+        if tools.contains_key("command") {
+            return Err(ApiError::bad_field(
+                "tools.command",
+                "command tools are not accepted by the service (each runs its own program as the service's user); grant built-in tools in tools.grant instead",
+            ));
+        }
+        if tools.contains_key("mcp") {
+            return Err(ApiError::bad_field(
+                "tools.mcp",
+                "MCP servers are not accepted by the service (it offers its built-in tools only, and a server the client names would get the service's header secrets); grant built-in tools in tools.grant instead",
+            ));
+        }
+        if tools.contains_key("a2a") {
+            return Err(ApiError::bad_field(
+                "tools.a2a",
+                "A2A agents are not accepted by the service (it offers its built-in tools only, and an agent the client names would get the service's header secrets); grant built-in tools in tools.grant instead",
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// An inline task: validated, its working directory made and its files written.
 fn inline(
     mut task: serde_json::Map<String, Value>,
@@ -139,27 +166,15 @@ fn inline(
     task.remove(super::webhooks::FIELD);
     // The tables that could name where the service's keys and headers go
     // (`TaskSpec::client_endpoints`: model servers, CA certificates, MCP
-    // servers by URL) are `policy` and `tools.mcp`, and both are refused
-    // here outright: the service runs scripts and its built-in tools only.
+    // servers by URL, A2A agents) are `policy`, `tools.mcp` and `tools.a2a`,
+    // and all are refused here outright: the service runs scripts and its
+    // built-in tools only.
     if task.contains_key("policy") {
         return Err(ApiError::bad_request(
             "policy: not accepted here; pass the script inline as \"script\"",
         ));
     }
-    if let Some(tools) = task.get("tools").and_then(Value::as_object) {
-        // The runtime serves built-in tools only; silently dropping a field
-        // would leave a task that "worked" without the tools it declared.
-        if tools.contains_key("command") {
-            return Err(ApiError::bad_request(
-                "tools.command: command tools are not accepted by the service (each runs its own program as the service's user); grant built-in tools in tools.grant instead",
-            ));
-        }
-        if tools.contains_key("mcp") {
-            return Err(ApiError::bad_request(
-                "tools.mcp: MCP servers are not accepted by the service (it offers its built-in tools only, and a server the client names would get the service's header secrets); grant built-in tools in tools.grant instead",
-            ));
-        }
-    }
+    refuse_own_tools(&task)?;
 
     let text = agentry::task::task_toml_from_json(task)
         .map_err(|e| ApiError::bad_request(e.to_string()))?;

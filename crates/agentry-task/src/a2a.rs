@@ -1,14 +1,17 @@
 //! `[[tools.a2a]]`: remote A2A 1.0 agents a task offers as tools, each table
 //! → an [`A2aAgentConfig`] and, for a run, the tool `<name>.ask`
-//! ([`agentry_a2a::A2aTool`]). The agent's card is read at the tool's first
-//! call, not here: what can be checked without the agent is checked at load,
-//! so the error names the field (`tools.a2a[0].url: ...`).
+//! ([`agentry_a2a::A2aTool`]). Loading reads no card: what can be checked
+//! without the agent is checked here, so the error names the field
+//! (`tools.a2a[0].url: ...`). A run's start reads the cards
+//! ([`read_cards`], within [`CARD_READ_TIMEOUT`]) for the tools'
+//! descriptions; the tool reads its card again at its first call to reach
+//! the agent.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use agentry_a2a::{A2aOptions, A2aTool, InputRequired};
+use agentry_a2a::{A2aOptions, A2aTool, AgentCard, InputRequired, card_description};
 use agentry_protocol::tool::Effect;
 use serde::Deserialize;
 use toml::Value;
@@ -20,6 +23,10 @@ use crate::values::{FieldError, ca_file, describe, duration, field_error, sectio
 /// The limit on one call of an A2A agent when `timeout` is not given: from
 /// the message sent to the remote task's end.
 pub const DEFAULT_A2A_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// The longest a run's start waits for an agent's card (or the agent's
+/// `timeout`, if shorter); past it the tool keeps its plain description.
+pub const CARD_READ_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// One remote A2A agent a task declares.
 #[derive(Debug, Clone, PartialEq)]
@@ -43,6 +50,14 @@ pub struct A2aAgentConfig {
     /// (`"model"`, the default) or a human through the approval path
     /// (`"human"`).
     pub input_required: InputRequired,
+    /// How many times a retryable failure of a call is retried (when its
+    /// effect allows retries at all); 0 unless the task says otherwise, as
+    /// each retry is a new remote task.
+    pub max_retries: u32,
+    /// The agent's card as read at a run's start ([`read_cards`]); its
+    /// description and skills go into the tool's description. `None` until
+    /// read, or when it could not be.
+    pub card: Option<AgentCard>,
 }
 
 #[derive(Deserialize)]
@@ -56,6 +71,7 @@ struct RawAgent {
     description: Option<Value>,
     effect: Option<Value>,
     input_required: Option<Value>,
+    max_retries: Option<Value>,
 }
 
 /// Parses `tools.a2a`: an array of tables, in file order, names unique.
@@ -128,6 +144,20 @@ fn agent(at: &str, raw: RawAgent, dir: &Path) -> Result<A2aAgentConfig, FieldErr
             .map(|v| effect(&format!("{at}.effect"), &v))
             .transpose()?
             .unwrap_or(Effect::IrreversibleExternal),
+        max_retries: match raw.max_retries {
+            None => 0,
+            Some(v) => v
+                .as_integer()
+                .and_then(|n| u32::try_from(n).ok())
+                .ok_or_else(|| {
+                    field_error!(
+                        "{at}.max_retries: expected a non-negative integer, found {} (at most {})",
+                        describe(&v),
+                        u32::MAX
+                    )
+                })?,
+        },
+        card: None,
         input_required: match raw.input_required {
             None => InputRequired::Model,
             Some(Value::String(s)) if s == "model" => InputRequired::Model,
@@ -145,9 +175,35 @@ fn agent(at: &str, raw: RawAgent, dir: &Path) -> Result<A2aAgentConfig, FieldErr
 impl A2aAgentConfig {
     /// The tool `<name>.ask`. Its headers' `${VAR}`s are read from the
     /// environment with its card, at its first call: an unset one fails
-    /// that call (`EINVAL`, naming header and variable), not the run.
+    /// that call (`EINVAL`, naming header and variable), not the run. Its
+    /// description is the task's `description`, with the card's description
+    /// and skills once [`read_cards`] has read it.
     pub fn tool(&self) -> A2aTool {
-        let options = A2aOptions {
+        let description = match &self.card {
+            Some(card) => card_description(&self.name, self.description.as_deref(), card),
+            None => self.description.clone().unwrap_or_else(|| {
+                format!(
+                    "Ask the remote A2A agent {:?} (its card: {}). If it asks for input, answer with another call carrying its task_id.",
+                    self.name, self.url
+                )
+            }),
+        };
+        A2aTool::declared(
+            self.name.clone(),
+            description,
+            self.url.clone(),
+            self.options(),
+        )
+        .effect(self.effect)
+        .timeout(self.timeout)
+        .input_required(self.input_required)
+        .max_retries(self.max_retries)
+    }
+
+    /// How the agent is reached: its headers (`${VAR}`s read when used)
+    /// and CA.
+    fn options(&self) -> A2aOptions {
+        A2aOptions {
             headers: self
                 .headers
                 .iter()
@@ -156,17 +212,25 @@ impl A2aAgentConfig {
             ca_cert: self.ca_cert.clone(),
             env_vars: true,
             ..A2aOptions::default()
-        };
-        let description = self.description.clone().unwrap_or_else(|| {
-            format!(
-                "Ask the remote A2A agent {:?} (its card: {}). If it asks for input, answer with another call carrying its task_id.",
-                self.name, self.url
-            )
-        });
-        A2aTool::declared(self.name.clone(), description, self.url.clone(), options)
-            .effect(self.effect)
-            .timeout(self.timeout)
-            .input_required(self.input_required)
+        }
+    }
+}
+
+/// Reads each agent's card at once, each within [`CARD_READ_TIMEOUT`] (or
+/// its `timeout`, if shorter), into [`A2aAgentConfig::card`]. A card that
+/// cannot be read (the agent down, a header's variable unset) is logged and
+/// its tool keeps the plain description; its calls read the card again.
+pub async fn read_cards(agents: &mut [A2aAgentConfig]) {
+    let asked = agents
+        .iter()
+        .map(|a| {
+            let within = a.timeout.min(CARD_READ_TIMEOUT);
+            (a.name.clone(), a.url.clone(), a.options(), within)
+        })
+        .collect();
+    let cards = agentry_a2a::read_cards(asked).await;
+    for (agent, card) in agents.iter_mut().zip(cards) {
+        agent.card = card;
     }
 }
 
@@ -195,10 +259,40 @@ mod tests {
         assert_eq!(a.effect, Effect::IrreversibleExternal);
         assert_eq!(a.timeout, DEFAULT_A2A_TIMEOUT);
         assert_eq!(a.input_required, InputRequired::Model);
+        assert_eq!(a.max_retries, 0, "each retry would be a new remote task");
         assert_eq!(a.tool().tool_name(), "billing.ask");
+        use agentry_tools::Tool;
+        assert_eq!(a.tool().contract().max_retries, 0);
         assert_eq!(
             a.headers["Authorization"], "Bearer ${BILLING_TOKEN}",
             "read from the environment at the first call, not at load"
+        );
+    }
+
+    #[test]
+    fn max_retries_and_a_read_card_reach_the_tools_contract() {
+        use agentry_tools::Tool;
+        let mut agents = parse(
+            "[[a2a]]\nname = \"billing\"\nurl = \"http://x/\"\nmax_retries = 2\n\
+             description = \"Bills.\"\n",
+        )
+        .unwrap();
+        assert_eq!(agents[0].tool().contract().max_retries, 2);
+        assert_eq!(agents[0].tool().contract().description, "Bills.");
+        agents[0].card = Some(
+            agentry_a2a::parse_card(
+                "u",
+                br#"{"name":"b","description":"Handles billing.","skills":[
+                    {"id":"inv","name":"invoices","description":"lists invoices","examples":["invoices of ACME"]},
+                    {"id":"ref","name":"refunds","description":"refunds a payment"}]}"#,
+            )
+            .unwrap(),
+        );
+        let described = agents[0].tool().contract().description;
+        assert_eq!(
+            described,
+            "Bills. Its card: Handles billing. Skills: invoices (lists invoices; e.g. \"invoices of ACME\"); \
+             refunds (refunds a payment). If it asks for input, answer with another call carrying its task_id."
         );
     }
 
@@ -233,6 +327,10 @@ mod tests {
             (
                 "[[a2a]]\nname = \"b\"\nurl = \"http://x/\"\ninput_required = \"agent\"\n",
                 "tools.a2a[0].input_required: expected \"model\" or \"human\"",
+            ),
+            (
+                "[[a2a]]\nname = \"b\"\nurl = \"http://x/\"\nmax_retries = -1\n",
+                "tools.a2a[0].max_retries: expected a non-negative integer, found -1",
             ),
         ];
         for (text, expected) in cases {

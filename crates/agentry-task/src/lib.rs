@@ -61,7 +61,7 @@ mod validate;
 mod values;
 mod workdir;
 
-pub use a2a::{A2aAgentConfig, DEFAULT_A2A_TIMEOUT};
+pub use a2a::{A2aAgentConfig, CARD_READ_TIMEOUT, DEFAULT_A2A_TIMEOUT};
 pub use command::CommandToolDecl;
 pub use error::TaskError;
 pub use json::{JsonTaskError, budget_from_json, task_toml_from_json};

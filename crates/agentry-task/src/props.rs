@@ -103,6 +103,8 @@ const TABLES: &[(&str, &[&str])] = &[
             "timeout",
             "description",
             "effect",
+            "input_required",
+            "max_retries",
         ],
     ),
     (

@@ -210,6 +210,15 @@ impl TaskSpec {
         Ok(sandboxes)
     }
 
+    /// Reads the cards of the task's A2A agents (`[[tools.a2a]]`) for a
+    /// run's start, each within [`crate::a2a::CARD_READ_TIMEOUT`]: their
+    /// descriptions and skills go into the tools' descriptions, fixed for
+    /// the run (a card that cannot be read is logged, and its tool keeps
+    /// the plain description).
+    pub async fn read_a2a_cards(&mut self) {
+        crate::a2a::read_cards(&mut self.a2a_agents).await;
+    }
+
     /// Starts the task's MCP servers (`[[tools.mcp]]`) for a run in `workdir`
     /// (a stdio server's working directory), all at once, each within its
     /// `startup_timeout`, each stdio server under `sandboxes` (its override

@@ -13,6 +13,7 @@
 # event: "task <id>" for each task it creates, "message <message id>" for
 # each message it runs, "cancel <task id>" for each cancel, "method <name>"
 # for each JSON-RPC request.
+# Its card: description "echoes what it is told", skills Echo and Question.
 # /old/.well-known/agent-card.json serves a card with only a 0.3 interface.
 import asyncio
 import json
@@ -106,7 +107,10 @@ def card(base: str, version: str) -> AgentCard:
                                              protocol_version=version)],
         capabilities=AgentCapabilities(streaming=True),
         default_input_modes=["text/plain"], default_output_modes=["text/plain"],
-        skills=[AgentSkill(id="echo", name="Echo", description="echoes", tags=["demo"])],
+        skills=[AgentSkill(id="echo", name="Echo", description="echoes", tags=["demo"],
+                           examples=["hello"]),
+                AgentSkill(id="ask", name="Question", description="asks which one before it answers",
+                           tags=["demo"], examples=["ask"])],
         security_schemes={"bearer": SecurityScheme(
             http_auth_security_scheme=HTTPAuthSecurityScheme(scheme="Bearer"))},
         security_requirements=[SecurityRequirement(schemes={"bearer": StringList(list=[])})],

@@ -48,6 +48,7 @@ pub(crate) async fn replay(recorded: &Recorded, plan: Plan<'_>) -> Result<Replay
     let fresh = FreshWorkdir::prepare(&task, plan.workdir)?;
     let sandbox_host = crate::store::sandbox_host(None);
     let sandboxes = task.sandboxes(&fresh.path, &sandbox_host)?;
+    task.read_a2a_cards().await;
     let mcp = task.start_mcp(&fresh.path, &sandboxes).await?;
     let registry = task.registry_with(&mcp)?;
     let volatile = registry

@@ -2,6 +2,9 @@
 //! (crates/agentry-a2a/tests/peers/echo_agent.py, on the official Python
 //! SDK) as the tool `<name>.ask`, its bearer token read from the
 //! environment; without the token set the call fails naming the variable.
+//! `agentry tools` shows the tool's description with the agent's card's
+//! description and skills, read at the start, or the plain text when the
+//! card cannot be read.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -144,5 +147,54 @@ fn a_call_whose_header_variable_is_unset_fails_naming_it() {
     assert!(
         !recorded.contains("echo: hello"),
         "nothing reached the agent"
+    );
+}
+
+/// `agentry tools DIR --json`: the row of `echo.ask`.
+fn listed(dir: &Path, token: Option<&str>) -> Value {
+    let mut cmd = agentry_command();
+    match token {
+        Some(t) => cmd.env("ECHO_AGENT_TOKEN", t),
+        None => cmd.env_remove("ECHO_AGENT_TOKEN"),
+    };
+    let out = cmd
+        .args(["tools", path_str(dir), "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let rows: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+    rows.into_iter()
+        .find(|r| r["name"] == "echo.ask")
+        .unwrap_or_else(|| panic!("echo.ask not listed"))
+}
+
+#[test]
+#[ignore = "needs the a2a-sdk Python package (.ci/run installs it and sets A2A_PYTHON); .ci/run runs it"]
+fn the_tools_description_shows_the_cards_description_and_skills() {
+    // Before: "Ask the remote A2A agent "echo" (its card: URL)…" only; the
+    // model never learned what the agent does.
+    let agent = start_agent();
+    let dir = task(&agent.base);
+    let row = listed(dir.path(), Some(TOKEN));
+    assert_eq!(row["source"], "a2a:echo", "{row}");
+    assert_eq!(row["effect"], "read_only", "{row}");
+    let description = row["description"].as_str().unwrap();
+    for part in [
+        "echoes what it is told",
+        "Echo (echoes",
+        "Question (asks which one",
+        "task_id",
+    ] {
+        assert!(description.contains(part), "{part:?} in {description:?}");
+    }
+    // Unreachable (the agent gone): the plain text, and the listing works.
+    let base = agent.base.clone();
+    drop(agent);
+    let dir = task(&base);
+    let row = listed(dir.path(), Some(TOKEN));
+    let description = row["description"].as_str().unwrap();
+    assert!(
+        description.starts_with("Ask the remote A2A agent \"echo\" (its card: "),
+        "{description}"
     );
 }

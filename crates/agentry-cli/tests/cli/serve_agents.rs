@@ -130,6 +130,54 @@ async fn a_request_that_widens_the_budget_or_adds_a_tool_is_400_naming_the_field
     assert_eq!(listed.body, json!({"runs": []}));
 }
 
+/// An inline task (task fields, no `agent`) that declares tools of its own,
+/// command tools, MCP servers or A2A agents, is 400 naming the table: the
+/// service runs built-in tools only, and an agent the client names would get
+/// the service's headers. The A2A agent's address is a real listener of the
+/// test, never connected to; nothing is started.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_inline_task_with_its_own_tools_is_refused_naming_the_table() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let served = start(dir.path(), "", &[]);
+    let script = json!({"turns": [{"final": "x"}]});
+    for (tools, field, said) in [
+        (
+            json!({"grant": ["billing.ask"], "a2a": [{"name": "billing", "url": url, "effect": "read_only"}]}),
+            "tools.a2a",
+            "A2A agents are not accepted by the service",
+        ),
+        (
+            json!({"mcp": [{"name": "db", "url": format!("{url}/mcp")}]}),
+            "tools.mcp",
+            "MCP servers are not accepted by the service",
+        ),
+        (
+            json!({"command": [{"name": "sh", "description": "d", "argv": ["sh"]}]}),
+            "tools.command",
+            "command tools are not accepted by the service",
+        ),
+    ] {
+        let body = json!({"goal": "x", "tools": tools, "script": script});
+        let reply = served.send("POST", "/runs", Some(TOKEN), Some(&body)).await;
+        assert_eq!(reply.status, 400, "{body}: {:?}", reply.body);
+        assert_eq!(reply.body["error"]["field"], field, "{:?}", reply.body);
+        let message = reply.body["error"]["message"].as_str().unwrap();
+        assert!(
+            message.starts_with(&format!("{field}: {said}")),
+            "{message}"
+        );
+    }
+    let listed = served.send("GET", "/runs", Some(TOKEN), None).await;
+    assert_eq!(listed.body, json!({"runs": []}));
+    assert!(
+        matches!(listener.accept(), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+        "the client's agent was never contacted"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_named_agent_runs_on_a_named_model_with_the_key_from_its_variable() {
     let dir = tempfile::tempdir().unwrap();
