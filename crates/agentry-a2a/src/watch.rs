@@ -12,7 +12,7 @@ use agentry_tools::{ToolContext, ToolProgress};
 use crate::client::A2aClient;
 use crate::error::{A2aError, call_error};
 use crate::stream::{EventStream, StreamEvent};
-use crate::types::{Task, TaskState};
+use crate::types::{Message, Task, TaskState, TaskStatus};
 
 /// One call following its task.
 pub(crate) struct Watch<'a> {
@@ -72,14 +72,14 @@ impl Watch<'_> {
             };
             match event {
                 StreamEvent::Task(now) if now.id == task.id => {
-                    let changed = now.status.state != task.status.state;
+                    let changed = said_more(&task.status, &now.status);
                     task = now;
                     if changed {
                         self.report_state(&task);
                     }
                 }
                 StreamEvent::StatusUpdate(update) if update.task_id == task.id => {
-                    let changed = update.status.state != task.status.state;
+                    let changed = said_more(&task.status, &update.status);
                     task.status = update.status;
                     if changed {
                         self.report_state(&task);
@@ -104,13 +104,13 @@ impl Watch<'_> {
         while !settled(task.status.state) {
             let left = self.left(&task)?;
             tokio::time::sleep(self.poll.min(left)).await;
-            let state = task.status.state;
+            let before = task.status.clone();
             task = self
                 .client
                 .get_task(&task.id)
                 .await
                 .map_err(|e| task_error(self.agent, e, &task.id))?;
-            if task.status.state != state {
+            if said_more(&before, &task.status) {
                 self.report_state(&task);
             }
         }
@@ -139,14 +139,19 @@ impl Watch<'_> {
         )
     }
 
-    /// Reports the remote task's id and state, so they are on record while
-    /// the call runs.
+    /// Reports the remote task's id and state, and what the agent says
+    /// with it, so they are on record while the call runs.
     fn report_state(&mut self, task: &Task) {
-        self.report(format!(
-            "remote task {}: {}",
-            task.id,
-            task.status.state.as_str()
-        ));
+        let state = task.status.state.as_str();
+        let said = task.status.message.as_ref().map(Message::text);
+        let report = match said.as_deref().map(str::trim) {
+            Some(text) if !text.is_empty() => {
+                let text: String = text.chars().take(SAID_CHARS).collect();
+                format!("remote task {}: {state}: {text}", task.id)
+            }
+            Some(_) | None => format!("remote task {}: {state}", task.id),
+        };
+        self.report(report);
     }
 
     fn report(&mut self, message: String) {
@@ -162,6 +167,16 @@ impl Watch<'_> {
             );
         }
     }
+}
+
+/// The most of an agent's status message a progress report repeats.
+const SAID_CHARS: usize = 200;
+
+/// Whether the agent's status says something new: another state, or the
+/// same state with another message ("working: 2 of 5 done").
+fn said_more(before: &TaskStatus, now: &TaskStatus) -> bool {
+    let text = |status: &TaskStatus| status.message.as_ref().map(Message::text);
+    now.state != before.state || (now.message.is_some() && text(now) != text(before))
 }
 
 /// Whether a task waits for nothing more from this call: ended, or

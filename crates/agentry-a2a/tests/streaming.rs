@@ -41,6 +41,8 @@ async fn a_streaming_agent_is_followed_over_its_stream_with_progress() {
     for expected in [
         format!("remote task {id}: TASK_STATE_SUBMITTED"),
         format!("remote task {id}: TASK_STATE_WORKING"),
+        // The same state with a message of its own is reported too.
+        format!("remote task {id}: TASK_STATE_WORKING: half way"),
         format!("remote task {id}: artifact result"),
         format!("remote task {id}: TASK_STATE_COMPLETED"),
     ] {

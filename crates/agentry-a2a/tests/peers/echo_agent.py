@@ -5,7 +5,7 @@
 # Every JSON-RPC request needs "Authorization: Bearer TOKEN" (the cards do
 # not). Its executor: "ask" -> INPUT_REQUIRED ("which one?"), and an answer
 # to that task completes it with "echo: <answer>"; "slow" -> works for 30 s
-# ("slow N": N s), then completes with "echo: slow…"; "meta" -> COMPLETED
+# ("slow N": N s, saying "half way" as it works at half time), then completes with "echo: slow…"; "meta" -> COMPLETED
 # with the request's "agentry" metadata as JSON text;
 # "fail" -> FAILED ("the disk is full"); "reject" -> REJECTED ("not my job");
 # "parts" -> COMPLETED with text, data, url and raw parts; anything else ->
@@ -61,7 +61,10 @@ class EchoExecutor(AgentExecutor):
             return
         if text.split(" ")[0] == "slow":
             words = text.split(" ")
-            await asyncio.sleep(float(words[1]) if len(words) > 1 else 30)
+            secs = float(words[1]) if len(words) > 1 else 30
+            await asyncio.sleep(secs / 2)
+            await up.start_work(new_text_message("half way", role=Role.ROLE_AGENT))
+            await asyncio.sleep(secs / 2)
         if text == "meta":
             said = json.dumps(context.metadata.get("agentry", {}), sort_keys=True)
             await up.add_artifact([new_text_part(said)], name="result", last_chunk=True)
