@@ -223,5 +223,20 @@ mod tests {
             State::Submitted
         );
         assert!(of_view("r", &json!({"status": "dancing"})).is_err());
+        // A remote agent's question says so, and that it takes an answer.
+        let asked = json!({"status": "awaiting_approval", "pending_approvals": [{"step": 1,
+            "call": {"id": "q1", "name": "billing.ask", "arguments": {}}, "requested_at": 0,
+            "preview": "question from the remote agent: Which account?"}]});
+        let now = of_view("r", &asked).unwrap();
+        assert_eq!(now.state, State::InputRequired);
+        assert_eq!(
+            now.parts[1]["data"]["calls"][0]["question"],
+            "Which account?"
+        );
+        let text = now.parts[0]["text"].as_str().unwrap();
+        assert!(
+            text.contains(r#""Which account?""#) && text.contains(r#""answer": TEXT"#),
+            "{text}"
+        );
     }
 }
