@@ -14,11 +14,22 @@ use super::serve_a2a::rpc;
 use super::serve_agui::{agui_dir, client, first};
 use crate::*;
 
-/// serve.toml with the agent `asker`, whose one call asks the test agent
-/// "ask" (it answers with a question) and whose questions go to a human.
+/// serve.toml with the agent `asker` ([`asker_task`]).
 fn place(base: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
-    let task = dir.path().join("tasks/asker");
+    asker_task(dir.path(), base);
+    std::fs::write(
+        dir.path().join("serve.toml"),
+        "[agents.asker]\ntask = \"tasks/asker\"\na2a = true\n",
+    )
+    .unwrap();
+    dir
+}
+
+/// `root/tasks/asker`: its one call asks the test agent at `base` "ask" (it
+/// answers with a question), and its questions go to a human.
+pub(super) fn asker_task(root: &std::path::Path, base: &str) {
+    let task = root.join("tasks/asker");
     std::fs::create_dir_all(&task).unwrap();
     std::fs::write(
         task.join("task.toml"),
@@ -41,12 +52,6 @@ fn place(base: &str) -> tempfile::TempDir {
         .to_string(),
     )
     .unwrap();
-    std::fs::write(
-        dir.path().join("serve.toml"),
-        "[agents.asker]\ntask = \"tasks/asker\"\na2a = true\n",
-    )
-    .unwrap();
-    dir
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -132,7 +137,7 @@ fn one_remote_task(agent: &Agent) {
     );
 }
 
-fn send_message(part: Value, task: Option<&str>) -> Value {
+pub(super) fn send_message(part: Value, task: Option<&str>) -> Value {
     let mut message = json!({"messageId": "m", "role": "ROLE_USER", "parts": [part]});
     if let Some(task) = task {
         message["taskId"] = json!(task);
