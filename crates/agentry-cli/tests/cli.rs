@@ -16,6 +16,7 @@ mod cli {
     mod child_models;
     mod cluster;
     mod cluster_a2a;
+    mod cluster_a2a_questions;
     mod cluster_agui;
     mod cluster_edges;
     mod docs;

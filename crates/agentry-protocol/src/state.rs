@@ -165,6 +165,24 @@ pub struct PendingApproval {
     pub preview: Option<String>,
 }
 
+/// How the preview of a remote A2A agent's question begins (a call of
+/// `[[tools.a2a]] input_required = "human"` parks as an approval whose
+/// preview is the question; a human answers it with text).
+pub const QUESTION_PREVIEW: &str = "question from the remote agent: ";
+
+/// The remote agent's question a preview carries, if it is one.
+pub fn question_of(preview: Option<&str>) -> Option<&str> {
+    preview.and_then(|p| p.strip_prefix(QUESTION_PREVIEW))
+}
+
+impl PendingApproval {
+    /// The remote agent's question, when this approval is one: it is
+    /// answered with text (`RunHandle::answer`), not only approved or denied.
+    pub fn question(&self) -> Option<&str> {
+        question_of(self.preview.as_deref())
+    }
+}
+
 /// A human's word on a call a crash interrupted (intent recorded, no outcome).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -138,6 +138,42 @@ pub(super) async fn interrupt(
     Ok(accepted(&id))
 }
 
+/// A human's word on a call parked for approval, as the A2A and AG-UI
+/// faces read it: applied through the run's handle here, or sent as the
+/// native route's body to the node that holds the run.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Verdict {
+    Approve,
+    Deny(Option<String>),
+    /// The text for a remote agent's question (`RunHandle::answer`).
+    Answer(String),
+}
+
+impl Verdict {
+    /// Applies it to `call_id` of the run `handle` drives.
+    pub(crate) async fn apply(
+        self,
+        handle: &agentry::RunHandle,
+        call_id: &str,
+    ) -> Result<u64, agentry::RuntimeError> {
+        match self {
+            Verdict::Approve => handle.approve(call_id).await,
+            Verdict::Deny(reason) => handle.deny(call_id, reason).await,
+            Verdict::Answer(answer) => handle.answer(call_id, &answer).await,
+        }
+    }
+
+    /// The body of `POST /runs/{id}/approvals/{call_id}` that says it.
+    pub(crate) fn body(&self) -> Value {
+        match self {
+            Verdict::Approve => json!({"decision": "approve"}),
+            Verdict::Deny(None) => json!({"decision": "deny"}),
+            Verdict::Deny(Some(reason)) => json!({"decision": "deny", "reason": reason}),
+            Verdict::Answer(answer) => json!({"decision": "answer", "answer": answer}),
+        }
+    }
+}
+
 pub(super) async fn decide(
     State(app): State<App>,
     Extension(tenant): Extension<Tenant>,

@@ -13,7 +13,7 @@ use crate::*;
 
 /// The pid of the node process that holds run `id` (its owner row, once
 /// the run's first commit wrote it).
-fn holder_pid(place: &Place, id: &str) -> u32 {
+pub(super) fn holder_pid(place: &Place, id: &str) -> u32 {
     let db = place.url.rsplit('/').next().unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     loop {

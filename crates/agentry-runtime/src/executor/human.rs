@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use agentry_protocol::envelope::{ErrorCode, ToolError};
 use agentry_protocol::event::RunEvent;
 use agentry_protocol::now_millis;
-use agentry_protocol::state::PendingApproval;
+use agentry_protocol::state::{PendingApproval, QUESTION_PREVIEW};
 use agentry_protocol::tool::{Effect, ToolCall};
 use agentry_protocol::trace::RunInput;
 use agentry_tools::{HumanAnswer, HumanDesk};
@@ -52,7 +52,7 @@ impl HumanDesk for RunHumans {
     ) -> Result<HumanAnswer, ToolError> {
         let step = self.step.load(Ordering::Relaxed);
         let (tx, rx) = oneshot::channel::<ApprovalDecision>();
-        let preview = Some(format!("question from the remote agent: {question}"));
+        let preview = Some(format!("{QUESTION_PREVIEW}{question}"));
         let pending = PendingApproval {
             step,
             call: call.clone(),

@@ -9,6 +9,7 @@
 //! look at the task           GET  /runs/{id}
 //! a text                     POST /runs/{id}/messages        {"text"}
 //! an approval                POST /runs/{id}/approvals/{call} {"decision": "approve"|"deny", "reason"?}
+//!                                                           or {"decision": "answer", "answer"}
 //! a crash decision           POST /runs/{id}/decisions/{call} {"decision": SETTLE}
 //! CancelTask                 POST /runs/{id}/interrupt       {"action": "abort"}
 //! ```
@@ -155,16 +156,10 @@ pub(super) async fn send(task: TaskRef<'_>, input: Input) -> Result<(), Failure>
     let seg = segment(id);
     let (path, body) = match input {
         Input::Text(text) => (format!("/runs/{seg}/messages"), json!({"text": text})),
-        Input::Approval(approval) => {
-            let mut body = json!({"decision": if approval.approve { "approve" } else { "deny" }});
-            if let Some(reason) = approval.reason {
-                body["reason"] = json!(reason);
-            }
-            (
-                format!("/runs/{seg}/approvals/{}", segment(&approval.call_id)),
-                body,
-            )
-        }
+        Input::Approval(approval) => (
+            format!("/runs/{seg}/approvals/{}", segment(&approval.call_id)),
+            approval.verdict.body(),
+        ),
         Input::Decision(decision) => (
             format!("/runs/{seg}/decisions/{}", segment(&decision.call_id)),
             json!({"decision": decision.settle}),
@@ -228,5 +223,20 @@ mod tests {
             State::Submitted
         );
         assert!(of_view("r", &json!({"status": "dancing"})).is_err());
+        // A remote agent's question says so, and that it takes an answer.
+        let asked = json!({"status": "awaiting_approval", "pending_approvals": [{"step": 1,
+            "call": {"id": "q1", "name": "billing.ask", "arguments": {}}, "requested_at": 0,
+            "preview": "question from the remote agent: Which account?"}]});
+        let now = of_view("r", &asked).unwrap();
+        assert_eq!(now.state, State::InputRequired);
+        assert_eq!(
+            now.parts[1]["data"]["calls"][0]["question"],
+            "Which account?"
+        );
+        let text = now.parts[0]["text"].as_str().unwrap();
+        assert!(
+            text.contains(r#""Which account?""#) && text.contains(r#""answer": TEXT"#),
+            "{text}"
+        );
     }
 }

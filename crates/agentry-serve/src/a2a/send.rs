@@ -57,11 +57,11 @@ async fn start_or_continue(call: &Call) -> Result<(String, u64), Failure> {
     })?;
     let runtime = |e| Failure::from(ApiError::from_runtime(e));
     if let Some(approval) = message.approval {
-        match approval.approve {
-            true => handle.approve(&approval.call_id).await,
-            false => handle.deny(&approval.call_id, approval.reason).await,
-        }
-        .map_err(runtime)?;
+        approval
+            .verdict
+            .apply(&handle, &approval.call_id)
+            .await
+            .map_err(runtime)?;
         return Ok((id, 0));
     }
     if let Some(decision) = message.decision {

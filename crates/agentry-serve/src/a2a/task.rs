@@ -322,6 +322,9 @@ fn pending_parts(kind: &str, pending: &[PendingApproval]) -> Vec<Value> {
             if let Some(preview) = &p.preview {
                 call["preview"] = json!(preview);
             }
+            if let Some(question) = p.question() {
+                call["question"] = json!(question);
+            }
             call
         })
         .collect();
@@ -337,8 +340,21 @@ fn pending_parts(kind: &str, pending: &[PendingApproval]) -> Vec<Value> {
         .iter()
         .map(|p| format!("{} ({})", p.call.id, p.call.name))
         .collect();
+    // A remote agent's question (`input_required = "human"`) is answered
+    // with text, which goes on to that agent.
+    let questions: Vec<String> = pending
+        .iter()
+        .filter_map(|p| {
+            p.question().map(|q| {
+                format!(
+                    "; {} is a question from the remote agent ({q:?}): answer it with a data part {{\"approval\": {{\"call_id\": \"{}\", \"answer\": TEXT}}}}",
+                    p.call.id, p.call.id
+                )
+            })
+        })
+        .collect();
     vec![
-        json!({"text": format!("awaiting a human's {kind} on {}: {how}", names.join(", "))}),
+        json!({"text": format!("awaiting a human's {kind} on {}: {how}{}", names.join(", "), questions.concat())}),
         json!({"data": {"awaiting": kind, "calls": calls}}),
     ]
 }

@@ -7,6 +7,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 use super::super::error::ApiError;
+use super::super::inputs::Verdict;
 
 /// The protocol version this binding speaks (the `A2A-Version` header).
 pub(super) const VERSION: &str = "1.0";
@@ -178,12 +179,12 @@ pub(super) struct Incoming {
     pub(super) decision: Option<Decision>,
 }
 
-/// A human's answer to a call parked for approval.
+/// A human's word on a call parked for approval: approve, deny, or the
+/// text for a remote agent's question.
 #[derive(Debug, Clone, PartialEq)]
 pub(super) struct Approval {
     pub(super) call_id: String,
-    pub(super) approve: bool,
-    pub(super) reason: Option<String>,
+    pub(super) verdict: Verdict,
 }
 
 /// A human's settlement of a call a crash interrupted.
@@ -247,19 +248,7 @@ pub(super) fn incoming(params: &Value) -> Result<Incoming, RpcError> {
 
 fn read_data(data: &Value, incoming: &mut Incoming) -> Result<(), RpcError> {
     if let Some(approval) = data.get("approval") {
-        let path = "data.approval";
-        let approve = approval
-            .get("approve")
-            .and_then(Value::as_bool)
-            .ok_or_else(|| RpcError::invalid_params(format!("{path}.approve: expected a bool")))?;
-        incoming.approval = Some(Approval {
-            call_id: string_of(approval, "call_id", path)?,
-            approve,
-            reason: approval
-                .get("reason")
-                .and_then(Value::as_str)
-                .map(str::to_string),
-        });
+        incoming.approval = Some(approval_of(approval)?);
         return Ok(());
     }
     if let Some(decision) = data.get("decision") {
@@ -273,6 +262,36 @@ fn read_data(data: &Value, incoming: &mut Incoming) -> Result<(), RpcError> {
     Err(RpcError::invalid_params(
         "a data part holds {\"approval\": {...}} or {\"decision\": {...}}",
     ))
+}
+
+/// `{"call_id", "approve": bool, "reason"?}`, or `{"call_id", "answer"}`
+/// for a remote agent's question (never both `approve` and `answer`).
+fn approval_of(approval: &Value) -> Result<Approval, RpcError> {
+    let path = "data.approval";
+    let call_id = string_of(approval, "call_id", path)?;
+    let verdict = match (approval.get("approve"), approval.get("answer")) {
+        (Some(_), Some(_)) => {
+            return Err(RpcError::invalid_params(format!(
+                "{path}: either approve or answer, not both"
+            )));
+        }
+        (None, Some(_)) => Verdict::Answer(string_of(approval, "answer", path)?),
+        (approve, None) => match approve.and_then(Value::as_bool) {
+            Some(true) => Verdict::Approve,
+            Some(false) => Verdict::Deny(
+                approval
+                    .get("reason")
+                    .and_then(Value::as_str)
+                    .map(str::to_string),
+            ),
+            None => {
+                return Err(RpcError::invalid_params(format!(
+                    "{path}.approve: expected a bool (or an answer: a non-empty string)"
+                )));
+            }
+        },
+    };
+    Ok(Approval { call_id, verdict })
 }
 
 /// A task id parameter (`id`, or `taskId` for push configs).
@@ -297,10 +316,27 @@ mod tests {
             read.as_ref().and_then(|i| i.approval.clone()),
             Some(Approval {
                 call_id: "c1".into(),
-                approve: false,
-                reason: Some("no".into())
+                verdict: Verdict::Deny(Some("no".into()))
             })
         );
+        let answer = |approval: Value| {
+            let message =
+                json!({"message": {"taskId": "t", "parts": [{"data": {"approval": approval}}]}});
+            incoming(&message)
+                .map(|i| i.approval.map(|a| a.verdict))
+                .map_err(|e| e.code)
+        };
+        assert_eq!(
+            answer(json!({"call_id": "q1", "answer": "777"})),
+            Ok(Some(Verdict::Answer("777".into())))
+        );
+        for bad in [
+            json!({"call_id": "q1", "answer": "777", "approve": true}),
+            json!({"call_id": "q1", "answer": ""}),
+            json!({"call_id": "q1", "answer": 7}),
+        ] {
+            assert_eq!(answer(bad.clone()), Err(-32602), "{bad}");
+        }
         assert_eq!(read.and_then(|i| i.task_id), Some("t".to_string()));
         let bad = json!({"message": {"parts": [{"data": {"approval": {"call_id": "c1"}}}]}});
         assert_eq!(incoming(&bad).map_err(|e| e.code), Err(-32602));

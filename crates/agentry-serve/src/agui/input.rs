@@ -1,13 +1,15 @@
 //! AG-UI's `RunAgentInput` (the body `HttpAgent` POSTs), checked field by
 //! field: a bad one is 400 naming it, as AG-UI's own schema would refuse it.
 //! What agentry takes from it: the thread, the run id to echo, the last user
-//! message, and `resume` (answers to the interrupts a segment ended with).
+//! message, and `resume` (answers to the interrupts a segment ended with:
+//! approve, deny, settle, or the text for a remote agent's question).
 //! Client-side `tools`, `context`, `state` and `forwardedProps` are checked
 //! for their shape and not used: the agent's tools are its own.
 
 use serde_json::{Map, Value};
 
 use crate::error::ApiError;
+use crate::inputs::Verdict;
 
 /// The parts of a `RunAgentInput` agentry acts on.
 #[derive(Debug, Clone, PartialEq)]
@@ -27,6 +29,8 @@ pub(crate) struct Resume {
     /// `resolved` (true) or `cancelled` (false).
     pub resolved: bool,
     pub payload: Option<Value>,
+    /// The payload's `answer`: the text for a remote agent's question.
+    pub answer: Option<String>,
 }
 
 fn bad(field: &str, message: impl std::fmt::Display) -> ApiError {
@@ -170,11 +174,23 @@ impl Resume {
                 ));
             }
         };
+        let payload = fields.get("payload").cloned();
+        let answer = answer_of(payload.as_ref(), resolved, &format!("{at}.payload"))?;
         Ok(Resume {
             interrupt_id,
             resolved,
-            payload: fields.get("payload").cloned(),
+            payload,
+            answer,
         })
+    }
+
+    /// What the answer says of a call parked for approval.
+    pub(crate) fn verdict(&self) -> Verdict {
+        match &self.answer {
+            Some(answer) => Verdict::Answer(answer.clone()),
+            None if self.approves() => Verdict::Approve,
+            None => Verdict::Deny(self.reason()),
+        }
     }
 
     /// Whether the answer approves the call: `resolved`, and its payload's
@@ -210,6 +226,33 @@ impl Resume {
             .parse()
             .map_err(|m: String| bad("resume.payload.decision", m))
     }
+}
+
+/// `payload.answer`: a non-empty string on a resolved interrupt that does
+/// not also say `approved: false`.
+fn answer_of(
+    payload: Option<&Value>,
+    resolved: bool,
+    at: &str,
+) -> Result<Option<String>, ApiError> {
+    let Some(answer) = payload.and_then(|p| p.get("answer")) else {
+        return Ok(None);
+    };
+    let at = format!("{at}.answer");
+    let Some(answer) = answer.as_str().filter(|a| !a.is_empty()) else {
+        return Err(bad(
+            &at,
+            format!("expected a non-empty string, found {answer}"),
+        ));
+    };
+    let denied = payload.and_then(|p| p.get("approved")) == Some(&Value::Bool(false));
+    if !resolved || denied {
+        return Err(bad(
+            &at,
+            "an answer resolves the interrupt (not with status cancelled or approved: false)",
+        ));
+    }
+    Ok(Some(answer.to_string()))
 }
 
 #[cfg(test)]
@@ -266,11 +309,40 @@ mod tests {
             interrupt_id: "c".into(),
             resolved,
             payload,
+            answer: None,
         };
         assert!(resume(true, None).approves());
         assert!(resume(true, Some(json!({"approved": true}))).approves());
         assert!(!resume(true, Some(json!({"approved": false}))).approves());
         assert!(!resume(false, Some(json!({"approved": true}))).approves());
         assert!(resume(false, None).reason().is_some());
+    }
+
+    #[test]
+    fn a_payloads_answer_is_the_text_for_a_remote_agents_question() {
+        let body = |resume: Value| {
+            json!({"threadId": "t", "runId": "r", "messages": [], "resume": [resume]}).to_string()
+        };
+        let read = RunAgentInput::parse(
+            body(json!({"interruptId": "q1", "status": "resolved",
+                "payload": {"answer": "777"}}))
+            .as_bytes(),
+        )
+        .unwrap();
+        assert_eq!(read.resume[0].verdict(), Verdict::Answer("777".into()));
+        for bad in [
+            json!({"interruptId": "q1", "status": "resolved", "payload": {"answer": 7}}),
+            json!({"interruptId": "q1", "status": "resolved", "payload": {"answer": ""}}),
+            json!({"interruptId": "q1", "status": "cancelled", "payload": {"answer": "x"}}),
+            json!({"interruptId": "q1", "status": "resolved",
+                "payload": {"answer": "x", "approved": false}}),
+        ] {
+            let refused = RunAgentInput::parse(body(bad.clone()).as_bytes()).err();
+            assert_eq!(
+                refused.and_then(|e| e.field).as_deref(),
+                Some("resume[0].payload.answer"),
+                "{bad}"
+            );
+        }
     }
 }

@@ -312,10 +312,8 @@ async fn go_on_here(
             let call = answer.interrupt_id.as_str();
             let done = if crashed.iter().any(|c| c == call) {
                 handle.settle(call, answer.settlement()?).await
-            } else if answer.approves() {
-                handle.approve(call).await
             } else {
-                handle.deny(call, answer.reason()).await
+                answer.verdict().apply(&handle, call).await
             };
             done.map_err(ApiError::from_runtime)?;
         }

@@ -7,6 +7,7 @@
 //! look at the run        GET  /runs/{id}
 //! a user message         POST /runs/{id}/messages          {"text"}
 //! an approval            POST /runs/{id}/approvals/{call}  {"decision": "approve"|"deny", "reason"?}
+//!                                                           or {"decision": "answer", "answer"}
 //! a crash decision       POST /runs/{id}/decisions/{call}  {"decision": SETTLE}
 //! ```
 //!
@@ -141,11 +142,7 @@ impl Remote {
                     json!({"decision": settle}),
                 )
             } else {
-                let mut body =
-                    json!({"decision": if answer.approves() { "approve" } else { "deny" }});
-                if let Some(reason) = answer.reason().filter(|_| !answer.approves()) {
-                    body["reason"] = json!(reason);
-                }
+                let body = answer.verdict().body();
                 (format!("approvals/{}", segment(call)), body)
             };
             self.send(tail, body).await?;

@@ -11,7 +11,7 @@
 use agentry::protocol::decision::Decision;
 use agentry::protocol::envelope::ResultEnvelope;
 use agentry::protocol::event::RunEvent;
-use agentry::protocol::state::{PendingApproval, RunStatus};
+use agentry::protocol::state::{PendingApproval, RunStatus, question_of};
 use agentry::protocol::stop::StopReason;
 use agentry::protocol::trace::RunInput;
 use serde_json::{Value, json};
@@ -38,6 +38,9 @@ pub(crate) struct Parked {
     pub tool: String,
     /// `approval_required`, or `decision_required` for a call a crash cut.
     pub reason: &'static str,
+    /// A remote agent's question the call waits on (answered with
+    /// `payload.answer`).
+    pub question: Option<String>,
 }
 
 /// Why an interrupt is raised for a call a crash cut: it waits for a
@@ -52,6 +55,7 @@ impl Parked {
                 call_id: p.call.id.clone(),
                 tool: p.call.name.clone(),
                 reason,
+                question: p.question().map(str::to_string),
             })
             .collect()
     }
@@ -167,6 +171,10 @@ impl Translator {
                 if let Some(preview) = preview {
                     value["preview"] = json!(preview);
                 }
+                // A remote agent's question: resume answers it with text.
+                if let Some(question) = question_of(preview.as_deref()) {
+                    value["question"] = json!(question);
+                }
                 out.push(AgUiEvent::Custom {
                     name: APPROVAL_EVENT.into(),
                     value,
@@ -224,7 +232,13 @@ impl Translator {
                         id: p.call_id.clone(),
                         reason: p.reason.to_string(),
                         tool_call_id: p.call_id.clone(),
-                        message: Some(format!("the call to {} waits for a human", p.tool)),
+                        message: Some(match &p.question {
+                            Some(q) => format!(
+                                "the call to {} waits for a human's answer to the remote agent's question {q:?} (resume with payload {{\"answer\": TEXT}})",
+                                p.tool
+                            ),
+                            None => format!("the call to {} waits for a human", p.tool),
+                        }),
                     })
                     .collect();
                 finished(Outcome::Interrupt { interrupts }, None)

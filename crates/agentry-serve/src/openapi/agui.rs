@@ -95,9 +95,9 @@ pub struct AgUiContext {
 pub struct AgUiResume {
     /// The interrupt's id: the call's.
     pub interrupt_id: String,
-    /// `resolved` approves (unless `payload.approved` is false); `cancelled` denies.
+    /// `resolved` approves (unless `payload.approved` is false, or answers with `payload.answer`); `cancelled` denies.
     pub status: AgUiResumeStatus,
-    /// `{"approved", "reason"?}`, or `{"decision"}` for a call a crash cut.
+    /// `{"approved", "reason"?}`; `{"answer"}` (a non-empty string) for a remote A2A agent's question (`input_required = "human"`), sent on to that agent; or `{"decision"}` for a call a crash cut.
     pub payload: Option<Value>,
 }
 
