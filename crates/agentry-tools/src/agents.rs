@@ -2,7 +2,7 @@
 //! child agents.
 //!
 //! The tools only translate between the model and the host: the runtime hands
-//! each call an [`AgentDesk`] (in [`ToolContext::agents`]) that starts children
+//! each call an [`AgentDesk`] (in [`RunScope::agents`](crate::RunScope::agents)) that starts children
 //! under the calling run — budget carved from the parent, grants no wider than
 //! the parent's, cancelled with it — and waits for them. A child's failure comes
 //! back as data (its stop reason), never as a crash of the parent.
@@ -31,7 +31,7 @@ pub const CANCEL_TOOL: &str = "agent.cancel";
 pub use agentry_protocol::child::ChildRequest;
 
 /// The host side of agent delegation (defined beside the tool seam, which
-/// carries it in [`ToolContext::agents`]).
+/// carries it in [`RunScope::agents`](crate::RunScope::agents)).
 pub use crate::tool::{AgentDesk, WaitMode};
 
 /// A child's budget request (all optional): an amount you name comes out of

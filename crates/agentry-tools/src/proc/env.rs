@@ -7,7 +7,7 @@ use std::ffi::OsString;
 use agentry_protocol::ErrorCode;
 use agentry_protocol::envelope::ToolError;
 
-/// Set on every child to [`ToolContext::run_id`](crate::ToolContext::run_id).
+/// Set on every child to [`RunScope::run_id`](crate::RunScope::run_id).
 pub const ENV_RUN_ID: &str = "AGENTRY_RUN_ID";
 
 /// Set on every child to [`ToolContext::call_id`](crate::ToolContext::call_id).

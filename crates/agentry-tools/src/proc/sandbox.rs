@@ -16,7 +16,7 @@ use super::refusal::{Confinement, NetworkAccess};
 
 /// The sandboxes every process of one run starts under: made once per run
 /// (by the runtime, or by a host that starts MCP servers for the run) and
-/// shared by its calls through [`ToolContext::sandbox`](crate::ToolContext::sandbox).
+/// shared by its calls through [`RunScope::sandbox`](crate::RunScope::sandbox).
 ///
 /// [`RunSandboxes::prepare`] prepares the run's own spec at once, so a kernel
 /// that cannot enforce it fails the start; [`RunSandboxes::lazy`] leaves
