@@ -438,3 +438,49 @@ async fn a_models_streamed_text_is_one_message_of_several_deltas() {
         (&json!("assistant"), &json!("Hello, world!"))
     );
 }
+
+/// A run that stops for another reason than `done` ends its AG-UI stream
+/// with `RUN_ERROR`: its code the stop reason, its message the reason and
+/// the outcome's detail, as the native view says it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_that_stops_short_is_a_run_error_with_its_reason_and_detail() {
+    let dir = tempfile::tempdir().unwrap();
+    let served = start(dir.path());
+    let list = json!({"id": "l1", "name": "fs.list", "arguments": {"path": "."}});
+    let again = json!({"id": "l2", "name": "fs.list", "arguments": {"path": "."}});
+    let id = served
+        .create(
+            TOKEN,
+            &json!({"goal": "list", "budget": {"max_steps": 1},
+                "tools": {"grant": ["fs.list"]},
+                "script": {"turns": [{"tool_calls": [list]}, {"tool_calls": [again]}]}}),
+        )
+        .await;
+    let run = served.wait_status(TOKEN, &id, "stopped").await;
+    assert_eq!(run["outcome"]["stop_reason"], "max_steps", "{run}");
+    let detail = run["outcome"]["detail"].as_str().unwrap();
+    let text = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .unwrap()
+        .get(format!("{}/runs/{id}/events?format=ag-ui", served.base))
+        .header("authorization", format!("Bearer {TOKEN}"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let error = text
+        .lines()
+        .filter_map(|line| line.strip_prefix("data:"))
+        .map(|data| serde_json::from_str::<Value>(data.trim()).unwrap())
+        .find(|event| event["type"] == "RUN_ERROR")
+        .unwrap_or_else(|| panic!("no RUN_ERROR: {text}"));
+    assert_eq!(error["code"], "max_steps", "{error}");
+    assert_eq!(
+        error["message"],
+        format!("the run stopped: max_steps: {detail}"),
+        "{error}"
+    );
+}

@@ -44,6 +44,8 @@ pub(crate) struct Viewed {
     pub status: Option<RunStatus>,
     pub approvals: Vec<PendingApproval>,
     pub decisions: Vec<PendingApproval>,
+    /// A stopped run's outcome detail.
+    pub detail: Option<String>,
 }
 
 impl Viewed {
@@ -56,6 +58,7 @@ impl Viewed {
             status: serde_json::from_value(view["status"].clone()).ok(),
             approvals: pending("pending_approvals"),
             decisions: pending("pending_decisions"),
+            detail: view["outcome"]["detail"].as_str().map(str::to_string),
         }
     }
 }

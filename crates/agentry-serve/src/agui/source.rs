@@ -16,6 +16,9 @@ use crate::events::EventFeed;
 pub(crate) use crate::events::Feed;
 use crate::table::{Run, RunEntry};
 
+/// How long a stream waits for a stopped run's outcome (its detail).
+const OUTCOME_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// The run a segment is of.
 #[derive(Debug)]
 pub(crate) enum Source {
@@ -71,6 +74,23 @@ impl Source {
                     decisions: viewed.decisions,
                 })
             }
+        }
+    }
+
+    /// A stopped run's outcome detail, for RUN_ERROR. Here its outcome is
+    /// published just after its `run_stopped` event: waited for briefly.
+    pub(crate) async fn detail(&self) -> Option<String> {
+        match self {
+            Source::Here(entry) => match entry.current() {
+                Run::Stopped(outcome) => Some(outcome.detail.clone()),
+                Run::Live(handle) => tokio::time::timeout(OUTCOME_WAIT, handle.wait())
+                    .await
+                    .ok()?
+                    .ok()
+                    .map(|outcome| outcome.detail),
+                Run::Queued => None,
+            },
+            Source::Elsewhere(remote) => remote.view().await.ok()?.detail,
         }
     }
 

@@ -20,6 +20,7 @@ use std::time::Duration;
 use agentry::RunStatus;
 use agentry::protocol::event::{EventRecord, RunEvent};
 use agentry::protocol::state::PendingApproval;
+use agentry::protocol::stop::StopReason;
 use agentry::protocol::trace::RunInput;
 use axum::response::sse::Event;
 use futures::Stream;
@@ -159,7 +160,10 @@ impl Driver {
             Some(Some(batch)) => {
                 self.quiet = QUIET_FIRST;
                 for fed in batch {
-                    self.take(&fed);
+                    if let Some(reason) = self.take(&fed) {
+                        let detail = self.source.detail().await;
+                        self.end(&End::Stopped { reason, detail });
+                    }
                     if self.done {
                         return;
                     }
@@ -176,10 +180,12 @@ impl Driver {
         }
     }
 
-    fn take(&mut self, fed: &FedEvent) {
+    /// Takes one event of the run; its stop reason if it is `run_stopped`
+    /// (the caller ends the segment with the outcome's detail).
+    fn take(&mut self, fed: &FedEvent) -> Option<StopReason> {
         let Ok(record) = serde_json::from_str::<EventRecord>(&fed.data) else {
             tracing::warn!(seq = fed.seq, kind = %fed.kind, "an event AG-UI cannot read");
-            return;
+            return None;
         };
         self.turn.see(&record.event);
         if let RunEvent::AwaitingApproval { call, .. } = &record.event {
@@ -190,7 +196,7 @@ impl Driver {
         }
         if fed.seq <= self.segment.after {
             self.translator.fold(fed.seq, &record.event);
-            return;
+            return None;
         }
         self.start();
         if let RunEvent::InputApplied {
@@ -204,8 +210,9 @@ impl Driver {
         self.translator.apply(fed.seq, &record.event, &mut out);
         self.out.extend(out);
         if let RunEvent::RunStopped { stop_reason } = record.event {
-            self.end(&End::Stopped(stop_reason));
+            return Some(stop_reason);
         }
+        None
     }
 
     /// How the segment ends if the run, its log quiet, waits for a human or

@@ -21,8 +21,11 @@ use super::wire::{APPROVAL_EVENT, AgUiEvent, Interrupt, Outcome, Role, ToolRole}
 /// Why a segment ends.
 #[derive(Debug, Clone)]
 pub(crate) enum End {
-    /// The run stopped.
-    Stopped(StopReason),
+    /// The run stopped, and why in words (its outcome's detail) if known.
+    Stopped {
+        reason: StopReason,
+        detail: Option<String>,
+    },
     /// Calls wait for a human: approvals, or settlements after a crash.
     Parked(Vec<Parked>),
     /// An event-driven run waits for its next event.
@@ -217,12 +220,20 @@ impl Translator {
             outcome: Some(outcome),
         };
         out.push(match end {
-            End::Stopped(StopReason::Done) | End::Sleeping => {
-                finished(Outcome::Success, self.answer())
+            End::Stopped {
+                reason: StopReason::Done,
+                ..
             }
-            End::Stopped(StopReason::UserAbort) => finished(Outcome::Cancelled, None),
-            End::Stopped(reason) => AgUiEvent::RunError {
-                message: format!("the run stopped: {reason}"),
+            | End::Sleeping => finished(Outcome::Success, self.answer()),
+            End::Stopped {
+                reason: StopReason::UserAbort,
+                ..
+            } => finished(Outcome::Cancelled, None),
+            End::Stopped { reason, detail } => AgUiEvent::RunError {
+                message: match detail.as_deref().filter(|d| !d.is_empty()) {
+                    Some(detail) => format!("the run stopped: {reason}: {detail}"),
+                    None => format!("the run stopped: {reason}"),
+                },
                 code: Some(reason.as_str().to_string()),
             },
             End::Parked(calls) => {
@@ -448,13 +459,28 @@ mod tests {
     }
 
     #[test]
-    fn a_stop_other_than_done_or_abort_is_a_run_error_with_its_reason() {
+    fn a_stop_other_than_done_or_abort_is_a_run_error_with_its_reason_and_detail() {
         let mut t = Translator::new(None);
-        let out = t.finish(&End::Stopped(StopReason::MaxSteps), "th", "r");
+        let out = t.finish(
+            &End::Stopped {
+                reason: StopReason::MaxSteps,
+                detail: Some("8 steps".into()),
+            },
+            "th",
+            "r",
+        );
         let error = serde_json::to_value(&out[0]).unwrap();
         assert_eq!(error["type"], "RUN_ERROR");
         assert_eq!(error["code"], "max_steps");
-        let out = t.finish(&End::Stopped(StopReason::UserAbort), "th", "r");
+        assert_eq!(error["message"], "the run stopped: max_steps: 8 steps");
+        let out = t.finish(
+            &End::Stopped {
+                reason: StopReason::UserAbort,
+                detail: None,
+            },
+            "th",
+            "r",
+        );
         let finished = serde_json::to_value(&out[0]).unwrap();
         assert_eq!(finished["outcome"], json!({"type": "cancelled"}));
     }
