@@ -112,7 +112,13 @@ impl App {
         if meta.tenant() != tenant {
             return Some(answer_of(ApiError::no_such_run(id).into_response()).await);
         }
-        let snapshot = run.checkpoint.map(|c| c.snapshot)?;
+        let snapshot = match run.checkpoint {
+            Some(checkpoint) => checkpoint.snapshot,
+            // Created and never stepped, or its node died before its first
+            // checkpoint landed: the state a resume starts it from (else
+            // its GET would answer "its node does not answer" for good).
+            None => self.runtime.stored_snapshot(id).await.ok()?,
+        };
         let stopped = snapshot.status == agentry::RunStatus::Stopped;
         let get = forward.method == "GET";
         let answered_here = stopped || (unfinished && get);

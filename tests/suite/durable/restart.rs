@@ -273,3 +273,29 @@ fn last_event(run: &agentry::store::StoredRun) -> Option<u64> {
         .as_ref()
         .and_then(|cp| cp.progress["last_event"].as_u64())
 }
+
+/// A run whose process died before its first checkpoint landed (its model
+/// never answered) has only its record: `stored_snapshot` gives the state a
+/// resume starts it from (its goal, nothing spent), which is what a service
+/// shows of it (`agentry serve` used to answer "its node does not answer"
+/// for such a run for good).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_without_a_checkpoint_is_read_back_as_it_would_start() -> Result<(), TestError> {
+    let dir = tempfile::tempdir()?;
+    let db = dir.path().join("runs.db");
+    let task = TestTask::new("never decided", &[])?;
+    let runtime = durable(Vec::new(), &db)?;
+    let hung = agentry_test_support::FnPolicy::from_async(|_| Box::pin(std::future::pending()));
+    let handle = runtime.start(task.config(), hung).await?;
+    let run_id = handle.run_id().to_string();
+    let stored = SqliteStore::open(&db)?
+        .load(&run_id)?
+        .ok_or("run missing")?;
+    assert!(stored.checkpoint.is_none(), "{:?}", stored.checkpoint);
+    let snapshot = runtime.stored_snapshot(&run_id).await?;
+    assert_eq!(snapshot.task.goal, "never decided");
+    assert_eq!(snapshot.control.spent.steps, 0);
+    assert_ne!(snapshot.status, agentry::RunStatus::Stopped);
+    runtime.abandon().await;
+    Ok(())
+}

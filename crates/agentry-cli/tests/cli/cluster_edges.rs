@@ -35,6 +35,27 @@ fn stored_workdir(place: &Place, id: &str) -> std::path::PathBuf {
         .into()
 }
 
+/// Waits (bounded) until run `id`'s stored status is `status`: a node's
+/// view is its live state, which may be a commit ahead of the store.
+async fn until_stored(place: &Place, id: &str, status: &str) {
+    let db = place.url.rsplit('/').next().unwrap();
+    let deadline = Instant::now() + FINISH;
+    loop {
+        let stored = agentry_test_postgres::PgServer::shared().superuser_sql(
+            db,
+            &format!("SELECT status FROM agentry.runs WHERE run_id = '{id}'"),
+        );
+        if stored.trim() == status {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "run {id} never stored {status}: {stored}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// Waits (bounded) until `node`'s view of run `id` satisfies `ok`.
 async fn view_until(node: &Served, id: &str, ok: impl Fn(&Value) -> bool) -> Value {
     let deadline = Instant::now() + FINISH;
@@ -73,6 +94,7 @@ async fn a_run_whose_workdir_a_node_cannot_reach_waits_and_says_why() {
         .as_str()
         .unwrap()
         .to_string();
+    until_stored(&place, &id, "awaiting_approval").await;
     let workdir = stored_workdir(&place, &id);
     assert!(
         workdir.starts_with(place.dir.path().join("work")),

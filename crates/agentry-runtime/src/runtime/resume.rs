@@ -126,6 +126,20 @@ impl Runtime {
         config_of(&self.load(run_id).await?.record)
     }
 
+    /// A stored run's state as its last checkpoint has it, or, for a run
+    /// created and never stepped (no checkpoint yet), the state a resume
+    /// starts it from: what a service shows of a run no process holds.
+    pub async fn stored_snapshot(
+        &self,
+        run_id: &str,
+    ) -> Result<agentry_protocol::state::RunSnapshot, RuntimeError> {
+        let run = self.load(run_id).await?;
+        match run.checkpoint {
+            Some(checkpoint) => Ok(checkpoint.snapshot),
+            None => Ok(RunState::initial(&config_of(&run.record)?).snapshot()),
+        }
+    }
+
     /// Everything stored about `run_id`, after whatever is queued has landed.
     pub(super) async fn load(
         &self,
