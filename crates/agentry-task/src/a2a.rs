@@ -16,7 +16,7 @@ use agentry_protocol::tool::Effect;
 use serde::Deserialize;
 use toml::Value;
 
-use crate::command::fields::effect;
+use crate::command::fields::{effect, max_retries};
 use crate::mcp::{header_table, http_url, server_name};
 use crate::values::{FieldError, ca_file, describe, duration, field_error, section};
 
@@ -144,19 +144,11 @@ fn agent(at: &str, raw: RawAgent, dir: &Path) -> Result<A2aAgentConfig, FieldErr
             .map(|v| effect(&format!("{at}.effect"), &v))
             .transpose()?
             .unwrap_or(Effect::IrreversibleExternal),
-        max_retries: match raw.max_retries {
-            None => 0,
-            Some(v) => v
-                .as_integer()
-                .and_then(|n| u32::try_from(n).ok())
-                .ok_or_else(|| {
-                    field_error!(
-                        "{at}.max_retries: expected a non-negative integer, found {} (at most {})",
-                        describe(&v),
-                        u32::MAX
-                    )
-                })?,
-        },
+        max_retries: raw
+            .max_retries
+            .map(|v| max_retries(&format!("{at}.max_retries"), &v))
+            .transpose()?
+            .unwrap_or(0),
         card: None,
         input_required: match raw.input_required {
             None => InputRequired::Model,

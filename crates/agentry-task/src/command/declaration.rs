@@ -10,8 +10,8 @@ use serde_json::Value as Json;
 use toml::Value;
 
 use super::fields::{
-    argv, effect, env, idempotency, input_schema, non_empty, properties, redact_fields, to_json,
-    tool_name, volatile_fields,
+    argv, effect, env, idempotency, input_schema, max_retries, non_empty, properties,
+    redact_fields, to_json, tool_name, volatile_fields,
 };
 use crate::raw::RawCommandTool;
 use crate::values::{FieldError, describe, duration, field_error, millis};
@@ -182,16 +182,7 @@ fn contract_options(
         contract.auth_scope = scope;
     }
     if let Some(v) = raw.max_retries.take() {
-        contract.max_retries = v
-            .as_integer()
-            .and_then(|n| u32::try_from(n).ok())
-            .ok_or_else(|| {
-                field_error!(
-                    "{at}.max_retries: expected a non-negative integer, found {} (at most {})",
-                    describe(&v),
-                    u32::MAX
-                )
-            })?;
+        contract.max_retries = max_retries(&format!("{at}.max_retries"), &v)?;
     }
     if let Some(v) = raw.parallel_safe.take() {
         let Value::Boolean(b) = v else {

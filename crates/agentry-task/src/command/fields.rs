@@ -179,6 +179,19 @@ pub(crate) fn to_json(at: &str, v: Value) -> Result<Json, FieldError> {
     })
 }
 
+/// `max_retries` at `at`: a non-negative integer that fits a `u32`.
+pub(crate) fn max_retries(at: &str, v: &Value) -> Result<u32, FieldError> {
+    v.as_integer()
+        .and_then(|n| u32::try_from(n).ok())
+        .ok_or_else(|| {
+            field_error!(
+                "{at}: expected a non-negative integer, found {} (at most {})",
+                describe(v),
+                u32::MAX
+            )
+        })
+}
+
 pub(crate) fn effect(at: &str, v: &Value) -> Result<Effect, FieldError> {
     match v.as_str() {
         Some("read_only") => Ok(Effect::ReadOnly),
