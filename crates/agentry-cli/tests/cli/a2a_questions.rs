@@ -98,11 +98,7 @@ async fn a_remote_agents_question_is_answered_through_the_approval_route() {
     assert_eq!(answered.status, 200, "{:?}", answered.body);
     assert_eq!(answered.body["decision"], "answer");
     let events = served.events_until("", &id, "run_stopped").await;
-    let result = events
-        .iter()
-        .find(|(name, _)| name == "tool_call_finished")
-        .map(|(_, data)| data.to_string())
-        .expect("the call finished");
+    let result = finished_call(&events);
     assert!(result.contains("echo: the blue one"), "{result}");
     let (_, stopped) = events.last().unwrap();
     assert_eq!(stopped["event"]["stop_reason"], "done", "{stopped}");
@@ -135,6 +131,21 @@ fn one_remote_task(agent: &Agent) {
         1,
         "{record}"
     );
+}
+
+/// The `tool_call_finished` event of a run's events, as text.
+pub(super) fn finished_call(events: &[(String, Value)]) -> String {
+    events
+        .iter()
+        .find(|(name, _)| name == "tool_call_finished")
+        .map(|(_, data)| data.to_string())
+        .expect("the call finished")
+}
+
+/// SendMessage of a data part to `asker`'s task `task` on `base`.
+pub(super) async fn send_data(base: &str, data: Value, task: &str) -> (u16, Value) {
+    let message = send_message(json!({ "data": data }), Some(task));
+    rpc(base, "/a2a/asker", "none", true, message).await
 }
 
 pub(super) fn send_message(part: Value, task: Option<&str>) -> Value {
@@ -178,35 +189,17 @@ async fn a_remote_agents_question_is_answered_through_an_a2a_message() {
     );
     // Both a verdict and an answer: refused, the call still waits.
     let both = json!({"approval": {"call_id": "q1", "approve": true, "answer": "x"}});
-    let (_, refused) = rpc(
-        &served.base,
-        "/a2a/asker",
-        "none",
-        true,
-        send_message(json!({"data": both}), Some(&id)),
-    )
-    .await;
+    let (_, refused) = send_data(&served.base, both, &id).await;
     assert_eq!(refused["error"]["code"], -32602, "{refused}");
     let answer = json!({"approval": {"call_id": "q1", "answer": "the green one"}});
-    let (status, done) = rpc(
-        &served.base,
-        "/a2a/asker",
-        "none",
-        true,
-        send_message(json!({"data": answer}), Some(&id)),
-    )
-    .await;
+    let (status, done) = send_data(&served.base, answer, &id).await;
     assert_eq!(status, 200, "{done}");
     assert_eq!(
         done["result"]["task"]["status"]["state"], "TASK_STATE_COMPLETED",
         "{done}"
     );
     let events = served.events_until("", &id, "run_stopped").await;
-    let result = events
-        .iter()
-        .find(|(name, _)| name == "tool_call_finished")
-        .map(|(_, data)| data.to_string())
-        .expect("the call finished");
+    let result = finished_call(&events);
     assert!(result.contains("echo: the green one"), "{result}");
     one_remote_task(&agent);
 }

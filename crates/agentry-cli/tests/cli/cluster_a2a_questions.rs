@@ -7,7 +7,7 @@
 
 use serde_json::json;
 
-use super::a2a_questions::{asker_task, send_message};
+use super::a2a_questions::{asker_task, finished_call, send_data, send_message};
 use super::a2a_tools::{TOKEN, start_agent};
 use super::cluster::Place;
 use super::cluster_agui::holder_pid;
@@ -58,24 +58,13 @@ async fn a_question_a_run_on_node_a_waits_on_is_answered_through_node_b() {
     let id = task["id"].as_str().unwrap().to_string();
     assert_eq!(holder_pid(&place, &id), a.pid());
     let answer = json!({"approval": {"call_id": "q1", "answer": "the green one"}});
-    let (_, done) = rpc(
-        &b.base,
-        "/a2a/asker",
-        "none",
-        true,
-        send_message(json!({"data": answer}), Some(&id)),
-    )
-    .await;
+    let (_, done) = send_data(&b.base, answer, &id).await;
     assert_eq!(
         done["result"]["task"]["status"]["state"], "TASK_STATE_COMPLETED",
         "{done}"
     );
     let events = a.events_until("", &id, "run_stopped").await;
-    let result = events
-        .iter()
-        .find(|(name, _)| name == "tool_call_finished")
-        .map(|(_, data)| data.to_string())
-        .expect("the call finished");
+    let result = finished_call(&events);
     assert!(result.contains("echo: the green one"), "{result}");
 
     // AG-UI: a thread started on one node, resumed through the other with

@@ -43,14 +43,7 @@ fn process_groups_are_added_to_a_ledger_row<B: Backend>() {
     assert_eq!(stored.ledger[0].processes, [group(41), group(42)]);
     assert_eq!(stored.ledger[0].state, LedgerState::Intent);
 
-    let mut done = ledger("c1", 1, 0, LedgerState::Outcome);
-    done.outcome = Some(result("c1", json!({"ok": 1})));
-    store
-        .commit(&[Write::Ledger {
-            run_id: "r1".into(),
-            entry: done,
-        }])
-        .unwrap();
+    write_outcome(&store, "r1", "c1");
     let stored = place.open().load("r1").unwrap().unwrap();
     assert!(stored.ledger[0].processes.is_empty());
 }
@@ -92,14 +85,7 @@ fn a_remote_task_is_set_on_a_ledger_row<B: Backend>() {
     let stored = place.open().load("r1").unwrap().unwrap();
     assert_eq!(stored.ledger[0].remote, Some(Box::new(remote("task-2"))));
 
-    let mut done = ledger("c1", 1, 0, LedgerState::Outcome);
-    done.outcome = Some(result("c1", json!({"ok": 1})));
-    store
-        .commit(&[Write::Ledger {
-            run_id: "r1".into(),
-            entry: done,
-        }])
-        .unwrap();
+    write_outcome(&store, "r1", "c1");
     let stored = place.open().load("r1").unwrap().unwrap();
     assert_eq!(stored.ledger[0].remote, None);
 }
@@ -108,3 +94,15 @@ for_each_backend!(
     process_groups_are_added_to_a_ledger_row,
     a_remote_task_is_set_on_a_ledger_row,
 );
+
+/// Writes call `call_id`'s outcome over its ledger row.
+fn write_outcome(store: &dyn Store, run_id: &str, call_id: &str) {
+    let mut done = ledger(call_id, 1, 0, LedgerState::Outcome);
+    done.outcome = Some(result(call_id, json!({"ok": 1})));
+    store
+        .commit(&[Write::Ledger {
+            run_id: run_id.into(),
+            entry: done,
+        }])
+        .unwrap();
+}
